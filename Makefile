@@ -1,0 +1,38 @@
+# botctl: every target works on a clean clone (Go 1.26 and, for conformance, npm).
+GO        ?= go
+BIN       ?= bin/botctl
+PKGS      ?= ./...
+# Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
+TESTFLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: all build test run bench chaos lint conformance clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/botctl
+
+# The test command of README.md and .ci/run.
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+# The simulator with a demo bot (later: botctl serve --demo).
+run: build
+	$(BIN) sim --listen 127.0.0.1:8390 --bot demo:demo-secret
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+chaos:
+	@echo "chaos suites arrive with the election issue (test/chaos)"
+
+lint:
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+
+conformance: build
+	bash test/conformance/run.sh
+
+clean:
+	rm -rf bin

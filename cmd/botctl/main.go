@@ -1,0 +1,32 @@
+// Command botctl keeps WeCom AI bots answering: see README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(os.Stderr, "botctl:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "botctl:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError is a mistake in flags or arguments: exit code 2.
+type usageError struct{ error }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
