@@ -1,0 +1,572 @@
+package wecom
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+)
+
+// Config configures one connection. Zero values take the defaults named on
+// each field.
+type Config struct {
+	// URL is the WebSocket endpoint, e.g. wss://openws.work.weixin.qq.com.
+	URL string
+	// BotID and Secret authenticate the connection. The secret never
+	// appears in logs or errors.
+	BotID  string
+	Secret string
+	// DialTimeout bounds the dial and the subscribe ack together. Default 10s.
+	DialTimeout time.Duration
+	// HeartbeatInterval is the application ping period. Default 30s, as the
+	// official SDK. Lower detects a dead connection sooner and costs frames.
+	HeartbeatInterval time.Duration
+	// MaxMissedPings is how many pings in a row may go unacked before the
+	// connection is declared dead (ReasonHeartbeatLost). Default 2.
+	MaxMissedPings int
+	// AckTimeout is how long a frame waits for its ack. Default 5s. The next
+	// frame of the same req_id is sent only after the ack or this timeout.
+	AckTimeout time.Duration
+	// CallbackQueue is how many callbacks may wait for the handler before
+	// reading from the socket pauses. Default 1024.
+	CallbackQueue int
+	// Header is sent with the WebSocket handshake.
+	Header http.Header
+	// Logger receives connection events; bot and conn fields are added.
+	Logger zerolog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 30 * time.Second
+	}
+	if c.MaxMissedPings <= 0 {
+		c.MaxMissedPings = 2
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = 5 * time.Second
+	}
+	if c.CallbackQueue <= 0 {
+		c.CallbackQueue = 1024
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("wecom: Config.URL is empty: set the WeCom WebSocket URL (wss://openws.work.weixin.qq.com, or the simulator's ws://127.0.0.1:PORT/)")
+	case !strings.HasPrefix(c.URL, "ws://") && !strings.HasPrefix(c.URL, "wss://"):
+		return fmt.Errorf("wecom: Config.URL %q: want a ws:// or wss:// URL", c.URL)
+	case c.BotID == "":
+		return errors.New("wecom: Config.BotID is empty")
+	case c.Secret == "":
+		return fmt.Errorf("wecom: bot %s: Config.Secret is empty", c.BotID)
+	}
+	return nil
+}
+
+// Handlers receive one connection's callbacks. They are given to Dial and
+// belong to that connection alone: a new connection never inherits them.
+// They are called one at a time, in arrival order, on the connection's own
+// goroutine; a handler that blocks delays later callbacks (never acks), so
+// hand long work off. Once the connection is closing no new handler call
+// starts (a call already past that check finishes), and every call has
+// returned when Done is closed: wait on Done before building the next
+// connection, and no message is ever handled by two generations of handlers.
+type Handlers struct {
+	OnMessage func(c *Conn, reqID string, msg *MsgCallback)
+	OnEvent   func(c *Conn, reqID string, ev *EventCallback)
+}
+
+var connSeq atomic.Uint64
+
+// Conn is one subscribed connection of one bot.
+type Conn struct {
+	cfg  Config
+	id   uint64
+	ws   *websocket.Conn
+	h    Handlers
+	log  zerolog.Logger
+	wmu  sync.Mutex // one writer at a time (gorilla/websocket's rule)
+	pmu  sync.Mutex
+	pend map[string]chan *Frame // req_id → waiter of the frame in flight
+	lock map[string]*reqLock    // req_id → serializer
+
+	callbacks chan *Frame
+	missed    atomic.Int32
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed when the connection starts closing
+	closed    atomic.Bool   // no handler call starts once set
+	done      chan struct{} // closed when every goroutine has ended
+	errMu     sync.Mutex
+	err       *CloseError
+	wg        sync.WaitGroup
+}
+
+type reqLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+// Dial connects, subscribes and starts the heartbeat. An auth failure is an
+// *AuthError (errors.Is(err, ErrAuthFailed)): retrying it never helps.
+func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	d := websocket.Dialer{HandshakeTimeout: cfg.DialTimeout, Proxy: http.ProxyFromEnvironment}
+	ws, resp, err := d.DialContext(ctx, cfg.URL, cfg.Header)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wecom: bot %s: dial %s: %w", cfg.BotID, cfg.URL, err)
+	}
+	c := &Conn{
+		cfg:       cfg,
+		id:        connSeq.Add(1),
+		ws:        ws,
+		h:         h,
+		pend:      make(map[string]chan *Frame),
+		lock:      make(map[string]*reqLock),
+		callbacks: make(chan *Frame, cfg.CallbackQueue),
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	c.log = cfg.Logger.With().Str("bot", cfg.BotID).Uint64("conn", c.id).Logger()
+	ws.SetReadLimit(4 * MaxFrameBytes)
+	if err := c.subscribe(ctx); err != nil {
+		ws.Close()
+		return nil, err
+	}
+	c.log.Info().Msg("wecom connection subscribed")
+	c.wg.Add(2)
+	go c.dispatch()
+	go c.heartbeat()
+	go c.read()
+	return c, nil
+}
+
+// subscribe sends aibot_subscribe and reads until its ack, before any other
+// goroutine touches the socket.
+func (c *Conn) subscribe(ctx context.Context) error {
+	reqID := NewReqID(CmdSubscribe)
+	raw, err := encodeFrame(CmdSubscribe, reqID, SubscribeBody{BotID: c.cfg.BotID, Secret: c.cfg.Secret})
+	if err != nil {
+		return err
+	}
+	deadline, _ := ctx.Deadline()
+	c.ws.SetWriteDeadline(deadline)
+	if err := c.ws.WriteMessage(websocket.TextMessage, raw); err != nil {
+		return fmt.Errorf("wecom: bot %s: send subscribe: %w", c.cfg.BotID, err)
+	}
+	c.ws.SetReadDeadline(deadline)
+	defer c.ws.SetReadDeadline(time.Time{})
+	for {
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			return fmt.Errorf("wecom: bot %s: waiting for subscribe ack: %w", c.cfg.BotID, err)
+		}
+		var f Frame
+		if err := json.Unmarshal(data, &f); err != nil || !f.IsAck() || f.Headers.ReqID != reqID {
+			c.log.Warn().Msg("unexpected frame before subscribe ack; ignored")
+			continue
+		}
+		if f.ErrCode != ErrCodeOK {
+			return &AuthError{BotID: c.cfg.BotID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
+		}
+		return nil
+	}
+}
+
+// ID is a process-local number for logs.
+func (c *Conn) ID() uint64 { return c.id }
+
+// BotID is the bot this connection belongs to.
+func (c *Conn) BotID() string { return c.cfg.BotID }
+
+// Done is closed when the connection has ended and every handler call has
+// returned. Wait on it, then read Err for the reason.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is nil while the connection is open, then a *CloseError.
+func (c *Conn) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	if c.err == nil {
+		return nil
+	}
+	return c.err
+}
+
+// Reason is why the connection ended, or ReasonNone while it is open.
+func (c *Conn) Reason() CloseReason {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	if c.err == nil {
+		return ReasonNone
+	}
+	return c.err.Reason
+}
+
+// Close ends the connection (ReasonClosedByUs) and returns at once; it may
+// be called from a handler. Wait on Done for the goroutines to end.
+func (c *Conn) Close() error {
+	c.shut(ReasonClosedByUs, nil)
+	return nil
+}
+
+// shut records the first reason and tears the socket down; later calls are
+// no-ops.
+func (c *Conn) shut(reason CloseReason, cause error) {
+	c.closeOnce.Do(func() {
+		c.errMu.Lock()
+		c.err = &CloseError{Reason: reason, Cause: cause}
+		c.errMu.Unlock()
+		c.closed.Store(true)
+		close(c.closing)
+		ev := c.log.Info()
+		if reason != ReasonClosedByUs {
+			ev = c.log.Warn()
+		}
+		ev.Str("reason", reason.String()).AnErr("cause", cause).Msg("wecom connection closing")
+		msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, reason.String())
+		_ = c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+		_ = c.ws.Close()
+	})
+}
+
+func (c *Conn) closeErr() error {
+	<-c.closing
+	return c.Err()
+}
+
+// read owns the socket's read side; when it ends the connection is over.
+func (c *Conn) read() {
+	defer func() {
+		c.wg.Wait()
+		close(c.done)
+	}()
+	for {
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			c.shut(ReasonNetwork, err)
+			return
+		}
+		var f Frame
+		if err := json.Unmarshal(data, &f); err != nil {
+			c.log.Warn().Err(err).Int("bytes", len(data)).Msg("malformed frame from server; ignored")
+			continue
+		}
+		switch {
+		case f.IsAck():
+			c.ack(&f)
+		case f.Cmd == CmdEventCallback && isDisconnected(f.Body):
+			c.shut(ReasonKicked, errors.New("disconnected_event: another connection subscribed with this bot id"))
+			return
+		case f.Cmd == CmdMsgCallback || f.Cmd == CmdEventCallback:
+			select {
+			case c.callbacks <- &f:
+			case <-c.closing:
+				return
+			}
+		default:
+			c.log.Warn().Str("cmd", f.Cmd).Msg("unknown frame from server; ignored")
+		}
+	}
+}
+
+func isDisconnected(body json.RawMessage) bool {
+	var ev EventCallback
+	return json.Unmarshal(body, &ev) == nil && ev.Event.EventType == EventDisconnected
+}
+
+func (c *Conn) ack(f *Frame) {
+	if strings.HasPrefix(f.Headers.ReqID, CmdPing+"_") {
+		if f.ErrCode == ErrCodeOK {
+			c.missed.Store(0)
+		} else {
+			c.log.Warn().Int("errcode", f.ErrCode).Str("errmsg", f.ErrMsg).Msg("heartbeat refused")
+		}
+		return
+	}
+	c.pmu.Lock()
+	w := c.pend[f.Headers.ReqID]
+	delete(c.pend, f.Headers.ReqID)
+	c.pmu.Unlock()
+	if w == nil {
+		c.log.Debug().Str("req_id", f.Headers.ReqID).Msg("ack for no frame in flight (late after a timeout?); ignored")
+		return
+	}
+	w <- f // buffered, one slot
+}
+
+func (c *Conn) dispatch() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.closing:
+			return
+		case f := <-c.callbacks:
+			if c.closed.Load() {
+				return
+			}
+			c.deliver(f)
+		}
+	}
+}
+
+func (c *Conn) deliver(f *Frame) {
+	switch f.Cmd {
+	case CmdMsgCallback:
+		var m MsgCallback
+		if err := json.Unmarshal(f.Body, &m); err != nil {
+			c.log.Warn().Err(err).Str("req_id", f.Headers.ReqID).Msg("malformed message callback; ignored")
+			return
+		}
+		if c.h.OnMessage != nil {
+			c.h.OnMessage(c, f.Headers.ReqID, &m)
+		}
+	case CmdEventCallback:
+		var ev EventCallback
+		if err := json.Unmarshal(f.Body, &ev); err != nil {
+			c.log.Warn().Err(err).Str("req_id", f.Headers.ReqID).Msg("malformed event callback; ignored")
+			return
+		}
+		if c.h.OnEvent != nil {
+			c.h.OnEvent(c, f.Headers.ReqID, &ev)
+		}
+	}
+}
+
+func (c *Conn) heartbeat() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.closing:
+			return
+		case <-t.C:
+		}
+		// Checked before the next ping, as the official SDK does: after
+		// MaxMissedPings unacked pings the connection is dead.
+		if n := int(c.missed.Load()); n >= c.cfg.MaxMissedPings {
+			c.shut(ReasonHeartbeatLost, fmt.Errorf("%d pings in a row without an ack", n))
+			return
+		}
+		c.missed.Add(1)
+		raw, _ := encodeFrame(CmdPing, NewReqID(CmdPing), nil)
+		if err := c.write(raw); err != nil {
+			return
+		}
+	}
+}
+
+func (c *Conn) write(raw []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return c.closeErr()
+	}
+	c.ws.SetWriteDeadline(time.Now().Add(c.cfg.AckTimeout))
+	if err := c.ws.WriteMessage(websocket.TextMessage, raw); err != nil {
+		c.shut(ReasonNetwork, err)
+		return c.closeErr()
+	}
+	return nil
+}
+
+// acquire waits for the req_id's turn: frames of one req_id go one at a
+// time, each after the previous one's ack or timeout.
+func (c *Conn) acquire(ctx context.Context, reqID string) (release func(), err error) {
+	c.pmu.Lock()
+	l := c.lock[reqID]
+	if l == nil {
+		l = &reqLock{ch: make(chan struct{}, 1)}
+		c.lock[reqID] = l
+	}
+	l.refs++
+	c.pmu.Unlock()
+	drop := func() {
+		c.pmu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(c.lock, reqID)
+		}
+		c.pmu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; drop() }, nil
+	case <-ctx.Done():
+		drop()
+		return nil, ctx.Err()
+	case <-c.closing:
+		drop()
+		return nil, c.closeErr()
+	}
+}
+
+// Do sends one frame and waits for its ack: the generic form behind every
+// send method. An ack with errcode ≠ 0 is an *AckError. Acks carry only the
+// req_id, so an ack arriving after its frame timed out is taken for the next
+// frame of that req_id, as in the official SDK; a timed-out frame's fate is
+// unknown either way.
+func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, error) {
+	if reqID == "" {
+		return nil, fmt.Errorf("%w: %s without req_id", ErrInvalidFrame, cmd)
+	}
+	raw, err := encodeFrame(cmd, reqID, body)
+	if err != nil {
+		return nil, err
+	}
+	release, err := c.acquire(ctx, reqID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	w := make(chan *Frame, 1)
+	c.pmu.Lock()
+	c.pend[reqID] = w
+	c.pmu.Unlock()
+	unregister := func() {
+		c.pmu.Lock()
+		if c.pend[reqID] == w {
+			delete(c.pend, reqID)
+		}
+		c.pmu.Unlock()
+	}
+	if err := c.write(raw); err != nil {
+		unregister()
+		return nil, err
+	}
+	t := time.NewTimer(c.cfg.AckTimeout)
+	defer t.Stop()
+	select {
+	case f := <-w:
+		if f.ErrCode != ErrCodeOK {
+			return f, &AckError{Cmd: cmd, ReqID: reqID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
+		}
+		return f, nil
+	case <-t.C:
+		unregister()
+		return nil, fmt.Errorf("%w: %s (req_id %s) after %s", ErrAckTimeout, cmd, reqID, c.cfg.AckTimeout)
+	case <-ctx.Done():
+		unregister()
+		return nil, ctx.Err()
+	case <-c.closing:
+		unregister()
+		return nil, c.closeErr()
+	}
+}
+
+// Reply sends aibot_respond_msg on a callback's req_id.
+func (c *Conn) Reply(ctx context.Context, reqID string, body *RespondBody) error {
+	if body.Stream != nil {
+		if err := CheckStream(body.Stream); err != nil {
+			return err
+		}
+	}
+	_, err := c.Do(ctx, CmdRespondMsg, reqID, body)
+	return err
+}
+
+// ReplyStream sends one frame of a streamed reply. Content is the whole
+// text so far.
+func (c *Conn) ReplyStream(ctx context.Context, reqID string, s Stream) error {
+	return c.Reply(ctx, reqID, &RespondBody{MsgType: MsgTypeStream, Stream: &s})
+}
+
+// ReplyWelcome answers an enter_chat event (within 5 s of it).
+func (c *Conn) ReplyWelcome(ctx context.Context, reqID string, body *WelcomeBody) error {
+	if body.Text != nil {
+		if err := CheckContent(body.Text.Content); err != nil {
+			return err
+		}
+	}
+	_, err := c.Do(ctx, CmdRespondWelcomeMsg, reqID, body)
+	return err
+}
+
+// UpdateTemplateCard answers a template_card_event (within 5 s of it).
+func (c *Conn) UpdateTemplateCard(ctx context.Context, reqID string, body *UpdateBody) error {
+	_, err := c.Do(ctx, CmdRespondUpdateMsg, reqID, body)
+	return err
+}
+
+// SendMessage is a proactive push (aibot_send_msg) on a new req_id.
+func (c *Conn) SendMessage(ctx context.Context, body *SendMsgBody) error {
+	if body.ChatID == "" {
+		return fmt.Errorf("%w: aibot_send_msg without chatid", ErrInvalidFrame)
+	}
+	if body.Markdown != nil {
+		if err := CheckContent(body.Markdown.Content); err != nil {
+			return err
+		}
+	}
+	_, err := c.Do(ctx, CmdSendMsg, NewReqID(CmdSendMsg), body)
+	return err
+}
+
+// SendMarkdown pushes markdown to a chat (chatType 0 lets WeCom infer it).
+func (c *Conn) SendMarkdown(ctx context.Context, chatID string, chatType int, content string) error {
+	return c.SendMessage(ctx, &SendMsgBody{ChatID: chatID, ChatType: chatType, MsgType: MsgTypeMarkdown, Markdown: &TextContent{Content: content}})
+}
+
+// CheckContent enforces the content limit before a frame is sent.
+func CheckContent(s string) error {
+	if len(s) > MaxContentBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d (split the text, e.g. at paragraph boundaries)", ErrContentTooLarge, len(s), MaxContentBytes)
+	}
+	if !utf8.ValidString(s) {
+		return ErrInvalidUTF8
+	}
+	return nil
+}
+
+// CheckStream enforces the stream rules the client can know by itself.
+func CheckStream(s *Stream) error {
+	if s.ID == "" {
+		return fmt.Errorf("%w: stream without id", ErrInvalidFrame)
+	}
+	if len(s.MsgItem) > 0 && !s.Finish {
+		return fmt.Errorf("%w: msg_item is allowed only on the finishing frame", ErrInvalidFrame)
+	}
+	if len(s.MsgItem) > MaxMsgItems {
+		return fmt.Errorf("%w: %d msg_items, limit %d", ErrInvalidFrame, len(s.MsgItem), MaxMsgItems)
+	}
+	return CheckContent(s.Content)
+}
+
+func encodeFrame(cmd, reqID string, body any) ([]byte, error) {
+	f := struct {
+		Cmd     string  `json:"cmd"`
+		Headers Headers `json:"headers"`
+		Body    any     `json:"body,omitempty"`
+	}{cmd, Headers{ReqID: reqID}, body}
+	raw, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("wecom: encode %s: %w", cmd, err)
+	}
+	if len(raw) > MaxFrameBytes {
+		return nil, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrFrameTooLarge, cmd, len(raw), MaxFrameBytes)
+	}
+	return raw, nil
+}
