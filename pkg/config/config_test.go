@@ -1,0 +1,124 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "botctl.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPrecedenceFileThenEnv(t *testing.T) {
+	p := writeFile(t, `
+node_id: n1
+etcd:
+  endpoints: [http://10.0.0.1:2379]
+election:
+  ttl: 30s
+bots:
+  - id: b1
+    secret: from-file
+  - id: b2
+`)
+	cfg, err := Load(p, []string{"BOTCTL_ELECTION_TTL=40s", "BOTCTL_BOT_B2_SECRET=from-env", "BOTCTL_NODE_ID=n2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Election.TTL != 40*time.Second || cfg.NodeID != "n2" {
+		t.Fatalf("env did not override the file: %+v", cfg)
+	}
+	if cfg.Bots[0].Secret != "from-file" || cfg.Bots[1].Secret != "from-env" {
+		t.Fatalf("bots = %+v", cfg.Bots)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEmptyFileIsDefaults(t *testing.T) {
+	cfg, err := Load(writeFile(t, ""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Election.TTL != 20*time.Second {
+		t.Fatalf("ttl = %s", cfg.Election.TTL)
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, env, want string
+	}{
+		{yaml: "etcd:\n  endpointz: [x]\n", want: "endpointz"},
+		{yaml: "election:\n  ttl: soon\n", want: "ttl"},
+		{env: "BOTCTL_WECOM_ACK_TIMEOUT=fast", want: "wecom.ack_timeout"},
+		{yaml: "etcd:\n  endpoints: [localhost:2379]\n", want: "etcd.endpoints[0]"},
+		{yaml: "nats:\n  url: http://x:4222\n", want: "nats.url"},
+		{yaml: "wecom:\n  url: https://x\n", want: "wecom.url"},
+		{yaml: "listen: nope\n", want: "listen"},
+		{yaml: "node_id: 'bad id'\n", want: "node_id"},
+		{yaml: "bots:\n  - id: b1\n", want: "bots[0].secret"},
+		{yaml: "bots:\n  - {id: b1, secret: x}\n  - {id: b1, secret: y}\n", want: "bots[1].id"},
+		{yaml: "worker:\n  slots: -1\n", want: "worker.slots"},
+	} {
+		var env []string
+		if tc.env != "" {
+			env = []string{tc.env}
+		}
+		cfg, err := Load(writeFile(t, tc.yaml), env)
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("yaml %q env %q: err = %v, want it to name %q", tc.yaml, tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestSecretsNeverPrinted(t *testing.T) {
+	b := Bot{ID: "b1", Secret: "hunter2"}
+	if strings.Contains(b.String(), "hunter2") {
+		t.Fatal("Bot.String shows the secret")
+	}
+	cfg := Defaults()
+	cfg.Bots = []Bot{{ID: "b1"}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "BOTCTL_BOT_B1_SECRET") {
+		t.Fatalf("missing secret error should name the variable: %v", err)
+	}
+}
+
+func TestSecretFile(t *testing.T) {
+	sf := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(sf, []byte("s3cret\n"), 0o600)
+	cfg := Defaults()
+	cfg.Bots = []Bot{{ID: "b1", SecretFile: sf}}
+	if err := cfg.Resolve(nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Bots[0].Secret != "s3cret" {
+		t.Fatalf("secret = %q", cfg.Bots[0].Secret)
+	}
+	cfg.Bots = []Bot{{ID: "b1", SecretFile: sf + ".missing"}}
+	if err := cfg.Resolve(nil); err == nil || !strings.Contains(err.Error(), "bots[0].secret_file") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestParseBot(t *testing.T) {
+	b, err := ParseBot("b1:s:with:colons")
+	if err != nil || b.ID != "b1" || b.Secret != "s:with:colons" {
+		t.Fatalf("%+v %v", b, err)
+	}
+	if _, err := ParseBot(":x"); err == nil {
+		t.Fatal("empty id accepted")
+	}
+}
