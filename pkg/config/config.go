@@ -216,6 +216,7 @@ func knownNames() string {
 // a string sets it. Flags use the same table (package cmd/botctl).
 type Key struct {
 	Name  string // dotted YAML path, e.g. "etcd.endpoints"
+	Flag  string // botctl serve's flag, without dashes
 	Usage string
 	set   func(*Config, string) error
 }
@@ -250,22 +251,22 @@ func dur(f func(*Config) *time.Duration) func(*Config, string) error {
 
 // Keys lists every key settable from the environment and flags.
 var Keys = []Key{
-	{"node_id", "this node's unique id", str(func(c *Config) *string { return &c.NodeID })},
-	{"env", "this node's environment (the per-bot env gate)", str(func(c *Config) *string { return &c.Env })},
-	{"data_dir", "data directory (embedded etcd/NATS, spool)", str(func(c *Config) *string { return &c.DataDir })},
-	{"listen", "node HTTP API address", str(func(c *Config) *string { return &c.Listen })},
-	{"etcd.endpoints", "etcd endpoints, comma-separated (none: embedded)", func(c *Config, s string) error {
+	{"node_id", "node-id", "this node's unique id", str(func(c *Config) *string { return &c.NodeID })},
+	{"env", "env", "this node's environment (the per-bot env gate)", str(func(c *Config) *string { return &c.Env })},
+	{"data_dir", "data-dir", "data directory (embedded etcd/NATS, spool)", str(func(c *Config) *string { return &c.DataDir })},
+	{"listen", "listen", "node HTTP API address", str(func(c *Config) *string { return &c.Listen })},
+	{"etcd.endpoints", "etcd", "etcd endpoints, comma-separated (none: embedded)", func(c *Config, s string) error {
 		c.Etcd.Endpoints = splitList(s)
 		return nil
 	}},
-	{"etcd.dial_timeout", "etcd dial timeout", dur(func(c *Config) *time.Duration { return &c.Etcd.DialTimeout })},
-	{"nats.url", "NATS URL (none: embedded)", str(func(c *Config) *string { return &c.NATS.URL })},
-	{"wecom.url", "WeCom WebSocket URL", str(func(c *Config) *string { return &c.WeCom.URL })},
-	{"wecom.heartbeat_interval", "WeCom ping period", dur(func(c *Config) *time.Duration { return &c.WeCom.HeartbeatInterval })},
-	{"wecom.ack_timeout", "WeCom ack timeout", dur(func(c *Config) *time.Duration { return &c.WeCom.AckTimeout })},
-	{"election.ttl", "election session TTL", dur(func(c *Config) *time.Duration { return &c.Election.TTL })},
-	{"election.safety_margin", "leadership is dropped this long before the lease can expire", dur(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
-	{"worker.slots", "concurrent tasks on this node", func(c *Config, s string) error {
+	{"etcd.dial_timeout", "etcd-dial-timeout", "etcd dial timeout", dur(func(c *Config) *time.Duration { return &c.Etcd.DialTimeout })},
+	{"nats.url", "nats", "NATS URL (none: embedded)", str(func(c *Config) *string { return &c.NATS.URL })},
+	{"wecom.url", "wecom-url", "WeCom WebSocket URL", str(func(c *Config) *string { return &c.WeCom.URL })},
+	{"wecom.heartbeat_interval", "wecom-heartbeat", "WeCom ping period", dur(func(c *Config) *time.Duration { return &c.WeCom.HeartbeatInterval })},
+	{"wecom.ack_timeout", "wecom-ack-timeout", "WeCom ack timeout", dur(func(c *Config) *time.Duration { return &c.WeCom.AckTimeout })},
+	{"election.ttl", "election-ttl", "election session TTL", dur(func(c *Config) *time.Duration { return &c.Election.TTL })},
+	{"election.safety_margin", "election-safety-margin", "leadership is dropped this long before the lease can expire", dur(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
+	{"worker.slots", "worker-slots", "concurrent tasks on this node", func(c *Config, s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			return fmt.Errorf("%q is not an integer", s)
