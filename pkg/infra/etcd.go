@@ -1,0 +1,146 @@
+package infra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap/zapcore"
+)
+
+// DefaultEtcdStartTimeout bounds how long StartEtcd waits for the member to
+// serve clients when EtcdConfig.StartTimeout is zero.
+const DefaultEtcdStartTimeout = time.Minute
+
+// EtcdConfig configures an embedded single-node etcd.
+type EtcdConfig struct {
+	// DataDir holds the member's data under DataDir/etcd. Required.
+	DataDir string
+	// ClientAddr is the "host:port" clients connect to, e.g.
+	// "127.0.0.1:2379". Required; port 0 is refused because etcd cannot
+	// report the port it got (use FreeAddr in tests).
+	ClientAddr string
+	// PeerAddr is the raft peer "host:port". A single node never talks to
+	// peers, but etcd still listens there. Default: a free port on the
+	// ClientAddr host.
+	PeerAddr string
+	// StartTimeout bounds the wait for the member to be ready. Default
+	// DefaultEtcdStartTimeout; a slow disk needs more.
+	StartTimeout time.Duration
+	// UnsafeNoFsync skips fsync: much faster, loses data on power failure.
+	// For tests only.
+	UnsafeNoFsync bool
+	// Logger receives etcd's warnings and errors (its info lines are
+	// dropped).
+	Logger zerolog.Logger
+}
+
+// Etcd is a running embedded etcd member.
+type Etcd struct {
+	e         *embed.Etcd
+	endpoints []string
+	closing   *atomic.Bool
+	closeOnce sync.Once
+}
+
+// StartEtcd starts a single-node etcd and returns once it serves clients.
+// ctx bounds only the start; Close stops the member.
+func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("start etcd: DataDir is required")
+	}
+	host, port, err := splitAddr(cfg.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd: ClientAddr %q: %w", cfg.ClientAddr, err)
+	}
+	if port <= 0 {
+		return nil, fmt.Errorf("start etcd: ClientAddr %q: need a fixed port (etcd cannot report a random one; see FreeAddr)", cfg.ClientAddr)
+	}
+	peer := cfg.PeerAddr
+	if peer == "" {
+		if peer, err = freeAddrOn(host); err != nil {
+			return nil, fmt.Errorf("start etcd: %w", err)
+		}
+	}
+	if _, _, err := splitAddr(peer); err != nil {
+		return nil, fmt.Errorf("start etcd: PeerAddr %q: %w", peer, err)
+	}
+	timeout := cfg.StartTimeout
+	if timeout == 0 {
+		timeout = DefaultEtcdStartTimeout
+	}
+	dir := filepath.Join(cfg.DataDir, "etcd")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+
+	clientURL := url.URL{Scheme: "http", Host: cfg.ClientAddr}
+	peerURL := url.URL{Scheme: "http", Host: peer}
+	ec := embed.NewConfig()
+	ec.Name = "botctl"
+	ec.Dir = dir
+	ec.ListenClientUrls = []url.URL{clientURL}
+	ec.AdvertiseClientUrls = []url.URL{clientURL}
+	ec.ListenPeerUrls = []url.URL{peerURL}
+	ec.AdvertisePeerUrls = []url.URL{peerURL}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ec.LogLevel = "warn"
+	closing := new(atomic.Bool)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(cfg.Logger.With().Str("component", "etcd").Logger(), zapcore.WarnLevel, closing))
+	// Keep the history small: elections only need recent revisions.
+	ec.AutoCompactionMode = embed.CompactorModePeriodic
+	ec.AutoCompactionRetention = "1h"
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd on %s (data dir %s): %w", cfg.ClientAddr, dir, err)
+	}
+	m := &Etcd{e: e, endpoints: []string{clientURL.String()}, closing: closing}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+		return m, nil
+	case err = <-e.Err():
+		err = fmt.Errorf("start etcd on %s: %w", cfg.ClientAddr, err)
+	case <-e.Server.StopNotify():
+		err = fmt.Errorf("start etcd on %s: server stopped before it was ready", cfg.ClientAddr)
+	case <-timer.C:
+		err = fmt.Errorf("start etcd on %s: not ready after %s (slow disk, or data dir %s from another cluster?)", cfg.ClientAddr, timeout, dir)
+	case <-ctx.Done():
+		err = fmt.Errorf("start etcd on %s: %w", cfg.ClientAddr, ctx.Err())
+	}
+	m.Close()
+	return nil, err
+}
+
+// Endpoints are the client URLs, for clientv3.Config.Endpoints.
+func (e *Etcd) Endpoints() []string { return append([]string(nil), e.endpoints...) }
+
+// Err reports a fatal error of a running member (a listener failed). The
+// channel is closed by Close.
+func (e *Etcd) Err() <-chan error { return e.e.Err() }
+
+// Close stops the member and waits for it to finish. Safe to call twice.
+func (e *Etcd) Close() {
+	e.closeOnce.Do(func() {
+		e.closing.Store(true)
+		e.e.Close()
+	})
+}
+
+func freeAddrOn(host string) (string, error) {
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return FreeAddr()
+	}
+	return freeAddrHost(host)
+}

@@ -1,0 +1,143 @@
+package infra
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+func testLogger(t *testing.T) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+}
+
+func TestEtcdPutGet(t *testing.T) {
+	defer goleak.VerifyNone(t)
+
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := StartEtcd(ctx, EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if got, want := e.Endpoints(), []string{"http://" + addr}; len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("Endpoints() = %v, want %v", got, want)
+	}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
+		t.Fatalf("get k = %v, want v", resp.Kvs)
+	}
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	e.Close() // twice is fine
+}
+
+func TestEtcdRefusesRandomPort(t *testing.T) {
+	_, err := StartEtcd(context.Background(), EtcdConfig{DataDir: t.TempDir(), ClientAddr: "127.0.0.1:0"})
+	if err == nil {
+		t.Fatal("StartEtcd with port 0 succeeded, want an error")
+	}
+}
+
+func TestEtcdPortTaken(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := StartEtcd(ctx, EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	e2, err := StartEtcd(ctx, EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
+	if err == nil {
+		e2.Close()
+		t.Fatal("second etcd on the same client port started, want an error")
+	}
+	t.Logf("error (expected): %v", err)
+}
+
+func TestNATSJetStream(t *testing.T) {
+	defer goleak.VerifyNone(t)
+
+	n, err := StartNATS(NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+
+	nc, err := nats.Connect(n.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(ctx, "t.a", []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Stream != "T" || ack.Sequence != 1 {
+		t.Fatalf("ack = %+v, want stream T seq 1", ack)
+	}
+	msg, err := s.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(msg.Data) != "hello" {
+		t.Fatalf("stored message = %q, want hello", msg.Data)
+	}
+	nc.Close()
+	n.Close()
+	n.Close() // twice is fine
+}
+
+func TestNATSFixedPort(t *testing.T) {
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := StartNATS(NATSConfig{DataDir: t.TempDir(), Addr: addr, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if got, want := n.ClientURL(), "nats://"+addr; got != want {
+		t.Fatalf("ClientURL() = %q, want %q", got, want)
+	}
+}
+
