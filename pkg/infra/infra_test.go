@@ -140,4 +140,3 @@ func TestNATSFixedPort(t *testing.T) {
 		t.Fatalf("ClientURL() = %q, want %q", got, want)
 	}
 }
-

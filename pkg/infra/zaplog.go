@@ -28,7 +28,7 @@ func newZapLogger(log zerolog.Logger, minLevel zapcore.Level, quiet *atomic.Bool
 // member; they are expected here and logged at debug.
 var etcdNoise = map[string]bool{
 	"Running http and grpc server on single port. This is not recommended for production.": true,
-	"simple token is not cryptographically signed":                                          true,
+	"simple token is not cryptographically signed":                                         true,
 }
 
 func (c *zerologCore) Enabled(l zapcore.Level) bool { return l >= c.minLevel }
