@@ -1,0 +1,158 @@
+package wecomsim
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// counters are a bot's totals since the start; Stats is their JSON view.
+type counters struct {
+	Connections     int64
+	Kicks           int64
+	AuthFailures    int64
+	QuotaRejections int64
+	ExpiredUpdates  int64
+	InvalidReqIDs   int64
+	Undelivered     int64
+	Malformed       int64
+	NotSubscribed   int64
+	Oversized       int64
+	FinishedFrames  int64
+	ChatNotFound    int64
+	Drops           int64
+	Frames          map[string]int64
+	Errors          map[int]int64
+}
+
+// reqKind is what a callback req_id may be answered with.
+type reqKind int
+
+const (
+	reqMsg   reqKind = iota // aibot_msg_callback → aibot_respond_msg
+	reqEvent                // aibot_event_callback → welcome / update
+)
+
+// pendingReq is a req_id the server issued in a callback.
+type pendingReq struct {
+	kind      reqKind
+	eventType string
+	connID    uint64
+	chat      string // transcript key: user id (single) or chat id (group)
+	msgid     string
+	at        time.Time
+	used      bool // welcome / update already accepted
+}
+
+// chatInfo is a conversation a user opened by talking to the bot.
+type chatInfo struct {
+	key      string
+	chatType string // wecom.ChatSingle or wecom.ChatGroup
+}
+
+// stream is a streamed reply in progress (or finished).
+type stream struct {
+	reqID    string
+	start    time.Time // first accepted frame
+	finished bool
+	entry    *TranscriptEntry
+}
+
+// message is a user message as history keeps it.
+type message struct {
+	HistoryMessage
+	at      time.Time
+	msgType string
+}
+
+type upload struct {
+	total  int
+	chunks map[int]int // index → decoded bytes
+}
+
+// bot is one bot's state; everything is guarded by mu.
+type bot struct {
+	id     string
+	secret string
+
+	mu           sync.Mutex
+	revoked      bool
+	live         *conn // the subscribed connection, if any
+	seq          int64
+	reqs         map[string]*pendingReq
+	chats        map[string]*chatInfo
+	transcripts  map[string][]*TranscriptEntry
+	streams      map[string]*stream
+	messages     []*message
+	byMsgID      map[string]*message
+	sent         map[string][]time.Time // conversation → accepted frame times
+	uploads      map[string]*upload
+	media        map[string]bool
+	stallUntil   time.Time
+	silenceUntil time.Time
+	stats        counters
+}
+
+func newBot(id, secret string) *bot {
+	return &bot{
+		id:          id,
+		secret:      secret,
+		reqs:        make(map[string]*pendingReq),
+		chats:       make(map[string]*chatInfo),
+		transcripts: make(map[string][]*TranscriptEntry),
+		streams:     make(map[string]*stream),
+		byMsgID:     make(map[string]*message),
+		sent:        make(map[string][]time.Time),
+		uploads:     make(map[string]*upload),
+		media:       make(map[string]bool),
+		stats: counters{
+			Frames: make(map[string]int64),
+			Errors: make(map[int]int64),
+		},
+	}
+}
+
+// quotaOK reports whether conversation chat may accept one more frame at
+// now, pruning times outside the sliding window. Call with mu held.
+func (b *bot) quotaOK(chat string, now time.Time, limit int, window time.Duration) bool {
+	times := b.sent[chat]
+	cut := 0
+	for cut < len(times) && !times[cut].After(now.Add(-window)) {
+		cut++
+	}
+	if cut > 0 {
+		times = append(times[:0:0], times[cut:]...)
+		b.sent[chat] = times
+	}
+	return len(times) < limit
+}
+
+// consume records an accepted frame for chat's quota. Call with mu held.
+func (b *bot) consume(chat string, now time.Time) {
+	b.sent[chat] = append(b.sent[chat], now)
+}
+
+// addEntry appends to chat's transcript with the next seq. Call with mu held.
+func (b *bot) addEntry(chat string, e TranscriptEntry) *TranscriptEntry {
+	b.seq++
+	e.Seq = b.seq
+	p := &e
+	b.transcripts[chat] = append(b.transcripts[chat], p)
+	return p
+}
+
+// newID is a unique id with a readable prefix.
+func newID(prefix string) string {
+	var buf [12]byte
+	_, _ = rand.Read(buf[:])
+	return prefix + "_" + hex.EncodeToString(buf[:])
+}
+
+// newReqID makes a req_id as WeCom does: <cmd>_<unix ms>_<random>.
+func newReqID(cmd string, now time.Time) string {
+	var buf [4]byte
+	_, _ = rand.Read(buf[:])
+	return cmd + "_" + strconv.FormatInt(now.UnixMilli(), 10) + "_" + hex.EncodeToString(buf[:])
+}

@@ -1,0 +1,97 @@
+package wecomsim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/rs/zerolog"
+)
+
+// Defaults of Config.
+const (
+	DefaultStreamWindow  = 6 * time.Minute
+	DefaultRateLimit     = 30
+	DefaultRateWindow    = 60 * time.Second
+	DefaultWelcomeWindow = 5 * time.Second
+	DefaultUpdateWindow  = 5 * time.Second
+)
+
+// Config tunes the simulator. The zero value of every field means its default.
+type Config struct {
+	// StreamWindow is how long a stream may live, counted from its FIRST
+	// accepted frame; updates do not extend it. Default 6m, the strictest
+	// value reported for WeCom. Lower it in tests to exercise expiry (846608).
+	StreamWindow time.Duration
+	// RateLimit is how many frames one conversation (bot + chat) accepts per
+	// RateWindow, shared by replies, welcome, update and proactive pushes.
+	// Default 30 (assumed). Over it: 45009.
+	RateLimit int
+	// RateWindow is the sliding window RateLimit counts over. Default 60s.
+	RateWindow time.Duration
+	// WelcomeWindow is how long after enter_chat a welcome reply is accepted.
+	// Default 5s.
+	WelcomeWindow time.Duration
+	// UpdateWindow is how long after template_card_event a card update is
+	// accepted. Default 5s.
+	UpdateWindow time.Duration
+	// RelaxReqIDBinding, when true, accepts a reply's req_id on any
+	// connection of the bot. Default false, as WeCom: a req_id is valid only
+	// on the connection that received its callback, so a reply owed across a
+	// reconnect must go out as a proactive push.
+	RelaxReqIDBinding bool
+	// MaxFrameBytes is the largest frame read; a larger one closes the
+	// connection with 1009. Default wecom.MaxFrameBytes.
+	MaxFrameBytes int
+	// Now is the clock every window is measured with. Default time.Now.
+	Now func() time.Time
+	// Logger receives one event per connection change, fault and rejected
+	// frame. Secrets are never logged. Default: disabled.
+	Logger zerolog.Logger
+}
+
+// Validate reports the first field that cannot be used, naming it. Zero
+// values are fine: they mean the default.
+func (c Config) Validate() error {
+	switch {
+	case c.StreamWindow < 0:
+		return fmt.Errorf("wecomsim: StreamWindow %v: must be positive (or 0 for the default %v)", c.StreamWindow, DefaultStreamWindow)
+	case c.RateLimit < 0:
+		return fmt.Errorf("wecomsim: RateLimit %d: must be positive (or 0 for the default %d)", c.RateLimit, DefaultRateLimit)
+	case c.RateWindow < 0:
+		return fmt.Errorf("wecomsim: RateWindow %v: must be positive (or 0 for the default %v)", c.RateWindow, DefaultRateWindow)
+	case c.WelcomeWindow < 0:
+		return fmt.Errorf("wecomsim: WelcomeWindow %v: must be positive (or 0 for the default %v)", c.WelcomeWindow, DefaultWelcomeWindow)
+	case c.UpdateWindow < 0:
+		return fmt.Errorf("wecomsim: UpdateWindow %v: must be positive (or 0 for the default %v)", c.UpdateWindow, DefaultUpdateWindow)
+	case c.MaxFrameBytes < 0:
+		return fmt.Errorf("wecomsim: MaxFrameBytes %d: must be positive (or 0 for the default %d)", c.MaxFrameBytes, wecom.MaxFrameBytes)
+	}
+	return nil
+}
+
+// withDefaults replaces zero (and, defensively, negative) values by defaults.
+func (c Config) withDefaults() Config {
+	if c.StreamWindow <= 0 {
+		c.StreamWindow = DefaultStreamWindow
+	}
+	if c.RateLimit <= 0 {
+		c.RateLimit = DefaultRateLimit
+	}
+	if c.RateWindow <= 0 {
+		c.RateWindow = DefaultRateWindow
+	}
+	if c.WelcomeWindow <= 0 {
+		c.WelcomeWindow = DefaultWelcomeWindow
+	}
+	if c.UpdateWindow <= 0 {
+		c.UpdateWindow = DefaultUpdateWindow
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = wecom.MaxFrameBytes
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

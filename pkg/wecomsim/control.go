@@ -1,0 +1,501 @@
+package wecomsim
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/gorilla/websocket"
+)
+
+// MessageRequest plays a user sending a message (POST /control/messages).
+type MessageRequest struct {
+	BotID  string `json:"bot_id"`
+	UserID string `json:"user_id"`
+	Text   string `json:"text"`
+	// ChatType is "single" (default) or "group".
+	ChatType string `json:"chat_type,omitempty"`
+	// ChatID is the group chat id; groups only.
+	ChatID string `json:"chat_id,omitempty"`
+	// MsgType is "text" (default), "voice" (Text is the transcription),
+	// "image" or "file" (a fake encrypted URL and aeskey; Text is ignored).
+	MsgType string `json:"msgtype,omitempty"`
+	// MsgID, if it names a message already posted to this bot, replays that
+	// message's callback (same msgid, same content, a new req_id): WeCom
+	// redelivering a callback. An unused MsgID names the new message.
+	MsgID string `json:"msgid,omitempty"`
+}
+
+// MessageResult says what became of a posted message.
+type MessageResult struct {
+	MsgID     string `json:"msgid"`
+	Seq       int64  `json:"seq"`
+	Delivered bool   `json:"delivered"`
+	// ReqID is the callback's req_id ("" when not delivered).
+	ReqID string `json:"req_id"`
+}
+
+// EventRequest plays a user action (POST /control/events).
+type EventRequest struct {
+	BotID     string `json:"bot_id"`
+	UserID    string `json:"user_id"`
+	EventType string `json:"eventtype"`
+	ChatType  string `json:"chat_type,omitempty"`
+	ChatID    string `json:"chat_id,omitempty"`
+	EventKey  string `json:"event_key,omitempty"`
+	TaskID    string `json:"task_id,omitempty"`
+}
+
+// EventResult says what became of a posted event.
+type EventResult struct {
+	MsgID string `json:"msgid"`
+	// ReqID is the callback's req_id, the one a welcome or card update must
+	// reuse ("" when not delivered).
+	ReqID     string `json:"req_id"`
+	Delivered bool   `json:"delivered"`
+}
+
+// TranscriptEntry is one message as the chat shows it.
+type TranscriptEntry struct {
+	Seq int64 `json:"seq"`
+	// From is "user" or "bot".
+	From  string `json:"from"`
+	MsgID string `json:"msgid"`
+	// ReplyTo is the msgid of the user message or event a reply answers;
+	// "" for user messages and proactive pushes.
+	ReplyTo string `json:"reply_to"`
+	// Kind is the msgtype: text, voice, image, file (user); stream,
+	// stream_with_template_card, template_card, markdown, welcome,
+	// update_template_card or a media type (bot).
+	Kind string `json:"kind"`
+	// Content is the text, the stream's latest accepted content, a card's
+	// JSON, or a media_id.
+	Content string `json:"content"`
+	// Finished is true for every complete message; a stream is finished
+	// once its finish frame was accepted.
+	Finished bool `json:"finished"`
+	// Expired is true once a frame of this stream was refused because its
+	// window had passed.
+	Expired  bool   `json:"expired"`
+	StreamID string `json:"stream_id,omitempty"`
+	// Images is the number of msg_item images on a finished stream.
+	Images int `json:"images,omitempty"`
+}
+
+// Stats are a bot's totals since the server started.
+type Stats struct {
+	BotID           string `json:"bot_id"`
+	Connections     int64  `json:"connections"`      // successful subscribes
+	Kicks           int64  `json:"kicks"`            // connections replaced by a newer subscribe
+	AuthFailures    int64  `json:"auth_failures"`    // subscribes with a wrong or revoked secret
+	QuotaRejections int64  `json:"quota_rejections"` // 45009
+	ExpiredUpdates  int64  `json:"expired_updates"`  // 846608: frame after the stream window
+	InvalidReqIDs   int64  `json:"invalid_req_ids"`  // 846605, incl. late welcome / update
+	Undelivered     int64  `json:"undelivered"`      // callbacks not written: no connection or silence
+	// Extras.
+	Connected            bool             `json:"connected"`
+	Malformed            int64            `json:"malformed"`              // bad JSON, unknown cmd, missing req_id, binary
+	NotSubscribed        int64            `json:"not_subscribed"`         // 846609 on a replaced/dropped subscription
+	Oversized            int64            `json:"oversized"`              // frames over MaxFrameBytes (closed 1009)
+	FinishedStreamFrames int64            `json:"finished_stream_frames"` // 846608: frame after finish
+	ChatNotFound         int64            `json:"chat_not_found"`         // 846604
+	Drops                int64            `json:"drops"`                  // connections closed by the drop fault
+	Revoked              bool             `json:"revoked"`
+	AcksStalled          bool             `json:"acks_stalled"`
+	Silenced             bool             `json:"silenced"`
+	Frames               map[string]int64 `json:"frames"` // frames received, by cmd, rejected ones included
+	Errors               map[string]int64 `json:"errors"` // error acks decided, by errcode
+}
+
+// HistoryQuery selects user messages; zero fields do not filter.
+type HistoryQuery struct {
+	BotID    string
+	AfterSeq int64
+	Limit    int       // 0: no limit
+	Since    time.Time // inclusive
+	Until    time.Time // exclusive
+}
+
+// HistoryMessage is a user message as WeCom's message history would give it.
+type HistoryMessage struct {
+	Seq        int64  `json:"seq"`
+	MsgID      string `json:"msgid"`
+	Chat       string `json:"chat"`
+	ChatType   string `json:"chat_type"`
+	UserID     string `json:"user_id"`
+	Text       string `json:"text"`
+	CreateTime int64  `json:"create_time"`
+	Delivered  bool   `json:"delivered"`
+}
+
+// FaultRequest injects a fault (POST /control/faults).
+type FaultRequest struct {
+	BotID string `json:"bot_id"`
+	// Action is drop, revoke, restore, stall_acks, silence or clear.
+	Action string `json:"action"`
+	// Seconds is how long stall_acks or silence last.
+	Seconds float64 `json:"seconds,omitempty"`
+}
+
+// BotRequest adds a bot (POST /control/bots).
+type BotRequest struct {
+	BotID  string `json:"bot_id"`
+	Secret string `json:"secret"`
+}
+
+// Fault actions.
+const (
+	FaultDrop      = "drop"
+	FaultRevoke    = "revoke"
+	FaultRestore   = "restore"
+	FaultStallAcks = "stall_acks"
+	FaultSilence   = "silence"
+	FaultClear     = "clear"
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+}
+
+func (s *Server) needBot(id string) (*bot, error) {
+	if id == "" {
+		return nil, invalid("bot_id is required")
+	}
+	return s.bot(id)
+}
+
+// PostMessage plays a user sending a message to a bot: it is kept in the
+// history and the transcript, and written as aibot_msg_callback to the bot's
+// subscribed connection if there is one (and no silence fault).
+func (s *Server) PostMessage(req MessageRequest) (MessageResult, error) {
+	b, err := s.needBot(req.BotID)
+	if err != nil {
+		return MessageResult{}, err
+	}
+	now := s.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.byMsgID[req.MsgID]
+	if m == nil {
+		if m, err = newMessage(req, now); err != nil {
+			return MessageResult{}, err
+		}
+		b.seq++
+		m.Seq = b.seq
+		b.messages = append(b.messages, m)
+		b.byMsgID[m.MsgID] = m
+		if b.chats[m.Chat] == nil {
+			b.chats[m.Chat] = &chatInfo{key: m.Chat, chatType: m.ChatType}
+		}
+		b.transcripts[m.Chat] = append(b.transcripts[m.Chat], &TranscriptEntry{
+			Seq: m.Seq, From: "user", MsgID: m.MsgID, Kind: m.msgType, Content: m.Text, Finished: true})
+	}
+	cb := wecom.MsgCallback{
+		MsgID:      m.MsgID,
+		AIBotID:    b.id,
+		ChatType:   m.ChatType,
+		From:       wecom.From{UserID: m.UserID},
+		CreateTime: m.CreateTime,
+		MsgType:    m.msgType,
+	}
+	if m.ChatType == wecom.ChatGroup {
+		cb.ChatID = m.Chat
+	}
+	switch m.msgType {
+	case wecom.MsgTypeText:
+		cb.Text = &wecom.TextContent{Content: m.Text}
+	case wecom.MsgTypeVoice:
+		cb.Voice = &wecom.TextContent{Content: m.Text}
+	case wecom.MsgTypeImage:
+		cb.Image = fakeMedia(m.MsgID)
+	case wecom.MsgTypeFile:
+		cb.File = fakeMedia(m.MsgID)
+	}
+	reqID, delivered := s.deliverLocked(b, wecom.CmdMsgCallback, &pendingReq{kind: reqMsg, chat: m.Chat, msgid: m.MsgID, at: now}, cb, now)
+	if delivered {
+		m.Delivered = true
+	}
+	s.log.Debug().Str("bot", b.id).Str("msgid", m.MsgID).Str("req_id", reqID).Bool("delivered", delivered).Msg("user message")
+	return MessageResult{MsgID: m.MsgID, Seq: m.Seq, Delivered: delivered, ReqID: reqID}, nil
+}
+
+func newMessage(req MessageRequest, now time.Time) (*message, error) {
+	if req.UserID == "" {
+		return nil, invalid("user_id is required")
+	}
+	chatType, chat, err := chatOf(req.ChatType, req.ChatID, req.UserID)
+	if err != nil {
+		return nil, err
+	}
+	msgType := req.MsgType
+	if msgType == "" {
+		msgType = wecom.MsgTypeText
+	}
+	text := req.Text
+	switch msgType {
+	case wecom.MsgTypeText, wecom.MsgTypeVoice:
+		if text == "" {
+			return nil, invalid("text is required for msgtype %s", msgType)
+		}
+	case wecom.MsgTypeImage, wecom.MsgTypeFile:
+		text = ""
+	default:
+		return nil, invalid("msgtype %q: want text, voice, image or file", msgType)
+	}
+	id := req.MsgID
+	if id == "" {
+		id = newID("msg")
+	}
+	return &message{
+		HistoryMessage: HistoryMessage{MsgID: id, Chat: chat, ChatType: chatType, UserID: req.UserID,
+			Text: text, CreateTime: now.Unix()},
+		at:      now,
+		msgType: msgType,
+	}, nil
+}
+
+// chatOf validates chat_type/chat_id and returns the chat type and the
+// conversation key (the user id for single chats, the chat id for groups).
+func chatOf(chatType, chatID, userID string) (string, string, error) {
+	switch chatType {
+	case "", wecom.ChatSingle:
+		if chatID != "" {
+			return "", "", invalid("chat_id is only for groups: drop it or set chat_type to \"group\"")
+		}
+		return wecom.ChatSingle, userID, nil
+	case wecom.ChatGroup:
+		if chatID == "" {
+			return "", "", invalid("chat_id is required when chat_type is \"group\"")
+		}
+		return wecom.ChatGroup, chatID, nil
+	}
+	return "", "", invalid("chat_type %q: want \"single\" or \"group\"", chatType)
+}
+
+func fakeMedia(msgid string) *wecom.MediaContent {
+	var key [32]byte
+	_, _ = rand.Read(key[:])
+	return &wecom.MediaContent{
+		URL:    "https://wecomsim.invalid/media/" + msgid + "?expires=300&encrypted=1",
+		AESKey: base64.RawStdEncoding.EncodeToString(key[:]),
+	}
+}
+
+// deliverLocked writes a callback to the bot's subscribed connection and
+// binds its new req_id to that connection. Call with b.mu held.
+func (s *Server) deliverLocked(b *bot, cmd string, p *pendingReq, body any, now time.Time) (string, bool) {
+	live := b.live
+	if live == nil || now.Before(b.silenceUntil) {
+		b.stats.Undelivered++
+		return "", false
+	}
+	reqID := newReqID(cmd, now)
+	data, err := callbackFrame(cmd, reqID, body)
+	if err != nil {
+		b.stats.Undelivered++
+		return "", false
+	}
+	p.connID = live.id
+	b.reqs[reqID] = p
+	if !live.enqueue(data) {
+		delete(b.reqs, reqID)
+		b.stats.Undelivered++
+		return "", false
+	}
+	return reqID, true
+}
+
+// PostEvent plays a user action (enter_chat, template_card_event,
+// feedback_event…), written as aibot_event_callback.
+func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
+	b, err := s.needBot(req.BotID)
+	if err != nil {
+		return EventResult{}, err
+	}
+	if req.UserID == "" {
+		return EventResult{}, invalid("user_id is required")
+	}
+	switch req.EventType {
+	case "":
+		return EventResult{}, invalid("eventtype is required: enter_chat, template_card_event or feedback_event")
+	case wecom.EventDisconnected:
+		return EventResult{}, invalid("disconnected_event is sent by the server itself when a connection is replaced: subscribe a second connection instead")
+	}
+	chatType, chat, err := chatOf(req.ChatType, req.ChatID, req.UserID)
+	if err != nil {
+		return EventResult{}, err
+	}
+	if req.EventType == wecom.EventEnterChat && chatType != wecom.ChatSingle {
+		return EventResult{}, invalid("enter_chat happens only in single chats: drop chat_type/chat_id")
+	}
+	now := s.now()
+	ev := wecom.EventCallback{
+		MsgID:      newID("msg"),
+		CreateTime: now.Unix(),
+		AIBotID:    b.id,
+		ChatType:   chatType,
+		From:       wecom.From{UserID: req.UserID},
+		MsgType:    wecom.MsgTypeEvent,
+		Event:      wecom.Event{EventType: req.EventType, EventKey: req.EventKey, TaskID: req.TaskID},
+	}
+	if chatType == wecom.ChatGroup {
+		ev.ChatID = chat
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	reqID, delivered := s.deliverLocked(b, wecom.CmdEventCallback,
+		&pendingReq{kind: reqEvent, eventType: req.EventType, chat: chat, msgid: ev.MsgID, at: now}, ev, now)
+	s.log.Debug().Str("bot", b.id).Str("event", req.EventType).Str("req_id", reqID).Bool("delivered", delivered).Msg("user event")
+	return EventResult{MsgID: ev.MsgID, ReqID: reqID, Delivered: delivered}, nil
+}
+
+// Transcript is what chat (a user id for a single chat, a group chat id)
+// shows, in order; nil for an unknown bot.
+func (s *Server) Transcript(botID, chat string) []TranscriptEntry {
+	t, _ := s.transcript(botID, chat)
+	return t
+}
+
+func (s *Server) transcript(botID, chat string) ([]TranscriptEntry, error) {
+	b, err := s.needBot(botID)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]TranscriptEntry, 0, len(b.transcripts[chat]))
+	for _, e := range b.transcripts[chat] {
+		out = append(out, *e)
+	}
+	return out, nil
+}
+
+// Stats returns the bot's totals since the start.
+func (s *Server) Stats(botID string) (Stats, error) {
+	b, err := s.needBot(botID)
+	if err != nil {
+		return Stats{}, err
+	}
+	now := s.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := &b.stats
+	st := Stats{
+		BotID:                b.id,
+		Connections:          c.Connections,
+		Kicks:                c.Kicks,
+		AuthFailures:         c.AuthFailures,
+		QuotaRejections:      c.QuotaRejections,
+		ExpiredUpdates:       c.ExpiredUpdates,
+		InvalidReqIDs:        c.InvalidReqIDs,
+		Undelivered:          c.Undelivered,
+		Connected:            b.live != nil,
+		Malformed:            c.Malformed,
+		NotSubscribed:        c.NotSubscribed,
+		Oversized:            c.Oversized,
+		FinishedStreamFrames: c.FinishedFrames,
+		ChatNotFound:         c.ChatNotFound,
+		Drops:                c.Drops,
+		Revoked:              b.revoked,
+		AcksStalled:          now.Before(b.stallUntil),
+		Silenced:             now.Before(b.silenceUntil),
+		Frames:               make(map[string]int64, len(c.Frames)),
+		Errors:               make(map[string]int64, len(c.Errors)),
+	}
+	for k, v := range c.Frames {
+		st.Frames[k] = v
+	}
+	for k, v := range c.Errors {
+		st.Errors[strconv.Itoa(k)] = v
+	}
+	return st, nil
+}
+
+// History returns the bot's user messages matching q, ascending by seq.
+func (s *Server) History(q HistoryQuery) ([]HistoryMessage, error) {
+	b, err := s.needBot(q.BotID)
+	if err != nil {
+		return nil, err
+	}
+	if q.Limit < 0 || q.AfterSeq < 0 {
+		return nil, invalid("limit and after_seq must not be negative")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// messages are appended with increasing seq: start after AfterSeq.
+	i := sort.Search(len(b.messages), func(i int) bool { return b.messages[i].Seq > q.AfterSeq })
+	out := []HistoryMessage{}
+	for ; i < len(b.messages); i++ {
+		m := b.messages[i]
+		if !q.Since.IsZero() && m.at.Before(q.Since) {
+			continue
+		}
+		if !q.Until.IsZero() && !m.at.Before(q.Until) {
+			continue
+		}
+		out = append(out, m.HistoryMessage)
+		if q.Limit > 0 && len(out) == q.Limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Fault injects a fault for one bot.
+//   - drop: close the subscribed connection at once, no close frame and no
+//     disconnected_event (a network drop).
+//   - revoke: the secret stops working: the subscribed connection is closed
+//     (1008) and subscribes fail until restore.
+//   - restore: undo revoke.
+//   - stall_acks: for Seconds, frames are processed but no ack is sent.
+//   - silence: for Seconds, callbacks are not delivered (recorded undelivered).
+//   - clear: end stall_acks and silence now.
+func (s *Server) Fault(req FaultRequest) error {
+	b, err := s.needBot(req.BotID)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	dur := time.Duration(req.Seconds * float64(time.Second))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	log := s.log.Info().Str("bot", b.id).Str("fault", req.Action)
+	switch req.Action {
+	case FaultDrop:
+		if b.live != nil {
+			b.live.abort()
+			b.live = nil
+			b.stats.Drops++
+		}
+	case FaultRevoke:
+		b.revoked = true
+		if b.live != nil {
+			b.live.enqueueClose(websocket.ClosePolicyViolation, "bot secret revoked")
+			b.live = nil
+		}
+	case FaultRestore:
+		b.revoked = false
+	case FaultStallAcks, FaultSilence:
+		if req.Seconds <= 0 {
+			return invalid("seconds must be positive for %s (how long the fault lasts)", req.Action)
+		}
+		if req.Action == FaultStallAcks {
+			b.stallUntil = now.Add(dur)
+		} else {
+			b.silenceUntil = now.Add(dur)
+		}
+		log = log.Float64("seconds", req.Seconds)
+	case FaultClear:
+		b.stallUntil, b.silenceUntil = time.Time{}, time.Time{}
+	case "":
+		return invalid("action is required: drop, revoke, restore, stall_acks, silence or clear")
+	default:
+		return invalid("unknown fault action %q: want drop, revoke, restore, stall_acks, silence or clear", req.Action)
+	}
+	log.Msg("fault injected")
+	return nil
+}

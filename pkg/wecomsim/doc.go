@@ -1,0 +1,26 @@
+// Package wecomsim is a WeCom AI-bot long-connection server that is as strict
+// as the real one: it stands in for WeCom in tests, benchmarks and demos.
+//
+// It speaks the protocol described in shared/docs/wecom-protocol.md on a
+// WebSocket at "/" and offers a JSON control API under "/control/" to play
+// the users' side (post messages and events), to inject faults (drop,
+// revoke, stall acks, silence) and to read what the users would see
+// (transcripts), what the bots did (stats) and what they were sent (history).
+//
+// Guarantees:
+//   - every rule the simulator knows is enforced on every frame and counted
+//     in Stats; a rejected frame changes nothing the user sees and does not
+//     consume quota;
+//   - one connection per bot: a new subscribe kicks the old connection with
+//     disconnected_event, as WeCom does;
+//   - a malformed frame is answered with an error ack (or closes only the
+//     connection that sent it) and never blocks other bots;
+//   - Close ends every goroutine the server started.
+//
+// It does not guarantee WeCom's exact numbers where they are unknown: values
+// the protocol notes mark "assumed" (stream window, quota, errcodes from
+// package wecom) are Config fields, and bots must not depend on them.
+//
+// Every time window (stream, quota, welcome, update, faults) is measured with
+// Config.Now, so tests can inject a clock or shorten the windows.
+package wecomsim
