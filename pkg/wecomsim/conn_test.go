@@ -1,0 +1,228 @@
+package wecomsim
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/gorilla/websocket"
+	"go.uber.org/goleak"
+)
+
+func TestSubscribeOK(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.subscribe(bot1, secret1)
+	wantCode(t, c.call(wecom.CmdPing, "", nil), 0)
+	st := h.stats(bot1)
+	if st.Connections != 1 || !st.Connected || st.Frames[wecom.CmdSubscribe] != 1 || st.Frames[wecom.CmdPing] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestSubscribeWrongSecret(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.dial()
+	a := c.call(wecom.CmdSubscribe, "", wecom.SubscribeBody{BotID: bot1, Secret: "not-the-secret-xyz"})
+	wantCode(t, a, wecom.ErrCodeInvalidCredential)
+	if strings.Contains(a.ErrMsg, "xyz") || strings.Contains(a.ErrMsg, secret1) {
+		t.Fatalf("errmsg leaks a secret: %q", a.ErrMsg)
+	}
+	wantCloseCode(t, c.closed(), websocket.ClosePolicyViolation)
+	if st := h.stats(bot1); st.AuthFailures != 1 || st.Connections != 0 || st.Connected {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// Unknown bot: refused the same way.
+	c = h.dial()
+	wantCode(t, c.call(wecom.CmdSubscribe, "", wecom.SubscribeBody{BotID: "nobody", Secret: "x"}), wecom.ErrCodeInvalidCredential)
+	c.closed()
+}
+
+func TestRevokeAndRestore(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.subscribe(bot1, secret1)
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultRevoke}); err != nil {
+		t.Fatal(err)
+	}
+	wantCloseCode(t, c.closed(), websocket.ClosePolicyViolation)
+
+	c2 := h.dial()
+	wantCode(t, c2.call(wecom.CmdSubscribe, "", wecom.SubscribeBody{BotID: bot1, Secret: secret1}), wecom.ErrCodeInvalidCredential)
+	c2.closed()
+	if st := h.stats(bot1); st.AuthFailures != 1 || !st.Revoked || st.Connected {
+		t.Fatalf("stats %+v", st)
+	}
+
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultRestore}); err != nil {
+		t.Fatal(err)
+	}
+	h.subscribe(bot1, secret1)
+	if st := h.stats(bot1); st.Connections != 2 || st.Revoked || !st.Connected {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestKick(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	old := h.subscribe(bot1, secret1)
+	reqID, _ := h.askAndReceive(old, "alice", "hi")
+	other := h.subscribe(bot2, secret2) // another bot is not affected
+
+	c := h.subscribe(bot1, secret1)
+	evReqID, ev := old.eventCallback()
+	if ev.Event.EventType != wecom.EventDisconnected || ev.MsgType != wecom.MsgTypeEvent || ev.AIBotID != bot1 || evReqID == "" || ev.MsgID == "" {
+		t.Fatalf("disconnected_event: req_id %q body %+v", evReqID, ev)
+	}
+	if err := old.closed(); err == nil {
+		t.Fatal("old connection not closed")
+	}
+	st := h.stats(bot1)
+	if st.Kicks != 1 || st.Connections != 2 || !st.Connected {
+		t.Fatalf("stats %+v", st)
+	}
+	if st2 := h.stats(bot2); st2.Kicks != 0 || !st2.Connected {
+		t.Fatalf("bot2 stats %+v", st2)
+	}
+	wantCode(t, other.call(wecom.CmdPing, "", nil), 0)
+
+	// The old connection's req_id is not valid on the new one.
+	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, streamBody("s1", "late", true)), wecom.ErrCodeInvalidReqID)
+	if tr := h.srv.Transcript(bot1, "alice"); len(tr) != 1 {
+		t.Fatalf("transcript %+v", tr)
+	}
+}
+
+// A kicked connection that is still readable gets 846609, not a silent success.
+func TestKickedConnectionNotSubscribed(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	old := h.subscribe(bot1, secret1)
+	reqID, _ := h.askAndReceive(old, "alice", "hi")
+	h.subscribe(bot1, secret1)
+	// Simulate the race: the old connection object answers after losing
+	// its subscription (the close may not have reached it yet).
+	var oldConn *conn
+	b, _ := h.srv.bot(bot1)
+	h.srv.mu.Lock()
+	for c := range h.srv.conns {
+		if c.bot == b && c != b.live {
+			oldConn = c
+		}
+	}
+	h.srv.mu.Unlock()
+	if oldConn != nil {
+		b.mu.Lock()
+		r := oldConn.respondMsgLocked(b, &wecom.Frame{Cmd: wecom.CmdRespondMsg, Headers: wecom.Headers{ReqID: reqID}}, h.clock.Now())
+		b.mu.Unlock()
+		if r.code != wecom.ErrCodeNotSubscribed {
+			t.Fatalf("reply on a kicked connection: %+v", r)
+		}
+		if st := h.stats(bot1); st.NotSubscribed != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+	}
+	old.closed()
+}
+
+func TestNotSubscribed(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.dial()
+	for _, cmd := range []string{wecom.CmdPing, wecom.CmdRespondMsg, wecom.CmdSendMsg, wecom.CmdUploadMediaInit} {
+		wantCode(t, c.call(cmd, "", map[string]any{}), wecom.ErrCodeNotSubscribed)
+	}
+	// The connection stays usable: subscribing now works.
+	wantCode(t, c.call(wecom.CmdSubscribe, "", wecom.SubscribeBody{BotID: bot1, Secret: secret1}), 0)
+	wantCode(t, c.call(wecom.CmdPing, "", nil), 0)
+}
+
+func TestMalformedFrames(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.subscribe(bot1, secret1)
+
+	c.sendRaw(websocket.TextMessage, []byte(`{"cmd":"ping",`))
+	wantCode(t, c.ack(""), wecom.ErrCodeInvalidParam)
+
+	c.sendRaw(websocket.TextMessage, []byte(`{"cmd":"ping","headers":{}}`))
+	wantCode(t, c.ack(""), wecom.ErrCodeInvalidParam)
+
+	wantCode(t, c.call("aibot_do_magic", "", nil), wecom.ErrCodeInvalidParam)
+
+	c.sendRaw(websocket.TextMessage, []byte(`{"cmd":"aibot_respond_msg","headers":{"req_id":"r1"},"body":"not an object"}`))
+	wantCode(t, c.ack("r1"), wecom.ErrCodeInvalidReqID) // req_id checked before the body
+
+	// Still alive, and other bots unaffected.
+	wantCode(t, c.call(wecom.CmdPing, "", nil), 0)
+	st := h.stats(bot1)
+	if st.Malformed != 3 || st.Frames["unknown"] != 1 || st.Frames["malformed"] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	c.sendRaw(websocket.BinaryMessage, []byte{1, 2, 3})
+	wantCode(t, c.ack(""), wecom.ErrCodeInvalidParam)
+	wantCloseCode(t, c.closed(), websocket.CloseUnsupportedData)
+	if st := h.stats(bot1); st.Malformed != 4 || st.Connected {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestMalformedBeforeSubscribe(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.dial()
+	c.sendRaw(websocket.TextMessage, []byte(`]]]`))
+	wantCode(t, c.ack(""), wecom.ErrCodeInvalidParam)
+	c.sendRaw(websocket.TextMessage, []byte(`{"cmd":"aibot_subscribe","headers":{"req_id":"s"},"body":[1]}`))
+	wantCode(t, c.ack("s"), wecom.ErrCodeInvalidParam)
+	c.sendRaw(websocket.TextMessage, []byte(`{"cmd":"aibot_subscribe","headers":{},"body":{"bot_id":"bot1","secret":"secret-1"}}`))
+	wantCode(t, c.ack(""), wecom.ErrCodeInvalidParam)
+	wantCode(t, c.call(wecom.CmdSubscribe, "", wecom.SubscribeBody{BotID: bot1, Secret: secret1}), 0)
+}
+
+func TestOversizedFrame(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{MaxFrameBytes: 4096})
+	defer h.close()
+
+	c := h.subscribe(bot1, secret1)
+	other := h.subscribe(bot2, secret2)
+	c.send(wecom.CmdPing, "big", map[string]string{"pad": strings.Repeat("x", 5000)})
+	wantCloseCode(t, c.closed(), websocket.CloseMessageTooBig)
+	wantCode(t, other.call(wecom.CmdPing, "", nil), 0)
+	if st := h.stats(bot1); st.Oversized != 1 || st.Connected {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestCloseEndsEverything(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	c1 := h.subscribe(bot1, secret1)
+	c2 := h.dial()
+	h.srv.Close()
+	h.srv.Close() // idempotent
+	wantCloseCode(t, c1.closed(), websocket.CloseGoingAway)
+	c2.closed()
+	h.close()
+}
