@@ -265,9 +265,9 @@ func TestSendMsg(t *testing.T) {
 
 	h.post(MessageRequest{BotID: bot1, UserID: "alice", Text: "hi"})
 	h.post(MessageRequest{BotID: bot1, UserID: "bob", Text: "hi all", ChatType: "group", ChatID: "g1"})
-	wantCode(t, c.call(wecom.CmdSendMsg, "", md("alice", 0)), 0)                   // inferred single
+	wantCode(t, c.call(wecom.CmdSendMsg, "", md("alice", 0)), 0)                    // inferred single
 	wantCode(t, c.call(wecom.CmdSendMsg, "", md("alice", wecom.ChatTypeSingle)), 0) // explicit
-	wantCode(t, c.call(wecom.CmdSendMsg, "", md("g1", 0)), 0)                      // inferred group
+	wantCode(t, c.call(wecom.CmdSendMsg, "", md("g1", 0)), 0)                       // inferred group
 	wantCode(t, c.call(wecom.CmdSendMsg, "", md("g1", wecom.ChatTypeGroup)), 0)
 	wantCode(t, c.call(wecom.CmdSendMsg, "", md("alice", wecom.ChatTypeGroup)), wecom.ErrCodeChatNotFound)
 	wantCode(t, c.call(wecom.CmdSendMsg, "", md("bob", 0)), wecom.ErrCodeChatNotFound) // bob only talked in g1
