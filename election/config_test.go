@@ -1,0 +1,78 @@
+package election
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+var zerologNop = zerolog.Nop()
+
+func TestConfigDefaults(t *testing.T) {
+	c := Config{BotID: "b", NodeID: "n"}.withDefaults()
+	want := Config{Prefix: DefaultPrefix, BotID: "b", NodeID: "n", TTL: 20 * time.Second,
+		SafetyMargin: 5 * time.Second, RenewDeadline: 15 * time.Second,
+		RenewInterval: 20 * time.Second / 3, RetryPeriod: 2 * time.Second}
+	c.Logger, want.Logger = zerologNop, zerologNop
+	if fmt.Sprint(c) != fmt.Sprint(want) {
+		t.Fatalf("defaults = %+v\nwant %+v", c, want)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	// The smallest TTL validates with its derived defaults.
+	if err := (Config{BotID: "b", NodeID: "n", TTL: MinTTL}).Validate(); err != nil {
+		t.Fatalf("TTL %s: %v", MinTTL, err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{BotID: "b", NodeID: "n"}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string // "" = valid
+	}{
+		{"defaults", func(c *Config) {}, ""},
+		{"no bot", func(c *Config) { c.BotID = "" }, "election: BotID is required"},
+		{"slash in bot", func(c *Config) { c.BotID = "a/b" }, `election: BotID "a/b" must not contain '/'`},
+		{"no node", func(c *Config) { c.NodeID = "" }, "election: NodeID is required"},
+		{"ttl too small", func(c *Config) { c.TTL = time.Second }, "election: TTL (1s) must be at least 2s, etcd's minimum lease TTL"},
+		{"negative ttl", func(c *Config) { c.TTL = -time.Second }, "election: TTL (-1s) must be at least 2s, etcd's minimum lease TTL"},
+		{"fractional ttl", func(c *Config) { c.TTL = 2500 * time.Millisecond }, "election: TTL (2.5s) must be a whole number of seconds: etcd lease TTLs are"},
+		{"negative margin", func(c *Config) { c.SafetyMargin = -time.Second }, "election: SafetyMargin (-1s) must be positive"},
+		{"margin = ttl", func(c *Config) { c.SafetyMargin = 20 * time.Second }, "election: SafetyMargin (20s) must be less than TTL (20s)"},
+		{"deadline too long", func(c *Config) { c.RenewDeadline = 18 * time.Second },
+			"election: RenewDeadline (18s) must not exceed TTL (20s) minus SafetyMargin (5s) = 15s, or a leader could still act after its lease expired"},
+		{"deadline at limit", func(c *Config) { c.RenewDeadline = 15 * time.Second }, ""},
+		{"bigger margin shortens the limit", func(c *Config) { c.SafetyMargin = 10 * time.Second; c.RenewDeadline = 12 * time.Second },
+			"election: RenewDeadline (12s) must not exceed TTL (20s) minus SafetyMargin (10s) = 10s, or a leader could still act after its lease expired"},
+		{"negative deadline", func(c *Config) { c.RenewDeadline = -time.Second }, "election: RenewDeadline (-1s) must be positive"},
+		{"interval = deadline", func(c *Config) { c.RenewDeadline = 6 * time.Second; c.RenewInterval = 6 * time.Second },
+			"election: RenewInterval (6s) must be less than RenewDeadline (6s), or one slow renewal ends the term"},
+		{"default interval vs short deadline", func(c *Config) { c.RenewDeadline = 5 * time.Second },
+			"election: RenewInterval (6.666666666s) must be less than RenewDeadline (5s), or one slow renewal ends the term"},
+		{"negative interval", func(c *Config) { c.RenewInterval = -time.Second }, "election: RenewInterval (-1s) must be positive"},
+		{"negative retry", func(c *Config) { c.RetryPeriod = -time.Second }, "election: RetryPeriod (-1s) must be positive"},
+		{"retry too long", func(c *Config) { c.RetryPeriod = 15 * time.Second },
+			"election: RetryPeriod (15s) must be less than RenewDeadline (15s), or a failed renewal is never retried"},
+		{"test timings", func(c *Config) { c.TTL = 3 * time.Second; c.SafetyMargin = 1500 * time.Millisecond }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.edit(&c)
+			err := c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want):
+				t.Fatalf("Validate() = %v\nwant        %s", err, tc.want)
+			}
+			if _, nerr := New(nil, c); nerr == nil {
+				t.Fatal("New(nil client) succeeded")
+			}
+		})
+	}
+}
