@@ -1,6 +1,8 @@
 package wecomsim
 
 import (
+	"context"
+	"net"
 	"strings"
 	"testing"
 
@@ -104,7 +106,9 @@ func TestKick(t *testing.T) {
 	}
 }
 
-// A kicked connection that is still readable gets 846609, not a silent success.
+// A kicked connection that is still readable gets 846609, not a silent
+// success. The server closes it right after disconnected_event, so the race
+// is reproduced on the server's own connection object.
 func TestKickedConnectionNotSubscribed(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	h := newSim(t, Config{})
@@ -112,30 +116,34 @@ func TestKickedConnectionNotSubscribed(t *testing.T) {
 
 	old := h.subscribe(bot1, secret1)
 	reqID, _ := h.askAndReceive(old, "alice", "hi")
-	h.subscribe(bot1, secret1)
-	// Simulate the race: the old connection object answers after losing
-	// its subscription (the close may not have reached it yet).
-	var oldConn *conn
-	b, _ := h.srv.bot(bot1)
-	h.srv.mu.Lock()
-	for c := range h.srv.conns {
-		if c.bot == b && c != b.live {
-			oldConn = c
-		}
+	b, err := h.srv.bot(bot1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	h.srv.mu.Unlock()
-	if oldConn != nil {
+	b.mu.Lock()
+	oldConn := b.live
+	b.mu.Unlock()
+
+	h.subscribe(bot1, secret1)
+	old.closed()
+	for _, f := range []func() result{
+		func() result {
+			return oldConn.respondMsgLocked(b, &wecom.Frame{Cmd: wecom.CmdRespondMsg, Headers: wecom.Headers{ReqID: reqID}}, h.clock.Now())
+		},
+		func() result {
+			return oldConn.sendMsgLocked(b, &wecom.Frame{Cmd: wecom.CmdSendMsg, Headers: wecom.Headers{ReqID: "x"}}, h.clock.Now())
+		},
+	} {
 		b.mu.Lock()
-		r := oldConn.respondMsgLocked(b, &wecom.Frame{Cmd: wecom.CmdRespondMsg, Headers: wecom.Headers{ReqID: reqID}}, h.clock.Now())
+		r := f()
 		b.mu.Unlock()
 		if r.code != wecom.ErrCodeNotSubscribed {
-			t.Fatalf("reply on a kicked connection: %+v", r)
-		}
-		if st := h.stats(bot1); st.NotSubscribed != 1 {
-			t.Fatalf("stats %+v", st)
+			t.Fatalf("frame on a kicked connection: %+v", r)
 		}
 	}
-	old.closed()
+	if st := h.stats(bot1); st.NotSubscribed != 2 {
+		t.Fatalf("stats %+v", st)
+	}
 }
 
 func TestNotSubscribed(t *testing.T) {
@@ -225,4 +233,45 @@ func TestCloseEndsEverything(t *testing.T) {
 	wantCloseCode(t, c1.closed(), websocket.CloseGoingAway)
 	c2.closed()
 	h.close()
+}
+
+func TestServeAndShutdown(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := New(Config{})
+	if err := srv.AddBot(bot1, secret1); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+ln.Addr().String()+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := ws.WriteJSON(wecom.Frame{Cmd: wecom.CmdSubscribe, Headers: wecom.Headers{ReqID: "s1"},
+		Body: []byte(`{"bot_id":"bot1","secret":"secret-1"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var a wecom.Frame
+	if err := ws.ReadJSON(&a); err != nil || a.ErrCode != 0 || a.Headers.ReqID != "s1" {
+		t.Fatalf("subscribe ack %+v %v", a, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	_, _, err = ws.ReadMessage()
+	wantCloseCode(t, err, websocket.CloseGoingAway)
+	if err := srv.Serve(ln); err == nil {
+		t.Fatal("Serve after Shutdown succeeded")
+	}
 }

@@ -159,9 +159,17 @@ func (s *Server) Close() {
 	if hs != nil {
 		hs.Close()
 	}
+	// Say goodbye to every connection at once: a peer that does not read
+	// holds its goodbye up to its write deadline, not everyone else's.
+	var bye sync.WaitGroup
 	for _, c := range conns {
-		c.shutdown()
+		bye.Add(1)
+		go func() {
+			defer bye.Done()
+			c.shutdown()
+		}()
 	}
+	bye.Wait()
 	s.wg.Wait()
 }
 
