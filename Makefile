@@ -16,6 +16,7 @@ build:
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(MAKE) conformance
 
 # The simulator with a demo bot (later: botctl serve --demo).
 run: build
