@@ -83,6 +83,19 @@ func (c *conn) push(f outFrame) bool {
 	return true
 }
 
+// hangUp ends the subscription now (no callback is delivered here any more)
+// and queues a close frame after the frames already queued. Read loop only.
+func (c *conn) hangUp(code int, text string) {
+	if b := c.bot; b != nil {
+		b.mu.Lock()
+		if b.live == c {
+			b.live = nil
+		}
+		b.mu.Unlock()
+	}
+	c.enqueueClose(code, text)
+}
+
 // abort closes the socket at once, without a close frame: a network drop.
 func (c *conn) abort() {
 	c.mu.Lock()
@@ -175,7 +188,7 @@ func (c *conn) run() {
 		if mt != websocket.TextMessage {
 			c.count(func(st *counters) { st.Malformed++ })
 			c.ack("", wecom.ErrCodeInvalidParam, "binary frames are not supported: send JSON text frames", nil)
-			c.enqueueClose(websocket.CloseUnsupportedData, "binary frames are not supported")
+			c.hangUp(websocket.CloseUnsupportedData, "binary frames are not supported")
 			continue
 		}
 		c.handle(data)
@@ -302,7 +315,7 @@ func (c *conn) subscribe(f *wecom.Frame) {
 	if err != nil {
 		log.Warn().Msg("subscribe refused: unknown bot")
 		c.ack(f.Headers.ReqID, wecom.ErrCodeInvalidCredential, "invalid credential: unknown bot_id or wrong secret", nil)
-		c.enqueueClose(websocket.ClosePolicyViolation, "authentication failed")
+		c.hangUp(websocket.ClosePolicyViolation, "authentication failed")
 		return
 	}
 	if c.bot != nil && c.bot != b {
@@ -318,7 +331,7 @@ func (c *conn) subscribe(f *wecom.Frame) {
 		b.mu.Unlock()
 		log.Warn().Msg("subscribe refused: wrong or revoked secret")
 		c.ackFor(b, f.Headers.ReqID, wecom.ErrCodeInvalidCredential, "invalid credential: unknown bot_id or wrong secret", nil)
-		c.enqueueClose(websocket.ClosePolicyViolation, "authentication failed")
+		c.hangUp(websocket.ClosePolicyViolation, "authentication failed")
 		return
 	}
 	c.bot = b

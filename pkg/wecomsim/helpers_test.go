@@ -378,3 +378,16 @@ func (h *harness) httpDo(method, path string, body any) (int, map[string]any) {
 	}
 	return resp.StatusCode, out
 }
+
+// waitFor polls cond until it holds (for state that has no event to await,
+// such as a counter updated after the peer already saw the close).
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out after %v waiting for %s", wait, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
