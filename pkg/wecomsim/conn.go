@@ -204,12 +204,14 @@ func (c *conn) count(f func(*counters)) {
 	}
 }
 
-// ack answers a client frame, unless acks of the bot are stalled by a fault.
-// b is the bot the frame is attributed to (nil if unknown).
+// ack answers a client frame on behalf of the connection's bot.
 func (c *conn) ack(reqID string, code int, msg string, body any) {
 	c.ackFor(c.bot, reqID, code, msg, body)
 }
 
+// ackFor answers a client frame attributed to bot b (nil if unknown): the
+// errcode is counted in b's stats, and nothing is sent while b's acks are
+// stalled by a fault.
 func (c *conn) ackFor(b *bot, reqID string, code int, msg string, body any) {
 	if b != nil {
 		b.mu.Lock()
