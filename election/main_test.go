@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,10 +90,27 @@ func newClient(t *testing.T, addr string) *clientv3.Client {
 	return cli
 }
 
+var (
+	prefixMu sync.Mutex
+	prefixes = map[*testing.T]string{}
+)
+
+// testPrefix is unique to one run of one test (-count=N reruns it).
+func testPrefix(t *testing.T) string {
+	prefixMu.Lock()
+	defer prefixMu.Unlock()
+	p, ok := prefixes[t]
+	if !ok {
+		p = fmt.Sprintf("/test/%d/%s/", len(prefixes), strings.ReplaceAll(t.Name(), "/", "_"))
+		prefixes[t] = p
+	}
+	return p
+}
+
 // testConfig is a config with a test-unique prefix and a short TTL.
 func testConfig(t *testing.T, bot, node string, ttl time.Duration) Config {
 	return Config{
-		Prefix: "/test/" + strings.ReplaceAll(t.Name(), "/", "_") + "/",
+		Prefix: testPrefix(t),
 		BotID:  bot,
 		NodeID: node,
 		TTL:    ttl,

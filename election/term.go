@@ -157,6 +157,9 @@ func (t *Term) renewDeadlinePassed() {
 	t.mu.Lock()
 	last := t.lastRenew
 	t.mu.Unlock()
+	if time.Since(last) < t.e.cfg.RenewDeadline {
+		return // a renewal landed as the watchdog fired; it was re-armed
+	}
 	t.lose(fmt.Errorf("%w: lease not renewed for %s (RenewDeadline %s)",
 		ErrNotLeader, time.Since(last).Round(time.Millisecond), t.e.cfg.RenewDeadline))
 }
