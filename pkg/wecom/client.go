@@ -81,10 +81,12 @@ func (c *Config) validate() error {
 // belong to that connection alone: a new connection never inherits them.
 // They are called one at a time, in arrival order, on the connection's own
 // goroutine; a handler that blocks delays later callbacks (never acks), so
-// hand long work off. Once the connection is closing no new handler call
-// starts (a call already past that check finishes), and every call has
-// returned when Done is closed: wait on Done before building the next
-// connection, and no message is ever handled by two generations of handlers.
+// hand long work off. After Close no new handler call starts (one already
+// running finishes). When the server ends the connection (kicked, network,
+// heartbeat), the callbacks already read are still delivered, then none.
+// Every call has returned when Done is closed: wait on Done before building
+// the next connection, and no message is ever handled by two generations of
+// handlers.
 type Handlers struct {
 	OnMessage func(c *Conn, reqID string, msg *MsgCallback)
 	OnEvent   func(c *Conn, reqID string, ev *EventCallback)
@@ -322,12 +324,33 @@ func (c *Conn) dispatch() {
 	for {
 		select {
 		case <-c.closing:
+			c.drain()
 			return
 		case f := <-c.callbacks:
 			if c.closed.Load() {
+				c.drain()
 				return
 			}
 			c.deliver(f)
+		}
+	}
+}
+
+// drain delivers the callbacks read before the server ended the connection
+// (kicked, network error, heartbeat lost): they arrived while the
+// connection was valid, and dropping them would leave gaps. After Close
+// (ReasonClosedByUs: the caller must stop acting, e.g. leadership lost)
+// they are dropped; gap backfill recovers them from history.
+func (c *Conn) drain() {
+	if c.Reason() == ReasonClosedByUs {
+		return
+	}
+	for {
+		select {
+		case f := <-c.callbacks:
+			c.deliver(f)
+		default:
+			return
 		}
 	}
 }

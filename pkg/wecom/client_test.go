@@ -424,10 +424,9 @@ func TestWelcomeWithinWindow(t *testing.T) {
 	}
 }
 
-// Each message is handled at most once across a chain of connections, each
-// kicked by the next while messages keep arriving: handlers never stack up.
-// (A message written to a connection in the instant it is kicked may be
-// handled by neither; gap backfill exists for that.)
+// Each message is handled exactly once across a chain of connections, each
+// kicked by the next while messages keep arriving: handlers never stack up,
+// and what a kicked connection read before its kick is still handled.
 func TestNoMessageHandledByTwoGenerations(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	var mu sync.Mutex
@@ -489,6 +488,11 @@ func TestNoMessageHandledByTwoGenerations(t *testing.T) {
 		}
 		if !known[id] {
 			t.Errorf("handled %s, which the simulator never delivered", id)
+		}
+	}
+	for id := range known {
+		if handled[id] == 0 {
+			t.Errorf("delivered message %s was never handled", id)
 		}
 	}
 	if len(handled) < 2 {

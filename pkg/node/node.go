@@ -1,0 +1,290 @@
+// Package node is a botctl node's life: it registers itself, and for every
+// bot it campaigns in the bot's election, holds the bot's WeCom connection
+// while it leads, and goes back to campaigning when the connection or the
+// leadership ends.
+//
+// Per bot, one loop: check the env gate → campaign → verify leadership with
+// a linearizable read → dial a fresh connection with fresh handlers → wait
+// for the connection's end (by its Done event) or the term's end → close the
+// connection, wait for it to be gone → resign → campaign again. A term's
+// connection is always gone before the term is released, so the next leader
+// never overlaps with it, and handlers never stack up: each connection has
+// its own, and the next connection is dialed only after the previous one's
+// Done.
+//
+// Kicked, heartbeat lost or network error: the term ends and the node
+// campaigns again (usually winning back at once). Repeated kicks back off
+// exponentially: something outside the cluster holds the bot's credentials,
+// and reconnecting blindly would ping-pong with it. Auth failure: the bot is
+// marked needs_human and retried only after a long backoff; retrying a bad
+// secret never helps.
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Inbound receives what a leader's connection delivers. Its methods run on
+// the connection's dispatch goroutine, one at a time: hand long work off.
+// term is the leadership the connection belongs to; its context ends when
+// the connection must stop being used.
+type Inbound interface {
+	HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback)
+	HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback)
+}
+
+// Config configures a node. Zero values take the defaults named.
+type Config struct {
+	NodeID  string
+	Env     string // default "default"
+	Version string
+	Address string // the node's HTTP API, as other nodes reach it
+	Slots   int
+	Roles   []string // default access, compute
+	// Prefix of the node's etcd keys. Default "/botctl/".
+	Prefix string
+	Bots   []config.Bot
+	// WeCom is the connection template: URL and timings. BotID, Secret and
+	// Logger are set per bot.
+	WeCom wecom.Config
+	// Election is the election template: TTL and margins. BotID, NodeID and
+	// Logger are set per bot. Validated by New.
+	Election election.Config
+	// RegistryTTL is the node registration's lease TTL. Default 10s.
+	RegistryTTL time.Duration
+	// AuthBackoff is the first wait after an auth failure, doubling up to
+	// AuthBackoffMax. Defaults 30s and 10m.
+	AuthBackoff, AuthBackoffMax time.Duration
+	// KickBackoff is the first wait after a kick or a connection that ended
+	// quickly, doubling up to KickBackoffMax while it keeps happening.
+	// Defaults 200ms and 30s. A term that lasted StableTerm (default 1m)
+	// resets it.
+	KickBackoff, KickBackoffMax, StableTerm time.Duration
+	// SpreadDelay is how long a node waits before campaigning for each bot
+	// it already leads, so that several bots spread over nodes instead of
+	// all going to the first node up. Default 1s; set it below the TTL.
+	SpreadDelay time.Duration
+	// Inbound handles callbacks; nil drops them (logging each).
+	Inbound Inbound
+	Logger  zerolog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Env == "" {
+		c.Env = "default"
+	}
+	if c.Prefix == "" {
+		c.Prefix = "/botctl/"
+	}
+	if len(c.Roles) == 0 {
+		c.Roles = []string{"access", "compute"}
+	}
+	if c.RegistryTTL <= 0 {
+		c.RegistryTTL = 10 * time.Second
+	}
+	if c.AuthBackoff <= 0 {
+		c.AuthBackoff = 30 * time.Second
+	}
+	if c.AuthBackoffMax <= 0 {
+		c.AuthBackoffMax = 10 * time.Minute
+	}
+	if c.KickBackoff <= 0 {
+		c.KickBackoff = 200 * time.Millisecond
+	}
+	if c.KickBackoffMax <= 0 {
+		c.KickBackoffMax = 30 * time.Second
+	}
+	if c.StableTerm <= 0 {
+		c.StableTerm = time.Minute
+	}
+	if c.SpreadDelay <= 0 {
+		c.SpreadDelay = time.Second
+	}
+}
+
+// Node runs every bot's loop on one process.
+type Node struct {
+	cfg     Config
+	cli     *clientv3.Client
+	log     zerolog.Logger
+	started time.Time
+
+	mu     sync.Mutex
+	status map[string]BotStatus
+	dirty  chan struct{} // registration needs rewriting
+}
+
+// New validates cfg (every bot's election config included).
+func New(cli *clientv3.Client, cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if cfg.NodeID == "" {
+		return nil, errors.New("node: NodeID is required (set --node-id)")
+	}
+	if cfg.WeCom.URL == "" && len(cfg.Bots) > 0 {
+		return nil, errors.New("node: WeCom URL is required when bots are configured (set --wecom-url)")
+	}
+	n := &Node{
+		cfg: cfg, cli: cli, started: time.Now().UTC(),
+		log:    cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
+		status: map[string]BotStatus{},
+		dirty:  make(chan struct{}, 1),
+	}
+	for _, b := range cfg.Bots {
+		if _, err := election.New(cli, n.electionConfig(b.ID)); err != nil {
+			return nil, fmt.Errorf("node: bot %s: %w", b.ID, err)
+		}
+		n.status[b.ID] = BotStatus{State: StateStarting, Since: time.Now().UTC()}
+	}
+	return n, nil
+}
+
+func (n *Node) electionConfig(bot string) election.Config {
+	ec := n.cfg.Election
+	ec.BotID, ec.NodeID = bot, n.cfg.NodeID
+	ec.Logger = n.log.With().Str("bot", bot).Logger()
+	return ec
+}
+
+// Status is this node's view of its bots.
+func (n *Node) Status() map[string]BotStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]BotStatus, len(n.status))
+	for k, v := range n.status {
+		out[k] = v
+	}
+	return out
+}
+
+// leading counts the bots this node leads or is connecting.
+func (n *Node) leading() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := 0
+	for _, st := range n.status {
+		if st.State == StateLeader || st.State == StateConnecting {
+			k++
+		}
+	}
+	return k
+}
+
+func (n *Node) setState(bot string, st BotState, reason string, term int64) {
+	n.mu.Lock()
+	n.status[bot] = BotStatus{State: st, Since: time.Now().UTC(), Reason: reason, Term: term}
+	n.mu.Unlock()
+	select {
+	case n.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Info is this node's registration record.
+func (n *Node) Info() Info {
+	return Info{
+		ID: n.cfg.NodeID, Address: n.cfg.Address, Version: n.cfg.Version, Env: n.cfg.Env,
+		Slots: n.cfg.Slots, Roles: n.cfg.Roles, Started: n.started, Bots: n.Status(),
+	}
+}
+
+// Run registers the node and runs every bot's loop until ctx ends. On the
+// way out every term is resigned after its connection is closed, and the
+// registration is removed. It returns nil after a clean stop.
+func (n *Node) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	regCtx, stopReg := context.WithCancel(context.WithoutCancel(ctx))
+	regDone := make(chan struct{})
+	go func() {
+		defer close(regDone)
+		n.register(regCtx)
+	}()
+	for i, b := range n.cfg.Bots {
+		wg.Go(func() { n.botLoop(ctx, i, b) })
+	}
+	<-ctx.Done()
+	wg.Wait()
+	stopReg()
+	<-regDone
+	n.log.Info().Msg("node stopped")
+	return nil
+}
+
+// register keeps the node's record under a lease, rewriting it when a bot's
+// state changes, until ctx ends; then it revokes the lease (removing the
+// record at once).
+func (n *Node) register(ctx context.Context) {
+	key := n.cfg.Prefix + nodesDir + n.cfg.NodeID
+	ttl := int64(n.cfg.RegistryTTL / time.Second)
+	if ttl < 2 {
+		ttl = 2
+	}
+	for ctx.Err() == nil {
+		lease, err := n.cli.Grant(ctx, ttl)
+		if err != nil {
+			n.log.Warn().Err(err).Msg("node registry: grant lease failed; retrying")
+			sleep(ctx, time.Second)
+			continue
+		}
+		n.keepRegistered(ctx, key, lease.ID)
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		n.cli.Revoke(rctx, lease.ID)
+		cancel()
+	}
+}
+
+func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.LeaseID) {
+	kctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ka, err := n.cli.KeepAlive(kctx, lease)
+	if err != nil {
+		n.log.Warn().Err(err).Msg("node registry: keep-alive failed")
+		return
+	}
+	put := func() error {
+		raw, _ := json.Marshal(n.Info())
+		_, err := n.cli.Put(kctx, key, string(raw), clientv3.WithLease(lease))
+		return err
+	}
+	if err := put(); err != nil {
+		n.log.Warn().Err(err).Msg("node registry: register failed")
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ka:
+			if !ok {
+				n.log.Warn().Msg("node registry: lease lost; registering again")
+				return
+			}
+		case <-n.dirty:
+			if err := put(); err != nil {
+				n.log.Warn().Err(err).Msg("node registry: update failed")
+				return
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
