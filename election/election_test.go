@@ -238,22 +238,7 @@ func TestPartitionedLeaderStopsFirst(t *testing.T) {
 	a := newElector(t, acli, cfg("a"))
 	ta := await(t, campaign(t, ctx, a), eventTimeout).term
 	// Let one renewal go through the proxy first.
-	ta.mu.Lock()
-	first := ta.lastRenew
-	ta.mu.Unlock()
-	for {
-		ta.mu.Lock()
-		renewed := ta.lastRenew.After(first)
-		ta.mu.Unlock()
-		if renewed {
-			break
-		}
-		select {
-		case <-ta.Done():
-			t.Fatalf("term ended before partition: %v", ta.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitRenewedAfter(t, ta, ta.Start)
 
 	bch := campaign(t, ctx, newElector(t, newClient(t, ""), cfg("b")))
 	cch := campaign(t, ctx, newElector(t, newClient(t, ""), cfg("c")))
@@ -461,5 +446,56 @@ func TestBotsAreIndependent(t *testing.T) {
 		if err := leaders[b].Verify(rpcCtx(t)); err != nil {
 			t.Fatalf("bot%d's leader after bot0 changed hands: %v", b, err)
 		}
+	}
+}
+
+// waitRenewedAfter waits until a renewal sent after since has succeeded.
+func waitRenewedAfter(t *testing.T, term *Term, since time.Time) {
+	t.Helper()
+	deadline := time.After(eventTimeout)
+	for {
+		term.mu.Lock()
+		renewed := term.lastRenew.After(since)
+		term.mu.Unlock()
+		if renewed {
+			return
+		}
+		select {
+		case <-term.Done():
+			t.Fatalf("term ended: %v", term.Err())
+		case <-deadline:
+			t.Fatal("no renewal")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// A blip shorter than RenewDeadline (connections reset, client redials)
+// does not end the term.
+func TestTermSurvivesConnectionReset(t *testing.T) {
+	leakCheck(t)
+	proxy, err := faultproxy.New("127.0.0.1:0", etcdAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	e := newElector(t, newClient(t, proxy.Addr()), testConfig(t, "bot", "a", 3*time.Second))
+	term := await(t, campaign(t, bg(t), e), eventTimeout).term
+
+	cut := time.Now()
+	proxy.CutAll()
+	waitRenewedAfter(t, term, cut)
+	if err := term.Verify(rpcCtx(t)); err != nil {
+		t.Fatalf("Verify after reset: %v", err)
+	}
+	// A Verify that cannot reach etcd is an error, but not a verdict: the
+	// term goes on.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := term.Verify(ctx); err == nil || errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Verify with a cancelled context = %v, want a non-ErrNotLeader error", err)
+	}
+	if term.Err() != nil {
+		t.Fatalf("term ended by a failed Verify: %v", term.Err())
 	}
 }

@@ -93,6 +93,9 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	ec.AdvertisePeerUrls = []url.URL{peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	// Clients speak gRPC; the HTTP/JSON gateway would only add a listener
+	// surface and its own internal gRPC clients.
+	ec.EnableGRPCGateway = false
 	ec.LogLevel = "warn"
 	closing := new(atomic.Bool)
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(cfg.Logger.With().Str("component", "etcd").Logger(), zapcore.WarnLevel, closing))

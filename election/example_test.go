@@ -1,0 +1,40 @@
+package election_test
+
+import (
+	"context"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// connect stands in for dialing WeCom; it returns when the connection has
+// ended (by its close event), which it must do soon after ctx is done.
+func connect(ctx context.Context, bot string) error { <-ctx.Done(); return nil }
+
+// The access-node loop for one bot: campaign, verify, hold the connection
+// for exactly the term, close it, resign, campaign again.
+func Example() {
+	var cli *clientv3.Client // shared by every bot of the node
+	var nodeCtx context.Context
+	e, err := election.New(cli, election.Config{BotID: "bot1", NodeID: "n1", Logger: zerolog.Nop()})
+	if err != nil {
+		panic(err) // a config error names the field
+	}
+	for nodeCtx.Err() == nil {
+		term, err := e.Campaign(nodeCtx)
+		if err != nil {
+			return // nodeCtx ended or the client was closed
+		}
+		// Right before connecting: a linearizable check that the key is
+		// still ours. Any error: do not connect.
+		if err := term.Verify(term.Context()); err == nil {
+			_ = connect(term.Context(), term.Bot) // returns after close
+		}
+		// The connection is closed: release the bot at once.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = term.Resign(ctx)
+		cancel()
+	}
+}
