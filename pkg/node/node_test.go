@@ -293,14 +293,22 @@ func TestKickedCampaignsAgainAndHandlesEachMessageOnce(t *testing.T) {
 		c.leaderOf("b1", a)
 		post()
 	}
-	eventually(t, "every delivered message handled", func() bool {
+	missing := func() []string {
+		var out []string
 		for _, id := range ids {
 			if c.counter.count(id) == 0 {
-				return false
+				out = append(out, id)
 			}
 		}
-		return true
-	})
+		return out
+	}
+	deadline := time.Now().Add(waitLong)
+	for len(missing()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered but never handled: %v (of %v); transitions: %+v", missing(), ids, transitionsOf(c, "b1"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, id := range ids {
 		if n := c.counter.count(id); n != 1 {
 			t.Fatalf("message %s handled %d times", id, n)
@@ -372,4 +380,9 @@ func TestBadConfigRejected(t *testing.T) {
 			t.Errorf("%+v: err = %v, want it to mention %s", tc.cfg, err, tc.want)
 		}
 	}
+}
+
+func transitionsOf(c *cluster, bot string) []node.Transition {
+	trs, _ := node.Transitions(context.Background(), c.admin, "/botctl/", bot, 50)
+	return trs
 }

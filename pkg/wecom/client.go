@@ -327,8 +327,7 @@ func (c *Conn) dispatch() {
 			c.drain()
 			return
 		case f := <-c.callbacks:
-			if c.closed.Load() {
-				c.drain()
+			if c.closed.Load() && c.Reason() == ReasonClosedByUs {
 				return
 			}
 			c.deliver(f)
