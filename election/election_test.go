@@ -203,8 +203,8 @@ func TestCrashWaitsForLease(t *testing.T) {
 	t.Logf("takeover after crash: %s (TTL %s)", took, ttl)
 	// The lease was renewed at most RenewInterval before the crash, so it
 	// lives at least TTL-RenewInterval after it.
-	if min := ttl - a.cfg.RenewInterval; took < min {
-		t.Fatalf("b won %s after the crash, before a's lease could expire (%s)", took, min)
+	if floor := ttl - a.cfg.RenewInterval; took < floor {
+		t.Fatalf("b won %s after the crash, before a's lease could expire (%s)", took, floor)
 	}
 	select {
 	case <-ta.Done():
