@@ -271,7 +271,9 @@ func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.Le
 			}
 		case <-n.dirty:
 			if err := put(); err != nil {
-				n.log.Warn().Err(err).Msg("node registry: update failed")
+				if ctx.Err() == nil {
+					n.log.Warn().Err(err).Msg("node registry: update failed")
+				}
 				return
 			}
 		}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/spf13/cobra"
+)
+
+func newBotsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bots",
+		Short: "Operate on bots (env gate)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageErrorf("missing subcommand: see 'botctl bots --help'")
+		},
+	}
+	cmd.AddCommand(newBotsGateCmd())
+	return cmd
+}
+
+func newBotsGateCmd() *cobra.Command {
+	var (
+		ef       etcdFlags
+		bot, env string
+	)
+	cmd := &cobra.Command{
+		Use:   "gate --bot ID --env NAME",
+		Short: "Move a bot's env gate: only nodes of that env may connect it",
+		Long: `Each bot's gate in etcd names the one environment whose nodes may hold its
+WeCom connection (the first node to start claims it for its env). Moving the
+gate makes the current leader close its connection and resign; a node of
+the new env takes over.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if bot == "" || env == "" {
+				return usageErrorf("--bot and --env are required")
+			}
+			eps, err := ef.resolve()
+			if err != nil {
+				return err
+			}
+			cli, err := newEtcdClient(eps, ef.timeout)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
+			defer cancel()
+			old, err := node.Gate(ctx, cli, prefix, bot)
+			if err != nil {
+				return err
+			}
+			if err := node.SetGate(ctx, cli, prefix, bot, env); err != nil {
+				return usageError{err}
+			}
+			if old == "" {
+				old = "(unclaimed)"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "bot %s: gate %s → %s\n", bot, old, env)
+			return nil
+		},
+	}
+	ef.register(cmd)
+	cmd.Flags().StringVar(&bot, "bot", "", "bot id")
+	cmd.Flags().StringVar(&env, "env", "", "environment allowed to connect the bot")
+	return cmd
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/buildinfo"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/infra"
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const demoBot = "demo"
+
+func newServeCmd() *cobra.Command {
+	var (
+		configPath string
+		bots       []string
+		demo       bool
+		demoListen string
+		keyFlags   = map[string]*string{}
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a botctl node: campaign for each bot, hold its WeCom connection while leading",
+		Long: `Run a botctl node. Every node runs the same binary; per bot, an etcd election
+picks the one node that holds the bot's WeCom connection.
+
+With no --etcd and no --nats, an embedded single-node etcd and an embedded
+NATS server (JetStream) start in --data-dir. With no bots and no --wecom-url
+(or with --demo), an in-process WeCom simulator starts with a demo bot, so
+the node runs with no setup at all.
+
+Configuration: --config FILE (YAML), then BOTCTL_* environment variables,
+then flags. Bot secrets: --bot ID:SECRET, $BOTCTL_BOT_<ID>_SECRET, or
+secret_file in the config file. Secrets are never logged.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(configPath, os.Environ())
+			if err != nil {
+				return usageError{err}
+			}
+			for _, k := range config.Keys {
+				if f := cmd.Flags().Lookup(k.Flag); f != nil && f.Changed {
+					if err := k.Set(&cfg, *keyFlags[k.Flag]); err != nil {
+						return usageErrorf("--%s: %v", k.Flag, err)
+					}
+				}
+			}
+			for _, s := range bots {
+				b, err := config.ParseBot(s)
+				if err != nil {
+					return usageErrorf("--bot %q: %v", redact(s), err)
+				}
+				cfg.Bots = append(cfg.Bots, b)
+			}
+			if err := cfg.Resolve(os.Environ()); err != nil {
+				return usageError{err}
+			}
+			demo = demo || (len(cfg.Bots) == 0 && cfg.WeCom.URL == "")
+			if demo && len(cfg.Bots) == 0 {
+				cfg.Bots = []config.Bot{{ID: demoBot, Secret: demoBot + "-secret"}}
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			ec := election.Config{BotID: "x", NodeID: "x", TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin}
+			if err := ec.Validate(); err != nil {
+				return usageErrorf("config keys election.ttl / election.safety_margin: %v", err)
+			}
+			return serve(cmd.Context(), cmd, cfg, demo, demoListen)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "YAML config file")
+	for _, k := range config.Keys {
+		keyFlags[k.Flag] = f.String(k.Flag, "", fmt.Sprintf("%s (config key %s, env %s)", k.Usage, k.Name, k.Env()))
+	}
+	f.StringArrayVar(&bots, "bot", nil, "bot as ID:SECRET, or ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable)")
+	f.BoolVar(&demo, "demo", false, "start an in-process WeCom simulator (default when no bots and no --wecom-url are given)")
+	f.StringVar(&demoListen, "demo-listen", "127.0.0.1:8390", "the demo simulator's address (port 0 picks a free one)")
+	return cmd
+}
+
+// redact hides the secret of an ID:SECRET argument.
+func redact(s string) string {
+	if id, _, ok := strings.Cut(s, ":"); ok {
+		return id + ":<redacted>"
+	}
+	return s
+}
+
+func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool, demoListen string) error {
+	log := logger.With().Str("node", cfg.NodeID).Logger()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	out := cmd.OutOrStdout()
+
+	// Listen first: a port in use is the commonest start failure, and
+	// failing here is cheap.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w (is another node using this port?)", cfg.Listen, err)
+	}
+	defer ln.Close()
+
+	endpoints := cfg.Etcd.Endpoints
+	if len(endpoints) == 0 {
+		addr, err := infra.FreeAddr()
+		if err != nil {
+			return err
+		}
+		e, err := infra.StartEtcd(ctx, infra.EtcdConfig{DataDir: cfg.DataDir, ClientAddr: addr, Logger: logger})
+		if err != nil {
+			return fmt.Errorf("embedded etcd: %w", err)
+		}
+		defer e.Close()
+		endpoints = e.Endpoints()
+		epFile := filepath.Join(cfg.DataDir, endpointFile)
+		if err := os.WriteFile(epFile, []byte(strings.Join(endpoints, ",")+"\n"), 0o600); err != nil {
+			return err
+		}
+		defer os.Remove(epFile)
+		log.Info().Str("endpoint", endpoints[0]).Msg("embedded etcd running")
+	}
+	if cfg.NATS.URL == "" {
+		n, err := infra.StartNATS(infra.NATSConfig{DataDir: cfg.DataDir, Addr: "127.0.0.1:-1", Logger: logger})
+		if err != nil {
+			return fmt.Errorf("embedded NATS: %w", err)
+		}
+		defer n.Close()
+		cfg.NATS.URL = n.ClientURL()
+		log.Info().Str("url", cfg.NATS.URL).Msg("embedded NATS (JetStream) running")
+	}
+
+	if demo {
+		sim := wecomsim.New(wecomsim.Config{Logger: logger.With().Str("component", "wecomsim").Logger()})
+		for _, b := range cfg.Bots {
+			if err := sim.AddBot(b.ID, b.Secret); err != nil {
+				return err
+			}
+		}
+		sln, err := net.Listen("tcp", demoListen)
+		if err != nil {
+			return fmt.Errorf("--demo-listen %s: %w", demoListen, err)
+		}
+		go sim.Serve(sln)
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			sim.Shutdown(sctx)
+		}()
+		addr := sln.Addr().String()
+		cfg.WeCom.URL = "ws://" + addr + "/"
+		fmt.Fprintf(out, "demo: WeCom simulator at ws://%s/ with bot %q; act as a user with\n"+
+			"  curl -s http://%s/control/messages -d '{\"bot_id\":\"%s\",\"user_id\":\"alice\",\"text\":\"hello\"}'\n"+
+			"  curl -s 'http://%s/control/transcript?bot_id=%s&chat=alice'\n",
+			addr, cfg.Bots[0].ID, addr, cfg.Bots[0].ID, addr, cfg.Bots[0].ID)
+	}
+
+	cli, err := newEtcdClient(endpoints, cfg.Etcd.DialTimeout)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+
+	n, err := node.New(cli, node.Config{
+		NodeID:   cfg.NodeID,
+		Env:      cfg.Env,
+		Version:  buildinfo.String(),
+		Address:  "http://" + ln.Addr().String(),
+		Slots:    cfg.Worker.Slots,
+		Bots:     cfg.Bots,
+		WeCom:    wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout},
+		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin},
+		Inbound:  receiptInbound{},
+		Logger:   logger,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+
+	srv := &http.Server{Handler: nodeAPI(n, cli), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+
+	ids := make([]string, len(cfg.Bots))
+	for i, b := range cfg.Bots {
+		ids[i] = b.ID
+	}
+	fmt.Fprintf(out, "botctl node %s serving bots [%s]; API http://%s/status; etcd %s\n",
+		cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(endpoints, ","))
+	err = n.Run(ctx) // returns after every term is resigned and its connection closed
+	log.Info().Msg("stopped cleanly")
+	return err
+}
+
+// nodeAPI is the node's own HTTP API.
+func nodeAPI(n *node.Node, cli *clientv3.Client) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.Info())
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := cli.Get(ctx, "health-probe"); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// receiptInbound answers each message with one finished stream frame. It is
+// a stand-in until the task pipeline (JetStream dispatch, workers, pusher)
+// lands: it proves which node holds the connection, nothing more.
+type receiptInbound struct{}
+
+func (receiptInbound) HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
+	go func() {
+		ctx, cancel := context.WithTimeout(term.Context(), 10*time.Second)
+		defer cancel()
+		text := fmt.Sprintf("已收到 (node %s): %s", term.Node, m.PlainText())
+		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + m.MsgID, Content: text, Finish: true})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			logger.Warn().Err(err).Str("bot", term.Bot).Str("msgid", m.MsgID).Msg("receipt failed")
+		}
+	}()
+}
+
+func (receiptInbound) HandleEvent(*election.Term, *wecom.Conn, string, *wecom.EventCallback) {}

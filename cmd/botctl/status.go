@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Status is `botctl status --json`. Other tools rely on its shape:
+// {"nodes":[{"id",…}],"bots":[{"id","leader","since",…}]}.
+type Status struct {
+	Nodes []node.Info `json:"nodes"`
+	Bots  []BotStatus `json:"bots"`
+}
+
+// BotStatus is one bot across the cluster.
+type BotStatus struct {
+	ID          string                    `json:"id"`
+	Leader      string                    `json:"leader"` // "" when nobody leads
+	Since       *time.Time                `json:"since"`  // the leader's term start
+	Term        int64                     `json:"term,omitempty"`
+	Gate        string                    `json:"gate,omitempty"`  // the env allowed to connect
+	Nodes       map[string]node.BotStatus `json:"nodes,omitempty"` // each node's view
+	Transitions []node.Transition         `json:"transitions"`     // recent, oldest first
+}
+
+func newStatusCmd() *cobra.Command {
+	var (
+		ef      etcdFlags
+		asJSON  bool
+		history int
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster: nodes, and per bot its leader, term start and recent transitions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eps, err := ef.resolve()
+			if err != nil {
+				return err
+			}
+			cli, err := newEtcdClient(eps, ef.timeout)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
+			defer cancel()
+			st, err := readStatus(ctx, cli, history)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			printStatus(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	ef.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"nodes\":[…],\"bots\":[…]}")
+	cmd.Flags().IntVar(&history, "transitions", 10, "recent transitions to show per bot")
+	return cmd
+}
+
+const prefix = "/botctl/"
+
+func readStatus(ctx context.Context, cli *clientv3.Client, history int) (Status, error) {
+	nodes, err := node.Nodes(ctx, cli, prefix)
+	if err != nil {
+		return Status{}, err
+	}
+	gates, err := node.Gates(ctx, cli, prefix)
+	if err != nil {
+		return Status{}, err
+	}
+	ids := map[string]bool{}
+	for id := range gates {
+		ids[id] = true
+	}
+	for _, n := range nodes {
+		for id := range n.Bots {
+			ids[id] = true
+		}
+	}
+	st := Status{Nodes: nodes, Bots: []BotStatus{}}
+	if st.Nodes == nil {
+		st.Nodes = []node.Info{}
+	}
+	for id := range ids {
+		b := BotStatus{ID: id, Gate: gates[id], Nodes: map[string]node.BotStatus{}}
+		info, err := election.Leader(ctx, cli, "", id)
+		switch {
+		case err == nil:
+			b.Leader, b.Term = info.Node, info.Rev
+			if !info.Since.IsZero() {
+				since := info.Since
+				b.Since = &since
+			}
+		case !errors.Is(err, election.ErrNoLeader):
+			return Status{}, err
+		}
+		for _, n := range nodes {
+			if v, ok := n.Bots[id]; ok {
+				b.Nodes[n.ID] = v
+			}
+		}
+		if b.Transitions, err = node.Transitions(ctx, cli, prefix, id, history); err != nil {
+			return Status{}, err
+		}
+		st.Bots = append(st.Bots, b)
+	}
+	sort.Slice(st.Bots, func(i, j int) bool { return st.Bots[i].ID < st.Bots[j].ID })
+	return st, nil
+}
+
+func printStatus(w io.Writer, st Status) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tENV\tADDRESS\tVERSION\tUP SINCE\tBOTS")
+	for _, n := range st.Nodes {
+		var bots []string
+		for id, b := range n.Bots {
+			bots = append(bots, id+"="+string(b.State))
+		}
+		sort.Strings(bots)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Env, n.Address, n.Version, n.Started.Format(time.RFC3339), strings.Join(bots, " "))
+	}
+	if len(st.Nodes) == 0 {
+		fmt.Fprintln(tw, "(no nodes registered)")
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "BOT\tLEADER\tSINCE\tTERM\tGATE")
+	for _, b := range st.Bots {
+		leader, since := b.Leader, "-"
+		if leader == "" {
+			leader = "(none)"
+		}
+		if b.Since != nil {
+			since = fmt.Sprintf("%s (%s ago)", b.Since.Format(time.RFC3339), time.Since(*b.Since).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", b.ID, leader, since, b.Term, b.Gate)
+	}
+	tw.Flush()
+	for _, b := range st.Bots {
+		if len(b.Transitions) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, recent transitions:\n", b.ID)
+		for _, tr := range b.Transitions {
+			reason := ""
+			if tr.Reason != "" {
+				reason = " (" + tr.Reason + ")"
+			}
+			fmt.Fprintf(w, "  %s  %-8s %-10s term %d%s\n", tr.At.Format("2006-01-02 15:04:05.000"), tr.Node, tr.Event, tr.Term, reason)
+		}
+	}
+}
