@@ -18,9 +18,9 @@ test:
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	$(MAKE) conformance
 
-# The simulator with a demo bot (later: botctl serve --demo).
+# A node with embedded etcd, NATS and a WeCom simulator.
 run: build
-	$(BIN) sim --listen 127.0.0.1:8390 --bot demo:demo-secret
+	$(BIN) serve --demo
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
