@@ -1,0 +1,226 @@
+// Package task is the task record: one user question, its raw WeCom
+// context, and where it is in two dimensions, execution (is the answer
+// computed?) and delivery (has the user seen it?), with every transition's
+// time and reason. Records live in the JetStream KV bucket of tasks and are
+// changed only by compare-and-set (Update), so concurrent writers (the
+// leader's inbound, a worker, the pusher, an operator) never lose each
+// other's changes.
+package task
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Exec is the execution dimension.
+type Exec string
+
+const (
+	Queued    Exec = "queued"
+	Running   Exec = "running"
+	Succeeded Exec = "succeeded"
+	Failed    Exec = "failed"
+	Canceled  Exec = "canceled"
+)
+
+// Delivery is the delivery dimension.
+type Delivery string
+
+const (
+	Pending        Delivery = "pending"
+	Streaming      Delivery = "streaming"
+	Truncated      Delivery = "truncated" // the stream window closed; the full answer is owed by push
+	Delivered      Delivery = "delivered"
+	DeliveryFailed Delivery = "failed"
+)
+
+// Finished reports whether e is final (until an operator retries).
+func (e Exec) Finished() bool { return e == Succeeded || e == Failed || e == Canceled }
+
+// Finished reports whether d is final (until an operator redelivers).
+func (d Delivery) Finished() bool { return d == Delivered || d == DeliveryFailed }
+
+var execNext = map[Exec][]Exec{
+	Queued:    {Running, Failed, Canceled},
+	Running:   {Running, Succeeded, Failed, Canceled, Queued}, // Running→Running: a retry attempt; →Queued: released for redelivery
+	Succeeded: {Queued},                                       // operator retry
+	Failed:    {Queued},
+	Canceled:  {Queued},
+}
+
+var deliveryNext = map[Delivery][]Delivery{
+	Pending:        {Streaming, Truncated, Delivered, DeliveryFailed},
+	Streaming:      {Truncated, Delivered, DeliveryFailed},
+	Truncated:      {Delivered, DeliveryFailed},
+	Delivered:      {Pending}, // operator redeliver
+	DeliveryFailed: {Pending},
+}
+
+// ErrTransition is a state change the model does not allow.
+var ErrTransition = errors.New("task: transition not allowed")
+
+// MaxTransitions bounds the history kept in a record.
+const MaxTransitions = 64
+
+// Transition is one change of one dimension.
+type Transition struct {
+	At     time.Time `json:"at"`
+	Dim    string    `json:"dim"` // "exec" or "delivery"
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Reason string    `json:"reason,omitempty"`
+	Node   string    `json:"node,omitempty"`
+}
+
+// Record is one task.
+type Record struct {
+	ID string `json:"id"`
+
+	// The raw message context, persisted before dispatch.
+	Bot      string    `json:"bot"`
+	MsgID    string    `json:"msgid"`
+	ReqID    string    `json:"req_id"`
+	Term     int64     `json:"term"` // the leader term (election revision) whose connection received the callback
+	Chat     string    `json:"chat"` // the conversation: user id (single) or chat id (group)
+	ChatType string    `json:"chat_type"`
+	User     string    `json:"user"`
+	Question string    `json:"question"`
+	StreamID string    `json:"stream_id"`
+	Received time.Time `json:"received"`
+
+	Exec     Exec     `json:"exec"`
+	Delivery Delivery `json:"delivery"`
+	Attempt  int      `json:"attempt"`
+	Node     string   `json:"node,omitempty"` // the worker running or last running it
+	Tier     string   `json:"tier,omitempty"` // dispatch tier: queue, fixed, local
+	Error    string   `json:"error,omitempty"`
+
+	// Delivery bookkeeping (the pusher's).
+	PushedHash  string    `json:"pushed_hash,omitempty"`
+	PushedAt    time.Time `json:"pushed_at,omitzero"`
+	PushedParts int       `json:"pushed_parts,omitempty"`
+
+	Updated     time.Time    `json:"updated"`
+	Transitions []Transition `json:"transitions"`
+}
+
+// ID derives a task's id from its bot and WeCom msgid: the same callback
+// always maps to the same task, so a duplicate callback finds its task.
+func ID(bot, msgid string) string {
+	h := sha256.Sum256([]byte(bot + "\x00" + msgid))
+	return "t_" + hex.EncodeToString(h[:12])
+}
+
+// New is a queued, pending task.
+func New(bot, msgid string, now time.Time) *Record {
+	return &Record{ID: ID(bot, msgid), Bot: bot, MsgID: msgid, Received: now, Exec: Queued, Delivery: Pending, Updated: now}
+}
+
+// SetExec moves the execution dimension, recording why.
+func (r *Record) SetExec(to Exec, reason, node string, now time.Time) error {
+	if !allowed(execNext[r.Exec], to) {
+		return fmt.Errorf("%w: task %s exec %s → %s", ErrTransition, r.ID, r.Exec, to)
+	}
+	r.record(Transition{At: now, Dim: "exec", From: string(r.Exec), To: string(to), Reason: reason, Node: node})
+	r.Exec = to
+	return nil
+}
+
+// SetDelivery moves the delivery dimension, recording why.
+func (r *Record) SetDelivery(to Delivery, reason, node string, now time.Time) error {
+	if !allowed(deliveryNext[r.Delivery], to) {
+		return fmt.Errorf("%w: task %s delivery %s → %s", ErrTransition, r.ID, r.Delivery, to)
+	}
+	r.record(Transition{At: now, Dim: "delivery", From: string(r.Delivery), To: string(to), Reason: reason, Node: node})
+	r.Delivery = to
+	return nil
+}
+
+func (r *Record) record(t Transition) {
+	r.Updated = t.At
+	r.Transitions = append(r.Transitions, t)
+	if n := len(r.Transitions); n > MaxTransitions {
+		r.Transitions = append(r.Transitions[:0:0], r.Transitions[n-MaxTransitions:]...)
+	}
+}
+
+func allowed[T comparable](next []T, to T) bool {
+	for _, n := range next {
+		if n == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Get reads a record and its KV revision.
+func Get(ctx context.Context, kv natsjs.KeyValue, id string) (*Record, uint64, error) {
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		return nil, 0, fmt.Errorf("task %s: %w", id, err)
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("task %s: corrupt record: %w", id, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// Create stores a new record; natsjs.ErrKeyExists if the task exists.
+func Create(ctx context.Context, kv natsjs.KeyValue, r *Record) (uint64, error) {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := kv.Create(ctx, r.ID, raw)
+	if err != nil {
+		return 0, fmt.Errorf("create task %s: %w", r.ID, err)
+	}
+	return rev, nil
+}
+
+// ErrNoChange, returned by an Update function, leaves the record as it is.
+var ErrNoChange = errors.New("task: no change")
+
+// Update applies fn to the current record and stores it only if nobody
+// changed it meanwhile, retrying on conflict. fn may run several times;
+// it returns ErrNoChange to stop without writing.
+func Update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record) error) (*Record, error) {
+	for attempt := 0; ; attempt++ {
+		r, rev, err := Get(ctx, kv, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(r); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				return r, nil
+			}
+			return r, err
+		}
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := kv.Update(ctx, id, raw, rev); err == nil {
+			return r, nil
+		} else if !isConflict(err) || attempt >= 50 {
+			return nil, fmt.Errorf("update task %s: %w", id, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func isConflict(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.Is(err, natsjs.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence)
+}
