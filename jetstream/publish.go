@@ -1,0 +1,197 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Errors of PublishTask, checked with errors.Is. Exactly one of them, or
+// none (success, duplicate), or the caller's own context.Canceled, is
+// matched by an error from PublishTask.
+var (
+	// ErrConversationBusy: the conversation already has a task queued or
+	// running, and the server refused the new one. This is an answer, not a
+	// failure: tell the user, and never retry the task on another tier or
+	// run it locally.
+	ErrConversationBusy = errors.New("conversation already has a task queued or running")
+
+	// ErrUnavailable: JetStream did not confirm the task (server down or
+	// unreachable, no responders, timeout, stream offline or without
+	// quorum). The task may or may not be stored: fall back (spool, another
+	// tier) and republish later with the same msgid; the duplicate window
+	// makes that safe.
+	ErrUnavailable = errors.New("jetstream unavailable")
+
+	// ErrTaskRejected: JetStream answered and refused this task for a reason
+	// that retrying will not change (too large, subject bound to another
+	// stream, a configuration error). Record the task as failed; do not
+	// fall back.
+	ErrTaskRejected = errors.New("jetstream rejected the task")
+)
+
+// busyDescription is the description nats-server gives a publish refused
+// by MaxMsgsPerSubject with DiscardNewPerSubject (server/store.go,
+// ErrMaxMsgsPerSubject). The error code alone does not identify it:
+// JSStreamStoreFailedF (10077) is the server's generic "storing failed"
+// error and also carries "store is closed" (a stream shutting down),
+// "maximum messages exceeded", "maximum bytes exceeded" and "message too
+// large", all with code 503.
+const busyDescription = "maximum messages per subject exceeded"
+
+// errCodeStoreFailed is nats-server's JSStreamStoreFailedF; nats.go has no
+// constant for it.
+const errCodeStoreFailed natsjs.ErrorCode = 10077
+
+// PublishResult is JetStream's acknowledgement of a published task.
+type PublishResult struct {
+	// Seq is the task's sequence in the task stream. For a duplicate it is
+	// the sequence the server reports for the original (may be 0).
+	Seq uint64
+	// Duplicate is true when the msgid was already published within the
+	// duplicate window: the task was not queued again.
+	Duplicate bool
+}
+
+// PublishTask queues a task for conversation of bot, with msgid (the WeCom
+// msgid) as the message id and payload as the body. It returns:
+//
+//   - PublishResult{Seq: n} and nil: queued;
+//   - PublishResult{Duplicate: true} and nil: msgid was already published
+//     within the duplicate window (whether or not that task is still queued);
+//   - an error matching ErrConversationBusy: the conversation already has a
+//     task; the server refused this one (nothing was stored);
+//   - an error matching ErrUnavailable: no confirmation; fall back;
+//   - an error matching ErrTaskRejected: a final refusal for this task;
+//   - the caller's context.Canceled.
+//
+// A busy conversation is never reported as ErrUnavailable, although the
+// server gives both the code 503: see busyDescription.
+//
+// The stored message keeps msgid in its Nats-Msg-Id header.
+func (s *Store) PublishTask(ctx context.Context, bot, conversation, msgid string, payload []byte) (PublishResult, error) {
+	if msgid == "" {
+		return PublishResult{}, fmt.Errorf("publish task of bot %s conversation %s: %w: empty msgid (the duplicate window needs it)", bot, conversation, ErrTaskRejected)
+	}
+	subj := s.names.TaskSubject(bot, conversation)
+	ack, err := s.js.Publish(ctx, subj, payload,
+		natsjs.WithMsgID(msgid),
+		// A subject captured by another stream would take our tasks
+		// somewhere no worker reads: refuse instead.
+		natsjs.WithExpectStream(s.names.TaskStream))
+	if err != nil {
+		return PublishResult{}, fmt.Errorf("publish task %s of bot %s conversation %s: %w", msgid, bot, conversation, classify(ctx, err))
+	}
+	return PublishResult{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// classify maps a publish error to ErrConversationBusy, ErrTaskRejected,
+// ErrUnavailable or the caller's cancellation, keeping err in the chain.
+func classify(ctx context.Context, err error) error {
+	var apiErr *natsjs.APIError
+	if errors.As(err, &apiErr) {
+		switch {
+		case apiErr.ErrorCode == errCodeStoreFailed && apiErr.Description == busyDescription:
+			return fmt.Errorf("%w (%w)", ErrConversationBusy, err)
+		case apiErr.Code == 503:
+			// Store closed, no quorum, JetStream off: the server is there
+			// but cannot store now.
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		default:
+			return fmt.Errorf("%w: %w", ErrTaskRejected, err)
+		}
+	}
+	switch {
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// The caller gave up (shutdown); the publish may have landed.
+		return err
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject),
+		errors.Is(err, natsjs.ErrInvalidSubject), errors.Is(err, natsjs.ErrInvalidOption):
+		return fmt.Errorf("%w: %w", ErrTaskRejected, err)
+	default:
+		// No answer from JetStream: timeout, no responders, connection
+		// closed or reconnecting, a garbled ack.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+}
+
+// FinalDelivery reports whether msg is on its last delivery: if the worker
+// fails it now, it must call GiveUp rather than Nak, or the task stays in
+// the queue and its conversation stays busy for good.
+func (s *Store) FinalDelivery(msg natsjs.Msg) bool {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return false
+	}
+	return meta.NumDelivered >= uint64(s.opts.TaskMaxDeliver)
+}
+
+// GiveUp ends a task for good and frees its conversation: it terminates
+// msg with reason (no more deliveries; the server's "terminated" advisory
+// carries reason) and deletes it from the task stream by its sequence, so
+// that when GiveUp returns nil a new task for the conversation is accepted.
+//
+// Why both: a message whose deliveries reached TaskMaxDeliver stays in the
+// work queue, and a Term that arrives after that point no longer removes
+// it; a Term in time does, but Term is fire-and-forget. The delete is
+// confirmed by the server. Recording the reason in the task record is the
+// caller's job.
+func (s *Store) GiveUp(ctx context.Context, msg natsjs.Msg, reason string) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("give up task: %w", err)
+	}
+	seq := meta.Sequence.Stream
+	log := s.opts.Logger.With().Str("subject", msg.Subject()).Uint64("seq", seq).
+		Uint64("deliveries", meta.NumDelivered).Str("reason", reason).Logger()
+	if err := msg.TermWithReason(reason); err != nil && !errors.Is(err, natsjs.ErrMsgAlreadyAckd) {
+		// Keep going: the delete below is what frees the conversation.
+		log.Warn().Err(err).Msg("terminate task")
+	}
+	if err := s.deleteTask(ctx, seq); err != nil {
+		return fmt.Errorf("give up task %s seq %d: %w", msg.Subject(), seq, err)
+	}
+	log.Info().Msg("gave up task")
+	return nil
+}
+
+// deleteTask removes the task at seq; one already gone is not an error.
+func (s *Store) deleteTask(ctx context.Context, seq uint64) error {
+	err := s.stream.DeleteMsg(ctx, seq)
+	if err == nil {
+		return nil
+	}
+	// A failed delete says why only in text; ask whether it is gone.
+	if _, gerr := s.stream.GetMsg(ctx, seq); errors.Is(gerr, natsjs.ErrMsgNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ReleaseConversation removes whatever task the conversation has in the
+// queue, queued, running or stuck after its last delivery, and reports how
+// many it removed (0 or 1). It is the operator's way out ("botctl tasks
+// cancel") and the recovery path for a task whose last delivery died with
+// its worker, which nobody holds any more to GiveUp.
+//
+// A worker still running the removed task finds out when its Ack fails or
+// is ignored; it must not write a final state over the operator's.
+func (s *Store) ReleaseConversation(ctx context.Context, bot, conversation, reason string) (uint64, error) {
+	subj := s.names.TaskSubject(bot, conversation)
+	msg, err := s.stream.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("release conversation %s of bot %s: %w", conversation, bot, err)
+	}
+	if err := s.deleteTask(ctx, msg.Sequence); err != nil {
+		return 0, fmt.Errorf("release conversation %s of bot %s: seq %d: %w", conversation, bot, msg.Sequence, err)
+	}
+	s.opts.Logger.Info().Str("bot", bot).Str("conversation", conversation).Uint64("seq", msg.Sequence).
+		Str("reason", reason).Msg("released conversation")
+	return 1, nil
+}

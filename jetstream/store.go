@@ -1,0 +1,327 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix          = "BOTCTL"
+	DefaultReplicas        = 1
+	DefaultDuplicateWindow = 10 * time.Minute
+	DefaultTaskAckWait     = 30 * time.Second
+	DefaultTaskMaxDeliver  = 5
+	DefaultRecordTTL       = 7 * 24 * time.Hour
+	DefaultContextHistory  = 1
+	DefaultContextTTL      = 24 * time.Hour
+	// WorkersConsumer is the durable pull consumer every worker pulls from.
+	WorkersConsumer = "workers"
+)
+
+// Options shape what Declare creates. The zero value is the default of
+// every field; a field left zero takes its default.
+type Options struct {
+	// Prefix names everything: the stream <Prefix>_TASKS, the buckets
+	// <Prefix>_TASKS, <Prefix>_OUTPUT, <Prefix>_CONTEXT, <Prefix>_WATERMARKS
+	// and the subjects <prefix>.tasks.> (lower case). Letters, digits, '_'
+	// and '-'. Two deployments sharing one NATS account need two prefixes.
+	// Default "BOTCTL".
+	Prefix string
+
+	// Replicas of the stream, its consumer and every bucket: 1 for the
+	// embedded server, 3 (or 5) on a NATS cluster. Raising it on an existing
+	// deployment is an update the server performs in place. Default 1.
+	Replicas int
+
+	// DuplicateWindow is how long the task stream remembers a msgid: a task
+	// published again within it (WeCom resending a callback, a spool drained
+	// after a publish whose ack was lost) is acknowledged as a duplicate and
+	// not queued twice. Longer costs server memory per message; shorter
+	// risks a second run of a task whose first publish outlived the window
+	// (an outage spooled for longer than this). Default 10m.
+	DuplicateWindow time.Duration
+
+	// TaskAckWait is how long a worker may hold a task without acking or
+	// sending an in-progress ack before it is redelivered to another worker.
+	// Shorter recovers faster from a dead worker but needs more frequent
+	// in-progress acks. Default 30s.
+	TaskAckWait time.Duration
+
+	// TaskMaxDeliver is how many times a task is delivered before the
+	// server stops delivering it. Such a task stays in the queue and keeps
+	// its conversation busy until someone calls GiveUp or
+	// ReleaseConversation. Default 5.
+	TaskMaxDeliver int
+
+	// RecordTTL bounds how long a task record and its output are kept after
+	// their last write, so the buckets do not grow without end. It must be
+	// far longer than any task and any delivery retry: a record that expires
+	// before it is delivered is lost to the pusher. Default 7 days.
+	RecordTTL time.Duration
+
+	// ContextHistory is how many revisions of a conversation's context the
+	// context bucket keeps (1 to 64). Above 1 an operator can read earlier
+	// turns with `nats kv history`; the pusher and workers read only the
+	// latest. Default 1.
+	ContextHistory int
+
+	// ContextTTL forgets a conversation's context after this long without a
+	// new turn; together with ContextMaxBytes it bounds the context bucket.
+	// Default 24h.
+	ContextTTL time.Duration
+
+	// ContextMaxBytes bounds the whole context bucket; when full the oldest
+	// contexts are dropped first. Zero is unlimited.
+	ContextMaxBytes int64
+
+	// Logger records given-up tasks and released conversations.
+	// The zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// withDefaults fills zero fields and rejects values the server would refuse
+// or that break the design, naming the field.
+func (o Options) withDefaults() (Options, error) {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if !prefixRE.MatchString(o.Prefix) {
+		return o, fmt.Errorf("jetstream options: Prefix %q: use letters, digits, '_' and '-' only", o.Prefix)
+	}
+	if o.Replicas == 0 {
+		o.Replicas = DefaultReplicas
+	}
+	if o.Replicas < 1 || o.Replicas > 5 {
+		return o, fmt.Errorf("jetstream options: Replicas %d: must be 1 to 5", o.Replicas)
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if o.DuplicateWindow < 100*time.Millisecond {
+		return o, fmt.Errorf("jetstream options: DuplicateWindow %s: must be at least 100ms", o.DuplicateWindow)
+	}
+	if o.TaskAckWait == 0 {
+		o.TaskAckWait = DefaultTaskAckWait
+	}
+	if o.TaskAckWait < 0 {
+		return o, fmt.Errorf("jetstream options: TaskAckWait %s: must be positive", o.TaskAckWait)
+	}
+	if o.TaskMaxDeliver == 0 {
+		o.TaskMaxDeliver = DefaultTaskMaxDeliver
+	}
+	if o.TaskMaxDeliver < 1 {
+		return o, fmt.Errorf("jetstream options: TaskMaxDeliver %d: must be at least 1", o.TaskMaxDeliver)
+	}
+	if o.RecordTTL == 0 {
+		o.RecordTTL = DefaultRecordTTL
+	}
+	if o.RecordTTL < 0 {
+		return o, fmt.Errorf("jetstream options: RecordTTL %s: must be positive", o.RecordTTL)
+	}
+	if o.ContextHistory == 0 {
+		o.ContextHistory = DefaultContextHistory
+	}
+	if o.ContextHistory < 1 || o.ContextHistory > 64 {
+		return o, fmt.Errorf("jetstream options: ContextHistory %d: must be 1 to 64", o.ContextHistory)
+	}
+	if o.ContextTTL == 0 {
+		o.ContextTTL = DefaultContextTTL
+	}
+	if o.ContextTTL < 0 {
+		return o, fmt.Errorf("jetstream options: ContextTTL %s: must be positive", o.ContextTTL)
+	}
+	if o.ContextMaxBytes < 0 {
+		return o, fmt.Errorf("jetstream options: ContextMaxBytes %d: must be zero (unlimited) or positive", o.ContextMaxBytes)
+	}
+	return o, nil
+}
+
+// Names are the names of everything Declare creates for one prefix, for
+// tools and operators (`nats stream info <TaskStream>`).
+type Names struct {
+	TaskStream        string // work-queue stream of tasks, e.g. BOTCTL_TASKS
+	TaskSubjectPrefix string // e.g. botctl.tasks; subjects are <this>.<bot>.<conversation>
+	Consumer          string // durable pull consumer on TaskStream: "workers"
+	TasksBucket       string // KV of task records, e.g. BOTCTL_TASKS (stream KV_BOTCTL_TASKS)
+	OutputBucket      string // KV of per-task output, e.g. BOTCTL_OUTPUT
+	ContextBucket     string // KV of conversation context, e.g. BOTCTL_CONTEXT
+	WatermarksBucket  string // KV of per-bot watermarks, e.g. BOTCTL_WATERMARKS
+}
+
+// NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
+// validate prefix; Declare does.
+func NamesFor(prefix string) Names {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Names{
+		TaskStream:        prefix + "_TASKS",
+		TaskSubjectPrefix: strings.ToLower(prefix) + ".tasks",
+		Consumer:          WorkersConsumer,
+		TasksBucket:       prefix + "_TASKS",
+		OutputBucket:      prefix + "_OUTPUT",
+		ContextBucket:     prefix + "_CONTEXT",
+		WatermarksBucket:  prefix + "_WATERMARKS",
+	}
+}
+
+// Store is botctl's data plane in JetStream, as declared by Declare. It is
+// safe for concurrent use.
+type Store struct {
+	js      natsjs.JetStream
+	opts    Options
+	names   Names
+	stream  natsjs.Stream
+	workers natsjs.Consumer
+
+	tasks, output, context, watermarks natsjs.KeyValue
+}
+
+// Declare creates, or updates to match opts, the task stream, its workers
+// consumer and the four buckets, and returns a Store bound to them. It is
+// idempotent: on a deployment already declared with the same opts (a second
+// call, a restart, another node starting) it changes nothing. Stored tasks,
+// records and consumer state are kept across calls.
+//
+// An option the server cannot change in place (the task stream's retention,
+// for one) fails with the server's error; nothing is deleted to make it fit.
+func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := NamesFor(opts.Prefix)
+	s := &Store{js: js, opts: opts, names: n}
+
+	s.stream, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+		Name:        n.TaskStream,
+		Description: "botctl tasks: one per conversation at a time; a second is refused (the conversation mutex)",
+		Subjects:    []string{n.TaskSubjectPrefix + ".*.*"},
+		Retention:   natsjs.WorkQueuePolicy,
+		Storage:     natsjs.FileStorage,
+		Replicas:    opts.Replicas,
+		// The conversation mutex: at most one message per conversation
+		// subject, and the server refuses the next one (err_code 10077,
+		// "maximum messages per subject exceeded") instead of replacing it.
+		MaxMsgsPerSubject:    1,
+		Discard:              natsjs.DiscardNew,
+		DiscardNewPerSubject: true,
+		// Idempotent dispatch: the WeCom msgid is the message id.
+		Duplicates: opts.DuplicateWindow,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("declare stream %s: %w", n.TaskStream, err)
+	}
+
+	s.workers, err = s.stream.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{
+		Durable:       n.Consumer,
+		Description:   "botctl workers pull tasks here, on every node",
+		DeliverPolicy: natsjs.DeliverAllPolicy,
+		AckPolicy:     natsjs.AckExplicitPolicy,
+		AckWait:       opts.TaskAckWait,
+		MaxDeliver:    opts.TaskMaxDeliver,
+		Replicas:      opts.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("declare consumer %s on %s: %w", n.Consumer, n.TaskStream, err)
+	}
+
+	// History 1 everywhere but the context bucket: a task record carries its
+	// own transition log (state, reason, time), the output value is the
+	// accumulated answer so only the latest matters (a watch resuming from a
+	// watermark sees the latest value of each key changed since), and a
+	// watermark is a single number.
+	buckets := []struct {
+		kv  *natsjs.KeyValue
+		cfg natsjs.KeyValueConfig
+	}{
+		{&s.tasks, natsjs.KeyValueConfig{
+			Bucket:      n.TasksBucket,
+			Description: "botctl task records: raw message context, execution and delivery state; key = task id",
+			History:     1,
+			TTL:         opts.RecordTTL,
+		}},
+		{&s.output, natsjs.KeyValueConfig{
+			Bucket:      n.OutputBucket,
+			Description: "botctl task output: the accumulated answer, written by workers, watched by the pusher; key = task id",
+			History:     1,
+			TTL:         opts.RecordTTL,
+		}},
+		{&s.context, natsjs.KeyValueConfig{
+			Bucket:      n.ContextBucket,
+			Description: "botctl conversation context for multi-turn answers; key = <bot>.<conversation>",
+			History:     uint8(opts.ContextHistory),
+			TTL:         opts.ContextTTL,
+			MaxBytes:    opts.ContextMaxBytes,
+		}},
+		{&s.watermarks, natsjs.KeyValueConfig{
+			Bucket:      n.WatermarksBucket,
+			Description: "botctl per-bot watermarks (pusher revision, last inbound event); key = bot",
+			History:     1,
+		}},
+	}
+	for _, b := range buckets {
+		b.cfg.Storage = natsjs.FileStorage
+		b.cfg.Replicas = opts.Replicas
+		if b.cfg.MaxBytes == 0 {
+			b.cfg.MaxBytes = -1
+		}
+		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("declare bucket %s: %w", b.cfg.Bucket, err)
+		}
+		*b.kv = kv
+	}
+	return s, nil
+}
+
+// Names returns the names of what the store uses.
+func (s *Store) Names() Names { return s.names }
+
+// Options returns the options the store was declared with, defaults filled.
+func (s *Store) Options() Options { return s.opts }
+
+// JetStream returns the JetStream handle the store was declared on.
+func (s *Store) JetStream() natsjs.JetStream { return s.js }
+
+// TaskStream returns the task stream.
+func (s *Store) TaskStream() natsjs.Stream { return s.stream }
+
+// Workers returns the durable pull consumer workers fetch tasks from. A
+// worker acks a task when done (which removes it and frees the conversation),
+// sends InProgress while it runs, and calls GiveUp instead of a last Nak.
+func (s *Store) Workers() natsjs.Consumer { return s.workers }
+
+// Tasks returns the bucket of task records, keyed by TaskKey(task id).
+func (s *Store) Tasks() natsjs.KeyValue { return s.tasks }
+
+// Output returns the bucket of per-task output, keyed by TaskKey(task id).
+func (s *Store) Output() natsjs.KeyValue { return s.output }
+
+// Context returns the bucket of conversation context, keyed by
+// ConversationKey(bot, conversation).
+func (s *Store) Context() natsjs.KeyValue { return s.context }
+
+// Watermarks returns the bucket of per-bot watermarks, keyed by
+// BotKey(bot) (or BotKey(bot)+"."+name for several per bot).
+func (s *Store) Watermarks() natsjs.KeyValue { return s.watermarks }
+
+// TaskSubject is the subject of a conversation's task; see Names.TaskSubject.
+func (s *Store) TaskSubject(bot, conversation string) string {
+	return s.names.TaskSubject(bot, conversation)
+}
+
+// ParseTaskSubject returns the bot and conversation of a task subject, for
+// a worker holding a message: s.ParseTaskSubject(msg.Subject()).
+func (s *Store) ParseTaskSubject(subject string) (bot, conversation string, err error) {
+	return s.names.ParseTaskSubject(subject)
+}

@@ -1,0 +1,225 @@
+package jetstream
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+func TestDeclareCreatesEverything(t *testing.T) {
+	leakCheck(t)
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx := ctxT(t)
+	st := declare(t, js, Options{})
+
+	n := st.Names()
+	want := Names{
+		TaskStream:        "BOTCTL_TASKS",
+		TaskSubjectPrefix: "botctl.tasks",
+		Consumer:          "workers",
+		TasksBucket:       "BOTCTL_TASKS",
+		OutputBucket:      "BOTCTL_OUTPUT",
+		ContextBucket:     "BOTCTL_CONTEXT",
+		WatermarksBucket:  "BOTCTL_WATERMARKS",
+	}
+	if n != want {
+		t.Fatalf("Names() = %+v, want %+v", n, want)
+	}
+
+	info, err := st.TaskStream().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := info.Config
+	if c.Retention != natsjs.WorkQueuePolicy || c.MaxMsgsPerSubject != 1 || !c.DiscardNewPerSubject ||
+		c.Discard != natsjs.DiscardNew || c.Duplicates != 10*time.Minute || c.Storage != natsjs.FileStorage ||
+		c.Replicas != 1 || !reflect.DeepEqual(c.Subjects, []string{"botctl.tasks.*.*"}) {
+		t.Fatalf("task stream config = %+v", c)
+	}
+
+	ci, err := st.Workers().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := ci.Config
+	if cc.Durable != "workers" || cc.AckPolicy != natsjs.AckExplicitPolicy || cc.AckWait != 30*time.Second || cc.MaxDeliver != 5 {
+		t.Fatalf("workers consumer config = %+v", cc)
+	}
+
+	for _, b := range []struct {
+		kv      natsjs.KeyValue
+		name    string
+		history int64
+		ttl     time.Duration
+	}{
+		{st.Tasks(), "BOTCTL_TASKS", 1, 7 * 24 * time.Hour},
+		{st.Output(), "BOTCTL_OUTPUT", 1, 7 * 24 * time.Hour},
+		{st.Context(), "BOTCTL_CONTEXT", 1, 24 * time.Hour},
+		{st.Watermarks(), "BOTCTL_WATERMARKS", 1, 0},
+	} {
+		status, err := b.kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status.Bucket() != b.name || status.History() != b.history || status.TTL() != b.ttl {
+			t.Errorf("bucket %s: got %s history %d ttl %s, want history %d ttl %s",
+				b.name, status.Bucket(), status.History(), status.TTL(), b.history, b.ttl)
+		}
+	}
+}
+
+// Declaring again, from another node or after a restart of the server on
+// the same data dir, changes nothing and keeps every task and record.
+func TestDeclareIsIdempotent(t *testing.T) {
+	leakCheck(t)
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	ctx := ctxT(t)
+	opts := Options{TaskAckWait: 45 * time.Second, ContextHistory: 5}
+
+	st := declare(t, js, opts)
+	before := snapshot(t, st)
+	if _, err := st.PublishTask(ctx, "bot1", "alice", "m1", []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Tasks().Put(ctx, TaskKey("m1"), []byte(`{"state":"queued"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the task un-acked: a worker is running it.
+	if batch, err := st.Workers().Fetch(1, natsjs.FetchMaxWait(10*time.Second)); err != nil {
+		t.Fatal(err)
+	} else {
+		for range batch.Messages() {
+		}
+	}
+
+	st2 := declare(t, js, opts)
+	if got := snapshot(t, st2); !reflect.DeepEqual(got, before) {
+		t.Fatalf("second Declare changed the configuration:\n got %+v\nwant %+v", got, before)
+	}
+
+	// Restart the server on the same data dir; a new client declares again.
+	nc.Close()
+	srv.stop()
+	srv.start()
+	_, js = connect(t, srv)
+	st3 := declare(t, js, opts)
+	if got := snapshot(t, st3); !reflect.DeepEqual(got, before) {
+		t.Fatalf("Declare after restart changed the configuration:\n got %+v\nwant %+v", got, before)
+	}
+	info, err := st3.TaskStream().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("task stream holds %d messages after restart, want 1", info.State.Msgs)
+	}
+	ci, err := st3.Workers().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.NumAckPending != 1 {
+		t.Fatalf("workers consumer has %d tasks pending ack after restart, want 1 (the running one)", ci.NumAckPending)
+	}
+	if e, err := st3.Tasks().Get(ctx, TaskKey("m1")); err != nil || string(e.Value()) != `{"state":"queued"}` {
+		t.Fatalf("task record after restart: %v, %v", e, err)
+	}
+	// The conversation is still busy: the mutex survived the restart.
+	if _, err := st3.PublishTask(ctx, "bot1", "alice", "m2", nil); !errorsIs(err, ErrConversationBusy) {
+		t.Fatalf("publish to a busy conversation after restart: %v, want ErrConversationBusy", err)
+	}
+}
+
+// declared is what Declare decides: stream, consumer and bucket configs,
+// plus creation times (a re-creation would change them).
+type declared struct {
+	Stream   natsjs.StreamConfig
+	Created  time.Time
+	Consumer natsjs.ConsumerConfig
+	CCreated time.Time
+	Buckets  map[string]natsjs.StreamConfig
+}
+
+func snapshot(t *testing.T, st *Store) declared {
+	t.Helper()
+	ctx := ctxT(t)
+	info, err := st.TaskStream().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := st.Workers().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := declared{Stream: info.Config, Created: info.Created.UTC(), Consumer: ci.Config, CCreated: ci.Created.UTC(), Buckets: map[string]natsjs.StreamConfig{}}
+	for _, kv := range []natsjs.KeyValue{st.Tasks(), st.Output(), st.Context(), st.Watermarks()} {
+		s, err := st.JetStream().Stream(ctx, "KV_"+kv.Bucket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Buckets[kv.Bucket()] = s.CachedInfo().Config
+	}
+	return d
+}
+
+func TestDeclareUpdatesConsumer(t *testing.T) {
+	leakCheck(t)
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	declare(t, js, Options{})
+	st := declare(t, js, Options{TaskAckWait: time.Minute, TaskMaxDeliver: 9})
+	ci, err := st.Workers().Info(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Config.AckWait != time.Minute || ci.Config.MaxDeliver != 9 {
+		t.Fatalf("after re-Declare: AckWait %s MaxDeliver %d, want 1m and 9", ci.Config.AckWait, ci.Config.MaxDeliver)
+	}
+}
+
+func TestDeclareRejectsBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		key  string
+	}{
+		{Options{Prefix: "BOT.CTL"}, "Prefix"},
+		{Options{Prefix: "BOT CTL"}, "Prefix"},
+		{Options{Replicas: 7}, "Replicas"},
+		{Options{DuplicateWindow: time.Millisecond}, "DuplicateWindow"},
+		{Options{TaskAckWait: -time.Second}, "TaskAckWait"},
+		{Options{TaskMaxDeliver: -1}, "TaskMaxDeliver"},
+		{Options{ContextHistory: 65}, "ContextHistory"},
+		{Options{ContextTTL: -1}, "ContextTTL"},
+		{Options{RecordTTL: -1}, "RecordTTL"},
+		{Options{ContextMaxBytes: -5}, "ContextMaxBytes"},
+	} {
+		// No server needed: options are checked before any request.
+		_, err := Declare(ctxT(t), nil, tc.opts)
+		if err == nil || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("Declare(%+v) = %v, want an error naming %s", tc.opts, err, tc.key)
+		}
+	}
+}
+
+func TestPrefixNamesEverything(t *testing.T) {
+	leakCheck(t)
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	a := declare(t, js, Options{})
+	b := declare(t, js, Options{Prefix: "STAGING"})
+	if got := b.TaskSubject("bot", "c"); got != "staging.tasks.bot.c" {
+		t.Fatalf("TaskSubject with prefix STAGING = %q", got)
+	}
+	ctx := ctxT(t)
+	// Same conversation, two deployments: no interference.
+	if _, err := a.PublishTask(ctx, "bot", "c", "m1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PublishTask(ctx, "bot", "c", "m1", nil); err != nil {
+		t.Fatal(err)
+	}
+}
