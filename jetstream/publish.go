@@ -42,6 +42,10 @@ var (
 // large", all with code 503.
 const busyDescription = "maximum messages per subject exceeded"
 
+// tooLargeDescription is nats-server's ErrMsgTooLarge, also 10077 and 503,
+// but final: the same task will never fit.
+const tooLargeDescription = "message too large"
+
 // errCodeStoreFailed is nats-server's JSStreamStoreFailedF; nats.go has no
 // constant for it.
 const errCodeStoreFailed natsjs.ErrorCode = 10077
@@ -96,6 +100,8 @@ func classify(ctx context.Context, err error) error {
 		switch {
 		case apiErr.ErrorCode == errCodeStoreFailed && apiErr.Description == busyDescription:
 			return fmt.Errorf("%w (%w)", ErrConversationBusy, err)
+		case apiErr.ErrorCode == errCodeStoreFailed && apiErr.Description == tooLargeDescription:
+			return fmt.Errorf("%w: %w", ErrTaskRejected, err)
 		case apiErr.Code == 503:
 			// Store closed, no quorum, JetStream off: the server is there
 			// but cannot store now.
@@ -135,10 +141,12 @@ func (s *Store) FinalDelivery(msg natsjs.Msg) bool {
 // that when GiveUp returns nil a new task for the conversation is accepted.
 //
 // Why both: a message whose deliveries reached TaskMaxDeliver stays in the
-// work queue, and a Term that arrives after that point no longer removes
-// it; a Term in time does, but Term is fire-and-forget. The delete is
-// confirmed by the server. Recording the reason in the task record is the
-// caller's job.
+// work queue. The server removes it on a Term even then (nats-server
+// 2.15), but Term is fire-and-forget, the removal happens later in the
+// consumer, and nats.go refuses to send Term for a message it has already
+// acked or nacked (ErrMsgAlreadyAckd) — the usual case for a worker that
+// nacked its last delivery. The delete is confirmed by the server.
+// Recording the reason in the task record is the caller's job.
 func (s *Store) GiveUp(ctx context.Context, msg natsjs.Msg, reason string) error {
 	meta, err := msg.Metadata()
 	if err != nil {
