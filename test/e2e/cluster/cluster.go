@@ -1,0 +1,545 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Options configure a Cluster. Zero values take the defaults named.
+type Options struct {
+	Bin string // the botctl binary (Build)
+	Dir string // data directories go here
+	// Bots are the bot ids; each bot's secret is "s-"+id. Default ["b1"].
+	Bots []string
+	// TTL and Margin are passed to every node as --election-ttl and
+	// --election-safety-margin. Default 3s and 1s.
+	TTL, Margin time.Duration
+	// SimArgs are extra `botctl sim` flags (e.g. --rate-limit).
+	SimArgs []string
+	// NodeArgs are extra `botctl serve` flags for every node.
+	NodeArgs []string
+	// StartTimeout bounds waiting for each process's ready line. Default 30s.
+	StartTimeout time.Duration
+}
+
+// Cluster is one `botctl infra`, one `botctl sim` and any number of
+// `botctl serve` nodes pointed at them.
+type Cluster struct {
+	Opts    Options
+	EtcdURL string // http://127.0.0.1:P
+	NATSURL string
+	SimWS   string // ws://ADDR/
+	SimHTTP string // http://ADDR
+	Infra   *Proc
+	Sim     *Proc
+
+	mu      sync.Mutex
+	nodes   map[string]*Node
+	procs   []*Proc
+	subs    []Subscribe
+	subsCh  chan struct{}
+	closed  bool
+	restart map[string]int
+}
+
+// Node is one `botctl serve` process.
+type Node struct {
+	ID      string
+	API     string // http://ADDR
+	EtcdURL string
+	Proc    *Proc
+}
+
+// Subscribe is one successful subscribe at the simulator, timestamped when
+// the simulator's log line about it was read (sub-millisecond after the
+// simulator accepted it).
+type Subscribe struct {
+	At   time.Time
+	Bot  string
+	Conn int64
+}
+
+var (
+	infraReady = regexp.MustCompile(`infra ready: etcd (\S+) nats (\S+)`)
+	simReady   = regexp.MustCompile(`wecomsim listening on ws://(\S+)/`)
+	nodeReady  = regexp.MustCompile(`API http://(\S+)/status`)
+)
+
+// Start starts infra and the simulator. Close the cluster even on error.
+func Start(o Options) (*Cluster, error) {
+	if len(o.Bots) == 0 {
+		o.Bots = []string{"b1"}
+	}
+	if o.TTL == 0 {
+		o.TTL = 3 * time.Second
+	}
+	if o.Margin == 0 {
+		o.Margin = time.Second
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 30 * time.Second
+	}
+	c := &Cluster{Opts: o, nodes: map[string]*Node{}, subsCh: make(chan struct{}), restart: map[string]int{}}
+
+	// etcd needs a fixed port: pick a free one, retry if someone took it.
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		etcdAddr, err := FreePort()
+		if err != nil {
+			return c, err
+		}
+		p, err := c.start("infra", []string{"infra", "--data-dir", filepath.Join(o.Dir, fmt.Sprintf("infra%d", attempt)),
+			"--etcd-listen", etcdAddr, "--nats-listen", "127.0.0.1:0"}, StartOptions{})
+		if err != nil {
+			return c, err
+		}
+		l, err := p.WaitStdout("infra ready", o.StartTimeout)
+		if err != nil {
+			lastErr = err
+			p.Kill()
+			continue
+		}
+		m := infraReady.FindStringSubmatch(l.Text)
+		if m == nil {
+			return c, fmt.Errorf("infra ready line not understood: %q", l.Text)
+		}
+		c.Infra, c.EtcdURL, c.NATSURL, lastErr = p, m[1], m[2], nil
+		break
+	}
+	if lastErr != nil {
+		return c, lastErr
+	}
+
+	args := []string{"sim", "--listen", "127.0.0.1:0", "--log-format", "json"}
+	for _, b := range o.Bots {
+		args = append(args, "--bot", b+":s-"+b)
+	}
+	args = append(args, o.SimArgs...)
+	p, err := c.start("sim", args, StartOptions{OnStderr: c.simLine})
+	if err != nil {
+		return c, err
+	}
+	l, err := p.WaitStdout("wecomsim listening", o.StartTimeout)
+	if err != nil {
+		return c, err
+	}
+	m := simReady.FindStringSubmatch(l.Text)
+	if m == nil {
+		return c, fmt.Errorf("sim ready line not understood: %q", l.Text)
+	}
+	c.Sim, c.SimWS, c.SimHTTP = p, "ws://"+m[1]+"/", "http://"+m[1]
+	return c, nil
+}
+
+func (c *Cluster) start(name string, args []string, o StartOptions) (*Proc, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("cluster closed")
+	}
+	p, err := StartProc(name, c.Opts.Bin, args, o)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// simLine records the simulator's "subscribed" log lines.
+func (c *Cluster) simLine(l Line) {
+	if !strings.Contains(l.Text, `"subscribed"`) {
+		return
+	}
+	var e struct {
+		Message string `json:"message"`
+		Bot     string `json:"bot"`
+		Conn    int64  `json:"conn"`
+	}
+	if json.Unmarshal([]byte(l.Text), &e) != nil || e.Message != "subscribed" {
+		return
+	}
+	c.mu.Lock()
+	c.subs = append(c.subs, Subscribe{At: l.At, Bot: e.Bot, Conn: e.Conn})
+	close(c.subsCh)
+	c.subsCh = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// WaitSubscribed waits for the first subscribe of bot read after `after`.
+func (c *Cluster) WaitSubscribed(bot string, after time.Time, timeout time.Duration) (Subscribe, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		for _, s := range c.subs {
+			if s.Bot == bot && s.At.After(after) {
+				c.mu.Unlock()
+				return s, nil
+			}
+		}
+		ch := c.subsCh
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return Subscribe{}, fmt.Errorf("no subscribe of bot %s at the simulator within %v", bot, timeout)
+		}
+	}
+}
+
+// Subscribes lists every subscribe seen so far.
+func (c *Cluster) Subscribes() []Subscribe {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Subscribe(nil), c.subs...)
+}
+
+// StartNode starts `botctl serve` as id, serving every bot, and waits for
+// its ready line. etcdURL "" means the cluster's etcd.
+func (c *Cluster) StartNode(id, etcdURL string) (*Node, error) {
+	if etcdURL == "" {
+		etcdURL = c.EtcdURL
+	}
+	c.mu.Lock()
+	c.restart[id]++
+	gen := c.restart[id]
+	c.mu.Unlock()
+	args := []string{"serve", "--node-id", id, "--data-dir", filepath.Join(c.Opts.Dir, "node-"+id),
+		"--etcd", etcdURL, "--nats", c.NATSURL, "--wecom-url", c.SimWS, "--listen", "127.0.0.1:0",
+		"--election-ttl", c.Opts.TTL.String(), "--election-safety-margin", c.Opts.Margin.String()}
+	for _, b := range c.Opts.Bots {
+		args = append(args, "--bot", b+":s-"+b)
+	}
+	args = append(args, c.Opts.NodeArgs...)
+	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{})
+	if err != nil {
+		return nil, err
+	}
+	l, err := p.WaitStdout("serving bots", c.Opts.StartTimeout)
+	if err != nil {
+		return nil, err
+	}
+	m := nodeReady.FindStringSubmatch(l.Text)
+	if m == nil {
+		return nil, fmt.Errorf("node ready line not understood: %q", l.Text)
+	}
+	n := &Node{ID: id, API: "http://" + m[1], EtcdURL: etcdURL, Proc: p}
+	c.mu.Lock()
+	c.nodes[id] = n
+	c.mu.Unlock()
+	return n, nil
+}
+
+// RestartNode starts id again with the same etcd URL as before.
+func (c *Cluster) RestartNode(id string) (*Node, error) {
+	n := c.Node(id)
+	if n == nil {
+		return nil, fmt.Errorf("no node %s", id)
+	}
+	n.Proc.Kill()
+	return c.StartNode(id, n.EtcdURL)
+}
+
+// Node is the latest process of node id (nil if never started).
+func (c *Cluster) Node(id string) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[id]
+}
+
+// Nodes are the latest process of every node, sorted by id.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*Node
+	for _, n := range c.nodes {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Alive are the nodes whose latest process is running.
+func (c *Cluster) Alive() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes() {
+		select {
+		case <-n.Proc.Done():
+		default:
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Close kills every process the cluster started (whole process groups).
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	c.closed = true
+	procs := c.procs
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Kill() }()
+	}
+	wg.Wait()
+}
+
+// Dump is every process's command line, exit state and stderr tail, for
+// failure messages.
+func (c *Cluster) Dump(lines int) string {
+	c.mu.Lock()
+	procs := append([]*Proc(nil), c.procs...)
+	c.mu.Unlock()
+	var b strings.Builder
+	for _, p := range procs {
+		fmt.Fprintf(&b, "=== %s (pid %d, %s): botctl %s\n%s", p.Name, p.Pid(), p.exitDesc(), strings.Join(redactArgs(p.Args), " "), p.StderrTail(lines))
+	}
+	return b.String()
+}
+
+func redactArgs(args []string) []string {
+	out := append([]string(nil), args...)
+	for i := 1; i < len(out); i++ {
+		if out[i-1] == "--bot" {
+			if id, _, ok := strings.Cut(out[i], ":"); ok {
+				out[i] = id + ":…"
+			}
+		}
+	}
+	return out
+}
+
+// ---- HTTP helpers ----
+
+var httpc = &http.Client{Timeout: 5 * time.Second}
+
+func getJSON(url string, v any) error {
+	resp, err := httpc.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return json.Unmarshal(body, v)
+}
+
+// SimStats is the part of GET /control/stats the tests use.
+type SimStats struct {
+	BotID        string `json:"bot_id"`
+	Connections  int64  `json:"connections"`
+	Kicks        int64  `json:"kicks"`
+	Connected    bool   `json:"connected"`
+	Undelivered  int64  `json:"undelivered"`
+	NotSubscribe int64  `json:"not_subscribed"`
+	InvalidReqID int64  `json:"invalid_req_ids"`
+	AuthFailures int64  `json:"auth_failures"`
+}
+
+// Stats reads the simulator's counters of bot.
+func (c *Cluster) Stats(bot string) (SimStats, error) {
+	var s SimStats
+	err := getJSON(c.SimHTTP+"/control/stats?bot_id="+bot, &s)
+	return s, err
+}
+
+// PostResult is POST /control/messages's answer.
+type PostResult struct {
+	MsgID     string `json:"msgid"`
+	Seq       int64  `json:"seq"`
+	Delivered bool   `json:"delivered"`
+	ReqID     string `json:"req_id"`
+}
+
+// PostMessage acts as user sending text to bot.
+func (c *Cluster) PostMessage(bot, user, text string) (PostResult, error) {
+	var r PostResult
+	body, _ := json.Marshal(map[string]string{"bot_id": bot, "user_id": user, "text": text})
+	resp, err := httpc.Post(c.SimHTTP+"/control/messages", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return r, fmt.Errorf("POST /control/messages: %s: %s", resp.Status, data)
+	}
+	return r, json.Unmarshal(data, &r)
+}
+
+// TranscriptEntry is one message of GET /control/transcript.
+type TranscriptEntry struct {
+	Seq      int64  `json:"seq"`
+	From     string `json:"from"`
+	MsgID    string `json:"msgid"`
+	ReplyTo  string `json:"reply_to"`
+	Kind     string `json:"kind"`
+	Content  string `json:"content"`
+	Finished bool   `json:"finished"`
+}
+
+// Transcript reads what chat shows of bot.
+func (c *Cluster) Transcript(bot, chat string) ([]TranscriptEntry, error) {
+	var t struct {
+		Messages []TranscriptEntry `json:"messages"`
+	}
+	err := getJSON(c.SimHTTP+"/control/transcript?bot_id="+bot+"&chat="+chat, &t)
+	return t.Messages, err
+}
+
+// NodeInfo is the part of a node's GET /status the tests use.
+type NodeInfo struct {
+	ID   string `json:"id"`
+	Bots map[string]struct {
+		State string `json:"state"`
+		Term  int64  `json:"term"`
+	} `json:"bots"`
+}
+
+// Info reads the node's own /status.
+func (n *Node) Info() (NodeInfo, error) {
+	var i NodeInfo
+	err := getJSON(n.API+"/status", &i)
+	return i, err
+}
+
+// Healthy is true when the node's /healthz says it reaches etcd.
+func (n *Node) Healthy() bool {
+	resp, err := httpc.Get(n.API + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Leaders asks every live node which bots it leads: bot → node ids.
+func (c *Cluster) Leaders() (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, n := range c.Alive() {
+		info, err := n.Info()
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.ID, err)
+		}
+		for bot, st := range info.Bots {
+			if st.State == "leader" {
+				out[bot] = append(out[bot], n.ID)
+			}
+		}
+	}
+	return out, nil
+}
+
+// WaitStable polls until every bot has exactly one leader among the live
+// nodes, that leader's connection is up at the simulator, and every other
+// live node is a standby for it. It returns bot → leader.
+func (c *Cluster) WaitStable(timeout time.Duration) (map[string]string, error) {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		leaders, err := c.stableOnce()
+		if err == nil {
+			return leaders, nil
+		}
+		last = err.Error()
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("cluster not stable within %v: %s", timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) stableOnce() (map[string]string, error) {
+	out := map[string]string{}
+	alive := c.Alive()
+	infos := map[string]NodeInfo{}
+	for _, n := range alive {
+		info, err := n.Info()
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.ID, err)
+		}
+		infos[n.ID] = info
+	}
+	for _, bot := range c.Opts.Bots {
+		for id, info := range infos {
+			switch st := info.Bots[bot].State; st {
+			case "leader":
+				if out[bot] != "" {
+					return nil, fmt.Errorf("bot %s led by %s and %s", bot, out[bot], id)
+				}
+				out[bot] = id
+			case "standby":
+			default:
+				return nil, fmt.Errorf("bot %s on node %s is %q", bot, id, st)
+			}
+		}
+		if out[bot] == "" {
+			return nil, fmt.Errorf("bot %s has no leader", bot)
+		}
+		s, err := c.Stats(bot)
+		if err != nil {
+			return nil, err
+		}
+		if !s.Connected {
+			return nil, fmt.Errorf("bot %s not connected at the simulator", bot)
+		}
+	}
+	return out, nil
+}
+
+// Status runs `botctl status --etcd … --json` and returns its raw output.
+func (c *Cluster) Status(ctx context.Context) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.Opts.Bin, "status", "--etcd", c.EtcdURL, "--json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("botctl status: %w: %s", err, stderr.String())
+	}
+	return out, nil
+}
+
+// Run runs botctl with args to completion (at most timeout) and returns its
+// exit code, stdout and stderr.
+func Run(bin string, timeout time.Duration, args ...string) (int, string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return -1, stdout.String(), stderr.String(), fmt.Errorf("botctl %s: still running after %v", strings.Join(args, " "), timeout)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), stdout.String(), stderr.String(), nil
+	}
+	if err != nil {
+		return -1, stdout.String(), stderr.String(), err
+	}
+	return 0, stdout.String(), stderr.String(), nil
+}
+
+// MkdirTemp is os.MkdirTemp with a botctl prefix.
+func MkdirTemp() (string, error) { return os.MkdirTemp("", "botctl-e2e-") }

@@ -1,0 +1,255 @@
+// Package cluster runs real botctl processes (infra, sim, serve nodes) for
+// the end-to-end tests in test/e2e and the failover benchmark in
+// test/failover. Every process runs in its own process group and is killed
+// with it on Close; on Linux the kernel also kills it if this process dies.
+package cluster
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// RepoRoot is the directory of the botctl go.mod (found with `go env GOMOD`).
+func RepoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("go env GOMOD: not inside the botctl module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Build compiles ./cmd/botctl into dir and returns the binary's path.
+func Build(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "botctl")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/botctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/botctl: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// FreePort returns "127.0.0.1:P" for a port that was free a moment ago.
+func FreePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Line is one line of a process's output and when it was read.
+type Line struct {
+	At   time.Time
+	Text string
+}
+
+// maxStderr is how many stderr lines a Proc keeps (the newest).
+const maxStderr = 2000
+
+// Proc is a running child process whose stdout and stderr are read line by
+// line as they come.
+type Proc struct {
+	Name string
+	Args []string
+	cmd  *exec.Cmd
+
+	mu      sync.Mutex
+	stdout  []Line
+	stderr  []Line
+	changed chan struct{} // closed and replaced on every new line and at exit
+	done    chan struct{}
+	state   *os.ProcessState
+	waitErr error
+}
+
+// StartOptions tune Start.
+type StartOptions struct {
+	// OnStderr, if set, is called for every stderr line as soon as it is
+	// read, on the reading goroutine (keep it quick).
+	OnStderr func(Line)
+	Env      []string // added to the environment
+}
+
+// StartProc runs bin with args in its own process group.
+func StartProc(name, bin string, args []string, o StartOptions) (*Proc, error) {
+	p := &Proc{Name: name, Args: args, changed: make(chan struct{}), done: make(chan struct{})}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), o.Env...)
+	cmd.SysProcAttr = sysProcAttr()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p.cmd = cmd
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); p.read(stdout, &p.stdout, nil, 0) }()
+	go func() { defer readers.Done(); p.read(stderr, &p.stderr, o.OnStderr, maxStderr) }()
+	go func() {
+		readers.Wait() // Wait must not run before the pipes are drained
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.state, p.waitErr = cmd.ProcessState, err
+		p.notifyLocked()
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *Proc) read(r io.Reader, into *[]Line, hook func(Line), keep int) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		l := Line{At: time.Now(), Text: sc.Text()}
+		if hook != nil {
+			hook(l)
+		}
+		p.mu.Lock()
+		*into = append(*into, l)
+		if keep > 0 && len(*into) > 2*keep {
+			*into = append([]Line(nil), (*into)[len(*into)-keep:]...)
+		}
+		p.notifyLocked()
+		p.mu.Unlock()
+	}
+	io.Copy(io.Discard, r)
+}
+
+func (p *Proc) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// Pid is the process id (also its process group id).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// WaitStdout waits until a stdout line contains substr and returns it. The
+// error names the process, says whether it exited, and ends with its stderr.
+func (p *Proc) WaitStdout(substr string, timeout time.Duration) (Line, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	seen := 0
+	for {
+		p.mu.Lock()
+		for ; seen < len(p.stdout); seen++ {
+			if strings.Contains(p.stdout[seen].Text, substr) {
+				l := p.stdout[seen]
+				p.mu.Unlock()
+				return l, nil
+			}
+		}
+		ch, exited := p.changed, p.state != nil
+		p.mu.Unlock()
+		if exited {
+			return Line{}, fmt.Errorf("%s exited (%v) before printing %q\nstdout:\n%s\nstderr:\n%s", p.Name, p.exitDesc(), substr, p.Stdout(), p.StderrTail(60))
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return Line{}, fmt.Errorf("%s did not print %q within %v\nstdout:\n%s\nstderr:\n%s", p.Name, substr, timeout, p.Stdout(), p.StderrTail(60))
+		}
+	}
+}
+
+// Stdout is everything the process printed to stdout so far.
+func (p *Proc) Stdout() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for _, l := range p.stdout {
+		b.WriteString(l.Text)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// StderrTail is the last n lines of stderr.
+func (p *Proc) StderrTail(n int) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ls := p.stderr
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	var b strings.Builder
+	for _, l := range ls {
+		b.WriteString(l.Text)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// Stderr is all kept stderr (the last maxStderr..2*maxStderr lines).
+func (p *Proc) Stderr() string { return p.StderrTail(1 << 30) }
+
+// Signal sends sig to the process (not its group).
+func (p *Proc) Signal(sig syscall.Signal) error {
+	return syscall.Kill(p.Pid(), sig)
+}
+
+// Kill kills the whole process group with SIGKILL and waits for the exit
+// (at most 10 s). Safe to call on an exited process.
+func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		syscall.Kill(-p.Pid(), syscall.SIGKILL) // stray children, if any
+		return
+	default:
+	}
+	syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// Wait waits up to timeout for the exit and returns the exit code (-1 for a
+// signal death).
+func (p *Proc) Wait(timeout time.Duration) (int, error) {
+	select {
+	case <-p.done:
+		return p.state.ExitCode(), nil
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("%s still running after %v\nstderr:\n%s", p.Name, timeout, p.StderrTail(40))
+	}
+}
+
+func (p *Proc) exitDesc() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return "running"
+	}
+	return p.state.String()
+}

@@ -1,0 +1,431 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/faultproxy"
+	"github.com/botctl/botctl/test/e2e/cluster"
+)
+
+// a. One leader per bot; `botctl status --json`, every node's /status and
+// the simulator agree.
+func TestOneLeaderPerBot(t *testing.T) {
+	bots := []string{"b1", "b2", "b3"}
+	c := newCluster(t, bots)
+	startNodes(t, c, 3)
+	leaders := waitStable(t, c)
+	t.Logf("leaders: %v", leaders)
+
+	eventually(t, 15*time.Second, "botctl status --json agrees with the nodes", func() error {
+		raw, err := c.Status(ctxTimeout(t, 15*time.Second))
+		if err != nil {
+			return err
+		}
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &top); err != nil {
+			return fmt.Errorf("status --json is not a JSON object: %v\n%s", err, raw)
+		}
+		var keys []string
+		for k := range top {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		if !slices.Equal(keys, []string{"bots", "nodes"}) {
+			t.Fatalf("status --json top-level keys = %v, want exactly [bots nodes]\n%s", keys, raw)
+		}
+		var st struct {
+			Nodes []struct {
+				ID string `json:"id"`
+			} `json:"nodes"`
+			Bots []map[string]json.RawMessage `json:"bots"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, raw)
+		}
+		var nodeIDs []string
+		for _, n := range st.Nodes {
+			nodeIDs = append(nodeIDs, n.ID)
+		}
+		sort.Strings(nodeIDs)
+		if !slices.Equal(nodeIDs, []string{"n1", "n2", "n3"}) {
+			return fmt.Errorf("status nodes = %v, want [n1 n2 n3]", nodeIDs)
+		}
+		if len(st.Bots) != len(bots) {
+			return fmt.Errorf("status has %d bots, want %d\n%s", len(st.Bots), len(bots), raw)
+		}
+		for _, b := range st.Bots {
+			for _, k := range []string{"id", "leader", "since"} {
+				if _, ok := b[k]; !ok {
+					t.Fatalf("a bot in status --json lacks %q: %s", k, raw)
+				}
+			}
+			var id, leader string
+			var since *time.Time
+			json.Unmarshal(b["id"], &id)
+			json.Unmarshal(b["leader"], &leader)
+			if err := json.Unmarshal(b["since"], &since); err != nil || since == nil || since.IsZero() {
+				return fmt.Errorf("bot %s: since = %s, want the term's start time", id, b["since"])
+			}
+			if leaders[id] != leader {
+				return fmt.Errorf("bot %s: status says leader %q, the nodes say %q", id, leader, leaders[id])
+			}
+		}
+		return nil
+	})
+
+	// The leaders did not move while we looked, and every bot is connected
+	// once, with no kicks.
+	again := waitStable(t, c)
+	if fmt.Sprint(again) != fmt.Sprint(leaders) {
+		t.Errorf("leaders moved without a fault: %v then %v", leaders, again)
+	}
+	for _, b := range bots {
+		s, err := c.Stats(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.Connected || s.Connections != 1 || s.Kicks != 0 {
+			t.Errorf("bot %s at the simulator: connected=%v connections=%d kicks=%d, want true/1/0", b, s.Connected, s.Connections, s.Kicks)
+		}
+	}
+}
+
+// b. Graceful stop: SIGTERM on a leader → a new leader is subscribed within
+// one campaign round (well below the TTL), the old node exits 0, no kicks.
+func TestGracefulStop(t *testing.T) {
+	bots := []string{"b1", "b2"}
+	c := newCluster(t, bots)
+	startNodes(t, c, 3)
+	leaders := waitStable(t, c)
+	old := c.Node(leaders["b1"])
+
+	t0 := time.Now()
+	if err := old.Proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.WaitSubscribed("b1", t0, 3*ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := sub.At.Sub(t0)
+	t.Logf("graceful handover of b1 from %s: new connection subscribed %v after SIGTERM (TTL %v)", old.ID, took.Round(time.Millisecond), ttl)
+	if took >= ttl {
+		t.Errorf("graceful handover took %v, want well below the TTL %v (resign must be immediate)", took, ttl)
+	}
+	code, err := old.Proc.Wait(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Errorf("node %s exited %d after SIGTERM, want 0", old.ID, code)
+	}
+	after := waitStable(t, c)
+	if after["b1"] == old.ID {
+		t.Fatalf("b1 still led by the stopped node %s", old.ID)
+	}
+	requireNoKicks(t, c, bots...)
+}
+
+// c. Crash: SIGKILL on the leader → another node takes over once the lease
+// expires (about the TTL), no kicks.
+func TestCrashTakeover(t *testing.T) {
+	c := newCluster(t, []string{"b1"})
+	startNodes(t, c, 3)
+	leaders := waitStable(t, c)
+	old := c.Node(leaders["b1"])
+
+	t0 := time.Now()
+	old.Proc.Kill()
+	sub, err := c.WaitSubscribed("b1", t0, ttl+15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := sub.At.Sub(t0)
+	t.Logf("crash takeover of b1 from %s: new connection subscribed %v after SIGKILL (TTL %v)", old.ID, took.Round(time.Millisecond), ttl)
+	if limit := ttl + 3*time.Second; took > limit {
+		t.Errorf("crash takeover took %v, want at most TTL + slack = %v", took, limit)
+	}
+	after := waitStable(t, c)
+	if after["b1"] == old.ID {
+		t.Fatalf("b1 still led by the killed node %s", old.ID)
+	}
+	requireNoKicks(t, c, "b1")
+}
+
+// d. Partition: the leader loses etcd (its traffic runs through a fault
+// proxy that blackholes it) → it closes its connection before another node
+// takes over (no kick); after healing it does not reconnect over the new
+// leader.
+func TestPartitionLeaderLosesEtcd(t *testing.T) {
+	c := newCluster(t, []string{"b1"})
+	proxy, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(c.EtcdURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+
+	n1 := startNode(t, c, "n1", "http://"+proxy.Addr())
+	if l := waitStable(t, c); l["b1"] != "n1" {
+		t.Fatalf("b1 led by %s, want n1 (the only node)", l["b1"])
+	}
+	startNode(t, c, "n2", "")
+	startNode(t, c, "n3", "")
+	if l := waitStable(t, c); l["b1"] != "n1" {
+		t.Fatalf("b1 moved to %s when other nodes joined", l["b1"])
+	}
+	before, err := c.Stats("b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t0 := time.Now()
+	proxy.Blackhole()
+	sub, err := c.WaitSubscribed("b1", t0, ttl+20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("partition: another node subscribed b1 %v after n1 lost etcd (TTL %v, margin %v)", sub.At.Sub(t0).Round(time.Millisecond), ttl, margin)
+	var newLeader string
+	eventually(t, 15*time.Second, "one new leader, n1 not leading", func() error {
+		l, err := c.Leaders()
+		if err != nil {
+			return err
+		}
+		if len(l["b1"]) != 1 || l["b1"][0] == "n1" {
+			return fmt.Errorf("leaders of b1: %v", l["b1"])
+		}
+		newLeader = l["b1"][0]
+		return nil
+	})
+	requireNoKicks(t, c, "b1")
+	mid, err := c.Stats("b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mid.Connections != before.Connections+1 {
+		t.Errorf("connections %d → %d during the partition, want exactly one new", before.Connections, mid.Connections)
+	}
+
+	proxy.Heal()
+	eventually(t, 30*time.Second, "n1 reaches etcd again", func() error {
+		if !n1.Healthy() {
+			return fmt.Errorf("n1 /healthz not ok")
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, "n1 back to standby", func() error {
+		info, err := n1.Info()
+		if err != nil {
+			return err
+		}
+		if st := info.Bots["b1"].State; st != "standby" {
+			return fmt.Errorf("n1 b1 state %q", st)
+		}
+		return nil
+	})
+	// The negative check needs a window: for two TTLs, n1 must not connect
+	// (which would kick the new leader) and leadership must not move.
+	end := time.Now().Add(2 * ttl)
+	for time.Now().Before(end) {
+		s, err := c.Stats("b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Kicks != 0 || s.Connections != mid.Connections {
+			t.Fatalf("after heal: kicks %d, connections %d → %d: the old leader reconnected over %s", s.Kicks, mid.Connections, s.Connections, newLeader)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l, err := c.Leaders()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l["b1"]) != 1 || l["b1"][0] != newLeader {
+		t.Errorf("after heal, leaders of b1 = %v, want [%s]", l["b1"], newLeader)
+	}
+}
+
+// e. Messages posted while leadership moves are each answered exactly once.
+func TestMessagesDuringHandover(t *testing.T) {
+	c := newCluster(t, []string{"b1"}, "--rate-limit", "100000")
+	startNodes(t, c, 3)
+	waitStable(t, c)
+
+	type sent struct {
+		cluster.PostResult
+		text string
+	}
+	var (
+		mu    sync.Mutex
+		posts []sent
+		stop  = make(chan struct{})
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			text := fmt.Sprintf("m%d", i)
+			r, err := c.PostMessage("b1", "alice", text)
+			if err != nil {
+				t.Errorf("post %s: %v", text, err)
+				return
+			}
+			mu.Lock()
+			posts = append(posts, sent{r, text})
+			mu.Unlock()
+		}
+	}()
+
+	// waitPosts waits until n more messages were posted, so that every
+	// phase (before, during and after each handover) has traffic.
+	waitPosts := func(n int) {
+		mu.Lock()
+		target := len(posts) + n
+		mu.Unlock()
+		eventually(t, 30*time.Second, "messages posted", func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(posts) < target {
+				return fmt.Errorf("%d of %d posted", len(posts), target)
+			}
+			return nil
+		})
+	}
+	for round := 0; round < 2; round++ {
+		leaders := waitStable(t, c)
+		waitPosts(15)
+		old := c.Node(leaders["b1"])
+		t0 := time.Now()
+		if err := old.Proc.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WaitSubscribed("b1", t0, 3*ttl); err != nil {
+			t.Fatal(err)
+		}
+		if code, err := old.Proc.Wait(20 * time.Second); err != nil || code != 0 {
+			t.Fatalf("node %s after SIGTERM: exit %d, %v", old.ID, code, err)
+		}
+		if _, err := c.RestartNode(old.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStable(t, c)
+	waitPosts(15)
+	close(stop)
+	<-done
+
+	mu.Lock()
+	defer mu.Unlock()
+	delivered := map[string]string{}
+	undelivered := map[string]bool{}
+	for _, p := range posts {
+		if p.Delivered {
+			delivered[p.MsgID] = p.text
+		} else {
+			undelivered[p.MsgID] = true
+		}
+	}
+	t.Logf("posted %d messages during 2 handovers: %d delivered, %d not (no connection at that moment)", len(posts), len(delivered), len(undelivered))
+	if len(delivered) < len(posts)/2 {
+		t.Errorf("only %d of %d messages delivered", len(delivered), len(posts))
+	}
+	var replies map[string][]cluster.TranscriptEntry
+	eventually(t, 15*time.Second, "every delivered message answered", func() error {
+		tr, err := c.Transcript("b1", "alice")
+		if err != nil {
+			return err
+		}
+		replies = map[string][]cluster.TranscriptEntry{}
+		for _, e := range tr {
+			if e.From == "bot" {
+				replies[e.ReplyTo] = append(replies[e.ReplyTo], e)
+			}
+		}
+		var missing []string
+		for id, text := range delivered {
+			if len(replies[id]) == 0 {
+				missing = append(missing, text)
+			}
+		}
+		if len(missing) > 0 {
+			sort.Strings(missing)
+			return fmt.Errorf("%d delivered messages unanswered: %v", len(missing), missing)
+		}
+		return nil
+	})
+	for id, rs := range replies {
+		text, ok := delivered[id]
+		switch {
+		case !ok && undelivered[id]:
+			t.Errorf("message %s was never delivered but has %d replies", id, len(rs))
+		case !ok:
+			t.Errorf("reply to unknown message %s", id)
+		case len(rs) != 1:
+			t.Errorf("message %s (%q) has %d replies, want exactly 1 (handled twice): %+v", id, text, len(rs), rs)
+		}
+		for _, r := range rs {
+			if !strings.HasPrefix(r.Content, "已收到 (node ") || !r.Finished || r.Kind != "stream" {
+				t.Errorf("reply to %q: kind %s finished %v content %q, want one finished stream starting with 已收到 (node …", text, r.Kind, r.Finished, r.Content)
+			}
+		}
+	}
+	requireNoKicks(t, c, "b1")
+}
+
+// f. Bad flags are rejected with exit code 2 and an error naming the flag
+// or config key; secrets are not echoed.
+func TestBadFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: skipped in -short mode")
+	}
+	dir := t.TempDir()
+	base := []string{"serve", "--node-id", "n1", "--data-dir", dir, "--etcd", "http://127.0.0.1:1",
+		"--nats", "nats://127.0.0.1:1", "--wecom-url", "ws://127.0.0.1:1/", "--listen", "127.0.0.1:0"}
+	with := func(extra ...string) []string { return append(append([]string(nil), base...), extra...) }
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"ttl below etcd minimum", with("--bot", "b1:s1", "--election-ttl", "1s"), "election.ttl"},
+		{"margin not below ttl", with("--bot", "b1:s1", "--election-ttl", "3s", "--election-safety-margin", "5s"), "election.safety_margin"},
+		{"ttl not a duration", with("--bot", "b1:s1", "--election-ttl", "soon"), "election"},
+		{"etcd endpoint without scheme", []string{"serve", "--etcd", "localhost:2379"}, "etcd.endpoints"},
+		{"etcd endpoint without scheme, full flags", with("--bot", "b1:s1", "--etcd", "localhost:2379"), "etcd.endpoints"},
+		{"bot without id", with("--bot", ":topsecret"), "--bot"},
+		{"unknown flag", with("--bot", "b1:s1", "--no-such-flag"), "no-such-flag"},
+		{"infra without data dir", []string{"infra"}, "--data-dir"},
+		{"infra etcd port 0", []string{"infra", "--data-dir", dir, "--etcd-listen", "127.0.0.1:0"}, "--etcd-listen"},
+		{"sim bot without secret", []string{"sim", "--listen", "127.0.0.1:0", "--bot", "nosecret"}, "--bot"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr, err := cluster.Run(bin, 20*time.Second, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != 2 {
+				t.Errorf("botctl %s: exit %d, want 2\nstdout: %s\nstderr: %s", strings.Join(tc.args, " "), code, stdout, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("botctl %s: stderr does not name %q:\n%s", strings.Join(tc.args, " "), tc.want, stderr)
+			}
+			if strings.Contains(stdout+stderr, "topsecret") {
+				t.Errorf("botctl %s echoed the secret:\n%s%s", strings.Join(tc.args, " "), stdout, stderr)
+			}
+		})
+	}
+}
