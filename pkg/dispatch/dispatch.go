@@ -1,0 +1,229 @@
+// Package dispatch hands a task to compute, in three tiers: (1) the
+// JetStream work queue, which healthy workers pull; (2) a configured fixed
+// worker's exec API, when the queue cannot be reached; (3) the leader's own
+// in-process worker, when neither can.
+//
+// The red line: a business refusal is an answer, not a failure. When the
+// queue refuses a task because its conversation already has one
+// (ErrConversationBusy), Dispatch reports Busy and stops: the task is never
+// retried on another tier and never run locally. Only "unavailable" falls
+// back. Every fallback is logged with its reason and counted.
+//
+// When the queue is unavailable the task is also written to the local
+// spool (if configured), so that it reaches the queue when JetStream is
+// back, whatever the fallback tiers manage: a worker that then pulls a task
+// already finished by a fallback skips it (the task record says so).
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/rs/zerolog"
+)
+
+// Tier names where a task went.
+type Tier string
+
+const (
+	TierQueue Tier = "queue"
+	TierFixed Tier = "fixed"
+	TierLocal Tier = "local"
+)
+
+// ExecPath is the exec API path every node serves (tier 2).
+const ExecPath = "/v1/exec"
+
+// Outcome is where a task went.
+type Outcome struct {
+	Tier      Tier
+	Busy      bool // refused: the conversation already has a task (an answer, not a failure)
+	Duplicate bool // the msgid was dispatched before: nothing done
+	Spooled   bool // written to the local spool for the queue
+	Seq       uint64
+}
+
+// Config configures a Dispatcher.
+type Config struct {
+	// Publish is tier 1: normally (*jetstream.Store).PublishTask.
+	Publish func(ctx context.Context, bot, conversation, msgid string, payload []byte) (jetstream.PublishResult, error)
+	// Spool keeps a task for the queue while it is unavailable (nil: none).
+	Spool func(m task.Message, payload []byte) error
+	// FixedWorker is tier 2: the base URL of a worker node's API, e.g.
+	// http://10.0.0.7:8391 ("" skips the tier).
+	FixedWorker string
+	// Local is tier 3: start the task on this node's worker and return
+	// (nil skips the tier).
+	Local func(m task.Message) error
+	// PublishTimeout bounds tier 1: past it the queue counts as
+	// unavailable. Default 2s.
+	PublishTimeout time.Duration
+	// Client calls the fixed worker. Default: 5s timeout.
+	Client *http.Client
+	Logger zerolog.Logger
+}
+
+// Dispatcher routes tasks through the tiers.
+type Dispatcher struct {
+	cfg Config
+	log zerolog.Logger
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// Stats counts outcomes and fallbacks since start.
+type Stats struct {
+	Queued     int64            `json:"queued"`
+	Busy       int64            `json:"busy"`
+	Duplicates int64            `json:"duplicates"`
+	Fixed      int64            `json:"fixed"`
+	Local      int64            `json:"local"`
+	Spooled    int64            `json:"spooled"`
+	Failed     int64            `json:"failed"`
+	Fallbacks  map[string]int64 `json:"fallbacks"` // "queue→fixed", "fixed→local", …
+}
+
+// New makes a Dispatcher.
+func New(cfg Config) (*Dispatcher, error) {
+	if cfg.Publish == nil {
+		return nil, errors.New("dispatch: Publish (tier 1) is required")
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 2 * time.Second
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 5 * time.Second}
+	}
+	return &Dispatcher{cfg: cfg, log: cfg.Logger.With().Str("component", "dispatch").Logger(),
+		stats: Stats{Fallbacks: map[string]int64{}}}, nil
+}
+
+// Stats returns the counters.
+func (d *Dispatcher) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.stats
+	s.Fallbacks = make(map[string]int64, len(d.stats.Fallbacks))
+	for k, v := range d.stats.Fallbacks {
+		s.Fallbacks[k] = v
+	}
+	return s
+}
+
+func (d *Dispatcher) count(f func(*Stats)) {
+	d.mu.Lock()
+	f(&d.stats)
+	d.mu.Unlock()
+}
+
+// ErrNoTier: every tier failed; the error wraps each tier's reason.
+var ErrNoTier = errors.New("dispatch: no tier could take the task")
+
+// Dispatch hands m to compute. A busy conversation is Outcome{Busy: true}
+// with a nil error.
+func (d *Dispatcher) Dispatch(ctx context.Context, m task.Message) (Outcome, error) {
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return Outcome{}, err
+	}
+	log := d.log.With().Str("bot", m.Bot).Str("task", m.TaskID).Str("msgid", m.MsgID).Logger()
+
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
+	res, err := d.cfg.Publish(pctx, m.Bot, m.Chat, m.MsgID, payload)
+	cancel()
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: no ack within %s: %w", jetstream.ErrUnavailable, d.cfg.PublishTimeout, err)
+	}
+	switch {
+	case err == nil && res.Duplicate:
+		d.count(func(s *Stats) { s.Duplicates++ })
+		return Outcome{Tier: TierQueue, Duplicate: true, Seq: res.Seq}, nil
+	case err == nil:
+		d.count(func(s *Stats) { s.Queued++ })
+		return Outcome{Tier: TierQueue, Seq: res.Seq}, nil
+	case errors.Is(err, jetstream.ErrConversationBusy):
+		// The red line: an answer. Never another tier, never local.
+		d.count(func(s *Stats) { s.Busy++ })
+		return Outcome{Busy: true}, nil
+	case !errors.Is(err, jetstream.ErrUnavailable):
+		// Refused for good (ErrTaskRejected) or the caller gave up.
+		d.count(func(s *Stats) { s.Failed++ })
+		return Outcome{}, err
+	}
+
+	// The queue is unavailable: keep the task for it, then fall back.
+	out := Outcome{}
+	queueErr := err
+	if d.cfg.Spool != nil {
+		if serr := d.cfg.Spool(m, payload); serr != nil {
+			log.Error().Err(serr).Msg("spool write failed")
+		} else {
+			out.Spooled = true
+			d.count(func(s *Stats) { s.Spooled++ })
+		}
+	}
+	errs := []error{fmt.Errorf("queue: %w", queueErr)}
+	from := "queue"
+	if d.cfg.FixedWorker != "" {
+		d.fallback(log, from, "fixed", queueErr)
+		ferr := d.fixed(ctx, payload)
+		if ferr == nil {
+			d.count(func(s *Stats) { s.Fixed++ })
+			out.Tier = TierFixed
+			return out, nil
+		}
+		errs = append(errs, fmt.Errorf("fixed worker %s: %w", d.cfg.FixedWorker, ferr))
+		queueErr, from = ferr, "fixed"
+	}
+	if d.cfg.Local != nil {
+		d.fallback(log, from, "local", queueErr)
+		lerr := d.cfg.Local(m)
+		if lerr == nil {
+			d.count(func(s *Stats) { s.Local++ })
+			out.Tier = TierLocal
+			return out, nil
+		}
+		errs = append(errs, fmt.Errorf("local worker: %w", lerr))
+	}
+	if out.Spooled {
+		// Nothing runs it now, but it is safe on disk and reaches the
+		// queue when JetStream is back.
+		log.Warn().Msg("no tier available; task spooled for the queue")
+		return out, nil
+	}
+	d.count(func(s *Stats) { s.Failed++ })
+	return out, fmt.Errorf("%w: %w", ErrNoTier, errors.Join(errs...))
+}
+
+func (d *Dispatcher) fallback(log zerolog.Logger, from, to string, reason error) {
+	d.count(func(s *Stats) { s.Fallbacks[from+"→"+to]++ })
+	log.Warn().Str("from", from).Str("to", to).AnErr("reason", reason).Msg("dispatch fallback")
+}
+
+// fixed posts the task to the fixed worker's exec API, which accepts it
+// (202) and runs it in the background.
+func (d *Dispatcher) fixed(ctx context.Context, payload []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.cfg.FixedWorker+ExecPath, bytes.NewReader(payload))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.cfg.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("exec API answered %s", resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/rs/zerolog"
+)
+
+type tiers struct {
+	fixedCalls atomic.Int32
+	fixedCode  atomic.Int32
+	localCalls atomic.Int32
+	localErr   error
+	spooled    atomic.Int32
+}
+
+func setup(t *testing.T) (*testenv.JetStream, *tiers, *dispatch.Dispatcher) {
+	t.Helper()
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	tr := &tiers{}
+	tr.fixedCode.Store(http.StatusAccepted)
+	fixed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != dispatch.ExecPath {
+			http.NotFound(w, r)
+			return
+		}
+		tr.fixedCalls.Add(1)
+		w.WriteHeader(int(tr.fixedCode.Load()))
+	}))
+	t.Cleanup(fixed.Close)
+	d, err := dispatch.New(dispatch.Config{
+		Publish:     env.Store.PublishTask,
+		Spool:       func(task.Message, []byte) error { tr.spooled.Add(1); return nil },
+		FixedWorker: fixed.URL,
+		Local:       func(task.Message) error { tr.localCalls.Add(1); return tr.localErr },
+		Logger:      zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, tr, d
+}
+
+func msg(id, chat string) task.Message {
+	return task.Message{TaskID: task.ID("b", id), Bot: "b", MsgID: id, Chat: chat, Question: "q"}
+}
+
+func TestQueueDuplicateAndBusyIsAnAnswer(t *testing.T) {
+	_, tr, d := setup(t)
+	ctx := context.Background()
+	out, err := d.Dispatch(ctx, msg("m1", "alice"))
+	if err != nil || out.Tier != dispatch.TierQueue || out.Busy || out.Duplicate {
+		t.Fatalf("first: %+v %v", out, err)
+	}
+	out, err = d.Dispatch(ctx, msg("m1", "alice"))
+	if err != nil || !out.Duplicate {
+		t.Fatalf("same msgid: %+v %v, want duplicate", out, err)
+	}
+	// The red line: a busy conversation is an answer; no other tier runs it.
+	for range 5 {
+		out, err = d.Dispatch(ctx, msg("m2", "alice"))
+		if err != nil || !out.Busy {
+			t.Fatalf("busy conversation: %+v %v", out, err)
+		}
+	}
+	if tr.fixedCalls.Load() != 0 || tr.localCalls.Load() != 0 || tr.spooled.Load() != 0 {
+		t.Fatalf("busy task went elsewhere: fixed %d local %d spooled %d", tr.fixedCalls.Load(), tr.localCalls.Load(), tr.spooled.Load())
+	}
+	// Another conversation is not busy.
+	if out, err = d.Dispatch(ctx, msg("m3", "bob")); err != nil || out.Busy {
+		t.Fatalf("other conversation: %+v %v", out, err)
+	}
+	s := d.Stats()
+	if s.Queued != 2 || s.Busy != 5 || s.Duplicates != 1 || len(s.Fallbacks) != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestUnavailableFallsBackThroughTiers(t *testing.T) {
+	env, tr, d := setup(t)
+	env.Server.Close() // JetStream gone
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	out, err := d.Dispatch(ctx, msg("m1", "alice"))
+	if err != nil || out.Tier != dispatch.TierFixed || !out.Spooled {
+		t.Fatalf("queue down: %+v %v, want fixed tier and spooled", out, err)
+	}
+	tr.fixedCode.Store(http.StatusServiceUnavailable)
+	out, err = d.Dispatch(ctx, msg("m2", "alice"))
+	if err != nil || out.Tier != dispatch.TierLocal || !out.Spooled {
+		t.Fatalf("queue and fixed down: %+v %v, want local tier", out, err)
+	}
+	s := d.Stats()
+	if s.Fallbacks["queue→fixed"] != 2 || s.Fallbacks["fixed→local"] != 1 || s.Fixed != 1 || s.Local != 1 {
+		t.Fatalf("fallbacks not counted: %+v", s)
+	}
+}
+
+func TestNoTierAndNoSpoolIsAnError(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	d, _ := dispatch.New(dispatch.Config{Publish: env.Store.PublishTask, Local: func(task.Message) error { return errors.New("no slots") }, Logger: zerolog.Nop()})
+	env.Server.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := d.Dispatch(ctx, msg("m1", "alice")); !errors.Is(err, dispatch.ErrNoTier) {
+		t.Fatalf("err = %v, want ErrNoTier", err)
+	}
+}
