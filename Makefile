@@ -22,11 +22,15 @@ test:
 run: build
 	$(BIN) serve --demo
 
+# Go benchmarks, then the failover benchmark (real processes; production TTL
+# 20s, so about 8 minutes): writes bench/failover.md, fails if a target is missed.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	$(GO) run ./test/failover -rounds 20 -out bench/failover.md
 
+# The end-to-end partition tests, repeated (race detector on).
 chaos:
-	@echo "chaos suites arrive with the election issue (test/chaos)"
+	$(GO) test -race -count=5 -timeout 20m -run Partition -v ./test/e2e
 
 lint:
 	$(GO) vet $(PKGS)

@@ -80,6 +80,7 @@ type Proc struct {
 	done    chan struct{}
 	state   *os.ProcessState
 	waitErr error
+	exitAt  time.Time
 }
 
 // StartOptions tune Start.
@@ -115,8 +116,9 @@ func StartProc(name, bin string, args []string, o StartOptions) (*Proc, error) {
 	go func() {
 		readers.Wait() // Wait must not run before the pipes are drained
 		err := cmd.Wait()
+		at := time.Now()
 		p.mu.Lock()
-		p.state, p.waitErr = cmd.ProcessState, err
+		p.state, p.waitErr, p.exitAt = cmd.ProcessState, err, at
 		p.notifyLocked()
 		p.mu.Unlock()
 		close(p.done)
@@ -150,6 +152,13 @@ func (p *Proc) notifyLocked() {
 
 // Pid is the process id (also its process group id).
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// ExitedAt is when the process was reaped (zero while it runs).
+func (p *Proc) ExitedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitAt
+}
 
 // Done is closed when the process has exited.
 func (p *Proc) Done() <-chan struct{} { return p.done }
