@@ -1,0 +1,124 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults of ForwarderConfig.
+const (
+	DefaultForwardMinBackoff = 200 * time.Millisecond
+	DefaultForwardMaxBackoff = 10 * time.Second
+	DefaultForwardPoll       = 5 * time.Second
+)
+
+// ForwarderConfig configures a Forwarder.
+type ForwarderConfig struct {
+	// Spool to drain. Required.
+	Spool *Spool
+	// Publish forwards one entry; usually Store.SpoolPublisher. Required.
+	Publish PublishFunc
+	// MinBackoff is the wait before the first retry after a failed drain;
+	// each further failure doubles it up to MaxBackoff. Shorter finds
+	// JetStream back sooner but costs a failed publish (up to its timeout)
+	// per try. Defaults 200ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+	// Poll is how often an idle forwarder looks at the spool by itself.
+	// Kick wakes it at once; Poll covers whoever forgets to. Default 5s.
+	Poll time.Duration
+	// Logger records failed drains (one line per failure streak) and
+	// recoveries. The zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Forwarder drains a spool into JetStream whenever JetStream takes tasks
+// again. Run it in a goroutine the owner waits for; it ends with its
+// context.
+type Forwarder struct {
+	cfg  ForwarderConfig
+	kick chan struct{}
+}
+
+// NewForwarder checks cfg and fills its defaults.
+func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
+	if cfg.Spool == nil {
+		return nil, errors.New("forwarder: Spool is required")
+	}
+	if cfg.Publish == nil {
+		return nil, errors.New("forwarder: Publish is required")
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = DefaultForwardMinBackoff
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = DefaultForwardMaxBackoff
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = DefaultForwardPoll
+	}
+	if cfg.MinBackoff < 0 || cfg.MaxBackoff < cfg.MinBackoff {
+		return nil, errors.New("forwarder: need 0 < MinBackoff <= MaxBackoff")
+	}
+	if cfg.Poll < 0 {
+		return nil, errors.New("forwarder: Poll must be positive")
+	}
+	return &Forwarder{cfg: cfg, kick: make(chan struct{}, 1)}, nil
+}
+
+// Kick wakes the forwarder to drain now: call it after Append, and from
+// the NATS connection's reconnect handler. It never blocks; kicks while a
+// drain runs coalesce into one more drain.
+func (f *Forwarder) Kick() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run drains the spool at once, then whenever kicked or polled, retrying a
+// failed drain with exponential backoff, until ctx ends; then it returns
+// nil. A drain in progress sees ctx end too: the entry being published
+// stays in the spool.
+func (f *Forwarder) Run(ctx context.Context) error {
+	log := f.cfg.Logger
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var backoff time.Duration // > 0 while failing
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.kick:
+		case <-timer.C:
+		}
+		n, err := f.cfg.Spool.Drain(ctx, f.cfg.Publish)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if backoff == 0 {
+				backoff = f.cfg.MinBackoff
+				log.Warn().Err(err).Int("forwarded", n).Msg("spool: JetStream does not take tasks; retrying with backoff")
+			} else {
+				backoff = min(2*backoff, f.cfg.MaxBackoff)
+			}
+			resetTimer(timer, backoff)
+			continue
+		}
+		if backoff > 0 || n > 0 {
+			log.Info().Int("forwarded", n).Msg("spool drained")
+		}
+		backoff = 0
+		resetTimer(timer, f.cfg.Poll)
+	}
+}
+
+// resetTimer sets t to fire after d, whatever its state (Go 1.23+ timers
+// drop a stale value on Reset).
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	t.Reset(d)
+}
