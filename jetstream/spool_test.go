@@ -203,8 +203,8 @@ func TestSpoolPublisherOutcomes(t *testing.T) {
 
 	for _, e := range []SpoolEntry{
 		{Bot: "bot", Conversation: "alice", MsgID: "m1"},
-		{Bot: "bot", Conversation: "alice", MsgID: "m2"}, // busy: m1 is queued
-		{Bot: "bot", Conversation: "alice", MsgID: "m1"}, // WeCom resent m1
+		{Bot: "bot", Conversation: "alice", MsgID: "m2"},                             // busy: m1 is queued
+		{Bot: "bot", Conversation: "alice", MsgID: "m1"},                             // WeCom resent m1
 		{Bot: "bot", Conversation: "bob", MsgID: "m3", Payload: make([]byte, 2<<20)}, // too large
 		{Bot: "bot", Conversation: "carol", MsgID: "m4"},
 	} {
