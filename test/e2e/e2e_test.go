@@ -429,3 +429,86 @@ func TestBadFlags(t *testing.T) {
 		})
 	}
 }
+
+// d'. Partition of a standby: losing etcd on a node that does not lead
+// changes nothing for the bot; after healing the node is a standby again.
+func TestPartitionStandbyLosesEtcd(t *testing.T) {
+	c := newCluster(t, []string{"b1"})
+	proxy, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(c.EtcdURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	startNode(t, c, "n1", "")
+	if l := waitStable(t, c); l["b1"] != "n1" {
+		t.Fatalf("b1 led by %s, want n1 (the only node)", l["b1"])
+	}
+	n2 := startNode(t, c, "n2", "http://"+proxy.Addr())
+	startNode(t, c, "n3", "")
+	waitStable(t, c)
+	before, err := c.Stats("b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Blackhole()
+	// Long enough for n2's registration and any session of its own to
+	// notice: two TTLs. The leader must not move and nothing may connect.
+	end := time.Now().Add(2 * ttl)
+	for time.Now().Before(end) {
+		s, err := c.Stats("b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Connections != before.Connections || s.Kicks != 0 || !s.Connected {
+			t.Fatalf("standby partitioned: connections %d → %d, kicks %d, connected %v", before.Connections, s.Connections, s.Kicks, s.Connected)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	proxy.Heal()
+	eventually(t, 30*time.Second, "n2 reaches etcd again", func() error {
+		if !n2.Healthy() {
+			return fmt.Errorf("n2 /healthz not ok")
+		}
+		return nil
+	})
+	if l := waitStable(t, c); l["b1"] != "n1" {
+		t.Errorf("b1 moved to %s after a standby's partition healed", l["b1"])
+	}
+	requireNoKicks(t, c, "b1")
+}
+
+// d”. Partition between the leader and WeCom: its connection is cut (a
+// network blip) → it resigns and campaigns again; some node reconnects
+// within a few seconds, with no kick and one leader.
+func TestPartitionLeaderLosesWeCom(t *testing.T) {
+	c := newCluster(t, []string{"b1"})
+	simAddr := strings.TrimSuffix(strings.TrimPrefix(c.SimWS, "ws://"), "/")
+	proxy, err := faultproxy.New("127.0.0.1:0", simAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	if _, err := c.StartNodeWith("n1", cluster.NodeOptions{WeComURL: "ws://" + proxy.Addr() + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	if l := waitStable(t, c); l["b1"] != "n1" {
+		t.Fatalf("b1 led by %s, want n1 (the only node)", l["b1"])
+	}
+	startNode(t, c, "n2", "")
+	startNode(t, c, "n3", "")
+	waitStable(t, c)
+
+	t0 := time.Now()
+	proxy.CutAll()
+	sub, err := c.WaitSubscribed("b1", t0, 3*ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := waitStable(t, c)
+	t.Logf("WeCom connection of n1 cut: %s subscribed b1 %v later", leaders["b1"], sub.At.Sub(t0).Round(time.Millisecond))
+	if took := sub.At.Sub(t0); took >= ttl {
+		t.Errorf("reconnect after a cut took %v, want below the TTL %v (the term is resigned at once)", took, ttl)
+	}
+	requireNoKicks(t, c, "b1")
+}

@@ -58,10 +58,11 @@ type Cluster struct {
 
 // Node is one `botctl serve` process.
 type Node struct {
-	ID      string
-	API     string // http://ADDR
-	EtcdURL string
-	Proc    *Proc
+	ID       string
+	API      string // http://ADDR
+	EtcdURL  string // as given to StartNodeWith ("" = the cluster's)
+	WeComURL string
+	Proc     *Proc
 }
 
 // Subscribe is one successful subscribe at the simulator, timestamped when
@@ -211,15 +212,30 @@ func (c *Cluster) Subscribes() []Subscribe {
 // StartNode starts `botctl serve` as id, serving every bot, and waits for
 // its ready line. etcdURL "" means the cluster's etcd.
 func (c *Cluster) StartNode(id, etcdURL string) (*Node, error) {
+	return c.StartNodeWith(id, NodeOptions{EtcdURL: etcdURL})
+}
+
+// NodeOptions route one node's traffic (e.g. through a fault proxy).
+type NodeOptions struct {
+	EtcdURL  string // "" means the cluster's etcd
+	WeComURL string // "" means the simulator
+}
+
+// StartNodeWith is StartNode with per-node endpoints.
+func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
+	etcdURL, wecomURL := o.EtcdURL, o.WeComURL
 	if etcdURL == "" {
 		etcdURL = c.EtcdURL
+	}
+	if wecomURL == "" {
+		wecomURL = c.SimWS
 	}
 	c.mu.Lock()
 	c.restart[id]++
 	gen := c.restart[id]
 	c.mu.Unlock()
 	args := []string{"serve", "--node-id", id, "--data-dir", filepath.Join(c.Opts.Dir, "node-"+id),
-		"--etcd", etcdURL, "--nats", c.NATSURL, "--wecom-url", c.SimWS, "--listen", "127.0.0.1:0",
+		"--etcd", etcdURL, "--nats", c.NATSURL, "--wecom-url", wecomURL, "--listen", "127.0.0.1:0",
 		"--election-ttl", c.Opts.TTL.String(), "--election-safety-margin", c.Opts.Margin.String()}
 	for _, b := range c.Opts.Bots {
 		args = append(args, "--bot", b+":s-"+b)
@@ -237,21 +253,21 @@ func (c *Cluster) StartNode(id, etcdURL string) (*Node, error) {
 	if m == nil {
 		return nil, fmt.Errorf("node ready line not understood: %q", l.Text)
 	}
-	n := &Node{ID: id, API: "http://" + m[1], EtcdURL: etcdURL, Proc: p}
+	n := &Node{ID: id, API: "http://" + m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
 	return n, nil
 }
 
-// RestartNode starts id again with the same etcd URL as before.
+// RestartNode starts id again with the same endpoints as before.
 func (c *Cluster) RestartNode(id string) (*Node, error) {
 	n := c.Node(id)
 	if n == nil {
 		return nil, fmt.Errorf("no node %s", id)
 	}
 	n.Proc.Kill()
-	return c.StartNode(id, n.EtcdURL)
+	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL})
 }
 
 // Node is the latest process of node id (nil if never started).
