@@ -1,0 +1,160 @@
+// Package ai is the compute side's view of an AI model: a Backend takes a
+// task's conversation and streams the answer back as text deltas, which the
+// worker accumulates, coalesces and writes to the output bucket.
+//
+// Three backends sit behind the one interface:
+//
+//   - demo: a deterministic, made-up answer spread over a configurable time;
+//     for the simulator, demos and load tests. No model involved.
+//   - exec: a local command (argv, no shell) gets the task on stdin and its
+//     stdout is the answer, streamed as it is produced.
+//   - openai: any OpenAI-compatible chat-completions endpoint, streamed (SSE).
+//
+// What a Backend guarantees: emit is called from the goroutine that called
+// Stream, in order, with valid UTF-8 (never half a rune), and never after
+// Stream has returned; Stream returns nil only when the answer is complete;
+// when ctx ends it returns ctx.Err() promptly (well under a second) having
+// stopped whatever it started (HTTP request, child process and its process
+// group).
+//
+// What it does not guarantee: that an answer which failed half-way can be
+// resumed. A retry starts the answer again from the beginning, and for exec
+// and openai it is a new answer, not necessarily the same text. The worker
+// owns retries: no backend retries by itself.
+//
+// Errors are classified for the worker's retry decision: see ErrBackend,
+// ErrBadRequest, ErrTimeout and Retryable.
+package ai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Roles of a Message.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// Message is one turn of the conversation.
+type Message struct {
+	Role    string `json:"role"` // RoleSystem, RoleUser or RoleAssistant
+	Content string `json:"content"`
+}
+
+// Request is one task's input: the conversation's recent turns with the
+// user's question last.
+type Request struct {
+	TaskID   string    `json:"task_id"`
+	Messages []Message `json:"messages"`
+}
+
+// Question is the content of the last user message ("" if there is none).
+func (r Request) Question() string {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == RoleUser {
+			return r.Messages[i].Content
+		}
+	}
+	return ""
+}
+
+// validate refuses a request no backend can answer.
+func (r Request) validate() error {
+	for i, m := range r.Messages {
+		switch m.Role {
+		case RoleSystem, RoleUser, RoleAssistant:
+		default:
+			return fmt.Errorf("%w: task %s: message %d has role %q (want system, user or assistant)", ErrBadRequest, r.TaskID, i, m.Role)
+		}
+	}
+	if r.Question() == "" {
+		return fmt.Errorf("%w: task %s: no user message with a question", ErrBadRequest, r.TaskID)
+	}
+	return nil
+}
+
+// Backend streams an answer.
+type Backend interface {
+	// Name is the backend's kind and what it talks to, for logs and status
+	// ("demo", "exec:answer.sh", "openai:gpt-4o-mini"). It holds no secret.
+	Name() string
+	// Stream calls emit with each new piece of the answer, in order, and
+	// returns when the answer is complete (nil), ctx ends (ctx.Err()), or
+	// it fails (an error wrapping ErrBackend, ErrBadRequest or ErrTimeout).
+	// If emit returns an error, the stream stops and Stream returns that
+	// error unchanged.
+	Stream(ctx context.Context, req Request, emit func(delta string) error) error
+}
+
+// Errors a worker acts on. Every failure a backend returns wraps exactly one
+// of them; check with errors.Is.
+var (
+	// ErrBackend: the backend failed (HTTP 5xx or 429, connection cut,
+	// command exited non-zero, malformed stream). A retry, after a backoff,
+	// may well succeed. Text already emitted is part of a failed answer.
+	ErrBackend = errors.New("ai: backend failed")
+	// ErrBadRequest: the backend refused this request or this configuration
+	// (HTTP 400, 401, 403, 404, a content filter, no question in the task).
+	// Retrying the same request will not help: give up and tell the user.
+	ErrBadRequest = errors.New("ai: request refused")
+	// ErrTimeout: the answer was not complete within the backend's
+	// configured timeout. Retrying may help once (a slow moment of the
+	// model) but an answer that is simply too long will time out again.
+	ErrTimeout = errors.New("ai: answer timed out")
+)
+
+// Retryable reports whether a worker should try the task again after err:
+// true for ErrBackend and ErrTimeout; false for ErrBadRequest, for a context
+// that ended (the worker is stopping or the task was canceled) and for any
+// other error (such as one returned by emit).
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, ErrBadRequest) {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return errors.Is(err, ErrBackend) || errors.Is(err, ErrTimeout)
+}
+
+// errAnswerTimeout is the cause a backend puts on its own timeout context,
+// to tell its timeout (ErrTimeout) from the caller's context ending.
+var errAnswerTimeout = errors.New("ai: backend timeout")
+
+// Kinds of backend.
+const (
+	KindDemo   = "demo"
+	KindExec   = "exec"
+	KindOpenAI = "openai"
+)
+
+// Config chooses and configures the backend: the "ai" section of the node's
+// configuration. Only the section named by Kind is read.
+type Config struct {
+	// Kind is "demo", "exec" or "openai". Required.
+	Kind   string       `yaml:"kind"`
+	Demo   DemoConfig   `yaml:"demo"`
+	Exec   ExecConfig   `yaml:"exec"`
+	OpenAI OpenAIConfig `yaml:"openai"`
+}
+
+// New validates cfg, fills in defaults and returns the backend. Errors name
+// the configuration key at fault (ai.kind, ai.exec.command, …).
+func New(cfg Config) (Backend, error) {
+	switch cfg.Kind {
+	case KindDemo:
+		return newDemo(cfg.Demo)
+	case KindExec:
+		return newExec(cfg.Exec)
+	case KindOpenAI:
+		return newOpenAI(cfg.OpenAI, os.LookupEnv)
+	case "":
+		return nil, errors.New(`config key ai.kind: required (one of "demo", "exec", "openai")`)
+	}
+	return nil, fmt.Errorf(`config key ai.kind: %q is not a backend (want "demo", "exec" or "openai")`, cfg.Kind)
+}

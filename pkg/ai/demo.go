@@ -1,0 +1,198 @@
+package ai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// DemoConfig configures the demo backend: a deterministic answer, the same
+// for the same question and settings, streamed evenly over AnswerTime. It
+// calls no model; it exists so the whole pipeline (queue, worker, output
+// bucket, pusher, WeCom stream window) can be exercised and load-tested.
+type DemoConfig struct {
+	// AnswerTime is how long one answer takes to stream. Default 10s.
+	// Raise it to test heartbeats and the WeCom stream window (answers of
+	// several minutes); lower it for fast tests.
+	AnswerTime time.Duration `yaml:"answer_time"`
+	// Paragraphs is the number of numbered paragraphs. Default 3, at most
+	// 1000.
+	Paragraphs int `yaml:"paragraphs"`
+	// AnswerBytes, if set, makes the answer at least this many bytes long
+	// (paragraphs grow by whole sentences), e.g. 30000 to test answers
+	// larger than one WeCom message. Default 0: a few sentences per
+	// paragraph (a few hundred bytes). At most 16 MiB.
+	AnswerBytes int `yaml:"answer_bytes"`
+}
+
+const (
+	demoDefaultAnswerTime = 10 * time.Second
+	demoDefaultParagraphs = 3
+	demoMaxParagraphs     = 1000
+	demoMaxAnswerBytes    = 16 << 20
+	// demoTick is the pace of deltas: one piece per tick, so a 10 s answer
+	// arrives in about 200 small pieces whatever its size.
+	demoTick = 50 * time.Millisecond
+)
+
+type demoBackend struct {
+	cfg DemoConfig
+}
+
+func newDemo(cfg DemoConfig) (*demoBackend, error) {
+	switch {
+	case cfg.AnswerTime < 0:
+		return nil, fmt.Errorf("config key ai.demo.answer_time: %s is negative", cfg.AnswerTime)
+	case cfg.AnswerTime == 0:
+		cfg.AnswerTime = demoDefaultAnswerTime
+	}
+	switch {
+	case cfg.Paragraphs < 0 || cfg.Paragraphs > demoMaxParagraphs:
+		return nil, fmt.Errorf("config key ai.demo.paragraphs: %d is out of range (0 for the default %d, at most %d)", cfg.Paragraphs, demoDefaultParagraphs, demoMaxParagraphs)
+	case cfg.Paragraphs == 0:
+		cfg.Paragraphs = demoDefaultParagraphs
+	}
+	if cfg.AnswerBytes < 0 || cfg.AnswerBytes > demoMaxAnswerBytes {
+		return nil, fmt.Errorf("config key ai.demo.answer_bytes: %d is out of range (0 for natural length, at most %d)", cfg.AnswerBytes, demoMaxAnswerBytes)
+	}
+	return &demoBackend{cfg: cfg}, nil
+}
+
+func (b *demoBackend) Name() string { return KindDemo }
+
+// Stream emits the answer in pieces at evenly spaced ticks: piece k ends at
+// byte len*k/steps (moved back to a rune boundary) and is due at
+// start + AnswerTime*k/steps, so a slow consumer catches up instead of
+// stretching the answer.
+func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string) error) error {
+	if err := req.validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	text := DemoAnswer(req.Question(), b.cfg.Paragraphs, b.cfg.AnswerBytes)
+	steps := int(b.cfg.AnswerTime / demoTick)
+	steps = max(1, min(steps, len(text)))
+
+	start := time.Now()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	sent := 0
+	for k := 1; k <= steps; k++ {
+		due := start.Add(time.Duration(int64(b.cfg.AnswerTime) * int64(k) / int64(steps)))
+		timer.Reset(time.Until(due))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		end := len(text) * k / steps
+		for end < len(text) && !utf8.RuneStart(text[end]) {
+			end--
+		}
+		if end <= sent {
+			continue
+		}
+		if err := emit(text[sent:end]); err != nil {
+			return err
+		}
+		sent = end
+	}
+	if sent < len(text) { // unreachable: the last step ends at len(text)
+		return errors.New("ai demo: answer cut short")
+	}
+	return nil
+}
+
+// DemoAnswer is the demo backend's whole answer to question: the line
+// "You asked: <question>", a blank line, then paragraphs numbered "1. ",
+// "2. "… separated by blank lines, at least answerBytes long. The text
+// depends only on its arguments.
+func DemoAnswer(question string, paragraphs, answerBytes int) string {
+	paragraphs = max(paragraphs, 1)
+	topic := demoTopic(question)
+	h := fnv.New64a()
+	h.Write([]byte(question))
+	seed := h.Sum64()
+
+	// Sentence n of the answer: template and aspect chosen by the question's
+	// hash, so different questions read differently but never randomly.
+	sentence := func(n int) string {
+		x := seed + uint64(n)*0x9E3779B97F4A7C15
+		x ^= x >> 29
+		t := demoTemplates[x%uint64(len(demoTemplates))]
+		a := demoAspects[(x>>8)%uint64(len(demoAspects))]
+		return fmt.Sprintf(t, topic, a)
+	}
+	body := make([][]string, paragraphs)
+	n := 0
+	// size is the text's length once joined: the header line, and per
+	// paragraph "\n<n>. " + sentences joined by spaces + "\n".
+	size := len("You asked: ") + len(question) + 1
+	for p := range body {
+		for range 3 {
+			s := sentence(n)
+			n++
+			body[p] = append(body[p], s)
+			size += len(s) + 1
+		}
+		size += len(strconv.Itoa(p+1)) + 3 // "\n<n>. " and "\n", less one space
+	}
+	for p := 0; size < answerBytes; p = (p + 1) % paragraphs {
+		s := sentence(n)
+		n++
+		body[p] = append(body[p], s)
+		size += len(s) + 1
+	}
+
+	var sb strings.Builder
+	sb.Grow(size + 16)
+	sb.WriteString("You asked: ")
+	sb.WriteString(question)
+	sb.WriteString("\n")
+	for p, ss := range body {
+		sb.WriteString("\n")
+		sb.WriteString(strconv.Itoa(p + 1))
+		sb.WriteString(". ")
+		sb.WriteString(strings.Join(ss, " "))
+		sb.WriteString("\n")
+	}
+	return sb.String()
+}
+
+// demoTopic is the question as a short phrase to quote in sentences: spaces
+// collapsed, at most 40 runes.
+func demoTopic(question string) string {
+	words := strings.Fields(question)
+	t := strings.Join(words, " ")
+	if utf8.RuneCountInString(t) > 40 {
+		r := []rune(t)
+		t = string(r[:40]) + "…"
+	}
+	if t == "" {
+		t = "this"
+	}
+	return "“" + t + "”"
+}
+
+var demoTemplates = []string{
+	"Looking at %s through %s, the first thing to settle is what must never go wrong.",
+	"For %s, %s is where small decisions add up across thousands of conversations.",
+	"A practical answer to %s starts with %s and a way to measure it.",
+	"Teams that handle %s well write down how %s is checked, not only how it is built.",
+	"The common mistake with %s is to treat %s as an afterthought.",
+	"If %s has to work at scale, %s deserves a test of its own.",
+	"One way to think about %s: keep %s simple enough to explain in a sentence.",
+	"Experience with %s suggests that %s changes more often than expected.",
+}
+
+var demoAspects = []string{
+	"cost", "reliability", "latency", "day-to-day operations", "security",
+	"the user's experience", "failure modes", "growth over time",
+}

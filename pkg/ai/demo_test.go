@@ -1,0 +1,127 @@
+package ai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newDemoForTest(t *testing.T, cfg DemoConfig) Backend {
+	t.Helper()
+	b, err := New(Config{Kind: KindDemo, Demo: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDemoAnswer(t *testing.T) {
+	leakCheck(t)
+	const answerTime = 200 * time.Millisecond
+	b := newDemoForTest(t, DemoConfig{AnswerTime: answerTime})
+	if b.Name() != "demo" {
+		t.Errorf("Name() = %q", b.Name())
+	}
+	req := Request{TaskID: "t1", Messages: []Message{
+		{Role: RoleUser, Content: "earlier question"},
+		{Role: RoleAssistant, Content: "earlier answer"},
+		{Role: RoleUser, Content: "怎么部署 botctl？"},
+	}}
+	rec := newRecorder()
+	start := time.Now()
+	if err := b.Stream(context.Background(), req, rec.emit); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if took < answerTime-10*time.Millisecond {
+		t.Errorf("answer took %s, want about %s", took, answerTime)
+	}
+	deltas := rec.all()
+	checkDeltas(t, deltas)
+	if len(deltas) < 3 {
+		t.Errorf("%d deltas, want the answer in several pieces", len(deltas))
+	}
+	text := rec.text()
+	if want := DemoAnswer("怎么部署 botctl？", 3, 0); text != want {
+		t.Errorf("streamed text differs from DemoAnswer:\n%q\n%q", text, want)
+	}
+	if !strings.HasPrefix(text, "You asked: 怎么部署 botctl？\n") {
+		t.Errorf("answer does not start with the question: %q", text)
+	}
+	for i := 1; i <= 3; i++ {
+		if !strings.Contains(text, fmt.Sprintf("\n%d. ", i)) {
+			t.Errorf("no paragraph %d in %q", i, text)
+		}
+	}
+	if strings.Contains(text, "\n4. ") {
+		t.Errorf("more than 3 paragraphs in %q", text)
+	}
+}
+
+func TestDemoAnswerIsDeterministic(t *testing.T) {
+	a, b := DemoAnswer("what is raft?", 4, 0), DemoAnswer("what is raft?", 4, 0)
+	if a != b {
+		t.Fatalf("same question, different answers:\n%s\n%s", a, b)
+	}
+	if c := DemoAnswer("what is paxos?", 4, 0); c == a {
+		t.Errorf("different questions, same answer")
+	}
+}
+
+func TestDemoLongAnswer(t *testing.T) {
+	leakCheck(t)
+	b := newDemoForTest(t, DemoConfig{AnswerTime: 300 * time.Millisecond, Paragraphs: 12, AnswerBytes: 30000})
+	rec := newRecorder()
+	if err := b.Stream(context.Background(), question("a long one, please"), rec.emit); err != nil {
+		t.Fatal(err)
+	}
+	text := rec.text()
+	checkDeltas(t, rec.all())
+	if len(text) < 30000 || len(text) > 31000 {
+		t.Errorf("answer is %d bytes, want at least 30000 (and not much more)", len(text))
+	}
+	if !strings.Contains(text, "\n12. ") || strings.Contains(text, "\n13. ") {
+		t.Errorf("want exactly 12 paragraphs")
+	}
+	for _, n := range []int{1, 100, 20481, 100000} {
+		if got := len(DemoAnswer("q", 3, n)); got < n {
+			t.Errorf("DemoAnswer(answerBytes=%d) is %d bytes", n, got)
+		}
+	}
+}
+
+func TestDemoCancel(t *testing.T) {
+	leakCheck(t)
+	b := newDemoForTest(t, DemoConfig{AnswerTime: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := newRecorder()
+	wait := streamAsync(t, ctx, b, question("slow"), rec)
+	rec.waitFor(t, "You")
+	cancel()
+	err, took := wait()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stream: %v, want context.Canceled", err)
+	}
+	if took > prompt {
+		t.Errorf("Stream returned %s after cancel", took)
+	}
+}
+
+func TestDemoEmitErrorStops(t *testing.T) {
+	leakCheck(t)
+	b := newDemoForTest(t, DemoConfig{AnswerTime: 200 * time.Millisecond})
+	errFull := errors.New("storage full")
+	rec := newRecorder()
+	rec.fail = errFull
+	err := b.Stream(context.Background(), question("q"), rec.emit)
+	if err != errFull {
+		t.Fatalf("Stream: %v, want emit's error unchanged", err)
+	}
+	if n := len(rec.all()); n != 1 {
+		t.Errorf("%d emits after emit failed, want 1", n)
+	}
+}

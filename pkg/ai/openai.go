@@ -1,0 +1,206 @@
+package ai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+)
+
+// OpenAIConfig configures the openai backend: POST <BaseURL>/chat/completions
+// with "stream": true, read as server-sent events. Any OpenAI-compatible
+// server works (OpenAI, Azure's compatible endpoint, vLLM, Ollama,
+// DeepSeek, …). The SDK never retries (the worker does) and reads nothing
+// from the environment except the key variable named here.
+type OpenAIConfig struct {
+	// BaseURL is the API root, the part before "/chat/completions".
+	// Default "https://api.openai.com/v1".
+	BaseURL string `yaml:"base_url"`
+	// Model is the model name sent with each request. Required.
+	Model string `yaml:"model"`
+	// APIKeyEnv names the environment variable holding the API key
+	// (sent as "Authorization: Bearer …"). Default "OPENAI_API_KEY". It is
+	// read once, when the backend is created, and must not be empty (a
+	// server that needs no key accepts any value). The key never appears in
+	// logs, errors or Name.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// SystemPrompt, if set, is sent as the first message, before the
+	// conversation (which may have system messages of its own).
+	SystemPrompt string `yaml:"system_prompt"`
+	// Timeout bounds one answer, request to last chunk. Default 10m.
+	// Answers take minutes: too low cuts long answers (ErrTimeout), too high
+	// holds a worker slot on a stalled stream.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+const (
+	openAIDefaultBaseURL   = "https://api.openai.com/v1"
+	openAIDefaultAPIKeyEnv = "OPENAI_API_KEY"
+	openAIDefaultTimeout   = 10 * time.Minute
+	// openAIMaxErrorText bounds the provider's message quoted in an error.
+	openAIMaxErrorText = 300
+)
+
+type openAIBackend struct {
+	cfg  OpenAIConfig
+	key  string
+	chat openai.ChatCompletionService
+}
+
+func newOpenAI(cfg OpenAIConfig, env func(string) (string, bool)) (*openAIBackend, error) {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = openAIDefaultBaseURL
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("config key ai.openai.base_url: %q is not an http(s) URL such as %s", cfg.BaseURL, openAIDefaultBaseURL)
+	}
+	if cfg.Model == "" {
+		return nil, errors.New("config key ai.openai.model: required (the model name, e.g. gpt-4o-mini)")
+	}
+	if cfg.APIKeyEnv == "" {
+		cfg.APIKeyEnv = openAIDefaultAPIKeyEnv
+	}
+	key, _ := env(cfg.APIKeyEnv)
+	if key == "" {
+		return nil, fmt.Errorf("config key ai.openai.api_key_env: environment variable %s is not set; set it to the endpoint's API key (any non-empty value if the server needs none)", cfg.APIKeyEnv)
+	}
+	switch {
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("config key ai.openai.timeout: %s is negative", cfg.Timeout)
+	case cfg.Timeout == 0:
+		cfg.Timeout = openAIDefaultTimeout
+	}
+
+	// A transport of our own: the SDK's default has a 10 minute header
+	// timeout; ours is the answer's Timeout, enforced by the context.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.ResponseHeaderTimeout = 0
+	// NewChatCompletionService, not NewClient: NewClient would also read
+	// OPENAI_BASE_URL, OPENAI_ORG_ID, OPENAI_CUSTOM_HEADERS… from the
+	// environment, behind the configuration's back.
+	chat := openai.NewChatCompletionService(
+		option.WithHTTPClient(&http.Client{Transport: transport}),
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithAPIKey(key),
+		option.WithMaxRetries(0),
+	)
+	return &openAIBackend{cfg: cfg, key: key, chat: chat}, nil
+}
+
+func (b *openAIBackend) Name() string { return KindOpenAI + ":" + b.cfg.Model }
+
+func (b *openAIBackend) params(req Request) openai.ChatCompletionNewParams {
+	msgs := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
+	if b.cfg.SystemPrompt != "" {
+		msgs = append(msgs, openai.SystemMessage(b.cfg.SystemPrompt))
+	}
+	for _, m := range req.Messages {
+		switch m.Role {
+		case RoleSystem:
+			msgs = append(msgs, openai.SystemMessage(m.Content))
+		case RoleUser:
+			msgs = append(msgs, openai.UserMessage(m.Content))
+		case RoleAssistant:
+			msgs = append(msgs, openai.AssistantMessage(m.Content))
+		}
+	}
+	return openai.ChatCompletionNewParams{Model: b.cfg.Model, Messages: msgs}
+}
+
+// Stream sends one streaming chat completion and emits each chunk's content
+// (choice 0). The answer is complete when a chunk carries a finish_reason
+// ("stop" or "length"); a stream that ends without one was cut: ErrBackend.
+func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(string) error) error {
+	if err := req.validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithTimeoutCause(ctx, b.cfg.Timeout, errAnswerTimeout)
+	defer cancel()
+
+	stream := b.chat.NewStreaming(runCtx, b.params(req))
+	defer stream.Close()
+	finish := ""
+	for stream.Next() {
+		for _, c := range stream.Current().Choices {
+			if c.Index != 0 {
+				continue
+			}
+			if c.Delta.Content != "" {
+				if err := emit(c.Delta.Content); err != nil {
+					return err
+				}
+			}
+			if c.FinishReason != "" {
+				finish = c.FinishReason
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return b.classify(ctx, runCtx, req, err)
+	}
+	switch finish {
+	case "":
+		return fmt.Errorf("%w: %s: task %s: the stream ended before the answer did (no finish_reason)", ErrBackend, b.Name(), req.TaskID)
+	case "content_filter":
+		return fmt.Errorf("%w: %s: task %s: the provider's content filter stopped the answer", ErrBadRequest, b.Name(), req.TaskID)
+	}
+	return nil
+}
+
+// classify maps a failed stream to ctx.Err() or one of the sentinels.
+func (b *openAIBackend) classify(ctx, runCtx context.Context, req Request, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if context.Cause(runCtx) == errAnswerTimeout {
+		return fmt.Errorf("%w: %s: task %s: no complete answer within %s (ai.openai.timeout)", ErrTimeout, b.Name(), req.TaskID, b.cfg.Timeout)
+	}
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		status := apiErr.StatusCode
+		msg := fmt.Sprintf("HTTP %d %s", status, http.StatusText(status))
+		if text := b.redact(apiErr.Message); text != "" {
+			msg += ": " + text
+		}
+		switch {
+		case status == http.StatusUnauthorized:
+			return fmt.Errorf("%w: %s: task %s: %s; check the API key in environment variable %s (ai.openai.api_key_env)", ErrBadRequest, b.Name(), req.TaskID, msg, b.cfg.APIKeyEnv)
+		case status == http.StatusRequestTimeout || status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500:
+			return fmt.Errorf("%w: %s: task %s: %s", ErrBackend, b.Name(), req.TaskID, msg)
+		case status >= 400:
+			return fmt.Errorf("%w: %s: task %s: %s", ErrBadRequest, b.Name(), req.TaskID, msg)
+		}
+		return fmt.Errorf("%w: %s: task %s: %s", ErrBackend, b.Name(), req.TaskID, msg)
+	}
+	var streamErr *ssestream.StreamError
+	if errors.As(err, &streamErr) {
+		// An error event in the middle of the stream: the provider failed
+		// after it had started answering.
+		return fmt.Errorf("%w: %s: task %s: %s", ErrBackend, b.Name(), req.TaskID, b.redact(streamErr.Message))
+	}
+	return fmt.Errorf("%w: %s: task %s: %s", ErrBackend, b.Name(), req.TaskID, b.redact(err.Error()))
+}
+
+// redact bounds a provider's or transport's message and removes the key,
+// should a server echo it.
+func (b *openAIBackend) redact(s string) string {
+	if len(b.key) >= 6 { // shorter is no secret, and would mangle the text
+		s = strings.ReplaceAll(s, b.key, "[redacted]")
+	}
+	s = strings.TrimSpace(s)
+	if len(s) > openAIMaxErrorText {
+		s = strings.ToValidUTF8(s[:openAIMaxErrorText], "") + "…"
+	}
+	return s
+}
