@@ -430,7 +430,7 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
-// d'. Partition of a standby: losing etcd on a node that does not lead
+// d (standby). Partition of a standby: losing etcd on a node that does not lead
 // changes nothing for the bot; after healing the node is a standby again.
 func TestPartitionStandbyLosesEtcd(t *testing.T) {
 	c := newCluster(t, []string{"b1"})
@@ -478,7 +478,7 @@ func TestPartitionStandbyLosesEtcd(t *testing.T) {
 	requireNoKicks(t, c, "b1")
 }
 
-// d”. Partition between the leader and WeCom: its connection is cut (a
+// d (WeCom side). Partition between the leader and WeCom: its connection is cut (a
 // network blip) → it resigns and campaigns again; some node reconnects
 // within a few seconds, with no kick and one leader.
 func TestPartitionLeaderLosesWeCom(t *testing.T) {
