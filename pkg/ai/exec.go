@@ -61,7 +61,7 @@ const (
 	execExitGrace = 500 * time.Millisecond
 	// execWaitDelay bounds how long stdin/stderr copying may outlive the
 	// process (see exec.Cmd.WaitDelay).
-	execWaitDelay = 2 * time.Second
+	execWaitDelay = 500 * time.Millisecond
 	execReadSize  = 16 << 10
 )
 
@@ -193,6 +193,11 @@ func (b *execBackend) Stream(ctx context.Context, req Request, emit func(string)
 		stop(emitErr)
 	}
 	waitErr := <-waited
+	if errors.Is(waitErr, exec.ErrWaitDelay) {
+		// The process exited 0; a child that left its group still holds
+		// stdin or stderr. The answer is complete.
+		waitErr = nil
+	}
 
 	switch {
 	case emitErr != nil:
