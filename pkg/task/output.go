@@ -2,6 +2,8 @@ package task
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,4 +84,11 @@ func RecordOf(m Message) *Record {
 	r := New(m.Bot, m.MsgID, m.Received)
 	r.Chat, r.ChatType, r.User, r.Question = m.Chat, m.ChatType, m.User, m.Question
 	return r
+}
+
+// Hash identifies content the user has seen, so a new leader does not
+// resend what is already on the user's screen.
+func Hash(content string) string {
+	h := sha256.Sum256([]byte(content))
+	return hex.EncodeToString(h[:8])
 }

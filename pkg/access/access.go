@@ -1,0 +1,366 @@
+// Package access is the leader's inbound path. It stays light: it
+// receives, checks, records and hands off; the work happens on any node.
+//
+// For each message callback, in order: parse and validate → dedupe by msgid
+// → allowlist (polite refusal) → content checks (empty, too long,
+// unsupported type: a clear reply) → commands (/help, /stop, /new, /status)
+// → the conversation mutex, which is the dispatch itself (a busy
+// conversation is told to wait) → the receipt (the first stream frame) →
+// the task record with the raw message context. Workers tolerate a record
+// that lands after they pull the task: the queue message carries the same
+// context.
+//
+// Messages are handled concurrently (bounded), so one slow conversation
+// never delays the others; nothing here blocks the connection's reader.
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Texts are what users read. Defaults are Chinese, as WeCom's users.
+type Texts struct {
+	Receipt     string // first stream frame; default "已收到，正在处理…"
+	Busy        string // a task is already running in this conversation
+	Refused     string // not on the allowlist
+	Empty       string
+	TooLong     string // %d: the limit in bytes
+	Unsupported string // %s: the message type
+	Help        string
+	Welcome     string // answer to enter_chat ("" sends none)
+}
+
+func (t *Texts) setDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&t.Receipt, "已收到，正在处理…")
+	def(&t.Busy, "上一个问题还在处理中，请稍候再问。发送 /stop 可以停止它。")
+	def(&t.Refused, "抱歉，你没有使用这个机器人的权限。如需开通，请联系管理员。")
+	def(&t.Empty, "请输入你的问题。")
+	def(&t.TooLong, "问题太长了，请精简到 %d 字节以内再发送。")
+	def(&t.Unsupported, "暂不支持 %s 类型的消息，请发送文字。")
+	def(&t.Help, "可用命令：\n/help 查看帮助\n/stop 停止正在进行的回答\n/new 开始新的对话（清除上下文）\n/status 查看当前任务")
+}
+
+// Config configures the inbound path of one node (for every bot it leads).
+type Config struct {
+	NodeID string
+	Store  *jetstream.Store
+	// Dispatch hands a task to compute (tier 1 publish is the mutex).
+	Dispatch func(ctx context.Context, m task.Message) (dispatch.Outcome, error)
+	// AllowUsers and AllowChats, when not empty, are the only user ids and
+	// group chat ids served.
+	AllowUsers, AllowChats []string
+	// MaxQuestionBytes refuses longer questions. Default 8000.
+	MaxQuestionBytes int
+	// Parallel bounds messages handled at once. Default 256.
+	Parallel int
+	// DedupeSize is how many recent msgids are remembered in memory (the
+	// task bucket is the authority beyond it). Default 65536.
+	DedupeSize int
+	// Timeout bounds the handling of one message. Default 10s.
+	Timeout time.Duration
+	Texts   Texts
+	Logger  zerolog.Logger
+	Now     func() time.Time
+}
+
+// Access handles one node's inbound callbacks; it implements node.Inbound.
+type Access struct {
+	cfg     Config
+	log     zerolog.Logger
+	users   map[string]bool
+	chats   map[string]bool
+	sem     chan struct{}
+	wg      sync.WaitGroup
+	seen    *lru
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// Stats counts what the inbound path did.
+type Stats struct {
+	Received   int64 `json:"received"`
+	Duplicates int64 `json:"duplicates"`
+	Refused    int64 `json:"refused"`
+	Invalid    int64 `json:"invalid"`
+	Commands   int64 `json:"commands"`
+	Busy       int64 `json:"busy"`
+	Dispatched int64 `json:"dispatched"`
+	Failed     int64 `json:"failed"`
+}
+
+// New validates cfg.
+func New(cfg Config) (*Access, error) {
+	if cfg.Store == nil || cfg.Dispatch == nil || cfg.NodeID == "" {
+		return nil, errors.New("access: NodeID, Store and Dispatch are required")
+	}
+	if cfg.MaxQuestionBytes <= 0 {
+		cfg.MaxQuestionBytes = 8000
+	}
+	if cfg.MaxQuestionBytes > wecom.MaxContentBytes {
+		return nil, fmt.Errorf("access: MaxQuestionBytes %d exceeds WeCom's %d", cfg.MaxQuestionBytes, wecom.MaxContentBytes)
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 256
+	}
+	if cfg.DedupeSize <= 0 {
+		cfg.DedupeSize = 65536
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Texts.setDefaults()
+	a := &Access{
+		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(),
+		users: set(cfg.AllowUsers), chats: set(cfg.AllowChats),
+		sem: make(chan struct{}, cfg.Parallel), seen: newLRU(cfg.DedupeSize),
+	}
+	return a, nil
+}
+
+func set(xs []string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range xs {
+		m[x] = true
+	}
+	return m
+}
+
+// Stats returns the counters.
+func (a *Access) Stats() Stats {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	return a.stats
+}
+
+func (a *Access) count(f func(*Stats)) {
+	a.statsMu.Lock()
+	f(&a.stats)
+	a.statsMu.Unlock()
+}
+
+// Wait returns when every message being handled is done.
+func (a *Access) Wait() { a.wg.Wait() }
+
+// HandleMessage takes a callback off the connection's goroutine at once.
+func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
+	a.count(func(s *Stats) { s.Received++ })
+	select {
+	case a.sem <- struct{}{}:
+	case <-term.Done():
+		return
+	}
+	a.wg.Go(func() {
+		defer func() { <-a.sem }()
+		ctx, cancel := context.WithTimeout(term.Context(), a.cfg.Timeout)
+		defer cancel()
+		a.handle(ctx, term, c, reqID, m)
+	})
+}
+
+// HandleEvent answers enter_chat with the welcome text, if one is set.
+func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback) {
+	if ev.Event.EventType != wecom.EventEnterChat || a.cfg.Texts.Welcome == "" {
+		return
+	}
+	a.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(term.Context(), 5*time.Second) // WeCom's welcome window
+		defer cancel()
+		body := &wecom.WelcomeBody{MsgType: wecom.MsgTypeText, Text: &wecom.TextContent{Content: a.cfg.Texts.Welcome}}
+		if err := c.ReplyWelcome(ctx, reqID, body); err != nil {
+			a.log.Warn().Err(err).Str("bot", term.Bot).Msg("welcome failed")
+		}
+	})
+}
+
+func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
+	log := a.log.With().Str("bot", term.Bot).Str("msgid", m.MsgID).Str("req_id", reqID).Logger()
+	now := a.cfg.Now().UTC()
+	// Parse and validate what everything after depends on.
+	if m.MsgID == "" || m.From.UserID == "" || reqID == "" {
+		a.count(func(s *Stats) { s.Invalid++ })
+		log.Warn().Msg("callback without msgid, user or req_id; dropped")
+		return
+	}
+	// Dedupe: memory first, then the task bucket (which survives failover).
+	key := term.Bot + "\x00" + m.MsgID
+	if !a.seen.add(key) {
+		a.count(func(s *Stats) { s.Duplicates++ })
+		log.Debug().Msg("duplicate callback (seen)")
+		return
+	}
+	id := task.ID(term.Bot, m.MsgID)
+	if _, err := a.cfg.Store.Tasks().Get(ctx, id); err == nil {
+		a.count(func(s *Stats) { s.Duplicates++ })
+		log.Debug().Msg("duplicate callback (task exists)")
+		return
+	}
+	chat := m.Conversation()
+	reply := func(text string) {
+		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
+		if err != nil {
+			log.Warn().Err(err).Msg("reply failed")
+		}
+	}
+	// Allowlist.
+	if (len(a.users) > 0 && !a.users[m.From.UserID]) || (m.ChatType == wecom.ChatGroup && len(a.chats) > 0 && !a.chats[chat]) {
+		a.count(func(s *Stats) { s.Refused++ })
+		log.Info().Str("user", m.From.UserID).Str("chat", chat).Msg("not on the allowlist; refused")
+		reply(a.cfg.Texts.Refused)
+		return
+	}
+	// Content.
+	question := strings.TrimSpace(m.PlainText())
+	switch {
+	case m.MsgType != wecom.MsgTypeText && m.MsgType != wecom.MsgTypeVoice && m.MsgType != wecom.MsgTypeMixed:
+		a.count(func(s *Stats) { s.Invalid++ })
+		reply(fmt.Sprintf(a.cfg.Texts.Unsupported, m.MsgType))
+		return
+	case question == "":
+		a.count(func(s *Stats) { s.Invalid++ })
+		reply(a.cfg.Texts.Empty)
+		return
+	case len(question) > a.cfg.MaxQuestionBytes || !utf8.ValidString(question):
+		a.count(func(s *Stats) { s.Invalid++ })
+		reply(fmt.Sprintf(a.cfg.Texts.TooLong, a.cfg.MaxQuestionBytes))
+		return
+	}
+	// Commands.
+	if strings.HasPrefix(question, "/") {
+		a.count(func(s *Stats) { s.Commands++ })
+		reply(a.command(ctx, term.Bot, chat, question))
+		return
+	}
+
+	// The mutex is the dispatch: tier 1 refuses a second task for the
+	// conversation, and that refusal is an answer.
+	rec := task.New(term.Bot, m.MsgID, now)
+	rec.ReqID, rec.Term, rec.Chat, rec.ChatType, rec.User = reqID, term.Rev, chat, m.ChatType, m.From.UserID
+	rec.Question, rec.StreamID = question, "s-"+id
+	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec))
+	switch {
+	case err != nil:
+		a.count(func(s *Stats) { s.Failed++ })
+		log.Error().Err(err).Msg("dispatch failed")
+		reply("抱歉，系统暂时无法处理你的问题，请稍后再试。")
+		return
+	case out.Busy:
+		a.count(func(s *Stats) { s.Busy++ })
+		reply(a.cfg.Texts.Busy)
+		return
+	case out.Duplicate:
+		a.count(func(s *Stats) { s.Duplicates++ })
+		return
+	}
+	a.count(func(s *Stats) { s.Dispatched++ })
+	rec.Tier = string(out.Tier)
+
+	// Receipt: the stream's first frame. The pusher continues this stream.
+	receiptErr := c.ReplyStream(ctx, reqID, wecom.Stream{ID: rec.StreamID, Content: a.cfg.Texts.Receipt})
+	if receiptErr == nil {
+		rec.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, a.cfg.Now().UTC())
+		rec.PushedHash, rec.PushedAt = task.Hash(a.cfg.Texts.Receipt), a.cfg.Now().UTC()
+	} else {
+		log.Warn().Err(receiptErr).Msg("receipt failed; the answer will be pushed")
+	}
+	// The record with the raw context. A worker may have created it from
+	// the queue message already: merge the leader's fields in.
+	if _, err := task.Create(ctx, a.cfg.Store.Tasks(), rec); errors.Is(err, natsjs.ErrKeyExists) {
+		_, err = task.Update(ctx, a.cfg.Store.Tasks(), id, func(r *task.Record) error {
+			r.ReqID, r.Term, r.StreamID, r.Tier = rec.ReqID, rec.Term, rec.StreamID, rec.Tier
+			if receiptErr == nil && r.Delivery == task.Pending {
+				r.PushedHash, r.PushedAt = rec.PushedHash, rec.PushedAt
+				return r.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, a.cfg.Now().UTC())
+			}
+			return nil
+		})
+		if err != nil {
+			log.Error().Err(err).Msg("task record not merged")
+		}
+	} else if err != nil {
+		log.Error().Err(err).Msg("task record not written")
+	}
+	log.Debug().Str("task", id).Str("tier", rec.Tier).Msg("task dispatched")
+}
+
+// command runs a slash command and returns the reply.
+func (a *Access) command(ctx context.Context, bot, chat, text string) string {
+	name := strings.Fields(text)[0]
+	switch name {
+	case "/help":
+		return a.cfg.Texts.Help
+	case "/new":
+		if err := a.cfg.Store.Context().Purge(ctx, jetstream.ConversationKey(bot, chat)); err != nil {
+			return "清除上下文失败，请稍后再试。"
+		}
+		return "好的，已开始新的对话。"
+	case "/stop":
+		r, err := a.current(ctx, bot, chat)
+		if err != nil || r == nil {
+			return "当前没有正在进行的任务。"
+		}
+		_, err = task.Update(ctx, a.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
+			if r.Exec.Finished() {
+				return task.ErrNoChange
+			}
+			return r.SetExec(task.Canceled, "/stop by the user", a.cfg.NodeID, a.cfg.Now().UTC())
+		})
+		if err != nil {
+			return "停止失败，请稍后再试。"
+		}
+		return "已停止当前任务。"
+	case "/status":
+		r, err := a.current(ctx, bot, chat)
+		if err != nil || r == nil {
+			return "当前没有正在进行的任务。"
+		}
+		return fmt.Sprintf("当前任务：%s\n状态：%s（第 %d 次尝试）\n已进行：%s",
+			truncate(r.Question, 60), r.Exec, max(r.Attempt, 1), time.Since(r.Received).Round(time.Second))
+	}
+	return fmt.Sprintf("未知命令 %s。发送 /help 查看可用命令。", name)
+}
+
+// current is the conversation's task in the queue (queued or running).
+func (a *Access) current(ctx context.Context, bot, chat string) (*task.Record, error) {
+	msg, err := a.cfg.Store.TaskStream().GetLastMsgForSubject(ctx, a.cfg.Store.TaskSubject(bot, chat))
+	if err != nil {
+		return nil, err
+	}
+	m, err := decodeMessage(msg.Data)
+	if err != nil {
+		return nil, err
+	}
+	r, _, err := task.Get(ctx, a.cfg.Store.Tasks(), m.TaskID)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return task.RecordOf(m), nil
+	}
+	return r, err
+}
+
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
