@@ -81,7 +81,7 @@ func (f *Forwarder) Kick() {
 // Run drains the spool at once, then whenever kicked or polled, retrying a
 // failed drain with exponential backoff, until ctx ends; then it returns
 // nil. A drain in progress sees ctx end too: the entry being published
-// stays in the spool.
+// stays in the spool. Close the spool only after Run has returned.
 func (f *Forwarder) Run(ctx context.Context) error {
 	log := f.cfg.Logger
 	timer := time.NewTimer(0)
