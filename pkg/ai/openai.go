@@ -128,7 +128,9 @@ func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(strin
 	runCtx, cancel := context.WithTimeoutCause(ctx, b.cfg.Timeout, errAnswerTimeout)
 	defer cancel()
 
-	stream := b.chat.NewStreaming(runCtx, b.params(req))
+	// Accept: the SDK says application/json; some proxies buffer
+	// anything but an event stream.
+	stream := b.chat.NewStreaming(runCtx, b.params(req), option.WithHeader("Accept", "text/event-stream"))
 	defer stream.Close()
 	finish := ""
 	for stream.Next() {
