@@ -223,3 +223,28 @@ func TestPrefixNamesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Nodes start together: concurrent Declares on a fresh server all succeed.
+func TestDeclareConcurrently(t *testing.T) {
+	leakCheck(t)
+	srv := startServer(t)
+	const nodes = 4
+	errs := make(chan error, nodes)
+	for i := 0; i < nodes; i++ {
+		_, js := connect(t, srv)
+		go func() {
+			_, err := Declare(ctxT(t), js, Options{Logger: testLogger(t)})
+			errs <- err
+		}()
+	}
+	for i := 0; i < nodes; i++ {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("concurrent Declare: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("concurrent Declare still running after 1m")
+		}
+	}
+}
