@@ -102,11 +102,11 @@ func classify(ctx context.Context, err error) error {
 			return fmt.Errorf("%w (%w)", ErrConversationBusy, err)
 		case apiErr.ErrorCode == errCodeStoreFailed && apiErr.Description == tooLargeDescription:
 			return fmt.Errorf("%w: %w", ErrTaskRejected, err)
-		case apiErr.Code == 503:
-			// Store closed, no quorum, JetStream off: the server is there
-			// but cannot store now.
+		case apiErr.Code >= 500:
+			// Store closed, no quorum, not the leader, JetStream off: the
+			// server is there but cannot store now.
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
-		default:
+		default: // 4xx: this request will never be accepted
 			return fmt.Errorf("%w: %w", ErrTaskRejected, err)
 		}
 	}

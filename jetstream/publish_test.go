@@ -260,6 +260,7 @@ func TestClassify(t *testing.T) {
 		{"stream full", api(503, 10077, "maximum messages exceeded"), ErrUnavailable},
 		{"too large", api(503, 10077, "message too large"), ErrTaskRejected},
 		{"no quorum", api(503, 10008, "JetStream system temporarily unavailable"), ErrUnavailable},
+		{"not leader", api(500, 10009, "JetStream cluster can not handle request"), ErrUnavailable},
 		{"wrong stream", api(400, 10060, "expected stream does not match"), ErrTaskRejected},
 		{"timeout", context.DeadlineExceeded, ErrUnavailable},
 		{"nats timeout", nats.ErrTimeout, ErrUnavailable},
