@@ -103,10 +103,13 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 		return err == nil
 	})
 	// Multi-turn: the second task's prompt saw the first exchange.
-	eventually(t, "second done", func() bool { return output(env.Store, task.ID("b", "m2")).Done })
-	conv, _, err := task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
-	if err != nil || len(conv.Turns) != 4 || conv.Turns[0].Content != "what is botctl?" {
-		t.Fatalf("conversation = %+v %v", conv, err)
+	var conv *task.Conversation
+	eventually(t, "both exchanges in the conversation context", func() bool {
+		conv, _, _ = task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
+		return conv != nil && len(conv.Turns) == 4
+	})
+	if conv.Turns[0].Content != "what is botctl?" || conv.Turns[2].Content != "and then?" || conv.Turns[1].Role != "assistant" {
+		t.Fatalf("conversation = %+v", conv)
 	}
 }
 
