@@ -316,3 +316,31 @@ func TestExecChildHoldingStdout(t *testing.T) {
 		t.Errorf("answer took %s", took)
 	}
 }
+
+// TestExecLargeInputUnread: a command that never reads a stdin larger than
+// a pipe's buffer still completes, and still cancels promptly.
+func TestExecLargeInputUnread(t *testing.T) {
+	leakCheck(t)
+	big := question(strings.Repeat("很长的问题 ", 40000)) // ~640 KB
+	rec := newRecorder()
+	if err := shell(t, `echo hi`, "").Stream(context.Background(), big, rec.emit); err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	if rec.text() != "hi\n" {
+		t.Errorf("answer %q", rec.text())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec = newRecorder()
+	wait := streamAsync(t, ctx, shell(t, `echo started; sleep 1000`, ""), big, rec)
+	rec.waitFor(t, "started")
+	cancel()
+	err, took := wait()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stream: %v, want context.Canceled", err)
+	}
+	if took > prompt {
+		t.Errorf("Stream returned %s after cancel", took)
+	}
+}
