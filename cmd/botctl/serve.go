@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,11 +13,9 @@ import (
 	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
-	"github.com/botctl/botctl/pkg/node"
-	"github.com/botctl/botctl/pkg/wecom"
+	botserve "github.com/botctl/botctl/pkg/serve"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 const demoBot = "demo"
@@ -178,82 +173,15 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 	}
 	defer cli.Close()
 
-	n, err := node.New(cli, node.Config{
-		NodeID:   cfg.NodeID,
-		Env:      cfg.Env,
-		Version:  buildinfo.String(),
-		Address:  "http://" + ln.Addr().String(),
-		Slots:    cfg.Worker.Slots,
-		Bots:     cfg.Bots,
-		WeCom:    wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout},
-		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin},
-		Inbound:  receiptInbound{},
-		Logger:   logger,
-	})
-	if err != nil {
-		return usageError{err}
-	}
-
-	srv := &http.Server{Handler: nodeAPI(n, cli), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
-
 	ids := make([]string, len(cfg.Bots))
 	for i, b := range cfg.Bots {
 		ids[i] = b.ID
 	}
-	fmt.Fprintf(out, "botctl node %s serving bots [%s]; API http://%s/status; etcd %s\n",
-		cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(endpoints, ","))
-	err = n.Run(ctx) // returns after every term is resigned and its connection closed
-	log.Info().Msg("stopped cleanly")
-	return err
-}
-
-// nodeAPI is the node's own HTTP API.
-func nodeAPI(n *node.Node, cli *clientv3.Client) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.Info())
+	return botserve.Run(ctx, botserve.Options{
+		Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, Listener: ln, Version: buildinfo.String(), Logger: logger,
+		Ready: func(*botserve.Node) {
+			fmt.Fprintf(out, "botctl node %s serving bots [%s]; API http://%s/status; etcd %s; AI %s\n",
+				cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(endpoints, ","), cfg.AI.Kind)
+		},
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if _, err := cli.Get(ctx, "health-probe"); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	return mux
 }
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
-}
-
-// receiptInbound answers each message with one finished stream frame. It is
-// a stand-in until the task pipeline (JetStream dispatch, workers, pusher)
-// lands: it proves which node holds the connection, nothing more.
-type receiptInbound struct{}
-
-func (receiptInbound) HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
-	go func() {
-		ctx, cancel := context.WithTimeout(term.Context(), 10*time.Second)
-		defer cancel()
-		text := fmt.Sprintf("已收到 (node %s): %s", term.Node, m.PlainText())
-		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + m.MsgID, Content: text, Finish: true})
-		if err != nil && !errors.Is(err, context.Canceled) {
-			logger.Warn().Err(err).Str("bot", term.Bot).Str("msgid", m.MsgID).Msg("receipt failed")
-		}
-	}()
-}
-
-func (receiptInbound) HandleEvent(*election.Term, *wecom.Conn, string, *wecom.EventCallback) {}

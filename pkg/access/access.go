@@ -26,6 +26,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -78,8 +79,14 @@ type Config struct {
 	// Timeout bounds the handling of one message. Default 10s.
 	Timeout time.Duration
 	Texts   Texts
-	Logger  zerolog.Logger
-	Now     func() time.Time
+	// Budget, if set, is the bot's per-conversation send budget: every
+	// reply sent here is counted in it, so the pusher paces around them.
+	Budget func(bot string) *pace.Budget
+	// Dispatched, if set, learns of each task handed to compute (the
+	// pusher's fast path; its scan would find it anyway).
+	Dispatched func(bot, taskID string)
+	Logger     zerolog.Logger
+	Now        func() time.Time
 }
 
 // Access handles one node's inbound callbacks; it implements node.Inbound.
@@ -211,17 +218,24 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		return
 	}
 	id := task.ID(term.Bot, m.MsgID)
+	chat := m.Conversation()
 	if _, err := a.cfg.Store.Tasks().Get(ctx, id); err == nil {
 		a.count(func(s *Stats) { s.Duplicates++ })
 		log.Debug().Msg("duplicate callback (task exists)")
 		return
 	}
-	chat := m.Conversation()
+	spent := func() {
+		if a.cfg.Budget != nil {
+			a.cfg.Budget(term.Bot).Record(chat)
+		}
+	}
 	reply := func(text string) {
 		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
 		if err != nil {
 			log.Warn().Err(err).Msg("reply failed")
+			return
 		}
+		spent()
 	}
 	// Allowlist.
 	if (len(a.users) > 0 && !a.users[m.From.UserID]) || (m.ChatType == wecom.ChatGroup && len(a.chats) > 0 && !a.chats[chat]) {
@@ -279,8 +293,10 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	// Receipt: the stream's first frame. The pusher continues this stream.
 	receiptErr := c.ReplyStream(ctx, reqID, wecom.Stream{ID: rec.StreamID, Content: a.cfg.Texts.Receipt})
 	if receiptErr == nil {
+		spent()
 		rec.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, a.cfg.Now().UTC())
 		rec.PushedHash, rec.PushedAt = task.Hash(a.cfg.Texts.Receipt), a.cfg.Now().UTC()
+		rec.StreamStart = rec.PushedAt
 	} else {
 		log.Warn().Err(receiptErr).Msg("receipt failed; the answer will be pushed")
 	}
@@ -290,7 +306,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		_, err = task.Update(ctx, a.cfg.Store.Tasks(), id, func(r *task.Record) error {
 			r.ReqID, r.Term, r.StreamID, r.Tier = rec.ReqID, rec.Term, rec.StreamID, rec.Tier
 			if receiptErr == nil && r.Delivery == task.Pending {
-				r.PushedHash, r.PushedAt = rec.PushedHash, rec.PushedAt
+				r.PushedHash, r.PushedAt, r.StreamStart = rec.PushedHash, rec.PushedAt, rec.StreamStart
 				return r.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, a.cfg.Now().UTC())
 			}
 			return nil
@@ -300,6 +316,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		}
 	} else if err != nil {
 		log.Error().Err(err).Msg("task record not written")
+	}
+	if a.cfg.Dispatched != nil {
+		a.cfg.Dispatched(term.Bot, id)
 	}
 	log.Debug().Str("task", id).Str("tier", rec.Tier).Msg("task dispatched")
 }

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/pkg/ai"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -35,12 +36,40 @@ type Config struct {
 	// Listen is the node's HTTP API (status, exec). Default 127.0.0.1:8391.
 	Listen string `yaml:"listen"`
 
-	Etcd     Etcd     `yaml:"etcd"`
-	NATS     NATS     `yaml:"nats"`
-	WeCom    WeCom    `yaml:"wecom"`
-	Election Election `yaml:"election"`
-	Worker   Worker   `yaml:"worker"`
-	Bots     []Bot    `yaml:"bots"`
+	Etcd     Etcd      `yaml:"etcd"`
+	NATS     NATS      `yaml:"nats"`
+	WeCom    WeCom     `yaml:"wecom"`
+	Election Election  `yaml:"election"`
+	Worker   Worker    `yaml:"worker"`
+	AI       ai.Config `yaml:"ai"`
+	Dispatch Dispatch  `yaml:"dispatch"`
+	Access   Access    `yaml:"access"`
+	Push     Push      `yaml:"push"`
+	Bots     []Bot     `yaml:"bots"`
+}
+
+// Dispatch is the fallback tiers.
+type Dispatch struct {
+	// FixedWorker is tier 2: a worker node's API base URL ("" skips it).
+	FixedWorker string `yaml:"fixed_worker"`
+}
+
+// Access is the leader's inbound path.
+type Access struct {
+	AllowUsers       []string `yaml:"allow_users"`
+	AllowChats       []string `yaml:"allow_chats"`
+	MaxQuestionBytes int      `yaml:"max_question_bytes"`
+	ReceiptText      string   `yaml:"receipt_text"`
+	WelcomeText      string   `yaml:"welcome_text"`
+}
+
+// Push is the pusher: pacing and WeCom's stream window.
+type Push struct {
+	// Budget is frames per minute per conversation, replies and pushes
+	// together. Default 20, under WeCom's 30.
+	Budget       int           `yaml:"budget"`
+	StreamWindow time.Duration `yaml:"stream_window"`
+	Heartbeat    time.Duration `yaml:"heartbeat"`
 }
 
 // Etcd is the control plane. No endpoints: an embedded single-node etcd in DataDir.
@@ -71,7 +100,8 @@ type Election struct {
 
 // Worker is this node's compute side.
 type Worker struct {
-	Slots int `yaml:"slots"`
+	Slots       int `yaml:"slots"`
+	LeaderSlots int `yaml:"leader_slots"`
 }
 
 // Bot is one WeCom bot's credentials.
@@ -95,7 +125,9 @@ func Defaults() Config {
 		Etcd:     Etcd{DialTimeout: 5 * time.Second},
 		WeCom:    WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second},
-		Worker:   Worker{Slots: 8},
+		Worker:   Worker{Slots: 8, LeaderSlots: 4},
+		AI:       ai.Config{Kind: ai.KindDemo},
+		Push:     Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second},
 	}
 }
 
@@ -150,6 +182,14 @@ func (c *Config) applyFile(path string) error {
 			k, ok := byName[key]
 			if !ok {
 				return fmt.Errorf("config %s: unknown key %s (known: %s)", path, key, knownNames())
+			}
+			if items, ok := v.([]any); ok && k.list != nil {
+				argv := make([]string, len(items))
+				for i, it := range items {
+					argv[i] = scalar(it)
+				}
+				k.list(c, argv)
+				continue
 			}
 			if err := k.Set(c, scalar(v)); err != nil {
 				return fmt.Errorf("config %s: %w", path, err)
@@ -219,6 +259,8 @@ type Key struct {
 	Flag  string // botctl serve's flag, without dashes
 	Usage string
 	set   func(*Config, string) error
+	// list, if set, takes a YAML list as it is (argv: items may hold spaces).
+	list func(*Config, []string)
 }
 
 // Env is the key's environment variable.
@@ -249,31 +291,62 @@ func dur(f func(*Config) *time.Duration) func(*Config, string) error {
 	}
 }
 
-// Keys lists every key settable from the environment and flags.
-var Keys = []Key{
-	{"node_id", "node-id", "this node's unique id", str(func(c *Config) *string { return &c.NodeID })},
-	{"env", "env", "this node's environment (the per-bot env gate)", str(func(c *Config) *string { return &c.Env })},
-	{"data_dir", "data-dir", "data directory (embedded etcd/NATS, spool)", str(func(c *Config) *string { return &c.DataDir })},
-	{"listen", "listen", "node HTTP API address", str(func(c *Config) *string { return &c.Listen })},
-	{"etcd.endpoints", "etcd", "etcd endpoints, comma-separated (none: embedded)", func(c *Config, s string) error {
-		c.Etcd.Endpoints = splitList(s)
-		return nil
-	}},
-	{"etcd.dial_timeout", "etcd-dial-timeout", "etcd dial timeout", dur(func(c *Config) *time.Duration { return &c.Etcd.DialTimeout })},
-	{"nats.url", "nats", "NATS URL (none: embedded)", str(func(c *Config) *string { return &c.NATS.URL })},
-	{"wecom.url", "wecom-url", "WeCom WebSocket URL", str(func(c *Config) *string { return &c.WeCom.URL })},
-	{"wecom.heartbeat_interval", "wecom-heartbeat", "WeCom ping period", dur(func(c *Config) *time.Duration { return &c.WeCom.HeartbeatInterval })},
-	{"wecom.ack_timeout", "wecom-ack-timeout", "WeCom ack timeout", dur(func(c *Config) *time.Duration { return &c.WeCom.AckTimeout })},
-	{"election.ttl", "election-ttl", "election session TTL", dur(func(c *Config) *time.Duration { return &c.Election.TTL })},
-	{"election.safety_margin", "election-safety-margin", "leadership is dropped this long before the lease can expire", dur(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
-	{"worker.slots", "worker-slots", "concurrent tasks on this node", func(c *Config, s string) error {
+func integer(f func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			return fmt.Errorf("%q is not an integer", s)
 		}
-		c.Worker.Slots = n
+		*f(c) = n
+		return nil
+	}
+}
+
+// Keys lists every key settable from the environment and flags.
+var Keys = []Key{
+	{Name: "node_id", Flag: "node-id", Usage: "this node's unique id", set: str(func(c *Config) *string { return &c.NodeID })},
+	{Name: "env", Flag: "env", Usage: "this node's environment (the per-bot env gate)", set: str(func(c *Config) *string { return &c.Env })},
+	{Name: "data_dir", Flag: "data-dir", Usage: "data directory (embedded etcd/NATS, spool)", set: str(func(c *Config) *string { return &c.DataDir })},
+	{Name: "listen", Flag: "listen", Usage: "node HTTP API address", set: str(func(c *Config) *string { return &c.Listen })},
+	{Name: "etcd.endpoints", Flag: "etcd", Usage: "etcd endpoints, comma-separated (none: embedded)", set: func(c *Config, s string) error {
+		c.Etcd.Endpoints = splitList(s)
 		return nil
 	}},
+	{Name: "etcd.dial_timeout", Flag: "etcd-dial-timeout", Usage: "etcd dial timeout", set: dur(func(c *Config) *time.Duration { return &c.Etcd.DialTimeout })},
+	{Name: "nats.url", Flag: "nats", Usage: "NATS URL (none: embedded)", set: str(func(c *Config) *string { return &c.NATS.URL })},
+	{Name: "wecom.url", Flag: "wecom-url", Usage: "WeCom WebSocket URL", set: str(func(c *Config) *string { return &c.WeCom.URL })},
+	{Name: "wecom.heartbeat_interval", Flag: "wecom-heartbeat", Usage: "WeCom ping period", set: dur(func(c *Config) *time.Duration { return &c.WeCom.HeartbeatInterval })},
+	{Name: "wecom.ack_timeout", Flag: "wecom-ack-timeout", Usage: "WeCom ack timeout", set: dur(func(c *Config) *time.Duration { return &c.WeCom.AckTimeout })},
+	{Name: "election.ttl", Flag: "election-ttl", Usage: "election session TTL", set: dur(func(c *Config) *time.Duration { return &c.Election.TTL })},
+	{Name: "election.safety_margin", Flag: "election-safety-margin", Usage: "leadership is dropped this long before the lease can expire", set: dur(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
+	{Name: "worker.slots", Flag: "worker-slots", Usage: "concurrent tasks on this node", set: integer(func(c *Config) *int { return &c.Worker.Slots })},
+	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot", set: integer(func(c *Config) *int { return &c.Worker.LeaderSlots })},
+	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: demo, exec or openai", set: str(func(c *Config) *string { return &c.AI.Kind })},
+	{Name: "ai.demo.answer_time", Flag: "demo-answer-time", Usage: "how long a demo answer streams", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTime })},
+	{Name: "ai.demo.answer_bytes", Flag: "demo-answer-bytes", Usage: "make demo answers at least this long", set: integer(func(c *Config) *int { return &c.AI.Demo.AnswerBytes })},
+	{Name: "ai.exec.command", Flag: "ai-exec", Usage: "exec backend command (space-separated argv; a YAML list in the file)", set: func(c *Config, s string) error {
+		c.AI.Exec.Command = strings.Fields(s)
+		return nil
+	}, list: func(c *Config, argv []string) { c.AI.Exec.Command = argv }},
+	{Name: "ai.openai.base_url", Flag: "openai-base-url", Usage: "OpenAI-compatible API base URL", set: str(func(c *Config) *string { return &c.AI.OpenAI.BaseURL })},
+	{Name: "ai.openai.model", Flag: "openai-model", Usage: "model name", set: str(func(c *Config) *string { return &c.AI.OpenAI.Model })},
+	{Name: "ai.openai.api_key_env", Flag: "openai-api-key-env", Usage: "environment variable holding the API key", set: str(func(c *Config) *string { return &c.AI.OpenAI.APIKeyEnv })},
+	{Name: "ai.openai.system_prompt", Flag: "system-prompt", Usage: "system prompt", set: str(func(c *Config) *string { return &c.AI.OpenAI.SystemPrompt })},
+	{Name: "dispatch.fixed_worker", Flag: "fixed-worker", Usage: "tier-2 worker API base URL", set: str(func(c *Config) *string { return &c.Dispatch.FixedWorker })},
+	{Name: "access.allow_users", Flag: "allow-users", Usage: "only these user ids (comma-separated; empty: all)", set: func(c *Config, s string) error {
+		c.Access.AllowUsers = splitList(s)
+		return nil
+	}},
+	{Name: "access.allow_chats", Flag: "allow-chats", Usage: "only these group chat ids (comma-separated; empty: all)", set: func(c *Config, s string) error {
+		c.Access.AllowChats = splitList(s)
+		return nil
+	}},
+	{Name: "access.max_question_bytes", Flag: "max-question-bytes", Usage: "longest question accepted", set: integer(func(c *Config) *int { return &c.Access.MaxQuestionBytes })},
+	{Name: "access.receipt_text", Flag: "receipt-text", Usage: "the receipt frame's text", set: str(func(c *Config) *string { return &c.Access.ReceiptText })},
+	{Name: "access.welcome_text", Flag: "welcome-text", Usage: "answer to enter_chat (empty: none)", set: str(func(c *Config) *string { return &c.Access.WelcomeText })},
+	{Name: "push.budget", Flag: "push-budget", Usage: "frames per minute per conversation (under WeCom's 30)", set: integer(func(c *Config) *int { return &c.Push.Budget })},
+	{Name: "push.stream_window", Flag: "stream-window", Usage: "WeCom's stream window", set: dur(func(c *Config) *time.Duration { return &c.Push.StreamWindow })},
+	{Name: "push.heartbeat", Flag: "push-heartbeat", Usage: "status line after this long without news", set: dur(func(c *Config) *time.Duration { return &c.Push.Heartbeat })},
 }
 
 func splitList(s string) []string {
@@ -394,6 +467,26 @@ func (c *Config) Validate() error {
 	}
 	if c.Worker.Slots < 0 {
 		bad("worker.slots", "must be 0 or more, got %d", c.Worker.Slots)
+	}
+	if c.Worker.LeaderSlots < 0 {
+		bad("worker.leader_slots", "must be 0 or more, got %d", c.Worker.LeaderSlots)
+	}
+	if c.Push.Budget < 1 || c.Push.Budget > 30 {
+		bad("push.budget", "%d frames/min: want 1 to 30 (WeCom allows about 30 per conversation; keep a margin)", c.Push.Budget)
+	}
+	if c.Push.StreamWindow < time.Minute {
+		bad("push.stream_window", "%s: want at least 1m (WeCom's is 6m)", c.Push.StreamWindow)
+	}
+	if c.Push.Heartbeat <= 0 {
+		bad("push.heartbeat", "must be positive, got %s", c.Push.Heartbeat)
+	}
+	if c.Dispatch.FixedWorker != "" {
+		if u, err := url.Parse(c.Dispatch.FixedWorker); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("dispatch.fixed_worker", "%q: want http://HOST:PORT of a node's API", c.Dispatch.FixedWorker)
+		}
+	}
+	if _, err := ai.New(c.AI); err != nil {
+		errs = append(errs, err) // names its key (ai.kind, ai.openai.model, …)
 	}
 	seen := map[string]bool{}
 	for i, b := range c.Bots {

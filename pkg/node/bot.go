@@ -145,6 +145,14 @@ func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res 
 	n.transition(b.ID, "connected", "", term.Rev)
 	log.Info().Msg("leading: WeCom connection up")
 
+	leadCtx, stopLeading := context.WithCancel(term.Context())
+	leadingDone := make(chan struct{})
+	go func() {
+		defer close(leadingDone)
+		if n.cfg.Leading != nil {
+			n.cfg.Leading(leadCtx, term, conn)
+		}
+	}()
 	select {
 	case <-conn.Done():
 	case <-term.Done():
@@ -153,6 +161,8 @@ func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res 
 		conn.Close()
 		<-conn.Done()
 	}
+	stopLeading()
+	<-leadingDone
 	res.held = time.Since(connected)
 	n.setState(b.ID, StateStandby, "connection ended; resigning", 0)
 	switch conn.Reason() {

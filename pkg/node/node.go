@@ -77,6 +77,11 @@ type Config struct {
 	SpreadDelay time.Duration
 	// Inbound handles callbacks; nil drops them (logging each).
 	Inbound Inbound
+	// Leading, if set, runs while this node holds a bot's connection (the
+	// pusher): it starts once the connection is up and must return when ctx
+	// ends, which happens as soon as the connection or the term ends. The
+	// term is resigned only after it has returned.
+	Leading func(ctx context.Context, term *election.Term, conn *wecom.Conn)
 	Logger  zerolog.Logger
 }
 

@@ -102,10 +102,19 @@ type Record struct {
 	Tier     string   `json:"tier,omitempty"` // dispatch tier: queue, fixed, local
 	Error    string   `json:"error,omitempty"`
 
-	// Delivery bookkeeping (the pusher's).
-	PushedHash  string    `json:"pushed_hash,omitempty"`
-	PushedAt    time.Time `json:"pushed_at,omitzero"`
-	PushedParts int       `json:"pushed_parts,omitempty"`
+	// Delivery bookkeeping (the pusher's). StreamStart is when the stream's
+	// first frame (the receipt) was accepted: WeCom's window counts from it.
+	// PushedHash and PushedAt say what the user last saw and when, so a new
+	// leader does not resend it. PushedParts counts the parts of the full
+	// answer already pushed (aibot_send_msg), so a new leader resumes after
+	// them.
+	StreamStart    time.Time `json:"stream_start,omitzero"`
+	PushedHash     string    `json:"pushed_hash,omitempty"`
+	PushedAt       time.Time `json:"pushed_at,omitzero"`
+	PushedParts    int       `json:"pushed_parts,omitempty"`
+	PushAttempts   int       `json:"push_attempts,omitempty"`
+	FinalPending   bool      `json:"final_pending,omitempty"` // a final frame was sent and its outcome not yet recorded
+	DeliveryReason string    `json:"delivery_reason,omitempty"`
 
 	Updated     time.Time    `json:"updated"`
 	Transitions []Transition `json:"transitions"`

@@ -1,0 +1,639 @@
+// Package pusher is the leader's single path back to users: it streams
+// each task's answer from the output bucket to WeCom, within the stream
+// window and each conversation's quota, and carries on across failovers.
+//
+// A Pusher runs inside one leader term, for one bot, on that term's
+// connection. At start it rebuilds its set of active tasks from the task
+// records (every task not yet delivered), then keeps it current from the
+// inbound path (Notify) and a watch on the output bucket, and scans it
+// every ScanInterval. For each task it pushes only when there is something
+// new for the user: changed content, a heartbeat when nothing new came for
+// a while, the stream's close before its window ends, the final answer.
+//
+// Where the answer goes:
+//
+//   - stream: the task's stream began on this term's connection (its req_id
+//     is valid here) and its window is open: progress updates, then the
+//     final frame. Delivered when WeCom acks the final frame.
+//   - push: the stream's window is closing (the stream is closed with the
+//     content so far and a note; delivery truncated), the answer does not
+//     fit one frame, or the stream began under another term (WeCom rejects
+//     an old connection's req_id, 846605): the complete answer is pushed
+//     with aibot_send_msg as markdown, split at paragraph boundaries, each
+//     part recorded as it is acked. Delivered after the last part.
+//
+// Every send to a conversation spends its Budget (shared with the inbound
+// path), keeping a reserve so progress updates never starve the final
+// frame. The record keeps what the user last saw (a hash and the time), so
+// a new leader does not resend it.
+//
+// What is not closed: WeCom has no query for what a user saw. If the
+// leader dies after WeCom applied a final frame or a pushed part but before
+// the record says so, the next leader sends it again: this design errs
+// toward a duplicate, never toward a user left without the answer. The
+// window is narrowed by writing the intent (FinalPending, PushedParts)
+// before each final send and the outcome right after its ack; a new leader
+// that finds an intent without an outcome counts it (Stats.Ambiguous).
+package pusher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Config configures one term's pusher. Zero values take the defaults named.
+type Config struct {
+	Bot    string
+	NodeID string
+	Term   int64 // the leader term (election revision) of Conn
+	Conn   *wecom.Conn
+	Store  *jetstream.Store
+	// Budget paces every conversation; shared with the inbound path.
+	Budget *pace.Budget
+	// ScanInterval is the period of the scan of active tasks. Default 1s.
+	ScanInterval time.Duration
+	// Heartbeat: when nothing new has been shown for this long, the user
+	// sees the content so far with a status line. Default 20s.
+	Heartbeat time.Duration
+	// HeartbeatLine is the status line, with minutes and seconds elapsed.
+	// Default "已进行 %d 分 %02d 秒，仍在处理中".
+	HeartbeatLine string
+	// StreamWindow is WeCom's stream lifetime from the first frame; Margin
+	// is how long before its end the stream is closed. Defaults 6m, 30s.
+	StreamWindow, Margin time.Duration
+	// TruncatedNote ends a stream closed before the answer was complete.
+	TruncatedNote string
+	// CanceledNote and FailedNote end answers that were stopped or failed.
+	CanceledNote, FailedNote string
+	// Parallel bounds concurrent sends. Default 64.
+	Parallel int
+	// MaxAttempts bounds the attempts of a push before delivery fails.
+	// Default 8, with backoff from 1s doubling to 1m.
+	MaxAttempts int
+	Logger      zerolog.Logger
+	Now         func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.ScanInterval, time.Second)
+	def(&c.Heartbeat, 20*time.Second)
+	def(&c.StreamWindow, 6*time.Minute)
+	def(&c.Margin, 30*time.Second)
+	if c.HeartbeatLine == "" {
+		c.HeartbeatLine = "已进行 %d 分 %02d 秒，仍在处理中"
+	}
+	if c.TruncatedNote == "" {
+		c.TruncatedNote = "（回答较长，完整内容稍后单独发送）"
+	}
+	if c.CanceledNote == "" {
+		c.CanceledNote = "（已停止）"
+	}
+	if c.FailedNote == "" {
+		c.FailedNote = "抱歉，这个问题处理失败了，请稍后重试。"
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 64
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 8
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Stats counts what a pusher did in its term.
+type Stats struct {
+	Frames     int64 `json:"frames"`    // stream frames acked
+	Pushes     int64 `json:"pushes"`    // aibot_send_msg parts acked
+	Delivered  int64 `json:"delivered"` // tasks delivered
+	Truncated  int64 `json:"truncated"` // streams closed before the answer was complete
+	Failed     int64 `json:"failed"`    // deliveries given up
+	Errors     int64 `json:"errors"`    // sends refused or unanswered
+	Ambiguous  int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
+	Throttled  int64 `json:"throttled"` // sends deferred by the budget
+	Active     int   `json:"active"`    // tasks being delivered now
+	RebuiltNum int   `json:"rebuilt"`   // active tasks found at term start
+}
+
+// Pusher delivers one bot's answers during one term.
+type Pusher struct {
+	cfg Config
+	log zerolog.Logger
+
+	mu     sync.Mutex
+	active map[string]*entry
+	stats  Stats
+	wake   chan struct{}
+}
+
+type entry struct {
+	out       *task.Output // latest output seen (nil: none yet)
+	inflight  bool
+	notBefore time.Time // backoff
+	shownAt   time.Time // when the user last saw something new, for heartbeats
+}
+
+// New validates cfg.
+func New(cfg Config) (*Pusher, error) {
+	cfg.setDefaults()
+	switch {
+	case cfg.Bot == "" || cfg.Conn == nil || cfg.Store == nil || cfg.Budget == nil:
+		return nil, errors.New("pusher: Bot, Conn, Store and Budget are required")
+	case cfg.Margin >= cfg.StreamWindow:
+		return nil, fmt.Errorf("pusher: Margin (%s) must be less than StreamWindow (%s)", cfg.Margin, cfg.StreamWindow)
+	}
+	return &Pusher{cfg: cfg, active: map[string]*entry{}, wake: make(chan struct{}, 1),
+		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}, nil
+}
+
+// Stats returns the counters.
+func (p *Pusher) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Active = len(p.active)
+	return s
+}
+
+func (p *Pusher) count(f func(*Stats)) {
+	p.mu.Lock()
+	f(&p.stats)
+	p.mu.Unlock()
+}
+
+// Notify adds a task (just dispatched by the inbound path) to the active set.
+func (p *Pusher) Notify(taskID string) {
+	p.mu.Lock()
+	if _, ok := p.active[taskID]; !ok {
+		p.active[taskID] = &entry{shownAt: p.cfg.Now()}
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx (the term) ends, then waits for sends in flight.
+func (p *Pusher) Run(ctx context.Context) error {
+	if err := p.rebuild(ctx); err != nil {
+		return fmt.Errorf("pusher: rebuild active tasks: %w", err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { p.watch(ctx) })
+	sem := make(chan struct{}, p.cfg.Parallel)
+	t := time.NewTicker(p.cfg.ScanInterval)
+	defer t.Stop()
+	for {
+		p.scan(ctx, &wg, sem)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-p.wake:
+		}
+	}
+}
+
+// rebuild finds every task of the bot not yet delivered: after a failover
+// the first scan finds them all.
+func (p *Pusher) rebuild(ctx context.Context) error {
+	lister, err := p.cfg.Store.Tasks().ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, natsjs.ErrNoKeysFound) {
+			return nil
+		}
+		return err
+	}
+	n := 0
+	for key := range lister.Keys() {
+		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), key)
+		if err != nil || r.Bot != p.cfg.Bot || r.Delivery.Finished() {
+			continue
+		}
+		if r.FinalPending {
+			p.count(func(s *Stats) { s.Ambiguous++ })
+			p.log.Warn().Str("task", r.ID).Msg("final frame sent but not recorded by the previous leader: delivering again (the user may see it twice)")
+		}
+		p.Notify(r.ID)
+		n++
+	}
+	p.count(func(s *Stats) { s.RebuiltNum = n })
+	if n > 0 {
+		p.log.Info().Int("tasks", n).Msg("active tasks found at term start")
+	}
+	return nil
+}
+
+// watch follows the output bucket: new output for the bot's tasks wakes
+// the scan at once instead of at the next tick. The scan alone is enough
+// for correctness (the records are the truth); the watch is for latency.
+func (p *Pusher) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := p.cfg.Store.Output().WatchAll(ctx, natsjs.UpdatesOnly())
+		if err != nil {
+			sleep(ctx, time.Second)
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != natsjs.KeyValuePut {
+				continue
+			}
+			o, err := task.DecodeOutput(e.Value())
+			if err != nil || o.Bot != p.cfg.Bot {
+				continue
+			}
+			p.mu.Lock()
+			en := p.active[o.TaskID]
+			if en == nil {
+				en = &entry{shownAt: p.cfg.Now()}
+				p.active[o.TaskID] = en
+			}
+			en.out = o
+			p.mu.Unlock()
+			select {
+			case p.wake <- struct{}{}:
+			default:
+			}
+		}
+		w.Stop()
+	}
+}
+
+func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	var due []string
+	for id, en := range p.active {
+		if !en.inflight && !now.Before(en.notBefore) {
+			en.inflight = true
+			due = append(due, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range due {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			p.release(id, false, 0)
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			done, wait := p.step(ctx, id)
+			p.release(id, done, wait)
+		})
+	}
+}
+
+// release ends a step: done drops the task from the active set; wait
+// delays its next step.
+func (p *Pusher) release(id string, done bool, wait time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	en := p.active[id]
+	if en == nil {
+		return
+	}
+	if done {
+		delete(p.active, id)
+		return
+	}
+	en.inflight = false
+	if wait > 0 {
+		en.notBefore = p.cfg.Now().Add(wait)
+	}
+}
+
+// step moves one task forward; it reports whether the task is finished
+// (delivered, failed, or not this bot's), and how long to wait before the
+// next step.
+func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Duration) {
+	tasks := p.cfg.Store.Tasks()
+	rec, _, err := task.Get(ctx, tasks, id)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return false, time.Second // the inbound path is still writing it
+	}
+	if err != nil {
+		return false, time.Second
+	}
+	if rec.Bot != p.cfg.Bot || rec.Delivery.Finished() {
+		return true, 0
+	}
+	out := p.output(ctx, id)
+	now := p.cfg.Now()
+	if p.streamable(rec, now) {
+		return p.stream(ctx, rec, out, now)
+	}
+	return p.push(ctx, rec, out, now)
+}
+
+// output is the freshest output: the watched copy, or a read.
+func (p *Pusher) output(ctx context.Context, id string) *task.Output {
+	o, err := task.GetOutput(ctx, p.cfg.Store.Output(), id)
+	if err == nil && o != nil {
+		p.mu.Lock()
+		if en := p.active[id]; en != nil {
+			en.out = o
+		}
+		p.mu.Unlock()
+		return o
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if en := p.active[id]; en != nil {
+		return en.out
+	}
+	return nil
+}
+
+// streamable: the stream can still carry this answer on this connection.
+func (p *Pusher) streamable(r *task.Record, now time.Time) bool {
+	if r.Term != p.cfg.Term || r.ReqID == "" || r.StreamID == "" {
+		return false
+	}
+	if r.Delivery != task.Pending && r.Delivery != task.Streaming {
+		return false
+	}
+	return r.StreamStart.IsZero() || now.Before(r.StreamStart.Add(p.cfg.StreamWindow))
+}
+
+// finalText is what the user should end up with.
+func (p *Pusher) finalText(o *task.Output) string {
+	switch {
+	case o.Canceled:
+		return join(o.Text, p.cfg.CanceledNote)
+	case o.Error != "" && o.Text == "":
+		return p.cfg.FailedNote
+	case o.Error != "":
+		return join(o.Text, p.cfg.FailedNote)
+	}
+	return o.Text
+}
+
+func join(text, note string) string {
+	if text == "" {
+		return note
+	}
+	return text + "\n\n" + note
+}
+
+func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now time.Time) (bool, time.Duration) {
+	chat := r.Chat
+	closeAt := r.StreamStart.Add(p.cfg.StreamWindow - p.cfg.Margin)
+	if r.StreamStart.IsZero() {
+		closeAt = now.Add(p.cfg.StreamWindow - p.cfg.Margin)
+	}
+
+	// The final frame: never starved (reserve 0), delivered on its ack.
+	if o != nil && o.Done {
+		text := p.finalText(o)
+		if len(text) > wecom.MaxContentBytes {
+			return p.closeStream(ctx, r, o, "answer larger than one frame")
+		}
+		if !p.cfg.Budget.Take(chat, 0) {
+			p.count(func(s *Stats) { s.Throttled++ })
+			return false, time.Until(p.cfg.Budget.Free(chat))
+		}
+		if _, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error { r.FinalPending = true; return nil }); err != nil {
+			p.cfg.Budget.Refund(chat)
+			return false, time.Second
+		}
+		err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: text, Finish: true})
+		switch code := wecom.ErrCodeOf(err); {
+		case err == nil:
+			p.count(func(s *Stats) { s.Frames++ })
+			return p.delivered(ctx, r, text, "final frame acked", 0)
+		case code == wecom.ErrCodeStreamExpired && r.FinalPending && now.Before(r.StreamStart.Add(p.cfg.StreamWindow)):
+			// An earlier final frame whose ack was lost was applied: the
+			// stream is finished, not expired.
+			p.count(func(s *Stats) { s.Ambiguous++ })
+			return p.delivered(ctx, r, text, "final frame applied earlier (ack lost)", 0)
+		case code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired:
+			p.cfg.Budget.Refund(chat)
+			return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
+		default:
+			return p.sendFailed(ctx, r, err)
+		}
+	}
+
+	// The window is closing: close the stream with what there is.
+	if !now.Before(closeAt) {
+		return p.closeStream(ctx, r, o, "stream window closing")
+	}
+
+	// Progress: only new content, or a heartbeat when nothing new came.
+	text := ""
+	if o != nil {
+		text = o.Text
+	}
+	changed := text != "" && task.Hash(text) != r.PushedHash
+	p.mu.Lock()
+	shown := p.active[r.ID].shownAt
+	p.mu.Unlock()
+	if r.PushedAt.After(shown) {
+		shown = r.PushedAt
+	}
+	heartbeat := now.Sub(shown) >= p.cfg.Heartbeat
+	if !changed && !heartbeat {
+		return false, min(closeAt.Sub(now), p.cfg.ScanInterval)
+	}
+	// Pace: at most one progress frame per budget interval, keeping one
+	// send in reserve for the final frame.
+	gap := time.Minute / time.Duration(max(p.cfg.Budget.Limit(), 1))
+	if now.Sub(r.PushedAt) < gap {
+		return false, gap - now.Sub(r.PushedAt)
+	}
+	if !p.cfg.Budget.Take(chat, 1) {
+		p.count(func(s *Stats) { s.Throttled++ })
+		return false, time.Until(p.cfg.Budget.Free(chat))
+	}
+	content := Clip(text, wecom.MaxContentBytes-200, "…")
+	if !changed || text == "" {
+		el := now.Sub(r.Received)
+		line := fmt.Sprintf(p.cfg.HeartbeatLine, int(el.Minutes()), int(el.Seconds())%60)
+		content = join(content, line)
+	}
+	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})
+	if err != nil {
+		p.cfg.Budget.Refund(chat)
+		if code := wecom.ErrCodeOf(err); code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired {
+			return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
+		}
+		return p.sendFailed(ctx, r, err)
+	}
+	p.count(func(s *Stats) { s.Frames++ })
+	shownNow := p.cfg.Now()
+	p.mu.Lock()
+	if en := p.active[r.ID]; en != nil {
+		en.shownAt = shownNow
+	}
+	p.mu.Unlock()
+	_, err = task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
+		r.PushedAt = shownNow
+		if changed {
+			r.PushedHash = task.Hash(text)
+		}
+		if r.StreamStart.IsZero() {
+			r.StreamStart = shownNow
+		}
+		if r.Delivery == task.Pending {
+			return r.SetDelivery(task.Streaming, "first frame sent", p.cfg.NodeID, shownNow.UTC())
+		}
+		return nil
+	})
+	if err != nil {
+		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
+	}
+	return false, gap
+}
+
+// closeStream ends the stream with the content so far and a note; the full
+// answer follows by push.
+func (p *Pusher) closeStream(ctx context.Context, r *task.Record, o *task.Output, why string) (bool, time.Duration) {
+	text := ""
+	if o != nil {
+		text = o.Text
+	}
+	note := p.cfg.TruncatedNote
+	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
+	if !p.cfg.Budget.Take(r.Chat, 0) {
+		p.count(func(s *Stats) { s.Throttled++ })
+		return false, time.Until(p.cfg.Budget.Free(r.Chat))
+	}
+	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content, Finish: true})
+	if err == nil {
+		p.count(func(s *Stats) { s.Frames++; s.Truncated++ })
+	} else {
+		p.cfg.Budget.Refund(r.Chat)
+		p.log.Info().Err(err).Str("task", r.ID).Msg("closing the stream failed; the answer goes by push anyway")
+	}
+	return p.toPush(ctx, r, why)
+}
+
+// toPush marks the delivery truncated: the complete answer is owed by push.
+func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, time.Duration) {
+	_, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
+		if r.Delivery == task.Truncated {
+			return task.ErrNoChange
+		}
+		r.DeliveryReason = why
+		return r.SetDelivery(task.Truncated, why, p.cfg.NodeID, p.cfg.Now().UTC())
+	})
+	if err != nil {
+		return false, time.Second
+	}
+	return false, 0
+}
+
+// push delivers the complete answer by aibot_send_msg once it is done.
+func (p *Pusher) push(ctx context.Context, r *task.Record, o *task.Output, now time.Time) (bool, time.Duration) {
+	if r.Delivery == task.Pending || r.Delivery == task.Streaming {
+		// Began under another term, or never got a stream: owed by push.
+		return p.toPush(ctx, r, fmt.Sprintf("stream began under term %d, this is term %d", r.Term, p.cfg.Term))
+	}
+	if o == nil || !o.Done {
+		return false, p.cfg.ScanInterval
+	}
+	parts := Split(p.finalText(o), wecom.MaxContentBytes)
+	chatType := wecom.ChatTypeSingle
+	if r.ChatType == wecom.ChatGroup {
+		chatType = wecom.ChatTypeGroup
+	}
+	for i := r.PushedParts; i < len(parts); i++ {
+		if !p.cfg.Budget.Take(r.Chat, 0) {
+			p.count(func(s *Stats) { s.Throttled++ })
+			return false, time.Until(p.cfg.Budget.Free(r.Chat))
+		}
+		if err := p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, parts[i]); err != nil {
+			if wecom.ErrCodeOf(err) >= 0 {
+				p.cfg.Budget.Refund(r.Chat) // refused: not counted by WeCom either
+			}
+			return p.sendFailed(ctx, r, err)
+		}
+		p.count(func(s *Stats) { s.Pushes++ })
+		n := i + 1
+		rec, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
+			r.PushedParts, r.PushAttempts = n, 0
+			return nil
+		})
+		if err != nil {
+			p.log.Warn().Err(err).Str("task", r.ID).Int("part", n).Msg("pushed part not recorded; a new leader may push it again")
+			return false, time.Second
+		}
+		r = rec
+	}
+	return p.delivered(ctx, r, p.finalText(o), fmt.Sprintf("%d part(s) pushed", len(parts)), len(parts))
+}
+
+func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
+	now := p.cfg.Now()
+	_, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
+		if r.Delivery.Finished() {
+			return task.ErrNoChange
+		}
+		r.PushedHash, r.PushedAt, r.FinalPending, r.DeliveryReason = task.Hash(text), now, false, why
+		if parts > 0 {
+			r.PushedParts = parts
+		}
+		return r.SetDelivery(task.Delivered, why, p.cfg.NodeID, now.UTC())
+	})
+	if err != nil {
+		p.log.Warn().Err(err).Str("task", r.ID).Msg("delivery not recorded; a new leader may deliver again")
+		return false, time.Second
+	}
+	p.count(func(s *Stats) { s.Delivered++ })
+	return true, 0
+}
+
+// sendFailed counts an attempt; past MaxAttempts the delivery fails.
+func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) (bool, time.Duration) {
+	p.count(func(s *Stats) { s.Errors++ })
+	if errors.Is(sendErr, wecom.ErrClosed) || ctx.Err() != nil {
+		return false, time.Second // the term is ending; the next leader carries on
+	}
+	var attempts int
+	rec, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
+		r.PushAttempts++
+		attempts = r.PushAttempts
+		r.DeliveryReason = sendErr.Error()
+		if r.PushAttempts >= p.cfg.MaxAttempts {
+			return r.SetDelivery(task.DeliveryFailed, fmt.Sprintf("gave up after %d attempts: %v", r.PushAttempts, sendErr), p.cfg.NodeID, p.cfg.Now().UTC())
+		}
+		return nil
+	})
+	if err == nil && rec.Delivery == task.DeliveryFailed {
+		p.count(func(s *Stats) { s.Failed++ })
+		p.log.Error().Err(sendErr).Str("task", r.ID).Msg("delivery failed for good")
+		return true, 0
+	}
+	backoff := min(time.Second<<min(attempts, 6), time.Minute)
+	p.log.Warn().Err(sendErr).Str("task", r.ID).Int("attempt", attempts).Dur("retry_in", backoff).Msg("send failed; will retry")
+	return false, backoff
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

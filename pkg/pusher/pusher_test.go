@@ -1,0 +1,350 @@
+package pusher_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/rs/zerolog"
+)
+
+const waitLong = 30 * time.Second
+
+type rig struct {
+	t      *testing.T
+	js     *testenv.JetStream
+	sim    *wecomsim.Server
+	url    string
+	conn   *wecom.Conn
+	msgs   chan received
+	budget *pace.Budget
+	term   int64
+	stop   func()
+	p      *pusher.Pusher
+}
+
+type received struct {
+	reqID string
+	m     *wecom.MsgCallback
+}
+
+func newRig(t *testing.T, simCfg wecomsim.Config) *rig {
+	t.Helper()
+	simCfg.Logger = zerolog.Nop()
+	sim := wecomsim.New(simCfg)
+	sim.AddBot("b", "s")
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() { sim.Close(); srv.Close() })
+	r := &rig{t: t, js: testenv.StartJetStream(t, jetstream.Options{}), sim: sim,
+		url: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", budget: pace.New(20, time.Minute, nil)}
+	r.connect(1)
+	return r
+}
+
+// connect opens a new connection as term `term` (a new leader).
+func (r *rig) connect(term int64) {
+	r.t.Helper()
+	r.msgs = make(chan received, 100)
+	msgs := r.msgs
+	c, err := wecom.Dial(context.Background(), wecom.Config{URL: r.url, BotID: "b", Secret: "s", Logger: zerolog.Nop()},
+		wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) { msgs <- received{reqID, m} }})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { c.Close(); <-c.Done() })
+	r.conn, r.term = c, term
+}
+
+func (r *rig) start(cfg pusher.Config) {
+	r.t.Helper()
+	cfg.Bot, cfg.NodeID, cfg.Term, cfg.Conn, cfg.Store, cfg.Budget = "b", "n1", r.term, r.conn, r.js.Store, r.budget
+	cfg.Logger = zerolog.Nop()
+	if cfg.ScanInterval == 0 {
+		cfg.ScanInterval = 100 * time.Millisecond
+	}
+	p, err := pusher.New(cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	r.p = p
+	r.stop = func() { cancel(); <-done }
+	r.t.Cleanup(r.stop)
+}
+
+// ask plays the inbound path: a user message, the receipt frame, the record.
+func (r *rig) ask(user, text string) *task.Record {
+	r.t.Helper()
+	if _, err := r.sim.PostMessage(wecomsim.MessageRequest{BotID: "b", UserID: user, Text: text}); err != nil {
+		r.t.Fatal(err)
+	}
+	var in received
+	select {
+	case in = <-r.msgs:
+	case <-time.After(waitLong):
+		r.t.Fatal("no callback")
+	}
+	now := time.Now()
+	rec := task.New("b", in.m.MsgID, now)
+	rec.ReqID, rec.Term, rec.Chat, rec.ChatType, rec.User, rec.Question = in.reqID, r.term, user, "single", user, text
+	rec.StreamID = "s-" + rec.ID
+	if err := r.conn.ReplyStream(context.Background(), in.reqID, wecom.Stream{ID: rec.StreamID, Content: "已收到，正在处理…"}); err != nil {
+		r.t.Fatal(err)
+	}
+	r.budget.Record(user)
+	rec.SetDelivery(task.Streaming, "receipt", "n1", now)
+	rec.PushedHash, rec.PushedAt, rec.StreamStart = task.Hash("已收到，正在处理…"), now, now
+	if _, err := task.Create(context.Background(), r.js.Store.Tasks(), rec); err != nil {
+		r.t.Fatal(err)
+	}
+	if r.p != nil {
+		r.p.Notify(rec.ID)
+	}
+	return rec
+}
+
+func (r *rig) write(id, text string, done bool) {
+	r.t.Helper()
+	if _, err := task.PutOutput(context.Background(), r.js.Store.Output(), &task.Output{TaskID: id, Bot: "b", Text: text, Done: done, Updated: time.Now()}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) record(id string) *task.Record {
+	rec, _, err := task.Get(context.Background(), r.js.Store.Tasks(), id)
+	if err != nil {
+		return &task.Record{}
+	}
+	return rec
+}
+
+func (r *rig) waitDelivery(id string, want task.Delivery) {
+	r.t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for r.record(id).Delivery != want {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("task %s delivery %s, want %s (reason %q)", id, r.record(id).Delivery, want, r.record(id).DeliveryReason)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *rig) botMessages(chat string) []wecomsim.TranscriptEntry {
+	var out []wecomsim.TranscriptEntry
+	for _, m := range r.sim.Transcript("b", chat) {
+		if m.From == "bot" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (r *rig) stats() wecomsim.Stats {
+	s, _ := r.sim.Stats("b")
+	return s
+}
+
+func TestShortAnswerOneFinishedStream(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "Hello", false)
+	r.write(rec.ID, "Hello, alice.", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	bot := r.botMessages("alice")
+	if len(bot) != 1 || bot[0].Content != "Hello, alice." || !bot[0].Finished || bot[0].Kind != "stream" {
+		t.Fatalf("user sees %+v", bot)
+	}
+	if s := r.stats(); s.QuotaRejections != 0 || s.InvalidReqIDs != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestUnchangedContentSendsNoFrame(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{Heartbeat: time.Hour})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "partial", false)
+	deadline := time.Now().Add(waitLong)
+	for r.record(rec.ID).PushedHash != task.Hash("partial") {
+		if time.Now().After(deadline) {
+			t.Fatal("progress not pushed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := r.stats().Frames[wecom.CmdRespondMsg]
+	for range 5 { // the same content, rewritten
+		r.write(rec.ID, "partial", false)
+	}
+	time.Sleep(time.Second) // ten scans at 100 ms: a negative check needs a window
+	if after := r.stats().Frames[wecom.CmdRespondMsg]; after != before {
+		t.Fatalf("%d frames for unchanged content", after-before)
+	}
+}
+
+// A worker writing many times a second never makes the pusher exceed the
+// quota; the first and final frames are never starved.
+func TestQuotaNeverExceeded(t *testing.T) {
+	r := newRig(t, wecomsim.Config{RateLimit: 30})
+	r.budget = pace.New(20, time.Minute, nil)
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	var text strings.Builder
+	for i := range 60 { // 6 s of 10 writes a second
+		text.WriteString("x")
+		r.write(rec.ID, text.String(), false)
+		_ = i
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.write(rec.ID, text.String()+" done", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	s := r.stats()
+	if s.QuotaRejections != 0 {
+		t.Fatalf("quota rejections: %d", s.QuotaRejections)
+	}
+	// Progress is paced at one frame per budget interval (3 s at 20/min).
+	if n := s.Frames[wecom.CmdRespondMsg]; n > 1+4+1 {
+		t.Fatalf("%d frames in ~6 s at 20/min", n)
+	}
+	if bot := r.botMessages("alice"); bot[0].Content != text.String()+" done" || !bot[0].Finished {
+		t.Fatalf("final = %+v", bot[0])
+	}
+}
+
+// A long answer with a short window: the stream is closed before its
+// window ends with a note, then the full text is pushed, split correctly.
+func TestWindowTruncatesThenPushesSplit(t *testing.T) {
+	r := newRig(t, wecomsim.Config{StreamWindow: 4 * time.Second})
+	r.start(pusher.Config{StreamWindow: 4 * time.Second, Margin: time.Second})
+	rec := r.ask("alice", "long")
+	para := strings.Repeat("段", 3000) // 9000 bytes
+	full := para + "\n\n" + para + "\n\n" + para + "\n\nend"
+	r.write(rec.ID, para, false)
+	r.waitDelivery(rec.ID, task.Truncated)
+	r.write(rec.ID, full, true)
+	r.waitDelivery(rec.ID, task.Delivered)
+
+	bot := r.botMessages("alice")
+	if len(bot) < 3 || bot[0].Kind != "stream" || !bot[0].Finished || bot[0].Expired || !strings.Contains(bot[0].Content, "完整内容稍后") {
+		t.Fatalf("stream = %+v", bot[0])
+	}
+	var pushed []string
+	for _, m := range bot[1:] {
+		if m.Kind != "markdown" || len(m.Content) > wecom.MaxContentBytes {
+			t.Fatalf("push %+v", m)
+		}
+		pushed = append(pushed, m.Content)
+	}
+	if got := strings.Join(pushed, "\n\n"); got != full {
+		t.Fatalf("pushed parts do not rebuild the answer (%d parts, %d bytes vs %d)", len(pushed), len(got), len(full))
+	}
+	if s := r.stats(); s.ExpiredUpdates != 0 || s.QuotaRejections != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if rec := r.record(rec.ID); rec.PushedParts != len(pushed) {
+		t.Fatalf("pushed_parts = %d", rec.PushedParts)
+	}
+}
+
+// The leader changes mid-answer: the new leader's pusher finishes the
+// answer by push (the old req_id is dead on the new connection), once.
+func TestFailoverMidStreamCompletesOnce(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "half of it", false)
+	deadline := time.Now().Add(waitLong)
+	for r.record(rec.ID).PushedHash != task.Hash("half of it") {
+		if time.Now().After(deadline) {
+			t.Fatal("progress not pushed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.stop() // the leader dies
+	r.connect(2)
+	r.write(rec.ID, "half of it, and the rest.", true)
+	r.start(pusher.Config{}) // the new leader's first scan finds the task
+	r.waitDelivery(rec.ID, task.Delivered)
+	bot := r.botMessages("alice")
+	var finals int
+	for _, m := range bot {
+		if strings.Contains(m.Content, "and the rest.") {
+			finals++
+		}
+	}
+	if finals != 1 {
+		t.Fatalf("the complete answer appears %d times: %+v", finals, bot)
+	}
+	if s := r.stats(); s.InvalidReqIDs != 0 {
+		t.Fatalf("the new leader tried the old req_id: %+v", s)
+	}
+	if r.p.Stats().RebuiltNum != 1 {
+		t.Fatalf("rebuilt = %d", r.p.Stats().RebuiltNum)
+	}
+}
+
+// Acks stall: sends time out, attempts are counted, and the answer is
+// delivered once WeCom answers again; the record never claims delivery
+// before an ack.
+func TestAckStallRetriedStateTruthful(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.conn.Close()
+	<-r.conn.Done()
+	// A connection with a short ack timeout.
+	c, err := wecom.Dial(context.Background(), wecom.Config{URL: r.url, BotID: "b", Secret: "s", AckTimeout: 300 * time.Millisecond, Logger: zerolog.Nop()},
+		wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) { r.msgs <- received{reqID, m} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); <-c.Done() })
+	r.conn = c
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.sim.Fault(wecomsim.FaultRequest{BotID: "b", Action: "stall_acks", Seconds: 2})
+	r.write(rec.ID, "answer", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	if got := r.record(rec.ID); got.FinalPending {
+		t.Fatalf("record = %+v", got)
+	}
+	var mu sync.Mutex
+	mu.Lock()
+	defer mu.Unlock()
+	bot := r.botMessages("alice")
+	if len(bot) != 1 || bot[0].Content != "answer" || !bot[0].Finished {
+		t.Fatalf("user sees %+v", bot)
+	}
+}
+
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct {
+		text  string
+		limit int
+	}{
+		{"a\n\nb\n\nc", 4},
+		{"aaaa\nbbbb\ncccc", 9},
+		{strings.Repeat("字", 10), 7},
+		{"short", 100},
+	} {
+		parts := pusher.Split(tc.text, tc.limit)
+		for _, p := range parts {
+			if len(p) > tc.limit || !strings.Contains(tc.text, p) {
+				t.Fatalf("Split(%q, %d) = %q", tc.text, tc.limit, parts)
+			}
+		}
+	}
+	if got := pusher.Split("a\n\nb\n\nc", 4); len(got) != 2 || got[0] != "a" || got[1] != "b\n\nc" {
+		t.Fatalf("paragraph split = %q", got)
+	}
+}

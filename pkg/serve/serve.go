@@ -1,0 +1,298 @@
+// Package serve wires one botctl node together: the node's life (election,
+// connection), the inbound path, dispatch, the worker, the pusher, the
+// spool and the node's HTTP API, on an etcd client and a NATS connection
+// that the caller provides (embedded or external: nothing here cares).
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/access"
+	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/worker"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Options are what Run needs besides the validated configuration.
+type Options struct {
+	Config   config.Config // validated, secrets resolved
+	Etcd     *clientv3.Client
+	NATSURL  string
+	Listener net.Listener // the node API's
+	Version  string
+	// Replicas of streams and buckets: 1 embedded, 3 on a cluster.
+	Replicas int
+	// TaskAckWait, if set, overrides the task queue's ack wait (tests).
+	TaskAckWait time.Duration
+	Logger      zerolog.Logger
+	// Ready, if set, is called once every component is running.
+	Ready func(*Node)
+}
+
+// Node is a running node, for status and tests.
+type Node struct {
+	Node     *node.Node
+	Store    *jetstream.Store
+	Access   *access.Access
+	Dispatch *dispatch.Dispatcher
+	Worker   *worker.Worker
+
+	mu      sync.Mutex
+	pushers map[string]*pusher.Pusher // bot → the current term's pusher
+	budgets map[string]*pace.Budget   // bot → its conversations' budget
+	cfg     config.Config
+}
+
+// Budget is bot's per-conversation send budget, shared by the inbound path
+// and every term's pusher.
+func (n *Node) Budget(bot string) *pace.Budget {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b := n.budgets[bot]
+	if b == nil {
+		b = pace.New(n.cfg.Push.Budget, time.Minute, nil)
+		n.budgets[bot] = b
+	}
+	return b
+}
+
+// Pusher is bot's pusher while this node leads it, else nil.
+func (n *Node) Pusher(bot string) *pusher.Pusher {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pushers[bot]
+}
+
+// Run runs the node until ctx ends; it returns after every term is
+// resigned, every connection closed and every goroutine ended.
+func Run(ctx context.Context, o Options) error {
+	cfg := o.Config
+	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
+
+	// Fail fast while JetStream is away (ReconnectBufSize -1): a publish
+	// then errors at once and the dispatcher falls back, instead of
+	// waiting in a buffer that may deliver later.
+	nc, err := nats.Connect(o.NATSURL, nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1))
+	if err != nil {
+		return fmt.Errorf("connect NATS %s: %w", o.NATSURL, err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return err
+	}
+	replicas := max(o.Replicas, 1)
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	store, err := jetstream.Declare(dctx, js, jetstream.Options{Replicas: replicas, TaskAckWait: o.TaskAckWait, Logger: log})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("declare JetStream streams and buckets: %w", err)
+	}
+
+	spool, err := jetstream.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"))
+	if err != nil {
+		return fmt.Errorf("open spool: %w", err)
+	}
+	defer spool.Close()
+	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{
+		Spool: spool,
+		Publish: store.SpoolPublisher(func(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
+			log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).AnErr("result", err).Bool("duplicate", res.Duplicate).Msg("spooled task forwarded")
+		}),
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	backend, err := ai.New(cfg.AI)
+	if err != nil {
+		return err
+	}
+	n := &Node{Store: store, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg}
+
+	var (
+		leadingMu sync.Mutex
+		leading   int
+	)
+	n.Worker, err = worker.New(worker.Config{
+		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots,
+		Leading: func() bool { leadingMu.Lock(); defer leadingMu.Unlock(); return leading > 0 },
+		Backend: backend, Store: store, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+
+	n.Dispatch, err = dispatch.New(dispatch.Config{
+		Publish: store.PublishTask,
+		Spool: func(m task.Message, payload []byte) error {
+			err := spool.Append(jetstream.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
+			fwd.Kick()
+			return err
+		},
+		FixedWorker: cfg.Dispatch.FixedWorker,
+		Local: func(m task.Message) error {
+			wg.Go(func() { n.Worker.Execute(workCtx, m, 1, string(dispatch.TierLocal)) })
+			return nil
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	n.Access, err = access.New(access.Config{
+		NodeID: cfg.NodeID, Store: store, Dispatch: n.Dispatch.Dispatch,
+		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
+		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
+		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
+		Budget:           n.Budget,
+		Dispatched: func(bot, taskID string) {
+			if p := n.Pusher(bot); p != nil {
+				p.Notify(taskID)
+			}
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	n.Node, err = node.New(o.Etcd, node.Config{
+		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: "http://" + o.Listener.Addr().String(),
+		Slots: cfg.Worker.Slots, Bots: cfg.Bots,
+		WeCom:    wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout},
+		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin},
+		Inbound:  n.Access,
+		Leading: func(ctx context.Context, term *election.Term, conn *wecom.Conn) {
+			p, err := pusher.New(pusher.Config{
+				Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: store,
+				Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
+				Logger: log,
+			})
+			if err != nil {
+				log.Error().Err(err).Msg("pusher not started")
+				return
+			}
+			leadingMu.Lock()
+			leading++
+			leadingMu.Unlock()
+			n.mu.Lock()
+			n.pushers[term.Bot] = p
+			n.mu.Unlock()
+			defer func() {
+				n.mu.Lock()
+				if n.pushers[term.Bot] == p {
+					delete(n.pushers, term.Bot)
+				}
+				n.mu.Unlock()
+				leadingMu.Lock()
+				leading--
+				leadingMu.Unlock()
+			}()
+			if err := p.Run(ctx); err != nil {
+				log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
+			}
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	srv := &http.Server{Handler: n.api(workCtx, &wg, o.Etcd), ReadHeaderTimeout: 5 * time.Second}
+	wg.Go(func() { srv.Serve(o.Listener) })
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	wg.Go(func() { fwd.Run(workCtx) })
+	wg.Go(func() { n.Worker.Run(workCtx) })
+	if o.Ready != nil {
+		o.Ready(n)
+	}
+	err = n.Node.Run(ctx) // resigns every term after closing its connection
+	n.Access.Wait()
+	stopWork()
+	return err
+}
+
+// api is the node's HTTP API: status, health, and the exec API of tier 2.
+func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		type botView struct {
+			Pusher *pusher.Stats `json:"pusher,omitempty"`
+		}
+		view := struct {
+			node.Info
+			Access   access.Stats       `json:"access"`
+			Dispatch dispatch.Stats     `json:"dispatch"`
+			Pushers  map[string]botView `json:"pushers"`
+		}{Info: n.Node.Info(), Access: n.Access.Stats(), Dispatch: n.Dispatch.Stats(), Pushers: map[string]botView{}}
+		n.mu.Lock()
+		for bot, p := range n.pushers {
+			s := p.Stats()
+			view.Pushers[bot] = botView{Pusher: &s}
+		}
+		n.mu.Unlock()
+		writeJSON(w, http.StatusOK, view)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := cli.Get(hctx, "health-probe"); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("POST "+dispatch.ExecPath, func(w http.ResponseWriter, r *http.Request) {
+		var m task.Message
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want a task message: {\"task_id\",\"bot\",\"msgid\",\"chat\",\"question\",…}"})
+			return
+		}
+		if ctx.Err() != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "node stopping"})
+			return
+		}
+		wg.Go(func() { n.Worker.Execute(ctx, m, 1, string(dispatch.TierFixed)) })
+		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
