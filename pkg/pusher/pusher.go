@@ -267,6 +267,9 @@ func (p *Pusher) watch(ctx context.Context) {
 				p.active[o.TaskID] = en
 			}
 			en.out = o
+			if o.Done {
+				en.notBefore = time.Time{} // the final answer waits for no progress pacing
+			}
 			p.mu.Unlock()
 			select {
 			case p.wake <- struct{}{}:
@@ -459,7 +462,8 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now
 	// send in reserve for the final frame.
 	gap := time.Minute / time.Duration(max(p.cfg.Budget.Limit(), 1))
 	if now.Sub(r.PushedAt) < gap {
-		return false, gap - now.Sub(r.PushedAt)
+		// Not yet; the final frame, when it comes, is not held up by this.
+		return false, min(gap-now.Sub(r.PushedAt), p.cfg.ScanInterval)
 	}
 	if !p.cfg.Budget.Take(chat, 1) {
 		p.count(func(s *Stats) { s.Throttled++ })
@@ -502,7 +506,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now
 	if err != nil {
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
 	}
-	return false, gap
+	return false, p.cfg.ScanInterval
 }
 
 // closeStream ends the stream with the content so far and a note; the full
