@@ -192,8 +192,18 @@ func (p *Pusher) Notify(taskID string) {
 
 // Run delivers until ctx (the term) ends, then waits for sends in flight.
 func (p *Pusher) Run(ctx context.Context) error {
-	if err := p.rebuild(ctx); err != nil {
-		return fmt.Errorf("pusher: rebuild active tasks: %w", err)
+	// The records are the truth: without them the first scan could miss a
+	// task, so keep trying (JetStream may be recovering) until the term ends.
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		err := p.rebuild(ctx)
+		if err == nil {
+			break
+		}
+		p.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot read task records to rebuild the active set; retrying")
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -109,6 +110,9 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("declare JetStream streams and buckets: %w", err)
 	}
 
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
 	spool, err := jetstream.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"))
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)

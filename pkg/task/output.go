@@ -66,6 +66,9 @@ type Message struct {
 	TaskID   string    `json:"task_id"`
 	Bot      string    `json:"bot"`
 	MsgID    string    `json:"msgid"`
+	ReqID    string    `json:"req_id,omitempty"`
+	Term     int64     `json:"term,omitempty"`
+	StreamID string    `json:"stream_id,omitempty"`
 	Chat     string    `json:"chat"`
 	ChatType string    `json:"chat_type"`
 	User     string    `json:"user"`
@@ -75,7 +78,8 @@ type Message struct {
 
 // MessageOf is r's task message.
 func MessageOf(r *Record) Message {
-	return Message{TaskID: r.ID, Bot: r.Bot, MsgID: r.MsgID, Chat: r.Chat, ChatType: r.ChatType, User: r.User, Question: r.Question, Received: r.Received}
+	return Message{TaskID: r.ID, Bot: r.Bot, MsgID: r.MsgID, ReqID: r.ReqID, Term: r.Term, StreamID: r.StreamID,
+		Chat: r.Chat, ChatType: r.ChatType, User: r.User, Question: r.Question, Received: r.Received}
 }
 
 // RecordOf rebuilds a record from a task message (the raw context a worker
@@ -83,6 +87,7 @@ func MessageOf(r *Record) Message {
 func RecordOf(m Message) *Record {
 	r := New(m.Bot, m.MsgID, m.Received)
 	r.Chat, r.ChatType, r.User, r.Question = m.Chat, m.ChatType, m.User, m.Question
+	r.ReqID, r.Term, r.StreamID = m.ReqID, m.Term, m.StreamID
 	return r
 }
 

@@ -1,0 +1,316 @@
+// Package pipeline tests the whole path in one process, on real embedded
+// etcd and NATS and the WeCom simulator: callback → receipt → task record →
+// worker → output bucket → pusher → what the user sees.
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/infra"
+	"github.com/botctl/botctl/pkg/serve"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+const waitLong = 60 * time.Second
+
+type cluster struct {
+	t     *testing.T
+	etcd  *infra.Etcd
+	nats  *infra.NATS
+	sim   *wecomsim.Server
+	wsURL string
+	dir   string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	addr, _ := infra.FreeAddr()
+	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), ClientAddr: addr, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	n, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(dir, "nats"), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	sim.AddBot("b1", "s1")
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() { sim.Close(); srv.Close() })
+	return &cluster{t: t, etcd: e, nats: n, sim: sim, wsURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", dir: dir}
+}
+
+type runningNode struct {
+	node *serve.Node
+	stop func()
+}
+
+func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
+	c.t.Helper()
+	cfg := config.Defaults()
+	cfg.NodeID, cfg.DataDir = id, filepath.Join(c.dir, id)
+	cfg.WeCom.URL = c.wsURL
+	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s1"}}
+	cfg.Election.TTL, cfg.Election.SafetyMargin = 3*time.Second, time.Second
+	cfg.AI.Demo.AnswerTime = 500 * time.Millisecond
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		c.t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *serve.Node, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: c.nats.ClientURL(), Listener: ln,
+			TaskAckWait: 3 * time.Second, Logger: zerolog.Nop(), Ready: func(n *serve.Node) { ready <- n }})
+	}()
+	var n *serve.Node
+	select {
+	case n = <-ready:
+	case err := <-done:
+		c.t.Fatalf("node %s: %v", id, err)
+	case <-time.After(waitLong):
+		c.t.Fatal("node not ready")
+	}
+	var once sync.Once
+	r := &runningNode{node: n, stop: func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(waitLong):
+				c.t.Error("node did not stop")
+			}
+			cli.Close()
+		})
+	}}
+	c.t.Cleanup(r.stop)
+	return r
+}
+
+func (c *cluster) post(user, text string) wecomsim.MessageResult {
+	c.t.Helper()
+	r, err := c.sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: user, Text: text})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r
+}
+
+func (c *cluster) bot(chat string) []wecomsim.TranscriptEntry {
+	var out []wecomsim.TranscriptEntry
+	for _, m := range c.sim.Transcript("b1", chat) {
+		if m.From == "bot" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func (c *cluster) connected() bool {
+	s, _ := c.sim.Stats("b1")
+	return s.Connected
+}
+
+func (c *cluster) record(n *runningNode, msgid string) *task.Record {
+	r, _, err := task.Get(context.Background(), n.node.Store.Tasks(), task.ID("b1", msgid))
+	if err != nil {
+		return &task.Record{}
+	}
+	return r
+}
+
+func answered(entries []wecomsim.TranscriptEntry, question string) int {
+	k := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Content, "You asked: "+question) && e.Finished {
+			k++
+		}
+	}
+	return k
+}
+
+func TestMessageToAnswer(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	eventually(t, "leader connected", c.connected)
+	sent := c.post("alice", "what is botctl?")
+	eventually(t, "answer delivered", func() bool { return answered(c.bot("alice"), "what is botctl?") == 1 })
+	r := c.record(n, sent.MsgID)
+	eventually(t, "record delivered", func() bool { r = c.record(n, sent.MsgID); return r.Delivery == task.Delivered })
+	if r.Exec != task.Succeeded || r.ReqID == "" || r.Chat != "alice" || r.Question != "what is botctl?" || r.Tier != "queue" {
+		t.Fatalf("record = %+v", r)
+	}
+	// The transitions tell the story, each with a time and a reason. The
+	// two dimensions move independently (the worker may start before the
+	// receipt is recorded), but each in its own order.
+	var exec, delivery []string
+	for _, tr := range r.Transitions {
+		if tr.At.IsZero() || tr.Reason == "" {
+			t.Fatalf("transition without time or reason: %+v", tr)
+		}
+		if tr.Dim == "exec" {
+			exec = append(exec, tr.To)
+		} else {
+			delivery = append(delivery, tr.To)
+		}
+	}
+	if got := strings.Join(exec, " "); got != "running succeeded" {
+		t.Fatalf("exec transitions %q", got)
+	}
+	if got := strings.Join(delivery, " "); got != "streaming delivered" {
+		t.Fatalf("delivery transitions %q", got)
+	}
+	bot := c.bot("alice")
+	if len(bot) != 1 || bot[0].Kind != "stream" || bot[0].ReplyTo != sent.MsgID {
+		t.Fatalf("user sees %+v", bot)
+	}
+}
+
+// A duplicate callback (same msgid) makes one task and one answer.
+func TestDuplicateCallbackOneTask(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	eventually(t, "leader connected", c.connected)
+	first := c.post("alice", "once")
+	if _, err := c.sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "alice", Text: "once", MsgID: first.MsgID}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "once") == 1 })
+	time.Sleep(time.Second) // a second answer would follow within the demo's 0.5 s
+	if k := answered(c.bot("alice"), "once"); k != 1 {
+		t.Fatalf("answered %d times", k)
+	}
+	if s := n.node.Access.Stats(); s.Duplicates != 1 || s.Dispatched != 1 {
+		t.Fatalf("access stats %+v", s)
+	}
+}
+
+// A second question while the first runs is told to wait; it never runs
+// anywhere (no fallback tier), and the first answer is unaffected.
+func TestBusyConversationRefused(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 3 * time.Second })
+	eventually(t, "leader connected", c.connected)
+	c.post("alice", "first")
+	eventually(t, "first running", func() bool { return n.node.Dispatch.Stats().Queued == 1 })
+	second := c.post("alice", "second")
+	eventually(t, "busy reply", func() bool {
+		for _, m := range c.bot("alice") {
+			if strings.Contains(m.Content, "还在处理中") && m.ReplyTo == second.MsgID {
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, "first answered", func() bool { return answered(c.bot("alice"), "first") == 1 })
+	if answered(c.bot("alice"), "second") != 0 {
+		t.Fatal("the refused question was answered")
+	}
+	s := n.node.Dispatch.Stats()
+	if s.Busy != 1 || s.Fixed != 0 || s.Local != 0 || len(s.Fallbacks) != 0 {
+		t.Fatalf("dispatch stats %+v", s)
+	}
+	if r := c.record(n, second.MsgID); r.ID != "" {
+		t.Fatalf("refused question has a task record: %+v", r)
+	}
+}
+
+// The leader dies mid-answer (no resign): the standby takes over, and the
+// answer reaches the user once, completed by the new leader.
+func TestLeaderKilledMidStream(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 4 * time.Second })
+	eventually(t, "a connected", c.connected)
+	b := c.start("b", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 4 * time.Second })
+	sent := c.post("alice", "survive this")
+	eventually(t, "streaming", func() bool { return c.record(a, sent.MsgID).Exec == task.Running })
+	a.stop() // graceful here; the e2e suite covers kill -9
+	eventually(t, "answered once", func() bool { return answered(c.bot("alice"), "survive this") >= 1 })
+	eventually(t, "record delivered", func() bool { return c.record(b, sent.MsgID).Delivery == task.Delivered })
+	time.Sleep(time.Second)
+	if k := answered(c.bot("alice"), "survive this"); k != 1 {
+		t.Fatalf("answered %d times: %+v", k, c.bot("alice"))
+	}
+	s, _ := c.sim.Stats("b1")
+	if s.QuotaRejections != 0 {
+		t.Fatalf("quota rejections %d", s.QuotaRejections)
+	}
+}
+
+// NATS down: what the leader receives is spooled, and forwarded when
+// JetStream is back; the question is answered.
+func TestNATSDownSpooledThenForwarded(t *testing.T) {
+	c := newCluster(t)
+	natsURL := c.nats.ClientURL()
+	n := c.start("n1", nil)
+	eventually(t, "leader connected", c.connected)
+	c.nats.Close()
+	var sent []wecomsim.MessageResult
+	for i := range 3 {
+		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("during outage %d", i)))
+	}
+	eventually(t, "spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 3 })
+	// Back on the same port and data dir.
+	port := strings.TrimPrefix(natsURL[strings.LastIndex(natsURL, ":"):], ":")
+	restarted, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:" + port, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restarted.Close)
+	for i := range 3 {
+		q := fmt.Sprintf("during outage %d", i)
+		user := fmt.Sprintf("u%d", i)
+		deadline := time.Now().Add(waitLong)
+		for answered(c.bot(user), q) != 1 {
+			if time.Now().After(deadline) {
+				p := n.node.Pusher("b1")
+				var ps any
+				if p != nil {
+					ps = p.Stats()
+				}
+				t.Fatalf("no answer to %q: user sees %+v; record %+v; dispatch %+v; pusher %+v; node %+v",
+					q, c.bot(user), c.record(n, sent[i].MsgID), n.node.Dispatch.Stats(), ps, n.node.Node.Status())
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+	t.Logf("node after the outage: %+v", n.node.Node.Status())
+}
