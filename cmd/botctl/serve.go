@@ -139,6 +139,11 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 		}
 		defer n.Close()
 		cfg.NATS.URL = n.ClientURL()
+		urlFile := filepath.Join(cfg.DataDir, natsURLFile)
+		if err := os.WriteFile(urlFile, []byte(cfg.NATS.URL+"\n"), 0o600); err != nil {
+			return err
+		}
+		defer os.Remove(urlFile)
 		log.Info().Str("url", cfg.NATS.URL).Msg("embedded NATS (JetStream) running")
 	}
 

@@ -351,6 +351,18 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 		return true, 0
 	}
 	out := p.output(ctx, id)
+	if (rec.Exec == task.Canceled || rec.Exec == task.Failed) && (out == nil || !out.Done) {
+		// Ended without a final output (canceled while queued, given up by
+		// an operator): the user still gets the ending.
+		ended := &task.Output{TaskID: id, Bot: rec.Bot, Done: true, Canceled: rec.Exec == task.Canceled, Error: rec.Error}
+		if out != nil {
+			ended.Text = out.Text
+		}
+		if rec.Exec == task.Failed && ended.Error == "" {
+			ended.Error = "failed"
+		}
+		out = ended
+	}
 	now := p.cfg.Now()
 	if p.streamable(rec, now) {
 		return p.stream(ctx, rec, out, now)

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+// natsURLFile records, in a data dir, the URL of the embedded NATS a
+// `botctl serve` started there.
+const natsURLFile = "nats.url"
+
+// natsFlags are the flags of the commands that read or change tasks.
+type natsFlags struct {
+	url     string
+	dataDir string
+	timeout time.Duration
+}
+
+func (f *natsFlags) register(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&f.url, "nats", "", "NATS URL (default $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
+	cmd.PersistentFlags().StringVar(&f.dataDir, "data-dir", "data", "data dir of a 'botctl serve' running embedded NATS")
+	cmd.PersistentFlags().DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for NATS")
+}
+
+// store connects and opens the declared streams and buckets.
+func (f *natsFlags) store() (*jetstream.Store, func(), error) {
+	u := f.url
+	if u == "" {
+		u = os.Getenv("BOTCTL_NATS_URL")
+	}
+	if u == "" {
+		raw, err := os.ReadFile(filepath.Join(f.dataDir, natsURLFile))
+		if err != nil {
+			return nil, nil, usageErrorf("no NATS to ask: give --nats nats://HOST:PORT, or --data-dir of a running 'botctl serve' with embedded NATS")
+		}
+		u = strings.TrimSpace(string(raw))
+	}
+	nc, err := nats.Connect(u, nats.Timeout(f.timeout), nats.Name("botctl tasks"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats)", u, err)
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	// Declare is idempotent and changes nothing on a running deployment.
+	s, err := jetstream.Declare(ctx, js, jetstream.Options{})
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("open task streams and buckets: %w", err)
+	}
+	return s, nc.Close, nil
+}
+
+func newTasksCmd() *cobra.Command {
+	var nf natsFlags
+	cmd := &cobra.Command{
+		Use:   "tasks",
+		Short: "List, inspect and correct tasks (list|show|retry|cancel|redeliver)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageErrorf("missing subcommand: list, show, retry, cancel or redeliver (see 'botctl tasks --help')")
+		},
+	}
+	nf.register(cmd)
+	cmd.AddCommand(newTasksListCmd(&nf), newTasksShowCmd(&nf), newTasksRetryCmd(&nf), newTasksCancelCmd(&nf), newTasksRedeliverCmd(&nf))
+	return cmd
+}
+
+func newTasksListCmd(nf *natsFlags) *cobra.Command {
+	var (
+		bot, state string
+		limit      int
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--bot ID] [--state STATE] [--json]",
+		Short: "List tasks, newest first; --state matches either dimension (running, truncated, failed…)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if state != "" && !knownState(state) {
+				return usageErrorf("--state %q: want one of queued, running, succeeded, failed, canceled, pending, streaming, truncated, delivered", state)
+			}
+			s, closeFn, err := nf.store()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+			defer cancel()
+			recs, err := listTasks(ctx, s, bot, state)
+			if err != nil {
+				return err
+			}
+			if limit > 0 && len(recs) > limit {
+				recs = recs[:limit]
+			}
+			if asJSON {
+				if recs == nil {
+					recs = []*task.Record{}
+				}
+				return printJSON(cmd.OutOrStdout(), map[string]any{"tasks": recs})
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TASK\tBOT\tCHAT\tEXEC\tDELIVERY\tATTEMPT\tAGE\tQUESTION")
+			for _, r := range recs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Bot, r.Chat, r.Exec, r.Delivery, r.Attempt,
+					time.Since(r.Received).Round(time.Second), clip(r.Question, 40))
+			}
+			if len(recs) == 0 {
+				fmt.Fprintln(tw, "(no tasks)")
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&bot, "bot", "", "only this bot's tasks")
+	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state (either dimension)")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many (0: all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"tasks\":[…]}")
+	return cmd
+}
+
+func knownState(s string) bool {
+	switch s {
+	case "queued", "running", "succeeded", "failed", "canceled", "pending", "streaming", "truncated", "delivered":
+		return true
+	}
+	return false
+}
+
+func listTasks(ctx context.Context, s *jetstream.Store, bot, state string) ([]*task.Record, error) {
+	lister, err := s.Tasks().ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, natsjs.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	var out []*task.Record
+	for key := range lister.Keys() {
+		r, _, err := task.Get(ctx, s.Tasks(), key)
+		if err != nil {
+			continue
+		}
+		if bot != "" && r.Bot != bot {
+			continue
+		}
+		if state != "" && string(r.Exec) != state && string(r.Delivery) != state {
+			continue
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Received.After(out[j].Received) })
+	return out, nil
+}
+
+func newTasksShowCmd(nf *natsFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show TASK_ID [--json]",
+		Short: "Show a task: its raw context, both states, every transition, and its output",
+		Args:  exactArgs(1, "TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, closeFn, err := nf.store()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+			defer cancel()
+			r, _, err := getTask(ctx, s, args[0])
+			if err != nil {
+				return err
+			}
+			out, _ := task.GetOutput(ctx, s.Output(), r.ID)
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task": r, "output": out})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "task      %s\nbot       %s\nchat      %s (%s), user %s\nmsgid     %s\nreq_id    %s (term %d)\nquestion  %s\nreceived  %s\n",
+				r.ID, r.Bot, r.Chat, r.ChatType, r.User, r.MsgID, r.ReqID, r.Term, r.Question, r.Received.Format(time.RFC3339))
+			fmt.Fprintf(w, "exec      %s (attempt %d on %s, tier %s)\ndelivery  %s %s\n", r.Exec, r.Attempt, r.Node, r.Tier, r.Delivery, r.DeliveryReason)
+			if r.Error != "" {
+				fmt.Fprintf(w, "error     %s\n", r.Error)
+			}
+			if out != nil {
+				fmt.Fprintf(w, "output    %d bytes, done %v\n", len(out.Text), out.Done)
+			}
+			fmt.Fprintln(w, "transitions:")
+			for _, t := range r.Transitions {
+				fmt.Fprintf(w, "  %s  %-8s %s → %s  %s (%s)\n", t.At.Format("15:04:05.000"), t.Dim, t.From, t.To, t.Reason, t.Node)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"task\":…,\"output\":…}")
+	return cmd
+}
+
+func getTask(ctx context.Context, s *jetstream.Store, id string) (*task.Record, uint64, error) {
+	r, rev, err := task.Get(ctx, s.Tasks(), id)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return nil, 0, usageErrorf("no task %s (see 'botctl tasks list')", id)
+	}
+	return r, rev, err
+}
+
+func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry TASK_ID",
+		Short: "Run a finished task again and deliver the new answer",
+		Args:  exactArgs(1, "TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, closeFn, err := nf.store()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+			defer cancel()
+			r, _, err := getTask(ctx, s, args[0])
+			if err != nil {
+				return err
+			}
+			if !r.Exec.Finished() {
+				return usageErrorf("task %s is %s: retry only a finished task (cancel it first)", r.ID, r.Exec)
+			}
+			// A busy conversation would refuse the task: say so before
+			// touching anything.
+			if _, err := s.TaskStream().GetLastMsgForSubject(ctx, s.TaskSubject(r.Bot, r.Chat)); err == nil {
+				return fmt.Errorf("conversation %s already has a task queued or running: wait for it or cancel it, then retry", r.Chat)
+			}
+			// The record first (a worker that pulls the task must find it
+			// queued, not finished), then the queue.
+			s.Output().Purge(ctx, r.ID)
+			_, err = task.Update(ctx, s.Tasks(), r.ID, func(r *task.Record) error {
+				now := time.Now().UTC()
+				r.ReqID, r.Term, r.StreamID, r.Error = "", 0, "", ""
+				r.PushedParts, r.PushAttempts, r.PushedHash, r.FinalPending = 0, 0, "", false
+				if err := r.SetExec(task.Queued, "operator retry", "botctl", now); err != nil {
+					return err
+				}
+				if r.Delivery.Finished() {
+					return r.SetDelivery(task.Pending, "operator retry", "botctl", now)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			m := task.MessageOf(r)
+			m.ReqID, m.Term, m.StreamID = "", 0, "" // the answer goes by push
+			raw, _ := json.Marshal(m)
+			msgid := fmt.Sprintf("%s#retry-%d", r.MsgID, time.Now().UnixNano())
+			if _, err := s.PublishTask(ctx, r.Bot, r.Chat, msgid, raw); err != nil {
+				reason := "operator retry not queued: " + err.Error()
+				task.Update(context.WithoutCancel(ctx), s.Tasks(), r.ID, func(r *task.Record) error {
+					r.Error = reason
+					return r.SetExec(task.Failed, reason, "botctl", time.Now().UTC())
+				})
+				return fmt.Errorf("retry task %s: %w (the task is marked failed; retry again)", r.ID, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s queued again; its answer will be pushed to %s\n", r.ID, r.Chat)
+			return nil
+		},
+	}
+}
+
+func newTasksCancelCmd(nf *natsFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel TASK_ID",
+		Short: "Stop a queued or running task (its worker stops within a second) and free its conversation",
+		Args:  exactArgs(1, "TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, closeFn, err := nf.store()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+			defer cancel()
+			r, _, err := getTask(ctx, s, args[0])
+			if err != nil {
+				return err
+			}
+			if r.Exec.Finished() {
+				return usageErrorf("task %s is already %s", r.ID, r.Exec)
+			}
+			if _, err := task.Update(ctx, s.Tasks(), r.ID, func(r *task.Record) error {
+				if r.Exec.Finished() {
+					return task.ErrNoChange
+				}
+				return r.SetExec(task.Canceled, "operator cancel", "botctl", time.Now().UTC())
+			}); err != nil {
+				return err
+			}
+			// A queued task has no worker to notice: take it off the queue,
+			// if the conversation's queued task is this one.
+			if last, err := s.TaskStream().GetLastMsgForSubject(ctx, s.TaskSubject(r.Bot, r.Chat)); err == nil {
+				var m task.Message
+				if json.Unmarshal(last.Data, &m) == nil && m.TaskID == r.ID && r.Exec == task.Queued {
+					s.ReleaseConversation(ctx, r.Bot, r.Chat, "operator cancel of "+r.ID)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s canceled\n", r.ID)
+			return nil
+		},
+	}
+}
+
+func newTasksRedeliverCmd(nf *natsFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "redeliver TASK_ID",
+		Short: "Deliver a task's answer again, by push (after a failed or doubtful delivery)",
+		Args:  exactArgs(1, "TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, closeFn, err := nf.store()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+			defer cancel()
+			r, _, err := getTask(ctx, s, args[0])
+			if err != nil {
+				return err
+			}
+			out, err := task.GetOutput(ctx, s.Output(), r.ID)
+			if err != nil || out == nil || !out.Done {
+				return usageErrorf("task %s has no complete answer to deliver (exec %s): retry it instead", r.ID, r.Exec)
+			}
+			if _, err := task.Update(ctx, s.Tasks(), r.ID, func(r *task.Record) error {
+				r.Term, r.ReqID, r.PushedParts, r.PushAttempts, r.FinalPending = 0, "", 0, 0, false
+				if r.Delivery == task.Delivered || r.Delivery == task.DeliveryFailed {
+					return r.SetDelivery(task.Pending, "operator redeliver", "botctl", time.Now().UTC())
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			// Touch the output: the leader's pusher watches the bucket.
+			if _, err := task.PutOutput(ctx, s.Output(), out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s: answer will be pushed to %s again\n", r.ID, r.Chat)
+			return nil
+		},
+	}
+}
+
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("want %s (see '%s --help')", names, cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
