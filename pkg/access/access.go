@@ -112,7 +112,13 @@ type Stats struct {
 	Busy       int64 `json:"busy"`
 	Dispatched int64 `json:"dispatched"`
 	Failed     int64 `json:"failed"`
+	Suppressed int64 `json:"suppressed"` // replies skipped to keep the budget for an answer
 }
+
+// ReplyReserve is how many sends of a conversation's budget replies
+// without a task (busy, refusals, commands) leave for a running answer:
+// its progress, its window close and its final frame.
+const ReplyReserve = 3
 
 // New validates cfg.
 func New(cfg Config) (*Access, error) {
@@ -229,13 +235,23 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			a.cfg.Budget(term.Bot).Record(chat)
 		}
 	}
+	// reply answers without a task. When the conversation's budget runs
+	// low the reply is skipped: it would spend the quota the running
+	// task's final frame needs (a user who sends many messages at once
+	// gets the answer, not a wall of "please wait").
 	reply := func(text string) {
-		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
-		if err != nil {
-			log.Warn().Err(err).Msg("reply failed")
+		if a.cfg.Budget != nil && !a.cfg.Budget(term.Bot).Take(chat, ReplyReserve) {
+			a.count(func(s *Stats) { s.Suppressed++ })
+			log.Info().Str("chat", chat).Msg("reply skipped: the conversation's send budget is reserved for its answer")
 			return
 		}
-		spent()
+		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
+		if err != nil {
+			if a.cfg.Budget != nil && wecom.ErrCodeOf(err) >= 0 {
+				a.cfg.Budget(term.Bot).Refund(chat)
+			}
+			log.Warn().Err(err).Msg("reply failed")
+		}
 	}
 	// Allowlist.
 	if (len(a.users) > 0 && !a.users[m.From.UserID]) || (m.ChatType == wecom.ChatGroup && len(a.chats) > 0 && !a.chats[chat]) {

@@ -153,9 +153,13 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 	}
 	c.log = cfg.Logger.With().Str("bot", cfg.BotID).Uint64("conn", c.id).Logger()
 	ws.SetReadLimit(4 * MaxFrameBytes)
-	if err := c.subscribe(ctx); err != nil {
+	early, err := c.subscribe(ctx)
+	if err != nil {
 		ws.Close()
 		return nil, err
+	}
+	for _, f := range early {
+		c.callbacks <- f // capacity ≥ 1024; early holds at most a handful
 	}
 	c.log.Info().Msg("wecom connection subscribed")
 	c.wg.Add(2)
@@ -166,34 +170,41 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 }
 
 // subscribe sends aibot_subscribe and reads until its ack, before any other
-// goroutine touches the socket.
-func (c *Conn) subscribe(ctx context.Context) error {
+// goroutine touches the socket. Callbacks that arrive before the ack are
+// kept and delivered after it, never dropped.
+func (c *Conn) subscribe(ctx context.Context) (early []*Frame, err error) {
 	reqID := NewReqID(CmdSubscribe)
 	raw, err := encodeFrame(CmdSubscribe, reqID, SubscribeBody{BotID: c.cfg.BotID, Secret: c.cfg.Secret})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	deadline, _ := ctx.Deadline()
 	c.ws.SetWriteDeadline(deadline)
 	if err := c.ws.WriteMessage(websocket.TextMessage, raw); err != nil {
-		return fmt.Errorf("wecom: bot %s: send subscribe: %w", c.cfg.BotID, err)
+		return nil, fmt.Errorf("wecom: bot %s: send subscribe: %w", c.cfg.BotID, err)
 	}
 	c.ws.SetReadDeadline(deadline)
 	defer c.ws.SetReadDeadline(time.Time{})
 	for {
 		_, data, err := c.ws.ReadMessage()
 		if err != nil {
-			return fmt.Errorf("wecom: bot %s: waiting for subscribe ack: %w", c.cfg.BotID, err)
+			return nil, fmt.Errorf("wecom: bot %s: waiting for subscribe ack: %w", c.cfg.BotID, err)
 		}
 		var f Frame
-		if err := json.Unmarshal(data, &f); err != nil || !f.IsAck() || f.Headers.ReqID != reqID {
-			c.log.Warn().Msg("unexpected frame before subscribe ack; ignored")
-			continue
+		switch err := json.Unmarshal(data, &f); {
+		case err != nil:
+			c.log.Warn().Err(err).Msg("malformed frame before subscribe ack; ignored")
+		case f.Cmd == CmdMsgCallback || (f.Cmd == CmdEventCallback && !isDisconnected(f.Body)):
+			if len(early) < cap(c.callbacks) {
+				early = append(early, &f)
+			}
+		case !f.IsAck() || f.Headers.ReqID != reqID:
+			c.log.Warn().Str("cmd", f.Cmd).Msg("unexpected frame before subscribe ack; ignored")
+		case f.ErrCode != ErrCodeOK:
+			return nil, &AuthError{BotID: c.cfg.BotID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
+		default:
+			return early, nil
 		}
-		if f.ErrCode != ErrCodeOK {
-			return &AuthError{BotID: c.cfg.BotID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
-		}
-		return nil
 	}
 }
 

@@ -355,9 +355,16 @@ func (c *conn) subscribe(f *wecom.Frame) {
 		old.enqueueClose(websocket.CloseNormalClosure, "another connection subscribed as this bot")
 		log.Info().Uint64("old_conn", old.id).Msg("kicked the old connection: a new one subscribed")
 	}
+	// The ack is queued before the lock is released: no callback can reach
+	// the new connection ahead of its subscribe ack (as WeCom: callbacks
+	// follow a successful subscribe).
+	if !now.Before(b.stallUntil) {
+		if data, err := json.Marshal(wecom.Ack{Headers: wecom.Headers{ReqID: f.Headers.ReqID}, ErrCode: wecom.ErrCodeOK, ErrMsg: "ok"}); err == nil {
+			c.enqueue(data)
+		}
+	}
 	b.mu.Unlock()
 	log.Info().Msg("subscribed")
-	c.ack(f.Headers.ReqID, wecom.ErrCodeOK, "", nil)
 }
 
 func (c *conn) ping(b *bot, f *wecom.Frame) {

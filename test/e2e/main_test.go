@@ -57,7 +57,8 @@ func newCluster(t *testing.T, bots []string, simArgs ...string) *cluster.Cluster
 	if testing.Short() {
 		t.Skip("e2e: skipped in -short mode")
 	}
-	c, err := cluster.Start(cluster.Options{Bin: bin, Dir: t.TempDir(), Bots: bots, TTL: ttl, Margin: margin, SimArgs: simArgs})
+	c, err := cluster.Start(cluster.Options{Bin: bin, Dir: t.TempDir(), Bots: bots, TTL: ttl, Margin: margin, SimArgs: simArgs,
+		NodeArgs: []string{"--ai", "demo", "--demo-answer-time", "1s"}})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("processes:\n%s", c.Dump(40))
