@@ -122,3 +122,29 @@ func TestParseBot(t *testing.T) {
 		t.Fatal("empty id accepted")
 	}
 }
+
+// The example shipped in deploy/ must load and validate (with the secret
+// and API key it names provided).
+func TestDeployExampleLoads(t *testing.T) {
+	sf := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(sf, []byte("s"), 0o600)
+	raw, err := os.ReadFile("../../deploy/botctl.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeFile(t, strings.ReplaceAll(string(raw), "/etc/botctl/YOUR_BOT_ID.secret", sf))
+	cfg, err := Load(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	if err := cfg.Resolve(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeID != "node-a" || len(cfg.Etcd.Endpoints) != 3 || cfg.AI.Kind != "openai" || cfg.Push.Budget != 20 || cfg.Bots[0].Secret != "s" {
+		t.Fatalf("example read as %+v", cfg)
+	}
+}
