@@ -48,6 +48,9 @@ type Config struct {
 	// Logger receives one event per connection change, fault and rejected
 	// frame. Secrets are never logged. Default: disabled.
 	Logger zerolog.Logger
+	// Record, when true, starts the latency recorder at once (see
+	// StartRecording and Recorded). Default false: nothing is recorded.
+	Record bool
 }
 
 // Validate reports the first field that cannot be used, naming it. Zero

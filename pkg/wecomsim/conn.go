@@ -20,6 +20,7 @@ type outFrame struct {
 	close     bool
 	closeCode int
 	closeText string
+	rec       *callbackRec // set when recording: recorded once written
 }
 
 // conn is one WebSocket. Its read loop runs in the HTTP handler goroutine;
@@ -146,6 +147,10 @@ func (c *conn) writeLoop(stopped chan<- struct{}) {
 				c.log.Debug().Err(err).Msg("write failed, closing")
 				c.abort()
 				return
+			}
+			if f.rec != nil {
+				f.rec.ev.At = c.s.now()
+				c.s.rec.add(f.rec.bot, f.rec.ev)
 			}
 		}
 	}

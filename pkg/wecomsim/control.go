@@ -301,6 +301,15 @@ func (s *Server) deliverLocked(b *bot, cmd string, p *pendingReq, body any, now 
 	}
 	p.connID = live.id
 	b.reqs[reqID] = p
+	if cr := s.recordedCallback(cmd, reqID, p); cr != nil {
+		cr.bot = b.id
+		if !live.push(outFrame{data: data, rec: cr}) {
+			delete(b.reqs, reqID)
+			b.stats.Undelivered++
+			return "", false
+		}
+		return reqID, true
+	}
 	if !live.enqueue(data) {
 		delete(b.reqs, reqID)
 		b.stats.Undelivered++

@@ -64,6 +64,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		"/control/history":    {{http.MethodGet, s.httpHistory}},
 		"/control/faults":     {{http.MethodPost, s.httpFaults}},
 		"/control/bots":       {{http.MethodPost, s.httpAddBot}, {http.MethodGet, s.httpListBots}},
+		"/control/recording":  {{http.MethodGet, s.httpRecording}},
 	}
 	rs, found := routes[r.URL.Path]
 	if !found {

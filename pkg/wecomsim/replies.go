@@ -158,6 +158,7 @@ func (c *conn) respondMsg(b *bot, f *wecom.Frame) {
 	r := c.respondMsgLocked(b, f, now)
 	b.mu.Unlock()
 	c.finish(f, r)
+	c.replyRecorded(b, f, r, now)
 }
 
 // respondMsgLocked checks in order: subscribed → req_id → body → stream
@@ -266,6 +267,7 @@ func (c *conn) respondWelcome(b *bot, f *wecom.Frame) {
 	r := c.respondWelcomeLocked(b, f, now)
 	b.mu.Unlock()
 	c.finish(f, r)
+	c.replyRecorded(b, f, r, now)
 }
 
 func (c *conn) respondWelcomeLocked(b *bot, f *wecom.Frame, now time.Time) result {
@@ -322,6 +324,7 @@ func (c *conn) respondUpdate(b *bot, f *wecom.Frame) {
 	r := c.respondUpdateLocked(b, f, now)
 	b.mu.Unlock()
 	c.finish(f, r)
+	c.replyRecorded(b, f, r, now)
 }
 
 func (c *conn) respondUpdateLocked(b *bot, f *wecom.Frame, now time.Time) result {
@@ -366,6 +369,7 @@ func (c *conn) sendMsg(b *bot, f *wecom.Frame) {
 	r := c.sendMsgLocked(b, f, now)
 	b.mu.Unlock()
 	c.finish(f, r)
+	c.pushRecorded(b, f, r, now)
 }
 
 func (c *conn) sendMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {

@@ -39,6 +39,8 @@ type Server struct {
 	closed  bool
 	httpSrv *http.Server
 
+	rec recorder // opt-in latency recording (recording.go)
+
 	wg sync.WaitGroup // one per connection handler
 }
 
@@ -50,6 +52,9 @@ func New(cfg Config) *Server {
 		log:   cfg.Logger.With().Str("component", "wecomsim").Logger(),
 		bots:  make(map[string]*bot),
 		conns: make(map[*conn]struct{}),
+	}
+	if cfg.Record {
+		s.rec.on.Store(true)
 	}
 	s.upgrader = websocket.Upgrader{
 		ReadBufferSize:  4096,
