@@ -5,8 +5,8 @@
 // A Pusher runs inside one leader term, for one bot, on that term's
 // connection. At start it rebuilds its set of active tasks from the task
 // records (every task not yet delivered), then keeps it current from the
-// inbound path (Notify) and a watch on the output bucket, and scans it
-// every ScanInterval. For each task it pushes only when there is something
+// inbound path (Notify) and a watch on the output bucket that resumes from
+// the bot's persisted Watermark, and scans it every ScanInterval. For each task it pushes only when there is something
 // new for the user: changed content, a heartbeat when nothing new came for
 // a while, the stream's close before its window ends, the final answer.
 //
@@ -38,6 +38,7 @@ package pusher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -136,14 +137,28 @@ type Pusher struct {
 	cfg Config
 	log zerolog.Logger
 
-	mu     sync.Mutex
-	active map[string]*entry
-	stats  Stats
-	wake   chan struct{}
+	mu      sync.Mutex
+	active  map[string]*entry
+	stats   Stats
+	wake    chan struct{}
+	lastRev uint64 // last output revision the watch delivered
+	savedWM uint64 // watermark last written
+}
+
+// Watermark is the pusher's persisted position in the output bucket, per
+// bot: every output event at or below OutputRev belongs to a task that is
+// finished with (delivered or failed). A new term's watch resumes after it.
+// It is written after the work it covers is done, never before.
+type Watermark struct {
+	OutputRev uint64    `json:"output_rev"`
+	Node      string    `json:"node"`
+	Term      int64     `json:"term"`
+	Updated   time.Time `json:"updated"`
 }
 
 type entry struct {
 	out       *task.Output // latest output seen (nil: none yet)
+	firstRev  uint64       // output bucket revision of the first event seen for it (0: none)
 	inflight  bool
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
@@ -213,6 +228,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		p.scan(ctx, &wg, sem)
+		p.saveWatermark(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -256,17 +272,32 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 // the scan at once instead of at the next tick. The scan alone is enough
 // for correctness (the records are the truth); the watch is for latency.
 func (p *Pusher) watch(ctx context.Context) {
+	from := p.loadWatermark(ctx)
+	p.mu.Lock()
+	p.lastRev, p.savedWM = from, from
+	p.mu.Unlock()
 	for ctx.Err() == nil {
-		w, err := p.cfg.Store.Output().WatchAll(ctx, natsjs.UpdatesOnly())
+		p.mu.Lock()
+		from = p.lastRev
+		p.mu.Unlock()
+		opt := natsjs.UpdatesOnly()
+		if from > 0 {
+			opt = natsjs.ResumeFromRevision(from + 1)
+		}
+		w, err := p.cfg.Store.Output().WatchAll(ctx, opt)
 		if err != nil {
 			sleep(ctx, time.Second)
 			continue
 		}
 		for e := range w.Updates() {
 			if e == nil || e.Operation() != natsjs.KeyValuePut {
-				continue
+				continue // nil: caught up with the watermark
 			}
+			rev := e.Revision()
 			o, err := task.DecodeOutput(e.Value())
+			p.mu.Lock()
+			p.lastRev = max(p.lastRev, rev)
+			p.mu.Unlock()
 			if err != nil || o.Bot != p.cfg.Bot {
 				continue
 			}
@@ -275,6 +306,9 @@ func (p *Pusher) watch(ctx context.Context) {
 			if en == nil {
 				en = &entry{shownAt: p.cfg.Now()}
 				p.active[o.TaskID] = en
+			}
+			if en.firstRev == 0 {
+				en.firstRev = rev
 			}
 			en.out = o
 			if o.Done {
@@ -288,6 +322,45 @@ func (p *Pusher) watch(ctx context.Context) {
 		}
 		w.Stop()
 	}
+}
+
+func (p *Pusher) watermarkKey() string { return jetstream.BotKey(p.cfg.Bot) }
+
+func (p *Pusher) loadWatermark(ctx context.Context) uint64 {
+	e, err := p.cfg.Store.Watermarks().Get(ctx, p.watermarkKey())
+	if err != nil {
+		return 0
+	}
+	var wm Watermark
+	if json.Unmarshal(e.Value(), &wm) != nil {
+		return 0
+	}
+	return wm.OutputRev
+}
+
+// saveWatermark advances the watermark to just below the first output
+// event of the oldest task still being delivered (or to the last event
+// seen, when none is).
+func (p *Pusher) saveWatermark(ctx context.Context) {
+	p.mu.Lock()
+	wm := p.lastRev
+	for _, en := range p.active {
+		if en.firstRev > 0 && en.firstRev-1 < wm {
+			wm = en.firstRev - 1
+		}
+	}
+	advance := wm > p.savedWM
+	p.mu.Unlock()
+	if !advance {
+		return
+	}
+	raw, _ := json.Marshal(Watermark{OutputRev: wm, Node: p.cfg.NodeID, Term: p.cfg.Term, Updated: p.cfg.Now().UTC()})
+	if _, err := p.cfg.Store.Watermarks().Put(ctx, p.watermarkKey(), raw); err != nil {
+		return
+	}
+	p.mu.Lock()
+	p.savedWM = max(p.savedWM, wm)
+	p.mu.Unlock()
 }
 
 func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) {

@@ -2,6 +2,7 @@ package pusher_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -346,5 +347,96 @@ func TestSplit(t *testing.T) {
 	}
 	if got := pusher.Split("a\n\nb\n\nc", 4); len(got) != 2 || got[0] != "a" || got[1] != "b\n\nc" {
 		t.Fatalf("paragraph split = %q", got)
+	}
+}
+
+// Nothing new for a while: the user sees the content so far with a
+// status line.
+func TestHeartbeatStatusLine(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{Heartbeat: 4 * time.Second})
+	rec := r.ask("alice", "slow one")
+	r.write(rec.ID, "first thoughts", false)
+	deadline := time.Now().Add(waitLong)
+	for {
+		bot := r.botMessages("alice")
+		if len(bot) == 1 && strings.HasPrefix(bot[0].Content, "first thoughts") && strings.Contains(bot[0].Content, "仍在处理中") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no heartbeat line: %+v", bot)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.write(rec.ID, "first thoughts, then the answer.", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	if bot := r.botMessages("alice"); bot[0].Content != "first thoughts, then the answer." {
+		t.Fatalf("final = %q", bot[0].Content)
+	}
+}
+
+// The watermark is written only past the output of delivered tasks, and a
+// new term's pusher resumes after it.
+func TestWatermarkAfterDelivery(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	done := r.ask("alice", "a")
+	r.write(done.ID, "answer a", true)
+	r.waitDelivery(done.ID, task.Delivered)
+	open := r.ask("bob", "b")
+	r.write(open.ID, "part of b", false)
+	wm := func() pusher.Watermark {
+		e, err := r.js.Store.Watermarks().Get(context.Background(), jetstream.BotKey("b"))
+		if err != nil {
+			return pusher.Watermark{}
+		}
+		var w pusher.Watermark
+		json.Unmarshal(e.Value(), &w)
+		return w
+	}
+	outRev := func(id string) uint64 {
+		e, err := r.js.Store.Output().Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Revision()
+	}
+	deadline := time.Now().Add(waitLong)
+	for wm().OutputRev < outRev(done.ID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("watermark %d never passed the delivered task's output %d", wm().OutputRev, outRev(done.ID))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if w := wm(); w.OutputRev >= outRev(open.ID) {
+		t.Fatalf("watermark %d covers output %d of a task still being delivered", w.OutputRev, outRev(open.ID))
+	}
+	r.write(open.ID, "all of b", true)
+	r.waitDelivery(open.ID, task.Delivered)
+}
+
+// A previous leader sent a final frame but died before recording it: the
+// new leader counts the case and still makes sure the user has the answer.
+func TestAmbiguousFinalCountedAndDelivered(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	rec := r.ask("alice", "q")
+	r.write(rec.ID, "the answer", true)
+	if _, err := task.Update(context.Background(), r.js.Store.Tasks(), rec.ID, func(r *task.Record) error { r.FinalPending = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	r.conn.Close()
+	<-r.conn.Done()
+	r.connect(2)
+	r.start(pusher.Config{})
+	r.waitDelivery(rec.ID, task.Delivered)
+	if n := r.p.Stats().Ambiguous; n != 1 {
+		t.Fatalf("ambiguous = %d, want 1", n)
+	}
+	var got bool
+	for _, m := range r.botMessages("alice") {
+		got = got || m.Content == "the answer"
+	}
+	if !got {
+		t.Fatalf("user never got the answer: %+v", r.botMessages("alice"))
 	}
 }
