@@ -32,7 +32,6 @@ type Term struct {
 	mu        sync.Mutex
 	lastRenew time.Time   // send time of the last successful renewal
 	watchdog  *time.Timer // fires RenewDeadline after lastRenew
-	lostOnce  sync.Once
 }
 
 func newTerm(parent context.Context, e *Elector, lease clientv3.LeaseID, rev int64, start time.Time) *Term {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // The spool is a node's store-and-forward queue for tasks received while
@@ -47,7 +48,7 @@ type Spool struct {
 func OpenSpool(path string) (*Spool, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open spool %s: in use by another process (is another botctl running on this data dir?)", path)
 		}
 		return nil, fmt.Errorf("open spool %s: %w", path, err)

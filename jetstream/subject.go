@@ -81,7 +81,7 @@ func (n Names) TaskSubject(bot, conversation string) string {
 func (n Names) ParseTaskSubject(subject string) (bot, conversation string, err error) {
 	rest, ok := strings.CutPrefix(subject, n.TaskSubjectPrefix+".")
 	if !ok {
-		return "", "", fmt.Errorf("task subject %q: does not start with %s.", subject, n.TaskSubjectPrefix)
+		return "", "", fmt.Errorf("task subject %q: does not start with %s", subject, n.TaskSubjectPrefix+".")
 	}
 	botTok, convTok, ok := strings.Cut(rest, ".")
 	if !ok || strings.Contains(convTok, ".") {

@@ -102,7 +102,7 @@ func TestDemoCancel(t *testing.T) {
 	wait := streamAsync(t, ctx, b, question("slow"), rec)
 	rec.waitFor(t, "You")
 	cancel()
-	err, took := wait()
+	took, err := wait()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Stream: %v, want context.Canceled", err)
 	}

@@ -90,7 +90,7 @@ func TestExecStreamsAsProduced(t *testing.T) {
 	if err := os.WriteFile(flag, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err, _ := wait(); err != nil {
+	if _, err := wait(); err != nil {
 		t.Fatal(err)
 	}
 	if got := rec.all(); len(got) < 2 || got[0] != "first\n" || rec.text() != "first\nsecond\n" {
@@ -111,7 +111,7 @@ func TestExecUTF8Boundaries(t *testing.T) {
 	if err := os.WriteFile(flag, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err, _ := wait(); err != nil {
+	if _, err := wait(); err != nil {
 		t.Fatal(err)
 	}
 	deltas := rec.all()
@@ -238,7 +238,7 @@ func TestExecCancelKillsProcessGroup(t *testing.T) {
 	rec.waitFor(t, "started")
 	child := readPid(t, pidFile)
 	cancel()
-	err, took := wait()
+	took, err := wait()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Stream: %v, want context.Canceled", err)
 	}
@@ -336,7 +336,7 @@ func TestExecLargeInputUnread(t *testing.T) {
 	wait := streamAsync(t, ctx, shell(t, `echo started; sleep 1000`, ""), big, rec)
 	rec.waitFor(t, "started")
 	cancel()
-	err, took := wait()
+	took, err := wait()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Stream: %v, want context.Canceled", err)
 	}

@@ -85,14 +85,14 @@ func checkDeltas(t *testing.T, deltas []string) {
 // streamAsync runs b.Stream in a goroutine the test owns; the returned func
 // waits for it (at most waitLong) and returns its error and how long it took
 // from when wait was called.
-func streamAsync(t *testing.T, ctx context.Context, b Backend, req Request, rec *recorder) func() (error, time.Duration) {
+func streamAsync(t *testing.T, ctx context.Context, b Backend, req Request, rec *recorder) func() (time.Duration, error) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- b.Stream(ctx, req, rec.emit) }()
 	var once sync.Once
 	var err error
 	var took time.Duration
-	wait := func() (error, time.Duration) {
+	wait := func() (time.Duration, error) {
 		once.Do(func() {
 			start := time.Now()
 			select {
@@ -102,7 +102,7 @@ func streamAsync(t *testing.T, ctx context.Context, b Backend, req Request, rec 
 				t.Fatalf("Stream did not return within %s", waitLong)
 			}
 		})
-		return err, took
+		return took, err
 	}
 	t.Cleanup(func() { wait() })
 	return wait

@@ -211,7 +211,7 @@ func TestOpenAISlowStreamCancel(t *testing.T) {
 	wait := streamAsync(t, ctx, b, question("q"), rec)
 	rec.waitFor(t, "part2 ")
 	cancel()
-	err, took := wait()
+	took, err := wait()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Stream: %v, want context.Canceled", err)
 	}

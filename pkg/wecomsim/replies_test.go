@@ -392,11 +392,11 @@ func TestUpload(t *testing.T) {
 		return wecom.UploadChunkBody{UploadID: init.UploadID, ChunkIndex: i, Base64Data: base64.StdEncoding.EncodeToString(data)}
 	}
 	wantCode(t, c.call(wecom.CmdUploadMediaChunk, "", chunk(0, []byte("hello"))), 0)
-	wantCode(t, c.call(wecom.CmdUploadMediaFinish, "", wecom.UploadFinishBody{UploadID: init.UploadID}), wecom.ErrCodeInvalidParam) // chunk 1 missing
+	wantCode(t, c.call(wecom.CmdUploadMediaFinish, "", wecom.UploadFinishBody(init)), wecom.ErrCodeInvalidParam) // chunk 1 missing
 	wantCode(t, c.call(wecom.CmdUploadMediaChunk, "", chunk(2, []byte("x"))), wecom.ErrCodeInvalidParam)
 	wantCode(t, c.call(wecom.CmdUploadMediaChunk, "", chunk(1, make([]byte, wecom.MaxUploadChunkBytes+1))), wecom.ErrCodeInvalidParam)
 	wantCode(t, c.call(wecom.CmdUploadMediaChunk, "", chunk(1, []byte("world"))), 0)
-	f := c.call(wecom.CmdUploadMediaFinish, "", wecom.UploadFinishBody{UploadID: init.UploadID})
+	f := c.call(wecom.CmdUploadMediaFinish, "", wecom.UploadFinishBody(init))
 	wantCode(t, f, 0)
 	var fin wecom.UploadFinishResult
 	if err := json.Unmarshal(f.Body, &fin); err != nil || fin.MediaID == "" {
