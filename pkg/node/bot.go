@@ -156,8 +156,19 @@ func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res 
 	select {
 	case <-conn.Done():
 	case <-term.Done():
-		// No lock, no identity: close at once, and wait for the connection
-		// to be gone before the term is released.
+		if errors.Is(context.Cause(term.Context()), election.ErrNotLeader) {
+			// Leadership lost or in doubt. No lock, no identity: close at
+			// once, and wait for the connection to be gone before the term
+			// is released.
+			conn.Close()
+			<-conn.Done()
+			break
+		}
+		// A graceful stop (SIGTERM): the term is still ours until we
+		// resign, so let the writes in flight finish (each bounded by
+		// the ack timeout), then close.
+		stopLeading()
+		<-leadingDone
 		conn.Close()
 		<-conn.Done()
 	}

@@ -118,6 +118,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// stepTimeout bounds one step of one task: a few sends and record writes.
+const stepTimeout = 30 * time.Second
+
 // Stats counts what a pusher did in its term.
 type Stats struct {
 	Frames     int64 `json:"frames"`    // stream frames acked
@@ -412,6 +415,12 @@ func (p *Pusher) release(id string, done bool, wait time.Duration) {
 // (delivered, failed, or not this bot's), and how long to wait before the
 // next step.
 func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Duration) {
+	// A step that has begun runs to its end even if the term is ending: a
+	// frame in flight and the record of its outcome belong together. Sends
+	// are bounded by the connection's ack timeout, and fail at once when
+	// the connection closes (leadership lost).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+	defer cancel()
 	tasks := p.cfg.Store.Tasks()
 	rec, _, err := task.Get(ctx, tasks, id)
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
