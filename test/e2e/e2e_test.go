@@ -442,6 +442,13 @@ func TestBadFlags(t *testing.T) {
 		{"infra without data dir", []string{"infra"}, "--data-dir"},
 		{"infra etcd port 0", []string{"infra", "--data-dir", dir, "--etcd-listen", "127.0.0.1:0"}, "--etcd-listen"},
 		{"sim bot without secret", []string{"sim", "--listen", "127.0.0.1:0", "--bot", "nosecret"}, "--bot"},
+		{"unknown ai backend", with("--bot", "b1:s1", "--ai", "oracle"), "ai.kind"},
+		{"push budget over WeCom's quota", with("--bot", "b1:s1", "--push-budget", "45"), "push.budget"},
+		{"openai without model", with("--bot", "b1:s1", "--ai", "openai"), "ai.openai"},
+		{"tasks state unknown", []string{"tasks", "list", "--state", "bogus"}, "--state"},
+		{"tasks show without id", []string{"tasks", "show"}, "TASK_ID"},
+		{"bots gate without env", []string{"bots", "gate", "--bot", "b1"}, "--env"},
+		{"unknown command", []string{"frobnicate"}, "unknown command"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
