@@ -54,11 +54,17 @@ func TestMain(m *testing.M) {
 // every process's stderr tail.
 func newCluster(t *testing.T, bots []string, simArgs ...string) *cluster.Cluster {
 	t.Helper()
+	return newClusterWith(t, bots, []string{"--ai", "demo", "--demo-answer-time", "1s"}, simArgs...)
+}
+
+// newClusterWith starts a cluster whose nodes get nodeArgs.
+func newClusterWith(t *testing.T, bots, nodeArgs []string, simArgs ...string) *cluster.Cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("e2e: skipped in -short mode")
 	}
 	c, err := cluster.Start(cluster.Options{Bin: bin, Dir: t.TempDir(), Bots: bots, TTL: ttl, Margin: margin, SimArgs: simArgs,
-		NodeArgs: []string{"--ai", "demo", "--demo-answer-time", "1s"}})
+		NodeArgs: nodeArgs})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("processes:\n%s", c.Dump(40))
