@@ -27,6 +27,8 @@ run: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	$(GO) run ./test/failover -rounds 20 -out bench/failover.md
+	$(GO) run ./test/load receipt -out bench/receipt.md
+	$(GO) run ./test/load push -out bench/push.md
 
 # The end-to-end partition tests, repeated (race detector on).
 chaos:
