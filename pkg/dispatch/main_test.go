@@ -1,0 +1,10 @@
+package dispatch_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a test starts (workers, watches, servers) must have ended.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
