@@ -178,18 +178,7 @@ func newTasksShowCmd(nf *natsFlags) *cobra.Command {
 		Use:   "show TASK_ID [--json]",
 		Short: "Show a task: its raw context, both states, every transition, and its output",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, closeFn, err := nf.store()
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
-			defer cancel()
-			r, _, err := getTask(ctx, s, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			out, _ := task.GetOutput(ctx, s.Output(), r.ID)
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"task": r, "output": out})
@@ -209,10 +198,29 @@ func newTasksShowCmd(nf *natsFlags) *cobra.Command {
 				fmt.Fprintf(w, "  %s  %-8s %s → %s  %s (%s)\n", t.At.Format("15:04:05.000"), t.Dim, t.From, t.To, t.Reason, t.Node)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"task\":…,\"output\":…}")
 	return cmd
+}
+
+// onTask opens the store, reads the task named by the command's argument,
+// and runs fn on it: the frame of every single-task subcommand.
+func onTask(nf *natsFlags, fn func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		s, closeFn, err := nf.store()
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+		defer cancel()
+		r, _, err := getTask(ctx, s, args[0])
+		if err != nil {
+			return err
+		}
+		return fn(ctx, cmd, s, r)
+	}
 }
 
 func getTask(ctx context.Context, s *jetstream.Store, id string) (*task.Record, uint64, error) {
@@ -228,18 +236,7 @@ func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
 		Use:   "retry TASK_ID",
 		Short: "Run a finished task again and deliver the new answer",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, closeFn, err := nf.store()
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
-			defer cancel()
-			r, _, err := getTask(ctx, s, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			if !r.Exec.Finished() {
 				return usageErrorf("task %s is %s: retry only a finished task (cancel it first)", r.ID, r.Exec)
 			}
@@ -251,7 +248,7 @@ func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
 			// The record first (a worker that pulls the task must find it
 			// queued, not finished), then the queue.
 			s.Output().Purge(ctx, r.ID)
-			_, err = task.Update(ctx, s.Tasks(), r.ID, func(r *task.Record) error {
+			_, err := task.Update(ctx, s.Tasks(), r.ID, func(r *task.Record) error {
 				now := time.Now().UTC()
 				r.ReqID, r.Term, r.StreamID, r.Error = "", 0, "", ""
 				r.PushedParts, r.PushAttempts, r.PushedHash, r.FinalPending = 0, 0, "", false
@@ -280,7 +277,7 @@ func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "task %s queued again; its answer will be pushed to %s\n", r.ID, r.Chat)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -289,18 +286,7 @@ func newTasksCancelCmd(nf *natsFlags) *cobra.Command {
 		Use:   "cancel TASK_ID",
 		Short: "Stop a queued or running task (its worker stops within a second) and free its conversation",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, closeFn, err := nf.store()
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
-			defer cancel()
-			r, _, err := getTask(ctx, s, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			if r.Exec.Finished() {
 				return usageErrorf("task %s is already %s", r.ID, r.Exec)
 			}
@@ -322,7 +308,7 @@ func newTasksCancelCmd(nf *natsFlags) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "task %s canceled\n", r.ID)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -331,18 +317,7 @@ func newTasksRedeliverCmd(nf *natsFlags) *cobra.Command {
 		Use:   "redeliver TASK_ID",
 		Short: "Deliver a task's answer again, by push (after a failed or doubtful delivery)",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, closeFn, err := nf.store()
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
-			defer cancel()
-			r, _, err := getTask(ctx, s, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			out, err := task.GetOutput(ctx, s.Output(), r.ID)
 			if err != nil || out == nil || !out.Done {
 				return usageErrorf("task %s has no complete answer to deliver (exec %s): retry it instead", r.ID, r.Exec)
@@ -362,7 +337,7 @@ func newTasksRedeliverCmd(nf *natsFlags) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "task %s: answer will be pushed to %s again\n", r.ID, r.Chat)
 			return nil
-		},
+		}),
 	}
 }
 

@@ -7,34 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/infra"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go"
+	"github.com/botctl/botctl/pkg/testenv"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 )
 
 func bucket(t *testing.T) natsjs.KeyValue {
 	t.Helper()
-	srv, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(context.Background(), natsjs.KeyValueConfig{Bucket: "T"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
+	return testenv.StartJetStream(t, jetstream.Options{}).Store.Tasks()
 }
 
 func TestTransitions(t *testing.T) {
