@@ -162,6 +162,9 @@ type Watermark struct {
 type entry struct {
 	out       *task.Output // latest output seen (nil: none yet)
 	firstRev  uint64       // output bucket revision of the first event seen for it (0: none)
+	outHash   string       // task.Hash(out.Text), computed once per output version
+	rec       *task.Record // the record as last read by a step (nil: never)
+	readAt    time.Time    // when rec was read
 	inflight  bool
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
@@ -313,7 +316,7 @@ func (p *Pusher) watch(ctx context.Context) {
 			if en.firstRev == 0 {
 				en.firstRev = rev
 			}
-			en.out = o
+			en.out, en.outHash = o, task.Hash(o.Text)
 			if o.Done {
 				en.notBefore = time.Time{} // the final answer waits for no progress pacing
 			}
@@ -371,7 +374,7 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 	p.mu.Lock()
 	var due []string
 	for id, en := range p.active {
-		if !en.inflight && !now.Before(en.notBefore) {
+		if !en.inflight && !now.Before(en.notBefore) && p.needsStep(en, now) {
 			en.inflight = true
 			due = append(due, id)
 		}
@@ -390,6 +393,38 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 			p.release(id, done, wait)
 		})
 	}
+}
+
+// refreshEvery bounds how long a task goes without a fresh read of its
+// record, whatever the cache says (an operator may have changed it).
+const refreshEvery = 10 * time.Second
+
+// needsStep decides from what is cached (the record as last read, the
+// output as last watched) whether a step could have anything to do, so
+// that thousands of quiet tasks cost no bucket reads. The caller holds mu.
+func (p *Pusher) needsStep(en *entry, now time.Time) bool {
+	r := en.rec
+	if r == nil || now.Sub(en.readAt) >= refreshEvery || r.Exec.Finished() {
+		return true
+	}
+	if en.out != nil && en.out.Done {
+		return true
+	}
+	if !p.streamable(r, now) {
+		return false // push mode waits for the complete answer
+	}
+	closeAt := r.StreamStart.Add(p.cfg.StreamWindow - p.cfg.Margin)
+	if !r.StreamStart.IsZero() && !now.Before(closeAt) {
+		return true
+	}
+	if en.out != nil && en.out.Text != "" && en.outHash != r.PushedHash {
+		return true
+	}
+	shown := en.shownAt
+	if r.PushedAt.After(shown) {
+		shown = r.PushedAt
+	}
+	return now.Sub(shown) >= p.cfg.Heartbeat
 }
 
 // release ends a step: done drops the task from the active set; wait
@@ -432,6 +467,11 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	if rec.Bot != p.cfg.Bot || rec.Delivery.Finished() {
 		return true, 0
 	}
+	p.mu.Lock()
+	if en := p.active[id]; en != nil {
+		en.rec, en.readAt = rec, p.cfg.Now()
+	}
+	p.mu.Unlock()
 	out := p.output(ctx, id)
 	if (rec.Exec == task.Canceled || rec.Exec == task.Failed) && (out == nil || !out.Done) {
 		// Ended without a final output (canceled while queued, given up by
@@ -456,9 +496,10 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 func (p *Pusher) output(ctx context.Context, id string) *task.Output {
 	o, err := task.GetOutput(ctx, p.cfg.Store.Output(), id)
 	if err == nil && o != nil {
+		h := task.Hash(o.Text)
 		p.mu.Lock()
 		if en := p.active[id]; en != nil {
-			en.out = o
+			en.out, en.outHash = o, h
 		}
 		p.mu.Unlock()
 		return o
