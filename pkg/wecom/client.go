@@ -37,7 +37,9 @@ type Config struct {
 	// frame of the same req_id is sent only after the ack or this timeout.
 	AckTimeout time.Duration
 	// CallbackQueue is how many callbacks may wait for the handler before
-	// reading from the socket pauses. Default 1024.
+	// a warning is logged. Reading never pauses for a slow handler (acks and
+	// heartbeats would starve behind callbacks); the queue grows instead.
+	// Default 1024.
 	CallbackQueue int
 	// Header is sent with the WebSocket handshake.
 	Header http.Header
@@ -106,8 +108,11 @@ type Conn struct {
 	pend map[string]chan *Frame // req_id → waiter of the frame in flight
 	lock map[string]*reqLock    // req_id → serializer
 
-	callbacks chan *Frame
-	missed    atomic.Int32
+	cbMu     sync.Mutex
+	cbq      []*Frame      // callbacks read, not yet delivered
+	cbReady  chan struct{} // signalled when cbq grows
+	cbWarned bool
+	missed   atomic.Int32
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed when the connection starts closing
@@ -141,15 +146,15 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 		return nil, fmt.Errorf("wecom: bot %s: dial %s: %w", cfg.BotID, cfg.URL, err)
 	}
 	c := &Conn{
-		cfg:       cfg,
-		id:        connSeq.Add(1),
-		ws:        ws,
-		h:         h,
-		pend:      make(map[string]chan *Frame),
-		lock:      make(map[string]*reqLock),
-		callbacks: make(chan *Frame, cfg.CallbackQueue),
-		closing:   make(chan struct{}),
-		done:      make(chan struct{}),
+		cfg:     cfg,
+		id:      connSeq.Add(1),
+		ws:      ws,
+		h:       h,
+		pend:    make(map[string]chan *Frame),
+		lock:    make(map[string]*reqLock),
+		cbReady: make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	c.log = cfg.Logger.With().Str("bot", cfg.BotID).Uint64("conn", c.id).Logger()
 	ws.SetReadLimit(4 * MaxFrameBytes)
@@ -159,7 +164,7 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 		return nil, err
 	}
 	for _, f := range early {
-		c.callbacks <- f // capacity ≥ 1024; early holds at most a handful
+		c.enqueue(f)
 	}
 	c.log.Info().Msg("wecom connection subscribed")
 	c.wg.Add(2)
@@ -195,9 +200,7 @@ func (c *Conn) subscribe(ctx context.Context) (early []*Frame, err error) {
 		case err != nil:
 			c.log.Warn().Err(err).Msg("malformed frame before subscribe ack; ignored")
 		case f.Cmd == CmdMsgCallback || (f.Cmd == CmdEventCallback && !isDisconnected(f.Body)):
-			if len(early) < cap(c.callbacks) {
-				early = append(early, &f)
-			}
+			early = append(early, &f)
 		case !f.IsAck() || f.Headers.ReqID != reqID:
 			c.log.Warn().Str("cmd", f.Cmd).Msg("unexpected frame before subscribe ack; ignored")
 		case f.ErrCode != ErrCodeOK:
@@ -294,11 +297,7 @@ func (c *Conn) read() {
 			c.shut(ReasonKicked, errors.New("disconnected_event: another connection subscribed with this bot id"))
 			return
 		case f.Cmd == CmdMsgCallback || f.Cmd == CmdEventCallback:
-			select {
-			case c.callbacks <- &f:
-			case <-c.closing:
-				return
-			}
+			c.enqueue(&f)
 		default:
 			c.log.Warn().Str("cmd", f.Cmd).Msg("unknown frame from server; ignored")
 		}
@@ -330,6 +329,37 @@ func (c *Conn) ack(f *Frame) {
 	w <- f // buffered, one slot
 }
 
+// enqueue hands a callback to the dispatcher without ever blocking the
+// reader.
+func (c *Conn) enqueue(f *Frame) {
+	c.cbMu.Lock()
+	c.cbq = append(c.cbq, f)
+	n := len(c.cbq)
+	warn := n >= c.cfg.CallbackQueue && !c.cbWarned
+	if warn {
+		c.cbWarned = true
+	} else if n < c.cfg.CallbackQueue/2 {
+		c.cbWarned = false
+	}
+	c.cbMu.Unlock()
+	if warn {
+		c.log.Warn().Int("queued", n).Msg("callbacks are arriving faster than the handler takes them")
+	}
+	select {
+	case c.cbReady <- struct{}{}:
+	default:
+	}
+}
+
+// take removes every queued callback.
+func (c *Conn) take() []*Frame {
+	c.cbMu.Lock()
+	defer c.cbMu.Unlock()
+	fs := c.cbq
+	c.cbq = nil
+	return fs
+}
+
 func (c *Conn) dispatch() {
 	defer c.wg.Done()
 	for {
@@ -337,7 +367,9 @@ func (c *Conn) dispatch() {
 		case <-c.closing:
 			c.drain()
 			return
-		case f := <-c.callbacks:
+		case <-c.cbReady:
+		}
+		for _, f := range c.take() {
 			if c.closed.Load() && c.Reason() == ReasonClosedByUs {
 				return
 			}
@@ -355,13 +387,8 @@ func (c *Conn) drain() {
 	if c.Reason() == ReasonClosedByUs {
 		return
 	}
-	for {
-		select {
-		case f := <-c.callbacks:
-			c.deliver(f)
-		default:
-			return
-		}
+	for _, f := range c.take() {
+		c.deliver(f)
 	}
 }
 

@@ -3,6 +3,7 @@ package wecom_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -497,5 +498,38 @@ func TestNoMessageHandledByTwoGenerations(t *testing.T) {
 	}
 	if len(handled) < 2 {
 		t.Fatalf("only %d messages handled", len(handled))
+	}
+}
+
+// A handler that blocks never starves acks and heartbeats: the reader keeps
+// reading while callbacks queue up (more than CallbackQueue of them).
+func TestBlockedHandlerDoesNotStarveAcks(t *testing.T) {
+	e := newEnv(t, wecomsim.Config{})
+	release := make(chan struct{})
+	var handled sync.WaitGroup
+	cfg := e.config()
+	cfg.CallbackQueue = 16
+	c := e.dial(cfg, wecom.Handlers{OnMessage: func(*wecom.Conn, string, *wecom.MsgCallback) {
+		<-release
+		handled.Done()
+	}})
+	const n = 100
+	handled.Add(n)
+	for i := range n {
+		if r := e.post(fmt.Sprintf("u%d", i), "hi"); !r.Delivered {
+			t.Fatal("not delivered")
+		}
+	}
+	// The handler is stuck on the first message; a push still gets its ack.
+	if err := c.SendMarkdown(context.Background(), "u1", 0, "still here"); err != nil {
+		t.Fatalf("send while the handler blocks: %v", err)
+	}
+	close(release)
+	done := make(chan struct{})
+	go func() { handled.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(waitLong):
+		t.Fatal("queued callbacks were not all delivered")
 	}
 }
