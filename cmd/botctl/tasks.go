@@ -15,6 +15,7 @@ import (
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/worker"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -298,6 +299,7 @@ func newTasksCancelCmd(nf *natsFlags) *cobra.Command {
 			}); err != nil {
 				return err
 			}
+			worker.Cancel(s.JetStream().Conn(), r.ID) // the worker running it stops at once
 			// A queued task has no worker to notice: take it off the queue,
 			// if the conversation's queued task is this one.
 			if last, err := s.TaskStream().GetLastMsgForSubject(ctx, s.TaskSubject(r.Bot, r.Chat)); err == nil {

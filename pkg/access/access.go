@@ -29,6 +29,7 @@ import (
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/worker"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -363,6 +364,9 @@ func (a *Access) command(ctx context.Context, bot, chat, text string) string {
 		})
 		if err != nil {
 			return "停止失败，请稍后再试。"
+		}
+		if err := worker.Cancel(a.cfg.Store.JetStream().Conn(), r.ID); err != nil {
+			a.log.Warn().Err(err).Str("task", r.ID).Msg("cancel not announced; the worker notices within seconds")
 		}
 		return "已停止当前任务。"
 	case "/status":

@@ -24,6 +24,7 @@ import (
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -79,7 +80,23 @@ func (c *Config) setDefaults() {
 type Worker struct {
 	cfg Config
 	log zerolog.Logger
+
+	mu      sync.Mutex
+	running map[string]context.CancelCauseFunc // task id → cancel of its run
 }
+
+// CancelSubject is where a task's cancellation is announced (core NATS,
+// no storage): every worker listens, and the one running it stops at once.
+// The record says canceled too; the announcement only makes it immediate.
+func CancelSubject(taskID string) string { return "botctl.cancel." + taskID }
+
+// Cancel announces that taskID was canceled (its record must already say
+// so): the worker running it stops within moments.
+func Cancel(nc *nats.Conn, taskID string) error { return nc.Publish(CancelSubject(taskID), nil) }
+
+// cancelCheck is how often a running task's record is re-read, in case an
+// announcement was missed (a reconnecting worker).
+const cancelCheck = 5 * time.Second
 
 // New validates cfg.
 func New(cfg Config) (*Worker, error) {
@@ -92,7 +109,8 @@ func New(cfg Config) (*Worker, error) {
 	case cfg.Store == nil:
 		return nil, errors.New("worker: Store is required")
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}, nil
+	return &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{},
+		log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}, nil
 }
 
 func (w *Worker) slots() int {
@@ -113,6 +131,19 @@ func (w *Worker) Run(ctx context.Context) error {
 		freed   = make(chan struct{}, 1)
 	)
 	defer wg.Wait()
+	sub, err := w.cfg.Store.JetStream().Conn().Subscribe(CancelSubject("*"), func(m *nats.Msg) {
+		id := strings.TrimPrefix(m.Subject, CancelSubject(""))
+		w.mu.Lock()
+		cancel := w.running[id]
+		w.mu.Unlock()
+		if cancel != nil {
+			cancel(errCanceled)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("worker: subscribe to cancellations: %w", err)
+	}
+	defer sub.Unsubscribe()
 	cons := w.cfg.Store.Workers()
 	for ctx.Err() == nil {
 		mu.Lock()
@@ -239,11 +270,21 @@ func (w *Worker) Execute(ctx context.Context, m task.Message, attempt int, tier 
 		return Result{}
 	}
 
-	// /stop (or an operator's cancel) marks the record canceled: watch it.
+	// /stop (or an operator's cancel) marks the record canceled and
+	// announces it; the record is re-read now and then in case the
+	// announcement was missed.
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopWatch := watchCancel(runCtx, tasks, m.TaskID, cancel)
-	defer stopWatch()
+	w.mu.Lock()
+	w.running[m.TaskID] = cancel
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, m.TaskID)
+		w.mu.Unlock()
+	}()
+	stopCheck := checkCancel(runCtx, tasks, m.TaskID, cancel)
+	defer stopCheck()
 
 	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m, rec)}
 	out := newCoalescer(runCtx, outKV, task.Output{TaskID: m.TaskID, Bot: m.Bot, Attempt: attempt}, w.cfg.OutputInterval, w.cfg.Now)
@@ -319,37 +360,28 @@ func (w *Worker) prompt(ctx context.Context, m task.Message, _ *task.Record) []a
 
 var errCanceled = errors.New("task canceled")
 
-// watchCancel cancels with errCanceled when the task's record turns canceled.
-func watchCancel(ctx context.Context, kv natsjs.KeyValue, id string, cancel context.CancelCauseFunc) (stop func()) {
-	wctx, stopWatch := context.WithCancel(ctx)
+// checkCancel re-reads the record every cancelCheck and cancels the run
+// with errCanceled once it says canceled.
+func checkCancel(ctx context.Context, kv natsjs.KeyValue, id string, cancel context.CancelCauseFunc) (stop func()) {
+	cctx, stopCheck := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watcher, err := kv.Watch(wctx, id, natsjs.UpdatesOnly())
-		if err != nil {
-			return
-		}
-		defer watcher.Stop()
+		t := time.NewTicker(cancelCheck)
+		defer t.Stop()
 		for {
 			select {
-			case <-wctx.Done():
+			case <-cctx.Done():
 				return
-			case e, ok := <-watcher.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() != natsjs.KeyValuePut {
-					continue
-				}
-				var r task.Record
-				if json.Unmarshal(e.Value(), &r) == nil && r.Exec == task.Canceled {
-					cancel(errCanceled)
-					return
-				}
+			case <-t.C:
+			}
+			if r, _, err := task.Get(cctx, kv, id); err == nil && r.Exec == task.Canceled {
+				cancel(errCanceled)
+				return
 			}
 		}
 	}()
-	return func() { stopWatch(); <-done }
+	return func() { stopCheck(); <-done }
 }
 
 // keepAlive sends in-progress acks every period until stopped.

@@ -147,7 +147,15 @@ func TestOutputIsCoalesced(t *testing.T) {
 	}
 }
 
-func TestStopCancelsWithinASecond(t *testing.T) {
+// /stop marks the record canceled and announces it: the worker stops at
+// once. Without the announcement (a worker that was reconnecting) it still
+// stops, from its periodic re-read of the record.
+func TestStopCancels(t *testing.T) {
+	t.Run("announced", func(t *testing.T) { testStop(t, true) })
+	t.Run("announcement missed", func(t *testing.T) { testStop(t, false) })
+}
+
+func testStop(t *testing.T, announce bool) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
@@ -157,6 +165,11 @@ func TestStopCancelsWithinASecond(t *testing.T) {
 		return r.SetExec(task.Canceled, "/stop", "leader", time.Now())
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if announce {
+		if err := worker.Cancel(env.Conn, m.TaskID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	eventually(t, "output canceled", func() bool { return output(env.Store, m.TaskID).Canceled })
 	t.Logf("stopped %s after the cancel", time.Since(start))
