@@ -17,6 +17,7 @@ const (
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 10 * time.Minute
 	DefaultTaskAckWait     = 30 * time.Second
+	DefaultTaskMaxRunning = 65536
 	DefaultTaskMaxDeliver  = 5
 	DefaultRecordTTL       = 7 * 24 * time.Hour
 	DefaultContextHistory  = 1
@@ -59,6 +60,14 @@ type Options struct {
 	// its conversation busy until someone calls GiveUp or
 	// ReleaseConversation. Default 5.
 	TaskMaxDeliver int
+
+	// TaskMaxRunning caps how many tasks may be delivered and not yet
+	// acked at once across the whole cluster (the consumer's
+	// MaxAckPending): every running task holds one. It must exceed the sum
+	// of all nodes' worker slots, or slots sit idle while tasks wait; the
+	// server's own default (1,000) silently capped a 5,000-conversation
+	// load. Default 65536.
+	TaskMaxRunning int
 
 	// RecordTTL bounds how long a task record and its output are kept after
 	// their last write, so the buckets do not grow without end. It must be
@@ -120,6 +129,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.TaskMaxDeliver < 1 {
 		return o, fmt.Errorf("jetstream options: TaskMaxDeliver %d: must be at least 1", o.TaskMaxDeliver)
+	}
+	if o.TaskMaxRunning == 0 {
+		o.TaskMaxRunning = DefaultTaskMaxRunning
+	}
+	if o.TaskMaxRunning < 1 {
+		return o, fmt.Errorf("jetstream options: TaskMaxRunning %d: must be at least 1", o.TaskMaxRunning)
 	}
 	if o.RecordTTL == 0 {
 		o.RecordTTL = DefaultRecordTTL
@@ -229,6 +244,7 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 		AckPolicy:     natsjs.AckExplicitPolicy,
 		AckWait:       opts.TaskAckWait,
 		MaxDeliver:    opts.TaskMaxDeliver,
+		MaxAckPending: opts.TaskMaxRunning,
 		Replicas:      opts.Replicas,
 	})
 	if err != nil {

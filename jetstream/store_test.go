@@ -46,7 +46,8 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := ci.Config
-	if cc.Durable != "workers" || cc.AckPolicy != natsjs.AckExplicitPolicy || cc.AckWait != 30*time.Second || cc.MaxDeliver != 5 {
+	if cc.Durable != "workers" || cc.AckPolicy != natsjs.AckExplicitPolicy || cc.AckWait != 30*time.Second || cc.MaxDeliver != 5 ||
+		cc.MaxAckPending != DefaultTaskMaxRunning {
 		t.Fatalf("workers consumer config = %+v", cc)
 	}
 

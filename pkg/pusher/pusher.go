@@ -118,6 +118,20 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// finalReserve is how many sends of a conversation's budget per minute
+// progress frames leave alone: the final frame and the window's close.
+const finalReserve = 2
+
+// progressGap is the least time between two progress frames of a stream:
+// a minute spread over the budget less the reserve.
+func progressGap(budget int) time.Duration {
+	return time.Minute / time.Duration(max(budget-finalReserve, 1))
+}
+
+// minScanGap coalesces wakes: output writes arrive by the thousand per
+// second at scale, and one scan serves them all.
+const minScanGap = 50 * time.Millisecond
+
 // stepTimeout bounds one step of one task: a few sends and record writes.
 const stepTimeout = 30 * time.Second
 
@@ -234,12 +248,13 @@ func (p *Pusher) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		p.scan(ctx, &wg, sem)
-		p.saveWatermark(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			p.saveWatermark(ctx)
 		case <-p.wake:
+			sleep(ctx, minScanGap)
 		}
 	}
 }
@@ -603,14 +618,15 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now
 	if !changed && !heartbeat {
 		return false, min(closeAt.Sub(now), p.cfg.ScanInterval)
 	}
-	// Pace: at most one progress frame per budget interval, keeping one
-	// send in reserve for the final frame.
-	gap := time.Minute / time.Duration(max(p.cfg.Budget.Limit(), 1))
+	// Pace progress below the budget, so that the final frame and the
+	// window's close always find room (progress alone could otherwise use
+	// the whole budget and make the final frame wait for the window).
+	gap := progressGap(p.cfg.Budget.Limit())
 	if now.Sub(r.PushedAt) < gap {
 		// Not yet; the final frame, when it comes, is not held up by this.
 		return false, min(gap-now.Sub(r.PushedAt), p.cfg.ScanInterval)
 	}
-	if !p.cfg.Budget.Take(chat, 1) {
+	if !p.cfg.Budget.Take(chat, finalReserve) {
 		p.count(func(s *Stats) { s.Throttled++ })
 		return false, time.Until(p.cfg.Budget.Free(chat))
 	}
