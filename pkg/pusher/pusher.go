@@ -76,7 +76,8 @@ type Config struct {
 	TruncatedNote string
 	// CanceledNote and FailedNote end answers that were stopped or failed.
 	CanceledNote, FailedNote string
-	// Parallel bounds concurrent sends. Default 64.
+	// Parallel bounds concurrent steps (each a few bucket operations and
+	// one WeCom round trip, so mostly waiting). Default 256.
 	Parallel int
 	// MaxAttempts bounds the attempts of a push before delivery fails.
 	// Default 8, with backoff from 1s doubling to 1m.
@@ -108,7 +109,7 @@ func (c *Config) setDefaults() {
 		c.FailedNote = "抱歉，这个问题处理失败了，请稍后重试。"
 	}
 	if c.Parallel <= 0 {
-		c.Parallel = 64
+		c.Parallel = 256
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 8
