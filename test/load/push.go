@@ -332,7 +332,7 @@ simulator (recorder on), the load generator, an output-bucket watcher, and the l
 1 worker slot). %d worker nodes run as child processes (serve.Run, slots = conversations/%d + 16), on the
 same etcd and NATS; only the leader holds the WeCom connection. Each conversation asks one question
 (open-loop generator at %.0f/s until all are started); the demo backend streams every answer for %s
-(a piece every 50 ms; workers write the output bucket at most every 300 ms per task). Defaults
+(a piece every 50 ms; workers write the output bucket at most once a second per task). Defaults
 otherwise: push budget 20/min, stream window 6 m, heartbeat 20 s.
 
 Measured with the simulator's recorder and clock, and a watcher on the output bucket:
