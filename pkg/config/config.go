@@ -70,6 +70,11 @@ type Push struct {
 	Budget       int           `yaml:"budget"`
 	StreamWindow time.Duration `yaml:"stream_window"`
 	Heartbeat    time.Duration `yaml:"heartbeat"`
+	// HeartbeatLine is the status line shown after Heartbeat without news,
+	// with minutes and seconds elapsed (two %d verbs).
+	HeartbeatLine string `yaml:"heartbeat_line"`
+	// TruncatedNote ends a stream closed before its window ends.
+	TruncatedNote string `yaml:"truncated_note"`
 }
 
 // Etcd is the control plane. No endpoints: an embedded single-node etcd in DataDir.
@@ -81,6 +86,9 @@ type Etcd struct {
 // NATS is the data plane. No URL: an embedded NATS server in DataDir.
 type NATS struct {
 	URL string `yaml:"url"`
+	// Replicas of the task stream, its consumer and every bucket: 1 on
+	// the embedded server, 3 (or 5) on a NATS cluster. Default 1.
+	Replicas int `yaml:"replicas"`
 }
 
 // WeCom is the long-connection endpoint and its timings.
@@ -127,7 +135,9 @@ func Defaults() Config {
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second},
 		Worker:   Worker{Slots: 8, LeaderSlots: 4},
 		AI:       ai.Config{Kind: ai.KindDemo},
-		Push:     Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second},
+		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
+			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
+		NATS: NATS{Replicas: 1},
 	}
 }
 
@@ -346,6 +356,9 @@ var Keys = []Key{
 	{Name: "access.welcome_text", Flag: "welcome-text", Usage: "answer to enter_chat (empty: none)", set: str(func(c *Config) *string { return &c.Access.WelcomeText })},
 	{Name: "push.budget", Flag: "push-budget", Usage: "frames per minute per conversation (under WeCom's 30)", set: integer(func(c *Config) *int { return &c.Push.Budget })},
 	{Name: "push.stream_window", Flag: "stream-window", Usage: "WeCom's stream window", set: dur(func(c *Config) *time.Duration { return &c.Push.StreamWindow })},
+	{Name: "push.heartbeat_line", Flag: "push-heartbeat-line", Usage: "status line after push.heartbeat without news (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.HeartbeatLine })},
+	{Name: "push.truncated_note", Flag: "push-truncated-note", Usage: "note ending a stream closed before its window ends", set: str(func(c *Config) *string { return &c.Push.TruncatedNote })},
+	{Name: "nats.replicas", Flag: "nats-replicas", Usage: "replicas of streams and buckets (1 embedded, 3 on a cluster)", set: integer(func(c *Config) *int { return &c.NATS.Replicas })},
 	{Name: "push.heartbeat", Flag: "push-heartbeat", Usage: "status line after this long without news", set: dur(func(c *Config) *time.Duration { return &c.Push.Heartbeat })},
 }
 
@@ -479,6 +492,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Push.Heartbeat <= 0 {
 		bad("push.heartbeat", "must be positive, got %s", c.Push.Heartbeat)
+	}
+	if strings.Count(c.Push.HeartbeatLine, "%") != 2 || !strings.Contains(c.Push.HeartbeatLine, "d") {
+		bad("push.heartbeat_line", "%q: want a line with two integer verbs for minutes and seconds, e.g. \"已进行 %%d 分 %%02d 秒，仍在处理中\"", c.Push.HeartbeatLine)
+	}
+	if c.NATS.Replicas != 1 && c.NATS.Replicas != 3 && c.NATS.Replicas != 5 {
+		bad("nats.replicas", "%d: want 1 (single server), 3 or 5 (cluster)", c.NATS.Replicas)
 	}
 	if c.Dispatch.FixedWorker != "" {
 		if u, err := url.Parse(c.Dispatch.FixedWorker); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

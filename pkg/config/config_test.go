@@ -69,6 +69,11 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "bots:\n  - id: b1\n", want: "bots[0].secret"},
 		{yaml: "bots:\n  - {id: b1, secret: x}\n  - {id: b1, secret: y}\n", want: "bots[1].id"},
 		{yaml: "worker:\n  slots: -1\n", want: "worker.slots"},
+		{yaml: "push:\n  heartbeat_line: still working\n", want: "push.heartbeat_line"},
+		{yaml: "nats:\n  replicas: 2\n", want: "nats.replicas"},
+		{yaml: "push:\n  budget: 31\n", want: "push.budget"},
+		{yaml: "ai:\n  kind: oracle\n", want: "ai.kind"},
+		{yaml: "dispatch:\n  fixed_worker: 10.0.0.1\n", want: "dispatch.fixed_worker"},
 	} {
 		var env []string
 		if tc.env != "" {

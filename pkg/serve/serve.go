@@ -102,7 +102,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	replicas := max(o.Replicas, 1)
+	replicas := max(o.Replicas, cfg.NATS.Replicas, 1)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	store, err := jetstream.Declare(dctx, js, jetstream.Options{Replicas: replicas, TaskAckWait: o.TaskAckWait, Logger: log})
 	cancel()
@@ -197,6 +197,7 @@ func Run(ctx context.Context, o Options) error {
 			p, err := pusher.New(pusher.Config{
 				Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: store,
 				Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
+				HeartbeatLine: cfg.Push.HeartbeatLine, TruncatedNote: cfg.Push.TruncatedNote,
 				Logger: log,
 			})
 			if err != nil {
