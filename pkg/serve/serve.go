@@ -7,6 +7,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -110,6 +111,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("declare JetStream streams and buckets: %w", err)
 	}
 
+	n := &Node{Store: store, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -122,6 +124,16 @@ func Run(ctx context.Context, o Options) error {
 		Spool: spool,
 		Publish: store.SpoolPublisher(func(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
 			log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).AnErr("result", err).Bool("duplicate", res.Duplicate).Msg("spooled task forwarded")
+			if err != nil {
+				// Refused on the way out of the spool (the conversation got
+				// a newer task meanwhile, or the task was rejected): the user
+				// was told "received", so record the failure for the pusher
+				// to tell them, instead of dropping it in silence.
+				spoolRefused(context.WithoutCancel(ctx), store, e, err, cfg.NodeID, log)
+				if p := n.Pusher(e.Bot); p != nil {
+					p.Notify(task.ID(e.Bot, e.MsgID))
+				}
+			}
 		}),
 		Logger: log,
 	})
@@ -133,7 +145,6 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	n := &Node{Store: store, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg}
 
 	var (
 		leadingMu sync.Mutex
@@ -246,6 +257,30 @@ func Run(ctx context.Context, o Options) error {
 	n.Access.Wait()
 	stopWork()
 	return err
+}
+
+// spoolRefused records a spooled task that the queue refused when it was
+// forwarded as failed, with the reason.
+func spoolRefused(ctx context.Context, store *jetstream.Store, e jetstream.SpoolEntry, cause error, nodeID string, log zerolog.Logger) {
+	var m task.Message
+	if err := json.Unmarshal(e.Payload, &m); err != nil || m.TaskID == "" {
+		log.Error().Err(err).Str("msgid", e.MsgID).Msg("spooled entry unreadable; dropped")
+		return
+	}
+	reason := "the conversation had a newer question when this one was forwarded after an outage; please ask again"
+	if !errors.Is(cause, jetstream.ErrConversationBusy) {
+		reason = "refused by the task queue after an outage: " + cause.Error()
+	}
+	task.Create(ctx, store.Tasks(), task.RecordOf(m))
+	if _, err := task.Update(ctx, store.Tasks(), m.TaskID, func(r *task.Record) error {
+		if r.Exec.Finished() {
+			return task.ErrNoChange
+		}
+		r.Error = reason
+		return r.SetExec(task.Failed, reason, nodeID, time.Now().UTC())
+	}); err != nil {
+		log.Error().Err(err).Str("task", m.TaskID).Msg("spooled task refused, and its record not updated")
+	}
 }
 
 // api is the node's HTTP API: status, health, and the exec API of tier 2.

@@ -1,0 +1,32 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/rs/zerolog"
+)
+
+// A spooled task that the queue refuses when it is forwarded (its
+// conversation got a newer task meanwhile) is recorded failed with the
+// reason, so the user, who was told "received", is told what happened.
+func TestSpoolRefusedIsRecorded(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	raw, _ := json.Marshal(m)
+	e := jetstream.SpoolEntry{Bot: "b", Conversation: "alice", MsgID: "m1", Payload: raw}
+	spoolRefused(context.Background(), env.Store, e, jetstream.ErrConversationBusy, "n1", zerolog.Nop())
+	r, _, err := task.Get(context.Background(), env.Store.Tasks(), m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Exec != task.Failed || !strings.Contains(r.Error, "ask again") || r.Chat != "alice" {
+		t.Fatalf("record = %+v", r)
+	}
+}
