@@ -368,25 +368,13 @@ var errCanceled = errors.New("task canceled")
 // checkCancel re-reads the record every cancelCheck and cancels the run
 // with errCanceled once it says canceled.
 func checkCancel(ctx context.Context, kv natsjs.KeyValue, id string, cancel context.CancelCauseFunc) (stop func()) {
-	cctx, stopCheck := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(cancelCheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-cctx.Done():
-				return
-			case <-t.C:
-			}
-			if r, _, err := task.Get(cctx, kv, id); err == nil && r.Exec == task.Canceled {
-				cancel(errCanceled)
-				return
-			}
+	return every(ctx, cancelCheck, func(ctx context.Context) bool {
+		if r, _, err := task.Get(ctx, kv, id); err == nil && r.Exec == task.Canceled {
+			cancel(errCanceled)
+			return false
 		}
-	}()
-	return func() { stopCheck(); <-done }
+		return true
+	})
 }
 
 // keepAlive sends in-progress acks every period until stopped.
@@ -394,7 +382,13 @@ func keepAlive(ctx context.Context, msg natsjs.Msg, period time.Duration) (stop 
 	if period <= 0 {
 		period = 10 * time.Second
 	}
-	kctx, cancel := context.WithCancel(ctx)
+	return every(ctx, period, func(context.Context) bool { msg.InProgress(); return true })
+}
+
+// every runs fn each period on its own goroutine until fn returns false,
+// ctx ends, or stop is called; stop returns once the goroutine has ended.
+func every(ctx context.Context, period time.Duration, fn func(context.Context) bool) (stop func()) {
+	ectx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -402,10 +396,12 @@ func keepAlive(ctx context.Context, msg natsjs.Msg, period time.Duration) (stop 
 		defer t.Stop()
 		for {
 			select {
-			case <-kctx.Done():
+			case <-ectx.Done():
 				return
 			case <-t.C:
-				msg.InProgress()
+				if !fn(ectx) {
+					return
+				}
 			}
 		}
 	}()
@@ -439,22 +435,7 @@ type coalescer struct {
 
 func newCoalescer(ctx context.Context, kv natsjs.KeyValue, base task.Output, interval time.Duration, now func() time.Time) *coalescer {
 	c := &coalescer{kv: kv, out: base, now: now}
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-cctx.Done():
-				return
-			case <-t.C:
-				c.flush(cctx)
-			}
-		}
-	}()
-	c.stop = func() { cancel(); <-done }
+	c.stop = every(ctx, interval, func(ctx context.Context) bool { c.flush(ctx); return true })
 	return c
 }
 
