@@ -2,8 +2,10 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +19,7 @@ const (
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 10 * time.Minute
 	DefaultTaskAckWait     = 30 * time.Second
-	DefaultTaskMaxRunning = 65536
+	DefaultTaskMaxRunning  = 65536
 	DefaultTaskMaxDeliver  = 5
 	DefaultRecordTTL       = 7 * 24 * time.Hour
 	DefaultContextHistory  = 1
@@ -201,6 +203,64 @@ type Store struct {
 	tasks, output, context, watermarks natsjs.KeyValue
 }
 
+// declareStream creates the stream, or updates it only if its config
+// differs in a field botctl sets. Nodes that start together must not race
+// needless updates against consumer creation: nats-server 2.15.2's file
+// store updates its config without the lock that consumer creation reads
+// it under (the race detector catches it), so a config that is already
+// right is left alone, and a lost creation race is not followed by an
+// update.
+func declareStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamConfig) (natsjs.Stream, error) {
+	st, err := js.Stream(ctx, cfg.Name)
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		st, err = js.CreateStream(ctx, cfg)
+		if err == nil || !errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
+			return st, err
+		}
+		st, err = js.Stream(ctx, cfg.Name) // another node created it first
+	}
+	if err != nil {
+		return nil, err
+	}
+	have := st.CachedInfo().Config
+	if have.Description == cfg.Description && slices.Equal(have.Subjects, cfg.Subjects) &&
+		have.Retention == cfg.Retention && have.Storage == cfg.Storage && have.Replicas == cfg.Replicas &&
+		have.MaxMsgsPerSubject == cfg.MaxMsgsPerSubject && have.Discard == cfg.Discard &&
+		have.DiscardNewPerSubject == cfg.DiscardNewPerSubject && have.Duplicates == cfg.Duplicates {
+		return st, nil
+	}
+	return js.UpdateStream(ctx, cfg)
+}
+
+// declareBucket is declareStream for a KV bucket: created if missing,
+// updated only if a field botctl sets differs.
+func declareBucket(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if err == nil || !errors.Is(err, natsjs.ErrBucketExists) {
+			return kv, err
+		}
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if bs, ok := st.(*natsjs.KeyValueBucketStatus); ok {
+		have := bs.StreamInfo().Config
+		if have.Description == cfg.Description && have.MaxMsgsPerSubject == int64(cfg.History) &&
+			have.MaxAge == cfg.TTL && have.MaxBytes == cfg.MaxBytes && have.Storage == cfg.Storage &&
+			have.Replicas == cfg.Replicas {
+			return kv, nil
+		}
+	}
+	return js.UpdateKeyValue(ctx, cfg)
+}
+
 // Declare creates, or updates to match opts, the task stream, its workers
 // consumer and the four buckets, and returns a Store bound to them. It is
 // idempotent: on a deployment already declared with the same opts (a second
@@ -217,7 +277,7 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 	n := NamesFor(opts.Prefix)
 	s := &Store{js: js, opts: opts, names: n}
 
-	s.stream, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+	s.stream, err = declareStream(ctx, js, natsjs.StreamConfig{
 		Name:        n.TaskStream,
 		Description: "botctl tasks: one per conversation at a time; a second is refused (the conversation mutex)",
 		Subjects:    []string{n.TaskSubjectPrefix + ".*.*"},
@@ -291,7 +351,7 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 		if b.cfg.MaxBytes == 0 {
 			b.cfg.MaxBytes = -1
 		}
-		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		kv, err := declareBucket(ctx, js, b.cfg)
 		if err != nil {
 			return nil, fmt.Errorf("declare bucket %s: %w", b.cfg.Bucket, err)
 		}
