@@ -95,7 +95,6 @@ type pushResult struct {
 	framesPerConv        dist
 	maxPerMin            int // most frames any conversation got in a 60 s window
 	lost, dup            int
-	notExpected          int // finals whose content is not the expected answer
 	quota, expired       int64
 	invalidReq           int64
 	leaderCPU            time.Duration
