@@ -41,8 +41,6 @@ type Options struct {
 	NATSURL  string
 	Listener net.Listener // the node API's
 	Version  string
-	// Replicas of streams and buckets: 1 embedded, 3 on a cluster.
-	Replicas int
 	// TaskAckWait, if set, overrides the task queue's ack wait (tests).
 	TaskAckWait time.Duration
 	Logger      zerolog.Logger
@@ -103,9 +101,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	replicas := max(o.Replicas, cfg.NATS.Replicas, 1)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	store, err := jetstream.Declare(dctx, js, jetstream.Options{Replicas: replicas, TaskAckWait: o.TaskAckWait, Logger: log})
+	store, err := jetstream.Declare(dctx, js, jetstream.Options{Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("declare JetStream streams and buckets: %w", err)
