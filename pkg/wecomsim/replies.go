@@ -152,14 +152,20 @@ func (c *conn) quotaCheck(b *bot, chat string, now time.Time) (result, bool) {
 	return accepted, true
 }
 
-func (c *conn) respondMsg(b *bot, f *wecom.Frame) {
+// apply runs a frame's rule under the bot's lock, then acks the frame and,
+// if record is set, records it for the latency recorder.
+func (c *conn) apply(b *bot, f *wecom.Frame, rule func(*bot, *wecom.Frame, time.Time) result, record func(*bot, *wecom.Frame, result, time.Time)) {
 	now := c.s.now()
 	b.mu.Lock()
-	r := c.respondMsgLocked(b, f, now)
+	r := rule(b, f, now)
 	b.mu.Unlock()
 	c.finish(f, r)
-	c.replyRecorded(b, f, r, now)
+	if record != nil {
+		record(b, f, r, now)
+	}
 }
+
+func (c *conn) respondMsg(b *bot, f *wecom.Frame) { c.apply(b, f, c.respondMsgLocked, c.replyRecorded) }
 
 // respondMsgLocked checks in order: subscribed → req_id → body → stream
 // state → quota, and applies the frame only if every check passed.
@@ -262,12 +268,7 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 }
 
 func (c *conn) respondWelcome(b *bot, f *wecom.Frame) {
-	now := c.s.now()
-	b.mu.Lock()
-	r := c.respondWelcomeLocked(b, f, now)
-	b.mu.Unlock()
-	c.finish(f, r)
-	c.replyRecorded(b, f, r, now)
+	c.apply(b, f, c.respondWelcomeLocked, c.replyRecorded)
 }
 
 func (c *conn) respondWelcomeLocked(b *bot, f *wecom.Frame, now time.Time) result {
@@ -319,12 +320,7 @@ func (c *conn) respondWelcomeLocked(b *bot, f *wecom.Frame, now time.Time) resul
 }
 
 func (c *conn) respondUpdate(b *bot, f *wecom.Frame) {
-	now := c.s.now()
-	b.mu.Lock()
-	r := c.respondUpdateLocked(b, f, now)
-	b.mu.Unlock()
-	c.finish(f, r)
-	c.replyRecorded(b, f, r, now)
+	c.apply(b, f, c.respondUpdateLocked, c.replyRecorded)
 }
 
 func (c *conn) respondUpdateLocked(b *bot, f *wecom.Frame, now time.Time) result {
@@ -363,14 +359,7 @@ func (c *conn) respondUpdateLocked(b *bot, f *wecom.Frame, now time.Time) result
 	return accepted
 }
 
-func (c *conn) sendMsg(b *bot, f *wecom.Frame) {
-	now := c.s.now()
-	b.mu.Lock()
-	r := c.sendMsgLocked(b, f, now)
-	b.mu.Unlock()
-	c.finish(f, r)
-	c.pushRecorded(b, f, r, now)
-}
+func (c *conn) sendMsg(b *bot, f *wecom.Frame) { c.apply(b, f, c.sendMsgLocked, c.pushRecorded) }
 
 func (c *conn) sendMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 	if r, ok := c.checkLive(b); !ok {

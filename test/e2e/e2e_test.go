@@ -352,7 +352,9 @@ func TestMessagesDuringHandover(t *testing.T) {
 	}
 	isBusy := func(e cluster.TranscriptEntry) bool { return strings.Contains(e.Content, "还在处理中") }
 	waitStart := time.Now()
-	defer func() { t.Logf("answers complete %s after the last post", time.Since(waitStart).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("answers complete %s after the last post", time.Since(waitStart).Round(time.Millisecond))
+	}()
 	var replies map[string][]cluster.TranscriptEntry
 	var answers map[string]int // message text → complete answers seen
 	eventually(t, 60*time.Second, "every delivered message handled and every answer complete", func() error {

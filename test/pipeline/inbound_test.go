@@ -107,5 +107,7 @@ func TestStopCommand(t *testing.T) {
 		t.Fatalf("stopped answer ends with %q", got)
 	}
 	next := c.post("alice", "next question")
-	eventually(t, "next answered", func() bool { return c.record(n, next.MsgID).Exec == task.Running || c.record(n, next.MsgID).Exec == task.Succeeded })
+	eventually(t, "next answered", func() bool {
+		return c.record(n, next.MsgID).Exec == task.Running || c.record(n, next.MsgID).Exec == task.Succeeded
+	})
 }
