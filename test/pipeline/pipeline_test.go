@@ -58,6 +58,7 @@ func newCluster(t *testing.T) *cluster {
 
 type runningNode struct {
 	node *serve.Node
+	api  string // the node API's base URL
 	stop func()
 }
 
@@ -99,7 +100,7 @@ func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
 		c.t.Fatal("node not ready")
 	}
 	var once sync.Once
-	r := &runningNode{node: n, stop: func() {
+	r := &runningNode{node: n, api: "http://" + ln.Addr().String(), stop: func() {
 		once.Do(func() {
 			cancel()
 			select {

@@ -1,0 +1,50 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/task"
+)
+
+// Tier 2's receiving side: a node's exec API takes a task message, runs it
+// on its worker (tier "fixed"), and the leader's pusher delivers the answer
+// (by push: the task has no stream on this connection).
+func TestExecAPIRunsTask(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	eventually(t, "leader connected", c.connected)
+	c.post("alice", "hello") // alice has talked to the bot: pushes to her are allowed
+	eventually(t, "first answered", func() bool { return answered(c.bot("alice"), "hello") == 1 })
+
+	m := task.Message{TaskID: task.ID("b1", "tier2-1"), Bot: "b1", MsgID: "tier2-1", Chat: "alice", ChatType: "single",
+		User: "alice", Question: "via the exec API", Received: time.Now()}
+	raw, _ := json.Marshal(m)
+	resp, err := http.Post(n.api+dispatch.ExecPath, "application/json", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("exec API answered %s", resp.Status)
+	}
+	eventually(t, "run on tier fixed and delivered", func() bool {
+		r := c.record(n, "tier2-1")
+		return r.Exec == task.Succeeded && r.Tier == string(dispatch.TierFixed) && r.Delivery == task.Delivered
+	})
+	eventually(t, "pushed to the user", func() bool { return answered(c.bot("alice"), "via the exec API") == 1 })
+
+	// Bad input is refused with a clear error.
+	resp, err = http.Post(n.api+dispatch.ExecPath, "application/json", bytes.NewReader([]byte(`{"nope":1}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("bad task message: %s", resp.Status)
+	}
+}
