@@ -172,6 +172,7 @@ type Names struct {
 	OutputBucket      string // KV of per-task output, e.g. BOTCTL_OUTPUT
 	ContextBucket     string // KV of conversation context, e.g. BOTCTL_CONTEXT
 	WatermarksBucket  string // KV of per-bot watermarks, e.g. BOTCTL_WATERMARKS
+	PendingBucket     string // KV index of tasks not yet delivered, e.g. BOTCTL_PENDING
 }
 
 // NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
@@ -188,6 +189,7 @@ func NamesFor(prefix string) Names {
 		OutputBucket:      prefix + "_OUTPUT",
 		ContextBucket:     prefix + "_CONTEXT",
 		WatermarksBucket:  prefix + "_WATERMARKS",
+		PendingBucket:     prefix + "_PENDING",
 	}
 }
 
@@ -200,7 +202,7 @@ type Store struct {
 	stream  natsjs.Stream
 	workers natsjs.Consumer
 
-	tasks, output, context, watermarks natsjs.KeyValue
+	tasks, output, context, watermarks, pending natsjs.KeyValue
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -339,6 +341,12 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 			TTL:         opts.ContextTTL,
 			MaxBytes:    opts.ContextMaxBytes,
 		}},
+		{&s.pending, natsjs.KeyValueConfig{
+			Bucket:      n.PendingBucket,
+			Description: "botctl index of tasks not yet delivered, so a new leader finds them without reading every record; key = <bot>.<task id>",
+			History:     1,
+			TTL:         opts.RecordTTL,
+		}},
 		{&s.watermarks, natsjs.KeyValueConfig{
 			Bucket:      n.WatermarksBucket,
 			Description: "botctl per-bot watermarks (pusher revision, last inbound event); key = bot",
@@ -391,6 +399,18 @@ func (s *Store) Context() natsjs.KeyValue { return s.context }
 // BotKey(bot) (or BotKey(bot)+"."+name for several per bot).
 func (s *Store) Watermarks() natsjs.KeyValue { return s.watermarks }
 
+// Pending is the index of tasks not yet delivered: a key PendingKey(bot,
+// task) from the moment a task record exists until its delivery is final.
+// A new leader lists its bot's keys (PendingFilter) instead of reading
+// every record.
+func (s *Store) Pending() natsjs.KeyValue { return s.pending }
+
+// PendingKey is a task's key in the pending index: "<bot>.<task id>".
+func PendingKey(bot, taskID string) string { return EncodeToken(bot) + "." + EncodeToken(taskID) }
+
+// PendingFilter matches every pending key of bot.
+func PendingFilter(bot string) string { return EncodeToken(bot) + ".*" }
+
 // TaskSubject is the subject of a conversation's task; see Names.TaskSubject.
 func (s *Store) TaskSubject(bot, conversation string) string {
 	return s.names.TaskSubject(bot, conversation)
@@ -400,4 +420,40 @@ func (s *Store) TaskSubject(bot, conversation string) string {
 // a worker holding a message: s.ParseTaskSubject(msg.Subject()).
 func (s *Store) ParseTaskSubject(subject string) (bot, conversation string, err error) {
 	return s.names.ParseTaskSubject(subject)
+}
+
+// MarkPending puts a task in the pending index (idempotent).
+func (s *Store) MarkPending(ctx context.Context, bot, taskID string) error {
+	if _, err := s.pending.Put(ctx, PendingKey(bot, taskID), nil); err != nil {
+		return fmt.Errorf("mark task %s pending: %w", taskID, err)
+	}
+	return nil
+}
+
+// ClearPending takes a task out of the pending index (idempotent).
+func (s *Store) ClearPending(ctx context.Context, bot, taskID string) error {
+	if err := s.pending.Purge(ctx, PendingKey(bot, taskID)); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		return fmt.Errorf("clear pending task %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// PendingTasks lists the ids of bot's tasks in the pending index.
+func (s *Store) PendingTasks(ctx context.Context, bot string) ([]string, error) {
+	lister, err := s.pending.ListKeysFiltered(ctx, PendingFilter(bot))
+	if errors.Is(err, natsjs.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pending tasks of bot %s: %w", bot, err)
+	}
+	prefix := EncodeToken(bot) + "."
+	var ids []string
+	for key := range lister.Keys() {
+		id, err := DecodeToken(strings.TrimPrefix(key, prefix))
+		if err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }

@@ -25,6 +25,7 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		OutputBucket:      "BOTCTL_OUTPUT",
 		ContextBucket:     "BOTCTL_CONTEXT",
 		WatermarksBucket:  "BOTCTL_WATERMARKS",
+		PendingBucket:     "BOTCTL_PENDING",
 	}
 	if n != want {
 		t.Fatalf("Names() = %+v, want %+v", n, want)

@@ -276,6 +276,9 @@ func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
 				})
 				return fmt.Errorf("retry task %s: %w (the task is marked failed; retry again)", r.ID, err)
 			}
+			if err := s.MarkPending(ctx, r.Bot, r.ID); err != nil {
+				return err
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "task %s queued again; its answer will be pushed to %s\n", r.ID, r.Chat)
 			return nil
 		}),
@@ -331,6 +334,9 @@ func newTasksRedeliverCmd(nf *natsFlags) *cobra.Command {
 				}
 				return nil
 			}); err != nil {
+				return err
+			}
+			if err := s.MarkPending(ctx, r.Bot, r.ID); err != nil {
 				return err
 			}
 			// Touch the output: the leader's pusher watches the bucket.

@@ -334,6 +334,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	} else if err != nil {
 		log.Error().Err(err).Msg("task record not written")
 	}
+	if err := a.cfg.Store.MarkPending(ctx, term.Bot, id); err != nil {
+		log.Warn().Err(err).Msg("task not in the pending index; a new leader finds it by its output")
+	}
 	if a.cfg.Dispatched != nil {
 		a.cfg.Dispatched(term.Bot, id)
 	}

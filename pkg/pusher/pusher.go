@@ -4,7 +4,9 @@
 //
 // A Pusher runs inside one leader term, for one bot, on that term's
 // connection. At start it rebuilds its set of active tasks from the task
-// records (every task not yet delivered), then keeps it current from the
+// records of every task not yet delivered (found through the pending
+// index, which every path that creates a record or reopens its delivery
+// writes, and delivery clears), then keeps it current from the
 // inbound path (Notify) and a watch on the output bucket that resumes from
 // the bot's persisted Watermark, and scans it every ScanInterval. For each task it pushes only when there is something
 // new for the user: changed content, a heartbeat when nothing new came for
@@ -263,17 +265,25 @@ func (p *Pusher) Run(ctx context.Context) error {
 // rebuild finds every task of the bot not yet delivered: after a failover
 // the first scan finds them all.
 func (p *Pusher) rebuild(ctx context.Context) error {
-	lister, err := p.cfg.Store.Tasks().ListKeys(ctx)
+	// The pending index names the bot's undelivered tasks; their records
+	// say where each one is. Reading every record would also work, but
+	// costs a read per task kept in the bucket (days of them).
+	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
 	if err != nil {
-		if errors.Is(err, natsjs.ErrNoKeysFound) {
-			return nil
-		}
 		return err
 	}
 	n := 0
-	for key := range lister.Keys() {
-		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), key)
-		if err != nil || r.Bot != p.cfg.Bot || r.Delivery.Finished() {
+	for _, id := range ids {
+		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
+		if errors.Is(err, natsjs.ErrKeyNotFound) {
+			p.cfg.Store.ClearPending(ctx, p.cfg.Bot, id) // expired with its record
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if r.Delivery.Finished() {
+			p.cfg.Store.ClearPending(ctx, p.cfg.Bot, id)
 			continue
 		}
 		if r.FinalPending {
@@ -480,7 +490,11 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	if err != nil {
 		return false, time.Second
 	}
-	if rec.Bot != p.cfg.Bot || rec.Delivery.Finished() {
+	if rec.Bot != p.cfg.Bot {
+		return true, 0
+	}
+	if rec.Delivery.Finished() {
+		p.cfg.Store.ClearPending(ctx, rec.Bot, rec.ID) // a stale index entry
 		return true, 0
 	}
 	p.mu.Lock()
@@ -766,6 +780,9 @@ func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string
 		return false, time.Second
 	}
 	p.count(func(s *Stats) { s.Delivered++ })
+	if err := p.cfg.Store.ClearPending(ctx, r.Bot, r.ID); err != nil {
+		p.log.Debug().Err(err).Str("task", r.ID).Msg("pending index not cleared; the next rebuild drops it")
+	}
 	return true, 0
 }
 
@@ -786,6 +803,7 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 		return nil
 	})
 	if err == nil && rec.Delivery == task.DeliveryFailed {
+		p.cfg.Store.ClearPending(ctx, rec.Bot, rec.ID)
 		p.count(func(s *Stats) { s.Failed++ })
 		p.log.Error().Err(sendErr).Str("task", r.ID).Msg("delivery failed for good")
 		return true, 0

@@ -110,6 +110,9 @@ func (r *rig) ask(user, text string) *task.Record {
 	if _, err := task.Create(context.Background(), r.js.Store.Tasks(), rec); err != nil {
 		r.t.Fatal(err)
 	}
+	if err := r.js.Store.MarkPending(context.Background(), "b", rec.ID); err != nil {
+		r.t.Fatal(err)
+	}
 	if r.p != nil {
 		r.p.Notify(rec.ID)
 	}
@@ -293,6 +296,9 @@ func TestFailoverMidStreamCompletesOnce(t *testing.T) {
 	}
 	if r.p.Stats().RebuiltNum != 1 {
 		t.Fatalf("rebuilt = %d", r.p.Stats().RebuiltNum)
+	}
+	if ids, err := r.js.Store.PendingTasks(context.Background(), "b"); err != nil || len(ids) != 0 {
+		t.Fatalf("pending index after delivery: %v %v", ids, err)
 	}
 }
 

@@ -269,6 +269,9 @@ func spoolRefused(ctx context.Context, store *jetstream.Store, e jetstream.Spool
 		reason = "refused by the task queue after an outage: " + cause.Error()
 	}
 	task.Create(ctx, store.Tasks(), task.RecordOf(m))
+	if err := store.MarkPending(ctx, m.Bot, m.TaskID); err != nil {
+		log.Warn().Err(err).Str("task", m.TaskID).Msg("refused spooled task not in the pending index")
+	}
 	if _, err := task.Update(ctx, store.Tasks(), m.TaskID, func(r *task.Record) error {
 		if r.Exec.Finished() {
 			return task.ErrNoChange

@@ -252,7 +252,11 @@ func (w *Worker) Execute(ctx context.Context, m task.Message, attempt int, tier 
 
 	// The record may not have landed yet (the leader persists it right
 	// after the publish): create it from the message's raw context.
-	if _, err := task.Create(ctx, tasks, task.RecordOf(m)); err != nil && !errors.Is(err, natsjs.ErrKeyExists) {
+	if _, err := task.Create(ctx, tasks, task.RecordOf(m)); err == nil {
+		if err := w.cfg.Store.MarkPending(ctx, m.Bot, m.TaskID); err != nil {
+			return Result{Err: err, Retry: true}
+		}
+	} else if !errors.Is(err, natsjs.ErrKeyExists) {
 		return Result{Err: err, Retry: true}
 	}
 	var skip string

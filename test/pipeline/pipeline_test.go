@@ -274,6 +274,11 @@ func TestLeaderKilledMidStream(t *testing.T) {
 	if s.QuotaRejections != 0 {
 		t.Fatalf("quota rejections %d", s.QuotaRejections)
 	}
+	// The new leader found the task through the pending index, and
+	// delivery took it out.
+	if ids, err := b.node.Store.PendingTasks(context.Background(), "b1"); err != nil || len(ids) != 0 {
+		t.Fatalf("pending index after delivery: %v %v", ids, err)
+	}
 }
 
 // NATS down: what the leader receives is spooled, and forwarded when
