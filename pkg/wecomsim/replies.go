@@ -267,6 +267,24 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 	return accepted
 }
 
+// eventReq finds the event req_id a welcome or card update answers, valid
+// only within window after the event and only once.
+func (c *conn) eventReq(b *bot, f *wecom.Frame, now time.Time, eventType string, window time.Duration, what, used string) (*pendingReq, result, bool) {
+	p, r, ok := c.lookupReq(b, f.Headers.ReqID, reqEvent, eventType)
+	if !ok {
+		return nil, r, false
+	}
+	if now.Sub(p.at) > window {
+		b.stats.InvalidReqIDs++
+		return nil, fail(wecom.ErrCodeInvalidReqID, "%s: the %s window (%v after %s) has passed", msgInvalidReqID, what, window, eventType), false
+	}
+	if p.used {
+		b.stats.InvalidReqIDs++
+		return nil, fail(wecom.ErrCodeInvalidReqID, "%s: %s", msgInvalidReqID, used), false
+	}
+	return p, accepted, true
+}
+
 func (c *conn) respondWelcome(b *bot, f *wecom.Frame) {
 	c.apply(b, f, c.respondWelcomeLocked, c.replyRecorded)
 }
@@ -275,17 +293,10 @@ func (c *conn) respondWelcomeLocked(b *bot, f *wecom.Frame, now time.Time) resul
 	if r, ok := c.checkLive(b); !ok {
 		return r
 	}
-	p, r, ok := c.lookupReq(b, f.Headers.ReqID, reqEvent, wecom.EventEnterChat)
+	p, r, ok := c.eventReq(b, f, now, wecom.EventEnterChat, c.s.cfg.WelcomeWindow, "welcome",
+		"a welcome message was already sent for this enter_chat")
 	if !ok {
 		return r
-	}
-	if age := now.Sub(p.at); age > c.s.cfg.WelcomeWindow {
-		b.stats.InvalidReqIDs++
-		return fail(wecom.ErrCodeInvalidReqID, "%s: the welcome window (%v after enter_chat) has passed", msgInvalidReqID, c.s.cfg.WelcomeWindow)
-	}
-	if p.used {
-		b.stats.InvalidReqIDs++
-		return fail(wecom.ErrCodeInvalidReqID, "%s: a welcome message was already sent for this enter_chat", msgInvalidReqID)
 	}
 	var body wecom.WelcomeBody
 	if err := decodeBody(f.Body, &body); err != nil {
@@ -327,17 +338,10 @@ func (c *conn) respondUpdateLocked(b *bot, f *wecom.Frame, now time.Time) result
 	if r, ok := c.checkLive(b); !ok {
 		return r
 	}
-	p, r, ok := c.lookupReq(b, f.Headers.ReqID, reqEvent, wecom.EventTemplateCardEvent)
+	p, r, ok := c.eventReq(b, f, now, wecom.EventTemplateCardEvent, c.s.cfg.UpdateWindow, "update",
+		"the card was already updated for this template_card_event")
 	if !ok {
 		return r
-	}
-	if age := now.Sub(p.at); age > c.s.cfg.UpdateWindow {
-		b.stats.InvalidReqIDs++
-		return fail(wecom.ErrCodeInvalidReqID, "%s: the update window (%v after template_card_event) has passed", msgInvalidReqID, c.s.cfg.UpdateWindow)
-	}
-	if p.used {
-		b.stats.InvalidReqIDs++
-		return fail(wecom.ErrCodeInvalidReqID, "%s: the card was already updated for this template_card_event", msgInvalidReqID)
 	}
 	var body wecom.UpdateBody
 	if err := decodeBody(f.Body, &body); err != nil {
