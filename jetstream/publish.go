@@ -203,3 +203,50 @@ func (s *Store) ReleaseConversation(ctx context.Context, bot, conversation, reas
 		Str("reason", reason).Msg("released conversation")
 	return 1, nil
 }
+
+// RemoveTask deletes the task message at seq from the task stream, freeing
+// its conversation; a message already gone is not an error. Whoever
+// removes a task records why in its record (package task's Lifecycle).
+func (s *Store) RemoveTask(ctx context.Context, seq uint64) error {
+	if err := s.deleteTask(ctx, seq); err != nil {
+		return fmt.Errorf("remove task seq %d: %w", seq, err)
+	}
+	return nil
+}
+
+// ConversationTask is the conversation's message in the task queue, if it
+// has one: (nil, nil) when the conversation is free.
+func (s *Store) ConversationTask(ctx context.Context, bot, conversation string) (*natsjs.RawStreamMsg, error) {
+	msg, err := s.stream.GetLastMsgForSubject(ctx, s.names.TaskSubject(bot, conversation))
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task queue of conversation %s of bot %s: %w", conversation, bot, err)
+	}
+	return msg, nil
+}
+
+// QueuedConversations lists the conversations of bot that have a message
+// in the task queue (queued, running or stuck), for the lifecycle's sweep.
+func (s *Store) QueuedConversations(ctx context.Context, bot string) ([]string, error) {
+	filter := s.names.TaskSubjectPrefix + "." + EncodeToken(bot) + ".*"
+	info, err := s.stream.Info(ctx, natsjs.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("list queued conversations of bot %s: %w", bot, err)
+	}
+	var convs []string
+	for subj := range info.State.Subjects {
+		if _, conv, err := s.names.ParseTaskSubject(subj); err == nil {
+			convs = append(convs, conv)
+		}
+	}
+	return convs, nil
+}
+
+// MaxDeliveriesSubject is where the server announces a task message that
+// reached TaskMaxDeliver without being acked (the MAX_DELIVERIES advisory):
+// it can never run again, and stays in the queue until removed.
+func (s *Store) MaxDeliveriesSubject() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.names.TaskStream + "." + s.names.Consumer
+}

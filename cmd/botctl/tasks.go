@@ -15,9 +15,9 @@ import (
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/botctl/botctl/pkg/worker"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 )
 
@@ -182,7 +182,13 @@ func newTasksShowCmd(nf *natsFlags) *cobra.Command {
 		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			out, _ := task.GetOutput(ctx, s.Output(), r.ID)
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"task": r, "output": out})
+				// "output" keeps its shape: done is the record's word (the
+				// execution is over and this output is its attempt's).
+				var view *outputView
+				if out != nil {
+					view = &outputView{Output: *out, Done: r.Exec.Finished() && out.Attempt == r.Attempt}
+				}
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task": r, "output": view})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "task      %s\nbot       %s\nchat      %s (%s), user %s\nmsgid     %s\nreq_id    %s (term %d)\nquestion  %s\nreceived  %s\n",
@@ -192,7 +198,7 @@ func newTasksShowCmd(nf *natsFlags) *cobra.Command {
 				fmt.Fprintf(w, "error     %s\n", r.Error)
 			}
 			if out != nil {
-				fmt.Fprintf(w, "output    %d bytes, done %v\n", len(out.Text), out.Done)
+				fmt.Fprintf(w, "output    %d bytes, attempt %d\n", len(out.Text), out.Attempt)
 			}
 			fmt.Fprintln(w, "transitions:")
 			for _, t := range r.Transitions {
@@ -203,6 +209,12 @@ func newTasksShowCmd(nf *natsFlags) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"task\":…,\"output\":…}")
 	return cmd
+}
+
+// outputView is a task's output as `tasks show --json` prints it.
+type outputView struct {
+	task.Output
+	Done bool `json:"done"`
 }
 
 // onTask opens the store, reads the task named by the command's argument,
@@ -232,52 +244,28 @@ func getTask(ctx context.Context, s *jetstream.Store, id string) (*task.Record, 
 	return r, rev, err
 }
 
+// lifecycleError turns the lifecycle's refusals into usage errors that
+// say what to do instead.
+func lifecycleError(r *task.Record, err error) error {
+	switch {
+	case errors.Is(err, task.ErrNotFinished):
+		return usageErrorf("task %s is %s: it is not finished (cancel it first)", r.ID, r.Exec)
+	case errors.Is(err, task.ErrFinished):
+		return usageErrorf("task %s is already %s", r.ID, r.Exec)
+	case errors.Is(err, task.ErrConversationBusy):
+		return fmt.Errorf("conversation %s already has a task queued or running: wait for it or cancel it, then retry", r.Chat)
+	}
+	return err
+}
+
 func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "retry TASK_ID",
 		Short: "Run a finished task again and deliver the new answer",
 		Args:  exactArgs(1, "TASK_ID"),
 		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
-			if !r.Exec.Finished() {
-				return usageErrorf("task %s is %s: retry only a finished task (cancel it first)", r.ID, r.Exec)
-			}
-			// A busy conversation would refuse the task: say so before
-			// touching anything.
-			if _, err := s.TaskStream().GetLastMsgForSubject(ctx, s.TaskSubject(r.Bot, r.Chat)); err == nil {
-				return fmt.Errorf("conversation %s already has a task queued or running: wait for it or cancel it, then retry", r.Chat)
-			}
-			// The record first (a worker that pulls the task must find it
-			// queued, not finished), then the queue.
-			s.Output().Purge(ctx, r.ID)
-			_, err := task.Update(ctx, s.Tasks(), r.ID, func(r *task.Record) error {
-				now := time.Now().UTC()
-				r.ReqID, r.Term, r.StreamID, r.Error = "", 0, "", ""
-				r.PushedParts, r.PushAttempts, r.PushedHash, r.FinalPending = 0, 0, "", false
-				if err := r.SetExec(task.Queued, "operator retry", "botctl", now); err != nil {
-					return err
-				}
-				if r.Delivery.Finished() {
-					return r.SetDelivery(task.Pending, "operator retry", "botctl", now)
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			m := task.MessageOf(r)
-			m.ReqID, m.Term, m.StreamID = "", 0, "" // the answer goes by push
-			raw, _ := json.Marshal(m)
-			msgid := fmt.Sprintf("%s#retry-%d", r.MsgID, time.Now().UnixNano())
-			if _, err := s.PublishTask(ctx, r.Bot, r.Chat, msgid, raw); err != nil {
-				reason := "operator retry not queued: " + err.Error()
-				task.Update(context.WithoutCancel(ctx), s.Tasks(), r.ID, func(r *task.Record) error {
-					r.Error = reason
-					return r.SetExec(task.Failed, reason, "botctl", time.Now().UTC())
-				})
-				return fmt.Errorf("retry task %s: %w (the task is marked failed; retry again)", r.ID, err)
-			}
-			if err := s.MarkPending(ctx, r.Bot, r.ID); err != nil {
-				return err
+			if _, err := lifecycle(s).Retry(ctx, r.ID, "operator retry"); err != nil {
+				return lifecycleError(r, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "task %s queued again; its answer will be pushed to %s\n", r.ID, r.Chat)
 			return nil
@@ -288,28 +276,11 @@ func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
 func newTasksCancelCmd(nf *natsFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel TASK_ID",
-		Short: "Stop a queued or running task (its worker stops within a second) and free its conversation",
+		Short: "Stop a queued, running or stuck task (its worker stops within a second), free its conversation and tell the user",
 		Args:  exactArgs(1, "TASK_ID"),
 		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
-			if r.Exec.Finished() {
-				return usageErrorf("task %s is already %s", r.ID, r.Exec)
-			}
-			if _, err := task.Update(ctx, s.Tasks(), r.ID, func(r *task.Record) error {
-				if r.Exec.Finished() {
-					return task.ErrNoChange
-				}
-				return r.SetExec(task.Canceled, "operator cancel", "botctl", time.Now().UTC())
-			}); err != nil {
-				return err
-			}
-			worker.Cancel(s.JetStream().Conn(), r.ID) // the worker running it stops at once
-			// A queued task has no worker to notice: take it off the queue,
-			// if the conversation's queued task is this one.
-			if last, err := s.TaskStream().GetLastMsgForSubject(ctx, s.TaskSubject(r.Bot, r.Chat)); err == nil {
-				var m task.Message
-				if json.Unmarshal(last.Data, &m) == nil && m.TaskID == r.ID && r.Exec == task.Queued {
-					s.ReleaseConversation(ctx, r.Bot, r.Chat, "operator cancel of "+r.ID)
-				}
+			if _, err := lifecycle(s).Cancel(ctx, r.ID, "operator cancel"); err != nil {
+				return lifecycleError(r, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "task %s canceled\n", r.ID)
 			return nil
@@ -320,33 +291,25 @@ func newTasksCancelCmd(nf *natsFlags) *cobra.Command {
 func newTasksRedeliverCmd(nf *natsFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "redeliver TASK_ID",
-		Short: "Deliver a task's answer again, by push (after a failed or doubtful delivery)",
+		Short: "Deliver a finished task's answer again, by push (after a failed or doubtful delivery)",
 		Args:  exactArgs(1, "TASK_ID"),
 		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
-			out, err := task.GetOutput(ctx, s.Output(), r.ID)
-			if err != nil || out == nil || !out.Done {
-				return usageErrorf("task %s has no complete answer to deliver (exec %s): retry it instead", r.ID, r.Exec)
-			}
-			if _, err := task.Update(ctx, s.Tasks(), r.ID, func(r *task.Record) error {
-				r.Term, r.ReqID, r.PushedParts, r.PushAttempts, r.FinalPending = 0, "", 0, 0, false
-				if r.Delivery == task.Delivered || r.Delivery == task.DeliveryFailed {
-					return r.SetDelivery(task.Pending, "operator redeliver", "botctl", time.Now().UTC())
+			if _, err := lifecycle(s).Redeliver(ctx, r.ID, "operator redeliver"); err != nil {
+				if errors.Is(err, task.ErrNotFinished) {
+					return usageErrorf("task %s has no complete answer to deliver (exec %s): wait for it, or cancel and retry it", r.ID, r.Exec)
 				}
-				return nil
-			}); err != nil {
-				return err
-			}
-			if err := s.MarkPending(ctx, r.Bot, r.ID); err != nil {
-				return err
-			}
-			// Touch the output: the leader's pusher watches the bucket.
-			if _, err := task.PutOutput(ctx, s.Output(), out); err != nil {
-				return err
+				return lifecycleError(r, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "task %s: answer will be pushed to %s again\n", r.ID, r.Chat)
 			return nil
 		}),
 	}
+}
+
+// lifecycle is the operator's hand on task records ("botctl" in every
+// transition it writes).
+func lifecycle(s *jetstream.Store) *task.Lifecycle {
+	return task.NewLifecycle(s, "botctl", zerolog.Nop())
 }
 
 func exactArgs(n int, names string) cobra.PositionalArgs {

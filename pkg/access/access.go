@@ -29,7 +29,6 @@ import (
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/botctl/botctl/pkg/worker"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -86,8 +85,10 @@ type Config struct {
 	// Dispatched, if set, learns of each task handed to compute (the
 	// pusher's fast path; its scan would find it anyway).
 	Dispatched func(bot, taskID string)
-	Logger     zerolog.Logger
-	Now        func() time.Time
+	// Lifecycle records tasks. Default: one on Store.
+	Lifecycle *task.Lifecycle
+	Logger    zerolog.Logger
+	Now       func() time.Time
 }
 
 // Access handles one node's inbound callbacks; it implements node.Inbound.
@@ -145,6 +146,9 @@ func New(cfg Config) (*Access, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Texts.setDefaults()
+	if cfg.Lifecycle == nil {
+		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
+	}
 	a := &Access{
 		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(),
 		users: set(cfg.AllowUsers), chats: set(cfg.AllowChats),
@@ -177,17 +181,19 @@ func (a *Access) count(f func(*Stats)) {
 // Wait returns when every message being handled is done.
 func (a *Access) Wait() { a.wg.Wait() }
 
-// HandleMessage takes a callback off the connection's goroutine at once.
+// HandleMessage takes a callback off the connection's goroutine, waiting
+// for a free slot when Parallel messages are being handled (back-pressure
+// on the connection's callback queue, never a dropped message).
+//
+// A callback the connection read is handled to the end (published,
+// recorded, receipt attempted) even when the term ends meanwhile: WeCom
+// will not deliver it again. Wait reports when every one is done.
 func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
 	a.count(func(s *Stats) { s.Received++ })
-	select {
-	case a.sem <- struct{}{}:
-	case <-term.Done():
-		return
-	}
+	a.sem <- struct{}{}
 	a.wg.Go(func() {
 		defer func() { <-a.sem }()
-		ctx, cancel := context.WithTimeout(term.Context(), a.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(term.Context()), a.cfg.Timeout)
 		defer cancel()
 		a.handle(ctx, term, c, reqID, m)
 	})
@@ -317,25 +323,10 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	} else {
 		log.Warn().Err(receiptErr).Msg("receipt failed; the answer will be pushed")
 	}
-	// The record with the raw context. A worker may have created it from
-	// the queue message already: merge the leader's fields in.
-	if _, err := task.Create(ctx, a.cfg.Store.Tasks(), rec); errors.Is(err, natsjs.ErrKeyExists) {
-		_, err = task.Update(ctx, a.cfg.Store.Tasks(), id, func(r *task.Record) error {
-			r.ReqID, r.Term, r.StreamID, r.Tier = rec.ReqID, rec.Term, rec.StreamID, rec.Tier
-			if receiptErr == nil && r.Delivery == task.Pending {
-				r.PushedHash, r.PushedAt, r.StreamStart = rec.PushedHash, rec.PushedAt, rec.StreamStart
-				return r.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, a.cfg.Now().UTC())
-			}
-			return nil
-		})
-		if err != nil {
-			log.Error().Err(err).Msg("task record not merged")
-		}
-	} else if err != nil {
-		log.Error().Err(err).Msg("task record not written")
-	}
-	if err := a.cfg.Store.MarkPending(ctx, term.Bot, id); err != nil {
-		log.Warn().Err(err).Msg("task not in the pending index; a new leader finds it by its output")
+	// The record with the raw context (a worker may have opened it from
+	// the queue message already: the leader's fields are merged in).
+	if _, err := a.cfg.Lifecycle.Open(ctx, rec); err != nil {
+		log.Error().Err(err).Msg("task record not written; the worker opens it from the queue message")
 	}
 	if a.cfg.Dispatched != nil {
 		a.cfg.Dispatched(term.Bot, id)
@@ -359,17 +350,11 @@ func (a *Access) command(ctx context.Context, bot, chat, text string) string {
 		if err != nil || r == nil {
 			return "当前没有正在进行的任务。"
 		}
-		_, err = task.Update(ctx, a.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
-			if r.Exec.Finished() {
-				return task.ErrNoChange
-			}
-			return r.SetExec(task.Canceled, "/stop by the user", a.cfg.NodeID, a.cfg.Now().UTC())
-		})
-		if err != nil {
+		switch _, err := a.cfg.Lifecycle.Cancel(ctx, r.ID, "/stop by the user"); {
+		case errors.Is(err, task.ErrFinished), errors.Is(err, natsjs.ErrKeyNotFound):
+			return "当前没有正在进行的任务。"
+		case err != nil:
 			return "停止失败，请稍后再试。"
-		}
-		if err := worker.Cancel(a.cfg.Store.JetStream().Conn(), r.ID); err != nil {
-			a.log.Warn().Err(err).Str("task", r.ID).Msg("cancel not announced; the worker notices within seconds")
 		}
 		return "已停止当前任务。"
 	case "/status":

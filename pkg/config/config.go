@@ -110,6 +110,10 @@ type Election struct {
 type Worker struct {
 	Slots       int `yaml:"slots"`
 	LeaderSlots int `yaml:"leader_slots"`
+	// Deadline bounds a task's execution from its first attempt: past it
+	// the task is failed, its conversation freed and the user told.
+	// Default 30m (three times the AI backends' default timeout).
+	Deadline time.Duration `yaml:"deadline"`
 }
 
 // Bot is one WeCom bot's credentials.
@@ -133,7 +137,7 @@ func Defaults() Config {
 		Etcd:     Etcd{DialTimeout: 5 * time.Second},
 		WeCom:    WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second},
-		Worker:   Worker{Slots: 8, LeaderSlots: 4},
+		Worker:   Worker{Slots: 8, LeaderSlots: 4, Deadline: 30 * time.Minute},
 		AI:       ai.Config{Kind: ai.KindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
@@ -331,6 +335,7 @@ var Keys = []Key{
 	{Name: "election.safety_margin", Flag: "election-safety-margin", Usage: "leadership is dropped this long before the lease can expire", set: dur(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
 	{Name: "worker.slots", Flag: "worker-slots", Usage: "concurrent tasks on this node", set: integer(func(c *Config) *int { return &c.Worker.Slots })},
 	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot", set: integer(func(c *Config) *int { return &c.Worker.LeaderSlots })},
+	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
 	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: demo, exec or openai", set: str(func(c *Config) *string { return &c.AI.Kind })},
 	{Name: "ai.demo.answer_time", Flag: "demo-answer-time", Usage: "how long a demo answer streams", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTime })},
 	{Name: "ai.demo.answer_bytes", Flag: "demo-answer-bytes", Usage: "make demo answers at least this long", set: integer(func(c *Config) *int { return &c.AI.Demo.AnswerBytes })},
@@ -480,6 +485,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Worker.Slots < 0 {
 		bad("worker.slots", "must be 0 or more, got %d", c.Worker.Slots)
+	}
+	if c.Worker.Deadline <= 0 {
+		bad("worker.deadline", "must be positive, got %s", c.Worker.Deadline)
 	}
 	if c.Worker.LeaderSlots < 0 {
 		bad("worker.leader_slots", "must be 0 or more, got %d", c.Worker.LeaderSlots)

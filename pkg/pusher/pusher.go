@@ -50,6 +50,7 @@ import (
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -61,6 +62,8 @@ type Config struct {
 	Term   int64 // the leader term (election revision) of Conn
 	Conn   *wecom.Conn
 	Store  *jetstream.Store
+	// Lifecycle records every delivery step. Default: one on Store.
+	Lifecycle *task.Lifecycle
 	// Budget paces every conversation; shared with the inbound path.
 	Budget *pace.Budget
 	// ScanInterval is the period of the scan of active tasks. Default 1s.
@@ -196,6 +199,9 @@ func New(cfg Config) (*Pusher, error) {
 	case cfg.Margin >= cfg.StreamWindow:
 		return nil, fmt.Errorf("pusher: Margin (%s) must be less than StreamWindow (%s)", cfg.Margin, cfg.StreamWindow)
 	}
+	if cfg.Lifecycle == nil {
+		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
+	}
 	return &Pusher{cfg: cfg, active: map[string]*entry{}, wake: make(chan struct{}, 1),
 		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}, nil
 }
@@ -243,6 +249,14 @@ func (p *Pusher) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+	// Ended executions and reopened deliveries are announced: step them
+	// now, not at the next refresh of their record.
+	sub, err := p.cfg.Store.JetStream().Conn().Subscribe(task.NoticeSubject(p.cfg.Bot), func(m *nats.Msg) { p.noticed(string(m.Data)) })
+	if err != nil {
+		p.log.Warn().Err(err).Msg("no notices of ended tasks; records are re-read every few seconds instead")
+	} else {
+		defer sub.Unsubscribe()
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { p.watch(ctx) })
@@ -262,6 +276,23 @@ func (p *Pusher) Run(ctx context.Context) error {
 	}
 }
 
+// noticed forgets the cached record of a task whose record changed, so
+// that the next scan steps it at once.
+func (p *Pusher) noticed(id string) {
+	p.mu.Lock()
+	en := p.active[id]
+	if en == nil {
+		en = &entry{shownAt: p.cfg.Now()}
+		p.active[id] = en
+	}
+	en.rec, en.notBefore = nil, time.Time{} // the ending waits for no progress pacing
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
 // rebuild finds every task of the bot not yet delivered: after a failover
 // the first scan finds them all.
 func (p *Pusher) rebuild(ctx context.Context) error {
@@ -276,14 +307,14 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 	for _, id := range ids {
 		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
 		if errors.Is(err, natsjs.ErrKeyNotFound) {
-			p.cfg.Store.ClearPending(ctx, p.cfg.Bot, id) // expired with its record
+			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id) // expired with its record
 			continue
 		}
 		if err != nil {
 			return err
 		}
 		if r.Delivery.Finished() {
-			p.cfg.Store.ClearPending(ctx, p.cfg.Bot, id)
+			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id)
 			continue
 		}
 		if r.FinalPending {
@@ -343,9 +374,6 @@ func (p *Pusher) watch(ctx context.Context) {
 				en.firstRev = rev
 			}
 			en.out, en.outHash = o, task.Hash(o.Text)
-			if o.Done {
-				en.notBefore = time.Time{} // the final answer waits for no progress pacing
-			}
 			p.mu.Unlock()
 			select {
 			case p.wake <- struct{}{}:
@@ -433,9 +461,6 @@ func (p *Pusher) needsStep(en *entry, now time.Time) bool {
 	if r == nil || now.Sub(en.readAt) >= refreshEvery || r.Exec.Finished() {
 		return true
 	}
-	if en.out != nil && en.out.Done {
-		return true
-	}
 	if !p.streamable(r, now) {
 		return false // push mode waits for the complete answer
 	}
@@ -494,7 +519,7 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 		return true, 0
 	}
 	if rec.Delivery.Finished() {
-		p.cfg.Store.ClearPending(ctx, rec.Bot, rec.ID) // a stale index entry
+		p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
 		return true, 0
 	}
 	p.mu.Lock()
@@ -502,24 +527,23 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 		en.rec, en.readAt = rec, p.cfg.Now()
 	}
 	p.mu.Unlock()
-	out := p.output(ctx, id)
-	if (rec.Exec == task.Canceled || rec.Exec == task.Failed) && (out == nil || !out.Done) {
-		// Ended without a final output (canceled while queued, given up by
-		// an operator): the user still gets the ending.
-		ended := &task.Output{TaskID: id, Bot: rec.Bot, Done: true, Canceled: rec.Exec == task.Canceled, Error: rec.Error}
-		if out != nil {
-			ended.Text = out.Text
-		}
-		if rec.Exec == task.Failed && ended.Error == "" {
-			ended.Error = "failed"
-		}
-		out = ended
+	// Only the text of the record's attempt counts: a superseded attempt's
+	// output is never shown. Between two attempts (queued again) nothing
+	// new is shown.
+	text := ""
+	if out := p.output(ctx, id); out != nil && out.Attempt == rec.Attempt && rec.Exec != task.Queued {
+		text = out.Text
+	}
+	if rec.Exec == task.Succeeded && rec.AnswerHash != "" && task.Hash(text) != rec.AnswerHash {
+		// The record names an answer this output is not (yet): wait for it.
+		p.log.Warn().Str("task", id).Int("attempt", rec.Attempt).Msg("output differs from the recorded answer; waiting")
+		return false, time.Second
 	}
 	now := p.cfg.Now()
 	if p.streamable(rec, now) {
-		return p.stream(ctx, rec, out, now)
+		return p.stream(ctx, rec, text, now)
 	}
-	return p.push(ctx, rec, out, now)
+	return p.push(ctx, rec, text, now)
 }
 
 // output is the freshest output: the watched copy, or a read.
@@ -553,17 +577,16 @@ func (p *Pusher) streamable(r *task.Record, now time.Time) bool {
 	return r.StreamStart.IsZero() || now.Before(r.StreamStart.Add(p.cfg.StreamWindow))
 }
 
-// finalText is what the user should end up with.
-func (p *Pusher) finalText(o *task.Output) string {
-	switch {
-	case o.Canceled:
-		return join(o.Text, p.cfg.CanceledNote)
-	case o.Error != "" && o.Text == "":
-		return p.cfg.FailedNote
-	case o.Error != "":
-		return join(o.Text, p.cfg.FailedNote)
+// finalText is what the user should end up with, once r's execution is
+// over and text is its attempt's output.
+func (p *Pusher) finalText(r *task.Record, text string) string {
+	switch r.Exec {
+	case task.Canceled:
+		return join(text, p.cfg.CanceledNote)
+	case task.Failed:
+		return join(text, p.cfg.FailedNote)
 	}
-	return o.Text
+	return text
 }
 
 func join(text, note string) string {
@@ -573,7 +596,7 @@ func join(text, note string) string {
 	return text + "\n\n" + note
 }
 
-func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now time.Time) (bool, time.Duration) {
+func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
 	chat := r.Chat
 	closeAt := r.StreamStart.Add(p.cfg.StreamWindow - p.cfg.Margin)
 	if r.StreamStart.IsZero() {
@@ -581,29 +604,29 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now
 	}
 
 	// The final frame: never starved (reserve 0), delivered on its ack.
-	if o != nil && o.Done {
-		text := p.finalText(o)
-		if len(text) > wecom.MaxContentBytes {
-			return p.closeStream(ctx, r, o, "answer larger than one frame")
+	if r.Exec.Finished() {
+		final := p.finalText(r, text)
+		if len(final) > wecom.MaxContentBytes {
+			return p.closeStream(ctx, r, text, "answer larger than one frame")
 		}
 		if !p.cfg.Budget.Take(chat, 0) {
 			p.count(func(s *Stats) { s.Throttled++ })
 			return false, time.Until(p.cfg.Budget.Free(chat))
 		}
-		if _, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error { r.FinalPending = true; return nil }); err != nil {
+		if _, err := p.cfg.Lifecycle.FinalIntent(ctx, r.ID); err != nil {
 			p.cfg.Budget.Refund(chat)
 			return false, time.Second
 		}
-		err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: text, Finish: true})
+		err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: final, Finish: true})
 		switch code := wecom.ErrCodeOf(err); {
 		case err == nil:
 			p.count(func(s *Stats) { s.Frames++ })
-			return p.delivered(ctx, r, text, "final frame acked", 0)
+			return p.delivered(ctx, r, final, "final frame acked", 0)
 		case code == wecom.ErrCodeStreamExpired && r.FinalPending && now.Before(r.StreamStart.Add(p.cfg.StreamWindow)):
 			// An earlier final frame whose ack was lost was applied: the
 			// stream is finished, not expired.
 			p.count(func(s *Stats) { s.Ambiguous++ })
-			return p.delivered(ctx, r, text, "final frame applied earlier (ack lost)", 0)
+			return p.delivered(ctx, r, final, "final frame applied earlier (ack lost)", 0)
 		case code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired:
 			p.cfg.Budget.Refund(chat)
 			return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
@@ -614,14 +637,10 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now
 
 	// The window is closing: close the stream with what there is.
 	if !now.Before(closeAt) {
-		return p.closeStream(ctx, r, o, "stream window closing")
+		return p.closeStream(ctx, r, text, "stream window closing")
 	}
 
 	// Progress: only new content, or a heartbeat when nothing new came.
-	text := ""
-	if o != nil {
-		text = o.Text
-	}
 	changed := text != "" && task.Hash(text) != r.PushedHash
 	p.mu.Lock()
 	shown := p.active[r.ID].shownAt
@@ -666,20 +685,11 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now
 		en.shownAt = shownNow
 	}
 	p.mu.Unlock()
-	_, err = task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
-		r.PushedAt = shownNow
-		if changed {
-			r.PushedHash = task.Hash(text)
-		}
-		if r.StreamStart.IsZero() {
-			r.StreamStart = shownNow
-		}
-		if r.Delivery == task.Pending {
-			return r.SetDelivery(task.Streaming, "first frame sent", p.cfg.NodeID, shownNow.UTC())
-		}
-		return nil
-	})
-	if err != nil {
+	hash := ""
+	if changed {
+		hash = task.Hash(text)
+	}
+	if _, err := p.cfg.Lifecycle.Shown(ctx, r.ID, hash, shownNow); err != nil {
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
 	}
 	return false, p.cfg.ScanInterval
@@ -687,11 +697,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, o *task.Output, now
 
 // closeStream ends the stream with the content so far and a note; the full
 // answer follows by push.
-func (p *Pusher) closeStream(ctx context.Context, r *task.Record, o *task.Output, why string) (bool, time.Duration) {
-	text := ""
-	if o != nil {
-		text = o.Text
-	}
+func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string, why string) (bool, time.Duration) {
 	note := p.cfg.TruncatedNote
 	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
 	if !p.cfg.Budget.Take(r.Chat, 0) {
@@ -710,29 +716,23 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, o *task.Output
 
 // toPush marks the delivery truncated: the complete answer is owed by push.
 func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, time.Duration) {
-	_, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
-		if r.Delivery == task.Truncated {
-			return task.ErrNoChange
-		}
-		r.DeliveryReason = why
-		return r.SetDelivery(task.Truncated, why, p.cfg.NodeID, p.cfg.Now().UTC())
-	})
-	if err != nil {
+	if _, err := p.cfg.Lifecycle.Truncate(ctx, r.ID, why); err != nil {
 		return false, time.Second
 	}
 	return false, 0
 }
 
 // push delivers the complete answer by aibot_send_msg once it is done.
-func (p *Pusher) push(ctx context.Context, r *task.Record, o *task.Output, now time.Time) (bool, time.Duration) {
+func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
 	if r.Delivery == task.Pending || r.Delivery == task.Streaming {
 		// Began under another term, or never got a stream: owed by push.
 		return p.toPush(ctx, r, fmt.Sprintf("stream began under term %d, this is term %d", r.Term, p.cfg.Term))
 	}
-	if o == nil || !o.Done {
+	if !r.Exec.Finished() {
 		return false, p.cfg.ScanInterval
 	}
-	parts := Split(p.finalText(o), wecom.MaxContentBytes)
+	final := p.finalText(r, text)
+	parts := Split(final, wecom.MaxContentBytes)
 	chatType := wecom.ChatTypeSingle
 	if r.ChatType == wecom.ChatGroup {
 		chatType = wecom.ChatTypeGroup
@@ -750,39 +750,22 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, o *task.Output, now t
 		}
 		p.count(func(s *Stats) { s.Pushes++ })
 		n := i + 1
-		rec, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
-			r.PushedParts, r.PushAttempts = n, 0
-			return nil
-		})
+		rec, err := p.cfg.Lifecycle.PartPushed(ctx, r.ID, n)
 		if err != nil {
 			p.log.Warn().Err(err).Str("task", r.ID).Int("part", n).Msg("pushed part not recorded; a new leader may push it again")
 			return false, time.Second
 		}
 		r = rec
 	}
-	return p.delivered(ctx, r, p.finalText(o), fmt.Sprintf("%d part(s) pushed", len(parts)), len(parts))
+	return p.delivered(ctx, r, final, fmt.Sprintf("%d part(s) pushed", len(parts)), len(parts))
 }
 
 func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
-	now := p.cfg.Now()
-	_, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
-		if r.Delivery.Finished() {
-			return task.ErrNoChange
-		}
-		r.PushedHash, r.PushedAt, r.FinalPending, r.DeliveryReason = task.Hash(text), now, false, why
-		if parts > 0 {
-			r.PushedParts = parts
-		}
-		return r.SetDelivery(task.Delivered, why, p.cfg.NodeID, now.UTC())
-	})
-	if err != nil {
+	if _, err := p.cfg.Lifecycle.Delivered(ctx, r.ID, text, why, parts); err != nil {
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("delivery not recorded; a new leader may deliver again")
 		return false, time.Second
 	}
 	p.count(func(s *Stats) { s.Delivered++ })
-	if err := p.cfg.Store.ClearPending(ctx, r.Bot, r.ID); err != nil {
-		p.log.Debug().Err(err).Str("task", r.ID).Msg("pending index not cleared; the next rebuild drops it")
-	}
 	return true, 0
 }
 
@@ -793,17 +776,11 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 		return false, time.Second // the term is ending; the next leader carries on
 	}
 	var attempts int
-	rec, err := task.Update(ctx, p.cfg.Store.Tasks(), r.ID, func(r *task.Record) error {
-		r.PushAttempts++
-		attempts = r.PushAttempts
-		r.DeliveryReason = sendErr.Error()
-		if r.PushAttempts >= p.cfg.MaxAttempts {
-			return r.SetDelivery(task.DeliveryFailed, fmt.Sprintf("gave up after %d attempts: %v", r.PushAttempts, sendErr), p.cfg.NodeID, p.cfg.Now().UTC())
-		}
-		return nil
-	})
+	rec, err := p.cfg.Lifecycle.SendFailed(ctx, r.ID, sendErr, p.cfg.MaxAttempts)
+	if rec != nil {
+		attempts = rec.PushAttempts
+	}
 	if err == nil && rec.Delivery == task.DeliveryFailed {
-		p.cfg.Store.ClearPending(ctx, rec.Bot, rec.ID)
 		p.count(func(s *Stats) { s.Failed++ })
 		p.log.Error().Err(sendErr).Str("task", r.ID).Msg("delivery failed for good")
 		return true, 0

@@ -32,6 +32,8 @@ type rig struct {
 	term   int64
 	stop   func()
 	p      *pusher.Pusher
+	lc     *task.Lifecycle
+	runs   map[string]int // task id → the attempt the rig's "worker" runs
 }
 
 type received struct {
@@ -47,7 +49,8 @@ func newRig(t *testing.T, simCfg wecomsim.Config) *rig {
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(func() { sim.Close(); srv.Close() })
 	r := &rig{t: t, js: testenv.StartJetStream(t, jetstream.Options{}), sim: sim,
-		url: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", budget: pace.New(20, time.Minute, nil)}
+		url: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", budget: pace.New(20, time.Minute, nil), runs: map[string]int{}}
+	r.lc = task.NewLifecycle(r.js.Store, "n1", zerolog.Nop())
 	r.connect(1)
 	return r
 }
@@ -107,10 +110,7 @@ func (r *rig) ask(user, text string) *task.Record {
 	r.budget.Record(user)
 	rec.SetDelivery(task.Streaming, "receipt", "n1", now)
 	rec.PushedHash, rec.PushedAt, rec.StreamStart = task.Hash("已收到，正在处理…"), now, now
-	if _, err := task.Create(context.Background(), r.js.Store.Tasks(), rec); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := r.js.Store.MarkPending(context.Background(), "b", rec.ID); err != nil {
+	if _, err := r.lc.Open(context.Background(), rec); err != nil {
 		r.t.Fatal(err)
 	}
 	if r.p != nil {
@@ -119,10 +119,27 @@ func (r *rig) ask(user, text string) *task.Record {
 	return rec
 }
 
+// write plays a worker: its attempt's output is text and, when done, the
+// answer is complete (written first, then recorded, as a worker does).
 func (r *rig) write(id, text string, done bool) {
 	r.t.Helper()
-	if _, err := task.PutOutput(context.Background(), r.js.Store.Output(), &task.Output{TaskID: id, Bot: "b", Text: text, Done: done, Updated: time.Now()}); err != nil {
+	ctx := context.Background()
+	attempt := r.runs[id]
+	if attempt == 0 {
+		rec := r.record(id)
+		a, _, err := r.lc.Start(ctx, task.MessageOf(rec), "queue", 1)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		attempt, r.runs[id] = a, a
+	}
+	if err := r.lc.Output(id, "b", attempt).Write(ctx, text); err != nil {
 		r.t.Fatal(err)
+	}
+	if done {
+		if _, err := r.lc.Finish(ctx, id, attempt, text); err != nil {
+			r.t.Fatal(err)
+		}
 	}
 }
 
@@ -427,7 +444,7 @@ func TestAmbiguousFinalCountedAndDelivered(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
 	rec := r.ask("alice", "q")
 	r.write(rec.ID, "the answer", true)
-	if _, err := task.Update(context.Background(), r.js.Store.Tasks(), rec.ID, func(r *task.Record) error { r.FinalPending = true; return nil }); err != nil {
+	if _, err := r.lc.FinalIntent(context.Background(), rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	r.conn.Close()

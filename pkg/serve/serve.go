@@ -55,6 +55,8 @@ type Node struct {
 	Access   *access.Access
 	Dispatch *dispatch.Dispatcher
 	Worker   *worker.Worker
+	// Lifecycle is the one writer of task records on this node.
+	Lifecycle *task.Lifecycle
 
 	mu      sync.Mutex
 	pushers map[string]*pusher.Pusher // bot → the current term's pusher
@@ -108,7 +110,8 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("declare JetStream streams and buckets: %w", err)
 	}
 
-	n := &Node{Store: store, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg}
+	lc := task.NewLifecycle(store, cfg.NodeID, log)
+	n := &Node{Store: store, Lifecycle: lc, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -126,7 +129,7 @@ func Run(ctx context.Context, o Options) error {
 				// a newer task meanwhile, or the task was rejected): the user
 				// was told "received", so record the failure for the pusher
 				// to tell them, instead of dropping it in silence.
-				spoolRefused(context.WithoutCancel(ctx), store, e, err, cfg.NodeID, log)
+				spoolRefused(context.WithoutCancel(ctx), store, lc, e, err, log)
 				if p := n.Pusher(e.Bot); p != nil {
 					p.Notify(task.ID(e.Bot, e.MsgID))
 				}
@@ -150,7 +153,7 @@ func Run(ctx context.Context, o Options) error {
 	n.Worker, err = worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots,
 		Leading: func() bool { leadingMu.Lock(); defer leadingMu.Unlock(); return leading > 0 },
-		Backend: backend, Store: store, Logger: log,
+		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -170,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 		},
 		FixedWorker: cfg.Dispatch.FixedWorker,
 		Local: func(m task.Message) error {
-			wg.Go(func() { n.Worker.Execute(workCtx, m, 1, string(dispatch.TierLocal)) })
+			wg.Go(func() { n.Worker.Execute(workCtx, m, string(dispatch.TierLocal)) })
 			return nil
 		},
 		Logger: log,
@@ -184,6 +187,7 @@ func Run(ctx context.Context, o Options) error {
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
 		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
 		Budget:           n.Budget,
+		Lifecycle:        lc,
 		Dispatched: func(bot, taskID string) {
 			if p := n.Pusher(bot); p != nil {
 				p.Notify(taskID)
@@ -203,7 +207,7 @@ func Run(ctx context.Context, o Options) error {
 		Inbound:  n.Access,
 		Leading: func(ctx context.Context, term *election.Term, conn *wecom.Conn) {
 			p, err := pusher.New(pusher.Config{
-				Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: store,
+				Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: store, Lifecycle: lc,
 				Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 				HeartbeatLine: cfg.Push.HeartbeatLine, TruncatedNote: cfg.Push.TruncatedNote,
 				Logger: log,
@@ -228,9 +232,12 @@ func Run(ctx context.Context, o Options) error {
 				leading--
 				leadingMu.Unlock()
 			}()
+			var lwg sync.WaitGroup
+			lwg.Go(func() { n.sweep(ctx, term.Bot, log) })
 			if err := p.Run(ctx); err != nil {
 				log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
 			}
+			lwg.Wait()
 		},
 		Logger: log,
 	})
@@ -246,7 +253,16 @@ func Run(ctx context.Context, o Options) error {
 		srv.Shutdown(sctx)
 	}()
 	wg.Go(func() { fwd.Run(workCtx) })
-	wg.Go(func() { n.Worker.Run(workCtx) })
+	wg.Go(func() {
+		if err := n.Worker.Run(workCtx); err != nil {
+			log.Error().Err(err).Msg("worker stopped: this node computes nothing")
+		}
+	})
+	wg.Go(func() {
+		if err := lc.WatchMaxDeliveries(workCtx); err != nil {
+			log.Error().Err(err).Msg("tasks past their last delivery are found by the sweep only")
+		}
+	})
 	if o.Ready != nil {
 		o.Ready(n)
 	}
@@ -256,29 +272,53 @@ func Run(ctx context.Context, o Options) error {
 	return err
 }
 
+// SweepInterval is how often a bot's leader runs the lifecycle's sweep
+// (deadlines, queue messages of finished tasks).
+const SweepInterval = time.Minute
+
+// sweep runs the lifecycle's sweep of bot every SweepInterval until ctx
+// (the term) ends.
+func (n *Node) sweep(ctx context.Context, bot string, log zerolog.Logger) {
+	grace := 2 * n.Store.Options().TaskAckWait
+	t := time.NewTicker(SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := n.Lifecycle.Sweep(ctx, bot, n.cfg.Worker.Deadline, grace)
+		if err != nil && ctx.Err() == nil {
+			log.Warn().Err(err).Str("bot", bot).Msg("task sweep failed; retrying next round")
+		}
+		if res.Released > 0 || res.Deadline > 0 {
+			log.Info().Str("bot", bot).Interface("sweep", res).Msg("task sweep")
+		}
+	}
+}
+
 // spoolRefused records a spooled task that the queue refused when it was
-// forwarded as failed, with the reason.
-func spoolRefused(ctx context.Context, store *jetstream.Store, e jetstream.SpoolEntry, cause error, nodeID string, log zerolog.Logger) {
+// forwarded as failed, with the reason, unless the task is under way or
+// answered (then the refusal was the queue holding this very task).
+func spoolRefused(ctx context.Context, store *jetstream.Store, lc *task.Lifecycle, e jetstream.SpoolEntry, cause error, log zerolog.Logger) {
 	var m task.Message
 	if err := json.Unmarshal(e.Payload, &m); err != nil || m.TaskID == "" {
 		log.Error().Err(err).Str("msgid", e.MsgID).Msg("spooled entry unreadable; dropped")
 		return
 	}
 	reason := "the conversation had a newer question when this one was forwarded after an outage; please ask again"
-	if !errors.Is(cause, jetstream.ErrConversationBusy) {
+	if errors.Is(cause, jetstream.ErrConversationBusy) {
+		if msg, err := store.ConversationTask(ctx, m.Bot, m.Chat); err == nil && msg != nil {
+			var q task.Message
+			if json.Unmarshal(msg.Data, &q) == nil && q.TaskID == m.TaskID {
+				return // the queue holds this task already
+			}
+		}
+	} else {
 		reason = "refused by the task queue after an outage: " + cause.Error()
 	}
-	task.Create(ctx, store.Tasks(), task.RecordOf(m))
-	if err := store.MarkPending(ctx, m.Bot, m.TaskID); err != nil {
-		log.Warn().Err(err).Str("task", m.TaskID).Msg("refused spooled task not in the pending index")
-	}
-	if _, err := task.Update(ctx, store.Tasks(), m.TaskID, func(r *task.Record) error {
-		if r.Exec.Finished() {
-			return task.ErrNoChange
-		}
-		r.Error = reason
-		return r.SetExec(task.Failed, reason, nodeID, time.Now().UTC())
-	}); err != nil {
+	if _, err := lc.Refused(ctx, m, reason); err != nil {
 		log.Error().Err(err).Str("task", m.TaskID).Msg("spooled task refused, and its record not updated")
 	}
 }
@@ -323,7 +363,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "node stopping"})
 			return
 		}
-		wg.Go(func() { n.Worker.Execute(ctx, m, 1, string(dispatch.TierFixed)) })
+		wg.Go(func() { n.Worker.Execute(ctx, m, string(dispatch.TierFixed)) })
 		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
 	})
 	return mux

@@ -12,31 +12,77 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// Output is what a worker has produced for a task: the accumulated answer
-// so far, written to the output bucket under the task's id (coalesced: a
-// few writes per second at most). The pusher watches it.
+// Output is what an attempt has produced for a task: the accumulated
+// answer so far, written to the output bucket under the task's id
+// (coalesced: about once a second at most). The pusher watches it. Whether
+// the answer is over is the record's to say (Exec.Finished), not the
+// output's: the output is text, and the attempt that wrote it.
 type Output struct {
-	TaskID   string    `json:"task_id"`
-	Bot      string    `json:"bot"`
-	Text     string    `json:"text"`
-	Done     bool      `json:"done"`               // the answer is complete (or ended, see Canceled/Error)
-	Canceled bool      `json:"canceled,omitempty"` // stopped by /stop or an operator
-	Error    string    `json:"error,omitempty"`    // the attempt failed; Text is what came before
-	Attempt  int       `json:"attempt"`
-	Updated  time.Time `json:"updated"`
+	TaskID  string    `json:"task_id"`
+	Bot     string    `json:"bot"`
+	Text    string    `json:"text"`
+	Attempt int       `json:"attempt"`
+	Updated time.Time `json:"updated"`
 }
 
-// PutOutput writes o.
-func PutOutput(ctx context.Context, kv natsjs.KeyValue, o *Output) (uint64, error) {
-	raw, err := json.Marshal(o)
+// OutputWriter writes one attempt's output, fenced: once a later attempt
+// of the task has written, Write returns ErrSuperseded and writes nothing,
+// so the user never sees two attempts' text interleaved.
+type OutputWriter struct {
+	kv      natsjs.KeyValue
+	id, bot string
+	attempt int
+	now     func() time.Time
+	rev     uint64 // revision of this writer's last write (0: none yet)
+}
+
+// Output is the fenced output writer of attempt of task id.
+func (l *Lifecycle) Output(id, bot string, attempt int) *OutputWriter {
+	return &OutputWriter{kv: l.store.Output(), id: id, bot: bot, attempt: attempt, now: l.now}
+}
+
+// Write replaces the attempt's output with text.
+func (w *OutputWriter) Write(ctx context.Context, text string) error {
+	raw, err := json.Marshal(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC()})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	rev, err := kv.Put(ctx, o.TaskID, raw)
-	if err != nil {
-		return 0, fmt.Errorf("write output of task %s: %w", o.TaskID, err)
+	for try := 0; try < 10; try++ {
+		if w.rev == 0 {
+			// First write, or another writer came between: read who.
+			e, err := w.kv.Get(ctx, w.id)
+			switch {
+			case errors.Is(err, natsjs.ErrKeyNotFound):
+				rev, err := w.kv.Create(ctx, w.id, raw)
+				if isConflict(err) {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("write output of task %s: %w", w.id, err)
+				}
+				w.rev = rev
+				return nil
+			case err != nil:
+				return fmt.Errorf("write output of task %s: %w", w.id, err)
+			}
+			cur, err := DecodeOutput(e.Value())
+			if err == nil && cur.Attempt > w.attempt {
+				return fmt.Errorf("%w: output of task %s is attempt %d's, this is %d", ErrSuperseded, w.id, cur.Attempt, w.attempt)
+			}
+			w.rev = e.Revision()
+		}
+		rev, err := w.kv.Update(ctx, w.id, raw, w.rev)
+		if isConflict(err) {
+			w.rev = 0
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write output of task %s: %w", w.id, err)
+		}
+		w.rev = rev
+		return nil
 	}
-	return rev, nil
+	return fmt.Errorf("write output of task %s: too many concurrent writers", w.id)
 }
 
 // GetOutput reads a task's output; (nil, nil) if there is none yet.

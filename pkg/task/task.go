@@ -2,9 +2,10 @@
 // context, and where it is in two dimensions, execution (is the answer
 // computed?) and delivery (has the user seen it?), with every transition's
 // time and reason. Records live in the JetStream KV bucket of tasks and are
-// changed only by compare-and-set (Update), so concurrent writers (the
-// leader's inbound, a worker, the pusher, an operator) never lose each
-// other's changes.
+// changed only by the Lifecycle's operations, each one compare-and-set
+// step, so concurrent writers (the leader's inbound, a worker, the pusher,
+// the sweep, an operator) never lose each other's changes, and every
+// change is one of a few named steps.
 package task
 
 import (
@@ -57,8 +58,8 @@ var execNext = map[Exec][]Exec{
 
 var deliveryNext = map[Delivery][]Delivery{
 	Pending:        {Streaming, Truncated, Delivered, DeliveryFailed},
-	Streaming:      {Truncated, Delivered, DeliveryFailed},
-	Truncated:      {Delivered, DeliveryFailed},
+	Streaming:      {Truncated, Delivered, DeliveryFailed, Pending}, // →Pending: operator retry or redeliver
+	Truncated:      {Delivered, DeliveryFailed, Pending},
 	Delivered:      {Pending}, // operator redeliver
 	DeliveryFailed: {Pending},
 }
@@ -101,6 +102,15 @@ type Record struct {
 	Node     string   `json:"node,omitempty"` // the worker running or last running it
 	Tier     string   `json:"tier,omitempty"` // dispatch tier: queue, fixed, local
 	Error    string   `json:"error,omitempty"`
+	// Started is when the first attempt began: the execution deadline
+	// counts from it. Deliveries is the queue's delivery count at the
+	// latest attempt (0 off the queue).
+	Started    time.Time `json:"started,omitzero"`
+	Deliveries int       `json:"deliveries,omitempty"`
+	// AnswerHash and AnswerBytes identify the complete answer of the
+	// attempt that succeeded: the pusher delivers exactly that text.
+	AnswerHash  string `json:"answer_hash,omitempty"`
+	AnswerBytes int    `json:"answer_bytes,omitempty"`
 
 	// Delivery bookkeeping (the pusher's). StreamStart is when the stream's
 	// first frame (the receipt) was accepted: WeCom's window counts from it.
@@ -182,8 +192,8 @@ func Get(ctx context.Context, kv natsjs.KeyValue, id string) (*Record, uint64, e
 	return &r, e.Revision(), nil
 }
 
-// Create stores a new record; natsjs.ErrKeyExists if the task exists.
-func Create(ctx context.Context, kv natsjs.KeyValue, r *Record) (uint64, error) {
+// create stores a new record; natsjs.ErrKeyExists if the task exists.
+func create(ctx context.Context, kv natsjs.KeyValue, r *Record) (uint64, error) {
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return 0, err
@@ -198,10 +208,10 @@ func Create(ctx context.Context, kv natsjs.KeyValue, r *Record) (uint64, error) 
 // ErrNoChange, returned by an Update function, leaves the record as it is.
 var ErrNoChange = errors.New("task: no change")
 
-// Update applies fn to the current record and stores it only if nobody
+// update applies fn to the current record and stores it only if nobody
 // changed it meanwhile, retrying on conflict. fn may run several times;
 // it returns ErrNoChange to stop without writing.
-func Update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record) error) (*Record, error) {
+func update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record) error) (*Record, error) {
 	for attempt := 0; ; attempt++ {
 		r, rev, err := Get(ctx, kv, id)
 		if err != nil {

@@ -35,8 +35,8 @@ func TestTransitions(t *testing.T) {
 	if err := r.SetDelivery(task.Streaming, "", "", now); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.SetDelivery(task.Pending, "", "", now); !errors.Is(err, task.ErrTransition) {
-		t.Fatalf("streaming → pending allowed: %v", err)
+	if err := r.SetDelivery(task.Streaming, "", "", now); !errors.Is(err, task.ErrTransition) {
+		t.Fatalf("streaming → streaming allowed: %v", err)
 	}
 	if err := r.SetDelivery(task.Truncated, "window", "", now); err != nil {
 		t.Fatal(err)

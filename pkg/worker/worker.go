@@ -1,15 +1,20 @@
 // Package worker is a node's compute side: it pulls tasks from the
 // JetStream work queue with bounded slots, runs them on an AI backend, and
-// writes the accumulated answer to the output bucket, coalesced.
+// writes the accumulated answer to the output bucket, coalesced. Every
+// step of a task goes through the task lifecycle (package task), which
+// owns the record.
 //
 // A task's queue message is acked only when the task is finished
 // (succeeded, canceled, or failed for good); the ack frees the
 // conversation. While a task runs the message is kept alive with
 // in-progress acks; a worker that dies mid-task stops sending them, the
-// message is redelivered after the ack wait and another worker retries,
-// the attempt counted in the task record. A task that keeps failing is
-// terminated at its last delivery (it would otherwise lock its
-// conversation for good) and recorded as failed, with the reason.
+// message is redelivered after the ack wait and another worker retries
+// under the next attempt number. Attempts are fenced: an attempt that
+// was taken over stops at its next write and leaves the message to the
+// newer one. A task that fails on its last delivery, that is interrupted
+// there by a shutdown, or that passes the execution Deadline, is failed
+// for good with the reason and its message terminated: no conversation
+// is left locked by a message nobody will run.
 package worker
 
 import (
@@ -56,8 +61,15 @@ type Config struct {
 	// RetryDelay is how long a failed attempt waits before redelivery.
 	// Default 2s.
 	RetryDelay time.Duration
-	Logger     zerolog.Logger
-	Now        func() time.Time
+	// Deadline bounds a task's execution, counted from its first attempt:
+	// past it the task is failed, its conversation freed and the user
+	// told, however many attempts remain. A few times the AI backend's
+	// timeout (a slow answer may be retried once or twice). Default 30m.
+	Deadline time.Duration
+	// Lifecycle records every step of a task. Default: one on Store.
+	Lifecycle *task.Lifecycle
+	Logger    zerolog.Logger
+	Now       func() time.Time
 }
 
 func (c *Config) setDefaults() {
@@ -76,6 +88,9 @@ func (c *Config) setDefaults() {
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = 2 * time.Second
 	}
+	if c.Deadline <= 0 {
+		c.Deadline = DefaultDeadline
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -90,14 +105,9 @@ type Worker struct {
 	running map[string]context.CancelCauseFunc // task id → cancel of its run
 }
 
-// CancelSubject is where a task's cancellation is announced (core NATS,
-// no storage): every worker listens, and the one running it stops at once.
-// The record says canceled too; the announcement only makes it immediate.
-func CancelSubject(taskID string) string { return "botctl.cancel." + taskID }
-
-// Cancel announces that taskID was canceled (its record must already say
-// so): the worker running it stops within moments.
-func Cancel(nc *nats.Conn, taskID string) error { return nc.Publish(CancelSubject(taskID), nil) }
+// DefaultDeadline is Config.Deadline's default: three times the AI
+// backends' default timeout of 10 minutes.
+const DefaultDeadline = 30 * time.Minute
 
 // cancelCheck is how often a running task's record is re-read, in case an
 // announcement was missed (a reconnecting worker).
@@ -114,8 +124,18 @@ func New(cfg Config) (*Worker, error) {
 	case cfg.Store == nil:
 		return nil, errors.New("worker: Store is required")
 	}
+	if cfg.Lifecycle == nil {
+		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
+	}
 	return &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{},
 		log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}, nil
+}
+
+// Busy is how many tasks this worker is running now.
+func (w *Worker) Busy() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
 }
 
 func (w *Worker) slots() int {
@@ -134,10 +154,25 @@ func (w *Worker) Run(ctx context.Context) error {
 		mu      sync.Mutex
 		running int
 		freed   = make(chan struct{}, 1)
+		// fetched closes when no pull request of this worker is open on
+		// the server any more. A task handed back (nak'd) before that
+		// would be delivered into a request nobody reads and sit there
+		// until its ack wait: shutdown's naks wait for it.
+		fetched = make(chan struct{})
+		late    []natsjs.Msg // delivered after the stop began: handed back untouched
 	)
 	defer wg.Wait()
-	sub, err := w.cfg.Store.JetStream().Conn().Subscribe(CancelSubject("*"), func(m *nats.Msg) {
-		id := strings.TrimPrefix(m.Subject, CancelSubject(""))
+	defer func() {
+		close(fetched)
+		for _, msg := range late {
+			msg.Nak()
+		}
+	}()
+	sub, err := w.cfg.Store.JetStream().Conn().Subscribe(task.CancelSubjects, func(m *nats.Msg) {
+		id, ok := task.CanceledTask(m.Subject)
+		if !ok {
+			return
+		}
 		w.mu.Lock()
 		cancel := w.running[id]
 		w.mu.Unlock()
@@ -172,6 +207,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			continue
 		}
 		for msg := range batch.Messages() {
+			if ctx.Err() != nil {
+				late = append(late, msg)
+				continue
+			}
 			mu.Lock()
 			running++
 			mu.Unlock()
@@ -185,7 +224,7 @@ func (w *Worker) Run(ctx context.Context) error {
 					default:
 					}
 				}()
-				w.handle(ctx, msg)
+				w.handle(ctx, msg, fetched)
 			})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) && ctx.Err() == nil {
@@ -195,95 +234,99 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// handle runs one queue message to its end.
-func (w *Worker) handle(ctx context.Context, msg natsjs.Msg) {
+// handle runs one queue message to its end: acked when the task needs
+// nothing more, nak'd for another attempt, terminated when it can never
+// run again, left alone when a later attempt holds it.
+func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan struct{}) {
 	var m task.Message
 	if err := json.Unmarshal(msg.Data(), &m); err != nil || m.TaskID == "" {
 		w.log.Error().Err(err).Str("subject", msg.Subject()).Msg("unreadable task message; terminating it")
 		w.cfg.Store.GiveUp(context.WithoutCancel(ctx), msg, "unreadable task message")
 		return
 	}
-	meta, err := msg.Metadata()
-	attempt, maxDeliver := 1, w.cfg.Store.Options().TaskMaxDeliver
-	if err == nil {
-		attempt = int(meta.NumDelivered)
+	deliveries := 1
+	if meta, err := msg.Metadata(); err == nil {
+		deliveries = int(meta.NumDelivered)
 	}
-	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Int("attempt", attempt).Logger()
+	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Int("delivery", deliveries).Logger()
 
 	stopAlive := keepAlive(ctx, msg, w.cfg.Store.Options().TaskAckWait/3)
-	outcome := w.Execute(ctx, m, attempt, "queue")
+	res := w.execute(ctx, m, "queue", deliveries, w.cfg.Store.FinalDelivery(msg))
 	stopAlive()
 
 	bg := context.WithoutCancel(ctx)
-	switch {
-	case outcome.Err == nil:
+	switch res.action {
+	case actAck:
 		if err := msg.Ack(); err != nil {
 			log.Warn().Err(err).Msg("ack failed; the task may be redelivered (its record says it is done, so it will be skipped)")
 		}
-	case ctx.Err() != nil:
-		// Shutting down: hand the task back now instead of after the ack wait.
-		msg.Nak()
-	case !outcome.Retry || (maxDeliver > 0 && attempt >= maxDeliver):
-		reason := outcome.Err.Error()
-		if outcome.Retry {
-			reason = fmt.Sprintf("gave up after %d attempts: %s", attempt, reason)
+	case actRetry:
+		if ctx.Err() != nil {
+			<-fetched
+			if err := msg.Nak(); err != nil { // shutting down: hand it back now, not after the ack wait
+				log.Warn().Err(err).Msg("nak failed; the task is redelivered after the ack wait")
+			}
+		} else {
+			log.Warn().Err(res.err).Dur("retry_in", w.cfg.RetryDelay).Msg("attempt failed; will retry")
+			msg.NakWithDelay(w.cfg.RetryDelay)
 		}
-		w.fail(bg, m.TaskID, reason)
-		w.cfg.Store.GiveUp(bg, msg, reason)
-	default:
-		log.Warn().Err(outcome.Err).Dur("retry_in", w.cfg.RetryDelay).Msg("attempt failed; will retry")
-		msg.NakWithDelay(w.cfg.RetryDelay)
+	case actGiveUp:
+		if err := w.cfg.Store.GiveUp(bg, msg, res.err.Error()); err != nil {
+			log.Warn().Err(err).Msg("queue message not removed; the sweep removes it")
+		}
+	case actLeave:
+		log.Info().Err(res.err).Msg("a later attempt holds the task; leaving its message alone")
 	}
 }
 
-// Result is how one execution of a task ended. A nil Err means the task
-// needs nothing more from this worker: succeeded, canceled, or already
-// finished elsewhere. Retry says whether another attempt could help.
-type Result struct {
-	Err   error
-	Retry bool
+// action is what becomes of a queue message after an attempt.
+type action int
+
+const (
+	actAck    action = iota // the task needs nothing more from the queue
+	actRetry                // the record is queued again: nak for another attempt
+	actGiveUp               // the record is failed for good: terminate the message
+	actLeave                // superseded: a later attempt holds the message
+)
+
+type result struct {
+	action action
+	err    error
 }
 
-// Execute runs a task once: the path shared by the queue and by the
-// fallback tiers (a fixed worker's exec API, the leader's own worker).
-func (w *Worker) Execute(ctx context.Context, m task.Message, attempt int, tier string) Result {
-	tasks, outKV := w.cfg.Store.Tasks(), w.cfg.Store.Output()
-	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Int("attempt", attempt).Logger()
+// Execute runs a task once off the queue, on a fallback tier (a fixed
+// worker's exec API, the leader's own worker): there is no redelivery, so
+// a failure is final and recorded, and the user told.
+func (w *Worker) Execute(ctx context.Context, m task.Message, tier string) error {
+	return w.execute(ctx, m, tier, 0, true).err
+}
 
-	// The record may not have landed yet (the leader persists it right
-	// after the publish): create it from the message's raw context.
-	if _, err := task.Create(ctx, tasks, task.RecordOf(m)); err == nil {
-		if err := w.cfg.Store.MarkPending(ctx, m.Bot, m.TaskID); err != nil {
-			return Result{Err: err, Retry: true}
-		}
-	} else if !errors.Is(err, natsjs.ErrKeyExists) {
-		return Result{Err: err, Retry: true}
+// execute runs one attempt of a task and records how it ended. final says
+// no other attempt will follow if this one fails (the queue's last
+// delivery, or a fallback tier).
+func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliveries int, final bool) result {
+	lc := w.cfg.Lifecycle
+	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Logger()
+	bg := context.WithoutCancel(ctx)
+
+	attempt, rec, err := lc.Start(ctx, m, tier, deliveries)
+	switch {
+	case errors.Is(err, task.ErrFinished):
+		log.Info().Err(err).Msg("task already finished; skipping")
+		return result{action: actAck}
+	case err != nil:
+		return result{action: actRetry, err: err}
 	}
-	var skip string
-	rec, err := task.Update(ctx, tasks, m.TaskID, func(r *task.Record) error {
-		if r.Exec.Finished() {
-			skip = string(r.Exec)
-			return task.ErrNoChange
-		}
-		r.Attempt, r.Node, r.Error = attempt, w.cfg.NodeID, ""
-		if r.Tier == "" {
-			r.Tier = tier
-		}
-		return r.SetExec(task.Running, fmt.Sprintf("attempt %d on %s (tier %s)", attempt, w.cfg.NodeID, tier), w.cfg.NodeID, w.cfg.Now().UTC())
-	})
-	if err != nil {
-		return Result{Err: err, Retry: true}
-	}
-	if skip != "" {
-		log.Info().Str("exec", skip).Msg("task already finished; skipping")
-		return Result{}
-	}
+	log = log.With().Int("attempt", attempt).Logger()
 
 	// /stop (or an operator's cancel) marks the record canceled and
 	// announces it; the record is re-read now and then in case the
-	// announcement was missed.
+	// announcement was missed. The execution deadline counts from the
+	// first attempt.
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	runCtx, cancelDeadline := context.WithDeadlineCause(runCtx, rec.Started.Add(w.cfg.Deadline), errDeadline)
+	defer cancelDeadline()
 	w.mu.Lock()
 	w.running[m.TaskID] = cancel
 	w.mu.Unlock()
@@ -292,68 +335,99 @@ func (w *Worker) Execute(ctx context.Context, m task.Message, attempt int, tier 
 		delete(w.running, m.TaskID)
 		w.mu.Unlock()
 	}()
-	stopCheck := checkCancel(runCtx, tasks, m.TaskID, cancel)
+	stopCheck := checkCancel(runCtx, lc, m.TaskID, attempt, cancel)
 	defer stopCheck()
 
-	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m, rec)}
-	out := newCoalescer(runCtx, outKV, task.Output{TaskID: m.TaskID, Bot: m.Bot, Attempt: attempt}, w.cfg.OutputInterval, w.cfg.Now)
+	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m)}
+	out := newCoalescer(runCtx, lc.Output(m.TaskID, m.Bot, attempt), w.cfg.OutputInterval, func(err error) {
+		if errors.Is(err, task.ErrSuperseded) {
+			cancel(errSuperseded)
+		}
+	})
 	err = w.cfg.Backend.Stream(runCtx, req, out.add)
 	out.end()
 	text := out.text()
 
-	bg := context.WithoutCancel(ctx)
-	now := w.cfg.Now().UTC()
+	cause := context.Cause(runCtx)
 	switch {
-	case errors.Is(context.Cause(runCtx), errCanceled):
-		out.finish(bg, func(o *task.Output) { o.Done, o.Canceled = true, true })
+	case errors.Is(cause, errCanceled):
+		out.flush(bg) // what came before the stop stays on the user's screen
 		log.Info().Msg("task canceled")
-		return Result{}
+		return result{action: actAck}
+	case errors.Is(cause, errSuperseded):
+		return result{action: actLeave, err: task.ErrSuperseded}
+	case errors.Is(cause, errDeadline):
+		out.flush(bg)
+		why := fmt.Sprintf("execution deadline %s passed without an answer", w.cfg.Deadline)
+		lc.GiveUp(bg, m.TaskID, why, nil)
+		log.Warn().Msg(why)
+		return result{action: actGiveUp, err: errors.New(why)}
 	case err != nil && ctx.Err() != nil:
 		out.flush(bg)
-		return Result{Err: ctx.Err(), Retry: true}
+		if final {
+			why := "the node stopped during the task's last attempt"
+			return w.failed(bg, m, attempt, why, false)
+		}
+		return w.failed(bg, m, attempt, "interrupted: the node is stopping", true)
 	case err != nil:
 		out.flush(bg)
-		task.Update(bg, tasks, m.TaskID, func(r *task.Record) error { r.Error = err.Error(); return nil })
-		return Result{Err: fmt.Errorf("backend %s: %w", w.cfg.Backend.Name(), err), Retry: !errors.Is(err, ai.ErrBadRequest)}
-	}
-	if err := out.finish(bg, func(o *task.Output) { o.Done = true }); err != nil {
-		return Result{Err: err, Retry: true}
-	}
-	if _, err := task.Update(bg, tasks, m.TaskID, func(r *task.Record) error {
-		if r.Exec != task.Running {
-			return task.ErrNoChange // canceled meanwhile: the answer is still in the output
+		retry := !errors.Is(err, ai.ErrBadRequest) && !final
+		why := fmt.Sprintf("backend %s: %v", w.cfg.Backend.Name(), err)
+		if final && !errors.Is(err, ai.ErrBadRequest) {
+			why = "last attempt failed: " + why
 		}
-		return r.SetExec(task.Succeeded, fmt.Sprintf("answer complete, %d bytes", len(text)), w.cfg.NodeID, now)
-	}); err != nil {
-		return Result{Err: err, Retry: true}
+		return w.failed(bg, m, attempt, why, retry)
 	}
+	// The complete text is stored under this attempt before the record
+	// says succeeded: the pusher delivers exactly what Finish hashed.
+	if err := out.flush(bg); err != nil {
+		if errors.Is(err, task.ErrSuperseded) {
+			return result{action: actLeave, err: err}
+		}
+		return w.failed(bg, m, attempt, "answer not stored: "+err.Error(), !final)
+	}
+	done, err := lc.Finish(bg, m.TaskID, attempt, text)
+	switch {
+	case errors.Is(err, task.ErrSuperseded):
+		return result{action: actLeave, err: err}
+	case errors.Is(err, task.ErrFinished):
+		return result{action: actAck} // canceled or given up meanwhile: that stands
+	case err != nil:
+		return result{action: actRetry, err: err}
+	}
+	if deliveries == 0 {
+		lc.FreeConversation(bg, done, "finished on tier "+tier)
+	}
+	// Only the attempt that finished the task adds its turn: once.
 	key := jetstream.ConversationKey(m.Bot, m.Chat)
 	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, m.Question, text, w.cfg.ContextTurns, w.cfg.ContextBytes); err != nil {
 		log.Warn().Err(err).Msg("conversation context not updated")
 	}
 	log.Info().Int("bytes", len(text)).Msg("task succeeded")
-	return Result{}
+	return result{action: actAck}
 }
 
-// fail records a task as failed for good.
-func (w *Worker) fail(ctx context.Context, id, reason string) {
-	task.Update(ctx, w.cfg.Store.Tasks(), id, func(r *task.Record) error {
-		if r.Exec.Finished() {
-			return task.ErrNoChange
-		}
-		r.Error = reason
-		return r.SetExec(task.Failed, reason, w.cfg.NodeID, w.cfg.Now().UTC())
-	})
-	// The pusher must learn the attempt ended: mark the output done with the error.
-	o, _ := task.GetOutput(ctx, w.cfg.Store.Output(), id)
-	if o == nil {
-		o = &task.Output{TaskID: id}
+// failed records attempt's failure and says what becomes of the message.
+func (w *Worker) failed(ctx context.Context, m task.Message, attempt int, why string, retry bool) result {
+	_, err := w.cfg.Lifecycle.Fail(ctx, m.TaskID, attempt, why, retry)
+	switch {
+	case errors.Is(err, task.ErrSuperseded):
+		return result{action: actLeave, err: err}
+	case errors.Is(err, task.ErrFinished):
+		return result{action: actAck}
+	case err != nil && retry:
+		return result{action: actRetry, err: err}
+	case err != nil:
+		// Not recorded: let the queue deliver it again (or the sweep end it).
+		return result{action: actRetry, err: fmt.Errorf("%s; and not recorded: %w", why, err)}
+	case retry:
+		return result{action: actRetry, err: errors.New(why)}
 	}
-	o.Done, o.Error, o.Updated = true, reason, w.cfg.Now().UTC()
-	task.PutOutput(ctx, w.cfg.Store.Output(), o)
+	w.log.Error().Str("task", m.TaskID).Str("reason", why).Msg("task failed")
+	return result{action: actGiveUp, err: errors.New(why)}
 }
 
-func (w *Worker) prompt(ctx context.Context, m task.Message, _ *task.Record) []ai.Message {
+func (w *Worker) prompt(ctx context.Context, m task.Message) []ai.Message {
 	var msgs []ai.Message
 	if w.cfg.SystemPrompt != "" {
 		msgs = append(msgs, ai.Message{Role: "system", Content: w.cfg.SystemPrompt})
@@ -367,14 +441,27 @@ func (w *Worker) prompt(ctx context.Context, m task.Message, _ *task.Record) []a
 	return append(msgs, ai.Message{Role: "user", Content: m.Question})
 }
 
-var errCanceled = errors.New("task canceled")
+// Causes that end a run early.
+var (
+	errCanceled   = errors.New("task canceled")
+	errSuperseded = errors.New("task taken over by a later attempt")
+	errDeadline   = errors.New("task execution deadline passed")
+)
 
-// checkCancel re-reads the record every cancelCheck and cancels the run
-// with errCanceled once it says canceled.
-func checkCancel(ctx context.Context, kv natsjs.KeyValue, id string, cancel context.CancelCauseFunc) (stop func()) {
+// checkCancel re-reads the record every cancelCheck and ends the run once
+// it says canceled (or finished otherwise: given up), or that a later
+// attempt took over.
+func checkCancel(ctx context.Context, lc *task.Lifecycle, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
 	return every(ctx, cancelCheck, func(ctx context.Context) bool {
-		if r, _, err := task.Get(ctx, kv, id); err == nil && r.Exec == task.Canceled {
+		r, err := lc.Get(ctx, id)
+		switch {
+		case err != nil:
+			return true
+		case r.Exec.Finished():
 			cancel(errCanceled)
+			return false
+		case r.Attempt != attempt:
+			cancel(errSuperseded)
 			return false
 		}
 		return true
@@ -424,22 +511,29 @@ func sleep(ctx context.Context, d time.Duration) {
 // coalescer accumulates deltas and writes the whole text at most once per
 // interval (and only if it changed), so a backend emitting hundreds of
 // tokens a second costs a few KV writes, and a backend that goes quiet
-// still has its last words written within an interval.
+// still has its last words written within an interval. Writes go through
+// the attempt's fenced writer; onErr hears of each failed periodic write
+// (ErrSuperseded ends the run).
 type coalescer struct {
-	kv  natsjs.KeyValue
-	now func() time.Time
+	w     *task.OutputWriter
+	onErr func(error)
 
 	mu    sync.Mutex
-	out   task.Output
 	b     strings.Builder
 	dirty bool
+	wmu   sync.Mutex // one write at a time, in order
 
 	stop func()
 }
 
-func newCoalescer(ctx context.Context, kv natsjs.KeyValue, base task.Output, interval time.Duration, now func() time.Time) *coalescer {
-	c := &coalescer{kv: kv, out: base, now: now}
-	c.stop = every(ctx, interval, func(ctx context.Context) bool { c.flush(ctx); return true })
+func newCoalescer(ctx context.Context, w *task.OutputWriter, interval time.Duration, onErr func(error)) *coalescer {
+	c := &coalescer{w: w, onErr: onErr}
+	c.stop = every(ctx, interval, func(ctx context.Context) bool {
+		if err := c.flush(ctx); err != nil {
+			c.onErr(err)
+		}
+		return true
+	})
 	return c
 }
 
@@ -459,30 +553,24 @@ func (c *coalescer) text() string {
 
 // flush writes the text if it changed since the last write.
 func (c *coalescer) flush(ctx context.Context) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.mu.Lock()
 	if !c.dirty {
 		c.mu.Unlock()
 		return nil
 	}
-	o := c.out
-	o.Text, o.Updated = c.b.String(), c.now().UTC()
+	text := c.b.String()
 	c.dirty = false
 	c.mu.Unlock()
-	_, err := task.PutOutput(ctx, c.kv, &o)
-	return err
+	if err := c.w.Write(ctx, text); err != nil {
+		c.mu.Lock()
+		c.dirty = true
+		c.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
-// end stops the periodic writes; then finish or flush writes the last.
+// end stops the periodic writes; then flush writes the last.
 func (c *coalescer) end() { c.stop() }
-
-// finish writes the final output, always.
-func (c *coalescer) finish(ctx context.Context, mark func(*task.Output)) error {
-	c.mu.Lock()
-	o := c.out
-	o.Text, o.Updated = c.b.String(), c.now().UTC()
-	mark(&o)
-	c.dirty = false
-	c.mu.Unlock()
-	_, err := task.PutOutput(ctx, c.kv, &o)
-	return err
-}

@@ -25,7 +25,6 @@ import (
 type version struct {
 	hash string
 	at   time.Time // Output.Updated: the worker's write time
-	done bool
 }
 
 // outputLog watches the output bucket (its own NATS connection) and keeps
@@ -69,7 +68,7 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 				continue
 			}
 			l.mu.Lock()
-			l.vers[o.TaskID] = append(l.vers[o.TaskID], version{hash: task.Hash(o.Text), at: o.Updated, done: o.Done})
+			l.vers[o.TaskID] = append(l.vers[o.TaskID], version{hash: task.Hash(o.Text), at: o.Updated})
 			l.n++
 			l.mu.Unlock()
 		}
@@ -270,7 +269,7 @@ func analyse(r *pushResult, ev []wecomsim.RecordedEvent, outs *outputLog, prefix
 		switch {
 		case match == nil:
 			r.heartbeats++
-		case e.Finish && match.done:
+		case e.Finish && match.hash == cv.expected: // the complete answer's write
 			r.finalLag = append(r.finalLag, e.At.Sub(match.at))
 		default:
 			r.progressLag = append(r.progressLag, e.At.Sub(match.at))

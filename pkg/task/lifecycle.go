@@ -1,0 +1,573 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Lifecycle is the one owner of task records: every change of a record,
+// by the leader's inbound path, a worker, the pusher, the sweep or an
+// operator, is one of its operations, each a single compare-and-set step
+// on the record (retried on conflict) followed by what the step implies
+// for the queue (a conversation freed) and for the others (a worker told
+// to stop, the pusher woken). Nothing else writes the task bucket.
+//
+// The record is the only truth of where a task is: "the answer is over"
+// is Exec.Finished(), never a flag in the output. The output bucket holds
+// text, and whose attempt wrote it.
+//
+// Attempts are fenced. Start hands out the next attempt number; Finish
+// and Fail take it back and refuse (ErrSuperseded) when a later Start has
+// taken the task over, and so does the attempt's output writer. Two runs
+// of one task at once (a publish that timed out but was stored plus a
+// fallback tier, a redelivery while a slow worker is still alive) can
+// therefore not both finish it, nor interleave their text: the newer one
+// wins, the older one stops at its next write.
+type Lifecycle struct {
+	store *jetstream.Store
+	node  string
+	now   func() time.Time
+	log   zerolog.Logger
+	quiet bool // announce nothing (tests of the paths that survive a lost announcement)
+}
+
+// Sentinel errors of the lifecycle; check with errors.Is.
+var (
+	// ErrFinished: the task's execution is over (succeeded, failed or
+	// canceled); Start, Cancel and attempt steps change nothing. A worker
+	// acks its message and moves on.
+	ErrFinished = errors.New("task: already finished")
+	// ErrNotFinished: Retry and Redeliver need a finished task; cancel it
+	// first.
+	ErrNotFinished = errors.New("task: not finished")
+	// ErrSuperseded: a later attempt has taken the task over. The caller
+	// must stop and write nothing more, and must not ack, nak or
+	// terminate its queue message: the newer attempt holds it.
+	ErrSuperseded = errors.New("task: superseded by a later attempt")
+	// ErrConversationBusy: Retry found another task in the conversation.
+	ErrConversationBusy = errors.New("task: conversation has a task queued or running")
+)
+
+// NewLifecycle is the lifecycle of store's tasks, acting as node (the
+// name written in every transition: a node id, or "botctl" for the CLI).
+func NewLifecycle(store *jetstream.Store, node string, log zerolog.Logger) *Lifecycle {
+	return &Lifecycle{store: store, node: node, now: time.Now, log: log.With().Str("component", "lifecycle").Logger()}
+}
+
+// WithClock returns a copy of l that reads time from now (tests).
+func (l *Lifecycle) WithClock(now func() time.Time) *Lifecycle {
+	c := *l
+	c.now = now
+	return &c
+}
+
+// Quiet returns a copy of l that announces nothing on core NATS: no
+// cancel to workers, no notice to the pusher. For tests of the paths that
+// must work when an announcement is lost (the periodic re-reads).
+func (l *Lifecycle) Quiet() *Lifecycle {
+	c := *l
+	c.quiet = true
+	return &c
+}
+
+func (l *Lifecycle) announce(subject string, data []byte) error {
+	if l.quiet {
+		return nil
+	}
+	return l.store.JetStream().Conn().Publish(subject, data)
+}
+
+// Get reads a task's record.
+func (l *Lifecycle) Get(ctx context.Context, id string) (*Record, error) {
+	r, _, err := Get(ctx, l.store.Tasks(), id)
+	return r, err
+}
+
+func (l *Lifecycle) update(ctx context.Context, id string, fn func(*Record) error) (*Record, error) {
+	return update(ctx, l.store.Tasks(), id, fn)
+}
+
+// NoticeSubject is where changes the leader's pusher must act on at once
+// (an execution that ended, a delivery reopened) are announced, per bot,
+// with the task id as the body. Core NATS, no storage: the pusher re-reads
+// every active record now and then, so a lost notice only costs latency.
+func NoticeSubject(bot string) string { return "botctl.notice." + jetstream.EncodeToken(bot) }
+
+// CancelSubject is where a task's cancellation is announced (core NATS):
+// every worker listens, and the one running it stops at once. The record
+// says canceled first; workers also re-read it now and then.
+func CancelSubject(taskID string) string { return cancelPrefix + jetstream.EncodeToken(taskID) }
+
+const cancelPrefix = "botctl.cancel."
+
+// CancelSubjects matches every CancelSubject.
+const CancelSubjects = cancelPrefix + "*"
+
+// CanceledTask is the task id of a CancelSubject.
+func CanceledTask(subject string) (string, bool) {
+	tok, ok := strings.CutPrefix(subject, cancelPrefix)
+	if !ok {
+		return "", false
+	}
+	id, err := jetstream.DecodeToken(tok)
+	return id, err == nil
+}
+
+func (l *Lifecycle) notice(r *Record) {
+	if err := l.announce(NoticeSubject(r.Bot), []byte(r.ID)); err != nil {
+		l.log.Debug().Err(err).Str("task", r.ID).Msg("notice not published; the pusher finds the change on its next read")
+	}
+}
+
+// Open records a task: the leader's inbound path after dispatch (with the
+// receipt, if it was sent), a worker that pulled a task whose record has
+// not landed yet, a spooled task. Idempotent: when the record exists the
+// leader's fields are merged in (its req_id, term, stream and tier, and
+// the receipt), nothing else changes. Every opened task is in the pending
+// index until its delivery is final.
+func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
+	cur := r
+	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, natsjs.ErrKeyExists) {
+		cur, err = l.update(ctx, r.ID, func(c *Record) error {
+			changed := false
+			set := func(dst *string, v string) {
+				if v != "" && *dst != v {
+					*dst, changed = v, true
+				}
+			}
+			set(&c.ReqID, r.ReqID)
+			set(&c.StreamID, r.StreamID)
+			set(&c.Tier, r.Tier)
+			if r.Term != 0 && c.Term != r.Term {
+				c.Term, changed = r.Term, true
+			}
+			if !r.StreamStart.IsZero() && c.Delivery == Pending {
+				c.PushedHash, c.PushedAt, c.StreamStart = r.PushedHash, r.PushedAt, r.StreamStart
+				if err := c.SetDelivery(Streaming, "receipt sent", l.node, l.now().UTC()); err != nil {
+					return err
+				}
+				changed = true
+			}
+			if !changed {
+				return ErrNoChange
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	if !cur.Delivery.Finished() {
+		if err := l.store.MarkPending(ctx, cur.Bot, cur.ID); err != nil {
+			return cur, err
+		}
+	}
+	return cur, nil
+}
+
+// Start begins an attempt of the task of m, on tier, at the queue's
+// delivery count deliveries (0 off the queue): the record becomes running
+// under the next attempt number, which the caller passes to Finish, Fail
+// and its output writer. A record that does not exist yet is opened from
+// m. ErrFinished: nothing to run (the caller acks and moves on).
+//
+// A running record is taken over: the attempt it names is superseded (a
+// redelivery after the ack wait means its worker is gone or stalled; a
+// fallback tier racing a stored publish is the other case).
+func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliveries int) (int, *Record, error) {
+	if _, _, err := Get(ctx, l.store.Tasks(), m.TaskID); errors.Is(err, natsjs.ErrKeyNotFound) {
+		if _, err := l.Open(ctx, RecordOf(m)); err != nil {
+			return 0, nil, err
+		}
+	} else if err != nil {
+		return 0, nil, err
+	}
+	var attempt int
+	r, err := l.update(ctx, m.TaskID, func(r *Record) error {
+		if r.Exec.Finished() {
+			return fmt.Errorf("%w: %s", ErrFinished, r.Exec)
+		}
+		now := l.now().UTC()
+		why := fmt.Sprintf("attempt %d on %s (tier %s)", r.Attempt+1, l.node, tier)
+		if r.Exec == Running {
+			why += fmt.Sprintf(", superseding attempt %d on %s", r.Attempt, r.Node)
+		}
+		if deliveries > 0 {
+			why += fmt.Sprintf(", delivery %d", deliveries)
+		}
+		r.Attempt++
+		attempt = r.Attempt
+		r.Node, r.Error, r.Deliveries = l.node, "", deliveries
+		if r.Tier == "" {
+			r.Tier = tier
+		}
+		if r.Started.IsZero() {
+			r.Started = now
+		}
+		return r.SetExec(Running, why, l.node, now)
+	})
+	if err != nil {
+		return 0, r, err
+	}
+	return attempt, r, nil
+}
+
+// fence refuses a step of attempt when the record has moved past it.
+func fence(r *Record, attempt int) error {
+	switch {
+	case r.Exec.Finished():
+		return fmt.Errorf("%w: %s", ErrFinished, r.Exec)
+	case r.Attempt != attempt:
+		return fmt.Errorf("%w: attempt %d, the record is at %d", ErrSuperseded, attempt, r.Attempt)
+	case r.Exec != Running:
+		return fmt.Errorf("%w: attempt %d is %s", ErrSuperseded, attempt, r.Exec)
+	}
+	return nil
+}
+
+// Finish records attempt's answer as complete: text is the whole answer,
+// already in the output bucket under this attempt (the record keeps its
+// hash, so the pusher delivers exactly that text). ErrSuperseded or
+// ErrFinished (canceled meanwhile): the answer is not this task's.
+func (l *Lifecycle) Finish(ctx context.Context, id string, attempt int, text string) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if err := fence(r, attempt); err != nil {
+			return err
+		}
+		r.AnswerHash, r.AnswerBytes = Hash(text), len(text)
+		return r.SetExec(Succeeded, fmt.Sprintf("answer complete, %d bytes", len(text)), l.node, l.now().UTC())
+	})
+	if err != nil {
+		return r, err
+	}
+	l.notice(r)
+	return r, nil
+}
+
+// Fail records that attempt failed. With retry, the task goes back to
+// queued for another attempt (the caller naks its message); without, it
+// is failed for good: its conversation is freed and the user told.
+func (l *Lifecycle) Fail(ctx context.Context, id string, attempt int, reason string, retry bool) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if err := fence(r, attempt); err != nil {
+			return err
+		}
+		r.Error = reason
+		if retry {
+			return r.SetExec(Queued, fmt.Sprintf("attempt %d failed, will retry: %s", attempt, reason), l.node, l.now().UTC())
+		}
+		return r.SetExec(Failed, reason, l.node, l.now().UTC())
+	})
+	if err != nil || retry {
+		return r, err
+	}
+	l.release(ctx, r, reason)
+	l.notice(r)
+	return r, nil
+}
+
+// GiveUp fails a task that can never run again, whoever holds it: its
+// queue message reached the last delivery (the server's MAX_DELIVERIES
+// advisory, the sweep), its execution deadline passed, or a worker was
+// stopped on its final delivery. Not fenced: no attempt will finish it.
+// A task already finished is left as it is. msg, if not nil, is the
+// task's queue message (terminated and removed); otherwise the
+// conversation's message is removed if it is this task's.
+func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Msg) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if r.Exec.Finished() {
+			return ErrNoChange
+		}
+		r.Error = reason
+		return r.SetExec(Failed, reason, l.node, l.now().UTC())
+	})
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		err = nil // a message without a record: still remove it
+	}
+	if err != nil {
+		return r, err
+	}
+	if msg != nil {
+		if err := l.store.GiveUp(ctx, msg, reason); err != nil {
+			return r, err
+		}
+	} else if r != nil {
+		l.release(ctx, r, reason)
+	}
+	if r != nil {
+		l.notice(r)
+	}
+	return r, nil
+}
+
+// Refused fails a task the queue refused when it was forwarded from the
+// spool, unless the task is already running or finished (a fallback tier
+// ran it, or its first publish was stored after all): a refusal never
+// fails a task that is under way or answered.
+func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string) (*Record, error) {
+	if _, err := l.Open(ctx, RecordOf(m)); err != nil {
+		return nil, err
+	}
+	r, err := l.update(ctx, m.TaskID, func(r *Record) error {
+		if r.Exec != Queued || r.Attempt > 0 {
+			return ErrNoChange
+		}
+		r.Error = reason
+		return r.SetExec(Failed, reason, l.node, l.now().UTC())
+	})
+	if err == nil && r.Exec == Failed {
+		l.notice(r)
+	}
+	return r, err
+}
+
+// Cancel stops a task in any unfinished state (/stop and `botctl tasks
+// cancel` are this one operation): the record says canceled, the worker
+// running it is told to stop, its conversation is freed, and the pusher
+// tells the user. ErrFinished: nothing to cancel.
+func (l *Lifecycle) Cancel(ctx context.Context, id, reason string) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if r.Exec.Finished() {
+			return fmt.Errorf("%w: %s", ErrFinished, r.Exec)
+		}
+		return r.SetExec(Canceled, reason, l.node, l.now().UTC())
+	})
+	if err != nil {
+		return r, err
+	}
+	if err := l.announce(CancelSubject(id), nil); err != nil {
+		l.log.Warn().Err(err).Str("task", id).Msg("cancel not announced; the worker notices within seconds")
+	}
+	l.release(ctx, r, reason)
+	l.notice(r)
+	return r, nil
+}
+
+// FreeConversation removes the conversation's queue message if it is r's:
+// for a task finished off the queue (a fallback tier) while a copy of it
+// waits in the queue, which would otherwise hold the conversation until a
+// worker pulls it and finds it finished.
+func (l *Lifecycle) FreeConversation(ctx context.Context, r *Record, reason string) {
+	l.release(ctx, r, reason)
+}
+
+// release removes the conversation's queue message if it is r's: the
+// conversation takes a new question at once.
+func (l *Lifecycle) release(ctx context.Context, r *Record, reason string) {
+	msg, err := l.store.ConversationTask(ctx, r.Bot, r.Chat)
+	if err != nil || msg == nil {
+		if err != nil {
+			l.log.Warn().Err(err).Str("task", r.ID).Msg("conversation not freed; the sweep retries")
+		}
+		return
+	}
+	var m Message
+	if json.Unmarshal(msg.Data, &m) != nil || m.TaskID != r.ID {
+		return // another task's
+	}
+	if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil {
+		l.log.Warn().Err(err).Str("task", r.ID).Msg("conversation not freed; the sweep retries")
+		return
+	}
+	l.log.Info().Str("task", r.ID).Str("bot", r.Bot).Str("chat", r.Chat).Uint64("seq", msg.Sequence).Str("reason", reason).Msg("conversation freed")
+}
+
+// Retry runs a finished task again (an operator's `botctl tasks retry`):
+// its output is dropped, the record queued with delivery reopened (the
+// new answer goes by push: the old req_id is spent), and a new queue
+// message published. ErrNotFinished, ErrConversationBusy: nothing done.
+func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, error) {
+	r, _, err := Get(ctx, l.store.Tasks(), id)
+	if err != nil {
+		return nil, err
+	}
+	if !r.Exec.Finished() {
+		return r, fmt.Errorf("%w: task %s is %s", ErrNotFinished, id, r.Exec)
+	}
+	if msg, err := l.store.ConversationTask(ctx, r.Bot, r.Chat); err != nil {
+		return r, err
+	} else if msg != nil {
+		return r, fmt.Errorf("%w: %s", ErrConversationBusy, r.Chat)
+	}
+	if err := l.store.Output().Purge(ctx, id); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		return r, fmt.Errorf("retry task %s: drop old output: %w", id, err)
+	}
+	// The record first (a worker that pulls the task must find it queued,
+	// not finished), then the queue.
+	r, err = l.update(ctx, id, func(r *Record) error {
+		if !r.Exec.Finished() {
+			return fmt.Errorf("%w: task %s is %s", ErrNotFinished, id, r.Exec)
+		}
+		now := l.now().UTC()
+		r.ReqID, r.Term, r.StreamID, r.Error = "", 0, "", ""
+		r.PushedParts, r.PushAttempts, r.PushedHash, r.FinalPending = 0, 0, "", false
+		r.AnswerHash, r.AnswerBytes, r.Started = "", 0, time.Time{}
+		if err := r.SetExec(Queued, reason, l.node, now); err != nil {
+			return err
+		}
+		if r.Delivery != Pending {
+			return r.reopen(reason, l.node, now)
+		}
+		return nil
+	})
+	if err != nil {
+		return r, err
+	}
+	if err := l.store.MarkPending(ctx, r.Bot, r.ID); err != nil {
+		return r, err
+	}
+	raw, _ := json.Marshal(MessageOf(r))
+	msgid := fmt.Sprintf("%s#retry-%d", r.MsgID, l.now().UnixNano())
+	if _, err := l.store.PublishTask(ctx, r.Bot, r.Chat, msgid, raw); err != nil {
+		why := "retry not queued: " + err.Error()
+		l.update(context.WithoutCancel(ctx), id, func(r *Record) error {
+			r.Error = why
+			return r.SetExec(Failed, why, l.node, l.now().UTC())
+		})
+		return r, fmt.Errorf("retry task %s: %w (the task is marked failed; retry again)", id, err)
+	}
+	l.notice(r)
+	return r, nil
+}
+
+// reopen moves the delivery back to pending (an operator's retry or
+// redeliver), from wherever it is.
+func (r *Record) reopen(reason, node string, now time.Time) error {
+	if r.Delivery == Pending {
+		return nil
+	}
+	return r.SetDelivery(Pending, reason, node, now)
+}
+
+// Redeliver delivers a finished task's ending again, by push (after a
+// failed or doubtful delivery): the complete answer, or the note that it
+// failed or was stopped. ErrNotFinished: retry or cancel it instead.
+func (l *Lifecycle) Redeliver(ctx context.Context, id, reason string) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if !r.Exec.Finished() {
+			return fmt.Errorf("%w: task %s is %s", ErrNotFinished, id, r.Exec)
+		}
+		r.Term, r.ReqID, r.PushedParts, r.PushAttempts, r.FinalPending = 0, "", 0, 0, false
+		return r.reopen(reason, l.node, l.now().UTC())
+	})
+	if err != nil {
+		return r, err
+	}
+	if err := l.store.MarkPending(ctx, r.Bot, r.ID); err != nil {
+		return r, err
+	}
+	l.notice(r)
+	return r, nil
+}
+
+// Delivery steps: the leader's pusher records what the user has seen.
+
+// Shown records a progress frame (or the receipt) the user now sees:
+// its content hash when it changed, and when.
+func (l *Lifecycle) Shown(ctx context.Context, id, hash string, at time.Time) (*Record, error) {
+	return l.update(ctx, id, func(r *Record) error {
+		r.PushedAt = at
+		if hash != "" {
+			r.PushedHash = hash
+		}
+		if r.StreamStart.IsZero() {
+			r.StreamStart = at
+		}
+		if r.Delivery == Pending {
+			return r.SetDelivery(Streaming, "first frame sent", l.node, at.UTC())
+		}
+		return nil
+	})
+}
+
+// FinalIntent records that a final frame is about to be sent, so a new
+// leader that finds it without an outcome knows the user may have it.
+func (l *Lifecycle) FinalIntent(ctx context.Context, id string) (*Record, error) {
+	return l.update(ctx, id, func(r *Record) error {
+		if r.FinalPending {
+			return ErrNoChange
+		}
+		r.FinalPending = true
+		return nil
+	})
+}
+
+// Truncate records that the stream is closed (or unusable) before the
+// answer was complete: the complete answer is owed by push.
+func (l *Lifecycle) Truncate(ctx context.Context, id, why string) (*Record, error) {
+	return l.update(ctx, id, func(r *Record) error {
+		if r.Delivery == Truncated || r.Delivery.Finished() {
+			return ErrNoChange
+		}
+		r.DeliveryReason = why
+		return r.SetDelivery(Truncated, why, l.node, l.now().UTC())
+	})
+}
+
+// PartPushed records that the first n parts of the pushed answer are acked.
+func (l *Lifecycle) PartPushed(ctx context.Context, id string, n int) (*Record, error) {
+	return l.update(ctx, id, func(r *Record) error {
+		r.PushedParts, r.PushAttempts = n, 0
+		return nil
+	})
+}
+
+// Delivered records that the user has the ending (text, whose hash is
+// kept), and takes the task out of the pending index.
+func (l *Lifecycle) Delivered(ctx context.Context, id, text, why string, parts int) (*Record, error) {
+	now := l.now()
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if r.Delivery.Finished() {
+			return ErrNoChange
+		}
+		r.PushedHash, r.PushedAt, r.FinalPending, r.DeliveryReason = Hash(text), now, false, why
+		if parts > 0 {
+			r.PushedParts = parts
+		}
+		return r.SetDelivery(Delivered, why, l.node, now.UTC())
+	})
+	if err != nil {
+		return r, err
+	}
+	if err := l.store.ClearPending(ctx, r.Bot, r.ID); err != nil {
+		l.log.Debug().Err(err).Str("task", id).Msg("pending index not cleared; the next rebuild drops it")
+	}
+	return r, nil
+}
+
+// SendFailed counts a failed send about the task itself (not the
+// connection: see wecom); at maxAttempts the delivery fails for good and
+// the task leaves the pending index.
+func (l *Lifecycle) SendFailed(ctx context.Context, id string, sendErr error, maxAttempts int) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if r.Delivery.Finished() {
+			return ErrNoChange
+		}
+		r.PushAttempts++
+		r.DeliveryReason = sendErr.Error()
+		if r.PushAttempts >= maxAttempts {
+			return r.SetDelivery(DeliveryFailed, fmt.Sprintf("gave up after %d attempts: %v", r.PushAttempts, sendErr), l.node, l.now().UTC())
+		}
+		return nil
+	})
+	if err == nil && r.Delivery == DeliveryFailed {
+		l.store.ClearPending(ctx, r.Bot, r.ID)
+	}
+	return r, err
+}
+
+// Forget takes a task out of bot's pending index (its record expired, or
+// its delivery is final and the index entry was left behind).
+func (l *Lifecycle) Forget(ctx context.Context, bot, id string) error {
+	return l.store.ClearPending(ctx, bot, id)
+}

@@ -1,0 +1,294 @@
+package task_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/rs/zerolog"
+)
+
+type fixture struct {
+	t   *testing.T
+	env *testenv.JetStream
+	lc  *task.Lifecycle
+	ctx context.Context
+}
+
+func newFixture(t *testing.T, opts jetstream.Options) *fixture {
+	env := testenv.StartJetStream(t, opts)
+	return &fixture{t: t, env: env, lc: task.NewLifecycle(env.Store, "n1", zerolog.Nop()), ctx: context.Background()}
+}
+
+// queue publishes a task for chat and opens its record, as the leader does.
+func (f *fixture) queue(msgid, chat string) task.Message {
+	f.t.Helper()
+	r := task.New("b", msgid, time.Now())
+	r.Chat, r.ChatType, r.User, r.Question = chat, "single", chat, "q "+msgid
+	m := task.MessageOf(r)
+	raw, _ := json.Marshal(m)
+	if _, err := f.env.Store.PublishTask(f.ctx, "b", chat, msgid, raw); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.lc.Open(f.ctx, r); err != nil {
+		f.t.Fatal(err)
+	}
+	return m
+}
+
+func (f *fixture) record(id string) *task.Record {
+	f.t.Helper()
+	r, err := f.lc.Get(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+// locked reports whether chat's conversation has a message in the queue.
+func (f *fixture) locked(chat string) bool {
+	f.t.Helper()
+	msg, err := f.env.Store.ConversationTask(f.ctx, "b", chat)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return msg != nil
+}
+
+// Cancel works in every unfinished state, frees the conversation, tells
+// the worker (an announcement on its subject) and the pusher (a notice).
+func TestCancelInEveryState(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	cancels, err := f.env.Conn.SubscribeSync(task.CancelSubjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices, err := f.env.Conn.SubscribeSync(task.NoticeSubject("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.env.Conn.Flush()
+
+	queued := f.queue("m1", "alice")
+	running := f.queue("m2", "bob")
+	if _, _, err := f.lc.Start(f.ctx, running, "queue", 1); err != nil {
+		t.Fatal(err)
+	}
+	// Stuck: running, its worker gone, its deliveries spent: nobody holds it.
+	stuck := f.queue("m3", "carol")
+	if _, _, err := f.lc.Start(f.ctx, stuck, "queue", 5); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []task.Message{queued, running, stuck} {
+		r, err := f.lc.Cancel(f.ctx, m.TaskID, "operator cancel")
+		if err != nil {
+			t.Fatalf("cancel %s: %v", m.Chat, err)
+		}
+		if r.Exec != task.Canceled || f.locked(m.Chat) {
+			t.Fatalf("%s after cancel: exec %s, locked %v", m.Chat, r.Exec, f.locked(m.Chat))
+		}
+		c, err := cancels.NextMsg(5 * time.Second)
+		if id, _ := task.CanceledTask(c.Subject); err != nil || id != m.TaskID {
+			t.Fatalf("cancel announcement: %v %v", c, err)
+		}
+		n, err := notices.NextMsg(5 * time.Second)
+		if err != nil || string(n.Data) != m.TaskID {
+			t.Fatalf("notice: %v %v", n, err)
+		}
+	}
+	if _, err := f.lc.Cancel(f.ctx, queued.TaskID, "again"); !errors.Is(err, task.ErrFinished) {
+		t.Fatalf("second cancel: %v, want ErrFinished", err)
+	}
+}
+
+// Cancel frees only the conversation's message of that task, never a
+// newer task's.
+func TestCancelLeavesAnotherTasksMessage(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	old := f.queue("m1", "alice")
+	// m1's message is gone (acked), and m2 now holds the conversation.
+	msg, _ := f.env.Store.ConversationTask(f.ctx, "b", "alice")
+	if err := f.env.Store.RemoveTask(f.ctx, msg.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	f.queue("m2", "alice")
+	if _, err := f.lc.Cancel(f.ctx, old.TaskID, "late cancel"); err != nil {
+		t.Fatal(err)
+	}
+	if !f.locked("alice") {
+		t.Fatal("canceling an old task removed the newer task's message")
+	}
+}
+
+// Attempts are fenced: once a later attempt started, the earlier one can
+// neither finish, fail, nor write output.
+func TestAttemptFencing(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "alice")
+	a1, _, err := f.lc.Start(f.ctx, m, "local", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1 := f.lc.Output(m.TaskID, "b", a1)
+	if err := w1.Write(f.ctx, "first attempt's text"); err != nil {
+		t.Fatal(err)
+	}
+	a2, r, err := f.lc.Start(f.ctx, m, "queue", 1)
+	if err != nil || a2 != a1+1 || !strings.Contains(r.Transitions[len(r.Transitions)-1].Reason, "superseding attempt 1") {
+		t.Fatalf("second start: attempt %d, %v", a2, err)
+	}
+	w2 := f.lc.Output(m.TaskID, "b", a2)
+	if err := w2.Write(f.ctx, "second"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Write(f.ctx, "first attempt's text, more"); !errors.Is(err, task.ErrSuperseded) {
+		t.Fatalf("stale write: %v, want ErrSuperseded", err)
+	}
+	if _, err := f.lc.Finish(f.ctx, m.TaskID, a1, "first"); !errors.Is(err, task.ErrSuperseded) {
+		t.Fatalf("stale finish: %v", err)
+	}
+	if _, err := f.lc.Fail(f.ctx, m.TaskID, a1, "boom", false); !errors.Is(err, task.ErrSuperseded) {
+		t.Fatalf("stale fail: %v", err)
+	}
+	if err := w2.Write(f.ctx, "second, complete"); err != nil {
+		t.Fatal(err)
+	}
+	r, err = f.lc.Finish(f.ctx, m.TaskID, a2, "second, complete")
+	if err != nil || r.Exec != task.Succeeded || r.AnswerHash != task.Hash("second, complete") {
+		t.Fatalf("finish: %+v %v", r, err)
+	}
+	o, _ := task.GetOutput(f.ctx, f.env.Store.Output(), m.TaskID)
+	if o.Text != "second, complete" || o.Attempt != a2 {
+		t.Fatalf("output = %+v", o)
+	}
+	if _, _, err := f.lc.Start(f.ctx, m, "queue", 2); !errors.Is(err, task.ErrFinished) {
+		t.Fatalf("start of a finished task: %v", err)
+	}
+}
+
+// A retryable failure puts the task back to queued (nobody runs it); a
+// final one fails it and frees the conversation.
+func TestFailRetryAndFinal(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "alice")
+	a, _, _ := f.lc.Start(f.ctx, m, "queue", 1)
+	r, err := f.lc.Fail(f.ctx, m.TaskID, a, "backend down", true)
+	if err != nil || r.Exec != task.Queued || !f.locked("alice") {
+		t.Fatalf("retryable failure: %s %v locked %v", r.Exec, err, f.locked("alice"))
+	}
+	a, _, _ = f.lc.Start(f.ctx, m, "queue", 2)
+	r, err = f.lc.Fail(f.ctx, m.TaskID, a, "refused", false)
+	if err != nil || r.Exec != task.Failed || r.Error != "refused" || f.locked("alice") {
+		t.Fatalf("final failure: %s %q %v locked %v", r.Exec, r.Error, err, f.locked("alice"))
+	}
+}
+
+// The sweep removes the queue message of a finished task (an ack that was
+// lost) and gives up tasks past the execution deadline, on the queue or
+// off it.
+func TestSweep(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	clock := time.Now()
+	lc := f.lc.WithClock(func() time.Time { return clock })
+
+	done := f.queue("m1", "alice")
+	a, _, _ := lc.Start(f.ctx, done, "queue", 1)
+	lc.Output(done.TaskID, "b", a).Write(f.ctx, "answer")
+	if _, err := lc.Finish(f.ctx, done.TaskID, a, "answer"); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's ack was lost: the message stays.
+	stuck := f.queue("m2", "bob")
+	lc.Start(f.ctx, stuck, "queue", 5)
+	offQueue := task.New("b", "m3", clock)
+	offQueue.Chat = "carol"
+	lc.Open(f.ctx, offQueue)
+	lc.Start(f.ctx, task.MessageOf(offQueue), "local", 0)
+
+	res, err := lc.Sweep(f.ctx, "b", time.Hour, time.Minute)
+	if err != nil || res.Released != 0 || res.Deadline != 0 {
+		t.Fatalf("early sweep: %+v %v", res, err)
+	}
+	clock = clock.Add(2 * time.Hour)
+	// The queue message's own time is the server's: the grace counts
+	// from the record then.
+	res, err = lc.Sweep(f.ctx, "b", time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Released != 1 || res.Deadline != 2 || f.locked("alice") || f.locked("bob") {
+		t.Fatalf("sweep: %+v, alice locked %v, bob locked %v", res, f.locked("alice"), f.locked("bob"))
+	}
+	for _, id := range []string{stuck.TaskID, offQueue.ID} {
+		if r := f.record(id); r.Exec != task.Failed || !strings.Contains(r.Error, "deadline") {
+			t.Fatalf("%s: %s %q", id, r.Exec, r.Error)
+		}
+	}
+	if r := f.record(done.TaskID); r.Exec != task.Succeeded {
+		t.Fatalf("the sweep changed a finished task: %s", r.Exec)
+	}
+}
+
+// A spooled task refused on forwarding never fails a task under way.
+func TestRefusedSparesRunningTask(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "alice")
+	f.lc.Start(f.ctx, m, "local", 0)
+	r, err := f.lc.Refused(f.ctx, m, "busy")
+	if err != nil || r.Exec != task.Running {
+		t.Fatalf("refused a running task: %s %v", r.Exec, err)
+	}
+	m2 := task.MessageOf(task.New("b", "m2", time.Now()))
+	if r, err := f.lc.Refused(f.ctx, m2, "busy"); err != nil || r.Exec != task.Failed {
+		t.Fatalf("queued spooled task: %s %v", r.Exec, err)
+	}
+}
+
+// Retry runs a finished task again under a new attempt (the old output
+// dropped), and Redeliver reopens a finished task's delivery; neither
+// applies to an unfinished task.
+func TestRetryAndRedeliver(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "alice")
+	if _, err := f.lc.Retry(f.ctx, m.TaskID, "retry"); !errors.Is(err, task.ErrNotFinished) {
+		t.Fatalf("retry of a queued task: %v", err)
+	}
+	a, _, _ := f.lc.Start(f.ctx, m, "queue", 1)
+	f.lc.Output(m.TaskID, "b", a).Write(f.ctx, "answer")
+	f.lc.Finish(f.ctx, m.TaskID, a, "answer")
+	if _, err := f.lc.Retry(f.ctx, m.TaskID, "retry"); !errors.Is(err, task.ErrConversationBusy) {
+		t.Fatalf("retry while its message is still queued: %v", err)
+	}
+	msg, _ := f.env.Store.ConversationTask(f.ctx, "b", "alice")
+	f.env.Store.RemoveTask(f.ctx, msg.Sequence) // the worker's ack
+
+	r, err := f.lc.Redeliver(f.ctx, m.TaskID, "redeliver")
+	if err != nil || r.Delivery != task.Pending || r.ReqID != "" {
+		t.Fatalf("redeliver: %+v %v", r, err)
+	}
+	r, err = f.lc.Retry(f.ctx, m.TaskID, "retry")
+	if err != nil || r.Exec != task.Queued || !f.locked("alice") || r.AnswerHash != "" {
+		t.Fatalf("retry: %+v %v", r, err)
+	}
+	if o, _ := task.GetOutput(f.ctx, f.env.Store.Output(), m.TaskID); o != nil {
+		t.Fatalf("old output kept: %+v", o)
+	}
+	a2, _, err := f.lc.Start(f.ctx, m, "queue", 1)
+	if err != nil || a2 != a+1 {
+		t.Fatalf("start after retry: %d %v", a2, err)
+	}
+}
+
+// The MAX_DELIVERIES advisory subject is the server's.
+func TestMaxDeliveriesSubject(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	if got := f.env.Store.MaxDeliveriesSubject(); got != "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.BOTCTL_TASKS.workers" {
+		t.Fatalf("subject = %s", got)
+	}
+}
