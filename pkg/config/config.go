@@ -73,6 +73,9 @@ type Push struct {
 	// HeartbeatLine is the status line shown after Heartbeat without news,
 	// with minutes and seconds elapsed (two %d verbs).
 	HeartbeatLine string `yaml:"heartbeat_line"`
+	// QueuedLine replaces HeartbeatLine while the task waits for a worker
+	// (every slot busy): the user knows it is queued, not being answered.
+	QueuedLine string `yaml:"queued_line"`
 	// TruncatedNote ends a stream closed before its window ends.
 	TruncatedNote string `yaml:"truncated_note"`
 }
@@ -140,7 +143,7 @@ func Defaults() Config {
 		Worker:   Worker{Slots: 8, LeaderSlots: 4, Deadline: 30 * time.Minute},
 		AI:       ai.Config{Kind: ai.KindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
-			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
+			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
 		NATS: NATS{Replicas: 1},
 	}
 }
@@ -361,6 +364,7 @@ var Keys = []Key{
 	{Name: "access.welcome_text", Flag: "welcome-text", Usage: "answer to enter_chat (empty: none)", set: str(func(c *Config) *string { return &c.Access.WelcomeText })},
 	{Name: "push.budget", Flag: "push-budget", Usage: "frames per minute per conversation (under WeCom's 30)", set: integer(func(c *Config) *int { return &c.Push.Budget })},
 	{Name: "push.stream_window", Flag: "stream-window", Usage: "WeCom's stream window", set: dur(func(c *Config) *time.Duration { return &c.Push.StreamWindow })},
+	{Name: "push.queued_line", Flag: "push-queued-line", Usage: "status line while the task waits for a free worker (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.QueuedLine })},
 	{Name: "push.heartbeat_line", Flag: "push-heartbeat-line", Usage: "status line after push.heartbeat without news (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.HeartbeatLine })},
 	{Name: "push.truncated_note", Flag: "push-truncated-note", Usage: "note ending a stream closed before its window ends", set: str(func(c *Config) *string { return &c.Push.TruncatedNote })},
 	{Name: "nats.replicas", Flag: "nats-replicas", Usage: "replicas of streams and buckets (1 embedded, 3 on a cluster)", set: integer(func(c *Config) *int { return &c.NATS.Replicas })},
@@ -500,6 +504,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Push.Heartbeat <= 0 {
 		bad("push.heartbeat", "must be positive, got %s", c.Push.Heartbeat)
+	}
+	if strings.Count(c.Push.QueuedLine, "%") != 2 || !strings.Contains(c.Push.QueuedLine, "d") {
+		bad("push.queued_line", "%q: want a line with two integer verbs for minutes and seconds, e.g. \"排队中，已等待 %%d 分 %%02d 秒\"", c.Push.QueuedLine)
 	}
 	if strings.Count(c.Push.HeartbeatLine, "%") != 2 || !strings.Contains(c.Push.HeartbeatLine, "d") {
 		bad("push.heartbeat_line", "%q: want a line with two integer verbs for minutes and seconds, e.g. \"已进行 %%d 分 %%02d 秒，仍在处理中\"", c.Push.HeartbeatLine)

@@ -74,6 +74,9 @@ type Config struct {
 	// HeartbeatLine is the status line, with minutes and seconds elapsed.
 	// Default "已进行 %d 分 %02d 秒，仍在处理中".
 	HeartbeatLine string
+	// QueuedLine replaces HeartbeatLine while the task waits for a worker.
+	// Default "排队中，已等待 %d 分 %02d 秒，马上轮到你".
+	QueuedLine string
 	// StreamWindow is WeCom's stream lifetime from the first frame; Margin
 	// is how long before its end the stream is closed. Defaults 6m, 30s.
 	StreamWindow, Margin time.Duration
@@ -103,6 +106,9 @@ func (c *Config) setDefaults() {
 	def(&c.Margin, 30*time.Second)
 	if c.HeartbeatLine == "" {
 		c.HeartbeatLine = "已进行 %d 分 %02d 秒，仍在处理中"
+	}
+	if c.QueuedLine == "" {
+		c.QueuedLine = "排队中，已等待 %d 分 %02d 秒，马上轮到你"
 	}
 	if c.TruncatedNote == "" {
 		c.TruncatedNote = "（回答较长，完整内容稍后单独发送）"
@@ -667,7 +673,11 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 	content := Clip(text, wecom.MaxContentBytes-200, "…")
 	if !changed || text == "" {
 		el := now.Sub(r.Received)
-		line := fmt.Sprintf(p.cfg.HeartbeatLine, int(el.Minutes()), int(el.Seconds())%60)
+		format := p.cfg.HeartbeatLine
+		if r.Exec == task.Queued && r.Attempt == 0 {
+			format = p.cfg.QueuedLine // every worker slot is busy: say so
+		}
+		line := fmt.Sprintf(format, int(el.Minutes()), int(el.Seconds())%60)
 		content = join(content, line)
 	}
 	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})

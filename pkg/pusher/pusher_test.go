@@ -398,6 +398,34 @@ func TestHeartbeatStatusLine(t *testing.T) {
 	}
 }
 
+// A task waiting for a worker (every slot busy) tells the user it is
+// queued, not that it is being answered; once it runs, the usual line.
+func TestQueuedStatusLine(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{Heartbeat: 4 * time.Second})
+	rec := r.ask("alice", "waiting one")
+	eventuallyT(t, "queued line", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && strings.Contains(bot[0].Content, "排队中")
+	})
+	r.write(rec.ID, "now running", false)
+	eventuallyT(t, "progress without the queued line", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && strings.HasPrefix(bot[0].Content, "now running") && !strings.Contains(bot[0].Content, "排队中")
+	})
+}
+
+func eventuallyT(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // The watermark is written only past the output of delivered tasks, and a
 // new term's pusher resumes after it.
 func TestWatermarkAfterDelivery(t *testing.T) {

@@ -209,7 +209,7 @@ func Run(ctx context.Context, o Options) error {
 			p, err := pusher.New(pusher.Config{
 				Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: store, Lifecycle: lc,
 				Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
-				HeartbeatLine: cfg.Push.HeartbeatLine, TruncatedNote: cfg.Push.TruncatedNote,
+				HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
 				Logger: log,
 			})
 			if err != nil {
