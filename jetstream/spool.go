@@ -18,9 +18,10 @@ import (
 // a bbolt file on the node's disk: one writer process, entries in arrival
 // order, each Append durable (fsynced) before it returns.
 //
-// Ordering: once one task of a node is in the spool, the node must spool
-// every later task too until the spool is empty (check Len), or a later
-// message could overtake an earlier one of the same conversation.
+// Ordering: a conversation with a task in the spool is busy (Holds), as
+// if its task were in the queue: a later message of it is refused like
+// any message to a busy conversation, so it can never overtake the
+// spooled one. Other conversations are not held up by the spool.
 
 var (
 	spoolBucket   = []byte("tasks")
@@ -41,6 +42,28 @@ type SpoolEntry struct {
 type Spool struct {
 	db      *bolt.DB
 	drainMu sync.Mutex // one Drain at a time, or two would publish the same entry
+
+	mu    sync.Mutex
+	convs map[string]int // "<bot>\x00<conversation>" → entries spooled
+}
+
+func convKey(bot, conversation string) string { return bot + "\x00" + conversation }
+
+func (s *Spool) held(e SpoolEntry, delta int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := convKey(e.Bot, e.Conversation)
+	if s.convs[k] += delta; s.convs[k] <= 0 {
+		delete(s.convs, k)
+	}
+}
+
+// Holds reports whether the spool has a task of the conversation: it is
+// busy until that task is forwarded.
+func (s *Spool) Holds(bot, conversation string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.convs[convKey(bot, conversation)] > 0
 }
 
 // OpenSpool opens (creating if needed) the spool file at path. A file held
@@ -64,7 +87,22 @@ func OpenSpool(path string) (*Spool, error) {
 		db.Close()
 		return nil, fmt.Errorf("open spool %s: %w", path, err)
 	}
-	return &Spool{db: db}, nil
+	s := &Spool{db: db, convs: map[string]int{}}
+	// Entries left by a previous run hold their conversations too.
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(spoolBucket).ForEach(func(_, v []byte) error {
+			var e SpoolEntry
+			if json.Unmarshal(v, &e) == nil {
+				s.held(e, 1)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open spool %s: %w", path, err)
+	}
+	return s, nil
 }
 
 // Close closes the spool file. Entries stay for the next OpenSpool.
@@ -91,6 +129,7 @@ func (s *Spool) Append(e SpoolEntry) error {
 	if err != nil {
 		return fmt.Errorf("spool task %s: %w", e.MsgID, err)
 	}
+	s.held(e, 1)
 	return nil
 }
 
@@ -144,6 +183,7 @@ func (s *Spool) Drain(ctx context.Context, publish PublishFunc) (int, error) {
 		if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(spoolBucket).Delete(key) }); err != nil {
 			return n, fmt.Errorf("drain spool: delete forwarded task %s: %w", e.MsgID, err)
 		}
+		s.held(e, -1)
 		n++
 	}
 }

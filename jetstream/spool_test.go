@@ -249,3 +249,28 @@ func TestSpoolPublisherOutcomes(t *testing.T) {
 		t.Fatalf("Len = %d, want 1: the entry must stay while JetStream is down", n)
 	}
 }
+
+// A conversation with a spooled task is held (busy) until the task is
+// forwarded, across a restart too; other conversations are not.
+func TestSpoolHoldsConversation(t *testing.T) {
+	leakCheck(t)
+	path := filepath.Join(t.TempDir(), "spool.db")
+	sp := openSpool(t, path)
+	if err := sp.Append(entry(1)); err != nil {
+		t.Fatal(err)
+	}
+	if !sp.Holds("bot", "user001") || sp.Holds("bot", "user002") || sp.Holds("other", "user001") {
+		t.Fatal("Holds wrong after Append")
+	}
+	sp.Close()
+	sp = openSpool(t, path)
+	if !sp.Holds("bot", "user001") {
+		t.Fatal("a reopened spool forgot the held conversation")
+	}
+	if _, err := sp.Drain(context.Background(), func(context.Context, SpoolEntry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if sp.Holds("bot", "user001") {
+		t.Fatal("still held after forwarding")
+	}
+}

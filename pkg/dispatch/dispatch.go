@@ -57,6 +57,10 @@ type Config struct {
 	Publish func(ctx context.Context, bot, conversation, msgid string, payload []byte) (jetstream.PublishResult, error)
 	// Spool keeps a task for the queue while it is unavailable (nil: none).
 	Spool func(m task.Message, payload []byte) error
+	// Spooled reports whether the spool holds a task of the conversation
+	// (nil: never). Such a conversation is busy: a later message must not
+	// overtake its spooled one.
+	Spooled func(bot, conversation string) bool
 	// FixedWorker is tier 2: the base URL of a worker node's API, e.g.
 	// http://10.0.0.7:8391 ("" skips the tier).
 	FixedWorker string
@@ -136,6 +140,12 @@ func (d *Dispatcher) Dispatch(ctx context.Context, m task.Message) (Outcome, err
 		return Outcome{}, err
 	}
 	log := d.log.With().Str("bot", m.Bot).Str("task", m.TaskID).Str("msgid", m.MsgID).Logger()
+	if d.cfg.Spooled != nil && d.cfg.Spooled(m.Bot, m.Chat) {
+		// The conversation's task waits in the spool: busy, as if it were
+		// in the queue (the red line holds across an outage).
+		d.count(func(s *Stats) { s.Busy++ })
+		return Outcome{Busy: true}, nil
+	}
 
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
 	res, err := d.cfg.Publish(pctx, m.Bot, m.Chat, m.MsgID, payload)

@@ -117,3 +117,29 @@ func TestNoTierAndNoSpoolIsAnError(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNoTier", err)
 	}
 }
+
+// A conversation whose task waits in the spool is busy: a later message is
+// answered "busy" and goes to no tier, so it cannot overtake the spooled one.
+func TestSpooledConversationIsBusy(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	var published, local atomic.Int32
+	d, err := dispatch.New(dispatch.Config{
+		Publish: func(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error) {
+			published.Add(1)
+			return env.Store.PublishTask(ctx, bot, conv, msgid, p)
+		},
+		Spooled: func(bot, conv string) bool { return conv == "alice" },
+		Local:   func(task.Message) error { local.Add(1); return nil },
+		Logger:  zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := d.Dispatch(context.Background(), msg("m2", "alice"))
+	if err != nil || !out.Busy || published.Load() != 0 || local.Load() != 0 {
+		t.Fatalf("spooled conversation: %+v %v (published %d, local %d)", out, err, published.Load(), local.Load())
+	}
+	if out, err := d.Dispatch(context.Background(), msg("m3", "bob")); err != nil || out.Busy || out.Tier != dispatch.TierQueue {
+		t.Fatalf("other conversation: %+v %v", out, err)
+	}
+}

@@ -57,6 +57,8 @@ type Node struct {
 	Worker   *worker.Worker
 	// Lifecycle is the one writer of task records on this node.
 	Lifecycle *task.Lifecycle
+	// Spool holds tasks received while JetStream could not take them.
+	Spool *jetstream.Spool
 
 	mu      sync.Mutex
 	pushers map[string]*pusher.Pusher // bot → the current term's pusher
@@ -120,21 +122,33 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("open spool: %w", err)
 	}
 	defer spool.Close()
+	n.Spool = spool
+	forward := store.SpoolPublisher(func(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
+		log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).AnErr("result", err).Bool("duplicate", res.Duplicate).Msg("spooled task forwarded")
+		if err != nil {
+			// Refused on the way out of the spool (the conversation got
+			// a newer task meanwhile, or the task was rejected): the user
+			// was told "received", so record the failure for the pusher
+			// to tell them, instead of dropping it in silence.
+			spoolRefused(context.WithoutCancel(ctx), store, lc, e, err, log)
+			if p := n.Pusher(e.Bot); p != nil {
+				p.Notify(task.ID(e.Bot, e.MsgID))
+			}
+		}
+	})
 	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{
 		Spool: spool,
-		Publish: store.SpoolPublisher(func(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
-			log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).AnErr("result", err).Bool("duplicate", res.Duplicate).Msg("spooled task forwarded")
-			if err != nil {
-				// Refused on the way out of the spool (the conversation got
-				// a newer task meanwhile, or the task was rejected): the user
-				// was told "received", so record the failure for the pusher
-				// to tell them, instead of dropping it in silence.
-				spoolRefused(context.WithoutCancel(ctx), store, lc, e, err, log)
-				if p := n.Pusher(e.Bot); p != nil {
-					p.Notify(task.ID(e.Bot, e.MsgID))
-				}
+		Publish: func(ctx context.Context, e jetstream.SpoolEntry) error {
+			// A fallback tier ran (or runs) the task during the outage:
+			// queueing it now would only start a second attempt.
+			if ran, err := ranOffQueue(ctx, lc, e); err != nil {
+				return err // JetStream still away: keep the entry
+			} else if ran {
+				log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task already run by a fallback tier; not queued again")
+				return nil
 			}
-		}),
+			return forward(ctx, e)
+		},
 		Logger: log,
 	})
 	if err != nil {
@@ -171,6 +185,7 @@ func Run(ctx context.Context, o Options) error {
 			fwd.Kick()
 			return err
 		},
+		Spooled:     spool.Holds,
 		FixedWorker: cfg.Dispatch.FixedWorker,
 		Local: func(m task.Message) error {
 			wg.Go(func() { n.Worker.Execute(workCtx, m, string(dispatch.TierLocal)) })
@@ -272,6 +287,23 @@ func Run(ctx context.Context, o Options) error {
 	return err
 }
 
+// ranOffQueue reports whether the spooled task e was started already (by a
+// fallback tier while the queue was away).
+func ranOffQueue(ctx context.Context, lc *task.Lifecycle, e jetstream.SpoolEntry) (bool, error) {
+	var m task.Message
+	if json.Unmarshal(e.Payload, &m) != nil || m.TaskID == "" {
+		return false, nil // forwarded as is; the worker terminates it
+	}
+	r, err := lc.Get(ctx, m.TaskID)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return r.Attempt > 0 || r.Exec != task.Queued, nil
+}
+
 // SweepInterval is how often a bot's leader runs the lifecycle's sweep
 // (deadlines, queue messages of finished tasks).
 const SweepInterval = time.Minute
@@ -330,12 +362,21 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		type botView struct {
 			Pusher *pusher.Stats `json:"pusher,omitempty"`
 		}
+		// Spool depth: tasks only on this node's disk until JetStream takes
+		// them (-1: unreadable).
+		depth, err := n.Spool.Len()
+		if err != nil {
+			depth = -1
+		}
 		view := struct {
 			node.Info
 			Access   access.Stats       `json:"access"`
 			Dispatch dispatch.Stats     `json:"dispatch"`
+			Worker   workerView         `json:"worker"`
+			Spool    spoolView          `json:"spool"`
 			Pushers  map[string]botView `json:"pushers"`
-		}{Info: n.Node.Info(), Access: n.Access.Stats(), Dispatch: n.Dispatch.Stats(), Pushers: map[string]botView{}}
+		}{Info: n.Node.Info(), Access: n.Access.Stats(), Dispatch: n.Dispatch.Stats(), Pushers: map[string]botView{},
+			Worker: workerView{Busy: n.Worker.Busy(), Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
 		n.mu.Lock()
 		for bot, p := range n.pushers {
 			s := p.Stats()
@@ -367,6 +408,15 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
 	})
 	return mux
+}
+
+type workerView struct {
+	Busy  int `json:"busy"`  // tasks running now
+	Slots int `json:"slots"` // configured slots
+}
+
+type spoolView struct {
+	Depth int `json:"depth"` // tasks held on this node's disk for the queue
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

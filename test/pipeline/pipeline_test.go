@@ -294,6 +294,15 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("during outage %d", i)))
 	}
 	eventually(t, "spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 3 })
+	if depth, err := n.node.Spool.Len(); err != nil || depth != 3 {
+		t.Fatalf("spool depth %d (%v), want 3", depth, err)
+	}
+	// The conversation's spooled task holds it: a later question is told
+	// to wait, as when the task is in the queue, and cannot overtake it.
+	later := c.post("u0", "while the first waits")
+	if got := c.replyTo("u0", later.MsgID); !strings.Contains(got, "上一个问题还在处理中") {
+		t.Fatalf("a later message of a spooled conversation got %q, want the busy reply", got)
+	}
 	// Back on the same port and data dir.
 	port := strings.TrimPrefix(natsURL[strings.LastIndex(natsURL, ":"):], ":")
 	restarted, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:" + port, Logger: zerolog.Nop()})
@@ -317,6 +326,10 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 			}
 			time.Sleep(25 * time.Millisecond)
 		}
+	}
+	eventually(t, "spool empty", func() bool { d, err := n.node.Spool.Len(); return err == nil && d == 0 })
+	if r := c.record(n, later.MsgID); r.ID != "" {
+		t.Fatalf("the busy message became a task: %+v", r)
 	}
 	t.Logf("node after the outage: %+v", n.node.Node.Status())
 }
