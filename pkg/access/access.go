@@ -320,6 +320,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		rec.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, a.cfg.Now().UTC())
 		rec.PushedHash, rec.PushedAt = task.Hash(a.cfg.Texts.Receipt), a.cfg.Now().UTC()
 		rec.StreamStart = rec.PushedAt
+		rec.Sent(rec.PushedAt)
 	} else {
 		log.Warn().Err(receiptErr).Msg("receipt failed; the answer will be pushed")
 	}

@@ -7,6 +7,7 @@
 package pace
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -18,8 +19,9 @@ type Budget struct {
 	window time.Duration
 	now    func() time.Time
 
-	mu    sync.Mutex
-	sends map[string][]time.Time // per conversation, oldest first
+	mu      sync.Mutex
+	sends   map[string][]time.Time // per conversation, oldest first
+	sweptAt time.Time              // last time every idle conversation was forgotten
 }
 
 // New allows limit sends per window per conversation (e.g. 20 per minute,
@@ -34,8 +36,18 @@ func New(limit int, window time.Duration, now func() time.Time) *Budget {
 // Limit is the sends allowed per window.
 func (b *Budget) Limit() int { return b.limit }
 
-// prune drops sends older than the window; the caller holds mu.
+// prune drops sends older than the window; the caller holds mu. Once a
+// window it forgets every conversation idle for a window, so a bot that
+// talked to a million people once does not keep them all in memory.
 func (b *Budget) prune(chat string, now time.Time) []time.Time {
+	if now.Sub(b.sweptAt) >= b.window {
+		b.sweptAt = now
+		for c, s := range b.sends {
+			if len(s) == 0 || now.Sub(s[len(s)-1]) >= b.window {
+				delete(b.sends, c)
+			}
+		}
+	}
 	s := b.sends[chat]
 	i := 0
 	for i < len(s) && now.Sub(s[i]) >= b.window {
@@ -87,6 +99,30 @@ func (b *Budget) Record(chat string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.sends[chat] = append(b.prune(chat, b.now()), b.now())
+}
+
+// Seed tells the budget of sends another node made to the conversation
+// (a previous leader, from the task record), so that a new leader does
+// not spend WeCom's quota twice in one window. A conversation this budget
+// already counts sends for is left as it is: this node made them.
+func (b *Budget) Seed(chat string, sends []time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	if len(b.prune(chat, now)) > 0 {
+		return
+	}
+	var s []time.Time
+	for _, t := range sends {
+		if now.Sub(t) < b.window && !t.After(now) {
+			s = append(s, t)
+		}
+	}
+	if len(s) == 0 {
+		return
+	}
+	slices.SortFunc(s, func(a, c time.Time) int { return a.Compare(c) })
+	b.sends[chat] = s
 }
 
 // Free is when the conversation's next send slot frees (now if one is free).

@@ -1,6 +1,7 @@
 package pace
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -41,5 +42,48 @@ func TestSlidingWindowWithReserve(t *testing.T) {
 	b.Remaining("b")
 	if b.Conversations() != 0 {
 		t.Fatal("idle conversations not pruned")
+	}
+}
+
+// Conversations idle for a window are forgotten, not kept for ever.
+func TestIdleConversationsForgotten(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	b := New(20, time.Minute, func() time.Time { return now })
+	for i := range 1000 {
+		b.Record(fmt.Sprintf("user%d", i))
+	}
+	if n := b.Conversations(); n != 1000 {
+		t.Fatalf("conversations = %d", n)
+	}
+	now = now.Add(2 * time.Minute)
+	b.Take("someone new", 0)
+	if n := b.Conversations(); n != 1 {
+		t.Fatalf("after two idle windows: %d conversations remembered, want 1", n)
+	}
+}
+
+// A new leader seeds a conversation's budget with what the previous leader
+// sent in the window, so the two together stay under the quota; a
+// conversation this node already counts is left alone.
+func TestSeedFromPreviousLeader(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	b := New(20, time.Minute, func() time.Time { return now })
+	var sent []time.Time
+	for i := range 18 {
+		sent = append(sent, now.Add(-50*time.Second+time.Duration(i)*time.Second))
+	}
+	sent = append(sent, now.Add(-2*time.Minute)) // outside the window: ignored
+	b.Seed("alice", sent)
+	if r := b.Remaining("alice"); r != 2 {
+		t.Fatalf("remaining after seeding 18 sends = %d, want 2", r)
+	}
+	b.Record("bob")
+	b.Seed("bob", sent)
+	if r := b.Remaining("bob"); r != 19 {
+		t.Fatalf("seeding a counted conversation changed it: remaining %d", r)
+	}
+	now = now.Add(10 * time.Second) // the first seeded send leaves the window
+	if r := b.Remaining("alice"); r != 3 {
+		t.Fatalf("remaining = %d, want 3", r)
 	}
 }

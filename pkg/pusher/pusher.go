@@ -323,6 +323,8 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id)
 			continue
 		}
+		// What the previous leader sent in the quota's window counts here.
+		p.cfg.Budget.Seed(r.Chat, r.RecentSends)
 		if r.FinalPending {
 			p.count(func(s *Stats) { s.Ambiguous++ })
 			p.log.Warn().Str("task", r.ID).Msg("final frame sent but not recorded by the previous leader: delivering again (the user may see it twice)")

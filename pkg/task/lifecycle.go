@@ -151,6 +151,9 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 			}
 			if !r.StreamStart.IsZero() && c.Delivery == Pending {
 				c.PushedHash, c.PushedAt, c.StreamStart = r.PushedHash, r.PushedAt, r.StreamStart
+				for _, t := range r.RecentSends {
+					c.Sent(t)
+				}
 				if err := c.SetDelivery(Streaming, "receipt sent", l.node, l.now().UTC()); err != nil {
 					return err
 				}
@@ -477,6 +480,7 @@ func (l *Lifecycle) Redeliver(ctx context.Context, id, reason string) (*Record, 
 func (l *Lifecycle) Shown(ctx context.Context, id, hash string, at time.Time) (*Record, error) {
 	return l.update(ctx, id, func(r *Record) error {
 		r.PushedAt = at
+		r.Sent(at)
 		if hash != "" {
 			r.PushedHash = hash
 		}
@@ -505,10 +509,12 @@ func (l *Lifecycle) FinalIntent(ctx context.Context, id string) (*Record, error)
 // Truncate records that the stream is closed (or unusable) before the
 // answer was complete: the complete answer is owed by push.
 func (l *Lifecycle) Truncate(ctx context.Context, id, why string) (*Record, error) {
+	now := l.now()
 	return l.update(ctx, id, func(r *Record) error {
 		if r.Delivery == Truncated || r.Delivery.Finished() {
 			return ErrNoChange
 		}
+		r.Sent(now) // the closing frame (counted even if it failed: the safe side)
 		r.DeliveryReason = why
 		return r.SetDelivery(Truncated, why, l.node, l.now().UTC())
 	})
@@ -516,8 +522,10 @@ func (l *Lifecycle) Truncate(ctx context.Context, id, why string) (*Record, erro
 
 // PartPushed records that the first n parts of the pushed answer are acked.
 func (l *Lifecycle) PartPushed(ctx context.Context, id string, n int) (*Record, error) {
+	now := l.now()
 	return l.update(ctx, id, func(r *Record) error {
 		r.PushedParts, r.PushAttempts = n, 0
+		r.Sent(now)
 		return nil
 	})
 }
@@ -531,6 +539,7 @@ func (l *Lifecycle) Delivered(ctx context.Context, id, text, why string, parts i
 			return ErrNoChange
 		}
 		r.PushedHash, r.PushedAt, r.FinalPending, r.DeliveryReason = Hash(text), now, false, why
+		r.Sent(now)
 		if parts > 0 {
 			r.PushedParts = parts
 		}

@@ -67,6 +67,29 @@ var deliveryNext = map[Delivery][]Delivery{
 // ErrTransition is a state change the model does not allow.
 var ErrTransition = errors.New("task: transition not allowed")
 
+// SendWindow and MaxRecentSends bound Record.RecentSends: WeCom's quota
+// window, and more sends than any budget allows in it.
+const (
+	SendWindow     = time.Minute
+	MaxRecentSends = 32
+)
+
+// Sent records a frame sent at t in RecentSends, forgetting those older
+// than SendWindow.
+func (r *Record) Sent(t time.Time) {
+	keep := r.RecentSends[:0:0]
+	for _, s := range r.RecentSends {
+		if t.Sub(s) < SendWindow {
+			keep = append(keep, s)
+		}
+	}
+	keep = append(keep, t)
+	if n := len(keep); n > MaxRecentSends {
+		keep = keep[n-MaxRecentSends:]
+	}
+	r.RecentSends = keep
+}
+
 // MaxTransitions bounds the history kept in a record.
 const MaxTransitions = 64
 
@@ -124,6 +147,11 @@ type Record struct {
 	PushedParts    int       `json:"pushed_parts,omitempty"`
 	PushAttempts   int       `json:"push_attempts,omitempty"`
 	FinalPending   bool      `json:"final_pending,omitempty"` // a final frame was sent and its outcome not yet recorded
+	// RecentSends are the times of the frames sent for this task within
+	// the last SendWindow (at most MaxRecentSends): a new leader counts
+	// them in the conversation's budget, so that two leaders together
+	// stay under WeCom's per-conversation quota.
+	RecentSends []time.Time `json:"recent_sends,omitempty"`
 	DeliveryReason string    `json:"delivery_reason,omitempty"`
 
 	Updated     time.Time    `json:"updated"`

@@ -333,3 +333,47 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 	}
 	t.Logf("node after the outage: %+v", n.node.Node.Status())
 }
+
+// A new leader does not spend the quota the previous one already spent:
+// the old leader pushed most of several long answers, using up the
+// conversations' budgets, and stopped; the new leader pushes the rest
+// without a single 45009 (it counts the old leader's sends from the task
+// records, and waits for them to leave WeCom's window).
+func TestNewLeaderRespectsPreviousLeadersQuota(t *testing.T) {
+	c := newCluster(t)
+	long := func(cfg *config.Config) {
+		cfg.AI.Demo.AnswerTime = 3 * time.Second
+		cfg.AI.Demo.AnswerBytes = 500_000 // about 25 pushed parts: more than one budget
+		cfg.Push.Budget = 28              // close to WeCom's 30, so a second leader's fresh budget would overrun it
+	}
+	a := c.start("a", long)
+	eventually(t, "a connected", c.connected)
+	b := c.start("b", long)
+	users := []string{"u0", "u1", "u2"}
+	var sent []wecomsim.MessageResult
+	for _, u := range users {
+		sent = append(sent, c.post(u, "tell me everything"))
+	}
+	// a streams, closes each stream and pushes parts until its budget runs out.
+	eventually(t, "a pushing parts, budgets spent", func() bool {
+		for _, m := range sent {
+			if r := c.record(a, m.MsgID); r.PushedParts < 15 {
+				return false
+			}
+		}
+		return true
+	})
+	a.stop()
+	deadline := time.Now().Add(3 * time.Minute) // the budget window must pass
+	for _, m := range sent {
+		for c.record(b, m.MsgID).Delivery != task.Delivered {
+			if time.Now().After(deadline) {
+				t.Fatalf("not delivered: %+v", c.record(b, m.MsgID))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if s, _ := c.sim.Stats("b1"); s.QuotaRejections != 0 {
+		t.Fatalf("quota rejections %d after the handover", s.QuotaRejections)
+	}
+}
