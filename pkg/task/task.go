@@ -141,18 +141,18 @@ type Record struct {
 	// leader does not resend it. PushedParts counts the parts of the full
 	// answer already pushed (aibot_send_msg), so a new leader resumes after
 	// them.
-	StreamStart    time.Time `json:"stream_start,omitzero"`
-	PushedHash     string    `json:"pushed_hash,omitempty"`
-	PushedAt       time.Time `json:"pushed_at,omitzero"`
-	PushedParts    int       `json:"pushed_parts,omitempty"`
-	PushAttempts   int       `json:"push_attempts,omitempty"`
-	FinalPending   bool      `json:"final_pending,omitempty"` // a final frame was sent and its outcome not yet recorded
+	StreamStart  time.Time `json:"stream_start,omitzero"`
+	PushedHash   string    `json:"pushed_hash,omitempty"`
+	PushedAt     time.Time `json:"pushed_at,omitzero"`
+	PushedParts  int       `json:"pushed_parts,omitempty"`
+	PushAttempts int       `json:"push_attempts,omitempty"`
+	FinalPending bool      `json:"final_pending,omitempty"` // a final frame was sent and its outcome not yet recorded
 	// RecentSends are the times of the frames sent for this task within
 	// the last SendWindow (at most MaxRecentSends): a new leader counts
 	// them in the conversation's budget, so that two leaders together
 	// stay under WeCom's per-conversation quota.
-	RecentSends []time.Time `json:"recent_sends,omitempty"`
-	DeliveryReason string    `json:"delivery_reason,omitempty"`
+	RecentSends    []time.Time `json:"recent_sends,omitempty"`
+	DeliveryReason string      `json:"delivery_reason,omitempty"`
 
 	Updated     time.Time    `json:"updated"`
 	Transitions []Transition `json:"transitions"`
