@@ -1,0 +1,77 @@
+package pipeline
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+// A deploy loses nothing: the leader is stopped gracefully (SIGTERM) while
+// users send 50 messages a second. Every message WeCom delivered to a
+// connection is answered exactly once, whichever leader received it;
+// messages WeCom could not deliver (no connection for a moment) are
+// WeCom's to redeliver, not ours, and are not counted.
+func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
+	c := newCluster(t)
+	fast := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 300 * time.Millisecond }
+	a := c.start("a", fast)
+	eventually(t, "a connected", c.connected)
+	c.start("b", fast)
+
+	const rate, total = 50, 200
+	var (
+		mu        sync.Mutex
+		delivered []string // questions WeCom handed to a connection
+		users     = map[string]string{}
+	)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second / rate)
+		defer tick.Stop()
+		for i := range total {
+			<-tick.C
+			user, q := fmt.Sprintf("u%03d", i), fmt.Sprintf("question %03d", i)
+			r, err := c.sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: user, Text: q})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.Delivered {
+				mu.Lock()
+				delivered = append(delivered, q)
+				users[q] = user
+				mu.Unlock()
+			}
+		}
+	})
+	time.Sleep(total / 2 * time.Second / rate) // mid-flow
+	a.stop()
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(delivered) < total/2 {
+		t.Fatalf("only %d of %d messages delivered by the simulator", len(delivered), total)
+	}
+	deadline := time.Now().Add(2 * waitLong)
+	for _, q := range delivered {
+		for answered(c.bot(users[q]), q) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q (delivered by WeCom) never answered: the user sees %+v", q, c.bot(users[q]))
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+	time.Sleep(time.Second) // a duplicate would follow within moments
+	for _, q := range delivered {
+		if k := answered(c.bot(users[q]), q); k != 1 {
+			t.Fatalf("%q answered %d times: %+v", q, k, c.bot(users[q]))
+		}
+	}
+	s, _ := c.sim.Stats("b1")
+	t.Logf("%d delivered of %d sent; simulator: %+v", len(delivered), total, s)
+}
