@@ -48,7 +48,7 @@
 // order: when stop ends, the Term is untouched (renewals, the watchdog and
 // the key watch all keep running, so losing the lease meanwhile still
 // cancels its context at once); the caller drains, closes, then calls
-// Resign, which stops renewals and deletes the key in one step. The
+// Resign, which stops renewals and deletes the key in one call. The
 // guarantees above hold throughout: a graceful stop only moves the moment
 // the term ends from "stop requested" to "Resign".
 //

@@ -64,9 +64,11 @@ import (
 )
 
 // Inbound receives what a leader's connection delivers. Its methods run on
-// the connection's dispatch goroutine, one at a time: hand long work off.
-// term is the leadership the connection belongs to; its context ends when
-// the connection must stop being used.
+// the connection's dispatch goroutine, one at a time: hand long work off,
+// and let Config.Drain wait for it. term is the leadership the connection
+// belongs to; its context ends when leadership is lost, or when the term
+// is resigned after a graceful stop, which is only after the connection
+// has closed and Drain has returned: work bound to it may finish.
 type Inbound interface {
 	HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback)
 	HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback)
