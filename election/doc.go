@@ -22,8 +22,9 @@
 // A Term's context is cancelled, and the leader must stop acting, at the
 // first of: the lease can no longer be renewed for RenewDeadline after the
 // send time of its last successful renewal; etcd reports the lease gone; the
-// key is deleted or bound to another lease; Resign or End; the context given
-// to Campaign ends. Because etcd expires a lease no sooner than TTL after
+// key is deleted or bound to another lease; Resign or End; the term's parent
+// context ends (the context given to Campaign, or the one given to
+// WithTermContext). Because etcd expires a lease no sooner than TTL after
 // the renewal request that the server accepted, and RenewDeadline is at most
 // TTL-SafetyMargin, the old leader's context is cancelled at least
 // SafetyMargin before its lease can expire on the server, so before any
@@ -36,6 +37,20 @@
 // similar rates (skew in rate, not in absolute time; monotonic clocks are
 // used). Raise SafetyMargin to tolerate longer pauses or worse clocks, at
 // the cost of leaders stepping down earlier when etcd is slow.
+//
+// # Graceful stop
+//
+// Stopping on purpose (a deploy, the bot moved elsewhere) is not losing:
+// the leader should finish what its connection already delivered, close the
+// connection, and only then release the bot, with its lease renewed the
+// whole time so that nothing can take over under an open connection.
+// Campaign(stop, WithTermContext(context.WithoutCancel(stop))) gives that
+// order: when stop ends, the Term is untouched (renewals, the watchdog and
+// the key watch all keep running, so losing the lease meanwhile still
+// cancels its context at once); the caller drains, closes, then calls
+// Resign, which stops renewals and deletes the key in one call. The
+// guarantees above hold throughout: a graceful stop only moves the moment
+// the term ends from "stop requested" to "Resign".
 //
 // # What is not guaranteed
 //

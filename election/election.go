@@ -60,17 +60,23 @@ type value struct {
 // new Term, or until ctx ends (the error is then ctx's). Each call grants a
 // new lease: a term never outlives its lease.
 //
-// The Term lives within ctx: when ctx ends, so does the term. Pass the
-// node's lifetime context, not a campaign timeout.
+// By default the Term lives within ctx: when ctx ends, so does the term.
+// Pass the node's lifetime context, not a campaign timeout. A leader that
+// must finish work after it is told to stop campaigns with
+// WithTermContext instead (see there).
 //
 // Errors from etcd are logged and retried every RetryPeriod; Campaign fails
 // only when ctx ends or the etcd client is closed.
-func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
+func (e *Elector) Campaign(ctx context.Context, opts ...CampaignOption) (*Term, error) {
+	o := campaignOptions{termParent: ctx}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	for {
 		if err := e.stopped(ctx); err != nil {
 			return nil, err
 		}
-		t, rev, err := e.tryAcquire(ctx)
+		t, rev, err := e.tryAcquire(ctx, o.termParent)
 		if t != nil {
 			return t, nil
 		}
@@ -90,6 +96,27 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	}
 }
 
+// A CampaignOption changes one Campaign call.
+type CampaignOption func(*campaignOptions)
+
+type campaignOptions struct {
+	termParent context.Context
+}
+
+// WithTermContext makes the won Term live within parent instead of within
+// the context given to Campaign, which then bounds only the wait to win.
+//
+// It is for a graceful stop: a leader that, once told to stop, must still
+// finish what its connection delivered, close the connection and only then
+// release the bot, with its lease renewed all along. Campaign with the stop
+// context and WithTermContext(context.WithoutCancel(stop)); when stop ends,
+// the term keeps renewing (and its watchdog keeps running: a lost lease
+// still cancels it at once) until the caller calls Resign or End, which it
+// then must, or the term's goroutines run for as long as parent does.
+func WithTermContext(parent context.Context) CampaignOption {
+	return func(o *campaignOptions) { o.termParent = parent }
+}
+
 func (e *Elector) stopped(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -101,9 +128,10 @@ func (e *Elector) stopped(ctx context.Context) error {
 }
 
 // tryAcquire creates the election key if it does not exist. It returns the
-// new Term, or (nil, rev) with the revision at which another node held the
-// key.
-func (e *Elector) tryAcquire(ctx context.Context) (*Term, int64, error) {
+// new Term, living within termParent, or (nil, rev) with the revision at
+// which another node held the key. If ctx ends meanwhile it releases what
+// it won: no term is handed to a caller that stopped waiting.
+func (e *Elector) tryAcquire(ctx, termParent context.Context) (*Term, int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.TTL)
 	defer cancel()
 	// Look first, so standbys do not grant a lease every round.
@@ -142,7 +170,7 @@ func (e *Elector) tryAcquire(ctx context.Context) (*Term, int64, error) {
 		e.revoke(lease)
 		return nil, 0, err
 	}
-	return newTerm(ctx, e, lease, resp.Header.Revision, start), 0, nil
+	return newTerm(termParent, e, lease, resp.Header.Revision, start), 0, nil
 }
 
 // waitDelete returns when the key is deleted after rev, or after TTL so that

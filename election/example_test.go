@@ -38,3 +38,31 @@ func Example() {
 		cancel()
 	}
 }
+
+// A graceful stop: when stop ends (SIGTERM), the term keeps its lease
+// renewed while the leader finishes, closes its connection and drains what
+// it delivered; only then does Resign release the bot. Losing the lease
+// meanwhile still cancels term.Context() at once.
+func ExampleWithTermContext() {
+	var e *election.Elector
+	var stop context.Context // ends on SIGTERM
+	term, err := e.Campaign(stop, election.WithTermContext(context.WithoutCancel(stop)))
+	if err != nil {
+		return // stop ended before this node won
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = term.Resign(ctx) // the term must be ended: it outlives stop
+	}()
+	if term.Verify(term.Context()) != nil {
+		return
+	}
+	select {
+	case <-term.Done():
+		// Lost: close the connection at once.
+	case <-stop.Done():
+		// Graceful: finish in-flight work on the open connection, close
+		// it, wait for its handlers; the lease is renewed throughout.
+	}
+}

@@ -135,13 +135,13 @@ type result struct {
 	at   time.Time
 }
 
-func campaign(t *testing.T, ctx context.Context, e *Elector) <-chan result {
+func campaign(t *testing.T, ctx context.Context, e *Elector, opts ...CampaignOption) <-chan result {
 	ctx, cancel := context.WithCancel(ctx)
 	ch := make(chan result, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		term, err := e.Campaign(ctx)
+		term, err := e.Campaign(ctx, opts...)
 		ch <- result{term, err, time.Now()}
 	}()
 	t.Cleanup(func() {

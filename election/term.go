@@ -68,7 +68,8 @@ func (t *Term) Context() context.Context { return t.ctx }
 func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
 
 // Err is nil while the term lasts, then why it ended: an error wrapping
-// ErrNotLeader, or the error of the context given to Campaign.
+// ErrNotLeader, or the error of the term's parent context (the context
+// given to Campaign, or to WithTermContext).
 func (t *Term) Err() error {
 	if t.ctx.Err() == nil {
 		return nil
@@ -104,13 +105,14 @@ func (t *Term) Verify(ctx context.Context) error {
 	return t.notLeader()
 }
 
-// Resign ends the term at once: it cancels the term's context, then revokes
-// the lease, which deletes the election key if it is still ours, so another
-// node can win within one campaign round instead of a TTL. Close the bot's
-// connection before calling Resign, so that the next leader never overlaps
-// with it. Resign waits for the term's goroutines, like End. It is
-// idempotent; if revoking fails the key expires within TTL anyway, and the
-// error says so.
+// Resign ends the term at once: it cancels the term's context (renewals
+// stop), then revokes the lease, which deletes the election key if it is
+// still ours, so another node can win within one campaign round instead of
+// a TTL. Close the bot's connection, and let what it delivered be handled,
+// before calling Resign: until then the lease is renewed, and once Resign
+// is called the next leader may connect. Resign waits for the term's
+// goroutines, like End. It is idempotent; if revoking fails the key expires
+// within TTL anyway, and the error says so.
 func (t *Term) Resign(ctx context.Context) error {
 	t.lose(fmt.Errorf("%w: resigned", ErrNotLeader))
 	defer t.End()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/botctl/botctl/election"
@@ -14,8 +15,29 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// errGateMoved ends a term whose bot's gate no longer names this node's env.
+// errGateMoved stops a term whose bot's gate no longer names this node's
+// env (gracefully: the term is ours until it resigns).
 var errGateMoved = errors.New("env gate moved to another environment")
+
+// backoff is an exponential wait with jitter: each wait is drawn between
+// half and all of the current step, and the step doubles up to max. The
+// lower half is never skipped, so however often a path fails, it fails at
+// most once per base/2, then once per max/2.
+type backoff struct {
+	base, max time.Duration
+	step      time.Duration // 0: base
+}
+
+func (b *backoff) next() time.Duration {
+	if b.step == 0 {
+		b.step = b.base
+	}
+	d := b.step/2 + rand.N(b.step/2+1)
+	b.step = min(2*b.step, b.max)
+	return d
+}
+
+func (b *backoff) reset() { b.step = 0 }
 
 // botLoop is one bot's life on this node, until ctx ends.
 func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
@@ -26,7 +48,17 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		return
 	}
 	defer n.setState(b.ID, StateStopped, "node stopping", 0)
-	kickWait, authWait := n.cfg.KickBackoff, n.cfg.AuthBackoff
+	// retry paces terms that did not give a stable connection; etcdRetry
+	// paces the loop's own etcd errors, and resets once etcd answers.
+	retry := backoff{base: n.cfg.Backoff, max: n.cfg.BackoffMax}
+	etcdRetry := backoff{base: n.cfg.Backoff, max: n.cfg.BackoffMax}
+	authWait := n.cfg.AuthBackoff
+	wait := func(bo *backoff, reason string) {
+		d := bo.next()
+		n.setState(b.ID, StateBackoff, reason, 0)
+		log.Info().Str("reason", reason).Dur("retry_in", d).Msg("backing off before campaigning again")
+		sleep(ctx, d)
+	}
 	// At start, campaign for the node's bots one SpreadDelay apart, so
 	// nodes that start together do not each race for every bot at once.
 	if !sleep(ctx, time.Duration(index)*n.cfg.SpreadDelay) {
@@ -35,10 +67,13 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 	for ctx.Err() == nil {
 		gate, rev, err := claimGate(ctx, n.cli, n.cfg.Prefix, b.ID, n.cfg.Env)
 		if err != nil {
-			log.Warn().Err(err).Msg("env gate unreadable; retrying")
-			sleep(ctx, time.Second)
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Msg("env gate unreadable; retrying")
+				wait(&etcdRetry, "env gate unreadable: "+err.Error())
+			}
 			continue
 		}
+		etcdRetry.reset()
 		if gate != n.cfg.Env {
 			n.setState(b.ID, StateGated, fmt.Sprintf("env gate names %q, this node is %q", gate, n.cfg.Env), 0)
 			log.Info().Str("gate", gate).Msg("bot gated to another env; not campaigning")
@@ -50,26 +85,34 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		if k := n.leading(); k > 0 && !sleep(ctx, time.Duration(k)*n.cfg.SpreadDelay) {
 			return
 		}
-		gctx, cancel := context.WithCancelCause(ctx)
+		// stop ends when the node stops or the gate moves: the graceful
+		// stop. The term itself outlives it (WithTermContext) until lead
+		// resigns, so its lease is renewed until the connection is gone.
+		stop, cancel := context.WithCancelCause(ctx)
 		guardDone := make(chan struct{})
 		go func() {
 			defer close(guardDone)
-			if n.waitGate(gctx, b.ID, rev, func(env string) bool { return env != n.cfg.Env }) {
+			if n.waitGate(stop, b.ID, rev, func(env string) bool { return env != n.cfg.Env }) {
 				cancel(errGateMoved)
 			}
 		}()
-		term, err := el.Campaign(gctx)
+		term, err := el.Campaign(stop, election.WithTermContext(context.WithoutCancel(stop)))
 		var res leadResult
 		if err == nil {
-			res = n.lead(term, b, log)
+			res = n.lead(stop, term, b, log)
 		}
+		gateMoved := errors.Is(context.Cause(stop), errGateMoved)
 		cancel(nil)
 		<-guardDone
-		if err != nil {
-			continue // ctx ended or the gate moved
-		}
 
 		switch {
+		case ctx.Err() != nil:
+			return
+		case gateMoved:
+			continue // the loop finds the bot gated
+		case err != nil: // the etcd client is closed
+			wait(&etcdRetry, "campaign failed: "+err.Error())
+			continue
 		case res.authFailed:
 			n.setState(b.ID, StateNeedsHuman, res.reason, 0)
 			log.Error().Str("reason", res.reason).Dur("retry_in", authWait).
@@ -77,18 +120,19 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 			sleep(ctx, authWait)
 			authWait = min(2*authWait, n.cfg.AuthBackoffMax)
 			continue
-		case res.connected && res.held >= n.cfg.StableTerm:
-			kickWait = n.cfg.KickBackoff
 		}
-		authWait = n.cfg.AuthBackoff
-		if res.connected && (res.kicked || res.held < n.cfg.StableTerm) && ctx.Err() == nil {
-			// A connection that keeps ending quickly (kicked by something
-			// outside the cluster, or a flapping network) is retried ever
-			// more slowly: never a tight reconnect loop.
-			n.setState(b.ID, StateBackoff, res.reason, 0)
-			sleep(ctx, kickWait)
-			kickWait = min(2*kickWait, n.cfg.KickBackoffMax)
+		if res.connected {
+			authWait = n.cfg.AuthBackoff
+			if res.held >= n.cfg.StableTerm {
+				retry.reset()
+				if !res.kicked {
+					continue // a blip after a stable term: campaign at once
+				}
+			}
 		}
+		// Not a stable connection (or kicked): never a tight loop. The term
+		// is resigned already, so another node may try meanwhile.
+		wait(&retry, res.reason)
 	}
 }
 
@@ -100,9 +144,11 @@ type leadResult struct {
 	reason     string
 }
 
-// lead is one term: verify, connect, wait for the end, close, resign. The
-// connection is closed and gone before the term is resigned.
-func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res leadResult) {
+// lead is one term: verify, connect, wait for the end, close, drain,
+// resign. The connection is closed and gone, and what it delivered
+// drained, before the term is resigned. stop ending is a graceful stop (see
+// the package comment); the term ending is lost leadership.
+func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log zerolog.Logger) (res leadResult) {
 	log = log.With().Int64("term", term.Rev).Logger()
 	n.setState(b.ID, StateConnecting, "", term.Rev)
 	n.transition(b.ID, "leading", "", term.Rev)
@@ -115,9 +161,14 @@ func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res 
 		n.transition(b.ID, "resigned", res.reason, term.Rev)
 	}()
 
+	// Verify and dial end with the term or the stop, whichever is first.
+	dctx, cancelDial := context.WithCancel(term.Context())
+	defer cancelDial()
+	defer context.AfterFunc(stop, cancelDial)()
+
 	// A linearizable read right before connecting: a node that was paused
 	// or partitioned and lost leadership finds out here and never connects.
-	vctx, cancel := context.WithTimeout(term.Context(), 5*time.Second)
+	vctx, cancel := context.WithTimeout(dctx, 5*time.Second)
 	err := term.Verify(vctx)
 	cancel()
 	if err != nil {
@@ -128,7 +179,7 @@ func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res 
 
 	wc := n.cfg.WeCom
 	wc.BotID, wc.Secret, wc.Logger = b.ID, b.Secret, log
-	conn, err := wecom.Dial(term.Context(), wc, n.handlers(term))
+	conn, err := wecom.Dial(dctx, wc, n.handlers(term))
 	if err != nil {
 		res.reason = err.Error()
 		if errors.Is(err, wecom.ErrAuthFailed) {
@@ -146,6 +197,7 @@ func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res 
 	log.Info().Msg("leading: WeCom connection up")
 
 	leadCtx, stopLeading := context.WithCancel(term.Context())
+	defer stopLeading()
 	leadingDone := make(chan struct{})
 	go func() {
 		defer close(leadingDone)
@@ -156,29 +208,34 @@ func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res 
 	select {
 	case <-conn.Done():
 	case <-term.Done():
-		if errors.Is(context.Cause(term.Context()), election.ErrNotLeader) {
-			// Leadership lost or in doubt. No lock, no identity: close at
-			// once, and wait for the connection to be gone before the term
-			// is released.
-			conn.Close()
-			<-conn.Done()
-			break
-		}
-		// A graceful stop (SIGTERM): the term is still ours until we
-		// resign, so let the writes in flight finish (each bounded by
-		// the ack timeout), then close.
-		stopLeading()
-		<-leadingDone
+		// Leadership lost or in doubt. No lock, no identity: close at once.
 		conn.Close()
-		<-conn.Done()
+	case <-stop.Done():
+		// A graceful stop: the term is still ours and renewed until we
+		// resign. Let Leading finish its writes in flight on the open
+		// connection (each bounded by the ack timeout), then close; but
+		// losing the term meanwhile closes at once.
+		log.Info().AnErr("why", context.Cause(stop)).Msg("stopping gracefully: draining before resigning")
+		stopLeading()
+		select {
+		case <-leadingDone:
+		case <-term.Done():
+		case <-conn.Done():
+		}
+		conn.Close()
 	}
+	// The connection's end is its event, not Close returning.
+	<-conn.Done()
 	stopLeading()
 	<-leadingDone
 	res.held = time.Since(connected)
-	n.setState(b.ID, StateStandby, "connection ended; resigning", 0)
 	switch conn.Reason() {
 	case wecom.ReasonClosedByUs:
-		res.reason = "term ended: " + context.Cause(term.Context()).Error()
+		if err := term.Err(); err != nil {
+			res.reason = "term ended: " + err.Error()
+		} else {
+			res.reason = "stopped: " + context.Cause(stop).Error()
+		}
 	case wecom.ReasonKicked:
 		res.kicked = true
 		res.reason = "kicked: another connection subscribed with this bot"
@@ -186,7 +243,28 @@ func (n *Node) lead(term *election.Term, b config.Bot, log zerolog.Logger) (res 
 		res.reason = conn.Err().Error()
 	}
 	log.Info().Str("reason", res.reason).Dur("held", res.held).Msg("connection ended")
+	n.setState(b.ID, StateDraining, "connection ended: "+res.reason, term.Rev)
+	n.drain(term, log)
 	return res
+}
+
+// drain waits for Config.Drain, bounded by DrainTimeout: the callbacks the
+// term's closed connection delivered are handled before the term is
+// resigned, and before the next term's handlers can start.
+func (n *Node) drain(term *election.Term, log zerolog.Logger) {
+	if n.cfg.Drain == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainTimeout)
+	defer cancel()
+	start := time.Now()
+	n.cfg.Drain(ctx, term)
+	if ctx.Err() != nil {
+		log.Warn().Dur("drain_timeout", n.cfg.DrainTimeout).
+			Msg("inbound handlers still running at the drain deadline; resigning anyway (gap backfill recovers what they did not finish)")
+		return
+	}
+	log.Debug().Dur("took", time.Since(start)).Msg("inbound drained")
 }
 
 func (n *Node) handlers(term *election.Term) wecom.Handlers {

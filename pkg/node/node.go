@@ -5,19 +5,47 @@
 //
 // Per bot, one loop: check the env gate → campaign → verify leadership with
 // a linearizable read → dial a fresh connection with fresh handlers → wait
-// for the connection's end (by its Done event) or the term's end → close the
-// connection, wait for it to be gone → resign → campaign again. A term's
-// connection is always gone before the term is released, so the next leader
-// never overlaps with it, and handlers never stack up: each connection has
-// its own, and the next connection is dialed only after the previous one's
-// Done.
+// for the connection's end (by its Done event), the term's end or a stop →
+// close the connection, wait for it to be gone → drain (Config.Drain) →
+// resign → back off if the term was not a stable connection → campaign
+// again. A term's connection is always gone before the term is released, so
+// the next leader never overlaps with it, and handlers never stack up: each
+// connection has its own, the next connection is dialed only after the
+// previous one's Done, and the previous term's callbacks have been drained.
 //
-// Kicked, heartbeat lost or network error: the term ends and the node
-// campaigns again (usually winning back at once). Repeated kicks back off
-// exponentially: something outside the cluster holds the bot's credentials,
-// and reconnecting blindly would ping-pong with it. Auth failure: the bot is
-// marked needs_human and retried only after a long backoff; retrying a bad
-// secret never helps.
+// # How a term ends
+//
+// Lost leadership (the term's context ends with election.ErrNotLeader):
+// no lock, no identity. The connection is closed at once, then the node
+// waits for it to be gone and for Leading and Drain to return, resigns, and
+// campaigns again.
+//
+// Graceful stop (the node's context ends, or the bot's env gate moves to
+// another env): the term stays ours and its lease stays renewed (the term
+// is campaigned with election.WithTermContext) until the very end, in this
+// order: Leading's context ends and it returns (the pusher finishes its
+// writes in flight on the still-open connection); the connection is closed
+// and its Done observed; Drain returns (every callback the connection
+// delivered has been handled to the end); then the term is resigned, which
+// stops renewals and releases the bot at once, so a standby takes over
+// within one campaign round. If the term is lost at any point of this, the
+// connection is closed at once as above.
+//
+// # Backoff
+//
+// Every way through the loop that is not a stable connection waits before
+// campaigning again, exponentially with jitter (Config.Backoff): a failed
+// verify, a refused or failing dial, a non-auth subscribe error, a
+// connection that ended (or was kicked) before StableTerm, an unreadable env
+// gate or a failed campaign. The node resigns before it waits, so another
+// node may try meanwhile; each node backs off on its own, so a bot whose
+// WeCom endpoint is down costs a few etcd writes per node per BackoffMax,
+// not a hot loop. Kicked: something outside the cluster holds the bot's
+// credentials, and reconnecting blindly would ping-pong with it, so a kick
+// always waits. Auth failure (wecom.ErrAuthFailed, only for an
+// authentication errcode at subscribe): the bot is marked needs_human and
+// retried only after the long AuthBackoff; retrying a bad secret never
+// helps.
 package node
 
 import (
@@ -36,9 +64,11 @@ import (
 )
 
 // Inbound receives what a leader's connection delivers. Its methods run on
-// the connection's dispatch goroutine, one at a time: hand long work off.
-// term is the leadership the connection belongs to; its context ends when
-// the connection must stop being used.
+// the connection's dispatch goroutine, one at a time: hand long work off,
+// and let Config.Drain wait for it. term is the leadership the connection
+// belongs to; its context ends when leadership is lost, or when the term
+// is resigned after a graceful stop, which is only after the connection
+// has closed and Drain has returned: work bound to it may finish.
 type Inbound interface {
 	HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback)
 	HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback)
@@ -64,13 +94,40 @@ type Config struct {
 	// RegistryTTL is the node registration's lease TTL. Default 10s.
 	RegistryTTL time.Duration
 	// AuthBackoff is the first wait after an auth failure, doubling up to
-	// AuthBackoffMax. Defaults 30s and 10m.
+	// AuthBackoffMax. Defaults 30s and 10m. It resets after a connected
+	// term (the credentials worked).
 	AuthBackoff, AuthBackoffMax time.Duration
-	// KickBackoff is the first wait after a kick or a connection that ended
-	// quickly, doubling up to KickBackoffMax while it keeps happening.
-	// Defaults 200ms and 30s. A term that lasted StableTerm (default 1m)
-	// resets it.
-	KickBackoff, KickBackoffMax, StableTerm time.Duration
+	// Backoff is the first wait after a term that was not a stable
+	// connection (verify or dial failed, a non-auth subscribe error, a
+	// connection that ended or was kicked before StableTerm) and after an
+	// etcd error in the loop; it doubles up to BackoffMax while that keeps
+	// happening. Each wait is drawn between half and all of the current
+	// step (jitter), so nodes that fail together spread apart. Defaults
+	// 500ms and 30s. A connected term that lasted StableTerm (default 1m)
+	// resets it. Lower Backoff recovers sooner from a one-off failure;
+	// BackoffMax bounds how long a bot stays down after its WeCom endpoint
+	// comes back, and against it how much a long outage costs: every
+	// unsuccessful term writes to etcd (lease, key, transitions, registry,
+	// about ten revisions), so a node makes at most one such term per
+	// BackoffMax/2 once the step has grown. BackoffMax must be at least
+	// Backoff.
+	Backoff, BackoffMax, StableTerm time.Duration
+	// Drain, if set, is called after a connected term's connection is
+	// closed and gone (its Done observed) and before the term is
+	// resigned, on every way out of that term. It must return once every
+	// callback that connection delivered to Inbound has been handled to the
+	// end (published, recorded, receipt attempted), or when ctx ends
+	// (DrainTimeout). The term's lease is renewed meanwhile unless the term
+	// was lost, so handlers may go on using term.Context(). Wire the
+	// inbound handler's wait here (e.g. pkg/access's Wait). Nil: resign as
+	// soon as the connection is gone.
+	Drain func(ctx context.Context, term *election.Term)
+	// DrainTimeout bounds Drain. Default 15s. Raise it if handlers may
+	// take longer (a slow JetStream); the bot has no connection while
+	// Drain runs, so it also bounds how long a graceful stop delays the
+	// takeover. Whatever is still unhandled at the deadline is recovered by
+	// the next leader's gap backfill.
+	DrainTimeout time.Duration
 	// SpreadDelay is how long a node waits before campaigning for each bot
 	// it already leads, so that several bots spread over nodes instead of
 	// all going to the first node up. Default 1s; set it below the TTL.
@@ -79,8 +136,11 @@ type Config struct {
 	Inbound Inbound
 	// Leading, if set, runs while this node holds a bot's connection (the
 	// pusher): it starts once the connection is up and must return when ctx
-	// ends, which happens as soon as the connection or the term ends. The
-	// term is resigned only after it has returned.
+	// ends, which happens as soon as the connection or the term ends, or
+	// the node stops. On a graceful stop ctx ends first, while the
+	// connection is still open, and the connection is closed once Leading
+	// has returned (lost leadership closes it at once instead). The term is
+	// resigned only after it has returned.
 	Leading func(ctx context.Context, term *election.Term, conn *wecom.Conn)
 	Logger  zerolog.Logger
 }
@@ -104,14 +164,17 @@ func (c *Config) setDefaults() {
 	if c.AuthBackoffMax <= 0 {
 		c.AuthBackoffMax = 10 * time.Minute
 	}
-	if c.KickBackoff <= 0 {
-		c.KickBackoff = 200 * time.Millisecond
+	if c.Backoff <= 0 {
+		c.Backoff = 500 * time.Millisecond
 	}
-	if c.KickBackoffMax <= 0 {
-		c.KickBackoffMax = 30 * time.Second
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 30 * time.Second
 	}
 	if c.StableTerm <= 0 {
 		c.StableTerm = time.Minute
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 15 * time.Second
 	}
 	if c.SpreadDelay <= 0 {
 		c.SpreadDelay = time.Second
@@ -138,6 +201,9 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 	}
 	if cfg.WeCom.URL == "" && len(cfg.Bots) > 0 {
 		return nil, errors.New("node: WeCom URL is required when bots are configured (set --wecom-url)")
+	}
+	if cfg.BackoffMax < cfg.Backoff {
+		return nil, fmt.Errorf("node: BackoffMax (%s) must be at least Backoff (%s)", cfg.BackoffMax, cfg.Backoff)
 	}
 	n := &Node{
 		cfg: cfg, cli: cli, started: time.Now().UTC(),

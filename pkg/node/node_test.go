@@ -96,16 +96,26 @@ type running struct {
 // start runs a node on the given etcd endpoints until stopped.
 func (c *cluster) start(id, env string, endpoints []string, bots []config.Bot) *running {
 	c.t.Helper()
-	n, err := node.New(c.client(endpoints), node.Config{
+	return c.startWith(id, env, endpoints, bots, nil)
+}
+
+// startWith is start with the test config changed by edit first.
+func (c *cluster) startWith(id, env string, endpoints []string, bots []config.Bot, edit func(*node.Config)) *running {
+	c.t.Helper()
+	cfg := node.Config{
 		NodeID: id, Env: env, Bots: bots,
 		WeCom:       wecom.Config{URL: c.wsURL, HeartbeatInterval: time.Second},
 		Election:    election.Config{TTL: 3 * time.Second, SafetyMargin: time.Second},
 		SpreadDelay: 300 * time.Millisecond,
-		KickBackoff: 50 * time.Millisecond,
+		Backoff:     50 * time.Millisecond,
 		AuthBackoff: time.Hour,
 		Inbound:     c.counter,
 		Logger:      zerolog.Nop(),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	n, err := node.New(c.client(endpoints), cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -47,6 +47,7 @@ const (
 	StateStandby    BotState = "standby"     // campaigning; another node leads
 	StateConnecting BotState = "connecting"  // won, verifying and dialing
 	StateLeader     BotState = "leader"      // holds the connection
+	StateDraining   BotState = "draining"    // connection closed; handling what it delivered, then resigning
 	StateGated      BotState = "gated"       // the bot's gate names another env
 	StateNeedsHuman BotState = "needs_human" // auth failed: fix the secret
 	StateBackoff    BotState = "backoff"     // waiting before campaigning again
