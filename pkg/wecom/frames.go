@@ -68,6 +68,9 @@ const (
 const (
 	ErrCodeOK = 0
 
+	// ErrCodeSystemBusy: WeCom's global "系统繁忙" (system busy), retry later.
+	// Note ErrCodeOf also returns -1 for an error that is not an ack.
+	ErrCodeSystemBusy = -1
 	// ErrCodeCommandConflict: "命令冲突"; one integration retries it.
 	ErrCodeCommandConflict = 6000
 	// ErrCodeInvalidCredential: subscribe with a wrong or revoked secret (assumed number).
@@ -367,7 +370,8 @@ func (e *AckError) Error() string {
 }
 
 // ErrCodeOf returns the errcode carried by err (an *AckError anywhere in its
-// chain), or -1 when err is not an ack error.
+// chain), or -1 when err is not an ack error (-1 is also ErrCodeSystemBusy:
+// use IsConnectionError, or errors.As for the *AckError, to tell them apart).
 func ErrCodeOf(err error) int {
 	var ae *AckError
 	if asAckError(err, &ae) {
