@@ -414,13 +414,18 @@ func (c *Conn) enqueue(f *Frame) bool {
 	return n < c.cfg.CallbackQueue
 }
 
-// take removes every queued callback.
-func (c *Conn) take() []*Frame {
+// next removes the oldest queued callback, nil if none. One at a time, so
+// that everything not yet handed to a handler counts against the bound.
+func (c *Conn) next() *Frame {
 	c.cbMu.Lock()
 	defer c.cbMu.Unlock()
-	fs := c.cbq
-	c.cbq = nil
-	return fs
+	if len(c.cbq) == 0 {
+		return nil
+	}
+	f := c.cbq[0]
+	c.cbq[0] = nil
+	c.cbq = c.cbq[1:]
+	return f
 }
 
 // dispatch hands callbacks to the handlers until the reader has stopped
@@ -431,13 +436,13 @@ func (c *Conn) dispatch() {
 	for {
 		select {
 		case <-c.readDone:
-			for _, f := range c.take() {
+			for f := c.next(); f != nil; f = c.next() {
 				c.deliver(f)
 			}
 			return
 		case <-c.cbReady:
 		}
-		for _, f := range c.take() {
+		for f := c.next(); f != nil; f = c.next() {
 			c.deliver(f)
 		}
 	}
