@@ -1,10 +1,3 @@
-// Package wecom is the bot side of WeCom's AI bot long-connection protocol:
-// the frame types, the errcodes, and a client (Conn) that subscribes,
-// heartbeats, matches acks by req_id and serializes frames per req_id.
-//
-// The protocol as the real server speaks it is described in
-// ../shared/docs/wecom-protocol.md; values marked "assumed" there are
-// settings here, and nothing in this package depends on their exact number.
 package wecom
 
 import (
