@@ -33,13 +33,23 @@ type Config struct {
 	// MaxMissedPings is how many pings in a row may go unacked before the
 	// connection is declared dead (ReasonHeartbeatLost). Default 2.
 	MaxMissedPings int
-	// AckTimeout is how long a frame waits for its ack. Default 5s. The next
-	// frame of the same req_id is sent only after the ack or this timeout.
+	// AckTimeout is how long a frame waits for its ack. Default 5s, as the
+	// official SDK. The next frame of the same req_id is sent only after the
+	// ack or this timeout. Lower fails faster on a slow server but makes
+	// late acks (and so ErrAckUnknown) more frequent.
 	AckTimeout time.Duration
-	// CallbackQueue is how many callbacks may wait for the handler before
-	// a warning is logged. Reading never pauses for a slow handler (acks and
-	// heartbeats would starve behind callbacks); the queue grows instead.
-	// Default 1024.
+	// MaxAckTimeouts is how many frames in a row may time out waiting for
+	// their ack before the connection is declared dead and closed
+	// (ReasonAckTimeouts); any ack that arrives resets the count. Default 3.
+	// Lower gives up on a stalled server sooner; higher rides out longer
+	// stalls at the cost of more unknown outcomes on one connection.
+	MaxAckTimeouts int
+	// CallbackQueue is the most callbacks that may wait for the handlers.
+	// Reading never pauses for a slow handler (acks and heartbeats share the
+	// socket and would starve behind callbacks); when the queue is full the
+	// connection is closed instead (ReasonBacklog), after the callbacks
+	// already read are handed over. Default 1024. Higher absorbs longer
+	// handler stalls at the cost of memory and of a longer drain at close.
 	CallbackQueue int
 	// Header is sent with the WebSocket handshake.
 	Header http.Header
@@ -59,6 +69,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.AckTimeout <= 0 {
 		c.AckTimeout = 5 * time.Second
+	}
+	if c.MaxAckTimeouts <= 0 {
+		c.MaxAckTimeouts = 3
 	}
 	if c.CallbackQueue <= 0 {
 		c.CallbackQueue = 1024
@@ -83,12 +96,20 @@ func (c *Config) validate() error {
 // belong to that connection alone: a new connection never inherits them.
 // They are called one at a time, in arrival order, on the connection's own
 // goroutine; a handler that blocks delays later callbacks (never acks), so
-// hand long work off. After Close no new handler call starts (one already
-// running finishes). When the server ends the connection (kicked, network,
-// heartbeat), the callbacks already read are still delivered, then none.
+// hand long work off.
+//
+// Every callback read from the socket is handed to a handler exactly once,
+// however the connection ends (Close, kicked, network, heartbeat, backlog):
+// WeCom does not ack callbacks and would not send them again, so dropping
+// one read here would lose it. Calls made after the connection started
+// closing see c.Reason() != ReasonNone, and replies on c then fail with
+// ErrClosed: persist the message and answer it another way (proactive
+// push), or, if the caller must no longer act for the bot (leadership
+// lost), leave it to the next leader's gap backfill.
+//
 // Every call has returned when Done is closed: wait on Done before building
 // the next connection, and no message is ever handled by two generations of
-// handlers.
+// handlers. A handler that never returns keeps Done open.
 type Handlers struct {
 	OnMessage func(c *Conn, reqID string, msg *MsgCallback)
 	OnEvent   func(c *Conn, reqID string, ev *EventCallback)
@@ -105,14 +126,14 @@ type Conn struct {
 	log  zerolog.Logger
 	wmu  sync.Mutex // one writer at a time (gorilla/websocket's rule)
 	pmu  sync.Mutex
-	pend map[string]chan *Frame // req_id → waiter of the frame in flight
-	lock map[string]*reqLock    // req_id → serializer
+	reqs map[string]*reqState // req_id → its frames' state
 
 	cbMu     sync.Mutex
 	cbq      []*Frame      // callbacks read, not yet delivered
 	cbReady  chan struct{} // signalled when cbq grows
-	cbWarned bool
-	missed   atomic.Int32
+	readDone chan struct{} // closed when the reader has stopped adding to cbq
+	missed   atomic.Int32  // pings in a row without an ack
+	timeouts atomic.Int32  // frames in a row whose ack timed out
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed when the connection starts closing
@@ -123,13 +144,24 @@ type Conn struct {
 	wg        sync.WaitGroup
 }
 
-type reqLock struct {
-	ch   chan struct{}
-	refs int
+// reqState is what the connection knows about one req_id's frames. Guarded
+// by Conn.pmu; dropped when no caller holds it and no ack is owed.
+type reqState struct {
+	turn chan struct{} // one frame of the req_id at a time
+	refs int           // callers holding or waiting for the turn
+	// unacked counts frames sent whose ack has not arrived: after a
+	// timeout it stays above zero until the late ack comes, and while it
+	// does an ack cannot be told apart from an earlier frame's.
+	unacked int
+	waiter  chan *Frame // the frame in flight, nil if none
 }
 
-// Dial connects, subscribes and starts the heartbeat. An auth failure is an
-// *AuthError (errors.Is(err, ErrAuthFailed)): retrying it never helps.
+// Dial connects, subscribes and starts the heartbeat. A refused subscribe is
+// an *AuthError (errors.Is(err, ErrAuthFailed)) only for an authentication
+// errcode (wrong, unknown or revoked credentials): retrying it never helps.
+// Any other refusal (command conflict, system busy…) is a *SubscribeError
+// (errors.Is(err, ErrSubscribeRefused)), and dial or network failures are
+// plain errors: back off and retry those.
 func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -146,15 +178,15 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 		return nil, fmt.Errorf("wecom: bot %s: dial %s: %w", cfg.BotID, cfg.URL, err)
 	}
 	c := &Conn{
-		cfg:     cfg,
-		id:      connSeq.Add(1),
-		ws:      ws,
-		h:       h,
-		pend:    make(map[string]chan *Frame),
-		lock:    make(map[string]*reqLock),
-		cbReady: make(chan struct{}, 1),
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
+		cfg:      cfg,
+		id:       connSeq.Add(1),
+		ws:       ws,
+		h:        h,
+		reqs:     make(map[string]*reqState),
+		cbReady:  make(chan struct{}, 1),
+		readDone: make(chan struct{}),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	c.log = cfg.Logger.With().Str("bot", cfg.BotID).Uint64("conn", c.id).Logger()
 	ws.SetReadLimit(4 * MaxFrameBytes)
@@ -163,6 +195,8 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 		ws.Close()
 		return nil, err
 	}
+	// Early callbacks are few (what arrived with the subscribe ack) and
+	// are queued whatever the bound: they were read and must be handed over.
 	for _, f := range early {
 		c.enqueue(f)
 	}
@@ -203,8 +237,10 @@ func (c *Conn) subscribe(ctx context.Context) (early []*Frame, err error) {
 			early = append(early, &f)
 		case !f.IsAck() || f.Headers.ReqID != reqID:
 			c.log.Warn().Str("cmd", f.Cmd).Msg("unexpected frame before subscribe ack; ignored")
-		case f.ErrCode != ErrCodeOK:
+		case f.ErrCode != ErrCodeOK && IsAuthErrCode(f.ErrCode):
 			return nil, &AuthError{BotID: c.cfg.BotID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
+		case f.ErrCode != ErrCodeOK:
+			return nil, &SubscribeError{BotID: c.cfg.BotID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
 		default:
 			return early, nil
 		}
@@ -217,7 +253,8 @@ func (c *Conn) ID() uint64 { return c.id }
 // BotID is the bot this connection belongs to.
 func (c *Conn) BotID() string { return c.cfg.BotID }
 
-// Done is closed when the connection has ended and every handler call has
+// Done is closed when the connection has ended, every callback read from
+// the socket has been handed to the handlers and every handler call has
 // returned. Wait on it, then read Err for the reason.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
@@ -242,7 +279,9 @@ func (c *Conn) Reason() CloseReason {
 }
 
 // Close ends the connection (ReasonClosedByUs) and returns at once; it may
-// be called from a handler. Wait on Done for the goroutines to end.
+// be called from a handler. Nothing more is read from the socket; the
+// callbacks already read are still handed to the handlers (see Handlers).
+// Wait on Done for that and for the goroutines to end.
 func (c *Conn) Close() error {
 	c.shut(ReasonClosedByUs, nil)
 	return nil
@@ -274,8 +313,11 @@ func (c *Conn) closeErr() error {
 }
 
 // read owns the socket's read side; when it ends the connection is over.
+// Acks are handled here, on the reader itself, so they never wait behind
+// callbacks; callbacks go to the bounded queue the dispatcher drains.
 func (c *Conn) read() {
 	defer func() {
+		close(c.readDone)
 		c.wg.Wait()
 		close(c.done)
 	}()
@@ -297,7 +339,10 @@ func (c *Conn) read() {
 			c.shut(ReasonKicked, errors.New("disconnected_event: another connection subscribed with this bot id"))
 			return
 		case f.Cmd == CmdMsgCallback || f.Cmd == CmdEventCallback:
-			c.enqueue(&f)
+			if !c.enqueue(&f) {
+				c.shut(ReasonBacklog, fmt.Errorf("%d callbacks waiting for the handlers (Config.CallbackQueue): handlers too slow; hand long work off", c.cfg.CallbackQueue))
+				return
+			}
 		default:
 			c.log.Warn().Str("cmd", f.Cmd).Msg("unknown frame from server; ignored")
 		}
@@ -310,85 +355,96 @@ func isDisconnected(body json.RawMessage) bool {
 }
 
 func (c *Conn) ack(f *Frame) {
-	if strings.HasPrefix(f.Headers.ReqID, CmdPing+"_") {
-		if f.ErrCode == ErrCodeOK {
+	id := f.Headers.ReqID
+	if strings.HasPrefix(id, CmdPing+"_") {
+		switch f.ErrCode {
+		case ErrCodeOK:
 			c.missed.Store(0)
-		} else {
+		case ErrCodeNotSubscribed:
+			c.shut(ReasonNotSubscribed, fmt.Errorf("ping answered errcode %d: %s", f.ErrCode, f.ErrMsg))
+		default:
 			c.log.Warn().Int("errcode", f.ErrCode).Str("errmsg", f.ErrMsg).Msg("heartbeat refused")
 		}
 		return
 	}
 	c.pmu.Lock()
-	w := c.pend[f.Headers.ReqID]
-	delete(c.pend, f.Headers.ReqID)
-	c.pmu.Unlock()
-	if w == nil {
-		c.log.Debug().Str("req_id", f.Headers.ReqID).Msg("ack for no frame in flight (late after a timeout?); ignored")
+	st := c.reqs[id]
+	if st == nil || st.unacked == 0 {
+		c.pmu.Unlock()
+		c.log.Warn().Str("req_id", id).Int("errcode", f.ErrCode).Msg("ack for no frame sent on this req_id; ignored")
 		return
 	}
-	w <- f // buffered, one slot
+	st.unacked--
+	w := st.waiter
+	st.waiter = nil
+	c.forgetLocked(id, st)
+	c.pmu.Unlock()
+	c.timeouts.Store(0)
+	if w != nil {
+		w <- f // buffered, one slot
+	} else {
+		c.log.Info().Str("req_id", id).Int("errcode", f.ErrCode).Str("errmsg", f.ErrMsg).
+			Msg("late ack of a frame that timed out; its outcome stays unknown to the caller")
+	}
+	if f.ErrCode == ErrCodeNotSubscribed {
+		c.shut(ReasonNotSubscribed, fmt.Errorf("frame on req_id %s answered errcode %d: %s", id, f.ErrCode, f.ErrMsg))
+	}
+}
+
+// forgetLocked drops a req_id's state once nobody holds it and no ack is
+// owed. Call with pmu held.
+func (c *Conn) forgetLocked(id string, st *reqState) {
+	if st.refs == 0 && st.unacked == 0 && c.reqs[id] == st {
+		delete(c.reqs, id)
+	}
 }
 
 // enqueue hands a callback to the dispatcher without ever blocking the
-// reader.
-func (c *Conn) enqueue(f *Frame) {
+// reader. It reports whether there is room for another one: false once
+// CallbackQueue callbacks wait (this one is queued all the same).
+func (c *Conn) enqueue(f *Frame) bool {
 	c.cbMu.Lock()
 	c.cbq = append(c.cbq, f)
 	n := len(c.cbq)
-	warn := n >= c.cfg.CallbackQueue && !c.cbWarned
-	if warn {
-		c.cbWarned = true
-	} else if n < c.cfg.CallbackQueue/2 {
-		c.cbWarned = false
-	}
 	c.cbMu.Unlock()
-	if warn {
-		c.log.Warn().Int("queued", n).Msg("callbacks are arriving faster than the handler takes them")
-	}
 	select {
 	case c.cbReady <- struct{}{}:
 	default:
 	}
+	return n < c.cfg.CallbackQueue
 }
 
-// take removes every queued callback.
-func (c *Conn) take() []*Frame {
+// next removes the oldest queued callback, nil if none. One at a time, so
+// that everything not yet handed to a handler counts against the bound.
+func (c *Conn) next() *Frame {
 	c.cbMu.Lock()
 	defer c.cbMu.Unlock()
-	fs := c.cbq
-	c.cbq = nil
-	return fs
+	if len(c.cbq) == 0 {
+		return nil
+	}
+	f := c.cbq[0]
+	c.cbq[0] = nil
+	c.cbq = c.cbq[1:]
+	return f
 }
 
+// dispatch hands callbacks to the handlers until the reader has stopped
+// and the queue is empty: whatever ended the connection, every callback
+// read is handed over (see Handlers).
 func (c *Conn) dispatch() {
 	defer c.wg.Done()
 	for {
 		select {
-		case <-c.closing:
-			c.drain()
+		case <-c.readDone:
+			for f := c.next(); f != nil; f = c.next() {
+				c.deliver(f)
+			}
 			return
 		case <-c.cbReady:
 		}
-		for _, f := range c.take() {
-			if c.closed.Load() && c.Reason() == ReasonClosedByUs {
-				return
-			}
+		for f := c.next(); f != nil; f = c.next() {
 			c.deliver(f)
 		}
-	}
-}
-
-// drain delivers the callbacks read before the server ended the connection
-// (kicked, network error, heartbeat lost): they arrived while the
-// connection was valid, and dropping them would leave gaps. After Close
-// (ReasonClosedByUs: the caller must stop acting, e.g. leadership lost)
-// they are dropped; gap backfill recovers them from history.
-func (c *Conn) drain() {
-	if c.Reason() == ReasonClosedByUs {
-		return
-	}
-	for _, f := range c.take() {
-		c.deliver(f)
 	}
 }
 
@@ -455,39 +511,51 @@ func (c *Conn) write(raw []byte) error {
 
 // acquire waits for the req_id's turn: frames of one req_id go one at a
 // time, each after the previous one's ack or timeout.
-func (c *Conn) acquire(ctx context.Context, reqID string) (release func(), err error) {
+func (c *Conn) acquire(ctx context.Context, reqID string) (st *reqState, release func(), err error) {
 	c.pmu.Lock()
-	l := c.lock[reqID]
-	if l == nil {
-		l = &reqLock{ch: make(chan struct{}, 1)}
-		c.lock[reqID] = l
+	st = c.reqs[reqID]
+	if st == nil {
+		st = &reqState{turn: make(chan struct{}, 1)}
+		c.reqs[reqID] = st
 	}
-	l.refs++
+	st.refs++
 	c.pmu.Unlock()
 	drop := func() {
 		c.pmu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(c.lock, reqID)
-		}
+		st.refs--
+		c.forgetLocked(reqID, st)
 		c.pmu.Unlock()
 	}
 	select {
-	case l.ch <- struct{}{}:
-		return func() { <-l.ch; drop() }, nil
+	case st.turn <- struct{}{}:
+		return st, func() { <-st.turn; drop() }, nil
 	case <-ctx.Done():
 		drop()
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	case <-c.closing:
 		drop()
-		return nil, c.closeErr()
+		return nil, nil, c.closeErr()
 	}
 }
 
 // Do sends one frame and waits for its ack: the generic form behind every
-// send method. An ack with errcode ≠ 0 is an *AckError. Acks carry only the
-// req_id, so an ack arriving after its frame timed out is taken for the next
-// frame of that req_id, as in the official SDK; a timed-out frame's fate is
-// unknown either way.
+// send method. The outcomes:
+//   - nil: the server accepted this frame (errcode 0);
+//   - an *AckError: the server refused this frame with that errcode;
+//   - ErrAckTimeout (which also satisfies ErrAckUnknown): no ack within
+//     AckTimeout; the frame may or may not have been applied;
+//   - ErrAckUnknown: an ack came, but an earlier frame of the same req_id
+//     had timed out and its ack was still owed, so this ack may be that
+//     frame's: this frame's outcome is unknown (see the package doc);
+//   - ctx's error: the caller gave up; a frame already written may or may
+//     not have been applied;
+//   - a *CloseError (ErrClosed): the connection ended first;
+//   - ErrInvalidFrame, ErrFrameTooLarge…: refused locally, nothing sent.
+//
+// An ack with errcode 846609 (not subscribed) also closes the connection
+// (ReasonNotSubscribed), and MaxAckTimeouts timeouts in a row close it
+// (ReasonAckTimeouts). IsConnectionError tells the outcomes about the
+// connection from those about this frame.
 func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, error) {
 	if reqID == "" {
 		return nil, fmt.Errorf("%w: %s without req_id", ErrInvalidFrame, cmd)
@@ -496,7 +564,7 @@ func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, err
 	if err != nil {
 		return nil, err
 	}
-	release, err := c.acquire(ctx, reqID)
+	st, release, err := c.acquire(ctx, reqID)
 	if err != nil {
 		return nil, err
 	}
@@ -504,37 +572,53 @@ func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, err
 
 	w := make(chan *Frame, 1)
 	c.pmu.Lock()
-	c.pend[reqID] = w
+	// An ack owed to an earlier frame would be indistinguishable from this
+	// frame's: decided before sending, so no ack can race the decision.
+	ambiguous := st.unacked > 0
+	st.unacked++
+	st.waiter = w
 	c.pmu.Unlock()
-	unregister := func() {
+	stopWaiting := func() {
 		c.pmu.Lock()
-		if c.pend[reqID] == w {
-			delete(c.pend, reqID)
+		if st.waiter == w {
+			st.waiter = nil
 		}
 		c.pmu.Unlock()
 	}
 	if err := c.write(raw); err != nil {
-		unregister()
+		stopWaiting()
 		return nil, err
 	}
 	t := time.NewTimer(c.cfg.AckTimeout)
 	defer t.Stop()
+	var f *Frame
 	select {
-	case f := <-w:
-		if f.ErrCode != ErrCodeOK {
-			return f, &AckError{Cmd: cmd, ReqID: reqID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
-		}
-		return f, nil
+	case f = <-w:
 	case <-t.C:
-		unregister()
-		return nil, fmt.Errorf("%w: %s (req_id %s) after %s", ErrAckTimeout, cmd, reqID, c.cfg.AckTimeout)
+		stopWaiting()
+		if n := int(c.timeouts.Add(1)); n >= c.cfg.MaxAckTimeouts {
+			c.shut(ReasonAckTimeouts, fmt.Errorf("%d frames in a row without an ack within %s", n, c.cfg.AckTimeout))
+		}
+		return nil, &ackTimeoutError{cmd: cmd, reqID: reqID, after: c.cfg.AckTimeout}
 	case <-ctx.Done():
-		unregister()
+		stopWaiting()
 		return nil, ctx.Err()
 	case <-c.closing:
-		unregister()
-		return nil, c.closeErr()
+		select {
+		case f = <-w: // the ack that closed the connection (846609)
+		default:
+			stopWaiting()
+			return nil, c.closeErr()
+		}
 	}
+	if ambiguous {
+		return nil, fmt.Errorf("%w: %s (req_id %s): an earlier frame of this req_id timed out and the ack that came (errcode %d) may be its",
+			ErrAckUnknown, cmd, reqID, f.ErrCode)
+	}
+	if f.ErrCode != ErrCodeOK {
+		return f, &AckError{Cmd: cmd, ReqID: reqID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
+	}
+	return f, nil
 }
 
 // Reply sends aibot_respond_msg on a callback's req_id.

@@ -1,10 +1,3 @@
-// Package wecom is the bot side of WeCom's AI bot long-connection protocol:
-// the frame types, the errcodes, and a client (Conn) that subscribes,
-// heartbeats, matches acks by req_id and serializes frames per req_id.
-//
-// The protocol as the real server speaks it is described in
-// ../shared/docs/wecom-protocol.md; values marked "assumed" there are
-// settings here, and nothing in this package depends on their exact number.
 package wecom
 
 import (
@@ -68,6 +61,9 @@ const (
 const (
 	ErrCodeOK = 0
 
+	// ErrCodeSystemBusy: WeCom's global "系统繁忙" (system busy), retry later.
+	// Note ErrCodeOf also returns -1 for an error that is not an ack.
+	ErrCodeSystemBusy = -1
 	// ErrCodeCommandConflict: "命令冲突"; one integration retries it.
 	ErrCodeCommandConflict = 6000
 	// ErrCodeInvalidCredential: subscribe with a wrong or revoked secret (assumed number).
@@ -367,7 +363,8 @@ func (e *AckError) Error() string {
 }
 
 // ErrCodeOf returns the errcode carried by err (an *AckError anywhere in its
-// chain), or -1 when err is not an ack error.
+// chain), or -1 when err is not an ack error (-1 is also ErrCodeSystemBusy:
+// use IsConnectionError, or errors.As for the *AckError, to tell them apart).
 func ErrCodeOf(err error) int {
 	var ae *AckError
 	if asAckError(err, &ae) {

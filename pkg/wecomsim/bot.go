@@ -23,6 +23,9 @@ type counters struct {
 	FinishedFrames  int64
 	ChatNotFound    int64
 	Drops           int64
+	LateAcks        int64 // acks sent late by the late_acks fault
+	SubRefusals     int64 // subscribes refused by the refuse_subscribe fault
+	Unsubscribed    int64 // subscriptions ended by the unsubscribe fault
 	Frames          map[string]int64
 	Errors          map[int]int64
 }
@@ -92,6 +95,10 @@ type bot struct {
 	media        map[string]bool
 	stallUntil   time.Time
 	silenceUntil time.Time
+	lateUntil    time.Time     // late_acks: acks decided before this are delayed…
+	lateDelay    time.Duration // …by this much (wall clock)
+	refuseUntil  time.Time     // refuse_subscribe: subscribes before this are refused…
+	refuseCode   int           // …with this errcode
 	stats        counters
 }
 

@@ -42,16 +42,84 @@ type conn struct {
 	closing bool // a close is queued or done: enqueue refuses more
 	wake    chan struct{}
 	done    chan struct{} // closed when the read loop ends
+
+	// Acks held back by the late_acks fault, in the order they were
+	// decided; lateLoop queues each one for writing when it is due.
+	lateMu   sync.Mutex
+	late     []lateAck
+	lateWake chan struct{}
+}
+
+// lateAck is an ack the late_acks fault holds back until due (wall clock).
+type lateAck struct {
+	due  time.Time
+	data []byte
 }
 
 func newConn(s *Server, id uint64, ws *websocket.Conn) *conn {
 	return &conn{
-		s:    s,
-		id:   id,
-		ws:   ws,
-		log:  s.log.With().Uint64("conn", id).Str("remote", ws.RemoteAddr().String()).Logger(),
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		s:        s,
+		id:       id,
+		ws:       ws,
+		log:      s.log.With().Uint64("conn", id).Str("remote", ws.RemoteAddr().String()).Logger(),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		lateWake: make(chan struct{}, 1),
+	}
+}
+
+// holdAck queues an ack to be written after delay. Acks keep their order:
+// one fault's delay is the same for all, and a shorter delay set later
+// never lets an ack overtake one held before it.
+func (c *conn) holdAck(data []byte, delay time.Duration) {
+	c.lateMu.Lock()
+	due := time.Now().Add(delay)
+	if n := len(c.late); n > 0 && due.Before(c.late[n-1].due) {
+		due = c.late[n-1].due
+	}
+	c.late = append(c.late, lateAck{due: due, data: data})
+	c.lateMu.Unlock()
+	select {
+	case c.lateWake <- struct{}{}:
+	default:
+	}
+}
+
+// lateLoop writes held-back acks when they are due; it ends with the read
+// loop (acks still held are dropped with the connection).
+func (c *conn) lateLoop(stopped chan<- struct{}) {
+	defer close(stopped)
+	for {
+		c.lateMu.Lock()
+		var next lateAck
+		if len(c.late) > 0 {
+			next = c.late[0]
+		}
+		c.lateMu.Unlock()
+		if next.data == nil {
+			select {
+			case <-c.lateWake:
+				continue
+			case <-c.done:
+				return
+			}
+		}
+		if wait := time.Until(next.due); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-c.done:
+				t.Stop()
+				return
+			}
+		}
+		c.lateMu.Lock()
+		c.late[0] = lateAck{}
+		c.late = c.late[1:]
+		c.lateMu.Unlock()
+		if c.enqueue(next.data) {
+			c.count(func(st *counters) { st.LateAcks++ })
+		}
 	}
 }
 
@@ -160,8 +228,9 @@ func (c *conn) writeLoop(stopped chan<- struct{}) {
 func (c *conn) run() {
 	c.log.Debug().Msg("connected")
 	c.ws.SetReadLimit(int64(c.s.cfg.MaxFrameBytes))
-	stopped := make(chan struct{})
+	stopped, lateStopped := make(chan struct{}), make(chan struct{})
 	go c.writeLoop(stopped)
+	go c.lateLoop(lateStopped)
 	defer func() {
 		// Refuse new frames first, so no callback counts as delivered once
 		// the socket is gone, then release the subscription.
@@ -178,6 +247,7 @@ func (c *conn) run() {
 		close(c.done)
 		c.ws.Close()
 		<-stopped
+		<-lateStopped
 		c.log.Debug().Msg("disconnected")
 	}()
 	for {
@@ -215,15 +285,20 @@ func (c *conn) ack(reqID string, code int, msg string, body any) {
 }
 
 // ackFor answers a client frame attributed to bot b (nil if unknown): the
-// errcode is counted in b's stats, and nothing is sent while b's acks are
-// stalled by a fault.
+// errcode is counted in b's stats, nothing is sent while b's acks are
+// stalled by a fault, and the ack is held back while b's acks are late.
 func (c *conn) ackFor(b *bot, reqID string, code int, msg string, body any) {
+	var delay time.Duration
 	if b != nil {
 		b.mu.Lock()
 		if code != 0 {
 			b.stats.Errors[code]++
 		}
-		stalled := c.s.now().Before(b.stallUntil)
+		now := c.s.now()
+		stalled := now.Before(b.stallUntil)
+		if now.Before(b.lateUntil) {
+			delay = b.lateDelay
+		}
 		b.mu.Unlock()
 		if stalled {
 			return
@@ -243,6 +318,10 @@ func (c *conn) ackFor(b *bot, reqID string, code int, msg string, body any) {
 	}
 	data, err := json.Marshal(a)
 	if err != nil {
+		return
+	}
+	if delay > 0 {
+		c.holdAck(data, delay)
 		return
 	}
 	c.enqueue(data)
@@ -339,6 +418,15 @@ func (c *conn) subscribe(f *wecom.Frame) {
 		log.Warn().Msg("subscribe refused: wrong or revoked secret")
 		c.ackFor(b, f.Headers.ReqID, wecom.ErrCodeInvalidCredential, "invalid credential: unknown bot_id or wrong secret", nil)
 		c.hangUp(websocket.ClosePolicyViolation, "authentication failed")
+		return
+	}
+	if now.Before(b.refuseUntil) {
+		code := b.refuseCode
+		b.stats.SubRefusals++
+		b.mu.Unlock()
+		log.Warn().Int("errcode", code).Msg("subscribe refused by the refuse_subscribe fault")
+		c.ackFor(b, f.Headers.ReqID, code, "subscribe refused, try again later (refuse_subscribe fault)", nil)
+		c.hangUp(websocket.CloseTryAgainLater, "subscribe refused, try again later")
 		return
 	}
 	c.bot = b

@@ -104,9 +104,14 @@ type Stats struct {
 	FinishedStreamFrames int64            `json:"finished_stream_frames"` // 846608: frame after finish
 	ChatNotFound         int64            `json:"chat_not_found"`         // 846604
 	Drops                int64            `json:"drops"`                  // connections closed by the drop fault
+	LateAcks             int64            `json:"late_acks"`              // acks sent late by the late_acks fault
+	SubscribeRefusals    int64            `json:"subscribe_refusals"`     // subscribes refused by refuse_subscribe
+	Unsubscribed         int64            `json:"unsubscribed"`           // subscriptions ended by the unsubscribe fault
 	Revoked              bool             `json:"revoked"`
 	AcksStalled          bool             `json:"acks_stalled"`
+	AcksLate             bool             `json:"acks_late"`
 	Silenced             bool             `json:"silenced"`
+	SubscribeRefused     bool             `json:"subscribe_refused"`
 	Frames               map[string]int64 `json:"frames"` // frames received, by cmd, rejected ones included
 	Errors               map[string]int64 `json:"errors"` // error acks decided, by errcode
 }
@@ -135,10 +140,17 @@ type HistoryMessage struct {
 // FaultRequest injects a fault (POST /control/faults).
 type FaultRequest struct {
 	BotID string `json:"bot_id"`
-	// Action is drop, revoke, restore, stall_acks, silence or clear.
+	// Action is drop, revoke, restore, stall_acks, late_acks, silence,
+	// refuse_subscribe, unsubscribe or clear.
 	Action string `json:"action"`
-	// Seconds is how long stall_acks or silence last.
+	// Seconds is how long stall_acks, late_acks, silence or
+	// refuse_subscribe last.
 	Seconds float64 `json:"seconds,omitempty"`
+	// DelaySeconds is how late late_acks sends each ack (required for it).
+	DelaySeconds float64 `json:"delay_seconds,omitempty"`
+	// ErrCode is what refuse_subscribe answers (default 6000, command
+	// conflict; 40001 would be an auth failure, which revoke already plays).
+	ErrCode int `json:"errcode,omitempty"`
 }
 
 // BotRequest adds a bot (POST /control/bots).
@@ -153,9 +165,16 @@ const (
 	FaultRevoke    = "revoke"
 	FaultRestore   = "restore"
 	FaultStallAcks = "stall_acks"
+	FaultLateAcks  = "late_acks"
 	FaultSilence   = "silence"
 	FaultClear     = "clear"
+	// FaultRefuseSubscribe answers subscribes with a non-auth errcode.
+	FaultRefuseSubscribe = "refuse_subscribe"
+	// FaultUnsubscribe ends the subscription but keeps the socket open.
+	FaultUnsubscribe = "unsubscribe"
 )
+
+const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe or clear"
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
@@ -409,9 +428,14 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		FinishedStreamFrames: c.FinishedFrames,
 		ChatNotFound:         c.ChatNotFound,
 		Drops:                c.Drops,
+		LateAcks:             c.LateAcks,
+		SubscribeRefusals:    c.SubRefusals,
+		Unsubscribed:         c.Unsubscribed,
 		Revoked:              b.revoked,
 		AcksStalled:          now.Before(b.stallUntil),
+		AcksLate:             now.Before(b.lateUntil),
 		Silenced:             now.Before(b.silenceUntil),
+		SubscribeRefused:     now.Before(b.refuseUntil),
 		Frames:               make(map[string]int64, len(c.Frames)),
 		Errors:               make(map[string]int64, len(c.Errors)),
 	}
@@ -461,8 +485,16 @@ func (s *Server) History(q HistoryQuery) ([]HistoryMessage, error) {
 //     (1008) and subscribes fail until restore.
 //   - restore: undo revoke.
 //   - stall_acks: for Seconds, frames are processed but no ack is sent.
+//   - late_acks: for Seconds, frames are processed at once but each ack is
+//     sent DelaySeconds (wall clock) late, in order; callbacks are not held.
 //   - silence: for Seconds, callbacks are not delivered (recorded undelivered).
-//   - clear: end stall_acks and silence now.
+//   - refuse_subscribe: for Seconds, a subscribe with the right secret is
+//     answered ErrCode (default 6000) and the connection closed (1013);
+//     the current connection is not touched.
+//   - unsubscribe: the subscribed connection loses its subscription but
+//     stays open: every frame but subscribe gets 846609 on it.
+//   - clear: end stall_acks, late_acks, silence and refuse_subscribe now
+//     (acks already delayed still go out late).
 func (s *Server) Fault(req FaultRequest) error {
 	b, err := s.needBot(req.BotID)
 	if err != nil {
@@ -473,6 +505,13 @@ func (s *Server) Fault(req FaultRequest) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	log := s.log.Info().Str("bot", b.id).Str("fault", req.Action)
+	switch req.Action {
+	case FaultStallAcks, FaultLateAcks, FaultSilence, FaultRefuseSubscribe:
+		if req.Seconds <= 0 {
+			return invalid("seconds must be positive for %s (how long the fault lasts)", req.Action)
+		}
+		log = log.Float64("seconds", req.Seconds)
+	}
 	switch req.Action {
 	case FaultDrop:
 		if b.live != nil {
@@ -488,22 +527,38 @@ func (s *Server) Fault(req FaultRequest) error {
 		}
 	case FaultRestore:
 		b.revoked = false
-	case FaultStallAcks, FaultSilence:
-		if req.Seconds <= 0 {
-			return invalid("seconds must be positive for %s (how long the fault lasts)", req.Action)
+	case FaultStallAcks:
+		b.stallUntil = now.Add(dur)
+	case FaultSilence:
+		b.silenceUntil = now.Add(dur)
+	case FaultLateAcks:
+		if req.DelaySeconds <= 0 {
+			return invalid("delay_seconds must be positive for late_acks (how late each ack is sent)")
 		}
-		if req.Action == FaultStallAcks {
-			b.stallUntil = now.Add(dur)
-		} else {
-			b.silenceUntil = now.Add(dur)
+		b.lateUntil = now.Add(dur)
+		b.lateDelay = time.Duration(req.DelaySeconds * float64(time.Second))
+		log = log.Float64("delay_seconds", req.DelaySeconds)
+	case FaultRefuseSubscribe:
+		code := req.ErrCode
+		switch {
+		case code == 0:
+			code = wecom.ErrCodeCommandConflict
+		case code == wecom.ErrCodeInvalidCredential:
+			return invalid("errcode %d is the auth failure: use the revoke fault for it", code)
 		}
-		log = log.Float64("seconds", req.Seconds)
+		b.refuseUntil, b.refuseCode = now.Add(dur), code
+		log = log.Int("errcode", code)
+	case FaultUnsubscribe:
+		if b.live != nil {
+			b.live = nil
+			b.stats.Unsubscribed++
+		}
 	case FaultClear:
-		b.stallUntil, b.silenceUntil = time.Time{}, time.Time{}
+		b.stallUntil, b.silenceUntil, b.lateUntil, b.refuseUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	case "":
-		return invalid("action is required: drop, revoke, restore, stall_acks, silence or clear")
+		return invalid("action is required: %s", faultActions)
 	default:
-		return invalid("unknown fault action %q: want drop, revoke, restore, stall_acks, silence or clear", req.Action)
+		return invalid("unknown fault action %q: want %s", req.Action, faultActions)
 	}
 	log.Msg("fault injected")
 	return nil

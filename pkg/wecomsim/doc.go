@@ -4,7 +4,8 @@
 // It speaks the protocol described in shared/docs/wecom-protocol.md on a
 // WebSocket at "/" and offers a JSON control API under "/control/" to play
 // the users' side (post messages and events), to inject faults (drop,
-// revoke, stall acks, silence) and to read what the users would see
+// revoke, stall or late acks, silence, refused subscribe, lost
+// subscription) and to read what the users would see
 // (transcripts), what the bots did (stats) and what they were sent (history).
 //
 // Guarantees:

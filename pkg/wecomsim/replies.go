@@ -152,17 +152,18 @@ func (c *conn) quotaCheck(b *bot, chat string, now time.Time) (result, bool) {
 	return accepted, true
 }
 
-// apply runs a frame's rule under the bot's lock, then acks the frame and,
-// if record is set, records it for the latency recorder.
+// apply runs a frame's rule under the bot's lock, records it for the
+// latency recorder if record is set, then acks it: recorded before the
+// ack, so a bot that has its ack finds the frame in the recording.
 func (c *conn) apply(b *bot, f *wecom.Frame, rule func(*bot, *wecom.Frame, time.Time) result, record func(*bot, *wecom.Frame, result, time.Time)) {
 	now := c.s.now()
 	b.mu.Lock()
 	r := rule(b, f, now)
 	b.mu.Unlock()
-	c.finish(f, r)
 	if record != nil {
 		record(b, f, r, now)
 	}
+	c.finish(f, r)
 }
 
 func (c *conn) respondMsg(b *bot, f *wecom.Frame) { c.apply(b, f, c.respondMsgLocked, c.replyRecorded) }
