@@ -102,6 +102,9 @@ type Access struct {
 	seen    *lru
 	statsMu sync.Mutex
 	stats   Stats
+
+	termsMu sync.Mutex
+	terms   map[*election.Term]*sync.WaitGroup // callbacks in hand, per term
 }
 
 // Stats counts what the inbound path did.
@@ -153,6 +156,7 @@ func New(cfg Config) (*Access, error) {
 		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(),
 		users: set(cfg.AllowUsers), chats: set(cfg.AllowChats),
 		sem: make(chan struct{}, cfg.Parallel), seen: newLRU(cfg.DedupeSize),
+		terms: map[*election.Term]*sync.WaitGroup{},
 	}
 	return a, nil
 }
@@ -181,6 +185,41 @@ func (a *Access) count(f func(*Stats)) {
 // Wait returns when every message being handled is done.
 func (a *Access) Wait() { a.wg.Wait() }
 
+// track counts a callback of term's connection until done is called.
+func (a *Access) track(term *election.Term) (done func()) {
+	a.termsMu.Lock()
+	defer a.termsMu.Unlock()
+	wg := a.terms[term]
+	if wg == nil {
+		wg = &sync.WaitGroup{}
+		a.terms[term] = wg
+	}
+	wg.Add(1)
+	return wg.Done
+}
+
+// WaitTerm returns once every callback of term's connection has been
+// handled to the end (published, recorded, receipt attempted), or when
+// ctx ends. The node calls it after the connection is gone and before it
+// resigns (node.Config.Drain), so a deploy loses no message WeCom
+// delivered.
+func (a *Access) WaitTerm(ctx context.Context, term *election.Term) {
+	a.termsMu.Lock()
+	wg := a.terms[term]
+	delete(a.terms, term)
+	a.termsMu.Unlock()
+	if wg == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }() // ends with the handlers (each bounded by Timeout)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		a.log.Warn().Str("bot", term.Bot).Int64("term", term.Rev).Msg("callbacks still being handled at the drain deadline; resigning anyway")
+	}
+}
+
 // HandleMessage takes a callback off the connection's goroutine, waiting
 // for a free slot when Parallel messages are being handled (back-pressure
 // on the connection's callback queue, never a dropped message).
@@ -190,8 +229,10 @@ func (a *Access) Wait() { a.wg.Wait() }
 // will not deliver it again. Wait reports when every one is done.
 func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
 	a.count(func(s *Stats) { s.Received++ })
+	done := a.track(term)
 	a.sem <- struct{}{}
 	a.wg.Go(func() {
+		defer done()
 		defer func() { <-a.sem }()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(term.Context()), a.cfg.Timeout)
 		defer cancel()
@@ -204,7 +245,11 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 	if ev.Event.EventType != wecom.EventEnterChat || a.cfg.Texts.Welcome == "" {
 		return
 	}
+	done := a.track(term)
+	a.sem <- struct{}{} // events share the bound with messages
 	a.wg.Go(func() {
+		defer done()
+		defer func() { <-a.sem }()
 		ctx, cancel := context.WithTimeout(term.Context(), 5*time.Second) // WeCom's welcome window
 		defer cancel()
 		body := &wecom.WelcomeBody{MsgType: wecom.MsgTypeText, Text: &wecom.TextContent{Content: a.cfg.Texts.Welcome}}
@@ -254,7 +299,8 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		}
 		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
 		if err != nil {
-			if a.cfg.Budget != nil && wecom.ErrCodeOf(err) >= 0 {
+			var refused *wecom.AckError
+			if a.cfg.Budget != nil && errors.As(err, &refused) && !errors.Is(err, wecom.ErrAckUnknown) {
 				a.cfg.Budget(term.Bot).Refund(chat)
 			}
 			log.Warn().Err(err).Msg("reply failed")

@@ -101,6 +101,14 @@ type WeCom struct {
 	URL               string        `yaml:"url"`
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	AckTimeout        time.Duration `yaml:"ack_timeout"`
+	// MaxAckTimeouts in a row tear the connection down (a socket that is
+	// open but not answering); the election loop makes a new one. 0: the
+	// client's default (3).
+	MaxAckTimeouts int `yaml:"max_ack_timeouts"`
+	// CallbackQueue bounds callbacks read and not yet handed to the
+	// inbound path; past it the connection is closed (never a message
+	// dropped silently). 0: the client's default (1024).
+	CallbackQueue int `yaml:"callback_queue"`
 }
 
 // Election timings; see package election for what each trades off.
@@ -333,6 +341,8 @@ var Keys = []Key{
 	{Name: "nats.url", Flag: "nats", Usage: "NATS URL (none: embedded)", set: str(func(c *Config) *string { return &c.NATS.URL })},
 	{Name: "wecom.url", Flag: "wecom-url", Usage: "WeCom WebSocket URL", set: str(func(c *Config) *string { return &c.WeCom.URL })},
 	{Name: "wecom.heartbeat_interval", Flag: "wecom-heartbeat", Usage: "WeCom ping period", set: dur(func(c *Config) *time.Duration { return &c.WeCom.HeartbeatInterval })},
+	{Name: "wecom.max_ack_timeouts", Flag: "wecom-max-ack-timeouts", Usage: "ack timeouts in a row that tear the connection down (0: 3)", set: integer(func(c *Config) *int { return &c.WeCom.MaxAckTimeouts })},
+	{Name: "wecom.callback_queue", Flag: "wecom-callback-queue", Usage: "callbacks read and not yet handled before the connection is closed (0: 1024)", set: integer(func(c *Config) *int { return &c.WeCom.CallbackQueue })},
 	{Name: "wecom.ack_timeout", Flag: "wecom-ack-timeout", Usage: "WeCom ack timeout", set: dur(func(c *Config) *time.Duration { return &c.WeCom.AckTimeout })},
 	{Name: "election.ttl", Flag: "election-ttl", Usage: "election session TTL", set: dur(func(c *Config) *time.Duration { return &c.Election.TTL })},
 	{Name: "election.safety_margin", Flag: "election-safety-margin", Usage: "leadership is dropped this long before the lease can expire", set: dur(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
@@ -483,6 +493,12 @@ func (c *Config) Validate() error {
 	}
 	if c.WeCom.HeartbeatInterval <= 0 {
 		bad("wecom.heartbeat_interval", "must be positive, got %s", c.WeCom.HeartbeatInterval)
+	}
+	if c.WeCom.MaxAckTimeouts < 0 {
+		bad("wecom.max_ack_timeouts", "must be 0 (default) or more, got %d", c.WeCom.MaxAckTimeouts)
+	}
+	if c.WeCom.CallbackQueue < 0 {
+		bad("wecom.callback_queue", "must be 0 (default) or more, got %d", c.WeCom.CallbackQueue)
 	}
 	if c.WeCom.AckTimeout <= 0 {
 		bad("wecom.ack_timeout", "must be positive, got %s", c.WeCom.AckTimeout)

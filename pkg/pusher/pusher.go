@@ -630,6 +630,13 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 		case err == nil:
 			p.count(func(s *Stats) { s.Frames++ })
 			return p.delivered(ctx, r, final, "final frame acked", 0)
+		case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
+			// No ack we can trust for this req_id (a timeout, or an
+			// earlier frame's ack still owed): the final may or may not be
+			// on the user's screen. Push the answer (its own req_id), so it
+			// is there for sure; at worst the user sees it twice.
+			p.count(func(s *Stats) { s.Ambiguous++ })
+			return p.toPush(ctx, r, "final frame's outcome unknown (no trustworthy ack); pushing the answer")
 		case code == wecom.ErrCodeStreamExpired && r.FinalPending && now.Before(r.StreamStart.Add(p.cfg.StreamWindow)):
 			// An earlier final frame whose ack was lost was applied: the
 			// stream is finished, not expired.
@@ -684,8 +691,10 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 	}
 	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})
 	if err != nil {
-		p.cfg.Budget.Refund(chat)
-		if code := wecom.ErrCodeOf(err); code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired {
+		if refused(err) {
+			p.cfg.Budget.Refund(chat)
+		}
+		if code := wecom.ErrCodeOf(err); refused(err) && (code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired) {
 			return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
 		}
 		return p.sendFailed(ctx, r, err)
@@ -755,7 +764,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 			return false, time.Until(p.cfg.Budget.Free(r.Chat))
 		}
 		if err := p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, parts[i]); err != nil {
-			if wecom.ErrCodeOf(err) >= 0 {
+			if refused(err) {
 				p.cfg.Budget.Refund(r.Chat) // refused: not counted by WeCom either
 			}
 			return p.sendFailed(ctx, r, err)
@@ -781,11 +790,24 @@ func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string
 	return true, 0
 }
 
-// sendFailed counts an attempt; past MaxAttempts the delivery fails.
+// refused reports whether WeCom answered a send with an errcode (it did
+// not apply it, and does not count it against the quota), as opposed to an
+// outcome that is unknown (no ack, the connection gone).
+func refused(err error) bool {
+	var ae *wecom.AckError
+	return errors.As(err, &ae) && !errors.Is(err, wecom.ErrAckUnknown)
+}
+
+// sendFailed counts an attempt about the task itself; past MaxAttempts the
+// delivery fails. A connection-wide error (closed, ack timeouts, not
+// subscribed, system busy) is not the task's: it costs no attempt, and the
+// send is tried again on a healthy connection (the client tears a sick one
+// down; the election loop makes a new one).
 func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) (bool, time.Duration) {
 	p.count(func(s *Stats) { s.Errors++ })
-	if errors.Is(sendErr, wecom.ErrClosed) || ctx.Err() != nil {
-		return false, time.Second // the term is ending; the next leader carries on
+	if wecom.IsConnectionError(sendErr) || ctx.Err() != nil {
+		p.log.Info().Err(sendErr).Str("task", r.ID).Msg("send failed on the connection, not the task; retrying without counting an attempt")
+		return false, time.Second
 	}
 	var attempts int
 	rec, err := p.cfg.Lifecycle.SendFailed(ctx, r.ID, sendErr, p.cfg.MaxAttempts)

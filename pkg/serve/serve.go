@@ -217,9 +217,11 @@ func Run(ctx context.Context, o Options) error {
 	n.Node, err = node.New(o.Etcd, node.Config{
 		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: "http://" + o.Listener.Addr().String(),
 		Slots: cfg.Worker.Slots, Bots: cfg.Bots,
-		WeCom:    wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout},
+		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
+			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue},
 		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin},
 		Inbound:  n.Access,
+		Drain:    n.Access.WaitTerm,
 		Leading: func(ctx context.Context, term *election.Term, conn *wecom.Conn) {
 			p, err := pusher.New(pusher.Config{
 				Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: store, Lifecycle: lc,
