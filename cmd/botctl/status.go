@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -20,8 +22,45 @@ import (
 // Status is `botctl status --json`. Other tools rely on its shape:
 // {"nodes":[{"id",…}],"bots":[{"id","leader","since",…}]}.
 type Status struct {
-	Nodes []node.Info `json:"nodes"`
-	Bots  []BotStatus `json:"bots"`
+	Nodes []NodeStatus `json:"nodes"`
+	Bots  []BotStatus  `json:"bots"`
+}
+
+// NodeStatus is a node's registration plus what its own API says now:
+// tasks held in its spool (only on its disk until JetStream takes them)
+// and worker slots busy. Unreachable says why they are missing.
+type NodeStatus struct {
+	node.Info
+	SpoolDepth  *int   `json:"spool_depth,omitempty"`
+	WorkerBusy  *int   `json:"worker_busy,omitempty"`
+	WorkerSlots *int   `json:"worker_slots,omitempty"`
+	Unreachable string `json:"unreachable,omitempty"`
+}
+
+// live asks a node's API for what only it knows.
+func live(ctx context.Context, n *NodeStatus) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.Address+"/status", nil)
+	if err != nil {
+		n.Unreachable = err.Error()
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		n.Unreachable = err.Error()
+		return
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Spool  struct{ Depth int }       `json:"spool"`
+		Worker struct{ Busy, Slots int } `json:"worker"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&v) != nil {
+		n.Unreachable = "GET /status: " + resp.Status
+		return
+	}
+	n.SpoolDepth, n.WorkerBusy, n.WorkerSlots = &v.Spool.Depth, &v.Worker.Busy, &v.Worker.Slots
 }
 
 // BotStatus is one bot across the cluster.
@@ -96,10 +135,13 @@ func readStatus(ctx context.Context, cli *clientv3.Client, history int) (Status,
 			ids[id] = true
 		}
 	}
-	st := Status{Nodes: nodes, Bots: []BotStatus{}}
-	if st.Nodes == nil {
-		st.Nodes = []node.Info{}
+	st := Status{Nodes: make([]NodeStatus, len(nodes)), Bots: []BotStatus{}}
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		st.Nodes[i].Info = n
+		wg.Go(func() { live(ctx, &st.Nodes[i]) })
 	}
+	wg.Wait()
 	for id := range ids {
 		b := BotStatus{ID: id, Gate: gates[id], Nodes: map[string]node.BotStatus{}}
 		info, err := election.Leader(ctx, cli, "", id)
@@ -129,14 +171,18 @@ func readStatus(ctx context.Context, cli *clientv3.Client, history int) (Status,
 
 func printStatus(w io.Writer, st Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tENV\tADDRESS\tVERSION\tUP SINCE\tBOTS")
+	fmt.Fprintln(tw, "NODE\tENV\tADDRESS\tVERSION\tUP SINCE\tSPOOL\tWORKERS\tBOTS")
 	for _, n := range st.Nodes {
 		var bots []string
 		for id, b := range n.Bots {
 			bots = append(bots, id+"="+string(b.State))
 		}
 		sort.Strings(bots)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Env, n.Address, n.Version, n.Started.Format(time.RFC3339), strings.Join(bots, " "))
+		spool, workers := "?", "?"
+		if n.SpoolDepth != nil {
+			spool, workers = fmt.Sprint(*n.SpoolDepth), fmt.Sprintf("%d/%d", *n.WorkerBusy, *n.WorkerSlots)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Env, n.Address, n.Version, n.Started.Format(time.RFC3339), spool, workers, strings.Join(bots, " "))
 	}
 	if len(st.Nodes) == 0 {
 		fmt.Fprintln(tw, "(no nodes registered)")

@@ -43,7 +43,10 @@ func TestOneLeaderPerBot(t *testing.T) {
 		}
 		var st struct {
 			Nodes []struct {
-				ID string `json:"id"`
+				ID          string `json:"id"`
+				SpoolDepth  *int   `json:"spool_depth"`
+				WorkerSlots *int   `json:"worker_slots"`
+				Unreachable string `json:"unreachable"`
 			} `json:"nodes"`
 			Bots []map[string]json.RawMessage `json:"bots"`
 		}
@@ -53,6 +56,11 @@ func TestOneLeaderPerBot(t *testing.T) {
 		var nodeIDs []string
 		for _, n := range st.Nodes {
 			nodeIDs = append(nodeIDs, n.ID)
+			// What only the node knows comes from its API: tasks held in
+			// its spool, its worker slots.
+			if n.SpoolDepth == nil || *n.SpoolDepth != 0 || n.WorkerSlots == nil || *n.WorkerSlots <= 0 {
+				return fmt.Errorf("node %s: spool_depth %v, worker_slots %v (unreachable %q)", n.ID, n.SpoolDepth, n.WorkerSlots, n.Unreachable)
+			}
 		}
 		sort.Strings(nodeIDs)
 		if !slices.Equal(nodeIDs, []string{"n1", "n2", "n3"}) {
