@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
 
@@ -74,4 +75,42 @@ func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
 	}
 	s, _ := c.sim.Stats("b1")
 	t.Logf("%d delivered of %d sent; simulator: %+v", len(delivered), total, s)
+}
+
+// WeCom stops acking for a while mid-traffic (the socket stays open): the
+// connection is torn down after a few ack timeouts, the node reconnects
+// once acks flow again, and every answer in flight is delivered, with no
+// delivery attempt spent on what was the connection's fault.
+func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) {
+		cfg.AI.Demo.AnswerTime = 3 * time.Second
+		cfg.WeCom.AckTimeout = time.Second
+	})
+	eventually(t, "leader connected", c.connected)
+	var sent []wecomsim.MessageResult
+	for i := range 5 {
+		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("question %d", i)))
+	}
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: "stall_acks", Seconds: 15}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * waitLong)
+	for i, m := range sent {
+		user, q := fmt.Sprintf("u%d", i), fmt.Sprintf("question %d", i)
+		for answered(c.bot(user), q) == 0 || c.record(n, m.MsgID).Delivery != task.Delivered {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q not delivered: user sees %+v; record %+v", q, c.bot(user), c.record(n, m.MsgID))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if r := c.record(n, m.MsgID); r.PushAttempts != 0 {
+			t.Errorf("%q: %d delivery attempts spent on a stalled connection", q, r.PushAttempts)
+		}
+	}
+	s, _ := c.sim.Stats("b1")
+	if s.Connections < 2 {
+		t.Fatalf("the stalled connection was not replaced: %+v", s)
+	}
+	t.Logf("simulator: connections %d, frames %v", s.Connections, s.Frames)
 }
