@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -43,6 +44,7 @@ type Texts struct {
 	Unsupported string // %s: the message type
 	Help        string
 	Welcome     string // answer to enter_chat ("" sends none)
+	Unavailable string // a command that needs JetStream while it is away
 }
 
 func (t *Texts) setDefaults() {
@@ -57,13 +59,19 @@ func (t *Texts) setDefaults() {
 	def(&t.Empty, "请输入你的问题。")
 	def(&t.TooLong, "问题太长了，请精简到 %d 字节以内再发送。")
 	def(&t.Unsupported, "暂不支持 %s 类型的消息，请发送文字。")
+	def(&t.Unavailable, "系统正在恢复中，暂时无法执行命令，请稍后再试。你的问题仍会被回答。")
 	def(&t.Help, "可用命令：\n/help 查看帮助\n/stop 停止正在进行的回答\n/new 开始新的对话（清除上下文）\n/status 查看当前任务")
 }
 
 // Config configures the inbound path of one node (for every bot it leads).
 type Config struct {
 	NodeID string
-	Store  *jetstream.Store
+	// Store is JetStream's streams and buckets. Nil: not reachable yet
+	// (the node started during an outage); Bind supplies it later. Until
+	// then messages are still received, receipted and handed to Dispatch
+	// (which spools them), deduplicated in memory only, and commands that
+	// need JetStream say so.
+	Store *jetstream.Store
 	// Dispatch hands a task to compute (tier 1 publish is the mutex).
 	Dispatch func(ctx context.Context, m task.Message) (dispatch.Outcome, error)
 	// AllowUsers and AllowChats, when not empty, are the only user ids and
@@ -105,6 +113,21 @@ type Access struct {
 
 	termsMu sync.Mutex
 	terms   map[*election.Term]*sync.WaitGroup // callbacks in hand, per term
+
+	js atomic.Pointer[bound] // nil until JetStream is reachable
+}
+
+type bound struct {
+	store *jetstream.Store
+	lc    *task.Lifecycle
+}
+
+// Bind supplies JetStream to an Access made without it (Config.Store nil).
+func (a *Access) Bind(store *jetstream.Store, lc *task.Lifecycle) {
+	if lc == nil {
+		lc = task.NewLifecycle(store, a.cfg.NodeID, a.cfg.Logger).WithClock(a.cfg.Now)
+	}
+	a.js.Store(&bound{store: store, lc: lc})
 }
 
 // Stats counts what the inbound path did.
@@ -127,8 +150,8 @@ const ReplyReserve = 3
 
 // New validates cfg.
 func New(cfg Config) (*Access, error) {
-	if cfg.Store == nil || cfg.Dispatch == nil || cfg.NodeID == "" {
-		return nil, errors.New("access: NodeID, Store and Dispatch are required")
+	if cfg.Dispatch == nil || cfg.NodeID == "" {
+		return nil, errors.New("access: NodeID and Dispatch are required")
 	}
 	if cfg.MaxQuestionBytes <= 0 {
 		cfg.MaxQuestionBytes = 8000
@@ -149,14 +172,14 @@ func New(cfg Config) (*Access, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Texts.setDefaults()
-	if cfg.Lifecycle == nil {
-		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
-	}
 	a := &Access{
 		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(),
 		users: set(cfg.AllowUsers), chats: set(cfg.AllowChats),
 		sem: make(chan struct{}, cfg.Parallel), seen: newLRU(cfg.DedupeSize),
 		terms: map[*election.Term]*sync.WaitGroup{},
+	}
+	if cfg.Store != nil {
+		a.Bind(cfg.Store, cfg.Lifecycle)
 	}
 	return a, nil
 }
@@ -277,7 +300,10 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	}
 	id := task.ID(term.Bot, m.MsgID)
 	chat := m.Conversation()
-	if _, err := a.cfg.Store.Tasks().Get(ctx, id); err == nil {
+	js := a.js.Load()
+	if js == nil {
+		log.Debug().Msg("JetStream not reachable yet: deduplicated in memory only")
+	} else if _, err := js.store.Tasks().Get(ctx, id); err == nil {
 		a.count(func(s *Stats) { s.Duplicates++ })
 		log.Debug().Msg("duplicate callback (task exists)")
 		return
@@ -332,7 +358,11 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	// Commands.
 	if strings.HasPrefix(question, "/") {
 		a.count(func(s *Stats) { s.Commands++ })
-		reply(a.command(ctx, term.Bot, chat, question))
+		if js == nil {
+			reply(a.cfg.Texts.Unavailable)
+			return
+		}
+		reply(a.command(ctx, js, term.Bot, chat, question))
 		return
 	}
 
@@ -372,7 +402,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	}
 	// The record with the raw context (a worker may have opened it from
 	// the queue message already: the leader's fields are merged in).
-	if _, err := a.cfg.Lifecycle.Open(ctx, rec); err != nil {
+	if js == nil {
+		log.Info().Str("task", id).Msg("JetStream not reachable yet: the task record is written by the worker that runs it")
+	} else if _, err := js.lc.Open(ctx, rec); err != nil {
 		log.Error().Err(err).Msg("task record not written; the worker opens it from the queue message")
 	}
 	if a.cfg.Dispatched != nil {
@@ -382,22 +414,22 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 }
 
 // command runs a slash command and returns the reply.
-func (a *Access) command(ctx context.Context, bot, chat, text string) string {
+func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string) string {
 	name := strings.Fields(text)[0]
 	switch name {
 	case "/help":
 		return a.cfg.Texts.Help
 	case "/new":
-		if err := a.cfg.Store.Context().Purge(ctx, jetstream.ConversationKey(bot, chat)); err != nil {
+		if err := js.store.Context().Purge(ctx, jetstream.ConversationKey(bot, chat)); err != nil {
 			return "清除上下文失败，请稍后再试。"
 		}
 		return "好的，已开始新的对话。"
 	case "/stop":
-		r, err := a.current(ctx, bot, chat)
+		r, err := a.current(ctx, js, bot, chat)
 		if err != nil || r == nil {
 			return "当前没有正在进行的任务。"
 		}
-		switch _, err := a.cfg.Lifecycle.Cancel(ctx, r.ID, "/stop by the user"); {
+		switch _, err := js.lc.Cancel(ctx, r.ID, "/stop by the user"); {
 		case errors.Is(err, task.ErrFinished), errors.Is(err, natsjs.ErrKeyNotFound):
 			return "当前没有正在进行的任务。"
 		case err != nil:
@@ -405,7 +437,7 @@ func (a *Access) command(ctx context.Context, bot, chat, text string) string {
 		}
 		return "已停止当前任务。"
 	case "/status":
-		r, err := a.current(ctx, bot, chat)
+		r, err := a.current(ctx, js, bot, chat)
 		if err != nil || r == nil {
 			return "当前没有正在进行的任务。"
 		}
@@ -416,8 +448,8 @@ func (a *Access) command(ctx context.Context, bot, chat, text string) string {
 }
 
 // current is the conversation's task in the queue (queued or running).
-func (a *Access) current(ctx context.Context, bot, chat string) (*task.Record, error) {
-	msg, err := a.cfg.Store.TaskStream().GetLastMsgForSubject(ctx, a.cfg.Store.TaskSubject(bot, chat))
+func (a *Access) current(ctx context.Context, js *bound, bot, chat string) (*task.Record, error) {
+	msg, err := js.store.TaskStream().GetLastMsgForSubject(ctx, js.store.TaskSubject(bot, chat))
 	if err != nil {
 		return nil, err
 	}
@@ -425,7 +457,7 @@ func (a *Access) current(ctx context.Context, bot, chat string) (*task.Record, e
 	if err != nil {
 		return nil, err
 	}
-	r, _, err := task.Get(ctx, a.cfg.Store.Tasks(), m.TaskID)
+	r, _, err := task.Get(ctx, js.store.Tasks(), m.TaskID)
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return task.RecordOf(m), nil
 	}

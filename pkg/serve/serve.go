@@ -48,7 +48,8 @@ type Options struct {
 	Ready func(*Node)
 }
 
-// Node is a running node, for status and tests.
+// Node is a running node, for status and tests. Store, Lifecycle, Worker
+// and Dispatch are set once JetStream is bound (when Options.Ready runs).
 type Node struct {
 	Node     *node.Node
 	Store    *jetstream.Store
@@ -60,10 +61,13 @@ type Node struct {
 	// Spool holds tasks received while JetStream could not take them.
 	Spool *jetstream.Spool
 
-	mu      sync.Mutex
-	pushers map[string]*pusher.Pusher // bot → the current term's pusher
-	budgets map[string]*pace.Budget   // bot → its conversations' budget
-	cfg     config.Config
+	mu       sync.Mutex
+	pushers  map[string]*pusher.Pusher // bot → the current term's pusher
+	budgets  map[string]*pace.Budget   // bot → its conversations' budget
+	leadingN int                       // terms with a pusher running
+	cfg      config.Config
+	log      zerolog.Logger
+	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -88,15 +92,27 @@ func (n *Node) Pusher(bot string) *pusher.Pusher {
 
 // Run runs the node until ctx ends; it returns after every term is
 // resigned, every connection closed and every goroutine ended.
+//
+// NATS need not be reachable at start: the node campaigns, holds its bots'
+// connections and receives at once; until JetStream answers, what it
+// receives is receipted and kept in the local spool (a conversation with a
+// spooled task is busy), and once JetStream answers the rest starts
+// (streams and buckets declared, the spool forwarded, the worker, the
+// pusher of every bot it leads). Ready is called then.
+//
+// Shutdown order: the node's terms end (each: pusher drained, connection
+// closed, its callbacks handled, resign), then the worker, the forwarder
+// and the advisory watch stop, then the API, the spool and NATS close.
 func Run(ctx context.Context, o Options) error {
 	cfg := o.Config
 	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
 
 	// Fail fast while JetStream is away (ReconnectBufSize -1): a publish
 	// then errors at once and the dispatcher falls back, instead of
-	// waiting in a buffer that may deliver later.
+	// waiting in a buffer that may deliver later. RetryOnFailedConnect: a
+	// node starts while NATS is down, and connects when it is back.
 	nc, err := nats.Connect(o.NATSURL, nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1))
+		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return fmt.Errorf("connect NATS %s: %w", o.NATSURL, err)
 	}
@@ -105,15 +121,10 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	store, err := jetstream.Declare(dctx, js, jetstream.Options{Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log})
-	cancel()
+	backend, err := ai.New(cfg.AI)
 	if err != nil {
-		return fmt.Errorf("declare JetStream streams and buckets: %w", err)
+		return err
 	}
-
-	lc := task.NewLifecycle(store, cfg.NodeID, log)
-	n := &Node{Store: store, Lifecycle: lc, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -122,14 +133,125 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("open spool: %w", err)
 	}
 	defer spool.Close()
-	n.Spool = spool
+
+	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
+		ready: make(chan struct{}), log: log}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+
+	n.Access, err = access.New(access.Config{
+		NodeID: cfg.NodeID, Dispatch: n.dispatch,
+		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
+		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
+		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
+		Budget:           n.Budget,
+		Dispatched: func(bot, taskID string) {
+			if p := n.Pusher(bot); p != nil {
+				p.Notify(taskID)
+			}
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	n.Node, err = node.New(o.Etcd, node.Config{
+		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: "http://" + o.Listener.Addr().String(),
+		Slots: cfg.Worker.Slots, Bots: cfg.Bots,
+		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
+			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue},
+		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin},
+		Inbound:  n.Access,
+		Drain:    n.Access.WaitTerm,
+		Leading:  n.leading,
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+
+	srv := &http.Server{Handler: n.api(workCtx, &wg, o.Etcd), ReadHeaderTimeout: 5 * time.Second}
+	wg.Go(func() { srv.Serve(o.Listener) })
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	nodeDone := make(chan error, 1)
+	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
+
+	store, err := declare(ctx, js, jetstream.Options{Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
+	if err == nil {
+		err = n.start(workCtx, &wg, store, backend)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error().Err(err).Msg("node not started; stopping")
+		}
+		stopWork()
+		<-nodeDone
+		n.Access.Wait()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if o.Ready != nil {
+		o.Ready(n)
+	}
+	err = <-nodeDone
+	n.Access.Wait()
+	stopWork()
+	return err
+}
+
+// declare declares JetStream's streams and buckets, retrying (with
+// progress in the log) until it succeeds or ctx ends: the node serves in
+// the meantime, spooling what it receives.
+func declare(ctx context.Context, js natsjs.JetStream, opts jetstream.Options, log zerolog.Logger) (*jetstream.Store, error) {
+	for wait := time.Second; ; wait = min(2*wait, 15*time.Second) {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		store, err := jetstream.Declare(dctx, js, opts)
+		cancel()
+		if err == nil {
+			return store, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var apiErr *natsjs.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode != natsjs.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503 {
+			// JetStream answered and refused: a configuration problem
+			// (replicas above the cluster size, a name taken), not an
+			// outage. Waiting will not fix it.
+			return nil, fmt.Errorf("declare JetStream streams and buckets: %w", err)
+		}
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("JetStream unreachable: receiving into the local spool until it answers")
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// start binds JetStream and starts what needs it: the lifecycle, the
+// forwarder of the spool, the worker, the dispatcher and the advisory
+// watch; then the inbound path and every term's pusher use them.
+func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.Store, backend ai.Backend) error {
+	cfg, log := n.cfg, n.log
+	lc := task.NewLifecycle(store, cfg.NodeID, log)
 	forward := store.SpoolPublisher(func(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
 		log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).AnErr("result", err).Bool("duplicate", res.Duplicate).Msg("spooled task forwarded")
 		if err != nil {
-			// Refused on the way out of the spool (the conversation got
-			// a newer task meanwhile, or the task was rejected): the user
-			// was told "received", so record the failure for the pusher
-			// to tell them, instead of dropping it in silence.
+			// Refused on the way out of the spool (the task was rejected,
+			// or the conversation got a newer task meanwhile): the user was
+			// told "received", so record the failure for the pusher to tell
+			// them, instead of dropping it in silence.
 			spoolRefused(context.WithoutCancel(ctx), store, lc, e, err, log)
 			if p := n.Pusher(e.Bot); p != nil {
 				p.Notify(task.ID(e.Bot, e.MsgID))
@@ -137,7 +259,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	})
 	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{
-		Spool: spool,
+		Spool: n.Spool,
 		Publish: func(ctx context.Context, e jetstream.SpoolEntry) error {
 			// A fallback tier ran (or runs) the task during the outage:
 			// queueing it now would only start a second attempt.
@@ -154,41 +276,24 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-
-	backend, err := ai.New(cfg.AI)
-	if err != nil {
-		return err
-	}
-
-	var (
-		leadingMu sync.Mutex
-		leading   int
-	)
-	n.Worker, err = worker.New(worker.Config{
-		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots,
-		Leading: func() bool { leadingMu.Lock(); defer leadingMu.Unlock(); return leading > 0 },
+	w, err := worker.New(worker.Config{
+		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, Leading: n.isLeading,
 		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	workCtx, stopWork := context.WithCancel(ctx)
-	defer stopWork()
-
-	n.Dispatch, err = dispatch.New(dispatch.Config{
+	d, err := dispatch.New(dispatch.Config{
 		Publish: store.PublishTask,
 		Spool: func(m task.Message, payload []byte) error {
-			err := spool.Append(jetstream.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
+			err := n.spoolTask(m, payload)
 			fwd.Kick()
 			return err
 		},
-		Spooled:     spool.Holds,
+		Spooled:     n.Spool.Holds,
 		FixedWorker: cfg.Dispatch.FixedWorker,
 		Local: func(m task.Message) error {
-			wg.Go(func() { n.Worker.Execute(workCtx, m, string(dispatch.TierLocal)) })
+			wg.Go(func() { w.Execute(ctx, m, string(dispatch.TierLocal)) })
 			return nil
 		},
 		Logger: log,
@@ -196,97 +301,103 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	n.Access, err = access.New(access.Config{
-		NodeID: cfg.NodeID, Store: store, Dispatch: n.Dispatch.Dispatch,
-		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
-		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
-		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
-		Budget:           n.Budget,
-		Lifecycle:        lc,
-		Dispatched: func(bot, taskID string) {
-			if p := n.Pusher(bot); p != nil {
-				p.Notify(taskID)
-			}
-		},
-		Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-
-	n.Node, err = node.New(o.Etcd, node.Config{
-		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: "http://" + o.Listener.Addr().String(),
-		Slots: cfg.Worker.Slots, Bots: cfg.Bots,
-		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
-			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue},
-		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin},
-		Inbound:  n.Access,
-		Drain:    n.Access.WaitTerm,
-		Leading: func(ctx context.Context, term *election.Term, conn *wecom.Conn) {
-			p, err := pusher.New(pusher.Config{
-				Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: store, Lifecycle: lc,
-				Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
-				HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
-				Logger: log,
-			})
-			if err != nil {
-				log.Error().Err(err).Msg("pusher not started")
-				return
-			}
-			leadingMu.Lock()
-			leading++
-			leadingMu.Unlock()
-			n.mu.Lock()
-			n.pushers[term.Bot] = p
-			n.mu.Unlock()
-			defer func() {
-				n.mu.Lock()
-				if n.pushers[term.Bot] == p {
-					delete(n.pushers, term.Bot)
-				}
-				n.mu.Unlock()
-				leadingMu.Lock()
-				leading--
-				leadingMu.Unlock()
-			}()
-			var lwg sync.WaitGroup
-			lwg.Go(func() { n.sweep(ctx, term.Bot, log) })
-			if err := p.Run(ctx); err != nil {
-				log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
-			}
-			lwg.Wait()
-		},
-		Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-
-	srv := &http.Server{Handler: n.api(workCtx, &wg, o.Etcd), ReadHeaderTimeout: 5 * time.Second}
-	wg.Go(func() { srv.Serve(o.Listener) })
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
-	wg.Go(func() { fwd.Run(workCtx) })
+	n.Store, n.Lifecycle, n.Worker, n.Dispatch = store, lc, w, d
+	n.Access.Bind(store, lc)
+	close(n.ready) // publishes the fields above to the terms and the API
+	wg.Go(func() { fwd.Run(ctx) })
+	fwd.Kick() // what was spooled before JetStream answered
 	wg.Go(func() {
-		if err := n.Worker.Run(workCtx); err != nil {
+		if err := w.Run(ctx); err != nil {
 			log.Error().Err(err).Msg("worker stopped: this node computes nothing")
 		}
 	})
 	wg.Go(func() {
-		if err := lc.WatchMaxDeliveries(workCtx); err != nil {
+		if err := lc.WatchMaxDeliveries(ctx); err != nil {
 			log.Error().Err(err).Msg("tasks past their last delivery are found by the sweep only")
 		}
 	})
-	if o.Ready != nil {
-		o.Ready(n)
+	log.Info().Msg("JetStream bound: worker, pusher and spool forwarding running")
+	return nil
+}
+
+// started reports whether JetStream is bound (start has run).
+func (n *Node) started() bool {
+	select {
+	case <-n.ready:
+		return true
+	default:
+		return false
 	}
-	err = n.Node.Run(ctx) // resigns every term after closing its connection
-	n.Access.Wait()
-	stopWork()
-	return err
+}
+
+// dispatch is the inbound path's hand-off: the dispatcher once JetStream
+// is bound; before that, the spool (busy if the conversation already has
+// a spooled task, as the dispatcher itself would answer).
+func (n *Node) dispatch(ctx context.Context, m task.Message) (dispatch.Outcome, error) {
+	if n.started() {
+		return n.Dispatch.Dispatch(ctx, m)
+	}
+	if n.Spool.Holds(m.Bot, m.Chat) {
+		return dispatch.Outcome{Busy: true}, nil
+	}
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return dispatch.Outcome{}, err
+	}
+	if err := n.spoolTask(m, payload); err != nil {
+		return dispatch.Outcome{}, fmt.Errorf("JetStream not reachable and the spool refused the task: %w", err)
+	}
+	n.log.Info().Str("bot", m.Bot).Str("task", m.TaskID).Msg("JetStream not reachable yet: task spooled")
+	return dispatch.Outcome{Spooled: true}, nil
+}
+
+func (n *Node) spoolTask(m task.Message, payload []byte) error {
+	return n.Spool.Append(jetstream.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
+}
+
+func (n *Node) isLeading() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leadingN > 0
+}
+
+// leading is a term's work on its connection, once JetStream is bound:
+// the bot's pusher and the lifecycle's sweep, until ctx (the term) ends.
+func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Conn) {
+	select {
+	case <-n.ready:
+	case <-ctx.Done():
+		return
+	}
+	cfg, log := n.cfg, n.log
+	p, err := pusher.New(pusher.Config{
+		Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
+		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
+		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
+		Logger: log,
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("pusher not started")
+		return
+	}
+	n.mu.Lock()
+	n.pushers[term.Bot] = p
+	n.leadingN++
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		if n.pushers[term.Bot] == p {
+			delete(n.pushers, term.Bot)
+		}
+		n.leadingN--
+		n.mu.Unlock()
+	}()
+	var wg sync.WaitGroup
+	wg.Go(func() { n.sweep(ctx, term.Bot, log) })
+	if err := p.Run(ctx); err != nil {
+		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
+	}
+	wg.Wait()
 }
 
 // ranOffQueue reports whether the spooled task e was started already (by a
@@ -372,13 +483,17 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		}
 		view := struct {
 			node.Info
-			Access   access.Stats       `json:"access"`
-			Dispatch dispatch.Stats     `json:"dispatch"`
-			Worker   workerView         `json:"worker"`
-			Spool    spoolView          `json:"spool"`
-			Pushers  map[string]botView `json:"pushers"`
-		}{Info: n.Node.Info(), Access: n.Access.Stats(), Dispatch: n.Dispatch.Stats(), Pushers: map[string]botView{},
-			Worker: workerView{Busy: n.Worker.Busy(), Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
+			JetStream bool               `json:"jetstream"` // bound: false while the node only spools
+			Access    access.Stats       `json:"access"`
+			Dispatch  dispatch.Stats     `json:"dispatch"`
+			Worker    workerView         `json:"worker"`
+			Spool     spoolView          `json:"spool"`
+			Pushers   map[string]botView `json:"pushers"`
+		}{Info: n.Node.Info(), Access: n.Access.Stats(), Pushers: map[string]botView{},
+			Worker: workerView{Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
+		if n.started() {
+			view.JetStream, view.Dispatch, view.Worker.Busy = true, n.Dispatch.Stats(), n.Worker.Busy()
+		}
 		n.mu.Lock()
 		for bot, p := range n.pushers {
 			s := p.Stats()
@@ -404,6 +519,10 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		}
 		if ctx.Err() != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "node stopping"})
+			return
+		}
+		if !n.started() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "JetStream not reachable from this node yet"})
 			return
 		}
 		wg.Go(func() { n.Worker.Execute(ctx, m, string(dispatch.TierFixed)) })

@@ -377,3 +377,44 @@ func TestNewLeaderRespectsPreviousLeadersQuota(t *testing.T) {
 		t.Fatalf("quota rejections %d after the handover", s.QuotaRejections)
 	}
 }
+
+// NATS is down when the node starts: it still campaigns, holds the bot's
+// connection and receives: the user gets the receipt, the task waits in
+// the spool (the conversation busy meanwhile), and once NATS is back the
+// node binds JetStream, forwards the spool and answers.
+func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
+	c := newCluster(t)
+	natsURL := c.nats.ClientURL()
+	c.nats.Close()
+	started := make(chan *runningNode, 1)
+	go func() { started <- c.start("n1", nil) }()
+	eventually(t, "leader connected without NATS", c.connected)
+	sent := c.post("alice", "asked during the outage")
+	eventually(t, "receipt", func() bool {
+		bot := c.bot("alice")
+		return len(bot) > 0 && strings.Contains(bot[0].Content, "已收到")
+	})
+	later := c.post("alice", "and another")
+	if got := c.replyTo("alice", later.MsgID); !strings.Contains(got, "上一个问题还在处理中") {
+		t.Fatalf("second message while the first is spooled: %q", got)
+	}
+	port := strings.TrimPrefix(natsURL[strings.LastIndex(natsURL, ":"):], ":")
+	restarted, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:" + port, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restarted.Close)
+	var n *runningNode
+	select {
+	case n = <-started:
+	case <-time.After(2 * waitLong):
+		t.Fatal("node never bound JetStream after NATS came back")
+	}
+	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "asked during the outage") == 1 })
+	if r := c.record(n, sent.MsgID); r.Exec != task.Succeeded {
+		t.Fatalf("record = %+v", r)
+	}
+	if r := c.record(n, later.MsgID); r.ID != "" {
+		t.Fatalf("the busy message became a task: %+v", r)
+	}
+}
