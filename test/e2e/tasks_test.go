@@ -126,4 +126,27 @@ func TestTasksCommands(t *testing.T) {
 		}
 		return fmt.Errorf("not canceled")
 	})
+	// The operator's cancel is the user's /stop: the user is told, and the
+	// conversation takes a new question at once.
+	eventually(t, 30*time.Second, "bob told it stopped", func() error {
+		tr, err := c.Transcript("b1", "bob")
+		if err != nil {
+			return err
+		}
+		for _, e := range tr {
+			if e.From == "bot" && e.Finished && strings.Contains(e.Content, "已停止") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no stopped note in %+v", tr)
+	})
+	if _, err := c.PostMessage("b1", "bob", "after the cancel"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the next question answered", func() error {
+		if n := answers("bob", "after the cancel"); n != 1 {
+			return fmt.Errorf("answer seen %d times", n)
+		}
+		return nil
+	})
 }
