@@ -10,6 +10,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/wecomsim"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -122,5 +123,27 @@ func TestBackoffMaxBelowBackoffRejected(t *testing.T) {
 	_, err := node.New(c.admin, node.Config{NodeID: "n", Backoff: time.Second, BackoffMax: time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "BackoffMax") {
 		t.Fatalf("err = %v, want it to name BackoffMax", err)
+	}
+}
+
+// Only an authentication errcode at subscribe means "needs a human": a
+// subscribe refused with another errcode (6000, command conflict) backs
+// off and retries, and the bot connects once WeCom accepts again.
+func TestNonAuthSubscribeRefusalBacksOffAndRecovers(t *testing.T) {
+	c := newCluster(t, "b1")
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: "refuse_subscribe", Seconds: 3, ErrCode: 6000}); err != nil {
+		t.Fatal(err)
+	}
+	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, func(cfg *node.Config) {
+		cfg.Backoff, cfg.BackoffMax = 100*time.Millisecond, time.Second
+	})
+	eventually(t, "connected after the refusals end", func() bool {
+		if st := a.n.Status()["b1"]; st.State == node.StateNeedsHuman {
+			t.Fatalf("a non-auth subscribe refusal marked the bot needs_human: %+v", st)
+		}
+		return c.stats("b1").Connected
+	})
+	if s := c.stats("b1"); s.SubscribeRefusals == 0 {
+		t.Fatalf("the simulator refused no subscribe: %+v", s)
 	}
 }
