@@ -115,6 +115,18 @@ func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
 	return r
 }
 
+// restartNATS brings NATS back on the URL it had (same port, same data
+// dir) after c.nats.Close().
+func (c *cluster) restartNATS(url string) {
+	c.t.Helper()
+	port := strings.TrimPrefix(url[strings.LastIndex(url, ":"):], ":")
+	restarted, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:" + port, Logger: zerolog.Nop()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(restarted.Close)
+}
+
 func (c *cluster) post(user, text string) wecomsim.MessageResult {
 	c.t.Helper()
 	r, err := c.sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: user, Text: text})
@@ -303,13 +315,7 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 	if got := c.replyTo("u0", later.MsgID); !strings.Contains(got, "上一个问题还在处理中") {
 		t.Fatalf("a later message of a spooled conversation got %q, want the busy reply", got)
 	}
-	// Back on the same port and data dir.
-	port := strings.TrimPrefix(natsURL[strings.LastIndex(natsURL, ":"):], ":")
-	restarted, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:" + port, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(restarted.Close)
+	c.restartNATS(natsURL)
 	for i := range 3 {
 		q := fmt.Sprintf("during outage %d", i)
 		user := fmt.Sprintf("u%d", i)
@@ -398,12 +404,7 @@ func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
 	if got := c.replyTo("alice", later.MsgID); !strings.Contains(got, "上一个问题还在处理中") {
 		t.Fatalf("second message while the first is spooled: %q", got)
 	}
-	port := strings.TrimPrefix(natsURL[strings.LastIndex(natsURL, ":"):], ":")
-	restarted, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:" + port, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(restarted.Close)
+	c.restartNATS(natsURL)
 	var n *runningNode
 	select {
 	case n = <-started:
