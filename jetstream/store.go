@@ -173,6 +173,7 @@ type Names struct {
 	ContextBucket     string // KV of conversation context, e.g. BOTCTL_CONTEXT
 	WatermarksBucket  string // KV of per-bot watermarks, e.g. BOTCTL_WATERMARKS
 	PendingBucket     string // KV index of tasks not yet delivered, e.g. BOTCTL_PENDING
+	SeenBucket        string // KV of messages handled without a task (busy, commands), e.g. BOTCTL_SEEN
 }
 
 // NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
@@ -190,6 +191,7 @@ func NamesFor(prefix string) Names {
 		ContextBucket:     prefix + "_CONTEXT",
 		WatermarksBucket:  prefix + "_WATERMARKS",
 		PendingBucket:     prefix + "_PENDING",
+		SeenBucket:        prefix + "_SEEN",
 	}
 }
 
@@ -202,7 +204,7 @@ type Store struct {
 	stream  natsjs.Stream
 	workers natsjs.Consumer
 
-	tasks, output, context, watermarks, pending natsjs.KeyValue
+	tasks, output, context, watermarks, pending, seen natsjs.KeyValue
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -347,6 +349,12 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 			History:     1,
 			TTL:         opts.RecordTTL,
 		}},
+		{&s.seen, natsjs.KeyValueConfig{
+			Bucket:      n.SeenBucket,
+			Description: "botctl messages handled without a task (busy, commands, refusals), so the gap backfill does not answer them again; key = <bot>.<msgid>",
+			History:     1,
+			TTL:         SeenTTL,
+		}},
 		{&s.watermarks, natsjs.KeyValueConfig{
 			Bucket:      n.WatermarksBucket,
 			Description: "botctl per-bot watermarks (pusher revision, last inbound event); key = bot",
@@ -404,6 +412,30 @@ func (s *Store) Watermarks() natsjs.KeyValue { return s.watermarks }
 // A new leader lists its bot's keys (PendingFilter) instead of reading
 // every record.
 func (s *Store) Pending() natsjs.KeyValue { return s.pending }
+
+// SeenTTL is how long a message handled without a task is remembered:
+// longer than any gap the backfill reads.
+const SeenTTL = 24 * time.Hour
+
+// MarkSeen records that bot's message msgid was handled without a task.
+func (s *Store) MarkSeen(ctx context.Context, bot, msgid string) error {
+	if _, err := s.seen.Put(ctx, EncodeToken(bot)+"."+EncodeToken(msgid), nil); err != nil {
+		return fmt.Errorf("mark message %s seen: %w", msgid, err)
+	}
+	return nil
+}
+
+// Seen reports whether MarkSeen recorded bot's message msgid.
+func (s *Store) Seen(ctx context.Context, bot, msgid string) (bool, error) {
+	_, err := s.seen.Get(ctx, EncodeToken(bot)+"."+EncodeToken(msgid))
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("message %s seen: %w", msgid, err)
+	}
+	return true, nil
+}
 
 // PendingKey is a task's key in the pending index: "<bot>.<task id>".
 func PendingKey(bot, taskID string) string { return EncodeToken(bot) + "." + EncodeToken(taskID) }

@@ -26,6 +26,7 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		ContextBucket:     "BOTCTL_CONTEXT",
 		WatermarksBucket:  "BOTCTL_WATERMARKS",
 		PendingBucket:     "BOTCTL_PENDING",
+		SeenBucket:        "BOTCTL_SEEN",
 	}
 	if n != want {
 		t.Fatalf("Names() = %+v, want %+v", n, want)

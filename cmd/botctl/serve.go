@@ -166,6 +166,9 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 		}()
 		addr := sln.Addr().String()
 		cfg.WeCom.URL = "ws://" + addr + "/"
+		if cfg.Backfill.HistoryURL == "" {
+			cfg.Backfill.HistoryURL = "http://" + addr // missed messages are found in the simulator's history
+		}
 		fmt.Fprintf(out, "demo: WeCom simulator at ws://%s/ with bot %q; act as a user with\n"+
 			"  curl -s http://%s/control/messages -d '{\"bot_id\":\"%s\",\"user_id\":\"alice\",\"text\":\"hello\"}'\n"+
 			"  curl -s 'http://%s/control/transcript?bot_id=%s&chat=alice'\n",

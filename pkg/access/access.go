@@ -26,6 +26,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
@@ -95,8 +96,12 @@ type Config struct {
 	Dispatched func(bot, taskID string)
 	// Lifecycle records tasks. Default: one on Store.
 	Lifecycle *task.Lifecycle
-	Logger    zerolog.Logger
-	Now       func() time.Time
+	// Handled, if set, learns of each message handled to the end (its
+	// task recorded in JetStream, or answered without one), with its
+	// create time: the inbound watermark (package backfill).
+	Handled func(bot string, created time.Time)
+	Logger  zerolog.Logger
+	Now     func() time.Time
 }
 
 // Access handles one node's inbound callbacks; it implements node.Inbound.
@@ -141,6 +146,7 @@ type Stats struct {
 	Dispatched int64 `json:"dispatched"`
 	Failed     int64 `json:"failed"`
 	Suppressed int64 `json:"suppressed"` // replies skipped to keep the budget for an answer
+	Backfilled int64 `json:"backfilled"` // missed messages found by the gap backfill and taken as tasks
 }
 
 // ReplyReserve is how many sends of a conversation's budget replies
@@ -332,11 +338,21 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			log.Warn().Err(err).Msg("reply failed")
 		}
 	}
+	// answered replies to a message that needs no task, and remembers it
+	// was handled (the gap backfill must not answer it again).
+	created := time.Unix(m.CreateTime, 0)
+	if m.CreateTime == 0 {
+		created = now
+	}
+	answered := func(text string) {
+		reply(text)
+		a.markSeen(ctx, js, term.Bot, m.MsgID, created)
+	}
 	// Allowlist.
 	if (len(a.users) > 0 && !a.users[m.From.UserID]) || (m.ChatType == wecom.ChatGroup && len(a.chats) > 0 && !a.chats[chat]) {
 		a.count(func(s *Stats) { s.Refused++ })
 		log.Info().Str("user", m.From.UserID).Str("chat", chat).Msg("not on the allowlist; refused")
-		reply(a.cfg.Texts.Refused)
+		answered(a.cfg.Texts.Refused)
 		return
 	}
 	// Content.
@@ -344,15 +360,15 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	switch {
 	case m.MsgType != wecom.MsgTypeText && m.MsgType != wecom.MsgTypeVoice && m.MsgType != wecom.MsgTypeMixed:
 		a.count(func(s *Stats) { s.Invalid++ })
-		reply(fmt.Sprintf(a.cfg.Texts.Unsupported, m.MsgType))
+		answered(fmt.Sprintf(a.cfg.Texts.Unsupported, m.MsgType))
 		return
 	case question == "":
 		a.count(func(s *Stats) { s.Invalid++ })
-		reply(a.cfg.Texts.Empty)
+		answered(a.cfg.Texts.Empty)
 		return
 	case len(question) > a.cfg.MaxQuestionBytes || !utf8.ValidString(question):
 		a.count(func(s *Stats) { s.Invalid++ })
-		reply(fmt.Sprintf(a.cfg.Texts.TooLong, a.cfg.MaxQuestionBytes))
+		answered(fmt.Sprintf(a.cfg.Texts.TooLong, a.cfg.MaxQuestionBytes))
 		return
 	}
 	// Commands.
@@ -362,7 +378,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			reply(a.cfg.Texts.Unavailable)
 			return
 		}
-		reply(a.command(ctx, js, term.Bot, chat, question))
+		answered(a.command(ctx, js, term.Bot, chat, question))
 		return
 	}
 
@@ -380,10 +396,11 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		return
 	case out.Busy:
 		a.count(func(s *Stats) { s.Busy++ })
-		reply(a.cfg.Texts.Busy)
+		answered(a.cfg.Texts.Busy)
 		return
 	case out.Duplicate:
 		a.count(func(s *Stats) { s.Duplicates++ })
+		a.handled(term.Bot, created)
 		return
 	}
 	a.count(func(s *Stats) { s.Dispatched++ })
@@ -406,11 +423,92 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		log.Info().Str("task", id).Msg("JetStream not reachable yet: the task record is written by the worker that runs it")
 	} else if _, err := js.lc.Open(ctx, rec); err != nil {
 		log.Error().Err(err).Msg("task record not written; the worker opens it from the queue message")
+	} else if !out.Spooled {
+		a.handled(term.Bot, created) // recorded in JetStream: past the inbound watermark
 	}
 	if a.cfg.Dispatched != nil {
 		a.cfg.Dispatched(term.Bot, id)
 	}
 	log.Debug().Str("task", id).Str("tier", rec.Tier).Msg("task dispatched")
+}
+
+// markSeen records that a message was handled without a task.
+func (a *Access) markSeen(ctx context.Context, js *bound, bot, msgid string, created time.Time) {
+	if js == nil {
+		return
+	}
+	if err := js.store.MarkSeen(ctx, bot, msgid); err != nil {
+		a.log.Debug().Err(err).Str("msgid", msgid).Msg("message not marked seen; the gap backfill may answer it again")
+		return
+	}
+	a.handled(bot, created)
+}
+
+func (a *Access) handled(bot string, created time.Time) {
+	if a.cfg.Handled != nil {
+		a.cfg.Handled(bot, created)
+	}
+}
+
+// Known reports whether bot's message msgid was handled: it has a task
+// record, or was answered without one. The gap backfill skips it.
+func (a *Access) Known(ctx context.Context, bot, msgid string) (bool, error) {
+	js := a.js.Load()
+	if js == nil {
+		return false, errors.New("access: JetStream not bound")
+	}
+	if _, err := js.store.Tasks().Get(ctx, task.ID(bot, msgid)); err == nil {
+		return true, nil
+	} else if !errors.Is(err, natsjs.ErrKeyNotFound) {
+		return false, err
+	}
+	return js.store.Seen(ctx, bot, msgid)
+}
+
+// Late takes a message the bot missed (found by the gap backfill) as a
+// task whose answer is pushed with a note that it is late: there is no
+// callback to reply to. Commands, refusals and invalid messages are
+// skipped (remembered as handled): a late "/help" helps nobody. A busy
+// conversation is an error: the message stays unanswered and is counted
+// as not filled.
+func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error {
+	js := a.js.Load()
+	if js == nil {
+		return errors.New("access: JetStream not bound")
+	}
+	question := strings.TrimSpace(m.Text)
+	chat := m.Chat
+	if chat == "" {
+		chat = m.UserID
+	}
+	switch {
+	case m.MsgID == "" || m.UserID == "":
+		return fmt.Errorf("history message without msgid or user")
+	case (len(a.users) > 0 && !a.users[m.UserID]) || (m.ChatType == wecom.ChatGroup && len(a.chats) > 0 && !a.chats[chat]),
+		question == "", len(question) > a.cfg.MaxQuestionBytes, !utf8.ValidString(question), strings.HasPrefix(question, "/"):
+		a.markSeen(ctx, js, bot, m.MsgID, m.Created)
+		return nil
+	}
+	rec := task.New(bot, m.MsgID, a.cfg.Now().UTC())
+	rec.Chat, rec.ChatType, rec.User, rec.Question, rec.Late = chat, m.ChatType, m.UserID, question, true
+	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec))
+	switch {
+	case err != nil:
+		return err
+	case out.Busy:
+		return fmt.Errorf("conversation %s is busy: the missed message %s was not answered", chat, m.MsgID)
+	case out.Duplicate:
+		return nil
+	}
+	rec.Tier = string(out.Tier)
+	if _, err := js.lc.Open(ctx, rec); err != nil {
+		return err
+	}
+	a.count(func(s *Stats) { s.Backfilled++ })
+	if a.cfg.Dispatched != nil {
+		a.cfg.Dispatched(bot, rec.ID)
+	}
+	return nil
 }
 
 // command runs a slash command and returns the reply.

@@ -45,7 +45,24 @@ type Config struct {
 	Dispatch Dispatch  `yaml:"dispatch"`
 	Access   Access    `yaml:"access"`
 	Push     Push      `yaml:"push"`
+	Backfill Backfill  `yaml:"backfill"`
 	Bots     []Bot     `yaml:"bots"`
+}
+
+// Backfill is the gap backfill: messages a bot missed (no connection, a
+// leader that died) found in a history source at the start of every term
+// and answered late, by push.
+type Backfill struct {
+	// HistoryURL is the base URL of the WeCom simulator's control API
+	// (GET /control/history), the one history source there is. "" turns
+	// the backfill off (WeCom's own API has no history for AI bots); the
+	// demo sets it to its simulator.
+	HistoryURL string `yaml:"history_url"`
+	// Overlap is how far before the inbound watermark a pass reads.
+	// Default 60s.
+	Overlap time.Duration `yaml:"overlap"`
+	// MaxMessages bounds the missed messages one pass answers. Default 500.
+	MaxMessages int `yaml:"max_messages"`
 }
 
 // Dispatch is the fallback tiers.
@@ -148,6 +165,7 @@ func Defaults() Config {
 		Etcd:     Etcd{DialTimeout: 5 * time.Second},
 		WeCom:    WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second},
+		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500},
 		Worker:   Worker{Slots: 8, LeaderSlots: 4, Deadline: 30 * time.Minute},
 		AI:       ai.Config{Kind: ai.KindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
@@ -360,6 +378,9 @@ var Keys = []Key{
 	{Name: "ai.openai.model", Flag: "openai-model", Usage: "model name", set: str(func(c *Config) *string { return &c.AI.OpenAI.Model })},
 	{Name: "ai.openai.api_key_env", Flag: "openai-api-key-env", Usage: "environment variable holding the API key", set: str(func(c *Config) *string { return &c.AI.OpenAI.APIKeyEnv })},
 	{Name: "ai.openai.system_prompt", Flag: "system-prompt", Usage: "system prompt", set: str(func(c *Config) *string { return &c.AI.OpenAI.SystemPrompt })},
+	{Name: "backfill.history_url", Flag: "backfill-history-url", Usage: "history source for the gap backfill: the WeCom simulator's base URL (\"\" off)", set: str(func(c *Config) *string { return &c.Backfill.HistoryURL })},
+	{Name: "backfill.overlap", Flag: "backfill-overlap", Usage: "how far before the inbound watermark a backfill pass reads", set: dur(func(c *Config) *time.Duration { return &c.Backfill.Overlap })},
+	{Name: "backfill.max_messages", Flag: "backfill-max-messages", Usage: "missed messages one backfill pass answers at most", set: integer(func(c *Config) *int { return &c.Backfill.MaxMessages })},
 	{Name: "dispatch.fixed_worker", Flag: "fixed-worker", Usage: "tier-2 worker API base URL", set: str(func(c *Config) *string { return &c.Dispatch.FixedWorker })},
 	{Name: "access.allow_users", Flag: "allow-users", Usage: "only these user ids (comma-separated; empty: all)", set: func(c *Config, s string) error {
 		c.Access.AllowUsers = splitList(s)
@@ -529,6 +550,17 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.Replicas != 1 && c.NATS.Replicas != 3 && c.NATS.Replicas != 5 {
 		bad("nats.replicas", "%d: want 1 (single server), 3 or 5 (cluster)", c.NATS.Replicas)
+	}
+	if c.Backfill.HistoryURL != "" {
+		if u, err := url.Parse(c.Backfill.HistoryURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("backfill.history_url", "%q: want http://HOST:PORT of the WeCom simulator's control API", c.Backfill.HistoryURL)
+		}
+	}
+	if c.Backfill.Overlap <= 0 {
+		bad("backfill.overlap", "must be positive, got %s", c.Backfill.Overlap)
+	}
+	if c.Backfill.MaxMessages <= 0 {
+		bad("backfill.max_messages", "must be positive, got %d", c.Backfill.MaxMessages)
 	}
 	if c.Dispatch.FixedWorker != "" {
 		if u, err := url.Parse(c.Dispatch.FixedWorker); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

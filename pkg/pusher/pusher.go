@@ -84,6 +84,9 @@ type Config struct {
 	TruncatedNote string
 	// CanceledNote and FailedNote end answers that were stopped or failed.
 	CanceledNote, FailedNote string
+	// LateNote starts the answer to a message the bot missed (found by the
+	// gap backfill). Default "（抱歉，这条消息因系统故障未能及时回复，以下是迟到的回答）".
+	LateNote string
 	// Parallel bounds concurrent steps (each a few bucket operations and
 	// one WeCom round trip, so mostly waiting). Default 256.
 	Parallel int
@@ -115,6 +118,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CanceledNote == "" {
 		c.CanceledNote = "（已停止）"
+	}
+	if c.LateNote == "" {
+		c.LateNote = "（抱歉，这条消息因系统故障未能及时回复，以下是迟到的回答）"
 	}
 	if c.FailedNote == "" {
 		c.FailedNote = "抱歉，这个问题处理失败了，请稍后重试。"
@@ -590,9 +596,12 @@ func (p *Pusher) streamable(r *task.Record, now time.Time) bool {
 func (p *Pusher) finalText(r *task.Record, text string) string {
 	switch r.Exec {
 	case task.Canceled:
-		return join(text, p.cfg.CanceledNote)
+		text = join(text, p.cfg.CanceledNote)
 	case task.Failed:
-		return join(text, p.cfg.FailedNote)
+		text = join(text, p.cfg.FailedNote)
+	}
+	if r.Late {
+		return join(p.cfg.LateNote, text)
 	}
 	return text
 }

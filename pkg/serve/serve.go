@@ -14,12 +14,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/node"
@@ -68,6 +70,8 @@ type Node struct {
 	cfg      config.Config
 	log      zerolog.Logger
 	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
+	tracker  atomic.Pointer[backfill.Tracker]
+	history  backfill.HistorySource // nil: no gap backfill
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -136,6 +140,9 @@ func Run(ctx context.Context, o Options) error {
 
 	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
 		ready: make(chan struct{}), log: log}
+	if cfg.Backfill.HistoryURL != "" {
+		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	workCtx, stopWork := context.WithCancel(ctx)
@@ -147,6 +154,11 @@ func Run(ctx context.Context, o Options) error {
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
 		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
 		Budget:           n.Budget,
+		Handled: func(bot string, created time.Time) {
+			if t := n.tracker.Load(); t != nil {
+				t.Handled(bot, created)
+			}
+		},
 		Dispatched: func(bot, taskID string) {
 			if p := n.Pusher(bot); p != nil {
 				p.Notify(taskID)
@@ -302,6 +314,10 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		return err
 	}
 	n.Store, n.Lifecycle, n.Worker, n.Dispatch = store, lc, w, d
+	tracker := &backfill.Tracker{Store: store, Node: cfg.NodeID, Logger: log,
+		Holding: func() bool { depth, err := n.Spool.Len(); return err != nil || depth > 0 }}
+	n.tracker.Store(tracker)
+	wg.Go(func() { tracker.Run(ctx, 2*time.Second) })
 	n.Access.Bind(store, lc)
 	close(n.ready) // publishes the fields above to the terms and the API
 	wg.Go(func() { fwd.Run(ctx) })
@@ -394,6 +410,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	}()
 	var wg sync.WaitGroup
 	wg.Go(func() { n.sweep(ctx, term.Bot, log) })
+	wg.Go(func() { n.backfill(ctx, term) })
 	if err := p.Run(ctx); err != nil {
 		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
 	}
@@ -415,6 +432,58 @@ func ranOffQueue(ctx context.Context, lc *task.Lifecycle, e jetstream.SpoolEntry
 		return false, err
 	}
 	return r.Attempt > 0 || r.Exec != task.Queued, nil
+}
+
+// backfillDelay lets the callbacks a new connection received at once be
+// handled (and recorded) before the gap backfill looks for what is missing.
+const backfillDelay = 3 * time.Second
+
+// backfill runs the gap backfill of term's bot once, at the start of the
+// term: messages sent while no node held the connection, read by a leader
+// that died before recording them, or held only in a lost node's spool.
+func (n *Node) backfill(ctx context.Context, term *election.Term) {
+	log := n.log.With().Str("bot", term.Bot).Int64("term", term.Rev).Logger()
+	if n.history == nil {
+		log.Info().Msg("gap backfill off (no backfill.history_url): messages missed while no node held the connection are not recovered")
+		return
+	}
+	if !sleep(ctx, backfillDelay) {
+		return
+	}
+	// Up to now: what this term's connection received meanwhile is
+	// recorded by now, and is skipped as known.
+	until := time.Now()
+	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
+		Known: n.Access.Known, Late: n.Access.Late, Logger: log}
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		rep, err := backfill.Run(ctx, cfg, term.Bot, until)
+		if err == nil {
+			if rep.Filled > 0 || rep.NotFilled > 0 {
+				log.Warn().Interface("backfill", rep).Msg("gap backfill found missed messages")
+			} else {
+				log.Info().Interface("backfill", rep).Msg("gap backfill: nothing missed")
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("gap backfill failed; retrying")
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // SweepInterval is how often a bot's leader runs the lifecycle's sweep

@@ -149,6 +149,9 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 			if r.Term != 0 && c.Term != r.Term {
 				c.Term, changed = r.Term, true
 			}
+			if r.Late && !c.Late {
+				c.Late, changed = true, true
+			}
 			if !r.StreamStart.IsZero() && c.Delivery == Pending {
 				c.PushedHash, c.PushedAt, c.StreamStart = r.PushedHash, r.PushedAt, r.StreamStart
 				for _, t := range r.RecentSends {

@@ -120,12 +120,13 @@ type Message struct {
 	User     string    `json:"user"`
 	Question string    `json:"question"`
 	Received time.Time `json:"received"`
+	Late     bool      `json:"late,omitempty"`
 }
 
 // MessageOf is r's task message.
 func MessageOf(r *Record) Message {
 	return Message{TaskID: r.ID, Bot: r.Bot, MsgID: r.MsgID, ReqID: r.ReqID, Term: r.Term, StreamID: r.StreamID,
-		Chat: r.Chat, ChatType: r.ChatType, User: r.User, Question: r.Question, Received: r.Received}
+		Chat: r.Chat, ChatType: r.ChatType, User: r.User, Question: r.Question, Received: r.Received, Late: r.Late}
 }
 
 // RecordOf rebuilds a record from a task message (the raw context a worker
@@ -133,7 +134,7 @@ func MessageOf(r *Record) Message {
 func RecordOf(m Message) *Record {
 	r := New(m.Bot, m.MsgID, m.Received)
 	r.Chat, r.ChatType, r.User, r.Question = m.Chat, m.ChatType, m.User, m.Question
-	r.ReqID, r.Term, r.StreamID = m.ReqID, m.Term, m.StreamID
+	r.ReqID, r.Term, r.StreamID, r.Late = m.ReqID, m.Term, m.StreamID, m.Late
 	return r
 }
 

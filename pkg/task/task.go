@@ -118,6 +118,10 @@ type Record struct {
 	Question string    `json:"question"`
 	StreamID string    `json:"stream_id"`
 	Received time.Time `json:"received"`
+	// Late: the message was missed (no connection held the bot, or the
+	// leader that read it died) and found by the gap backfill; the answer
+	// is pushed with a note that it is late.
+	Late bool `json:"late,omitempty"`
 
 	Exec     Exec     `json:"exec"`
 	Delivery Delivery `json:"delivery"`

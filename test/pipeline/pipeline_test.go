@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -89,7 +90,7 @@ func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
 	done := make(chan error, 1)
 	go func() {
 		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: c.nats.ClientURL(), Listener: ln,
-			TaskAckWait: 3 * time.Second, Logger: zerolog.Nop(), Ready: func(n *serve.Node) { ready <- n }})
+			TaskAckWait: 3 * time.Second, Logger: testLogger(), Ready: func(n *serve.Node) { ready <- n }})
 	}()
 	var n *serve.Node
 	select {
@@ -418,4 +419,11 @@ func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
 	if r := c.record(n, later.MsgID); r.ID != "" {
 		t.Fatalf("the busy message became a task: %+v", r)
 	}
+}
+
+func testLogger() zerolog.Logger {
+	if os.Getenv("BOTCTL_TEST_LOG") != "" {
+		return zerolog.New(os.Stderr).With().Timestamp().Logger()
+	}
+	return zerolog.Nop()
 }

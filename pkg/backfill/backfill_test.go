@@ -1,0 +1,104 @@
+package backfill_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/backfill"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The watermark only moves forward, and never while the spool holds a
+// task (a spooled message is not durable in the cluster yet).
+func TestTrackerForwardOnlyAndHeldBySpool(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	var holding atomic.Bool
+	holding.Store(true)
+	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Holding: holding.Load, Logger: zerolog.Nop()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); tr.Run(ctx, 20*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+
+	t0 := time.Unix(1700000000, 0).UTC()
+	tr.Handled("b1", t0)
+	time.Sleep(200 * time.Millisecond) // several flush rounds, all held
+	if wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1"); !wm.Created.IsZero() {
+		t.Fatalf("watermark written while the spool held a task: %+v", wm)
+	}
+	holding.Store(false)
+	waitFor(t, func() bool {
+		wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1")
+		return wm.Created.Equal(t0)
+	})
+	tr.Handled("b1", t0.Add(-time.Hour)) // an older message handled late
+	tr.Handled("b1", t0.Add(time.Second))
+	waitFor(t, func() bool {
+		wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1")
+		return wm.Created.Equal(t0.Add(time.Second))
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A pass reads the simulator's history from the watermark less the
+// overlap, skips what is known, hands over the rest, and stops at its
+// budget, counting what it did not fill.
+func TestRunAgainstSimulatorHistory(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	sim.AddBot("b1", "s1")
+	srv := httptest.NewServer(sim.Handler())
+	defer func() { sim.Close(); srv.Close() }()
+	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, u := range []string{"u1", "u2", "u3", "u4"} {
+		r, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: u, Text: "hi " + u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.MsgID)
+	}
+	var late []string
+	cfg := backfill.Config{Store: env.Store, Source: src, MaxMessages: 2, Logger: zerolog.Nop(),
+		Known: func(_ context.Context, _, msgid string) (bool, error) { return msgid == ids[0], nil },
+		Late: func(_ context.Context, _ string, m backfill.Message) error {
+			late = append(late, m.Text)
+			return nil
+		}}
+	rep, err := backfill.Run(context.Background(), cfg, "b1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Read != 4 || rep.Known != 1 || rep.Filled != 2 || rep.NotFilled != 1 {
+		t.Fatalf("report = %+v", rep)
+	}
+	if len(late) != 2 || late[0] != "hi u2" || late[1] != "hi u3" {
+		t.Fatalf("handed over %q", late)
+	}
+	if _, err := backfill.SimHistoryFor("http://not-ws"); err == nil {
+		t.Fatal("a non-ws URL accepted")
+	}
+}

@@ -1,0 +1,87 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+// withBackfill points the gap backfill at the cluster's simulator.
+func (c *cluster) withBackfill(cfg *config.Config) {
+	cfg.Backfill.HistoryURL = "http" + strings.TrimPrefix(strings.TrimSuffix(c.wsURL, "/"), "ws")
+}
+
+// Messages sent while no node held the connection (WeCom could not
+// deliver them and never will) are found by the next leader's gap
+// backfill and answered by push, late and saying so, exactly once; what
+// was handled before (an answer, a command) is not handled again.
+func TestMissedMessagesAnsweredAfterRecovery(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a", c.withBackfill)
+	eventually(t, "a connected", c.connected)
+	c.post("alice", "asked while all was well")
+	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "asked while all was well") == 1 })
+	help := c.postAs(wecomsim.MessageRequest{UserID: "alice", Text: "/help"})
+	if got := c.replyTo("alice", help.MsgID); !strings.Contains(got, "/stop") {
+		t.Fatalf("/help: %q", got)
+	}
+	time.Sleep(3 * time.Second) // the inbound watermark is written every 2 s
+	a.stop()
+
+	var missed []wecomsim.MessageResult
+	for i := range 3 {
+		r := c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("asked while nobody listened %d", i))
+		if r.Delivered {
+			t.Fatalf("the simulator delivered a message with no connection: %+v", r)
+		}
+		missed = append(missed, r)
+	}
+	b := c.start("b", c.withBackfill)
+	for i, m := range missed {
+		user, q := fmt.Sprintf("u%d", i), fmt.Sprintf("asked while nobody listened %d", i)
+		deadline := time.Now().Add(waitLong)
+		for answeredLate(c.bot(user), q) != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q never answered late: user sees %+v; record %+v; access %+v", q, c.bot(user), c.record(b, m.MsgID), b.node.Access.Stats())
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		if r := c.record(b, m.MsgID); !r.Late || r.Delivery != task.Delivered {
+			t.Fatalf("record of a missed message: late %v, delivery %s", r.Late, r.Delivery)
+		}
+	}
+	time.Sleep(time.Second)
+	if n := answered(c.bot("alice"), "asked while all was well"); n != 1 {
+		t.Fatalf("an answered message was answered %d times after the backfill", n)
+	}
+	helps := 0
+	for _, e := range c.bot("alice") {
+		if strings.Contains(e.Content, "/stop") {
+			helps++
+		}
+	}
+	if helps != 1 {
+		t.Fatalf("/help answered %d times", helps)
+	}
+	s := b.node.Access.Stats()
+	if s.Backfilled != 3 {
+		t.Fatalf("backfilled %d, want 3", s.Backfilled)
+	}
+}
+
+// answeredLate counts complete late answers to question (pushed, with the
+// late note first).
+func answeredLate(entries []wecomsim.TranscriptEntry, question string) int {
+	k := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Content, "（抱歉，这条消息因系统故障未能及时回复") && strings.Contains(e.Content, "You asked: "+question) {
+			k++
+		}
+	}
+	return k
+}
