@@ -151,7 +151,7 @@ func Run(ctx context.Context, o Options) error {
 		leading   int
 	)
 	n.Worker, err = worker.New(worker.Config{
-		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots,
+		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
 		Leading: func() bool { leadingMu.Lock(); defer leadingMu.Unlock(); return leading > 0 },
 		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, Logger: log,
 	})
