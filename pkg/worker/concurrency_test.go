@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -157,5 +156,4 @@ func TestAIConcurrencyValidated(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "AIConcurrency") {
 		t.Fatalf("err = %v", err)
 	}
-	_ = errors.New
 }
