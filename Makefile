@@ -29,6 +29,7 @@ bench:
 	$(GO) run ./test/failover -rounds 20 -out bench/failover.md
 	$(GO) run ./test/load receipt -out bench/receipt.md
 	$(GO) run ./test/load push -out bench/push.md
+	$(GO) run ./test/load completion -out bench/completion.md
 
 # The end-to-end partition tests, repeated (race detector on).
 chaos:

@@ -137,15 +137,26 @@ const (
 // configuration. Only the section named by Kind is read.
 type Config struct {
 	// Kind is "demo", "exec" or "openai". Required.
-	Kind   string       `yaml:"kind"`
-	Demo   DemoConfig   `yaml:"demo"`
-	Exec   ExecConfig   `yaml:"exec"`
-	OpenAI OpenAIConfig `yaml:"openai"`
+	Kind string `yaml:"kind"`
+	// MaxConcurrency is how many answers this node asks of the backend at
+	// once: what the model provider allows (its concurrent-request or
+	// rate limit), divided among the nodes. Tasks beyond it wait queued
+	// (not started; the user sees push.queued_line) and the node fetches
+	// no more tasks than it can start, so the others take them. The
+	// worker enforces it (worker.Config.AIConcurrency). Default 0: no
+	// limit beyond worker.slots.
+	MaxConcurrency int          `yaml:"max_concurrency"`
+	Demo           DemoConfig   `yaml:"demo"`
+	Exec           ExecConfig   `yaml:"exec"`
+	OpenAI         OpenAIConfig `yaml:"openai"`
 }
 
 // New validates cfg, fills in defaults and returns the backend. Errors name
 // the configuration key at fault (ai.kind, ai.exec.command, …).
 func New(cfg Config) (Backend, error) {
+	if cfg.MaxConcurrency < 0 {
+		return nil, fmt.Errorf("config key ai.max_concurrency: %d: want 0 (no limit beyond worker.slots) or the number of answers the model provider allows at once from this node", cfg.MaxConcurrency)
+	}
 	switch cfg.Kind {
 	case KindDemo:
 		return newDemo(cfg.Demo)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/worker"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -136,13 +137,33 @@ type Election struct {
 
 // Worker is this node's compute side.
 type Worker struct {
-	Slots       int `yaml:"slots"`
+	// Slots is how many tasks this node holds at once (running, or
+	// waiting for an AI concurrency token). AI tasks are I/O-bound, so
+	// slots cost memory, not CPU: about 44 KB of heap and stacks per
+	// running task with the demo backend, up to twice that in RSS
+	// (BenchmarkRunningTaskMemory in pkg/worker; a real backend adds its
+	// HTTP stream's buffers). Default 1024 (about 45 MB in use, 90 MB RSS
+	// when full); three nodes with one leading hold 2,304 answers at
+	// once. Lower it only to bound memory; to respect a model provider's
+	// limit, set ai.max_concurrency instead. At most
+	// MaxSlots, so that the sum over nodes stays below the queue's
+	// TaskMaxRunning (65536).
+	Slots int `yaml:"slots"`
+	// LeaderSlots is Slots while this node holds a bot's connection: the
+	// leader keeps CPU headroom for its connection and pusher. Default
+	// 256 (never more than Slots).
 	LeaderSlots int `yaml:"leader_slots"`
 	// Deadline bounds a task's execution from its first attempt: past it
 	// the task is failed, its conversation freed and the user told.
 	// Default 30m (three times the AI backends' default timeout).
 	Deadline time.Duration `yaml:"deadline"`
 }
+
+// MaxSlots bounds worker.slots and worker.leader_slots: eight nodes at
+// the most stay below the task queue's TaskMaxRunning (65536), which
+// every running task holds one of; past it slots sit idle while tasks
+// wait.
+const MaxSlots = 8192
 
 // Bot is one WeCom bot's credentials.
 type Bot struct {
@@ -166,7 +187,7 @@ func Defaults() Config {
 		WeCom:    WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second},
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500},
-		Worker:   Worker{Slots: 8, LeaderSlots: 4, Deadline: 30 * time.Minute},
+		Worker:   Worker{Slots: worker.DefaultSlots, LeaderSlots: worker.DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI:       ai.Config{Kind: ai.KindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
@@ -368,6 +389,7 @@ var Keys = []Key{
 	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot", set: integer(func(c *Config) *int { return &c.Worker.LeaderSlots })},
 	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
 	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: demo, exec or openai", set: str(func(c *Config) *string { return &c.AI.Kind })},
+	{Name: "ai.max_concurrency", Flag: "ai-max-concurrency", Usage: "answers asked of the AI backend at once on this node (0: no limit beyond worker.slots)", set: integer(func(c *Config) *int { return &c.AI.MaxConcurrency })},
 	{Name: "ai.demo.answer_time", Flag: "demo-answer-time", Usage: "how long a demo answer streams", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTime })},
 	{Name: "ai.demo.answer_bytes", Flag: "demo-answer-bytes", Usage: "make demo answers at least this long", set: integer(func(c *Config) *int { return &c.AI.Demo.AnswerBytes })},
 	{Name: "ai.exec.command", Flag: "ai-exec", Usage: "exec backend command (space-separated argv; a YAML list in the file)", set: func(c *Config, s string) error {
@@ -524,14 +546,14 @@ func (c *Config) Validate() error {
 	if c.WeCom.AckTimeout <= 0 {
 		bad("wecom.ack_timeout", "must be positive, got %s", c.WeCom.AckTimeout)
 	}
-	if c.Worker.Slots < 0 {
-		bad("worker.slots", "must be 0 or more, got %d", c.Worker.Slots)
+	if c.Worker.Slots < 0 || c.Worker.Slots > MaxSlots {
+		bad("worker.slots", "%d: want 0 (the default %d) to %d (the task queue's TaskMaxRunning, 65536, must exceed the sum over nodes)", c.Worker.Slots, worker.DefaultSlots, MaxSlots)
 	}
 	if c.Worker.Deadline <= 0 {
 		bad("worker.deadline", "must be positive, got %s", c.Worker.Deadline)
 	}
-	if c.Worker.LeaderSlots < 0 {
-		bad("worker.leader_slots", "must be 0 or more, got %d", c.Worker.LeaderSlots)
+	if c.Worker.LeaderSlots < 0 || c.Worker.LeaderSlots > MaxSlots {
+		bad("worker.leader_slots", "%d: want 0 (worker.slots) to %d", c.Worker.LeaderSlots, MaxSlots)
 	}
 	if c.Push.Budget < 1 || c.Push.Budget > 30 {
 		bad("push.budget", "%d frames/min: want 1 to 30 (WeCom allows about 30 per conversation; keep a margin)", c.Push.Budget)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/botctl/botctl/jetstream"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,11 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "bots:\n  - id: b1\n", want: "bots[0].secret"},
 		{yaml: "bots:\n  - {id: b1, secret: x}\n  - {id: b1, secret: y}\n", want: "bots[1].id"},
 		{yaml: "worker:\n  slots: -1\n", want: "worker.slots"},
+		{yaml: "worker:\n  slots: 100000\n", want: "worker.slots"},
+		{yaml: "worker:\n  leader_slots: 9000\n", want: "worker.leader_slots"},
+		{env: "BOTCTL_WORKER_LEADER_SLOTS=-2", want: "worker.leader_slots"},
+		{yaml: "ai:\n  max_concurrency: -1\n", want: "ai.max_concurrency"},
+		{env: "BOTCTL_AI_MAX_CONCURRENCY=many", want: "ai.max_concurrency"},
 		{yaml: "push:\n  heartbeat_line: still working\n", want: "push.heartbeat_line"},
 		{yaml: "nats:\n  replicas: 2\n", want: "nats.replicas"},
 		{yaml: "push:\n  budget: 31\n", want: "push.budget"},
@@ -151,5 +157,35 @@ func TestDeployExampleLoads(t *testing.T) {
 	}
 	if cfg.NodeID != "node-a" || len(cfg.Etcd.Endpoints) != 3 || cfg.AI.Kind != "openai" || cfg.Push.Budget != 20 || cfg.Bots[0].Secret != "s" {
 		t.Fatalf("example read as %+v", cfg)
+	}
+}
+
+// The defaults carry thousands of simultaneous I/O-bound answers on three
+// nodes, and the task queue's TaskMaxRunning stays above every node's
+// slots together.
+func TestCapacityDefaults(t *testing.T) {
+	cfg := Defaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.Worker
+	if three := w.LeaderSlots + 2*w.Slots; three < 2000 {
+		t.Fatalf("three nodes hold %d answers at once (slots %d, leader_slots %d), want thousands", three, w.Slots, w.LeaderSlots)
+	}
+	if w.LeaderSlots > w.Slots {
+		t.Fatalf("leader_slots %d > slots %d", w.LeaderSlots, w.Slots)
+	}
+	if cfg.AI.MaxConcurrency != 0 {
+		t.Fatalf("ai.max_concurrency default = %d, want 0 (no limit beyond slots)", cfg.AI.MaxConcurrency)
+	}
+	if 8*MaxSlots > jetstream.DefaultTaskMaxRunning {
+		t.Fatalf("8 nodes of MaxSlots (%d) exceed TaskMaxRunning %d", MaxSlots, jetstream.DefaultTaskMaxRunning)
+	}
+	c, err := Load(writeFile(t, "ai:\n  max_concurrency: 40\n"), []string{"BOTCTL_WORKER_SLOTS=600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AI.MaxConcurrency != 40 || c.Worker.Slots != 600 {
+		t.Fatalf("read max_concurrency %d, slots %d", c.AI.MaxConcurrency, c.Worker.Slots)
 	}
 }

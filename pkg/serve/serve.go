@@ -289,7 +289,8 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		return err
 	}
 	w, err := worker.New(worker.Config{
-		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, Leading: n.isLeading,
+		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
+		Leading: n.isLeading,
 		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, Logger: log,
 	})
 	if err != nil {

@@ -37,14 +37,33 @@ import (
 // Config configures a worker. Zero values take the defaults named.
 type Config struct {
 	NodeID string
-	// Slots is how many tasks run at once. Default 8.
+	// Slots is how many queue tasks this worker holds at once, running or
+	// waiting for an AI concurrency token. An AI task is I/O-bound (it
+	// waits on a model's stream), so slots are sized by memory, not CPU:
+	// a running task holds about 44 KB of heap and stacks (goroutines,
+	// coalescer, prompt, output writes; measured with the demo backend by
+	// BenchmarkRunningTaskMemory, NATS's share included), up to twice
+	// that in RSS under Go's default GOGC. Default DefaultSlots (1024):
+	// about 45 MB in use, 90 MB RSS, per node when full. Raising it
+	// costs memory only; lowering it makes tasks queue (the user sees
+	// push.queued_line) while the model could take more. The sum over
+	// all nodes must stay below the queue's TaskMaxRunning (65536).
 	Slots int
 	// LeaderSlots, if set, is how many slots to use while Leading reports
 	// true: the access node keeps headroom for its connection and pusher.
+	// Default 0: Slots (serve passes its own default, DefaultLeaderSlots).
 	LeaderSlots int
 	Leading     func() bool
-	Backend     ai.Backend
-	Store       *jetstream.Store
+	// AIConcurrency bounds how many tasks call the AI backend at once on
+	// this node (what the model provider allows, divided among nodes).
+	// A task waiting for a token is not started: its record stays queued
+	// (the pusher shows push.queued_line) and its queue message is kept
+	// alive with in-progress acks; the worker fetches no more tasks than
+	// it has tokens free, so tasks it cannot run stay in the queue for
+	// other nodes. Default 0: no limit beyond Slots.
+	AIConcurrency int
+	Backend       ai.Backend
+	Store         *jetstream.Store
 	// SystemPrompt is prepended to every request, if set.
 	SystemPrompt string
 	// OutputInterval is the least time between two output writes of one
@@ -74,7 +93,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Slots <= 0 {
-		c.Slots = 8
+		c.Slots = DefaultSlots
 	}
 	if c.OutputInterval <= 0 {
 		c.OutputInterval = time.Second
@@ -103,7 +122,23 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // task id → cancel of its run
+
+	// tokens holds one value per task calling the AI backend (nil: no
+	// limit); waiting counts queue tasks fetched and waiting for one, so
+	// Run does not fetch tasks it could not start; tokenFreed wakes Run
+	// when a token is given back.
+	tokens     chan struct{}
+	waiting    int // queue tasks waiting for a token
+	waitingAll int // every task waiting for a token, fallback tiers too
+	tokenFreed chan struct{}
 }
+
+// Defaults of Config's slots, sized for I/O-bound AI backends: three
+// nodes (one leading) hold 2,304 answers at once.
+const (
+	DefaultSlots       = 1024
+	DefaultLeaderSlots = 256
+)
 
 // DefaultDeadline is Config.Deadline's default: three times the AI
 // backends' default timeout of 10 minutes.
@@ -123,12 +158,18 @@ func New(cfg Config) (*Worker, error) {
 		return nil, errors.New("worker: Backend is required (--ai demo|exec|openai)")
 	case cfg.Store == nil:
 		return nil, errors.New("worker: Store is required")
+	case cfg.AIConcurrency < 0:
+		return nil, fmt.Errorf("worker: AIConcurrency %d: must be 0 (no limit) or more", cfg.AIConcurrency)
 	}
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
-	return &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{},
-		log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}, nil
+	w := &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{}, tokenFreed: make(chan struct{}, 1),
+		log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}
+	if cfg.AIConcurrency > 0 {
+		w.tokens = make(chan struct{}, cfg.AIConcurrency)
+	}
+	return w, nil
 }
 
 // Busy is how many tasks this worker is running now.
@@ -138,11 +179,90 @@ func (w *Worker) Busy() int {
 	return len(w.running)
 }
 
+// InAI is how many tasks hold an AI concurrency token now (0 without a
+// limit).
+func (w *Worker) InAI() int {
+	if w.tokens == nil {
+		return 0
+	}
+	return len(w.tokens)
+}
+
+// Waiting is how many tasks wait for an AI concurrency token now: taken
+// from the queue (or given by a fallback tier) but not started.
+func (w *Worker) Waiting() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waitingAll
+}
+
 func (w *Worker) slots() int {
 	if w.cfg.Leading != nil && w.cfg.LeaderSlots > 0 && w.cfg.Leading() {
 		return min(w.cfg.LeaderSlots, w.cfg.Slots)
 	}
 	return w.cfg.Slots
+}
+
+// freeTokens is how many more queue tasks could start now: tokens neither
+// held nor promised to a fetched task waiting for one.
+func (w *Worker) freeTokens() int {
+	if w.tokens == nil {
+		return int(^uint(0) >> 1)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return cap(w.tokens) - len(w.tokens) - w.waiting
+}
+
+// reserve promises a token to a queue task Run has just fetched, so that
+// the next fetch does not count it free; the task's acquire (or, if it
+// never gets that far, unreserve) takes the promise back.
+func (w *Worker) reserve() {
+	if w.tokens != nil {
+		w.mu.Lock()
+		w.waiting++
+		w.mu.Unlock()
+	}
+}
+
+func (w *Worker) unreserve() {
+	if w.tokens != nil {
+		w.mu.Lock()
+		w.waiting--
+		w.mu.Unlock()
+	}
+}
+
+// acquire takes an AI concurrency token, waiting while none is free;
+// queued says the caller is a fetched queue task, which holds a reserve
+// until then. It fails only when ctx ends. release gives the token back.
+func (w *Worker) acquire(ctx context.Context, queued bool) (release func(), err error) {
+	if w.tokens == nil {
+		return func() {}, nil
+	}
+	w.mu.Lock()
+	w.waitingAll++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.waitingAll--
+		w.mu.Unlock()
+		if queued {
+			w.unreserve()
+		}
+	}()
+	select {
+	case w.tokens <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-w.tokens
+		select {
+		case w.tokenFreed <- struct{}{}:
+		default:
+		}
+	}, nil
 }
 
 // Run pulls tasks until ctx ends, then waits for running tasks to stop.
@@ -187,13 +307,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	cons := w.cfg.Store.Workers()
 	for ctx.Err() == nil {
 		mu.Lock()
-		free := w.slots() - running
+		free := min(w.slots()-running, w.freeTokens())
 		mu.Unlock()
 		if free <= 0 {
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-freed:
+			case <-w.tokenFreed:
 			case <-time.After(time.Second): // slots may have grown (leadership ended)
 			}
 			continue
@@ -214,6 +335,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			mu.Lock()
 			running++
 			mu.Unlock()
+			w.reserve()
 			wg.Go(func() {
 				defer func() {
 					mu.Lock()
@@ -240,6 +362,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan struct{}) {
 	var m task.Message
 	if err := json.Unmarshal(msg.Data(), &m); err != nil || m.TaskID == "" {
+		w.unreserve()
 		w.log.Error().Err(err).Str("subject", msg.Subject()).Msg("unreadable task message; terminating it")
 		w.cfg.Store.GiveUp(context.WithoutCancel(ctx), msg, "unreadable task message")
 		return
@@ -308,6 +431,24 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	lc := w.cfg.Lifecycle
 	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Logger()
 	bg := context.WithoutCancel(ctx)
+
+	// The AI concurrency token is taken before the task starts: while it
+	// waits the record stays queued (the user is told so) and handle's
+	// in-progress acks keep the queue message.
+	release, err := w.acquire(ctx, deliveries > 0)
+	if err != nil {
+		if final { // no attempt follows: end the task rather than lock its conversation
+			why := "the node stopped while the task waited for an AI concurrency token on its last delivery"
+			lc.GiveUp(bg, m.TaskID, why, nil)
+			log.Warn().Msg(why)
+			if deliveries == 0 { // a fallback tier: no queue message
+				return result{action: actAck, err: errors.New(why)}
+			}
+			return result{action: actGiveUp, err: errors.New(why)}
+		}
+		return result{action: actRetry, err: err}
+	}
+	defer release()
 
 	attempt, rec, err := lc.Start(ctx, m, tier, deliveries)
 	switch {

@@ -32,7 +32,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func demo(t *testing.T, answer time.Duration) ai.Backend {
+func demo(t testing.TB, answer time.Duration) ai.Backend {
 	t.Helper()
 	b, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: answer}})
 	if err != nil {
@@ -53,7 +53,10 @@ func run(t *testing.T, store *jetstream.Store, node string, b ai.Backend) runnin
 
 func runWith(t *testing.T, cfg worker.Config) running {
 	t.Helper()
-	cfg.Slots, cfg.RetryDelay, cfg.OutputInterval = 4, 100*time.Millisecond, 50*time.Millisecond
+	if cfg.Slots == 0 {
+		cfg.Slots = 4
+	}
+	cfg.RetryDelay, cfg.OutputInterval = 100*time.Millisecond, 50*time.Millisecond
 	cfg.Logger = zerolog.Nop()
 	w, err := worker.New(cfg)
 	if err != nil {
@@ -74,7 +77,7 @@ func free(t *testing.T, store *jetstream.Store, chat, msgid string) bool {
 	return err == nil
 }
 
-func publish(t *testing.T, store *jetstream.Store, msgid, chat, question string) task.Message {
+func publish(t testing.TB, store *jetstream.Store, msgid, chat, question string) task.Message {
 	t.Helper()
 	m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: question, Received: time.Now()}
 	raw, _ := json.Marshal(m)

@@ -4,6 +4,7 @@
 //
 //	go run ./test/load receipt -out bench/receipt.md   # receipt latency, dispatch saturation, worker scaling
 //	go run ./test/load push -out bench/push.md         # push lag and scale (1,000 and 5,000 conversations)
+//	go run ./test/load completion -out bench/completion.md  # completion time, default configuration, three nodes
 //
 // It is a main package, not a test: plain `go test ./...` never runs it.
 // The "node" subcommand is internal: a worker node in a child process.
@@ -24,7 +25,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: load receipt|push [flags]   (see the package comment)")
+		fmt.Fprintln(os.Stderr, "usage: load receipt|push|completion [flags]   (see the package comment)")
 		os.Exit(2)
 	}
 	var err error
@@ -33,10 +34,12 @@ func main() {
 		err = receiptMain(os.Args[2:])
 	case "push":
 		err = pushMain(os.Args[2:])
+	case "completion":
+		err = completionMain(os.Args[2:])
 	case "node":
 		err = nodeMain(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want receipt or push", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want receipt, push or completion", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
