@@ -305,10 +305,9 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		},
 		Spooled:     n.Spool.Holds,
 		FixedWorker: cfg.Dispatch.FixedWorker,
-		Local: func(m task.Message) error {
-			wg.Go(func() { w.Execute(ctx, m, string(dispatch.TierLocal)) })
-			return nil
-		},
+		// Bounded by the worker's slots: a full node refuses, and the
+		// dispatcher keeps the task in the spool for the queue.
+		Local: func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
 		Logger: log,
 	})
 	if err != nil {
@@ -595,7 +594,11 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "JetStream not reachable from this node yet"})
 			return
 		}
-		wg.Go(func() { n.Worker.Execute(ctx, m, string(dispatch.TierFixed)) })
+		if err := n.Worker.Go(ctx, m, string(dispatch.TierFixed), wg); err != nil {
+			// Bounded by the worker's slots: the dispatcher falls back.
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			return
+		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
 	})
 	return mux

@@ -122,6 +122,7 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // task id → cancel of its run
+	held    int                                // slots in use: queue tasks fetched plus tasks started off the queue
 
 	// tokens holds one value per task calling the AI backend (nil: no
 	// limit); waiting counts queue tasks fetched and waiting for one, so
@@ -270,10 +271,8 @@ func (w *Worker) acquire(ctx context.Context, queued bool) (release func(), err 
 // after the ack wait (or at once, when this one naks them on the way out).
 func (w *Worker) Run(ctx context.Context) error {
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		running int
-		freed   = make(chan struct{}, 1)
+		wg    sync.WaitGroup
+		freed = make(chan struct{}, 1)
 		// fetched closes when no pull request of this worker is open on
 		// the server any more. A task handed back (nak'd) before that
 		// would be delivered into a request nobody reads and sit there
@@ -306,9 +305,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer sub.Unsubscribe()
 	cons := w.cfg.Store.Workers()
 	for ctx.Err() == nil {
-		mu.Lock()
-		free := min(w.slots()-running, w.freeTokens())
-		mu.Unlock()
+		w.mu.Lock()
+		held := w.held
+		w.mu.Unlock()
+		free := min(w.slots()-held, w.freeTokens())
 		if free <= 0 {
 			select {
 			case <-ctx.Done():
@@ -332,15 +332,15 @@ func (w *Worker) Run(ctx context.Context) error {
 				late = append(late, msg)
 				continue
 			}
-			mu.Lock()
-			running++
-			mu.Unlock()
+			w.mu.Lock()
+			w.held++
+			w.mu.Unlock()
 			w.reserve()
 			wg.Go(func() {
 				defer func() {
-					mu.Lock()
-					running--
-					mu.Unlock()
+					w.mu.Lock()
+					w.held--
+					w.mu.Unlock()
 					select {
 					case freed <- struct{}{}:
 					default:
@@ -419,9 +419,48 @@ type result struct {
 
 // Execute runs a task once off the queue, on a fallback tier (a fixed
 // worker's exec API, the leader's own worker): there is no redelivery, so
-// a failure is final and recorded, and the user told.
+// a failure is final and recorded, and the user told. It holds a slot
+// while it runs, or returns ErrNoSlot at once when none is free.
 func (w *Worker) Execute(ctx context.Context, m task.Message, tier string) error {
+	release, err := w.takeSlot()
+	if err != nil {
+		return err
+	}
+	defer release()
 	return w.execute(ctx, m, tier, 0, true).err
+}
+
+// Go is Execute on a goroutine that wg tracks: the slot is taken (or
+// ErrNoSlot returned) before Go returns, so a caller that answers "accepted"
+// never accepts more than the slots.
+func (w *Worker) Go(ctx context.Context, m task.Message, tier string, wg *sync.WaitGroup) error {
+	release, err := w.takeSlot()
+	if err != nil {
+		return err
+	}
+	wg.Go(func() {
+		defer release()
+		w.execute(ctx, m, tier, 0, true)
+	})
+	return nil
+}
+
+// ErrNoSlot: every slot of the worker is in use; the task was not started.
+var ErrNoSlot = errors.New("worker: every slot is busy")
+
+// takeSlot holds one slot for a task off the queue (the fetch loop counts it).
+func (w *Worker) takeSlot() (release func(), err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held >= w.slots() {
+		return nil, fmt.Errorf("%w (%d of %d)", ErrNoSlot, w.held, w.slots())
+	}
+	w.held++
+	return func() {
+		w.mu.Lock()
+		w.held--
+		w.mu.Unlock()
+	}, nil
 }
 
 // execute runs one attempt of a task and records how it ended. final says

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -396,4 +398,30 @@ func TestDeadlineFailsTheTask(t *testing.T) {
 		t.Fatalf("reason = %q", r.Error)
 	}
 	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+}
+
+// Work off the queue (a fixed worker's exec API, the leader's own tier) is
+// bounded by the slots like queue work: a full worker refuses at once.
+func TestOffQueueWorkBoundedBySlots(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, Backend: demo(t, time.Minute), Store: env.Store, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for i := range 2 {
+		m := task.Message{TaskID: task.ID("b", fmt.Sprint("m", i)), Bot: "b", MsgID: fmt.Sprint("m", i), Chat: fmt.Sprint("c", i), Question: "q"}
+		if err := w.Go(ctx, m, "local", &wg); err != nil {
+			t.Fatalf("task %d refused with free slots: %v", i, err)
+		}
+	}
+	m := task.Message{TaskID: task.ID("b", "m9"), Bot: "b", MsgID: "m9", Chat: "c9", Question: "q"}
+	if err := w.Go(ctx, m, "local", &wg); !errors.Is(err, worker.ErrNoSlot) {
+		t.Fatalf("third task on two slots: %v, want ErrNoSlot", err)
+	}
+	if err := w.Execute(ctx, m, "fixed"); !errors.Is(err, worker.ErrNoSlot) {
+		t.Fatalf("Execute on a full worker: %v, want ErrNoSlot", err)
+	}
 }
