@@ -18,6 +18,7 @@ type Config struct {
 	Scenarios  []string      // names; empty: all
 	Users      int           // concurrent conversations
 	Think      time.Duration // a user's pause between an answer and the next question (mean)
+	Patience   time.Duration // a user with no answer after this asks again
 	AnswerTime time.Duration // --demo-answer-time of every node
 	TTL        time.Duration // --election-ttl
 	Margin     time.Duration // --election-safety-margin
@@ -38,6 +39,9 @@ func (c *Config) defaults() {
 	}
 	if c.Think == 0 {
 		c.Think = 2 * time.Second
+	}
+	if c.Patience == 0 {
+		c.Patience = 15 * time.Second
 	}
 	if c.AnswerTime == 0 {
 		c.AnswerTime = 5 * time.Second
@@ -125,7 +129,7 @@ func Start(cfg Config) (*Harness, error) {
 	if _, err := h.C.WaitStable(2 * time.Minute); err != nil {
 		return h, err
 	}
-	h.Traffic = NewTraffic(h.C, bot, cfg.Users, cfg.Think, cfg.AnswerTime+30*time.Second, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
+	h.Traffic = NewTraffic(h.C, bot, h.Cfg.Users, h.Cfg.Think, h.Cfg.Patience, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
 	return h, nil
 }
 
@@ -210,6 +214,7 @@ type RoundResult struct {
 	Undelivered int // WeCom had no connection to write the callback to
 	PostErrors  int
 	Answered    int // delivered and answered exactly once
+	Busy        int // … of which by a busy refusal
 	Takeovers   []Takeover
 	Violations  []Violation
 	Quota       int64 // 45009 during the round
@@ -293,11 +298,11 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 			r.Undelivered++
 		}
 	}
-	answered, vs, err := judgeRound(h.C, bot, msgs)
+	answered, busy, vs, err := judgeRound(h.C, bot, msgs)
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()
 	}
-	r.Answered, r.Violations = answered, vs
+	r.Answered, r.Busy, r.Violations = answered, busy, vs
 	after, err := h.C.Stats(bot)
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()

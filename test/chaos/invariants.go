@@ -20,7 +20,14 @@ type Verdict struct {
 	// Expired counts related streams the simulator marked expired (a frame
 	// came after the stream window).
 	Expired int
+	// Busy counts finished replies saying the conversation already has a
+	// task running: a business refusal, a correct answer by the red line.
+	Busy int
 }
+
+// busyText is part of pkg/access's default busy reply (not imported: the
+// check must not move when that package does).
+const busyText = "上一个问题还在处理中"
 
 // Judge finds m's answers in tr. The demo backend's answer is
 // deterministic (ai.DemoAnswer), so "complete" is exact: the whole
@@ -41,8 +48,12 @@ func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 		if e.Expired {
 			v.Expired++
 		}
-		if (e.Finished || e.Kind == "markdown") && strings.Contains(e.Content, want) {
+		done := e.Finished || e.Kind == "markdown"
+		switch {
+		case done && strings.Contains(e.Content, want):
 			v.Complete++
+		case done && e.ReplyTo == m.MsgID && strings.Contains(e.Content, busyText):
+			v.Busy++
 		}
 	}
 	return v
@@ -95,10 +106,15 @@ const (
 	InvPingPong  = "ping-pong" // the simulator replaced a live connection (kick)
 )
 
+// Answers returns how many answers the user got: complete ones and busy
+// refusals.
+func (v Verdict) Answers() int { return v.Complete + v.Busy }
+
 // judgeRound checks every message of the round against the transcripts
-// (read once per conversation) and returns the violations and the number
-// of delivered messages answered exactly once.
-func judgeRound(c *cluster.Cluster, bot string, msgs []*Msg) (answered int, vs []Violation, err error) {
+// (read once per conversation) and returns the violations, the number of
+// delivered messages answered exactly once, and how many of those answers
+// were busy refusals.
+func judgeRound(c *cluster.Cluster, bot string, msgs []*Msg) (answered, busy int, vs []Violation, err error) {
 	trs := map[string][]cluster.TranscriptEntry{}
 	for _, m := range msgs {
 		if _, ok := trs[m.User]; ok {
@@ -106,7 +122,7 @@ func judgeRound(c *cluster.Cluster, bot string, msgs []*Msg) (answered int, vs [
 		}
 		tr, err := c.Transcript(bot, m.User)
 		if err != nil {
-			return 0, nil, fmt.Errorf("transcript of %s: %w", m.User, err)
+			return 0, 0, nil, fmt.Errorf("transcript of %s: %w", m.User, err)
 		}
 		trs[m.User] = tr
 	}
@@ -117,24 +133,31 @@ func judgeRound(c *cluster.Cluster, bot string, msgs []*Msg) (answered int, vs [
 		v := Judge(trs[m.User], m)
 		viol := Violation{User: m.User, MsgID: m.MsgID, Question: m.Question, Saw: v.Saw()}
 		switch {
-		case v.Complete == 1:
+		case m.Probe && v.Complete != 1:
+			// A probe comes after every answer of the round had time to
+			// arrive: a busy refusal now means a conversation still locked.
+			viol.Invariant = InvLocked
+			if v.Complete > 1 {
+				viol.Invariant = InvDuplicate
+			}
+			viol.Saw = fmt.Sprintf("%d complete answers and %d busy refusals: %s", v.Complete, v.Busy, viol.Saw)
+			vs = append(vs, viol)
+		case v.Answers() == 1:
 			if m.Delivered {
 				answered++
+				busy += v.Busy
 			}
-		case v.Complete == 0 && !m.Delivered:
+		case v.Answers() == 0 && !m.Delivered:
 			// In WeCom's history, never delivered: the architecture's
 			// backfill must answer it or mark it "may be incomplete".
 			viol.Invariant = InvMissed
 			vs = append(vs, viol)
-		case v.Complete == 0 && m.Probe:
-			viol.Invariant = InvLocked
-			vs = append(vs, viol)
-		case v.Complete == 0:
+		case v.Answers() == 0:
 			viol.Invariant = InvLost
 			vs = append(vs, viol)
 		default:
 			viol.Invariant = InvDuplicate
-			viol.Saw = fmt.Sprintf("%d complete answers: %s", v.Complete, viol.Saw)
+			viol.Saw = fmt.Sprintf("%d complete answers and %d busy refusals: %s", v.Complete, v.Busy, viol.Saw)
 			vs = append(vs, viol)
 		}
 		if v.Expired > 0 {
@@ -142,7 +165,7 @@ func judgeRound(c *cluster.Cluster, bot string, msgs []*Msg) (answered int, vs [
 			vs = append(vs, viol)
 		}
 	}
-	return answered, vs, nil
+	return answered, busy, vs, nil
 }
 
 // allAnswered is true when every delivered message has a complete answer.
@@ -160,7 +183,7 @@ func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
 			}
 			trs[m.User] = tr
 		}
-		if Judge(tr, m).Complete == 0 {
+		if Judge(tr, m).Answers() == 0 {
 			return false
 		}
 	}

@@ -52,6 +52,7 @@ func main() {
 	flag.StringVar(&scen, "scenarios", "", "comma-separated scenarios (default all: "+scenarioNames()+")")
 	flag.IntVar(&cfg.Users, "users", 6, "concurrent conversations (closed-loop users)")
 	flag.DurationVar(&cfg.Think, "think", 2*time.Second, "mean pause of a user between an answer and the next question")
+	flag.DurationVar(&cfg.Patience, "patience", 15*time.Second, "a user with no answer after this asks again")
 	flag.DurationVar(&cfg.AnswerTime, "answer-time", 5*time.Second, "--demo-answer-time of every node")
 	flag.DurationVar(&cfg.TTL, "ttl", 20*time.Second, "--election-ttl (production default 20s)")
 	flag.DurationVar(&cfg.Margin, "margin", 5*time.Second, "--election-safety-margin (production default 5s)")
@@ -144,8 +145,8 @@ func Run(cfg Config, stop <-chan os.Signal) (*Report, *Harness) {
 			}
 			r := h.RunRound(s, i)
 			rep.Rounds = append(rep.Rounds, r)
-			cfg.Logf("%s round %d: %d delivered, %d answered once, %d violations, quota %d, expired %d, kicks %d, takeovers %v %s",
-				s.Name, i, r.Delivered, r.Answered, len(r.Violations), r.Quota, r.Expired, r.Kicks, r.Takeovers, r.Err)
+			cfg.Logf("%s round %d: %d delivered, %d answered once (%d busy), %d violations, quota %d, expired %d, kicks %d, takeovers %v %s",
+				s.Name, i, r.Delivered, r.Answered, r.Busy, len(r.Violations), r.Quota, r.Expired, r.Kicks, r.Takeovers, r.Err)
 			for _, v := range r.Violations {
 				cfg.Logf("  %s %s %s %q: %s", v.Invariant, v.User, v.MsgID, v.Question, v.Saw)
 			}
@@ -159,7 +160,7 @@ func Run(cfg Config, stop <-chan os.Signal) (*Report, *Harness) {
 			roundOf[v.MsgID+v.Invariant] = true
 		}
 	}
-	_, vs, err := judgeRound(h.C, bot, h.Traffic.Messages(""))
+	_, _, vs, err := judgeRound(h.C, bot, h.Traffic.Messages(""))
 	if err != nil {
 		rep.Err = "final check: " + err.Error()
 	}

@@ -67,6 +67,7 @@ type scenarioSum struct {
 	name                                             string
 	rounds, failed                                   int
 	msgs, delivered, undelivered, postErrs, answered int
+	busy                                             int
 	inv                                              map[string]int
 	quota, expired, kicks                            int64
 	takeovers                                        []time.Duration
@@ -93,6 +94,7 @@ func (rep *Report) sums() []*scenarioSum {
 		s.undelivered += r.Undelivered
 		s.postErrs += r.PostErrors
 		s.answered += r.Answered
+		s.busy += r.Busy
 		for _, v := range r.Violations {
 			s.inv[v.Invariant]++
 		}
@@ -153,12 +155,14 @@ func (rep *Report) Markdown(w io.Writer) {
 	}
 
 	fmt.Fprintf(w, "Every check reads the simulator (transcripts and `/control/stats`), never botctl. A delivered message "+
-		"is owed exactly one finished bot message holding the whole `ai.DemoAnswer` text (stream reply or proactive push).\n\n")
-	fmt.Fprintf(w, "| scenario | rounds | failed rounds | msgs | delivered | answered once | lost | duplicate | locked conv. | expired streams | 45009 | kicks | undelivered | missed (undelivered, never answered) | post errors | takeover p50 ms | p99 ms | max ms | n | no takeover |\n")
+		"is owed exactly one answer: a finished bot message holding the whole `ai.DemoAnswer` text (stream reply or proactive push), "+
+		"or a busy refusal (the conversation already had a task; the red line says that is an answer). Users are closed-loop: "+
+		"each waits for its answer, but asks again after %s without one, as people do.\n\n", cfg.Patience)
+	fmt.Fprintf(w, "| scenario | rounds | failed rounds | msgs | delivered | answered once (busy) | lost | duplicate | locked conv. | expired streams | 45009 | kicks | undelivered | missed (undelivered, never answered) | post errors | takeover p50 ms | p99 ms | max ms | n | no takeover |\n")
 	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range rep.sums() {
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %d | %d |\n",
-			s.name, s.rounds, s.failed, s.msgs, s.delivered, s.answered, s.inv[InvLost], s.inv[InvDuplicate], s.inv[InvLocked],
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %d | %d |\n",
+			s.name, s.rounds, s.failed, s.msgs, s.delivered, s.answered, s.busy, s.inv[InvLost], s.inv[InvDuplicate], s.inv[InvLocked],
 			s.expired, s.quota, s.kicks, s.undelivered, s.inv[InvMissed], s.postErrs,
 			ms(pct(s.takeovers, .5)), ms(pct(s.takeovers, .99)), ms(pct(s.takeovers, 1)), len(s.takeovers), s.takeoverErrs)
 	}
@@ -252,7 +256,7 @@ func (rep *Report) WriteFiles(out string) error {
 		return err
 	}
 	base := strings.TrimSuffix(out, filepath.Ext(out))
-	rows := [][]string{{"scenario", "round", "start", "took_ms", "msgs", "delivered", "undelivered", "post_errors", "answered_once",
+	rows := [][]string{{"scenario", "round", "start", "took_ms", "msgs", "delivered", "undelivered", "post_errors", "answered_once", "busy",
 		"lost", "duplicate", "locked", "missed", "expired", "quota_45009", "kicks", "takeovers_ms", "error"}}
 	for _, r := range rep.Rounds {
 		inv := map[string]int{}
@@ -268,7 +272,7 @@ func (rep *Report) WriteFiles(out string) error {
 			}
 		}
 		rows = append(rows, []string{r.Scenario, strconv.Itoa(r.Round), r.Start.UTC().Format(time.RFC3339), ms(r.Took),
-			strconv.Itoa(r.Msgs), strconv.Itoa(r.Delivered), strconv.Itoa(r.Undelivered), strconv.Itoa(r.PostErrors), strconv.Itoa(r.Answered),
+			strconv.Itoa(r.Msgs), strconv.Itoa(r.Delivered), strconv.Itoa(r.Undelivered), strconv.Itoa(r.PostErrors), strconv.Itoa(r.Answered), strconv.Itoa(r.Busy),
 			strconv.Itoa(inv[InvLost]), strconv.Itoa(inv[InvDuplicate]), strconv.Itoa(inv[InvLocked]), strconv.Itoa(inv[InvMissed]), strconv.Itoa(inv[InvExpired] + int(r.Expired)),
 			strconv.FormatInt(r.Quota, 10), strconv.FormatInt(r.Kicks, 10), strings.Join(tk, ";"), r.Err})
 	}

@@ -31,7 +31,7 @@ type Traffic struct {
 	bot     string
 	users   []string
 	think   time.Duration
-	wait    time.Duration // a user gives up waiting for an answer after this
+	wait    time.Duration // a user gives up waiting for an answer after this and asks again
 	nonce   string
 	counter map[string]int
 
@@ -109,7 +109,7 @@ func (t *Traffic) waitAnswer(ctx context.Context, m *Msg, wait time.Duration) {
 			return
 		}
 		tr, err := t.c.Transcript(t.bot, m.User)
-		if err == nil && Judge(tr, m).Complete > 0 {
+		if err == nil && Judge(tr, m).Answers() > 0 {
 			return
 		}
 	}
