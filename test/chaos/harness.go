@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -311,6 +315,21 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	r.Expired = after.ExpiredUpdates - before.ExpiredUpdates
 	r.Kicks = after.Kicks - before.Kicks
 	return r
+}
+
+// simFault posts a fault for the bot to the simulator's control API.
+func (h *Harness) simFault(action string, seconds int) error {
+	body, _ := json.Marshal(map[string]any{"bot_id": bot, "action": action, "seconds": seconds})
+	resp, err := http.Post(h.C.SimHTTP+"/control/faults", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("POST /control/faults %s: %s: %s", action, resp.Status, b)
+	}
+	return nil
 }
 
 // ---- faults on botctl nodes, shared by scenarios ----

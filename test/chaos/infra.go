@@ -159,6 +159,24 @@ func (in *Infra) healthyOnce(ctx context.Context) error {
 	return nil
 }
 
+// EtcdLeader is the member that is raft leader now.
+func (in *Infra) EtcdLeader() (*Member, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: in.EtcdURLs(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	for _, m := range in.Etcd {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		st, err := cli.Status(ctx, m.URL)
+		cancel()
+		if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("no etcd member says it is the leader")
+}
+
 // Close kills every member process.
 func (in *Infra) Close() {
 	in.mu.Lock()

@@ -49,7 +49,7 @@ func main() {
 	var scen, out string
 	var keep bool
 	flag.IntVar(&cfg.Rounds, "rounds", 10, "rounds per scenario")
-	flag.StringVar(&scen, "scenarios", "", "comma-separated scenarios (default all: "+scenarioNames()+")")
+	flag.StringVar(&scen, "scenarios", "", "comma-separated scenarios, or all (default: every one not marked extra): "+scenarioNames())
 	flag.IntVar(&cfg.Users, "users", 6, "concurrent conversations (closed-loop users)")
 	flag.DurationVar(&cfg.Think, "think", 2*time.Second, "mean pause of a user between an answer and the next question")
 	flag.DurationVar(&cfg.Patience, "patience", 15*time.Second, "a user with no answer after this asks again")
@@ -94,14 +94,27 @@ func main() {
 func scenarioNames() string {
 	var n []string
 	for _, s := range Scenarios {
-		n = append(n, s.Name)
+		if s.Extra {
+			n = append(n, s.Name+" (extra)")
+		} else {
+			n = append(n, s.Name)
+		}
 	}
-	return strings.Join(n, ",")
+	return strings.Join(n, ", ")
 }
 
+// selectScenarios: none named is the default matrix (no extras); "all" is
+// every scenario.
 func selectScenarios(names []string) ([]Scenario, error) {
-	if len(names) == 0 {
-		return Scenarios, nil
+	if len(names) == 0 || (len(names) == 1 && names[0] == "all") {
+		all := len(names) == 1
+		var out []Scenario
+		for _, s := range Scenarios {
+			if all || !s.Extra {
+				out = append(out, s)
+			}
+		}
+		return out, nil
 	}
 	var out []Scenario
 	for _, name := range names {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"syscall"
 	"time"
 )
 
@@ -11,17 +12,18 @@ import (
 // scenario is one entry here: the harness provides the traffic, the
 // restore, the probes and every check.
 type Scenario struct {
-	Name  string
-	Doc   string
+	Name string
+	Doc  string
+	// Extra scenarios run only when named (-scenarios, or "all"): they
+	// are newer than the default matrix and not yet in make chaos.
+	Extra bool
 	Fault func(h *Harness, r *RoundResult) error
 }
 
-// Scenarios are in run order. Still to add (issue 12): SIGSTOP the leader
-// for TTL+10s; cut the leader off from etcd or NATS (pkg/faultproxy); kill
-// an etcd member / the etcd leader member (Infra.Restart is there for it);
-// kill a NATS server; a rolling NATS restart; simulator faults (drop,
-// stall_acks, silence, revoke/restore via POST /control/faults); kill a
-// worker mid-answer.
+// Scenarios are in run order. Still to add (issue 12): cut the leader off
+// from etcd or NATS (pkg/faultproxy); a rolling NATS restart; simulator
+// stall_acks, silence, revoke/restore; kill a worker mid-answer; kill the
+// leader without restarting it.
 var Scenarios = []Scenario{
 	{
 		Name: "kill-leader",
@@ -63,6 +65,85 @@ var Scenarios = []Scenario{
 			return nil
 		},
 	},
+}
+
+func init() {
+	Scenarios = append(Scenarios,
+		Scenario{
+			Name: "stop-leader", Extra: true,
+			Doc: "SIGSTOP the leader for TTL + 10 s, then SIGCONT (a paused VM)",
+			Fault: func(h *Harness, r *RoundResult) error {
+				n, err := h.Leader()
+				if err != nil {
+					return err
+				}
+				t0 := time.Now()
+				if err := n.Proc.Signal(syscall.SIGSTOP); err != nil {
+					return err
+				}
+				resume := time.AfterFunc(h.Cfg.TTL+10*time.Second, func() { n.Proc.Signal(syscall.SIGCONT) })
+				r.Takeovers = append(r.Takeovers, h.waitTakeover(n.ID, t0))
+				time.Sleep(time.Until(t0.Add(h.Cfg.TTL + 10*time.Second)))
+				if !resume.Stop() {
+					return nil
+				}
+				return n.Proc.Signal(syscall.SIGCONT)
+			},
+		},
+		Scenario{
+			Name: "kill-etcd-member", Extra: true,
+			Doc: "kill -9 one etcd member (e1, e2, e3 in turn), restart it 10 s later",
+			Fault: func(h *Harness, r *RoundResult) error {
+				return h.killMember(h.Infra.Etcd[(r.Round-1)%len(h.Infra.Etcd)], 10*time.Second)
+			},
+		},
+		Scenario{
+			Name: "kill-etcd-leader", Extra: true,
+			Doc: "kill -9 the etcd member that is raft leader, restart it 10 s later",
+			Fault: func(h *Harness, r *RoundResult) error {
+				m, err := h.Infra.EtcdLeader()
+				if err != nil {
+					return err
+				}
+				return h.killMember(m, 10*time.Second)
+			},
+		},
+		Scenario{
+			Name: "kill-nats-server", Extra: true,
+			Doc: "kill -9 one NATS server (n1, n2, n3 in turn), restart it 10 s later",
+			Fault: func(h *Harness, r *RoundResult) error {
+				return h.killMember(h.Infra.NATS[(r.Round-1)%len(h.Infra.NATS)], 10*time.Second)
+			},
+		},
+		Scenario{
+			Name: "sim-drop", Extra: true,
+			Doc: "the simulator drops the bot's connection (no close frame)",
+			Fault: func(h *Harness, r *RoundResult) error {
+				l, err := h.Leader()
+				if err != nil {
+					return err
+				}
+				t0 := time.Now()
+				if err := h.simFault("drop", 0); err != nil {
+					return err
+				}
+				r.Takeovers = append(r.Takeovers, h.waitTakeover(l.ID, t0))
+				return nil
+			},
+		},
+	)
+}
+
+// killMember kills an etcd member or NATS server with SIGKILL, restarts
+// it after down, and waits for the whole infra to be healthy again.
+func (h *Harness) killMember(m *Member, down time.Duration) error {
+	h.Cfg.Logf("kill -9 %s", m.Name)
+	m.Proc.Kill()
+	time.Sleep(down)
+	if err := h.Infra.Restart(m, time.Minute); err != nil {
+		return fmt.Errorf("restart %s: %w", m.Name, err)
+	}
+	return h.Infra.WaitHealthy(time.Minute)
 }
 
 func scenarioByName(name string) (Scenario, bool) {
