@@ -19,7 +19,7 @@ func TestChaosSmoke(t *testing.T) {
 		t.Skip("chaos smoke: set BOTCTL_CHAOS=1 to run (starts 3 etcd, 3 NATS, a simulator and 3 botctl nodes)")
 	}
 	cfg := Config{
-		Rounds: 1, Users: 3, Think: time.Second, Patience: 10 * time.Second, AnswerTime: 3 * time.Second,
+		Rounds: 1, Users: 3, Burst: 3, Think: time.Second, Patience: 10 * time.Second, AnswerTime: 3 * time.Second,
 		Warmup: 3 * time.Second, After: 6 * time.Second, Settle: 40 * time.Second,
 		Dir: t.TempDir(), Logf: t.Logf,
 	}

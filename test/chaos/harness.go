@@ -23,6 +23,7 @@ type Config struct {
 	Users      int           // concurrent conversations
 	Think      time.Duration // a user's pause between an answer and the next question (mean)
 	Patience   time.Duration // a user with no answer after this asks again
+	Burst      int           // messages (one conversation each) posted over the first second of the fault
 	AnswerTime time.Duration // --demo-answer-time of every node
 	TTL        time.Duration // --election-ttl
 	Margin     time.Duration // --election-safety-margin
@@ -133,7 +134,7 @@ func Start(cfg Config) (*Harness, error) {
 	if _, err := h.C.WaitStable(2 * time.Minute); err != nil {
 		return h, err
 	}
-	h.Traffic = NewTraffic(h.C, bot, h.Cfg.Users, h.Cfg.Think, h.Cfg.Patience, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
+	h.Traffic = NewTraffic(h.C, bot, h.Cfg.Users, h.Cfg.Burst, h.Cfg.Think, h.Cfg.Patience, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
 	return h, nil
 }
 
@@ -263,7 +264,10 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	go func() { defer close(done); h.Traffic.Run(ctx, label) }()
 	sleepCtx(context.Background(), cfg.Warmup)
 	cfg.Logf("%s: fault", label)
+	burst := make(chan struct{})
+	go func() { defer close(burst); h.Traffic.Burst(label, time.Second) }()
 	ferr := s.Fault(h, r)
+	<-burst
 	sleepCtx(context.Background(), cfg.After)
 	stop()
 	<-done
@@ -282,7 +286,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	}
 	// No conversation left locked: a new message in each is answered.
 	var probes []*Msg
-	for _, u := range h.Traffic.users {
+	for _, u := range h.Traffic.Conversations() {
 		probes = append(probes, h.Traffic.Post(label, u, true))
 	}
 	deadline = time.Now().Add(cfg.AnswerTime + 45*time.Second)
@@ -302,7 +306,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 			r.Undelivered++
 		}
 	}
-	answered, busy, vs, err := judgeRound(h.C, bot, msgs)
+	answered, busy, vs, err := judgeRound(h.C, bot, msgs, h.Traffic.Messages(""))
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()
 	}

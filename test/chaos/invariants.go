@@ -114,7 +114,10 @@ func (v Verdict) Answers() int { return v.Complete + v.Busy }
 // (read once per conversation) and returns the violations, the number of
 // delivered messages answered exactly once, and how many of those answers
 // were busy refusals.
-func judgeRound(c *cluster.Cluster, bot string, msgs []*Msg) (answered, busy int, vs []Violation, err error) {
+//
+// all are every message of the run: a locked conversation's report names
+// the earlier messages still without an answer (the likely holder).
+func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg) (answered, busy int, vs []Violation, err error) {
 	trs := map[string][]cluster.TranscriptEntry{}
 	for _, m := range msgs {
 		if _, ok := trs[m.User]; ok {
@@ -141,6 +144,9 @@ func judgeRound(c *cluster.Cluster, bot string, msgs []*Msg) (answered, busy int
 				viol.Invariant = InvDuplicate
 			}
 			viol.Saw = fmt.Sprintf("%d complete answers and %d busy refusals: %s", v.Complete, v.Busy, viol.Saw)
+			if held := unanswered(trs[m.User], all, m); held != "" {
+				viol.Saw += "; still unanswered before it in this conversation: " + held
+			}
 			vs = append(vs, viol)
 		case v.Answers() == 1:
 			if m.Delivered {
@@ -166,6 +172,21 @@ func judgeRound(c *cluster.Cluster, bot string, msgs []*Msg) (answered, busy int
 		}
 	}
 	return answered, busy, vs, nil
+}
+
+// unanswered lists the delivered messages of probe's conversation, posted
+// before it, that have no answer in tr.
+func unanswered(tr []cluster.TranscriptEntry, all []*Msg, probe *Msg) string {
+	var out []string
+	for _, m := range all {
+		if m.User != probe.User || m == probe || !m.Delivered || !m.PostedAt.Before(probe.PostedAt) {
+			continue
+		}
+		if v := Judge(tr, m); v.Answers() == 0 {
+			out = append(out, fmt.Sprintf("%s (%q, posted %s): %s", m.MsgID, m.Question, m.PostedAt.UTC().Format("15:04:05"), v.Saw()))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // allAnswered is true when every delivered message has a complete answer.

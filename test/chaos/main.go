@@ -24,6 +24,10 @@
 //     window), no kicks (ping-pong);
 //   - takeover: from the fault to the simulator's next subscribe of the bot.
 //
+// Besides the steady users, -burst conversations post one message each
+// over the first second of every fault: the messages a leader receives
+// while it dies or stops.
+//
 // At the end every message of the run is judged again, which catches an
 // answer that arrived twice after its round was checked. The report
 // (markdown, a CSV of rounds and a CSV of violations) says which message
@@ -51,6 +55,7 @@ func main() {
 	flag.IntVar(&cfg.Rounds, "rounds", 10, "rounds per scenario")
 	flag.StringVar(&scen, "scenarios", "", "comma-separated scenarios, or all (default: every one not marked extra): "+scenarioNames())
 	flag.IntVar(&cfg.Users, "users", 6, "concurrent conversations (closed-loop users)")
+	flag.IntVar(&cfg.Burst, "burst", 6, "messages, one conversation each, posted over the first second of every fault (0: none)")
 	flag.DurationVar(&cfg.Think, "think", 2*time.Second, "mean pause of a user between an answer and the next question")
 	flag.DurationVar(&cfg.Patience, "patience", 15*time.Second, "a user with no answer after this asks again")
 	flag.DurationVar(&cfg.AnswerTime, "answer-time", 5*time.Second, "--demo-answer-time of every node")
@@ -173,7 +178,7 @@ func Run(cfg Config, stop <-chan os.Signal) (*Report, *Harness) {
 			roundOf[v.MsgID+v.Invariant] = true
 		}
 	}
-	_, _, vs, err := judgeRound(h.C, bot, h.Traffic.Messages(""))
+	_, _, vs, err := judgeRound(h.C, bot, h.Traffic.Messages(""), h.Traffic.Messages(""))
 	if err != nil {
 		rep.Err = "final check: " + err.Error()
 	}

@@ -148,8 +148,9 @@ func (rep *Report) Markdown(w io.Writer) {
 		"(`--nats-replicas 3`), `botctl sim`, 3 `botctl serve` nodes (node i's `--nats` is NATS server i; etcd: all three members)\n")
 	fmt.Fprintf(w, "- nodes: `--ai demo --demo-answer-time %s --election-ttl %s --election-safety-margin %s`\n", cfg.AnswerTime, cfg.TTL, cfg.Margin)
 	fmt.Fprintf(w, "- traffic: %d closed-loop users (one single chat each), think time ~%s, %s before the fault and %s after it; "+
+		"%d more conversations post one message each over the fault's first second; "+
 		"answers may take %s more after traffic stops; then one probe message per conversation\n\n",
-		cfg.Users, cfg.Think, cfg.Warmup, cfg.After, cfg.Settle)
+		cfg.Users, cfg.Think, cfg.Warmup, cfg.After, cfg.Burst, cfg.Settle)
 	if rep.Err != "" {
 		fmt.Fprintf(w, "**The run stopped early:** %s\n\n", rep.Err)
 	}

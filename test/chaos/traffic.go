@@ -29,7 +29,8 @@ type Msg struct {
 type Traffic struct {
 	c       *cluster.Cluster
 	bot     string
-	users   []string
+	users   []string // closed-loop users
+	burst   []string // one message each at the moment of a fault
 	think   time.Duration
 	wait    time.Duration // a user gives up waiting for an answer after this and asks again
 	nonce   string
@@ -39,12 +40,36 @@ type Traffic struct {
 	msgs []*Msg
 }
 
-func NewTraffic(c *cluster.Cluster, bot string, users int, think, wait time.Duration, nonce string) *Traffic {
+func NewTraffic(c *cluster.Cluster, bot string, users, burst int, think, wait time.Duration, nonce string) *Traffic {
 	t := &Traffic{c: c, bot: bot, think: think, wait: wait, nonce: nonce, counter: map[string]int{}}
 	for i := 1; i <= users; i++ {
 		t.users = append(t.users, fmt.Sprintf("chaos-%s-u%d", nonce, i))
 	}
+	for i := 1; i <= burst; i++ {
+		t.burst = append(t.burst, fmt.Sprintf("chaos-%s-b%d", nonce, i))
+	}
 	return t
+}
+
+// Conversations are every user's, closed-loop and burst.
+func (t *Traffic) Conversations() []string {
+	return append(append([]string(nil), t.users...), t.burst...)
+}
+
+// Burst posts one message from each burst user, spread evenly over
+// spread, starting now: messages that reach the leader while it dies or
+// stops, which a slow steady flow rarely does.
+func (t *Traffic) Burst(round string, spread time.Duration) {
+	var wg sync.WaitGroup
+	for i, u := range t.burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * spread / time.Duration(max(1, len(t.burst))))
+			t.Post(round, u, false)
+		}()
+	}
+	wg.Wait()
 }
 
 // Post sends one message from user and records it.
