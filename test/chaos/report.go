@@ -125,6 +125,15 @@ func pct(ds []time.Duration, p float64) time.Duration {
 	return s[max(0, min(i, len(s)-1))]
 }
 
+// pctMS is pct in milliseconds, "–" without samples (a fault that moves
+// no leader).
+func pctMS(ds []time.Duration, p float64) string {
+	if len(ds) == 0 {
+		return "–"
+	}
+	return ms(pct(ds, p))
+}
+
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 func passFail(n int64) string {
@@ -165,7 +174,7 @@ func (rep *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %d | %d |\n",
 			s.name, s.rounds, s.failed, s.msgs, s.delivered, s.answered, s.busy, s.inv[InvLost], s.inv[InvDuplicate], s.inv[InvLocked],
 			s.expired, s.quota, s.kicks, s.undelivered, s.inv[InvMissed], s.postErrs,
-			ms(pct(s.takeovers, .5)), ms(pct(s.takeovers, .99)), ms(pct(s.takeovers, 1)), len(s.takeovers), s.takeoverErrs)
+			pctMS(s.takeovers, .5), pctMS(s.takeovers, .99), pctMS(s.takeovers, 1), len(s.takeovers), s.takeoverErrs)
 	}
 
 	var tot = map[string]int64{}
@@ -175,7 +184,7 @@ func (rep *Report) Markdown(w io.Writer) {
 		}
 		tot[InvQuota] += r.Quota
 		tot[InvExpired] += r.Expired
-		tot[InvPingPong] += r.Kicks
+		tot[InvPingPong] += r.PingPong()
 	}
 	tot[InvDuplicate] += int64(countInv(rep.Late, InvDuplicate))
 	fmt.Fprintf(w, "\n## Invariants\n\n")
@@ -184,7 +193,7 @@ func (rep *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "- no conversation left locked (the probe after each round is answered): %s\n", passFail(tot[InvLocked]))
 	fmt.Fprintf(w, "- no stream updated after its window (expired_updates, and expired transcript entries): %s\n", passFail(tot[InvExpired]))
 	fmt.Fprintf(w, "- no quota violation (45009): %s\n", passFail(tot[InvQuota]))
-	fmt.Fprintf(w, "- no ping-pong (simulator kicks): %s\n", passFail(tot[InvPingPong]))
+	fmt.Fprintf(w, "- no ping-pong (simulator kicks beyond those the fault forces, e.g. 1 when the old leader is frozen): %s\n", passFail(tot[InvPingPong]))
 	fmt.Fprintf(w, "- every message WeCom took while no bot was connected (undelivered) answered later, by backfill: %s\n", passFail(tot[InvMissed]))
 	fmt.Fprintf(w, "\nAn undelivered message is in WeCom's history (`/control/history`) but was never written to a connection; "+
 		"the architecture's inbound compensation owes it an answer or an explicit \"may be incomplete\" mark. "+
@@ -201,7 +210,7 @@ func (rep *Report) Markdown(w io.Writer) {
 			}
 		}
 		fmt.Fprintf(w, "| %s | %d | %.0f | %d | %d | %d | %s | %s |\n", r.Scenario, r.Round, r.Took.Seconds(), r.Delivered, r.Answered,
-			len(r.Violations)+int(r.Quota+r.Expired+r.Kicks), strings.Join(tk, ", "), mdEscape(r.Err))
+			len(r.Violations)+int(r.Quota+r.Expired+r.PingPong()), strings.Join(tk, ", "), mdEscape(r.Err))
 	}
 
 	fmt.Fprintf(w, "\n## Violations\n\n")

@@ -17,6 +17,10 @@ type Scenario struct {
 	// Extra scenarios run only when named (-scenarios, or "all"): they
 	// are newer than the default matrix and not yet in make chaos.
 	Extra bool
+	// Kicks is how many connection replacements at the simulator the
+	// fault itself makes unavoidable (a frozen leader cannot close its
+	// socket before the new one subscribes); more are ping-pong.
+	Kicks int64
 	Fault func(h *Harness, r *RoundResult) error
 }
 
@@ -70,7 +74,7 @@ var Scenarios = []Scenario{
 func init() {
 	Scenarios = append(Scenarios,
 		Scenario{
-			Name: "stop-leader", Extra: true,
+			Name: "stop-leader", Extra: true, Kicks: 1,
 			Doc: "SIGSTOP the leader for TTL + 10 s, then SIGCONT (a paused VM)",
 			Fault: func(h *Harness, r *RoundResult) error {
 				n, err := h.Leader()
