@@ -17,11 +17,14 @@
 // restarted; one probe message is sent in each conversation. The round is
 // then judged from the simulator's transcripts and counters:
 //
-//   - every message WeCom delivered got exactly one finished bot message
-//     holding the whole demo answer (none lost, none twice);
-//   - the probe was answered (no conversation left locked);
+//   - every message WeCom delivered got exactly one answer: a finished bot
+//     message holding the whole demo answer, or a busy refusal (the red
+//     line: a refusal is an answer); none lost, none twice;
+//   - every message WeCom took while no bot was connected (undelivered,
+//     in its history) was answered later anyway (backfill owes it);
+//   - the probe was answered in full (no conversation left locked);
 //   - no 45009 (quota), no expired_updates (a stream updated after its
-//     window), no kicks (ping-pong);
+//     window), no kicks beyond those the fault forces (ping-pong);
 //   - takeover: from the fault to the simulator's next subscribe of the bot.
 //
 // Besides the steady users, -burst conversations post one message each
@@ -34,8 +37,12 @@
 // of which conversation broke what, and what the user saw. The exit code
 // is 1 when an invariant broke: the harness is not tuned to pass.
 //
+// The default matrix is kill-leader, term-leader and rolling-restart;
+// scenarios marked Extra (SIGSTOP, etcd and NATS member kills, simulator
+// drop) run when named: -scenarios stop-leader,kill-nats-server or all.
+//
 // `BOTCTL_CHAOS=1 go test -run TestChaosSmoke ./test/chaos` runs one
-// round of each scenario with little traffic (make chaos-smoke).
+// round of each default scenario with little traffic (make chaos-smoke).
 package main
 
 import (
