@@ -5,7 +5,7 @@ PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test run bench chaos lint conformance clean
+.PHONY: all build test run bench chaos chaos-smoke lint conformance clean
 
 all: build
 
@@ -31,9 +31,17 @@ bench:
 	$(GO) run ./test/load push -out bench/push.md
 	$(GO) run ./test/load completion -out bench/completion.md
 
-# The end-to-end partition tests, repeated (race detector on).
+# The end-to-end partition tests, repeated (race detector on), then the
+# chaos matrix on 3 etcd members, 3 NATS servers (R3) and 3 nodes:
+# writes bench/chaos.md (+ .csv, -violations.csv); exits 1 if an invariant broke.
+CHAOS_ROUNDS ?= 10
 chaos:
 	$(GO) test -race -count=5 -timeout 20m -run Partition -v ./test/e2e
+	$(GO) run ./test/chaos -rounds $(CHAOS_ROUNDS) -out bench/chaos.md
+
+# One round of each chaos scenario, small traffic (under 5 minutes).
+chaos-smoke:
+	BOTCTL_CHAOS=1 $(GO) test -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
 
 lint:
 	$(GO) vet $(PKGS)

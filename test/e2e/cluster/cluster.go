@@ -34,6 +34,16 @@ type Options struct {
 	NodeArgs []string
 	// StartTimeout bounds waiting for each process's ready line. Default 30s.
 	StartTimeout time.Duration
+	// External, if set, is shared state already running (e.g. an etcd and
+	// a NATS cluster started by test/chaos): Start then runs no `botctl
+	// infra`, only the simulator.
+	External *External
+}
+
+// External names etcd and NATS servers the cluster does not start.
+type External struct {
+	EtcdURLs []string // http://HOST:PORT of every etcd member
+	NATSURL  string   // the default --nats of every node
 }
 
 // Cluster is one `botctl infra`, one `botctl sim` and any number of
@@ -62,6 +72,7 @@ type Node struct {
 	API      string // http://ADDR
 	EtcdURL  string // as given to StartNodeWith ("" = the cluster's)
 	WeComURL string
+	NATSURL  string // as given to StartNodeWith ("" = the cluster's)
 	Proc     *Proc
 }
 
@@ -95,6 +106,10 @@ func Start(o Options) (*Cluster, error) {
 		o.StartTimeout = 30 * time.Second
 	}
 	c := &Cluster{Opts: o, nodes: map[string]*Node{}, subsCh: make(chan struct{}), restart: map[string]int{}}
+	if o.External != nil {
+		c.EtcdURL, c.NATSURL = strings.Join(o.External.EtcdURLs, ","), o.External.NATSURL
+		return c, c.startSim()
+	}
 
 	// etcd needs a fixed port: pick a free one, retry if someone took it.
 	var lastErr error
@@ -124,7 +139,11 @@ func Start(o Options) (*Cluster, error) {
 	if lastErr != nil {
 		return c, lastErr
 	}
+	return c, c.startSim()
+}
 
+func (c *Cluster) startSim() error {
+	o := c.Opts
 	args := []string{"sim", "--listen", "127.0.0.1:0", "--log-format", "json"}
 	for _, b := range o.Bots {
 		args = append(args, "--bot", b+":s-"+b)
@@ -132,18 +151,18 @@ func Start(o Options) (*Cluster, error) {
 	args = append(args, o.SimArgs...)
 	p, err := c.start("sim", args, StartOptions{OnStderr: c.simLine})
 	if err != nil {
-		return c, err
+		return err
 	}
 	l, err := p.WaitStdout("wecomsim listening", o.StartTimeout)
 	if err != nil {
-		return c, err
+		return err
 	}
 	m := simReady.FindStringSubmatch(l.Text)
 	if m == nil {
-		return c, fmt.Errorf("sim ready line not understood: %q", l.Text)
+		return fmt.Errorf("sim ready line not understood: %q", l.Text)
 	}
 	c.Sim, c.SimWS, c.SimHTTP = p, "ws://"+m[1]+"/", "http://"+m[1]
-	return c, nil
+	return nil
 }
 
 func (c *Cluster) start(name string, args []string, o StartOptions) (*Proc, error) {
@@ -219,11 +238,15 @@ func (c *Cluster) StartNode(id, etcdURL string) (*Node, error) {
 type NodeOptions struct {
 	EtcdURL  string // "" means the cluster's etcd
 	WeComURL string // "" means the simulator
+	NATSURL  string // "" means the cluster's NATS
 }
 
 // StartNodeWith is StartNode with per-node endpoints.
 func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
-	etcdURL, wecomURL := o.EtcdURL, o.WeComURL
+	etcdURL, wecomURL, natsURL := o.EtcdURL, o.WeComURL, o.NATSURL
+	if natsURL == "" {
+		natsURL = c.NATSURL
+	}
 	if etcdURL == "" {
 		etcdURL = c.EtcdURL
 	}
@@ -235,7 +258,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	gen := c.restart[id]
 	c.mu.Unlock()
 	args := []string{"serve", "--node-id", id, "--data-dir", filepath.Join(c.Opts.Dir, "node-"+id),
-		"--etcd", etcdURL, "--nats", c.NATSURL, "--wecom-url", wecomURL, "--listen", "127.0.0.1:0",
+		"--etcd", etcdURL, "--nats", natsURL, "--wecom-url", wecomURL, "--listen", "127.0.0.1:0",
 		"--election-ttl", c.Opts.TTL.String(), "--election-safety-margin", c.Opts.Margin.String()}
 	for _, b := range c.Opts.Bots {
 		args = append(args, "--bot", b+":s-"+b)
@@ -253,7 +276,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	if m == nil {
 		return nil, fmt.Errorf("node ready line not understood: %q", l.Text)
 	}
-	n := &Node{ID: id, API: "http://" + m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, Proc: p}
+	n := &Node{ID: id, API: "http://" + m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
@@ -267,7 +290,7 @@ func (c *Cluster) RestartNode(id string) (*Node, error) {
 		return nil, fmt.Errorf("no node %s", id)
 	}
 	n.Proc.Kill()
-	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL})
+	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL})
 }
 
 // Node is the latest process of node id (nil if never started).
@@ -368,6 +391,11 @@ type SimStats struct {
 	NotSubscribe int64  `json:"not_subscribed"`
 	InvalidReqID int64  `json:"invalid_req_ids"`
 	AuthFailures int64  `json:"auth_failures"`
+	// Rules a bot must keep (test/chaos checks them per round).
+	QuotaRejections      int64 `json:"quota_rejections"`
+	ExpiredUpdates       int64 `json:"expired_updates"`
+	FinishedStreamFrames int64 `json:"finished_stream_frames"`
+	Drops                int64 `json:"drops"`
 }
 
 // Stats reads the simulator's counters of bot.
@@ -410,6 +438,7 @@ type TranscriptEntry struct {
 	Kind     string `json:"kind"`
 	Content  string `json:"content"`
 	Finished bool   `json:"finished"`
+	Expired  bool   `json:"expired"` // a frame came after the stream window
 }
 
 // Transcript reads what chat shows of bot.

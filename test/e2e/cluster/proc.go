@@ -33,16 +33,20 @@ func RepoRoot() (string, error) {
 }
 
 // Build compiles ./cmd/botctl into dir and returns the binary's path.
-func Build(dir string) (string, error) {
+func Build(dir string) (string, error) { return BuildPackage(dir, "./cmd/botctl", "botctl") }
+
+// BuildPackage compiles the main package pkg (relative to the repository
+// root, e.g. "./test/chaos/infranode") into dir/name and returns its path.
+func BuildPackage(dir, pkg, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "botctl")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/botctl")
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/botctl: %w\n%s", err, out)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
 	return bin, nil
 }

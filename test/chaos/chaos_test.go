@@ -1,0 +1,43 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestChaosSmoke is one round of every scenario with little traffic, in
+// under 5 minutes on 2 cores. It runs only with BOTCTL_CHAOS=1 (it starts
+// ten processes and is not part of the default `go test ./...` yet):
+//
+//	BOTCTL_CHAOS=1 go test -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
+//
+// With BOTCTL_CHAOS_OUT=path the report is also written there.
+func TestChaosSmoke(t *testing.T) {
+	if os.Getenv("BOTCTL_CHAOS") != "1" {
+		t.Skip("chaos smoke: set BOTCTL_CHAOS=1 to run (starts 3 etcd, 3 NATS, a simulator and 3 botctl nodes)")
+	}
+	cfg := Config{
+		Rounds: 1, Users: 3, Burst: 3, Think: time.Second, Patience: 10 * time.Second, AnswerTime: 3 * time.Second,
+		Warmup: 3 * time.Second, After: 6 * time.Second, Settle: 40 * time.Second,
+		Dir: t.TempDir(), Logf: t.Logf,
+	}
+	rep, h := Run(cfg, nil)
+	if rep.Err != "" && h.C != nil {
+		t.Logf("processes:\n%s", h.Dump(40))
+	}
+	h.Close(true) // t.TempDir removes it
+	out := os.Getenv("BOTCTL_CHAOS_OUT")
+	if out == "" {
+		out = filepath.Join(t.TempDir(), "chaos-smoke.md")
+	}
+	if err := rep.WriteFiles(out); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(out)
+	t.Logf("report (%s):\n%s", out, md)
+	if rep.Failed() {
+		t.Errorf("chaos smoke: invariants broken or the run failed; see the report above")
+	}
+}

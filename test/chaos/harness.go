@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/botctl/botctl/test/e2e/cluster"
+)
+
+// Config is one chaos run.
+type Config struct {
+	Rounds     int           // rounds per scenario
+	Scenarios  []string      // names; empty: all
+	Users      int           // concurrent conversations
+	Think      time.Duration // a user's pause between an answer and the next question (mean)
+	Patience   time.Duration // a user with no answer after this asks again
+	Burst      int           // messages (one conversation each) posted over the first second of the fault
+	AnswerTime time.Duration // --demo-answer-time of every node
+	TTL        time.Duration // --election-ttl
+	Margin     time.Duration // --election-safety-margin
+	Warmup     time.Duration // traffic before the fault
+	After      time.Duration // traffic after the fault
+	Settle     time.Duration // how long answers may take to arrive after traffic stops
+	Takeover   time.Duration // how long to wait for a new subscribe after a fault
+	Dir        string        // work dir (binaries, data); "" = a temp dir
+	Logf       func(format string, args ...any)
+}
+
+func (c *Config) defaults() {
+	if c.Rounds == 0 {
+		c.Rounds = 10
+	}
+	if c.Users == 0 {
+		c.Users = 6
+	}
+	if c.Think == 0 {
+		c.Think = 2 * time.Second
+	}
+	if c.Patience == 0 {
+		c.Patience = 15 * time.Second
+	}
+	if c.AnswerTime == 0 {
+		c.AnswerTime = 5 * time.Second
+	}
+	if c.TTL == 0 {
+		c.TTL = 20 * time.Second
+	}
+	if c.Margin == 0 {
+		c.Margin = 5 * time.Second
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 4 * time.Second
+	}
+	if c.After == 0 {
+		c.After = 10 * time.Second
+	}
+	if c.Settle == 0 {
+		c.Settle = c.AnswerTime + 60*time.Second
+	}
+	if c.Takeover == 0 {
+		c.Takeover = c.TTL + 30*time.Second
+	}
+	if c.Logf == nil {
+		c.Logf = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "chaos: "+f+"\n", a...) }
+	}
+}
+
+const (
+	bot       = "b1"
+	nodeCount = 3
+)
+
+// Harness is the running cluster: 3 etcd members, 3 NATS servers,
+// the simulator and 3 botctl nodes, node i talking to NATS server i.
+type Harness struct {
+	Cfg     Config
+	Infra   *Infra
+	C       *cluster.Cluster
+	Traffic *Traffic
+	nodeIDs []string
+}
+
+// Start builds botctl and infranode and starts everything.
+func Start(cfg Config) (*Harness, error) {
+	cfg.defaults()
+	h := &Harness{Cfg: cfg}
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "botctl-chaos-")
+		if err != nil {
+			return h, err
+		}
+		h.Cfg.Dir = d
+	}
+	dir := h.Cfg.Dir
+	cfg.Logf("building botctl and infranode into %s", dir)
+	bin, err := cluster.Build(dir)
+	if err != nil {
+		return h, err
+	}
+	infraBin, err := cluster.BuildPackage(dir, "./test/chaos/infranode", "infranode")
+	if err != nil {
+		return h, err
+	}
+	cfg.Logf("starting %d etcd members and %d NATS servers", nodeCount, nodeCount)
+	h.Infra, err = StartInfra(infraBin, filepath.Join(dir, "infra"), nodeCount, 2*time.Minute)
+	if err != nil {
+		return h, err
+	}
+	h.C, err = cluster.Start(cluster.Options{
+		Bin: bin, Dir: filepath.Join(dir, "nodes"), Bots: []string{bot}, TTL: cfg.TTL, Margin: cfg.Margin,
+		StartTimeout: 90 * time.Second,
+		External:     &cluster.External{EtcdURLs: h.Infra.EtcdURLs(), NATSURL: h.Infra.NATS[0].URL},
+		NodeArgs:     []string{"--ai", "demo", "--demo-answer-time", cfg.AnswerTime.String(), "--nats-replicas", "3"},
+	})
+	if err != nil {
+		return h, err
+	}
+	for i := 0; i < nodeCount; i++ {
+		id := fmt.Sprintf("n%d", i+1)
+		h.nodeIDs = append(h.nodeIDs, id)
+		if _, err := h.C.StartNodeWith(id, cluster.NodeOptions{NATSURL: h.Infra.NATS[i].URL}); err != nil {
+			return h, err
+		}
+	}
+	if _, err := h.C.WaitStable(2 * time.Minute); err != nil {
+		return h, err
+	}
+	h.Traffic = NewTraffic(h.C, bot, h.Cfg.Users, h.Cfg.Burst, h.Cfg.Think, h.Cfg.Patience, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
+	return h, nil
+}
+
+// Close stops every process. The work dir stays if keep.
+func (h *Harness) Close(keep bool) {
+	if h.C != nil {
+		h.C.Close()
+	}
+	if h.Infra != nil {
+		h.Infra.Close()
+	}
+	if !keep && h.Cfg.Dir != "" {
+		os.RemoveAll(h.Cfg.Dir)
+	}
+}
+
+// Dump is every process's stderr tail, for a failed run.
+func (h *Harness) Dump(lines int) string {
+	var b strings.Builder
+	if h.C != nil {
+		b.WriteString(h.C.Dump(lines))
+	}
+	if h.Infra != nil {
+		b.WriteString(h.Infra.Dump(lines))
+	}
+	return b.String()
+}
+
+// Leader waits for a stable cluster and returns the bot's leader node.
+func (h *Harness) Leader() (*cluster.Node, error) {
+	l, err := h.C.WaitStable(h.Cfg.Takeover)
+	if err != nil {
+		return nil, err
+	}
+	return h.C.Node(l[bot]), nil
+}
+
+// Takeover is one leader handover measured at the simulator: from the
+// fault to the first subscribe of the bot after it.
+type Takeover struct {
+	From string
+	D    time.Duration
+	Err  string // no subscribe within Cfg.Takeover
+}
+
+// waitTakeover waits for the bot's first subscribe after t0.
+func (h *Harness) waitTakeover(from string, t0 time.Time) Takeover {
+	sub, err := h.C.WaitSubscribed(bot, t0, h.Cfg.Takeover)
+	if err != nil {
+		return Takeover{From: from, Err: err.Error()}
+	}
+	return Takeover{From: from, D: sub.At.Sub(t0)}
+}
+
+// restore restarts every botctl node whose process is gone and waits for
+// a stable cluster (one leader, connected, the others standbys).
+func (h *Harness) restore() error {
+	for _, id := range h.nodeIDs {
+		n := h.C.Node(id)
+		select {
+		case <-n.Proc.Done():
+			if _, err := h.C.RestartNode(id); err != nil {
+				return fmt.Errorf("restart %s: %w", id, err)
+			}
+		default:
+		}
+	}
+	if _, err := h.C.WaitStable(2 * time.Minute); err != nil {
+		return err
+	}
+	return nil
+}
+
+// RoundResult is one round of one scenario.
+type RoundResult struct {
+	Scenario    string
+	Round       int
+	Start       time.Time
+	Took        time.Duration
+	Msgs        int // posted, probes included
+	Delivered   int
+	Undelivered int // WeCom had no connection to write the callback to
+	PostErrors  int
+	Answered    int // delivered and answered exactly once
+	Busy        int // … of which by a busy refusal
+	Takeovers   []Takeover
+	Violations  []Violation
+	Quota       int64  // 45009 during the round
+	Expired     int64  // expired_updates during the round
+	Kicks       int64  // connection replacements at the simulator
+	KicksOK     int64  // … the fault makes unavoidable (Scenario.Kicks)
+	Err         string // the round could not run to its end
+}
+
+// Failed counts the round's broken invariants.
+func (r *RoundResult) Failed() bool {
+	return len(r.Violations) > 0 || r.Quota > 0 || r.Expired > 0 || r.PingPong() > 0 || r.Err != "" || r.takeoverErr()
+}
+
+// PingPong is the kicks beyond those the fault explains.
+func (r *RoundResult) PingPong() int64 { return max(0, r.Kicks-r.KicksOK) }
+
+func (r *RoundResult) takeoverErr() bool {
+	for _, t := range r.Takeovers {
+		if t.Err != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// RunRound runs one round of s: traffic, the fault, more traffic, the
+// settle wait, restore, a probe per conversation, and the checks.
+func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
+	cfg := h.Cfg
+	label := fmt.Sprintf("%s-r%d", s.Name, round)
+	r := &RoundResult{Scenario: s.Name, Round: round, Start: time.Now(), KicksOK: s.Kicks}
+	defer func() { r.Took = time.Since(r.Start) }()
+	if err := h.restore(); err != nil {
+		r.Err = "cluster not stable before the round: " + err.Error()
+		return r
+	}
+	before, err := h.C.Stats(bot)
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Traffic.Run(ctx, label) }()
+	sleepCtx(context.Background(), cfg.Warmup)
+	cfg.Logf("%s: fault", label)
+	burst := make(chan struct{})
+	go func() { defer close(burst); h.Traffic.Burst(label, time.Second) }()
+	ferr := s.Fault(h, r)
+	<-burst
+	sleepCtx(context.Background(), cfg.After)
+	stop()
+	<-done
+	if ferr != nil {
+		r.Err = "fault: " + ferr.Error()
+	}
+
+	// Answers owed for this round's messages may still be streaming.
+	msgs := h.Traffic.Messages(label)
+	deadline := time.Now().Add(cfg.Settle)
+	for !allAnswered(h.C, bot, msgs) && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+	}
+	if err := h.restore(); err != nil && r.Err == "" {
+		r.Err = "cluster not stable after the round: " + err.Error()
+	}
+	// No conversation left locked: a new message in each is answered.
+	var probes []*Msg
+	for _, u := range h.Traffic.Conversations() {
+		probes = append(probes, h.Traffic.Post(label, u, true))
+	}
+	deadline = time.Now().Add(cfg.AnswerTime + 45*time.Second)
+	for !allAnswered(h.C, bot, probes) && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+	}
+
+	msgs = h.Traffic.Messages(label)
+	for _, m := range msgs {
+		r.Msgs++
+		switch {
+		case m.PostErr != "":
+			r.PostErrors++
+		case m.Delivered:
+			r.Delivered++
+		default:
+			r.Undelivered++
+		}
+	}
+	answered, busy, vs, err := judgeRound(h.C, bot, msgs, h.Traffic.Messages(""))
+	if err != nil && r.Err == "" {
+		r.Err = err.Error()
+	}
+	r.Answered, r.Busy, r.Violations = answered, busy, vs
+	after, err := h.C.Stats(bot)
+	if err != nil && r.Err == "" {
+		r.Err = err.Error()
+	}
+	r.Quota = after.QuotaRejections - before.QuotaRejections
+	r.Expired = after.ExpiredUpdates - before.ExpiredUpdates
+	r.Kicks = after.Kicks - before.Kicks
+	return r
+}
+
+// simFault posts a fault for the bot to the simulator's control API.
+func (h *Harness) simFault(action string, seconds int) error {
+	body, _ := json.Marshal(map[string]any{"bot_id": bot, "action": action, "seconds": seconds})
+	resp, err := http.Post(h.C.SimHTTP+"/control/faults", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("POST /control/faults %s: %s: %s", action, resp.Status, b)
+	}
+	return nil
+}
+
+// ---- faults on botctl nodes, shared by scenarios ----
+
+// killLeader kills the leader's process group with SIGKILL, measures the
+// takeover, and restarts the node after restartAfter (0: not restarted
+// here; restore does it before the next round).
+func (h *Harness) killLeader(r *RoundResult, restartAfter time.Duration) error {
+	n, err := h.Leader()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	n.Proc.Kill()
+	restarted := make(chan error, 1)
+	if restartAfter > 0 {
+		go func() {
+			time.Sleep(time.Until(t0.Add(restartAfter)))
+			_, err := h.C.RestartNode(n.ID)
+			restarted <- err
+		}()
+	} else {
+		restarted <- nil
+	}
+	r.Takeovers = append(r.Takeovers, h.waitTakeover(n.ID, t0))
+	if err := <-restarted; err != nil {
+		return fmt.Errorf("restart %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// stopNode sends SIGTERM to node id, measures the takeover if it led, and
+// waits for its exit (a SIGKILL after 30 s, reported as an error).
+func (h *Harness) stopNode(r *RoundResult, id string) error {
+	leader, err := h.Leader()
+	if err != nil {
+		return err
+	}
+	n := h.C.Node(id)
+	t0 := time.Now()
+	if err := n.Proc.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	if leader.ID == id {
+		r.Takeovers = append(r.Takeovers, h.waitTakeover(id, t0))
+	}
+	if _, err := n.Proc.Wait(30 * time.Second); err != nil {
+		n.Proc.Kill()
+		return fmt.Errorf("node %s did not exit within 30s of SIGTERM (killed)", id)
+	}
+	return nil
+}

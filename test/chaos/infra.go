@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/test/e2e/cluster"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Member is one etcd member or NATS server, a process of its own.
+type Member struct {
+	Name string
+	Args []string // infranode arguments (the same on every restart)
+	URL  string   // client URL
+	Proc *cluster.Proc
+}
+
+// Infra is a 3-member etcd cluster and a 3-server NATS cluster with
+// JetStream, each member an infranode process (see ./infranode).
+type Infra struct {
+	bin  string
+	Etcd []*Member
+	NATS []*Member
+
+	mu    sync.Mutex
+	procs []*cluster.Proc
+}
+
+// StartInfra starts size etcd members and size NATS servers under dir and
+// waits until etcd has a leader and JetStream answers.
+func StartInfra(bin, dir string, size int, timeout time.Duration) (*Infra, error) {
+	in := &Infra{bin: bin}
+	ports, err := freePorts(4 * size)
+	if err != nil {
+		return in, err
+	}
+	var initial []string
+	for i := 0; i < size; i++ {
+		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
+	}
+	for i := 0; i < size; i++ {
+		name := fmt.Sprintf("e%d", i+1)
+		in.Etcd = append(in.Etcd, &Member{Name: name, URL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]), Args: []string{"etcd",
+			"-name", name, "-dir", filepath.Join(dir, name),
+			"-client", fmt.Sprintf("127.0.0.1:%d", ports[2*i]), "-peer", fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
+			"-initial-cluster", strings.Join(initial, ",")}})
+	}
+	np := ports[2*size:]
+	for i := 0; i < size; i++ {
+		name := fmt.Sprintf("n%d", i+1)
+		var routes []string
+		for j := 0; j < size; j++ {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", np[2*j+1]))
+			}
+		}
+		in.NATS = append(in.NATS, &Member{Name: name, URL: fmt.Sprintf("nats://127.0.0.1:%d", np[2*i]), Args: []string{"nats",
+			"-name", name, "-dir", filepath.Join(dir, "nats-"+name),
+			"-port", strconv.Itoa(np[2*i]), "-cluster-port", strconv.Itoa(np[2*i+1]), "-routes", strings.Join(routes, ",")}})
+	}
+	// Members of a new cluster wait for each other: start all, then wait.
+	for _, m := range append(append([]*Member(nil), in.Etcd...), in.NATS...) {
+		if err := in.startMember(m); err != nil {
+			return in, err
+		}
+	}
+	for _, m := range append(append([]*Member(nil), in.Etcd...), in.NATS...) {
+		if _, err := m.Proc.WaitStdout("ready:", timeout); err != nil {
+			return in, err
+		}
+	}
+	return in, in.WaitHealthy(timeout)
+}
+
+func (in *Infra) startMember(m *Member) error {
+	p, err := cluster.StartProc("infra "+m.Name, in.bin, m.Args, cluster.StartOptions{})
+	if err != nil {
+		return err
+	}
+	in.mu.Lock()
+	in.procs = append(in.procs, p)
+	in.mu.Unlock()
+	m.Proc = p
+	return nil
+}
+
+// Restart starts a killed or stopped member again with its data dir and
+// waits for its ready line. (For the etcd and NATS member scenarios.)
+func (in *Infra) Restart(m *Member, timeout time.Duration) error {
+	m.Proc.Kill()
+	if err := in.startMember(m); err != nil {
+		return err
+	}
+	_, err := m.Proc.WaitStdout("ready:", timeout)
+	return err
+}
+
+// EtcdURLs are every member's client URL.
+func (in *Infra) EtcdURLs() []string {
+	var out []string
+	for _, m := range in.Etcd {
+		out = append(out, m.URL)
+	}
+	return out
+}
+
+// WaitHealthy waits until a write to etcd commits and JetStream serves
+// account info through every NATS server (the meta group has a leader).
+func (in *Infra) WaitHealthy(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last error
+	for ctx.Err() == nil {
+		if last = in.healthyOnce(ctx); last == nil {
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("etcd/NATS cluster not healthy within %v: %v", timeout, last)
+}
+
+func (in *Infra) healthyOnce(ctx context.Context) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: in.EtcdURLs(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	defer cli.Close()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = cli.Put(cctx, "/botctl-chaos/health", time.Now().String())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd put: %w", err)
+	}
+	for _, m := range in.NATS {
+		nc, err := nats.Connect(m.URL, nats.Timeout(2*time.Second))
+		if err != nil {
+			return fmt.Errorf("nats %s: %w", m.Name, err)
+		}
+		js, err := jetstream.New(nc)
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err = js.AccountInfo(cctx)
+			cancel()
+		}
+		nc.Close()
+		if err != nil {
+			return fmt.Errorf("jetstream via %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// EtcdLeader is the member that is raft leader now.
+func (in *Infra) EtcdLeader() (*Member, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: in.EtcdURLs(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	for _, m := range in.Etcd {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		st, err := cli.Status(ctx, m.URL)
+		cancel()
+		if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("no etcd member says it is the leader")
+}
+
+// Close kills every member process.
+func (in *Infra) Close() {
+	in.mu.Lock()
+	procs := in.procs
+	in.mu.Unlock()
+	for _, p := range procs {
+		p.Kill()
+	}
+}
+
+// Dump is every member's stderr tail.
+func (in *Infra) Dump(lines int) string {
+	var b strings.Builder
+	for _, m := range append(append([]*Member(nil), in.Etcd...), in.NATS...) {
+		if m.Proc != nil {
+			fmt.Fprintf(&b, "=== %s (pid %d)\n%s", m.Name, m.Proc.Pid(), m.Proc.StderrTail(lines))
+		}
+	}
+	return b.String()
+}
+
+// freePorts holds n listeners open at once so the ports differ.
+func freePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var out []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}

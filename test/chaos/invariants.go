@@ -1,0 +1,212 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/test/e2e/cluster"
+)
+
+// Verdict is what one user message got, read from the simulator's
+// transcript of its conversation (what the user saw), never from botctl.
+type Verdict struct {
+	// Complete counts finished bot messages holding the whole expected
+	// answer: a stream reply or a proactive push. Exactly 1 is correct.
+	Complete int
+	// Related are the bot messages that answer this one: reply_to is its
+	// msgid, or the content quotes its question.
+	Related []cluster.TranscriptEntry
+	// Expired counts related streams the simulator marked expired (a frame
+	// came after the stream window).
+	Expired int
+	// Busy counts finished replies saying the conversation already has a
+	// task running: a business refusal, a correct answer by the red line.
+	Busy int
+}
+
+// busyText is part of pkg/access's default busy reply (not imported: the
+// check must not move when that package does).
+const busyText = "上一个问题还在处理中"
+
+// Judge finds m's answers in tr. The demo backend's answer is
+// deterministic (ai.DemoAnswer), so "complete" is exact: the whole
+// expected text in a finished stream or a push, whatever the pusher put
+// around it (receipt, truncation note).
+func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
+	want := strings.TrimSpace(ai.DemoAnswer(m.Question, 3, 0))
+	quote := "You asked: " + m.Question + "\n"
+	var v Verdict
+	for _, e := range tr {
+		if e.From != "bot" {
+			continue
+		}
+		if (m.MsgID == "" || e.ReplyTo != m.MsgID) && !strings.Contains(e.Content, quote) {
+			continue
+		}
+		v.Related = append(v.Related, e)
+		if e.Expired {
+			v.Expired++
+		}
+		done := e.Finished || e.Kind == "markdown"
+		switch {
+		case done && strings.Contains(e.Content, want):
+			v.Complete++
+		case done && e.ReplyTo == m.MsgID && strings.Contains(e.Content, busyText):
+			v.Busy++
+		}
+	}
+	return v
+}
+
+// Saw says in one line what the user was shown for a message.
+func (v Verdict) Saw() string {
+	if len(v.Related) == 0 {
+		return "nothing: no bot message replies to it or quotes it"
+	}
+	var parts []string
+	for _, e := range v.Related {
+		state := "open"
+		switch {
+		case e.Expired:
+			state = "expired"
+		case e.Finished:
+			state = "finished"
+		}
+		parts = append(parts, fmt.Sprintf("seq %d %s %s (%d B): %q", e.Seq, e.Kind, state, len(e.Content), snippet(e.Content, 90)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func snippet(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n/2]) + " … " + string(r[len(r)-n/2:])
+	}
+	return s
+}
+
+// Violation is one broken invariant, with enough to find it again.
+type Violation struct {
+	Invariant string // lost, duplicate, locked, expired, post_error
+	User      string
+	MsgID     string
+	Question  string
+	Saw       string
+}
+
+// Invariant names, in report order.
+const (
+	InvLost      = "lost"      // a delivered message got no complete answer
+	InvDuplicate = "duplicate" // … got more than one
+	InvLocked    = "locked"    // a probe after the round got no answer
+	InvMissed    = "missed"    // WeCom took a message while no bot was connected; no answer ever came (backfill owes it)
+	InvExpired   = "expired"   // a stream was updated after its window
+	InvQuota     = "quota"     // 45009 rejections counted by the simulator
+	InvPingPong  = "ping-pong" // the simulator replaced a live connection (kick)
+)
+
+// Answers returns how many answers the user got: complete ones and busy
+// refusals.
+func (v Verdict) Answers() int { return v.Complete + v.Busy }
+
+// judgeRound checks every message of the round against the transcripts
+// (read once per conversation) and returns the violations, the number of
+// delivered messages answered exactly once, and how many of those answers
+// were busy refusals.
+//
+// all are every message of the run: a locked conversation's report names
+// the earlier messages still without an answer (the likely holder).
+func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg) (answered, busy int, vs []Violation, err error) {
+	trs := map[string][]cluster.TranscriptEntry{}
+	for _, m := range msgs {
+		if _, ok := trs[m.User]; ok {
+			continue
+		}
+		tr, err := c.Transcript(bot, m.User)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("transcript of %s: %w", m.User, err)
+		}
+		trs[m.User] = tr
+	}
+	for _, m := range msgs {
+		if m.PostErr != "" {
+			continue // WeCom never took it: nothing is owed
+		}
+		v := Judge(trs[m.User], m)
+		viol := Violation{User: m.User, MsgID: m.MsgID, Question: m.Question, Saw: v.Saw()}
+		switch {
+		case m.Probe && v.Complete != 1:
+			// A probe comes after every answer of the round had time to
+			// arrive: a busy refusal now means a conversation still locked.
+			viol.Invariant = InvLocked
+			if v.Complete > 1 {
+				viol.Invariant = InvDuplicate
+			}
+			viol.Saw = fmt.Sprintf("%d complete answers and %d busy refusals: %s", v.Complete, v.Busy, viol.Saw)
+			if held := unanswered(trs[m.User], all, m); held != "" {
+				viol.Saw += "; still unanswered before it in this conversation: " + held
+			}
+			vs = append(vs, viol)
+		case v.Answers() == 1:
+			if m.Delivered {
+				answered++
+				busy += v.Busy
+			}
+		case v.Answers() == 0 && !m.Delivered:
+			// In WeCom's history, never delivered: the architecture's
+			// backfill must answer it or mark it "may be incomplete".
+			viol.Invariant = InvMissed
+			vs = append(vs, viol)
+		case v.Answers() == 0:
+			viol.Invariant = InvLost
+			vs = append(vs, viol)
+		default:
+			viol.Invariant = InvDuplicate
+			viol.Saw = fmt.Sprintf("%d complete answers and %d busy refusals: %s", v.Complete, v.Busy, viol.Saw)
+			vs = append(vs, viol)
+		}
+		if v.Expired > 0 {
+			viol.Invariant = InvExpired
+			vs = append(vs, viol)
+		}
+	}
+	return answered, busy, vs, nil
+}
+
+// unanswered lists the delivered messages of probe's conversation, posted
+// before it, that have no answer in tr.
+func unanswered(tr []cluster.TranscriptEntry, all []*Msg, probe *Msg) string {
+	var out []string
+	for _, m := range all {
+		if m.User != probe.User || m == probe || !m.Delivered || !m.PostedAt.Before(probe.PostedAt) {
+			continue
+		}
+		if v := Judge(tr, m); v.Answers() == 0 {
+			out = append(out, fmt.Sprintf("%s (%q, posted %s): %s", m.MsgID, m.Question, m.PostedAt.UTC().Format("15:04:05"), v.Saw()))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// allAnswered is true when every delivered message has a complete answer.
+func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
+	trs := map[string][]cluster.TranscriptEntry{}
+	for _, m := range msgs {
+		if !m.Delivered {
+			continue
+		}
+		tr, ok := trs[m.User]
+		if !ok {
+			var err error
+			if tr, err = c.Transcript(bot, m.User); err != nil {
+				return false
+			}
+			trs[m.User] = tr
+		}
+		if Judge(tr, m).Answers() == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,198 @@
+// Command chaos injects faults into a real botctl cluster under traffic
+// and checks, from the WeCom simulator's side only, that users still get
+// exactly one complete answer to every message.
+//
+//	go run ./test/chaos -rounds 10 -out bench/chaos.md
+//
+// Topology, all on loopback and each member its own process (so each can
+// be kill -9'd, SIGTERM'd or SIGSTOPped): 3 etcd members and 3 NATS
+// servers clustered with JetStream (./infranode), `botctl sim`, and three
+// `botctl serve` nodes with --nats-replicas 3, all built from this tree.
+// The processes are started by test/e2e/cluster, the harness the
+// end-to-end tests use.
+//
+// Per round of a scenario: closed-loop users talk to the bot through the
+// simulator's control API; the scenario's fault is injected; traffic goes
+// on, then stops; answers get time to arrive; every stopped node is
+// restarted; one probe message is sent in each conversation. The round is
+// then judged from the simulator's transcripts and counters:
+//
+//   - every message WeCom delivered got exactly one answer: a finished bot
+//     message holding the whole demo answer, or a busy refusal (the red
+//     line: a refusal is an answer); none lost, none twice;
+//   - every message WeCom took while no bot was connected (undelivered,
+//     in its history) was answered later anyway (backfill owes it);
+//   - the probe was answered in full (no conversation left locked);
+//   - no 45009 (quota), no expired_updates (a stream updated after its
+//     window), no kicks beyond those the fault forces (ping-pong);
+//   - takeover: from the fault to the simulator's next subscribe of the bot.
+//
+// Besides the steady users, -burst conversations post one message each
+// over the first second of every fault: the messages a leader receives
+// while it dies or stops.
+//
+// At the end every message of the run is judged again, which catches an
+// answer that arrived twice after its round was checked. The report
+// (markdown, a CSV of rounds and a CSV of violations) says which message
+// of which conversation broke what, and what the user saw. The exit code
+// is 1 when an invariant broke: the harness is not tuned to pass.
+//
+// The default matrix is kill-leader, term-leader and rolling-restart;
+// scenarios marked Extra (SIGSTOP, etcd and NATS member kills, simulator
+// drop) run when named: -scenarios stop-leader,kill-nats-server or all.
+//
+// `BOTCTL_CHAOS=1 go test -run TestChaosSmoke ./test/chaos` runs one
+// round of each default scenario with little traffic (make chaos-smoke).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var cfg Config
+	var scen, out string
+	var keep bool
+	flag.IntVar(&cfg.Rounds, "rounds", 10, "rounds per scenario")
+	flag.StringVar(&scen, "scenarios", "", "comma-separated scenarios, or all (default: every one not marked extra): "+scenarioNames())
+	flag.IntVar(&cfg.Users, "users", 6, "concurrent conversations (closed-loop users)")
+	flag.IntVar(&cfg.Burst, "burst", 6, "messages, one conversation each, posted over the first second of every fault (0: none)")
+	flag.DurationVar(&cfg.Think, "think", 2*time.Second, "mean pause of a user between an answer and the next question")
+	flag.DurationVar(&cfg.Patience, "patience", 15*time.Second, "a user with no answer after this asks again")
+	flag.DurationVar(&cfg.AnswerTime, "answer-time", 5*time.Second, "--demo-answer-time of every node")
+	flag.DurationVar(&cfg.TTL, "ttl", 20*time.Second, "--election-ttl (production default 20s)")
+	flag.DurationVar(&cfg.Margin, "margin", 5*time.Second, "--election-safety-margin (production default 5s)")
+	flag.DurationVar(&cfg.Warmup, "warmup", 4*time.Second, "traffic before the fault")
+	flag.DurationVar(&cfg.After, "after", 10*time.Second, "traffic after the fault")
+	flag.DurationVar(&cfg.Settle, "settle", 0, "how long answers may still arrive after traffic stops (default answer-time + 60s)")
+	flag.StringVar(&out, "out", "", "write the markdown report here (and .csv, -violations.csv beside it)")
+	flag.BoolVar(&keep, "keep", false, "keep the work dir (binaries, data) after the run")
+	flag.Parse()
+	if cfg.Rounds < 1 || cfg.Users < 1 {
+		fmt.Fprintln(os.Stderr, "chaos: -rounds and -users must be at least 1")
+		os.Exit(2)
+	}
+	if scen != "" {
+		cfg.Scenarios = strings.Split(scen, ",")
+	}
+	if _, err := selectScenarios(cfg.Scenarios); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	rep, h := Run(cfg, sigs)
+	h.Close(keep)
+	rep.Markdown(os.Stdout)
+	if out != "" {
+		if err := rep.WriteFiles(out); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: write report:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "chaos: report written to %s\n", out)
+	}
+	if rep.Failed() {
+		os.Exit(1)
+	}
+}
+
+func scenarioNames() string {
+	var n []string
+	for _, s := range Scenarios {
+		if s.Extra {
+			n = append(n, s.Name+" (extra)")
+		} else {
+			n = append(n, s.Name)
+		}
+	}
+	return strings.Join(n, ", ")
+}
+
+// selectScenarios: none named is the default matrix (no extras); "all" is
+// every scenario.
+func selectScenarios(names []string) ([]Scenario, error) {
+	if len(names) == 0 || (len(names) == 1 && names[0] == "all") {
+		all := len(names) == 1
+		var out []Scenario
+		for _, s := range Scenarios {
+			if all || !s.Extra {
+				out = append(out, s)
+			}
+		}
+		return out, nil
+	}
+	var out []Scenario
+	for _, name := range names {
+		s, ok := scenarioByName(strings.TrimSpace(name))
+		if !ok {
+			return nil, fmt.Errorf("unknown scenario %q (known: %s)", name, scenarioNames())
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Run starts the cluster, runs every round and judges the run. stop, if
+// not nil, ends the run early (after the current round). The caller
+// closes the harness (it is returned even when it failed to start, for
+// its Dump).
+func Run(cfg Config, stop <-chan os.Signal) (*Report, *Harness) {
+	cfg.defaults()
+	rep := newReport(cfg)
+	start := time.Now()
+	defer func() { rep.Took = time.Since(start) }()
+	scenarios, err := selectScenarios(cfg.Scenarios)
+	if err != nil {
+		rep.Err = err.Error()
+		return rep, &Harness{}
+	}
+	h, err := Start(cfg)
+	if err != nil {
+		rep.Err = "start: " + err.Error()
+		cfg.Logf("%s\n%s", rep.Err, h.Dump(30))
+		return rep, h
+	}
+	rep.Cfg = h.Cfg
+	for _, s := range scenarios {
+		for i := 1; i <= cfg.Rounds; i++ {
+			select {
+			case <-stop:
+				rep.Err = "interrupted"
+				return rep, h
+			default:
+			}
+			r := h.RunRound(s, i)
+			rep.Rounds = append(rep.Rounds, r)
+			cfg.Logf("%s round %d: %d delivered, %d answered once (%d busy), %d violations, quota %d, expired %d, kicks %d, takeovers %v %s",
+				s.Name, i, r.Delivered, r.Answered, r.Busy, len(r.Violations), r.Quota, r.Expired, r.Kicks, r.Takeovers, r.Err)
+			for _, v := range r.Violations {
+				cfg.Logf("  %s %s %s %q: %s", v.Invariant, v.User, v.MsgID, v.Question, v.Saw)
+			}
+		}
+	}
+	// Judge the whole run again: an answer may have arrived a second time
+	// after its round was checked.
+	roundOf := map[string]bool{}
+	for _, r := range rep.Rounds {
+		for _, v := range r.Violations {
+			roundOf[v.MsgID+v.Invariant] = true
+		}
+	}
+	_, _, vs, err := judgeRound(h.C, bot, h.Traffic.Messages(""), h.Traffic.Messages(""))
+	if err != nil {
+		rep.Err = "final check: " + err.Error()
+	}
+	for _, v := range vs {
+		if v.Invariant == InvDuplicate && !roundOf[v.MsgID+v.Invariant] {
+			rep.Late = append(rep.Late, v)
+		}
+	}
+	return rep, h
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/test/e2e/cluster"
+)
+
+// Msg is one user message posted through the simulator's control API.
+type Msg struct {
+	Round     string // scenario/round label
+	User      string // the conversation (single chat: the user id)
+	Question  string // unique per message, so its answer can be found by content
+	MsgID     string
+	Delivered bool // WeCom accepted it and wrote the callback to a connection
+	Probe     bool // posted after the round to check the conversation is not locked
+	PostedAt  time.Time
+	PostErr   string
+}
+
+// Traffic is a set of closed-loop users: each posts a message, waits for
+// its complete answer (or a timeout), thinks, and posts the next. Real
+// users do not pile a second question on a running one; a user who gives
+// up waiting asks again anyway, which is what shows a locked conversation.
+type Traffic struct {
+	c       *cluster.Cluster
+	bot     string
+	users   []string // closed-loop users
+	burst   []string // one message each at the moment of a fault
+	think   time.Duration
+	wait    time.Duration // a user gives up waiting for an answer after this and asks again
+	nonce   string
+	counter map[string]int
+
+	mu   sync.Mutex
+	msgs []*Msg
+}
+
+func NewTraffic(c *cluster.Cluster, bot string, users, burst int, think, wait time.Duration, nonce string) *Traffic {
+	t := &Traffic{c: c, bot: bot, think: think, wait: wait, nonce: nonce, counter: map[string]int{}}
+	for i := 1; i <= users; i++ {
+		t.users = append(t.users, fmt.Sprintf("chaos-%s-u%d", nonce, i))
+	}
+	for i := 1; i <= burst; i++ {
+		t.burst = append(t.burst, fmt.Sprintf("chaos-%s-b%d", nonce, i))
+	}
+	return t
+}
+
+// Conversations are every user's, closed-loop and burst.
+func (t *Traffic) Conversations() []string {
+	return append(append([]string(nil), t.users...), t.burst...)
+}
+
+// Burst posts one message from each burst user, spread evenly over
+// spread, starting now: messages that reach the leader while it dies or
+// stops, which a slow steady flow rarely does.
+func (t *Traffic) Burst(round string, spread time.Duration) {
+	var wg sync.WaitGroup
+	for i, u := range t.burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * spread / time.Duration(max(1, len(t.burst))))
+			t.Post(round, u, false)
+		}()
+	}
+	wg.Wait()
+}
+
+// Post sends one message from user and records it.
+func (t *Traffic) Post(round, user string, probe bool) *Msg {
+	t.mu.Lock()
+	t.counter[user]++
+	n := t.counter[user]
+	t.mu.Unlock()
+	kind := "q"
+	if probe {
+		kind = "probe"
+	}
+	m := &Msg{Round: round, User: user, Probe: probe, Question: fmt.Sprintf("chaos %s %s %s #%d", round, user, kind, n), PostedAt: time.Now()}
+	r, err := t.c.PostMessage(t.bot, user, m.Question)
+	if err != nil {
+		m.PostErr = err.Error()
+	} else {
+		m.MsgID, m.Delivered = r.MsgID, r.Delivered
+	}
+	t.mu.Lock()
+	t.msgs = append(t.msgs, m)
+	t.mu.Unlock()
+	return m
+}
+
+// Run drives every user until ctx ends. It returns when all have stopped
+// (a user waiting for an answer stops waiting at once).
+func (t *Traffic) Run(ctx context.Context, round string) {
+	var wg sync.WaitGroup
+	for i, u := range t.users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Stagger the first messages so they do not all start together.
+			if !sleepCtx(ctx, time.Duration(i)*t.think/time.Duration(len(t.users))) {
+				return
+			}
+			for ctx.Err() == nil {
+				m := t.Post(round, u, false)
+				switch {
+				case m.Delivered:
+					t.waitAnswer(ctx, m, t.wait)
+				case m.PostErr == "":
+					// WeCom took it but had no connection to give it to:
+					// the user sees nothing, waits a little, asks again.
+					t.waitAnswer(ctx, m, max(5*time.Second, 3*t.think))
+				}
+				jitter := time.Duration(rand.Int64N(int64(t.think) + 1))
+				if !sleepCtx(ctx, t.think/2+jitter) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (t *Traffic) waitAnswer(ctx context.Context, m *Msg, wait time.Duration) {
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return
+		}
+		tr, err := t.c.Transcript(t.bot, m.User)
+		if err == nil && Judge(tr, m).Answers() > 0 {
+			return
+		}
+	}
+}
+
+// Messages are the messages of round (all rounds if "").
+func (t *Traffic) Messages(round string) []*Msg {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*Msg
+	for _, m := range t.msgs {
+		if round == "" || m.Round == round {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
