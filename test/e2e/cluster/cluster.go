@@ -263,6 +263,11 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	for _, b := range c.Opts.Bots {
 		args = append(args, "--bot", b+":s-"+b)
 	}
+	if wecomURL == c.SimWS {
+		// The simulator's history API: what no connection received is
+		// found by the gap backfill, as in the demo.
+		args = append(args, "--backfill-history-url", "http"+strings.TrimPrefix(strings.TrimSuffix(c.SimWS, "/"), "ws"))
+	}
 	args = append(args, c.Opts.NodeArgs...)
 	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{})
 	if err != nil {
