@@ -496,7 +496,7 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 	case err != nil:
 		return err
 	case out.Busy:
-		return fmt.Errorf("conversation %s is busy: the missed message %s was not answered", chat, m.MsgID)
+		return fmt.Errorf("%w: conversation %s has a task; missed message %s waits for it", backfill.ErrBusy, chat, m.MsgID)
 	case out.Duplicate:
 		return nil
 	}

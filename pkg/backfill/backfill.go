@@ -261,6 +261,12 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
+// ErrBusy, returned by Late, says the missed message's conversation has a
+// task now: the message is deferred, and a later pass over the same range
+// hands it over once the conversation is free (as if the user had asked
+// again), instead of refusing it as busy long after the fact.
+var ErrBusy = errors.New("backfill: conversation busy")
+
 // Report is what one pass did.
 type Report struct {
 	Bot       string        `json:"bot"`
@@ -269,29 +275,36 @@ type Report struct {
 	Read      int           `json:"read"`       // messages in the range
 	Known     int           `json:"known"`      // already handled
 	Filled    int           `json:"filled"`     // missed, handed over now
+	Deferred  int           `json:"deferred"`   // missed, conversation busy: for a later pass
 	NotFilled int           `json:"not_filled"` // missed, beyond MaxMessages or refused
 	Took      time.Duration `json:"took"`
 }
 
-// Run reads bot's history from its watermark less the overlap up to until
-// (the term's start) and hands every message not handled yet to Late.
-func Run(ctx context.Context, cfg Config, bot string, until time.Time) (Report, error) {
+// Since is where a pass for bot up to until starts: its watermark less
+// the overlap (until less the overlap when it has none yet). Later passes
+// over the same gap keep it, although the watermark moves on.
+func Since(ctx context.Context, cfg Config, bot string, until time.Time) (time.Time, error) {
 	if cfg.Overlap <= 0 {
 		cfg.Overlap = time.Minute
 	}
+	wm, err := LoadWatermark(ctx, cfg.Store, bot)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if wm.Created.IsZero() {
+		return until.Add(-cfg.Overlap), nil
+	}
+	return wm.Created.Add(-cfg.Overlap), nil
+}
+
+// Run reads bot's history in [since, until) and hands every message not
+// handled yet to Late.
+func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (Report, error) {
 	if cfg.MaxMessages <= 0 {
 		cfg.MaxMessages = 500
 	}
 	start := time.Now()
-	rep := Report{Bot: bot, Until: until}
-	wm, err := LoadWatermark(ctx, cfg.Store, bot)
-	if err != nil {
-		return rep, err
-	}
-	rep.Since = wm.Created.Add(-cfg.Overlap)
-	if wm.Created.IsZero() {
-		rep.Since = until.Add(-cfg.Overlap)
-	}
+	rep := Report{Bot: bot, Since: since, Until: until}
 	msgs, err := cfg.Source.History(ctx, bot, rep.Since, until)
 	if err != nil {
 		return rep, err
@@ -310,7 +323,10 @@ func Run(ctx context.Context, cfg Config, bot string, until time.Time) (Report, 
 			rep.NotFilled++
 			continue
 		}
-		if err := cfg.Late(ctx, bot, m); err != nil {
+		if err := cfg.Late(ctx, bot, m); errors.Is(err, ErrBusy) {
+			rep.Deferred++
+			continue
+		} else if err != nil {
 			rep.NotFilled++
 			cfg.Logger.Warn().Err(err).Str("bot", bot).Str("msgid", m.MsgID).Msg("missed message not filled")
 			continue

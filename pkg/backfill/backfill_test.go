@@ -88,7 +88,12 @@ func TestRunAgainstSimulatorHistory(t *testing.T) {
 			late = append(late, m.Text)
 			return nil
 		}}
-	rep, err := backfill.Run(context.Background(), cfg, "b1", time.Now())
+	until := time.Now()
+	since, err := backfill.Since(context.Background(), cfg, "b1", until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := backfill.Run(context.Background(), cfg, "b1", since, until)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -455,25 +455,48 @@ func (n *Node) backfill(ctx context.Context, term *election.Term) {
 	until := time.Now()
 	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
 		Known: n.Access.Known, Late: n.Access.Late, Logger: log}
-	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
-		rep, err := backfill.Run(ctx, cfg, term.Bot, until)
+	var since time.Time
+	for wait, passes := time.Second, 0; ; {
+		var rep backfill.Report
+		var err error
+		if since.IsZero() {
+			since, err = backfill.Since(ctx, cfg, term.Bot, until)
+		}
 		if err == nil {
-			if rep.Filled > 0 || rep.NotFilled > 0 {
+			rep, err = backfill.Run(ctx, cfg, term.Bot, since, until)
+		}
+		switch {
+		case err == nil && rep.Deferred > 0 && passes < backfillPasses:
+			// Missed messages of conversations busy with another task: a
+			// later pass answers them once they are free.
+			passes++
+			log.Info().Interface("backfill", rep).Msg("gap backfill: some missed messages wait for their conversation")
+			wait = backfillRetry
+		case err == nil:
+			if rep.Filled > 0 || rep.NotFilled > 0 || rep.Deferred > 0 {
 				log.Warn().Interface("backfill", rep).Msg("gap backfill found missed messages")
 			} else {
 				log.Info().Interface("backfill", rep).Msg("gap backfill: nothing missed")
 			}
 			return
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return
+		default:
+			log.Warn().Err(err).Dur("retry_in", wait).Msg("gap backfill failed; retrying")
+			wait = min(2*wait, 30*time.Second)
 		}
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("gap backfill failed; retrying")
 		if !sleep(ctx, wait) {
 			return
 		}
 	}
 }
+
+// backfillPasses and backfillRetry bound the passes that wait for busy
+// conversations: about ten minutes, longer than most answers.
+const (
+	backfillPasses = 40
+	backfillRetry  = 15 * time.Second
+)
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
