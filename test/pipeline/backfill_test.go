@@ -87,3 +87,30 @@ func answeredLate(entries []wecomsim.TranscriptEntry, question string) int {
 	}
 	return k
 }
+
+// A missed message whose conversation is still busy with an earlier task
+// is not refused long after the fact: the backfill comes back to it and
+// answers it once the conversation is free.
+func TestMissedMessageOfBusyConversationAnsweredAfterIt(t *testing.T) {
+	c := newCluster(t)
+	slow := func(cfg *config.Config) { c.withBackfill(cfg); cfg.AI.Demo.AnswerTime = 6 * time.Second }
+	a := c.start("a", slow)
+	eventually(t, "a connected", c.connected)
+	first := c.post("alice", "the first question")
+	eventually(t, "running", func() bool { return c.record(a, first.MsgID).Exec == task.Running })
+	a.stop() // the first task goes back to the queue
+	if r := c.post("alice", "asked while nobody listened"); r.Delivered {
+		t.Fatalf("delivered with no connection: %+v", r)
+	}
+	c.start("b", slow)
+	eventually(t, "first answered", func() bool {
+		return answered(c.bot("alice"), "the first question")+answeredLate(c.bot("alice"), "the first question") == 1
+	})
+	deadline := time.Now().Add(2 * waitLong)
+	for answeredLate(c.bot("alice"), "asked while nobody listened") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the missed message was never answered: %+v", c.bot("alice"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
