@@ -307,7 +307,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		FixedWorker: cfg.Dispatch.FixedWorker,
 		// Bounded by the worker's slots: a full node refuses, and the
 		// dispatcher keeps the task in the spool for the queue.
-		Local: func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
+		Local:  func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
 		Logger: log,
 	})
 	if err != nil {
