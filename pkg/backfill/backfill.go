@@ -238,9 +238,10 @@ func (t *Tracker) advance(ctx context.Context, bot string, created time.Time) er
 			return nil
 		}
 		var apiErr *natsjs.APIError
-		if !errors.Is(err, natsjs.ErrKeyExists) && !(errors.As(err, &apiErr) && apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence) {
-			return err
+		if !errors.Is(err, natsjs.ErrKeyExists) && !(errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == 10164)) {
+			return err // 10164: another write of the key in flight on a clustered bucket
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("inbound watermark of bot %s: too many concurrent writers", bot)
 }

@@ -40,6 +40,7 @@ func LoadConversation(ctx context.Context, kv natsjs.KeyValue, key string) (*Con
 // turns and maxBytes of content (oldest dropped first), with compare-and-set.
 func AppendExchange(ctx context.Context, kv natsjs.KeyValue, key, question, answer string, maxTurns, maxBytes int) error {
 	for attempt := 0; attempt < 20; attempt++ {
+		conflictPause(ctx, attempt)
 		c, rev, err := LoadConversation(ctx, kv, key)
 		if err != nil {
 			return err

@@ -47,7 +47,8 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 	if err != nil {
 		return err
 	}
-	for try := 0; try < 10; try++ {
+	for try := 0; try < 30; try++ {
+		conflictPause(ctx, try)
 		if w.rev == 0 {
 			// First write, or another writer came between: read who.
 			e, err := w.kv.Get(ctx, w.id)
