@@ -37,7 +37,7 @@ func TestSingleNodeLeads(t *testing.T) {
 	before := time.Now()
 	r := await(t, campaign(t, bg(t), e), eventTimeout)
 	term := r.term
-	if term.Bot != "bot1" || term.Node != "n1" || term.Key != cfg.Prefix+"bot1" || term.Lease == 0 || term.Rev == 0 || term.Start.Before(before) {
+	if term.Bot != "bot1" || term.Node != "n1" || term.Key != cfg.Prefix+"bot1/"+leaseHex(term.Lease) || term.Lease == 0 || term.Rev == 0 || term.Start.Before(before) {
 		t.Fatalf("term = %+v", term)
 	}
 	if err := term.Verify(rpcCtx(t)); err != nil {
