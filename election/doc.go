@@ -120,5 +120,10 @@
 // Two processes sharing one lease file would revoke each other's leases:
 // every node needs its own data dir. A candidate's place in the queue is
 // kept only while its session lives: a candidacy that fails (etcd
-// unreachable for the TTL) joins again at the back.
+// unreachable for the TTL) joins again at the back. The queue has a cost
+// the one-key layout did not: every standby holds a session (a lease kept
+// alive, one keep-alive per bot per TTL/3), and a standby that dies
+// without a restart keeps its place until its lease expires, so a leader
+// change within TTL of that death waits for it (up to TTL) before the
+// next live candidate leads.
 package election

@@ -67,7 +67,7 @@ func (e *Elector) LegacyKey() string { return e.legacyKey }
 // value is what an election key holds.
 type value struct {
 	Node  string    `json:"node"`
-	Since time.Time `json:"since"` // zero while a candidate waits
+	Since *time.Time `json:"since,omitempty"` // nil while a candidate waits
 }
 
 // Campaign blocks until this node leads the bot's election, and returns the
@@ -200,7 +200,8 @@ func (e *Elector) campaignOnce(ctx, termParent context.Context) (*Term, error) {
 	}
 	// The leader's value says since when it leads. Proclaim is
 	// owner-checked: it fails if our key vanished while we waited.
-	val, _ := json.Marshal(value{Node: e.cfg.NodeID, Since: start.UTC().Truncate(time.Millisecond)})
+	since := start.UTC().Truncate(time.Millisecond)
+	val, _ := json.Marshal(value{Node: e.cfg.NodeID, Since: &since})
 	if err := el.Proclaim(rctx, string(val)); err != nil {
 		e.release(sess)
 		return nil, fmt.Errorf("proclaim leader of %s: %w", e.name, err)
@@ -260,6 +261,24 @@ func Leader(ctx context.Context, cli *clientv3.Client, prefix, botID string) (Le
 	return leaderInfo(resp.Kvs[0]), nil
 }
 
+// LegacyLeader reads who holds botID's key of the old layout (one key per
+// bot) under legacyPrefix ("" means DefaultLegacyPrefix): a node of an
+// older botctl, which new nodes yield to (see the package comment). It
+// returns ErrNoLeader if the key does not exist.
+func LegacyLeader(ctx context.Context, cli *clientv3.Client, legacyPrefix, botID string) (LeaderInfo, error) {
+	if legacyPrefix == "" {
+		legacyPrefix = DefaultLegacyPrefix
+	}
+	resp, err := cli.Get(ctx, legacyPrefix+botID)
+	if err != nil {
+		return LeaderInfo{}, fmt.Errorf("read old-layout leader of bot %s: %w", botID, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return LeaderInfo{}, ErrNoLeader
+	}
+	return leaderInfo(resp.Kvs[0]), nil
+}
+
 // Observe reports botID's leader under prefix ("" means DefaultPrefix)
 // each time it changes or proclaims a new value, through
 // concurrency.Election.Observe: first the current leader (once there is
@@ -301,7 +320,10 @@ func leaderInfo(kv *mvccpb.KeyValue) LeaderInfo {
 	info := LeaderInfo{Key: string(kv.Key), Rev: kv.CreateRevision, Lease: clientv3.LeaseID(kv.Lease)}
 	var v value
 	if err := json.Unmarshal(kv.Value, &v); err == nil && v.Node != "" {
-		info.Node, info.Since = v.Node, v.Since
+		info.Node = v.Node
+		if v.Since != nil {
+			info.Since = *v.Since
+		}
 	} else {
 		info.Node = string(kv.Value)
 	}

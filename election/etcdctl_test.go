@@ -81,7 +81,7 @@ func expectLeader(t *testing.T, lines <-chan string, key, node string) {
 				if err := json.Unmarshal([]byte(line), &v); err != nil || v.Node != node {
 					t.Fatalf("etcdctl shows leader key %s with value %q, want node %s", key, line, node)
 				}
-				if !v.Since.IsZero() {
+				if v.Since != nil && !v.Since.IsZero() {
 					return
 				}
 			}

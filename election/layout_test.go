@@ -205,3 +205,48 @@ func TestLegacyKeyForbidsLeading(t *testing.T) {
 		t.Fatalf("term ended with %v, want ErrLegacyLeader", term2.Err())
 	}
 }
+
+// An old-layout key that came and went while a candidate waited does not
+// end the candidate's term once it wins: the term's watches start at the
+// revision it was confirmed at.
+func TestLegacyKeyWhileQueuedIsPast(t *testing.T) {
+	leakCheck(t)
+	ctx := bg(t)
+	admin := newClient(t, "")
+	a := newElector(t, newClient(t, ""), testConfig(t, "bot", "a", 10*time.Second))
+	b := newElector(t, newClient(t, ""), testConfig(t, "bot", "b", 10*time.Second))
+	ta := await(t, campaign(t, ctx, a), eventTimeout).term
+	bch := campaign(t, ctx, b)
+	waitCandidates(t, admin, a.Name(), 2)
+	if _, err := admin.Put(rpcCtx(t), b.LegacyKey(), `{"node":"old"}`); err != nil {
+		t.Fatal(err)
+	}
+	del, err := admin.Delete(rpcCtx(t), b.LegacyKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.Resign(rpcCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	tb := await(t, bch, eventTimeout).term
+	if tb.watchFrom < del.Header.Revision {
+		t.Fatalf("b's term watches from revision %d, before the old-layout key's delete at %d", tb.watchFrom, del.Header.Revision)
+	}
+	if err := tb.Verify(rpcCtx(t)); err != nil {
+		t.Fatalf("b's Verify: %v", err)
+	}
+}
+
+// Check is nil while the term lasts and ErrNotLeader once it has ended,
+// without a read.
+func TestCheck(t *testing.T) {
+	leakCheck(t)
+	term := await(t, campaign(t, bg(t), newElector(t, newClient(t, ""), testConfig(t, "bot", "a", 10*time.Second))), eventTimeout).term
+	if err := term.Check(); err != nil {
+		t.Fatalf("Check on a live term: %v", err)
+	}
+	term.End()
+	if err := term.Check(); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Check after End = %v, want ErrNotLeader", err)
+	}
+}

@@ -31,10 +31,18 @@ type Term struct {
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 
+	// watchFrom is the revision the term was confirmed at (its Proclaim):
+	// the key watches start after it. Not Rev: a candidate may have waited
+	// long, and what happened meanwhile (an old-layout key that came and
+	// went) is not this term's concern; Verify reads the present.
+	watchFrom int64
+
+	resignMu sync.Mutex
+	el       *concurrency.Election // used by Resign only, under resignMu
+
 	mu        sync.Mutex
-	el        *concurrency.Election // used by Resign only, under mu
-	lastRenew time.Time             // send time of the last successful renewal probe
-	watchdog  *time.Timer           // fires RenewDeadline after lastRenew
+	lastRenew time.Time   // send time of the last successful renewal probe
+	watchdog  *time.Timer // fires RenewDeadline after lastRenew
 }
 
 func newTerm(parent context.Context, e *Elector, sess *concurrency.Session, el *concurrency.Election, start time.Time) *Term {
@@ -49,6 +57,7 @@ func newTerm(parent context.Context, e *Elector, sess *concurrency.Session, el *
 		cancel:    cancel,
 		log:       e.log.With().Int64("term", el.Rev()).Str("lease", leaseHex(lease)).Logger(),
 		lastRenew: start,
+		watchFrom: el.Header().Revision,
 	}
 	t.mu.Lock()
 	t.watchdog = time.AfterFunc(time.Until(start.Add(e.cfg.RenewDeadline)), t.renewDeadlinePassed)
@@ -148,9 +157,9 @@ func (t *Term) Check() error {
 func (t *Term) Resign(ctx context.Context) error {
 	t.lose(fmt.Errorf("%w: resigned", ErrNotLeader))
 	defer t.End()
-	t.mu.Lock()
+	t.resignMu.Lock()
 	resignErr := t.el.Resign(ctx) // a no-op once done
-	t.mu.Unlock()
+	t.resignMu.Unlock()
 	_, err := t.e.cli.Revoke(ctx, t.Lease)
 	if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		t.e.forgetLease(t.Lease)
@@ -273,7 +282,7 @@ func (t *Term) renew() {
 // watches again.
 func (t *Term) watch(key string, verdict func([]*mvccpb.KeyValue) error) {
 	defer t.wg.Done()
-	rev := t.Rev + 1
+	rev := t.watchFrom + 1
 	for {
 		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(t.ctx))
 		for wr := range t.e.cli.Watch(ctx, key, clientv3.WithRev(rev)) {
