@@ -66,7 +66,7 @@ func (e *Elector) LegacyKey() string { return e.legacyKey }
 
 // value is what an election key holds.
 type value struct {
-	Node  string    `json:"node"`
+	Node  string     `json:"node"`
 	Since *time.Time `json:"since,omitempty"` // nil while a candidate waits
 }
 

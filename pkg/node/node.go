@@ -31,6 +31,16 @@
 // within one campaign round. If the term is lost at any point of this, the
 // connection is closed at once as above.
 //
+// # Crash, restart and upgrade
+//
+// With Config.DataDir, each bot's election lease is kept in the data dir
+// and revoked by the next run before it campaigns (see the election
+// package): a node killed and restarted by systemd hands its bots to the
+// standbys at once, not after the TTL. While a node of the old election
+// layout (an older botctl, during a rolling upgrade) holds a bot, Verify
+// refuses and the node backs off with that reason in its state, never
+// connecting over it.
+//
 // # Backoff
 //
 // Every way through the loop that is not a stable connection waits before
