@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/faultproxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -249,4 +250,42 @@ func TestCheck(t *testing.T) {
 	if err := term.Check(); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Check after End = %v, want ErrNotLeader", err)
 	}
+}
+
+// A candidate told to stop while etcd is unreachable returns within about
+// a TTL (its lease is then gone anyway), not when etcd answers again:
+// concurrency.Election withdraws a cancelled candidacy with its client's
+// context, which Campaign bounds.
+func TestCampaignCancelWhileEtcdUnreachable(t *testing.T) {
+	leakCheck(t)
+	ctx := bg(t)
+	proxy, err := faultproxy.New("127.0.0.1:0", etcdAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	const ttl = 3 * time.Second
+	admin := newClient(t, "")
+	a := newElector(t, newClient(t, ""), testConfig(t, "bot", "a", ttl))
+	b := newElector(t, newClient(t, proxy.Addr()), testConfig(t, "bot", "b", ttl))
+	await(t, campaign(t, ctx, a), eventTimeout)
+	bctx, stopB := context.WithCancel(ctx)
+	bch := campaign(t, bctx, b)
+	waitCandidates(t, admin, a.Name(), 2)
+
+	proxy.Blackhole()
+	stopped := time.Now()
+	stopB()
+	select {
+	case r := <-bch:
+		if r.term != nil || !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("Campaign = %+v, want context.Canceled", r)
+		}
+		t.Logf("Campaign returned %s after the stop, etcd unreachable", r.at.Sub(stopped))
+	case <-time.After(eventTimeout):
+		t.Fatal("Campaign still blocked with etcd unreachable")
+	}
+	proxy.Heal()
+	// b's candidacy is gone (revoked, or expired while unreachable).
+	waitCandidates(t, admin, a.Name(), 1)
 }
