@@ -330,6 +330,7 @@ func TestCampaignCancel(t *testing.T) {
 
 	bctx, cancel := context.WithCancel(ctx)
 	bch := campaign(t, bctx, b)
+	waitCandidates(t, newClient(t, ""), a.Name(), 2)
 	cancel()
 	select {
 	case r := <-bch:
@@ -342,6 +343,9 @@ func TestCampaignCancel(t *testing.T) {
 	if err := ta.Verify(rpcCtx(t)); err != nil {
 		t.Fatalf("a's Verify: %v", err)
 	}
+	// b left the queue (its lease revoked): a stopped standby never holds
+	// up the next handover.
+	waitCandidates(t, newClient(t, ""), a.Name(), 1)
 }
 
 func TestTermEndsWithCampaignContext(t *testing.T) {
