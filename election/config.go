@@ -11,8 +11,15 @@ import (
 
 // Defaults; see Config for what each one trades off.
 const (
-	DefaultPrefix = "/botctl/election/"
-	DefaultTTL    = 20 * time.Second
+	// DefaultPrefix is where elections live: bot B's election is
+	// concurrency.Election "/botctl/elect/B", its candidates' keys
+	// "/botctl/elect/B/<lease hex>".
+	DefaultPrefix = "/botctl/elect/"
+	// DefaultLegacyPrefix is the old layout's (one key per bot,
+	// "/botctl/election/B"), checked so old and new nodes never both lead
+	// during a rolling upgrade.
+	DefaultLegacyPrefix = "/botctl/election/"
+	DefaultTTL          = 20 * time.Second
 	// MinTTL is etcd's smallest lease TTL with its default heartbeat and
 	// election timeout (1.5 election timeouts, rounded up to a second).
 	MinTTL = 2 * time.Second
@@ -21,16 +28,32 @@ const (
 // Config configures one bot's election on one node. Zero values take the
 // defaults; Validate reports unsafe combinations.
 type Config struct {
-	// Prefix of election keys; a bot's key is Prefix+BotID. Default
-	// DefaultPrefix. Every node of a deployment must use the same prefix.
+	// Prefix of elections: a bot's election is the concurrency.Election
+	// named Prefix+BotID (its candidates' keys are that plus "/" and their
+	// lease in hex). Default DefaultPrefix. Every node of a deployment
+	// must use the same prefix.
 	Prefix string
+	// LegacyPrefix is the old layout's prefix: while the key
+	// LegacyPrefix+BotID exists, a node of an older botctl leads the bot,
+	// and this node does not (Verify fails, a term ends when the key
+	// appears). Default DefaultLegacyPrefix. It costs one key in each
+	// Verify and one watch per term.
+	LegacyPrefix string
+	// LeaseFile, if set, is a file where the lease of this node's current
+	// candidacy is kept (one file per bot, in the node's data dir): the
+	// next Campaign, in this process or the next one after a crash,
+	// revokes that lease first, so a standby takes over at once instead of
+	// after TTL. Empty: nothing is kept; a crashed leader's lease expires
+	// within TTL.
+	LeaseFile string
 	// BotID names the bot whose connection is elected. Required; must not
 	// contain "/".
 	BotID string
 	// NodeID names this node in the key's value and in logs. Required.
 	NodeID string
 
-	// TTL of each term's etcd lease: after a crash, how long the bot has
+	// TTL of each candidacy's session lease: after a crash that is not
+	// followed by a restart with the same LeaseFile, how long the bot has
 	// no leader at most (plus etcd's expiry check, about half a second).
 	// Default 20s. Lower means faster failover after a crash but more
 	// leadership losses when etcd or the network is slow. Whole seconds,
@@ -46,10 +69,12 @@ type Config struct {
 	// cancelled. Default TTL-SafetyMargin, which is also the maximum.
 	// Lower makes leaders give up sooner on a slow etcd.
 	RenewDeadline time.Duration
-	// RenewInterval is how often the lease is renewed. Default TTL/3 (as
-	// etcd's concurrency.Session). Must be less than RenewDeadline so at
-	// least one more renewal is tried before giving up; lower means more
-	// chances but more etcd load (one request per bot per interval).
+	// RenewInterval is how often a leader probes its lease with a renewal
+	// of its own (the watchdog counts from these). Default TTL/3. The
+	// session renews the lease at TTL/3 too, on its own stream. Must be
+	// less than RenewDeadline so at least one more probe is tried before
+	// giving up; lower means more chances but more etcd load (one request
+	// per led bot per interval).
 	RenewInterval time.Duration
 	// RetryPeriod is the pause after a failed etcd request, while
 	// campaigning or renewing. Default TTL/10. Lower retries sooner after
@@ -66,6 +91,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
+	}
+	if c.LegacyPrefix == "" {
+		c.LegacyPrefix = DefaultLegacyPrefix
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
@@ -93,6 +121,8 @@ func (c Config) Validate() error {
 		return errors.New("election: BotID is required")
 	case strings.Contains(c.BotID, "/"):
 		return fmt.Errorf("election: BotID %q must not contain '/'", c.BotID)
+	case c.Prefix == c.LegacyPrefix:
+		return fmt.Errorf("election: Prefix and LegacyPrefix (%q) must differ", c.Prefix)
 	case c.NodeID == "":
 		return errors.New("election: NodeID is required")
 	case c.TTL < MinTTL:

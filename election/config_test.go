@@ -12,7 +12,7 @@ var zerologNop = zerolog.Nop()
 
 func TestConfigDefaults(t *testing.T) {
 	c := Config{BotID: "b", NodeID: "n"}.withDefaults()
-	want := Config{Prefix: DefaultPrefix, BotID: "b", NodeID: "n", TTL: 20 * time.Second,
+	want := Config{Prefix: DefaultPrefix, LegacyPrefix: DefaultLegacyPrefix, BotID: "b", NodeID: "n", TTL: 20 * time.Second,
 		SafetyMargin: 5 * time.Second, RenewDeadline: 15 * time.Second,
 		RenewInterval: 20 * time.Second / 3, RetryPeriod: 2 * time.Second}
 	c.Logger, want.Logger = zerologNop, zerologNop
@@ -38,6 +38,7 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults", func(c *Config) {}, ""},
 		{"no bot", func(c *Config) { c.BotID = "" }, "election: BotID is required"},
 		{"slash in bot", func(c *Config) { c.BotID = "a/b" }, `election: BotID "a/b" must not contain '/'`},
+		{"prefix = legacy", func(c *Config) { c.Prefix = DefaultLegacyPrefix }, `election: Prefix and LegacyPrefix ("/botctl/election/") must differ`},
 		{"no node", func(c *Config) { c.NodeID = "" }, "election: NodeID is required"},
 		{"ttl too small", func(c *Config) { c.TTL = time.Second }, "election: TTL (1s) must be at least 2s, etcd's minimum lease TTL"},
 		{"negative ttl", func(c *Config) { c.TTL = -time.Second }, "election: TTL (-1s) must be at least 2s, etcd's minimum lease TTL"},

@@ -1,35 +1,54 @@
 // Package election picks, per bot, the single botctl node that may hold the
-// bot's WeCom connection, using a lease-bound key in etcd.
+// bot's WeCom connection, with etcd's concurrency.Election.
 //
 // # How it works
 //
-// Each bot has one election key, Prefix+BotID. A node campaigns by granting
-// a fresh lease and creating the key bound to it in one transaction that
-// succeeds only if the key does not exist. The winner's Term lasts while the
-// node renews the lease; losers watch the key and try again when it is
-// deleted (resignation, lease expiry, or an operator). Acquire, renew and
-// release are each one owner-checked etcd operation: the create is
-// conditional, renewal is a keep-alive of our own lease, and Resign revokes
-// our lease, which deletes the key only if it is still bound to that lease.
+// Each bot has one election, the concurrency.Election named Prefix+BotID
+// (default "/botctl/elect/<bot>"). A node campaigns by opening a
+// concurrency.Session (a lease of TTL, default 20s, kept alive by the
+// session) and joining the election: its candidate key,
+// "/botctl/elect/<bot>/<lease id in hex>", is created bound to the lease,
+// and the candidate whose key was created first leads. Candidates are
+// served in the order they joined. This is etcd's own layout, so
 //
-// The key's value is JSON, {"node":"n1","since":"2026-01-02T15:04:05Z"}: the
-// leading node and the wall-clock time its term began (Leader reads it; a
-// plain node id is read as such). The key's CreateRevision is the term's
-// revision, Term.Rev: it identifies one term of one node.
+//	etcdctl elect --listen /botctl/elect/<bot>
+//	concurrency.NewElection(session, "/botctl/elect/<bot>").Leader(ctx)
+//
+// and Leader and Observe here all name exactly that bot's leader.
+// Acquire, renew and release are each one owner-checked etcd operation: the
+// candidate key is created only if absent, renewal is a keep-alive of our
+// own lease, and Resign deletes our key only if its CreateRevision is still
+// the term's (concurrency.Election's Resign), then revokes the lease.
+//
+// The leader's value is JSON, {"node":"n1","since":"2026-01-02T15:04:05Z"}:
+// the leading node and the wall-clock time its term began, written with
+// concurrency.Election's Proclaim on winning (a waiting candidate's value
+// has no "since"; Leader reads a plain value as a node id). The key's
+// CreateRevision is the term's revision, Term.Rev: it identifies one term
+// of one node.
 //
 // # What is guaranteed
 //
 // A Term's context is cancelled, and the leader must stop acting, at the
 // first of: the lease can no longer be renewed for RenewDeadline after the
-// send time of its last successful renewal; etcd reports the lease gone; the
-// key is deleted or bound to another lease; Resign or End; the term's parent
+// send time of its last successful renewal probe; etcd reports the lease
+// gone; the session's keep-alive ends; the key is deleted or overwritten; a
+// key of the old layout appears (below); Resign or End; the term's parent
 // context ends (the context given to Campaign, or the one given to
-// WithTermContext). Because etcd expires a lease no sooner than TTL after
-// the renewal request that the server accepted, and RenewDeadline is at most
-// TTL-SafetyMargin, the old leader's context is cancelled at least
-// SafetyMargin before its lease can expire on the server, so before any
-// other node can win. If the caller closes the WeCom connection when the
-// context is done, the old connection is gone before a new leader connects.
+// WithTermContext).
+//
+// The renewal probe is the term's own: every RenewInterval one
+// KeepAliveOnce on the session's lease, whose send time is recorded, and
+// one right after winning, before the Term is handed over. Because etcd
+// expires a lease no sooner than TTL after a renewal request it accepted,
+// and RenewDeadline is at most TTL-SafetyMargin, the old leader's context
+// is cancelled at least SafetyMargin before its lease can expire on the
+// server, so before any other node can win. The session's keep-alive runs
+// alongside on its own stream; it can only push the expiry later, never
+// earlier, so it does not weaken the bound (its send times are unknown,
+// which is why the watchdog does not count from it). If the caller closes
+// the WeCom connection when the context is done, the old connection is gone
+// before a new leader connects.
 //
 // This holds only if (a) the leader's process is not paused (GC, SIGSTOP, a
 // frozen VM) for longer than SafetyMargin between observing its context and
@@ -38,6 +57,19 @@
 // used). Raise SafetyMargin to tolerate longer pauses or worse clocks, at
 // the cost of leaders stepping down earlier when etcd is slow.
 //
+// # Crash and restart
+//
+// With Config.LeaseFile set (pkg/node keeps one per bot in the node's data
+// dir), the lease of each candidacy is written there before its key is
+// created. Campaign first revokes the lease the file names, if it still
+// exists and holds nothing but this bot's candidate key: after kill -9, an
+// OOM kill or a panic, the restarted process (systemd restarts it within
+// seconds) ends its previous run's term, and the next candidate in the
+// queue takes over at once instead of after the TTL. The lease stays 20s,
+// so a slow etcd or a GC pause still does not cost leadership. A machine
+// that is gone, or a process that hangs, is not covered: its lease expires
+// within TTL (the liveness pulse of issue 10 is not built).
+//
 // # Graceful stop
 //
 // Stopping on purpose (a deploy, the bot moved elsewhere) is not losing:
@@ -45,12 +77,30 @@
 // connection, and only then release the bot, with its lease renewed the
 // whole time so that nothing can take over under an open connection.
 // Campaign(stop, WithTermContext(context.WithoutCancel(stop))) gives that
-// order: when stop ends, the Term is untouched (renewals, the watchdog and
-// the key watch all keep running, so losing the lease meanwhile still
-// cancels its context at once); the caller drains, closes, then calls
-// Resign, which stops renewals and deletes the key in one call. The
-// guarantees above hold throughout: a graceful stop only moves the moment
-// the term ends from "stop requested" to "Resign".
+// order: when stop ends, the Term is untouched (the probes, the session,
+// the watchdog and the key watches all keep running, so losing the lease
+// meanwhile still cancels its context at once); the caller drains, closes,
+// then calls Resign, which stops renewals and deletes the key in one call.
+// The guarantees above hold throughout: a graceful stop only moves the
+// moment the term ends from "stop requested" to "Resign".
+//
+// # Rolling upgrade from the old layout
+//
+// botctl before this layout kept one key per bot, "/botctl/election/<bot>"
+// (Config.LegacyPrefix), with its own transaction and keep-alive; old nodes
+// see only that key, new nodes campaign under "/botctl/elect/". So that old
+// and new nodes never both lead, a new node treats the old key as a leader
+// it must yield to: Verify fails with ErrLegacyLeader while the key exists
+// (it is read in the same linearizable transaction as the term's key), and
+// a live term ends the moment the key appears (it is watched). An old node
+// does not know of new ones and may still take a bot from a new leader:
+// the new leader then closes its connection as soon as it sees the key (at
+// worst one kick by WeCom), and never reconnects while the key exists.
+// Upgrade node by node, as usual; a bot moves to the new layout when its
+// old-layout leader stops (resigning deletes its key) or its lease expires.
+// Once no old node runs, "/botctl/election/" stays empty. Rolling back is
+// the same in reverse, but old nodes do not yield to new ones: stop new
+// nodes before starting old ones.
 //
 // # What is not guaranteed
 //
@@ -59,12 +109,21 @@
 // stopped for longer than SafetyMargin resumes still believing it leads
 // until its timer fires. Term.Verify narrows that window: it is a
 // linearizable read of the election key, and callers must call it right
-// before every connect and must not connect unless it returns nil. A node
+// before every connect and must not connect unless it returns nil; and
+// Term.Check (no read) right before the subscribe frame is written. A node
 // that finds the key gone or not its own never connects, so a stale node
 // does not cause connection ping-pong: at worst it is kicked once by WeCom
 // when the real leader connects.
 //
-// Campaigning is not fair (no queue of candidates) and a node that restarts
-// while its old lease lives waits up to TTL for that lease to expire: it
-// never reclaims a key it cannot prove is its own term's.
+// A crashed leader is replaced at once only if it restarts with its lease
+// file; otherwise (machine gone, process hung, data dir lost) after TTL.
+// Two processes sharing one lease file would revoke each other's leases:
+// every node needs its own data dir. A candidate's place in the queue is
+// kept only while its session lives: a candidacy that fails (etcd
+// unreachable for the TTL) joins again at the back. The queue has a cost
+// the one-key layout did not: every standby holds a session (a lease kept
+// alive, one keep-alive per bot per TTL/3), and a standby that dies
+// without a restart keeps its place until its lease expires, so a leader
+// change within TTL of that death waits for it (up to TTL) before the
+// next live candidate leads.
 package election

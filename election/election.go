@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 var (
@@ -19,14 +20,20 @@ var (
 	ErrNotLeader = errors.New("election: not leader")
 	// ErrNoLeader: no node holds the bot's election.
 	ErrNoLeader = errors.New("election: no leader")
+	// ErrLegacyLeader: a node of the old election layout (one key per bot,
+	// Config.LegacyPrefix; botctl before the concurrency.Election layout)
+	// holds the bot, so this node must not connect, whatever its own
+	// election says. Errors that wrap it wrap ErrNotLeader too.
+	ErrLegacyLeader = errors.New("election: a node of the old election layout holds the bot")
 )
 
 // Elector campaigns for one bot's election on behalf of one node.
 type Elector struct {
-	cli *clientv3.Client
-	cfg Config
-	key string
-	log zerolog.Logger
+	cli       *clientv3.Client
+	cfg       Config
+	name      string // the concurrency.Election prefix: Prefix+BotID
+	legacyKey string // the old layout's key: LegacyPrefix+BotID
+	log       zerolog.Logger
 }
 
 // New returns an Elector for cfg, or cfg's first problem (see
@@ -40,30 +47,43 @@ func New(cli *clientv3.Client, cfg Config) (*Elector, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Elector{
-		cli: cli,
-		cfg: cfg,
-		key: cfg.Prefix + cfg.BotID,
-		log: cfg.Logger.With().Str("bot", cfg.BotID).Str("node", cfg.NodeID).Logger(),
+		cli:       cli,
+		cfg:       cfg,
+		name:      cfg.Prefix + cfg.BotID,
+		legacyKey: cfg.LegacyPrefix + cfg.BotID,
+		log:       cfg.Logger.With().Str("bot", cfg.BotID).Str("node", cfg.NodeID).Logger(),
 	}, nil
 }
 
-// Key is the bot's election key.
-func (e *Elector) Key() string { return e.key }
+// Name is the bot's election name, as concurrency.NewElection and
+// `etcdctl elect` take it: Prefix+BotID. Candidates' keys are Name()+"/"+
+// their lease in hex; the leader is the one created first.
+func (e *Elector) Name() string { return e.name }
 
-// value is what the election key holds.
+// LegacyKey is the bot's key in the old layout (one key per bot), which
+// forbids this node to lead while it exists.
+func (e *Elector) LegacyKey() string { return e.legacyKey }
+
+// value is what an election key holds.
 type value struct {
-	Node  string    `json:"node"`
-	Since time.Time `json:"since"`
+	Node  string     `json:"node"`
+	Since *time.Time `json:"since,omitempty"` // nil while a candidate waits
 }
 
 // Campaign blocks until this node leads the bot's election, and returns the
-// new Term, or until ctx ends (the error is then ctx's). Each call grants a
-// new lease: a term never outlives its lease.
+// new Term, or until ctx ends (the error is then ctx's). Each call opens a
+// new session (a new lease, TTL Config.TTL) and joins the election's queue
+// with it: candidates are served in the order they joined. A term never
+// outlives its session.
 //
 // By default the Term lives within ctx: when ctx ends, so does the term.
 // Pass the node's lifetime context, not a campaign timeout. A leader that
 // must finish work after it is told to stop campaigns with
 // WithTermContext instead (see there).
+//
+// Before joining, Campaign revokes the lease recorded in Config.LeaseFile,
+// if any (this node's candidacy from before a crash or an End), and then
+// records the new one there.
 //
 // Errors from etcd are logged and retried every RetryPeriod; Campaign fails
 // only when ctx ends or the etcd client is closed.
@@ -76,22 +96,16 @@ func (e *Elector) Campaign(ctx context.Context, opts ...CampaignOption) (*Term, 
 		if err := e.stopped(ctx); err != nil {
 			return nil, err
 		}
-		t, rev, err := e.tryAcquire(ctx, o.termParent)
+		t, err := e.campaignOnce(ctx, o.termParent)
 		if t != nil {
 			return t, nil
 		}
-		if err == nil {
-			// Another node leads: wait for its key to go.
-			err = e.waitDelete(ctx, rev)
+		if stop := e.stopped(ctx); stop != nil {
+			return nil, stop
 		}
-		if err != nil {
-			if stop := e.stopped(ctx); stop != nil {
-				return nil, stop
-			}
-			e.log.Warn().Err(err).Msg("campaign: etcd request failed, retrying")
-			if err := sleep(ctx, e.cfg.RetryPeriod); err != nil {
-				return nil, err
-			}
+		e.log.Warn().Err(err).Msg("campaign failed, retrying")
+		if err := sleep(ctx, e.cfg.RetryPeriod); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -127,68 +141,83 @@ func (e *Elector) stopped(ctx context.Context) error {
 	return nil
 }
 
-// tryAcquire creates the election key if it does not exist. It returns the
-// new Term, living within termParent, or (nil, rev) with the revision at
-// which another node held the key. If ctx ends meanwhile it releases what
-// it won: no term is handed to a caller that stopped waiting.
-func (e *Elector) tryAcquire(ctx, termParent context.Context) (*Term, int64, error) {
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.TTL)
-	defer cancel()
-	// Look first, so standbys do not grant a lease every round.
-	get, err := e.cli.Get(rctx, e.key)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read election key %s: %w", e.key, err)
+// campaignOnce is one candidacy: a session, a place in the queue, the wait
+// for the candidates before it to go, then the confirmation that the lease
+// and the key are still ours. It returns the new Term, living within
+// termParent, or why not; whatever it does not hand over it releases.
+func (e *Elector) campaignOnce(ctx, termParent context.Context) (*Term, error) {
+	if err := e.revokePrevious(ctx); err != nil {
+		return nil, err
 	}
-	if len(get.Kvs) > 0 {
-		return nil, get.Header.Revision, nil
-	}
-
-	// The renewal clock starts before the grant is sent: the server's
-	// expiry is at least TTL after this instant.
-	start := time.Now()
-	grant, err := e.cli.Grant(rctx, int64(e.cfg.TTL/time.Second))
+	gctx, cancel := context.WithTimeout(ctx, e.cfg.TTL)
+	grant, err := e.cli.Grant(gctx, int64(e.cfg.TTL/time.Second))
+	cancel()
 	if err != nil {
-		return nil, 0, fmt.Errorf("grant lease: %w", err)
+		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	lease := grant.ID
-	val, _ := json.Marshal(value{Node: e.cfg.NodeID, Since: start.UTC().Truncate(time.Millisecond)})
-	resp, err := e.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)).
-		Then(clientv3.OpPut(e.key, string(val), clientv3.WithLease(lease))).
-		Commit()
+	e.recordLease(lease)
+
+	// cctx bounds the wait in the queue: the caller's ctx, or the session
+	// ending (the lease lost while waiting: our key is gone, and
+	// concurrency.Election would not notice). concurrency.Election
+	// withdraws a cancelled candidacy with its client's Ctx(), which on the
+	// shared client could block until etcd answers; on this view of it the
+	// withdrawal fails at once instead, and release revokes the lease
+	// (which deletes the key) with a bounded wait.
+	cctx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	view := clientv3.NewCtxClient(cctx, clientv3.WithZapLogger(e.cli.GetLogger()))
+	view.KV, view.Lease, view.Watcher = e.cli.KV, e.cli.Lease, e.cli.Watcher
+	// The session lives until the term ends (or this candidacy fails), not
+	// as long as ctx: WithTermContext may make the term outlive ctx.
+	sess, err := concurrency.NewSession(view, concurrency.WithLease(lease),
+		concurrency.WithTTL(int(e.cfg.TTL/time.Second)), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
-		// The put may have committed: revoking the lease removes the key
-		// if it did.
 		e.revoke(lease)
-		return nil, 0, fmt.Errorf("create election key %s: %w", e.key, err)
+		return nil, fmt.Errorf("open session: %w", err)
 	}
-	if !resp.Succeeded {
-		e.revoke(lease)
-		return nil, resp.Header.Revision, nil
+	defer context.AfterFunc(sess.Ctx(), stopWaiting)()
+	el := concurrency.NewElection(sess, e.name)
+	candidate, _ := json.Marshal(value{Node: e.cfg.NodeID})
+	if err := el.Campaign(cctx, string(candidate)); err != nil {
+		e.release(sess)
+		return nil, fmt.Errorf("campaign on %s: %w", e.name, err)
 	}
 	if err := e.stopped(ctx); err != nil {
-		e.revoke(lease)
-		return nil, 0, err
+		e.release(sess) // no term is handed to a caller that stopped waiting
+		return nil, err
 	}
-	return newTerm(termParent, e, lease, resp.Header.Revision, start), 0, nil
+
+	// Won. The renewal clock starts from a renewal of our own: the session
+	// kept the lease alive while we waited, but its send times are unknown.
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline)
+	defer cancel()
+	start := time.Now()
+	if _, err := e.cli.KeepAliveOnce(rctx, lease); err != nil {
+		e.release(sess)
+		return nil, fmt.Errorf("confirm lease %s after winning: %w", leaseHex(lease), err)
+	}
+	// The leader's value says since when it leads. Proclaim is
+	// owner-checked: it fails if our key vanished while we waited.
+	since := start.UTC().Truncate(time.Millisecond)
+	val, _ := json.Marshal(value{Node: e.cfg.NodeID, Since: &since})
+	if err := el.Proclaim(rctx, string(val)); err != nil {
+		e.release(sess)
+		return nil, fmt.Errorf("proclaim leader of %s: %w", e.name, err)
+	}
+	if err := e.stopped(ctx); err != nil {
+		e.release(sess)
+		return nil, err
+	}
+	return newTerm(termParent, e, sess, el, start), nil
 }
 
-// waitDelete returns when the key is deleted after rev, or after TTL so that
-// the caller re-reads the key even if a watch silently stalls.
-func (e *Elector) waitDelete(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), e.cfg.TTL)
-	defer cancel()
-	for wr := range e.cli.Watch(wctx, e.key, clientv3.WithRev(rev+1)) {
-		if err := wr.Err(); err != nil {
-			return fmt.Errorf("watch election key %s: %w", e.key, err)
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
-				return nil
-			}
-		}
-	}
-	return nil // timeout, ctx end or client close: the caller decides
+// release ends a candidacy that produced no term: the session's keep-alive
+// stops and its lease is revoked, which deletes its key.
+func (e *Elector) release(sess *concurrency.Session) {
+	sess.Orphan()
+	e.revoke(sess.Lease())
 }
 
 // revoke ends a lease, bounded by TTL: past that the lease has expired
@@ -201,6 +230,7 @@ func (e *Elector) revoke(lease clientv3.LeaseID) error {
 		e.log.Warn().Err(err).Str("lease", leaseHex(lease)).Msg("revoke lease failed; it expires within TTL")
 		return fmt.Errorf("revoke lease %s: %w", leaseHex(lease), err)
 	}
+	e.forgetLease(lease)
 	return nil
 }
 
@@ -208,17 +238,20 @@ func (e *Elector) revoke(lease clientv3.LeaseID) error {
 type LeaderInfo struct {
 	Node  string
 	Since time.Time // when its term began, by its clock; zero if unknown
+	Key   string    // its election key
 	Rev   int64     // the term's revision (the key's CreateRevision)
 	Lease clientv3.LeaseID
 }
 
 // Leader reads who leads botID's election under prefix ("" means
-// DefaultPrefix). It returns ErrNoLeader if nobody does.
+// DefaultPrefix): the candidate key created first, exactly as
+// concurrency.Election.Leader and `etcdctl elect --listen` read it. It
+// returns ErrNoLeader if nobody does.
 func Leader(ctx context.Context, cli *clientv3.Client, prefix, botID string) (LeaderInfo, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	resp, err := cli.Get(ctx, prefix+botID)
+	resp, err := cli.Get(ctx, prefix+botID+"/", clientv3.WithFirstCreate()...)
 	if err != nil {
 		return LeaderInfo{}, fmt.Errorf("read leader of bot %s: %w", botID, err)
 	}
@@ -228,11 +261,69 @@ func Leader(ctx context.Context, cli *clientv3.Client, prefix, botID string) (Le
 	return leaderInfo(resp.Kvs[0]), nil
 }
 
+// LegacyLeader reads who holds botID's key of the old layout (one key per
+// bot) under legacyPrefix ("" means DefaultLegacyPrefix): a node of an
+// older botctl, which new nodes yield to (see the package comment). It
+// returns ErrNoLeader if the key does not exist.
+func LegacyLeader(ctx context.Context, cli *clientv3.Client, legacyPrefix, botID string) (LeaderInfo, error) {
+	if legacyPrefix == "" {
+		legacyPrefix = DefaultLegacyPrefix
+	}
+	resp, err := cli.Get(ctx, legacyPrefix+botID)
+	if err != nil {
+		return LeaderInfo{}, fmt.Errorf("read old-layout leader of bot %s: %w", botID, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return LeaderInfo{}, ErrNoLeader
+	}
+	return leaderInfo(resp.Kvs[0]), nil
+}
+
+// Observe reports botID's leader under prefix ("" means DefaultPrefix)
+// each time it changes or proclaims a new value, through
+// concurrency.Election.Observe: first the current leader (once there is
+// one), then every change. It holds a session (a lease of MinTTL, kept
+// alive) while it runs. The channel closes when ctx ends or the watch
+// breaks; observe again then.
+func Observe(ctx context.Context, cli *clientv3.Client, prefix, botID string) (<-chan LeaderInfo, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(MinTTL/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("observe leader of bot %s: open session: %w", botID, err)
+	}
+	out := make(chan LeaderInfo)
+	go func() {
+		defer close(out)
+		defer func() {
+			sess.Orphan()
+			rctx, cancel := context.WithTimeout(context.Background(), MinTTL)
+			defer cancel()
+			cli.Revoke(rctx, sess.Lease()) // best effort: it expires in MinTTL
+		}()
+		for resp := range concurrency.NewElection(sess, prefix+botID).Observe(ctx) {
+			if len(resp.Kvs) == 0 {
+				continue
+			}
+			select {
+			case out <- leaderInfo(resp.Kvs[0]):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
 func leaderInfo(kv *mvccpb.KeyValue) LeaderInfo {
-	info := LeaderInfo{Rev: kv.CreateRevision, Lease: clientv3.LeaseID(kv.Lease)}
+	info := LeaderInfo{Key: string(kv.Key), Rev: kv.CreateRevision, Lease: clientv3.LeaseID(kv.Lease)}
 	var v value
 	if err := json.Unmarshal(kv.Value, &v); err == nil && v.Node != "" {
-		info.Node, info.Since = v.Node, v.Since
+		info.Node = v.Node
+		if v.Since != nil {
+			info.Since = *v.Since
+		}
 	} else {
 		info.Node = string(kv.Value)
 	}

@@ -37,7 +37,7 @@ func TestSingleNodeLeads(t *testing.T) {
 	before := time.Now()
 	r := await(t, campaign(t, bg(t), e), eventTimeout)
 	term := r.term
-	if term.Bot != "bot1" || term.Node != "n1" || term.Key != cfg.Prefix+"bot1" || term.Lease == 0 || term.Rev == 0 || term.Start.Before(before) {
+	if term.Bot != "bot1" || term.Node != "n1" || term.Key != cfg.Prefix+"bot1/"+leaseHex(term.Lease) || term.Lease == 0 || term.Rev == 0 || term.Start.Before(before) {
 		t.Fatalf("term = %+v", term)
 	}
 	if err := term.Verify(rpcCtx(t)); err != nil {
@@ -330,6 +330,7 @@ func TestCampaignCancel(t *testing.T) {
 
 	bctx, cancel := context.WithCancel(ctx)
 	bch := campaign(t, bctx, b)
+	waitCandidates(t, newClient(t, ""), a.Name(), 2)
 	cancel()
 	select {
 	case r := <-bch:
@@ -342,6 +343,9 @@ func TestCampaignCancel(t *testing.T) {
 	if err := ta.Verify(rpcCtx(t)); err != nil {
 		t.Fatalf("a's Verify: %v", err)
 	}
+	// b left the queue (its lease revoked): a stopped standby never holds
+	// up the next handover.
+	waitCandidates(t, newClient(t, ""), a.Name(), 1)
 }
 
 func TestTermEndsWithCampaignContext(t *testing.T) {

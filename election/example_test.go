@@ -28,8 +28,10 @@ func Example() {
 			return // nodeCtx ended or the client was closed
 		}
 		// Right before connecting: a linearizable check that the key is
-		// still ours. Any error: do not connect.
-		if err := term.Verify(term.Context()); err == nil {
+		// still ours (and that no old-layout node holds the bot), then the
+		// free Check right before the subscribe frame. Any error: do not
+		// connect.
+		if err := term.Verify(term.Context()); err == nil && term.Check() == nil {
 			_ = connect(term.Context(), term.Bot) // returns after close
 		}
 		// The connection is closed: release the bot at once.

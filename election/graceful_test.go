@@ -64,7 +64,7 @@ func TestWithTermContextStillEndsOnLoss(t *testing.T) {
 	stop, stopNow := context.WithCancel(bg(t))
 	term := await(t, campaign(t, stop, e, WithTermContext(context.WithoutCancel(stop))), eventTimeout).term
 	stopNow()
-	if _, err := cli.Delete(rpcCtx(t), e.Key()); err != nil {
+	if _, err := cli.Delete(rpcCtx(t), term.Key); err != nil {
 		t.Fatal(err)
 	}
 	waitDone(t, term, eventTimeout)

@@ -69,9 +69,10 @@ type BotStatus struct {
 	Leader      string                    `json:"leader"` // "" when nobody leads
 	Since       *time.Time                `json:"since"`  // the leader's term start
 	Term        int64                     `json:"term,omitempty"`
-	Gate        string                    `json:"gate,omitempty"`  // the env allowed to connect
-	Nodes       map[string]node.BotStatus `json:"nodes,omitempty"` // each node's view
-	Transitions []node.Transition         `json:"transitions"`     // recent, oldest first
+	OldLayout   bool                      `json:"old_layout,omitempty"` // the leader is an older botctl (key /botctl/election/<bot>)
+	Gate        string                    `json:"gate,omitempty"`       // the env allowed to connect
+	Nodes       map[string]node.BotStatus `json:"nodes,omitempty"`      // each node's view
+	Transitions []node.Transition         `json:"transitions"`          // recent, oldest first
 }
 
 func newStatusCmd() *cobra.Command {
@@ -144,7 +145,14 @@ func readStatus(ctx context.Context, cli *clientv3.Client, history int) (Status,
 	wg.Wait()
 	for id := range ids {
 		b := BotStatus{ID: id, Gate: gates[id], Nodes: map[string]node.BotStatus{}}
-		info, err := election.Leader(ctx, cli, "", id)
+		// During a rolling upgrade a node of the old layout may hold the
+		// bot; new nodes yield to it, so it is the one connected.
+		info, err := election.LegacyLeader(ctx, cli, "", id)
+		if err == nil {
+			b.OldLayout = true
+		} else if errors.Is(err, election.ErrNoLeader) {
+			info, err = election.Leader(ctx, cli, "", id)
+		}
 		switch {
 		case err == nil:
 			b.Leader, b.Term = info.Node, info.Rev
@@ -193,6 +201,9 @@ func printStatus(w io.Writer, st Status) {
 		leader, since := b.Leader, "-"
 		if leader == "" {
 			leader = "(none)"
+		}
+		if b.OldLayout {
+			leader += " (old layout)"
 		}
 		if b.Since != nil {
 			since = fmt.Sprintf("%s (%s ago)", b.Since.Format(time.RFC3339), time.Since(*b.Since).Round(time.Second))

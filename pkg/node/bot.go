@@ -171,6 +171,14 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	vctx, cancel := context.WithTimeout(dctx, 5*time.Second)
 	err := term.Verify(vctx)
 	cancel()
+	if errors.Is(err, election.ErrLegacyLeader) {
+		// A rolling upgrade: a node of an older botctl holds the bot in
+		// the old layout, which it alone sees. It keeps the bot until it
+		// stops; this node resigns and backs off meanwhile.
+		res.reason = "an older botctl node holds the bot (old election layout); waiting for it to stop: " + err.Error()
+		log.Warn().Err(err).Msg("won the election but an old-layout leader holds the bot; not connecting")
+		return res
+	}
 	if err != nil {
 		res.reason = "leadership not confirmed: " + err.Error()
 		log.Warn().Err(err).Msg("won the election but could not confirm it; not connecting")
@@ -178,6 +186,13 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	}
 
 	wc := n.cfg.WeCom
+	// The last check before the subscribe frame: pkg/wecom has no hook
+	// between the WebSocket handshake and the subscribe, so it is here,
+	// right before Dial (which also ends with the term's context).
+	if err := term.Check(); err != nil {
+		res.reason = "term ended before connecting: " + err.Error()
+		return res
+	}
 	wc.BotID, wc.Secret, wc.Logger = b.ID, b.Secret, log
 	conn, err := wecom.Dial(dctx, wc, n.handlers(term))
 	if err != nil {

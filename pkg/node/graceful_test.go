@@ -174,7 +174,11 @@ func TestLostTermDuringGracefulStopClosesAtOnce(t *testing.T) {
 	c.leaderOf("b1", a)
 	a.stop()
 	conn := receive(t, "Leading's context to end", h.leadingStopped)
-	if _, err := c.admin.Delete(context.Background(), election.DefaultPrefix+"b1"); err != nil {
+	info, err := election.Leader(context.Background(), c.admin, "", "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.admin.Delete(context.Background(), info.Key); err != nil {
 		t.Fatal(err)
 	}
 	receive(t, "the connection to close", conn.Done())

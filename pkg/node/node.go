@@ -31,6 +31,16 @@
 // within one campaign round. If the term is lost at any point of this, the
 // connection is closed at once as above.
 //
+// # Crash, restart and upgrade
+//
+// With Config.DataDir, each bot's election lease is kept in the data dir
+// and revoked by the next run before it campaigns (see the election
+// package): a node killed and restarted by systemd hands its bots to the
+// standbys at once, not after the TTL. While a node of the old election
+// layout (an older botctl, during a rolling upgrade) holds a bot, Verify
+// refuses and the node backs off with that reason in its state, never
+// connecting over it.
+//
 // # Backoff
 //
 // Every way through the loop that is not a stable connection waits before
@@ -53,6 +63,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -88,9 +99,15 @@ type Config struct {
 	// WeCom is the connection template: URL and timings. BotID, Secret and
 	// Logger are set per bot.
 	WeCom wecom.Config
-	// Election is the election template: TTL and margins. BotID, NodeID and
-	// Logger are set per bot. Validated by New.
+	// Election is the election template: TTL and margins. BotID, NodeID,
+	// Logger and (with DataDir) LeaseFile are set per bot. Validated by New.
 	Election election.Config
+	// DataDir, if set, is the node's data dir: each bot's election lease is
+	// kept in DataDir/election/<bot>.lease, and the next run revokes it
+	// before campaigning, so after a crash and a restart a standby takes
+	// over at once instead of after the election TTL. Give every node its
+	// own (two nodes sharing one would revoke each other's leases).
+	DataDir string
 	// RegistryTTL is the node registration's lease TTL. Default 10s.
 	RegistryTTL time.Duration
 	// AuthBackoff is the first wait after an auth failure, doubling up to
@@ -223,6 +240,9 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 func (n *Node) electionConfig(bot string) election.Config {
 	ec := n.cfg.Election
 	ec.BotID, ec.NodeID = bot, n.cfg.NodeID
+	if n.cfg.DataDir != "" {
+		ec.LeaseFile = filepath.Join(n.cfg.DataDir, "election", bot+".lease")
+	}
 	ec.Logger = n.log.With().Str("bot", bot).Logger()
 	return ec
 }
