@@ -77,7 +77,7 @@ func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
 	t.Logf("%d delivered of %d sent; simulator: %+v", len(delivered), total, s)
 }
 
-// WeCom stops acking for a while mid-traffic (the socket stays open): the
+// WeCom stops acking for 60 s mid-traffic (the socket stays open): the
 // connection is torn down after a few ack timeouts, the node reconnects
 // once acks flow again, and every answer in flight is delivered, with no
 // delivery attempt spent on what was the connection's fault.
@@ -92,7 +92,7 @@ func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
 	for i := range 5 {
 		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("question %d", i)))
 	}
-	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: "stall_acks", Seconds: 15}); err != nil {
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: "stall_acks", Seconds: 60}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * waitLong)
@@ -113,4 +113,45 @@ func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
 		t.Fatalf("the stalled connection was not replaced: %+v", s)
 	}
 	t.Logf("simulator: connections %d, frames %v", s.Connections, s.Frames)
+}
+
+// A failover in the middle of 100 conversations' streams: the new leader
+// finishes every answer (by push: the old connection's req_ids are gone),
+// each exactly once, and WeCom never refuses a frame for the quota.
+func TestFailoverMidStreamOf100Conversations(t *testing.T) {
+	c := newCluster(t)
+	long := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second }
+	a := c.start("a", long)
+	eventually(t, "a connected", c.connected)
+	c.start("b", long)
+	const n = 100
+	var sent []wecomsim.MessageResult
+	for i := range n {
+		sent = append(sent, c.post(fmt.Sprintf("u%03d", i), fmt.Sprintf("question %03d", i)))
+	}
+	eventually(t, "streams under way", func() bool {
+		s, _ := c.sim.Stats("b1")
+		return s.Frames["aibot_respond_msg"] >= 2*n // receipts and some progress
+	})
+	a.stop()
+	deadline := time.Now().Add(3 * waitLong)
+	for i := range sent {
+		user, q := fmt.Sprintf("u%03d", i), fmt.Sprintf("question %03d", i)
+		for answered(c.bot(user), q) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q never answered after the failover: %+v", q, c.bot(user))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(time.Second)
+	for i := range sent {
+		user, q := fmt.Sprintf("u%03d", i), fmt.Sprintf("question %03d", i)
+		if k := answered(c.bot(user), q); k != 1 {
+			t.Fatalf("%q answered %d times", q, k)
+		}
+	}
+	if s, _ := c.sim.Stats("b1"); s.QuotaRejections != 0 {
+		t.Fatalf("%d frames refused for the quota (45009)", s.QuotaRejections)
+	}
 }
