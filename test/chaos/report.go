@@ -33,7 +33,7 @@ type Report struct {
 
 func newReport(cfg Config) *Report {
 	return &Report{
-		Command: strings.Join(os.Args, " "), Date: time.Now().UTC(), Nproc: runtime.NumCPU(),
+		Command: command(), Date: time.Now().UTC(), Nproc: runtime.NumCPU(),
 		GoVersion: runtime.Version(), Commit: gitCommit(), Cfg: cfg,
 	}
 }
@@ -313,4 +313,14 @@ func writeCSV(path string, rows [][]string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// command is how this run was started, as a person would type it: a
+// binary that `go run` built in its cache is named by its package.
+func command() string {
+	args := append([]string(nil), os.Args...)
+	if strings.Contains(args[0], "go-build") {
+		args[0] = "go run ./test/chaos"
+	}
+	return strings.Join(args, " ")
 }
