@@ -186,13 +186,14 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	}
 
 	wc := n.cfg.WeCom
-	// The last check before the subscribe frame: pkg/wecom has no hook
-	// between the WebSocket handshake and the subscribe, so it is here,
-	// right before Dial (which also ends with the term's context).
+	// Checked right before Dial, and again after the handshake, right
+	// before the subscribe frame is written (the handshake may take a
+	// while; Dial also ends with the term's context).
 	if err := term.Check(); err != nil {
 		res.reason = "term ended before connecting: " + err.Error()
 		return res
 	}
+	wc.BeforeSubscribe = term.Check
 	wc.BotID, wc.Secret, wc.Logger = b.ID, b.Secret, log
 	conn, err := wecom.Dial(dctx, wc, n.handlers(term))
 	if err != nil {

@@ -53,6 +53,11 @@ type Config struct {
 	CallbackQueue int
 	// Header is sent with the WebSocket handshake.
 	Header http.Header
+	// BeforeSubscribe, if set, is called after the WebSocket handshake and
+	// right before the subscribe frame is written; an error aborts the dial
+	// (the socket is closed, nothing was sent). The election's last word:
+	// a node whose term ended during the handshake never subscribes.
+	BeforeSubscribe func() error
 	// Logger receives connection events; bot and conn fields are added.
 	Logger zerolog.Logger
 }
@@ -190,6 +195,12 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 	}
 	c.log = cfg.Logger.With().Str("bot", cfg.BotID).Uint64("conn", c.id).Logger()
 	ws.SetReadLimit(4 * MaxFrameBytes)
+	if cfg.BeforeSubscribe != nil {
+		if err := cfg.BeforeSubscribe(); err != nil {
+			ws.Close()
+			return nil, fmt.Errorf("wecom: bot %s: not subscribing: %w", cfg.BotID, err)
+		}
+	}
 	early, err := c.subscribe(ctx)
 	if err != nil {
 		ws.Close()

@@ -176,6 +176,29 @@ func TestAuthFailureIsTyped(t *testing.T) {
 	}
 }
 
+// A term that ended during the handshake never subscribes: BeforeSubscribe
+// refuses after the handshake, and the server sees no subscribe at all.
+func TestBeforeSubscribeRefusalSendsNothing(t *testing.T) {
+	e := newEnv(t, wecomsim.Config{})
+	cfg := e.config()
+	lost := errors.New("term ended")
+	cfg.BeforeSubscribe = func() error { return lost }
+	if _, err := wecom.Dial(context.Background(), cfg, wecom.Handlers{}); !errors.Is(err, lost) {
+		t.Fatalf("err = %v, want the hook's", err)
+	}
+	if s := e.stats(); s.Connections != 0 || s.Frames[wecom.CmdSubscribe] != 0 {
+		t.Fatalf("a refused dial subscribed: %+v", s)
+	}
+	calls := 0
+	cfg.BeforeSubscribe = func() error { calls++; return nil }
+	c, err := wecom.Dial(context.Background(), cfg, wecom.Handlers{})
+	if err != nil || calls != 1 {
+		t.Fatalf("dial with a passing hook: %v (hook called %d times)", err, calls)
+	}
+	c.Close()
+	<-c.Done()
+}
+
 func TestConfigValidation(t *testing.T) {
 	for _, cfg := range []wecom.Config{
 		{BotID: "b", Secret: "s"},
