@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -249,4 +250,36 @@ func (s *Store) QueuedConversations(ctx context.Context, bot string) ([]string, 
 // it can never run again, and stays in the queue until removed.
 func (s *Store) MaxDeliveriesSubject() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.names.TaskStream + "." + s.names.Consumer
+}
+
+// LostCAS reports whether a compare-and-set write to a KV bucket (Create,
+// Update with a revision) lost a race and should be retried after
+// re-reading: somebody wrote first (ErrKeyExists, wrong last sequence
+// 10071), or, on a clustered bucket, another write to the same key was
+// still being applied (10164, "wrong last sequence" without a number: the
+// revision may well be right). Found by the chaos harness on R3 buckets,
+// where a worker's final output write was refused five attempts in a row
+// and the task failed. Pause with CASPause before the retry.
+func LostCAS(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.Is(err, natsjs.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == errCodeWriteInFlight))
+}
+
+// errCodeWriteInFlight is nats-server's JSStreamWrongLastSequenceConstantErr.
+const errCodeWriteInFlight natsjs.ErrorCode = 10164
+
+// CASPause waits before retry n of a lost compare-and-set: not at all at
+// first, then a little longer each time (up to 100 ms), so that a write
+// the cluster is still applying has landed; it returns early when ctx ends.
+func CASPause(ctx context.Context, n int) {
+	if n == 0 {
+		return
+	}
+	t := time.NewTimer(time.Duration(min(n, 20)) * 5 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

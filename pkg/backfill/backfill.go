@@ -214,7 +214,8 @@ func (t *Tracker) flush(ctx context.Context) {
 // advance writes bot's watermark if created is past the stored one.
 func (t *Tracker) advance(ctx context.Context, bot string, created time.Time) error {
 	kv := t.Store.Watermarks()
-	for range 10 {
+	for try := range 10 {
+		jetstream.CASPause(ctx, try)
 		e, err := kv.Get(ctx, watermarkKey(bot))
 		var rev uint64
 		switch {
@@ -234,14 +235,9 @@ func (t *Tracker) advance(ctx context.Context, bot string, created time.Time) er
 		} else {
 			_, err = kv.Update(ctx, watermarkKey(bot), raw, rev)
 		}
-		if err == nil {
-			return nil
+		if err == nil || !jetstream.LostCAS(err) {
+			return err
 		}
-		var apiErr *natsjs.APIError
-		if !errors.Is(err, natsjs.ErrKeyExists) && !(errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == 10164)) {
-			return err // 10164: another write of the key in flight on a clustered bucket
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("inbound watermark of bot %s: too many concurrent writers", bot)
 }

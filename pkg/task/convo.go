@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/botctl/botctl/jetstream"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -40,7 +41,7 @@ func LoadConversation(ctx context.Context, kv natsjs.KeyValue, key string) (*Con
 // turns and maxBytes of content (oldest dropped first), with compare-and-set.
 func AppendExchange(ctx context.Context, kv natsjs.KeyValue, key, question, answer string, maxTurns, maxBytes int) error {
 	for attempt := 0; attempt < 20; attempt++ {
-		conflictPause(ctx, attempt)
+		jetstream.CASPause(ctx, attempt)
 		c, rev, err := LoadConversation(ctx, kv, key)
 		if err != nil {
 			return err
@@ -53,7 +54,7 @@ func AppendExchange(ctx context.Context, kv natsjs.KeyValue, key, question, answ
 		} else {
 			_, err = kv.Update(ctx, key, raw, rev)
 		}
-		if err == nil || !isConflict(err) {
+		if err == nil || !jetstream.LostCAS(err) {
 			return err
 		}
 	}

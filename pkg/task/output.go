@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/jetstream"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -48,14 +49,14 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 		return err
 	}
 	for try := 0; try < 30; try++ {
-		conflictPause(ctx, try)
+		jetstream.CASPause(ctx, try)
 		if w.rev == 0 {
 			// First write, or another writer came between: read who.
 			e, err := w.kv.Get(ctx, w.id)
 			switch {
 			case errors.Is(err, natsjs.ErrKeyNotFound):
 				rev, err := w.kv.Create(ctx, w.id, raw)
-				if isConflict(err) {
+				if jetstream.LostCAS(err) {
 					continue
 				}
 				if err != nil {
@@ -73,7 +74,7 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 			w.rev = e.Revision()
 		}
 		rev, err := w.kv.Update(ctx, w.id, raw, w.rev)
-		if isConflict(err) {
+		if jetstream.LostCAS(err) {
 			w.rev = 0
 			continue
 		}

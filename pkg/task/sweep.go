@@ -27,7 +27,7 @@ import (
 // SweepResult counts what one Sweep did.
 type SweepResult struct {
 	Queued   int `json:"queued"`     // conversations with a message in the queue
-	Pending  int `json:"pending"`    // undelivered tasks looked at
+	Pending  int `json:"pending"`    // undelivered tasks without a queue message looked at
 	Released int `json:"released"`   // queue messages of finished tasks removed
 	Deadline int `json:"deadline"`   // tasks given up past the deadline
 	Unknown  int `json:"unreadable"` // queue messages that could not be read
@@ -62,6 +62,7 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		return res, err
 	}
 	res.Queued = len(convs)
+	checked := make(map[string]bool, len(convs)) // records read here are not read again below
 	for _, conv := range convs {
 		msg, err := l.store.ConversationTask(ctx, bot, conv)
 		if err != nil || msg == nil {
@@ -79,6 +80,7 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		if err != nil {
 			return res, err
 		}
+		checked[r.ID] = true
 		switch {
 		case r.Exec.Finished() && now.Sub(r.execChanged()) > grace && now.Sub(msg.Time) > grace:
 			if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil {
@@ -99,6 +101,9 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		return res, err
 	}
 	for _, id := range ids {
+		if checked[id] {
+			continue
+		}
 		r, _, err := Get(ctx, l.store.Tasks(), id)
 		if err != nil {
 			continue

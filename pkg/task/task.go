@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/jetstream"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -261,45 +262,12 @@ func update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record)
 		}
 		if _, err := kv.Update(ctx, id, raw, rev); err == nil {
 			return r, nil
-		} else if !isConflict(err) || attempt >= 50 {
+		} else if !jetstream.LostCAS(err) || attempt >= 50 {
 			return nil, fmt.Errorf("update task %s: %w", id, err)
 		}
-		conflictPause(ctx, attempt)
+		jetstream.CASPause(ctx, attempt)
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-	}
-}
-
-// isConflict reports a compare-and-set that lost: somebody wrote first
-// (ErrKeyExists, wrong last sequence 10071), or, on a clustered stream,
-// another write to the same key was still being applied (wrong last
-// sequence 10164, "constant": the revision may well be right). The caller
-// re-reads and tries again; see conflictPause.
-func isConflict(err error) bool {
-	var apiErr *natsjs.APIError
-	return errors.Is(err, natsjs.ErrKeyExists) ||
-		(errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == errCodeWrongLastSequenceInFlight))
-}
-
-// errCodeWrongLastSequenceInFlight is nats-server's
-// JSStreamWrongLastSequenceConstantErr (10164): an expected-revision write
-// to a key that has another write in flight on a clustered stream (found
-// by the chaos harness on R3 buckets: a worker's final output write
-// refused five attempts in a row, and the task failed).
-const errCodeWrongLastSequenceInFlight natsjs.ErrorCode = 10164
-
-// conflictPause is how long to wait before retry n of a lost
-// compare-and-set: nothing at first, then a little more each time, so a
-// write still being applied by the cluster has landed.
-func conflictPause(ctx context.Context, n int) {
-	if n == 0 {
-		return
-	}
-	t := time.NewTimer(time.Duration(min(n, 20)) * 5 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
