@@ -349,7 +349,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		a.markSeen(ctx, js, term.Bot, m.MsgID, created)
 	}
 	// Allowlist.
-	if (len(a.users) > 0 && !a.users[m.From.UserID]) || (m.ChatType == wecom.ChatGroup && len(a.chats) > 0 && !a.chats[chat]) {
+	if !a.allowed(m.From.UserID, chat, m.ChatType) {
 		a.count(func(s *Stats) { s.Refused++ })
 		log.Info().Str("user", m.From.UserID).Str("chat", chat).Msg("not on the allowlist; refused")
 		answered(a.cfg.Texts.Refused)
@@ -362,13 +362,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		a.count(func(s *Stats) { s.Invalid++ })
 		answered(fmt.Sprintf(a.cfg.Texts.Unsupported, m.MsgType))
 		return
-	case question == "":
+	case a.unfit(question) != "":
 		a.count(func(s *Stats) { s.Invalid++ })
-		answered(a.cfg.Texts.Empty)
-		return
-	case len(question) > a.cfg.MaxQuestionBytes || !utf8.ValidString(question):
-		a.count(func(s *Stats) { s.Invalid++ })
-		answered(fmt.Sprintf(a.cfg.Texts.TooLong, a.cfg.MaxQuestionBytes))
+		answered(a.unfit(question))
 		return
 	}
 	// Commands.
@@ -432,6 +428,23 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	log.Debug().Str("task", id).Str("tier", rec.Tier).Msg("task dispatched")
 }
 
+// allowed applies the allowlist to a message of user in chat.
+func (a *Access) allowed(user, chat, chatType string) bool {
+	return (len(a.users) == 0 || a.users[user]) && (chatType != wecom.ChatGroup || len(a.chats) == 0 || a.chats[chat])
+}
+
+// unfit is the reply to a question that cannot be asked (empty, too long,
+// not UTF-8), or "" when it can.
+func (a *Access) unfit(question string) string {
+	switch {
+	case question == "":
+		return a.cfg.Texts.Empty
+	case len(question) > a.cfg.MaxQuestionBytes || !utf8.ValidString(question):
+		return fmt.Sprintf(a.cfg.Texts.TooLong, a.cfg.MaxQuestionBytes)
+	}
+	return ""
+}
+
 // markSeen records that a message was handled without a task.
 func (a *Access) markSeen(ctx context.Context, js *bound, bot, msgid string, created time.Time) {
 	if js == nil {
@@ -484,8 +497,7 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 	switch {
 	case m.MsgID == "" || m.UserID == "":
 		return fmt.Errorf("history message without msgid or user")
-	case (len(a.users) > 0 && !a.users[m.UserID]) || (m.ChatType == wecom.ChatGroup && len(a.chats) > 0 && !a.chats[chat]),
-		question == "", len(question) > a.cfg.MaxQuestionBytes, !utf8.ValidString(question), strings.HasPrefix(question, "/"):
+	case !a.allowed(m.UserID, chat, m.ChatType), a.unfit(question) != "", strings.HasPrefix(question, "/"):
 		a.markSeen(ctx, js, bot, m.MsgID, m.Created)
 		return nil
 	}
