@@ -174,6 +174,8 @@ type Names struct {
 	WatermarksBucket  string // KV of per-bot watermarks, e.g. BOTCTL_WATERMARKS
 	PendingBucket     string // KV index of tasks not yet delivered, e.g. BOTCTL_PENDING
 	SeenBucket        string // KV of messages handled without a task (busy, commands), e.g. BOTCTL_SEEN
+	HealthBucket      string // KV of per-bot health records and silence baselines, e.g. BOTCTL_HEALTH
+	IncidentsBucket   string // KV of incidents (T1/T2/T3, alerts sent), e.g. BOTCTL_INCIDENTS
 }
 
 // NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
@@ -192,6 +194,8 @@ func NamesFor(prefix string) Names {
 		WatermarksBucket:  prefix + "_WATERMARKS",
 		PendingBucket:     prefix + "_PENDING",
 		SeenBucket:        prefix + "_SEEN",
+		HealthBucket:      prefix + "_HEALTH",
+		IncidentsBucket:   prefix + "_INCIDENTS",
 	}
 }
 
@@ -204,7 +208,7 @@ type Store struct {
 	stream  natsjs.Stream
 	workers natsjs.Consumer
 
-	tasks, output, context, watermarks, pending, seen natsjs.KeyValue
+	tasks, output, context, watermarks, pending, seen, health, incidents natsjs.KeyValue
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -360,6 +364,17 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 			Description: "botctl per-bot watermarks (pusher revision, last inbound event); key = bot",
 			History:     1,
 		}},
+		{&s.health, natsjs.KeyValueConfig{
+			Bucket:      n.HealthBucket,
+			Description: "botctl per-bot health: the shared record the three signals write (key = bot) and the hour-of-week silence baseline (key = baseline.<bot>)",
+			History:     1,
+		}},
+		{&s.incidents, natsjs.KeyValueConfig{
+			Bucket:      n.IncidentsBucket,
+			Description: "botctl incidents: T1/T2/T3, downtime, how each recovered, alerts sent; key = inc.<bot>.<id>, and open.<bot> points at a bot's open incident",
+			History:     1,
+			TTL:         IncidentTTL,
+		}},
 	}
 	for _, b := range buckets {
 		b.cfg.Storage = natsjs.FileStorage
@@ -375,6 +390,16 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 	}
 	return s, nil
 }
+
+// Health is the bucket of per-bot health records and silence baselines.
+func (s *Store) Health() natsjs.KeyValue { return s.health }
+
+// Incidents is the bucket of incidents (see pkg/incident).
+func (s *Store) Incidents() natsjs.KeyValue { return s.incidents }
+
+// IncidentTTL is how long an incident is kept: a quarter, long enough for
+// `botctl incidents report` over the last 90 days.
+const IncidentTTL = 92 * 24 * time.Hour
 
 // Names returns the names of what the store uses.
 func (s *Store) Names() Names { return s.names }
