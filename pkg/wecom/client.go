@@ -134,11 +134,13 @@ type Conn struct {
 	reqs map[string]*reqState // req_id → its frames' state
 
 	cbMu     sync.Mutex
-	cbq      []*Frame      // callbacks read, not yet delivered
-	cbReady  chan struct{} // signalled when cbq grows
-	readDone chan struct{} // closed when the reader has stopped adding to cbq
-	missed   atomic.Int32  // pings in a row without an ack
-	timeouts atomic.Int32  // frames in a row whose ack timed out
+	cbq      []*Frame               // callbacks read, not yet delivered
+	cbReady  chan struct{}          // signalled when cbq grows
+	readDone chan struct{}          // closed when the reader has stopped adding to cbq
+	missed   atomic.Int32           // pings in a row without an ack
+	timeouts atomic.Int32           // frames in a row whose ack timed out
+	probes   map[string]chan *Frame // Probe's pings awaiting their ack (pmu)
+	vitals   vitals
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed when the connection starts closing
@@ -188,6 +190,7 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 		ws:       ws,
 		h:        h,
 		reqs:     make(map[string]*reqState),
+		probes:   make(map[string]chan *Frame),
 		cbReady:  make(chan struct{}, 1),
 		readDone: make(chan struct{}),
 		closing:  make(chan struct{}),
@@ -212,6 +215,7 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 		c.enqueue(f)
 	}
 	c.log.Info().Msg("wecom connection subscribed")
+	c.vitals.connected.Store(time.Now().UnixNano())
 	c.wg.Add(2)
 	go c.dispatch()
 	go c.heartbeat()
@@ -298,6 +302,12 @@ func (c *Conn) Close() error {
 	return nil
 }
 
+// CloseUnhealthy closes the connection with ReasonUnhealthy and cause: the
+// health monitor's way to drop a dead or deaf connection and reconnect.
+func (c *Conn) CloseUnhealthy(cause error) {
+	c.shut(ReasonUnhealthy, cause)
+}
+
 // shut records the first reason and tears the socket down; later calls are
 // no-ops.
 func (c *Conn) shut(reason CloseReason, cause error) {
@@ -350,6 +360,7 @@ func (c *Conn) read() {
 			c.shut(ReasonKicked, errors.New("disconnected_event: another connection subscribed with this bot id"))
 			return
 		case f.Cmd == CmdMsgCallback || f.Cmd == CmdEventCallback:
+			c.vitals.callback.Store(time.Now().UnixNano())
 			if !c.enqueue(&f) {
 				c.shut(ReasonBacklog, fmt.Errorf("%d callbacks waiting for the handlers (Config.CallbackQueue): handlers too slow; hand long work off", c.cfg.CallbackQueue))
 				return
@@ -368,9 +379,16 @@ func isDisconnected(body json.RawMessage) bool {
 func (c *Conn) ack(f *Frame) {
 	id := f.Headers.ReqID
 	if strings.HasPrefix(id, CmdPing+"_") {
+		c.pmu.Lock()
+		if w := c.probes[id]; w != nil {
+			delete(c.probes, id)
+			w <- f // buffered, one slot
+		}
+		c.pmu.Unlock()
 		switch f.ErrCode {
 		case ErrCodeOK:
 			c.missed.Store(0)
+			c.vitals.pingAck.Store(time.Now().UnixNano())
 		case ErrCodeNotSubscribed:
 			c.shut(ReasonNotSubscribed, fmt.Errorf("ping answered errcode %d: %s", f.ErrCode, f.ErrMsg))
 		default:
@@ -607,6 +625,7 @@ func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, err
 	case f = <-w:
 	case <-t.C:
 		stopWaiting()
+		c.vitals.failed(true)
 		if n := int(c.timeouts.Add(1)); n >= c.cfg.MaxAckTimeouts {
 			c.shut(ReasonAckTimeouts, fmt.Errorf("%d frames in a row without an ack within %s", n, c.cfg.AckTimeout))
 		}
@@ -623,12 +642,15 @@ func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, err
 		}
 	}
 	if ambiguous {
+		c.vitals.failed(true)
 		return nil, fmt.Errorf("%w: %s (req_id %s): an earlier frame of this req_id timed out and the ack that came (errcode %d) may be its",
 			ErrAckUnknown, cmd, reqID, f.ErrCode)
 	}
 	if f.ErrCode != ErrCodeOK {
+		c.vitals.failed(false)
 		return f, &AckError{Cmd: cmd, ReqID: reqID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
 	}
+	c.vitals.ok()
 	return f, nil
 }
 

@@ -74,6 +74,11 @@ const (
 	// handlers; reading stopped so that none is lost (all read were handed
 	// over). What the server sent after that is for the gap backfill.
 	ReasonBacklog
+	// ReasonUnhealthy: CloseUnhealthy was called: the health monitor found
+	// the connection dead or deaf (a probe went unacked, or no callback
+	// came for far longer than the bot's traffic allows) and closed it to
+	// reconnect.
+	ReasonUnhealthy
 )
 
 func (r CloseReason) String() string {
@@ -96,6 +101,8 @@ func (r CloseReason) String() string {
 		return "ack_timeouts"
 	case ReasonBacklog:
 		return "callback_backlog"
+	case ReasonUnhealthy:
+		return "unhealthy"
 	}
 	return fmt.Sprintf("reason(%d)", int(r))
 }

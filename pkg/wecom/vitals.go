@@ -1,0 +1,103 @@
+package wecom
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Vitals are a connection's signs of life, for the health monitor: when it
+// last heard from the server, and how its frames fared. Zero times are
+// "never on this connection".
+type Vitals struct {
+	Connected    time.Time // subscribed
+	LastCallback time.Time // a callback was read
+	LastPingAck  time.Time // a heartbeat or probe was acked with errcode 0
+	LastAckOK    time.Time // a frame was acked with errcode 0
+	LastAckFail  time.Time // a frame was refused, timed out, or got an ack of unknown owner
+	// FailedInARow counts frames refused, timed out or of unknown outcome
+	// since the last frame acked with errcode 0.
+	FailedInARow int64
+	// Unanswered counts frames that timed out or whose ack may have been
+	// an earlier frame's (late acks), over the connection's life.
+	Unanswered int64
+}
+
+type vitals struct {
+	connected, callback, pingAck, ackOK, ackFail atomic.Int64 // unix ns
+	inARow, unanswered                           atomic.Int64
+}
+
+func (v *vitals) ok() {
+	v.ackOK.Store(time.Now().UnixNano())
+	v.inARow.Store(0)
+}
+
+func (v *vitals) failed(unanswered bool) {
+	v.ackFail.Store(time.Now().UnixNano())
+	v.inARow.Add(1)
+	if unanswered {
+		v.unanswered.Add(1)
+	}
+}
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// Vitals returns the connection's signs of life now.
+func (c *Conn) Vitals() Vitals {
+	v := &c.vitals
+	return Vitals{
+		Connected: unixTime(v.connected.Load()), LastCallback: unixTime(v.callback.Load()),
+		LastPingAck: unixTime(v.pingAck.Load()), LastAckOK: unixTime(v.ackOK.Load()),
+		LastAckFail: unixTime(v.ackFail.Load()), FailedInARow: v.inARow.Load(), Unanswered: v.unanswered.Load(),
+	}
+}
+
+// Probe sends one heartbeat now and waits for its ack, at most timeout (0:
+// the AckTimeout): the health monitor's question "is anyone there?", asked
+// when a signal looks wrong instead of pinging every bot more often. nil:
+// the server answered errcode 0. A ping answered 846609 also closes the
+// connection (ReasonNotSubscribed), as any ping does.
+func (c *Conn) Probe(ctx context.Context, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = c.cfg.AckTimeout
+	}
+	id := NewReqID(CmdPing)
+	raw, err := encodeFrame(CmdPing, id, nil)
+	if err != nil {
+		return err
+	}
+	w := make(chan *Frame, 1)
+	c.pmu.Lock()
+	c.probes[id] = w
+	c.pmu.Unlock()
+	defer func() {
+		c.pmu.Lock()
+		delete(c.probes, id)
+		c.pmu.Unlock()
+	}()
+	if err := c.write(raw); err != nil {
+		return err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case f := <-w:
+		if f.ErrCode != ErrCodeOK {
+			return &AckError{Cmd: CmdPing, ReqID: id, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
+		}
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%w: probe ping (req_id %s) not acked within %s", ErrAckTimeout, id, timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closing:
+		return c.closeErr()
+	}
+}

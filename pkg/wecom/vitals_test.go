@@ -1,0 +1,56 @@
+package wecom_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+// Probe asks the server now, and its answer (or silence) is the truth:
+// acked while the server answers, a timeout while its acks are stalled.
+// Vitals record what the health monitor reads.
+func TestProbeAndVitals(t *testing.T) {
+	e := newEnv(t, wecomsim.Config{})
+	ch, h := msgChan(10)
+	c := e.dial(e.config(), h)
+	ctx := context.Background()
+	if v := c.Vitals(); v.Connected.IsZero() || !v.LastCallback.IsZero() || !v.LastPingAck.IsZero() {
+		t.Fatalf("fresh vitals: %+v", v)
+	}
+	if err := c.Probe(ctx, 0); err != nil {
+		t.Fatalf("probe of a live server: %v", err)
+	}
+	e.post("alice", "q")
+	r := recv(t, ch)
+	if err := c.ReplyStream(ctx, r.reqID, wecom.Stream{ID: "s", Content: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	v := c.Vitals()
+	if v.LastPingAck.IsZero() || v.LastCallback.IsZero() || v.LastAckOK.IsZero() || v.FailedInARow != 0 {
+		t.Fatalf("vitals after a probe, a callback and a reply: %+v", v)
+	}
+
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultStallAcks, Seconds: 60})
+	if err := c.Probe(ctx, 200*time.Millisecond); !errors.Is(err, wecom.ErrAckTimeout) {
+		t.Fatalf("probe while acks are stalled: %v, want ErrAckTimeout", err)
+	}
+	if err := c.SendMarkdown(ctx, "alice", 0, "x"); !errors.Is(err, wecom.ErrAckTimeout) {
+		t.Fatalf("push while stalled: %v", err)
+	}
+	if v := c.Vitals(); v.FailedInARow != 1 || v.Unanswered != 1 || v.LastAckFail.IsZero() {
+		t.Fatalf("vitals after a timed-out push: %+v", v)
+	}
+
+	c.CloseUnhealthy(errors.New("probe failed"))
+	waitDone(t, c)
+	if c.Reason() != wecom.ReasonUnhealthy {
+		t.Fatalf("reason = %v, want unhealthy", c.Reason())
+	}
+	if err := c.Probe(ctx, 0); !errors.Is(err, wecom.ErrClosed) {
+		t.Fatalf("probe after close: %v", err)
+	}
+}
