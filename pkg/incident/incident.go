@@ -127,6 +127,7 @@ type Replay struct {
 	Held         int `json:"held"`          // final answers owed when the bot came back
 	Replayed     int `json:"replayed"`      // of those, delivered (each once)
 	DroppedStale int `json:"dropped_stale"` // progress and heartbeat updates not sent (stale)
+	Failed       int `json:"failed"`        // final answers whose delivery failed for good
 	Expired      int `json:"expired"`       // final answers past their expiry, failed for good
 }
 
@@ -152,6 +153,19 @@ type Sent struct {
 	Level Level     `json:"level"`
 	At    time.Time `json:"at"`
 	ID    string    `json:"id,omitempty"` // the alert's id (a merged alert names several incidents)
+}
+
+// Human reports whether a person was needed: the incident was at level
+// human, or a person acknowledged it.
+func (i *Incident) Human() bool { return i.Level == Human || i.AckedBy != "" }
+
+// Close closes the incident at now, and says how it recovered.
+func (i *Incident) Close(now time.Time) {
+	i.State, i.Closed = Closed, now.UTC()
+	i.Method = MethodAuto
+	if i.Human() {
+		i.Method = MethodHuman
+	}
 }
 
 // MaxEvents bounds an incident's timeline: a flapping bot adds to the

@@ -43,7 +43,15 @@ func Key(bot, id string) string {
 	return KeyPrefix + jetstream.EncodeToken(bot) + "." + jetstream.EncodeToken(id)
 }
 
-func openKey(bot string) string { return openPrefix + jetstream.EncodeToken(bot) }
+// openKey points at bot's open incident of kind: a bot has at most one
+// open outage and one open data incident (a delivery lost during an outage
+// is a problem of its own, closed by a person).
+func openKey(bot string, kind Kind) string {
+	if kind == Data {
+		return openPrefix + "data." + jetstream.EncodeToken(bot)
+	}
+	return openPrefix + jetstream.EncodeToken(bot)
+}
 
 // NewID names an incident of bot detected at t: sortable by time, and
 // readable in `botctl incidents list`.
@@ -51,14 +59,17 @@ func NewID(bot string, t time.Time) string {
 	return t.UTC().Format("20060102-150405.000") + "-" + bot
 }
 
-// Open records inc as bot's open incident. If the bot has an open
-// incident already, Open writes nothing and returns that one with ErrOpen.
-// inc.ID, State, Detected are filled in if empty.
+// Open records inc as bot's open incident of its kind. If the bot has one
+// open already, Open writes nothing and returns that one with ErrOpen.
+// inc.ID, State, Kind and Detected are filled in if empty.
 func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 	if inc.Bot == "" {
 		return nil, errors.New("incident without a bot")
 	}
-	if cur, err := s.OpenFor(ctx, inc.Bot); err != nil {
+	if inc.Kind == "" {
+		inc.Kind = Outage
+	}
+	if cur, err := s.OpenFor(ctx, inc.Bot, inc.Kind); err != nil {
 		return nil, err
 	} else if cur != nil {
 		return cur, ErrOpen
@@ -72,9 +83,6 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 	if inc.State == "" {
 		inc.State = Open
 	}
-	if inc.Kind == "" {
-		inc.Kind = Outage
-	}
 	raw, err := json.Marshal(inc)
 	if err != nil {
 		return nil, err
@@ -86,10 +94,10 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 	if err != nil {
 		return nil, fmt.Errorf("record incident of bot %s: %w", inc.Bot, err)
 	}
-	if _, err := s.kv.Create(ctx, openKey(inc.Bot), []byte(inc.ID)); err != nil {
+	if _, err := s.kv.Create(ctx, openKey(inc.Bot, inc.Kind), []byte(inc.ID)); err != nil {
 		s.kv.Delete(ctx, Key(inc.Bot, inc.ID), natsjs.LastRevision(rev))
 		if jetstream.LostCAS(err) {
-			cur, gerr := s.OpenFor(ctx, inc.Bot)
+			cur, gerr := s.OpenFor(ctx, inc.Bot, inc.Kind)
 			if gerr == nil && cur != nil {
 				return cur, ErrOpen
 			}
@@ -100,10 +108,10 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 	return &inc, nil
 }
 
-// OpenFor returns bot's open incident, or nil if it has none. A pointer
-// left behind by a close that stopped half-way is cleaned up.
-func (s *Store) OpenFor(ctx context.Context, bot string) (*Incident, error) {
-	e, err := s.kv.Get(ctx, openKey(bot))
+// OpenFor returns bot's open incident of kind, or nil if it has none. A
+// pointer left behind by a close that stopped half-way is cleaned up.
+func (s *Store) OpenFor(ctx context.Context, bot string, kind Kind) (*Incident, error) {
+	e, err := s.kv.Get(ctx, openKey(bot, kind))
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return nil, nil
 	}
@@ -112,7 +120,7 @@ func (s *Store) OpenFor(ctx context.Context, bot string) (*Incident, error) {
 	}
 	inc, err := s.Get(ctx, bot, string(e.Value()))
 	if errors.Is(err, ErrNotFound) || (err == nil && inc.State == Closed) {
-		s.kv.Delete(ctx, openKey(bot), natsjs.LastRevision(e.Revision()))
+		s.kv.Delete(ctx, openKey(bot, kind), natsjs.LastRevision(e.Revision()))
 		return nil, nil
 	}
 	return inc, err
@@ -188,8 +196,8 @@ func (s *Store) Update(ctx context.Context, bot, id string, fn func(*Incident) e
 		}
 		cur.Rev = rev
 		if cur.State == Closed && !wasClosed {
-			if e, err := s.kv.Get(ctx, openKey(bot)); err == nil && string(e.Value()) == id {
-				s.kv.Delete(ctx, openKey(bot), natsjs.LastRevision(e.Revision()))
+			if e, err := s.kv.Get(ctx, openKey(bot, cur.Kind)); err == nil && string(e.Value()) == id {
+				s.kv.Delete(ctx, openKey(bot, cur.Kind), natsjs.LastRevision(e.Revision()))
 			}
 		}
 		return cur, nil
@@ -252,7 +260,9 @@ func (s *Store) keys(ctx context.Context, filter string) ([]string, error) {
 
 // Ack records that a person has seen incident id and acts on it: it is the
 // first action if nothing acted yet, the recovery method becomes human, and
-// a data incident (which only a person can close) is closed.
+// a data incident (which only a person can close) is closed. AckedBy and
+// AckedAt name the latest ack: a bot held after rejected credentials is
+// retried once per ack ("I fixed the secret, try again").
 func (s *Store) Ack(ctx context.Context, id, who, note string) (*Incident, error) {
 	inc, err := s.Find(ctx, id)
 	if err != nil {
@@ -260,9 +270,7 @@ func (s *Store) Ack(ctx context.Context, id, who, note string) (*Incident, error
 	}
 	now := time.Now().UTC()
 	return s.Update(ctx, inc.Bot, inc.ID, func(i *Incident) error {
-		if i.AckedBy == "" {
-			i.AckedBy, i.AckedAt = who, now
-		}
+		i.AckedBy, i.AckedAt = who, now
 		i.Acted(now, "human: "+who)
 		if note != "" {
 			i.Note(now, "", "acknowledged by %s: %s", who, note)
@@ -270,7 +278,7 @@ func (s *Store) Ack(ctx context.Context, id, who, note string) (*Incident, error
 			i.Note(now, "", "acknowledged by %s", who)
 		}
 		if i.Kind == Data && i.State != Closed {
-			i.State, i.Closed, i.Method = Closed, now, MethodHuman
+			i.Close(now)
 		}
 		return nil
 	})

@@ -66,7 +66,7 @@ func TestOneOpenIncidentPerBot(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if cur, err := s.OpenFor(ctx, "b1"); err != nil || cur != nil {
+	if cur, err := s.OpenFor(ctx, "b1", incident.Outage); err != nil || cur != nil {
 		t.Fatalf("after close OpenFor = %v, %v", cur, err)
 	}
 	next, err := s.Open(ctx, incident.Incident{Bot: "b1", Level: incident.Auto, Detected: now.Add(time.Second)})

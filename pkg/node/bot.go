@@ -115,6 +115,13 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 			continue
 		case res.authFailed:
 			n.setState(b.ID, StateNeedsHuman, res.reason, 0)
+			if h := n.cfg.Health; h != nil {
+				log.Error().Str("reason", res.reason).
+					Msg("bot needs a human: WeCom refused its credentials; not retrying until its incident is acknowledged (botctl incidents ack)")
+				if h.AuthHold(ctx, b.ID) {
+					continue
+				}
+			}
 			log.Error().Str("reason", res.reason).Dur("retry_in", authWait).
 				Msg("bot needs a human: WeCom refused its credentials; fix the secret (retrying will not help)")
 			sleep(ctx, authWait)
@@ -195,7 +202,14 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	}
 	wc.BeforeSubscribe = term.Check
 	wc.BotID, wc.Secret, wc.Logger = b.ID, b.Secret, log
+	h := n.cfg.Health
+	if h != nil {
+		h.Dialing(term)
+	}
 	conn, err := wecom.Dial(dctx, wc, n.handlers(term))
+	if h != nil {
+		h.Dialed(term, conn, err)
+	}
 	if err != nil {
 		res.reason = err.Error()
 		if errors.Is(err, wecom.ErrAuthFailed) {
@@ -242,6 +256,9 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	}
 	// The connection's end is its event, not Close returning.
 	<-conn.Done()
+	if h != nil {
+		h.Ended(term, conn, conn.Reason() == wecom.ReasonClosedByUs && term.Err() == nil)
+	}
 	stopLeading()
 	<-leadingDone
 	res.held = time.Since(connected)

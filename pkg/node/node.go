@@ -159,7 +159,28 @@ type Config struct {
 	// has returned (lost leadership closes it at once instead). The term is
 	// resigned only after it has returned.
 	Leading func(ctx context.Context, term *election.Term, conn *wecom.Conn)
-	Logger  zerolog.Logger
+	// Health, if set, hears every connection attempt and end (pkg/health's
+	// monitor: the health record, incidents and recovery).
+	Health Observer
+	Logger zerolog.Logger
+}
+
+// Observer hears a bot's connection life on this node. Its methods are
+// called on the bot's loop: they must not block, except AuthHold.
+type Observer interface {
+	// Dialing: this node leads the bot (Verify passed) and dials now.
+	Dialing(term *election.Term)
+	// Dialed is the dial's outcome: a subscribed conn, or err
+	// (errors.Is(err, wecom.ErrAuthFailed) for rejected credentials).
+	Dialed(term *election.Term, conn *wecom.Conn, err error)
+	// Ended: conn is gone. graceful: the node stopped or handed the bot
+	// over on purpose (a deploy, the env gate), not a failure.
+	Ended(term *election.Term, conn *wecom.Conn, graceful bool)
+	// AuthHold is called after WeCom rejected the bot's credentials, with
+	// the term resigned. It may block until a person has acted (the
+	// incident acknowledged) or ctx ends, and reports whether it did so;
+	// false: it has no opinion, and the loop waits its AuthBackoff.
+	AuthHold(ctx context.Context, bot string) bool
 }
 
 func (c *Config) setDefaults() {

@@ -93,8 +93,16 @@ type Config struct {
 	// MaxAttempts bounds the attempts of a push before delivery fails.
 	// Default 8, with backoff from 1s doubling to 1m.
 	MaxAttempts int
-	Logger      zerolog.Logger
-	Now         func() time.Time
+	// Gate, if set, is asked before each proactive push of a complete
+	// answer; it returns how long to wait first (0: push now). The health
+	// monitor's half-open recovery holds the backlog while it probes, then
+	// drains it below the bot's normal rate.
+	Gate func(now time.Time) time.Duration
+	// FailedForGood, if set, hears every delivery that failed for good
+	// (a person must know: the user never got the answer).
+	FailedForGood func(r *task.Record, err error)
+	Logger        zerolog.Logger
+	Now           func() time.Time
 }
 
 func (c *Config) setDefaults() {
@@ -163,6 +171,7 @@ type Stats struct {
 	Errors     int64 `json:"errors"`    // sends refused or unanswered
 	Ambiguous  int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
 	Throttled  int64 `json:"throttled"` // sends deferred by the budget
+	Held       int64 `json:"held"`      // pushes deferred by the recovery gate (half-open)
 	Active     int   `json:"active"`    // tasks being delivered now
 	RebuiltNum int   `json:"rebuilt"`   // active tasks found at term start
 }
@@ -768,6 +777,12 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		chatType = wecom.ChatTypeGroup
 	}
 	for i := r.PushedParts; i < len(parts); i++ {
+		if p.cfg.Gate != nil {
+			if wait := p.cfg.Gate(now); wait > 0 {
+				p.count(func(s *Stats) { s.Held++ })
+				return false, wait
+			}
+		}
 		if !p.cfg.Budget.Take(r.Chat, 0) {
 			p.count(func(s *Stats) { s.Throttled++ })
 			return false, time.Until(p.cfg.Budget.Free(r.Chat))
@@ -826,6 +841,9 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 	if err == nil && rec.Delivery == task.DeliveryFailed {
 		p.count(func(s *Stats) { s.Failed++ })
 		p.log.Error().Err(sendErr).Str("task", r.ID).Msg("delivery failed for good")
+		if p.cfg.FailedForGood != nil {
+			p.cfg.FailedForGood(rec, sendErr)
+		}
 		return true, 0
 	}
 	backoff := min(time.Second<<min(attempts, 6), time.Minute)

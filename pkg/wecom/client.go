@@ -361,6 +361,7 @@ func (c *Conn) read() {
 			return
 		case f.Cmd == CmdMsgCallback || f.Cmd == CmdEventCallback:
 			c.vitals.callback.Store(time.Now().UnixNano())
+			c.vitals.callbacks.Add(1)
 			if !c.enqueue(&f) {
 				c.shut(ReasonBacklog, fmt.Errorf("%d callbacks waiting for the handlers (Config.CallbackQueue): handlers too slow; hand long work off", c.cfg.CallbackQueue))
 				return

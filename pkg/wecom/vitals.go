@@ -13,8 +13,10 @@ import (
 type Vitals struct {
 	Connected    time.Time // subscribed
 	LastCallback time.Time // a callback was read
+	Callbacks    int64     // callbacks read on this connection
 	LastPingAck  time.Time // a heartbeat or probe was acked with errcode 0
 	LastAckOK    time.Time // a frame was acked with errcode 0
+	AckedOK      int64     // frames acked with errcode 0 on this connection
 	LastAckFail  time.Time // a frame was refused, timed out, or got an ack of unknown owner
 	// FailedInARow counts frames refused, timed out or of unknown outcome
 	// since the last frame acked with errcode 0.
@@ -26,11 +28,12 @@ type Vitals struct {
 
 type vitals struct {
 	connected, callback, pingAck, ackOK, ackFail atomic.Int64 // unix ns
-	inARow, unanswered                           atomic.Int64
+	inARow, unanswered, callbacks, okCount       atomic.Int64
 }
 
 func (v *vitals) ok() {
 	v.ackOK.Store(time.Now().UnixNano())
+	v.okCount.Add(1)
 	v.inARow.Store(0)
 }
 
@@ -53,8 +56,8 @@ func unixTime(ns int64) time.Time {
 func (c *Conn) Vitals() Vitals {
 	v := &c.vitals
 	return Vitals{
-		Connected: unixTime(v.connected.Load()), LastCallback: unixTime(v.callback.Load()),
-		LastPingAck: unixTime(v.pingAck.Load()), LastAckOK: unixTime(v.ackOK.Load()),
+		Connected: unixTime(v.connected.Load()), LastCallback: unixTime(v.callback.Load()), Callbacks: v.callbacks.Load(),
+		LastPingAck: unixTime(v.pingAck.Load()), LastAckOK: unixTime(v.ackOK.Load()), AckedOK: v.okCount.Load(),
 		LastAckFail: unixTime(v.ackFail.Load()), FailedInARow: v.inARow.Load(), Unanswered: v.unanswered.Load(),
 	}
 }

@@ -1,0 +1,131 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Baseline is a bot's inbound traffic by hour of the week, learnt from its
+// own callbacks while it was healthy: how many events arrived in how many
+// seconds watched. It answers "how long a silence is normal now?".
+//
+// Traffic is modelled as Poisson within an hour of the week: with rate r,
+// a silence of t has probability e^(−r·t). Threshold is Factor mean gaps
+// (Factor/r): the default 7 makes a false alarm about a one-in-a-thousand
+// event per silence, and each alarm is checked by a probe and by the
+// outbound signal before it becomes an incident. An hour of the week with
+// less than MinWatched of observation or fewer than MinEvents events has
+// no opinion: no silence alarm until the baseline has data.
+type Baseline struct {
+	Hours [168]Hour `json:"hours"`
+	// SendRate is the bot's recent outbound rate (frames acked per second,
+	// a moving average while healthy): the "normal rate" half-open drains
+	// below.
+	SendRate float64 `json:"send_rate"`
+}
+
+// Hour is one hour of the week: events seen in seconds watched.
+type Hour struct {
+	Events  float64 `json:"events"`
+	Watched float64 `json:"watched_s"`
+}
+
+// maxWatched bounds an hour's memory: past it, both counts are halved, so
+// the baseline follows a bot whose traffic changes over weeks.
+const maxWatched = 4 * 3600.0
+
+// hourOfWeek is t's hour of the week in loc, Monday 00:00 = 0.
+func hourOfWeek(t time.Time, loc *time.Location) int {
+	t = t.In(loc)
+	day := (int(t.Weekday()) + 6) % 7
+	return day*24 + t.Hour()
+}
+
+// Observe adds events seen during watched, ending at t.
+func (b *Baseline) Observe(t time.Time, loc *time.Location, watched time.Duration, events int64) {
+	h := &b.Hours[hourOfWeek(t, loc)]
+	h.Events += float64(events)
+	h.Watched += watched.Seconds()
+	if h.Watched > maxWatched {
+		h.Events /= 2
+		h.Watched /= 2
+	}
+}
+
+// ObserveSends folds a sample of the outbound rate into SendRate.
+func (b *Baseline) ObserveSends(rate float64) {
+	if b.SendRate == 0 {
+		b.SendRate = rate
+		return
+	}
+	b.SendRate = 0.9*b.SendRate + 0.1*rate
+}
+
+// BaselineLimits say when a baseline has an opinion, and how tight it is.
+type BaselineLimits struct {
+	Factor     float64       // mean gaps of silence that raise an alarm (default 7)
+	Floor      time.Duration // never alarm below this silence (default 10s)
+	MinWatched time.Duration // per hour of the week (default 10m)
+	MinEvents  float64       // per hour of the week (default 20)
+}
+
+func (l *BaselineLimits) setDefaults() {
+	if l.Factor <= 0 {
+		l.Factor = 7
+	}
+	if l.Floor <= 0 {
+		l.Floor = 10 * time.Second
+	}
+	if l.MinWatched <= 0 {
+		l.MinWatched = 10 * time.Minute
+	}
+	if l.MinEvents <= 0 {
+		l.MinEvents = 20
+	}
+}
+
+// Threshold is how long a silence at t may last before it is suspicious,
+// and false when the baseline has no opinion (not enough data, or no
+// traffic is normal at this hour).
+func (b *Baseline) Threshold(t time.Time, loc *time.Location, l BaselineLimits) (time.Duration, bool) {
+	l.setDefaults()
+	h := b.Hours[hourOfWeek(t, loc)]
+	if h.Watched < l.MinWatched.Seconds() || h.Events < l.MinEvents {
+		return 0, false
+	}
+	rate := h.Events / h.Watched
+	d := time.Duration(math.Min(l.Factor/rate, 7*24*3600) * float64(time.Second))
+	return max(d, l.Floor), true
+}
+
+func loadBaseline(ctx context.Context, kv natsjs.KeyValue, bot string) (*Baseline, error) {
+	e, err := kv.Get(ctx, baselineKey(bot))
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return &Baseline{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read silence baseline of bot %s: %w", bot, err)
+	}
+	var b Baseline
+	if err := json.Unmarshal(e.Value(), &b); err != nil {
+		return &Baseline{}, nil // unreadable: learn again rather than stop
+	}
+	return &b, nil
+}
+
+func saveBaseline(ctx context.Context, kv natsjs.KeyValue, bot string, b *Baseline) error {
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	// One writer per bot (its leader); a deposed leader's last write is
+	// at most a minute of learning, and harmless.
+	_, err = kv.Put(ctx, baselineKey(bot), raw)
+	return err
+}
