@@ -100,8 +100,11 @@ type Config struct {
 	// task recorded in JetStream, or answered without one), with its
 	// create time: the inbound watermark (package backfill).
 	Handled func(bot string, created time.Time)
-	Logger  zerolog.Logger
-	Now     func() time.Time
+	// Incomplete, if set, takes the conversation's "may be incomplete"
+	// mark (pkg/health): the new task's answer tells the user.
+	Incomplete func(ctx context.Context, bot, chat string) (string, bool)
+	Logger     zerolog.Logger
+	Now        func() time.Time
 }
 
 // Access handles one node's inbound callbacks; it implements node.Inbound.
@@ -383,6 +386,11 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	rec := task.New(term.Bot, m.MsgID, now)
 	rec.ReqID, rec.Term, rec.Chat, rec.ChatType, rec.User = reqID, term.Rev, chat, m.ChatType, m.From.UserID
 	rec.Question, rec.StreamID = question, "s-"+id
+	if a.cfg.Incomplete != nil {
+		if why, ok := a.cfg.Incomplete(ctx, term.Bot, chat); ok {
+			rec.Incomplete = why
+		}
+	}
 	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec))
 	switch {
 	case err != nil:

@@ -266,15 +266,28 @@ var ErrBusy = errors.New("backfill: conversation busy")
 
 // Report is what one pass did.
 type Report struct {
-	Bot       string        `json:"bot"`
-	Since     time.Time     `json:"since"`
-	Until     time.Time     `json:"until"`
-	Read      int           `json:"read"`       // messages in the range
-	Known     int           `json:"known"`      // already handled
-	Filled    int           `json:"filled"`     // missed, handed over now
-	Deferred  int           `json:"deferred"`   // missed, conversation busy: for a later pass
-	NotFilled int           `json:"not_filled"` // missed, beyond MaxMessages or refused
-	Took      time.Duration `json:"took"`
+	Bot       string    `json:"bot"`
+	Since     time.Time `json:"since"`
+	Until     time.Time `json:"until"`
+	Read      int       `json:"read"`       // messages in the range
+	Known     int       `json:"known"`      // already handled
+	Filled    int       `json:"filled"`     // missed, handed over now
+	Deferred  int       `json:"deferred"`   // missed, conversation busy: for a later pass
+	NotFilled int       `json:"not_filled"` // missed, beyond MaxMessages or refused
+	// Unfilled are the conversations of the messages not filled: they
+	// may be incomplete.
+	Unfilled []string      `json:"unfilled,omitempty"`
+	Took     time.Duration `json:"took"`
+}
+
+func (r *Report) unfilled(chat string) {
+	r.NotFilled++
+	for _, c := range r.Unfilled {
+		if c == chat {
+			return
+		}
+	}
+	r.Unfilled = append(r.Unfilled, chat)
 }
 
 // Since is where a pass for bot up to until starts: its watermark less
@@ -317,14 +330,14 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 			continue
 		}
 		if rep.Filled >= cfg.MaxMessages {
-			rep.NotFilled++
+			rep.unfilled(m.Chat)
 			continue
 		}
 		if err := cfg.Late(ctx, bot, m); errors.Is(err, ErrBusy) {
 			rep.Deferred++
 			continue
 		} else if err != nil {
-			rep.NotFilled++
+			rep.unfilled(m.Chat)
 			cfg.Logger.Warn().Err(err).Str("bot", bot).Str("msgid", m.MsgID).Msg("missed message not filled")
 			continue
 		}

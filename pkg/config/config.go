@@ -47,6 +47,8 @@ type Config struct {
 	Access   Access    `yaml:"access"`
 	Push     Push      `yaml:"push"`
 	Backfill Backfill  `yaml:"backfill"`
+	Health   Health    `yaml:"health"`
+	Recovery Recovery  `yaml:"recovery"`
 	Bots     []Bot     `yaml:"bots"`
 }
 
@@ -170,6 +172,8 @@ type Bot struct {
 	ID         string `yaml:"id"`
 	Secret     string `yaml:"secret"`
 	SecretFile string `yaml:"secret_file"`
+	// Owner is who answers for the bot: named in its incidents and alerts.
+	Owner string `yaml:"owner"`
 }
 
 // String never shows the secret.
@@ -178,7 +182,7 @@ func (b Bot) String() string { return b.ID + ":<redacted>" }
 // Defaults returns the configuration with nothing set.
 func Defaults() Config {
 	host, _ := os.Hostname()
-	return Config{
+	c := Config{
 		NodeID:   host,
 		Env:      "default",
 		DataDir:  "data",
@@ -193,6 +197,8 @@ func Defaults() Config {
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
 		NATS: NATS{Replicas: 1},
 	}
+	c.Health, c.Recovery = healthDefaults()
+	return c
 }
 
 // Load reads the YAML file at path (none if empty) over the defaults, then
@@ -283,8 +289,10 @@ func (c *Config) fileBots(v any) error {
 				b.Secret = scalar(v)
 			case "secret_file":
 				b.SecretFile = scalar(v)
+			case "owner":
+				b.Owner = scalar(v)
 			default:
-				return fmt.Errorf("config key bots[%d].%s: unknown (want id, secret, secret_file)", i, k)
+				return fmt.Errorf("config key bots[%d].%s: unknown (want id, secret, secret_file, owner)", i, k)
 			}
 		}
 		c.Bots = append(c.Bots, b)
@@ -592,6 +600,7 @@ func (c *Config) Validate() error {
 	if _, err := ai.New(c.AI); err != nil {
 		errs = append(errs, err) // names its key (ai.kind, ai.openai.model, …)
 	}
+	c.validateHealth(bad)
 	seen := map[string]bool{}
 	for i, b := range c.Bots {
 		key := fmt.Sprintf("bots[%d]", i)

@@ -87,6 +87,9 @@ type Config struct {
 	// LateNote starts the answer to a message the bot missed (found by the
 	// gap backfill). Default "（抱歉，这条消息因系统故障未能及时回复，以下是迟到的回答）".
 	LateNote string
+	// IncompleteNote starts the answer in a conversation marked "may be
+	// incomplete". Default "（提示：系统故障期间你发送的部分消息可能未被处理；如有问题没有得到回答，请重新发送。）".
+	IncompleteNote string
 	// Parallel bounds concurrent steps (each a few bucket operations and
 	// one WeCom round trip, so mostly waiting). Default 256.
 	Parallel int
@@ -126,6 +129,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CanceledNote == "" {
 		c.CanceledNote = "（已停止）"
+	}
+	if c.IncompleteNote == "" {
+		c.IncompleteNote = "（提示：系统故障期间你发送的部分消息可能未被处理；如有问题没有得到回答，请重新发送。）"
 	}
 	if c.LateNote == "" {
 		c.LateNote = "（抱歉，这条消息因系统故障未能及时回复，以下是迟到的回答）"
@@ -608,6 +614,9 @@ func (p *Pusher) finalText(r *task.Record, text string) string {
 		text = join(text, p.cfg.CanceledNote)
 	case task.Failed:
 		text = join(text, p.cfg.FailedNote)
+	}
+	if r.Incomplete != "" {
+		text = join(p.cfg.IncompleteNote, text)
 	}
 	if r.Late {
 		return join(p.cfg.LateNote, text)

@@ -24,9 +24,11 @@ import (
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/recovery"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/worker"
@@ -62,6 +64,8 @@ type Node struct {
 	Lifecycle *task.Lifecycle
 	// Spool holds tasks received while JetStream could not take them.
 	Spool *jetstream.Spool
+	// Health detects, records and recovers this node's bots' incidents.
+	Health *health.Health
 
 	mu       sync.Mutex
 	pushers  map[string]*pusher.Pusher // bot → the current term's pusher
@@ -148,6 +152,9 @@ func Run(ctx context.Context, o Options) error {
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 
+	n.Health = health.New(n.healthConfig())
+	wg.Go(func() { n.Health.Run(workCtx) })
+
 	n.Access, err = access.New(access.Config{
 		NodeID: cfg.NodeID, Dispatch: n.dispatch,
 		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
@@ -164,7 +171,8 @@ func Run(ctx context.Context, o Options) error {
 				p.Notify(taskID)
 			}
 		},
-		Logger: log,
+		Incomplete: n.Health.TakeIncomplete,
+		Logger:     log,
 	})
 	if err != nil {
 		return err
@@ -178,6 +186,7 @@ func Run(ctx context.Context, o Options) error {
 		Inbound:  n.Access,
 		Drain:    n.Access.WaitTerm,
 		Leading:  n.leading,
+		Health:   n.Health,
 		Logger:   log,
 	})
 	if err != nil {
@@ -319,6 +328,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 	n.tracker.Store(tracker)
 	wg.Go(func() { tracker.Run(ctx, 2*time.Second) })
 	n.Access.Bind(store, lc)
+	n.Health.Bind(store, lc)
 	close(n.ready) // publishes the fields above to the terms and the API
 	wg.Go(func() { fwd.Run(ctx) })
 	fwd.Kick() // what was spooled before JetStream answered
@@ -390,6 +400,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
+		Gate: n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed,
 		Logger: log,
 	})
 	if err != nil {
@@ -410,7 +421,6 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	}()
 	var wg sync.WaitGroup
 	wg.Go(func() { n.sweep(ctx, term.Bot, log) })
-	wg.Go(func() { n.backfill(ctx, term) })
 	if err := p.Run(ctx); err != nil {
 		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
 	}
@@ -438,17 +448,25 @@ func ranOffQueue(ctx context.Context, lc *task.Lifecycle, e jetstream.SpoolEntry
 // handled (and recorded) before the gap backfill looks for what is missing.
 const backfillDelay = 3 * time.Second
 
-// backfill runs the gap backfill of term's bot once, at the start of the
-// term: messages sent while no node held the connection, read by a leader
-// that died before recording them, or held only in a lost node's spool.
-func (n *Node) backfill(ctx context.Context, term *election.Term) {
+// backfillPass runs the gap backfill of term's bot once (the health
+// monitor calls it at the start of every term, and when a silent
+// connection delivers again): messages sent while no node held the
+// connection, read by a leader that died before recording them, or held
+// only in a lost node's spool. It returns what the last pass did, with the
+// messages filled by every pass.
+func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.Report, error) {
 	log := n.log.With().Str("bot", term.Bot).Int64("term", term.Rev).Logger()
 	if n.history == nil {
 		log.Info().Msg("gap backfill off (no backfill.history_url): messages missed while no node held the connection are not recovered")
-		return
+		return backfill.Report{}, errNoHistory
+	}
+	select {
+	case <-n.ready:
+	case <-ctx.Done():
+		return backfill.Report{}, ctx.Err()
 	}
 	if !sleep(ctx, backfillDelay) {
-		return
+		return backfill.Report{}, ctx.Err()
 	}
 	// Up to now: what this term's connection received meanwhile is
 	// recorded by now, and is skipped as known.
@@ -456,6 +474,7 @@ func (n *Node) backfill(ctx context.Context, term *election.Term) {
 	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
 		Known: n.Access.Known, Late: n.Access.Late, Logger: log}
 	var since time.Time
+	filled := 0
 	for wait, passes := time.Second, 0; ; {
 		var rep backfill.Report
 		var err error
@@ -464,6 +483,7 @@ func (n *Node) backfill(ctx context.Context, term *election.Term) {
 		}
 		if err == nil {
 			rep, err = backfill.Run(ctx, cfg, term.Bot, since, until)
+			filled += rep.Filled
 		}
 		switch {
 		case err == nil && rep.Deferred > 0 && passes < backfillPasses:
@@ -478,16 +498,47 @@ func (n *Node) backfill(ctx context.Context, term *election.Term) {
 			} else {
 				log.Info().Interface("backfill", rep).Msg("gap backfill: nothing missed")
 			}
-			return
+			// Still deferred after the last pass: not filled.
+			rep.NotFilled += rep.Deferred
+			rep.Filled = filled
+			return rep, nil
 		case ctx.Err() != nil:
-			return
+			return rep, ctx.Err()
 		default:
 			log.Warn().Err(err).Dur("retry_in", wait).Msg("gap backfill failed; retrying")
 			wait = min(2*wait, 30*time.Second)
 		}
 		if !sleep(ctx, wait) {
-			return
+			return rep, ctx.Err()
 		}
+	}
+}
+
+// errNoHistory: no history source is configured.
+var errNoHistory = errors.New("no history source (backfill.history_url): messages missed while the bot was away cannot be recovered")
+
+// healthConfig is the health monitor's configuration from the node's.
+func (n *Node) healthConfig() health.Config {
+	cfg := n.cfg
+	owners := map[string]string{}
+	for _, b := range cfg.Bots {
+		if b.Owner != "" {
+			owners[b.ID] = b.Owner
+		}
+	}
+	h, r := cfg.Health, cfg.Recovery
+	return health.Config{
+		NodeID: cfg.NodeID, Owners: owners,
+		Limits: health.BaselineLimits{Factor: h.SilenceFactor, Floor: h.SilenceFloor, MinWatched: h.SilenceMinWatched,
+			MinEvents: float64(h.SilenceMinEvents)},
+		RecordInterval: h.RecordInterval, ProbeTimeout: h.ProbeTimeout, ProbeEvery: h.ProbeEvery, Refute: h.Refute,
+		Recovery: recovery.Config{Threshold: r.Threshold, Probes: r.Probes, ProbeInterval: r.ProbeInterval,
+			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
+		Backfill: n.backfillPass,
+		MarkIncomplete: func(ctx context.Context, bot string, chats []string, why string) error {
+			return health.MarkIncomplete(ctx, n.Store.Health(), bot, chats, why, time.Now())
+		},
+		Logger: n.log,
 	}
 }
 

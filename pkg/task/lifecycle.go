@@ -146,6 +146,7 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 			set(&c.ReqID, r.ReqID)
 			set(&c.StreamID, r.StreamID)
 			set(&c.Tier, r.Tier)
+			set(&c.Incomplete, r.Incomplete)
 			if r.Term != 0 && c.Term != r.Term {
 				c.Term, changed = r.Term, true
 			}

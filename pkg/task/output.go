@@ -123,12 +123,15 @@ type Message struct {
 	Question string    `json:"question"`
 	Received time.Time `json:"received"`
 	Late     bool      `json:"late,omitempty"`
+	// Incomplete: see Record.Incomplete.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // MessageOf is r's task message.
 func MessageOf(r *Record) Message {
 	return Message{TaskID: r.ID, Bot: r.Bot, MsgID: r.MsgID, ReqID: r.ReqID, Term: r.Term, StreamID: r.StreamID,
-		Chat: r.Chat, ChatType: r.ChatType, User: r.User, Question: r.Question, Received: r.Received, Late: r.Late}
+		Chat: r.Chat, ChatType: r.ChatType, User: r.User, Question: r.Question, Received: r.Received, Late: r.Late,
+		Incomplete: r.Incomplete}
 }
 
 // RecordOf rebuilds a record from a task message (the raw context a worker
@@ -136,7 +139,7 @@ func MessageOf(r *Record) Message {
 func RecordOf(m Message) *Record {
 	r := New(m.Bot, m.MsgID, m.Received)
 	r.Chat, r.ChatType, r.User, r.Question = m.Chat, m.ChatType, m.User, m.Question
-	r.ReqID, r.Term, r.StreamID, r.Late = m.ReqID, m.Term, m.StreamID, m.Late
+	r.ReqID, r.Term, r.StreamID, r.Late, r.Incomplete = m.ReqID, m.Term, m.StreamID, m.Late, m.Incomplete
 	return r
 }
 

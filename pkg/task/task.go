@@ -123,6 +123,10 @@ type Record struct {
 	// leader that read it died) and found by the gap backfill; the answer
 	// is pushed with a note that it is late.
 	Late bool `json:"late,omitempty"`
+	// Incomplete: the conversation was marked "may be incomplete" (a gap
+	// backfill could not answer every message it missed); this answer
+	// tells the user, with the reason.
+	Incomplete string `json:"incomplete,omitempty"`
 
 	Exec     Exec     `json:"exec"`
 	Delivery Delivery `json:"delivery"`

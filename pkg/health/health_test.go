@@ -1,0 +1,493 @@
+package health_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/backfill"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/health"
+	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/infra"
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/recovery"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Generous: a loaded 2-core CI machine.
+const waitLong = 45 * time.Second
+
+const bot = "b1"
+
+type env struct {
+	t     *testing.T
+	sim   *wecomsim.Server
+	wsURL string
+	etcd  *clientv3.Client
+	js    *testenv.JetStream
+	inc   *incident.Store
+	h     *health.Health
+	n     *node.Node
+
+	mu   sync.Mutex
+	conn *wecom.Conn // the current connection (Leading)
+	// inbound counts callbacks.
+	inbound atomic.Int64
+}
+
+type options struct {
+	health func(*health.Config)
+	node   func(*node.Config)
+	before func(e *env) // after JetStream and the sim, before the node starts
+}
+
+func start(t *testing.T, o options) *env {
+	t.Helper()
+	addr, err := infra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	if err := sim.AddBot(bot, "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() { sim.Close(); srv.Close() })
+	e := &env{t: t, sim: sim, wsURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", etcd: cli}
+	e.js = testenv.StartJetStream(t, jetstream.Options{})
+	e.inc = incident.NewStore(e.js.Store.Incidents())
+	if o.before != nil {
+		o.before(e)
+	}
+
+	hc := health.Config{NodeID: "n1", Owners: map[string]string{bot: "alice"}, Tick: 100 * time.Millisecond,
+		RecordInterval: 200 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond, ProbeEvery: 600 * time.Millisecond,
+		Refute: 3 * time.Second, Recovery: recovery.Config{Threshold: time.Hour},
+		Backfill: func(ctx context.Context, term *election.Term) (backfill.Report, error) { return backfill.Report{}, nil },
+		Logger:   zerolog.Nop()}
+	hc.MarkIncomplete = func(ctx context.Context, b string, chats []string, why string) error {
+		return health.MarkIncomplete(ctx, e.js.Store.Health(), b, chats, why, time.Now())
+	}
+	if o.health != nil {
+		o.health(&hc)
+	}
+	e.h = health.New(hc)
+	e.h.Bind(e.js.Store, task.NewLifecycle(e.js.Store, "n1", zerolog.Nop()).Quiet())
+	ctx, cancel := context.WithCancel(context.Background())
+	hdone := make(chan struct{})
+	go func() { defer close(hdone); e.h.Run(ctx) }()
+
+	nc := node.Config{
+		NodeID: "n1", Bots: []config.Bot{{ID: bot, Secret: "s3cret"}},
+		WeCom:    wecom.Config{URL: e.wsURL, HeartbeatInterval: time.Second, AckTimeout: time.Second},
+		Election: election.Config{TTL: 3 * time.Second, SafetyMargin: time.Second},
+		Backoff:  50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Inbound: inboundFunc(func() { e.inbound.Add(1) }),
+		Leading: func(ctx context.Context, term *election.Term, conn *wecom.Conn) {
+			e.mu.Lock()
+			e.conn = conn
+			e.mu.Unlock()
+			<-ctx.Done()
+		},
+		Health: e.h,
+		Logger: zerolog.Nop(),
+	}
+	if o.node != nil {
+		o.node(&nc)
+	}
+	e.n, err = node.New(cli, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ndone := make(chan struct{})
+	go func() { defer close(ndone); e.n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-ndone
+		<-hdone
+	})
+	return e
+}
+
+type inboundFunc func()
+
+func (f inboundFunc) HandleMessage(*election.Term, *wecom.Conn, string, *wecom.MsgCallback) { f() }
+func (f inboundFunc) HandleEvent(*election.Term, *wecom.Conn, string, *wecom.EventCallback) {}
+
+func (e *env) current() *wecom.Conn {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.conn
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) record() health.Record {
+	r, err := health.Load(context.Background(), e.js.Store.Health(), bot)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) stats() wecomsim.Stats {
+	s, err := e.sim.Stats(bot)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) fault(req wecomsim.FaultRequest) {
+	e.t.Helper()
+	req.BotID = bot
+	if err := e.sim.Fault(req); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) incidents() []incident.Incident {
+	all, err := e.inc.List(context.Background(), incident.Filter{Bot: bot})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return all
+}
+
+// waitClosed waits for the bot's n-th outage incident (1-based) to close.
+func (e *env) waitClosed(n int) incident.Incident {
+	e.t.Helper()
+	var got incident.Incident
+	eventually(e.t, "incident closed", func() bool {
+		var outages []incident.Incident
+		for _, i := range e.incidents() {
+			if i.Kind == incident.Outage {
+				outages = append(outages, i)
+			}
+		}
+		if len(outages) < n || outages[n-1].State != incident.Closed {
+			return false
+		}
+		got = outages[n-1]
+		return true
+	})
+	return got
+}
+
+func (e *env) waitOnline() {
+	e.t.Helper()
+	eventually(e.t, "connected and recorded online", func() bool {
+		return e.stats().Connected && e.record().State == health.Online
+	})
+}
+
+func dump(i incident.Incident) string {
+	raw, _ := json.MarshalIndent(i, "", "  ")
+	return string(raw)
+}
+
+// A dropped connection: found at once (the socket says so), the reconnect
+// is the first action, and the incident closes when the data is complete,
+// without a person. One incident, recorded from start to end.
+func TestDropIsOneIncidentClosedAutomatically(t *testing.T) {
+	e := start(t, options{})
+	e.waitOnline()
+	if r := e.record(); r.Node != "n1" || r.Incident != "" {
+		t.Fatalf("record before: %+v", r)
+	}
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
+	i := e.waitClosed(1)
+	if i.Signal != incident.SignalConnection || i.Level != incident.Auto || i.Method != incident.MethodAuto || i.Owner != "alice" {
+		t.Fatalf("incident:\n%s", dump(i))
+	}
+	if i.FirstAction.IsZero() || !strings.HasPrefix(i.ActedBy, "auto: reconnect") || i.Recovered.IsZero() || i.DataComplete.IsZero() || i.HalfOpen {
+		t.Fatalf("incident steps:\n%s", dump(i))
+	}
+	if i.T1() > 5*time.Second {
+		t.Fatalf("T1 = %s for a drop the socket reports at once", i.T1())
+	}
+	e.waitOnline()
+	if n := len(e.incidents()); n != 1 {
+		t.Fatalf("%d incidents for one drop", n)
+	}
+}
+
+// A revoked secret: one incident at level human, and the node stops
+// trying until a person acknowledges it; then it reconnects and the
+// incident closes as recovered by a person.
+func TestRevokedSecretWaitsForAPerson(t *testing.T) {
+	e := start(t, options{})
+	e.waitOnline()
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRevoke})
+	var inc incident.Incident
+	eventually(t, "a human incident for the rejected secret", func() bool {
+		all := e.incidents()
+		if len(all) != 1 || all[0].Level != incident.Human || all[0].Signal != incident.SignalAuth {
+			return false
+		}
+		inc = all[0]
+		return e.record().State == health.NeedsHuman
+	})
+	if !strings.Contains(inc.Next, "botctl incidents ack") {
+		t.Fatalf("next action does not say what to do: %q", inc.Next)
+	}
+	eventually(t, "the node holds the bot", func() bool { return e.n.Status()[bot].State == node.StateNeedsHuman })
+	failures := e.stats().AuthFailures
+	time.Sleep(3 * time.Second) // a negative check: no retry while nobody acted
+	if got := e.stats().AuthFailures; got != failures {
+		t.Fatalf("retried a rejected secret: %d auth failures, then %d", failures, got)
+	}
+
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRestore})
+	if _, err := e.inc.Ack(context.Background(), inc.ID, "alice", "secret rotated"); err != nil {
+		t.Fatal(err)
+	}
+	i := e.waitClosed(1)
+	if i.Method != incident.MethodHuman || i.AckedBy != "alice" || i.Recovered.IsZero() {
+		t.Fatalf("incident after the fix:\n%s", dump(i))
+	}
+	e.waitOnline()
+}
+
+// A link that stops answering without closing (acks stalled): the first
+// frame that times out makes the monitor probe at once; the probe is not
+// acked either, and the connection is replaced well before two missed
+// heartbeats would have told.
+func TestDeadLinkIsFoundByAProbe(t *testing.T) {
+	e := start(t, options{node: func(c *node.Config) { c.WeCom.HeartbeatInterval = time.Hour }})
+	e.waitOnline()
+	conns := e.stats().Connections
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultStallAcks, Seconds: 3})
+	if err := e.current().SendMarkdown(context.Background(), "alice", wecom.ChatTypeSingle, "hello"); err == nil {
+		t.Fatal("a push acked while acks are stalled")
+	}
+	i := e.waitClosed(1)
+	if i.Signal != incident.SignalOutbound || !strings.Contains(i.Reason, "probe not acked") {
+		t.Fatalf("incident:\n%s", dump(i))
+	}
+	if e.stats().Connections <= conns {
+		t.Fatal("no new connection")
+	}
+	// Heartbeats are an hour apart here: only the probe could find it.
+	if i.T1() > 20*time.Second {
+		t.Fatalf("T1 = %s", i.T1())
+	}
+}
+
+// seedBaseline gives the current hour of the week a busy baseline: a
+// callback every 0.3 s on average, so a silence of about 2 s is suspicious.
+func seedBaseline(e *env) {
+	var b health.Baseline
+	b.Observe(time.Now(), time.Local, 10*time.Minute, 2000)
+	raw, _ := json.Marshal(&b)
+	if _, err := e.js.Store.Health().Put(context.Background(), "baseline."+bot, raw); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func silenceLimits(c *health.Config) {
+	c.Limits = health.BaselineLimits{Factor: 7, Floor: time.Second, MinWatched: time.Minute, MinEvents: 20}
+}
+
+// A silence the baseline finds suspicious, while frames are acked: the
+// outbound signal refutes it. A baseline problem, recorded, not an
+// incident.
+func TestSilenceRefutedByARecentOutboundSuccess(t *testing.T) {
+	e := start(t, options{health: silenceLimits, before: seedBaseline})
+	e.waitOnline()
+	// alice talks first, so that pushes to her are accepted.
+	if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "alice", Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "alice's message", func() bool { return e.inbound.Load() > 0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			if c := e.current(); c != nil {
+				if err := c.SendMarkdown(ctx, "alice", wecom.ChatTypeSingle, "still here"); err != nil && ctx.Err() == nil {
+					t.Errorf("push: %v", err)
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	eventually(t, "a baseline note", func() bool { return strings.Contains(e.record().BaselineNote, "baseline problem") })
+	cancel()
+	if all := e.incidents(); len(all) != 0 {
+		t.Fatalf("a refuted silence opened an incident:\n%s", dump(all[0]))
+	}
+}
+
+// A deaf connection (the server acks pings but delivers no callbacks)
+// with no outbound success to refute the silence: an incident, one
+// reconnect, and recovery when callbacks arrive again; messages sent
+// meanwhile are for the backfill, which runs again then.
+func TestSilentConnectionIsReplacedOnce(t *testing.T) {
+	var passes atomic.Int64
+	e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
+		silenceLimits(c)
+		c.Backfill = func(context.Context, *election.Term) (backfill.Report, error) {
+			passes.Add(1)
+			return backfill.Report{Read: 1, Filled: 1}, nil
+		}
+	}})
+	e.waitOnline()
+	conns := e.stats().Connections
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 8})
+	// Traffic during the silence: recorded by the simulator, not delivered.
+	for range 3 {
+		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "carol", Text: "anyone?"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "a silence incident", func() bool {
+		all := e.incidents()
+		return len(all) == 1 && all[0].Signal == incident.SignalSilence
+	})
+	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
+	for !t.Failed() {
+		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "carol", Text: "back?"}); err != nil {
+			t.Fatal(err)
+		}
+		if e.inbound.Load() > 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	i := e.waitClosed(1)
+	if got := e.stats().Connections - conns; got != 1 {
+		t.Fatalf("%d reconnects for one silence, want 1:\n%s", got, dump(i))
+	}
+	if i.Backfill.Filled != 1 || passes.Load() < 2 {
+		t.Fatalf("backfill after the silence not run (passes %d):\n%s", passes.Load(), dump(i))
+	}
+}
+
+// After an outage longer than the threshold: half-open. The backlog is
+// held while the probes run, then drains below the normal rate during the
+// observation window, then the bot is online and the incident closes.
+func TestHalfOpenAfterALongOutage(t *testing.T) {
+	var phases sync.Map
+	e := start(t, options{health: func(c *health.Config) {
+		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 3, ProbeInterval: 200 * time.Millisecond, Observe: 2 * time.Second}
+	}})
+	e.waitOnline()
+	gate := e.h.Gate(bot)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				phases.Store(gate.Phase(), true)
+			}
+		}
+	}()
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRefuseSubscribe, Seconds: 2})
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
+	i := e.waitClosed(1)
+	if !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
+		t.Fatalf("not half-open for the observation window:\n%s", dump(i))
+	}
+	for _, p := range []recovery.Phase{recovery.PhaseProbing, recovery.PhaseObserving} {
+		if _, ok := phases.Load(p); !ok {
+			t.Fatalf("gate never %s", p)
+		}
+	}
+	if gate.Phase() != recovery.PhaseOnline {
+		t.Fatalf("gate %s after recovery", gate.Phase())
+	}
+}
+
+// A leader that vanished without a word leaves the record saying it is
+// online; the next leader finds that as it takes over.
+func TestTakeoverOfAVanishedLeaderIsAnIncident(t *testing.T) {
+	e := start(t, options{before: func(e *env) {
+		r := health.Record{Bot: bot, State: health.Online, Node: "ghost", Term: 7, Since: time.Now().Add(-time.Minute),
+			LastProbeOK: time.Now().Add(-4 * time.Second), Updated: time.Now().Add(-4 * time.Second)}
+		raw, _ := json.Marshal(r)
+		if _, err := e.js.Store.Health().Put(context.Background(), "bot."+bot, raw); err != nil {
+			e.t.Fatal(err)
+		}
+	}})
+	i := e.waitClosed(1)
+	if i.Signal != incident.SignalTakeover || !strings.Contains(i.Reason, "ghost") || i.T1() < 3*time.Second {
+		t.Fatalf("incident:\n%s", dump(i))
+	}
+	e.waitOnline()
+}
+
+// A backfill that could not fill everything marks the conversations, opens
+// a data incident for a person, and the next message of each conversation
+// takes its mark once.
+func TestIncompleteBackfillMarksAndPages(t *testing.T) {
+	e := start(t, options{health: func(c *health.Config) {
+		c.Backfill = func(context.Context, *election.Term) (backfill.Report, error) {
+			return backfill.Report{Read: 5, Filled: 3, NotFilled: 2, Unfilled: []string{"carol", "dave"}}, nil
+		}
+	}})
+	var data incident.Incident
+	eventually(t, "a data incident", func() bool {
+		for _, i := range e.incidents() {
+			if i.Kind == incident.Data {
+				data = i
+				return true
+			}
+		}
+		return false
+	})
+	if data.Level != incident.Human || data.Signal != incident.SignalBackfill || len(data.Incomplete) != 2 {
+		t.Fatalf("data incident:\n%s", dump(data))
+	}
+	marks, err := health.Marks(context.Background(), e.js.Store.Health(), bot)
+	if err != nil || len(marks) != 2 {
+		t.Fatalf("marks = %v, %v; want carol and dave", marks, err)
+	}
+	ctx := context.Background()
+	eventually(t, "carol's mark seen by the inbound path", func() bool {
+		why, ok := e.h.TakeIncomplete(ctx, bot, "carol")
+		return ok && strings.Contains(why, "could not be answered")
+	})
+	if _, ok := e.h.TakeIncomplete(ctx, bot, "carol"); ok {
+		t.Fatal("carol's mark taken twice")
+	}
+	if _, ok := e.h.TakeIncomplete(ctx, bot, "erin"); ok {
+		t.Fatal("an unmarked conversation has a mark")
+	}
+}

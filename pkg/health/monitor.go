@@ -1,0 +1,255 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/wecom"
+)
+
+// baselineSave is how often the leader saves its bot's baseline.
+const baselineSave = time.Minute
+
+// monitor watches one connection of b until it ends: it learns the
+// baseline, flushes the record, and probes when a signal looks wrong.
+func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.Conn, b *botState) {
+	t := time.NewTicker(h.cfg.Tick)
+	defer t.Stop()
+	var (
+		last, lastProbe, lastFlush, lastSave  time.Time
+		seenCallbacks, seenOK, seenUnanswered int64
+		refuted                               bool   // the current silence was refuted
+		degraded                              string // why the record says degraded
+	)
+	last = h.now()
+	lastFlush = last
+	lastSave = last
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-conn.Done():
+			return
+		case <-t.C:
+		}
+		now := h.now()
+		v := conn.Vitals()
+		events := v.Callbacks - seenCallbacks
+		sends := v.AckedOK - seenOK
+		seenCallbacks, seenOK = v.Callbacks, v.AckedOK
+		if events > 0 {
+			refuted = false
+			b.mu.Lock()
+			silent := b.silent
+			b.silent = false
+			b.mu.Unlock()
+			if silent {
+				h.post(b, func(ctx context.Context) { h.heard(ctx, b, term, now) })
+			}
+		}
+
+		bd := h.binding()
+		bl := h.baseline(ctx, b, bd)
+		// Learn only while healthy: an outage's silence is not traffic.
+		healthy := degraded == "" && v.FailedInARow == 0
+		if healthy {
+			dt := now.Sub(last)
+			b.mu.Lock()
+			bl.Observe(now, h.cfg.Location, dt, events)
+			if dt > 0 {
+				bl.ObserveSends(float64(sends) / dt.Seconds())
+			}
+			b.mu.Unlock()
+		}
+		last = now
+
+		// What looks wrong, most specific first.
+		var suspicion, signal string
+		if v.Unanswered > seenUnanswered {
+			seenUnanswered = v.Unanswered
+			suspicion, signal = fmt.Sprintf("a frame went unanswered (%d on this connection)", v.Unanswered), incident.SignalOutbound
+		} else if v.FailedInARow > 0 && v.LastAckFail.After(lastProbe) {
+			suspicion, signal = fmt.Sprintf("%d frames refused in a row", v.FailedInARow), incident.SignalOutbound
+		}
+		heardAt := v.Connected
+		if v.LastCallback.After(heardAt) {
+			heardAt = v.LastCallback
+		}
+		b.mu.Lock()
+		thr, opinion := bl.Threshold(now, h.cfg.Location, h.cfg.Limits)
+		b.mu.Unlock()
+		silentFor := now.Sub(heardAt)
+		if suspicion == "" && opinion && !refuted && silentFor > thr {
+			suspicion, signal = fmt.Sprintf("no callback for %s (the baseline allows %s at this hour)", silentFor.Round(time.Second), thr.Round(time.Second)), incident.SignalSilence
+		}
+
+		if suspicion != "" && now.Sub(lastProbe) >= h.cfg.ProbeEvery {
+			lastProbe = now
+			err := conn.Probe(ctx, h.cfg.ProbeTimeout)
+			switch {
+			case ctx.Err() != nil || conn.Reason() != wecom.ReasonNone:
+				return // the connection's end is its own event
+			case err != nil:
+				h.closeSick(b, conn, signal, suspicion+"; probe not acked: "+err.Error(), lastEvidence(v))
+				return
+			case signal == incident.SignalSilence && !v.LastAckOK.IsZero() && now.Sub(v.LastAckOK) < h.cfg.Refute:
+				refuted = true
+				note := fmt.Sprintf("%s, but a frame was acked %s ago and the probe was acked: a baseline problem, not an incident",
+					suspicion, now.Sub(v.LastAckOK).Round(time.Second))
+				h.log.Info().Str("bot", b.id).Str("baseline_note", note).Msg("silence alarm refuted")
+				if bd != nil {
+					h.post(b, func(ctx context.Context) {
+						h.setRecord(ctx, bd, b.id, now, func(r *Record) { r.BaselineNote = note })
+					})
+				}
+			case signal == incident.SignalSilence:
+				if h.silenceActed(ctx, b) {
+					refuted = true // reconnected once for this incident already: wait for traffic
+					continue
+				}
+				h.closeSick(b, conn, incident.SignalSilence, suspicion+"; the probe was acked and no frame was acked recently: the server no longer delivers to this connection", heardAt.UTC())
+				return
+			default:
+				// Frames fail but the link answers: degraded, not down.
+				if degraded != suspicion {
+					degraded = suspicion
+					if bd != nil {
+						h.post(b, func(ctx context.Context) {
+							if !h.current(b, conn) {
+								return
+							}
+							h.setRecord(ctx, bd, b.id, now, func(r *Record) {
+								if r.State == Online {
+									r.State = Degraded
+								}
+								r.Reason, r.LastFailure = suspicion, suspicion
+							})
+						})
+					}
+				}
+			}
+		}
+		if degraded != "" && v.FailedInARow == 0 && v.LastAckOK.After(v.LastAckFail) {
+			degraded = ""
+			if bd != nil {
+				h.post(b, func(ctx context.Context) {
+					if !h.current(b, conn) {
+						return
+					}
+					h.setRecord(ctx, bd, b.id, now, func(r *Record) {
+						if r.State == Degraded {
+							r.State, r.Reason = Online, ""
+						}
+					})
+				})
+			}
+		}
+		if bd != nil && now.Sub(lastFlush) >= h.cfg.RecordInterval {
+			lastFlush = now
+			h.post(b, func(ctx context.Context) {
+				if !h.current(b, conn) {
+					return
+				}
+				h.setRecord(ctx, bd, b.id, now, func(r *Record) { stamp(r, v) })
+			})
+		}
+		if bd != nil && b.learnt() && now.Sub(lastSave) >= baselineSave {
+			lastSave = now
+			b.mu.Lock()
+			snapshot := *bl
+			b.mu.Unlock()
+			h.post(b, func(ctx context.Context) {
+				if err := saveBaseline(ctx, bd.kv, b.id, &snapshot); err != nil && ctx.Err() == nil {
+					h.log.Debug().Err(err).Str("bot", b.id).Msg("baseline not saved")
+				}
+			})
+		}
+	}
+}
+
+// baseline is b's baseline: the saved one once JetStream is bound (read
+// once per node), a fresh one to learn in until then.
+func (h *Health) baseline(ctx context.Context, b *botState, bd *binding) *Baseline {
+	b.mu.Lock()
+	bl, loaded := b.baseline, b.baselineLoaded
+	b.mu.Unlock()
+	if !loaded && bd != nil {
+		if saved, err := loadBaseline(ctx, bd.kv, b.id); err == nil {
+			b.mu.Lock()
+			b.baseline, b.baselineLoaded = saved, true
+			bl = saved
+			b.mu.Unlock()
+		}
+	}
+	if bl == nil {
+		b.mu.Lock()
+		if b.baseline == nil {
+			b.baseline = &Baseline{}
+		}
+		bl = b.baseline
+		b.mu.Unlock()
+	}
+	return bl
+}
+
+func (b *botState) learnt() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.baselineLoaded
+}
+
+// current reports whether conn is still b's connection on this node.
+func (h *Health) current(b *botState, conn *wecom.Conn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.conn == conn
+}
+
+// closeSick closes conn as unhealthy, leaving the cause for Ended.
+func (h *Health) closeSick(b *botState, conn *wecom.Conn, signal, reason string, dropped time.Time) {
+	b.mu.Lock()
+	b.cause = &closeCause{signal: signal, reason: reason, dropped: dropped}
+	b.mu.Unlock()
+	h.log.Warn().Str("bot", b.id).Str("signal", signal).Str("reason", reason).Msg("connection unhealthy: closing it to reconnect")
+	conn.CloseUnhealthy(errors.New(reason))
+}
+
+// silenceActed reports whether b's open incident is a silence incident
+// already acted on (reconnected once): a second reconnect would not help.
+func (h *Health) silenceActed(ctx context.Context, b *botState) bool {
+	bd := h.binding()
+	if bd == nil {
+		return false
+	}
+	inc, err := bd.incidents.OpenFor(ctx, b.id, incident.Outage)
+	return err == nil && inc != nil && inc.Signal == incident.SignalSilence
+}
+
+// heard is a callback on b's connection: a silence incident is over, and
+// its compensation (a backfill pass over the silent gap) runs.
+func (h *Health) heard(ctx context.Context, b *botState, term *election.Term, now time.Time) {
+	bd := h.binding()
+	if bd == nil {
+		return
+	}
+	inc, err := bd.incidents.OpenFor(ctx, b.id, incident.Outage)
+	if err != nil || inc == nil || inc.Signal != incident.SignalSilence || !inc.Recovered.IsZero() {
+		return
+	}
+	inc = h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
+		i.Recovered, i.Online, i.State = now, now, incident.Recovering
+		i.Note(now, h.cfg.NodeID, "callbacks arrive again after %s of silence", now.Sub(i.Dropped).Round(time.Second))
+	})
+	h.setRecord(ctx, bd, b.id, now, func(r *Record) {
+		r.State, r.Reason = Online, ""
+	})
+	if inc != nil {
+		id := inc.ID
+		tctx := term.Context()
+		h.wg.Go(func() { h.compensate(tctx, bd, b, term, id, now) })
+	}
+}
