@@ -1,0 +1,131 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeConn is a connection whose probes and pushes are scripted: the unit
+// under test is the sequence, not a socket (the health package's tests run
+// it on the simulator).
+type fakeConn struct {
+	mu     sync.Mutex
+	probes int
+	fail   int // the probe number that fails (0: none)
+	canary []string
+	done   chan struct{}
+}
+
+func (c *fakeConn) Probe(context.Context, time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.probes++
+	if c.probes == c.fail {
+		return errors.New("no ack")
+	}
+	return nil
+}
+
+func (c *fakeConn) SendMarkdown(_ context.Context, chat string, _ int, _ string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.canary = append(c.canary, chat)
+	return nil
+}
+
+func (c *fakeConn) Done() <-chan struct{} { return c.done }
+
+func TestHalfOpenSequence(t *testing.T) {
+	conn := &fakeConn{done: make(chan struct{})}
+	var g Gate
+	var notes []string
+	cfg := Config{Probes: 3, ProbeInterval: 10 * time.Millisecond, Canary: "ops", Observe: 300 * time.Millisecond}
+	seen := make(chan Phase, 100)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				seen <- g.Phase()
+			}
+		}
+	}()
+	res, err := HalfOpen(context.Background(), cfg, conn, &g, 10, func(s string) { notes = append(notes, s) })
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Probes != 3 || !res.Canary || len(conn.canary) != 1 || conn.canary[0] != "ops" || res.Online.IsZero() {
+		t.Fatalf("result %+v, canary pushes %v", res, conn.canary)
+	}
+	if res.DrainRate != 5 {
+		t.Fatalf("drain rate %g, want half of 10", res.DrainRate)
+	}
+	got := map[Phase]bool{}
+	for len(seen) > 0 {
+		got[<-seen] = true
+	}
+	if !got[PhaseProbing] || !got[PhaseObserving] || g.Phase() != PhaseOnline {
+		t.Fatalf("phases seen %v, now %s", got, g.Phase())
+	}
+	if len(notes) != 3 {
+		t.Fatalf("notes %q", notes)
+	}
+}
+
+func TestHalfOpenStopsAtAFailedProbe(t *testing.T) {
+	conn := &fakeConn{done: make(chan struct{}), fail: 2}
+	var g Gate
+	_, err := HalfOpen(context.Background(), Config{Probes: 5, ProbeInterval: time.Millisecond}, conn, &g, 0, func(string) {})
+	if !errors.Is(err, ErrProbeFailed) || conn.probes != 2 || len(conn.canary) != 0 {
+		t.Fatalf("err %v after %d probes, canary %v", err, conn.probes, conn.canary)
+	}
+	if g.Phase() != PhaseOnline {
+		t.Fatal("gate left closed after a failed recovery")
+	}
+}
+
+// The gate holds the backlog while probing, and lets it through at the
+// drain rate while observing: at 2/s, 10 pushes asked at once get one
+// token now and wait about half a second for each of the next.
+func TestGateRates(t *testing.T) {
+	var g Gate
+	now := time.Now()
+	if g.Wait(now) != 0 {
+		t.Fatal("the zero gate holds")
+	}
+	g.set(PhaseProbing, 0)
+	if g.Wait(now) <= 0 {
+		t.Fatal("probing lets a backlog push through")
+	}
+	g.set(PhaseObserving, 2)
+	if d := g.Wait(now); d != 0 {
+		t.Fatalf("first push waits %s", d)
+	}
+	d := g.Wait(now)
+	if d < 400*time.Millisecond || d > 600*time.Millisecond {
+		t.Fatalf("second push at 2/s waits %s, want ~500ms", d)
+	}
+	// A refused reservation is not spent: asking again at the same time
+	// gives the same wait, and after it passes one push goes.
+	if d2 := g.Wait(now); d2 != d {
+		t.Fatalf("asking again waits %s, then %s", d, d2)
+	}
+	if g.Wait(now.Add(d)) != 0 {
+		t.Fatal("a push after its wait is held")
+	}
+	var within int
+	for k := 0; k < 10; k++ {
+		if g.Wait(now.Add(d)) == 0 {
+			within++
+		}
+	}
+	if within != 0 {
+		t.Fatalf("%d more pushes at the same instant", within)
+	}
+}
