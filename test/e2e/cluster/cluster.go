@@ -593,3 +593,19 @@ func Run(bin string, timeout time.Duration, args ...string) (int, string, string
 
 // MkdirTemp is os.MkdirTemp with a botctl prefix.
 func MkdirTemp() (string, error) { return os.MkdirTemp("", "botctl-e2e-") }
+
+// Fault injects a simulator fault (POST /control/faults): action is drop,
+// revoke, restore, stall_acks, silence…; seconds for the timed ones.
+func (c *Cluster) Fault(bot, action string, seconds float64) error {
+	body, _ := json.Marshal(map[string]any{"bot_id": bot, "action": action, "seconds": seconds})
+	resp, err := httpc.Post(c.SimHTTP+"/control/faults", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("POST /control/faults: %s: %s", resp.Status, data)
+	}
+	return nil
+}
