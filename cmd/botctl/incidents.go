@@ -296,6 +296,8 @@ func pair(s incident.Spread) string {
 	if s.N == 0 {
 		return "-"
 	}
-	d := func(v float64) string { return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String() }
+	d := func(v float64) string {
+		return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
+	}
 	return d(s.Median) + "/" + d(s.P90)
 }

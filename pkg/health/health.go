@@ -246,6 +246,13 @@ func (h *Health) bot(id string) *botState {
 
 func (h *Health) startQueue(ctx context.Context, b *botState) {
 	h.wg.Go(func() {
+		// Every event records something: until JetStream is bound they
+		// wait, in order (a node may lead before NATS answers).
+		select {
+		case <-h.boundCh:
+		case <-ctx.Done():
+			return
+		}
 		for {
 			select {
 			case <-ctx.Done():
@@ -300,7 +307,7 @@ func (h *Health) Dialing(term *election.Term) {
 	b, now := h.bot(term.Bot), h.now()
 	h.post(b, func(ctx context.Context) {
 		bd := h.binding()
-		if bd == nil {
+		if bd == nil || term.Err() != nil {
 			return
 		}
 		rec, err := Load(ctx, bd.kv, b.id)
@@ -422,18 +429,8 @@ func (h *Health) dialFailed(ctx context.Context, b *botState, term *election.Ter
 // runs.
 func (h *Health) connected(ctx context.Context, b *botState, term *election.Term, conn *wecom.Conn, now time.Time) {
 	bd := h.binding()
-	if bd == nil {
-		// JetStream not reachable yet: nothing to record, but the term's
-		// backfill still runs once it is.
-		tctx := term.Context()
-		h.wg.Go(func() {
-			select {
-			case <-h.boundCh:
-				h.compensate(tctx, h.binding(), b, term, "", now)
-			case <-tctx.Done():
-			}
-		})
-		return
+	if bd == nil || term.Err() != nil {
+		return // the term is over: its end is the next event
 	}
 	inc, err := bd.incidents.OpenFor(ctx, b.id, incident.Outage)
 	if err != nil {

@@ -32,7 +32,8 @@ type Spread struct {
 	Max    float64 `json:"max_s"`
 }
 
-func spread(ds []time.Duration) Spread {
+// SpreadOf is the median, p90 and max of ds (nearest rank).
+func SpreadOf(ds []time.Duration) Spread {
 	if len(ds) == 0 {
 		return Spread{}
 	}
@@ -83,7 +84,7 @@ func Summarize(all []Incident, now time.Time) []Report {
 				t3 = append(t3, i.T3())
 			}
 		}
-		r.T1, r.T2, r.T3 = spread(t1), spread(t2), spread(t3)
+		r.T1, r.T2, r.T3 = SpreadOf(t1), SpreadOf(t2), SpreadOf(t3)
 		r.SelfHealRate = 1
 		if r.Incidents > 0 {
 			r.SelfHealRate = float64(r.SelfHealed) / float64(r.Incidents)

@@ -63,6 +63,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -304,9 +305,11 @@ func (n *Node) setState(bot string, st BotState, reason string, term int64) {
 
 // Info is this node's registration record.
 func (n *Node) Info() Info {
+	host, _ := os.Hostname()
 	return Info{
 		ID: n.cfg.NodeID, Address: n.cfg.Address, Version: n.cfg.Version, Env: n.cfg.Env,
 		Slots: n.cfg.Slots, Roles: n.cfg.Roles, Started: n.started, Bots: n.Status(),
+		Host: host, PID: os.Getpid(),
 	}
 }
 

@@ -37,6 +37,10 @@ type Info struct {
 	Roles   []string             `json:"roles"`
 	Started time.Time            `json:"started"`
 	Bots    map[string]BotStatus `json:"bots"`
+	// Host and PID locate the process (botctl drill --kind kill-leader
+	// kills it when it runs on the drill's machine).
+	Host string `json:"host,omitempty"`
+	PID  int    `json:"pid,omitempty"`
 }
 
 // BotState is one node's relation to one bot.

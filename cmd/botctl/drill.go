@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/botctl/botctl/pkg/drill"
+	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/spf13/cobra"
+)
+
+func newDrillCmd() *cobra.Command {
+	var (
+		nf       natsFlags
+		cfg      drill.Config
+		etcd     string
+		asJSON   bool
+		failLost bool
+	)
+	cmd := &cobra.Command{
+		Use:   "drill --bot ID --kind drop|revoke|silence|stall|kill-leader [--rounds N] --sim http://HOST:PORT",
+		Short: "Force an outage through the simulator, send user traffic through it, and print T1, T2, T3 and messages lost",
+		Long: `drill forces an outage on purpose, through the WeCom simulator's fault API, while
+user traffic flows, and measures the incident it causes from outside: T1 (from the
+injection to detection), T2 (to the first action), T3 (back → data complete),
+downtime, and every user message that got no answer. It refuses to run against a
+WeCom URL that is not botctl's simulator.
+
+  revoke       the drill plays the person: it restores the secret after --fix-after
+               and acknowledges the incident
+  kill-leader  SIGKILL of the leading node's process; it must run on this machine,
+               and something (systemd, the test harness) should restart it`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains(drill.Kinds, cfg.Kind) {
+				return usageErrorf("--kind %q: want one of %s", cfg.Kind, strings.Join(drill.Kinds, ", "))
+			}
+			if cfg.Bot == "" {
+				return usageErrorf("which bot? give --bot ID")
+			}
+			if cfg.Sim == "" {
+				return usageErrorf("where is the simulator? give --sim http://HOST:PORT (its control API)")
+			}
+			st, closeFn, err := nf.store()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			cfg.Incidents, cfg.Health = incident.NewStore(st.Incidents()), st.Health()
+			if cfg.Kind == drill.KindKillLeader {
+				ef := etcdFlags{endpoints: etcd, dataDir: nf.dataDir, timeout: nf.timeout}
+				eps, err := ef.resolve()
+				if err != nil {
+					return err
+				}
+				cli, err := newEtcdClient(eps, nf.timeout)
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				cfg.Nodes = func(ctx context.Context) ([]node.Info, error) { return node.Nodes(ctx, cli, prefix) }
+			}
+			if !asJSON {
+				cfg.Progress = cmd.ErrOrStderr()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			d, err := drill.New(ctx, cfg)
+			if errors.Is(err, drill.ErrNotSimulator) {
+				return usageErrorf("%v", err)
+			}
+			if err != nil {
+				return err
+			}
+			rounds, err := d.Run(ctx, nil)
+			if asJSON {
+				if rounds == nil {
+					rounds = []drill.Round{}
+				}
+				if perr := printJSON(cmd.OutOrStdout(), map[string]any{"bot": cfg.Bot, "kind": cfg.Kind, "rounds": rounds, "summary": drill.Summarize(rounds)}); perr != nil {
+					return perr
+				}
+			} else {
+				printDrill(cmd, rounds)
+			}
+			if err != nil {
+				return err
+			}
+			sum := drill.Summarize(rounds)
+			if failLost && (sum.Lost > 0 || sum.Failed > 0) {
+				return fmt.Errorf("drill: %d message(s) lost, %d round(s) failed", sum.Lost, sum.Failed)
+			}
+			return nil
+		},
+	}
+	nf.register(cmd)
+	cmd.Flags().StringVar(&cfg.Bot, "bot", "", "the bot to drill")
+	cmd.Flags().StringVar(&cfg.Kind, "kind", "", "drop, revoke, silence, stall or kill-leader")
+	cmd.Flags().IntVar(&cfg.Rounds, "rounds", 1, "rounds to run")
+	cmd.Flags().StringVar(&cfg.Sim, "sim", "", "the simulator's control API, http://HOST:PORT")
+	cmd.Flags().StringVar(&etcd, "etcd", "", "etcd endpoints (kill-leader only; default $BOTCTL_ETCD_ENDPOINTS, else --data-dir's embedded etcd)")
+	cmd.Flags().DurationVar(&cfg.Interval, "interval", time.Second, "one user message per this, each from its own conversation")
+	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "how long a silence (default 30s) or a stall (default 20s) lasts")
+	cmd.Flags().DurationVar(&cfg.FixAfter, "fix-after", 10*time.Second, "revoke: restore the secret and acknowledge this long after the incident opened")
+	cmd.Flags().DurationVar(&cfg.Settle, "settle", 3*time.Minute, "how long to wait for every answer after the incident closed")
+	cmd.Flags().DurationVar(&cfg.Timeout, "round-timeout", 10*time.Minute, "bound of one round")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"bot\",\"kind\",\"rounds\":[…],\"summary\":{…}}")
+	cmd.Flags().BoolVar(&failLost, "fail-on-loss", false, "exit 1 if a message was lost or a round failed")
+	return cmd
+}
+
+func printDrill(cmd *cobra.Command, rounds []drill.Round) {
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROUND\tKIND\tINCIDENT\tLEVEL\tT1\tT2\tT3\tDOWN\tSENT\tLOST\tALERTS\tERROR")
+	for _, r := range rounds {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.2fs\t%.3fs\t%.2fs\t%.2fs\t%d\t%d\t%d\t%s\n", r.N, r.Kind, orDash(r.Incident), orDash(r.Level),
+			r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost, r.Alerts, r.Error)
+	}
+	tw.Flush()
+	s := drill.Summarize(rounds)
+	fmt.Fprintf(cmd.OutOrStdout(), "%d round(s), %d failed: T1 p50 %.2fs p90 %.2fs max %.2fs; T2 p50 %.3fs max %.3fs; T3 p50 %.2fs p90 %.2fs max %.2fs; %d sent, %d lost\n",
+		s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T3.Median, s.T3.P90, s.T3.Max, s.Sent, s.Lost)
+}
