@@ -22,7 +22,7 @@ type Health struct {
 	Refute time.Duration `yaml:"refute"`
 	// Silence: alarm after SilenceFactor mean gaps of the bot's traffic at
 	// this hour of the week (default 7: about a 1-in-1000 false alarm per
-	// silence for steady traffic), never below SilenceFloor (default 10s),
+	// silence for steady traffic), never below SilenceFloor (default 5s),
 	// and only once the hour of the week has SilenceMinWatched of
 	// observation (default 10m) and SilenceMinEvents events (default 20).
 	SilenceFactor     float64       `yaml:"silence_factor"`
@@ -52,7 +52,7 @@ type Recovery struct {
 
 func healthDefaults() (Health, Recovery) {
 	return Health{RecordInterval: 5 * time.Second, ProbeTimeout: 3 * time.Second, ProbeEvery: 5 * time.Second, Refute: 10 * time.Second,
-			SilenceFactor: 7, SilenceFloor: 10 * time.Second, SilenceMinWatched: 10 * time.Minute, SilenceMinEvents: 20},
+			SilenceFactor: 7, SilenceFloor: 5 * time.Second, SilenceMinWatched: 10 * time.Minute, SilenceMinEvents: 20},
 		Recovery{Threshold: 30 * time.Second, Probes: 5, ProbeInterval: time.Second, Observe: 5 * time.Minute, DrainFactor: 0.5}
 }
 

@@ -70,7 +70,7 @@ func (b *Baseline) ObserveSends(rate float64) {
 // BaselineLimits say when a baseline has an opinion, and how tight it is.
 type BaselineLimits struct {
 	Factor     float64       // mean gaps of silence that raise an alarm (default 7)
-	Floor      time.Duration // never alarm below this silence (default 10s)
+	Floor      time.Duration // never alarm below this silence (default 5s)
 	MinWatched time.Duration // per hour of the week (default 10m)
 	MinEvents  float64       // per hour of the week (default 20)
 }
@@ -80,7 +80,7 @@ func (l *BaselineLimits) setDefaults() {
 		l.Factor = 7
 	}
 	if l.Floor <= 0 {
-		l.Floor = 10 * time.Second
+		l.Floor = 5 * time.Second
 	}
 	if l.MinWatched <= 0 {
 		l.MinWatched = 10 * time.Minute

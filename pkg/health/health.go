@@ -96,6 +96,11 @@ type Config struct {
 	// start, and again when a silent connection delivers again) and
 	// returns what it did. Nil: none.
 	Backfill func(ctx context.Context, term *election.Term) (backfill.Report, error)
+	// Missed, if set, counts bot's messages created in [since, until) that
+	// were never handled, from a history source: it decides whether a
+	// silence is a deaf connection or quiet users. Nil, or an error: the
+	// outbound signal decides (see Refute).
+	Missed func(ctx context.Context, bot string, since, until time.Time) (int, error)
 	// MarkIncomplete marks conversations "may be incomplete" (the next
 	// reply tells the user). Nil: not marked.
 	MarkIncomplete func(ctx context.Context, bot string, chats []string, why string) error

@@ -491,3 +491,45 @@ func TestIncompleteBackfillMarksAndPages(t *testing.T) {
 		t.Fatal("an unmarked conversation has a mark")
 	}
 }
+
+// With a history source, the history decides a silence: messages that
+// never arrived make the connection deaf even while frames are acked, and
+// an empty history makes it quiet users even with nothing acked.
+func TestHistoryDecidesASilence(t *testing.T) {
+	t.Run("missed messages: deaf", func(t *testing.T) {
+		e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
+			silenceLimits(c)
+			c.Missed = func(context.Context, string, time.Time, time.Time) (int, error) { return 3, nil }
+		}})
+		e.waitOnline()
+		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "alice", Text: "hi"}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "alice's message", func() bool { return e.inbound.Load() > 0 })
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			for ctx.Err() == nil {
+				if c := e.current(); c != nil {
+					c.SendMarkdown(ctx, "alice", wecom.ChatTypeSingle, "still here")
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+		}()
+		eventually(t, "a silence incident", func() bool {
+			all := e.incidents()
+			return len(all) == 1 && all[0].Signal == incident.SignalSilence && strings.Contains(all[0].Reason, "never arrived")
+		})
+	})
+	t.Run("empty history: quiet", func(t *testing.T) {
+		e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
+			silenceLimits(c)
+			c.Missed = func(context.Context, string, time.Time, time.Time) (int, error) { return 0, nil }
+		}})
+		e.waitOnline()
+		eventually(t, "a baseline note", func() bool { return strings.Contains(e.record().BaselineNote, "users are quiet") })
+		if all := e.incidents(); len(all) != 0 {
+			t.Fatalf("quiet users opened an incident:\n%s", dump(all[0]))
+		}
+	})
+}

@@ -22,8 +22,8 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 	var (
 		last, lastProbe, lastFlush, lastSave  time.Time
 		seenCallbacks, seenOK, seenUnanswered int64
-		refuted                               bool   // the current silence was refuted
-		degraded                              string // why the record says degraded
+		refutedUntil                          time.Time // the current silence was refuted: no alarm before this
+		degraded                              string    // why the record says degraded
 	)
 	last = h.now()
 	lastFlush = last
@@ -42,7 +42,7 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 		sends := v.AckedOK - seenOK
 		seenCallbacks, seenOK = v.Callbacks, v.AckedOK
 		if events > 0 {
-			refuted = false
+			refutedUntil = time.Time{}
 			b.mu.Lock()
 			silent := b.silent
 			b.silent = false
@@ -83,7 +83,7 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 		thr, opinion := bl.Threshold(now, h.cfg.Location, h.cfg.Limits)
 		b.mu.Unlock()
 		silentFor := now.Sub(heardAt)
-		if suspicion == "" && opinion && !refuted && silentFor > thr {
+		if suspicion == "" && opinion && now.After(refutedUntil) && silentFor > thr {
 			suspicion, signal = fmt.Sprintf("no callback for %s (the baseline allows %s at this hour)", silentFor.Round(time.Second), thr.Round(time.Second)), incident.SignalSilence
 		}
 
@@ -96,22 +96,24 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 			case err != nil:
 				h.closeSick(b, conn, signal, suspicion+"; probe not acked: "+err.Error(), lastEvidence(v))
 				return
-			case signal == incident.SignalSilence && !v.LastAckOK.IsZero() && now.Sub(v.LastAckOK) < h.cfg.Refute:
-				refuted = true
-				note := fmt.Sprintf("%s, but a frame was acked %s ago and the probe was acked: a baseline problem, not an incident",
-					suspicion, now.Sub(v.LastAckOK).Round(time.Second))
-				h.log.Info().Str("bot", b.id).Str("baseline_note", note).Msg("silence alarm refuted")
-				if bd != nil {
-					h.post(b, func(ctx context.Context) {
-						h.setRecord(ctx, bd, b.id, now, func(r *Record) { r.BaselineNote = note })
-					})
-				}
 			case signal == incident.SignalSilence:
-				if h.silenceActed(ctx, b) {
-					refuted = true // reconnected once for this incident already: wait for traffic
+				verdict, why := h.judgeSilence(ctx, b.id, heardAt, now, v)
+				if verdict == quiet {
+					refutedUntil = now.Add(thr)
+					note := fmt.Sprintf("%s, but %s: a baseline problem, not an incident", suspicion, why)
+					h.log.Info().Str("bot", b.id).Str("baseline_note", note).Msg("silence alarm refuted")
+					if bd != nil {
+						h.post(b, func(ctx context.Context) {
+							h.setRecord(ctx, bd, b.id, now, func(r *Record) { r.BaselineNote = note })
+						})
+					}
 					continue
 				}
-				h.closeSick(b, conn, incident.SignalSilence, suspicion+"; the probe was acked and no frame was acked recently: the server no longer delivers to this connection", heardAt.UTC())
+				if h.silenceActed(ctx, b) {
+					refutedUntil = now.Add(thr) // reconnected once for this incident already: wait for traffic
+					continue
+				}
+				h.closeSick(b, conn, incident.SignalSilence, suspicion+"; "+why, heardAt.UTC())
 				return
 			default:
 				// Frames fail but the link answers: degraded, not down.
@@ -200,6 +202,37 @@ func (b *botState) learnt() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.baselineLoaded
+}
+
+type silenceVerdict int
+
+const (
+	quiet silenceVerdict = iota // the users are quiet
+	deaf                        // the server no longer delivers to this connection
+)
+
+// judgeSilence cross-checks a silence the baseline finds suspicious (the
+// probe was acked, so the link is up). The history, where there is one,
+// decides: messages created since the last callback and never handled mean
+// a deaf connection, none mean quiet users. Without a history, the
+// outbound signal decides: a frame acked within Refute says the
+// connection works, so the silence is quiet users (a baseline problem);
+// otherwise it is deaf.
+func (h *Health) judgeSilence(ctx context.Context, bot string, heardAt, now time.Time, v wecom.Vitals) (silenceVerdict, string) {
+	if h.cfg.Missed != nil {
+		// Messages of the last seconds may be in the handlers still.
+		n, err := h.cfg.Missed(ctx, bot, heardAt.Add(-time.Second), now.Add(-2*time.Second))
+		switch {
+		case err == nil && n > 0:
+			return deaf, fmt.Sprintf("the history has %d message(s) since then that never arrived: the server no longer delivers to this connection", n)
+		case err == nil:
+			return quiet, "the history has no message since then: the users are quiet"
+		}
+	}
+	if !v.LastAckOK.IsZero() && now.Sub(v.LastAckOK) < h.cfg.Refute {
+		return quiet, fmt.Sprintf("a frame was acked %s ago and the probe was acked", now.Sub(v.LastAckOK).Round(time.Second))
+	}
+	return deaf, "the probe was acked and no frame was acked recently: the server no longer delivers to this connection"
 }
 
 // current reports whether conn is still b's connection on this node.

@@ -514,6 +514,32 @@ func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.
 	}
 }
 
+// missed counts bot's messages in the history created in [since, until)
+// that were never handled (the health monitor's check of a silence).
+func (n *Node) missed(ctx context.Context, bot string, since, until time.Time) (int, error) {
+	if n.history == nil {
+		return 0, errNoHistory
+	}
+	if !n.started() {
+		return 0, errors.New("JetStream not bound yet")
+	}
+	msgs, err := n.history.History(ctx, bot, since, until)
+	if err != nil {
+		return 0, err
+	}
+	missed := 0
+	for _, m := range msgs {
+		known, err := n.Access.Known(ctx, bot, m.MsgID)
+		if err != nil {
+			return 0, err
+		}
+		if !known {
+			missed++
+		}
+	}
+	return missed, nil
+}
+
 // errNoHistory: no history source is configured.
 var errNoHistory = errors.New("no history source (backfill.history_url): messages missed while the bot was away cannot be recovered")
 
@@ -535,6 +561,7 @@ func (n *Node) healthConfig() health.Config {
 		Recovery: recovery.Config{Threshold: r.Threshold, Probes: r.Probes, ProbeInterval: r.ProbeInterval,
 			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
 		Backfill: n.backfillPass,
+		Missed:   n.missed,
 		MarkIncomplete: func(ctx context.Context, bot string, chats []string, why string) error {
 			return health.MarkIncomplete(ctx, n.Store.Health(), bot, chats, why, time.Now())
 		},
