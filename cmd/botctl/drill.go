@@ -109,7 +109,7 @@ WeCom URL that is not botctl's simulator.
 	cmd.Flags().StringVar(&cfg.Sim, "sim", "", "the simulator's control API, http://HOST:PORT")
 	cmd.Flags().StringVar(&etcd, "etcd", "", "etcd endpoints (kill-leader only; default $BOTCTL_ETCD_ENDPOINTS, else --data-dir's embedded etcd)")
 	cmd.Flags().DurationVar(&cfg.Interval, "interval", time.Second, "one user message per this, each from its own conversation")
-	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "how long a silence (default 30s) or a stall (default 20s) lasts")
+	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "how long a silence (default 30s) or a stall (default 20s) lasts; for a drop, reconnecting is refused this long (a gap)")
 	cmd.Flags().DurationVar(&cfg.FixAfter, "fix-after", 10*time.Second, "revoke: restore the secret and acknowledge this long after the incident opened")
 	cmd.Flags().DurationVar(&cfg.Settle, "settle", 3*time.Minute, "how long to wait for every answer after the incident closed")
 	cmd.Flags().DurationVar(&cfg.Timeout, "round-timeout", 10*time.Minute, "bound of one round")

@@ -39,7 +39,7 @@ import (
 
 // Kinds of drill.
 const (
-	KindDrop       = "drop"        // the simulator closes the connection (no close frame)
+	KindDrop       = "drop"        // the simulator closes the connection (no close frame); with a Duration, a gap
 	KindRevoke     = "revoke"      // the bot's secret is revoked, restored after FixAfter
 	KindSilence    = "silence"     // callbacks are not delivered for Duration
 	KindStall      = "stall"       // acks are not sent for Duration
@@ -65,7 +65,10 @@ type Config struct {
 	Nodes func(ctx context.Context) ([]node.Info, error)
 	// Interval between user messages. Default 1s.
 	Interval time.Duration
-	// Duration of a silence (default 30s) or stall (default 20s).
+	// Duration of a silence (default 30s) or stall (default 20s). For a
+	// drop, a Duration makes it a gap: reconnecting is refused (a non-auth
+	// errcode) for Duration after the drop, so messages pile up unanswered
+	// for that long. Default 0: a plain drop.
 	Duration time.Duration
 	// FixAfter: a revoked secret is restored this long after the incident
 	// opened, and the incident acknowledged by "drill". Default 10s.
@@ -88,8 +91,10 @@ func (c *Config) setDefaults() {
 		c.Interval = time.Second
 	}
 	if c.Duration <= 0 {
-		c.Duration = 30 * time.Second
-		if c.Kind == KindStall {
+		switch c.Kind {
+		case KindSilence:
+			c.Duration = 30 * time.Second
+		case KindStall:
 			c.Duration = 20 * time.Second
 		}
 	}
@@ -255,6 +260,11 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 func (d *Drill) inject(ctx context.Context) error {
 	switch d.cfg.Kind {
 	case KindDrop:
+		if d.cfg.Duration > 0 {
+			if err := d.fault(ctx, "refuse_subscribe", d.cfg.Duration.Seconds()); err != nil {
+				return err
+			}
+		}
 		return d.fault(ctx, "drop", 0)
 	case KindRevoke:
 		return d.fault(ctx, "revoke", 0)

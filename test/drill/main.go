@@ -1,0 +1,283 @@
+// Command drill runs `botctl drill`'s rounds of every kind on real botctl
+// processes with the default configuration (one `botctl infra`, one
+// `botctl sim`, three `botctl serve` nodes) and writes a report:
+//
+//	go run ./test/drill -rounds 10 -out bench/drill.md
+//
+// kill-leader rounds have a restarter playing systemd (Restart=always,
+// RestartSec=5s): a killed node is started again 5 s after it died. The
+// silence drill needs a baseline for the current hour of the week, so a
+// warm-up sends traffic until the bot's baseline has an opinion (by default
+// 10 minutes of observation). The gap kind is a drop with reconnection
+// refused for -gap (default 2m): the users' messages of that gap are found
+// by the backfill.
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/drill"
+	"github.com/botctl/botctl/pkg/health"
+	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/test/e2e/cluster"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+const bot = "b1"
+
+type kindRun struct {
+	name   string // report name: drop, gap, revoke, …
+	kind   string
+	dur    time.Duration
+	rounds int
+}
+
+func main() {
+	var (
+		rounds     = flag.Int("rounds", 10, "rounds per kind")
+		gapRounds  = flag.Int("gap-rounds", 3, "rounds of the 2-minute gap (each takes over 2 minutes)")
+		gap        = flag.Duration("gap", 2*time.Minute, "the gap kind's outage")
+		kinds      = flag.String("kinds", "drop,stall,silence,revoke,kill-leader,gap", "comma-separated: drop, stall, silence, revoke, kill-leader, gap")
+		out        = flag.String("out", "", "write a markdown report here (and a .csv beside it)")
+		restartGap = flag.Duration("restart-after", 5*time.Second, "kill-leader: start a killed node again after this (systemd's RestartSec)")
+	)
+	flag.Parse()
+	start := time.Now()
+	dir, err := os.MkdirTemp("", "botctl-drill-")
+	check(err)
+	defer os.RemoveAll(dir)
+	bin, err := cluster.Build(dir)
+	check(err)
+	c, err := cluster.Start(cluster.Options{Bin: bin, Dir: dir, Bots: []string{bot}, TTL: 20 * time.Second, Margin: 5 * time.Second, StartTimeout: 60 * time.Second})
+	if err != nil {
+		fail(c, err)
+	}
+	defer c.Close()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		c.Close()
+		os.Exit(130)
+	}()
+	ids := []string{"n1", "n2", "n3"}
+	for _, id := range ids {
+		if _, err := c.StartNode(id, ""); err != nil {
+			fail(c, err)
+		}
+	}
+
+	nc, err := nats.Connect(c.NATSURL)
+	check(err)
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	check(err)
+	ctx := context.Background()
+	store, err := jetstream.Declare(ctx, js, jetstream.Options{})
+	check(err)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.EtcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	check(err)
+	defer cli.Close()
+
+	var runs []kindRun
+	for _, k := range strings.Split(*kinds, ",") {
+		switch k = strings.TrimSpace(k); k {
+		case "gap":
+			runs = append(runs, kindRun{name: "gap", kind: drill.KindDrop, dur: *gap, rounds: *gapRounds})
+		case drill.KindDrop, drill.KindStall, drill.KindSilence, drill.KindRevoke, drill.KindKillLeader:
+			runs = append(runs, kindRun{name: k, kind: k, rounds: *rounds})
+		default:
+			fmt.Fprintf(os.Stderr, "drill: -kinds: unknown %q\n", k)
+			os.Exit(2)
+		}
+	}
+
+	results := map[string][]drill.Round{}
+	var warmup time.Duration
+	for _, run := range runs {
+		if run.kind == drill.KindSilence {
+			t0 := time.Now()
+			fmt.Printf("== warm-up: traffic until the silence baseline of %s has an opinion for this hour of the week\n", bot)
+			if err := warm(ctx, c, store, 30*time.Minute); err != nil {
+				fail(c, err)
+			}
+			warmup = time.Since(t0)
+			fmt.Printf("   warm after %s\n", warmup.Round(time.Second))
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		if run.kind == drill.KindKillLeader {
+			wg.Go(func() { restarter(c, ids, *restartGap, stop) })
+		}
+		d, err := drill.New(ctx, drill.Config{Bot: bot, Kind: run.kind, Rounds: run.rounds, Sim: c.SimHTTP, Duration: run.dur,
+			Incidents: incident.NewStore(store.Incidents()), Health: store.Health(),
+			Nodes:    func(ctx context.Context) ([]node.Info, error) { return node.Nodes(ctx, cli, "/botctl/") },
+			Progress: os.Stdout})
+		if err != nil {
+			fail(c, err)
+		}
+		fmt.Printf("== %s: %d rounds\n", run.name, run.rounds)
+		rs, err := d.Run(ctx, func(r drill.Round) {
+			fmt.Printf("%s round %d: T1 %.2fs T2 %.3fs T3 %.2fs down %.2fs sent %d lost %d alerts %d %s\n",
+				run.name, r.N, r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost, r.Alerts, r.Error)
+		})
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			fail(c, err)
+		}
+		results[run.name] = rs
+	}
+	st, _ := c.Stats(bot)
+	report(*out, runs, results, warmup, st.Kicks, time.Since(start))
+}
+
+// warm sends one message a second until the bot's baseline has an opinion
+// for the current hour of the week (with the default limits).
+func warm(ctx context.Context, c *cluster.Cluster, store *jetstream.Store, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for k := 0; ; k++ {
+		if _, err := c.PostMessage(bot, fmt.Sprintf("warm-%d", k%50), fmt.Sprintf("warm-up %d", k)); err != nil {
+			return err
+		}
+		if k%10 == 0 {
+			e, err := store.Health().Get(ctx, "baseline."+bot)
+			if err == nil {
+				var b health.Baseline
+				if json.Unmarshal(e.Value(), &b) == nil {
+					if thr, ok := b.Threshold(time.Now(), time.Local, health.BaselineLimits{}); ok {
+						fmt.Printf("   baseline: a silence over %s is suspicious now\n", thr.Round(time.Millisecond))
+						return nil
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("baseline still without an opinion after %s", limit)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// restarter starts a node again restartAfter after its process died, as
+// systemd would.
+func restarter(c *cluster.Cluster, ids []string, restartAfter time.Duration, stop chan struct{}) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		alive := map[string]bool{}
+		for _, n := range c.Alive() {
+			alive[n.ID] = true
+		}
+		for _, id := range ids {
+			if alive[id] {
+				continue
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(restartAfter):
+			}
+			if _, err := c.RestartNode(id); err != nil {
+				fmt.Printf("restart %s: %v\n", id, err)
+			} else {
+				fmt.Printf("restarted %s (as systemd would)\n", id)
+			}
+		}
+	}
+}
+
+func report(out string, runs []kindRun, results map[string][]drill.Round, warmup time.Duration, kicks int64, took time.Duration) {
+	goVersion := runtime.Version()
+	if v, err := exec.Command("go", "version").Output(); err == nil {
+		goVersion = strings.TrimSpace(string(v))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Drills: T1, T2, T3 and messages lost per kind of outage\n\n")
+	fmt.Fprintf(&b, "Command: `go run ./test/drill %s`  \n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(&b, "Date: %s; nproc %d; %s; took %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), goVersion, took.Round(time.Second))
+	fmt.Fprintf(&b, "Default configuration: one `botctl infra` (embedded etcd and NATS), one `botctl sim`, three `botctl serve` nodes "+
+		"(election TTL 20s, margin 5s, every health/recovery key at its default), bot %s. Each round: user traffic of one message a second, "+
+		"each from its own conversation; the fault; the incident waited for until it closes; then every message checked in the simulator's "+
+		"transcript (a finished stream or a pushed answer). T1 here counts from the injection (the drill knows it); the incident's own T1 "+
+		"counts from its last evidence and is in the CSV. T2 and T3 are the incident's.\n\n", bot)
+	if warmup > 0 {
+		fmt.Fprintf(&b, "The silence rounds followed a warm-up of %s of traffic, until the baseline had an opinion for the hour of the week.\n\n", warmup.Round(time.Second))
+	}
+	fmt.Fprintf(&b, "| kind | rounds | failed | T1 p50 | T1 p90 | T1 max | T2 p50 | T2 max | T3 p50 | T3 p90 | T3 max | downtime p50 | sent | lost | alerts |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, run := range runs {
+		rs := results[run.name]
+		s := drill.Summarize(rs)
+		var downs []time.Duration
+		for _, r := range rs {
+			if r.Error == "" {
+				downs = append(downs, time.Duration(r.Downtime*float64(time.Second)))
+			}
+		}
+		d := incident.SpreadOf(downs)
+		fmt.Fprintf(&b, "| %s | %d | %d | %.2fs | %.2fs | %.2fs | %.3fs | %.3fs | %.2fs | %.2fs | %.2fs | %.2fs | %d | %d | %d |\n",
+			run.name, s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T3.Median, s.T3.P90, s.T3.Max, d.Median, s.Sent, s.Lost, s.Alerts)
+	}
+	fmt.Fprintf(&b, "\nKicks at the simulator over the whole run (ping-pong): %d.\n", kicks)
+	fmt.Println(b.String())
+	if out == "" {
+		return
+	}
+	check(os.MkdirAll(filepath.Dir(out), 0o755))
+	check(os.WriteFile(out, []byte(b.String()), 0o644))
+	f, err := os.Create(strings.TrimSuffix(out, ".md") + ".csv")
+	check(err)
+	defer f.Close()
+	w := csv.NewWriter(f)
+	w.Write([]string{"kind", "round", "incident", "level", "method", "t1_s", "t1_recorded_s", "t2_s", "t3_s", "downtime_s", "sent", "answered", "lost", "alerts", "error"})
+	for _, run := range runs {
+		for _, r := range results[run.name] {
+			w.Write([]string{run.name, fmt.Sprint(r.N), r.Incident, r.Level, r.Method, f3(r.T1), f3(r.T1Recorded), f3(r.T2), f3(r.T3), f3(r.Downtime),
+				fmt.Sprint(r.Sent), fmt.Sprint(r.Answered), fmt.Sprint(r.Lost), fmt.Sprint(r.Alerts), r.Error})
+		}
+	}
+	w.Flush()
+	check(w.Error())
+}
+
+func f3(v float64) string { return fmt.Sprintf("%.3f", v) }
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "drill:", err)
+		os.Exit(1)
+	}
+}
+
+func fail(c *cluster.Cluster, err error) {
+	fmt.Fprintln(os.Stderr, "drill:", err)
+	if c != nil {
+		fmt.Fprintln(os.Stderr, c.Dump(40))
+		c.Close()
+	}
+	os.Exit(1)
+}
