@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/health"
+	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,6 +26,11 @@ import (
 type Status struct {
 	Nodes []NodeStatus `json:"nodes"`
 	Bots  []BotStatus  `json:"bots"`
+	// HealthError says why the bots' health and incidents are missing
+	// (JetStream not given or not reachable).
+	// (Not in the JSON, whose top level is exactly nodes and bots: a bot
+	// without "health" says the same; the reason goes to stderr.)
+	HealthError string `json:"-"`
 }
 
 // NodeStatus is a node's registration plus what its own API says now:
@@ -73,6 +80,52 @@ type BotStatus struct {
 	Gate        string                    `json:"gate,omitempty"`       // the env allowed to connect
 	Nodes       map[string]node.BotStatus `json:"nodes,omitempty"`      // each node's view
 	Transitions []node.Transition         `json:"transitions"`          // recent, oldest first
+	// Health is the bot's shared health record, Incident its open outage
+	// incident, Incomplete how many of its conversations are marked "may
+	// be incomplete" (from JetStream; absent when it was not reachable).
+	Health     *health.Record     `json:"health,omitempty"`
+	Incident   *incident.Incident `json:"incident,omitempty"`
+	Incomplete int                `json:"incomplete,omitempty"`
+}
+
+// addHealth adds each bot's health record, open incident and "may be
+// incomplete" count from JetStream, or says why it cannot.
+func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
+	s, closeFn, err := nf.store()
+	if err != nil {
+		st.HealthError = err.Error()
+		return
+	}
+	defer closeFn()
+	recs, err := health.LoadAll(ctx, s.Health())
+	if err != nil {
+		st.HealthError = err.Error()
+		return
+	}
+	incs := incident.NewStore(s.Incidents())
+	known := map[string]bool{}
+	for _, b := range st.Bots {
+		known[b.ID] = true
+	}
+	for id := range recs {
+		if !known[id] {
+			st.Bots = append(st.Bots, BotStatus{ID: id, Nodes: map[string]node.BotStatus{}, Transitions: []node.Transition{}})
+		}
+	}
+	sort.Slice(st.Bots, func(i, j int) bool { return st.Bots[i].ID < st.Bots[j].ID })
+	for i := range st.Bots {
+		b := &st.Bots[i]
+		if r, ok := recs[b.ID]; ok {
+			b.Health = &r
+		}
+		if inc, err := incs.OpenFor(ctx, b.ID, incident.Outage); err == nil && inc != nil {
+			inc.Events = nil // the list view; botctl incidents show has the timeline
+			b.Incident = inc
+		}
+		if marks, err := health.Marks(ctx, s.Health(), b.ID); err == nil {
+			b.Incomplete = len(marks)
+		}
+	}
 }
 
 func newStatusCmd() *cobra.Command {
@@ -80,6 +133,7 @@ func newStatusCmd() *cobra.Command {
 		ef      etcdFlags
 		asJSON  bool
 		history int
+		natsURL string
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -101,7 +155,12 @@ func newStatusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			nf := natsFlags{url: natsURL, dataDir: ef.dataDir, timeout: ef.timeout}
+			addHealth(ctx, &nf, &st)
 			if asJSON {
+				if st.HealthError != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "botctl status: health and incidents not shown: %s\n", st.HealthError)
+				}
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(st)
@@ -113,6 +172,7 @@ func newStatusCmd() *cobra.Command {
 	ef.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"nodes\":[…],\"bots\":[…]}")
 	cmd.Flags().IntVar(&history, "transitions", 10, "recent transitions to show per bot")
+	cmd.Flags().StringVar(&natsURL, "nats", "", "NATS URL for the bots' health and incidents (default $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
 	return cmd
 }
 
@@ -196,7 +256,7 @@ func printStatus(w io.Writer, st Status) {
 		fmt.Fprintln(tw, "(no nodes registered)")
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "BOT\tLEADER\tSINCE\tTERM\tGATE")
+	fmt.Fprintln(tw, "BOT\tLEADER\tSINCE\tTERM\tGATE\tHEALTH\tINCIDENT")
 	for _, b := range st.Bots {
 		leader, since := b.Leader, "-"
 		if leader == "" {
@@ -208,9 +268,25 @@ func printStatus(w io.Writer, st Status) {
 		if b.Since != nil {
 			since = fmt.Sprintf("%s (%s ago)", b.Since.Format(time.RFC3339), time.Since(*b.Since).Round(time.Second))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", b.ID, leader, since, b.Term, b.Gate)
+		hl, inc := "?", "-"
+		if b.Health != nil {
+			hl = string(b.Health.State)
+			if b.Health.Reason != "" {
+				hl += " (" + clip(b.Health.Reason, 50) + ")"
+			}
+			if b.Incomplete > 0 {
+				hl += fmt.Sprintf(", %d conversation(s) may be incomplete", b.Incomplete)
+			}
+		}
+		if b.Incident != nil {
+			inc = fmt.Sprintf("%s %s %s", b.Incident.ID, b.Incident.Level, b.Incident.State)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", b.ID, leader, since, b.Term, b.Gate, hl, inc)
 	}
 	tw.Flush()
+	if st.HealthError != "" {
+		fmt.Fprintf(w, "\n(health and incidents not shown: %s)\n", st.HealthError)
+	}
 	for _, b := range st.Bots {
 		if len(b.Transitions) == 0 {
 			continue

@@ -70,6 +70,15 @@ func TestOneLeaderPerBot(t *testing.T) {
 			return fmt.Errorf("status has %d bots, want %d\n%s", len(st.Bots), len(bots), raw)
 		}
 		for _, b := range st.Bots {
+			// The shared health record, from JetStream: online once the
+			// leader has written it.
+			var h struct {
+				State string `json:"state"`
+				Node  string `json:"node"`
+			}
+			if raw, ok := b["health"]; !ok || json.Unmarshal(raw, &h) != nil || h.State != "online" {
+				return fmt.Errorf("bot health in status --json: %s", b["health"])
+			}
 			for _, k := range []string{"id", "leader", "since"} {
 				if _, ok := b[k]; !ok {
 					t.Fatalf("a bot in status --json lacks %q: %s", k, raw)

@@ -557,7 +557,7 @@ func (c *Cluster) stableOnce() (map[string]string, error) {
 
 // Status runs `botctl status --etcd … --json` and returns its raw output.
 func (c *Cluster) Status(ctx context.Context) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, c.Opts.Bin, "status", "--etcd", c.EtcdURL, "--json")
+	cmd := exec.CommandContext(ctx, c.Opts.Bin, "status", "--etcd", c.EtcdURL, "--nats", c.NATSURL, "--json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
