@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/test/e2e/cluster"
+)
+
+// finals counts the complete answers chat got to question: finished
+// streams and pushed parts that start the answer.
+func finals(t *testing.T, c *cluster.Cluster, chat, question string) (int, []cluster.TranscriptEntry) {
+	t.Helper()
+	tr, err := c.Transcript("b1", chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range tr {
+		if e.From == "bot" && strings.Contains(e.Content, "You asked: "+question+"\n") && (e.Finished || e.Kind == "markdown") {
+			n++
+		}
+	}
+	return n, tr
+}
+
+type incidentDetail struct {
+	ID     string `json:"id"`
+	State  string `json:"state"`
+	Kind   string `json:"kind"`
+	Level  string `json:"level"`
+	Signal string `json:"signal"`
+	Replay struct {
+		Held     int `json:"held"`
+		Replayed int `json:"replayed"`
+	} `json:"replay"`
+	Backfill struct {
+		Filled    int `json:"filled"`
+		NotFilled int `json:"not_filled"`
+	} `json:"backfill"`
+	Incomplete []string `json:"incomplete"`
+}
+
+func allIncidents(t *testing.T, c *cluster.Cluster) []incidentDetail {
+	t.Helper()
+	var out struct {
+		Incidents []incidentDetail `json:"incidents"`
+	}
+	raw := incidentsCLI(t, c, "list", "--json")
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		t.Fatalf("incidents list --json: %v\n%s", err, raw)
+	}
+	return out.Incidents
+}
+
+// An answer that completes while the bot is away is owed by push: after
+// recovery it is replayed exactly once, and the incident counts it.
+func TestOutboundReplayExactlyOnce(t *testing.T) {
+	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "3s"})
+	startNodes(t, c, 2)
+	waitStable(t, c)
+	if _, err := c.PostMessage("b1", "erin", "long one"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "erin's receipt", func() error {
+		if _, tr := finals(t, c, "erin", "long one"); len(tr) < 2 {
+			return fmt.Errorf("transcript %+v", tr)
+		}
+		return nil
+	})
+	// Away for 10 s: the answer completes meanwhile.
+	if err := c.Fault("b1", "refuse_subscribe", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fault("b1", "drop", 0); err != nil {
+		t.Fatal(err)
+	}
+	var inc incidentDetail
+	eventually(t, 90*time.Second, "the incident closed", func() error {
+		all := allIncidents(t, c)
+		if len(all) != 1 || all[0].State != "closed" {
+			return fmt.Errorf("incidents %+v", all)
+		}
+		inc = all[0]
+		return nil
+	})
+	if inc.Replay.Held != 1 || inc.Replay.Replayed != 1 {
+		t.Fatalf("replay %+v, want 1 owed and 1 replayed", inc.Replay)
+	}
+	// Settled: nothing more arrives.
+	time.Sleep(3 * time.Second)
+	if n, tr := finals(t, c, "erin", "long one"); n != 1 {
+		t.Fatalf("%d complete answers after the replay, want exactly 1: %+v", n, tr)
+	}
+}
+
+// A gap bigger than the backfill's budget: what it could not answer marks
+// the conversations "may be incomplete" and pages a person (a data
+// incident); the next answer in such a conversation tells the user.
+func TestBackfillBudgetSpentMarksAndTells(t *testing.T) {
+	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "1s", "--backfill-max-messages", "1"})
+	startNodes(t, c, 1)
+	waitStable(t, c)
+	if err := c.Fault("b1", "refuse_subscribe", 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fault("b1", "drop", 0); err != nil {
+		t.Fatal(err)
+	}
+	users := []string{"u1", "u2", "u3"}
+	for _, u := range users {
+		if _, err := c.PostMessage("b1", u, "while away"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var data incidentDetail
+	eventually(t, 90*time.Second, "a data incident for the unfilled messages", func() error {
+		for _, i := range allIncidents(t, c) {
+			if i.Kind == "data" {
+				data = i
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	if data.Level != "human" || data.Signal != "backfill" || len(data.Incomplete) != 2 {
+		t.Fatalf("data incident: %+v", data)
+	}
+	// The marked users' next answer starts with the note.
+	marked := data.Incomplete[0]
+	if _, err := c.PostMessage("b1", marked, "hello again"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the marked user told", func() error {
+		n, tr := finals(t, c, marked, "hello again")
+		if n == 0 {
+			return fmt.Errorf("no answer yet: %+v", tr)
+		}
+		for _, e := range tr {
+			if e.From == "bot" && (e.Finished || e.Kind == "markdown") && strings.Contains(e.Content, "You asked: hello again") {
+				if !strings.Contains(e.Content, "可能未被处理") {
+					t.Fatalf("the answer does not tell the user: %q", e.Content)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no final")
+	})
+	// Told once: the mark is gone.
+	raw, err := c.Status(ctxTimeout(t, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Bots []struct {
+			Incomplete int `json:"incomplete"`
+		} `json:"bots"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil || len(st.Bots) != 1 || st.Bots[0].Incomplete != 1 {
+		t.Fatalf("status after telling one of two: %s", raw)
+	}
+}
