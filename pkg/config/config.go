@@ -98,6 +98,11 @@ type Push struct {
 	QueuedLine string `yaml:"queued_line"`
 	// TruncatedNote ends a stream closed before its window ends.
 	TruncatedNote string `yaml:"truncated_note"`
+	// ReplayExpiry: a complete answer still owed by push this long after
+	// it was computed (the bot was away that long) is not sent late; its
+	// delivery fails for good and a person is told (a data incident).
+	// Default 24h.
+	ReplayExpiry time.Duration `yaml:"replay_expiry"`
 }
 
 // Etcd is the control plane. No endpoints: an embedded single-node etcd in DataDir.
@@ -198,6 +203,7 @@ func Defaults() Config {
 		NATS: NATS{Replicas: 1},
 	}
 	c.Health, c.Recovery = healthDefaults()
+	c.Push.ReplayExpiry = 24 * time.Hour
 	return c
 }
 

@@ -400,7 +400,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
-		Gate: n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed,
+		Gate: n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed, ReplayExpiry: cfg.Push.ReplayExpiry,
 		Logger: log,
 	})
 	if err != nil {
