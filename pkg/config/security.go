@@ -69,7 +69,7 @@ func readSecretFile(key, path string) (string, error) {
 
 // tlsFiles names a section's TLS keys, for errors.
 type tlsFiles struct {
-	section                  string // "etcd" or "nats"
+	section                   string // "etcd" or "nats"
 	caFile, certFile, keyFile string
 }
 
