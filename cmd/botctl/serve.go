@@ -13,6 +13,7 @@ import (
 	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
+	"github.com/botctl/botctl/pkg/redact"
 	botserve "github.com/botctl/botctl/pkg/serve"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/spf13/cobra"
@@ -58,7 +59,7 @@ secret_file in the config file. Secrets are never logged.`,
 			for _, s := range bots {
 				b, err := config.ParseBot(s)
 				if err != nil {
-					return usageErrorf("--bot %q: %v", redact(s), err)
+					return usageErrorf("--bot %q: %v", redactBot(s), err)
 				}
 				cfg.Bots = append(cfg.Bots, b)
 			}
@@ -90,8 +91,8 @@ secret_file in the config file. Secrets are never logged.`,
 	return cmd
 }
 
-// redact hides the secret of an ID:SECRET argument.
-func redact(s string) string {
+// redactBot hides the secret of an ID:SECRET argument.
+func redactBot(s string) string {
 	if id, _, ok := strings.Cut(s, ":"); ok {
 		return id + ":<redacted>"
 	}
@@ -175,21 +176,27 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 			addr, cfg.Bots[0].ID, addr, cfg.Bots[0].ID, addr, cfg.Bots[0].ID)
 	}
 
-	cli, err := newEtcdClient(endpoints, cfg.Etcd.DialTimeout)
+	ec := cfg.Etcd
+	ec.Endpoints = endpoints
+	cli, err := newEtcdClient(ec)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	natsOpts, err := cfg.NATS.Options()
+	if err != nil {
+		return usageError{err}
+	}
 
 	ids := make([]string, len(cfg.Bots))
 	for i, b := range cfg.Bots {
 		ids[i] = b.ID
 	}
 	return botserve.Run(ctx, botserve.Options{
-		Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, Listener: ln, Version: buildinfo.String(), Logger: logger,
+		Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, NATSOptions: natsOpts, Listener: ln, Version: buildinfo.String(), Logger: logger,
 		Ready: func(*botserve.Node) {
 			fmt.Fprintf(out, "botctl node %s serving bots [%s]; API http://%s/status; etcd %s; AI %s\n",
-				cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(endpoints, ","), cfg.AI.Kind)
+				cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(redact.URLs(endpoints), ","), cfg.AI.Kind)
 		},
 	})
 }

@@ -86,11 +86,11 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the cluster: nodes, and per bot its leader, term start and recent transitions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eps, err := ef.resolve()
+			ec, err := ef.resolve()
 			if err != nil {
 				return err
 			}
-			cli, err := newEtcdClient(eps, ef.timeout)
+			cli, err := newEtcdClient(ec)
 			if err != nil {
 				return err
 			}

@@ -267,10 +267,13 @@ func TestSecurityErrorsNameTheKey(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
 		"loopback ws simulator": func(c *Config) { c.WeCom.URL = "ws://127.0.0.1:8390/" },
 		"localhost listen":      func(c *Config) { c.Listen = "localhost:8391" },
-		"LAN listen with token": func(c *Config) { c.Listen = "10.0.0.5:8391"; c.API.TokenFile = secretFile(t, "tok", "0123456789abcdef") },
-		"cluster URLs":          func(c *Config) { c.NATS.URL = "nats://a:4222, nats://b:4222,nats://c:4222" },
-		"staging prefix":        func(c *Config) { c.NATS.Prefix = "BOTCTL_STAGING" },
-		"etcd https no files":   func(c *Config) { c.Etcd.Endpoints = []string{"https://e:2379"} },
+		"LAN listen with token": func(c *Config) {
+			c.Listen = "10.0.0.5:8391"
+			c.API.TokenFile = secretFile(t, "tok", "0123456789abcdef")
+		},
+		"cluster URLs":        func(c *Config) { c.NATS.URL = "nats://a:4222, nats://b:4222,nats://c:4222" },
+		"staging prefix":      func(c *Config) { c.NATS.Prefix = "BOTCTL_STAGING" },
+		"etcd https no files": func(c *Config) { c.Etcd.Endpoints = []string{"https://e:2379"} },
 	} {
 		c := Defaults()
 		edit(&c)

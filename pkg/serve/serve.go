@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/recovery"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/worker"
@@ -40,11 +42,14 @@ import (
 
 // Options are what Run needs besides the validated configuration.
 type Options struct {
-	Config   config.Config // validated, secrets resolved
-	Etcd     *clientv3.Client
-	NATSURL  string
-	Listener net.Listener // the node API's
-	Version  string
+	Config  config.Config // validated, secrets resolved
+	Etcd    *clientv3.Client
+	NATSURL string
+	// NATSOptions are the connection's TLS and credentials
+	// (config.NATS.Options).
+	NATSOptions []nats.Option
+	Listener    net.Listener // the node API's
+	Version     string
 	// TaskAckWait, if set, overrides the task queue's ack wait (tests).
 	TaskAckWait time.Duration
 	Logger      zerolog.Logger
@@ -119,10 +124,10 @@ func Run(ctx context.Context, o Options) error {
 	// then errors at once and the dispatcher falls back, instead of
 	// waiting in a buffer that may deliver later. RetryOnFailedConnect: a
 	// node starts while NATS is down, and connects when it is back.
-	nc, err := nats.Connect(o.NATSURL, nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
+	nc, err := nats.Connect(o.NATSURL, append(slices.Clip(o.NATSOptions), nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
-		return fmt.Errorf("connect NATS %s: %w", o.NATSURL, err)
+		return fmt.Errorf("connect NATS %s: %w", redact.URL(o.NATSURL), redact.Error(err))
 	}
 	defer nc.Close()
 	js, err := natsjs.New(nc)
@@ -203,7 +208,7 @@ func Run(ctx context.Context, o Options) error {
 	nodeDone := make(chan error, 1)
 	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
 
-	store, err := declare(ctx, js, jetstream.Options{Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
+	store, err := declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	if err == nil {
 		err = n.start(workCtx, &wg, store, backend)
 	}
