@@ -81,6 +81,7 @@ type Node struct {
 	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
 	tracker  atomic.Pointer[backfill.Tracker]
 	history  backfill.HistorySource // nil: no gap backfill
+	token    string                 // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -119,6 +120,13 @@ func (n *Node) Pusher(bot string) *pusher.Pusher {
 func Run(ctx context.Context, o Options) error {
 	cfg := o.Config
 	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
+	token, err := cfg.API.Token()
+	if err != nil {
+		return err
+	}
+	if err := checkListener(o.Listener, token); err != nil {
+		return err
+	}
 
 	// Fail fast while JetStream is away (ReconnectBufSize -1): a publish
 	// then errors at once and the dispatcher falls back, instead of
@@ -148,7 +156,7 @@ func Run(ctx context.Context, o Options) error {
 	defer spool.Close()
 
 	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
-		ready: make(chan struct{}), log: log}
+		ready: make(chan struct{}), log: log, token: token}
 	if cfg.Backfill.HistoryURL != "" {
 		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
@@ -198,7 +206,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	srv := &http.Server{Handler: n.api(workCtx, &wg, o.Etcd), ReadHeaderTimeout: 5 * time.Second}
+	srv := n.apiServer(workCtx, &wg, o.Etcd)
 	wg.Go(func() { srv.Serve(o.Listener) })
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -318,7 +326,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 			return err
 		},
 		Spooled:     n.Spool.Holds,
-		FixedWorker: cfg.Dispatch.FixedWorker,
+		FixedWorker: cfg.Dispatch.FixedWorker, Token: n.token,
 		// Bounded by the worker's slots: a full node refuses, and the
 		// dispatcher keeps the task in the spool for the queue.
 		Local:  func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
@@ -654,12 +662,14 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if _, err := cli.Get(hctx, "health-probe"); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": err.Error()})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": redact.String(err.Error())})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("POST "+dispatch.ExecPath, func(w http.ResponseWriter, r *http.Request) {
+	// Tier 2: the one endpoint that acts, behind the cluster's token. The
+	// others are GET only and change nothing.
+	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m task.Message
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want a task message: {\"task_id\",\"bot\",\"msgid\",\"chat\",\"question\",…}"})
@@ -679,7 +689,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
-	})
+	})))
 	return mux
 }
 
