@@ -580,7 +580,7 @@ func (c *Config) Validate() error {
 	}
 	for i, e := range c.Etcd.Endpoints {
 		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad(fmt.Sprintf("etcd.endpoints[%d]", i), "%q: want http://HOST:PORT or https://HOST:PORT", e)
+			bad(fmt.Sprintf("etcd.endpoints[%d]", i), "%q: want http://HOST:PORT or https://HOST:PORT", redact.URL(e))
 		}
 	}
 	if c.Etcd.DialTimeout <= 0 {
@@ -597,7 +597,7 @@ func (c *Config) Validate() error {
 	c.validateSecurity(bad, &errs)
 	if c.WeCom.URL != "" {
 		if u, err := url.Parse(c.WeCom.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-			bad("wecom.url", "%q: want ws:// or wss:// (production: wss://openws.work.weixin.qq.com)", c.WeCom.URL)
+			bad("wecom.url", "%q: want ws:// or wss:// (production: wss://openws.work.weixin.qq.com)", redact.URL(c.WeCom.URL))
 		}
 	}
 	if c.WeCom.HeartbeatInterval <= 0 {
@@ -641,7 +641,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Backfill.HistoryURL != "" {
 		if u, err := url.Parse(c.Backfill.HistoryURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("backfill.history_url", "%q: want http://HOST:PORT of the WeCom simulator's control API", c.Backfill.HistoryURL)
+			bad("backfill.history_url", "%q: want http://HOST:PORT of the WeCom simulator's control API", redact.URL(c.Backfill.HistoryURL))
 		}
 	}
 	if c.Backfill.Overlap <= 0 {
@@ -652,7 +652,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Dispatch.FixedWorker != "" {
 		if u, err := url.Parse(c.Dispatch.FixedWorker); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("dispatch.fixed_worker", "%q: want http://HOST:PORT of a node's API", c.Dispatch.FixedWorker)
+			bad("dispatch.fixed_worker", "%q: want http://HOST:PORT of a node's API", redact.URL(c.Dispatch.FixedWorker))
 		}
 	}
 	if _, err := ai.New(c.AI); err != nil {

@@ -244,10 +244,10 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 			bad(key, "%s holds credentials: use etcd.username and etcd.password_file", redact.URL(e))
 		}
 		if u.Scheme == "http" && etls.set() {
-			bad(key, "%s is plain http but etcd.ca_file/cert_file/key_file are set: use https://", e)
+			bad(key, "%s is plain http but etcd.ca_file/cert_file/key_file are set: use https://", redact.URL(e))
 		}
 		if u.Scheme == "http" && c.Etcd.Username != "" && !LoopbackHost(u.Hostname()) {
-			bad(key, "%s is plain http: etcd.username's password would cross the network in clear text; use https:// (with etcd.ca_file)", e)
+			bad(key, "%s is plain http: etcd.username's password would cross the network in clear text; use https:// (with etcd.ca_file)", redact.URL(e))
 		}
 	}
 	if len(c.Etcd.Endpoints) > 0 {
@@ -285,7 +285,7 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 		*errs = append(*errs, err)
 	}
 	if u, err := url.Parse(c.Dispatch.FixedWorker); err == nil && c.Dispatch.FixedWorker != "" && c.API.TokenFile == "" && !LoopbackHost(u.Hostname()) {
-		bad("api.token_file", "dispatch.fixed_worker is %s, another machine, whose API asks for the cluster's token: set api.token_file to the same file as on that node", c.Dispatch.FixedWorker)
+		bad("api.token_file", "dispatch.fixed_worker is %s, another machine, whose API asks for the cluster's token: set api.token_file to the same file as on that node", redact.URL(c.Dispatch.FixedWorker))
 	}
 
 	// wecom: the bot secret crosses this connection.
