@@ -23,11 +23,12 @@ const demoBot = "demo"
 
 func newServeCmd() *cobra.Command {
 	var (
-		configPath string
-		bots       []string
-		demo       bool
-		demoListen string
-		keyFlags   = map[string]*string{}
+		configPath  string
+		bots        []string
+		demo        bool
+		demoListen  string
+		allowRemote bool
+		keyFlags    = map[string]*string{}
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -67,6 +68,12 @@ secret_file in the config file. Secrets are never logged.`,
 				return usageError{err}
 			}
 			demo = demo || (len(cfg.Bots) == 0 && cfg.WeCom.URL == "")
+			if demo {
+				if err := checkLoopback(demoListen, allowRemote); err != nil {
+					return usageErrorf("--demo-listen %s: %v: the demo's simulator has no authentication, so anyone who reaches it can act as any user and read every transcript. "+
+						"Give --allow-remote to listen there anyway (a demo on a trusted network)", demoListen, err)
+				}
+			}
 			if demo && len(cfg.Bots) == 0 {
 				cfg.Bots = []config.Bot{{ID: demoBot, Secret: demoBot + "-secret"}}
 			}
@@ -88,6 +95,7 @@ secret_file in the config file. Secrets are never logged.`,
 	f.StringArrayVar(&bots, "bot", nil, "bot as ID:SECRET, or ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable)")
 	f.BoolVar(&demo, "demo", false, "start an in-process WeCom simulator (default when no bots and no --wecom-url are given)")
 	f.StringVar(&demoListen, "demo-listen", "127.0.0.1:8390", "the demo simulator's address (port 0 picks a free one)")
+	f.BoolVar(&allowRemote, "allow-remote", false, "with --demo: allow a non-loopback --demo-listen (the simulator has no authentication: trusted networks only)")
 	return cmd
 }
 
