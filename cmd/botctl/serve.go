@@ -42,8 +42,11 @@ NATS server (JetStream) start in --data-dir. With no bots and no --wecom-url
 the node runs with no setup at all.
 
 Configuration: --config FILE (YAML), then BOTCTL_* environment variables,
-then flags. Bot secrets: --bot ID:SECRET, $BOTCTL_BOT_<ID>_SECRET, or
-secret_file in the config file. Secrets are never logged.`,
+then flags. Bot secrets: --bot ID with $BOTCTL_BOT_<ID>_SECRET, or
+secret_file in the config file (--bot ID:SECRET works but puts the secret
+in argv, where every user of the machine can read it: tests only). Secrets
+are never logged. TLS, credentials and the node API's token:
+docs/security.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := config.Load(configPath, os.Environ())
@@ -92,7 +95,7 @@ secret_file in the config file. Secrets are never logged.`,
 	for _, k := range config.Keys {
 		keyFlags[k.Flag] = f.String(k.Flag, "", fmt.Sprintf("%s (config key %s, env %s)", k.Usage, k.Name, k.Env()))
 	}
-	f.StringArrayVar(&bots, "bot", nil, "bot as ID:SECRET, or ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable)")
+	f.StringArrayVar(&bots, "bot", nil, "bot as ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable; ID:SECRET puts the secret in argv: tests only)")
 	f.BoolVar(&demo, "demo", false, "start an in-process WeCom simulator (default when no bots and no --wecom-url are given)")
 	f.StringVar(&demoListen, "demo-listen", "127.0.0.1:8390", "the demo simulator's address (port 0 picks a free one)")
 	f.BoolVar(&allowRemote, "allow-remote", false, "with --demo: allow a non-loopback --demo-listen (the simulator has no authentication: trusted networks only)")

@@ -529,7 +529,7 @@ func BotSecretEnv(botID string) string {
 func ParseBot(s string) (Bot, error) {
 	id, secret, _ := strings.Cut(s, ":")
 	if id == "" {
-		return Bot{}, errors.New(`want ID:SECRET (e.g. --bot mybot:$SECRET, or --bot mybot with $BOTCTL_BOT_MYBOT_SECRET set)`)
+		return Bot{}, errors.New(`want ID with the secret in the environment (--bot mybot with $BOTCTL_BOT_MYBOT_SECRET set), or secret_file in the config file`)
 	}
 	return Bot{ID: id, Secret: secret}, nil
 }
