@@ -27,6 +27,7 @@ type etcdFlags struct {
 	endpoints string
 	dataDir   string
 	timeout   time.Duration
+	api       config.API // of --config: how to reach the nodes' APIs
 }
 
 func (f *etcdFlags) register(cmd *cobra.Command) {
@@ -47,6 +48,7 @@ func (f *etcdFlags) resolve() (config.Etcd, error) {
 	}
 	ec := cfg.Etcd
 	ec.DialTimeout = f.timeout
+	f.api = cfg.API
 	s := f.endpoints
 	if s == "" && len(ec.Endpoints) > 0 {
 		return ec, nil

@@ -26,6 +26,41 @@ type API struct {
 	// file must not be readable by every user. Required when listen is not
 	// a loopback address. "" on loopback: no token asked.
 	TokenFile string `yaml:"token_file"`
+	// CertFile and KeyFile, if set, serve the API over HTTPS (the node
+	// registers https://HOST:PORT), so that the token and the tasks cannot
+	// be read off the network. Both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// CAFile is the PEM CA that signed the other nodes' API certificates,
+	// for tier-2 calls and `botctl status` ("": the system's roots).
+	CAFile string `yaml:"ca_file"`
+}
+
+func (a API) tlsFiles() tlsFiles {
+	return tlsFiles{section: "api", caFile: a.CAFile, certFile: a.CertFile, keyFile: a.KeyFile}
+}
+
+// ServerTLS is the API's server TLS configuration (nil: plain HTTP).
+func (a API) ServerTLS() (*tls.Config, error) {
+	if a.CertFile == "" && a.KeyFile == "" {
+		return nil, nil
+	}
+	f := a.tlsFiles()
+	f.caFile = "" // a client CA: the API authenticates callers by token, not certificate
+	tc, err := f.load()
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: tc.Certificates}, nil
+}
+
+// ClientTLS is what a caller of other nodes' APIs trusts: api.ca_file's CA
+// (nil: the system's roots).
+func (a API) ClientTLS() (*tls.Config, error) {
+	if a.CAFile == "" {
+		return nil, nil
+	}
+	return tlsFiles{section: "api", caFile: a.CAFile}.load()
 }
 
 // MinTokenBytes is the shortest api.token_file accepted.
@@ -282,6 +317,12 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 		bad("api.token_file", "listen is %s, not a loopback address, and the node API has no authentication (POST /v1/exec runs any prompt and pushes the answer to any chat): set api.token_file (see docs/security.md), or listen on 127.0.0.1", c.Listen)
 	}
 	if _, err := c.API.Token(); err != nil {
+		*errs = append(*errs, err)
+	}
+	if _, err := c.API.ServerTLS(); err != nil {
+		*errs = append(*errs, err)
+	}
+	if _, err := c.API.ClientTLS(); err != nil {
 		*errs = append(*errs, err)
 	}
 	if u, err := url.Parse(c.Dispatch.FixedWorker); err == nil && c.Dispatch.FixedWorker != "" && c.API.TokenFile == "" && !LoopbackHost(u.Hostname()) {

@@ -249,6 +249,9 @@ func TestSecurityErrorsNameTheKey(t *testing.T) {
 		{"world-readable token", func(c *Config) { c.API.TokenFile = open }, "config key api.token_file"},
 		{"missing token", func(c *Config) { c.API.TokenFile = "/nonexistent/token" }, "config key api.token_file"},
 		{"remote fixed worker without token", func(c *Config) { c.Dispatch.FixedWorker = "http://10.0.0.7:8391" }, "config key api.token_file"},
+		{"api cert without key", func(c *Config) { c.API.CertFile = cert }, "config key api.key_file"},
+		{"api key mismatch", func(c *Config) { c.API.CertFile, c.API.KeyFile = cert, otherKey }, "config keys api.cert_file / api.key_file"},
+		{"api ca missing", func(c *Config) { c.API.CAFile = "/nonexistent/ca.pem" }, "config key api.ca_file"},
 		{"plain ws to another machine", func(c *Config) { c.WeCom.URL = "ws://openws.work.weixin.qq.com" }, "config key wecom.url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/config"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -36,6 +38,34 @@ func (n *Node) apiServer(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.
 		IdleTimeout:       apiIdleTimeout,
 		MaxHeaderBytes:    apiMaxHeaderBytes,
 	}
+}
+
+// apiListener is ln, wrapped in TLS when api.cert_file is set, and the URL
+// other nodes reach it at (registered in etcd).
+func apiListener(ln net.Listener, a config.API) (net.Listener, string, error) {
+	tc, err := a.ServerTLS()
+	if err != nil {
+		return nil, "", err
+	}
+	if tc == nil {
+		return ln, "http://" + ln.Addr().String(), nil
+	}
+	return tls.NewListener(ln, tc), "https://" + ln.Addr().String(), nil
+}
+
+// apiClient calls other nodes' APIs (tier 2): api.ca_file's CA trusted.
+func apiClient(a config.API) (*http.Client, error) {
+	tc, err := a.ClientTLS()
+	if err != nil {
+		return nil, err
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	if tc != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tc
+		c.Transport = t
+	}
+	return c, nil
 }
 
 // checkListener refuses a node API reachable from other machines without a

@@ -28,6 +28,10 @@ const testToken = "0123456789abcdef0123456789abcdef"
 // apiNode is a node with JetStream bound and a real worker (demo backend)
 // behind its API, served on a loopback listener.
 func apiNode(t *testing.T, token string) (base string) {
+	return apiNodeWith(t, token, config.API{})
+}
+
+func apiNodeWith(t *testing.T, token string, a config.API) (base string) {
 	t.Helper()
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	backend, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: 10 * time.Millisecond}})
@@ -47,7 +51,11 @@ func apiNode(t *testing.T, token string) (base string) {
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
 		t.Fatalf("server timeouts not all set: %+v", srv)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, url, err := apiListener(raw, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +65,7 @@ func apiNode(t *testing.T, token string) (base string) {
 		srv.Close()
 		wg.Wait()
 	})
-	return "http://" + ln.Addr().String()
+	return url
 }
 
 func post(t *testing.T, url, auth string, body []byte) *http.Response {
@@ -136,5 +144,35 @@ func TestRunRefusesOpenListenerWithoutToken(t *testing.T) {
 	cfg.API.TokenFile = short
 	if err := Run(context.Background(), Options{Config: cfg, Listener: lo, Logger: zerolog.Nop()}); err == nil || !strings.Contains(err.Error(), "api.token_file") {
 		t.Fatalf("short token: %v", err)
+	}
+}
+
+// With api.cert_file the API is served over HTTPS and registered as
+// https://; the dispatcher, trusting api.ca_file, reaches it with the
+// token; a caller that does not trust the CA is refused by TLS.
+func TestExecOverHTTPS(t *testing.T) {
+	ca := testenv.NewCA(t)
+	cert, key := ca.Issue(t, "node")
+	a := config.API{CertFile: cert, KeyFile: key, CAFile: ca.CAFile}
+	base := apiNodeWith(t, testToken, a)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("API URL %s, want https://", base)
+	}
+	hc, err := apiClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unavailable := func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+		return jetstream.PublishResult{}, jetstream.ErrUnavailable
+	}
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	d, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Client: hc, Logger: zerolog.Nop()})
+	if out, err := d.Dispatch(context.Background(), m); err != nil || out.Tier != dispatch.TierFixed {
+		t.Fatalf("over HTTPS: %+v %v, want the fixed tier", out, err)
+	}
+	m.TaskID, m.MsgID, m.Chat = task.ID("b", "m2"), "m2", "bob"
+	untrusting, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
+	if _, err := untrusting.Dispatch(context.Background(), m); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the CA: %v, want a certificate error", err)
 	}
 }

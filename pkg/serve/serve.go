@@ -82,6 +82,7 @@ type Node struct {
 	tracker  atomic.Pointer[backfill.Tracker]
 	history  backfill.HistorySource // nil: no gap backfill
 	token    string                 // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
+	apiCli   *http.Client           // tier 2's client: api.ca_file trusted
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -127,6 +128,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := checkListener(o.Listener, token); err != nil {
 		return err
 	}
+	apiLn, apiURL, err := apiListener(o.Listener, cfg.API)
+	if err != nil {
+		return err
+	}
+	apiCli, err := apiClient(cfg.API)
+	if err != nil {
+		return err
+	}
 
 	// Fail fast while JetStream is away (ReconnectBufSize -1): a publish
 	// then errors at once and the dispatcher falls back, instead of
@@ -156,7 +165,7 @@ func Run(ctx context.Context, o Options) error {
 	defer spool.Close()
 
 	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
-		ready: make(chan struct{}), log: log, token: token}
+		ready: make(chan struct{}), log: log, token: token, apiCli: apiCli}
 	if cfg.Backfill.HistoryURL != "" {
 		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
@@ -191,7 +200,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	n.Node, err = node.New(o.Etcd, node.Config{
-		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: "http://" + o.Listener.Addr().String(),
+		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: apiURL,
 		Slots: cfg.Worker.Slots, Bots: cfg.Bots, DataDir: cfg.DataDir,
 		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
 			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue},
@@ -207,7 +216,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	srv := n.apiServer(workCtx, &wg, o.Etcd)
-	wg.Go(func() { srv.Serve(o.Listener) })
+	wg.Go(func() { srv.Serve(apiLn) })
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -326,7 +335,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 			return err
 		},
 		Spooled:     n.Spool.Holds,
-		FixedWorker: cfg.Dispatch.FixedWorker, Token: n.token,
+		FixedWorker: cfg.Dispatch.FixedWorker, Token: n.token, Client: n.apiCli,
 		// Bounded by the worker's slots: a full node refuses, and the
 		// dispatcher keeps the task in the spool for the queue.
 		Local:  func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
