@@ -89,7 +89,8 @@ func newEtcdClient(ec config.Etcd) (*clientv3.Client, error) {
 	// the operator gets "cannot reach etcd" and not a later timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), ec.DialTimeout)
 	defer cancel()
-	if _, err := cli.Get(ctx, "health-probe"); err != nil {
+	// Under /botctl/: an etcd RBAC role limited to it may read it.
+	if _, err := cli.Get(ctx, "/botctl/health-probe"); err != nil {
 		cli.Close()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %s", ec.DialTimeout)

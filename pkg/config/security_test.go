@@ -93,27 +93,43 @@ func TestEtcdTLSClientCertAndPassword(t *testing.T) {
 	if _, err := admin.UserGrantRole(ctx, "root", "root"); err != nil {
 		t.Fatal(err)
 	}
+	// botctl's own user: read-write on /botctl/ only, as docs/security.md says.
+	if _, err := admin.RoleAdd(ctx, "botctl"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RoleGrantPermission(ctx, "botctl", "/botctl/", clientv3.GetPrefixRangeEnd("/botctl/"), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.UserAdd(ctx, "botctl", "botctl-pw-0123456789"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.UserGrantRole(ctx, "botctl", "botctl"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := admin.AuthEnable(ctx); err != nil {
 		t.Fatal(err)
 	}
 	admin.Close()
 
 	withPW := cfg.Etcd
-	withPW.Username, withPW.PasswordFile = "root", secretFile(t, "etcd.pw", "root-pw-0123456789\n")
+	withPW.Username, withPW.PasswordFile = "botctl", secretFile(t, "etcd.pw", "botctl-pw-0123456789\n")
 	cfg2 := cfg
 	cfg2.Etcd = withPW
 	if err := cfg2.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if err := put(t, withPW, "with-password"); err != nil {
+	if err := put(t, withPW, "/botctl/with-password"); err != nil {
 		t.Fatalf("client with the password: %v", err)
+	}
+	if err := put(t, withPW, "outside-botctl"); err == nil {
+		t.Fatal("the botctl role wrote outside /botctl/")
 	}
 	wrong := withPW
 	wrong.PasswordFile = secretFile(t, "wrong.pw", "nope")
-	if err := put(t, wrong, "wrong-password"); err == nil {
+	if err := put(t, wrong, "/botctl/wrong-password"); err == nil {
 		t.Fatal("a wrong password was let in")
 	}
-	if err := put(t, cfg.Etcd, "cert-only"); err == nil {
+	if err := put(t, cfg.Etcd, "/botctl/cert-only"); err == nil {
 		t.Fatal("with auth enabled, a certificate whose CN is no etcd user was let in")
 	}
 }

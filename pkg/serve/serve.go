@@ -670,7 +670,8 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if _, err := cli.Get(hctx, "health-probe"); err != nil {
+		// Under /botctl/: an etcd RBAC role limited to it may read it.
+		if _, err := cli.Get(hctx, "/botctl/health-probe"); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": redact.String(err.Error())})
 			return
 		}
