@@ -57,12 +57,12 @@ WeCom URL that is not botctl's simulator.
 			defer closeFn()
 			cfg.Incidents, cfg.Health = incident.NewStore(st.Incidents()), st.Health()
 			if cfg.Kind == drill.KindKillLeader {
-				ef := etcdFlags{endpoints: etcd, dataDir: nf.dataDir, timeout: nf.timeout}
-				eps, err := ef.resolve()
+				ef := etcdFlags{config: nf.config, endpoints: etcd, dataDir: nf.dataDir, timeout: nf.timeout}
+				ec, err := ef.resolve()
 				if err != nil {
 					return err
 				}
-				cli, err := newEtcdClient(eps, nf.timeout)
+				cli, err := newEtcdClient(ec)
 				if err != nil {
 					return err
 				}

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/redact"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -71,7 +72,7 @@ type SimHistory struct {
 func SimHistoryFor(wsURL string) (*SimHistory, error) {
 	u, err := url.Parse(wsURL)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		return nil, fmt.Errorf("backfill: %q is not a ws:// or wss:// URL", wsURL)
+		return nil, fmt.Errorf("backfill: %q is not a ws:// or wss:// URL", redact.URL(wsURL))
 	}
 	scheme := "http"
 	if u.Scheme == "wss" {
@@ -96,7 +97,7 @@ func (s *SimHistory) History(ctx context.Context, bot string, since, until time.
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("read history of bot %s: %w", bot, err)
+		return nil, redact.Error(fmt.Errorf("read history of bot %s: %w", bot, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/recovery"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/worker"
@@ -40,11 +42,14 @@ import (
 
 // Options are what Run needs besides the validated configuration.
 type Options struct {
-	Config   config.Config // validated, secrets resolved
-	Etcd     *clientv3.Client
-	NATSURL  string
-	Listener net.Listener // the node API's
-	Version  string
+	Config  config.Config // validated, secrets resolved
+	Etcd    *clientv3.Client
+	NATSURL string
+	// NATSOptions are the connection's TLS and credentials
+	// (config.NATS.Options).
+	NATSOptions []nats.Option
+	Listener    net.Listener // the node API's
+	Version     string
 	// TaskAckWait, if set, overrides the task queue's ack wait (tests).
 	TaskAckWait time.Duration
 	Logger      zerolog.Logger
@@ -76,6 +81,8 @@ type Node struct {
 	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
 	tracker  atomic.Pointer[backfill.Tracker]
 	history  backfill.HistorySource // nil: no gap backfill
+	token    string                 // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
+	apiCli   *http.Client           // tier 2's client: api.ca_file trusted
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -114,15 +121,30 @@ func (n *Node) Pusher(bot string) *pusher.Pusher {
 func Run(ctx context.Context, o Options) error {
 	cfg := o.Config
 	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
+	token, err := cfg.API.Token()
+	if err != nil {
+		return err
+	}
+	if err := checkListener(o.Listener, token); err != nil {
+		return err
+	}
+	apiLn, apiURL, err := apiListener(o.Listener, cfg.API)
+	if err != nil {
+		return err
+	}
+	apiCli, err := apiClient(cfg.API)
+	if err != nil {
+		return err
+	}
 
 	// Fail fast while JetStream is away (ReconnectBufSize -1): a publish
 	// then errors at once and the dispatcher falls back, instead of
 	// waiting in a buffer that may deliver later. RetryOnFailedConnect: a
 	// node starts while NATS is down, and connects when it is back.
-	nc, err := nats.Connect(o.NATSURL, nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
+	nc, err := nats.Connect(o.NATSURL, append(slices.Clip(o.NATSOptions), nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
-		return fmt.Errorf("connect NATS %s: %w", o.NATSURL, err)
+		return fmt.Errorf("connect NATS %s: %w", redact.URL(o.NATSURL), redact.Error(err))
 	}
 	defer nc.Close()
 	js, err := natsjs.New(nc)
@@ -143,7 +165,7 @@ func Run(ctx context.Context, o Options) error {
 	defer spool.Close()
 
 	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
-		ready: make(chan struct{}), log: log}
+		ready: make(chan struct{}), log: log, token: token, apiCli: apiCli}
 	if cfg.Backfill.HistoryURL != "" {
 		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
@@ -178,7 +200,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	n.Node, err = node.New(o.Etcd, node.Config{
-		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: "http://" + o.Listener.Addr().String(),
+		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: apiURL,
 		Slots: cfg.Worker.Slots, Bots: cfg.Bots, DataDir: cfg.DataDir,
 		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
 			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue},
@@ -193,8 +215,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	srv := &http.Server{Handler: n.api(workCtx, &wg, o.Etcd), ReadHeaderTimeout: 5 * time.Second}
-	wg.Go(func() { srv.Serve(o.Listener) })
+	srv := n.apiServer(workCtx, &wg, o.Etcd)
+	wg.Go(func() { srv.Serve(apiLn) })
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -203,7 +225,7 @@ func Run(ctx context.Context, o Options) error {
 	nodeDone := make(chan error, 1)
 	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
 
-	store, err := declare(ctx, js, jetstream.Options{Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
+	store, err := declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	if err == nil {
 		err = n.start(workCtx, &wg, store, backend)
 	}
@@ -313,7 +335,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 			return err
 		},
 		Spooled:     n.Spool.Holds,
-		FixedWorker: cfg.Dispatch.FixedWorker,
+		FixedWorker: cfg.Dispatch.FixedWorker, Token: n.token, Client: n.apiCli,
 		// Bounded by the worker's slots: a full node refuses, and the
 		// dispatcher keeps the task in the spool for the queue.
 		Local:  func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
@@ -675,13 +697,16 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if _, err := cli.Get(hctx, "health-probe"); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": err.Error()})
+		// Under /botctl/: an etcd RBAC role limited to it may read it.
+		if _, err := cli.Get(hctx, "/botctl/health-probe"); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": redact.String(err.Error())})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("POST "+dispatch.ExecPath, func(w http.ResponseWriter, r *http.Request) {
+	// Tier 2: the one endpoint that acts, behind the cluster's token. The
+	// others are GET only and change nothing.
+	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m task.Message
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want a task message: {\"task_id\",\"bot\",\"msgid\",\"chat\",\"question\",…}"})
@@ -701,7 +726,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
-	})
+	})))
 	return mux
 }
 
