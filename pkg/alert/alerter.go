@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -209,9 +210,20 @@ func (l *loop) emit(ctx context.Context, now time.Time, p plan) {
 
 // send queues al to every sink.
 func (l *loop) send(al Alert) {
-	ev := l.log.Info().Str("alert", al.ID).Str("kind", string(al.Kind)).Str("level", string(al.Level)).Int("instances", len(al.Instances))
+	ev := l.log.Info().Str("alert", al.ID).Str("kind", string(al.Kind)).Str("alert_level", string(al.Level)).Int("instances", len(al.Instances))
+	bots := make([]string, 0, len(al.Instances))
+	for _, in := range al.Instances {
+		if !slices.Contains(bots, in.Bot) {
+			bots = append(bots, in.Bot)
+		}
+	}
+	if len(bots) == 1 {
+		ev = ev.Str("bot", bots[0])
+	} else if len(bots) > 1 {
+		ev = ev.Strs("bots", bots)
+	}
 	if len(al.Instances) == 1 {
-		ev = ev.Str("bot", al.Instances[0].Bot).Str("incident", al.Instances[0].Incident)
+		ev = ev.Str("incident", al.Instances[0].Incident)
 	}
 	ev.Msg("alert raised")
 	for _, o := range l.boxes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -64,7 +65,7 @@ func (a *Alerter) term(ctx context.Context, cli *clientv3.Client, prefix, nodeID
 	stop := context.AfterFunc(sess.Ctx(), cancel) // session lost: the term (or campaign) ends
 	defer stop()
 
-	el := concurrency.NewElection(sess, prefix+"/")
+	el := concurrency.NewElection(sess, strings.TrimSuffix(prefix, "/"))
 	if err := el.Campaign(tctx, nodeID); err != nil {
 		if sess.Ctx().Err() != nil {
 			return ErrSessionLost

@@ -63,7 +63,7 @@ func (o *outbox) stop() {
 
 // deliver tries a up to MaxAttempts times with exponential backoff.
 func (o *outbox) deliver(ctx context.Context, a Alert) {
-	log := o.log.With().Str("alert", a.ID).Str("kind", string(a.Kind)).Str("level", string(a.Level)).Logger()
+	log := o.log.With().Str("alert", a.ID).Str("kind", string(a.Kind)).Str("alert_level", string(a.Level)).Logger()
 	if ctx.Err() != nil {
 		n := o.c.dropped.Add(1)
 		log.Error().Int64("dropped_total", n).Msg("alert dropped: alerter stopped before sending it")
