@@ -77,6 +77,7 @@ func decide(now time.Time, cfg *Config, all map[string]*incident.Incident) []pla
 		o, c, f := walkBot(now, cfg, byBot[bot])
 		opens, candidates, flaps = append(opens, o...), append(candidates, c...), append(flaps, f...)
 	}
+	opens = mergeHuman(cfg, opens)
 	opens = append(opens, mergeWindows(now, cfg, candidates)...)
 
 	var escalate, back []*incident.Incident
@@ -236,7 +237,7 @@ func (p plan) alert(now time.Time, cfg *Config) Alert {
 	case KindMerged:
 		a.Summary = fmt.Sprintf("%d bots down within %s: %s", len(names), cfg.Window, bots)
 		a.CommonCause = commonCause
-		a.NextAction = mergedNext
+		a.NextAction = mergedNext + " Then, per bot: " + joinNext(p.incs)
 	case KindEscalated:
 		a.Summary = fmt.Sprintf("still down after %s, automatic recovery is not working: %s", cfg.EscalateAfter, bots)
 		a.NextAction = "A person must act now. " + joinNext(p.incs)
@@ -263,4 +264,25 @@ func (p plan) alert(now time.Time, cfg *Config) Alert {
 		a.NextAction = "None: recovered. If it recurs, read the incident's timeline (`botctl incidents show " + first.ID + "`)."
 	}
 	return a
+}
+
+// mergeHuman: human incidents are alerted at once, never held for the
+// window; but MergeMin or more bots needing a person in the same
+// evaluation (secrets rotated for all bots at once) are one merged alert.
+func mergeHuman(cfg *Config, opens []plan) []plan {
+	bots := map[string]bool{}
+	for _, p := range opens {
+		bots[p.incs[0].Bot] = true
+	}
+	if len(bots) < cfg.MergeMin {
+		return opens
+	}
+	var incs []*incident.Incident
+	for _, p := range opens {
+		incs = append(incs, p.incs...)
+	}
+	slices.SortFunc(incs, func(x, y *incident.Incident) int {
+		return cmp.Or(x.Detected.Compare(y.Detected), strings.Compare(x.ID, y.ID))
+	})
+	return []plan{{kind: KindMerged, level: incident.Human, id: "merged-" + incs[0].ID, incs: incs}}
 }

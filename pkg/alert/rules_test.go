@@ -247,3 +247,24 @@ func TestConfigRefusesNonsense(t *testing.T) {
 		t.Fatalf("defaults = %+v, %v", got, err)
 	}
 }
+
+// Bots needing a person at the same moment (every secret rotated at once)
+// are one merged alert, sent at once: human alerts never wait for the
+// window.
+func TestHumanIncidentsTogetherMergeAtOnce(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(t)
+	a, err := New(f.store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bot := range []string{"b1", "b2", "b3"} {
+		f.open(t, bot, incident.SignalAuth, incident.Human)
+	}
+	run(t, a) // finds them together when it starts
+	m := f.rcv.expect(t, KindMerged, incident.Human)
+	if len(m.Instances) != 3 || m.CommonCause == "" {
+		t.Fatalf("merged = %+v", m)
+	}
+	f.barrier(t)
+}
