@@ -94,6 +94,7 @@ func decide(now time.Time, cfg *Config, all map[string]*incident.Incident) []pla
 			}
 		}
 	}
+	escalate = withMergedPeers(cfg, all, escalate)
 	plans := opens
 	if len(escalate) > 0 {
 		plans = append(plans, plan{kind: KindEscalated, level: incident.Human, id: "escalated-" + escalate[0].ID, incs: escalate})
@@ -197,7 +198,7 @@ func mergeWindows(now time.Time, cfg *Config, candidates []*incident.Incident) [
 			continue
 		}
 		for _, inc := range group {
-			plans = append(plans, plan{kind: KindOpen, level: inc.Level, id: "open-" + inc.ID, incs: []*incident.Incident{inc}})
+			plans = append(plans, plan{kind: KindOpen, level: incident.Auto, id: "open-" + inc.ID, incs: []*incident.Incident{inc}})
 		}
 	}
 	return plans
@@ -285,4 +286,38 @@ func mergeHuman(cfg *Config, opens []plan) []plan {
 		return cmp.Or(x.Detected.Compare(y.Detected), strings.Compare(x.ID, y.ID))
 	})
 	return []plan{{kind: KindMerged, level: incident.Human, id: "merged-" + incs[0].ID, incs: incs}}
+}
+
+// withMergedPeers adds, to the incidents due for escalation, those merged
+// with them that are still down: bots that went down together are
+// escalated together, once, not one alert per bot a few seconds apart.
+func withMergedPeers(cfg *Config, all map[string]*incident.Incident, due []*incident.Incident) []*incident.Incident {
+	groups := map[string]bool{}
+	for _, inc := range due {
+		for _, s := range inc.Alerts {
+			if Kind(s.Kind) == KindMerged {
+				groups[s.ID] = true
+			}
+		}
+	}
+	if len(groups) == 0 {
+		return due
+	}
+	var peers []*incident.Incident
+	for _, inc := range all {
+		if slices.Contains(due, inc) || NeedsHuman(inc) || recovered(inc) || alerted(inc, KindEscalated) {
+			continue
+		}
+		for _, s := range inc.Alerts {
+			if Kind(s.Kind) == KindMerged && groups[s.ID] {
+				peers = append(peers, inc)
+				break
+			}
+		}
+	}
+	out := append(due, peers...)
+	slices.SortFunc(out, func(x, y *incident.Incident) int {
+		return cmp.Or(x.Detected.Compare(y.Detected), strings.Compare(x.ID, y.ID))
+	})
+	return out
 }

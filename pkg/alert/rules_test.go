@@ -90,6 +90,20 @@ func TestOutagesWithinWindowMerge(t *testing.T) {
 	if got := f.get(t, b4); !got.Alerted("open") {
 		t.Fatalf("b4 alerts = %+v", got.Alerts)
 	}
+
+	// Still down after EscalateAfter: the merged bots escalate together
+	// (b2 and b3 with b1, a few seconds early), b4 on its own later.
+	f.clock.Set(t0.Add(DefaultEscalateAfter + time.Second))
+	e := f.rcv.expect(t, KindEscalated, incident.Human)
+	if len(e.Instances) != 3 || e.Instances[2].Bot != "b3" {
+		t.Fatalf("escalated = %+v", e)
+	}
+	f.barrier(t)
+	f.clock.Set(t0.Add(90*time.Second + DefaultEscalateAfter))
+	if e := f.rcv.expect(t, KindEscalated, incident.Human); len(e.Instances) != 1 || e.Instances[0].Bot != "b4" {
+		t.Fatalf("escalated = %+v", e)
+	}
+	f.barrier(t)
 }
 
 // A bot flapping 10 times in 2 minutes: its first incident is alerted
