@@ -37,7 +37,12 @@ func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
 func (c *clock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
 
-func (c *clock) Add(d time.Duration) time.Time { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d); return c.t }
+func (c *clock) Add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
 
 // receiver is a JSON webhook endpoint: every alert posted arrives on ch.
 type receiver struct {

@@ -124,12 +124,15 @@ func TestFlappingBotBoundedAlerts(t *testing.T) {
 			f.recover(t, inc, true)
 		}
 	}
-	flap(0, 10) // 0 s … 114 s
-
-	f.clock.Set(t0.Add(DefaultFlapWindow + time.Minute))
+	flap(0, 10) // 0 s … 114 s; the first one's window ends at 60 s, meanwhile
 	var got []Alert
 	got = append(got, f.rcv.expect(t, KindOpen, incident.Auto))
 	got = append(got, f.rcv.expect(t, KindRecovered, incident.Auto))
+	// Every recovery is seen before the clock jumps (else a late one
+	// would look like an outage that lasted the jump, and escalate).
+	f.barrier(t)
+
+	f.clock.Set(t0.Add(DefaultFlapWindow + time.Minute))
 	s := f.rcv.expect(t, KindFlapping, incident.Human) // flapping for longer than EscalateAfter
 	got = append(got, s)
 	if len(s.Instances) != 9 || !strings.Contains(s.Summary, "9 more incidents") {
@@ -142,6 +145,7 @@ func TestFlappingBotBoundedAlerts(t *testing.T) {
 
 	// It keeps flapping in the next window: one more summary, nothing else.
 	flap(DefaultFlapWindow+2*time.Minute, 3)
+	f.barrier(t)
 	f.clock.Set(t0.Add(2*DefaultFlapWindow + 2*time.Minute))
 	s2 := f.rcv.expect(t, KindFlapping, incident.Human)
 	if len(s2.Instances) != 3 {

@@ -212,7 +212,7 @@ func TestURLKeyRedactedInLogs(t *testing.T) {
 	deadURL := dead.URL + "/send?key=SECRETKEY123"
 	dead.Close()
 	c := deliverOne(t, fastRobot(deadURL), fastRetries(), log, sampleAlert(1, "x"))
-	err := NewWebhook("http://user:SECRETKEY123@" + strings.TrimPrefix(dead.URL, "http://") + "/?token=SECRETKEY123").Send(context.Background(), sampleAlert(1, "x"))
+	err := NewWebhook("http://user:SECRETKEY123@"+strings.TrimPrefix(dead.URL, "http://")+"/?token=SECRETKEY123").Send(context.Background(), sampleAlert(1, "x"))
 	out := buf.String()
 	if c.givenUp.Load() != 1 || err == nil {
 		t.Fatalf("dead robot: given up %d, webhook err %v", c.givenUp.Load(), err)
