@@ -67,7 +67,7 @@ func (a *Alerter) Run(ctx context.Context) error {
 	// should reach their sinks even when the term ends.
 	sendCtx, stopSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSends()
-	l := &loop{a: a, cfg: &a.cfg, log: a.log, incs: map[string]*incident.Incident{}}
+	l := &loop{a: a, cfg: &a.cfg, log: a.log, incs: map[string]*incident.Incident{}, warned: map[string]time.Time{}}
 	for _, s := range a.cfg.Sinks {
 		o := newOutbox(s, &a.cfg, a.log, &a.c)
 		o.start(sendCtx)
@@ -135,6 +135,8 @@ type loop struct {
 	log   zerolog.Logger
 	boxes []*outbox
 	incs  map[string]*incident.Incident // by KV key
+	// warned: when "not recorded" was last logged, by alert id.
+	warned map[string]time.Time
 
 	synthAt  time.Time // when the last synthetic alert was sent (any node)
 	synthRev uint64    // revision of its record; 0 = none yet
@@ -195,8 +197,12 @@ func (l *loop) emit(ctx context.Context, now time.Time, p plan) {
 		case errors.Is(err, errSent):
 			continue
 		case err != nil:
-			// Decided again at the next evaluation.
-			l.log.Warn().Err(err).Str("bot", inc.Bot).Str("incident", inc.ID).Str("kind", string(p.kind)).Msg("alert not recorded; will retry")
+			// Decided again at the next evaluation (every Tick): warn once
+			// a minute, not at every try, while NATS is away.
+			if last, ok := l.warned[p.id]; !ok || now.Sub(last) >= time.Minute || now.Before(last) {
+				l.warned[p.id] = now
+				l.log.Warn().Err(err).Str("bot", inc.Bot).Str("incident", inc.ID).Str("kind", string(p.kind)).Msg("alert not recorded; will retry")
+			}
 			continue
 		}
 		kept = append(kept, cur)
@@ -204,6 +210,7 @@ func (l *loop) emit(ctx context.Context, now time.Time, p plan) {
 	if len(kept) == 0 {
 		return
 	}
+	delete(l.warned, p.id)
 	p.incs = kept // the id stays: it is what the incidents record
 	l.send(p.alert(now, l.cfg))
 }
