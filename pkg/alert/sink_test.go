@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -245,5 +246,35 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 	o.stop()
 	if c.dropped.Load() != 2 || !strings.Contains(buf.String(), "sink queue full") {
 		t.Fatalf("dropped %d; log:\n%s", c.dropped.Load(), buf.String())
+	}
+}
+
+// The JSON names are a contract (docs/alerts.md): exactly these.
+func TestAlertJSONShape(t *testing.T) {
+	raw, err := json.Marshal(sampleAlert(1, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	json.Unmarshal(raw, &m)
+	var ins []map[string]json.RawMessage
+	json.Unmarshal(m["instances"], &ins)
+	keys := func(m map[string]json.RawMessage) string {
+		var k []string
+		for n := range m {
+			k = append(k, n)
+		}
+		slices.Sort(k)
+		return strings.Join(k, ",")
+	}
+	if got := keys(m); got != "at,common_cause,id,instances,kind,level,next_action,summary" {
+		t.Fatalf("alert keys: %s", got)
+	}
+	if got := keys(ins[0]); got != "bot,downtime_seconds,incident,owner,reason,signal" {
+		t.Fatalf("instance keys: %s", got)
+	}
+	raw, _ = json.Marshal(Alert{ID: "synthetic-x", Kind: KindSynthetic, Instances: []Instance{}})
+	if strings.Contains(string(raw), "common_cause") || !strings.Contains(string(raw), `"instances":[]`) {
+		t.Fatalf("synthetic: %s", raw)
 	}
 }
