@@ -53,6 +53,7 @@ type Config struct {
 	Backfill Backfill  `yaml:"backfill"`
 	Health   Health    `yaml:"health"`
 	Recovery Recovery  `yaml:"recovery"`
+	Alert    Alert     `yaml:"alert"`
 	Bots     []Bot     `yaml:"bots"`
 }
 
@@ -239,6 +240,7 @@ func Defaults() Config {
 		NATS: NATS{Replicas: 1, Prefix: jetstream.DefaultPrefix},
 	}
 	c.Health, c.Recovery = healthDefaults()
+	c.Alert = alertDefaults()
 	c.Push.ReplayExpiry = 24 * time.Hour
 	return c
 }
@@ -668,6 +670,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, err) // names its key (ai.kind, ai.openai.model, …)
 	}
 	c.validateHealth(bad)
+	c.validateAlert(bad)
 	seen := map[string]bool{}
 	for i, b := range c.Bots {
 		key := fmt.Sprintf("bots[%d]", i)

@@ -22,10 +22,12 @@ import (
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/alert"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/health"
+	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
@@ -71,6 +73,9 @@ type Node struct {
 	Spool *jetstream.Spool
 	// Health detects, records and recovers this node's bots' incidents.
 	Health *health.Health
+	// Alerter sends the cluster's alerts while this node is elected to
+	// (nil: no sink configured).
+	Alerter *alert.Alerter
 
 	mu       sync.Mutex
 	pushers  map[string]*pusher.Pusher // bot → the current term's pusher
@@ -79,6 +84,7 @@ type Node struct {
 	cfg      config.Config
 	log      zerolog.Logger
 	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
+	etcd     *clientv3.Client
 	tracker  atomic.Pointer[backfill.Tracker]
 	history  backfill.HistorySource // nil: no gap backfill
 	token    string                 // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
@@ -364,8 +370,56 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 			log.Error().Err(err).Msg("tasks past their last delivery are found by the sweep only")
 		}
 	})
+	a, err := n.newAlerter(store)
+	if err != nil {
+		return err
+	}
+	if a != nil {
+		n.Alerter = a
+		wg.Go(func() {
+			if err := alert.RunElected(ctx, n.etcd, alert.DefaultPrefix, cfg.NodeID, a); err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Msg("alerter stopped: incidents are recorded but nobody is paged from this node")
+			}
+		})
+	}
 	log.Info().Msg("JetStream bound: worker, pusher and spool forwarding running")
 	return nil
+}
+
+// newAlerter builds the alerter of the configured sinks (nil, nil: none).
+// One node of the cluster runs it at a time (alert.RunElected).
+func (n *Node) newAlerter(store *jetstream.Store) (*alert.Alerter, error) {
+	cfg := n.cfg
+	robot, webhook, err := cfg.Alert.AlertSinks()
+	if err != nil {
+		return nil, fmt.Errorf("alert sinks: %w", err)
+	}
+	var sinks []alert.Sink
+	if robot != "" {
+		sinks = append(sinks, alert.NewWeComRobot(robot))
+	}
+	if webhook != "" {
+		sinks = append(sinks, alert.NewWebhook(webhook))
+	}
+	if len(sinks) == 0 {
+		n.log.Warn().Msg("no alert sink (alert.wecom_robot_url_file, alert.webhook_url): incidents are recorded (botctl incidents) but nobody is paged")
+		return nil, nil
+	}
+	owners := map[string]string{}
+	for _, b := range cfg.Bots {
+		if b.Owner != "" {
+			owners[b.ID] = b.Owner
+		}
+	}
+	syn := cfg.Alert.Synthetic
+	if syn == 0 {
+		syn = alert.SyntheticOff
+	}
+	return alert.New(incident.NewStore(store.Incidents()), alert.Config{
+		NodeID: cfg.NodeID, Sinks: sinks, Owners: owners, Synthetic: syn,
+		Window: cfg.Alert.Window, EscalateAfter: cfg.Alert.EscalateAfter, FlapWindow: cfg.Alert.FlapWindow,
+		Logger: n.log.With().Str("component", "alert").Logger(),
+	})
 }
 
 // started reports whether JetStream is bound (start has run).
