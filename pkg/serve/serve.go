@@ -171,7 +171,7 @@ func Run(ctx context.Context, o Options) error {
 	defer spool.Close()
 
 	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
-		ready: make(chan struct{}), log: log, token: token, apiCli: apiCli}
+		ready: make(chan struct{}), log: log, token: token, apiCli: apiCli, etcd: o.Etcd}
 	if cfg.Backfill.HistoryURL != "" {
 		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
