@@ -123,14 +123,21 @@ type Round struct {
 	Incident string    `json:"incident,omitempty"`
 	// T1 counts from the injection (the drill knows when the drop was);
 	// T1Recorded is the incident's own (from its last evidence).
-	T1         float64  `json:"t1_s"`
-	T1Recorded float64  `json:"t1_recorded_s"`
-	T2         float64  `json:"t2_s"`
-	T3         float64  `json:"t3_s"`
-	Downtime   float64  `json:"downtime_s"`
-	Level      string   `json:"level,omitempty"`
-	Method     string   `json:"method,omitempty"`
-	Alerts     int      `json:"alerts"`
+	T1         float64 `json:"t1_s"`
+	T1Recorded float64 `json:"t1_recorded_s"`
+	T2         float64 `json:"t2_s"`
+	T3         float64 `json:"t3_s"`
+	Downtime   float64 `json:"downtime_s"`
+	Level      string  `json:"level,omitempty"`
+	Method     string  `json:"method,omitempty"`
+	Alerts     int     `json:"alerts"`
+	// AlertKinds are the alerts recorded for the incident (open,
+	// recovered, merged…), read after the answers settled; FirstAlert is
+	// detected → the first of them, Page detected → the first at level
+	// human (-1: none).
+	AlertKinds []string `json:"alert_kinds,omitempty"`
+	FirstAlert float64  `json:"first_alert_s"`
+	Page       float64  `json:"page_s"`
 	Sent       int      `json:"sent"`
 	Answered   int      `json:"answered"`
 	Lost       int      `json:"lost"`
@@ -253,6 +260,20 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 	r.LostIDs = d.waitAnswers(ctx, traffic.sent)
 	r.Lost = len(r.LostIDs)
 	r.Answered = r.Sent - r.Lost
+	r.FirstAlert, r.Page = -1, -1
+	if final, err := d.cfg.Incidents.Get(ctx, inc.Bot, inc.ID); err == nil {
+		r.Alerts = len(final.Alerts)
+		for _, a := range final.Alerts {
+			r.AlertKinds = append(r.AlertKinds, a.Kind)
+			after := a.At.Sub(final.Detected).Seconds()
+			if r.FirstAlert < 0 || after < r.FirstAlert {
+				r.FirstAlert = after
+			}
+			if a.Level == incident.Human && (r.Page < 0 || after < r.Page) {
+				r.Page = after
+			}
+		}
+	}
 	d.logf("round %d: %d sent, %d answered, %d lost", n, r.Sent, r.Answered, r.Lost)
 	return r
 }
