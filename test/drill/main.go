@@ -142,8 +142,8 @@ func main() {
 		}
 		fmt.Printf("== %s: %d rounds\n", run.name, run.rounds)
 		rs, err := d.Run(ctx, func(r drill.Round) {
-			fmt.Printf("%s round %d: T1 %.2fs T2 %.3fs T3 %.2fs down %.2fs sent %d lost %d alerts %v (first %.2fs, page %.2fs) %s\n",
-				run.name, r.N, r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost, r.AlertKinds, r.FirstAlert, r.Page, r.Error)
+			fmt.Printf("%s round %d: T1 %.2fs T2 %.3fs T3 %.2fs down %.2fs sent %d lost %d %s\n",
+				run.name, r.N, r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost, r.Error)
 		})
 		close(stop)
 		wg.Wait()
