@@ -43,6 +43,7 @@ import (
 	"github.com/botctl/botctl/pkg/redact"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 )
 
 // Message is a user message as a history source gives it.
@@ -250,6 +251,9 @@ type Config struct {
 	Overlap time.Duration // read this much before the watermark (and for the first pass ever, before the term). Default 60s.
 	// MaxMessages bounds the messages a pass hands over. Default 500.
 	MaxMessages int
+	// Rate bounds how fast a pass hands messages over (per second).
+	// Default 20.
+	Rate float64
 	// Known reports whether a message was handled already (its task
 	// record exists).
 	Known func(ctx context.Context, bot, msgid string) (bool, error)
@@ -314,6 +318,10 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 	if cfg.MaxMessages <= 0 {
 		cfg.MaxMessages = 500
 	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 20
+	}
+	limit := rate.NewLimiter(rate.Limit(cfg.Rate), 1)
 	start := time.Now()
 	rep := Report{Bot: bot, Since: since, Until: until}
 	msgs, err := cfg.Source.History(ctx, bot, rep.Since, until)
@@ -333,6 +341,9 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 		if rep.Filled >= cfg.MaxMessages {
 			rep.unfilled(m.Chat)
 			continue
+		}
+		if err := limit.Wait(ctx); err != nil {
+			return rep, err
 		}
 		if err := cfg.Late(ctx, bot, m); errors.Is(err, ErrBusy) {
 			rep.Deferred++

@@ -71,6 +71,10 @@ type Backfill struct {
 	Overlap time.Duration `yaml:"overlap"`
 	// MaxMessages bounds the missed messages one pass answers. Default 500.
 	MaxMessages int `yaml:"max_messages"`
+	// Rate bounds how fast a pass hands missed messages to compute
+	// (messages per second), so a long gap does not land on the workers
+	// and the pusher at once. Default 20.
+	Rate float64 `yaml:"rate"`
 }
 
 // Dispatch is the fallback tiers.
@@ -232,7 +236,7 @@ func Defaults() Config {
 		Etcd:     Etcd{DialTimeout: 5 * time.Second},
 		WeCom:    WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second},
-		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500},
+		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20},
 		Worker:   Worker{Slots: worker.DefaultSlots, LeaderSlots: worker.DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI:       ai.Config{Kind: ai.KindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,

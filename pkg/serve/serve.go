@@ -548,7 +548,7 @@ func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.
 	// recorded by now, and is skipped as known.
 	until := time.Now()
 	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
-		Known: n.Access.Known, Late: n.Access.Late, Logger: log}
+		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
 	var since time.Time
 	filled := 0
 	for wait, passes := time.Second, 0; ; {
