@@ -30,7 +30,10 @@ func TestRestartedNodeRevokesItsCrashedLease(t *testing.T) {
 	dataDir := t.TempDir()
 	withTTL := func(dir string) func(*node.Config) {
 		return func(cfg *node.Config) {
-			cfg.Election = election.Config{TTL: ttl}
+			// The pulse is off: this test is about the lease file (with
+			// it, b would depose the silent leader after PulseTimeout,
+			// restart or not; TestPartitionedLeaderIsDeposedWithOneKick).
+			cfg.Election = election.Config{TTL: ttl, NoPulse: true}
 			cfg.DataDir = dir
 		}
 	}
