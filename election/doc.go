@@ -124,9 +124,9 @@
 // the new leader's connection kicks the old one at most once. That is one
 // kick per deposition, never a ping-pong. The same holds for a leader cut
 // off from etcd but not from WeCom: the standbys depose it after
-// PulseTimeout, before its own RenewDeadline ends its term, so the
-// partition costs one kick instead of up to TTL without a leader that
-// etcd can vouch for. What the pulse trades is false depositions: a leader
+// PulseTimeout, before its own RenewDeadline ends its term: the
+// partition costs one kick, and the bot is held by a node etcd can vouch
+// for after about PulseTimeout instead of after TTL. What the pulse trades is false depositions: a leader
 // paused for longer than PulseTimeout minus PulseInterval (2s by default)
 // by GC, swap or a frozen VM is deposed though it would have recovered,
 // and pays one kick and a reconnect. bench/failover.md measures them under
