@@ -255,3 +255,45 @@ func TestPulseWriteCost(t *testing.T) {
 		t.Fatalf("%d pulses in %s, want about %.0f", n, elapsed, want)
 	}
 }
+
+// A standby that is itself slow (paused for longer than PulseTimeout while
+// the leader keeps pulsing) finds, when it resumes, its timer expired but
+// the pulse moved: it does not depose.
+func TestSlowStandbyDoesNotDepose(t *testing.T) {
+	leakCheck(t)
+	ctx := bg(t)
+	admin := newClient(t, "")
+	const ttl = 20 * time.Second
+	a := newElector(t, newClient(t, ""), testConfig(t, "bot", "a", ttl))
+	b := newElector(t, newClient(t, ""), testConfig(t, "bot", "b", ttl))
+	ta := await(t, campaign(t, ctx, a), eventTimeout).term
+	pulses := watchPulses(t, admin, a.cfg)
+	bch := campaign(t, ctx, b)
+	waitCandidates(t, admin, b.Name(), 2)
+	<-pulses
+
+	for range 3 {
+		resume := holdPulses(b) // b's pulse watch stops handling events
+		time.Sleep(b.cfg.PulseTimeout + b.cfg.PulseInterval)
+		resume()
+		// Two more pulses: b has handled what piled up meanwhile.
+		for range 2 {
+			select {
+			case <-pulses:
+			case <-time.After(eventTimeout):
+				t.Fatal("no pulse")
+			}
+		}
+	}
+	if n := b.Depositions(); n != 0 {
+		t.Fatalf("a slow standby deposed a pulsing leader %d times", n)
+	}
+	if err := ta.Verify(rpcCtx(t)); err != nil {
+		t.Fatalf("leader's Verify: %v", err)
+	}
+	select {
+	case r := <-bch:
+		t.Fatalf("b won: %+v", r)
+	default:
+	}
+}

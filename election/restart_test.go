@@ -20,11 +20,11 @@ func TestRestartRevokesPreviousLease(t *testing.T) {
 	admin := newClient(t, "")
 	const ttl = 20 * time.Second // the production default: waiting it out would fail the test
 	file := filepath.Join(t.TempDir(), "election", "bot.lease")
-	// The pulse is off: this test is about the lease file alone (with the
-	// pulse, b would also depose the crashed leader after PulseTimeout).
+	// a pulses (its lease then holds its pulse key too, which the restart
+	// must revoke all the same); b deposes nobody (NoPulse), so that only
+	// the lease file can explain a takeover before the TTL.
 	cfgA := testConfig(t, "bot", "a", ttl)
 	cfgA.LeaseFile = file
-	cfgA.NoPulse = true
 	cfgB := testConfig(t, "bot", "b", ttl)
 	cfgB.NoPulse = true
 	acli := newClient(t, "")

@@ -177,23 +177,28 @@ type runner struct {
 	ttl, stop, pause time.Duration
 	cycles           int
 	procs            map[*cluster.Proc]bool
+	deposed          map[string]bool
 }
 
-// depositions counts the "deposed the leader" lines logged by every node
-// process of the run so far (exited ones included: a node restarted in a
-// round keeps its earlier lines in its old process).
+// depositions counts the distinct "deposed the leader" lines logged by
+// every node process of the run so far (exited ones included: a node
+// restarted in a round keeps its earlier lines in its old process). Lines
+// are remembered, since a process keeps only its newest stderr lines.
 func (r *runner) depositions() int {
 	if r.procs == nil {
-		r.procs = map[*cluster.Proc]bool{}
+		r.procs, r.deposed = map[*cluster.Proc]bool{}, map[string]bool{}
 	}
 	for _, node := range r.c.Nodes() {
 		r.procs[node.Proc] = true
 	}
-	n := 0
 	for p := range r.procs {
-		n += strings.Count(p.Stderr(), "deposed the leader")
+		for _, l := range strings.Split(p.Stderr(), "\n") {
+			if strings.Contains(l, "deposed the leader") {
+				r.deposed[p.Name+" "+l] = true
+			}
+		}
 	}
-	return n
+	return len(r.deposed)
 }
 
 // round runs one round of scenario sc.
