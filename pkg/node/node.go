@@ -36,7 +36,10 @@
 // With Config.DataDir, each bot's election lease is kept in the data dir
 // and revoked by the next run before it campaigns (see the election
 // package): a node killed and restarted by systemd hands its bots to the
-// standbys at once, not after the TTL. While a node of the old election
+// standbys at once, not after the TTL. A node that is not restarted (or
+// hangs, or whose machine is gone) is deposed by a standby once its
+// liveness pulse stands still for the election's PulseTimeout (3s by
+// default; the election package says why that is safe). While a node of the old election
 // layout (an older botctl, during a rolling upgrade) holds a bot, Verify
 // refuses and the node backs off with that reason in its state, never
 // connecting over it.
