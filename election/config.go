@@ -20,6 +20,17 @@ const (
 	// during a rolling upgrade.
 	DefaultLegacyPrefix = "/botctl/election/"
 	DefaultTTL          = 20 * time.Second
+	// DefaultPulsePrefix is where leaders publish their liveness pulse:
+	// bot B's is the key "/botctl/pulse/B", bound to the leader's lease.
+	DefaultPulsePrefix = "/botctl/pulse/"
+	// DefaultPulseInterval and DefaultPulseTimeout: a leader bumps its
+	// pulse every second; a standby deposes a leader whose pulse has not
+	// moved for 3s.
+	DefaultPulseInterval = time.Second
+	DefaultPulseTimeout  = 3 * time.Second
+	// MinPulseInterval bounds the pulse's etcd write rate: one write per
+	// led bot per interval.
+	MinPulseInterval = 100 * time.Millisecond
 	// MinTTL is etcd's smallest lease TTL with its default heartbeat and
 	// election timeout (1.5 election timeouts, rounded up to a second).
 	MinTTL = 2 * time.Second
@@ -82,6 +93,38 @@ type Config struct {
 	// be less than RenewDeadline.
 	RetryPeriod time.Duration
 
+	// PulsePrefix is where leaders publish their liveness pulse: the key
+	// PulsePrefix+BotID, bound to the leader's lease. Default
+	// DefaultPulsePrefix. It must not lie under Prefix or LegacyPrefix
+	// (concurrency.Election reads every key under an election's name as a
+	// candidate). Every node of a deployment must use the same one.
+	PulsePrefix string
+	// PulseInterval is how often a leader bumps its pulse: one owner-checked
+	// etcd write (about 90 bytes) per led bot per interval. Default 1s, at
+	// least MinPulseInterval. Lower detects a hung leader no sooner (that is
+	// PulseTimeout) but tolerates shorter pauses; it costs writes.
+	PulseInterval time.Duration
+	// PulseTimeout is how long a standby waits without seeing the leader's
+	// pulse move before it confirms that with a linearizable read and
+	// deposes the leader (deletes its key, owner-checked, and revokes its
+	// lease): a hung process or a machine that is gone is replaced after
+	// about PulseTimeout instead of TTL. Default 3s; at least
+	// 2*PulseInterval, so one late pulse never deposes. Lower takes over
+	// sooner after a hang but deposes leaders that pause (GC, a loaded
+	// machine, a slow etcd write) for longer than PulseTimeout minus
+	// PulseInterval; each such deposition costs one WeCom kick. A value at
+	// or above TTL is allowed but pointless (the lease expires first). The
+	// larger of this node's value and the one the leader advertises in
+	// its election value is used, so nodes with different settings do not
+	// depose each other early.
+	PulseTimeout time.Duration
+	// NoPulse turns the pulse off on this node: its terms publish none,
+	// so it is never deposed (a crash without restart then costs up to
+	// TTL), and it deposes nobody. Leaders of nodes without the pulse (an
+	// older botctl, or NoPulse) are never deposed: only a leader whose
+	// election value advertises a pulse can be.
+	NoPulse bool
+
 	// Logger receives one line per term start and end and warnings about
 	// failing etcd requests.
 	Logger zerolog.Logger
@@ -109,6 +152,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryPeriod == 0 {
 		c.RetryPeriod = c.TTL / 10
+	}
+	if c.PulsePrefix == "" {
+		c.PulsePrefix = DefaultPulsePrefix
+	}
+	if c.PulseInterval == 0 {
+		c.PulseInterval = DefaultPulseInterval
+	}
+	if c.PulseTimeout == 0 {
+		c.PulseTimeout = DefaultPulseTimeout
 	}
 	return c
 }
@@ -146,6 +198,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("election: RetryPeriod (%s) must be positive", c.RetryPeriod)
 	case c.RetryPeriod >= c.RenewDeadline:
 		return fmt.Errorf("election: RetryPeriod (%s) must be less than RenewDeadline (%s), or a failed renewal is never retried", c.RetryPeriod, c.RenewDeadline)
+	case c.NoPulse:
+	case strings.HasPrefix(c.PulsePrefix, c.Prefix) || strings.HasPrefix(c.Prefix, c.PulsePrefix) ||
+		strings.HasPrefix(c.PulsePrefix, c.LegacyPrefix) || strings.HasPrefix(c.LegacyPrefix, c.PulsePrefix):
+		return fmt.Errorf("election: PulsePrefix (%q) must not overlap Prefix (%q) or LegacyPrefix (%q)", c.PulsePrefix, c.Prefix, c.LegacyPrefix)
+	case c.PulseInterval < MinPulseInterval:
+		return fmt.Errorf("election: PulseInterval (%s) must be at least %s (each pulse is an etcd write)", c.PulseInterval, MinPulseInterval)
+	case c.PulseTimeout < 2*c.PulseInterval:
+		return fmt.Errorf("election: PulseTimeout (%s) must be at least twice PulseInterval (%s), or one late pulse deposes the leader", c.PulseTimeout, c.PulseInterval)
 	}
 	return nil
 }

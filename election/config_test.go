@@ -14,7 +14,8 @@ func TestConfigDefaults(t *testing.T) {
 	c := Config{BotID: "b", NodeID: "n"}.withDefaults()
 	want := Config{Prefix: DefaultPrefix, LegacyPrefix: DefaultLegacyPrefix, BotID: "b", NodeID: "n", TTL: 20 * time.Second,
 		SafetyMargin: 5 * time.Second, RenewDeadline: 15 * time.Second,
-		RenewInterval: 20 * time.Second / 3, RetryPeriod: 2 * time.Second}
+		RenewInterval: 20 * time.Second / 3, RetryPeriod: 2 * time.Second,
+		PulsePrefix: DefaultPulsePrefix, PulseInterval: time.Second, PulseTimeout: 3 * time.Second}
 	c.Logger, want.Logger = zerologNop, zerologNop
 	if fmt.Sprint(c) != fmt.Sprint(want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -60,6 +61,20 @@ func TestConfigValidate(t *testing.T) {
 		{"retry too long", func(c *Config) { c.RetryPeriod = 15 * time.Second },
 			"election: RetryPeriod (15s) must be less than RenewDeadline (15s), or a failed renewal is never retried"},
 		{"test timings", func(c *Config) { c.TTL = 3 * time.Second; c.SafetyMargin = 1500 * time.Millisecond }, ""},
+		{"pulse under the election prefix", func(c *Config) { c.PulsePrefix = DefaultPrefix + "pulse/" },
+			`election: PulsePrefix ("/botctl/elect/pulse/") must not overlap Prefix ("/botctl/elect/") or LegacyPrefix ("/botctl/election/")`},
+		{"pulse prefix = legacy", func(c *Config) { c.PulsePrefix = DefaultLegacyPrefix },
+			`election: PulsePrefix ("/botctl/election/") must not overlap Prefix ("/botctl/elect/") or LegacyPrefix ("/botctl/election/")`},
+		{"pulse too often", func(c *Config) { c.PulseInterval = 50 * time.Millisecond },
+			"election: PulseInterval (50ms) must be at least 100ms (each pulse is an etcd write)"},
+		{"negative pulse interval", func(c *Config) { c.PulseInterval = -time.Second },
+			"election: PulseInterval (-1s) must be at least 100ms (each pulse is an etcd write)"},
+		{"pulse timeout below two intervals", func(c *Config) { c.PulseTimeout = 1500 * time.Millisecond },
+			"election: PulseTimeout (1.5s) must be at least twice PulseInterval (1s), or one late pulse deposes the leader"},
+		{"negative pulse timeout", func(c *Config) { c.PulseTimeout = -time.Second },
+			"election: PulseTimeout (-1s) must be at least twice PulseInterval (1s), or one late pulse deposes the leader"},
+		{"pulse timeout at two intervals", func(c *Config) { c.PulseTimeout = 2 * time.Second }, ""},
+		{"pulse off ignores pulse settings", func(c *Config) { c.NoPulse = true; c.PulseTimeout = time.Millisecond }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok

@@ -32,7 +32,7 @@
 // A Term's context is cancelled, and the leader must stop acting, at the
 // first of: the lease can no longer be renewed for RenewDeadline after the
 // send time of its last successful renewal probe; etcd reports the lease
-// gone; the session's keep-alive ends; the key is deleted or overwritten; a
+// gone; a pulse is refused (the key is no longer the term's); the session's keep-alive ends; the key is deleted or overwritten; a
 // key of the old layout appears (below); Resign or End; the term's parent
 // context ends (the context given to Campaign, or the one given to
 // WithTermContext).
@@ -62,13 +62,78 @@
 // With Config.LeaseFile set (pkg/node keeps one per bot in the node's data
 // dir), the lease of each candidacy is written there before its key is
 // created. Campaign first revokes the lease the file names, if it still
-// exists and holds nothing but this bot's candidate key: after kill -9, an
+// exists and holds nothing but this bot's candidate key (and its pulse
+// key, if it led): after kill -9, an
 // OOM kill or a panic, the restarted process (systemd restarts it within
 // seconds) ends its previous run's term, and the next candidate in the
 // queue takes over at once instead of after the TTL. The lease stays 20s,
 // so a slow etcd or a GC pause still does not cost leadership. A machine
-// that is gone, or a process that hangs, is not covered: its lease expires
-// within TTL (the liveness pulse of issue 10 is not built).
+// that is gone, or a process that hangs, is covered by the pulse (below).
+//
+// # Hung leaders: the liveness pulse
+//
+// A leader publishes a liveness pulse: every PulseInterval (1s) one
+// transaction "if my election key still has my term's CreateRevision, put
+// PulsePrefix+BotID (default "/botctl/pulse/<bot>") bound to my lease".
+// The pulse key's ModRevision moving is the pulse. Its cost per led bot is
+// one etcd write per second: one revision, a request of about 130 bytes
+// (key 31, value 27 for a 17-character bot id; TestPulseWriteCost), a WAL
+// entry of about that size, and one watch event to each standby. A term
+// is handed to the caller only after its first pulse. A leader whose
+// pulse is refused (its key is no longer its own) ends its term at once.
+//
+// Every candidate advertises in its election value the PulseTimeout after
+// which it may be deposed ("pulse_ms"). While it waits in the queue, a
+// standby watches the leader's key and the pulse key. When the pulse has
+// not moved for the larger of the leader's advertised PulseTimeout and its
+// own (3s by default), counted by its own clock from when it last saw the
+// pulse move, it deposes the leader, but only on clean evidence:
+//
+//  1. a linearizable read of the leader's key and the pulse key: the
+//     pulse's ModRevision must be the one last seen (if it moved, this
+//     node's watch lagged, not the leader: a slow standby does not
+//     depose), and the leader's key must still be the same lease and
+//     revision;
+//  2. that read must have answered within PulseInterval: a slower answer
+//     says etcd (or this node) is slow, and the leader's pulses may be
+//     late for the same reason; the window starts again;
+//  3. the deposition is one transaction compared on exactly that evidence
+//     (the key's CreateRevision and lease, the pulse's ModRevision) that
+//     deletes the leader's key. etcd orders it after every pulse it
+//     accepted before it, however slowly it commits them: a pulse that was
+//     sent in time and is merely slow to commit makes the deposition fail.
+//     Two standbys deposing at once: one succeeds, the other's comparison
+//     fails;
+//  4. then the leader's lease is revoked (its pulse key goes with it, and
+//     its renewals fail). The deposition is logged at warn level with its
+//     evidence (leader, lease, term, pulse revision, how long unseen, the
+//     read's round trip) and counted (Elector.Depositions).
+//
+// The next candidate in the queue then leads, as after a Resign: takeover
+// about PulseTimeout after the hang (3s plus a campaign round), with the
+// lease still 20s. A leader that advertises no pulse (NoPulse, or a node of
+// a botctl without the pulse during a rolling upgrade) is never deposed.
+//
+// Why this is still safe. Deposition does not wait for the old leader to
+// stop, so for a moment a deposed leader that is alive but paused may still
+// hold its WeCom connection. It cannot keep it or get it back: it learns
+// that it lost from the first of its key watch (the key was deleted), its
+// next pulse (refused), its next renewal (the lease is gone) or the
+// session's keep-alive; Verify (a linearizable read) refuses before every
+// connect, and Check before every subscribe frame, so it never reconnects;
+// and WeCom closes the older of two connections of a bot (newest wins), so
+// the new leader's connection kicks the old one at most once. That is one
+// kick per deposition, never a ping-pong. The same holds for a leader cut
+// off from etcd but not from WeCom: the standbys depose it after
+// PulseTimeout, before its own RenewDeadline ends its term: the
+// partition costs one kick, and the bot is held by a node etcd can vouch
+// for after about PulseTimeout instead of after TTL. What the pulse trades is false depositions: a leader
+// paused for longer than PulseTimeout minus PulseInterval (2s by default)
+// by GC, swap or a frozen VM is deposed though it would have recovered,
+// and pays one kick and a reconnect. bench/failover.md measures them under
+// a leader that is stopped for 1s at a time (0 expected: the longest gap
+// between pulses is then about 2s); raise PulseTimeout if your pauses are
+// longer.
 //
 // # Graceful stop
 //
@@ -115,8 +180,11 @@
 // does not cause connection ping-pong: at worst it is kicked once by WeCom
 // when the real leader connects.
 //
-// A crashed leader is replaced at once only if it restarts with its lease
-// file; otherwise (machine gone, process hung, data dir lost) after TTL.
+// A crashed leader is replaced at once if it restarts with its lease file,
+// otherwise after about PulseTimeout (deposed by a standby), and after TTL
+// only if no live standby runs the pulse or the leader advertises none.
+// Deposition needs a standby that can reach etcd and sees the pulse stop;
+// it is not fencing either (above).
 // Two processes sharing one lease file would revoke each other's leases:
 // every node needs its own data dir. A candidate's place in the queue is
 // kept only while its session lives: a candidacy that fails (etcd

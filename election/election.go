@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -33,7 +34,11 @@ type Elector struct {
 	cfg       Config
 	name      string // the concurrency.Election prefix: Prefix+BotID
 	legacyKey string // the old layout's key: LegacyPrefix+BotID
+	pulseKey  string // the leader's liveness pulse: PulsePrefix+BotID
 	log       zerolog.Logger
+
+	depositions atomic.Int64
+	hold        atomic.Pointer[chan struct{}] // tests: pause pulses and renewals (a hung process)
 }
 
 // New returns an Elector for cfg, or cfg's first problem (see
@@ -51,6 +56,7 @@ func New(cli *clientv3.Client, cfg Config) (*Elector, error) {
 		cfg:       cfg,
 		name:      cfg.Prefix + cfg.BotID,
 		legacyKey: cfg.LegacyPrefix + cfg.BotID,
+		pulseKey:  cfg.PulsePrefix + cfg.BotID,
 		log:       cfg.Logger.With().Str("bot", cfg.BotID).Str("node", cfg.NodeID).Logger(),
 	}, nil
 }
@@ -68,6 +74,10 @@ func (e *Elector) LegacyKey() string { return e.legacyKey }
 type value struct {
 	Node  string     `json:"node"`
 	Since *time.Time `json:"since,omitempty"` // nil while a candidate waits
+	// PulseMS is the PulseTimeout, in milliseconds, after which this
+	// candidate, once leading, may be deposed if its pulse stops; 0 (an
+	// older botctl, or NoPulse): it publishes no pulse and is never deposed.
+	PulseMS int64 `json:"pulse_ms,omitempty"`
 }
 
 // Campaign blocks until this node leads the bot's election, and returns the
@@ -179,8 +189,19 @@ func (e *Elector) campaignOnce(ctx, termParent context.Context) (*Term, error) {
 	}
 	defer context.AfterFunc(sess.Ctx(), stopWaiting)()
 	el := concurrency.NewElection(sess, e.name)
-	candidate, _ := json.Marshal(value{Node: e.cfg.NodeID})
-	if err := el.Campaign(cctx, string(candidate)); err != nil {
+	candidate, _ := json.Marshal(value{Node: e.cfg.NodeID, PulseMS: e.pulseMS()})
+	// While we wait in the queue, the leader's pulse is watched: a leader
+	// whose pulse stops is deposed (see pulse.go).
+	wctx, stopWatching := context.WithCancel(cctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		e.watchPulse(wctx, lease)
+	}()
+	err = el.Campaign(cctx, string(candidate))
+	stopWatching()
+	<-watched
+	if err != nil {
 		e.release(sess)
 		return nil, fmt.Errorf("campaign on %s: %w", e.name, err)
 	}
@@ -201,10 +222,18 @@ func (e *Elector) campaignOnce(ctx, termParent context.Context) (*Term, error) {
 	// The leader's value says since when it leads. Proclaim is
 	// owner-checked: it fails if our key vanished while we waited.
 	since := start.UTC().Truncate(time.Millisecond)
-	val, _ := json.Marshal(value{Node: e.cfg.NodeID, Since: &since})
+	val, _ := json.Marshal(value{Node: e.cfg.NodeID, Since: &since, PulseMS: e.pulseMS()})
 	if err := el.Proclaim(rctx, string(val)); err != nil {
 		e.release(sess)
 		return nil, fmt.Errorf("proclaim leader of %s: %w", e.name, err)
+	}
+	// The first pulse before the Term is handed over: a term that was
+	// handed to the caller has pulsed at least once.
+	if !e.cfg.NoPulse {
+		if err := e.putPulse(rctx, el.Key(), el.Rev(), lease); err != nil {
+			e.release(sess)
+			return nil, fmt.Errorf("first pulse of %s: %w", e.name, err)
+		}
 	}
 	if err := e.stopped(ctx); err != nil {
 		e.release(sess)
@@ -241,6 +270,10 @@ type LeaderInfo struct {
 	Key   string    // its election key
 	Rev   int64     // the term's revision (the key's CreateRevision)
 	Lease clientv3.LeaseID
+	// PulseTimeout is how long the leader's pulse may stand still before
+	// standbys depose it, as it advertises; 0: it publishes no pulse and is
+	// never deposed.
+	PulseTimeout time.Duration
 }
 
 // Leader reads who leads botID's election under prefix ("" means
@@ -324,6 +357,7 @@ func leaderInfo(kv *mvccpb.KeyValue) LeaderInfo {
 		if v.Since != nil {
 			info.Since = *v.Since
 		}
+		info.PulseTimeout = time.Duration(v.PulseMS) * time.Millisecond
 	} else {
 		info.Node = string(kv.Value)
 	}

@@ -22,7 +22,8 @@ import (
 
 // revokePrevious revokes the lease named in the lease file, if it still
 // exists and holds nothing but this bot's candidacy (its key is the
-// election name plus the lease in hex), then removes the file. A lease
+// election name plus the lease in hex) and the bot's pulse key, then
+// removes the file. A lease
 // with other keys is not ours to end: it is left alone (and the file
 // removed). It fails only if etcd cannot be asked, so the caller retries
 // before granting a new lease and the old one is never forgotten.
@@ -54,7 +55,9 @@ func (e *Elector) revokePrevious(ctx context.Context) error {
 	}
 	ours := e.name + "/" + leaseHex(lease)
 	for _, k := range ttl.Keys {
-		if string(k) != ours {
+		// Our candidacy's key, and, if it led, its pulse (bound to the
+		// same lease).
+		if string(k) != ours && string(k) != e.pulseKey {
 			e.log.Warn().Str("lease", leaseHex(lease)).Str("key", string(k)).Str("file", path).
 				Msg("previous lease holds a key that is not this bot's candidacy; not revoking it")
 			e.removeLeaseFile()

@@ -112,6 +112,7 @@ func testConfig(t *testing.T, bot, node string, ttl time.Duration) Config {
 	return Config{
 		Prefix:       testPrefix(t),
 		LegacyPrefix: "/legacy" + testPrefix(t),
+		PulsePrefix:  "/pulse" + testPrefix(t),
 		BotID:        bot,
 		NodeID:       node,
 		TTL:          ttl,

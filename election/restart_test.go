@@ -20,14 +20,19 @@ func TestRestartRevokesPreviousLease(t *testing.T) {
 	admin := newClient(t, "")
 	const ttl = 20 * time.Second // the production default: waiting it out would fail the test
 	file := filepath.Join(t.TempDir(), "election", "bot.lease")
+	// a pulses (its lease then holds its pulse key too, which the restart
+	// must revoke all the same); b deposes nobody (NoPulse), so that only
+	// the lease file can explain a takeover before the TTL.
 	cfgA := testConfig(t, "bot", "a", ttl)
 	cfgA.LeaseFile = file
+	cfgB := testConfig(t, "bot", "b", ttl)
+	cfgB.NoPulse = true
 	acli := newClient(t, "")
 	ta := await(t, campaign(t, ctx, newElector(t, acli, cfgA)), eventTimeout).term
 	if raw, err := os.ReadFile(file); err != nil || strings.TrimSpace(string(raw)) != leaseHex(ta.Lease) {
 		t.Fatalf("lease file = %q (%v), want %s", raw, err, leaseHex(ta.Lease))
 	}
-	b := newElector(t, newClient(t, ""), testConfig(t, "bot", "b", ttl))
+	b := newElector(t, newClient(t, ""), cfgB)
 	bch := campaign(t, ctx, b)
 	waitCandidates(t, admin, b.Name(), 2)
 

@@ -64,6 +64,10 @@ func newTerm(parent context.Context, e *Elector, sess *concurrency.Session, el *
 	t.mu.Unlock()
 	t.log.Info().Str("key", t.Key).Msg("became leader")
 	t.wg.Add(4)
+	if !e.cfg.NoPulse {
+		t.wg.Add(1)
+		go t.pulse()
+	}
 	go t.renew()
 	go t.watch(t.Key, t.notOurs)
 	go t.watch(e.legacyKey, t.legacyHeld)
@@ -243,7 +247,7 @@ func (t *Term) renew() {
 	cfg := t.e.cfg
 	next := cfg.RenewInterval
 	for {
-		if sleep(t.ctx, next) != nil {
+		if sleep(t.ctx, next) != nil || t.e.held(t.ctx) != nil {
 			return
 		}
 		if t.e.cli.Ctx().Err() != nil {

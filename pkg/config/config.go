@@ -181,6 +181,22 @@ type WeCom struct {
 type Election struct {
 	TTL          time.Duration `yaml:"ttl"`
 	SafetyMargin time.Duration `yaml:"safety_margin"`
+	// PulseInterval is how often a leader writes its liveness pulse (one
+	// etcd write of about 130 bytes per led bot). Default 1s, at least
+	// 100ms.
+	PulseInterval time.Duration `yaml:"pulse_interval"`
+	// PulseTimeout is how long a standby sees no pulse move before it
+	// deposes the leader (confirmed by a linearizable read): takeover
+	// after a hang or a machine that is gone. Default 3s; at least twice
+	// pulse_interval. 0 turns the pulse off on this node (it publishes
+	// none, so it is never deposed, and deposes nobody; a crash without
+	// restart then costs up to ttl).
+	PulseTimeout time.Duration `yaml:"pulse_timeout"`
+	// KickLimit kicks by a connection outside the cluster (another holder
+	// of the bot's credentials) within KickWindow mark the bot
+	// needs_human instead of reconnecting. Defaults 3 and 10m.
+	KickLimit  int           `yaml:"kick_limit"`
+	KickWindow time.Duration `yaml:"kick_window"`
 }
 
 // Worker is this node's compute side.
@@ -229,13 +245,14 @@ func (b Bot) String() string { return b.ID + ":<redacted>" }
 func Defaults() Config {
 	host, _ := os.Hostname()
 	c := Config{
-		NodeID:   host,
-		Env:      "default",
-		DataDir:  "data",
-		Listen:   "127.0.0.1:8391",
-		Etcd:     Etcd{DialTimeout: 5 * time.Second},
-		WeCom:    WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
-		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second},
+		NodeID:  host,
+		Env:     "default",
+		DataDir: "data",
+		Listen:  "127.0.0.1:8391",
+		Etcd:    Etcd{DialTimeout: 5 * time.Second},
+		WeCom:   WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
+		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second, PulseInterval: time.Second, PulseTimeout: 3 * time.Second,
+			KickLimit: 3, KickWindow: 10 * time.Minute},
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20},
 		Worker:   Worker{Slots: worker.DefaultSlots, LeaderSlots: worker.DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI:       ai.Config{Kind: ai.KindDemo},
@@ -458,6 +475,10 @@ var Keys = []Key{
 	{Name: "wecom.ack_timeout", Flag: "wecom-ack-timeout", Usage: "WeCom ack timeout", set: dur(func(c *Config) *time.Duration { return &c.WeCom.AckTimeout })},
 	{Name: "election.ttl", Flag: "election-ttl", Usage: "election session TTL", set: dur(func(c *Config) *time.Duration { return &c.Election.TTL })},
 	{Name: "election.safety_margin", Flag: "election-safety-margin", Usage: "leadership is dropped this long before the lease can expire", set: dur(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
+	{Name: "election.pulse_interval", Flag: "election-pulse-interval", Usage: "how often a leader writes its liveness pulse", set: dur(func(c *Config) *time.Duration { return &c.Election.PulseInterval })},
+	{Name: "election.pulse_timeout", Flag: "election-pulse-timeout", Usage: "a standby deposes a leader whose pulse stood still this long (0: pulse off)", set: dur(func(c *Config) *time.Duration { return &c.Election.PulseTimeout })},
+	{Name: "election.kick_limit", Flag: "election-kick-limit", Usage: "kicks by a connection outside the cluster, within election.kick_window, that mark the bot needs_human", set: integer(func(c *Config) *int { return &c.Election.KickLimit })},
+	{Name: "election.kick_window", Flag: "election-kick-window", Usage: "the window election.kick_limit counts kicks in", set: dur(func(c *Config) *time.Duration { return &c.Election.KickWindow })},
 	{Name: "worker.slots", Flag: "worker-slots", Usage: "concurrent tasks on this node", set: integer(func(c *Config) *int { return &c.Worker.Slots })},
 	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot", set: integer(func(c *Config) *int { return &c.Worker.LeaderSlots })},
 	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
@@ -626,6 +647,19 @@ func (c *Config) Validate() error {
 	}
 	if c.WeCom.AckTimeout <= 0 {
 		bad("wecom.ack_timeout", "must be positive, got %s", c.WeCom.AckTimeout)
+	}
+	if c.Election.PulseTimeout != 0 {
+		if c.Election.PulseInterval < 100*time.Millisecond {
+			bad("election.pulse_interval", "%s: want at least 100ms (each pulse is an etcd write per led bot)", c.Election.PulseInterval)
+		} else if c.Election.PulseTimeout < 2*c.Election.PulseInterval {
+			bad("election.pulse_timeout", "%s: want 0 (off) or at least twice election.pulse_interval (%s), or one late pulse deposes the leader", c.Election.PulseTimeout, c.Election.PulseInterval)
+		}
+	}
+	if c.Election.KickLimit < 1 {
+		bad("election.kick_limit", "must be at least 1, got %d", c.Election.KickLimit)
+	}
+	if c.Election.KickWindow <= 0 {
+		bad("election.kick_window", "must be positive, got %s", c.Election.KickWindow)
 	}
 	if c.Worker.Slots < 0 || c.Worker.Slots > MaxSlots {
 		bad("worker.slots", "%d: want 0 (the default %d) to %d (the task queue's TaskMaxRunning, 65536, must exceed the sum over nodes)", c.Worker.Slots, worker.DefaultSlots, MaxSlots)

@@ -630,6 +630,36 @@ func stamp(r *Record, v wecom.Vitals) {
 	}
 }
 
+// Conflict implements node.Observer: a second holder of the bot's
+// credentials keeps kicking the cluster's connection. The bot's incident
+// becomes human (signal env_gate): only a person can stop the other one.
+func (h *Health) Conflict(bot, reason string) {
+	b, now := h.bot(bot), h.now()
+	h.post(b, func(ctx context.Context) {
+		bd := h.binding()
+		if bd == nil {
+			return
+		}
+		next := nextAction(incident.SignalGate, bot)
+		inc := h.open(ctx, bd, incident.Incident{Bot: bot, Signal: incident.SignalGate, Level: incident.Human, Reason: reason,
+			Next: next, Dropped: now, Detected: now})
+		if inc != nil {
+			h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
+				if i.Level != incident.Human || i.Signal != incident.SignalGate {
+					i.Level, i.Signal, i.Next, i.Reason = incident.Human, incident.SignalGate, next, reason
+				}
+				i.Note(now, h.cfg.NodeID, "another holder of the credentials keeps kicking this cluster: %s", reason)
+			})
+		}
+		h.setRecord(ctx, bd, bot, now, func(r *Record) {
+			r.State, r.Reason, r.Handover = NeedsHuman, reason, false
+			if inc != nil {
+				r.Incident = inc.ID
+			}
+		})
+	})
+}
+
 // AuthHold implements node.Observer: after rejected credentials the node
 // does not campaign for the bot again until a person acknowledges its
 // incident (or the incident is closed).

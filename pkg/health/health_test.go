@@ -593,3 +593,41 @@ func TestSilenceRecoveredOnAnotherNode(t *testing.T) {
 		t.Fatalf("incident:\n%s", dump(i))
 	}
 }
+
+// Another holder of the bot's credentials (a second environment) keeps
+// kicking the cluster's connection: past the kick limit the bot's
+// incident needs a person (signal env_gate), and the record says so.
+func TestForeignHolderPagesAPerson(t *testing.T) {
+	e := start(t, options{node: func(c *node.Config) { c.KickLimit, c.KickWindow = 2, time.Minute }})
+	e.waitOnline()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			conn, err := wecom.Dial(ctx, wecom.Config{URL: e.wsURL, BotID: bot, Secret: "s3cret", Logger: zerolog.Nop()}, wecom.Handlers{})
+			if err == nil {
+				select {
+				case <-conn.Done():
+				case <-ctx.Done():
+					conn.Close()
+					<-conn.Done()
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { stop(); <-done }()
+	eventually(t, "a human env_gate incident", func() bool {
+		for _, i := range e.incidents() {
+			if i.State != incident.Closed && i.Level == incident.Human && i.Signal == incident.SignalGate {
+				return e.record().State == health.NeedsHuman
+			}
+		}
+		return false
+	})
+}

@@ -53,6 +53,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 	retry := backoff{base: n.cfg.Backoff, max: n.cfg.BackoffMax}
 	etcdRetry := backoff{base: n.cfg.Backoff, max: n.cfg.BackoffMax}
 	authWait := n.cfg.AuthBackoff
+	kicks, humanWait := foreignKicks{limit: n.cfg.KickLimit, window: n.cfg.KickWindow}, n.cfg.AuthBackoff
 	wait := func(bo *backoff, reason string) {
 		d := bo.next()
 		n.setState(b.ID, StateBackoff, reason, 0)
@@ -75,8 +76,8 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		}
 		etcdRetry.reset()
 		if gate != n.cfg.Env {
-			n.setState(b.ID, StateGated, fmt.Sprintf("env gate names %q, this node is %q", gate, n.cfg.Env), 0)
-			log.Info().Str("gate", gate).Msg("bot gated to another env; not campaigning")
+			n.setState(b.ID, StateGated, gatedReason(b.ID, gate, n.cfg.Env), 0)
+			log.Info().Str("gate", gate).Str("env", n.cfg.Env).Str("reason", gatedReason(b.ID, gate, n.cfg.Env)).Msg("bot gated to another env; not campaigning")
 			n.waitGate(ctx, b.ID, rev, func(env string) bool { return env != gate })
 			continue
 		}
@@ -113,6 +114,8 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		case err != nil: // the etcd client is closed
 			wait(&etcdRetry, "campaign failed: "+err.Error())
 			continue
+		case res.kicked && n.kicked(ctx, b.ID, &res, &kicks, &humanWait, log):
+			continue // needs_human: waited
 		case res.authFailed:
 			n.setState(b.ID, StateNeedsHuman, res.reason, 0)
 			if h := n.cfg.Health; h != nil {
@@ -133,6 +136,10 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 			if res.held >= n.cfg.StableTerm {
 				retry.reset()
 				if !res.kicked {
+					kicks.reset()
+					humanWait = n.cfg.AuthBackoff
+				}
+				if !res.kicked {
 					continue // a blip after a stable term: campaign at once
 				}
 			}
@@ -149,6 +156,9 @@ type leadResult struct {
 	kicked     bool
 	held       time.Duration // how long the connection lasted
 	reason     string
+	term       int64      // the term's revision
+	kickOrigin kickOrigin // who kicked, if kicked
+	kickDetail string     // the evidence kickOrigin was decided on
 }
 
 // lead is one term: verify, connect, wait for the end, close, drain,
@@ -157,6 +167,7 @@ type leadResult struct {
 // the package comment); the term ending is lost leadership.
 func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log zerolog.Logger) (res leadResult) {
 	log = log.With().Int64("term", term.Rev).Logger()
+	res.term = term.Rev
 	n.setState(b.ID, StateConnecting, "", term.Rev)
 	n.transition(b.ID, "leading", "", term.Rev)
 	defer func() {
@@ -272,6 +283,7 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	case wecom.ReasonKicked:
 		res.kicked = true
 		res.reason = "kicked: another connection subscribed with this bot"
+		res.kickOrigin, res.kickDetail = n.kickOf(term)
 	default:
 		res.reason = conn.Err().Error()
 	}

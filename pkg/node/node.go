@@ -36,7 +36,10 @@
 // With Config.DataDir, each bot's election lease is kept in the data dir
 // and revoked by the next run before it campaigns (see the election
 // package): a node killed and restarted by systemd hands its bots to the
-// standbys at once, not after the TTL. While a node of the old election
+// standbys at once, not after the TTL. A node that is not restarted (or
+// hangs, or whose machine is gone) is deposed by a standby once its
+// liveness pulse stands still for the election's PulseTimeout (3s by
+// default; the election package says why that is safe). While a node of the old election
 // layout (an older botctl, during a rolling upgrade) holds a bot, Verify
 // refuses and the node backs off with that reason in its state, never
 // connecting over it.
@@ -56,6 +59,21 @@
 // authentication errcode at subscribe): the bot is marked needs_human and
 // retried only after the long AuthBackoff; retrying a bad secret never
 // helps.
+//
+// # Kicks and the env gate
+//
+// A kick while this node's term is still its own (Verify says so) came
+// from outside the cluster: a second environment, or a leftover process,
+// connecting with the same credentials. Each is logged as such and
+// recorded (transition "foreign_kick"); KickLimit of them within
+// KickWindow mark the bot needs_human with a reason that says what to do,
+// and the node then retries only after AuthBackoff (doubling), one kick per
+// retry, instead of ping-ponging with the other holder every BackoffMax. A
+// kick after this node lost its term (deposed by a standby, see the
+// election package) is the cluster's own handover and does not count. A
+// node whose env does not hold a bot's env gate does not campaign for it:
+// its state is gated, with the gate's env and the command that moves it in
+// the reason, and it logs the same once per gate change.
 package node
 
 import (
@@ -111,10 +129,21 @@ type Config struct {
 	DataDir string
 	// RegistryTTL is the node registration's lease TTL. Default 10s.
 	RegistryTTL time.Duration
-	// AuthBackoff is the first wait after an auth failure, doubling up to
-	// AuthBackoffMax. Defaults 30s and 10m. It resets after a connected
-	// term (the credentials worked).
+	// AuthBackoff is the first wait after a needs_human verdict (an auth
+	// failure, or KickLimit foreign kicks), doubling up to AuthBackoffMax.
+	// Defaults 30s and 10m. After an auth failure it resets after a
+	// connected term (the credentials worked); after foreign kicks, after
+	// a connected term of StableTerm without a kick.
 	AuthBackoff, AuthBackoffMax time.Duration
+	// KickLimit is how many kicks by a connection outside the cluster
+	// (this node still held the bot's election when WeCom replaced its
+	// connection: another holder of the bot's credentials) within
+	// KickWindow mark the bot needs_human instead of reconnecting, which
+	// would kick the other holder in turn, and so on. Defaults 3 and 10m.
+	// Kicks by the cluster's own new leader (this node had lost its term)
+	// do not count.
+	KickLimit  int
+	KickWindow time.Duration
 	// Backoff is the first wait after a term that was not a stable
 	// connection (verify or dial failed, a non-auth subscribe error, a
 	// connection that ended or was kicked before StableTerm) and after an
@@ -182,6 +211,10 @@ type Observer interface {
 	// incident acknowledged) or ctx ends, and reports whether it did so;
 	// false: it has no opinion, and the loop waits its AuthBackoff.
 	AuthHold(ctx context.Context, bot string) bool
+	// Conflict: another holder of the bot's credentials, outside this
+	// cluster, keeps kicking its connection (kick_limit reached): only a
+	// person can stop it.
+	Conflict(bot, reason string)
 }
 
 func (c *Config) setDefaults() {
@@ -202,6 +235,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.AuthBackoffMax <= 0 {
 		c.AuthBackoffMax = 10 * time.Minute
+	}
+	if c.KickLimit <= 0 {
+		c.KickLimit = 3
+	}
+	if c.KickWindow <= 0 {
+		c.KickWindow = 10 * time.Minute
 	}
 	if c.Backoff <= 0 {
 		c.Backoff = 500 * time.Millisecond

@@ -276,7 +276,9 @@ func TestPartitionedLeaderClosesBeforeNewLeaderConnects(t *testing.T) {
 // wins back, and reconnects; messages go to the node's handler once each.
 func TestKickedCampaignsAgainAndHandlesEachMessageOnce(t *testing.T) {
 	c := newCluster(t, "b1")
-	a := c.start("a", "default", c.etcd.Endpoints(), c.bots)
+	// Three foreign kicks would reach the default KickLimit (needs_human,
+	// TestForeignKicksEscalateToNeedsHuman); this test is about handlers.
+	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, func(cfg *node.Config) { cfg.KickLimit = 10 })
 	c.leaderOf("b1", a)
 	var ids []string
 	post := func() {
@@ -335,6 +337,11 @@ func TestEnvGate(t *testing.T) {
 	c.leaderOf("b1", prod)
 	staging := c.start("s", "staging", c.etcd.Endpoints(), c.bots)
 	eventually(t, "staging gated", func() bool { return state(staging, "b1") == node.StateGated })
+	// The status says why and what to do.
+	if r := staging.n.Status()["b1"].Reason; !strings.Contains(r, `env gate names env "prod" and this node is env "staging"`) ||
+		!strings.Contains(r, "botctl bots gate --bot b1 --env staging") {
+		t.Fatalf("gated reason = %q", r)
+	}
 	if got, _ := node.Gate(context.Background(), c.admin, "/botctl/", "b1"); got != "prod" {
 		t.Fatalf("gate = %q", got)
 	}

@@ -53,7 +53,7 @@ const (
 	StateLeader     BotState = "leader"      // holds the connection
 	StateDraining   BotState = "draining"    // connection closed; handling what it delivered, then resigning
 	StateGated      BotState = "gated"       // the bot's gate names another env
-	StateNeedsHuman BotState = "needs_human" // auth failed: fix the secret
+	StateNeedsHuman BotState = "needs_human" // auth failed, or another holder of the credentials keeps kicking: see the reason
 	StateBackoff    BotState = "backoff"     // waiting before campaigning again
 	StateStopped    BotState = "stopped"
 )

@@ -28,19 +28,23 @@ func TestRestartedNodeRevokesItsCrashedLease(t *testing.T) {
 	}
 	t.Cleanup(func() { proxy.Close() })
 	dataDir := t.TempDir()
-	withTTL := func(dir string) func(*node.Config) {
+	// a pulses (so its lease holds its pulse key too, which its restart
+	// must revoke all the same); b has the pulse off, so it deposes
+	// nobody and only the lease file can explain a takeover before the
+	// TTL (TestPartitionedLeaderIsDeposedWithOneKick covers deposition).
+	withTTL := func(dir string, pulse bool) func(*node.Config) {
 		return func(cfg *node.Config) {
-			cfg.Election = election.Config{TTL: ttl}
+			cfg.Election = election.Config{TTL: ttl, NoPulse: !pulse}
 			cfg.DataDir = dir
 		}
 	}
-	a := c.startWith("a", "default", []string{"http://" + proxy.Addr()}, c.bots, withTTL(dataDir))
+	a := c.startWith("a", "default", []string{"http://" + proxy.Addr()}, c.bots, withTTL(dataDir, true))
 	c.leaderOf("b1", a)
 	crashed, err := election.Leader(context.Background(), c.admin, "", "b1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := c.startWith("b", "default", c.etcd.Endpoints(), c.bots, withTTL(t.TempDir()))
+	b := c.startWith("b", "default", c.etcd.Endpoints(), c.bots, withTTL(t.TempDir(), false))
 	eventually(t, "b to stand by", func() bool { return state(b, "b1") == node.StateStandby })
 
 	// The process dies: etcd never hears from it again. Stopping the node
@@ -58,7 +62,7 @@ func TestRestartedNodeRevokesItsCrashedLease(t *testing.T) {
 	}
 
 	restarted := time.Now()
-	a2 := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, withTTL(dataDir))
+	a2 := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, withTTL(dataDir, true))
 	c.leaderOf("b1", b, a2)
 	if state(b, "b1") != node.StateLeader {
 		t.Fatal("the restarted node leads, not the standby that queued first")

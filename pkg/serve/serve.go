@@ -210,12 +210,14 @@ func Run(ctx context.Context, o Options) error {
 		Slots: cfg.Worker.Slots, Bots: cfg.Bots, DataDir: cfg.DataDir,
 		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
 			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue},
-		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin},
-		Inbound:  n.Access,
-		Drain:    n.Access.WaitTerm,
-		Leading:  n.leading,
-		Health:   n.Health,
-		Logger:   log,
+		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin,
+			PulseInterval: cfg.Election.PulseInterval, PulseTimeout: cfg.Election.PulseTimeout, NoPulse: cfg.Election.PulseTimeout == 0},
+		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow,
+		Inbound: n.Access,
+		Drain:   n.Access.WaitTerm,
+		Leading: n.leading,
+		Health:  n.Health,
+		Logger:  log,
 	})
 	if err != nil {
 		return err
