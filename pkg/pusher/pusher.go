@@ -64,6 +64,10 @@ type Config struct {
 	Store  *jetstream.Store
 	// Lifecycle records every delivery step. Default: one on Store.
 	Lifecycle *task.Lifecycle
+	// Lag, if set, learns the push lag of each progress frame acked with
+	// new content: from the worker's output write to WeCom's ack (metrics;
+	// must not block).
+	Lag func(bot string, d time.Duration)
 	// Budget paces every conversation; shared with the inbound path.
 	Budget *pace.Budget
 	// ScanInterval is the period of the scan of active tasks. Default 1s.
@@ -728,11 +732,18 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 	}
 	p.count(func(s *Stats) { s.Frames++ })
 	shownNow := p.cfg.Now()
+	var lag time.Duration
 	p.mu.Lock()
 	if en := p.active[r.ID]; en != nil {
 		en.shownAt = shownNow
+		if changed && en.out != nil && !en.out.Updated.IsZero() {
+			lag = shownNow.Sub(en.out.Updated)
+		}
 	}
 	p.mu.Unlock()
+	if lag > 0 && p.cfg.Lag != nil {
+		p.cfg.Lag(p.cfg.Bot, lag)
+	}
 	hash := ""
 	if changed {
 		hash = task.Hash(text)
