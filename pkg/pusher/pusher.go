@@ -635,6 +635,23 @@ func join(text, note string) string {
 	return text + "\n\n" + note
 }
 
+// lag reports to Config.Lag how long the output of task id last seen
+// took to reach the user (acked at shown).
+func (p *Pusher) lag(id string, shown time.Time) {
+	if p.cfg.Lag == nil {
+		return
+	}
+	var updated time.Time
+	p.mu.Lock()
+	if en := p.active[id]; en != nil && en.out != nil {
+		updated = en.out.Updated
+	}
+	p.mu.Unlock()
+	if !updated.IsZero() && shown.After(updated) {
+		p.cfg.Lag(p.cfg.Bot, shown.Sub(updated))
+	}
+}
+
 func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
 	chat := r.Chat
 	closeAt := r.StreamStart.Add(p.cfg.StreamWindow - p.cfg.Margin)
@@ -660,6 +677,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 		switch code := wecom.ErrCodeOf(err); {
 		case err == nil:
 			p.count(func(s *Stats) { s.Frames++ })
+			p.lag(r.ID, p.cfg.Now())
 			return p.delivered(ctx, r, final, "final frame acked", 0)
 		case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
 			// No ack we can trust for this req_id (a timeout, or an
@@ -732,17 +750,13 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 	}
 	p.count(func(s *Stats) { s.Frames++ })
 	shownNow := p.cfg.Now()
-	var lag time.Duration
 	p.mu.Lock()
 	if en := p.active[r.ID]; en != nil {
 		en.shownAt = shownNow
-		if changed && en.out != nil && !en.out.Updated.IsZero() {
-			lag = shownNow.Sub(en.out.Updated)
-		}
 	}
 	p.mu.Unlock()
-	if lag > 0 && p.cfg.Lag != nil {
-		p.cfg.Lag(p.cfg.Bot, lag)
+	if changed {
+		p.lag(r.ID, shownNow)
 	}
 	hash := ""
 	if changed {

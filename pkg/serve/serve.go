@@ -76,6 +76,7 @@ type Node struct {
 	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
 	tracker  atomic.Pointer[backfill.Tracker]
 	history  backfill.HistorySource // nil: no gap backfill
+	obs      *observer              // metrics, liveness, readiness, sd_notify (metrics.go)
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -147,6 +148,7 @@ func Run(ctx context.Context, o Options) error {
 	if cfg.Backfill.HistoryURL != "" {
 		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
+	n.obs = newObserver(n, nc, o.Etcd)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	workCtx, stopWork := context.WithCancel(ctx)
@@ -172,6 +174,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		},
 		Incomplete: n.Health.TakeIncomplete,
+		Receipted:  n.obs.metrics.Receipted,
 		Logger:     log,
 	})
 	if err != nil {
@@ -181,7 +184,7 @@ func Run(ctx context.Context, o Options) error {
 		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: "http://" + o.Listener.Addr().String(),
 		Slots: cfg.Worker.Slots, Bots: cfg.Bots, DataDir: cfg.DataDir,
 		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
-			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue},
+			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue, Frames: n.obs.metrics},
 		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin},
 		Inbound:  n.Access,
 		Drain:    n.Access.WaitTerm,
@@ -202,6 +205,7 @@ func Run(ctx context.Context, o Options) error {
 	}()
 	nodeDone := make(chan error, 1)
 	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
+	wg.Go(func() { n.obs.notify(workCtx, "http://"+o.Listener.Addr().String()) })
 
 	store, err := declare(ctx, js, jetstream.Options{Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	if err == nil {
@@ -390,17 +394,21 @@ func (n *Node) isLeading() bool {
 // leading is a term's work on its connection, once JetStream is bound:
 // the bot's pusher and the lifecycle's sweep, until ctx (the term) ends.
 func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Conn) {
+	var p *pusher.Pusher
+	defer func(ended func(*pusher.Pusher)) { ended(p) }(n.obs.term(term.Bot, conn))
 	select {
 	case <-n.ready:
 	case <-ctx.Done():
 		return
 	}
 	cfg, log := n.cfg, n.log
-	p, err := pusher.New(pusher.Config{
+	var err error
+	p, err = pusher.New(pusher.Config{
 		Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
 		Gate: n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed,
+		Lag:    n.obs.metrics.PushLag,
 		Logger: log,
 	})
 	if err != nil {
@@ -672,15 +680,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		n.mu.Unlock()
 		writeJSON(w, http.StatusOK, view)
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if _, err := cli.Get(hctx, "health-probe"); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	n.obs.routes(mux) // GET /metrics, /healthz, /readyz
 	mux.HandleFunc("POST "+dispatch.ExecPath, func(w http.ResponseWriter, r *http.Request) {
 		var m task.Message
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {

@@ -471,14 +471,33 @@ func (n *Node) Info() (NodeInfo, error) {
 	return i, err
 }
 
-// Healthy is true when the node's /healthz says it reaches etcd.
+// Healthy is true when the node's /readyz says it reaches etcd (its
+// /healthz is liveness only: the process answers).
 func (n *Node) Healthy() bool {
-	resp, err := httpc.Get(n.API + "/healthz")
+	r, _ := n.Readiness()
+	return r.Etcd == "ok"
+}
+
+// Readiness is the node's GET /readyz (503 while not ready, same body).
+type Readiness struct {
+	Ready     bool              `json:"ready"`
+	Etcd      string            `json:"etcd"`
+	NATS      string            `json:"nats"`
+	JetStream bool              `json:"jetstream"`
+	Bots      map[string]string `json:"bots"`
+	Reasons   []string          `json:"reasons"`
+}
+
+// Readiness asks the node's /readyz.
+func (n *Node) Readiness() (Readiness, error) {
+	var r Readiness
+	resp, err := httpc.Get(n.API + "/readyz")
 	if err != nil {
-		return false
+		return r, err
 	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&r)
+	return r, err
 }
 
 // Leaders asks every live node which bots it leads: bot → node ids.
