@@ -130,16 +130,21 @@ func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
 
 func newStatusCmd() *cobra.Command {
 	var (
-		ef      etcdFlags
-		asJSON  bool
-		history int
-		natsURL string
+		ef       etcdFlags
+		asJSON   bool
+		history  int
+		natsURL  string
+		watch    bool
+		interval time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster: nodes, and per bot its leader, term start and recent transitions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch && interval <= 0 {
+				return usageErrorf("--interval %s: want a positive duration (e.g. 2s)", interval)
+			}
 			eps, err := ef.resolve()
 			if err != nil {
 				return err
@@ -149,29 +154,39 @@ func newStatusCmd() *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
-			defer cancel()
-			st, err := readStatus(ctx, cli, history)
-			if err != nil {
-				return err
-			}
 			nf := natsFlags{url: natsURL, dataDir: ef.dataDir, timeout: ef.timeout}
-			addHealth(ctx, &nf, &st)
-			if asJSON {
-				if st.HealthError != "" {
-					fmt.Fprintf(cmd.ErrOrStderr(), "botctl status: health and incidents not shown: %s\n", st.HealthError)
+			once := func() error {
+				ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
+				defer cancel()
+				st, err := readStatus(ctx, cli, history)
+				if err != nil {
+					return err
 				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				addHealth(ctx, &nf, &st)
+				if asJSON {
+					if st.HealthError != "" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "botctl status: health and incidents not shown: %s\n", st.HealthError)
+					}
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					if !watch {
+						enc.SetIndent("", "  ")
+					}
+					return enc.Encode(st) // --watch: one object per line
+				}
+				printStatus(cmd.OutOrStdout(), st)
+				return nil
 			}
-			printStatus(cmd.OutOrStdout(), st)
-			return nil
+			if !watch {
+				return once()
+			}
+			return watchStatus(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), interval, asJSON, once)
 		},
 	}
 	ef.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"nodes\":[…],\"bots\":[…]}")
 	cmd.Flags().IntVar(&history, "transitions", 10, "recent transitions to show per bot")
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C (with --json: one JSON object per line)")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
 	cmd.Flags().StringVar(&natsURL, "nats", "", "NATS URL for the bots' health and incidents (default $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
 	return cmd
 }
