@@ -236,9 +236,10 @@ func (c *Cluster) StartNode(id, etcdURL string) (*Node, error) {
 
 // NodeOptions route one node's traffic (e.g. through a fault proxy).
 type NodeOptions struct {
-	EtcdURL  string // "" means the cluster's etcd
-	WeComURL string // "" means the simulator
-	NATSURL  string // "" means the cluster's NATS
+	EtcdURL  string   // "" means the cluster's etcd
+	WeComURL string   // "" means the simulator
+	NATSURL  string   // "" means the cluster's NATS
+	Env      []string // added to the node's environment
 }
 
 // StartNodeWith is StartNode with per-node endpoints.
@@ -269,7 +270,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 		args = append(args, "--backfill-history-url", "http"+strings.TrimPrefix(strings.TrimSuffix(c.SimWS, "/"), "ws"))
 	}
 	args = append(args, c.Opts.NodeArgs...)
-	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{})
+	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{Env: o.Env})
 	if err != nil {
 		return nil, err
 	}
