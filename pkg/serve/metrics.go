@@ -159,26 +159,46 @@ func (o *observer) readiness(ctx context.Context) Readiness {
 }
 
 // notify tells systemd the node serves (READY=1), pings its watchdog
-// while the node's own API answers, and says STOPPING=1 when ctx ends.
-// Outside systemd it does nothing.
-func (o *observer) notify(ctx context.Context, apiURL string) {
+// while the node is alive, and says STOPPING=1 when ctx ends. Outside
+// systemd it does nothing.
+func (o *observer) notify(ctx context.Context) {
 	if ok, err := sdnotify.Notify(sdnotify.Ready); err != nil {
 		o.n.log.Warn().Err(err).Msg("sd_notify READY failed")
 	} else if ok {
 		o.n.log.Info().Msg("told systemd: READY=1")
 	}
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	sdnotify.RunWatchdog(ctx, sdnotify.WatchdogInterval(), func() bool {
-		resp, err := client.Get(apiURL + "/healthz")
-		if err != nil {
-			o.n.log.Warn().Err(err).Msg("own API not answering: no watchdog ping")
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	sdnotify.RunWatchdog(ctx, sdnotify.WatchdogInterval(), o.alive)
 	if ctx.Err() != nil {
 		sdnotify.Notify(sdnotify.Stopping)
+	}
+}
+
+// aliveWithin bounds the watchdog's check.
+const aliveWithin = 5 * time.Second
+
+// alive checks, in process, that the node is not wedged: the locks that
+// every status, metrics and term path takes are free within aliveWithin.
+// (Not an HTTP request to the node's own API: that API may require TLS
+// or a token, and a hung process must not look alive because the kernel
+// still accepts connections.) A wedged node stops the pings and systemd
+// restarts it after WatchdogSec.
+func (o *observer) alive() bool {
+	done := make(chan struct{})
+	go func() { // on a deadlock this goroutine stays blocked until systemd kills the process
+		o.n.mu.Lock()
+		o.n.mu.Unlock()
+		o.mu.Lock()
+		o.mu.Unlock()
+		close(done)
+	}()
+	t := time.NewTimer(aliveWithin)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		o.n.log.Error().Dur("within", aliveWithin).Msg("node wedged (its locks not free): no watchdog ping")
+		return false
 	}
 }
 
