@@ -86,6 +86,9 @@ type BotStatus struct {
 	Health     *health.Record     `json:"health,omitempty"`
 	Incident   *incident.Incident `json:"incident,omitempty"`
 	Incomplete int                `json:"incomplete,omitempty"`
+	// Queue is how many of its tasks are in the JetStream work queue
+	// (queued or running: one per busy conversation).
+	Queue *int `json:"queue,omitempty"`
 }
 
 // addHealth adds each bot's health record, open incident and "may be
@@ -124,6 +127,10 @@ func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
 		}
 		if marks, err := health.Marks(ctx, s.Health(), b.ID); err == nil {
 			b.Incomplete = len(marks)
+		}
+		if convs, err := s.QueuedConversations(ctx, b.ID); err == nil {
+			q := len(convs)
+			b.Queue = &q
 		}
 	}
 }
@@ -271,7 +278,7 @@ func printStatus(w io.Writer, st Status) {
 		fmt.Fprintln(tw, "(no nodes registered)")
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "BOT\tLEADER\tSINCE\tTERM\tGATE\tHEALTH\tINCIDENT")
+	fmt.Fprintln(tw, "BOT\tLEADER\tSINCE\tTERM\tGATE\tQUEUE\tHEALTH\tINCIDENT")
 	for _, b := range st.Bots {
 		leader, since := b.Leader, "-"
 		if leader == "" {
@@ -296,7 +303,11 @@ func printStatus(w io.Writer, st Status) {
 		if b.Incident != nil {
 			inc = fmt.Sprintf("%s %s %s", b.Incident.ID, b.Incident.Level, b.Incident.State)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", b.ID, leader, since, b.Term, b.Gate, hl, inc)
+		queue := "?"
+		if b.Queue != nil {
+			queue = fmt.Sprint(*b.Queue)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", b.ID, leader, since, b.Term, b.Gate, queue, hl, inc)
 	}
 	tw.Flush()
 	if st.HealthError != "" {
