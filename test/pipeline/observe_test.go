@@ -219,3 +219,34 @@ func ge(min float64) func(float64) bool  { return func(v float64) bool { return 
 
 // obsHTTP keeps no idle connections (the package's goleak check).
 var obsHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// The leader is ready with its bot subscribed; a standby is ready too,
+// leading nothing (readiness asks a connection only of the bots a node
+// has won); after the leader stops, the standby leads and says so.
+func TestReadinessLeaderAndStandby(t *testing.T) {
+	c := newCluster(t)
+	n1 := c.start("n1", nil)
+	eventually(t, "n1 leads", c.connected)
+	n2 := c.start("n2", nil)
+	eventually(t, "n1 ready with b1 subscribed", func() bool {
+		code, r := ready(t, n1.api)
+		return code == http.StatusOK && r.Bots["b1"] == "subscribed"
+	})
+	eventually(t, "n2 ready as a standby", func() bool {
+		code, r := ready(t, n2.api)
+		_, leads := r.Bots["b1"]
+		return code == http.StatusOK && r.Ready && !leads
+	})
+	n1.stop()
+	eventually(t, "n2 ready with b1 subscribed", func() bool {
+		code, r := ready(t, n2.api)
+		return code == http.StatusOK && r.Bots["b1"] == "subscribed"
+	})
+	fams := scrape(t, n2.api)
+	if v := value(fams, "botctl_bot_leader", map[string]string{"bot": "b1"}); v == nil || *v != 1 {
+		t.Errorf("n2's botctl_bot_leader{bot=b1} after the handover = %v, want 1", v)
+	}
+	if v := value(fams, "botctl_leader_terms_total", map[string]string{"bot": "b1"}); v == nil || *v != 1 {
+		t.Errorf("n2's botctl_leader_terms_total{bot=b1} = %v, want 1", v)
+	}
+}
