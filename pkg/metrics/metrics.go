@@ -63,7 +63,7 @@ func New() *Node {
 		framesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "wecom_frames_in_total",
 			Help: "Callback frames read from WeCom, by bot and cmd."}, []string{"bot", "cmd"}),
 		framesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "wecom_frames_out_total",
-			Help: "Frames sent to WeCom, by bot, cmd and the ack's errcode (-1: no trustworthy ack: timeout, closed, ambiguous)."}, []string{"bot", "cmd", "errcode"}),
+			Help: "Frames sent to WeCom, by bot, cmd and the ack's errcode (-1: no trustworthy ack: timeout, closed, ambiguous; heartbeat pings are counted when acked)."}, []string{"bot", "cmd", "errcode"}),
 		receipt: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "receipt_latency_seconds",
 			Help:    "From a message's handling start to WeCom's ack of its receipt frame.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"bot"}),

@@ -401,6 +401,9 @@ func (c *Conn) ack(f *Frame) {
 			w <- f // buffered, one slot
 		}
 		c.pmu.Unlock()
+		if c.cfg.Frames != nil {
+			c.cfg.Frames.FrameOut(c.cfg.BotID, CmdPing, f.ErrCode) // pings are counted when acked
+		}
 		switch f.ErrCode {
 		case ErrCodeOK:
 			c.missed.Store(0)
