@@ -117,7 +117,8 @@ type Readiness struct {
 // every bot this node has won has its WeCom connection subscribed.
 func (o *observer) readiness(ctx context.Context) Readiness {
 	rd := Readiness{Etcd: "ok", NATS: "ok", JetStream: o.n.started(), Bots: map[string]string{}}
-	if _, err := o.etcd.Get(ctx, "health-probe"); err != nil {
+	// Under botctl's prefix: a role limited to /botctl/ (etcd RBAC) may read it.
+	if _, err := o.etcd.Get(ctx, "/botctl/health-probe"); err != nil {
 		o.metrics.EtcdError("probe")
 		rd.Etcd = err.Error()
 		rd.Reasons = append(rd.Reasons, "etcd unreachable: "+err.Error())
