@@ -91,10 +91,14 @@ func (m *Node) FrameOut(bot, cmd string, errcode int) {
 }
 
 // Receipted observes a receipt's latency (access.Config.Receipted).
-func (m *Node) Receipted(bot string, d time.Duration) { m.receipt.WithLabelValues(bot).Observe(d.Seconds()) }
+func (m *Node) Receipted(bot string, d time.Duration) {
+	m.receipt.WithLabelValues(bot).Observe(d.Seconds())
+}
 
 // PushLag observes a progress frame's lag (pusher.Config.Lag).
-func (m *Node) PushLag(bot string, d time.Duration) { m.pushLag.WithLabelValues(bot).Observe(d.Seconds()) }
+func (m *Node) PushLag(bot string, d time.Duration) {
+	m.pushLag.WithLabelValues(bot).Observe(d.Seconds())
+}
 
 // TermStarted counts a term of bot this node leads.
 func (m *Node) TermStarted(bot string) { m.terms.WithLabelValues(bot).Inc() }

@@ -205,7 +205,7 @@ func Run(ctx context.Context, o Options) error {
 	}()
 	nodeDone := make(chan error, 1)
 	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
-	wg.Go(func() { n.obs.notify(workCtx) }) // READY=1 and watchdog pings to systemd, if it runs us
+	wg.Go(func() { n.obs.notify(workCtx) })     // READY=1 and watchdog pings to systemd, if it runs us
 
 	store, err := declare(ctx, js, jetstream.Options{Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	if err == nil {
