@@ -27,6 +27,8 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		WatermarksBucket:  "BOTCTL_WATERMARKS",
 		PendingBucket:     "BOTCTL_PENDING",
 		SeenBucket:        "BOTCTL_SEEN",
+		HealthBucket:      "BOTCTL_HEALTH",
+		IncidentsBucket:   "BOTCTL_INCIDENTS",
 	}
 	if n != want {
 		t.Fatalf("Names() = %+v, want %+v", n, want)

@@ -38,11 +38,11 @@ the new env takes over.`,
 			if bot == "" || env == "" {
 				return usageErrorf("--bot and --env are required")
 			}
-			eps, err := ef.resolve()
+			ec, err := ef.resolve()
 			if err != nil {
 				return err
 			}
-			cli, err := newEtcdClient(eps, ef.timeout)
+			cli, err := newEtcdClient(ec)
 			if err != nil {
 				return err
 			}

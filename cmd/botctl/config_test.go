@@ -11,9 +11,9 @@ import (
 	"github.com/botctl/botctl/pkg/config"
 )
 
-// run runs botctl with args, as main does, and returns stdout, stderr and
+// runBotctl runs botctl with args, as main does, and returns stdout, stderr and
 // the exit code main would give.
-func run(t *testing.T, args ...string) (string, string, int) {
+func runBotctl(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := newRootCmd()
 	var out, errb bytes.Buffer
@@ -45,7 +45,7 @@ func write(t *testing.T, body string) string {
 // The example names every key of config.Keys (so keys others add appear
 // by themselves) and passes config check as it is.
 func TestConfigExamplePassesCheck(t *testing.T) {
-	out, stderr, code := run(t, "config", "example")
+	out, stderr, code := runBotctl(t, "config", "example")
 	if code != 0 {
 		t.Fatalf("config example: exit %d: %s", code, stderr)
 	}
@@ -56,7 +56,7 @@ func TestConfigExamplePassesCheck(t *testing.T) {
 		}
 	}
 	p := write(t, out)
-	sout, serr, code := run(t, "config", "check", p)
+	sout, serr, code := runBotctl(t, "config", "check", p)
 	if code != 0 {
 		t.Fatalf("config check of the example: exit %d\n%s", code, serr)
 	}
@@ -80,7 +80,7 @@ bots:
   - id: b1
     secret_file: /nonexistent/b1.secret
 `)
-	_, stderr, code := run(t, "config", "check", p)
+	_, stderr, code := runBotctl(t, "config", "check", p)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s", code, stderr)
 	}
@@ -96,21 +96,21 @@ bots:
 
 func TestConfigCheckUnknownKey(t *testing.T) {
 	p := write(t, "push:\n  budgett: 10\n")
-	_, stderr, code := run(t, "config", "check", p)
+	_, stderr, code := runBotctl(t, "config", "check", p)
 	if code != 1 || !strings.Contains(stderr, "unknown key push.budgett") {
 		t.Fatalf("exit %d, stderr %s; want 1 and the unknown key named", code, stderr)
 	}
 }
 
 func TestConfigCheckMissingFile(t *testing.T) {
-	_, stderr, code := run(t, "config", "check", filepath.Join(t.TempDir(), "none.yaml"))
+	_, stderr, code := runBotctl(t, "config", "check", filepath.Join(t.TempDir(), "none.yaml"))
 	if code != 1 || !strings.Contains(stderr, "none.yaml") {
 		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
 }
 
 func TestConfigCheckNeedsFile(t *testing.T) {
-	if _, _, code := run(t, "config", "check"); code != 2 {
+	if _, _, code := runBotctl(t, "config", "check"); code != 2 {
 		t.Fatalf("exit %d without FILE, want 2 (usage)", code)
 	}
 }

@@ -57,12 +57,12 @@ WeCom URL that is not botctl's simulator.
 			defer closeFn()
 			cfg.Incidents, cfg.Health = incident.NewStore(st.Incidents()), st.Health()
 			if cfg.Kind == drill.KindKillLeader {
-				ef := etcdFlags{endpoints: etcd, dataDir: nf.dataDir, timeout: nf.timeout}
-				eps, err := ef.resolve()
+				ef := etcdFlags{config: nf.config, endpoints: etcd, dataDir: nf.dataDir, timeout: nf.timeout}
+				ec, err := ef.resolve()
 				if err != nil {
 					return err
 				}
-				cli, err := newEtcdClient(eps, nf.timeout)
+				cli, err := newEtcdClient(ec)
 				if err != nil {
 					return err
 				}
@@ -113,6 +113,7 @@ WeCom URL that is not botctl's simulator.
 	cmd.Flags().DurationVar(&cfg.FixAfter, "fix-after", 10*time.Second, "revoke: restore the secret and acknowledge this long after the incident opened")
 	cmd.Flags().DurationVar(&cfg.Settle, "settle", 3*time.Minute, "how long to wait for every answer after the incident closed")
 	cmd.Flags().DurationVar(&cfg.Timeout, "round-timeout", 10*time.Minute, "bound of one round")
+	cmd.Flags().DurationVar(&cfg.AlertWait, "alert-wait", 75*time.Second, "after the last round, wait this long after its injection before reading the alerts (the merge window); negative: at once")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"bot\",\"kind\",\"rounds\":[…],\"summary\":{…}}")
 	cmd.Flags().BoolVar(&failLost, "fail-on-loss", false, "exit 1 if a message was lost or a round failed")
 	return cmd

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/spf13/cobra"
 )
@@ -13,7 +14,10 @@ import (
 // newInfraCmd runs only the embedded etcd and NATS servers: shared state for
 // several botctl nodes on one machine (demos, drills, end-to-end tests).
 func newInfraCmd() *cobra.Command {
-	var dataDir, etcdListen, natsListen string
+	var (
+		dataDir, etcdListen, natsListen string
+		allowRemote                     bool
+	)
 	cmd := &cobra.Command{
 		Use:   "infra",
 		Short: "Run only the embedded etcd and NATS (JetStream) servers",
@@ -23,7 +27,8 @@ failover on one machine. Prints one line to stdout when both accept clients:
 
   infra ready: etcd http://127.0.0.1:2379 nats nats://127.0.0.1:4222
 
-This is not for production: it has no redundancy.`,
+This is not for production: it has no redundancy, no TLS and no
+authentication. It listens on loopback only unless --allow-remote is given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dataDir == "" {
@@ -34,6 +39,12 @@ This is not for production: it has no redundancy.`,
 			}
 			if err := checkListen(natsListen, "127.0.0.1:4222", true); err != nil {
 				return usageErrorf("--nats-listen %q: %v", natsListen, err)
+			}
+			for _, l := range []struct{ flag, addr string }{{"--etcd-listen", etcdListen}, {"--nats-listen", natsListen}} {
+				if err := checkLoopback(l.addr, allowRemote); err != nil {
+					return usageErrorf("%s %s: %v: the embedded etcd and NATS have no TLS and no authentication, so anyone who reaches them can read and change every task and take any bot's leadership. "+
+						"Give --allow-remote to listen there anyway (a lab on a trusted network), or run etcd and NATS clusters with TLS (docs/security.md)", l.flag, l.addr, err)
+				}
 			}
 			if etcdListen == natsListen {
 				return usageErrorf("--etcd-listen and --nats-listen are both %q: give each its own port", etcdListen)
@@ -70,6 +81,7 @@ This is not for production: it has no redundancy.`,
 	f.StringVar(&dataDir, "data-dir", "", "directory for etcd's and JetStream's data (created if missing)")
 	f.StringVar(&etcdListen, "etcd-listen", "127.0.0.1:2379", "etcd client address host:port (fixed port)")
 	f.StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "NATS client address host:port (port 0 picks a free one)")
+	f.BoolVar(&allowRemote, "allow-remote", false, "allow listening on a non-loopback address (no TLS, no authentication: trusted networks only)")
 	return cmd
 }
 
@@ -90,4 +102,17 @@ func checkListen(addr, example string, zeroOK bool) error {
 		return errors.New("want a fixed port: etcd cannot report a random one")
 	}
 	return nil
+}
+
+// checkLoopback refuses an address other machines can reach, unless
+// allowRemote.
+func checkLoopback(addr string, allowRemote bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || allowRemote || config.LoopbackHost(host) {
+		return nil // a malformed address is reported by checkListen
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return errors.New("every interface, not only loopback")
+	}
+	return errors.New("not a loopback address")
 }

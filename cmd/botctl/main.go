@@ -9,18 +9,22 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/botctl/botctl/pkg/redact"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+		// The last line an operator sees carries no URL credential.
+		msg := redact.String(err.Error())
 		var ue usageError
 		if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
-			fmt.Fprintln(os.Stderr, "botctl:", err)
+			fmt.Fprintln(os.Stderr, "botctl:", msg)
 			os.Exit(2)
 		}
-		fmt.Fprintln(os.Stderr, "botctl:", err)
+		fmt.Fprintln(os.Stderr, "botctl:", msg)
 		os.Exit(1)
 	}
 }

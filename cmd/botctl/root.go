@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 )
@@ -19,8 +20,9 @@ type globalFlags struct {
 var globals globalFlags
 
 // logger is the process logger, configured by the root command's flags
-// before any subcommand runs.
-var logger = zerolog.New(os.Stderr).With().Timestamp().Logger()
+// before any subcommand runs. Every line goes through redact.Writer: a URL
+// credential never reaches the log, whoever logged it.
+var logger = zerolog.New(redact.Writer(os.Stderr)).With().Timestamp().Logger()
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -54,9 +56,9 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 	var l zerolog.Logger
 	switch format {
 	case "json":
-		l = zerolog.New(os.Stderr)
+		l = zerolog.New(redact.Writer(os.Stderr))
 	case "console":
-		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339})
+		l = zerolog.New(zerolog.ConsoleWriter{Out: redact.Writer(os.Stderr), TimeFormat: time.RFC3339})
 	default:
 		return zerolog.Logger{}, usageErrorf("--log-format %q: want json or console", format)
 	}

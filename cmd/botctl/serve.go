@@ -13,6 +13,7 @@ import (
 	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
+	"github.com/botctl/botctl/pkg/redact"
 	botserve "github.com/botctl/botctl/pkg/serve"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/spf13/cobra"
@@ -22,11 +23,12 @@ const demoBot = "demo"
 
 func newServeCmd() *cobra.Command {
 	var (
-		configPath string
-		bots       []string
-		demo       bool
-		demoListen string
-		keyFlags   = map[string]*string{}
+		configPath  string
+		bots        []string
+		demo        bool
+		demoListen  string
+		allowRemote bool
+		keyFlags    = map[string]*string{}
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -40,8 +42,11 @@ NATS server (JetStream) start in --data-dir. With no bots and no --wecom-url
 the node runs with no setup at all.
 
 Configuration: --config FILE (YAML), then BOTCTL_* environment variables,
-then flags. Bot secrets: --bot ID:SECRET, $BOTCTL_BOT_<ID>_SECRET, or
-secret_file in the config file. Secrets are never logged.`,
+then flags. Bot secrets: --bot ID with $BOTCTL_BOT_<ID>_SECRET, or
+secret_file in the config file (--bot ID:SECRET works but puts the secret
+in argv, where every user of the machine can read it: tests only). Secrets
+are never logged. TLS, credentials and the node API's token:
+docs/security.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := config.Load(configPath, os.Environ())
@@ -58,7 +63,7 @@ secret_file in the config file. Secrets are never logged.`,
 			for _, s := range bots {
 				b, err := config.ParseBot(s)
 				if err != nil {
-					return usageErrorf("--bot %q: %v", redact(s), err)
+					return usageErrorf("--bot %q: %v", redactBot(s), err)
 				}
 				cfg.Bots = append(cfg.Bots, b)
 			}
@@ -66,6 +71,12 @@ secret_file in the config file. Secrets are never logged.`,
 				return usageError{err}
 			}
 			demo = demo || (len(cfg.Bots) == 0 && cfg.WeCom.URL == "")
+			if demo {
+				if err := checkLoopback(demoListen, allowRemote); err != nil {
+					return usageErrorf("--demo-listen %s: %v: the demo's simulator has no authentication, so anyone who reaches it can act as any user and read every transcript. "+
+						"Give --allow-remote to listen there anyway (a demo on a trusted network)", demoListen, err)
+				}
+			}
 			if demo && len(cfg.Bots) == 0 {
 				cfg.Bots = []config.Bot{{ID: demoBot, Secret: demoBot + "-secret"}}
 			}
@@ -84,14 +95,15 @@ secret_file in the config file. Secrets are never logged.`,
 	for _, k := range config.Keys {
 		keyFlags[k.Flag] = f.String(k.Flag, "", fmt.Sprintf("%s (config key %s, env %s)", k.Usage, k.Name, k.Env()))
 	}
-	f.StringArrayVar(&bots, "bot", nil, "bot as ID:SECRET, or ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable)")
+	f.StringArrayVar(&bots, "bot", nil, "bot as ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable; ID:SECRET puts the secret in argv: tests only)")
 	f.BoolVar(&demo, "demo", false, "start an in-process WeCom simulator (default when no bots and no --wecom-url are given)")
 	f.StringVar(&demoListen, "demo-listen", "127.0.0.1:8390", "the demo simulator's address (port 0 picks a free one)")
+	f.BoolVar(&allowRemote, "allow-remote", false, "with --demo: allow a non-loopback --demo-listen (the simulator has no authentication: trusted networks only)")
 	return cmd
 }
 
-// redact hides the secret of an ID:SECRET argument.
-func redact(s string) string {
+// redactBot hides the secret of an ID:SECRET argument.
+func redactBot(s string) string {
 	if id, _, ok := strings.Cut(s, ":"); ok {
 		return id + ":<redacted>"
 	}
@@ -175,21 +187,27 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 			addr, cfg.Bots[0].ID, addr, cfg.Bots[0].ID, addr, cfg.Bots[0].ID)
 	}
 
-	cli, err := newEtcdClient(endpoints, cfg.Etcd.DialTimeout)
+	ec := cfg.Etcd
+	ec.Endpoints = endpoints
+	cli, err := newEtcdClient(ec)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	natsOpts, err := cfg.NATS.Options()
+	if err != nil {
+		return usageError{err}
+	}
 
 	ids := make([]string, len(cfg.Bots))
 	for i, b := range cfg.Bots {
 		ids[i] = b.ID
 	}
 	return botserve.Run(ctx, botserve.Options{
-		Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, Listener: ln, Version: buildinfo.String(), Logger: logger,
+		Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, NATSOptions: natsOpts, Listener: ln, Version: buildinfo.String(), Logger: logger,
 		Ready: func(*botserve.Node) {
 			fmt.Fprintf(out, "botctl node %s serving bots [%s]; API http://%s/status; etcd %s; AI %s\n",
-				cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(endpoints, ","), cfg.AI.Kind)
+				cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(redact.URLs(endpoints), ","), cfg.AI.Kind)
 		},
 	})
 }

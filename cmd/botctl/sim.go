@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/spf13/cobra"
 )
@@ -35,8 +37,8 @@ Bots connect with a WebSocket to ws://ADDR/; the control API (JSON over HTTP
 under http://ADDR/control/) plays the users, injects faults and reads
 transcripts and stats. The control API is unauthenticated: keep --listen on
 a loopback address. See docs/simulator.md.`,
-		Example: `  botctl sim --listen 127.0.0.1:8390 --bot demo:demo-secret
-  botctl sim --listen 127.0.0.1:0 --bot a:s1 --bot b:s2 --stream-window 30s --rate-limit 10`,
+		Example: `  BOTCTL_BOT_DEMO_SECRET=demo-secret botctl sim --listen 127.0.0.1:8390 --bot demo
+  botctl sim --listen 127.0.0.1:0 --bot a --bot b --stream-window 30s --rate-limit 10   # with $BOTCTL_BOT_A_SECRET, $BOTCTL_BOT_B_SECRET`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSim(cmd, f)
@@ -44,7 +46,7 @@ a loopback address. See docs/simulator.md.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8390", "address to listen on (host:port; port 0 picks a free one)")
-	fl.StringArrayVar(&f.bots, "bot", nil, "bot as ID:SECRET (repeatable); more can be added with POST /control/bots")
+	fl.StringArrayVar(&f.bots, "bot", nil, "bot as ID with $BOTCTL_BOT_<ID>_SECRET set, or ID:SECRET (repeatable); more can be added with POST /control/bots")
 	fl.DurationVar(&f.streamWindow, "stream-window", wecomsim.DefaultStreamWindow, "a stream must finish within this from its first frame")
 	fl.IntVar(&f.rateLimit, "rate-limit", wecomsim.DefaultRateLimit, "frames accepted per conversation per --rate-window")
 	fl.DurationVar(&f.rateWindow, "rate-window", wecomsim.DefaultRateWindow, "sliding window of --rate-limit")
@@ -80,9 +82,16 @@ func (f simFlags) validate() ([]simBot, error) {
 	seen := make(map[string]bool)
 	for _, spec := range f.bots {
 		id, secret, found := strings.Cut(spec, ":")
-		if !found || id == "" || secret == "" {
+		if !found && id != "" {
+			// The secret from the environment: never in argv.
+			secret = os.Getenv(config.BotSecretEnv(id))
+			if secret == "" {
+				return nil, usageErrorf("--bot %s: no secret: set $%s (or give --bot %s:SECRET)", id, config.BotSecretEnv(id), id)
+			}
+		}
+		if id == "" || secret == "" {
 			// Never echo the value: it may hold a secret.
-			return nil, usageErrorf("--bot: want ID:SECRET with both parts non-empty (got a value of %d characters)", len(spec))
+			return nil, usageErrorf("--bot: want ID with $BOTCTL_BOT_<ID>_SECRET set, or ID:SECRET with both parts non-empty (got a value of %d characters)", len(spec))
 		}
 		if seen[id] {
 			return nil, usageErrorf("--bot %s: given twice; each bot id once", id)

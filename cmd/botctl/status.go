@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -44,8 +46,19 @@ type NodeStatus struct {
 	Unreachable string `json:"unreachable,omitempty"`
 }
 
+// apiClient is how status reaches the nodes' APIs: api.ca_file trusted.
+func apiClient(a config.API) (*http.Client, error) {
+	tc, err := a.ClientTLS()
+	if err != nil || tc == nil {
+		return http.DefaultClient, err
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tc
+	return &http.Client{Transport: t}, nil
+}
+
 // live asks a node's API for what only it knows.
-func live(ctx context.Context, n *NodeStatus) {
+func live(ctx context.Context, hc *http.Client, n *NodeStatus) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.Address+"/status", nil)
@@ -53,9 +66,9 @@ func live(ctx context.Context, n *NodeStatus) {
 		n.Unreachable = err.Error()
 		return
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
-		n.Unreachable = err.Error()
+		n.Unreachable = redact.String(err.Error())
 		return
 	}
 	defer resp.Body.Close()
@@ -152,20 +165,24 @@ func newStatusCmd() *cobra.Command {
 			if watch && interval <= 0 {
 				return usageErrorf("--interval %s: want a positive duration (e.g. 2s)", interval)
 			}
-			eps, err := ef.resolve()
+			ec, err := ef.resolve()
 			if err != nil {
 				return err
 			}
-			cli, err := newEtcdClient(eps, ef.timeout)
+			cli, err := newEtcdClient(ec)
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			nf := natsFlags{url: natsURL, dataDir: ef.dataDir, timeout: ef.timeout}
+			hc, err := apiClient(ef.api)
+			if err != nil {
+				return usageError{err}
+			}
+			nf := natsFlags{config: ef.config, url: natsURL, dataDir: ef.dataDir, timeout: ef.timeout}
 			once := func() error {
 				ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
 				defer cancel()
-				st, err := readStatus(ctx, cli, history)
+				st, err := readStatus(ctx, cli, hc, history)
 				if err != nil {
 					return err
 				}
@@ -200,7 +217,7 @@ func newStatusCmd() *cobra.Command {
 
 const prefix = "/botctl/"
 
-func readStatus(ctx context.Context, cli *clientv3.Client, history int) (Status, error) {
+func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, history int) (Status, error) {
 	nodes, err := node.Nodes(ctx, cli, prefix)
 	if err != nil {
 		return Status{}, err
@@ -222,7 +239,7 @@ func readStatus(ctx context.Context, cli *clientv3.Client, history int) (Status,
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		st.Nodes[i].Info = n
-		wg.Go(func() { live(ctx, &st.Nodes[i]) })
+		wg.Go(func() { live(ctx, hc, &st.Nodes[i]) })
 	}
 	wg.Wait()
 	for id := range ids {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -25,35 +27,64 @@ import (
 // `botctl serve` started there.
 const natsURLFile = "nats.url"
 
-// natsFlags are the flags of the commands that read or change tasks.
+// natsFlags are the flags of the commands that read or change tasks. TLS,
+// credentials and the prefix (nats.*) come from --config and BOTCTL_NATS_*
+// as for serve.
 type natsFlags struct {
+	config  string
 	url     string
+	prefix  string
 	dataDir string
 	timeout time.Duration
 }
 
 func (f *natsFlags) register(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVar(&f.url, "nats", "", "NATS URL (default $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
+	cmd.PersistentFlags().StringVar(&f.config, "config", "", "botctl's YAML config file: NATS URL, prefix, TLS and credentials (env BOTCTL_NATS_* also applies)")
+	cmd.PersistentFlags().StringVar(&f.url, "nats", "", "NATS URL (default nats.url of --config or $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
+	cmd.PersistentFlags().StringVar(&f.prefix, "nats-prefix", "", "stream and bucket prefix of the environment to act on (default nats.prefix of --config or $BOTCTL_NATS_PREFIX, else BOTCTL)")
 	cmd.PersistentFlags().StringVar(&f.dataDir, "data-dir", "data", "data dir of a 'botctl serve' running embedded NATS")
 	cmd.PersistentFlags().DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for NATS")
 }
 
-// store connects and opens the declared streams and buckets.
-func (f *natsFlags) store() (*jetstream.Store, func(), error) {
-	u := f.url
-	if u == "" {
-		u = os.Getenv("BOTCTL_NATS_URL")
+// resolve returns the nats section to connect with: --nats, else nats.url
+// of --config or $BOTCTL_NATS_URL, else the embedded NATS recorded in
+// --data-dir; --nats-prefix over nats.prefix.
+func (f *natsFlags) resolve() (config.NATS, error) {
+	cfg, err := config.Load(f.config, os.Environ())
+	if err != nil {
+		return config.NATS{}, usageError{err}
 	}
-	if u == "" {
+	n := cfg.NATS
+	if f.prefix != "" {
+		n.Prefix = f.prefix
+	}
+	if f.url != "" {
+		n.URL = f.url
+	}
+	if n.URL == "" {
 		raw, err := os.ReadFile(filepath.Join(f.dataDir, natsURLFile))
 		if err != nil {
-			return nil, nil, usageErrorf("no NATS to ask: give --nats nats://HOST:PORT, or --data-dir of a running 'botctl serve' with embedded NATS")
+			return n, usageErrorf("no NATS to ask: give --nats nats://HOST:PORT (or --config), or --data-dir of a running 'botctl serve' with embedded NATS")
 		}
-		u = strings.TrimSpace(string(raw))
+		n.URL = strings.TrimSpace(string(raw))
 	}
-	nc, err := nats.Connect(u, nats.Timeout(f.timeout), nats.Name("botctl tasks"))
+	return n, nil
+}
+
+// store connects and opens the declared streams and buckets of the prefix.
+func (f *natsFlags) store() (*jetstream.Store, func(), error) {
+	n, err := f.resolve()
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats)", u, err)
+		return nil, nil, err
+	}
+	opts, err := n.Options()
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	u := redact.URL(n.URL)
+	nc, err := nats.Connect(n.URL, append(opts, nats.Timeout(f.timeout), nats.Name("botctl tasks"))...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
 	}
 	js, err := natsjs.New(nc)
 	if err != nil {
@@ -63,10 +94,10 @@ func (f *natsFlags) store() (*jetstream.Store, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	// Declare is idempotent and changes nothing on a running deployment.
-	s, err := jetstream.Declare(ctx, js, jetstream.Options{})
+	s, err := jetstream.Declare(ctx, js, jetstream.Options{Prefix: n.Prefix, Replicas: n.Replicas})
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("open task streams and buckets: %w", err)
+		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", n.Prefix, err)
 	}
 	return s, nc.Close, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,8 +22,13 @@ import (
 // from Command (argv, no shell) in its own process group. The task goes to
 // its stdin (see Input) and stdin is then closed; everything it writes to
 // stdout is the answer, streamed as it is produced; exit status 0 means the
-// answer is complete. The process also gets BOTCTL_TASK_ID in its
-// environment.
+// answer is complete.
+//
+// The process gets a clean environment, not the node's: the node's holds
+// every bot secret (BOTCTL_BOT_<ID>_SECRET) and API key, and a model's
+// helper script has no business with them. It gets PATH, HOME, LANG,
+// LC_ALL, LC_CTYPE, TZ and TMPDIR from the node (those set), BOTCTL_TASK_ID,
+// and what Env names, nothing else.
 type ExecConfig struct {
 	// Command is the program and its arguments, e.g. ["/usr/local/bin/answer",
 	// "--model", "small"]. Required. A program without a slash is looked up
@@ -40,7 +46,10 @@ type ExecConfig struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// Dir is the working directory. Default: the node's.
 	Dir string `yaml:"dir"`
-	// Env adds "KEY=value" entries to the node's environment for the process.
+	// Env is the rest of the process's environment (config key ai.exec.env):
+	// "NAME=value" sets NAME; "NAME" alone passes the node's NAME through
+	// (if set), e.g. the one API key the command needs. Nothing else of the
+	// node's environment reaches the process.
 	Env []string `yaml:"env"`
 }
 
@@ -65,10 +74,34 @@ const (
 	execReadSize  = 16 << 10
 )
 
+// execBaseEnv is what every exec process gets from the node's environment:
+// what programs need to run, none of it secret.
+var execBaseEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 type execBackend struct {
 	cfg  ExecConfig
 	path string // Command[0] resolved
 	name string
+}
+
+// environ is the process's whole environment (see ExecConfig).
+func (b *execBackend) environ(taskID string) []string {
+	var env []string
+	for _, name := range execBaseEnv {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	for _, kv := range b.cfg.Env {
+		if strings.Contains(kv, "=") {
+			env = append(env, kv)
+		} else if v, ok := os.LookupEnv(kv); ok {
+			env = append(env, kv+"="+v)
+		}
+	}
+	return append(env, "BOTCTL_TASK_ID="+taskID)
 }
 
 func newExec(cfg ExecConfig) (*execBackend, error) {
@@ -100,9 +133,9 @@ func newExec(cfg ExecConfig) (*execBackend, error) {
 		}
 	}
 	for i, kv := range cfg.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+		if k, _, _ := strings.Cut(kv, "="); !envNameRE.MatchString(k) {
 			// Not the entry itself: it may hold a secret.
-			return nil, fmt.Errorf("config key ai.exec.env[%d]: want KEY=value", i)
+			return nil, fmt.Errorf("config key ai.exec.env[%d]: want NAME (passed from the node's environment) or NAME=value, NAME letters, digits and '_'", i)
 		}
 	}
 	// The name shows the program only: arguments may carry secrets.
@@ -161,7 +194,7 @@ func (b *execBackend) Stream(ctx context.Context, req Request, emit func(string)
 	cmd := exec.CommandContext(runCtx, b.path, b.cfg.Command[1:]...)
 	cmd.Args[0] = b.cfg.Command[0]
 	cmd.Dir = b.cfg.Dir
-	cmd.Env = append(append(os.Environ(), "BOTCTL_TASK_ID="+req.TaskID), b.cfg.Env...)
+	cmd.Env = b.environ(req.TaskID)
 	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.Stdout = stdoutW
 	cmd.Stderr = stderr

@@ -344,3 +344,48 @@ func TestExecLargeInputUnread(t *testing.T) {
 		t.Errorf("Stream returned %s after cancel", took)
 	}
 }
+
+// The exec process sees a clean environment: the node's bot secrets and API
+// keys stay out; what ai.exec.env names gets in.
+func TestExecCleanEnvironment(t *testing.T) {
+	leakCheck(t)
+	t.Setenv("BOTCTL_BOT_MYBOT_SECRET", "bot-secret-value")
+	t.Setenv("OPENAI_API_KEY", "sk-parent-key")
+	t.Setenv("AI_TEST_PASSED", "passed-value")
+	t.Setenv("LANG", "C.UTF-8")
+	b := newExecForTest(t, ExecConfig{Command: []string{"env"}, Env: []string{"AI_TEST_PASSED", "MODEL=small", "AI_TEST_UNSET_NAME"}})
+	rec := newRecorder()
+	if err := b.Stream(context.Background(), Request{TaskID: "t-env", Messages: []Message{{Role: RoleUser, Content: "q"}}}, rec.emit); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(rec.text()), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			got[k] = v
+		}
+	}
+	for _, secret := range []string{"BOTCTL_BOT_MYBOT_SECRET", "OPENAI_API_KEY"} {
+		if _, ok := got[secret]; ok {
+			t.Errorf("%s reached the exec process", secret)
+		}
+	}
+	if strings.Contains(rec.text(), "bot-secret-value") || strings.Contains(rec.text(), "sk-parent-key") {
+		t.Errorf("a secret's value reached the exec process:\n%s", rec.text())
+	}
+	want := map[string]string{"AI_TEST_PASSED": "passed-value", "MODEL": "small", "BOTCTL_TASK_ID": "t-env", "LANG": "C.UTF-8", "PATH": os.Getenv("PATH")}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if _, ok := got["AI_TEST_UNSET_NAME"]; ok {
+		t.Error("a name unset in the node was set for the process")
+	}
+	allowed := map[string]bool{"PATH": true, "HOME": true, "LANG": true, "LC_ALL": true, "LC_CTYPE": true, "TZ": true, "TMPDIR": true,
+		"AI_TEST_PASSED": true, "MODEL": true, "BOTCTL_TASK_ID": true}
+	for k := range got {
+		if !allowed[k] {
+			t.Errorf("%s reached the exec process: not configured for it", k)
+		}
+	}
+}

@@ -148,7 +148,7 @@ func TestNewConfigErrorsNameTheKey(t *testing.T) {
 		{Config{Kind: KindExec, Exec: ExecConfig{Command: []string{"sh"}, Input: "xml"}}, "ai.exec.input"},
 		{Config{Kind: KindExec, Exec: ExecConfig{Command: []string{"sh"}, Timeout: -1}}, "ai.exec.timeout"},
 		{Config{Kind: KindExec, Exec: ExecConfig{Command: []string{"sh"}, Dir: "/no/such/dir"}}, "ai.exec.dir"},
-		{Config{Kind: KindExec, Exec: ExecConfig{Command: []string{"sh"}, Env: []string{"SECRET"}}}, "ai.exec.env[0]"},
+		{Config{Kind: KindExec, Exec: ExecConfig{Command: []string{"sh"}, Env: []string{"OK", "BAD NAME=x"}}}, "ai.exec.env[1]"},
 		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{APIKeyEnv: "PATH"}}, "ai.openai.model"},
 		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{Model: "m", APIKeyEnv: "PATH", BaseURL: "localhost:8080"}}, "ai.openai.base_url"},
 		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{Model: "m", APIKeyEnv: "AI_TEST_EMPTY_KEY"}}, "ai.openai.api_key_env"},

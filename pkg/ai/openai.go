@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
@@ -60,7 +61,7 @@ func newOpenAI(cfg OpenAIConfig, env func(string) (string, bool)) (*openAIBacken
 	}
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("config key ai.openai.base_url: %q is not an http(s) URL such as %s", cfg.BaseURL, openAIDefaultBaseURL)
+		return nil, fmt.Errorf("config key ai.openai.base_url: %q is not an http(s) URL such as %s", redact.URL(cfg.BaseURL), openAIDefaultBaseURL)
 	}
 	if cfg.Model == "" {
 		return nil, errors.New("config key ai.openai.model: required (the model name, e.g. gpt-4o-mini)")

@@ -40,8 +40,10 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/redact"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 )
 
 // Message is a user message as a history source gives it.
@@ -71,7 +73,7 @@ type SimHistory struct {
 func SimHistoryFor(wsURL string) (*SimHistory, error) {
 	u, err := url.Parse(wsURL)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		return nil, fmt.Errorf("backfill: %q is not a ws:// or wss:// URL", wsURL)
+		return nil, fmt.Errorf("backfill: %q is not a ws:// or wss:// URL", redact.URL(wsURL))
 	}
 	scheme := "http"
 	if u.Scheme == "wss" {
@@ -96,7 +98,7 @@ func (s *SimHistory) History(ctx context.Context, bot string, since, until time.
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("read history of bot %s: %w", bot, err)
+		return nil, redact.Error(fmt.Errorf("read history of bot %s: %w", bot, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -249,6 +251,9 @@ type Config struct {
 	Overlap time.Duration // read this much before the watermark (and for the first pass ever, before the term). Default 60s.
 	// MaxMessages bounds the messages a pass hands over. Default 500.
 	MaxMessages int
+	// Rate bounds how fast a pass hands messages over (per second).
+	// Default 20.
+	Rate float64
 	// Known reports whether a message was handled already (its task
 	// record exists).
 	Known func(ctx context.Context, bot, msgid string) (bool, error)
@@ -313,6 +318,10 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 	if cfg.MaxMessages <= 0 {
 		cfg.MaxMessages = 500
 	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 20
+	}
+	limit := rate.NewLimiter(rate.Limit(cfg.Rate), 1)
 	start := time.Now()
 	rep := Report{Bot: bot, Since: since, Until: until}
 	msgs, err := cfg.Source.History(ctx, bot, rep.Since, until)
@@ -332,6 +341,9 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 		if rep.Filled >= cfg.MaxMessages {
 			rep.unfilled(m.Chat)
 			continue
+		}
+		if err := limit.Wait(ctx); err != nil {
+			return rep, err
 		}
 		if err := cfg.Late(ctx, bot, m); errors.Is(err, ErrBusy) {
 			rep.Deferred++

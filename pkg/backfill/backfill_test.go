@@ -103,6 +103,21 @@ func TestRunAgainstSimulatorHistory(t *testing.T) {
 	if len(late) != 2 || late[0] != "hi u2" || late[1] != "hi u3" {
 		t.Fatalf("handed over %q", late)
 	}
+	if len(rep.Unfilled) != 1 || rep.Unfilled[0] != "u4" {
+		t.Fatalf("unfilled conversations %q, want u4", rep.Unfilled)
+	}
+
+	// The rate bounds the hand-over: 3 messages at 4/s take at least
+	// half a second (the first goes at once). Load only makes it slower.
+	late = nil
+	cfg.MaxMessages, cfg.Rate = 10, 4
+	t0 := time.Now()
+	if rep, err = backfill.Run(context.Background(), cfg, "b1", since, until); err != nil || rep.Filled != 3 {
+		t.Fatalf("second pass: %+v %v", rep, err)
+	}
+	if took := time.Since(t0); took < 450*time.Millisecond {
+		t.Fatalf("3 messages at 4/s handed over in %s", took)
+	}
 	if _, err := backfill.SimHistoryFor("http://not-ws"); err == nil {
 		t.Fatal("a non-ws URL accepted")
 	}

@@ -19,7 +19,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/worker"
 	"go.yaml.in/yaml/v3"
 )
@@ -35,7 +37,9 @@ type Config struct {
 	// DataDir holds the embedded etcd and NATS data and the local spool.
 	DataDir string `yaml:"data_dir"`
 	// Listen is the node's HTTP API (status, exec). Default 127.0.0.1:8391.
+	// Not a loopback address: api.token_file is required.
 	Listen string `yaml:"listen"`
+	API    API    `yaml:"api"`
 
 	Etcd     Etcd      `yaml:"etcd"`
 	NATS     NATS      `yaml:"nats"`
@@ -49,6 +53,7 @@ type Config struct {
 	Backfill Backfill  `yaml:"backfill"`
 	Health   Health    `yaml:"health"`
 	Recovery Recovery  `yaml:"recovery"`
+	Alert    Alert     `yaml:"alert"`
 	Bots     []Bot     `yaml:"bots"`
 }
 
@@ -66,6 +71,10 @@ type Backfill struct {
 	Overlap time.Duration `yaml:"overlap"`
 	// MaxMessages bounds the missed messages one pass answers. Default 500.
 	MaxMessages int `yaml:"max_messages"`
+	// Rate bounds how fast a pass hands missed messages to compute
+	// (messages per second), so a long gap does not land on the workers
+	// and the pusher at once. Default 20.
+	Rate float64 `yaml:"rate"`
 }
 
 // Dispatch is the fallback tiers.
@@ -98,20 +107,57 @@ type Push struct {
 	QueuedLine string `yaml:"queued_line"`
 	// TruncatedNote ends a stream closed before its window ends.
 	TruncatedNote string `yaml:"truncated_note"`
+	// ReplayExpiry: a complete answer still owed by push this long after
+	// it was computed (the bot was away that long) is not sent late; its
+	// delivery fails for good and a person is told (a data incident).
+	// Default 24h.
+	ReplayExpiry time.Duration `yaml:"replay_expiry"`
 }
 
-// Etcd is the control plane. No endpoints: an embedded single-node etcd in DataDir.
+// Etcd is the control plane. No endpoints: an embedded single-node etcd in
+// DataDir (loopback, no TLS, no users: none of the keys below apply).
 type Etcd struct {
 	Endpoints   []string      `yaml:"endpoints"`
 	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// CAFile is the PEM CA that signed the members' certificates ("": the
+	// system's roots). Any of the TLS keys needs https:// endpoints.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are this node's client certificate and key, for
+	// members started with --client-cert-auth. Both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// Username and PasswordFile authenticate to etcd's RBAC (etcdctl auth
+	// enable); the password is read from the file, never from argv. Both
+	// or neither; over http:// only to a loopback endpoint.
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
 }
 
-// NATS is the data plane. No URL: an embedded NATS server in DataDir.
+// NATS is the data plane. No URL: an embedded NATS server in DataDir
+// (loopback, no TLS, no users: none of the TLS and credential keys apply).
 type NATS struct {
 	URL string `yaml:"url"`
 	// Replicas of the task stream, its consumer and every bucket: 1 on
 	// the embedded server, 3 (or 5) on a NATS cluster. Default 1.
 	Replicas int `yaml:"replicas"`
+	// Prefix names every stream and bucket (<Prefix>_TASKS, …) and the task
+	// subjects (<prefix>.tasks.…): two environments sharing one NATS
+	// account need two prefixes, or each runs the other's tasks. Upper
+	// case. Default BOTCTL.
+	Prefix string `yaml:"prefix"`
+	// One way to authenticate, at most: CredsFile (a user JWT and seed,
+	// `nsc generate creds`), NKeyFile (a user nkey seed, `nk -gen user`),
+	// or User with PasswordFile.
+	CredsFile    string `yaml:"creds_file"`
+	NKeyFile     string `yaml:"nkey_file"`
+	User         string `yaml:"user"`
+	PasswordFile string `yaml:"password_file"`
+	// CAFile is the PEM CA that signed the servers' certificates ("": the
+	// system's roots); CertFile and KeyFile are this node's client
+	// certificate for servers with tls { verify: true }. Both or neither.
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 // WeCom is the long-connection endpoint and its timings.
@@ -190,14 +236,16 @@ func Defaults() Config {
 		Etcd:     Etcd{DialTimeout: 5 * time.Second},
 		WeCom:    WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second},
-		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500},
+		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20},
 		Worker:   Worker{Slots: worker.DefaultSlots, LeaderSlots: worker.DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI:       ai.Config{Kind: ai.KindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
-		NATS: NATS{Replicas: 1},
+		NATS: NATS{Replicas: 1, Prefix: jetstream.DefaultPrefix},
 	}
 	c.Health, c.Recovery = healthDefaults()
+	c.Alert = alertDefaults()
+	c.Push.ReplayExpiry = 24 * time.Hour
 	return c
 }
 
@@ -385,7 +433,24 @@ var Keys = []Key{
 		return nil
 	}},
 	{Name: "etcd.dial_timeout", Flag: "etcd-dial-timeout", Usage: "etcd dial timeout", set: dur(func(c *Config) *time.Duration { return &c.Etcd.DialTimeout })},
+	{Name: "etcd.ca_file", Flag: "etcd-ca-file", Usage: "CA (PEM) of the etcd members' certificates", set: str(func(c *Config) *string { return &c.Etcd.CAFile })},
+	{Name: "etcd.cert_file", Flag: "etcd-cert-file", Usage: "client certificate (PEM) for etcd", set: str(func(c *Config) *string { return &c.Etcd.CertFile })},
+	{Name: "etcd.key_file", Flag: "etcd-key-file", Usage: "client key (PEM) for etcd", set: str(func(c *Config) *string { return &c.Etcd.KeyFile })},
+	{Name: "etcd.username", Flag: "etcd-username", Usage: "etcd user (with etcd.password_file)", set: str(func(c *Config) *string { return &c.Etcd.Username })},
+	{Name: "etcd.password_file", Flag: "etcd-password-file", Usage: "file holding the etcd user's password", set: str(func(c *Config) *string { return &c.Etcd.PasswordFile })},
 	{Name: "nats.url", Flag: "nats", Usage: "NATS URL (none: embedded)", set: str(func(c *Config) *string { return &c.NATS.URL })},
+	{Name: "nats.prefix", Flag: "nats-prefix", Usage: "stream and bucket prefix: one per environment sharing a NATS account", set: str(func(c *Config) *string { return &c.NATS.Prefix })},
+	{Name: "nats.creds_file", Flag: "nats-creds-file", Usage: "NATS user credentials file (JWT and seed)", set: str(func(c *Config) *string { return &c.NATS.CredsFile })},
+	{Name: "nats.nkey_file", Flag: "nats-nkey-file", Usage: "NATS user nkey seed file", set: str(func(c *Config) *string { return &c.NATS.NKeyFile })},
+	{Name: "nats.user", Flag: "nats-user", Usage: "NATS user (with nats.password_file)", set: str(func(c *Config) *string { return &c.NATS.User })},
+	{Name: "nats.password_file", Flag: "nats-password-file", Usage: "file holding the NATS user's password", set: str(func(c *Config) *string { return &c.NATS.PasswordFile })},
+	{Name: "nats.ca_file", Flag: "nats-ca-file", Usage: "CA (PEM) of the NATS servers' certificates", set: str(func(c *Config) *string { return &c.NATS.CAFile })},
+	{Name: "nats.cert_file", Flag: "nats-cert-file", Usage: "client certificate (PEM) for NATS", set: str(func(c *Config) *string { return &c.NATS.CertFile })},
+	{Name: "nats.key_file", Flag: "nats-key-file", Usage: "client key (PEM) for NATS", set: str(func(c *Config) *string { return &c.NATS.KeyFile })},
+	{Name: "api.token_file", Flag: "api-token-file", Usage: "file holding the bearer token of POST /v1/exec (required off loopback)", set: str(func(c *Config) *string { return &c.API.TokenFile })},
+	{Name: "api.cert_file", Flag: "api-cert-file", Usage: "serve the node API over HTTPS with this certificate (PEM)", set: str(func(c *Config) *string { return &c.API.CertFile })},
+	{Name: "api.key_file", Flag: "api-key-file", Usage: "the node API certificate's key (PEM)", set: str(func(c *Config) *string { return &c.API.KeyFile })},
+	{Name: "api.ca_file", Flag: "api-ca-file", Usage: "CA (PEM) of the other nodes' API certificates (tier 2, botctl status)", set: str(func(c *Config) *string { return &c.API.CAFile })},
 	{Name: "wecom.url", Flag: "wecom-url", Usage: "WeCom WebSocket URL", set: str(func(c *Config) *string { return &c.WeCom.URL })},
 	{Name: "wecom.heartbeat_interval", Flag: "wecom-heartbeat", Usage: "WeCom ping period", set: dur(func(c *Config) *time.Duration { return &c.WeCom.HeartbeatInterval })},
 	{Name: "wecom.max_ack_timeouts", Flag: "wecom-max-ack-timeouts", Usage: "ack timeouts in a row that tear the connection down (0: 3)", set: integer(func(c *Config) *int { return &c.WeCom.MaxAckTimeouts })},
@@ -404,6 +469,10 @@ var Keys = []Key{
 		c.AI.Exec.Command = strings.Fields(s)
 		return nil
 	}, list: func(c *Config, argv []string) { c.AI.Exec.Command = argv }},
+	{Name: "ai.exec.env", Flag: "ai-exec-env", Usage: "the exec backend's whole environment besides PATH, HOME and locale: NAME (passed from the node's) or NAME=value, comma-separated (a YAML list in the file)", set: func(c *Config, s string) error {
+		c.AI.Exec.Env = splitList(s)
+		return nil
+	}, list: func(c *Config, items []string) { c.AI.Exec.Env = items }},
 	{Name: "ai.openai.base_url", Flag: "openai-base-url", Usage: "OpenAI-compatible API base URL", set: str(func(c *Config) *string { return &c.AI.OpenAI.BaseURL })},
 	{Name: "ai.openai.model", Flag: "openai-model", Usage: "model name", set: str(func(c *Config) *string { return &c.AI.OpenAI.Model })},
 	{Name: "ai.openai.api_key_env", Flag: "openai-api-key-env", Usage: "environment variable holding the API key", set: str(func(c *Config) *string { return &c.AI.OpenAI.APIKeyEnv })},
@@ -475,7 +544,7 @@ func BotSecretEnv(botID string) string {
 func ParseBot(s string) (Bot, error) {
 	id, secret, _ := strings.Cut(s, ":")
 	if id == "" {
-		return Bot{}, errors.New(`want ID:SECRET (e.g. --bot mybot:$SECRET, or --bot mybot with $BOTCTL_BOT_MYBOT_SECRET set)`)
+		return Bot{}, errors.New(`want ID with the secret in the environment (--bot mybot with $BOTCTL_BOT_MYBOT_SECRET set), or secret_file in the config file`)
 	}
 	return Bot{ID: id, Secret: secret}, nil
 }
@@ -526,20 +595,24 @@ func (c *Config) Validate() error {
 	}
 	for i, e := range c.Etcd.Endpoints {
 		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad(fmt.Sprintf("etcd.endpoints[%d]", i), "%q: want http://HOST:PORT or https://HOST:PORT", e)
+			bad(fmt.Sprintf("etcd.endpoints[%d]", i), "%q: want http://HOST:PORT or https://HOST:PORT", redact.URL(e))
 		}
 	}
 	if c.Etcd.DialTimeout <= 0 {
 		bad("etcd.dial_timeout", "must be positive, got %s", c.Etcd.DialTimeout)
 	}
 	if c.NATS.URL != "" {
-		if u, err := url.Parse(c.NATS.URL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
-			bad("nats.url", "%q: want nats://HOST:PORT", c.NATS.URL)
+		// A cluster is several URLs, comma-separated (as nats.Connect takes them).
+		for _, one := range strings.Split(c.NATS.URL, ",") {
+			if u, err := url.Parse(strings.TrimSpace(one)); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+				bad("nats.url", "%q: want nats://HOST:PORT or tls://HOST:PORT, comma-separated for a cluster", redact.URL(one))
+			}
 		}
 	}
+	c.validateSecurity(bad, &errs)
 	if c.WeCom.URL != "" {
 		if u, err := url.Parse(c.WeCom.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-			bad("wecom.url", "%q: want ws:// or wss:// (production: wss://openws.work.weixin.qq.com)", c.WeCom.URL)
+			bad("wecom.url", "%q: want ws:// or wss:// (production: wss://openws.work.weixin.qq.com)", redact.URL(c.WeCom.URL))
 		}
 	}
 	if c.WeCom.HeartbeatInterval <= 0 {
@@ -583,7 +656,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Backfill.HistoryURL != "" {
 		if u, err := url.Parse(c.Backfill.HistoryURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("backfill.history_url", "%q: want http://HOST:PORT of the WeCom simulator's control API", c.Backfill.HistoryURL)
+			bad("backfill.history_url", "%q: want http://HOST:PORT of the WeCom simulator's control API", redact.URL(c.Backfill.HistoryURL))
 		}
 	}
 	if c.Backfill.Overlap <= 0 {
@@ -594,13 +667,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Dispatch.FixedWorker != "" {
 		if u, err := url.Parse(c.Dispatch.FixedWorker); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("dispatch.fixed_worker", "%q: want http://HOST:PORT of a node's API", c.Dispatch.FixedWorker)
+			bad("dispatch.fixed_worker", "%q: want http://HOST:PORT of a node's API", redact.URL(c.Dispatch.FixedWorker))
 		}
 	}
 	if _, err := ai.New(c.AI); err != nil {
 		errs = append(errs, err) // names its key (ai.kind, ai.openai.model, …)
 	}
 	c.validateHealth(bad)
+	c.validateAlert(bad)
 	seen := map[string]bool{}
 	for i, b := range c.Bots {
 		key := fmt.Sprintf("bots[%d]", i)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,13 +138,23 @@ func TestParseBot(t *testing.T) {
 // The example shipped in deploy/ must load and validate (with the secret
 // and API key it names provided).
 func TestDeployExampleLoads(t *testing.T) {
-	sf := filepath.Join(t.TempDir(), "secret")
-	os.WriteFile(sf, []byte("s"), 0o600)
+	// The files it names, made for real under a temp /etc/botctl.
+	etc := t.TempDir()
+	os.MkdirAll(filepath.Join(etc, "tls"), 0o700)
+	ca := testenv.NewCA(t)
+	cert, key := ca.Issue(t, "node-a")
+	for from, to := range map[string]string{ca.CAFile: "tls/ca.pem", cert: "tls/node-a.pem", key: "tls/node-a-key.pem"} {
+		raw, _ := os.ReadFile(from)
+		os.WriteFile(filepath.Join(etc, to), raw, 0o600)
+	}
+	os.WriteFile(filepath.Join(etc, "YOUR_BOT_ID.secret"), []byte("s"), 0o600)
+	os.WriteFile(filepath.Join(etc, "api.token"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
+	os.WriteFile(filepath.Join(etc, "nats.password"), []byte("pw\n"), 0o600)
 	raw, err := os.ReadFile("../../deploy/botctl.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := writeFile(t, strings.ReplaceAll(string(raw), "/etc/botctl/YOUR_BOT_ID.secret", sf))
+	p := writeFile(t, strings.ReplaceAll(string(raw), "/etc/botctl/", etc+"/"))
 	cfg, err := Load(p, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -79,6 +79,8 @@ func boolean(f func(*Config) *bool) func(*Config, string) error {
 }
 
 var healthKeys = []Key{
+	{Name: "backfill.rate", Flag: "backfill-rate", Usage: "missed messages a backfill pass hands to compute per second", set: float(func(c *Config) *float64 { return &c.Backfill.Rate })},
+	{Name: "push.replay_expiry", Flag: "push-replay-expiry", Usage: "an answer owed by push this long after it was computed is not sent late (a person is told)", set: dur(func(c *Config) *time.Duration { return &c.Push.ReplayExpiry })},
 	{Name: "health.record_interval", Flag: "health-record-interval", Usage: "how often the leader writes its bot's health timestamps", set: dur(func(c *Config) *time.Duration { return &c.Health.RecordInterval })},
 	{Name: "health.probe_timeout", Flag: "health-probe-timeout", Usage: "how long a health probe waits for its ack", set: dur(func(c *Config) *time.Duration { return &c.Health.ProbeTimeout })},
 	{Name: "health.probe_every", Flag: "health-probe-every", Usage: "at most one probe per this while a signal looks wrong", set: dur(func(c *Config) *time.Duration { return &c.Health.ProbeEvery })},
@@ -106,6 +108,10 @@ func (c *Config) validateHealth(bad func(key, format string, args ...any)) {
 		}
 	}
 	h, r := c.Health, c.Recovery
+	positive("push.replay_expiry", c.Push.ReplayExpiry)
+	if c.Backfill.Rate <= 0 {
+		bad("backfill.rate", "must be positive (messages per second), got %g", c.Backfill.Rate)
+	}
 	positive("health.record_interval", h.RecordInterval)
 	positive("health.probe_timeout", h.ProbeTimeout)
 	positive("health.probe_every", h.ProbeEvery)

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -64,6 +65,10 @@ type Config struct {
 	// FixedWorker is tier 2: the base URL of a worker node's API, e.g.
 	// http://10.0.0.7:8391 ("" skips the tier).
 	FixedWorker string
+	// Token is sent as "Authorization: Bearer <Token>" to the fixed
+	// worker, whose exec API asks for it (the cluster's api.token_file);
+	// "" sends none.
+	Token string
 	// Local is tier 3: start the task on this node's worker and return
 	// (nil skips the tier).
 	Local func(m task.Message) error
@@ -191,7 +196,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, m task.Message) (Outcome, err
 			out.Tier = TierFixed
 			return out, nil
 		}
-		errs = append(errs, fmt.Errorf("fixed worker %s: %w", d.cfg.FixedWorker, ferr))
+		errs = append(errs, redact.Error(fmt.Errorf("fixed worker %s: %w", d.cfg.FixedWorker, ferr)))
 		queueErr, from = ferr, "fixed"
 	}
 	if d.cfg.Local != nil {
@@ -227,13 +232,19 @@ func (d *Dispatcher) fixed(ctx context.Context, payload []byte) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if d.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+d.cfg.Token)
+	}
 	resp, err := d.cfg.Client.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("exec API answered %s", resp.Status)
+	switch resp.StatusCode {
+	case http.StatusAccepted:
+		return nil
+	case http.StatusUnauthorized:
+		return fmt.Errorf("exec API answered %s: this node's api.token_file does not hold the fixed worker's token", resp.Status)
 	}
-	return nil
+	return fmt.Errorf("exec API answered %s", resp.Status)
 }

@@ -78,6 +78,11 @@ type Config struct {
 	Settle time.Duration
 	// Timeout bounds one round. Default 10m.
 	Timeout time.Duration
+	// AlertWait: after the last round, wait until this long after each
+	// incident's detection before reading the alerts recorded for it (an
+	// automatic incident's open alert waits for the merge window, 60 s by
+	// default). Default 75s; negative: read them at once.
+	AlertWait time.Duration
 	// Progress, if set, gets one line per step.
 	Progress io.Writer
 	Client   *http.Client
@@ -110,6 +115,9 @@ func (c *Config) setDefaults() {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
+	if c.AlertWait == 0 {
+		c.AlertWait = 75 * time.Second
+	}
 	if c.Client == nil {
 		c.Client = &http.Client{Timeout: 10 * time.Second}
 	}
@@ -123,14 +131,21 @@ type Round struct {
 	Incident string    `json:"incident,omitempty"`
 	// T1 counts from the injection (the drill knows when the drop was);
 	// T1Recorded is the incident's own (from its last evidence).
-	T1         float64  `json:"t1_s"`
-	T1Recorded float64  `json:"t1_recorded_s"`
-	T2         float64  `json:"t2_s"`
-	T3         float64  `json:"t3_s"`
-	Downtime   float64  `json:"downtime_s"`
-	Level      string   `json:"level,omitempty"`
-	Method     string   `json:"method,omitempty"`
-	Alerts     int      `json:"alerts"`
+	T1         float64 `json:"t1_s"`
+	T1Recorded float64 `json:"t1_recorded_s"`
+	T2         float64 `json:"t2_s"`
+	T3         float64 `json:"t3_s"`
+	Downtime   float64 `json:"downtime_s"`
+	Level      string  `json:"level,omitempty"`
+	Method     string  `json:"method,omitempty"`
+	Alerts     int     `json:"alerts"`
+	// AlertKinds are the alerts recorded for the incident (open,
+	// recovered, merged…), read after the answers settled; FirstAlert is
+	// detected → the first of them, Page detected → the first at level
+	// human (-1: none).
+	AlertKinds []string `json:"alert_kinds,omitempty"`
+	FirstAlert float64  `json:"first_alert_s"`
+	Page       float64  `json:"page_s"`
 	Sent       int      `json:"sent"`
 	Answered   int      `json:"answered"`
 	Lost       int      `json:"lost"`
@@ -189,7 +204,45 @@ func (d *Drill) Run(ctx context.Context, each func(Round)) ([]Round, error) {
 			each(r)
 		}
 	}
+	d.readAlerts(ctx, out)
 	return out, nil
+}
+
+// readAlerts fills each round's alerts from its incident, once the alerts
+// of the last one had time to be decided (AlertWait).
+func (d *Drill) readAlerts(ctx context.Context, rounds []Round) {
+	var last time.Time
+	for _, r := range rounds {
+		if r.Injected.After(last) {
+			last = r.Injected
+		}
+	}
+	if wait := time.Until(last.Add(d.cfg.AlertWait)); wait > 0 && d.cfg.AlertWait > 0 {
+		d.logf("waiting %s for the alerts of the last incident (the merge window)", wait.Round(time.Second))
+		sleep(ctx, wait)
+	}
+	for i := range rounds {
+		r := &rounds[i]
+		r.FirstAlert, r.Page, r.Alerts, r.AlertKinds = -1, -1, 0, nil
+		if r.Incident == "" {
+			continue
+		}
+		final, err := d.cfg.Incidents.Get(ctx, d.cfg.Bot, r.Incident)
+		if err != nil {
+			continue
+		}
+		r.Alerts = len(final.Alerts)
+		for _, a := range final.Alerts {
+			r.AlertKinds = append(r.AlertKinds, a.Kind)
+			after := a.At.Sub(final.Detected).Seconds()
+			if r.FirstAlert < 0 || after < r.FirstAlert {
+				r.FirstAlert = after
+			}
+			if a.Level == incident.Human && (r.Page < 0 || after < r.Page) {
+				r.Page = after
+			}
+		}
+	}
 }
 
 func (d *Drill) round(ctx context.Context, n int) Round {
@@ -246,7 +299,7 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 	r.T1 = closed.Detected.Sub(r.Injected).Seconds()
 	r.T1Recorded, r.T2, r.T3 = closed.T1().Seconds(), closed.T2().Seconds(), closed.T3().Seconds()
 	r.Downtime = closed.Downtime(closed.Closed).Seconds()
-	r.Level, r.Method, r.Alerts = string(closed.Level), string(closed.Method), len(closed.Alerts)
+	r.Level, r.Method = string(closed.Level), string(closed.Method)
 	d.logf("round %d: incident closed (%s): T1 %.2fs (recorded %.2fs), T2 %.3fs, T3 %.2fs, down %.2fs; waiting for %d answers",
 		n, closed.Method, r.T1, r.T1Recorded, r.T2, r.T3, r.Downtime, len(traffic.sent))
 	r.Sent = len(traffic.sent)

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/botctl/botctl/election"
@@ -59,7 +60,7 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 		i.Note(h.now(), h.cfg.NodeID, "backfill: %d read, %d already handled, %d answered late, %d not filled", rep.Read, rep.Known, rep.Filled, rep.NotFilled)
 	})
 
-	replayed, failed := 0, 0
+	replayed, failed, expired := 0, 0, 0
 	for len(held) > 0 {
 		left := held[:0]
 		for _, tid := range held {
@@ -71,6 +72,8 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 				left = append(left, tid) // unreadable now: ask again
 			case r.Delivery == task.Delivered:
 				replayed++
+			case r.Delivery == task.DeliveryFailed && strings.HasPrefix(r.DeliveryReason, task.ExpiredPrefix):
+				expired++
 			case r.Delivery == task.DeliveryFailed:
 				failed++
 			default:
@@ -91,9 +94,9 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 	}
 	now := h.now()
 	h.updateIncidentID(ctx, bd, b.id, id, func(i *incident.Incident) {
-		i.Replay.Replayed, i.Replay.Failed = replayed, failed
+		i.Replay.Replayed, i.Replay.Failed, i.Replay.Expired = replayed, failed, expired
 		i.DataComplete = now
-		i.Note(now, h.cfg.NodeID, "data complete: %d answer(s) replayed, %d failed for good", replayed, failed)
+		i.Note(now, h.cfg.NodeID, "data complete: %d answer(s) replayed, %d failed for good, %d expired", replayed, failed, expired)
 		h.maybeClose(i, now)
 	})
 }

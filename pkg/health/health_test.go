@@ -210,7 +210,8 @@ func (e *env) waitClosed(n int) incident.Incident {
 func (e *env) waitOnline() {
 	e.t.Helper()
 	eventually(e.t, "connected and recorded online", func() bool {
-		return e.stats().Connected && e.record().State == health.Online
+		c := e.current()
+		return c != nil && c.Reason() == wecom.ReasonNone && e.stats().Connected && e.record().State == health.Online
 	})
 }
 

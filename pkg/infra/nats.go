@@ -25,6 +25,14 @@ type NATSConfig struct {
 	// StartTimeout bounds the wait for the server to accept clients.
 	// Default DefaultNATSStartTimeout.
 	StartTimeout time.Duration
+	// CertFile and KeyFile, if set, make the server require TLS of every
+	// client; CAFile, if set too, makes it require and verify a client
+	// certificate signed by that CA (nats-server's tls.verify).
+	CertFile, KeyFile, CAFile string
+	// Users (name → password) and NKeys (users' public keys), if any, are
+	// the only clients let in; none: no authentication.
+	Users map[string]string
+	NKeys []string
 	// Logger receives the server's notices, warnings and errors.
 	Logger zerolog.Logger
 }
@@ -62,6 +70,19 @@ func StartNATS(cfg NATSConfig) (*NATS, error) {
 		StoreDir:   storeDir,
 		NoSigs:     true, // the botctl process owns signals
 		// No HTTP monitoring, no cluster: a single embedded server.
+	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CaFile: cfg.CAFile, Verify: cfg.CAFile != ""})
+		if err != nil {
+			return nil, fmt.Errorf("start nats: TLS: %w", err)
+		}
+		opts.TLS, opts.TLSConfig, opts.TLSVerify = true, tc, cfg.CAFile != ""
+	}
+	for name, pw := range cfg.Users {
+		opts.Users = append(opts.Users, &server.User{Username: name, Password: pw})
+	}
+	for _, pub := range cfg.NKeys {
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub})
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

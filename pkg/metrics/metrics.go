@@ -29,17 +29,18 @@ const Namespace = "botctl"
 // alertsSent is the process-wide counter behind AlertSent.
 var alertsSent = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: Namespace, Name: "alerts_sent_total",
-	Help: "Alerts sent, by level (self_healing | needs_human | recovered | synthetic | …) and whether the send succeeded.",
-}, []string{"level", "result"})
+	Help: "Attempts to send an alert, by sink, kind (open, recovered, escalated, merged, flapping, synthetic), level (auto, human) and result (ok, failed).",
+}, []string{"sink", "kind", "level", "result"})
 
-// AlertSent counts one alert of level sent (ok: the channel took it).
-// Safe from any goroutine; pkg/alert calls it.
-func AlertSent(level string, ok bool) {
+// AlertSent counts one attempt to send an alert of kind and level to
+// sink (ok: the sink took it). Safe from any goroutine; pkg/serve counts
+// every sink's sends with it.
+func AlertSent(sink, kind, level string, ok bool) {
 	result := "ok"
 	if !ok {
 		result = "failed"
 	}
-	alertsSent.WithLabelValues(level, result).Inc()
+	alertsSent.WithLabelValues(sink, kind, level, result).Inc()
 }
 
 // Node is one node's instruments and registry.

@@ -24,7 +24,7 @@ func TestRegistriesArePerNode(t *testing.T) {
 	a.TermStarted("b1")
 	a.EtcdError("probe")
 	a.NATSError("disconnect")
-	metrics.AlertSent("self_healing", false)
+	metrics.AlertSent("webhook", "open", "auto", false)
 
 	text := func(m *metrics.Node) string {
 		rec := httptest.NewRecorder()
@@ -55,7 +55,7 @@ func TestRegistriesArePerNode(t *testing.T) {
 			t.Errorf("node b has node a's %s", line)
 		}
 	}
-	alert := `botctl_alerts_sent_total{level="self_healing",result="failed"} 1`
+	alert := `botctl_alerts_sent_total{kind="open",level="auto",result="failed",sink="webhook"} 1`
 	if !strings.Contains(ta, alert) || !strings.Contains(tb, alert) {
 		t.Errorf("AlertsSent not on both registries")
 	}

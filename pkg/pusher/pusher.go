@@ -105,6 +105,10 @@ type Config struct {
 	// monitor's half-open recovery holds the backlog while it probes, then
 	// drains it below the bot's normal rate.
 	Gate func(now time.Time) time.Duration
+	// ReplayExpiry: an answer still owed by push this long after its
+	// execution ended is not sent late; its delivery fails for good
+	// (FailedForGood hears it). Default 24h.
+	ReplayExpiry time.Duration
 	// FailedForGood, if set, hears every delivery that failed for good
 	// (a person must know: the user never got the answer).
 	FailedForGood func(r *task.Record, err error)
@@ -133,6 +137,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CanceledNote == "" {
 		c.CanceledNote = "（已停止）"
+	}
+	if c.ReplayExpiry <= 0 {
+		c.ReplayExpiry = 24 * time.Hour
 	}
 	if c.IncompleteNote == "" {
 		c.IncompleteNote = "（提示：系统故障期间你发送的部分消息可能未被处理；如有问题没有得到回答，请重新发送。）"
@@ -803,6 +810,18 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 	}
 	if !r.Exec.Finished() {
 		return false, p.cfg.ScanInterval
+	}
+	if done := r.ExecDone(); !done.IsZero() && now.Sub(done) > p.cfg.ReplayExpiry && r.PushedParts == 0 {
+		rec, err := p.cfg.Lifecycle.Expired(ctx, r.ID, now.Sub(done))
+		if err != nil {
+			return false, time.Second
+		}
+		p.count(func(s *Stats) { s.Failed++ })
+		p.log.Error().Str("task", r.ID).Dur("owed_for", now.Sub(done)).Msg("answer owed past the replay expiry: not sent late; delivery failed")
+		if p.cfg.FailedForGood != nil && rec.Delivery == task.DeliveryFailed {
+			p.cfg.FailedForGood(rec, errors.New(rec.DeliveryReason))
+		}
+		return true, 0
 	}
 	final := p.finalText(r, text)
 	parts := Split(final, wecom.MaxContentBytes)

@@ -501,3 +501,33 @@ func TestAmbiguousFinalCountedAndDelivered(t *testing.T) {
 		t.Fatalf("user never got the answer: %+v", r.botMessages("alice"))
 	}
 }
+
+// An answer owed by push past the replay expiry is not sent late: its
+// delivery fails for good, and FailedForGood tells a person.
+func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	failed := make(chan *task.Record, 1)
+	rec := r.ask("alice", "old")
+	r.write(rec.ID, "an answer nobody waits for any more", true)
+	// The pusher comes back a day later (its clock: the bot was away).
+	r.start(pusher.Config{Now: func() time.Time { return time.Now().Add(25 * time.Hour) },
+		FailedForGood: func(rec *task.Record, err error) { failed <- rec }})
+	r.waitDelivery(rec.ID, task.DeliveryFailed)
+	got := r.record(rec.ID)
+	if !strings.HasPrefix(got.DeliveryReason, task.ExpiredPrefix) {
+		t.Fatalf("reason %q", got.DeliveryReason)
+	}
+	select {
+	case f := <-failed:
+		if f.ID != rec.ID {
+			t.Fatalf("FailedForGood for %s", f.ID)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("FailedForGood not called")
+	}
+	for _, m := range r.botMessages("alice") {
+		if m.Kind == "markdown" {
+			t.Fatalf("an expired answer was pushed: %+v", m)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/alert"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/node"
@@ -380,4 +381,16 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// countSends counts every send of sink in botctl_alerts_sent_total.
+func countSends(sink alert.Sink) alert.Sink { return countingSink{sink} }
+
+type countingSink struct{ alert.Sink }
+
+func (c countingSink) Send(ctx context.Context, a alert.Alert) error {
+	err := c.Sink.Send(ctx, a)
+	sink, _, _ := strings.Cut(c.Name(), " ") // its kind; the rest is a (redacted) URL
+	metrics.AlertSent(sink, string(a.Kind), string(a.Level), err == nil)
+	return err
 }

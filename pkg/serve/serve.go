@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,14 +22,17 @@ import (
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/alert"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/health"
+	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/recovery"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/worker"
@@ -40,11 +44,14 @@ import (
 
 // Options are what Run needs besides the validated configuration.
 type Options struct {
-	Config   config.Config // validated, secrets resolved
-	Etcd     *clientv3.Client
-	NATSURL  string
-	Listener net.Listener // the node API's
-	Version  string
+	Config  config.Config // validated, secrets resolved
+	Etcd    *clientv3.Client
+	NATSURL string
+	// NATSOptions are the connection's TLS and credentials
+	// (config.NATS.Options).
+	NATSOptions []nats.Option
+	Listener    net.Listener // the node API's
+	Version     string
 	// TaskAckWait, if set, overrides the task queue's ack wait (tests).
 	TaskAckWait time.Duration
 	Logger      zerolog.Logger
@@ -66,6 +73,9 @@ type Node struct {
 	Spool *jetstream.Spool
 	// Health detects, records and recovers this node's bots' incidents.
 	Health *health.Health
+	// Alerter sends the cluster's alerts while this node is elected to
+	// (nil: no sink configured).
+	Alerter *alert.Alerter
 
 	mu       sync.Mutex
 	pushers  map[string]*pusher.Pusher // bot → the current term's pusher
@@ -74,8 +84,11 @@ type Node struct {
 	cfg      config.Config
 	log      zerolog.Logger
 	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
+	etcd     *clientv3.Client
 	tracker  atomic.Pointer[backfill.Tracker]
 	history  backfill.HistorySource // nil: no gap backfill
+	token    string                 // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
+	apiCli   *http.Client           // tier 2's client: api.ca_file trusted
 	obs      *observer              // metrics, liveness, readiness, sd_notify (metrics.go)
 }
 
@@ -115,15 +128,30 @@ func (n *Node) Pusher(bot string) *pusher.Pusher {
 func Run(ctx context.Context, o Options) error {
 	cfg := o.Config
 	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
+	token, err := cfg.API.Token()
+	if err != nil {
+		return err
+	}
+	if err := checkListener(o.Listener, token); err != nil {
+		return err
+	}
+	apiLn, apiURL, err := apiListener(o.Listener, cfg.API)
+	if err != nil {
+		return err
+	}
+	apiCli, err := apiClient(cfg.API)
+	if err != nil {
+		return err
+	}
 
 	// Fail fast while JetStream is away (ReconnectBufSize -1): a publish
 	// then errors at once and the dispatcher falls back, instead of
 	// waiting in a buffer that may deliver later. RetryOnFailedConnect: a
 	// node starts while NATS is down, and connects when it is back.
-	nc, err := nats.Connect(o.NATSURL, nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
+	nc, err := nats.Connect(o.NATSURL, append(slices.Clip(o.NATSOptions), nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
-		return fmt.Errorf("connect NATS %s: %w", o.NATSURL, err)
+		return fmt.Errorf("connect NATS %s: %w", redact.URL(o.NATSURL), redact.Error(err))
 	}
 	defer nc.Close()
 	js, err := natsjs.New(nc)
@@ -144,7 +172,7 @@ func Run(ctx context.Context, o Options) error {
 	defer spool.Close()
 
 	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
-		ready: make(chan struct{}), log: log}
+		ready: make(chan struct{}), log: log, token: token, apiCli: apiCli, etcd: o.Etcd}
 	if cfg.Backfill.HistoryURL != "" {
 		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
@@ -181,7 +209,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	n.Node, err = node.New(o.Etcd, node.Config{
-		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: "http://" + o.Listener.Addr().String(),
+		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: apiURL,
 		Slots: cfg.Worker.Slots, Bots: cfg.Bots, DataDir: cfg.DataDir,
 		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
 			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue, Frames: n.obs.metrics},
@@ -196,8 +224,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	srv := &http.Server{Handler: n.api(workCtx, &wg, o.Etcd), ReadHeaderTimeout: 5 * time.Second}
-	wg.Go(func() { srv.Serve(o.Listener) })
+	srv := n.apiServer(workCtx, &wg, o.Etcd)
+	wg.Go(func() { srv.Serve(apiLn) })
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -207,7 +235,7 @@ func Run(ctx context.Context, o Options) error {
 	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
 	wg.Go(func() { n.obs.notify(workCtx) })     // READY=1 and watchdog pings to systemd, if it runs us
 
-	store, err := declare(ctx, js, jetstream.Options{Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
+	store, err := declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	if err == nil {
 		err = n.start(workCtx, &wg, store, backend)
 	}
@@ -317,7 +345,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 			return err
 		},
 		Spooled:     n.Spool.Holds,
-		FixedWorker: cfg.Dispatch.FixedWorker,
+		FixedWorker: cfg.Dispatch.FixedWorker, Token: n.token, Client: n.apiCli,
 		// Bounded by the worker's slots: a full node refuses, and the
 		// dispatcher keeps the task in the spool for the queue.
 		Local:  func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
@@ -346,8 +374,56 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 			log.Error().Err(err).Msg("tasks past their last delivery are found by the sweep only")
 		}
 	})
+	a, err := n.newAlerter(store)
+	if err != nil {
+		return err
+	}
+	if a != nil {
+		n.Alerter = a
+		wg.Go(func() {
+			if err := alert.RunElected(ctx, n.etcd, alert.DefaultPrefix, cfg.NodeID, a); err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Msg("alerter stopped: incidents are recorded but nobody is paged from this node")
+			}
+		})
+	}
 	log.Info().Msg("JetStream bound: worker, pusher and spool forwarding running")
 	return nil
+}
+
+// newAlerter builds the alerter of the configured sinks (nil, nil: none).
+// One node of the cluster runs it at a time (alert.RunElected).
+func (n *Node) newAlerter(store *jetstream.Store) (*alert.Alerter, error) {
+	cfg := n.cfg
+	robot, webhook, err := cfg.Alert.AlertSinks()
+	if err != nil {
+		return nil, fmt.Errorf("alert sinks: %w", err)
+	}
+	var sinks []alert.Sink
+	if robot != "" {
+		sinks = append(sinks, countSends(alert.NewWeComRobot(robot)))
+	}
+	if webhook != "" {
+		sinks = append(sinks, countSends(alert.NewWebhook(webhook)))
+	}
+	if len(sinks) == 0 {
+		n.log.Warn().Msg("no alert sink (alert.wecom_robot_url_file, alert.webhook_url): incidents are recorded (botctl incidents) but nobody is paged")
+		return nil, nil
+	}
+	owners := map[string]string{}
+	for _, b := range cfg.Bots {
+		if b.Owner != "" {
+			owners[b.ID] = b.Owner
+		}
+	}
+	syn := cfg.Alert.Synthetic
+	if syn == 0 {
+		syn = alert.SyntheticOff
+	}
+	return alert.New(incident.NewStore(store.Incidents()), alert.Config{
+		NodeID: cfg.NodeID, Sinks: sinks, Owners: owners, Synthetic: syn,
+		Window: cfg.Alert.Window, EscalateAfter: cfg.Alert.EscalateAfter, FlapWindow: cfg.Alert.FlapWindow,
+		Logger: n.log.With().Str("component", "alert").Logger(),
+	})
 }
 
 // started reports whether JetStream is bound (start has run).
@@ -407,7 +483,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
-		Gate: n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed,
+		Gate: n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed, ReplayExpiry: cfg.Push.ReplayExpiry,
 		Lag:    n.obs.metrics.PushLag,
 		Logger: log,
 	})
@@ -480,7 +556,7 @@ func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.
 	// recorded by now, and is skipped as known.
 	until := time.Now()
 	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
-		Known: n.Access.Known, Late: n.Access.Late, Logger: log}
+		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
 	var since time.Time
 	filled := 0
 	for wait, passes := time.Second, 0; ; {
@@ -680,8 +756,10 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		n.mu.Unlock()
 		writeJSON(w, http.StatusOK, view)
 	})
-	n.obs.routes(mux) // GET /metrics, /healthz, /readyz
-	mux.HandleFunc("POST "+dispatch.ExecPath, func(w http.ResponseWriter, r *http.Request) {
+	n.obs.routes(mux) // GET /metrics, /healthz (alive), /readyz (ready)
+	// Tier 2: the one endpoint that acts, behind the cluster's token. The
+	// others are GET only and change nothing.
+	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m task.Message
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want a task message: {\"task_id\",\"bot\",\"msgid\",\"chat\",\"question\",…}"})
@@ -701,7 +779,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
-	})
+	})))
 	return mux
 }
 

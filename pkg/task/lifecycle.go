@@ -579,6 +579,41 @@ func (l *Lifecycle) SendFailed(ctx context.Context, id string, sendErr error, ma
 	return r, err
 }
 
+// ExpiredPrefix starts the delivery reason of an answer that expired
+// undelivered (Expired).
+const ExpiredPrefix = "expired undelivered: "
+
+// Expired fails the delivery of an answer owed by push for longer than
+// the replay expiry: sending it that late would confuse more than help.
+func (l *Lifecycle) Expired(ctx context.Context, id string, owedFor time.Duration) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if r.Delivery.Finished() {
+			return ErrNoChange
+		}
+		reason := fmt.Sprintf("%sthe answer was owed for %s, past the replay expiry", ExpiredPrefix, owedFor.Round(time.Second))
+		r.DeliveryReason = reason
+		return r.SetDelivery(DeliveryFailed, reason, l.node, l.now().UTC())
+	})
+	if err == nil && r.Delivery == DeliveryFailed {
+		l.store.ClearPending(ctx, r.Bot, r.ID)
+	}
+	return r, err
+}
+
+// ExecDone is when r's execution reached its current final state (zero if
+// it is not final).
+func (r *Record) ExecDone() time.Time {
+	if !r.Exec.Finished() {
+		return time.Time{}
+	}
+	for i := len(r.Transitions) - 1; i >= 0; i-- {
+		if t := r.Transitions[i]; t.Dim == "exec" && t.To == string(r.Exec) {
+			return t.At
+		}
+	}
+	return r.Updated
+}
+
 // Forget takes a task out of bot's pending index (its record expired, or
 // its delivery is final and the index entry was left behind).
 func (l *Lifecycle) Forget(ctx context.Context, bot, id string) error {

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 )
@@ -100,7 +101,7 @@ func (c *Config) validate() error {
 	case c.URL == "":
 		return errors.New("wecom: Config.URL is empty: set the WeCom WebSocket URL (wss://openws.work.weixin.qq.com, or the simulator's ws://127.0.0.1:PORT/)")
 	case !strings.HasPrefix(c.URL, "ws://") && !strings.HasPrefix(c.URL, "wss://"):
-		return fmt.Errorf("wecom: Config.URL %q: want a ws:// or wss:// URL", c.URL)
+		return fmt.Errorf("wecom: Config.URL %q: want a ws:// or wss:// URL", redact.URL(c.URL))
 	case c.BotID == "":
 		return errors.New("wecom: Config.BotID is empty")
 	case c.Secret == "":
@@ -194,7 +195,7 @@ func Dial(ctx context.Context, cfg Config, h Handlers) (*Conn, error) {
 		resp.Body.Close()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("wecom: bot %s: dial %s: %w", cfg.BotID, cfg.URL, err)
+		return nil, redact.Error(fmt.Errorf("wecom: bot %s: dial %s: %w", cfg.BotID, cfg.URL, err))
 	}
 	c := &Conn{
 		cfg:      cfg,

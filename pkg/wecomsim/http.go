@@ -65,6 +65,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		"/control/faults":     {{http.MethodPost, s.httpFaults}},
 		"/control/bots":       {{http.MethodPost, s.httpAddBot}, {http.MethodGet, s.httpListBots}},
 		"/control/recording":  {{http.MethodGet, s.httpRecording}},
+		"/control/robot":      {{http.MethodGet, s.httpRobotMessages}},
 	}
 	rs, found := routes[r.URL.Path]
 	if !found {

@@ -39,7 +39,8 @@ type Server struct {
 	closed  bool
 	httpSrv *http.Server
 
-	rec recorder // opt-in latency recording (recording.go)
+	rec   recorder // opt-in latency recording (recording.go)
+	robot robots   // the group robot's webhook (robot.go)
 
 	wg sync.WaitGroup // one per connection handler
 }
@@ -99,6 +100,7 @@ func (s *Server) bot(id string) (*bot, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/control/", s.serveControl)
+	mux.HandleFunc("POST /cgi-bin/webhook/send", s.httpRobotSend)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s: the WebSocket is at / and the control API under /control/", r.URL.Path))

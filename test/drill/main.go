@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,6 +71,11 @@ func main() {
 	if err != nil {
 		fail(c, err)
 	}
+	// Alerts go to the simulator's group robot: one sink, as an operator
+	// configures one (every other alert setting at its default).
+	robotFile := filepath.Join(dir, "robot.url")
+	check(os.WriteFile(robotFile, []byte(c.SimHTTP+"/cgi-bin/webhook/send?key=drill\n"), 0o600))
+	c.Opts.NodeArgs = append(c.Opts.NodeArgs, "--alert-wecom-robot-url-file", robotFile)
 	defer c.Close()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -136,8 +142,8 @@ func main() {
 		}
 		fmt.Printf("== %s: %d rounds\n", run.name, run.rounds)
 		rs, err := d.Run(ctx, func(r drill.Round) {
-			fmt.Printf("%s round %d: T1 %.2fs T2 %.3fs T3 %.2fs down %.2fs sent %d lost %d alerts %d %s\n",
-				run.name, r.N, r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost, r.Alerts, r.Error)
+			fmt.Printf("%s round %d: T1 %.2fs T2 %.3fs T3 %.2fs down %.2fs sent %d lost %d %s\n",
+				run.name, r.N, r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost, r.Error)
 		})
 		close(stop)
 		wg.Wait()
@@ -220,15 +226,15 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 	fmt.Fprintf(&b, "Command: `go run ./test/drill %s`  \n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&b, "Date: %s; nproc %d; %s; took %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), goVersion, took.Round(time.Second))
 	fmt.Fprintf(&b, "Default configuration: one `botctl infra` (embedded etcd and NATS), one `botctl sim`, three `botctl serve` nodes "+
-		"(election TTL 20s, margin 5s, every health/recovery key at its default), bot %s. Each round: user traffic of one message a second, "+
+		"(election TTL 20s, margin 5s, every health, recovery and alert key at its default; alerts to the simulator's group robot), bot %s. Each round: user traffic of one message a second, "+
 		"each from its own conversation; the fault; the incident waited for until it closes; then every message checked in the simulator's "+
 		"transcript (a finished stream or a pushed answer). T1 here counts from the injection (the drill knows it); the incident's own T1 "+
 		"counts from its last evidence and is in the CSV. T2 and T3 are the incident's.\n\n", bot)
 	if warmup > 0 {
 		fmt.Fprintf(&b, "The silence rounds followed a warm-up of %s of traffic, until the baseline had an opinion for the hour of the week.\n\n", warmup.Round(time.Second))
 	}
-	fmt.Fprintf(&b, "| kind | rounds | failed | T1 p50 | T1 p90 | T1 max | T2 p50 | T2 max | T3 p50 | T3 p90 | T3 max | downtime p50 | sent | lost | alerts |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| kind | rounds | failed | T1 p50 | T1 p90 | T1 max | T2 p50 | T2 max | T3 p50 | T3 p90 | T3 max | downtime p50 | sent | lost | alerts per incident | page max |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range runs {
 		rs := results[run.name]
 		s := drill.Summarize(rs)
@@ -239,8 +245,28 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 			}
 		}
 		d := incident.SpreadOf(downs)
-		fmt.Fprintf(&b, "| %s | %d | %d | %.2fs | %.2fs | %.2fs | %.3fs | %.3fs | %.2fs | %.2fs | %.2fs | %.2fs | %d | %d | %d |\n",
-			run.name, s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T3.Median, s.T3.P90, s.T3.Max, d.Median, s.Sent, s.Lost, s.Alerts)
+		perInc := map[string]int{}
+		page := "-"
+		maxPage := -1.0
+		for _, r := range rs {
+			perInc[strings.Join(r.AlertKinds, "+")]++
+			if r.Page > maxPage {
+				maxPage = r.Page
+			}
+		}
+		if maxPage >= 0 {
+			page = fmt.Sprintf("%.2fs", maxPage)
+		}
+		var shapes []string
+		for k, n := range perInc {
+			if k == "" {
+				k = "none"
+			}
+			shapes = append(shapes, fmt.Sprintf("%s ×%d", k, n))
+		}
+		sort.Strings(shapes)
+		fmt.Fprintf(&b, "| %s | %d | %d | %.2fs | %.2fs | %.2fs | %.3fs | %.3fs | %.2fs | %.2fs | %.2fs | %.2fs | %d | %d | %s | %s |\n",
+			run.name, s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T3.Median, s.T3.P90, s.T3.Max, d.Median, s.Sent, s.Lost, strings.Join(shapes, ", "), page)
 	}
 	fmt.Fprintf(&b, "\nKicks at the simulator over the whole run (ping-pong): %d.\n", kicks)
 	fmt.Println(b.String())
@@ -253,11 +279,11 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 	check(err)
 	defer f.Close()
 	w := csv.NewWriter(f)
-	w.Write([]string{"kind", "round", "incident", "level", "method", "t1_s", "t1_recorded_s", "t2_s", "t3_s", "downtime_s", "sent", "answered", "lost", "alerts", "error"})
+	w.Write([]string{"kind", "round", "incident", "level", "method", "t1_s", "t1_recorded_s", "t2_s", "t3_s", "downtime_s", "sent", "answered", "lost", "alerts", "first_alert_s", "page_s", "error"})
 	for _, run := range runs {
 		for _, r := range results[run.name] {
 			w.Write([]string{run.name, fmt.Sprint(r.N), r.Incident, r.Level, r.Method, f3(r.T1), f3(r.T1Recorded), f3(r.T2), f3(r.T3), f3(r.Downtime),
-				fmt.Sprint(r.Sent), fmt.Sprint(r.Answered), fmt.Sprint(r.Lost), fmt.Sprint(r.Alerts), r.Error})
+				fmt.Sprint(r.Sent), fmt.Sprint(r.Answered), fmt.Sprint(r.Lost), strings.Join(r.AlertKinds, "+"), f3(r.FirstAlert), f3(r.Page), r.Error})
 		}
 	}
 	w.Flush()

@@ -16,7 +16,7 @@ func TestDrillDrop(t *testing.T) {
 	startNodes(t, c, 2)
 	waitStable(t, c)
 	code, stdout, stderr, err := cluster.Run(bin, 3*time.Minute, "drill", "--bot", "b1", "--kind", "drop", "--rounds", "2",
-		"--sim", c.SimHTTP, "--nats", c.NATSURL, "--interval", "300ms", "--settle", "90s", "--json", "--fail-on-loss")
+		"--sim", c.SimHTTP, "--nats", c.NATSURL, "--interval", "300ms", "--settle", "90s", "--alert-wait", "-1s", "--json", "--fail-on-loss")
 	if err != nil || code != 0 {
 		t.Fatalf("botctl drill: exit %d %v\n%s\n%s", code, err, stdout, stderr)
 	}

@@ -472,6 +472,12 @@ func TestBadFlags(t *testing.T) {
 		{"tasks show without id", []string{"tasks", "show"}, "TASK_ID"},
 		{"bots gate without env", []string{"bots", "gate", "--bot", "b1"}, "--env"},
 		{"unknown command", []string{"frobnicate"}, "unknown command"},
+		{"node API off loopback without a token", with("--bot", "b1:s1", "--listen", "0.0.0.0:0"), "api.token_file"},
+		{"plain ws to another machine", with("--bot", "b1:s1", "--wecom-url", "ws://openws.example.com/"), "wecom.url"},
+		{"password in the NATS URL", with("--bot", "b1:s1", "--nats", "nats://u:topsecret@127.0.0.1:1"), "nats.url"},
+		{"NATS user without password", with("--bot", "b1:s1", "--nats-user", "botctl"), "nats.password_file"},
+		{"infra off loopback", []string{"infra", "--data-dir", dir, "--etcd-listen", "0.0.0.0:23799"}, "--allow-remote"},
+		{"demo off loopback", []string{"serve", "--demo", "--data-dir", dir, "--demo-listen", "0.0.0.0:0"}, "--allow-remote"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -95,7 +95,7 @@ func TestMetricsScrape(t *testing.T) {
 	eventually(t, "leader connected", c.connected)
 	c.post("alice", "metrics please")
 	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "metrics please") == 1 })
-	metrics.AlertSent("needs_human", true)
+	metrics.AlertSent("webhook", "open", "human", true)
 
 	// The answer's delivery is recorded just after WeCom's ack: wait for
 	// the counter rather than assume it.
@@ -131,7 +131,7 @@ func TestMetricsScrape(t *testing.T) {
 		{"botctl_spool_depth", nil, eq(0), "0"},
 		{"botctl_incidents_open", map[string]string{"bot": "b1", "kind": "outage"}, eq(0), "0"},
 		{"botctl_incidents_open", map[string]string{"bot": "b1", "kind": "data"}, eq(0), "0"},
-		{"botctl_alerts_sent_total", map[string]string{"level": "needs_human", "result": "ok"}, ge(1), ">= 1"},
+		{"botctl_alerts_sent_total", map[string]string{"sink": "webhook", "kind": "open", "level": "human", "result": "ok"}, ge(1), ">= 1"},
 		{"botctl_jetstream_bound", nil, eq(1), "1"},
 		{"botctl_nats_connected", nil, eq(1), "1"},
 		{"botctl_nats_reconnects_total", nil, eq(0), "0"},

@@ -374,6 +374,9 @@ func redactArgs(args []string) []string {
 
 var httpc = &http.Client{Timeout: 5 * time.Second}
 
+// GetJSON GETs url and decodes its JSON answer into v.
+func GetJSON(url string, v any) error { return getJSON(url, v) }
+
 func getJSON(url string, v any) error {
 	resp, err := httpc.Get(url)
 	if err != nil {

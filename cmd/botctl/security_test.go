@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/infra"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&out)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+// The CLI commands reach an etcd with client-cert auth and a NATS with TLS
+// verify and a password through --config, and act on the configured
+// prefix only.
+func TestCLIOverTLSWithConfig(t *testing.T) {
+	ca := testenv.NewCA(t)
+	etcdCert, etcdKey := ca.Issue(t, "etcd")
+	natsCert, natsKey := ca.Issue(t, "nats")
+	cliCert, cliKey := ca.Issue(t, "botctl-cli")
+	addr, err := infra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true,
+		CertFile: etcdCert, KeyFile: etcdKey, ClientCAFile: ca.CAFile, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	n, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", CertFile: natsCert, KeyFile: natsKey, CAFile: ca.CAFile,
+		Users: map[string]string{"botctl": "nats-password-0123"}, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "nats.pw")
+	os.WriteFile(pw, []byte("nats-password-0123\n"), 0o600)
+	cfgFile := filepath.Join(dir, "botctl.yaml")
+	os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
+etcd:
+  endpoints: [%s]
+  ca_file: %s
+  cert_file: %s
+  key_file: %s
+nats:
+  url: %s
+  prefix: BOTCTL_STAGING
+  ca_file: %s
+  cert_file: %s
+  key_file: %s
+  user: botctl
+  password_file: %s
+`, e.Endpoints()[0], ca.CAFile, cliCert, cliKey, n.ClientURL(), ca.CAFile, cliCert, cliKey, pw)), 0o600)
+
+	if out, err := run(t, "status", "--config", cfgFile, "--json"); err != nil || !strings.Contains(out, `"nodes"`) {
+		t.Fatalf("status over TLS: %v\n%s", err, out)
+	}
+	if out, err := run(t, "tasks", "list", "--config", cfgFile, "--json"); err != nil || !strings.Contains(out, `"tasks"`) {
+		t.Fatalf("tasks over TLS: %v\n%s", err, out)
+	}
+	// The CLI declared (and so would act on) the staging streams only.
+	nc, err := nats.Connect(n.ClientURL(), nats.Secure(), nats.RootCAs(ca.CAFile), nats.ClientCert(cliCert, cliKey), nats.UserInfo("botctl", "nats-password-0123"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.Stream(ctx, "BOTCTL_STAGING_TASKS"); err != nil {
+		t.Fatalf("staging stream: %v", err)
+	}
+	if _, err := js.Stream(ctx, "BOTCTL_TASKS"); err == nil {
+		t.Fatal("the CLI declared the default prefix's stream too")
+	}
+
+	// Without the client certificate: refused, and the error says where to look.
+	noCert := filepath.Join(dir, "nocert.yaml")
+	os.WriteFile(noCert, []byte(fmt.Sprintf("etcd:\n  endpoints: [%s]\n  ca_file: %s\n", e.Endpoints()[0], ca.CAFile)), 0o600)
+	if _, err := run(t, "status", "--config", noCert, "--timeout", "2s"); err == nil || !strings.Contains(err.Error(), "etcd.ca_file/cert_file/key_file") {
+		t.Fatalf("status without a certificate: %v", err)
+	}
+}
+
+func TestInfraAndDemoRefuseRemoteListen(t *testing.T) {
+	for _, args := range [][]string{
+		{"infra", "--data-dir", t.TempDir(), "--etcd-listen", "0.0.0.0:23791"},
+		{"infra", "--data-dir", t.TempDir(), "--nats-listen", "10.1.2.3:4222"},
+		{"serve", "--demo", "--demo-listen", "0.0.0.0:0", "--data-dir", t.TempDir()},
+	} {
+		_, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "--allow-remote") || !strings.Contains(err.Error(), "no authentication") {
+			t.Errorf("%q: %v, want a refusal that names --allow-remote and says why", args, err)
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/botctl/botctl/pkg/worker"
+	"github.com/rs/zerolog"
+)
+
+const testToken = "0123456789abcdef0123456789abcdef"
+
+// apiNode is a node with JetStream bound and a real worker (demo backend)
+// behind its API, served on a loopback listener.
+func apiNode(t *testing.T, token string) (base string) {
+	return apiNodeWith(t, token, config.API{})
+}
+
+func apiNodeWith(t *testing.T, token string, a config.API) (base string) {
+	t.Helper()
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	backend, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := task.NewLifecycle(env.Store, "n1", zerolog.Nop())
+	w, err := worker.New(worker.Config{NodeID: "n1", Slots: 4, Backend: backend, Store: env.Store, Lifecycle: lc, Deadline: time.Minute, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{Worker: w, Store: env.Store, Lifecycle: lc, ready: make(chan struct{}), token: token, log: zerolog.Nop()}
+	close(n.ready)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	srv := n.apiServer(ctx, &wg, nil)
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
+		t.Fatalf("server timeouts not all set: %+v", srv)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, url, err := apiListener(raw, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		cancel()
+		srv.Close()
+		wg.Wait()
+	})
+	return url
+}
+
+func post(t *testing.T, url, auth string, body []byte) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// POST /v1/exec runs only with the cluster's bearer token, and the
+// dispatcher's tier-2 call sends it; the status endpoints take no writes.
+func TestExecAsksForTheToken(t *testing.T) {
+	base := apiNode(t, testToken)
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	body, _ := json.Marshal(m)
+	for _, auth := range []string{"", "Bearer ", "Bearer wrong-token-0123456789abc", "Basic " + testToken, testToken, "Bearer " + testToken + "x"} {
+		resp := post(t, base+dispatch.ExecPath, auth, body)
+		if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("Authorization %q: %s, want 401 with WWW-Authenticate: Bearer", auth, resp.Status)
+		}
+	}
+
+	unavailable := func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+		return jetstream.PublishResult{}, jetstream.ErrUnavailable
+	}
+	withToken, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
+	out, err := withToken.Dispatch(context.Background(), m)
+	if err != nil || out.Tier != dispatch.TierFixed {
+		t.Fatalf("dispatcher with the token: %+v %v, want the fixed tier", out, err)
+	}
+	m2 := m
+	m2.TaskID, m2.MsgID, m2.Chat = task.ID("b", "m2"), "m2", "bob"
+	without, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Logger: zerolog.Nop()})
+	if out, err := without.Dispatch(context.Background(), m2); err == nil || !strings.Contains(err.Error(), "api.token_file") {
+		t.Fatalf("dispatcher without the token: %+v %v, want a refusal naming api.token_file", out, err)
+	}
+
+	for _, path := range []string{"/status", "/healthz"} {
+		if resp := post(t, base+path, "Bearer "+testToken, nil); resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("POST %s: %s, want 405 (read-only)", path, resp.Status)
+		}
+	}
+}
+
+// A node API on a non-loopback address without api.token_file does not
+// start, and says which key fixes it.
+func TestRunRefusesOpenListenerWithoutToken(t *testing.T) {
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Skip("cannot listen on 0.0.0.0:", err)
+	}
+	defer ln.Close()
+	cfg := config.Defaults()
+	err = Run(context.Background(), Options{Config: cfg, Listener: ln, Logger: zerolog.Nop()})
+	if err == nil || !strings.Contains(err.Error(), "config key api.token_file") {
+		t.Fatalf("Run = %v, want a refusal naming api.token_file", err)
+	}
+	if err := checkListener(ln, testToken); err != nil {
+		t.Fatalf("with a token: %v", err)
+	}
+	lo, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer lo.Close()
+	if err := checkListener(lo, ""); err != nil {
+		t.Fatalf("loopback without a token: %v", err)
+	}
+	// A token file too short is refused before anything starts.
+	short := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(short, []byte("abc"), 0o600)
+	cfg.API.TokenFile = short
+	if err := Run(context.Background(), Options{Config: cfg, Listener: lo, Logger: zerolog.Nop()}); err == nil || !strings.Contains(err.Error(), "api.token_file") {
+		t.Fatalf("short token: %v", err)
+	}
+}
+
+// With api.cert_file the API is served over HTTPS and registered as
+// https://; the dispatcher, trusting api.ca_file, reaches it with the
+// token; a caller that does not trust the CA is refused by TLS.
+func TestExecOverHTTPS(t *testing.T) {
+	ca := testenv.NewCA(t)
+	cert, key := ca.Issue(t, "node")
+	a := config.API{CertFile: cert, KeyFile: key, CAFile: ca.CAFile}
+	base := apiNodeWith(t, testToken, a)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("API URL %s, want https://", base)
+	}
+	hc, err := apiClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unavailable := func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+		return jetstream.PublishResult{}, jetstream.ErrUnavailable
+	}
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	d, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Client: hc, Logger: zerolog.Nop()})
+	if out, err := d.Dispatch(context.Background(), m); err != nil || out.Tier != dispatch.TierFixed {
+		t.Fatalf("over HTTPS: %+v %v, want the fixed tier", out, err)
+	}
+	m.TaskID, m.MsgID, m.Chat = task.ID("b", "m2"), "m2", "bob"
+	untrusting, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
+	if _, err := untrusting.Dispatch(context.Background(), m); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the CA: %v, want a certificate error", err)
+	}
+}

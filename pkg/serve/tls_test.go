@@ -1,0 +1,140 @@
+package serve
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/infra"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A node runs on an etcd with client-cert auth and a NATS with TLS verify
+// and a password, from the config's keys alone, declares its store under
+// nats.prefix and nothing under the default prefix, and registers its API
+// as https:// with the token asked.
+func TestRunOverTLSWithPrefix(t *testing.T) {
+	ca := testenv.NewCA(t)
+	etcdCert, etcdKey := ca.Issue(t, "etcd")
+	natsCert, natsKey := ca.Issue(t, "nats")
+	nodeCert, nodeKey := ca.Issue(t, "n1")
+	addr, err := infra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true,
+		CertFile: etcdCert, KeyFile: etcdKey, ClientCAFile: ca.CAFile, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ns, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", CertFile: natsCert, KeyFile: natsKey, CAFile: ca.CAFile,
+		Users: map[string]string{"botctl": "nats-password-0123"}, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	if err := sim.AddBot("b1", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go sim.Serve(sln)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		sim.Shutdown(ctx)
+	}()
+
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg := config.Defaults()
+	cfg.NodeID, cfg.DataDir = "n1", filepath.Join(dir, "n1")
+	cfg.WeCom.URL = "ws://" + sln.Addr().String() + "/"
+	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s1"}}
+	cfg.Election.TTL, cfg.Election.SafetyMargin = 3*time.Second, time.Second
+	cfg.Etcd.Endpoints, cfg.Etcd.CAFile, cfg.Etcd.CertFile, cfg.Etcd.KeyFile = e.Endpoints(), ca.CAFile, nodeCert, nodeKey
+	cfg.NATS.URL, cfg.NATS.Prefix = ns.ClientURL(), "BOTCTL_STAGING"
+	cfg.NATS.CAFile, cfg.NATS.CertFile, cfg.NATS.KeyFile = ca.CAFile, nodeCert, nodeKey
+	cfg.NATS.User, cfg.NATS.PasswordFile = "botctl", write("nats.pw", "nats-password-0123\n")
+	cfg.API.TokenFile = write("api.token", "0123456789abcdef0123456789abcdef\n")
+	cfg.API.CertFile, cfg.API.KeyFile, cfg.API.CAFile = nodeCert, nodeKey, ca.CAFile
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cfg.Etcd.ClientConfig(cfg.Etcd.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	natsOpts, err := cfg.NATS.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *Node, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, NATSOptions: natsOpts, Listener: ln,
+			Logger: zerolog.Nop(), Ready: func(n *Node) { ready <- n }})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("node did not stop")
+		}
+	}()
+	var n *Node
+	select {
+	case n = <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("node not ready")
+	}
+	if got := n.Store.Names().TaskStream; got != "BOTCTL_STAGING_TASKS" {
+		t.Fatalf("task stream %s, want BOTCTL_STAGING_TASKS", got)
+	}
+	if info := n.Node.Info(); info.Address != "https://"+ln.Addr().String() {
+		t.Fatalf("registered address %q, want https://%s", info.Address, ln.Addr())
+	}
+	nc, err := nats.Connect(cfg.NATS.URL, natsOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	if _, err := js.Stream(sctx, "BOTCTL_TASKS"); err == nil {
+		t.Fatal("the node declared the default prefix's stream too")
+	}
+}

@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/test/e2e/cluster"
+)
+
+type robotMsg struct {
+	Content string `json:"content"`
+}
+
+var alertHead = regexp.MustCompile(`\[(AUTO|HUMAN)\] (\w+)</font>`)
+
+// robotAlerts reads what the group robot "ops" got: "LEVEL kind" per alert.
+func robotAlerts(t *testing.T, c *cluster.Cluster) []string {
+	t.Helper()
+	var out struct {
+		Messages []robotMsg `json:"messages"`
+	}
+	if err := cluster.GetJSON(c.SimHTTP+"/control/robot?key=ops", &out); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, m := range out.Messages {
+		if h := alertHead.FindStringSubmatch(m.Content); h != nil {
+			kinds = append(kinds, h[1]+" "+h[2])
+		}
+	}
+	return kinds
+}
+
+func count(list []string, want string) int {
+	n := 0
+	for _, s := range list {
+		if s == want {
+			n++
+		}
+	}
+	return n
+}
+
+// Alerts end to end, to the simulator's group robot: the synthetic alert
+// at start; three bots dropped together are one merged alert; a revoked
+// secret pages a person at once, no node retries it, and a person's ack
+// brings it back with one recovery alert.
+func TestAlertsEndToEnd(t *testing.T) {
+	c := newCluster(t, []string{"b1", "b2", "b3"})
+	robotFile := filepath.Join(t.TempDir(), "robot.url")
+	if err := os.WriteFile(robotFile, []byte(c.SimHTTP+"/cgi-bin/webhook/send?key=ops\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Opts.NodeArgs = append(c.Opts.NodeArgs, "--alert-wecom-robot-url-file", robotFile)
+	startNodes(t, c, 2)
+	waitStable(t, c)
+	eventually(t, 30*time.Second, "the synthetic alert", func() error {
+		if count(robotAlerts(t, c), "AUTO synthetic") != 1 {
+			return fmt.Errorf("alerts %v", robotAlerts(t, c))
+		}
+		return nil
+	})
+
+	for _, b := range []string{"b1", "b2", "b3"} {
+		if err := c.Fault(b, "drop", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 120*time.Second, "one merged alert", func() error {
+		if got := robotAlerts(t, c); count(got, "HUMAN merged") != 1 {
+			return fmt.Errorf("alerts %v", got)
+		}
+		return nil
+	})
+	if got := robotAlerts(t, c); count(got, "AUTO open") != 0 || count(got, "HUMAN open") != 0 {
+		t.Fatalf("merged bots also alerted one by one: %v", got)
+	}
+
+	// The merged outage recovers (one recovery alert for the merged
+	// bots); let its alerts settle before the next fault.
+	eventually(t, 120*time.Second, "the merged outage's recovery alert", func() error {
+		for _, i := range allIncidents(t, c) {
+			if i.State != "closed" {
+				return fmt.Errorf("incident %s still %s", i.ID, i.State)
+			}
+		}
+		if got := robotAlerts(t, c); count(got, "HUMAN recovered") < 1 {
+			return fmt.Errorf("alerts %v", got)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	before := len(robotAlerts(t, c))
+	if err := c.Fault("b1", "revoke", 0); err != nil {
+		t.Fatal(err)
+	}
+	var page time.Time
+	eventually(t, 60*time.Second, "a human page for the revoked secret", func() error {
+		got := robotAlerts(t, c)[before:]
+		for _, a := range got {
+			if strings.HasPrefix(a, "HUMAN ") {
+				page = time.Now()
+				return nil
+			}
+		}
+		return fmt.Errorf("alerts since the revoke: %v", got)
+	})
+	// No retries while nobody acted: each node tries once (it may win
+	// the election after the other held back), then the auth failures
+	// stop growing.
+	time.Sleep(5 * time.Second)
+	st, err := c.Stats("b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	st2, _ := c.Stats("b1")
+	if st2.AuthFailures != st.AuthFailures || st.AuthFailures > 2 {
+		t.Fatalf("retried a revoked secret: %d then %d auth failures (2 nodes)", st.AuthFailures, st2.AuthFailures)
+	}
+	if err := c.Fault("b1", "restore", 0); err != nil {
+		t.Fatal(err)
+	}
+	var openID string
+	for _, i := range allIncidents(t, c) {
+		if i.State != "closed" && i.Signal == "auth" {
+			openID = i.ID
+		}
+	}
+	if openID == "" {
+		t.Fatalf("no open auth incident: %+v", allIncidents(t, c))
+	}
+	incidentsCLI(t, c, "ack", openID, "--by", "alice", "--note", "secret restored")
+	eventually(t, 60*time.Second, "the recovery alert", func() error {
+		if got := robotAlerts(t, c)[before:]; count(got, "HUMAN recovered") != 1 || count(got, "HUMAN open") != 1 {
+			return fmt.Errorf("alerts since the revoke: %v", got)
+		}
+		return nil
+	})
+	t.Logf("alerts: %v (the page for the revoked secret seen %s)", robotAlerts(t, c), page.Format("15:04:05.000"))
+}
