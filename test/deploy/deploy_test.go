@@ -184,3 +184,54 @@ func TestGenCerts(t *testing.T) {
 		t.Errorf("vm2's certificate lacks its IP: %v\n%s", err, out)
 	}
 }
+
+// Each example node's configuration passes botctl config check with its
+// credentials in place: certificates from gen-certs.sh, secrets, the API
+// token, under a stand-in for /run/credentials/botctl.service (the one
+// change made to the files).
+func TestExampleClusterConfigsPassCheck(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("openssl not found: no certificates for the example's configs")
+	}
+	bin := build(t)
+	pki := t.TempDir()
+	if out, err := exec.Command("sh", filepath.Join(repo(t), "scripts", "gen-certs.sh"), pki).CombinedOutput(); err != nil {
+		t.Fatalf("gen-certs.sh: %v\n%s", err, out)
+	}
+	creds := t.TempDir()
+	files := map[string]string{ // credential name → source, as cluster.conf loads them
+		"etcd-ca.pem": "ca.pem", "etcd-client.pem": "botctl-client.pem", "etcd-client-key.pem": "botctl-client-key.pem",
+		"nats-ca.pem": "ca.pem", "nats-client.pem": "botctl-client.pem", "nats-client-key.pem": "botctl-client-key.pem",
+	}
+	for name, src := range files {
+		raw, err := os.ReadFile(filepath.Join(pki, src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(creds, name), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, v := range map[string]string{"nats.password": "np", "api.token": "0123456789abcdef0123456789abcdef", "b1.secret": "s1"} {
+		if err := os.WriteFile(filepath.Join(creds, name), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, vm := range []string{"vm1", "vm2", "vm3"} {
+		raw, err := os.ReadFile(filepath.Join(repo(t), "deploy", "example-cluster", "botctl", vm+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(t.TempDir(), vm+".yaml")
+		body := strings.ReplaceAll(string(raw), "/run/credentials/botctl.service/", creds+"/")
+		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "config", "check", cfg)
+		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=sk-test")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "ok: node "+vm) {
+			t.Errorf("%s: %v\n%s", vm, err, out)
+		}
+	}
+}
