@@ -94,10 +94,17 @@ func TestBotctlUnitContract(t *testing.T) {
 	unit := string(raw)
 	for _, line := range []string{"Type=notify", "WatchdogSec=", "Restart=on-failure", "KillSignal=SIGTERM", "TimeoutStopSec=60s",
 		"User=botctl", "ProtectSystem=strict", "PrivateTmp=yes", "NoNewPrivileges=yes", "CapabilityBoundingSet=\n",
-		"ReadWritePaths=/var/lib/botctl", "LoadCredential=", "EnvironmentFile="} {
+		"ReadWritePaths=/var/lib/botctl", "EnvironmentFile=-/etc/botctl/botctl.env"} {
 		if !strings.Contains(unit, "\n"+line) {
 			t.Errorf("botctl.service lacks %q", strings.TrimSpace(line))
 		}
+	}
+	dropIn, err := os.ReadFile(filepath.Join(repo(t), "deploy", "example-cluster", "botctl.service.d", "cluster.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(dropIn), "\nLoadCredential=b1.secret:") {
+		t.Error("the cluster drop-in loads no bot secret as a credential")
 	}
 }
 
