@@ -443,8 +443,12 @@ func (h *Health) connected(ctx context.Context, b *botState, term *election.Term
 	}
 	state, why := Online, ""
 	halfOpen := false
-	if inc != nil && inc.Signal == incident.SignalSilence {
+	if inc != nil && inc.Signal == incident.SignalSilence && inc.Recovered.IsZero() {
+		// Whichever node reconnects watches for callbacks to come back.
 		state, why = Degraded, "reconnected after a silence: waiting for callbacks to arrive again"
+		b.mu.Lock()
+		b.silent = true
+		b.mu.Unlock()
 	}
 	if inc != nil && inc.Signal != incident.SignalSilence {
 		halfOpen = now.Sub(inc.Dropped) >= h.cfg.Recovery.Threshold

@@ -43,6 +43,10 @@ type env struct {
 	h     *health.Health
 	n     *node.Node
 
+	hc        health.Config
+	nc        node.Config
+	stopFirst func() // stops n1 (idempotent enough for Cleanup: first call waits)
+
 	mu   sync.Mutex
 	conn *wecom.Conn // the current connection (Leading)
 	// inbound counts callbacks.
@@ -125,12 +129,35 @@ func start(t *testing.T, o options) *env {
 	}
 	ndone := make(chan struct{})
 	go func() { defer close(ndone); e.n.Run(ctx) }()
-	t.Cleanup(func() {
+	e.stopFirst = func() {
 		cancel()
 		<-ndone
 		<-hdone
-	})
+	}
+	t.Cleanup(e.stopFirst)
+	e.hc, e.nc = hc, nc
 	return e
+}
+
+// second starts another node with its own Health on the same etcd,
+// JetStream and simulator, and the same settings.
+func (e *env) second(id string) *node.Node {
+	e.t.Helper()
+	hc, nc := e.hc, e.nc
+	hc.NodeID, nc.NodeID = id, id
+	h := health.New(hc)
+	h.Bind(e.js.Store, task.NewLifecycle(e.js.Store, id, zerolog.Nop()).Quiet())
+	nc.Health = h
+	n, err := node.New(e.etcd, nc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hdone, ndone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(hdone); h.Run(ctx) }()
+	go func() { defer close(ndone); n.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-ndone; <-hdone })
+	return n
 }
 
 type inboundFunc func()
@@ -533,4 +560,36 @@ func TestHistoryDecidesASilence(t *testing.T) {
 			t.Fatalf("quiet users opened an incident:\n%s", dump(all[0]))
 		}
 	})
+}
+
+// A silence incident opened by one node and recovered on another: the node
+// that reconnects watches for the callbacks to come back.
+func TestSilenceRecoveredOnAnotherNode(t *testing.T) {
+	e := start(t, options{before: seedBaseline, health: silenceLimits})
+	e.waitOnline()
+	n2 := e.second("n2")
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 6})
+	eventually(t, "a silence incident", func() bool {
+		all := e.incidents()
+		return len(all) == 1 && all[0].Signal == incident.SignalSilence
+	})
+	// n1 goes away (a deploy): n2 takes the bot over.
+	stopped := make(chan struct{})
+	go func() { e.stopFirst(); close(stopped) }()
+	<-stopped
+	eventually(t, "n2 leads", func() bool { return n2.Status()[bot].State == node.StateLeader })
+	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
+	for !t.Failed() {
+		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "carol", Text: "back?"}); err != nil {
+			t.Fatal(err)
+		}
+		if all := e.incidents(); len(all) == 1 && all[0].State == incident.Closed {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	i := e.waitClosed(1)
+	if i.Recovered.IsZero() || !strings.Contains(dump(i), "callbacks arrive again") {
+		t.Fatalf("incident:\n%s", dump(i))
+	}
 }

@@ -43,6 +43,10 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 		seenCallbacks, seenOK = v.Callbacks, v.AckedOK
 		if events > 0 {
 			refutedUntil = time.Time{}
+		}
+		// A silence incident waits for the first callback on a connection
+		// after it (on whichever node reconnected).
+		if v.Callbacks > 0 {
 			b.mu.Lock()
 			silent := b.silent
 			b.silent = false
