@@ -39,9 +39,9 @@ func (l *lines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// --watch --json writes one Status object per line, every --interval,
-// until its context ends (Ctrl-C), and then exits 0.
-func TestStatusWatchJSON(t *testing.T) {
+// startEtcd is an embedded etcd for the status command.
+func startEtcd(t *testing.T) string {
+	t.Helper()
 	addr, err := infra.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -50,13 +50,54 @@ func TestStatusWatchJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	t.Cleanup(e.Close)
+	return e.Endpoints()[0]
+}
 
+// --watch without --json redraws the table every --interval (off a
+// terminal: one round after the other, each under a timestamp line).
+func TestStatusWatchTable(t *testing.T) {
+	ep := startEtcd(t)
+	out := &lines{seen: make(chan string, 256)}
+	cmd := newRootCmd()
+	cmd.SetOut(out)
+	cmd.SetErr(&bytes.Buffer{})
+	cmd.SetArgs([]string{"status", "--etcd", ep, "--nats", "nats://127.0.0.1:1", "--timeout", "2s", "--watch", "--interval", "100ms"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	rounds, tables := 0, 0
+	deadline := time.After(30 * time.Second)
+	for rounds < 3 || tables < 3 {
+		select {
+		case line := <-out.seen:
+			if strings.Contains(line, "(every 100ms; Ctrl-C to stop)") {
+				rounds++
+			}
+			if strings.HasPrefix(line, "NODE ") {
+				tables++
+			}
+		case err := <-done:
+			t.Fatalf("watch ended early: %v", err)
+		case <-deadline:
+			t.Fatalf("after 30s: %d rounds, %d tables", rounds, tables)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("watch ended with %v after Ctrl-C, want nil", err)
+	}
+}
+
+// --watch --json writes one Status object per line, every --interval,
+// until its context ends (Ctrl-C), and then exits 0.
+func TestStatusWatchJSON(t *testing.T) {
+	ep := startEtcd(t)
 	out := &lines{seen: make(chan string, 16)}
 	cmd := newRootCmd()
 	cmd.SetOut(out)
 	cmd.SetErr(&bytes.Buffer{})
-	cmd.SetArgs([]string{"status", "--etcd", e.Endpoints()[0], "--nats", "nats://127.0.0.1:1", "--timeout", "2s",
+	cmd.SetArgs([]string{"status", "--etcd", ep, "--nats", "nats://127.0.0.1:1", "--timeout", "2s",
 		"--watch", "--json", "--interval", "100ms"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
