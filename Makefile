@@ -5,7 +5,7 @@ PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test run bench chaos chaos-smoke lint conformance clean
+.PHONY: all build test run bench chaos chaos-smoke lint conformance clean install
 
 all: build
 
@@ -17,6 +17,11 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	$(MAKE) conformance
+
+# Binary, systemd unit and config on this machine (scripts/install.sh;
+# idempotent; a changed config is kept unless INSTALL_FLAGS=--force).
+install: build
+	sudo scripts/install.sh --binary $(BIN) $(INSTALL_FLAGS)
 
 # A node with embedded etcd, NATS and a WeCom simulator.
 run: build

@@ -99,6 +99,9 @@ type BotStatus struct {
 	Health     *health.Record     `json:"health,omitempty"`
 	Incident   *incident.Incident `json:"incident,omitempty"`
 	Incomplete int                `json:"incomplete,omitempty"`
+	// Queue is how many of its tasks are in the JetStream work queue
+	// (queued or running: one per busy conversation).
+	Queue *int `json:"queue,omitempty"`
 }
 
 // addHealth adds each bot's health record, open incident and "may be
@@ -138,21 +141,30 @@ func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
 		if marks, err := health.Marks(ctx, s.Health(), b.ID); err == nil {
 			b.Incomplete = len(marks)
 		}
+		if convs, err := s.QueuedConversations(ctx, b.ID); err == nil {
+			q := len(convs)
+			b.Queue = &q
+		}
 	}
 }
 
 func newStatusCmd() *cobra.Command {
 	var (
-		ef      etcdFlags
-		asJSON  bool
-		history int
-		natsURL string
+		ef       etcdFlags
+		asJSON   bool
+		history  int
+		natsURL  string
+		watch    bool
+		interval time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster: nodes, and per bot its leader, term start and recent transitions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch && interval <= 0 {
+				return usageErrorf("--interval %s: want a positive duration (e.g. 2s)", interval)
+			}
 			ec, err := ef.resolve()
 			if err != nil {
 				return err
@@ -162,33 +174,43 @@ func newStatusCmd() *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
-			defer cancel()
 			hc, err := apiClient(ef.api)
 			if err != nil {
 				return usageError{err}
 			}
-			st, err := readStatus(ctx, cli, hc, history)
-			if err != nil {
-				return err
-			}
 			nf := natsFlags{config: ef.config, url: natsURL, dataDir: ef.dataDir, timeout: ef.timeout}
-			addHealth(ctx, &nf, &st)
-			if asJSON {
-				if st.HealthError != "" {
-					fmt.Fprintf(cmd.ErrOrStderr(), "botctl status: health and incidents not shown: %s\n", st.HealthError)
+			once := func() error {
+				ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
+				defer cancel()
+				st, err := readStatus(ctx, cli, hc, history)
+				if err != nil {
+					return err
 				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				addHealth(ctx, &nf, &st)
+				if asJSON {
+					if st.HealthError != "" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "botctl status: health and incidents not shown: %s\n", st.HealthError)
+					}
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					if !watch {
+						enc.SetIndent("", "  ")
+					}
+					return enc.Encode(st) // --watch: one object per line
+				}
+				printStatus(cmd.OutOrStdout(), st)
+				return nil
 			}
-			printStatus(cmd.OutOrStdout(), st)
-			return nil
+			if !watch {
+				return once()
+			}
+			return watchStatus(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), interval, asJSON, once)
 		},
 	}
 	ef.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"nodes\":[…],\"bots\":[…]}")
 	cmd.Flags().IntVar(&history, "transitions", 10, "recent transitions to show per bot")
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C (with --json: one JSON object per line)")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
 	cmd.Flags().StringVar(&natsURL, "nats", "", "NATS URL for the bots' health and incidents (default $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
 	return cmd
 }
@@ -273,7 +295,7 @@ func printStatus(w io.Writer, st Status) {
 		fmt.Fprintln(tw, "(no nodes registered)")
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "BOT\tLEADER\tSINCE\tTERM\tGATE\tHEALTH\tINCIDENT")
+	fmt.Fprintln(tw, "BOT\tLEADER\tSINCE\tTERM\tGATE\tQUEUE\tHEALTH\tINCIDENT")
 	for _, b := range st.Bots {
 		leader, since := b.Leader, "-"
 		if leader == "" {
@@ -298,7 +320,11 @@ func printStatus(w io.Writer, st Status) {
 		if b.Incident != nil {
 			inc = fmt.Sprintf("%s %s %s", b.Incident.ID, b.Incident.Level, b.Incident.State)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", b.ID, leader, since, b.Term, b.Gate, hl, inc)
+		queue := "?"
+		if b.Queue != nil {
+			queue = fmt.Sprint(*b.Queue)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", b.ID, leader, since, b.Term, b.Gate, queue, hl, inc)
 	}
 	tw.Flush()
 	if st.HealthError != "" {

@@ -91,6 +91,10 @@ type Config struct {
 	// Budget, if set, is the bot's per-conversation send budget: every
 	// reply sent here is counted in it, so the pusher paces around them.
 	Budget func(bot string) *pace.Budget
+	// Receipted, if set, learns how long each receipt took: from the
+	// start of the message's handling to WeCom's ack of the receipt frame
+	// (metrics; must not block).
+	Receipted func(bot string, d time.Duration)
 	// Dispatched, if set, learns of each task handed to compute (the
 	// pusher's fast path; its scan would find it anyway).
 	Dispatched func(bot, taskID string)
@@ -414,6 +418,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	receiptErr := c.ReplyStream(ctx, reqID, wecom.Stream{ID: rec.StreamID, Content: a.cfg.Texts.Receipt})
 	if receiptErr == nil {
 		spent()
+		if a.cfg.Receipted != nil {
+			a.cfg.Receipted(term.Bot, a.cfg.Now().Sub(now))
+		}
 		rec.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, a.cfg.Now().UTC())
 		rec.PushedHash, rec.PushedAt = task.Hash(a.cfg.Texts.Receipt), a.cfg.Now().UTC()
 		rec.StreamStart = rec.PushedAt

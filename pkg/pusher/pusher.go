@@ -64,6 +64,10 @@ type Config struct {
 	Store  *jetstream.Store
 	// Lifecycle records every delivery step. Default: one on Store.
 	Lifecycle *task.Lifecycle
+	// Lag, if set, learns the push lag of each progress frame acked with
+	// new content: from the worker's output write to WeCom's ack (metrics;
+	// must not block).
+	Lag func(bot string, d time.Duration)
 	// Budget paces every conversation; shared with the inbound path.
 	Budget *pace.Budget
 	// ScanInterval is the period of the scan of active tasks. Default 1s.
@@ -638,6 +642,23 @@ func join(text, note string) string {
 	return text + "\n\n" + note
 }
 
+// lag reports to Config.Lag how long the output of task id last seen
+// took to reach the user (acked at shown).
+func (p *Pusher) lag(id string, shown time.Time) {
+	if p.cfg.Lag == nil {
+		return
+	}
+	var updated time.Time
+	p.mu.Lock()
+	if en := p.active[id]; en != nil && en.out != nil {
+		updated = en.out.Updated
+	}
+	p.mu.Unlock()
+	if !updated.IsZero() && shown.After(updated) {
+		p.cfg.Lag(p.cfg.Bot, shown.Sub(updated))
+	}
+}
+
 func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
 	chat := r.Chat
 	closeAt := r.StreamStart.Add(p.cfg.StreamWindow - p.cfg.Margin)
@@ -663,6 +684,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 		switch code := wecom.ErrCodeOf(err); {
 		case err == nil:
 			p.count(func(s *Stats) { s.Frames++ })
+			p.lag(r.ID, p.cfg.Now())
 			return p.delivered(ctx, r, final, "final frame acked", 0)
 		case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
 			// No ack we can trust for this req_id (a timeout, or an
@@ -740,6 +762,9 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 		en.shownAt = shownNow
 	}
 	p.mu.Unlock()
+	if changed {
+		p.lag(r.ID, shownNow)
+	}
 	hash := ""
 	if changed {
 		hash = task.Hash(text)

@@ -45,6 +45,7 @@ func apiNodeWith(t *testing.T, token string, a config.API) (base string) {
 	}
 	n := &Node{Worker: w, Store: env.Store, Lifecycle: lc, ready: make(chan struct{}), token: token, log: zerolog.Nop()}
 	close(n.ready)
+	n.obs = newObserver(n, env.Conn, nil) // /metrics, /healthz, /readyz (no etcd here: /readyz is not asked)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	srv := n.apiServer(ctx, &wg, nil)

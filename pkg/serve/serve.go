@@ -89,6 +89,7 @@ type Node struct {
 	history  backfill.HistorySource // nil: no gap backfill
 	token    string                 // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
 	apiCli   *http.Client           // tier 2's client: api.ca_file trusted
+	obs      *observer              // metrics, liveness, readiness, sd_notify (metrics.go)
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -175,6 +176,7 @@ func Run(ctx context.Context, o Options) error {
 	if cfg.Backfill.HistoryURL != "" {
 		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
+	n.obs = newObserver(n, nc, o.Etcd)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	workCtx, stopWork := context.WithCancel(ctx)
@@ -200,6 +202,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		},
 		Incomplete: n.Health.TakeIncomplete,
+		Receipted:  n.obs.metrics.Receipted,
 		Logger:     log,
 	})
 	if err != nil {
@@ -209,7 +212,7 @@ func Run(ctx context.Context, o Options) error {
 		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: apiURL,
 		Slots: cfg.Worker.Slots, Bots: cfg.Bots, DataDir: cfg.DataDir,
 		WeCom: wecom.Config{URL: cfg.WeCom.URL, HeartbeatInterval: cfg.WeCom.HeartbeatInterval, AckTimeout: cfg.WeCom.AckTimeout,
-			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue},
+			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue, Frames: n.obs.metrics},
 		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin,
 			PulseInterval: cfg.Election.PulseInterval, PulseTimeout: cfg.Election.PulseTimeout, NoPulse: cfg.Election.PulseTimeout == 0},
 		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow,
@@ -232,6 +235,7 @@ func Run(ctx context.Context, o Options) error {
 	}()
 	nodeDone := make(chan error, 1)
 	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
+	wg.Go(func() { n.obs.notify(workCtx) })     // READY=1 and watchdog pings to systemd, if it runs us
 
 	store, err := declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	if err == nil {
@@ -398,10 +402,10 @@ func (n *Node) newAlerter(store *jetstream.Store) (*alert.Alerter, error) {
 	}
 	var sinks []alert.Sink
 	if robot != "" {
-		sinks = append(sinks, alert.NewWeComRobot(robot))
+		sinks = append(sinks, countSends(alert.NewWeComRobot(robot)))
 	}
 	if webhook != "" {
-		sinks = append(sinks, alert.NewWebhook(webhook))
+		sinks = append(sinks, countSends(alert.NewWebhook(webhook)))
 	}
 	if len(sinks) == 0 {
 		n.log.Warn().Msg("no alert sink (alert.wecom_robot_url_file, alert.webhook_url): incidents are recorded (botctl incidents) but nobody is paged")
@@ -468,17 +472,21 @@ func (n *Node) isLeading() bool {
 // leading is a term's work on its connection, once JetStream is bound:
 // the bot's pusher and the lifecycle's sweep, until ctx (the term) ends.
 func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Conn) {
+	var p *pusher.Pusher
+	defer func(ended func(*pusher.Pusher)) { ended(p) }(n.obs.term(term.Bot, conn))
 	select {
 	case <-n.ready:
 	case <-ctx.Done():
 		return
 	}
 	cfg, log := n.cfg, n.log
-	p, err := pusher.New(pusher.Config{
+	var err error
+	p, err = pusher.New(pusher.Config{
 		Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
 		Gate: n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed, ReplayExpiry: cfg.Push.ReplayExpiry,
+		Lag:    n.obs.metrics.PushLag,
 		Logger: log,
 	})
 	if err != nil {
@@ -750,16 +758,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		n.mu.Unlock()
 		writeJSON(w, http.StatusOK, view)
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		// Under /botctl/: an etcd RBAC role limited to it may read it.
-		if _, err := cli.Get(hctx, "/botctl/health-probe"); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "etcd unreachable", "error": redact.String(err.Error())})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	n.obs.routes(mux) // GET /metrics, /healthz (alive), /readyz (ready)
 	// Tier 2: the one endpoint that acts, behind the cluster's token. The
 	// others are GET only and change nothing.
 	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -61,6 +61,18 @@ type Config struct {
 	BeforeSubscribe func() error
 	// Logger receives connection events; bot and conn fields are added.
 	Logger zerolog.Logger
+	// Frames, if set, counts frames: every callback read and every frame
+	// sent with its outcome (for metrics; called on the hot path, so it
+	// must not block).
+	Frames FrameObserver
+}
+
+// FrameObserver learns of frames on a connection. Errcode is the ack's
+// errcode of a frame sent, or -1 when no ack came (timeout, closed,
+// ambiguous).
+type FrameObserver interface {
+	FrameIn(bot, cmd string)
+	FrameOut(bot, cmd string, errcode int)
 }
 
 func (c *Config) setDefaults() {
@@ -361,6 +373,9 @@ func (c *Conn) read() {
 			c.shut(ReasonKicked, errors.New("disconnected_event: another connection subscribed with this bot id"))
 			return
 		case f.Cmd == CmdMsgCallback || f.Cmd == CmdEventCallback:
+			if c.cfg.Frames != nil {
+				c.cfg.Frames.FrameIn(c.cfg.BotID, f.Cmd)
+			}
 			c.vitals.callback.Store(time.Now().UnixNano())
 			c.vitals.callbacks.Add(1)
 			if !c.enqueue(&f) {
@@ -387,6 +402,9 @@ func (c *Conn) ack(f *Frame) {
 			w <- f // buffered, one slot
 		}
 		c.pmu.Unlock()
+		if c.cfg.Frames != nil {
+			c.cfg.Frames.FrameOut(c.cfg.BotID, CmdPing, f.ErrCode) // pings are counted when acked
+		}
 		switch f.ErrCode {
 		case ErrCodeOK:
 			c.missed.Store(0)
@@ -587,7 +605,10 @@ func (c *Conn) acquire(ctx context.Context, reqID string) (st *reqState, release
 // (ReasonNotSubscribed), and MaxAckTimeouts timeouts in a row close it
 // (ReasonAckTimeouts). IsConnectionError tells the outcomes about the
 // connection from those about this frame.
-func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, error) {
+func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (f *Frame, err error) {
+	if c.cfg.Frames != nil {
+		defer func() { c.cfg.Frames.FrameOut(c.cfg.BotID, cmd, outcomeCode(f, err)) }()
+	}
 	if reqID == "" {
 		return nil, fmt.Errorf("%w: %s without req_id", ErrInvalidFrame, cmd)
 	}
@@ -622,7 +643,6 @@ func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, err
 	}
 	t := time.NewTimer(c.cfg.AckTimeout)
 	defer t.Stop()
-	var f *Frame
 	select {
 	case f = <-w:
 	case <-t.C:
@@ -748,4 +768,18 @@ func encodeFrame(cmd, reqID string, body any) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrFrameTooLarge, cmd, len(raw), MaxFrameBytes)
 	}
 	return raw, nil
+}
+
+// outcomeCode is a sent frame's errcode for FrameObserver: the ack's, or
+// -1 when none came that can be trusted.
+func outcomeCode(f *Frame, err error) int {
+	var ae *AckError
+	switch {
+	case errors.As(err, &ae):
+		return ae.ErrCode
+	case err != nil || f == nil:
+		return -1
+	default:
+		return f.ErrCode
+	}
 }

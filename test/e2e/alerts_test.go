@@ -65,6 +65,16 @@ func TestAlertsEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
+	// The node running the alerter counted the send in its /metrics.
+	eventually(t, 30*time.Second, "the synthetic alert in botctl_alerts_sent_total", func() error {
+		want := `botctl_alerts_sent_total{kind="synthetic",level="auto",result="ok",sink="wecom_robot"} 1`
+		for _, n := range c.Alive() {
+			if body, err := get(n.API + "/metrics"); err == nil && strings.Contains(body, "\n"+want+"\n") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no node's /metrics has %s", want)
+	})
 
 	for _, b := range []string{"b1", "b2", "b3"} {
 		if err := c.Fault(b, "drop", 0); err != nil {

@@ -79,6 +79,10 @@ func TestOneLeaderPerBot(t *testing.T) {
 			if raw, ok := b["health"]; !ok || json.Unmarshal(raw, &h) != nil || h.State != "online" {
 				return fmt.Errorf("bot health in status --json: %s", b["health"])
 			}
+			// Its tasks in the work queue, from JetStream: none at rest.
+			if q, ok := b["queue"]; !ok || string(q) != "0" {
+				return fmt.Errorf("bot queue in status --json: %s, want 0", q)
+			}
 			for _, k := range []string{"id", "leader", "since"} {
 				if _, ok := b[k]; !ok {
 					t.Fatalf("a bot in status --json lacks %q: %s", k, raw)

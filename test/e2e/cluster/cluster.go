@@ -236,9 +236,10 @@ func (c *Cluster) StartNode(id, etcdURL string) (*Node, error) {
 
 // NodeOptions route one node's traffic (e.g. through a fault proxy).
 type NodeOptions struct {
-	EtcdURL  string // "" means the cluster's etcd
-	WeComURL string // "" means the simulator
-	NATSURL  string // "" means the cluster's NATS
+	EtcdURL  string   // "" means the cluster's etcd
+	WeComURL string   // "" means the simulator
+	NATSURL  string   // "" means the cluster's NATS
+	Env      []string // added to the node's environment
 }
 
 // StartNodeWith is StartNode with per-node endpoints.
@@ -269,7 +270,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 		args = append(args, "--backfill-history-url", "http"+strings.TrimPrefix(strings.TrimSuffix(c.SimWS, "/"), "ws"))
 	}
 	args = append(args, c.Opts.NodeArgs...)
-	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{})
+	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{Env: o.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -474,14 +475,33 @@ func (n *Node) Info() (NodeInfo, error) {
 	return i, err
 }
 
-// Healthy is true when the node's /healthz says it reaches etcd.
+// Healthy is true when the node's /readyz says it reaches etcd (its
+// /healthz is liveness only: the process answers).
 func (n *Node) Healthy() bool {
-	resp, err := httpc.Get(n.API + "/healthz")
+	r, _ := n.Readiness()
+	return r.Etcd == "ok"
+}
+
+// Readiness is the node's GET /readyz (503 while not ready, same body).
+type Readiness struct {
+	Ready     bool              `json:"ready"`
+	Etcd      string            `json:"etcd"`
+	NATS      string            `json:"nats"`
+	JetStream bool              `json:"jetstream"`
+	Bots      map[string]string `json:"bots"`
+	Reasons   []string          `json:"reasons"`
+}
+
+// Readiness asks the node's /readyz.
+func (n *Node) Readiness() (Readiness, error) {
+	var r Readiness
+	resp, err := httpc.Get(n.API + "/readyz")
 	if err != nil {
-		return false
+		return r, err
 	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&r)
+	return r, err
 }
 
 // Leaders asks every live node which bots it leads: bot → node ids.

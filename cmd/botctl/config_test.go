@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/botctl/botctl/pkg/config"
+)
+
+// runBotctl runs botctl with args, as main does, and returns stdout, stderr and
+// the exit code main would give.
+func runBotctl(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := newRootCmd()
+	var out, errb bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	code := 0
+	if err != nil {
+		code = 1
+		var ue usageError
+		if errors.As(err, &ue) {
+			code = 2
+		}
+		errb.WriteString("botctl: " + err.Error() + "\n")
+	}
+	return out.String(), errb.String(), code
+}
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "botctl.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The example names every key of config.Keys (so keys others add appear
+// by themselves) and passes config check as it is.
+func TestConfigExamplePassesCheck(t *testing.T) {
+	out, stderr, code := runBotctl(t, "config", "example")
+	if code != 0 {
+		t.Fatalf("config example: exit %d: %s", code, stderr)
+	}
+	for _, k := range config.Keys {
+		leaf := k.Name[strings.LastIndex(k.Name, ".")+1:]
+		if !strings.Contains(out, leaf+":") || !strings.Contains(out, k.Env()) {
+			t.Errorf("example lacks key %s (%s)", k.Name, k.Env())
+		}
+	}
+	p := write(t, out)
+	sout, serr, code := runBotctl(t, "config", "check", p)
+	if code != 0 {
+		t.Fatalf("config check of the example: exit %d\n%s", code, serr)
+	}
+	if lines := strings.Count(strings.TrimSpace(sout), "\n"); lines != 0 || !strings.Contains(sout, " ok: ") {
+		t.Fatalf("want a one-line summary, got %q", sout)
+	}
+}
+
+// A file with several bad values: every error on its own line naming its
+// key, exit 1.
+func TestConfigCheckBadFile(t *testing.T) {
+	p := write(t, `
+listen: nowhere
+nats:
+  replicas: 2
+push:
+  budget: 99
+election:
+  ttl: 1s
+bots:
+  - id: b1
+    secret_file: /nonexistent/b1.secret
+`)
+	_, stderr, code := runBotctl(t, "config", "check", p)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, stderr)
+	}
+	for _, key := range []string{"config key listen:", "config key nats.replicas:", "config key push.budget:", "bots[0].secret_file", "election.ttl"} {
+		if !strings.Contains(stderr, key) {
+			t.Errorf("stderr lacks %q:\n%s", key, stderr)
+		}
+	}
+	if !strings.Contains(stderr, "error(s)") {
+		t.Errorf("no count of errors:\n%s", stderr)
+	}
+}
+
+func TestConfigCheckUnknownKey(t *testing.T) {
+	p := write(t, "push:\n  budgett: 10\n")
+	_, stderr, code := runBotctl(t, "config", "check", p)
+	if code != 1 || !strings.Contains(stderr, "unknown key push.budgett") {
+		t.Fatalf("exit %d, stderr %s; want 1 and the unknown key named", code, stderr)
+	}
+}
+
+func TestConfigCheckMissingFile(t *testing.T) {
+	_, stderr, code := runBotctl(t, "config", "check", filepath.Join(t.TempDir(), "none.yaml"))
+	if code != 1 || !strings.Contains(stderr, "none.yaml") {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+}
+
+func TestConfigCheckNeedsFile(t *testing.T) {
+	if _, _, code := runBotctl(t, "config", "check"); code != 2 {
+		t.Fatalf("exit %d without FILE, want 2 (usage)", code)
+	}
+}

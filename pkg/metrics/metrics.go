@@ -1,0 +1,116 @@
+// Package metrics holds a botctl node's Prometheus instruments: the few
+// fed from hot paths (frames, receipt latency, push lag, term starts,
+// etcd and NATS errors, alerts sent). Everything that is state (leaders,
+// tasks, queue and spool depth, incidents) is read at scrape time by a
+// collector in pkg/serve, not counted here.
+//
+// Each node has its own registry (New), never Prometheus's global one:
+// several nodes in one process (tests, the demo) do not collide. The one
+// exception is AlertsSent, a process-wide counter that every node's
+// registry exposes, so the alert path can count without a handle.
+//
+// Packages on hot paths (pkg/wecom, pkg/access, pkg/pusher) do not import
+// this package: they expose small hooks, and pkg/serve plugs Node in.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "botctl"
+
+// alertsSent is the process-wide counter behind AlertSent.
+var alertsSent = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: Namespace, Name: "alerts_sent_total",
+	Help: "Attempts to send an alert, by sink, kind (open, recovered, escalated, merged, flapping, synthetic), level (auto, human) and result (ok, failed).",
+}, []string{"sink", "kind", "level", "result"})
+
+// AlertSent counts one attempt to send an alert of kind and level to
+// sink (ok: the sink took it). Safe from any goroutine; pkg/serve counts
+// every sink's sends with it.
+func AlertSent(sink, kind, level string, ok bool) {
+	result := "ok"
+	if !ok {
+		result = "failed"
+	}
+	alertsSent.WithLabelValues(sink, kind, level, result).Inc()
+}
+
+// Node is one node's instruments and registry.
+type Node struct {
+	Registry *prometheus.Registry
+
+	framesIn   *prometheus.CounterVec
+	framesOut  *prometheus.CounterVec
+	receipt    *prometheus.HistogramVec
+	pushLag    *prometheus.HistogramVec
+	terms      *prometheus.CounterVec
+	etcdErrors *prometheus.CounterVec
+	natsErrors *prometheus.CounterVec
+}
+
+// New makes a node's registry with its instruments, the process and Go
+// runtime collectors, and AlertsSent.
+func New() *Node {
+	m := &Node{
+		Registry: prometheus.NewRegistry(),
+		framesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "wecom_frames_in_total",
+			Help: "Callback frames read from WeCom, by bot and cmd."}, []string{"bot", "cmd"}),
+		framesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "wecom_frames_out_total",
+			Help: "Frames sent to WeCom, by bot, cmd and the ack's errcode (-1: no trustworthy ack: timeout, closed, ambiguous; heartbeat pings are counted when acked)."}, []string{"bot", "cmd", "errcode"}),
+		receipt: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "receipt_latency_seconds",
+			Help:    "From a message's handling start to WeCom's ack of its receipt frame.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"bot"}),
+		pushLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "push_lag_seconds",
+			Help:    "From a worker's output write to WeCom's ack of the frame showing it.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 11)}, []string{"bot"}),
+		terms: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "leader_terms_total",
+			Help: "Terms this node started leading (connection up), by bot: a rising rate is leadership flapping."}, []string{"bot"}),
+		etcdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "etcd_errors_total",
+			Help: "etcd requests of this node that failed, by operation."}, []string{"op"}),
+		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "nats_errors_total",
+			Help: "NATS errors of this node's connection, by kind (disconnect, async, request)."}, []string{"kind"}),
+	}
+	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, alertsSent,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// FrameIn counts a callback read (wecom.FrameObserver).
+func (m *Node) FrameIn(bot, cmd string) { m.framesIn.WithLabelValues(bot, cmd).Inc() }
+
+// FrameOut counts a frame sent with its ack's errcode (wecom.FrameObserver).
+func (m *Node) FrameOut(bot, cmd string, errcode int) {
+	m.framesOut.WithLabelValues(bot, cmd, strconv.Itoa(errcode)).Inc()
+}
+
+// Receipted observes a receipt's latency (access.Config.Receipted).
+func (m *Node) Receipted(bot string, d time.Duration) {
+	m.receipt.WithLabelValues(bot).Observe(d.Seconds())
+}
+
+// PushLag observes a progress frame's lag (pusher.Config.Lag).
+func (m *Node) PushLag(bot string, d time.Duration) {
+	m.pushLag.WithLabelValues(bot).Observe(d.Seconds())
+}
+
+// TermStarted counts a term of bot this node leads.
+func (m *Node) TermStarted(bot string) { m.terms.WithLabelValues(bot).Inc() }
+
+// EtcdError counts a failed etcd request of op.
+func (m *Node) EtcdError(op string) { m.etcdErrors.WithLabelValues(op).Inc() }
+
+// NATSError counts a NATS error of kind.
+func (m *Node) NATSError(kind string) { m.natsErrors.WithLabelValues(kind).Inc() }
+
+// Handler serves the registry in Prometheus's text format.
+func (m *Node) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry, Timeout: 10 * time.Second})
+}

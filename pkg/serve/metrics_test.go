@@ -1,0 +1,27 @@
+package serve
+
+import (
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+// The watchdog's liveness: true while the node's locks are free, false
+// (no ping, so systemd restarts the node) while one is held past
+// aliveWithin.
+func TestAliveFollowsWedgedLocks(t *testing.T) {
+	n := &Node{log: zerolog.Nop()}
+	o := &observer{n: n}
+	if !o.alive() {
+		t.Fatal("alive() = false with every lock free")
+	}
+	n.mu.Lock()
+	wedged := o.alive()
+	n.mu.Unlock()
+	if wedged {
+		t.Fatal("alive() = true while the node's lock was held")
+	}
+	if !o.alive() {
+		t.Fatal("alive() = false after the lock was released")
+	}
+}
