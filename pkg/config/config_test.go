@@ -150,6 +150,7 @@ func TestDeployExampleLoads(t *testing.T) {
 	os.WriteFile(filepath.Join(etc, "YOUR_BOT_ID.secret"), []byte("s"), 0o600)
 	os.WriteFile(filepath.Join(etc, "api.token"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
 	os.WriteFile(filepath.Join(etc, "nats.password"), []byte("pw\n"), 0o600)
+	os.WriteFile(filepath.Join(etc, "wecom_robot.url"), []byte("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k\n"), 0o600)
 	raw, err := os.ReadFile("../../deploy/botctl.example.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +167,8 @@ func TestDeployExampleLoads(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.NodeID != "node-a" || len(cfg.Etcd.Endpoints) != 3 || cfg.AI.Kind != "openai" || cfg.Push.Budget != 20 || cfg.Bots[0].Secret != "s" {
+	if cfg.NodeID != "node-a" || len(cfg.Etcd.Endpoints) != 3 || cfg.AI.Kind != "openai" || cfg.Push.Budget != 20 || cfg.Bots[0].Secret != "s" ||
+		cfg.Bots[0].Owner != "ops-oncall" || cfg.Election.PulseTimeout != 3*time.Second || cfg.Alert.WeComRobotURLFile == "" {
 		t.Fatalf("example read as %+v", cfg)
 	}
 }
