@@ -100,8 +100,16 @@ func TestHungLeaderIsDeposed(t *testing.T) {
 		t.Fatalf("deposed term ended with %v, want ErrNotLeader", ta.Err())
 	}
 	t.Logf("deposed leader's reason: %v", ta.Err())
-	if resp, err := admin.TimeToLive(rpcCtx(t), ta.Lease); err != nil || resp.TTL != -1 {
-		t.Fatalf("deposed leader's lease: %+v (%v), want it revoked", resp, err)
+	// The lease is revoked right after the deposing transaction; the
+	// deposed term may have ended (its key watch) before that.
+	for deadline := time.Now().Add(eventTimeout); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := admin.TimeToLive(rpcCtx(t), ta.Lease)
+		if err == nil && resp.TTL == -1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deposed leader's lease: %+v (%v), want it revoked", resp, err)
+		}
 	}
 	// Resumed, the deposed node does not lead: Verify refuses.
 	resume()
