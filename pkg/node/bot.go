@@ -327,13 +327,19 @@ func (n *Node) handlers(term *election.Term) wecom.Handlers {
 
 // transition records a leadership change in etcd (best effort: it is for
 // operators, and must not hold up a failover).
+//
+// It is written off the loop (its time is taken now, and transitions are
+// keyed by it, so they keep their order): the "leading" record at term
+// start does not delay Verify and Dial by an etcd round trip.
 func (n *Node) transition(bot, event, reason string, term int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	tr := Transition{At: time.Now().UTC(), Bot: bot, Node: n.cfg.NodeID, Event: event, Reason: reason, Term: term}
-	if err := recordTransition(ctx, n.cli, n.cfg.Prefix, tr); err != nil {
-		n.log.Debug().Err(err).Str("bot", bot).Msg("record transition failed")
-	}
+	n.records.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := recordTransition(ctx, n.cli, n.cfg.Prefix, tr); err != nil {
+			n.log.Debug().Err(err).Str("bot", bot).Msg("record transition failed")
+		}
+	})
 }
 
 // claimGate is ClaimGate plus the revision to watch from.

@@ -269,6 +269,9 @@ type Node struct {
 	mu     sync.Mutex
 	status map[string]BotStatus
 	dirty  chan struct{} // registration needs rewriting
+	// records are transition writes in flight (they never hold up the
+	// loop: a failover must not wait for an operator's record).
+	records sync.WaitGroup
 }
 
 // New validates cfg (every bot's election config included).
@@ -368,6 +371,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
+	n.records.Wait()
 	stopReg()
 	<-regDone
 	n.log.Info().Msg("node stopped")
