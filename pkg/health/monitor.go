@@ -23,7 +23,9 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 		last, lastProbe, lastFlush, lastSave  time.Time
 		seenCallbacks, seenOK, seenUnanswered int64
 		refutedUntil                          time.Time // the current silence was refuted: no alarm before this
-		degraded                              string    // why the record says degraded
+		bl                                    *Baseline // this connection's (loaded from the bucket once bound)
+		loaded                                bool
+		degraded                              string // why the record says degraded
 	)
 	last = h.now()
 	lastFlush = last
@@ -57,9 +59,31 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 		}
 
 		bd := h.binding()
-		bl := h.baseline(ctx, b, bd)
+		if !loaded && bd != nil {
+			// Each connection starts from the saved baseline: another node
+			// may have led (and learnt) since this one last did.
+			if saved, err := loadBaseline(ctx, bd.kv, b.id); err == nil {
+				b.mu.Lock()
+				if bl != nil {
+					// Learnt before JetStream was bound: keep it.
+					*saved = mergeBaselines(saved, bl)
+				}
+				b.baseline, b.baselineLoaded, bl = saved, true, saved
+				b.mu.Unlock()
+				loaded = true
+			}
+		}
+		if bl == nil {
+			bl = &Baseline{}
+			b.mu.Lock()
+			b.baseline = bl
+			b.mu.Unlock()
+		}
 		// Learn only while healthy: an outage's silence is not traffic.
-		healthy := degraded == "" && v.FailedInARow == 0
+		b.mu.Lock()
+		waitingSilence := b.silent
+		b.mu.Unlock()
+		healthy := degraded == "" && v.FailedInARow == 0 && !waitingSilence
 		if healthy {
 			dt := now.Sub(last)
 			b.mu.Lock()
@@ -163,7 +187,7 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 				h.setRecord(ctx, bd, b.id, now, func(r *Record) { stamp(r, v) })
 			})
 		}
-		if bd != nil && b.learnt() && now.Sub(lastSave) >= baselineSave {
+		if bd != nil && loaded && now.Sub(lastSave) >= baselineSave {
 			lastSave = now
 			b.mu.Lock()
 			snapshot := *bl
@@ -177,35 +201,17 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 	}
 }
 
-// baseline is b's baseline: the saved one once JetStream is bound (read
-// once per node), a fresh one to learn in until then.
-func (h *Health) baseline(ctx context.Context, b *botState, bd *binding) *Baseline {
-	b.mu.Lock()
-	bl, loaded := b.baseline, b.baselineLoaded
-	b.mu.Unlock()
-	if !loaded && bd != nil {
-		if saved, err := loadBaseline(ctx, bd.kv, b.id); err == nil {
-			b.mu.Lock()
-			b.baseline, b.baselineLoaded = saved, true
-			bl = saved
-			b.mu.Unlock()
-		}
+// mergeBaselines adds what fresh learnt to saved's counts.
+func mergeBaselines(saved, fresh *Baseline) Baseline {
+	out := *saved
+	for i := range out.Hours {
+		out.Hours[i].Events += fresh.Hours[i].Events
+		out.Hours[i].Watched += fresh.Hours[i].Watched
 	}
-	if bl == nil {
-		b.mu.Lock()
-		if b.baseline == nil {
-			b.baseline = &Baseline{}
-		}
-		bl = b.baseline
-		b.mu.Unlock()
+	if out.SendRate == 0 {
+		out.SendRate = fresh.SendRate
 	}
-	return bl
-}
-
-func (b *botState) learnt() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.baselineLoaded
+	return out
 }
 
 type silenceVerdict int
