@@ -631,3 +631,25 @@ func TestForeignHolderPagesAPerson(t *testing.T) {
 		return false
 	})
 }
+
+// Every connection starts from the saved baseline: what another node
+// learnt while this one was not leading counts (a stale in-memory copy
+// would raise no silence alarm).
+func TestEachConnectionLoadsTheSavedBaseline(t *testing.T) {
+	e := start(t, options{health: silenceLimits})
+	e.waitOnline()
+	time.Sleep(time.Second) // a negative setup: the first connection has loaded an empty baseline
+	seedBaseline(e)         // learnt meanwhile by another leader
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
+	e.waitClosed(1)
+	e.waitOnline()
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 30})
+	eventually(t, "a silence incident on the new connection", func() bool {
+		for _, i := range e.incidents() {
+			if i.Signal == incident.SignalSilence {
+				return true
+			}
+		}
+		return false
+	})
+}
