@@ -99,6 +99,38 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 		i.Note(now, h.cfg.NodeID, "data complete: %d answer(s) replayed, %d failed for good, %d expired", replayed, failed, expired)
 		h.maybeClose(i, now)
 	})
+	if ran && berr == nil && h.cfg.Overlap > 0 {
+		h.trailingPass(ctx, bd, b, term, id, recovered)
+	}
+}
+
+// trailingPass reads the history once more at recovered + Overlap, so the
+// reconciled range is [watermark − overlap, recovered + overlap]: a message
+// WeCom failed to deliver in the first moments of the new connection is
+// found too. It does not hold up the incident's data-complete time (that
+// is when the gap itself was reconciled), and what it finds is added to
+// the incident's backfill counts.
+func (h *Health) trailingPass(ctx context.Context, bd *binding, b *botState, term *election.Term, id string, recovered time.Time) {
+	t := time.NewTimer(time.Until(recovered.Add(h.cfg.Overlap)))
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return
+	case <-t.C:
+	}
+	rep, err := h.cfg.Backfill(ctx, term)
+	if err != nil || ctx.Err() != nil {
+		return
+	}
+	if rep.NotFilled > 0 {
+		h.incomplete(ctx, bd, b.id, rep, id)
+	}
+	bd.incidents.Update(ctx, b.id, id, func(i *incident.Incident) error {
+		i.Backfill.Filled += rep.Filled
+		i.Backfill.NotFilled += rep.NotFilled
+		i.Note(h.now(), h.cfg.NodeID, "trailing backfill at recovered + %s: %d answered late, %d not filled", h.cfg.Overlap, rep.Filled, rep.NotFilled)
+		return nil
+	})
 }
 
 // owed lists bot's tasks whose complete answer is waiting for delivery,

@@ -96,6 +96,10 @@ type Config struct {
 	// start, and again when a silent connection delivers again) and
 	// returns what it did. Nil: none.
 	Backfill func(ctx context.Context, term *election.Term) (backfill.Report, error)
+	// Overlap: after an incident, Backfill runs once more at recovered +
+	// Overlap (the reconciled range ends there). Default 0: no trailing
+	// pass; serve sets backfill.overlap.
+	Overlap time.Duration
 	// Missed, if set, counts bot's messages created in [since, until) that
 	// were never handled, from a history source: it decides whether a
 	// silence is a deaf connection or quiet users. Nil, or an error: the

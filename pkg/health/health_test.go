@@ -653,3 +653,26 @@ func TestEachConnectionLoadsTheSavedBaseline(t *testing.T) {
 		return false
 	})
 }
+
+// After an incident, the backfill runs once more at recovered + overlap,
+// and what it finds is added to the incident (without holding up its
+// data-complete time).
+func TestTrailingBackfillPass(t *testing.T) {
+	var passes atomic.Int64
+	e := start(t, options{health: func(c *health.Config) {
+		c.Overlap = 2 * time.Second
+		c.Backfill = func(context.Context, *election.Term) (backfill.Report, error) {
+			if passes.Add(1) == 3 { // first term's, the incident's, then the trailing one
+				return backfill.Report{Read: 1, Filled: 1}, nil
+			}
+			return backfill.Report{}, nil
+		}
+	}})
+	e.waitOnline()
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
+	e.waitClosed(1)
+	eventually(t, "the trailing pass counted", func() bool {
+		all := e.incidents()
+		return len(all) == 1 && all[0].Backfill.Filled == 1 && strings.Contains(dump(all[0]), "trailing backfill")
+	})
+}

@@ -647,6 +647,7 @@ func (n *Node) healthConfig() health.Config {
 		Recovery: recovery.Config{Threshold: r.Threshold, Probes: r.Probes, ProbeInterval: r.ProbeInterval,
 			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
 		Backfill: n.backfillPass,
+		Overlap:  cfg.Backfill.Overlap,
 		Missed:   n.missed,
 		MarkIncomplete: func(ctx context.Context, bot string, chats []string, why string) error {
 			return health.MarkIncomplete(ctx, n.Store.Health(), bot, chats, why, time.Now())
