@@ -333,13 +333,22 @@ func (n *Node) handlers(term *election.Term) wecom.Handlers {
 // start does not delay Verify and Dial by an etcd round trip.
 func (n *Node) transition(bot, event, reason string, term int64) {
 	tr := Transition{At: time.Now().UTC(), Bot: bot, Node: n.cfg.NodeID, Event: event, Reason: reason, Term: term}
-	n.records.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := recordTransition(ctx, n.cli, n.cfg.Prefix, tr); err != nil {
-			n.log.Debug().Err(err).Str("bot", bot).Msg("record transition failed")
-		}
-	})
+	n.records.Go(func() { n.record(tr) })
+}
+
+// transitionNow is transition written before it returns: for records the
+// loop reads back at once (the cluster's foreign kicks are counted from
+// them).
+func (n *Node) transitionNow(bot, event, reason string, term int64) {
+	n.record(Transition{At: time.Now().UTC(), Bot: bot, Node: n.cfg.NodeID, Event: event, Reason: reason, Term: term})
+}
+
+func (n *Node) record(tr Transition) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := recordTransition(ctx, n.cli, n.cfg.Prefix, tr); err != nil {
+		n.log.Debug().Err(err).Str("bot", tr.Bot).Msg("record transition failed")
+	}
 }
 
 // claimGate is ClaimGate plus the revision to watch from.

@@ -88,7 +88,7 @@ func (n *Node) kicked(ctx context.Context, bot string, res *leadResult, kicks *f
 		return false
 	}
 	local := kicks.add(time.Now())
-	n.transition(bot, "foreign_kick", fmt.Sprintf("kicked by a WeCom connection outside this cluster while this node held the bot's election "+
+	n.transitionNow(bot, "foreign_kick", fmt.Sprintf("kicked by a WeCom connection outside this cluster while this node held the bot's election "+
 		"(%d time(s) on this node in %s)", local, kicks.window), res.term)
 	// Counted over the cluster (the foreign_kick transitions in etcd), so
 	// that the standbys do not each start from zero when this node steps
