@@ -551,15 +551,21 @@ func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.
 	case <-ctx.Done():
 		return backfill.Report{}, ctx.Err()
 	}
+	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
+		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
+	// Where the gap starts is read now, before this connection's own
+	// traffic moves the watermark: read after the delay, a gap longer than
+	// the overlap lost its older part (found by the 2-minute gap drill).
+	since, err := backfill.Since(ctx, cfg, term.Bot, time.Now())
+	if err != nil {
+		since = time.Time{} // read again in the loop
+	}
 	if !sleep(ctx, backfillDelay) {
 		return backfill.Report{}, ctx.Err()
 	}
 	// Up to now: what this term's connection received meanwhile is
 	// recorded by now, and is skipped as known.
 	until := time.Now()
-	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
-		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
-	var since time.Time
 	filled := 0
 	for wait, passes := time.Second, 0; ; {
 		var rep backfill.Report

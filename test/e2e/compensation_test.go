@@ -163,3 +163,55 @@ func TestBackfillBudgetSpentMarksAndTells(t *testing.T) {
 		t.Fatalf("status after telling one of two: %s", raw)
 	}
 }
+
+// A gap longer than the backfill's overlap, with traffic right after the
+// reconnect: the pass starts from the watermark as it was when the bot
+// came back, not as the new connection's first messages moved it, so the
+// older part of the gap is answered too.
+func TestGapLongerThanOverlapIsBackfilled(t *testing.T) {
+	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "1s", "--backfill-overlap", "1s"})
+	startNodes(t, c, 1)
+	waitStable(t, c)
+	if _, err := c.PostMessage("b1", "u0", "before"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "u0 answered", func() error {
+		if n, tr := finals(t, c, "u0", "before"); n != 1 {
+			return fmt.Errorf("%+v", tr)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // the watermark is written every 2 s
+	if err := c.Fault("b1", "refuse_subscribe", 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fault("b1", "drop", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PostMessage("b1", "u1", "early in the gap"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := c.PostMessage("b1", "u2", "late in the gap"); err != nil {
+		t.Fatal(err)
+	}
+	// Traffic right after the reconnect moves the watermark on.
+	eventually(t, 60*time.Second, "reconnected", func() error {
+		if st, err := c.Stats("b1"); err != nil || !st.Connected {
+			return fmt.Errorf("not connected")
+		}
+		return nil
+	})
+	for k := 0; k < 10; k++ {
+		c.PostMessage("b1", fmt.Sprintf("after-%d", k), "after")
+		time.Sleep(300 * time.Millisecond)
+	}
+	for _, u := range []struct{ user, q string }{{"u1", "early in the gap"}, {"u2", "late in the gap"}} {
+		eventually(t, 60*time.Second, u.user+" answered late", func() error {
+			if n, tr := finals(t, c, u.user, u.q); n != 1 {
+				return fmt.Errorf("%+v", tr)
+			}
+			return nil
+		})
+	}
+}
