@@ -112,7 +112,7 @@ WeCom URL that is not botctl's simulator.
 	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "how long a silence (default 30s) or a stall (default 20s) lasts; for a drop, reconnecting is refused this long (a gap)")
 	cmd.Flags().DurationVar(&cfg.FixAfter, "fix-after", 10*time.Second, "revoke: restore the secret and acknowledge this long after the incident opened")
 	cmd.Flags().DurationVar(&cfg.Settle, "settle", 3*time.Minute, "how long to wait for every answer after the incident closed")
-	cmd.Flags().DurationVar(&cfg.Timeout, "round-timeout", 10*time.Minute, "bound of one round")
+	cmd.Flags().DurationVar(&cfg.Timeout, "round-timeout", 20*time.Minute, "bound of one round until its incident closes (then --settle bounds the wait for answers)")
 	cmd.Flags().DurationVar(&cfg.AlertWait, "alert-wait", 75*time.Second, "after the last round, wait this long after its injection before reading the alerts (the merge window); negative: at once")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"bot\",\"kind\",\"rounds\":[…],\"summary\":{…}}")
 	cmd.Flags().BoolVar(&failLost, "fail-on-loss", false, "exit 1 if a message was lost or a round failed")

@@ -76,7 +76,9 @@ type Config struct {
 	// Settle bounds the wait for answers after the incident closed.
 	// Default 3m (answers take minutes).
 	Settle time.Duration
-	// Timeout bounds one round. Default 10m.
+	// Timeout bounds one round until its incident closes (a long outage
+	// recovers half-open: 5 minutes of observation). Default 20m. The wait
+	// for answers after that has its own bound, Settle.
 	Timeout time.Duration
 	// AlertWait: after the last round, wait until this long after each
 	// incident's detection before reading the alerts recorded for it (an
@@ -110,7 +112,7 @@ func (c *Config) setDefaults() {
 		c.Settle = 3 * time.Minute
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = 10 * time.Minute
+		c.Timeout = 20 * time.Minute
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
@@ -154,7 +156,10 @@ type Round struct {
 }
 
 // Drill runs rounds of one kind.
-type Drill struct{ cfg Config }
+type Drill struct {
+	cfg    Config
+	runCtx context.Context // Run's (a round's own context has the round timeout)
+}
 
 // New checks cfg and that cfg.Sim is botctl's simulator.
 func New(ctx context.Context, cfg Config) (*Drill, error) {
@@ -191,6 +196,7 @@ func (d *Drill) logf(format string, args ...any) {
 
 // Run runs the rounds, calling each with its result as it ends.
 func (d *Drill) Run(ctx context.Context, each func(Round)) ([]Round, error) {
+	d.runCtx = ctx
 	var out []Round
 	for n := 1; n <= d.cfg.Rounds; n++ {
 		rctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
@@ -303,7 +309,9 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 	d.logf("round %d: incident closed (%s): T1 %.2fs (recorded %.2fs), T2 %.3fs, T3 %.2fs, down %.2fs; waiting for %d answers",
 		n, closed.Method, r.T1, r.T1Recorded, r.T2, r.T3, r.Downtime, len(traffic.sent))
 	r.Sent = len(traffic.sent)
-	r.LostIDs = d.waitAnswers(ctx, traffic.sent)
+	// Bounded by Settle, not by what is left of the round's timeout: a
+	// check cut short would count answered messages as lost.
+	r.LostIDs = d.waitAnswers(d.runCtx, traffic.sent)
 	r.Lost = len(r.LostIDs)
 	r.Answered = r.Sent - r.Lost
 	d.logf("round %d: %d sent, %d answered, %d lost", n, r.Sent, r.Answered, r.Lost)
