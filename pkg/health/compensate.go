@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -176,7 +177,7 @@ func (h *Health) incomplete(ctx context.Context, bd *binding, bot string, rep ba
 	}
 	h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 		for _, c := range rep.Unfilled {
-			if len(i.Incomplete) < 256 && !contains(i.Incomplete, c) {
+			if len(i.Incomplete) < 256 && !slices.Contains(i.Incomplete, c) {
 				i.Incomplete = append(i.Incomplete, c)
 			}
 		}
@@ -210,13 +211,4 @@ func (h *Health) DeliveryFailed(r *task.Record, err error) {
 			i.Note(now, h.cfg.NodeID, "delivery failed for good: task %s, conversation %s: %v", r.ID, r.Chat, err)
 		})
 	})
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
