@@ -177,7 +177,7 @@ func New(ctx context.Context, cfg Config) (*Drill, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%w: %q is not the simulator's control API (want http://HOST:PORT of `botctl sim`)", ErrNotSimulator, cfg.Sim)
 	}
-	if strings.HasSuffix(u.Hostname(), "qq.com") || strings.HasSuffix(u.Hostname(), "weixin.qq.com") {
+	if h := strings.ToLower(u.Hostname()); h == "qq.com" || strings.HasSuffix(h, ".qq.com") {
 		return nil, fmt.Errorf("%w: %s is WeCom itself: drills inject faults and run only against `botctl sim`", ErrNotSimulator, u.Host)
 	}
 	d := &Drill{cfg: cfg}
