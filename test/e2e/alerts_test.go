@@ -94,7 +94,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 	// The merged outage recovers (one recovery alert for the merged
 	// bots); let its alerts settle before the next fault.
 	eventually(t, 120*time.Second, "the merged outage's recovery alert", func() error {
-		for _, i := range allIncidents(t, c) {
+		for _, i := range incidents(t, c) {
 			if i.State != "closed" {
 				return fmt.Errorf("incident %s still %s", i.ID, i.State)
 			}
@@ -137,13 +137,13 @@ func TestAlertsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var openID string
-	for _, i := range allIncidents(t, c) {
+	for _, i := range incidents(t, c) {
 		if i.State != "closed" && i.Signal == "auth" {
 			openID = i.ID
 		}
 	}
 	if openID == "" {
-		t.Fatalf("no open auth incident: %+v", allIncidents(t, c))
+		t.Fatalf("no open auth incident: %+v", incidents(t, c))
 	}
 	incidentsCLI(t, c, "ack", openID, "--by", "alice", "--note", "secret restored")
 	eventually(t, 60*time.Second, "the recovery alert", func() error {

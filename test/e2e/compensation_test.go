@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
@@ -25,35 +26,6 @@ func finals(t *testing.T, c *cluster.Cluster, chat, question string) (int, []clu
 		}
 	}
 	return n, tr
-}
-
-type incidentDetail struct {
-	ID     string `json:"id"`
-	State  string `json:"state"`
-	Kind   string `json:"kind"`
-	Level  string `json:"level"`
-	Signal string `json:"signal"`
-	Replay struct {
-		Held     int `json:"held"`
-		Replayed int `json:"replayed"`
-	} `json:"replay"`
-	Backfill struct {
-		Filled    int `json:"filled"`
-		NotFilled int `json:"not_filled"`
-	} `json:"backfill"`
-	Incomplete []string `json:"incomplete"`
-}
-
-func allIncidents(t *testing.T, c *cluster.Cluster) []incidentDetail {
-	t.Helper()
-	var out struct {
-		Incidents []incidentDetail `json:"incidents"`
-	}
-	raw := incidentsCLI(t, c, "list", "--json")
-	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		t.Fatalf("incidents list --json: %v\n%s", err, raw)
-	}
-	return out.Incidents
 }
 
 // An answer that completes while the bot is away is owed by push: after
@@ -78,9 +50,9 @@ func TestOutboundReplayExactlyOnce(t *testing.T) {
 	if err := c.Fault("b1", "drop", 0); err != nil {
 		t.Fatal(err)
 	}
-	var inc incidentDetail
+	var inc incident.Incident
 	eventually(t, 90*time.Second, "the incident closed", func() error {
-		all := allIncidents(t, c)
+		all := incidents(t, c)
 		if len(all) != 1 || all[0].State != "closed" {
 			return fmt.Errorf("incidents %+v", all)
 		}
@@ -116,9 +88,9 @@ func TestBackfillBudgetSpentMarksAndTells(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var data incidentDetail
+	var data incident.Incident
 	eventually(t, 90*time.Second, "a data incident for the unfilled messages", func() error {
-		for _, i := range allIncidents(t, c) {
+		for _, i := range incidents(t, c) {
 			if i.Kind == "data" {
 				data = i
 				return nil

@@ -7,24 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
-
-type incidentView struct {
-	ID           string    `json:"id"`
-	Bot          string    `json:"bot"`
-	Kind         string    `json:"kind"`
-	Level        string    `json:"level"`
-	State        string    `json:"state"`
-	Signal       string    `json:"signal"`
-	Method       string    `json:"method"`
-	Dropped      time.Time `json:"dropped"`
-	Detected     time.Time `json:"detected"`
-	FirstAction  time.Time `json:"first_action"`
-	Recovered    time.Time `json:"recovered"`
-	DataComplete time.Time `json:"data_complete"`
-	AckedBy      string    `json:"acked_by"`
-}
 
 func incidentsCLI(t *testing.T, c *cluster.Cluster, args ...string) string {
 	t.Helper()
@@ -35,12 +20,14 @@ func incidentsCLI(t *testing.T, c *cluster.Cluster, args ...string) string {
 	return stdout
 }
 
-func listIncidents(t *testing.T, c *cluster.Cluster) []incidentView {
+// incidents is `botctl incidents list --json [args]`, decoded as the
+// incident store's own records (the CLI prints them as they are).
+func incidents(t *testing.T, c *cluster.Cluster, args ...string) []incident.Incident {
 	t.Helper()
 	var out struct {
-		Incidents []incidentView `json:"incidents"`
+		Incidents []incident.Incident `json:"incidents"`
 	}
-	raw := incidentsCLI(t, c, "list", "--json", "--bot", "b1")
+	raw := incidentsCLI(t, c, append([]string{"list", "--json"}, args...)...)
 	if err := json.Unmarshal([]byte(raw), &out); err != nil {
 		t.Fatalf("incidents list --json: %v\n%s", err, raw)
 	}
@@ -59,9 +46,9 @@ func TestIncidentsOfADropAndACrash(t *testing.T) {
 	if err := c.Fault("b1", "drop", 0); err != nil {
 		t.Fatal(err)
 	}
-	var first incidentView
+	var first incident.Incident
 	eventually(t, 60*time.Second, "the drop's incident closed", func() error {
-		all := listIncidents(t, c)
+		all := incidents(t, c, "--bot", "b1")
 		if len(all) != 1 || all[0].State != "closed" {
 			return fmt.Errorf("incidents: %+v", all)
 		}
@@ -79,9 +66,9 @@ func TestIncidentsOfADropAndACrash(t *testing.T) {
 	if _, err := c.PostMessage("b1", "dave", "are you there"); err != nil {
 		t.Fatal(err)
 	}
-	var second incidentView
+	var second incident.Incident
 	eventually(t, 90*time.Second, "the crash's incident closed", func() error {
-		all := listIncidents(t, c)
+		all := incidents(t, c, "--bot", "b1")
 		if len(all) != 2 || all[1].State != "closed" {
 			return fmt.Errorf("incidents: %+v", all)
 		}
