@@ -594,11 +594,11 @@ func classify(reason wecom.CloseReason, err error, term *election.Term, v wecom.
 		if cause != nil {
 			return cause.signal, cause.reason, cause.dropped
 		}
-		return incident.SignalProbe, msg, lastEvidence(v)
+		return incident.SignalProbe, msg, v.LastEvidence()
 	case wecom.ReasonHeartbeatLost:
-		return incident.SignalProbe, "heartbeats unacked: " + msg, lastEvidence(v)
+		return incident.SignalProbe, "heartbeats unacked: " + msg, v.LastEvidence()
 	case wecom.ReasonAckTimeouts:
-		return incident.SignalOutbound, "frames unacked: " + msg, lastEvidence(v)
+		return incident.SignalOutbound, "frames unacked: " + msg, v.LastEvidence()
 	case wecom.ReasonKicked:
 		return incident.SignalConnection, "kicked: another connection subscribed with this bot's credentials (outside this cluster, if no node of it took over)", now
 	case wecom.ReasonClosedByUs:
@@ -609,16 +609,6 @@ func classify(reason wecom.CloseReason, err error, term *election.Term, v wecom.
 		return incident.SignalConnection, why, now
 	}
 	return incident.SignalConnection, msg, now
-}
-
-func lastEvidence(v wecom.Vitals) time.Time {
-	t := v.Connected
-	for _, u := range []time.Time{v.LastCallback, v.LastPingAck, v.LastAckOK} {
-		if u.After(t) {
-			t = u
-		}
-	}
-	return t.UTC()
 }
 
 // stamp copies a connection's vitals into the record.

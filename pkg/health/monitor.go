@@ -122,7 +122,16 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 			case ctx.Err() != nil || conn.Reason() != wecom.ReasonNone:
 				return // the connection's end is its own event
 			case err != nil:
-				h.closeSick(b, conn, signal, suspicion+"; probe not acked: "+err.Error(), lastEvidence(v))
+				// The link is dead, whatever raised the suspicion. A
+				// silence incident means a deaf connection (probes
+				// answered, callbacks missing) and recovers only when
+				// callbacks arrive again; a dead link recovers when a new
+				// connection subscribes, as any dropped one does (an idle
+				// bot may get no callback for hours).
+				if signal == incident.SignalSilence {
+					signal = incident.SignalProbe
+				}
+				h.closeSick(b, conn, signal, suspicion+"; probe not acked: "+err.Error(), v.LastEvidence())
 				return
 			case signal == incident.SignalSilence:
 				verdict, why := h.judgeSilence(ctx, b.id, heardAt, now, v)

@@ -26,6 +26,18 @@ type Vitals struct {
 	Unanswered int64
 }
 
+// LastEvidence is the latest moment the connection was known to work:
+// subscribed, a callback read, or a frame acked with errcode 0 (UTC).
+func (v Vitals) LastEvidence() time.Time {
+	t := v.Connected
+	for _, u := range []time.Time{v.LastCallback, v.LastPingAck, v.LastAckOK} {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t.UTC()
+}
+
 type vitals struct {
 	connected, callback, pingAck, ackOK, ackFail atomic.Int64 // unix ns
 	inARow, unanswered, callbacks, okCount       atomic.Int64

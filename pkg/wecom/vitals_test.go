@@ -54,3 +54,17 @@ func TestProbeAndVitals(t *testing.T) {
 		t.Fatalf("probe after close: %v", err)
 	}
 }
+
+// LastEvidence is the latest of the moments the connection worked; a
+// failed frame is no evidence.
+func TestVitalsLastEvidence(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.FixedZone("CST", 8*3600))
+	v := wecom.Vitals{Connected: t0, LastPingAck: t0.Add(2 * time.Second), LastCallback: t0.Add(time.Second), LastAckFail: t0.Add(time.Minute)}
+	if got := v.LastEvidence(); !got.Equal(t0.Add(2*time.Second)) || got.Location() != time.UTC {
+		t.Errorf("LastEvidence = %v, want %v in UTC", got, t0.Add(2*time.Second).UTC())
+	}
+	v.LastAckOK = t0.Add(3 * time.Second)
+	if got := v.LastEvidence(); !got.Equal(t0.Add(3 * time.Second)) {
+		t.Errorf("LastEvidence = %v, want the ack at %v", got, t0.Add(3*time.Second))
+	}
+}
