@@ -216,11 +216,12 @@ func Run(ctx context.Context, o Options) error {
 		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin,
 			PulseInterval: cfg.Election.PulseInterval, PulseTimeout: cfg.Election.PulseTimeout, NoPulse: cfg.Election.PulseTimeout == 0},
 		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow,
-		Inbound: n.Access,
-		Drain:   n.Access.WaitTerm,
-		Leading: n.leading,
-		Health:  n.Health,
-		Logger:  log,
+		Inbound:   n.Access,
+		Drain:     n.Access.WaitTerm,
+		Leading:   n.leading,
+		Health:    n.Health,
+		EtcdError: n.obs.metrics.EtcdError,
+		Logger:    log,
 	})
 	if err != nil {
 		return err
