@@ -116,3 +116,25 @@ func TestInfraAndDemoRefuseRemoteListen(t *testing.T) {
 		}
 	}
 }
+
+// botctl tasks reaches an operator-mode NATS with nats.creds_file from
+// --config; with a creds file of an account the server does not know it
+// exits with an error naming nats.creds_file.
+func TestCLITasksWithCredsFile(t *testing.T) {
+	ns := testenv.StartOperatorNATS(t, "BOTCTL")
+	dir := t.TempDir()
+	config := func(name, creds string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("nats:\n  url: %s\n  creds_file: %s\n", ns.ClientURL(), creds)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if out, err := run(t, "tasks", "list", "--config", config("ok.yaml", ns.Creds(t, dir, "BOTCTL")), "--json"); err != nil || !strings.Contains(out, `"tasks"`) {
+		t.Fatalf("tasks with the account's creds: %v\n%s", err, out)
+	}
+	_, err := run(t, "tasks", "list", "--config", config("foreign.yaml", testenv.ForeignCreds(t, dir)), "--timeout", "5s")
+	if err == nil || !strings.Contains(err.Error(), "config key nats.creds_file") {
+		t.Fatalf("tasks with an unknown account's creds: %v, want an error naming nats.creds_file", err)
+	}
+}

@@ -83,6 +83,9 @@ func (f *natsFlags) store() (*jetstream.Store, func(), error) {
 	}
 	u := redact.URL(n.URL)
 	nc, err := nats.Connect(n.URL, append(opts, nats.Timeout(f.timeout), nats.Name("botctl tasks"))...)
+	if refused := n.RefusedError(err); refused != nil {
+		return nil, nil, fmt.Errorf("NATS at %s: %w", u, redact.Error(refused))
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
 	}

@@ -237,6 +237,28 @@ func (n NATS) Options() ([]nats.Option, error) {
 	return opts, nil
 }
 
+// RefusedError, for an error connecting with these Options, is the error
+// a reader acts on when the server refused the credentials (authorization
+// violation, user or account expired or revoked): it names the key that
+// holds them and what to check. nil when err is not a refusal (the server
+// is away, TLS failed, …): the caller reports err as it is.
+func (n NATS) RefusedError(err error) error {
+	if err == nil || !(errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)) {
+		return nil
+	}
+	switch {
+	case n.CredsFile != "":
+		return fmt.Errorf("config key nats.creds_file: NATS refused the user of %s: %w (is its account known to the servers' resolver (nsc push), signed by an operator they trust, and neither expired nor revoked?)", n.CredsFile, err)
+	case n.NKeyFile != "":
+		return fmt.Errorf("config key nats.nkey_file: NATS refused the nkey user of %s: %w (is its public key, nk -inkey FILE -pubout, among the servers' authorization users?)", n.NKeyFile, err)
+	case n.User != "":
+		return fmt.Errorf("config key nats.password_file: NATS refused user %s with the password in %s: %w", n.User, n.PasswordFile, err)
+	default:
+		return fmt.Errorf("config keys nats.creds_file, nats.nkey_file, nats.user: NATS asks for credentials and none is set: %w (give one of them)", err)
+	}
+}
+
 // keyValue is a key and its value, in the order errors list them.
 type keyValue struct{ key, value string }
 

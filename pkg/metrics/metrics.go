@@ -74,7 +74,7 @@ func New() *Node {
 		terms: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "leader_terms_total",
 			Help: "Terms this node started leading (connection up), by bot: a rising rate is leadership flapping."}, []string{"bot"}),
 		etcdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "etcd_errors_total",
-			Help: "etcd requests of this node that failed, by operation."}, []string{"op"}),
+			Help: "etcd requests of this node that failed, by operation (probe: /readyz's; gate, campaign, registry, transition: the node's election and registry loops)."}, []string{"op"}),
 		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "nats_errors_total",
 			Help: "NATS errors of this node's connection, by kind (disconnect, async, request)."}, []string{"kind"}),
 	}

@@ -69,6 +69,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		gate, rev, err := claimGate(ctx, n.cli, n.cfg.Prefix, b.ID, n.cfg.Env)
 		if err != nil {
 			if ctx.Err() == nil {
+				n.etcdError("gate")
 				log.Warn().Err(err).Msg("env gate unreadable; retrying")
 				wait(&etcdRetry, "env gate unreadable: "+err.Error())
 			}
@@ -112,6 +113,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		case gateMoved:
 			continue // the loop finds the bot gated
 		case err != nil: // the etcd client is closed
+			n.etcdError("campaign")
 			wait(&etcdRetry, "campaign failed: "+err.Error())
 			continue
 		case res.kicked && n.kicked(ctx, b.ID, &res, &kicks, &humanWait, log):
@@ -347,6 +349,7 @@ func (n *Node) record(tr Transition) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := recordTransition(ctx, n.cli, n.cfg.Prefix, tr); err != nil {
+		n.etcdError("transition")
 		n.log.Debug().Err(err).Str("bot", tr.Bot).Msg("record transition failed")
 	}
 }
@@ -381,6 +384,9 @@ func (n *Node) waitGate(ctx context.Context, bot string, rev int64, changed func
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for wr := range n.cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
 			if wr.Err() != nil {
+				if wctx.Err() == nil {
+					n.etcdError("gate")
+				}
 				break
 			}
 			for _, ev := range wr.Events {

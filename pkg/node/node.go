@@ -192,7 +192,13 @@ type Config struct {
 	// Health, if set, hears every connection attempt and end (pkg/health's
 	// monitor: the health record, incidents and recovery).
 	Health Observer
-	Logger zerolog.Logger
+	// EtcdError, if set, hears each etcd request of the node's own loops
+	// that failed, by operation: gate (claim or watch the env gate),
+	// campaign, registry (the node record and its lease) and transition
+	// (the bot's history), e.g. to count them (pkg/metrics). Called on
+	// those loops: it must not block.
+	EtcdError func(op string)
+	Logger    zerolog.Logger
 }
 
 // Observer hears a bot's connection life on this node. Its methods are
@@ -301,6 +307,13 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// etcdError reports a failed etcd request of op to Config.EtcdError.
+func (n *Node) etcdError(op string) {
+	if n.cfg.EtcdError != nil {
+		n.cfg.EtcdError(op)
+	}
+}
+
 func (n *Node) electionConfig(bot string) election.Config {
 	ec := n.cfg.Election
 	ec.BotID, ec.NodeID = bot, n.cfg.NodeID
@@ -390,6 +403,9 @@ func (n *Node) register(ctx context.Context) {
 	for ctx.Err() == nil {
 		lease, err := n.cli.Grant(ctx, ttl)
 		if err != nil {
+			if ctx.Err() == nil {
+				n.etcdError("registry")
+			}
 			n.log.Warn().Err(err).Msg("node registry: grant lease failed; retrying")
 			sleep(ctx, time.Second)
 			continue
@@ -406,6 +422,7 @@ func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.Le
 	defer cancel()
 	ka, err := n.cli.KeepAlive(kctx, lease)
 	if err != nil {
+		n.etcdError("registry")
 		n.log.Warn().Err(err).Msg("node registry: keep-alive failed")
 		return
 	}
@@ -415,6 +432,9 @@ func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.Le
 		return err
 	}
 	if err := put(); err != nil {
+		if ctx.Err() == nil {
+			n.etcdError("registry")
+		}
 		n.log.Warn().Err(err).Msg("node registry: register failed")
 		return
 	}
@@ -424,12 +444,16 @@ func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.Le
 			return
 		case _, ok := <-ka:
 			if !ok {
+				if ctx.Err() == nil {
+					n.etcdError("registry") // keep-alives unanswered for the lease's TTL
+				}
 				n.log.Warn().Msg("node registry: lease lost; registering again")
 				return
 			}
 		case <-n.dirty:
 			if err := put(); err != nil {
 				if ctx.Err() == nil {
+					n.etcdError("registry")
 					n.log.Warn().Err(err).Msg("node registry: update failed")
 				}
 				return

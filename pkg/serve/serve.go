@@ -216,11 +216,12 @@ func Run(ctx context.Context, o Options) error {
 		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin,
 			PulseInterval: cfg.Election.PulseInterval, PulseTimeout: cfg.Election.PulseTimeout, NoPulse: cfg.Election.PulseTimeout == 0},
 		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow,
-		Inbound: n.Access,
-		Drain:   n.Access.WaitTerm,
-		Leading: n.leading,
-		Health:  n.Health,
-		Logger:  log,
+		Inbound:   n.Access,
+		Drain:     n.Access.WaitTerm,
+		Leading:   n.leading,
+		Health:    n.Health,
+		EtcdError: n.obs.metrics.EtcdError,
+		Logger:    log,
 	})
 	if err != nil {
 		return err
@@ -234,10 +235,12 @@ func Run(ctx context.Context, o Options) error {
 		srv.Shutdown(sctx)
 	}()
 	nodeDone := make(chan error, 1)
-	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
-	wg.Go(func() { n.obs.notify(workCtx) })     // READY=1 and watchdog pings to systemd, if it runs us
+	nodeCtx, stopNode := context.WithCancel(ctx) // stopped early if the node cannot start
+	defer stopNode()
+	go func() { nodeDone <- n.Node.Run(nodeCtx) }() // resigns every term after closing its connection
+	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
-	store, err := declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
+	store, err := declare(ctx, nc, cfg.NATS, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	if err == nil {
 		err = n.start(workCtx, &wg, store, backend)
 	}
@@ -246,6 +249,7 @@ func Run(ctx context.Context, o Options) error {
 			log.Error().Err(err).Msg("node not started; stopping")
 		}
 		stopWork()
+		stopNode()
 		<-nodeDone
 		n.Access.Wait()
 		if ctx.Err() != nil {
@@ -264,8 +268,10 @@ func Run(ctx context.Context, o Options) error {
 
 // declare declares JetStream's streams and buckets, retrying (with
 // progress in the log) until it succeeds or ctx ends: the node serves in
-// the meantime, spooling what it receives.
-func declare(ctx context.Context, js natsjs.JetStream, opts jetstream.Options, log zerolog.Logger) (*jetstream.Store, error) {
+// the meantime, spooling what it receives. It gives up if nc is closed:
+// nats.go closes a connection that a server refused twice with the same
+// authorization error, and no wait fixes the credentials.
+func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.JetStream, opts jetstream.Options, log zerolog.Logger) (*jetstream.Store, error) {
 	for wait := time.Second; ; wait = min(2*wait, 15*time.Second) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		store, err := jetstream.Declare(dctx, js, opts)
@@ -275,6 +281,12 @@ func declare(ctx context.Context, js natsjs.JetStream, opts jetstream.Options, l
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if nc.IsClosed() {
+			if refused := natsCfg.RefusedError(nc.LastError()); refused != nil {
+				return nil, redact.Error(refused)
+			}
+			return nil, fmt.Errorf("NATS connection closed: %w", redact.Error(nc.LastError()))
 		}
 		var apiErr *natsjs.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode != natsjs.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503 {
