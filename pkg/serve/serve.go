@@ -237,6 +237,26 @@ func Run(ctx context.Context, o Options) error {
 	nodeDone := make(chan error, 1)
 	nodeCtx, stopNode := context.WithCancel(ctx) // stopped early if the node cannot start
 	defer stopNode()
+	// nats.go closes a connection for good when the server refuses it
+	// twice in a row with the same authorization error (credentials
+	// revoked or rotated under a running node). A node left without NATS
+	// would hold the bot and spool forever: it stops instead, saying which
+	// key to fix, and leaves the bot to a node whose credentials work.
+	natsClosed := make(chan error, 1)
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		if ctx.Err() != nil {
+			return // our own shutdown
+		}
+		err := cfg.NATS.RefusedError(c.LastError())
+		if err == nil {
+			err = fmt.Errorf("NATS connection closed for good: %w", redact.Error(c.LastError()))
+		}
+		select {
+		case natsClosed <- err:
+		default:
+		}
+		stopNode()
+	})
 	go func() { nodeDone <- n.Node.Run(nodeCtx) }() // resigns every term after closing its connection
 	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
@@ -263,6 +283,14 @@ func Run(ctx context.Context, o Options) error {
 	err = <-nodeDone
 	n.Access.Wait()
 	stopWork()
+	select {
+	case cerr := <-natsClosed:
+		log.Error().Err(cerr).Msg("NATS connection closed for good; node stopped")
+		if err == nil {
+			err = cerr
+		}
+	default:
+	}
 	return err
 }
 
