@@ -6,9 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/botctl/botctl/pkg/infra"
-	"github.com/rs/zerolog"
 )
 
 // metricValue is the value of the sample named exactly series (name and
@@ -73,11 +70,7 @@ func errorCounters(scrape string) string {
 // node's /metrics: botctl_nats_errors_total{kind="disconnect"} rises.
 func TestNATSDisconnectCounted(t *testing.T) {
 	e := startEtcd(t)
-	ns, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Close)
+	ns := startNATS(t)
 	rn, err := startNode(t, nodeConfig(t, startSim(t), e, ns.ClientURL()))
 	if err != nil {
 		t.Fatal(err)
@@ -96,11 +89,7 @@ func TestNATSDisconnectCounted(t *testing.T) {
 // botctl_etcd_errors_total rises for an op other than probe.
 func TestEtcdFailureCounted(t *testing.T) {
 	e := startEtcd(t)
-	ns, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Close)
+	ns := startNATS(t)
 	rn, err := startNode(t, nodeConfig(t, startSim(t), e, ns.ClientURL()))
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,18 @@ func startEtcd(t *testing.T) *infra.Etcd {
 	return e
 }
 
+// startNATS starts a real NATS server with JetStream on loopback; it is
+// closed when the test ends (Close is safe to call again from the test).
+func startNATS(t *testing.T) *infra.NATS {
+	t.Helper()
+	ns, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	return ns
+}
+
 // startSim starts a WeCom simulator with bot b1 (secret s1) and returns
 // its ws:// URL.
 func startSim(t *testing.T) string {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A node runs on an etcd with client-cert auth and a NATS with TLS verify
@@ -77,54 +77,21 @@ func TestRunOverTLSWithPrefix(t *testing.T) {
 	cfg.NATS.User, cfg.NATS.PasswordFile = "botctl", write("nats.pw", "nats-password-0123\n")
 	cfg.API.TokenFile = write("api.token", "0123456789abcdef0123456789abcdef\n")
 	cfg.API.CertFile, cfg.API.KeyFile, cfg.API.CAFile = nodeCert, nodeKey, ca.CAFile
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	cc, err := cfg.Etcd.ClientConfig(cfg.Etcd.Endpoints)
+	rn, err := startNode(t, cfg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	natsOpts, err := cfg.NATS.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *Node, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, NATSOptions: natsOpts, Listener: ln,
-			Logger: zerolog.Nop(), Ready: func(n *Node) { ready <- n }})
-	}()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("node did not stop")
-		}
-	}()
-	var n *Node
-	select {
-	case n = <-ready:
-	case err := <-done:
 		t.Fatalf("Run: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("node not ready")
 	}
+	n := rn.Node
+	apiAddr := strings.TrimPrefix(rn.API, "http://")
 	if got := n.Store.Names().TaskStream; got != "BOTCTL_STAGING_TASKS" {
 		t.Fatalf("task stream %s, want BOTCTL_STAGING_TASKS", got)
 	}
-	if info := n.Node.Info(); info.Address != "https://"+ln.Addr().String() {
-		t.Fatalf("registered address %q, want https://%s", info.Address, ln.Addr())
+	if info := n.Node.Info(); info.Address != "https://"+apiAddr {
+		t.Fatalf("registered address %q, want https://%s", info.Address, apiAddr)
+	}
+	natsOpts, err := cfg.NATS.Options()
+	if err != nil {
+		t.Fatal(err)
 	}
 	nc, err := nats.Connect(cfg.NATS.URL, natsOpts...)
 	if err != nil {
