@@ -135,6 +135,7 @@ async function send(ev) {
 }
 
 function renderCluster(v) {
+  for (const k of ["errors", "bots", "nodes", "tasks", "incidents"]) v[k] = v[k] || [];
   $("#updated").textContent = "updated " + time(v.now) + " · served by " + v.node;
   const le = $("#live-error");
   le.hidden = v.errors.length === 0;
