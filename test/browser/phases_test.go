@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/config"
@@ -58,4 +59,63 @@ func TestPageLabelsEveryFrame(t *testing.T) {
 			t.Errorf("frame %q shown as %q, want %q (all: %v)", e.Content, phases[e.MsgID], e.MsgID, phases)
 		}
 	}
+}
+
+// On a node with api.token_file, the page's post is refused until the
+// person gives the token: the page then shows the token field and the
+// node's error, and sends the token with the next post.
+func TestPageAsksForTheToken(t *testing.T) {
+	tab := browser(t, context.Background())
+	const token = "0123456789abcdef0123456789abcdef"
+	posted := make(chan string, 4)
+	sim := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/control/messages":
+			var m wecomsim.MessageRequest
+			json.NewDecoder(r.Body).Decode(&m)
+			posted <- m.Text
+			json.NewEncoder(w).Encode(wecomsim.MessageResult{MsgID: "m1", Seq: 1, Delivered: true})
+		case "/control/transcript":
+			json.NewEncoder(w).Encode(map[string]any{"messages": []wecomsim.TranscriptEntry{}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer sim.Close()
+	protect := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer "+token {
+				w.WriteHeader(http.StatusUnauthorized)
+				w.Write([]byte(`{"error":"missing or wrong bearer token"}`))
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	page := httptest.NewServer(demoui.Handler(demoui.Config{NodeID: "n1", Bots: []string{"b1"}, Sim: sim.URL, Protect: protect,
+		View: func(context.Context) demoui.View { return demoui.View{Node: "n1"} }}))
+	defer page.Close()
+
+	if err := chromedp.Do(tab, chromedp.Navigate(page.URL+demoui.Path), chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`))); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	ask(t, tab, "hello")
+	poll(t, tab, "the token field and the node's refusal", `() => !document.querySelector("#token-row").hidden && document.querySelector("#chat-error").textContent.includes("bearer token")`)
+	select {
+	case text := <-posted:
+		t.Fatalf("%q reached the simulator without the token", text)
+	default:
+	}
+	if err := chromedp.Do(tab, chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#send"))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case text := <-posted:
+		if text != "hello" {
+			t.Fatalf("the simulator got %q, want hello", text)
+		}
+	case <-time.After(wait):
+		t.Fatal("the post with the token did not reach the simulator")
+	}
+	poll(t, tab, "the error cleared", `() => document.querySelector("#chat-error").hidden`)
 }

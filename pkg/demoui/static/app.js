@@ -112,7 +112,7 @@ async function send(ev) {
   const text = $("#text").value;
   if (!text.trim()) return;
   const headers = { "Content-Type": "application/json" };
-  const token = sessionStorage.getItem("botctl-token");
+  const token = $("#token").value || sessionStorage.getItem("botctl-token");
   if (token) headers["Authorization"] = "Bearer " + token;
   $("#send").disabled = true;
   try {
