@@ -70,7 +70,7 @@ func Handler(cfg Config) http.Handler {
 		protect = func(h http.Handler) http.Handler { return h }
 	}
 	files, _ := fs.Sub(static, "static")
-	h := &handler{cfg: cfg}
+	h := &pageAPI{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.Handle(Path, http.StripPrefix(Path, readOnly(noCache(http.FileServerFS(files)))))
 	mux.HandleFunc("GET "+Path+"api/config", h.config)
@@ -97,7 +97,7 @@ func unknownEndpoint(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, fmt.Sprintf("no demo endpoint %s: there are %s", r.URL.Path, list))
 }
 
-type handler struct{ cfg Config }
+type pageAPI struct{ cfg Config }
 
 // readOnly refuses every method but GET and HEAD.
 func readOnly(h http.Handler) http.Handler {
@@ -134,7 +134,7 @@ type pageConfig struct {
 	TruncatedNote string `json:"truncated_note"`
 }
 
-func (h *handler) config(w http.ResponseWriter, r *http.Request) {
+func (h *pageAPI) config(w http.ResponseWriter, r *http.Request) {
 	pc := pageConfig{Node: h.cfg.NodeID, Bots: h.cfg.Bots, Chat: h.cfg.Sim != "",
 		Receipt: h.cfg.Texts.Receipt, TruncatedNote: h.cfg.Texts.TruncatedNote,
 		Heartbeat: linePattern(h.cfg.Texts.HeartbeatLine, h.cfg.Texts.QueuedLine)}
@@ -165,14 +165,14 @@ func linePattern(formats ...string) string {
 	return strings.Join(alts, "|")
 }
 
-func (h *handler) cluster(w http.ResponseWriter, r *http.Request) {
+func (h *pageAPI) cluster(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	writeJSON(w, http.StatusOK, h.cfg.View(ctx))
 }
 
 // chatOff answers 409 when there is no simulator to talk to.
-func (h *handler) chatOff(w http.ResponseWriter) bool {
+func (h *pageAPI) chatOff(w http.ResponseWriter) bool {
 	if h.cfg.Sim != "" {
 		return false
 	}
@@ -180,7 +180,7 @@ func (h *handler) chatOff(w http.ResponseWriter) bool {
 	return true
 }
 
-func (h *handler) knownBot(w http.ResponseWriter, bot string) bool {
+func (h *pageAPI) knownBot(w http.ResponseWriter, bot string) bool {
 	if bot == "" {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("bot is required: one of %v", h.cfg.Bots))
 		return false
@@ -202,7 +202,7 @@ func validUser(w http.ResponseWriter, name, id string) bool {
 
 // transcript is GET /demo/api/transcript?bot=B&chat=C: the simulator's
 // transcript of that chat, as the simulator returns it.
-func (h *handler) transcript(w http.ResponseWriter, r *http.Request) {
+func (h *pageAPI) transcript(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if h.chatOff(w) || !h.knownBot(w, q.Get("bot")) || !validUser(w, "chat", q.Get("chat")) {
 		return
@@ -225,7 +225,7 @@ type message struct {
 
 // postMessage is POST /demo/api/messages {"bot","user","text"}: the user
 // sends text to the bot, through the simulator (as WeCom would deliver it).
-func (h *handler) postMessage(w http.ResponseWriter, r *http.Request) {
+func (h *pageAPI) postMessage(w http.ResponseWriter, r *http.Request) {
 	if h.chatOff(w) {
 		return
 	}
@@ -272,7 +272,7 @@ func (h *handler) postMessage(w http.ResponseWriter, r *http.Request) {
 
 // relay sends req to the simulator and copies its answer (status and JSON
 // body); an unreachable simulator is a 502 that says so.
-func (h *handler) relay(w http.ResponseWriter, req *http.Request) {
+func (h *pageAPI) relay(w http.ResponseWriter, req *http.Request) {
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("the simulator at %s did not answer: %v", h.cfg.Sim, unwrapURL(err)))
