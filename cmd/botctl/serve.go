@@ -12,6 +12,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/demoui"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/redact"
 	botserve "github.com/botctl/botctl/pkg/serve"
@@ -208,6 +209,13 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 		Ready: func(*botserve.Node) {
 			fmt.Fprintf(out, "botctl node %s serving bots [%s]; API http://%s/status; etcd %s; AI %s\n",
 				cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(redact.URLs(endpoints), ","), cfg.AI.Kind)
+			if demoui.SimulatorURL(cfg.WeCom.URL) != "" {
+				scheme := "http"
+				if cfg.API.CertFile != "" {
+					scheme = "https"
+				}
+				fmt.Fprintf(out, "demo page: open %s://%s%s to chat as a WeCom user and watch the cluster (leader, nodes, tasks, incidents)\n", scheme, ln.Addr(), demoui.Path)
+			}
 		},
 	})
 }

@@ -48,13 +48,16 @@ type Texts struct {
 	Unavailable string // a command that needs JetStream while it is away
 }
 
+// DefaultReceipt is the receipt frame's text when Texts.Receipt is empty.
+const DefaultReceipt = "已收到，正在处理…"
+
 func (t *Texts) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
 		}
 	}
-	def(&t.Receipt, "已收到，正在处理…")
+	def(&t.Receipt, DefaultReceipt)
 	def(&t.Busy, "上一个问题还在处理中，请稍候再问。发送 /stop 可以停止它。")
 	def(&t.Refused, "抱歉，你没有使用这个机器人的权限。如需开通，请联系管理员。")
 	def(&t.Empty, "请输入你的问题。")

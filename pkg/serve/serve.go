@@ -25,6 +25,7 @@ import (
 	"github.com/botctl/botctl/pkg/alert"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/demoui"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
@@ -806,6 +807,9 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		writeJSON(w, http.StatusOK, view)
 	})
 	n.obs.routes(mux) // GET /metrics, /healthz (alive), /readyz (ready)
+	if page := n.demoPage(); page != nil {
+		mux.Handle(demoui.Path, page) // the demo's chat and live view, with a simulator only
+	}
 	// Tier 2: the one endpoint that acts, behind the cluster's token. The
 	// others are GET only and change nothing.
 	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

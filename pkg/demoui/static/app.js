@@ -1,0 +1,206 @@
+// botctl demo page: polls the node API (same origin), renders with
+// textContent only (a transcript is user input).
+"use strict";
+
+const api = "api/";
+const $ = (sel) => document.querySelector(sel);
+let cfg = null;
+let heartbeat = /$^/;
+// msgid → {phases: [{phase, at}], contents: Set} : what this page saw of
+// each bot message, so the receipt and the progress stay visible after the
+// content has moved on.
+const seen = new Map();
+let lastLeader = new Map();
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+function time(s) {
+  if (!s || s.startsWith("0001")) return "-";
+  return new Date(s).toLocaleTimeString("en-GB", { hour12: false });
+}
+
+async function getJSON(path) {
+  const r = await fetch(api + path, { cache: "no-store" });
+  const body = await r.json().catch(() => ({ error: r.status + " " + r.statusText }));
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+function chat() { return $("#user").value.trim() || "alice"; }
+
+// phase of a bot frame as the user sees it now.
+function phase(m) {
+  if (m.kind === "markdown") return "pushed";
+  if (!m.kind.startsWith("stream")) return m.kind;
+  if (m.finished && cfg.truncated_note && m.content.endsWith(cfg.truncated_note)) return "truncated";
+  if (m.finished) return "final";
+  if (m.expired) return "expired";
+  if (m.content === cfg.receipt) return "receipt";
+  const last = m.content.split("\n").pop();
+  if (heartbeat.test(last)) return "heartbeat";
+  return "progress";
+}
+
+const labels = {
+  receipt: "receipt 回执", progress: "progress 进度", heartbeat: "heartbeat 心跳", final: "final 完成",
+  truncated: "truncated 截断", expired: "window expired 窗口已过", pushed: "pushed 推送 (aibot_send_msg)",
+};
+
+function track(m) {
+  let s = seen.get(m.msgid);
+  if (!s) { s = { phases: [], contents: new Set() }; seen.set(m.msgid, s); }
+  const p = phase(m);
+  const last = s.phases[s.phases.length - 1];
+  if (!last || last.phase !== p) s.phases.push({ phase: p, at: new Date(), n: 1 });
+  else if (!s.contents.has(m.content)) last.n++;
+  s.contents.add(m.content);
+  return { p, s };
+}
+
+function renderMessages(msgs) {
+  const box = $("#messages");
+  const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 30;
+  const nodes = [];
+  for (const m of msgs) {
+    if (m.from === "user") {
+      nodes.push(el("div", { class: "msg user", "data-msgid": m.msgid }, m.content));
+      continue;
+    }
+    const { p, s } = track(m);
+    const timeline = s.phases.map((x) => labels[x.phase].split(" ")[0] + (x.n > 1 ? " ×" + x.n : "") + " " + x.at.toLocaleTimeString("en-GB", { hour12: false }));
+    nodes.push(el("div", { class: "msg bot", "data-msgid": m.msgid, "data-phase": p, "data-finished": String(m.finished), "data-kind": m.kind },
+      el("div", { class: "meta" }, el("span", { class: "badge " + p }, labels[p] || p), " ", m.kind, m.reply_to ? "" : " · proactive push"),
+      m.content,
+      el("div", { class: "timeline" }, "seen: " + timeline.join(" → "))));
+  }
+  box.replaceChildren(...nodes);
+  if (atBottom) box.scrollTop = box.scrollHeight;
+}
+
+async function pollTranscript() {
+  if (!cfg || !cfg.chat) return;
+  try {
+    const t = await getJSON("transcript?" + new URLSearchParams({ bot: $("#bot").value, chat: chat() }));
+    renderMessages(t.messages || []);
+    if ($("#chat-error").dataset.from === "poll") $("#chat-error").hidden = true;
+  } catch (e) {
+    showChatError(e.message, "poll");
+  }
+}
+
+function showChatError(msg, from) {
+  const p = $("#chat-error");
+  p.textContent = msg;
+  p.dataset.from = from;
+  p.hidden = false;
+}
+
+async function send(ev) {
+  ev.preventDefault();
+  const text = $("#text").value;
+  if (!text.trim()) return;
+  const headers = { "Content-Type": "application/json" };
+  const token = $("#token").value || sessionStorage.getItem("botctl-token");
+  if (token) headers["Authorization"] = "Bearer " + token;
+  $("#send").disabled = true;
+  try {
+    const r = await fetch(api + "messages", { method: "POST", headers, body: JSON.stringify({ bot: $("#bot").value, user: chat(), text }) });
+    const body = await r.json().catch(() => ({}));
+    if (r.status === 401) {
+      $("#token-row").hidden = false;
+      throw new Error(body.error || "this node asks for a token");
+    }
+    if (!r.ok) throw new Error(body.error || r.statusText);
+    if (!body.delivered) showChatError("posted, but no node holds the bot's connection right now: the message waits in WeCom's history for the gap backfill", "send");
+    else $("#chat-error").hidden = true;
+    $("#text").value = "";
+    pollTranscript();
+  } catch (e) {
+    showChatError(e.message, "send");
+  } finally {
+    $("#send").disabled = false;
+  }
+}
+
+function renderCluster(v) {
+  for (const k of ["errors", "bots", "nodes", "tasks", "incidents"]) v[k] = v[k] || [];
+  $("#updated").textContent = "updated " + time(v.now) + " · served by " + v.node;
+  const le = $("#live-error");
+  le.hidden = v.errors.length === 0;
+  le.textContent = v.errors.join("; ");
+
+  $("#bots tbody").replaceChildren(...v.bots.map((b) => {
+    const changed = lastLeader.has(b.id) && lastLeader.get(b.id) !== b.leader;
+    lastLeader.set(b.id, b.leader);
+    return el("tr", { "data-bot": b.id, "data-leader": b.leader, class: changed ? "changed" : "" },
+      el("td", {}, b.id),
+      el("td", { class: b.leader ? "leader" : "none" }, b.leader || "(none: electing 选举中)"),
+      el("td", {}, b.term || "-"), el("td", {}, time(b.since)));
+  }));
+  $("#nodes tbody").replaceChildren(...v.nodes.map((n) => el("tr", { "data-node": n.id },
+    el("td", {}, n.id + (n.id === v.node ? " (this page)" : "")), el("td", {}, n.address), el("td", {}, time(n.started)),
+    el("td", {}, ...Object.entries(n.bots || {}).map(([id, s]) => el("span", { class: "state-" + s.state }, id + "=" + s.state + " "))))));
+  const trs = v.bots.flatMap((b) => b.transitions).sort((a, b) => a.at.localeCompare(b.at)).slice(-8).reverse();
+  $("#transitions").replaceChildren(...trs.map((t) => el("li", {}, time(t.at) + "  " + t.bot + "  " + t.node + "  " + t.event + (t.term ? " (term " + t.term + ")" : "") + (t.reason ? " — " + t.reason : ""))));
+  $("#tasks tbody").replaceChildren(...v.tasks.map((t) => el("tr", { "data-task": t.id },
+    el("td", {}, time(t.received)), el("td", {}, t.chat), el("td", {}, t.question),
+    el("td", {}, t.exec + (t.attempt > 1 ? " #" + t.attempt : "")), el("td", {}, t.delivery), el("td", {}, (t.node || "-") + (t.tier ? " · " + t.tier : "")))));
+  const incs = v.incidents.length ? v.incidents.map((i) => el("tr", {},
+    el("td", {}, time(i.detected)), el("td", {}, i.id), el("td", {}, i.bot), el("td", {}, i.level), el("td", {}, i.state + (i.method ? " · " + i.method : "")), el("td", {}, i.reason)))
+    : [el("tr", {}, el("td", { colSpan: 6, class: "muted" }, "none 无"))];
+  $("#incidents tbody").replaceChildren(...incs);
+}
+
+async function pollCluster() {
+  try {
+    renderCluster(await getJSON("cluster"));
+  } catch (e) {
+    // The node serving the page stopped: say so, keep the last view.
+    const le = $("#live-error");
+    le.textContent = "this node's API did not answer (" + e.message + "): open the page on another node";
+    le.hidden = false;
+  }
+}
+
+function loop(fn, ms) {
+  const tick = async () => { await fn(); setTimeout(tick, ms); };
+  tick();
+}
+
+async function start() {
+  try {
+    cfg = await getJSON("config");
+  } catch (e) {
+    $("#live-error").textContent = "cannot read the page's configuration: " + e.message;
+    $("#live-error").hidden = false;
+    return;
+  }
+  heartbeat = new RegExp(cfg.heartbeat_pattern);
+  $("#served-by").textContent = "page served by node " + cfg.node;
+  $("#bot").replaceChildren(...cfg.bots.map((b) => el("option", { value: b }, b)));
+  if (!cfg.chat) {
+    $("#chat-form").hidden = true;
+    showChatError(cfg.chat_off, "config");
+  }
+  $("#chat-form").addEventListener("submit", send);
+  $("#token").addEventListener("change", () => sessionStorage.setItem("botctl-token", $("#token").value));
+  $("#user").addEventListener("change", () => { seen.clear(); pollTranscript(); });
+  $("#bot").addEventListener("change", () => { seen.clear(); pollTranscript(); });
+  document.body.dataset.ready = "true";
+  loop(pollTranscript, 500);
+  loop(pollCluster, 1000);
+}
+
+start();

@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The README's first command: `botctl serve --demo` prints the demo page's
+// address, and through the page's API a user's question gets its answer.
+func TestServeDemoPrintsThePage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: skipped in -short mode")
+	}
+	cmd := exec.Command(bin, "serve", "--demo", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--demo-listen", "127.0.0.1:0",
+		"--demo-answer-time", "1s")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve --demo after SIGTERM: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			t.Error("serve --demo did not stop within 60 s of SIGTERM")
+		}
+		if t.Failed() {
+			t.Logf("stderr:\n%s", tail(stderr.String(), 40))
+		}
+	})
+	pageURL := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`open (http://127\.0\.0\.1:\d+/demo/)`)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case pageURL <- m[1]:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, out) // a line too long for the scanner: keep draining
+		done <- cmd.Wait()
+	}()
+	var page string
+	select {
+	case page = <-pageURL:
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve --demo printed no \"open http://…/demo/\" line within 60 s")
+	}
+
+	get := func(path string, v any) error {
+		resp, err := http.Get(page + path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		if v == nil {
+			return nil
+		}
+		return json.NewDecoder(resp.Body).Decode(v)
+	}
+	if err := get("", nil); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(page+"api/messages", "application/json", strings.NewReader(`{"bot":"demo","user":"alice","text":"hello from the page"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("post a message through the page: %s", resp.Status)
+	}
+	eventually(t, 60*time.Second, "the answer in the page's transcript", func() error {
+		var tr struct {
+			Messages []struct {
+				From, Content string
+				Finished      bool
+			}
+		}
+		if err := get("api/transcript?bot=demo&chat=alice", &tr); err != nil {
+			return err
+		}
+		for _, m := range tr.Messages {
+			if m.From == "bot" && m.Finished && strings.HasPrefix(m.Content, "You asked: hello from the page") {
+				return nil
+			}
+		}
+		return fmt.Errorf("not answered yet: %+v", tr.Messages)
+	})
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
