@@ -271,8 +271,11 @@ func (e *Elector) confirmAndDepose(ctx context.Context, leader *mvccpb.KeyValue,
 		return false, nil
 	}
 	// The deposition compares exactly what was read: a pulse etcd
-	// accepted meanwhile, a new leader or a new lease makes it fail.
-	dctx, cancel := context.WithTimeout(ctx, timeout)
+	// accepted meanwhile, a new leader or a new lease makes it fail. Its
+	// answer is waited for up to the TTL, not the pulse timeout: the
+	// compares make a late commit as safe as a prompt one, and a client
+	// that gave up on a commit etcd applied would not know it deposed.
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.TTL)
 	defer cancel()
 	d, err := e.cli.Txn(dctx).If(
 		clientv3.Compare(clientv3.CreateRevision(string(leader.Key)), "=", leader.CreateRevision),

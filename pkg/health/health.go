@@ -527,7 +527,11 @@ func (h *Health) halfOpen(ctx context.Context, bd *binding, b *botState, conn *w
 	})
 }
 
-// Ended implements node.Observer.
+// handoverWrite bounds how long a graceful Ended waits for its record.
+const handoverWrite = 3 * time.Second
+
+// Ended implements node.Observer. A graceful end returns once its
+// handover is recorded (at most handoverWrite); any other returns at once.
 func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 	b, now := h.bot(term.Bot), h.now()
 	b.mu.Lock()
@@ -539,7 +543,25 @@ func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 	b.mu.Unlock()
 	v := conn.Vitals()
 	reason, cerr := conn.Reason(), conn.Err()
+	written := make(chan struct{})
+	if graceful {
+		// A handover's record must be in the bucket before the term is
+		// resigned, or the next leader reads "online" and takes the
+		// handover for a leader that vanished without a word. Bounded: a
+		// JetStream that does not answer costs a false incident, not a
+		// stuck shutdown.
+		defer func() {
+			t := time.NewTimer(handoverWrite)
+			defer t.Stop()
+			select {
+			case <-written:
+			case <-t.C:
+				h.log.Warn().Str("bot", b.id).Msg("handover not recorded in time; the next leader may report a takeover")
+			}
+		}()
+	}
 	h.post(b, func(ctx context.Context) {
+		defer close(written)
 		bd := h.binding()
 		if bd == nil {
 			return

@@ -101,9 +101,12 @@ func start(t *testing.T, o options) *env {
 	}
 	e.h = health.New(hc)
 	e.h.Bind(e.js.Store, task.NewLifecycle(e.js.Store, "n1", zerolog.Nop()).Quiet())
-	ctx, cancel := context.WithCancel(context.Background())
+	// The health monitor outlives the node, as in serve: a graceful stop's
+	// last record is written after the node's term ended.
+	hctx, hcancel := context.WithCancel(context.Background())
 	hdone := make(chan struct{})
-	go func() { defer close(hdone); e.h.Run(ctx) }()
+	go func() { defer close(hdone); e.h.Run(hctx) }()
+	ctx, cancel := context.WithCancel(context.Background())
 
 	nc := node.Config{
 		NodeID: "n1", Bots: []config.Bot{{ID: bot, Secret: "s3cret"}},
@@ -132,6 +135,7 @@ func start(t *testing.T, o options) *env {
 	e.stopFirst = func() {
 		cancel()
 		<-ndone
+		hcancel()
 		<-hdone
 	}
 	t.Cleanup(e.stopFirst)
@@ -479,6 +483,24 @@ func TestTakeoverOfAVanishedLeaderIsAnIncident(t *testing.T) {
 		t.Fatalf("incident:\n%s", dump(i))
 	}
 	e.waitOnline()
+}
+
+// A graceful stop (a deploy) hands the bot over: the next leader finds
+// the record saying so, and there is no incident.
+func TestGracefulHandoverIsNotAnIncident(t *testing.T) {
+	for round := range 3 {
+		e := start(t, options{})
+		e.waitOnline()
+		e.second("n2")
+		e.stopFirst()
+		eventually(t, "n2 leading and online", func() bool {
+			r := e.record()
+			return r.Node == "n2" && r.State == health.Online
+		})
+		if all := e.incidents(); len(all) != 0 {
+			t.Fatalf("round %d: a graceful handover opened an incident:\n%s", round+1, dump(all[0]))
+		}
+	}
 }
 
 // A backfill that could not fill everything marks the conversations, opens

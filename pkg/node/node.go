@@ -210,7 +210,9 @@ type Observer interface {
 	// (errors.Is(err, wecom.ErrAuthFailed) for rejected credentials).
 	Dialed(term *election.Term, conn *wecom.Conn, err error)
 	// Ended: conn is gone. graceful: the node stopped or handed the bot
-	// over on purpose (a deploy, the env gate), not a failure.
+	// over on purpose (a deploy, the env gate), not a failure; a graceful
+	// Ended may block briefly (bounded) to record the handover before the
+	// term is resigned.
 	Ended(term *election.Term, conn *wecom.Conn, graceful bool)
 	// AuthHold is called after WeCom rejected the bot's credentials, with
 	// the term resigned. It may block until a person has acted (the

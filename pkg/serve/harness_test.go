@@ -83,6 +83,9 @@ type runningNode struct {
 	*Node
 	API  string     // http://HOST:PORT of its API
 	Done chan error // Run's result
+	// Stop stops the node gracefully (as SIGTERM does) and returns Run's
+	// result.
+	Stop func() error
 }
 
 // startNode validates cfg, runs the node with the config's etcd client and
@@ -117,14 +120,19 @@ func startNode(t *testing.T, cfg config.Config) (*runningNode, error) {
 			Logger: zerolog.Nop(), Ready: func(n *Node) { ready <- n }})
 	}()
 	rn := &runningNode{API: "http://" + ln.Addr().String(), Done: done}
-	t.Cleanup(func() {
+	rn.Stop = func() error {
 		cancel()
 		select {
 		case err := <-done:
 			done <- err // for a later reader
+			return err
 		case <-time.After(60 * time.Second):
 			t.Error("node did not stop within 60s")
+			return nil
 		}
+	}
+	t.Cleanup(func() {
+		rn.Stop()
 		cli.Close()
 	})
 	select {

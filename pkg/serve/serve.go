@@ -183,8 +183,14 @@ func Run(ctx context.Context, o Options) error {
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 
+	// The health monitor outlives the node: the node's graceful stop ends
+	// its terms, and the record of each handover must be written before
+	// the next leader reads it (or it finds a leader vanished without a
+	// word). Stopped once the node is done, on every return path.
+	healthCtx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHealth()
 	n.Health = health.New(n.healthConfig())
-	wg.Go(func() { n.Health.Run(workCtx) })
+	wg.Go(func() { n.Health.Run(healthCtx) })
 
 	n.Access, err = access.New(access.Config{
 		NodeID: cfg.NodeID, Dispatch: n.dispatch,
@@ -272,6 +278,7 @@ func Run(ctx context.Context, o Options) error {
 		stopWork()
 		stopNode()
 		<-nodeDone
+		stopHealth()
 		n.Access.Wait()
 		if ctx.Err() != nil {
 			return nil
@@ -282,6 +289,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Ready(n)
 	}
 	err = <-nodeDone
+	stopHealth()
 	n.Access.Wait()
 	stopWork()
 	select {
