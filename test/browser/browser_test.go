@@ -205,5 +205,16 @@ func TestDemoPage(t *testing.T) {
 		t.Logf("screenshot written to %s", *screenshot)
 	}
 	poll(t, tab, "the new leader's answer to finish on the page", answeredJS, q2)
+	// A graceful stop is a handover, not an outage: the live view (which
+	// polls every second, so it has read the incidents since the
+	// failover) lists none.
+	poll(t, tab, "the live view refreshed after the answer", `() => document.querySelector('#incidents tbody tr') !== null`)
+	shown, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#incidents tbody tr[data-incident]')].map(r => r.innerText)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shown) > 0 {
+		t.Errorf("a graceful stop shows as an incident: %q", shown)
+	}
 	t.Logf("whole test %s", time.Since(began).Round(time.Millisecond))
 }

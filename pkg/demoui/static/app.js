@@ -157,7 +157,7 @@ function renderCluster(v) {
   $("#tasks tbody").replaceChildren(...v.tasks.map((t) => el("tr", { "data-task": t.id },
     el("td", {}, time(t.received)), el("td", {}, t.chat), el("td", {}, t.question),
     el("td", {}, t.exec + (t.attempt > 1 ? " #" + t.attempt : "")), el("td", {}, t.delivery), el("td", {}, (t.node || "-") + (t.tier ? " · " + t.tier : "")))));
-  const incs = v.incidents.length ? v.incidents.map((i) => el("tr", {},
+  const incs = v.incidents.length ? v.incidents.map((i) => el("tr", { "data-incident": i.id },
     el("td", {}, time(i.detected)), el("td", {}, i.id), el("td", {}, i.bot), el("td", {}, i.level), el("td", {}, i.state + (i.method ? " · " + i.method : "")), el("td", {}, i.reason)))
     : [el("tr", {}, el("td", { colSpan: 6, class: "muted" }, "none 无"))];
   $("#incidents tbody").replaceChildren(...incs);
