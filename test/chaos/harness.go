@@ -190,7 +190,7 @@ func Start(cfg Config) (*Harness, error) {
 		Bin: bin, Dir: filepath.Join(dir, "nodes"), Bots: []string{bot}, TTL: cfg.TTL, Margin: cfg.Margin,
 		StartTimeout: 90 * time.Second,
 		External:     &cluster.External{EtcdURLs: h.Infra.EtcdURLs(), NATSURL: h.Infra.NATSURLs()},
-		NodeArgs:     []string{"--ai", "demo", "--demo-answer-time", cfg.AnswerTime.String(), "--nats-replicas", "3"},
+		NodeArgs:     nodeArgs(cfg),
 	})
 	if err != nil {
 		return h, err
@@ -214,6 +214,17 @@ func Start(cfg Config) (*Harness, error) {
 	h.Traffic = NewTraffic(h.C, bot, h.Cfg.Users, h.Cfg.Burst, h.Cfg.Think, h.Cfg.Patience, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
 	return h, nil
 }
+
+// nodeArgs are every node's flags besides its endpoints. The silence
+// baseline may form after silenceMinWatched of traffic instead of the
+// default 10 minutes, so a silence round early in a run (or in the smoke)
+// is detected as it would be on a bot with some history.
+func nodeArgs(cfg Config) []string {
+	return []string{"--ai", "demo", "--demo-answer-time", cfg.AnswerTime.String(), "--nats-replicas", "3",
+		"--health-silence-min-watched", silenceMinWatched.String()}
+}
+
+const silenceMinWatched = time.Minute
 
 // Close stops every process. The work dir stays if keep.
 func (h *Harness) Close(keep bool) {
@@ -311,7 +322,10 @@ type RoundResult struct {
 	KicksOK     int64 // … the fault makes unavoidable (Scenario.Kicks)
 	Marked      int   // undelivered, unanswered, and told "may be incomplete" later in its conversation
 	FailedTold  int   // messages the fault drove to an explicit failure notice, as the scenario expects
-	Notes       []string
+	// AnsweredAfter: missed when the round was judged, answered by the
+	// backfill before the end of the run (late, but not lost).
+	AnsweredAfter int
+	Notes         []string
 	// ExpectFailed are msgids the fault made impossible to answer (every
 	// delivery killed): one failure notice is their correct answer.
 	ExpectFailed map[string]bool

@@ -236,11 +236,14 @@ func unanswered(tr []cluster.TranscriptEntry, all []*Msg, probe *Msg) string {
 	return strings.Join(out, "; ")
 }
 
-// allAnswered is true when every delivered message has a complete answer.
+// allAnswered is true when every message WeCom took has an answer (or a
+// failure notice), and every one it took but never delivered also has
+// one or its "may be incomplete" mark: the backfill answers those after
+// the bot is back, so the settle wait must wait for them too.
 func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
 	trs := map[string][]cluster.TranscriptEntry{}
 	for _, m := range msgs {
-		if !m.Delivered {
+		if m.PostErr != "" {
 			continue
 		}
 		tr, ok := trs[m.User]
@@ -251,7 +254,7 @@ func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
 			}
 			trs[m.User] = tr
 		}
-		if v := Judge(tr, m); v.Answers()+v.Failed == 0 {
+		if v := Judge(tr, m); v.Answers()+v.Failed == 0 && !v.Marked {
 			return false
 		}
 	}

@@ -209,10 +209,26 @@ func Run(cfg Config, stop <-chan os.Signal) (*Report, *Harness) {
 	if err != nil {
 		rep.Err = "final check: " + err.Error()
 	}
+	now := map[string]bool{}
 	for _, v := range j.violations {
+		now[v.MsgID+v.Invariant] = true
 		if v.Invariant == InvDuplicate && !roundOf[v.MsgID+v.Invariant] {
 			rep.Late = append(rep.Late, v)
 		}
+	}
+	// A missed message the backfill answered after its round was judged
+	// (the settle wait ran out) was answered: it counts as late, not
+	// missed. Its answer, if twice, is in Late above.
+	for _, r := range rep.Rounds {
+		kept := r.Violations[:0]
+		for _, v := range r.Violations {
+			if v.Invariant == InvMissed && !now[v.MsgID+InvMissed] {
+				r.AnsweredAfter++
+				continue
+			}
+			kept = append(kept, v)
+		}
+		r.Violations = kept
 	}
 	return rep, h
 }

@@ -67,7 +67,7 @@ type scenarioSum struct {
 	name                                             string
 	rounds, failed                                   int
 	msgs, delivered, undelivered, postErrs, answered int
-	busy, marked, failedTold                         int
+	busy, marked, failedTold, answeredAfter          int
 	inv                                              map[string]int
 	quota, expired, kicks                            int64
 	takeovers                                        []time.Duration
@@ -97,6 +97,7 @@ func (rep *Report) sums() []*scenarioSum {
 		s.busy += r.Busy
 		s.marked += r.Marked
 		s.failedTold += r.FailedTold
+		s.answeredAfter += r.AnsweredAfter
 		for _, v := range r.Violations {
 			s.inv[v.Invariant]++
 		}
@@ -158,7 +159,7 @@ func (rep *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "- topology (loopback, every member its own process): 3 etcd members, 3 NATS servers clustered with JetStream "+
 		"(`--nats-replicas 3`, servers started with no_advertise), `botctl sim`, 3 `botctl serve` nodes; every node reaches each etcd member and each NATS server "+
 		"through a fault proxy of its own (pkg/faultproxy), so one node can be cut off from etcd, NATS or both\n")
-	fmt.Fprintf(w, "- nodes: `--ai demo --demo-answer-time %s --election-ttl %s --election-safety-margin %s`\n", cfg.AnswerTime, cfg.TTL, cfg.Margin)
+	fmt.Fprintf(w, "- nodes: `%s --election-ttl %s --election-safety-margin %s`\n", strings.Join(nodeArgs(cfg), " "), cfg.TTL, cfg.Margin)
 	fmt.Fprintf(w, "- traffic: %d closed-loop users (one single chat each), think time ~%s, %s before the fault and %s after it; "+
 		"%d more conversations post one message each over the fault's first second; "+
 		"answers may take %s more after traffic stops; then one probe message per conversation\n\n",
@@ -174,12 +175,12 @@ func (rep *Report) Markdown(w io.Writer) {
 		"bot message in its conversation (counted as marked). Only where the fault made an answer impossible (every delivery of the task "+
 		"killed) is one failure notice the correct answer. Users are closed-loop: "+
 		"each waits for its answer, but asks again after %s without one, as people do.\n\n", cfg.Patience)
-	fmt.Fprintf(w, "| scenario | rounds | failed rounds | msgs | delivered | answered once (busy) | lost | failure notice only | duplicate | locked conv. | expired streams | 45009 | kicks | undelivered | missed (undelivered, never answered) | marked incomplete | failure told (expected) | post errors | takeover p50 ms | p99 ms | max ms | n | no takeover |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| scenario | rounds | failed rounds | msgs | delivered | answered once (busy) | lost | failure notice only | duplicate | locked conv. | expired streams | 45009 | kicks | undelivered | missed (undelivered, never answered) | answered after its round | marked incomplete | failure told (expected) | post errors | takeover p50 ms | p99 ms | max ms | n | no takeover |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range rep.sums() {
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %d | %d |\n",
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %d | %d |\n",
 			s.name, s.rounds, s.failed, s.msgs, s.delivered, s.answered, s.busy, s.inv[InvLost], s.inv[InvFailed], s.inv[InvDuplicate], s.inv[InvLocked],
-			s.expired, s.quota, s.kicks, s.undelivered, s.inv[InvMissed], s.marked, s.failedTold, s.postErrs,
+			s.expired, s.quota, s.kicks, s.undelivered, s.inv[InvMissed], s.answeredAfter, s.marked, s.failedTold, s.postErrs,
 			pctMS(s.takeovers, .5), pctMS(s.takeovers, .99), pctMS(s.takeovers, 1), len(s.takeovers), s.takeoverErrs)
 	}
 
@@ -284,7 +285,7 @@ func (rep *Report) WriteFiles(out string) error {
 	}
 	base := strings.TrimSuffix(out, filepath.Ext(out))
 	rows := [][]string{{"scenario", "round", "start", "took_ms", "msgs", "delivered", "undelivered", "post_errors", "answered_once", "busy",
-		"lost", "failed", "duplicate", "locked", "missed", "marked_incomplete", "failure_told", "expired", "quota_45009", "kicks", "takeovers_ms", "fault", "error"}}
+		"lost", "failed", "duplicate", "locked", "missed", "answered_after_round", "marked_incomplete", "failure_told", "expired", "quota_45009", "kicks", "takeovers_ms", "fault", "error"}}
 	for _, r := range rep.Rounds {
 		inv := map[string]int{}
 		for _, v := range r.Violations {
@@ -300,7 +301,7 @@ func (rep *Report) WriteFiles(out string) error {
 		}
 		rows = append(rows, []string{r.Scenario, strconv.Itoa(r.Round), r.Start.UTC().Format(time.RFC3339), ms(r.Took),
 			strconv.Itoa(r.Msgs), strconv.Itoa(r.Delivered), strconv.Itoa(r.Undelivered), strconv.Itoa(r.PostErrors), strconv.Itoa(r.Answered), strconv.Itoa(r.Busy),
-			strconv.Itoa(inv[InvLost]), strconv.Itoa(inv[InvFailed]), strconv.Itoa(inv[InvDuplicate]), strconv.Itoa(inv[InvLocked]), strconv.Itoa(inv[InvMissed]), strconv.Itoa(r.Marked), strconv.Itoa(r.FailedTold), strconv.Itoa(inv[InvExpired] + int(r.Expired)),
+			strconv.Itoa(inv[InvLost]), strconv.Itoa(inv[InvFailed]), strconv.Itoa(inv[InvDuplicate]), strconv.Itoa(inv[InvLocked]), strconv.Itoa(inv[InvMissed]), strconv.Itoa(r.AnsweredAfter), strconv.Itoa(r.Marked), strconv.Itoa(r.FailedTold), strconv.Itoa(inv[InvExpired] + int(r.Expired)),
 			strconv.FormatInt(r.Quota, 10), strconv.FormatInt(r.Kicks, 10), strings.Join(tk, ";"), strings.Join(r.Notes, "; "), r.Err})
 	}
 	if err := writeCSV(base+".csv", rows); err != nil {
