@@ -233,8 +233,14 @@ func Run(ctx context.Context, o Options) error {
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()
+	// The election loop has a context of its own: it ends with ctx, or
+	// at once when the node fails to start (waiting for it to end with
+	// the process kept a node that "stopped" campaigning for its bots,
+	// and holding its data dir, until it was killed).
+	nodeCtx, stopNode := context.WithCancel(ctx)
+	defer stopNode()
 	nodeDone := make(chan error, 1)
-	go func() { nodeDone <- n.Node.Run(ctx) }() // resigns every term after closing its connection
+	go func() { nodeDone <- n.Node.Run(nodeCtx) }() // resigns every term after closing its connection
 	wg.Go(func() { n.obs.notify(workCtx) })     // READY=1 and watchdog pings to systemd, if it runs us
 
 	store, err := declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
@@ -245,8 +251,9 @@ func Run(ctx context.Context, o Options) error {
 		if ctx.Err() == nil {
 			log.Error().Err(err).Msg("node not started; stopping")
 		}
-		stopWork()
+		stopNode()
 		<-nodeDone
+		stopWork()
 		n.Access.Wait()
 		if ctx.Err() != nil {
 			return nil
