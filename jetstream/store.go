@@ -241,11 +241,12 @@ func declareStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamCo
 }
 
 // declareConsumer is declareStream for the workers consumer: created if
-// missing, updated only if a field botctl sets differs. An update that
-// changes nothing is not harmless: nats-server 2.15.2 answered such
-// updates from restarting nodes of a 3-server cluster with err_code 10126
-// ("consumer config replica count exceeds parent stream"), and the node
-// could not start (test/chaos, bench/chaos.md).
+// missing, updated only if a field botctl sets differs, so that nodes
+// starting together do not send needless updates. (The 10126 "consumer
+// config replica count exceeds parent stream" that the chaos harness saw
+// on node restarts was not a needless update: a CLI command had scaled
+// the consumer down to R1, fixed in cmd/botctl; the node's update back to
+// R3 came while the stream was still scaling up.)
 func declareConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error) {
 	c, err := st.Consumer(ctx, cfg.Durable)
 	if err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {

@@ -257,10 +257,7 @@ func TestDeclareConcurrently(t *testing.T) {
 }
 
 // A second Declare with the same options sends no consumer create or
-// update at all: an update of a consumer that is already right is not
-// harmless (nats-server 2.15.2 answered such updates from restarting
-// botctl nodes with 10126 "consumer config replica count exceeds parent
-// stream", and the node could not start; found by test/chaos).
+// update at all, as it sends no stream or bucket update.
 func TestDeclareLeavesARightConsumerAlone(t *testing.T) {
 	leakCheck(t)
 	srv := startServer(t)
