@@ -174,8 +174,9 @@ func Run(cfg Config, stop <-chan os.Signal) (*Report, *Harness) {
 		return rep, h
 	}
 	rep.Cfg = h.Cfg
-	for _, s := range scenarios {
-		for i := 1; i <= cfg.Rounds; i++ {
+	// Round by round: a run cut short still has rounds of every scenario.
+	for i := 1; i <= cfg.Rounds; i++ {
+		for _, s := range scenarios {
 			select {
 			case <-stop:
 				rep.Err = "interrupted"
