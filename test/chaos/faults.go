@@ -119,13 +119,17 @@ func (h *Harness) revokeAndRestore(r *RoundResult, think time.Duration) error {
 			h.Cfg.Logf("incidents list: %v", err)
 			continue
 		}
+		// The revoke may escalate an incident that was already open (the
+		// bot has one open incident at a time): its Detected is then
+		// older than the revoke.
 		for _, i := range incs {
-			if i.Level == "human" && i.Kind == "outage" && !i.Detected.Before(t0.Add(-time.Second)) {
+			if i.Level == "human" && i.Kind == "outage" {
 				inc = i
 			}
 		}
 	}
-	r.note("incident %s (%s, %s) %.1f s after the revoke: %s", inc.ID, inc.Level, inc.Signal, inc.Detected.Sub(t0).Seconds(), inc.Reason)
+	r.note("incident %s (%s, %s, detected %s, %.1f s after the revoke): %s", inc.ID, inc.Level, inc.Signal,
+		inc.Detected.UTC().Format("15:04:05"), time.Since(t0).Seconds(), inc.Reason)
 	time.Sleep(think)
 	if err := h.simFault("restore", 0); err != nil {
 		return err
