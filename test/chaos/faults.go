@@ -110,7 +110,13 @@ func (h *Harness) revokeAndRestore(r *RoundResult, think time.Duration) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for inc.ID == "" {
 		if time.Now().After(deadline) {
+			// Leave the bot usable for the rounds after this one.
 			h.simFault("restore", 0)
+			if incs, err := h.openIncidents(); err == nil {
+				for _, i := range incs {
+					h.cli("incidents", "ack", i.ID, "--by", "chaos", "--note", "the chaos harness cleans up after a failed revoke round")
+				}
+			}
 			return fmt.Errorf("no open human incident for %s within 90s of the revoke", bot)
 		}
 		time.Sleep(time.Second)
