@@ -241,7 +241,7 @@ func Run(ctx context.Context, o Options) error {
 	defer stopNode()
 	nodeDone := make(chan error, 1)
 	go func() { nodeDone <- n.Node.Run(nodeCtx) }() // resigns every term after closing its connection
-	wg.Go(func() { n.obs.notify(workCtx) })     // READY=1 and watchdog pings to systemd, if it runs us
+	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
 	store, err := declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	if err == nil {
