@@ -15,11 +15,13 @@ build:
 # The test command of README.md and .ci/run. The browser test
 # (test/browser) needs Chromium: installed here when missing (Debian's
 # package), and required, so a machine without it fails instead of
-# skipping the demo page's test.
+# skipping the demo page's test. The chaos smoke runs after the package
+# tests, not beside them: it starts ten processes of its own.
 test:
 	$(GO) vet $(PKGS)
 	bash scripts/ensure-chromium.sh
 	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(PKGS)
+	$(MAKE) chaos-smoke
 	$(MAKE) conformance
 
 # Binary, systemd unit and config on this machine (scripts/install.sh;
@@ -48,7 +50,8 @@ chaos:
 	$(GO) test -race -count=5 -timeout 20m -run Partition -v ./test/e2e
 	$(GO) run ./test/chaos -rounds $(CHAOS_ROUNDS) -out bench/chaos.md
 
-# One round of each chaos scenario, small traffic (under 5 minutes).
+# One round of each smoke scenario (every fault family), small traffic,
+# under 5 minutes on 2 cores.
 chaos-smoke:
 	BOTCTL_CHAOS=1 $(GO) test -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
 

@@ -240,6 +240,29 @@ func declareStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamCo
 	return js.UpdateStream(ctx, cfg)
 }
 
+// declareConsumer is declareStream for the workers consumer: created if
+// missing, updated only if a field botctl sets differs, so that nodes
+// starting together do not send needless updates. (The 10126 "consumer
+// config replica count exceeds parent stream" that the chaos harness saw
+// on node restarts was not a needless update: a CLI command had scaled
+// the consumer down to R1, fixed in cmd/botctl; the node's update back to
+// R3 came while the stream was still scaling up.)
+func declareConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error) {
+	c, err := st.Consumer(ctx, cfg.Durable)
+	if err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
+		return nil, err
+	}
+	if err == nil {
+		have := c.CachedInfo().Config
+		if have.Description == cfg.Description && have.DeliverPolicy == cfg.DeliverPolicy && have.AckPolicy == cfg.AckPolicy &&
+			have.AckWait == cfg.AckWait && have.MaxDeliver == cfg.MaxDeliver && have.MaxAckPending == cfg.MaxAckPending &&
+			have.Replicas == cfg.Replicas {
+			return c, nil
+		}
+	}
+	return st.CreateOrUpdateConsumer(ctx, cfg)
+}
+
 // declareBucket is declareStream for a KV bucket: created if missing,
 // updated only if a field botctl sets differs.
 func declareBucket(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
@@ -305,7 +328,7 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 		return nil, fmt.Errorf("declare stream %s: %w", n.TaskStream, err)
 	}
 
-	s.workers, err = s.stream.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{
+	s.workers, err = declareConsumer(ctx, s.stream, natsjs.ConsumerConfig{
 		Durable:       n.Consumer,
 		Description:   "botctl workers pull tasks here, on every node",
 		DeliverPolicy: natsjs.DeliverAllPolicy,

@@ -3,9 +3,11 @@ package jetstream
 import (
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -251,5 +253,40 @@ func TestDeclareConcurrently(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("concurrent Declare still running after 1m")
 		}
+	}
+}
+
+// A second Declare with the same options sends no consumer create or
+// update at all, as it sends no stream or bucket update.
+func TestDeclareLeavesARightConsumerAlone(t *testing.T) {
+	leakCheck(t)
+	srv := startServer(t)
+	nc, js := connect(t, srv)
+	opts := Options{TaskAckWait: 45 * time.Second}
+	declare(t, js, opts)
+	var mu sync.Mutex
+	var creates []string
+	sub, err := nc.Subscribe("$JS.API.CONSUMER.>", func(m *nats.Msg) {
+		if strings.Contains(m.Subject, ".CREATE.") {
+			mu.Lock()
+			creates = append(creates, m.Subject)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	declare(t, js, opts)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(creates) != 0 {
+		t.Fatalf("second Declare with the same options sent %v", creates)
 	}
 }

@@ -96,8 +96,17 @@ func (f *natsFlags) store() (*jetstream.Store, func(), error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
-	// Declare is idempotent and changes nothing on a running deployment.
-	s, err := jetstream.Declare(ctx, js, jetstream.Options{Prefix: n.Prefix, Replicas: n.Replicas})
+	// Declare is idempotent and changes nothing on a running deployment,
+	// given the deployment's options. The replica count is the nodes'
+	// (nats.replicas of their config), which this command's config may
+	// not repeat: a deployment that exists keeps its own. (With the
+	// default, 1, every CLI command scaled an R3 deployment down to R1,
+	// and each node restart scaled it back up.)
+	replicas := n.Replicas
+	if st, err := js.Stream(ctx, jetstream.NamesFor(n.Prefix).TaskStream); err == nil {
+		replicas = st.CachedInfo().Config.Replicas
+	}
+	s, err := jetstream.Declare(ctx, js, jetstream.Options{Prefix: n.Prefix, Replicas: replicas})
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", n.Prefix, err)

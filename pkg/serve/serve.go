@@ -241,9 +241,13 @@ func Run(ctx context.Context, o Options) error {
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()
-	nodeDone := make(chan error, 1)
-	nodeCtx, stopNode := context.WithCancel(ctx) // stopped early if the node cannot start
+	// The election loop has a context of its own: it ends with ctx, or
+	// at once when the node fails to start (waiting for it to end with
+	// the process kept a node that "stopped" campaigning for its bots,
+	// and holding its data dir, until it was killed).
+	nodeCtx, stopNode := context.WithCancel(ctx)
 	defer stopNode()
+	nodeDone := make(chan error, 1)
 	// nats.go closes a connection for good when the server refuses it
 	// twice in a row with the same authorization error (credentials
 	// revoked or rotated under a running node). A node left without NATS
@@ -275,10 +279,10 @@ func Run(ctx context.Context, o Options) error {
 		if ctx.Err() == nil {
 			log.Error().Err(err).Msg("node not started; stopping")
 		}
-		stopWork()
 		stopNode()
 		<-nodeDone
 		stopHealth()
+		stopWork()
 		n.Access.Wait()
 		if ctx.Err() != nil {
 			return nil

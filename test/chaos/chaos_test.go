@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// TestChaosSmoke is one round of every scenario with little traffic, in
-// under 5 minutes on 2 cores. It runs only with BOTCTL_CHAOS=1 (it starts
-// ten processes and is not part of the default `go test ./...` yet):
+// TestChaosSmoke is one round of the smoke scenarios (Scenario.Smoke: at
+// least one per fault family) with little traffic, in under 5 minutes on
+// 2 cores. It runs only with BOTCTL_CHAOS=1 (it starts ten processes; make
+// test runs it after the package tests, through make chaos-smoke):
 //
 //	BOTCTL_CHAOS=1 go test -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
 //
@@ -19,7 +20,7 @@ func TestChaosSmoke(t *testing.T) {
 		t.Skip("chaos smoke: set BOTCTL_CHAOS=1 to run (starts 3 etcd, 3 NATS, a simulator and 3 botctl nodes)")
 	}
 	cfg := Config{
-		Rounds: 1, Users: 3, Burst: 3, Think: time.Second, Patience: 10 * time.Second, AnswerTime: 3 * time.Second,
+		Rounds: 1, Scenarios: []string{"smoke"}, Users: 3, Burst: 3, Think: time.Second, Patience: 10 * time.Second, AnswerTime: 3 * time.Second,
 		Warmup: 3 * time.Second, After: 6 * time.Second, Settle: 40 * time.Second,
 		Dir: t.TempDir(), Logf: t.Logf,
 	}

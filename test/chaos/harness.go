@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/pkg/faultproxy"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
@@ -80,13 +81,83 @@ const (
 )
 
 // Harness is the running cluster: 3 etcd members, 3 NATS servers,
-// the simulator and 3 botctl nodes, node i talking to NATS server i.
+// the simulator and 3 botctl nodes. Every node reaches every etcd member
+// and every NATS server through a fault proxy of its own, so one node
+// can be cut off from etcd, from NATS or from both.
 type Harness struct {
 	Cfg     Config
 	Infra   *Infra
 	C       *cluster.Cluster
 	Traffic *Traffic
 	nodeIDs []string
+	links   map[string]*NodeLinks // node id → its proxies
+}
+
+// NodeLinks are one node's fault proxies: one per etcd member and one per
+// NATS server, in member order.
+type NodeLinks struct {
+	Etcd, NATS []*faultproxy.Proxy
+}
+
+func newNodeLinks(in *Infra) (*NodeLinks, error) {
+	l := &NodeLinks{}
+	for _, m := range in.Etcd {
+		p, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(m.URL, "http://"))
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		l.Etcd = append(l.Etcd, p)
+	}
+	for _, m := range in.NATS {
+		p, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(m.URL, "nats://"))
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		l.NATS = append(l.NATS, p)
+	}
+	return l, nil
+}
+
+// EtcdURLs and NATSURLs are the node's --etcd and --nats.
+func (l *NodeLinks) EtcdURLs() string { return joinProxies("http://", l.Etcd) }
+func (l *NodeLinks) NATSURLs() string { return joinProxies("nats://", l.NATS) }
+
+func joinProxies(scheme string, ps []*faultproxy.Proxy) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, scheme+p.Addr())
+	}
+	return strings.Join(out, ",")
+}
+
+// Cut blackholes the node's links to etcd, NATS or both: connections stay
+// open and no byte moves, as in a partition that drops packets.
+func (l *NodeLinks) Cut(etcd, nats bool) {
+	if etcd {
+		for _, p := range l.Etcd {
+			p.Blackhole()
+		}
+	}
+	if nats {
+		for _, p := range l.NATS {
+			p.Blackhole()
+		}
+	}
+}
+
+// Heal ends every cut.
+func (l *NodeLinks) Heal() {
+	for _, p := range append(append([]*faultproxy.Proxy(nil), l.Etcd...), l.NATS...) {
+		p.Heal()
+	}
+}
+
+func (l *NodeLinks) Close() {
+	for _, p := range append(append([]*faultproxy.Proxy(nil), l.Etcd...), l.NATS...) {
+		p.Close()
+	}
 }
 
 // Start builds botctl and infranode and starts everything.
@@ -118,16 +189,22 @@ func Start(cfg Config) (*Harness, error) {
 	h.C, err = cluster.Start(cluster.Options{
 		Bin: bin, Dir: filepath.Join(dir, "nodes"), Bots: []string{bot}, TTL: cfg.TTL, Margin: cfg.Margin,
 		StartTimeout: 90 * time.Second,
-		External:     &cluster.External{EtcdURLs: h.Infra.EtcdURLs(), NATSURL: h.Infra.NATS[0].URL},
-		NodeArgs:     []string{"--ai", "demo", "--demo-answer-time", cfg.AnswerTime.String(), "--nats-replicas", "3"},
+		External:     &cluster.External{EtcdURLs: h.Infra.EtcdURLs(), NATSURL: h.Infra.NATSURLs()},
+		NodeArgs:     nodeArgs(cfg),
 	})
 	if err != nil {
 		return h, err
 	}
+	h.links = map[string]*NodeLinks{}
 	for i := 0; i < nodeCount; i++ {
 		id := fmt.Sprintf("n%d", i+1)
 		h.nodeIDs = append(h.nodeIDs, id)
-		if _, err := h.C.StartNodeWith(id, cluster.NodeOptions{NATSURL: h.Infra.NATS[i].URL}); err != nil {
+		l, err := newNodeLinks(h.Infra)
+		if err != nil {
+			return h, err
+		}
+		h.links[id] = l
+		if _, err := h.C.StartNodeWith(id, cluster.NodeOptions{EtcdURL: l.EtcdURLs(), NATSURL: l.NATSURLs()}); err != nil {
 			return h, err
 		}
 	}
@@ -138,10 +215,24 @@ func Start(cfg Config) (*Harness, error) {
 	return h, nil
 }
 
+// nodeArgs are every node's flags besides its endpoints. The silence
+// baseline may form after silenceMinWatched of traffic instead of the
+// default 10 minutes, so a silence round early in a run (or in the smoke)
+// is detected as it would be on a bot with some history.
+func nodeArgs(cfg Config) []string {
+	return []string{"--ai", "demo", "--demo-answer-time", cfg.AnswerTime.String(), "--nats-replicas", "3",
+		"--health-silence-min-watched", silenceMinWatched.String()}
+}
+
+const silenceMinWatched = time.Minute
+
 // Close stops every process. The work dir stays if keep.
 func (h *Harness) Close(keep bool) {
 	if h.C != nil {
 		h.C.Close()
+	}
+	for _, l := range h.links {
+		l.Close()
 	}
 	if h.Infra != nil {
 		h.Infra.Close()
@@ -192,6 +283,9 @@ func (h *Harness) waitTakeover(from string, t0 time.Time) Takeover {
 // restore restarts every botctl node whose process is gone and waits for
 // a stable cluster (one leader, connected, the others standbys).
 func (h *Harness) restore() error {
+	for _, l := range h.links {
+		l.Heal()
+	}
 	for _, id := range h.nodeIDs {
 		n := h.C.Node(id)
 		select {
@@ -222,11 +316,25 @@ type RoundResult struct {
 	Busy        int // … of which by a busy refusal
 	Takeovers   []Takeover
 	Violations  []Violation
-	Quota       int64  // 45009 during the round
-	Expired     int64  // expired_updates during the round
-	Kicks       int64  // connection replacements at the simulator
-	KicksOK     int64  // … the fault makes unavoidable (Scenario.Kicks)
-	Err         string // the round could not run to its end
+	Quota       int64 // 45009 during the round
+	Expired     int64 // expired_updates during the round
+	Kicks       int64 // connection replacements at the simulator
+	KicksOK     int64 // … the fault makes unavoidable (Scenario.Kicks)
+	Marked      int   // undelivered, unanswered, and told "may be incomplete" later in its conversation
+	FailedTold  int   // messages the fault drove to an explicit failure notice, as the scenario expects
+	// AnsweredAfter: missed when the round was judged, answered by the
+	// backfill before the end of the run (late, but not lost).
+	AnsweredAfter int
+	Notes         []string
+	// ExpectFailed are msgids the fault made impossible to answer (every
+	// delivery killed): one failure notice is their correct answer.
+	ExpectFailed map[string]bool
+	Err          string // the round could not run to its end
+}
+
+// note records what the fault did, for the report.
+func (r *RoundResult) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
 }
 
 // Failed counts the round's broken invariants.
@@ -310,11 +418,11 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 			r.Undelivered++
 		}
 	}
-	answered, busy, vs, err := judgeRound(h.C, bot, msgs, h.Traffic.Messages(""))
+	j, err := judgeRound(h.C, bot, msgs, h.Traffic.Messages(""), r.ExpectFailed)
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()
 	}
-	r.Answered, r.Busy, r.Violations = answered, busy, vs
+	r.Answered, r.Busy, r.Marked, r.FailedTold, r.Violations = j.answered, j.busy, j.marked, j.failed, j.violations
 	after, err := h.C.Stats(bot)
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()
@@ -322,8 +430,19 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	r.Quota = after.QuotaRejections - before.QuotaRejections
 	r.Expired = after.ExpiredUpdates - before.ExpiredUpdates
 	r.Kicks = after.Kicks - before.Kicks
+	if r.Failed() {
+		// The processes' logs, to find the cause (kept with -keep).
+		path := filepath.Join(h.Cfg.Dir, label+".log")
+		if err := os.WriteFile(path, []byte(h.Dump(maxDumpLines)), 0o644); err == nil {
+			cfg.Logf("%s: logs of every process in %s", label, path)
+		}
+	}
 	return r
 }
+
+// maxDumpLines is how many stderr lines of each process a failed round
+// writes to its log file.
+const maxDumpLines = 2000
 
 // simFault posts a fault for the bot to the simulator's control API.
 func (h *Harness) simFault(action string, seconds int) error {

@@ -113,6 +113,15 @@ func (in *Infra) EtcdURLs() []string {
 	return out
 }
 
+// NATSURLs are every server's client URL, comma-separated (for the CLI).
+func (in *Infra) NATSURLs() string {
+	var out []string
+	for _, m := range in.NATS {
+		out = append(out, m.URL)
+	}
+	return strings.Join(out, ",")
+}
+
 // WaitHealthy waits until a write to etcd commits and JetStream serves
 // account info through every NATS server (the meta group has a leader).
 func (in *Infra) WaitHealthy(timeout time.Duration) error {

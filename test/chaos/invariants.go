@@ -23,11 +23,23 @@ type Verdict struct {
 	// Busy counts finished replies saying the conversation already has a
 	// task running: a business refusal, a correct answer by the red line.
 	Busy int
+	// Failed counts finished bot messages answering this one with the
+	// failure notice and no complete answer (the task was given up).
+	Failed int
+	// Marked: a bot message after this one in its conversation starts
+	// with the "may be incomplete" note (the backfill could not fill a gap
+	// and says so). It is the explicit mark a missed message may get
+	// instead of an answer.
+	Marked bool
 }
 
-// busyText is part of pkg/access's default busy reply (not imported: the
-// check must not move when that package does).
-const busyText = "上一个问题还在处理中"
+// Texts of pkg/access's and pkg/pusher's default replies (not imported:
+// the check must not move when those packages do).
+const (
+	busyText       = "上一个问题还在处理中"
+	failedText     = "这个问题处理失败了"
+	incompleteText = "系统故障期间你发送的部分消息可能未被处理"
+)
 
 // Judge finds m's answers in tr. The demo backend's answer is
 // deterministic (ai.DemoAnswer), so "complete" is exact: the whole
@@ -37,9 +49,16 @@ func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 	want := strings.TrimSpace(ai.DemoAnswer(m.Question, 3, 0))
 	quote := "You asked: " + m.Question + "\n"
 	var v Verdict
+	var asked int64 = -1 // m's seq in the transcript
 	for _, e := range tr {
+		if e.From == "user" && m.MsgID != "" && e.MsgID == m.MsgID {
+			asked = e.Seq
+		}
 		if e.From != "bot" {
 			continue
+		}
+		if asked >= 0 && e.Seq > asked && strings.Contains(e.Content, incompleteText) {
+			v.Marked = true
 		}
 		if (m.MsgID == "" || e.ReplyTo != m.MsgID) && !strings.Contains(e.Content, quote) {
 			continue
@@ -54,6 +73,8 @@ func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 			v.Complete++
 		case done && e.ReplyTo == m.MsgID && strings.Contains(e.Content, busyText):
 			v.Busy++
+		case done && strings.Contains(e.Content, failedText):
+			v.Failed++
 		}
 	}
 	return v
@@ -98,6 +119,7 @@ type Violation struct {
 // Invariant names, in report order.
 const (
 	InvLost      = "lost"      // a delivered message got no complete answer
+	InvFailed    = "failed"    // … only a failure notice, where the fault did not make an answer impossible
 	InvDuplicate = "duplicate" // … got more than one
 	InvLocked    = "locked"    // a probe after the round got no answer
 	InvMissed    = "missed"    // WeCom took a message while no bot was connected; no answer ever came (backfill owes it)
@@ -110,14 +132,24 @@ const (
 // refusals.
 func (v Verdict) Answers() int { return v.Complete + v.Busy }
 
+// judgement is judgeRound's result.
+type judgement struct {
+	answered   int // delivered messages answered exactly once
+	busy       int // … of which by a busy refusal
+	marked     int // missed messages whose conversation was marked "may be incomplete" after them
+	failed     int // expected failures told once
+	violations []Violation
+}
+
 // judgeRound checks every message of the round against the transcripts
-// (read once per conversation) and returns the violations, the number of
-// delivered messages answered exactly once, and how many of those answers
-// were busy refusals.
+// (read once per conversation).
 //
 // all are every message of the run: a locked conversation's report names
 // the earlier messages still without an answer (the likely holder).
-func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg) (answered, busy int, vs []Violation, err error) {
+// expectFailed are msgids the fault made impossible to answer: exactly
+// one failure notice (or, had the fault come too late, one complete
+// answer) is correct for them.
+func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg, expectFailed map[string]bool) (j judgement, err error) {
 	trs := map[string][]cluster.TranscriptEntry{}
 	for _, m := range msgs {
 		if _, ok := trs[m.User]; ok {
@@ -125,7 +157,7 @@ func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg) (answered, bus
 		}
 		tr, err := c.Transcript(bot, m.User)
 		if err != nil {
-			return 0, 0, nil, fmt.Errorf("transcript of %s: %w", m.User, err)
+			return j, fmt.Errorf("transcript of %s: %w", m.User, err)
 		}
 		trs[m.User] = tr
 	}
@@ -135,6 +167,10 @@ func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg) (answered, bus
 		}
 		v := Judge(trs[m.User], m)
 		viol := Violation{User: m.User, MsgID: m.MsgID, Question: m.Question, Saw: v.Saw()}
+		n := v.Answers()
+		if expectFailed[m.MsgID] {
+			n += v.Failed
+		}
 		switch {
 		case m.Probe && v.Complete != 1:
 			// A probe comes after every answer of the round had time to
@@ -147,31 +183,42 @@ func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg) (answered, bus
 			if held := unanswered(trs[m.User], all, m); held != "" {
 				viol.Saw += "; still unanswered before it in this conversation: " + held
 			}
-			vs = append(vs, viol)
-		case v.Answers() == 1:
+			j.violations = append(j.violations, viol)
+		case n == 1:
 			if m.Delivered {
-				answered++
-				busy += v.Busy
+				j.answered++
+				j.busy += v.Busy
 			}
-		case v.Answers() == 0 && !m.Delivered:
+			if expectFailed[m.MsgID] && v.Failed == 1 {
+				j.failed++
+			}
+		case n == 0 && v.Failed > 0:
+			// Told it failed: explicit, but not the answer owed.
+			viol.Invariant = InvFailed
+			j.violations = append(j.violations, viol)
+		case n == 0 && !m.Delivered && v.Marked:
+			// Missed, and the user was told so: the explicit mark the
+			// architecture allows instead of an answer.
+			j.marked++
+		case n == 0 && !m.Delivered:
 			// In WeCom's history, never delivered: the architecture's
 			// backfill must answer it or mark it "may be incomplete".
 			viol.Invariant = InvMissed
-			vs = append(vs, viol)
-		case v.Answers() == 0:
+			j.violations = append(j.violations, viol)
+		case n == 0:
 			viol.Invariant = InvLost
-			vs = append(vs, viol)
+			j.violations = append(j.violations, viol)
 		default:
 			viol.Invariant = InvDuplicate
-			viol.Saw = fmt.Sprintf("%d complete answers and %d busy refusals: %s", v.Complete, v.Busy, viol.Saw)
-			vs = append(vs, viol)
+			viol.Saw = fmt.Sprintf("%d complete answers, %d busy refusals and %d failure notices: %s", v.Complete, v.Busy, v.Failed, viol.Saw)
+			j.violations = append(j.violations, viol)
 		}
 		if v.Expired > 0 {
 			viol.Invariant = InvExpired
-			vs = append(vs, viol)
+			j.violations = append(j.violations, viol)
 		}
 	}
-	return answered, busy, vs, nil
+	return j, nil
 }
 
 // unanswered lists the delivered messages of probe's conversation, posted
@@ -189,11 +236,14 @@ func unanswered(tr []cluster.TranscriptEntry, all []*Msg, probe *Msg) string {
 	return strings.Join(out, "; ")
 }
 
-// allAnswered is true when every delivered message has a complete answer.
+// allAnswered is true when every message WeCom took has an answer (or a
+// failure notice), and every one it took but never delivered also has
+// one or its "may be incomplete" mark: the backfill answers those after
+// the bot is back, so the settle wait must wait for them too.
 func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
 	trs := map[string][]cluster.TranscriptEntry{}
 	for _, m := range msgs {
-		if !m.Delivered {
+		if m.PostErr != "" {
 			continue
 		}
 		tr, ok := trs[m.User]
@@ -204,7 +254,7 @@ func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
 			}
 			trs[m.User] = tr
 		}
-		if Judge(tr, m).Answers() == 0 {
+		if v := Judge(tr, m); v.Answers()+v.Failed == 0 && !v.Marked {
 			return false
 		}
 	}

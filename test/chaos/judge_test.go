@@ -38,3 +38,34 @@ func TestJudge(t *testing.T) {
 		}
 	}
 }
+
+// A missed message is accepted when a later bot message of its
+// conversation carries the "may be incomplete" note; a note before it, or
+// none, is not a mark. A failure notice is counted apart from answers.
+func TestJudgeMarksAndFailures(t *testing.T) {
+	m := &Msg{User: "u", MsgID: "m2", Question: "chaos x u q #2"}
+	note := "（提示：系统故障期间你发送的部分消息可能未被处理；如有问题没有得到回答，请重新发送。）"
+	later := &Msg{User: "u", MsgID: "m3", Question: "chaos x u q #3", Delivered: true}
+	markedAnswer := cluster.TranscriptEntry{Seq: 5, From: "bot", ReplyTo: "m3", Kind: "stream", Finished: true,
+		Content: note + "\n" + ai.DemoAnswer(later.Question, 3, 0)}
+	earlyNote := cluster.TranscriptEntry{Seq: 1, From: "bot", Kind: "markdown", Finished: true, Content: note}
+	asked := cluster.TranscriptEntry{Seq: 2, From: "user", MsgID: "m2", Content: m.Question}
+	askedLater := cluster.TranscriptEntry{Seq: 4, From: "user", MsgID: "m3", Content: later.Question}
+	if v := Judge([]cluster.TranscriptEntry{asked, askedLater, markedAnswer}, m); !v.Marked || v.Answers() != 0 {
+		t.Errorf("note after the message: marked %v answers %d, want true and 0", v.Marked, v.Answers())
+	}
+	if v := Judge([]cluster.TranscriptEntry{earlyNote, asked}, m); v.Marked {
+		t.Errorf("a note before the message marked it")
+	}
+	if v := Judge([]cluster.TranscriptEntry{asked}, m); v.Marked {
+		t.Errorf("no note, marked")
+	}
+	// The later message's own answer is complete despite the note.
+	if v := Judge([]cluster.TranscriptEntry{asked, askedLater, markedAnswer}, later); v.Complete != 1 {
+		t.Errorf("answer with the incomplete note: complete %d, want 1", v.Complete)
+	}
+	failed := cluster.TranscriptEntry{Seq: 3, From: "bot", ReplyTo: "m2", Kind: "stream", Finished: true, Content: "已收到\n抱歉，这个问题处理失败了，请稍后重试。"}
+	if v := Judge([]cluster.TranscriptEntry{asked, failed}, m); v.Failed != 1 || v.Answers() != 0 {
+		t.Errorf("failure notice: failed %d answers %d, want 1 and 0", v.Failed, v.Answers())
+	}
+}

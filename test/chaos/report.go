@@ -67,7 +67,7 @@ type scenarioSum struct {
 	name                                             string
 	rounds, failed                                   int
 	msgs, delivered, undelivered, postErrs, answered int
-	busy                                             int
+	busy, marked, failedTold, answeredAfter          int
 	inv                                              map[string]int
 	quota, expired, kicks                            int64
 	takeovers                                        []time.Duration
@@ -95,6 +95,9 @@ func (rep *Report) sums() []*scenarioSum {
 		s.postErrs += r.PostErrors
 		s.answered += r.Answered
 		s.busy += r.Busy
+		s.marked += r.Marked
+		s.failedTold += r.FailedTold
+		s.answeredAfter += r.AnsweredAfter
 		for _, v := range r.Violations {
 			s.inv[v.Invariant]++
 		}
@@ -154,8 +157,9 @@ func (rep *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "- command: `%s`\n- date: %s (took %s)\n- machine: nproc %d, %s, %s/%s\n- commit: %s\n",
 		rep.Command, rep.Date.Format(time.RFC3339), rep.Took.Round(time.Second), rep.Nproc, rep.GoVersion, runtime.GOOS, runtime.GOARCH, rep.Commit)
 	fmt.Fprintf(w, "- topology (loopback, every member its own process): 3 etcd members, 3 NATS servers clustered with JetStream "+
-		"(`--nats-replicas 3`), `botctl sim`, 3 `botctl serve` nodes (node i's `--nats` is NATS server i; etcd: all three members)\n")
-	fmt.Fprintf(w, "- nodes: `--ai demo --demo-answer-time %s --election-ttl %s --election-safety-margin %s`\n", cfg.AnswerTime, cfg.TTL, cfg.Margin)
+		"(`--nats-replicas 3`, servers started with no_advertise), `botctl sim`, 3 `botctl serve` nodes; every node reaches each etcd member and each NATS server "+
+		"through a fault proxy of its own (pkg/faultproxy), so one node can be cut off from etcd, NATS or both\n")
+	fmt.Fprintf(w, "- nodes: `%s --election-ttl %s --election-safety-margin %s`\n", strings.Join(nodeArgs(cfg), " "), cfg.TTL, cfg.Margin)
 	fmt.Fprintf(w, "- traffic: %d closed-loop users (one single chat each), think time ~%s, %s before the fault and %s after it; "+
 		"%d more conversations post one message each over the fault's first second; "+
 		"answers may take %s more after traffic stops; then one probe message per conversation\n\n",
@@ -166,14 +170,17 @@ func (rep *Report) Markdown(w io.Writer) {
 
 	fmt.Fprintf(w, "Every check reads the simulator (transcripts and `/control/stats`), never botctl. A delivered message "+
 		"is owed exactly one answer: a finished bot message holding the whole `ai.DemoAnswer` text (stream reply or proactive push), "+
-		"or a busy refusal (the conversation already had a task; the red line says that is an answer). Users are closed-loop: "+
+		"or a busy refusal (the conversation already had a task; the red line says that is an answer). A message WeCom took while no "+
+		"connection got it (undelivered) is owed an answer by the backfill, or an explicit \"may be incomplete\" note at the start of a later "+
+		"bot message in its conversation (counted as marked). Only where the fault made an answer impossible (every delivery of the task "+
+		"killed) is one failure notice the correct answer. Users are closed-loop: "+
 		"each waits for its answer, but asks again after %s without one, as people do.\n\n", cfg.Patience)
-	fmt.Fprintf(w, "| scenario | rounds | failed rounds | msgs | delivered | answered once (busy) | lost | duplicate | locked conv. | expired streams | 45009 | kicks | undelivered | missed (undelivered, never answered) | post errors | takeover p50 ms | p99 ms | max ms | n | no takeover |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| scenario | rounds | failed rounds | msgs | delivered | answered once (busy) | lost | failure notice only | duplicate | locked conv. | expired streams | 45009 | kicks | undelivered | missed (undelivered, never answered) | answered after its round | marked incomplete | failure told (expected) | post errors | takeover p50 ms | p99 ms | max ms | n | no takeover |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range rep.sums() {
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %d | %d |\n",
-			s.name, s.rounds, s.failed, s.msgs, s.delivered, s.answered, s.busy, s.inv[InvLost], s.inv[InvDuplicate], s.inv[InvLocked],
-			s.expired, s.quota, s.kicks, s.undelivered, s.inv[InvMissed], s.postErrs,
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s | %d | %d |\n",
+			s.name, s.rounds, s.failed, s.msgs, s.delivered, s.answered, s.busy, s.inv[InvLost], s.inv[InvFailed], s.inv[InvDuplicate], s.inv[InvLocked],
+			s.expired, s.quota, s.kicks, s.undelivered, s.inv[InvMissed], s.answeredAfter, s.marked, s.failedTold, s.postErrs,
 			pctMS(s.takeovers, .5), pctMS(s.takeovers, .99), pctMS(s.takeovers, 1), len(s.takeovers), s.takeoverErrs)
 	}
 
@@ -189,17 +196,28 @@ func (rep *Report) Markdown(w io.Writer) {
 	tot[InvDuplicate] += int64(countInv(rep.Late, InvDuplicate))
 	fmt.Fprintf(w, "\n## Invariants\n\n")
 	fmt.Fprintf(w, "- every delivered message answered, none lost: %s\n", passFail(tot[InvLost]))
+	fmt.Fprintf(w, "- no message answered only by a failure notice (where the fault left an answer possible): %s\n", passFail(tot[InvFailed]))
 	fmt.Fprintf(w, "- none answered twice (late duplicates included): %s\n", passFail(tot[InvDuplicate]))
 	fmt.Fprintf(w, "- no conversation left locked (the probe after each round is answered): %s\n", passFail(tot[InvLocked]))
 	fmt.Fprintf(w, "- no stream updated after its window (expired_updates, and expired transcript entries): %s\n", passFail(tot[InvExpired]))
 	fmt.Fprintf(w, "- no quota violation (45009): %s\n", passFail(tot[InvQuota]))
 	fmt.Fprintf(w, "- no ping-pong (simulator kicks beyond those the fault forces, e.g. 1 when the old leader is frozen): %s\n", passFail(tot[InvPingPong]))
-	fmt.Fprintf(w, "- every message WeCom took while no bot was connected (undelivered) answered later, by backfill: %s\n", passFail(tot[InvMissed]))
+	fmt.Fprintf(w, "- every message WeCom took while no bot was connected (undelivered) answered later by the backfill, or marked \"may be incomplete\": %s\n", passFail(tot[InvMissed]))
 	fmt.Fprintf(w, "\nAn undelivered message is in WeCom's history (`/control/history`) but was never written to a connection; "+
-		"the architecture's inbound compensation owes it an answer or an explicit \"may be incomplete\" mark. "+
-		"The harness counts only answers (no such mark exists in botctl yet).\n")
+		"the architecture's inbound compensation owes it an answer or an explicit \"may be incomplete\" mark (pkg/pusher's IncompleteNote "+
+		"on a later bot message of the same conversation).\n")
+	fmt.Fprintf(w, "\n## Scenarios\n\n| scenario | family | smoke | what the fault does |\n|---|---|---|---|\n")
+	ran := map[string]bool{}
+	for _, r := range rep.Rounds {
+		ran[r.Scenario] = true
+	}
+	for _, s := range Scenarios {
+		if ran[s.Name] {
+			fmt.Fprintf(w, "| %s | %s | %v | %s |\n", s.Name, s.Family, s.Smoke, mdEscape(s.Doc))
+		}
+	}
 
-	fmt.Fprintf(w, "\n## Rounds\n\n| scenario | round | took s | delivered | answered once | violations | takeovers ms | error |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "\n## Rounds\n\n| scenario | round | took s | delivered | answered once | violations | takeovers ms | fault | error |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Rounds {
 		var tk []string
 		for _, t := range r.Takeovers {
@@ -209,8 +227,8 @@ func (rep *Report) Markdown(w io.Writer) {
 				tk = append(tk, "from "+t.From+": "+ms(t.D))
 			}
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %d | %d | %d | %s | %s |\n", r.Scenario, r.Round, r.Took.Seconds(), r.Delivered, r.Answered,
-			len(r.Violations)+int(r.Quota+r.Expired+r.PingPong()), strings.Join(tk, ", "), mdEscape(r.Err))
+		fmt.Fprintf(w, "| %s | %d | %.0f | %d | %d | %d | %s | %s | %s |\n", r.Scenario, r.Round, r.Took.Seconds(), r.Delivered, r.Answered,
+			len(r.Violations)+int(r.Quota+r.Expired+r.PingPong()), strings.Join(tk, ", "), mdEscape(strings.Join(r.Notes, "; ")), mdEscape(r.Err))
 	}
 
 	fmt.Fprintf(w, "\n## Violations\n\n")
@@ -267,7 +285,7 @@ func (rep *Report) WriteFiles(out string) error {
 	}
 	base := strings.TrimSuffix(out, filepath.Ext(out))
 	rows := [][]string{{"scenario", "round", "start", "took_ms", "msgs", "delivered", "undelivered", "post_errors", "answered_once", "busy",
-		"lost", "duplicate", "locked", "missed", "expired", "quota_45009", "kicks", "takeovers_ms", "error"}}
+		"lost", "failed", "duplicate", "locked", "missed", "answered_after_round", "marked_incomplete", "failure_told", "expired", "quota_45009", "kicks", "takeovers_ms", "fault", "error"}}
 	for _, r := range rep.Rounds {
 		inv := map[string]int{}
 		for _, v := range r.Violations {
@@ -283,8 +301,8 @@ func (rep *Report) WriteFiles(out string) error {
 		}
 		rows = append(rows, []string{r.Scenario, strconv.Itoa(r.Round), r.Start.UTC().Format(time.RFC3339), ms(r.Took),
 			strconv.Itoa(r.Msgs), strconv.Itoa(r.Delivered), strconv.Itoa(r.Undelivered), strconv.Itoa(r.PostErrors), strconv.Itoa(r.Answered), strconv.Itoa(r.Busy),
-			strconv.Itoa(inv[InvLost]), strconv.Itoa(inv[InvDuplicate]), strconv.Itoa(inv[InvLocked]), strconv.Itoa(inv[InvMissed]), strconv.Itoa(inv[InvExpired] + int(r.Expired)),
-			strconv.FormatInt(r.Quota, 10), strconv.FormatInt(r.Kicks, 10), strings.Join(tk, ";"), r.Err})
+			strconv.Itoa(inv[InvLost]), strconv.Itoa(inv[InvFailed]), strconv.Itoa(inv[InvDuplicate]), strconv.Itoa(inv[InvLocked]), strconv.Itoa(inv[InvMissed]), strconv.Itoa(r.AnsweredAfter), strconv.Itoa(r.Marked), strconv.Itoa(r.FailedTold), strconv.Itoa(inv[InvExpired] + int(r.Expired)),
+			strconv.FormatInt(r.Quota, 10), strconv.FormatInt(r.Kicks, 10), strings.Join(tk, ";"), strings.Join(r.Notes, "; "), r.Err})
 	}
 	if err := writeCSV(base+".csv", rows); err != nil {
 		return err

@@ -107,11 +107,21 @@ func (t *Traffic) Run(ctx context.Context, round string) {
 			if !sleepCtx(ctx, time.Duration(i)*t.think/time.Duration(len(t.users))) {
 				return
 			}
+			// asked is the user's last question that got no busy refusal:
+			// told "the previous question is still being worked on", a
+			// person waits for that answer (up to their patience) before
+			// asking again, rather than repeating at once.
+			var asked *Msg
 			for ctx.Err() == nil {
 				m := t.Post(round, u, false)
 				switch {
 				case m.Delivered:
-					t.waitAnswer(ctx, m, t.wait)
+					v := t.waitAnswer(ctx, m, t.wait)
+					if v.Busy > 0 && v.Complete == 0 && asked != nil {
+						t.waitAnswer(ctx, asked, t.wait)
+					} else {
+						asked = m
+					}
 				case m.PostErr == "":
 					// WeCom took it but had no connection to give it to:
 					// the user sees nothing, waits a little, asks again.
@@ -127,17 +137,24 @@ func (t *Traffic) Run(ctx context.Context, round string) {
 	wg.Wait()
 }
 
-func (t *Traffic) waitAnswer(ctx context.Context, m *Msg, wait time.Duration) {
+// waitAnswer waits up to wait for m's answer (complete, busy or a
+// failure notice) and returns what the user saw of it.
+func (t *Traffic) waitAnswer(ctx context.Context, m *Msg, wait time.Duration) Verdict {
 	deadline := time.Now().Add(wait)
+	var v Verdict
 	for time.Now().Before(deadline) {
 		if !sleepCtx(ctx, 500*time.Millisecond) {
-			return
+			return v
 		}
 		tr, err := t.c.Transcript(t.bot, m.User)
-		if err == nil && Judge(tr, m).Answers() > 0 {
-			return
+		if err != nil {
+			continue
+		}
+		if v = Judge(tr, m); v.Answers()+v.Failed > 0 {
+			return v
 		}
 	}
+	return v
 }
 
 // Messages are the messages of round (all rounds if "").

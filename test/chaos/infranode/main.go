@@ -119,7 +119,10 @@ func runNATS(args []string) error {
 		JetStream:  true,
 		StoreDir:   filepath.Join(*dir, "jetstream"),
 		NoSigs:     true,
-		Cluster:    server.ClusterOpts{Name: "botctl-chaos", Host: "127.0.0.1", Port: *cport},
+		// NoAdvertise: a client knows only the URLs it was given, so a
+		// node whose every NATS URL goes through a fault proxy cannot
+		// step around a partition by dialing a discovered server.
+		Cluster: server.ClusterOpts{Name: "botctl-chaos", Host: "127.0.0.1", Port: *cport, NoAdvertise: true},
 	}
 	if *routes != "" {
 		opts.Routes = server.RoutesFromStr(*routes)

@@ -276,6 +276,9 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	}
 	l, err := p.WaitStdout("serving bots", c.Opts.StartTimeout)
 	if err != nil {
+		// A node that never became ready must not linger: it may hold its
+		// data dir (the spool's lock) against the next start.
+		p.Kill()
 		return nil, err
 	}
 	m := nodeReady.FindStringSubmatch(l.Text)

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/infra"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// A CLI command run without the nodes' nats.replicas leaves the
+// deployment's replica count alone. It declared the store with the
+// default (1): every `botctl tasks list` scaled an R3 stream, consumer and
+// buckets down to R1 (found by test/chaos: the next node restart then
+// failed to declare its consumer, 10126).
+func TestCLIKeepsTheDeploymentsReplicas(t *testing.T) {
+	urls := startNATSCluster(t, 3)
+	nc, err := nats.Connect(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var st *jetstream.Store
+	for ctx.Err() == nil { // the meta group needs a leader first
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err = jetstream.Declare(actx, js, jetstream.Options{Replicas: 3})
+		acancel()
+		if err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st == nil {
+		t.Fatalf("declare R3: %v", err)
+	}
+	if out, err := run(t, "tasks", "list", "--nats", urls[1]); err != nil {
+		t.Fatalf("tasks list: %v\n%s", err, out)
+	}
+	info, err := st.TaskStream().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := st.Workers().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Replicas != 3 || ci.Config.Replicas != 3 {
+		t.Fatalf("after tasks list: stream R%d, consumer R%d; want both R3", info.Config.Replicas, ci.Config.Replicas)
+	}
+}
+
+// startNATSCluster starts n clustered JetStream servers in this process
+// and returns their client URLs.
+func startNATSCluster(t *testing.T, n int) []string {
+	t.Helper()
+	var cports []int
+	for i := 0; i < n; i++ {
+		a, err := infra.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := net.SplitHostPort(a)
+		port, _ := strconv.Atoi(p)
+		cports = append(cports, port)
+	}
+	var urls []string
+	for i := 0; i < n; i++ {
+		var routes []string
+		for j, p := range cports {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+			}
+		}
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
+			JetStream: true, StoreDir: t.TempDir(),
+			Cluster: server.ClusterOpts{Name: "cli-test", Host: "127.0.0.1", Port: cports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		if !s.ReadyForConnections(30 * time.Second) {
+			t.Fatalf("nats server %d not ready", i+1)
+		}
+		urls = append(urls, s.ClientURL())
+	}
+	return urls
+}

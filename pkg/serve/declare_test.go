@@ -1,0 +1,88 @@
+package serve
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/infra"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A node whose store cannot be declared stops and says why: Run returns
+// the error. It must not keep campaigning for its bots while it waits for
+// its election loop, which only ends with the process (a restart then
+// found the spool still locked by the node that "stopped"; found by the
+// chaos harness after a NATS server refused the consumer's declare).
+func TestRunReturnsWhenTheStoreCannotBeDeclared(t *testing.T) {
+	addr, err := infra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ns, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+
+	// The task stream exists with a retention the server cannot change
+	// in place: the node's declare fails.
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	if _, err := js.CreateStream(sctx, natsjs.StreamConfig{Name: "BOTCTL_TASKS", Subjects: []string{"botctl.elsewhere.>"}, Retention: natsjs.LimitsPolicy}); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := config.Defaults()
+	cfg.NodeID, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
+	cfg.WeCom.URL = "ws://127.0.0.1:1/" // never reached
+	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s1"}}
+	cfg.Election.TTL, cfg.Election.SafetyMargin = 3*time.Second, time.Second
+	cfg.Etcd.Endpoints, cfg.NATS.URL = e.Endpoints(), ns.ClientURL()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, Listener: ln, Logger: zerolog.Nop()})
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Run returned nil; want the declare error")
+		}
+		t.Logf("Run: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("Run still running 60s after its store failed to declare (stopped only by cancelling its context)")
+	}
+}

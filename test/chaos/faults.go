@@ -1,0 +1,317 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/botctl/botctl/test/e2e/cluster"
+)
+
+// taskMaxDeliver is the task queue's MaxDeliver (jetstream.DefaultTaskMaxDeliver,
+// not imported: the scenario states what it expects of the deployment).
+const taskMaxDeliver = 5
+
+// Standby waits for a stable cluster and returns a node that is standby
+// for the bot.
+func (h *Harness) Standby() (*cluster.Node, error) {
+	l, err := h.C.WaitStable(h.Cfg.Takeover)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range h.C.Alive() {
+		if n.ID != l[bot] {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("no standby: only %s is alive", l[bot])
+}
+
+// cutNode blackholes the leader's (or a standby's) links to etcd and/or
+// NATS for d, then heals them. A leader cut from etcd must lose its lock:
+// the takeover is measured.
+func (h *Harness) cutNode(r *RoundResult, leader, etcd, nats bool, d time.Duration) error {
+	pick := h.Standby
+	if leader {
+		pick = h.Leader
+	}
+	n, err := pick()
+	if err != nil {
+		return err
+	}
+	links := h.links[n.ID]
+	t0 := time.Now()
+	links.Cut(etcd, nats)
+	defer links.Heal()
+	r.note("cut %s (%s) from%s%s for %s", n.ID, map[bool]string{true: "leader", false: "standby"}[leader],
+		map[bool]string{true: " etcd"}[etcd], map[bool]string{true: " NATS"}[nats], d)
+	if leader && etcd {
+		r.Takeovers = append(r.Takeovers, h.waitTakeover(n.ID, t0))
+	}
+	time.Sleep(time.Until(t0.Add(d)))
+	return nil
+}
+
+// cli runs a botctl subcommand against the cluster's NATS (directly, not
+// through any node's proxy) and returns its stdout.
+func (h *Harness) cli(args ...string) (string, error) {
+	args = append(args, "--nats", h.Infra.NATSURLs())
+	code, stdout, stderr, err := cluster.Run(h.C.Opts.Bin, time.Minute, args...)
+	if err != nil {
+		return stdout, err
+	}
+	if code != 0 {
+		return stdout, fmt.Errorf("botctl %s: exit %d: %s", strings.Join(args, " "), code, strings.TrimSpace(stderr))
+	}
+	return stdout, nil
+}
+
+// incidentRow is the part of `botctl incidents list --json` a scenario reads.
+type incidentRow struct {
+	ID       string    `json:"id"`
+	Kind     string    `json:"kind"`
+	Level    string    `json:"level"`
+	State    string    `json:"state"`
+	Signal   string    `json:"signal"`
+	Reason   string    `json:"reason"`
+	Detected time.Time `json:"detected"`
+}
+
+func (h *Harness) openIncidents() ([]incidentRow, error) {
+	out, err := h.cli("incidents", "list", "--bot", bot, "--open", "--json")
+	if err != nil {
+		return nil, err
+	}
+	var v struct {
+		Incidents []incidentRow `json:"incidents"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return nil, fmt.Errorf("incidents list --json: %w: %s", err, out)
+	}
+	return v.Incidents, nil
+}
+
+// revokeAndRestore revokes the bot's secret at the simulator, waits for
+// botctl to open a human-level outage incident for it, then plays the
+// person paged: after think, restores the secret and acknowledges the
+// incident with `botctl incidents ack`. The takeover is from the ack to
+// the next subscribe.
+func (h *Harness) revokeAndRestore(r *RoundResult, think time.Duration) error {
+	if _, err := h.Leader(); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := h.simFault("revoke", 0); err != nil {
+		return err
+	}
+	var inc incidentRow
+	deadline := time.Now().Add(90 * time.Second)
+	for inc.ID == "" {
+		if time.Now().After(deadline) {
+			// Leave the bot usable for the rounds after this one.
+			h.simFault("restore", 0)
+			if incs, err := h.openIncidents(); err == nil {
+				for _, i := range incs {
+					h.cli("incidents", "ack", i.ID, "--by", "chaos", "--note", "the chaos harness cleans up after a failed revoke round")
+				}
+			}
+			return fmt.Errorf("no open human incident for %s within 90s of the revoke", bot)
+		}
+		time.Sleep(time.Second)
+		incs, err := h.openIncidents()
+		if err != nil {
+			h.Cfg.Logf("incidents list: %v", err)
+			continue
+		}
+		// The revoke may escalate an incident that was already open (the
+		// bot has one open incident at a time): its Detected is then
+		// older than the revoke.
+		for _, i := range incs {
+			if i.Level == "human" && i.Kind == "outage" {
+				inc = i
+			}
+		}
+	}
+	r.note("incident %s (%s, %s, detected %s, %.1f s after the revoke): %s", inc.ID, inc.Level, inc.Signal,
+		inc.Detected.UTC().Format("15:04:05"), time.Since(t0).Seconds(), inc.Reason)
+	time.Sleep(think)
+	if err := h.simFault("restore", 0); err != nil {
+		return err
+	}
+	acked := time.Now()
+	if _, err := h.cli("incidents", "ack", inc.ID, "--by", "chaos", "--note", "secret restored by the chaos harness"); err != nil {
+		return err
+	}
+	tk := h.waitTakeover("ack", acked)
+	r.Takeovers = append(r.Takeovers, tk)
+	return nil
+}
+
+// taskRow is the part of a task record (`botctl tasks list --json`) a
+// scenario reads.
+type taskRow struct {
+	ID         string `json:"id"`
+	MsgID      string `json:"msgid"`
+	Chat       string `json:"chat"`
+	Exec       string `json:"exec"`
+	Node       string `json:"node"`
+	Deliveries int    `json:"deliveries"`
+	Tier       string `json:"tier"`
+}
+
+func (h *Harness) tasks(state string) ([]taskRow, error) {
+	out, err := h.cli("tasks", "list", "--bot", bot, "--state", state, "--json", "--limit", "0")
+	if err != nil {
+		return nil, err
+	}
+	var v struct {
+		Tasks []taskRow `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return nil, fmt.Errorf("tasks list --json: %w: %s", err, out)
+	}
+	return v.Tasks, nil
+}
+
+func (h *Harness) task(id string) (taskRow, error) {
+	out, err := h.cli("tasks", "show", id, "--json")
+	if err != nil {
+		return taskRow{}, err
+	}
+	var v struct {
+		Task taskRow `json:"task"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return v.Task, fmt.Errorf("tasks show --json: %w: %s", err, out)
+	}
+	return v.Task, nil
+}
+
+// runningOnStandby waits up to timeout for a task of this round's traffic
+// running from the queue on a live standby.
+func (h *Harness) runningOnStandby(timeout time.Duration) (taskRow, *cluster.Node, error) {
+	l, err := h.Leader()
+	if err != nil {
+		return taskRow{}, nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ts, err := h.tasks("running")
+		if err != nil {
+			h.Cfg.Logf("tasks list: %v", err)
+		}
+		for _, t := range ts {
+			if t.Node == "" || t.Node == l.ID || t.Tier != "queue" || !strings.HasPrefix(t.Chat, "chaos-"+h.Traffic.nonce) {
+				continue
+			}
+			if n := h.C.Node(t.Node); n != nil && alive(n) {
+				return t, n, nil
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return taskRow{}, nil, fmt.Errorf("no task running on a standby within %v", timeout)
+}
+
+func alive(n *cluster.Node) bool {
+	select {
+	case <-n.Proc.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// killWorker kills -9 a standby while it computes an answer and restarts
+// it 5 s later. The task must be redelivered to another worker after the
+// queue's ack wait and answered once.
+func (h *Harness) killWorker(r *RoundResult) error {
+	t, n, err := h.runningOnStandby(20 * time.Second)
+	if err != nil {
+		return err
+	}
+	n.Proc.Kill()
+	r.note("killed %s computing task %s (delivery %d)", n.ID, t.ID, t.Deliveries)
+	time.Sleep(5 * time.Second)
+	if _, err := h.C.RestartNode(n.ID); err != nil {
+		return fmt.Errorf("restart %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// killWorkerEveryDelivery chases one task: whichever node computes it is
+// killed -9 (and restarted 5 s later), delivery after delivery, up to the
+// queue's last. The task can then never finish: botctl must give it up,
+// tell the user once, and free the conversation (the probe checks that).
+func (h *Harness) killWorkerEveryDelivery(r *RoundResult) error {
+	t, n, err := h.runningOnStandby(20 * time.Second)
+	if err != nil {
+		return err
+	}
+	r.ExpectFailed = map[string]bool{t.MsgID: true}
+	restarts := make(chan error, taskMaxDeliver)
+	pending := 0
+	defer func() {
+		for ; pending > 0; pending-- {
+			<-restarts
+		}
+	}()
+	for {
+		leader, _ := h.C.Leaders()
+		wasLeader := len(leader[bot]) == 1 && leader[bot][0] == n.ID
+		t0 := time.Now()
+		n.Proc.Kill()
+		r.note("killed %s (leader: %v) computing task %s, delivery %d", n.ID, wasLeader, t.ID, t.Deliveries)
+		id := n.ID
+		pending++
+		go func() {
+			time.Sleep(5 * time.Second)
+			_, err := h.C.RestartNode(id)
+			restarts <- err
+		}()
+		if wasLeader {
+			r.Takeovers = append(r.Takeovers, h.waitTakeover(id, t0))
+		}
+		if t.Deliveries >= taskMaxDeliver {
+			return nil
+		}
+		// The next delivery comes after the ack wait (30 s) on any node.
+		prev := t.Deliveries
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("task %s: no delivery after %d within 2m (last seen: %s on %q, delivery %d)", t.ID, prev, t.Exec, t.Node, t.Deliveries)
+			}
+			time.Sleep(300 * time.Millisecond)
+			cur, err := h.task(t.ID)
+			if err != nil {
+				continue
+			}
+			t = cur
+			if t.Exec != "running" || t.Deliveries <= prev {
+				if t.Exec == "succeeded" || t.Exec == "failed" || t.Exec == "canceled" {
+					return fmt.Errorf("task %s ended (%s) at delivery %d before the chase reached the last delivery", t.ID, t.Exec, t.Deliveries)
+				}
+				continue
+			}
+			if n = h.C.Node(t.Node); n != nil && alive(n) {
+				break
+			}
+		}
+	}
+}
+
+// Stop sends SIGTERM to a member (a graceful shutdown, as an upgrade
+// does) and waits for it to exit.
+func (in *Infra) Stop(m *Member, timeout time.Duration) error {
+	if err := m.Proc.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	if _, err := m.Proc.Wait(timeout); err != nil {
+		m.Proc.Kill()
+		return fmt.Errorf("%s did not exit within %v of SIGTERM (killed)", m.Name, timeout)
+	}
+	return nil
+}
