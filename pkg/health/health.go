@@ -574,6 +574,17 @@ func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 			})
 			return
 		}
+		if rec, err := Load(ctx, bd.kv, b.id); err == nil && rec.Term > term.Rev {
+			// A newer term (a standby that deposed this node while it
+			// hung, or took over after its lease ran out) has already
+			// connected and written the record: this end is that
+			// handover seen late. Opening an incident now would leave it
+			// open for good (the newer term recovered before it existed),
+			// and writing the record would overwrite the newer term's.
+			h.log.Info().Str("bot", b.id).Int64("term", term.Rev).Int64("newer_term", rec.Term).Str("newer_node", rec.Node).
+				Stringer("reason", reason).Msg("connection of a superseded term ended: a handover, not an incident")
+			return
+		}
 		signal, why, dropped := classify(reason, cerr, term, v, cause, now)
 		if signal == incident.SignalSilence {
 			b.mu.Lock()

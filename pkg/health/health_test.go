@@ -503,6 +503,33 @@ func TestGracefulHandoverIsNotAnIncident(t *testing.T) {
 	}
 }
 
+// A connection that ends after a newer term already wrote the record (a
+// hung leader waking up to find itself kicked by the node that deposed
+// it): the end is that handover seen late. It opens no incident (one
+// would stay open for good: the newer term recovered before it existed)
+// and leaves the newer term's record alone.
+func TestEndOfASupersededTermIsNotAnIncident(t *testing.T) {
+	e := start(t, options{})
+	e.waitOnline()
+	cur := e.record()
+	newer := cur
+	newer.Node, newer.Term, newer.State, newer.Reason = "n9", cur.Term+1_000_000, health.Online, ""
+	raw, _ := json.Marshal(newer)
+	if _, err := e.js.Store.Health().Put(context.Background(), "bot."+bot, raw); err != nil {
+		t.Fatal(err)
+	}
+	// The connection of n1's (older) term ends.
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
+	e.h.Settle(context.Background(), bot)
+	eventually(t, "n1 connected again", func() bool { return e.stats().Connected && e.stats().Connections >= 2 })
+	e.h.Settle(context.Background(), bot)
+	for _, i := range e.incidents() {
+		if i.Term == cur.Term {
+			t.Fatalf("the superseded term's end opened an incident:\n%s", dump(i))
+		}
+	}
+}
+
 // A backfill that could not fill everything marks the conversations, opens
 // a data incident for a person, and the next message of each conversation
 // takes its mark once.
