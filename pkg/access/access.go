@@ -51,6 +51,9 @@ type Texts struct {
 // DefaultReceipt is the receipt frame's text when Texts.Receipt is empty.
 const DefaultReceipt = "已收到，正在处理…"
 
+// DefaultBusy is the busy reply when Texts.Busy is empty.
+const DefaultBusy = "上一个问题还在处理中，请稍候再问。发送 /stop 可以停止它。"
+
 func (t *Texts) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -58,7 +61,7 @@ func (t *Texts) setDefaults() {
 		}
 	}
 	def(&t.Receipt, DefaultReceipt)
-	def(&t.Busy, "上一个问题还在处理中，请稍候再问。发送 /stop 可以停止它。")
+	def(&t.Busy, DefaultBusy)
 	def(&t.Refused, "抱歉，你没有使用这个机器人的权限。如需开通，请联系管理员。")
 	def(&t.Empty, "请输入你的问题。")
 	def(&t.TooLong, "问题太长了，请精简到 %d 字节以内再发送。")

@@ -43,6 +43,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,6 +89,9 @@ type Config struct {
 	TruncatedNote string
 	// CanceledNote and FailedNote end answers that were stopped or failed.
 	CanceledNote, FailedNote string
+	// BusyNote is the answer of a task refused late as busy (Record.Busy):
+	// the inbound path's busy reply. Default: FailedNote.
+	BusyNote string
 	// LateNote starts the answer to a message the bot missed (found by the
 	// gap backfill). Default "（抱歉，这条消息因系统故障未能及时回复，以下是迟到的回答）".
 	LateNote string
@@ -149,6 +153,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FailedNote == "" {
 		c.FailedNote = "抱歉，这个问题处理失败了，请稍后重试。"
+	}
+	if c.BusyNote == "" {
+		c.BusyNote = c.FailedNote
 	}
 	if c.Parallel <= 0 {
 		c.Parallel = 256
@@ -624,7 +631,11 @@ func (p *Pusher) finalText(r *task.Record, text string) string {
 	case task.Canceled:
 		text = join(text, p.cfg.CanceledNote)
 	case task.Failed:
-		text = join(text, p.cfg.FailedNote)
+		if r.Busy {
+			text = join(text, p.cfg.BusyNote)
+		} else {
+			text = join(text, p.cfg.FailedNote)
+		}
 	}
 	if r.Incomplete != "" {
 		text = join(p.cfg.IncompleteNote, text)
@@ -633,6 +644,12 @@ func (p *Pusher) finalText(r *task.Record, text string) string {
 		return join(p.cfg.LateNote, text)
 	}
 	return text
+}
+
+// quote is question as a markdown quote of one line, clipped.
+func quote(question string) string {
+	q := strings.Join(strings.Fields(question), " ")
+	return "> " + Clip(q, 300, "…")
 }
 
 func join(text, note string) string {
@@ -824,6 +841,11 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		return true, 0
 	}
 	final := p.finalText(r, text)
+	if text == "" && (r.Exec == task.Failed || r.Exec == task.Canceled) {
+		// A proactive message neither replies to the question nor, with
+		// no answer in it, says which question it is about: quote it.
+		final = join(quote(r.Question), final)
+	}
 	parts := Split(final, wecom.MaxContentBytes)
 	chatType := wecom.ChatTypeSingle
 	if r.ChatType == wecom.ChatGroup {

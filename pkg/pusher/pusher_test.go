@@ -531,3 +531,27 @@ func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
 		}
 	}
 }
+
+// A task refused late as busy (forwarded from a spool after an outage, it
+// found the conversation's earlier task still running) is answered with
+// the busy reply, not the failure notice; pushed under a later term, the
+// message quotes the question it is about (a push replies to nothing).
+func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	rec := r.ask("alice", "the second\nquestion")
+	r.connect(2) // the outage: a new term
+	if _, err := r.lc.Refused(context.Background(), task.MessageOf(rec), "busy: the earlier question was still running", true); err != nil {
+		t.Fatal(err)
+	}
+	r.start(pusher.Config{BusyNote: "BUSY: ask again later", FailedNote: "FAILED"})
+	r.waitDelivery(rec.ID, task.Delivered)
+	var pushed []string
+	for _, m := range r.botMessages("alice") {
+		if m.Kind == "markdown" {
+			pushed = append(pushed, m.Content)
+		}
+	}
+	if len(pushed) != 1 || pushed[0] != "> the second question\n\nBUSY: ask again later" {
+		t.Fatalf("pushed %q, want one busy reply quoting the question", pushed)
+	}
+}

@@ -538,7 +538,8 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
-		Gate: n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed, ReplayExpiry: cfg.Push.ReplayExpiry,
+		BusyNote: access.DefaultBusy,
+		Gate:     n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed, ReplayExpiry: cfg.Push.ReplayExpiry,
 		Lag:    n.obs.metrics.PushLag,
 		Logger: log,
 	})
@@ -768,7 +769,7 @@ func spoolRefused(ctx context.Context, store *jetstream.Store, lc *task.Lifecycl
 		log.Error().Err(err).Str("msgid", e.MsgID).Msg("spooled entry unreadable; dropped")
 		return
 	}
-	reason := "the conversation had a newer question when this one was forwarded after an outage; please ask again"
+	reason, busy := "busy: the conversation's earlier question was still being answered when this one was forwarded after an outage", true
 	if errors.Is(cause, jetstream.ErrConversationBusy) {
 		if msg, err := store.ConversationTask(ctx, m.Bot, m.Chat); err == nil && msg != nil {
 			var q task.Message
@@ -777,9 +778,9 @@ func spoolRefused(ctx context.Context, store *jetstream.Store, lc *task.Lifecycl
 			}
 		}
 	} else {
-		reason = "refused by the task queue after an outage: " + cause.Error()
+		reason, busy = "refused by the task queue after an outage: "+cause.Error(), false
 	}
-	if _, err := lc.Refused(ctx, m, reason); err != nil {
+	if _, err := lc.Refused(ctx, m, reason, busy); err != nil {
 		log.Error().Err(err).Str("task", m.TaskID).Msg("spooled task refused, and its record not updated")
 	}
 }

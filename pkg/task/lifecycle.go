@@ -321,7 +321,7 @@ func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Ms
 // spool, unless the task is already running or finished (a fallback tier
 // ran it, or its first publish was stored after all): a refusal never
 // fails a task that is under way or answered.
-func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string) (*Record, error) {
+func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string, busy bool) (*Record, error) {
 	if _, err := l.Open(ctx, RecordOf(m)); err != nil {
 		return nil, err
 	}
@@ -329,7 +329,7 @@ func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string) (*Rec
 		if r.Exec != Queued || r.Attempt > 0 {
 			return ErrNoChange
 		}
-		r.Error = reason
+		r.Error, r.Busy = reason, busy
 		return r.SetExec(Failed, reason, l.node, l.now().UTC())
 	})
 	if err == nil && r.Exec == Failed {

@@ -240,12 +240,12 @@ func TestRefusedSparesRunningTask(t *testing.T) {
 	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "alice")
 	f.lc.Start(f.ctx, m, "local", 0)
-	r, err := f.lc.Refused(f.ctx, m, "busy")
+	r, err := f.lc.Refused(f.ctx, m, "busy", true)
 	if err != nil || r.Exec != task.Running {
 		t.Fatalf("refused a running task: %s %v", r.Exec, err)
 	}
 	m2 := task.MessageOf(task.New("b", "m2", time.Now()))
-	if r, err := f.lc.Refused(f.ctx, m2, "busy"); err != nil || r.Exec != task.Failed {
+	if r, err := f.lc.Refused(f.ctx, m2, "busy", true); err != nil || r.Exec != task.Failed {
 		t.Fatalf("queued spooled task: %s %v", r.Exec, err)
 	}
 }

@@ -127,6 +127,10 @@ type Record struct {
 	// backfill could not answer every message it missed); this answer
 	// tells the user, with the reason.
 	Incomplete string `json:"incomplete,omitempty"`
+	// Busy: the task failed as a busy refusal decided late (forwarded
+	// from a spool after an outage, it found the conversation's earlier
+	// task still running): its answer is the busy reply, not a failure.
+	Busy bool `json:"busy,omitempty"`
 
 	Exec     Exec     `json:"exec"`
 	Delivery Delivery `json:"delivery"`

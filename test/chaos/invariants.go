@@ -48,6 +48,9 @@ const (
 func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 	want := strings.TrimSpace(ai.DemoAnswer(m.Question, 3, 0))
 	quote := "You asked: " + m.Question + "\n"
+	// A push replies to nothing; one that carries no answer (a late busy
+	// reply, a failure notice) names its question as a markdown quote.
+	quoted := "> " + strings.Join(strings.Fields(m.Question), " ")
 	var v Verdict
 	var asked int64 = -1 // m's seq in the transcript
 	for _, e := range tr {
@@ -60,7 +63,9 @@ func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 		if asked >= 0 && e.Seq > asked && strings.Contains(e.Content, incompleteText) {
 			v.Marked = true
 		}
-		if (m.MsgID == "" || e.ReplyTo != m.MsgID) && !strings.Contains(e.Content, quote) {
+		replies := m.MsgID != "" && e.ReplyTo == m.MsgID
+		quotes := e.Kind == "markdown" && strings.HasPrefix(e.Content, quoted+"\n")
+		if !replies && !quotes && !strings.Contains(e.Content, quote) {
 			continue
 		}
 		v.Related = append(v.Related, e)
@@ -71,7 +76,7 @@ func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 		switch {
 		case done && strings.Contains(e.Content, want):
 			v.Complete++
-		case done && e.ReplyTo == m.MsgID && strings.Contains(e.Content, busyText):
+		case done && (replies || quotes) && strings.Contains(e.Content, busyText):
 			v.Busy++
 		case done && strings.Contains(e.Content, failedText):
 			v.Failed++

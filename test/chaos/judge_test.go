@@ -31,6 +31,12 @@ func TestJudge(t *testing.T) {
 		{"stream and push: twice", []cluster.TranscriptEntry{user, stream(full, true), push}, 2, 0},
 		{"another question's push", []cluster.TranscriptEntry{user, other}, 0, 0},
 		{"busy", []cluster.TranscriptEntry{user, stream("上一个问题还在处理中，请稍候再问。", true)}, 0, 1},
+		{"late busy reply pushed, quoting the question", []cluster.TranscriptEntry{user,
+			{Seq: 3, From: "bot", Kind: "markdown", Content: "> chaos x u q #1\n\n上一个问题还在处理中，请稍候再问。", Finished: true}}, 0, 1},
+		{"a pushed busy reply quoting another question", []cluster.TranscriptEntry{user,
+			{Seq: 3, From: "bot", Kind: "markdown", Content: "> chaos x u q #10\n\n上一个问题还在处理中，请稍候再问。", Finished: true}}, 0, 0},
+		{"a busy reply pushed without a quote", []cluster.TranscriptEntry{user,
+			{Seq: 3, From: "bot", Kind: "markdown", Content: "上一个问题还在处理中，请稍候再问。", Finished: true}}, 0, 0},
 	} {
 		v := Judge(c.tr, m)
 		if v.Complete != c.complete || v.Busy != c.busy {
