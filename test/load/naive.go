@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/ai"
-	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
 )
@@ -38,7 +37,7 @@ func naiveMain(args []string) error {
 	fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	receipt := config.Defaults().Access.ReceiptText
+	receipt := "已收到，正在处理…" // botctl's default receipt (pkg/access)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	h := wecom.Handlers{OnMessage: func(c *wecom.Conn, reqID string, m *wecom.MsgCallback) {

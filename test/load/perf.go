@@ -73,7 +73,14 @@ func (ps *perfSet) stop() map[string]string {
 			cmd.Process.Kill()
 			<-done
 		}
-		s, err := perfSummary(ps.data[role])
+		focus, name := "botctl/botctl", "botctl"
+		switch role {
+		case "etcd":
+			focus, name = "go.etcd.io/etcd", "etcd"
+		case "nats":
+			focus, name = "nats-io/nats-server", "nats-server"
+		}
+		s, err := perfSummary(ps.data[role], focus, name)
 		if err != nil {
 			ps.logf("perf report %s: %v", role, err)
 			continue
@@ -84,8 +91,9 @@ func (ps *perfSet) stop() map[string]string {
 }
 
 // perfSummary is a profile's CPU by Go package (self time) and its top
-// functions, self and cumulative (children).
-func perfSummary(data string) (string, error) {
+// functions, self and cumulative (children; only those whose name
+// contains focus, the program's own code).
+func perfSummary(data, focus, name string) (string, error) {
 	self, total, err := perfSymbols(data, "--no-children")
 	if err != nil {
 		return "", err
@@ -122,10 +130,10 @@ func perfSummary(data string) (string, error) {
 		}
 		fmt.Fprintf(&b, "    %5.1f%%  %s\n", s.pct, s.sym)
 	}
-	b.WriteString("\nTop botctl functions, cumulative (with callees):\n\n")
+	fmt.Fprintf(&b, "\nTop %s functions, cumulative (with callees):\n\n", name)
 	n := 0
 	for _, s := range cum {
-		if !strings.Contains(s.sym, "botctl/botctl") {
+		if !strings.Contains(s.sym, focus) {
 			continue
 		}
 		fmt.Fprintf(&b, "    %5.1f%%  %s\n", s.pct, s.sym)

@@ -111,6 +111,8 @@ type stepResult struct {
 	throughput              float64 // answers per second, first ask → last answer
 	quota, expired, invalid int64
 	usage                   map[string]usage
+	idle                    map[string]usage // the same processes before the first message
+	idleWall                time.Duration
 	versions                int
 	profiles                map[string]string // role → perf summary
 	err                     string
@@ -124,6 +126,21 @@ func (r *stepResult) cores(role string) float64 {
 // perMsg is role's CPU per message (conversation) in ms.
 func (r *stepResult) perMsg(role string) float64 {
 	return float64(r.usage[role].CPU) / float64(time.Millisecond) / float64(r.conversations)
+}
+
+// idleCores is role's CPU in cores before the first message.
+func (r *stepResult) idleCores(role string) float64 {
+	if r.idleWall <= 0 {
+		return 0
+	}
+	return r.idle[role].CPU.Seconds() / r.idleWall.Seconds()
+}
+
+// marginalPerMsg is role's CPU per message in ms beyond its idle cost
+// over the same window.
+func (r *stepResult) marginalPerMsg(role string) float64 {
+	extra := r.usage[role].CPU.Seconds() - r.idleCores(role)*r.wall.Seconds()
+	return max(0, extra) * 1000 / float64(r.conversations)
 }
 
 // roles are the measured processes, in report order.
@@ -168,12 +185,16 @@ func (r *stepResult) workers() (cpu time.Duration, rss []int64) {
 }
 
 type rampOpts struct {
-	grace    time.Duration
-	tick     time.Duration // the naive bot's ticker
-	keep     bool
-	profHz   int
-	logf     func(string, ...any)
-	perfPath string
+	grace  time.Duration
+	idle   time.Duration // how long to measure the idle cost before the load
+	tick   time.Duration // the naive bot's ticker
+	keep   bool
+	profHz int
+	logf   func(string, ...any)
+	// self is this program, run as the etcd, NATS and naive-bot
+	// children. The ramp builds it with `go build` (a `go run` binary
+	// has no symbol table, and perf could not name its functions).
+	self string
 }
 
 // runStep starts a fresh deployment for st, drives it and measures it.
@@ -183,7 +204,8 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	var pids map[string]int
 	var sim *simClient
 	var natsURL string
-	var cleanup []func()
+	// Run in reverse: the step's processes stop, then its data goes.
+	cleanup := []func(){func() { os.RemoveAll(sdir) }}
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
 			cleanup[i]()
@@ -197,11 +219,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		if err != nil {
 			return res, err
 		}
-		self, err := os.Executable()
-		if err != nil {
-			return res, err
-		}
-		p, err := proc.StartProc("naive bot", self, []string{"naive", "-wecom", c.SimWS, "-bot", rampBot, "-secret", "s-" + rampBot,
+		p, err := proc.StartProc("naive bot", o.self, []string{"naive", "-wecom", c.SimWS, "-bot", rampBot, "-secret", "s-" + rampBot,
 			"-answer", st.answer.String(), "-tick", o.tick.String()}, proc.StartOptions{})
 		if err != nil {
 			return res, err
@@ -213,7 +231,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		pids = map[string]int{"naive bot": p.Pid(), "sim": c.Sim.Pid()}
 		sim = newSimClient(c.SimHTTP)
 	default:
-		t, err := startTopology(bin, sdir, st.nodes, st.answer)
+		t, err := startTopology(bin, o.self, sdir, st.nodes, st.answer)
 		cleanup = append(cleanup, t.close)
 		if err != nil {
 			return res, err
@@ -238,6 +256,14 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		cleanup = append(cleanup, stopWatch)
 	}
 	time.Sleep(2 * time.Second) // the pusher's first scan, every worker's first fetch
+	// The idle cost: what the processes use with no traffic at all
+	// (election, pulse, health, scans), so that what a message costs can
+	// be told from what the deployment costs.
+	if o.idle > 0 {
+		idle := startSampler(pids)
+		time.Sleep(o.idle)
+		res.idle, res.idleWall = idle.stop()
+	}
 	if _, err := sim.drain(); err != nil {
 		return res, err
 	}
@@ -343,7 +369,6 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 // analyseStep turns what the simulator recorded (and the output versions
 // the watcher saw) into the step's figures.
 func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog) {
-	receiptHash := task.Hash(config.Defaults().Access.ReceiptText)
 	var vers map[string][]version
 	if outs != nil {
 		outs.mu.Lock()
@@ -373,7 +398,7 @@ func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog) {
 		var fin time.Time
 		nfull := 0
 		taskID := task.ID(rampBot, cv.msgid)
-		for _, f := range cv.frames {
+		for k, f := range cv.frames {
 			r.framesTotal++
 			if f.finish && f.hash == cv.expected {
 				nfull++
@@ -381,7 +406,7 @@ func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog) {
 					fin = f.at
 				}
 			}
-			if vers == nil || f.hash == receiptHash {
+			if vers == nil || k == 0 { // the first frame is the receipt
 				continue
 			}
 			var match *version

@@ -45,7 +45,11 @@ func TestRampSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := runRamp(steps, rampOpts{grace: 30 * time.Second, tick: time.Second, profHz: 99, logf: t.Logf}, t.TempDir())
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := runRamp(steps, rampOpts{grace: 30 * time.Second, idle: time.Second, tick: time.Second, profHz: 99, logf: t.Logf, self: self}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ func rampMain(args []string) error {
 	grace := fs.Duration("grace", 90*time.Second, "a step ends this long after its last answer was due, answered or not")
 	tick := fs.Duration("naive-tick", time.Second, "the naive bot's ticker")
 	hz := fs.Int("perf-hz", 99, "perf sampling frequency of profiled steps")
+	idle := fs.Duration("idle", 5*time.Second, "measure each step's processes this long with no traffic first (their idle cost)")
 	dirFlag := fs.String("dir", "", "work dir (binaries, data); default a temp dir, removed at the end")
 	fs.Parse(args)
 	command := strings.TrimSpace("go run ./test/load ramp " + strings.Join(args, " "))
@@ -41,7 +42,7 @@ func rampMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	results, err := runRamp(steps, rampOpts{grace: *grace, tick: *tick, profHz: *hz, logf: logf}, *dirFlag)
+	results, err := runRamp(steps, rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf}, *dirFlag)
 	if err != nil && len(results) == 0 {
 		return err
 	}
@@ -83,6 +84,11 @@ func runRamp(steps []step, o rampOpts, dir string) ([]*stepResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.self == "" {
+		if o.self, err = proc.BuildPackage(dir, "./test/load", "load"); err != nil {
+			return nil, err
+		}
+	}
 	var results []*stepResult
 	for i, st := range steps {
 		o.logf("step %d: %s (%s)", i+1, st.spec, st.kind)
@@ -111,7 +117,7 @@ func writeRampCSV(path string, rs []*stepResult) error {
 		"push_lag_p50_ms", "push_lag_p99_ms", "push_lag_max_ms", "final_lag_p50_ms", "final_lag_p99_ms", "final_lag_max_ms",
 		"completion_p50_s", "completion_p99_s", "completion_max_s", "over_answer_p99_s",
 		"quota_violations", "expired_updates", "invalid_req_ids", "max_frames_per_60s", "heartbeat_frames", "frames", "throughput_per_s", "wall_s",
-		"process", "cpu_s", "cores", "cpu_ms_per_message", "peak_rss_mb"})
+		"process", "cpu_s", "cores", "cpu_ms_per_message", "idle_cores", "marginal_cpu_ms_per_message", "peak_rss_mb"})
 	for i, r := range rs {
 		for _, role := range r.roles() {
 			u := r.usage[role]
@@ -124,7 +130,7 @@ func writeRampCSV(path string, rs []*stepResult) error {
 				f3(r.completion.pct(.5).Seconds()), f3(r.completion.pct(.99).Seconds()), f3(r.completion.max().Seconds()), f3((r.completion.pct(.99) - r.answer).Seconds()),
 				fmt.Sprint(r.quota), fmt.Sprint(r.expired), fmt.Sprint(r.invalid), strconvI(r.maxPer60), strconvI(r.heartbeats), strconvI(r.framesTotal),
 				f3(r.throughput), f3(r.wall.Seconds()),
-				role, f3(u.CPU.Seconds()), f3(r.cores(role)), f3(r.perMsg(role)), f1(float64(u.PeakRSS) / 1024)})
+				role, f3(u.CPU.Seconds()), f3(r.cores(role)), f3(r.perMsg(role)), f3(r.idleCores(role)), f3(r.marginalPerMsg(role)), f1(float64(u.PeakRSS) / 1024)})
 		}
 	}
 	w.Flush()

@@ -75,16 +75,21 @@ question each, over the simulator's control API. Measured from outside the nodes
 			r.quota, r.expired, r.maxPer60, r.heartbeats, r.throughput)
 	}
 
-	b.WriteString("\n## CPU and memory per step\n\nCores = CPU time / the step's window; ms/msg = CPU per message (conversation answered end to end).\n\n")
-	b.WriteString("| # | system | window | leader cores | ms/msg | peak RSS | workers cores (sum) | ms/msg | peak RSS each | etcd cores | ms/msg | RSS | NATS cores | ms/msg | RSS | sim cores | load-process cores | all measured cores |\n")
+	b.WriteString("\n## CPU and memory per step\n\nCores = CPU time / the step's window, with the idle cost in brackets (the same process measured with no traffic just before the step). ms/msg = CPU per message (one conversation answered end to end), with the marginal cost in brackets (CPU beyond the idle cost over the window, per message).\n\n")
+	b.WriteString("| # | system | window | leader cores (idle) | ms/msg (marginal) | peak RSS | workers cores, sum (idle) | ms/msg (marginal) | peak RSS each | etcd cores (idle) | ms/msg (marginal) | RSS | NATS cores (idle) | ms/msg (marginal) | RSS | sim cores | load-process cores | all measured cores |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range rs {
 		leader := "leader " + r.leader
 		if r.kind == "naive" {
 			leader = "naive bot"
 		}
-		wcpu, wrss := r.workers()
-		var wr []string
+		_, wrss := r.workers()
+		var wr, workers []string
+		for _, role := range r.roles() {
+			if strings.HasPrefix(role, "worker") {
+				workers = append(workers, role)
+			}
+		}
 		for _, k := range wrss {
 			wr = append(wr, mb(k))
 		}
@@ -92,23 +97,31 @@ question each, over the simulator's control API. Measured from outside the nodes
 		for _, role := range r.roles() {
 			total += r.cores(role)
 		}
-		cell := func(role string) (string, string, string) {
-			u, ok := r.usage[role]
-			if !ok {
+		cell := func(roles ...string) (string, string, string) {
+			var cores, idle, per, marg float64
+			var rss []string
+			for _, role := range roles {
+				u, ok := r.usage[role]
+				if !ok {
+					return "–", "–", "–"
+				}
+				cores += r.cores(role)
+				idle += r.idleCores(role)
+				per += r.perMsg(role)
+				marg += r.marginalPerMsg(role)
+				rss = append(rss, mb(u.PeakRSS))
+			}
+			if len(roles) == 0 {
 				return "–", "–", "–"
 			}
-			return fmt.Sprintf("%.2f", r.cores(role)), fmt.Sprintf("%.2f", r.perMsg(role)), mb(u.PeakRSS)
+			return fmt.Sprintf("%.2f (%.2f)", cores, idle), fmt.Sprintf("%.1f (%.1f)", per, marg), strings.Join(rss, ", ")
 		}
 		lc, lm, lr := cell(leader)
+		wc, wm, _ := cell(workers...)
 		ec, em, er := cell("etcd")
 		nc, nm, nr := cell("nats")
 		sc, _, _ := cell("sim")
 		pc, _, _ := cell("load (this process)")
-		wc, wm := "–", "–"
-		if len(wrss) > 0 {
-			wc = fmt.Sprintf("%.2f", wcpu.Seconds()/r.wall.Seconds())
-			wm = fmt.Sprintf("%.2f", float64(wcpu)/float64(time.Millisecond)/float64(r.conversations))
-		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n",
 			i+1, r.label(), secs(r.wall), lc, lm, lr, wc, wm, strings.Join(wr, ", "), ec, em, er, nc, nm, nr, sc, pc, total)
 	}

@@ -40,12 +40,9 @@ var (
 	natsReadyRE = regexp.MustCompile(`nats ready: (\S+)`)
 )
 
-// startInfra starts the etcd and NATS children under dir.
-func startInfra(dir string) (etcd, nats *proc.Proc, etcdURL, natsURL string, err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, "", "", err
-	}
+// startInfra starts the etcd and NATS children (self etcd, self nats)
+// under dir.
+func startInfra(self, dir string) (etcd, nats *proc.Proc, etcdURL, natsURL string, err error) {
 	addr, err := infra.FreeAddr()
 	if err != nil {
 		return nil, nil, "", "", err
@@ -73,13 +70,14 @@ func startInfra(dir string) (etcd, nats *proc.Proc, etcdURL, natsURL string, err
 }
 
 // startTopology starts infra, the simulator and nodes botctl nodes with
-// the demo backend answering in answer; it waits until one node leads the
+// the demo backend answering in answer (self is this program, for
+// the etcd and NATS children); it waits until one node leads the
 // bot and the simulator sees it connected.
-func startTopology(bin, dir string, nodes int, answer time.Duration) (*topology, error) {
+func startTopology(bin, self, dir string, nodes int, answer time.Duration) (*topology, error) {
 	t := &topology{dir: dir}
 	var etcdURL, natsURL string
 	var err error
-	t.etcd, t.nats, etcdURL, natsURL, err = startInfra(dir)
+	t.etcd, t.nats, etcdURL, natsURL, err = startInfra(self, dir)
 	if err != nil {
 		return t, fmt.Errorf("infra: %w", err)
 	}
