@@ -107,7 +107,8 @@ type stepResult struct {
 	heartbeats              int
 	framesTotal             int
 	maxPer60                int
-	peakLive                int
+	peakLive                int     // asked and not yet completely answered, at once
+	peakAnswering           int     // of those, with output written (a worker on it)
 	throughput              float64 // answers per second, first ask → last answer
 	quota, expired, invalid int64
 	usage                   map[string]usage
@@ -379,7 +380,7 @@ func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog) {
 		at time.Time
 		d  int
 	}
-	var live []edge
+	var live, answering []edge
 	var first, last time.Time
 	for _, cv := range convs {
 		if cv.asked.IsZero() {
@@ -443,16 +444,25 @@ func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog) {
 		r.answered++
 		r.completion = append(r.completion, fin.Sub(cv.asked))
 		live = append(live, edge{fin, -1})
+		if vs := vers[taskID]; len(vs) > 0 {
+			// Answering: from its first output write (about a second after
+			// a worker started it) to its complete answer shown.
+			answering = append(answering, edge{vs[0].at, +1}, edge{fin, -1})
+		}
 		if fin.After(last) {
 			last = fin
 		}
 	}
-	sort.Slice(live, func(i, j int) bool { return live[i].at.Before(live[j].at) })
-	n := 0
-	for _, e := range live {
-		n += e.d
-		r.peakLive = max(r.peakLive, n)
+	peak := func(es []edge) int {
+		sort.Slice(es, func(i, j int) bool { return es[i].at.Before(es[j].at) })
+		n, top := 0, 0
+		for _, e := range es {
+			n += e.d
+			top = max(top, n)
+		}
+		return top
 	}
+	r.peakLive, r.peakAnswering = peak(live), peak(answering)
 	if r.answered > 0 && last.After(first) {
 		r.throughput = float64(r.answered) / last.Sub(first).Seconds()
 	}

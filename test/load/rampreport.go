@@ -42,6 +42,8 @@ question each, over the simulator's control API. Measured from outside the nodes
   accepted; **over answer** = completion − the answer time;
 - **quota violations** = the simulator's `+"`quota_rejections`"+` (45009); expired = frames after the window;
 - **peak live** = the most conversations asked and not yet completely answered at one moment;
+  **answering** = of those, the most with an answer being written (from a task's first output write
+  to its complete answer shown): the rest wait in the queue for a worker slot;
 - **CPU** = utime+stime from `+"`/proc/<pid>/stat`"+` over the step's window (first message → every answer
   in, or the step's deadline), per process; **RSS** = the highest `+"`VmRSS`"+` sampled once a second;
 - **CPU per message** = a process's CPU over the window / the step's messages (each message is one
@@ -50,7 +52,7 @@ question each, over the simulator's control API. Measured from outside the nodes
 `, def.Push.StreamWindow, wecomsim.DefaultRateLimit, def.Election.TTL, def.NATS.Replicas, def.Worker.Slots, def.Worker.LeaderSlots, def.Push.Budget, def.Push.Heartbeat)
 
 	b.WriteString("## Latency and correctness per step\n\n")
-	b.WriteString("| # | system | conversations | new msg/s | answer | peak live | answered | lost | dup | receipt p50 | p99 | max | generator late p99 | push lag p50 | p99 | max | final lag p99 | completion over answer p50 | p99 | max | quota violations | expired | most frames in 60 s | heartbeat frames | answers/s |\n")
+	b.WriteString("| # | system | conversations | new msg/s | answer | peak live (answering) | answered | lost | dup | receipt p50 | p99 | max | generator late p99 | push lag p50 | p99 | max | final lag p99 | completion over answer p50 | p99 | max | quota violations | expired | most frames in 60 s | heartbeat frames | answers/s |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range rs {
 		lag := func(d dist, p float64) string {
@@ -67,8 +69,8 @@ question each, over the simulator's control API. Measured from outside the nodes
 		if r.timedOut {
 			t = " (timed out)"
 		}
-		fmt.Fprintf(&b, "| %d | %s | %d | %.0f | %s | %d | %d/%d%s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d | %d | %d | %.1f |\n",
-			i+1, r.label(), r.conversations, r.rate, r.answer, r.peakLive, r.answered, r.conversations, t, r.lost, r.dup,
+		fmt.Fprintf(&b, "| %d | %s | %d | %.0f | %s | %d (%s) | %d/%d%s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d | %d | %d | %.1f |\n",
+			i+1, r.label(), r.conversations, r.rate, r.answer, r.peakLive, answering(r), r.answered, r.conversations, t, r.lost, r.dup,
 			ms(r.receipt.pct(.5)), ms(r.receipt.pct(.99)), ms(r.receipt.max()), ms(r.gen.late.pct(.99)),
 			lag(r.progressLag, .5), lag(r.progressLag, .99), lag(r.progressLag, -1), lag(r.finalLag, .99),
 			over(r.completion.pct(.5)), over(r.completion.pct(.99)), over(r.completion.max()),
@@ -175,6 +177,13 @@ question each, over the simulator's control API. Measured from outside the nodes
 		}
 	}
 	return b.String()
+}
+
+func answering(r *stepResult) string {
+	if r.kind == "naive" {
+		return "all"
+	}
+	return fmt.Sprint(r.peakAnswering)
 }
 
 func verdict(ok bool, missed string) string {
