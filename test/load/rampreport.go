@@ -155,6 +155,45 @@ question each, over the simulator's control API. Measured from outside the nodes
 			one.conversations, one.rate, one.answer, one.throughput, three.throughput, three.throughput/one.throughput, config.Defaults().Worker.LeaderSlots, config.Defaults().Worker.Slots)
 	}
 
+	for _, nv := range rs {
+		if nv.kind != "naive" {
+			continue
+		}
+		var bc *stepResult
+		for _, r := range rs {
+			if r.kind == "botctl" && r.nodes == 3 && r.conversations == nv.conversations && r.rate == nv.rate && r.answer == nv.answer {
+				bc = r
+			}
+		}
+		if bc == nil {
+			continue
+		}
+		sum := func(r *stepResult) (cores, perMsg, mbs float64) {
+			for _, role := range r.roles() {
+				if role == "sim" || role == "load (this process)" {
+					continue
+				}
+				cores += r.cores(role)
+				perMsg += r.perMsg(role)
+				mbs += float64(r.usage[role].PeakRSS) / 1024
+			}
+			return
+		}
+		bcC, bcM, bcR := sum(bc)
+		nvC, nvM, nvR := sum(nv)
+		fmt.Fprintf(&b, "\n## botctl beside the naive bot (same simulator, same load: %d conversations at %.0f/s, %s answers)\n\n", nv.conversations, nv.rate, nv.answer)
+		b.WriteString("The naive bot is one process holding the WeCom connection (the same client, pkg/wecom), a goroutine and a ticker per conversation (each tick, `-naive-tick` = 1 s unless the command says otherwise, it sends the answer so far, the whole answer once the answer time is up), no etcd, no NATS, no record. botctl's figures are its three nodes, etcd and NATS together; neither counts the simulator or the load generator.\n\n")
+		b.WriteString("| | receipt p50 | receipt p99 | completion over answer p99 | answered | quota violations | most frames in 60 s | CPU, cores | CPU per message | peak RSS, sum |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, x := range []struct {
+			name    string
+			r       *stepResult
+			c, m, s float64
+		}{{"botctl, 3 nodes", bc, bcC, bcM, bcR}, {"naive bot", nv, nvC, nvM, nvR}} {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d/%d | %d | %d | %.2f | %.1f ms | %.0f MB |\n", x.name, ms(x.r.receipt.pct(.5)), ms(x.r.receipt.pct(.99)),
+				secs(x.r.completion.pct(.99)-x.r.answer), x.r.answered, x.r.conversations, x.r.quota, x.r.maxPer60, x.c, x.m, x.s)
+		}
+	}
+
 	var profiled []int
 	for i, r := range rs {
 		if len(r.profiles) > 0 {
