@@ -54,6 +54,10 @@ func procRSSKB(pid int) int64 {
 	return 0
 }
 
+// otherRole is the pseudo-process of the CPU the machine spent outside
+// the measured processes.
+const otherRole = "other (not measured processes)"
+
 // usage is what one process used over a measured window.
 type usage struct {
 	CPU     time.Duration
@@ -70,6 +74,7 @@ type sampler struct {
 	stopc chan struct{}
 	done  chan struct{}
 	start time.Time
+	busy0 time.Duration // machineBusy at start
 }
 
 func startSampler(pids map[string]int) *sampler {
@@ -77,6 +82,7 @@ func startSampler(pids map[string]int) *sampler {
 	for name, pid := range pids {
 		s.cpu0[name] = procCPU(pid)
 	}
+	s.busy0 = machineBusy()
 	s.sample()
 	go func() {
 		defer close(s.done)
@@ -109,8 +115,33 @@ func (s *sampler) stop() (map[string]usage, time.Duration) {
 	s.sample()
 	wall := time.Since(s.start)
 	out := map[string]usage{}
+	var ours time.Duration
 	for name, pid := range s.pids {
 		out[name] = usage{CPU: procCPU(pid) - s.cpu0[name], PeakRSS: s.peak[name]}
+		ours += out[name].CPU
 	}
+	// Everything else the machine ran meanwhile (other benchmarks, builds,
+	// perf itself): busy CPU time not spent in a measured process.
+	out[otherRole] = usage{CPU: max(0, machineBusy()-s.busy0-ours)}
 	return out, wall
+}
+
+// machineBusy is the CPU time every CPU of the machine has spent busy
+// (user, nice, system, irq, softirq, steal) so far, from /proc/stat.
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system (idle iowait) irq softirq steal
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		busy += n
+	}
+	return time.Duration(busy) * clockTick
 }

@@ -129,6 +129,10 @@ func (r *stepResult) perMsg(role string) float64 {
 	return float64(r.usage[role].CPU) / float64(time.Millisecond) / float64(r.conversations)
 }
 
+// otherCores is the CPU the machine spent outside the measured processes
+// over the window, in cores.
+func (r *stepResult) otherCores() float64 { return r.cores(otherRole) }
+
 // idleCores is role's CPU in cores before the first message.
 func (r *stepResult) idleCores(role string) float64 {
 	if r.idleWall <= 0 {
@@ -148,7 +152,9 @@ func (r *stepResult) marginalPerMsg(role string) float64 {
 func (r *stepResult) roles() []string {
 	var rs []string
 	for k := range r.usage {
-		rs = append(rs, k)
+		if k != otherRole {
+			rs = append(rs, k)
+		}
 	}
 	order := func(s string) int {
 		switch {

@@ -125,7 +125,7 @@ func writeRampCSV(path string, rs []*stepResult) error {
 		"push_lag_p50_ms", "push_lag_p99_ms", "push_lag_max_ms", "final_lag_p50_ms", "final_lag_p99_ms", "final_lag_max_ms",
 		"completion_p50_s", "completion_p99_s", "completion_max_s", "over_answer_p99_s",
 		"quota_violations", "expired_updates", "invalid_req_ids", "max_frames_per_60s", "heartbeat_frames", "frames", "throughput_per_s", "wall_s",
-		"process", "cpu_s", "cores", "cpu_ms_per_message", "idle_cores", "marginal_cpu_ms_per_message", "peak_rss_mb"})
+		"other_cpu_cores", "process", "cpu_s", "cores", "cpu_ms_per_message", "idle_cores", "marginal_cpu_ms_per_message", "peak_rss_mb"})
 	for i, r := range rs {
 		for _, role := range r.roles() {
 			u := r.usage[role]
@@ -137,7 +137,7 @@ func writeRampCSV(path string, rs []*stepResult) error {
 				msf(r.finalLag.pct(.5)), msf(r.finalLag.pct(.99)), msf(r.finalLag.max()),
 				f3(r.completion.pct(.5).Seconds()), f3(r.completion.pct(.99).Seconds()), f3(r.completion.max().Seconds()), f3((r.completion.pct(.99) - r.answer).Seconds()),
 				fmt.Sprint(r.quota), fmt.Sprint(r.expired), fmt.Sprint(r.invalid), strconvI(r.maxPer60), strconvI(r.heartbeats), strconvI(r.framesTotal),
-				f3(r.throughput), f3(r.wall.Seconds()),
+				f3(r.throughput), f3(r.wall.Seconds()), f3(r.otherCores()),
 				role, f3(u.CPU.Seconds()), f3(r.cores(role)), f3(r.perMsg(role)), f3(r.idleCores(role)), f3(r.marginalPerMsg(role)), f1(float64(u.PeakRSS) / 1024)})
 		}
 	}

@@ -77,9 +77,9 @@ question each, over the simulator's control API. Measured from outside the nodes
 			r.quota, r.expired, r.maxPer60, r.heartbeats, r.throughput)
 	}
 
-	b.WriteString("\n## CPU and memory per step\n\nCores = CPU time / the step's window, with the idle cost in brackets (the same process measured with no traffic just before the step). ms/msg = CPU per message (one conversation answered end to end), with the marginal cost in brackets (CPU beyond the idle cost over the window, per message).\n\n")
-	b.WriteString("| # | system | window | leader cores (idle) | ms/msg (marginal) | peak RSS | workers cores, sum (idle) | ms/msg (marginal) | peak RSS each | etcd cores (idle) | ms/msg (marginal) | RSS | NATS cores (idle) | ms/msg (marginal) | RSS | sim cores | load-process cores | all measured cores |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## CPU and memory per step\n\nCores = CPU time / the step's window, with the idle cost in brackets (the same process measured with no traffic just before the step). ms/msg = CPU per message (one conversation answered end to end), with the marginal cost in brackets (CPU beyond the idle cost over the window, per message). Machine: other CPU = busy CPU time of the whole machine (/proc/stat) not spent in a measured process (other benchmarks on this shared box, perf, builds) over the window.\n\n")
+	b.WriteString("| # | system | window | leader cores (idle) | ms/msg (marginal) | peak RSS | workers cores, sum (idle) | ms/msg (marginal) | peak RSS each | etcd cores (idle) | ms/msg (marginal) | RSS | NATS cores (idle) | ms/msg (marginal) | RSS | sim cores | load-process cores | all measured cores | machine: other CPU, cores |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range rs {
 		leader := "leader " + r.leader
 		if r.kind == "naive" {
@@ -124,8 +124,8 @@ question each, over the simulator's control API. Measured from outside the nodes
 		nc, nm, nr := cell("nats")
 		sc, _, _ := cell("sim")
 		pc, _, _ := cell("load (this process)")
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n",
-			i+1, r.label(), secs(r.wall), lc, lm, lr, wc, wm, strings.Join(wr, ", "), ec, em, er, nc, nm, nr, sc, pc, total)
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f |\n",
+			i+1, r.label(), secs(r.wall), lc, lm, lr, wc, wm, strings.Join(wr, ", "), ec, em, er, nc, nm, nr, sc, pc, total, r.otherCores())
 	}
 
 	b.WriteString("\n## Targets (issue 12), default settings\n\n")
