@@ -213,6 +213,11 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	var natsURL string
 	// Run in reverse: the step's processes stop, then its data goes.
 	cleanup := []func(){func() { os.RemoveAll(sdir) }}
+	// perf writes its data here, also in a naive step (which has no
+	// data dir of its own).
+	if err := os.MkdirAll(sdir, 0o755); err != nil {
+		return res, err
+	}
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
 			cleanup[i]()
