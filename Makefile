@@ -35,12 +35,16 @@ run: build
 
 # Go benchmarks, then the failover benchmark (real processes; production TTL
 # 20s, so about 8 minutes): writes bench/failover.md, fails if a target is missed.
+# Then the in-process load benchmarks and the load ramp (real processes: etcd,
+# NATS, botctl sim, three botctl serve nodes, the naive bot; about 15 minutes):
+# bench/ramp.md, .csv and -*.png.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	$(GO) run ./test/failover -rounds 20 -out bench/failover.md
 	$(GO) run ./test/load receipt -out bench/receipt.md
 	$(GO) run ./test/load push -out bench/push.md
 	$(GO) run ./test/load completion -out bench/completion.md
+	$(GO) run ./test/load ramp -out bench/ramp.md
 
 # The end-to-end partition tests, repeated (race detector on), then the
 # chaos matrix on 3 etcd members, 3 NATS servers (R3) and 3 nodes:

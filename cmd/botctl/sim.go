@@ -23,6 +23,7 @@ type simFlags struct {
 	welcomeWindow time.Duration
 	updateWindow  time.Duration
 	relaxReqID    bool
+	record        bool
 }
 
 // newSimCmd runs the WeCom simulator (pkg/wecomsim) until SIGINT/SIGTERM.
@@ -53,6 +54,7 @@ a loopback address. See docs/simulator.md.`,
 	fl.DurationVar(&f.welcomeWindow, "welcome-window", wecomsim.DefaultWelcomeWindow, "how long after enter_chat a welcome reply is accepted")
 	fl.DurationVar(&f.updateWindow, "update-window", wecomsim.DefaultUpdateWindow, "how long after template_card_event a card update is accepted")
 	fl.BoolVar(&f.relaxReqID, "relax-req-id", false, "accept a reply's req_id on any connection of the bot (WeCom binds it to one connection)")
+	fl.BoolVar(&f.record, "record", false, "record callbacks written and frames accepted, with their times, for GET /control/recording (benchmarks; grows with traffic until drained)")
 	return cmd
 }
 
@@ -115,6 +117,7 @@ func runSim(cmd *cobra.Command, f simFlags) error {
 		WelcomeWindow:     f.welcomeWindow,
 		UpdateWindow:      f.updateWindow,
 		RelaxReqIDBinding: f.relaxReqID,
+		Record:            f.record,
 		Logger:            logger,
 	})
 	for _, b := range bots {

@@ -228,6 +228,7 @@ type entry struct {
 	out       *task.Output // latest output seen (nil: none yet)
 	firstRev  uint64       // output bucket revision of the first event seen for it (0: none)
 	outHash   string       // task.Hash(out.Text), computed once per output version
+	outAt     time.Time    // when the watch delivered out (zero: out was read, not watched)
 	rec       *task.Record // the record as last read by a step (nil: never)
 	readAt    time.Time    // when rec was read
 	inflight  bool
@@ -420,7 +421,7 @@ func (p *Pusher) watch(ctx context.Context) {
 			if en.firstRev == 0 {
 				en.firstRev = rev
 			}
-			en.out, en.outHash = o, task.Hash(o.Text)
+			en.out, en.outHash, en.outAt = o, task.Hash(o.Text), p.cfg.Now()
 			p.mu.Unlock()
 			select {
 			case p.wake <- struct{}{}:
@@ -555,7 +556,7 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
 	defer cancel()
 	tasks := p.cfg.Store.Tasks()
-	rec, _, err := task.Get(ctx, tasks, id)
+	rec, rev, err := task.Get(ctx, tasks, id)
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return false, time.Second // the inbound path is still writing it
 	}
@@ -578,7 +579,7 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	// output is never shown. Between two attempts (queued again) nothing
 	// new is shown.
 	text := ""
-	if out := p.output(ctx, id); out != nil && out.Attempt == rec.Attempt && rec.Exec != task.Queued {
+	if out := p.output(ctx, rec); out != nil && out.Attempt == rec.Attempt && rec.Exec != task.Queued {
 		text = out.Text
 	}
 	if rec.Exec == task.Succeeded && rec.AnswerHash != "" && task.Hash(text) != rec.AnswerHash {
@@ -588,13 +589,33 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	}
 	now := p.cfg.Now()
 	if p.streamable(rec, now) {
-		return p.stream(ctx, rec, text, now)
+		return p.stream(ctx, rec, rev, text, now)
 	}
 	return p.push(ctx, rec, text, now)
 }
 
-// output is the freshest output: the watched copy, or a read.
-func (p *Pusher) output(ctx context.Context, id string) *task.Output {
+// watchFresh: an output the watch delivered this recently is used as it
+// is, without reading the bucket. While an answer streams, workers write
+// about once a second and the watch delivers each write within
+// milliseconds, so the copy is the latest; a copy older than this (a
+// quiet answer, or a watch that fell behind or is reconnecting) is read
+// again. One bucket read less per progress frame (the profile of the
+// load ramp, bench/ramp.md).
+const watchFresh = 2 * time.Second
+
+// output is the freshest output of r's task: the watched copy while the
+// answer streams and the copy is fresh, or a read (always once the
+// execution is over: the final frame shows exactly the last write).
+func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
+	id := r.ID
+	p.mu.Lock()
+	if en := p.active[id]; en != nil && en.out != nil && p.cfg.Now().Sub(en.outAt) < watchFresh &&
+		en.out.Attempt == r.Attempt && !r.Exec.Finished() {
+		o := en.out
+		p.mu.Unlock()
+		return o
+	}
+	p.mu.Unlock()
 	o, err := task.GetOutput(ctx, p.cfg.Store.Output(), id)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)
@@ -676,7 +697,9 @@ func (p *Pusher) lag(id string, shown time.Time) {
 	}
 }
 
-func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
+// stream moves a streamable task forward; r is its record as read at
+// revision rev.
+func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
 	chat := r.Chat
 	closeAt := r.StreamStart.Add(p.cfg.StreamWindow - p.cfg.Margin)
 	if r.StreamStart.IsZero() {
@@ -786,7 +809,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, text string, now ti
 	if changed {
 		hash = task.Hash(text)
 	}
-	if _, err := p.cfg.Lifecycle.Shown(ctx, r.ID, hash, shownNow); err != nil {
+	if _, err := p.cfg.Lifecycle.ShownFrom(ctx, r, rev, hash, shownNow); err != nil {
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
 	}
 	return false, p.cfg.ScanInterval

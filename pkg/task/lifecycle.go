@@ -482,7 +482,19 @@ func (l *Lifecycle) Redeliver(ctx context.Context, id, reason string) (*Record, 
 // Shown records a progress frame (or the receipt) the user now sees:
 // its content hash when it changed, and when.
 func (l *Lifecycle) Shown(ctx context.Context, id, hash string, at time.Time) (*Record, error) {
-	return l.update(ctx, id, func(r *Record) error {
+	return l.update(ctx, id, l.shown(hash, at))
+}
+
+// ShownFrom is Shown starting from r as read at revision rev (task.Get):
+// the pusher's step has just read the record, so when nobody wrote it
+// since, recording the frame costs one write and no read. r is not
+// changed.
+func (l *Lifecycle) ShownFrom(ctx context.Context, r *Record, rev uint64, hash string, at time.Time) (*Record, error) {
+	return updateFrom(ctx, l.store.Tasks(), r, rev, l.shown(hash, at))
+}
+
+func (l *Lifecycle) shown(hash string, at time.Time) func(*Record) error {
+	return func(r *Record) error {
 		r.PushedAt = at
 		r.Sent(at)
 		if hash != "" {
@@ -495,7 +507,7 @@ func (l *Lifecycle) Shown(ctx context.Context, id, hash string, at time.Time) (*
 			return r.SetDelivery(Streaming, "first frame sent", l.node, at.UTC())
 		}
 		return nil
-	})
+	}
 }
 
 // FinalIntent records that a final frame is about to be sent, so a new

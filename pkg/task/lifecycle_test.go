@@ -292,3 +292,40 @@ func TestMaxDeliveriesSubject(t *testing.T) {
 		t.Fatalf("subject = %s", got)
 	}
 }
+
+// ShownFrom writes on top of the record the caller read when nobody wrote
+// it since, and starts over from a fresh read when somebody did: the other
+// writer's change survives, and the caller's copy is never changed.
+func TestShownFrom(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "u1")
+	at := time.Now()
+
+	r, rev, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.lc.ShownFrom(f.ctx, r, rev, "h1", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PushedHash != "h1" || got.Delivery != task.Streaming || r.PushedHash != "" || r.Delivery != task.Pending {
+		t.Fatalf("after ShownFrom: got %q %s, the caller's copy %q %s", got.PushedHash, got.Delivery, r.PushedHash, r.Delivery)
+	}
+	if stored := f.record(m.TaskID); stored.PushedHash != "h1" || len(stored.RecentSends) != 1 {
+		t.Fatalf("stored: pushed %q, recent sends %d", stored.PushedHash, len(stored.RecentSends))
+	}
+
+	// A stale revision: the worker wrote meanwhile (here: the pusher's own
+	// first write); the frame is recorded on top of it, nothing is lost.
+	if _, err := f.lc.ShownFrom(f.ctx, r, rev, "h2", at.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	stored := f.record(m.TaskID)
+	if stored.PushedHash != "h2" || len(stored.RecentSends) != 2 || stored.Delivery != task.Streaming {
+		t.Fatalf("after a stale ShownFrom: pushed %q, recent sends %d, delivery %s", stored.PushedHash, len(stored.RecentSends), stored.Delivery)
+	}
+	if _, err := f.lc.ShownFrom(f.ctx, nil, 0, "h3", at); err == nil {
+		t.Fatal("ShownFrom with no record read: no error")
+	}
+}

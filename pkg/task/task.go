@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
@@ -246,8 +247,43 @@ func create(ctx context.Context, kv natsjs.KeyValue, r *Record) (uint64, error) 
 	return rev, nil
 }
 
+// clone is a copy of r that shares nothing a step may change.
+func (r *Record) clone() *Record {
+	c := *r
+	c.RecentSends = slices.Clone(r.RecentSends)
+	c.Transitions = slices.Clone(r.Transitions)
+	return &c
+}
+
 // ErrNoChange, returned by an Update function, leaves the record as it is.
 var ErrNoChange = errors.New("task: no change")
+
+// updateFrom is update starting from cur, the record as the caller read
+// it at revision rev: if nobody wrote it since, the write needs no read
+// first (one bucket round trip instead of two); if somebody did, the CAS
+// fails and update starts over from a fresh read. cur is not changed.
+func updateFrom(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, error) {
+	if cur == nil || rev == 0 {
+		return nil, fmt.Errorf("update task: no record read to start from")
+	}
+	r := cur.clone()
+	if err := fn(r); err != nil {
+		if errors.Is(err, ErrNoChange) {
+			return r, nil
+		}
+		return r, err
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kv.Update(ctx, r.ID, raw, rev); err == nil {
+		return r, nil
+	} else if !jetstream.LostCAS(err) {
+		return nil, fmt.Errorf("update task %s: %w", r.ID, err)
+	}
+	return update(ctx, kv, r.ID, fn)
+}
 
 // update applies fn to the current record and stores it only if nobody
 // changed it meanwhile, retrying on conflict. fn may run several times;

@@ -5,9 +5,14 @@
 //	go run ./test/load receipt -out bench/receipt.md   # receipt latency, dispatch saturation, worker scaling
 //	go run ./test/load push -out bench/push.md         # push lag and scale (1,000 and 5,000 conversations)
 //	go run ./test/load completion -out bench/completion.md  # completion time, default configuration, three nodes
+//	go run ./test/load ramp -out bench/ramp.md     # the issue-12 ramp on real processes, naive bot beside it (+ .csv, -*.png)
 //
-// It is a main package, not a test: plain `go test ./...` never runs it.
-// The "node" subcommand is internal: a worker node in a child process.
+// receipt, push and completion run the cluster in this process; ramp runs
+// every part as a process of its own (etcd, NATS, `botctl sim`, `botctl
+// serve` ×3) and measures from outside. It is a main package: `go test
+// ./test/load` runs only the ramp's smoke test.
+// The "node", "etcd", "nats" and "naive" subcommands are internal: child
+// processes (a worker node, an etcd, a NATS server, the naive bot).
 package main
 
 import (
@@ -25,7 +30,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: load receipt|push|completion [flags]   (see the package comment)")
+		fmt.Fprintln(os.Stderr, "usage: load receipt|push|completion|ramp [flags]   (see the package comment)")
 		os.Exit(2)
 	}
 	var err error
@@ -36,10 +41,18 @@ func main() {
 		err = pushMain(os.Args[2:])
 	case "completion":
 		err = completionMain(os.Args[2:])
+	case "ramp":
+		err = rampMain(os.Args[2:])
 	case "node":
 		err = nodeMain(os.Args[2:])
+	case "etcd":
+		err = etcdMain(os.Args[2:])
+	case "nats":
+		err = natsMain(os.Args[2:])
+	case "naive":
+		err = naiveMain(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want receipt, push or completion", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want receipt, push, completion or ramp", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+// rampReport is the Markdown report of a ramp.
+func rampReport(command string, rs []*stepResult) string {
+	var b strings.Builder
+	b.WriteString(header("Load ramp: three real nodes, default configuration", command))
+	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, "- load average at the end (1, 5, 15 min): %s\n\n", strings.Join(strings.Fields(string(l))[:3], ", "))
+	}
+	def := config.Defaults()
+	fmt.Fprintf(&b, `Topology, every part a process of its own on this machine, a fresh one per step: one etcd
+(single member) and one NATS server with JetStream (children of the load binary, started by
+`+"`pkg/infra`"+` exactly as `+"`botctl infra`"+` starts them, but apart so that their CPU and memory are told
+apart), `+"`botctl sim --record`"+` (the WeCom simulator, every limit enforced: stream window %s,
+%d frames per conversation per minute), and N `+"`botctl serve`"+` nodes (3 unless the step says 1).
+The nodes run the **default configuration** except what points them at etcd, NATS and the
+simulator, and the demo AI backend's answer time (`+"`--ai demo --demo-answer-time`"+`): election TTL %s,
+`+"`nats.replicas`"+` %d, `+"`worker.slots`"+` %d (`+"`worker.leader_slots`"+` %d while leading), push budget %d/min,
+heartbeat %s. One node wins the election and holds the bot's WeCom connection (the leader); every
+node, leader included, computes.
+
+Load: each step opens CONVERSATIONS conversations at RATE new messages per second (open loop: a
+scheduler hands each message to a pool of posters when it is due; lateness is recorded), one
+question each, over the simulator's control API. Measured from outside the nodes only:
+- **receipt** = the callback written to the leader's WebSocket → the first frame replying to it
+  accepted by the simulator (simulator clock, its recorder);
+- **push lag** = an output version written by a worker (`+"`Output.Updated`"+`, seen by a watcher on the
+  output bucket) → the frame carrying exactly that content accepted by the simulator (content hash);
+  progress frames and final frames apart. Versions superseded before the pusher's next frame are
+  never shown, by design (pacing);
+- **completion** = the callback → the final frame with the complete expected answer (`+"`ai.DemoAnswer`"+`)
+  accepted; **over answer** = completion − the answer time;
+- **quota violations** = the simulator's `+"`quota_rejections`"+` (45009); expired = frames after the window;
+- **peak live** = the most conversations asked and not yet completely answered at one moment;
+  **answering** = of those, the most with an answer being written (from a task's first output write
+  to its complete answer shown): the rest wait in the queue for a worker slot;
+- **CPU** = utime+stime from `+"`/proc/<pid>/stat`"+` over the step's window (first message → every answer
+  in, or the step's deadline), per process; **RSS** = the highest `+"`VmRSS`"+` sampled once a second;
+- **CPU per message** = a process's CPU over the window / the step's messages (each message is one
+  whole answer: receipt, task, 30–120 output writes, about 18 frames a minute, delivery).
+
+`, def.Push.StreamWindow, wecomsim.DefaultRateLimit, def.Election.TTL, def.NATS.Replicas, def.Worker.Slots, def.Worker.LeaderSlots, def.Push.Budget, def.Push.Heartbeat)
+
+	b.WriteString("## Latency and correctness per step\n\n")
+	b.WriteString("| # | system | conversations | new msg/s | answer | peak live (answering) | answered | lost | dup | receipt p50 | p99 | max | generator late p99 | push lag p50 | p99 | max | final lag p99 | completion over answer p50 | p99 | max | quota violations | expired | most frames in 60 s | heartbeat frames | answers/s |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, r := range rs {
+		lag := func(d dist, p float64) string {
+			if r.kind == "naive" {
+				return "n/a"
+			}
+			if p < 0 {
+				return ms(d.max())
+			}
+			return ms(d.pct(p))
+		}
+		over := func(d time.Duration) string { return secs(d - r.answer) }
+		t := ""
+		if r.timedOut {
+			t = " (timed out)"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %d | %.0f | %s | %d (%s) | %d/%d%s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d | %d | %d | %.1f |\n",
+			i+1, r.label(), r.conversations, r.rate, r.answer, r.peakLive, answering(r), r.answered, r.conversations, t, r.lost, r.dup,
+			ms(r.receipt.pct(.5)), ms(r.receipt.pct(.99)), ms(r.receipt.max()), ms(r.gen.late.pct(.99)),
+			lag(r.progressLag, .5), lag(r.progressLag, .99), lag(r.progressLag, -1), lag(r.finalLag, .99),
+			over(r.completion.pct(.5)), over(r.completion.pct(.99)), over(r.completion.max()),
+			r.quota, r.expired, r.maxPer60, r.heartbeats, r.throughput)
+	}
+
+	b.WriteString("\n## CPU and memory per step\n\nCores = CPU time / the step's window, with the idle cost in brackets (the same process measured with no traffic just before the step). ms/msg = CPU per message (one conversation answered end to end), with the marginal cost in brackets (CPU beyond the idle cost over the window, per message). Machine: other CPU = busy CPU time of the whole machine (/proc/stat) not spent in a measured process (other benchmarks on this shared box, perf, builds) over the window.\n\n")
+	b.WriteString("| # | system | window | leader cores (idle) | ms/msg (marginal) | peak RSS | workers cores, sum (idle) | ms/msg (marginal) | peak RSS each | etcd cores (idle) | ms/msg (marginal) | RSS | NATS cores (idle) | ms/msg (marginal) | RSS | sim cores | load-process cores | all measured cores | machine: other CPU, cores |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, r := range rs {
+		leader := "leader " + r.leader
+		if r.kind == "naive" {
+			leader = "naive bot"
+		}
+		_, wrss := r.workers()
+		var wr, workers []string
+		for _, role := range r.roles() {
+			if strings.HasPrefix(role, "worker") {
+				workers = append(workers, role)
+			}
+		}
+		for _, k := range wrss {
+			wr = append(wr, mb(k))
+		}
+		total := 0.0
+		for _, role := range r.roles() {
+			total += r.cores(role)
+		}
+		cell := func(roles ...string) (string, string, string) {
+			var cores, idle, per, marg float64
+			var rss []string
+			for _, role := range roles {
+				u, ok := r.usage[role]
+				if !ok {
+					return "–", "–", "–"
+				}
+				cores += r.cores(role)
+				idle += r.idleCores(role)
+				per += r.perMsg(role)
+				marg += r.marginalPerMsg(role)
+				rss = append(rss, mb(u.PeakRSS))
+			}
+			if len(roles) == 0 {
+				return "–", "–", "–"
+			}
+			return fmt.Sprintf("%.2f (%.2f)", cores, idle), fmt.Sprintf("%.1f (%.1f)", per, marg), strings.Join(rss, ", ")
+		}
+		lc, lm, lr := cell(leader)
+		wc, wm, _ := cell(workers...)
+		ec, em, er := cell("etcd")
+		nc, nm, nr := cell("nats")
+		sc, _, _ := cell("sim")
+		pc, _, _ := cell("load (this process)")
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f |\n",
+			i+1, r.label(), secs(r.wall), lc, lm, lr, wc, wm, strings.Join(wr, ", "), ec, em, er, nc, nm, nr, sc, pc, total, r.otherCores())
+	}
+
+	b.WriteString("\n## Targets (issue 12), default settings\n\n")
+	for _, r := range rs {
+		if r.kind == "botctl" && r.nodes == 3 && r.conversations == 5000 && r.rate == 500 {
+			p := r.receipt.pct(.99)
+			fmt.Fprintf(&b, "- Receipt p99 ≤ 20 ms at 500 new messages/s over 5,000 conversations, three nodes: p99 %s — %s.\n", ms(p), verdict(p <= 20*time.Millisecond && r.receiptMissing == 0, fmt.Sprintf("by %s", ms(p-20*time.Millisecond))))
+		}
+		if r.kind == "botctl" && r.nodes == 3 && r.conversations >= 10000 {
+			p := max(r.progressLag.pct(.99), r.finalLag.pct(.99))
+			fmt.Fprintf(&b, "- At 10,000 live conversations (peak live measured: %d), push lag p99 ≤ 3 s: p99 %s (progress %s, final %s) — %s; quota violations %d — %s; lost %d, duplicated %d.\n",
+				r.peakLive, ms(p), ms(r.progressLag.pct(.99)), ms(r.finalLag.pct(.99)), verdict(p <= 3*time.Second, fmt.Sprintf("by %s", secs(p-3*time.Second))),
+				r.quota, verdict(r.quota == 0, fmt.Sprintf("%d", r.quota)), r.lost, r.dup)
+		}
+	}
+	var one, three *stepResult
+	for _, r := range rs {
+		if r.kind == "botctl" && r.nodes == 1 {
+			one = r
+		}
+		if r.kind == "botctl" && r.nodes == 3 && one != nil && r.conversations == one.conversations && r.answer == one.answer {
+			three = r
+		}
+	}
+	if one != nil && three != nil && one.throughput > 0 {
+		fmt.Fprintf(&b, "\n## One node against three\n\n%d conversations at %.0f/s, %s answers (a backlog for one node): one node %.1f answers/s, three nodes %.1f answers/s: **ratio %.2f**. One node leading computes with `worker.leader_slots` (%d); three nodes add two nodes of `worker.slots` (%d each).\n",
+			one.conversations, one.rate, one.answer, one.throughput, three.throughput, three.throughput/one.throughput, config.Defaults().Worker.LeaderSlots, config.Defaults().Worker.Slots)
+	}
+
+	for _, nv := range rs {
+		if nv.kind != "naive" {
+			continue
+		}
+		var bc *stepResult
+		for _, r := range rs {
+			if r.kind == "botctl" && r.nodes == 3 && r.conversations == nv.conversations && r.rate == nv.rate && r.answer == nv.answer {
+				bc = r
+			}
+		}
+		if bc == nil {
+			continue
+		}
+		sum := func(r *stepResult) (cores, perMsg, mbs float64) {
+			for _, role := range r.roles() {
+				if role == "sim" || role == "load (this process)" {
+					continue
+				}
+				cores += r.cores(role)
+				perMsg += r.perMsg(role)
+				mbs += float64(r.usage[role].PeakRSS) / 1024
+			}
+			return
+		}
+		bcC, bcM, bcR := sum(bc)
+		nvC, nvM, nvR := sum(nv)
+		fmt.Fprintf(&b, "\n## botctl beside the naive bot (same simulator, same load: %d conversations at %.0f/s, %s answers)\n\n", nv.conversations, nv.rate, nv.answer)
+		b.WriteString("The naive bot is one process holding the WeCom connection (the same client, pkg/wecom), a goroutine and a ticker per conversation (each tick, `-naive-tick` = 1 s unless the command says otherwise, it sends the answer so far, the whole answer once the answer time is up), no etcd, no NATS, no record. botctl's figures are its three nodes, etcd and NATS together; neither counts the simulator or the load generator.\n\n")
+		b.WriteString("| | receipt p50 | receipt p99 | completion over answer p99 | answered | quota violations | most frames in 60 s | CPU, cores | CPU per message | peak RSS, sum |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, x := range []struct {
+			name    string
+			r       *stepResult
+			c, m, s float64
+		}{{"botctl, 3 nodes", bc, bcC, bcM, bcR}, {"naive bot", nv, nvC, nvM, nvR}} {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d/%d | %d | %d | %.2f | %.1f ms | %.0f MB |\n", x.name, ms(x.r.receipt.pct(.5)), ms(x.r.receipt.pct(.99)),
+				secs(x.r.completion.pct(.99)-x.r.answer), x.r.answered, x.r.conversations, x.r.quota, x.r.maxPer60, x.c, x.m, x.s)
+		}
+	}
+
+	var profiled []int
+	for i, r := range rs {
+		if len(r.profiles) > 0 {
+			profiled = append(profiled, i)
+		}
+	}
+	if len(profiled) > 0 {
+		b.WriteString("\n## Profiles (perf, sampled from outside during the step)\n")
+		for _, i := range profiled {
+			r := rs[i]
+			fmt.Fprintf(&b, "\n### Step %d: %s, %d conversations at %.0f/s, %s answers\n", i+1, r.label(), r.conversations, r.rate, r.answer)
+			for _, role := range sortedKeys(r.profiles) {
+				fmt.Fprintf(&b, "\n<details><summary>%s (%.2f cores, %.2f ms CPU per message)</summary>\n\n```\n%s```\n</details>\n", role, r.cores(role), r.perMsg(role), r.profiles[role])
+			}
+		}
+	}
+	for i, r := range rs {
+		if r.err != "" || r.gen.errors > 0 {
+			fmt.Fprintf(&b, "\n- step %d: error %q; %d posts failed (first: %s)\n", i+1, r.err, r.gen.errors, r.gen.firstErr)
+		}
+	}
+	return b.String()
+}
+
+func answering(r *stepResult) string {
+	if r.kind == "naive" {
+		return "all"
+	}
+	return fmt.Sprint(r.peakAnswering)
+}
+
+func verdict(ok bool, missed string) string {
+	if ok {
+		return "**met**"
+	}
+	return "**missed** (" + missed + ")"
+}
