@@ -14,8 +14,8 @@ import (
 )
 
 // A spooled task that the queue refuses when it is forwarded (its
-// conversation got a newer task meanwhile) is recorded failed with the
-// reason, so the user, who was told "received", is told what happened.
+// conversation's earlier task still runs) is recorded failed as a busy
+// refusal, so the user, who was told "received", gets the busy reply.
 func TestSpoolRefusedIsRecorded(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
@@ -26,7 +26,7 @@ func TestSpoolRefusedIsRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Exec != task.Failed || !strings.Contains(r.Error, "ask again") || r.Chat != "alice" {
+	if r.Exec != task.Failed || !r.Busy || !strings.Contains(r.Error, "earlier question") || r.Chat != "alice" {
 		t.Fatalf("record = %+v", r)
 	}
 }

@@ -105,7 +105,9 @@ func TestServeDemoPrintsThePage(t *testing.T) {
 			return err
 		}
 		for _, m := range tr.Messages {
-			if m.From == "bot" && m.Finished && strings.HasPrefix(m.Content, "You asked: hello from the page") {
+			// A message posted before the node subscribed is missed and
+			// found by the backfill: its answer is pushed late, after a note.
+			if m.From == "bot" && m.Finished && strings.Contains(m.Content, "You asked: hello from the page") {
 				return nil
 			}
 		}
