@@ -540,11 +540,13 @@ func TestIncompleteBackfillMarksAndPages(t *testing.T) {
 		}
 	}})
 	var data incident.Incident
-	eventually(t, "a data incident", func() bool {
+	// The incident is opened, then told its conversations (two writes):
+	// wait for both.
+	eventually(t, "a data incident listing its conversations", func() bool {
 		for _, i := range e.incidents() {
 			if i.Kind == incident.Data {
 				data = i
-				return true
+				return len(i.Incomplete) == 2
 			}
 		}
 		return false

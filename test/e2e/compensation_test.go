@@ -89,10 +89,14 @@ func TestBackfillBudgetSpentMarksAndTells(t *testing.T) {
 		}
 	}
 	var data incident.Incident
+	// Opened, then told its conversations (two writes): wait for both.
 	eventually(t, 90*time.Second, "a data incident for the unfilled messages", func() error {
 		for _, i := range incidents(t, c) {
 			if i.Kind == "data" {
 				data = i
+				if len(i.Incomplete) < 2 {
+					return fmt.Errorf("data incident lists %d conversations so far", len(i.Incomplete))
+				}
 				return nil
 			}
 		}
