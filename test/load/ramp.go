@@ -362,7 +362,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	if perf != nil {
 		res.profiles = perf.stop()
 	}
-	<-genDone // it ends by itself, after its n posts
+	<-genDone                   // it ends by itself, after its n posts
 	time.Sleep(2 * time.Second) // a duplicate would show up here
 	if err := collect(); err != nil && res.err == "" {
 		res.err = err.Error()
