@@ -332,15 +332,16 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			a.cfg.Budget(term.Bot).Record(chat)
 		}
 	}
-	// reply answers without a task. When the conversation's budget runs
-	// low the reply is skipped: it would spend the quota the running
-	// task's final frame needs (a user who sends many messages at once
-	// gets the answer, not a wall of "please wait").
-	reply := func(text string) {
+	// reply answers without a task, and reports whether it was sent (or
+	// at least tried). When the conversation's budget runs low the reply
+	// is not sent: it would spend the quota the running task's final
+	// frame needs (a user who sends many messages at once gets the answer
+	// first, not a wall of "please wait").
+	reply := func(text string) bool {
 		if a.cfg.Budget != nil && !a.cfg.Budget(term.Bot).Take(chat, ReplyReserve) {
 			a.count(func(s *Stats) { s.Suppressed++ })
-			log.Info().Str("chat", chat).Msg("reply skipped: the conversation's send budget is reserved for its answer")
-			return
+			log.Info().Str("chat", chat).Msg("reply held back: the conversation's send budget is reserved for its answer")
+			return false
 		}
 		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
 		if err != nil {
@@ -350,6 +351,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			}
 			log.Warn().Err(err).Msg("reply failed")
 		}
+		return true
 	}
 	// answered replies to a message that needs no task, and remembers it
 	// was handled (the gap backfill must not answer it again).
@@ -410,7 +412,18 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		return
 	case out.Busy:
 		a.count(func(s *Stats) { s.Busy++ })
-		answered(a.cfg.Texts.Busy)
+		if reply(a.cfg.Texts.Busy) {
+			a.markSeen(ctx, js, term.Bot, m.MsgID, created)
+			return
+		}
+		// The refusal is an answer, owed although the budget is spent:
+		// recorded as a task refused busy, the pusher replies to it once,
+		// paced under the quota like any final frame.
+		if err := a.refuseLater(ctx, js, rec); err != nil {
+			log.Error().Err(err).Msg("busy refusal held back and not recorded; the user gets no answer to this message")
+			return
+		}
+		a.handled(term.Bot, created)
 		return
 	case out.Duplicate:
 		a.count(func(s *Stats) { s.Duplicates++ })
@@ -447,6 +460,18 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		a.cfg.Dispatched(term.Bot, id)
 	}
 	log.Debug().Str("task", id).Str("tier", rec.Tier).Msg("task dispatched")
+}
+
+// refuseLater records rec as a task refused busy (Lifecycle.Refused):
+// the busy reply the budget held back, which the pusher then sends once,
+// as the final frame of rec's own stream (or a push quoting its question
+// after a handover). Nothing runs it: it never enters the queue.
+func (a *Access) refuseLater(ctx context.Context, js *bound, rec *task.Record) error {
+	if js == nil {
+		return errors.New("JetStream not reachable")
+	}
+	_, err := js.lc.Refused(ctx, task.MessageOf(rec), "busy: the conversation's earlier question was still being answered; the reply waited for the send budget", true)
+	return err
 }
 
 // allowed applies the allowlist to a message of user in chat.

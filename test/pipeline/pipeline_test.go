@@ -267,6 +267,58 @@ func TestBusyConversationRefused(t *testing.T) {
 	}
 }
 
+// A user who keeps writing while an answer runs spends the
+// conversation's send budget on busy replies. Once it is low the reply is
+// held back (the answer's final frame needs the rest), but never dropped:
+// every held-back message gets its busy reply later, once, as the final
+// frame of its own stream; and the quota is never exceeded.
+func TestBusyRepliesPastTheBudgetArriveLaterOnce(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second })
+	eventually(t, "leader connected", c.connected)
+	c.post("alice", "first")
+	eventually(t, "first running", func() bool { return n.node.Dispatch.Stats().Queued == 1 })
+	var more []wecomsim.MessageResult
+	for i := range 25 { // more than push.budget (20 a minute)
+		more = append(more, c.post("alice", fmt.Sprintf("more %d", i)))
+	}
+	busyReplies := func(msgid string) int {
+		k := 0
+		for _, m := range c.bot("alice") {
+			if m.ReplyTo == msgid && m.Finished && strings.Contains(m.Content, "还在处理中") {
+				k++
+			}
+		}
+		return k
+	}
+	eventually(t, "some busy replies held back", func() bool { return n.node.Access.Stats().Suppressed > 0 })
+	// Held-back replies wait for the budget's minute to roll over.
+	deadline := time.Now().Add(3 * time.Minute)
+	for _, m := range more {
+		for busyReplies(m.MsgID) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("message %s got no busy reply (held back %d): %+v", m.MsgID, n.node.Access.Stats().Suppressed, c.bot("alice"))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	eventually(t, "first answered", func() bool { return answered(c.bot("alice"), "first") == 1 })
+	time.Sleep(2 * time.Second) // a second reply would come now
+	for _, m := range more {
+		if k := busyReplies(m.MsgID); k != 1 {
+			t.Fatalf("message %s got %d busy replies", m.MsgID, k)
+		}
+	}
+	for i := range more {
+		if q := fmt.Sprintf("more %d", i); answered(c.bot("alice"), q) != 0 {
+			t.Fatalf("refused question %q was answered", q)
+		}
+	}
+	if s, _ := c.sim.Stats("b1"); s.QuotaRejections != 0 {
+		t.Fatalf("quota rejections %d", s.QuotaRejections)
+	}
+}
+
 // The leader dies mid-answer (no resign): the standby takes over, and the
 // answer reaches the user once, completed by the new leader.
 func TestLeaderKilledMidStream(t *testing.T) {
