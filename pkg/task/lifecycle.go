@@ -319,10 +319,10 @@ func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Ms
 
 // Refused fails a task refused late: the queue refused it when it was
 // forwarded from the spool, or the conversation was busy and the send
-// budget held the busy reply back (the pusher sends it: busy marks the
-// refusal as an answer). Unless the task is already running or finished (a fallback tier
-// ran it, or its first publish was stored after all): a refusal never
-// fails a task that is under way or answered.
+// budget held the busy reply back (the pusher sends it; busy marks the
+// refusal as an answer). A task already running or finished is left
+// alone (a fallback tier ran it, or its first publish was stored after
+// all): a refusal never fails a task that is under way or answered.
 func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string, busy bool) (*Record, error) {
 	if _, err := l.Open(ctx, RecordOf(m)); err != nil {
 		return nil, err
