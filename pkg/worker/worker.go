@@ -85,6 +85,13 @@ type Config struct {
 	// told, however many attempts remain. A few times the AI backend's
 	// timeout (a slow answer may be retried once or twice). Default 30m.
 	Deadline time.Duration
+	// StorePatience is how long a finished answer's last write and the
+	// record's "succeeded" are retried while JetStream does not confirm
+	// them (a NATS server failing over takes seconds; a fallback tier
+	// runs exactly while JetStream is in trouble). The answer is in hand:
+	// failing it for a blip would cost the user a whole new attempt, or,
+	// off the queue, the answer. Default 1m.
+	StorePatience time.Duration
 	// Lifecycle records every step of a task. Default: one on Store.
 	Lifecycle *task.Lifecycle
 	Logger    zerolog.Logger
@@ -97,6 +104,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.OutputInterval <= 0 {
 		c.OutputInterval = time.Second
+	}
+	if c.StorePatience <= 0 {
+		c.StorePatience = time.Minute
 	}
 	if c.ContextTurns <= 0 {
 		c.ContextTurns = 20
@@ -560,13 +570,17 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	// The complete text is stored under this attempt before the record
 	// says succeeded: the pusher delivers exactly what Finish hashed.
-	if err := out.flush(bg); err != nil {
+	if err := w.patiently(ctx, log, "store the answer", func() error { return out.flush(bg) }); err != nil {
 		if errors.Is(err, task.ErrSuperseded) {
 			return result{action: actLeave, err: err}
 		}
 		return w.failed(bg, m, attempt, "answer not stored: "+err.Error(), !final)
 	}
-	done, err := lc.Finish(bg, m.TaskID, attempt, text)
+	var done *task.Record
+	err = w.patiently(ctx, log, "record the task succeeded", func() (err error) {
+		done, err = lc.Finish(bg, m.TaskID, attempt, text)
+		return err
+	})
 	switch {
 	case errors.Is(err, task.ErrSuperseded):
 		return result{action: actLeave, err: err}
@@ -585,6 +599,32 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	log.Info().Int("bytes", len(text)).Msg("task succeeded")
 	return result{action: actAck}
+}
+
+// patiently runs fn until it succeeds, fails for good (the attempt was
+// superseded, the task finished meanwhile), or StorePatience has passed
+// since the first failure, or ctx ends (the node stops: the queue, or the
+// sweep, takes it from there); it returns fn's last error.
+func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string, fn func() error) error {
+	err := fn()
+	if err == nil || errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished) {
+		return err
+	}
+	log.Warn().Err(err).Dur("patience", w.cfg.StorePatience).Msgf("could not %s; retrying while JetStream recovers", what)
+	until := time.Now().Add(w.cfg.StorePatience)
+	for wait := 250 * time.Millisecond; time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+		sleep(ctx, min(wait, time.Until(until)))
+		if ctx.Err() != nil {
+			return err
+		}
+		if err = fn(); err == nil || errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished) {
+			if err == nil {
+				log.Info().Msgf("%s: done after retrying", what)
+			}
+			return err
+		}
+	}
+	return err
 }
 
 // failed records attempt's failure and says what becomes of the message.

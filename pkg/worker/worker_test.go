@@ -13,6 +13,7 @@ import (
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/botctl/botctl/pkg/worker"
@@ -423,5 +424,59 @@ func TestOffQueueWorkBoundedBySlots(t *testing.T) {
 	}
 	if err := w.Execute(ctx, m, "fixed"); !errors.Is(err, worker.ErrNoSlot) {
 		t.Fatalf("Execute on a full worker: %v, want ErrNoSlot", err)
+	}
+}
+
+// blip answers, then takes JetStream away for longer than a request's
+// timeout (its NATS server stops and comes back on the same address and
+// data, 7 s later): a cluster failing over just as an answer ends.
+type blip struct {
+	env       *testenv.JetStream
+	restarted chan *infra.NATS
+}
+
+func (b *blip) Name() string { return "blip" }
+func (b *blip) Stream(ctx context.Context, req ai.Request, emit func(string) error) error {
+	if err := emit("the answer"); err != nil {
+		return err
+	}
+	addr := strings.TrimPrefix(b.env.Server.ClientURL(), "nats://")
+	b.env.Server.Close()
+	go func() {
+		time.Sleep(7 * time.Second)
+		srv, err := infra.StartNATS(infra.NATSConfig{DataDir: b.env.DataDir, Addr: addr, Logger: zerolog.Nop()})
+		if err != nil {
+			panic(err)
+		}
+		b.restarted <- srv
+	}()
+	return nil
+}
+
+// An answer finished while JetStream is briefly away is stored once it is
+// back, not failed. Off the queue (a fallback tier, which runs exactly
+// while JetStream is in trouble) failing it would lose the answer: found
+// by the chaos smoke (kill-nats-server), where a task run locally during
+// the failover ended "answer not stored".
+func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
+	b := &blip{env: env, restarted: make(chan *infra.NATS, 1)}
+	w := runWith(t, worker.Config{NodeID: "w1", Backend: b, Store: env.Store})
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	if _, err := lc.Open(context.Background(), task.RecordOf(m)); err != nil {
+		t.Fatal(err)
+	}
+	err := w.Execute(context.Background(), m, "local")
+	srv := <-b.restarted
+	t.Cleanup(srv.Close)
+	if err != nil {
+		t.Fatalf("execute: %v", err)
+	}
+	if r := record(t, env.Store, m.TaskID); r.Exec != task.Succeeded {
+		t.Fatalf("record %s (%q), want succeeded", r.Exec, r.Error)
+	}
+	if o := output(env.Store, m.TaskID); o.Text != "the answer" {
+		t.Fatalf("output %q", o.Text)
 	}
 }
