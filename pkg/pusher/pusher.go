@@ -185,6 +185,15 @@ const minScanGap = 50 * time.Millisecond
 // stepTimeout bounds one step of one task: a few sends and record writes.
 const stepTimeout = 30 * time.Second
 
+// ackOverdue: while the connection has owed an ack this long (or one timed
+// out and nothing was acked since), no frame is sent (wecom.Conn.
+// AcksOverdue). A frame sent into a stalled link has an unknown outcome,
+// and every later frame of its req_id too; a final frame of unknown
+// outcome is pushed again, which the user may see twice. Acks on a working
+// link take milliseconds; holding costs a short delay at worst, and only
+// the frames already in flight when acks stopped stay ambiguous.
+const ackOverdue = 500 * time.Millisecond
+
 // Stats counts what a pusher did in its term.
 type Stats struct {
 	Frames     int64 `json:"frames"`    // stream frames acked
@@ -196,6 +205,7 @@ type Stats struct {
 	Ambiguous  int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
 	Throttled  int64 `json:"throttled"` // sends deferred by the budget
 	Held       int64 `json:"held"`      // pushes deferred by the recovery gate (half-open)
+	Stalled    int64 `json:"stalled"`   // steps deferred while the connection's acks were overdue
 	Active     int   `json:"active"`    // tasks being delivered now
 	RebuiltNum int   `json:"rebuilt"`   // active tasks found at term start
 }
@@ -553,6 +563,10 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	// frame in flight and the record of its outcome belong together. Sends
 	// are bounded by the connection's ack timeout, and fail at once when
 	// the connection closes (leadership lost).
+	if p.cfg.Conn.AcksOverdue(ackOverdue) {
+		p.count(func(s *Stats) { s.Stalled++ })
+		return false, 250 * time.Millisecond
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
 	defer cancel()
 	tasks := p.cfg.Store.Tasks()

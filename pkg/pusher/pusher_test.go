@@ -3,6 +3,7 @@ package pusher_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -338,11 +339,15 @@ func TestAckStallNeverCreditedAndCostsNoAttempt(t *testing.T) {
 	rec := r.ask("alice", "hi")
 	r.sim.Fault(wecomsim.FaultRequest{BotID: "b", Action: "stall_acks", Seconds: 60})
 	r.write(rec.ID, "answer", true)
-	select {
-	case <-c.Done(): // torn down after repeated ack timeouts
-	case <-time.After(waitLong):
-		t.Fatal("a connection whose acks stall was not torn down")
+	// The final frame goes into the stall, or is held once an ack is
+	// overdue (TestNoFinalFrameIntoAStalledLink); either way the health
+	// monitor's unanswered probe tears the connection down.
+	eventuallyT(t, "a frame unacked or held", func() bool { return c.Vitals().Unanswered > 0 || r.p.Stats().Stalled > 0 })
+	if err := c.Probe(context.Background(), 0); !errors.Is(err, wecom.ErrAckTimeout) {
+		t.Fatalf("probe of the stalled link: %v", err)
 	}
+	c.CloseUnhealthy(errors.New("probe unanswered"))
+	<-c.Done()
 	got := r.record(rec.ID)
 	if got.Delivery == task.Delivered || got.PushAttempts != 0 {
 		t.Fatalf("after the stall: delivery %s, push attempts %d (want not delivered, 0 attempts)", got.Delivery, got.PushAttempts)
@@ -553,5 +558,54 @@ func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
 	}
 	if len(pushed) != 1 || pushed[0] != "> the second question\n\nBUSY: ask again later" {
 		t.Fatalf("pushed %q, want one busy reply quoting the question", pushed)
+	}
+}
+
+// No frame goes into a link whose acks are overdue: WeCom may apply a
+// frame it never acks, so a final frame sent then has an unknown outcome
+// and is pushed again (the user sees the answer twice). Held, it goes
+// once the link acks again: one answer.
+func TestNoFinalFrameIntoAStalledLink(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.conn.Close()
+	<-r.conn.Done()
+	c, err := wecom.Dial(context.Background(), wecom.Config{URL: r.url, BotID: "b", Secret: "s", AckTimeout: 300 * time.Millisecond,
+		MaxAckTimeouts: 100, Logger: zerolog.Nop()},
+		wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) { r.msgs <- received{reqID, m} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); <-c.Done() })
+	r.conn = c
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.waitDelivery(rec.ID, task.Streaming)
+	r.sim.Fault(wecomsim.FaultRequest{BotID: "b", Action: "stall_acks", Seconds: 60})
+	// Some frame finds the stall first (here a push to another user).
+	if err := c.SendMarkdown(context.Background(), "bob", 1, "x"); !errors.Is(err, wecom.ErrAckTimeout) {
+		t.Fatalf("push into the stall: %v", err)
+	}
+	r.write(rec.ID, "the answer", true)
+	eventuallyT(t, "the final frame held", func() bool { return r.p.Stats().Stalled > 0 })
+	time.Sleep(time.Second)
+	for _, m := range r.botMessages("alice") {
+		if strings.Contains(m.Content, "the answer") {
+			t.Fatalf("a frame was sent into the stalled link: %+v", m)
+		}
+	}
+	r.sim.Fault(wecomsim.FaultRequest{BotID: "b", Action: "clear"})
+	if err := c.Probe(context.Background(), time.Second); err != nil {
+		t.Fatalf("probe after the stall: %v", err)
+	}
+	r.waitDelivery(rec.ID, task.Delivered)
+	time.Sleep(500 * time.Millisecond)
+	k := 0
+	for _, m := range r.botMessages("alice") {
+		if strings.Contains(m.Content, "the answer") && (m.Finished || m.Kind == "markdown") {
+			k++
+		}
+	}
+	if k != 1 {
+		t.Fatalf("the answer reached the user %d times: %+v", k, r.botMessages("alice"))
 	}
 }

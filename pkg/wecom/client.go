@@ -154,6 +154,13 @@ type Conn struct {
 	timeouts atomic.Int32           // frames in a row whose ack timed out
 	probes   map[string]chan *Frame // Probe's pings awaiting their ack (pmu)
 	vitals   vitals
+	// Ack flow, for AcksOverdue: frames waiting for their ack now and
+	// since when some have (pmu); the last ack of any frame read, and the
+	// last ack timeout (unix ns).
+	inflight      int
+	inflightSince time.Time
+	lastAck       atomic.Int64
+	lastTimeout   atomic.Int64
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed when the connection starts closing
@@ -394,6 +401,7 @@ func isDisconnected(body json.RawMessage) bool {
 }
 
 func (c *Conn) ack(f *Frame) {
+	c.lastAck.Store(time.Now().UnixNano())
 	id := f.Headers.ReqID
 	if strings.HasPrefix(id, CmdPing+"_") {
 		c.pmu.Lock()
@@ -426,6 +434,9 @@ func (c *Conn) ack(f *Frame) {
 	st.unacked--
 	w := st.waiter
 	st.waiter = nil
+	if w != nil {
+		c.inflight--
+	}
 	c.forgetLocked(id, st)
 	c.pmu.Unlock()
 	c.timeouts.Store(0)
@@ -629,11 +640,16 @@ func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (f *Frame, e
 	ambiguous := st.unacked > 0
 	st.unacked++
 	st.waiter = w
+	if c.inflight == 0 {
+		c.inflightSince = time.Now()
+	}
+	c.inflight++
 	c.pmu.Unlock()
 	stopWaiting := func() {
 		c.pmu.Lock()
 		if st.waiter == w {
 			st.waiter = nil
+			c.inflight--
 		}
 		c.pmu.Unlock()
 	}
@@ -647,6 +663,7 @@ func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (f *Frame, e
 	case f = <-w:
 	case <-t.C:
 		stopWaiting()
+		c.lastTimeout.Store(time.Now().UnixNano())
 		c.vitals.failed(true)
 		if n := int(c.timeouts.Add(1)); n >= c.cfg.MaxAckTimeouts {
 			c.shut(ReasonAckTimeouts, fmt.Errorf("%d frames in a row without an ack within %s", n, c.cfg.AckTimeout))

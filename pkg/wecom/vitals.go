@@ -74,6 +74,30 @@ func (c *Conn) Vitals() Vitals {
 	}
 }
 
+// AcksOverdue reports whether the server owes this connection an ack for
+// longer than d: a frame has waited d while no ack of any frame (nor of a
+// heartbeat) was read, or a frame's ack timed out and no ack has been read
+// since. A stalled link looks like this; a busy healthy one does not (its
+// acks keep coming). A frame sent now would have an unknown outcome: a
+// sender that must not duplicate (the pusher's final frames) waits until
+// an ack is read again, or the connection is replaced.
+func (c *Conn) AcksOverdue(d time.Duration) bool {
+	last := unixTime(c.lastAck.Load())
+	if t := unixTime(c.lastTimeout.Load()); t.After(last) {
+		return true
+	}
+	c.pmu.Lock()
+	n, since := c.inflight, c.inflightSince
+	c.pmu.Unlock()
+	if n == 0 {
+		return false
+	}
+	if last.After(since) {
+		since = last
+	}
+	return time.Since(since) > d
+}
+
 // Probe sends one heartbeat now and waits for its ack, at most timeout (0:
 // the AckTimeout): the health monitor's question "is anyone there?", asked
 // when a signal looks wrong instead of pinging every bot more often. nil:

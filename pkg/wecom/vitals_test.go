@@ -68,3 +68,54 @@ func TestVitalsLastEvidence(t *testing.T) {
 		t.Errorf("LastEvidence = %v, want the ack at %v", got, t0.Add(3*time.Second))
 	}
 }
+
+// AcksOverdue tells a stalled link from a working one: a frame waiting
+// longer than d with no ack read meanwhile, or a timed-out frame with no
+// ack since; an ack read again (a probe answered) clears it.
+func TestAcksOverdue(t *testing.T) {
+	e := newEnv(t, wecomsim.Config{})
+	ch, h := msgChan(10)
+	cfg := e.config()
+	cfg.AckTimeout = 2 * time.Second
+	c := e.dial(cfg, h)
+	ctx := context.Background()
+	if c.AcksOverdue(0) {
+		t.Fatal("a fresh connection owes nothing")
+	}
+	e.post("alice", "q")
+	r := recv(t, ch)
+	if err := c.ReplyStream(ctx, r.reqID, wecom.Stream{ID: "s", Content: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.AcksOverdue(0) {
+		t.Fatal("overdue after an acked frame")
+	}
+
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultStallAcks, Seconds: 60})
+	sent := make(chan error, 1)
+	go func() { sent <- c.ReplyStream(ctx, r.reqID, wecom.Stream{ID: "s", Content: "ab"}) }()
+	deadline := time.Now().Add(cfg.AckTimeout)
+	for !c.AcksOverdue(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a frame unacked past d is not overdue")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.AcksOverdue(time.Minute) {
+		t.Fatal("overdue for a minute after a few hundred milliseconds")
+	}
+	if err := <-sent; !errors.Is(err, wecom.ErrAckTimeout) {
+		t.Fatalf("frame sent while stalled: %v, want ErrAckTimeout", err)
+	}
+	if !c.AcksOverdue(time.Minute) {
+		t.Fatal("a timed-out frame with nothing acked since is overdue, whatever d")
+	}
+
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultClear})
+	if err := c.Probe(ctx, 0); err != nil {
+		t.Fatalf("probe after the stall: %v", err)
+	}
+	if c.AcksOverdue(0) {
+		t.Fatal("still overdue after an ack was read")
+	}
+}

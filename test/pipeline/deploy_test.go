@@ -108,6 +108,14 @@ func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
 			t.Errorf("%q: %d delivery attempts spent on a stalled connection", q, r.PushAttempts)
 		}
 	}
+	// No answer twice: no final frame went into the stalled link (the
+	// simulator applies what it does not ack), so none was pushed again.
+	for i := range sent {
+		user, q := fmt.Sprintf("u%d", i), fmt.Sprintf("question %d", i)
+		if k := answered(c.bot(user), q); k != 1 {
+			t.Errorf("%q answered %d times: %+v", q, k, c.bot(user))
+		}
+	}
 	s, _ := c.sim.Stats("b1")
 	if s.Connections < 2 {
 		t.Fatalf("the stalled connection was not replaced: %+v", s)
