@@ -91,7 +91,9 @@ type Config struct {
 	// DedupeSize is how many recent msgids are remembered in memory (the
 	// task bucket is the authority beyond it). Default 65536.
 	DedupeSize int
-	// Timeout bounds the handling of one message. Default 10s.
+	// Timeout bounds each step of the handling of one message (the
+	// dispatch, the receipt, the record), so one message takes at most a
+	// few of them. Default 10s.
 	Timeout time.Duration
 	Texts   Texts
 	// Budget, if set, is the bot's per-conversation send budget: every
@@ -161,6 +163,10 @@ type Stats struct {
 	Suppressed int64 `json:"suppressed"` // replies skipped to keep the budget for an answer
 	Backfilled int64 `json:"backfilled"` // missed messages found by the gap backfill and taken as tasks
 }
+
+// dedupeTimeout bounds the task bucket read that finds a duplicate
+// callback.
+const dedupeTimeout = 2 * time.Second
 
 // ReplyReserve is how many sends of a conversation's budget replies
 // without a task (busy, refusals, commands) leave for a running answer:
@@ -254,7 +260,7 @@ func (a *Access) WaitTerm(ctx context.Context, term *election.Term) {
 		return
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }() // ends with the handlers (each bounded by Timeout)
+	go func() { wg.Wait(); close(done) }() // ends with the handlers (each bounded by a few Timeouts)
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -322,7 +328,16 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	js := a.js.Load()
 	if js == nil {
 		log.Debug().Msg("JetStream not reachable yet: deduplicated in memory only")
-	} else if _, err := js.store.Tasks().Get(ctx, id); err == nil {
+	} else if dup := func() bool {
+		// Bounded apart: while JetStream fails over this read waits for
+		// its timeout, and the dispatch and the receipt after it need
+		// their own time (JetStream's msgid dedupe still catches a
+		// duplicate the read missed).
+		gctx, cancel := context.WithTimeout(ctx, dedupeTimeout)
+		defer cancel()
+		_, err := js.store.Tasks().Get(gctx, id)
+		return err == nil
+	}(); dup {
 		a.count(func(s *Stats) { s.Duplicates++ })
 		log.Debug().Msg("duplicate callback (task exists)")
 		return
@@ -434,7 +449,13 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	rec.Tier = string(out.Tier)
 
 	// Receipt: the stream's first frame. The pusher continues this stream.
-	receiptErr := c.ReplyStream(ctx, reqID, wecom.Stream{ID: rec.StreamID, Content: a.cfg.Texts.Receipt})
+	// Its wait is its own (up to Timeout), not what the dispatch left: a
+	// receipt WeCom applied whose ack botctl stopped waiting for leaves
+	// the user's stream open at "received" for good, beside the pushed
+	// answer (chaos cut-leader-nats).
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+	receiptErr := c.ReplyStream(rctx, reqID, wecom.Stream{ID: rec.StreamID, Content: a.cfg.Texts.Receipt})
+	rcancel()
 	if receiptErr == nil {
 		spent()
 		if a.cfg.Receipted != nil {
@@ -449,9 +470,13 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	}
 	// The record with the raw context (a worker may have opened it from
 	// the queue message already: the leader's fields are merged in).
+	// The record gets its own time too: it carries the receipt (without
+	// it the pusher cannot continue the stream).
+	octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+	defer ocancel()
 	if js == nil {
 		log.Info().Str("task", id).Msg("JetStream not reachable yet: the task record is written by the worker that runs it")
-	} else if _, err := js.lc.Open(ctx, rec); err != nil {
+	} else if _, err := js.lc.Open(octx, rec); err != nil {
 		log.Error().Err(err).Msg("task record not written; the worker opens it from the queue message")
 	} else if !out.Spooled {
 		a.handled(term.Bot, created) // recorded in JetStream: past the inbound watermark
@@ -470,6 +495,8 @@ func (a *Access) refuseLater(ctx context.Context, js *bound, rec *task.Record) e
 	if js == nil {
 		return errors.New("JetStream not reachable")
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+	defer cancel()
 	_, err := js.lc.Refused(ctx, task.MessageOf(rec), "busy: the conversation's earlier question was still being answered; the reply waited for the send budget", true)
 	return err
 }

@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/botctl/botctl/pkg/faultproxy"
+	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
@@ -433,12 +435,40 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	if r.Failed() {
 		// The processes' logs, to find the cause (kept with -keep).
 		path := filepath.Join(h.Cfg.Dir, label+".log")
-		if err := os.WriteFile(path, []byte(h.Dump(maxDumpLines)), 0o644); err == nil {
+		dump := h.Dump(maxDumpLines)
+		if err := os.WriteFile(path, []byte(dump), 0o644); err == nil {
 			cfg.Logf("%s: logs of every process in %s", label, path)
+		}
+		// What botctl logged about each broken message: the work dir is
+		// gone after a CI run, this output is not.
+		for _, v := range r.Violations {
+			if lines := mentions(dump, v.MsgID, task.ID(bot, v.MsgID)); lines != "" {
+				cfg.Logf("%s %s %s: log lines naming it:\n%s", label, v.Invariant, v.MsgID, lines)
+			}
 		}
 	}
 	return r
 }
+
+// mentions returns the lines of logs naming any of ids (at most 20, ANSI
+// colours removed).
+func mentions(logs string, ids ...string) string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		for _, id := range ids {
+			if id != "" && strings.Contains(line, id) {
+				out = append(out, ansi.ReplaceAllString(line, ""))
+				break
+			}
+		}
+		if len(out) == 20 {
+			break
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
 
 // maxDumpLines is how many stderr lines of each process a failed round
 // writes to its log file.
