@@ -127,7 +127,8 @@ type Access struct {
 	chats   map[string]bool
 	sem     chan struct{}
 	wg      sync.WaitGroup
-	seen    *lru
+	seen    *lru // msgids being handled or handled (dedupe)
+	arrived *lru // msgids read by this node, handled or waiting for a handler
 	statsMu sync.Mutex
 	stats   Stats
 
@@ -200,7 +201,7 @@ func New(cfg Config) (*Access, error) {
 	a := &Access{
 		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(),
 		users: set(cfg.AllowUsers), chats: set(cfg.AllowChats),
-		sem: make(chan struct{}, cfg.Parallel), seen: newLRU(cfg.DedupeSize),
+		sem: make(chan struct{}, cfg.Parallel), seen: newLRU(cfg.DedupeSize), arrived: newLRU(cfg.DedupeSize),
 		terms: map[*election.Term]*sync.WaitGroup{},
 	}
 	if cfg.Store != nil {
@@ -277,6 +278,7 @@ func (a *Access) WaitTerm(ctx context.Context, term *election.Term) {
 // will not deliver it again. Wait reports when every one is done.
 func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
 	a.count(func(s *Stats) { s.Received++ })
+	a.arrived.add(term.Bot + "\x00" + m.MsgID)
 	done := a.track(term)
 	a.sem <- struct{}{}
 	a.wg.Go(func() {
@@ -536,9 +538,16 @@ func (a *Access) handled(bot string, created time.Time) {
 	}
 }
 
-// Known reports whether bot's message msgid was handled: it has a task
-// record, or was answered without one. The gap backfill skips it.
+// Known reports whether bot's message msgid was handled or is being
+// handled: this node read it (its handler may still wait on JetStream),
+// it has a task record, or was answered without one. The gap backfill
+// skips it, and the health monitor does not count it as missed (a
+// leader cut off from NATS still hears WeCom: its callbacks are not a
+// deaf connection).
 func (a *Access) Known(ctx context.Context, bot, msgid string) (bool, error) {
+	if a.arrived.has(bot + "\x00" + msgid) {
+		return true, nil
+	}
 	js := a.js.Load()
 	if js == nil {
 		return false, errors.New("access: JetStream not bound")

@@ -37,6 +37,14 @@ func (l *lru) add(key string) bool {
 	return true
 }
 
+// has reports whether key is remembered.
+func (l *lru) has(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.keys[key]
+	return ok
+}
+
 func decodeMessage(raw []byte) (task.Message, error) {
 	var m task.Message
 	err := json.Unmarshal(raw, &m)

@@ -102,8 +102,10 @@ type Config struct {
 	Overlap time.Duration
 	// Missed, if set, counts bot's messages created in [since, until) that
 	// were never handled, from a history source: it decides whether a
-	// silence is a deaf connection or quiet users. Nil, or an error: the
-	// outbound signal decides (see Refute).
+	// silence is a deaf connection or quiet users. Nil, or ErrNoHistory:
+	// the outbound signal decides (see Refute). Any other error (the
+	// history or the task store could not be read): the silence is not
+	// judged now; reconnecting WeCom would not mend either.
 	Missed func(ctx context.Context, bot string, since, until time.Time) (int, error)
 	// MarkIncomplete marks conversations "may be incomplete" (the next
 	// reply tells the user). Nil: not marked.

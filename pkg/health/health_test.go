@@ -3,6 +3,7 @@ package health_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -599,6 +600,28 @@ func TestHistoryDecidesASilence(t *testing.T) {
 			all := e.incidents()
 			return len(all) == 1 && all[0].Signal == incident.SignalSilence && strings.Contains(all[0].Reason, "never arrived")
 		})
+	})
+	t.Run("history unreadable: not judged", func(t *testing.T) {
+		// The leader cut off from NATS cannot read its task records, and
+		// no frame is acked (the pusher has nothing to read either): that
+		// is no deaf WeCom connection, and reconnecting would not help.
+		var calls atomic.Int32
+		e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
+			silenceLimits(c)
+			c.Missed = func(context.Context, string, time.Time, time.Time) (int, error) {
+				calls.Add(1)
+				return 0, errors.New("task bucket: nats: timeout")
+			}
+		}})
+		e.waitOnline()
+		conns := e.stats().Connections
+		eventually(t, "the silence judged twice", func() bool { return calls.Load() >= 2 })
+		if all := e.incidents(); len(all) != 0 {
+			t.Fatalf("an unreadable history opened an incident:\n%s", dump(all[0]))
+		}
+		if now := e.stats().Connections; now != conns {
+			t.Fatalf("reconnected (%d connections, had %d) on an unreadable history", now, conns)
+		}
 	})
 	t.Run("empty history: quiet", func(t *testing.T) {
 		e := start(t, options{before: seedBaseline, health: func(c *health.Config) {

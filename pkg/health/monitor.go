@@ -135,6 +135,11 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 				return
 			case signal == incident.SignalSilence:
 				verdict, why := h.judgeSilence(ctx, b.id, heardAt, now, v)
+				if verdict == unknown {
+					refutedUntil = now.Add(thr)
+					h.log.Warn().Str("bot", b.id).Str("reason", suspicion+"; "+why).Msg("silence not judged")
+					continue
+				}
 				if verdict == quiet {
 					refutedUntil = now.Add(thr)
 					note := fmt.Sprintf("%s, but %s: a baseline problem, not an incident", suspicion, why)
@@ -226,9 +231,14 @@ func mergeBaselines(saved, fresh *Baseline) Baseline {
 type silenceVerdict int
 
 const (
-	quiet silenceVerdict = iota // the users are quiet
-	deaf                        // the server no longer delivers to this connection
+	quiet   silenceVerdict = iota // the users are quiet
+	deaf                          // the server no longer delivers to this connection
+	unknown                       // cannot tell now (the history or the task store unreadable)
 )
+
+// ErrNoHistory, returned by Config.Missed, says no history source is
+// configured: the outbound signal judges a silence instead.
+var ErrNoHistory = errors.New("no history source (backfill.history_url): messages missed while the bot was away cannot be recovered")
 
 // judgeSilence cross-checks a silence the baseline finds suspicious (the
 // probe was acked, so the link is up). The history, where there is one,
@@ -246,6 +256,8 @@ func (h *Health) judgeSilence(ctx context.Context, bot string, heardAt, now time
 			return deaf, fmt.Sprintf("the history has %d message(s) since then that never arrived: the server no longer delivers to this connection", n)
 		case err == nil:
 			return quiet, "the history has no message since then: the users are quiet"
+		case !errors.Is(err, ErrNoHistory):
+			return unknown, "the history could not be checked (" + err.Error() + "): not judged now"
 		}
 	}
 	if !v.LastAckOK.IsZero() && now.Sub(v.LastAckOK) < h.cfg.Refute {

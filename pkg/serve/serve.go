@@ -687,7 +687,7 @@ func (n *Node) missed(ctx context.Context, bot string, since, until time.Time) (
 }
 
 // errNoHistory: no history source is configured.
-var errNoHistory = errors.New("no history source (backfill.history_url): messages missed while the bot was away cannot be recovered")
+var errNoHistory = health.ErrNoHistory
 
 // healthConfig is the health monitor's configuration from the node's.
 func (n *Node) healthConfig() health.Config {

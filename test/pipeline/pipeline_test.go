@@ -362,6 +362,14 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 	if depth, err := n.node.Spool.Len(); err != nil || depth != 3 {
 		t.Fatalf("spool depth %d (%v), want 3", depth, err)
 	}
+	// Read by this node: not missed, although JetStream cannot say so
+	// (the health monitor must not take a NATS outage for a deaf WeCom
+	// connection, nor the backfill answer these again).
+	for _, m := range sent {
+		if known, err := n.node.Access.Known(context.Background(), "b1", m.MsgID); !known {
+			t.Fatalf("message %s read during the outage is not known (%v)", m.MsgID, err)
+		}
+	}
 	// The conversation's spooled task holds it: a later question is told
 	// to wait, as when the task is in the queue, and cannot overtake it.
 	later := c.post("u0", "while the first waits")
