@@ -36,6 +36,10 @@
 // window is narrowed by writing the intent (FinalPending, PushedParts)
 // before each final send and the outcome right after its ack; a new leader
 // that finds an intent without an outcome counts it (Stats.Ambiguous).
+// The same holds for a frame WeCom applies but never acks (an ack stall):
+// while the connection owes an ack (wecom.Conn.AcksOverdue) the pusher
+// sends nothing, so only the frames already in flight when the acks
+// stopped have an unknown outcome (Stats.Stalled counts the held steps).
 package pusher
 
 import (
