@@ -266,33 +266,26 @@ func updateFrom(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64
 	if cur == nil || rev == 0 {
 		return nil, fmt.Errorf("update task: no record read to start from")
 	}
-	r := cur.clone()
-	if err := fn(r); err != nil {
-		if errors.Is(err, ErrNoChange) {
-			return r, nil
-		}
-		return r, err
-	}
-	raw, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := kv.Update(ctx, r.ID, raw, rev); err == nil {
-		return r, nil
-	} else if !jetstream.LostCAS(err) {
-		return nil, fmt.Errorf("update task %s: %w", r.ID, err)
-	}
-	return update(ctx, kv, r.ID, fn)
+	return updateLoop(ctx, kv, cur.ID, cur.clone(), rev, fn)
 }
 
 // update applies fn to the current record and stores it only if nobody
 // changed it meanwhile, retrying on conflict. fn may run several times;
 // it returns ErrNoChange to stop without writing.
 func update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record) error) (*Record, error) {
+	return updateLoop(ctx, kv, id, nil, 0, fn)
+}
+
+// updateLoop is update and updateFrom: r, if not nil, is the record at
+// rev for the first try; every retry reads it afresh.
+func updateLoop(ctx context.Context, kv natsjs.KeyValue, id string, r *Record, rev uint64, fn func(*Record) error) (*Record, error) {
+	given := r != nil
 	for attempt := 0; ; attempt++ {
-		r, rev, err := Get(ctx, kv, id)
-		if err != nil {
-			return nil, err
+		if attempt > 0 || !given {
+			var err error
+			if r, rev, err = Get(ctx, kv, id); err != nil {
+				return nil, err
+			}
 		}
 		if err := fn(r); err != nil {
 			if errors.Is(err, ErrNoChange) {
@@ -309,7 +302,9 @@ func update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record)
 		} else if !jetstream.LostCAS(err) || attempt >= 50 {
 			return nil, fmt.Errorf("update task %s: %w", id, err)
 		}
-		jetstream.CASPause(ctx, attempt)
+		if attempt > 0 || !given { // the caller's copy was stale: read again at once
+			jetstream.CASPause(ctx, attempt)
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
