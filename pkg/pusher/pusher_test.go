@@ -56,11 +56,27 @@ func newRig(t *testing.T, simCfg wecomsim.Config) *rig {
 }
 
 // connect opens a new connection as term `term` (a new leader).
-func (r *rig) connect(term int64) {
+func (r *rig) connect(term int64) { r.dial(term, nil) }
+
+// reconnect replaces the connection (same term) with one whose config
+// mutate changes, and returns it.
+func (r *rig) reconnect(mutate func(*wecom.Config)) *wecom.Conn {
+	r.t.Helper()
+	r.conn.Close()
+	<-r.conn.Done()
+	r.dial(r.term, mutate)
+	return r.conn
+}
+
+func (r *rig) dial(term int64, mutate func(*wecom.Config)) {
 	r.t.Helper()
 	r.msgs = make(chan received, 100)
 	msgs := r.msgs
-	c, err := wecom.Dial(context.Background(), wecom.Config{URL: r.url, BotID: "b", Secret: "s", Logger: zerolog.Nop()},
+	cfg := wecom.Config{URL: r.url, BotID: "b", Secret: "s", Logger: zerolog.Nop()}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	c, err := wecom.Dial(context.Background(), cfg,
 		wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) { msgs <- received{reqID, m} }})
 	if err != nil {
 		r.t.Fatal(err)
@@ -325,16 +341,7 @@ func TestFailoverMidStreamCompletesOnce(t *testing.T) {
 // the next term pushes the answer and only then records it delivered.
 func TestAckStallNeverCreditedAndCostsNoAttempt(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
-	r.conn.Close()
-	<-r.conn.Done()
-	// A connection with a short ack timeout.
-	c, err := wecom.Dial(context.Background(), wecom.Config{URL: r.url, BotID: "b", Secret: "s", AckTimeout: 300 * time.Millisecond, Logger: zerolog.Nop()},
-		wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) { r.msgs <- received{reqID, m} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); <-c.Done() })
-	r.conn = c
+	c := r.reconnect(func(c *wecom.Config) { c.AckTimeout = 300 * time.Millisecond })
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
 	r.sim.Fault(wecomsim.FaultRequest{BotID: "b", Action: "stall_acks", Seconds: 60})
@@ -567,16 +574,7 @@ func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
 // once the link acks again: one answer.
 func TestNoFinalFrameIntoAStalledLink(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
-	r.conn.Close()
-	<-r.conn.Done()
-	c, err := wecom.Dial(context.Background(), wecom.Config{URL: r.url, BotID: "b", Secret: "s", AckTimeout: 300 * time.Millisecond,
-		MaxAckTimeouts: 100, Logger: zerolog.Nop()},
-		wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) { r.msgs <- received{reqID, m} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); <-c.Done() })
-	r.conn = c
+	c := r.reconnect(func(c *wecom.Config) { c.AckTimeout, c.MaxAckTimeouts = 300*time.Millisecond, 100 })
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
 	r.waitDelivery(rec.ID, task.Streaming)
