@@ -1,0 +1,181 @@
+package pusher
+
+// The active set: the tasks this term delivers, rebuilt at start, kept
+// current by notices and the output watch, and stepped by the scan when
+// the cache says a step has something to do.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/pkg/task"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// entry is one task of the active set: what this pusher last saw of it.
+type entry struct {
+	out       *task.Output // latest output seen (nil: none yet)
+	firstRev  uint64       // output bucket revision of the first event seen for it (0: none)
+	outHash   string       // task.Hash(out.Text), computed once per output version
+	outAt     time.Time    // when the watch delivered out (zero: out was read, not watched)
+	rec       *task.Record // the record as last read by a step (nil: never)
+	readAt    time.Time    // when rec was read
+	inflight  bool
+	notBefore time.Time // backoff
+	shownAt   time.Time // when the user last saw something new, for heartbeats
+}
+
+// noticed forgets the cached record of a task whose record changed, so
+// that the next scan steps it at once.
+func (p *Pusher) noticed(id string) {
+	p.mu.Lock()
+	en := p.active[id]
+	if en == nil {
+		en = &entry{shownAt: p.cfg.Now()}
+		p.active[id] = en
+	}
+	en.rec, en.notBefore = nil, time.Time{} // the ending waits for no progress pacing
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rebuild finds every task of the bot not yet delivered: after a failover
+// the first scan finds them all.
+func (p *Pusher) rebuild(ctx context.Context) error {
+	// The pending index names the bot's undelivered tasks; their records
+	// say where each one is. Reading every record would also work, but
+	// costs a read per task kept in the bucket (days of them).
+	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, id := range ids {
+		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
+		if errors.Is(err, natsjs.ErrKeyNotFound) {
+			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id) // expired with its record
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if r.Delivery.Finished() {
+			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id)
+			continue
+		}
+		// What the previous leader sent in the quota's window counts here.
+		p.cfg.Budget.Seed(r.Chat, r.RecentSends)
+		if r.FinalPending {
+			p.count(func(s *Stats) { s.Ambiguous++ })
+			p.log.Warn().Str("task", r.ID).Msg("final frame sent but not recorded by the previous leader: delivering again (the user may see it twice)")
+		}
+		p.Notify(r.ID)
+		n++
+	}
+	p.count(func(s *Stats) { s.RebuiltNum = n })
+	if n > 0 {
+		p.log.Info().Int("tasks", n).Msg("active tasks found at term start")
+	}
+	return nil
+}
+
+func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	var due []string
+	for id, en := range p.active {
+		if !en.inflight && !now.Before(en.notBefore) && p.needsStep(en, now) {
+			en.inflight = true
+			due = append(due, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range due {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			p.release(id, false, 0)
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			done, wait := p.step(ctx, id)
+			p.release(id, done, wait)
+		})
+	}
+}
+
+// refreshEvery bounds how long a task goes without a fresh read of its
+// record, whatever the cache says (an operator may have changed it).
+const refreshEvery = 10 * time.Second
+
+// needsStep decides from what is cached (the record as last read, the
+// output as last watched) whether a step could have anything to do, so
+// that thousands of quiet tasks cost no bucket reads. The caller holds mu.
+func (p *Pusher) needsStep(en *entry, now time.Time) bool {
+	r := en.rec
+	if r == nil || now.Sub(en.readAt) >= refreshEvery || r.Exec.Finished() {
+		return true
+	}
+	if !p.streamable(r, now) {
+		return false // push mode waits for the complete answer
+	}
+	if !r.StreamStart.IsZero() && !now.Before(p.closeAt(r, now)) {
+		return true
+	}
+	if en.out != nil && unseen(r, en.out.Text, en.outHash) {
+		return true
+	}
+	return p.heartbeatDue(r, en.shownAt, now)
+}
+
+// The decisions a step makes, also made from the cache by needsStep: one
+// function each, so that the two never disagree.
+
+// closeAt is when r's stream must be closed: its window less the margin,
+// from its first frame (from now for a stream not begun).
+func (p *Pusher) closeAt(r *task.Record, now time.Time) time.Time {
+	start := r.StreamStart
+	if start.IsZero() {
+		start = now
+	}
+	return start.Add(p.cfg.StreamWindow - p.cfg.Margin)
+}
+
+// heartbeatDue: the user has seen nothing new for Heartbeat. shownAt is
+// this pusher's last frame with new content; the record's PushedAt may
+// be later (the inbound path's receipt, an earlier term).
+func (p *Pusher) heartbeatDue(r *task.Record, shownAt, now time.Time) bool {
+	if r.PushedAt.After(shownAt) {
+		shownAt = r.PushedAt
+	}
+	return now.Sub(shownAt) >= p.cfg.Heartbeat
+}
+
+// unseen: text (whose task.Hash is hash) is content the user has not seen;
+// empty text is nothing to show.
+func unseen(r *task.Record, text, hash string) bool { return text != "" && hash != r.PushedHash }
+
+// release ends a step: done drops the task from the active set; wait
+// delays its next step.
+func (p *Pusher) release(id string, done bool, wait time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	en := p.active[id]
+	if en == nil {
+		return
+	}
+	if done {
+		delete(p.active, id)
+		return
+	}
+	en.inflight = false
+	if wait > 0 {
+		en.notBefore = p.cfg.Now().Add(wait)
+	}
+}

@@ -1,0 +1,376 @@
+package pusher
+
+// Delivery: one step of one task, the stream frames and the pushes, and
+// what each outcome records.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// finalReserve is how many sends of a conversation's budget per minute
+// progress frames leave alone: the final frame and the window's close.
+const finalReserve = 2
+
+// progressGap is the least time between two progress frames of a stream:
+// a minute spread over the budget less the reserve.
+func progressGap(budget int) time.Duration {
+	return time.Minute / time.Duration(max(budget-finalReserve, 1))
+}
+
+// stepTimeout bounds one step of one task: a few sends and record writes.
+const stepTimeout = 30 * time.Second
+
+// ackOverdue: while the connection has owed an ack this long (or one timed
+// out and nothing was acked since), no frame is sent (wecom.Conn.
+// AcksOverdue). A frame sent into a stalled link has an unknown outcome,
+// and every later frame of its req_id too; a final frame of unknown
+// outcome is pushed again, which the user may see twice. Acks on a working
+// link take milliseconds; holding costs a short delay at worst, and only
+// the frames already in flight when acks stopped stay ambiguous.
+const ackOverdue = 500 * time.Millisecond
+
+// step moves one task forward; it reports whether the task is finished
+// (delivered, failed, or not this bot's), and how long to wait before the
+// next step.
+func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Duration) {
+	// A step that has begun runs to its end even if the term is ending: a
+	// frame in flight and the record of its outcome belong together. Sends
+	// are bounded by the connection's ack timeout, and fail at once when
+	// the connection closes (leadership lost).
+	if p.cfg.Conn.AcksOverdue(ackOverdue) {
+		p.count(func(s *Stats) { s.Stalled++ })
+		return false, 250 * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+	defer cancel()
+	tasks := p.cfg.Store.Tasks()
+	rec, rev, err := task.Get(ctx, tasks, id)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return false, time.Second // the inbound path is still writing it
+	}
+	if err != nil {
+		return false, time.Second
+	}
+	if rec.Bot != p.cfg.Bot {
+		return true, 0
+	}
+	if rec.Delivery.Finished() {
+		p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
+		return true, 0
+	}
+	p.mu.Lock()
+	if en := p.active[id]; en != nil {
+		en.rec, en.readAt = rec, p.cfg.Now()
+	}
+	p.mu.Unlock()
+	// Only the text of the record's attempt counts: a superseded attempt's
+	// output is never shown. Between two attempts (queued again) nothing
+	// new is shown.
+	text := ""
+	if out := p.output(ctx, rec); out != nil && out.Attempt == rec.Attempt && rec.Exec != task.Queued {
+		text = out.Text
+	}
+	if rec.Exec == task.Succeeded && rec.AnswerHash != "" && task.Hash(text) != rec.AnswerHash {
+		// The record names an answer this output is not (yet): wait for it.
+		p.log.Warn().Str("task", id).Int("attempt", rec.Attempt).Msg("output differs from the recorded answer; waiting")
+		return false, time.Second
+	}
+	now := p.cfg.Now()
+	if p.streamable(rec, now) {
+		return p.stream(ctx, rec, rev, text, now)
+	}
+	return p.push(ctx, rec, text, now)
+}
+
+// streamable: the stream can still carry this answer on this connection.
+func (p *Pusher) streamable(r *task.Record, now time.Time) bool {
+	if r.Term != p.cfg.Term || r.ReqID == "" || r.StreamID == "" {
+		return false
+	}
+	if r.Delivery != task.Pending && r.Delivery != task.Streaming {
+		return false
+	}
+	return r.StreamStart.IsZero() || now.Before(r.StreamStart.Add(p.cfg.StreamWindow))
+}
+
+// lag reports to Config.Lag how long the output of task id last seen
+// took to reach the user (acked at shown).
+func (p *Pusher) lag(id string, shown time.Time) {
+	if p.cfg.Lag == nil {
+		return
+	}
+	var updated time.Time
+	p.mu.Lock()
+	if en := p.active[id]; en != nil && en.out != nil {
+		updated = en.out.Updated
+	}
+	p.mu.Unlock()
+	if !updated.IsZero() && shown.After(updated) {
+		p.cfg.Lag(p.cfg.Bot, shown.Sub(updated))
+	}
+}
+
+// stream moves a streamable task forward; r is its record as read at
+// revision rev.
+func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
+	chat := r.Chat
+	closeAt := p.closeAt(r, now)
+
+	// The final frame: never starved (reserve 0), delivered on its ack.
+	if r.Exec.Finished() {
+		final := p.finalText(r, text)
+		if len(final) > wecom.MaxContentBytes {
+			return p.closeStream(ctx, r, text, "answer larger than one frame")
+		}
+		if !p.cfg.Budget.Take(chat, 0) {
+			p.count(func(s *Stats) { s.Throttled++ })
+			return false, time.Until(p.cfg.Budget.Free(chat))
+		}
+		if _, err := p.cfg.Lifecycle.FinalIntent(ctx, r.ID); err != nil {
+			p.cfg.Budget.Refund(chat)
+			return false, time.Second
+		}
+		err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: final, Finish: true})
+		switch code := wecom.ErrCodeOf(err); {
+		case err == nil:
+			p.count(func(s *Stats) { s.Frames++ })
+			p.lag(r.ID, p.cfg.Now())
+			return p.delivered(ctx, r, final, "final frame acked", 0)
+		case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
+			// No ack we can trust for this req_id (a timeout, or an
+			// earlier frame's ack still owed): the final may or may not be
+			// on the user's screen. Push the answer (its own req_id), so it
+			// is there for sure; at worst the user sees it twice.
+			p.count(func(s *Stats) { s.Ambiguous++ })
+			return p.toPush(ctx, r, "final frame's outcome unknown (no trustworthy ack); pushing the answer")
+		case code == wecom.ErrCodeStreamExpired && r.FinalPending && now.Before(r.StreamStart.Add(p.cfg.StreamWindow)):
+			// An earlier final frame whose ack was lost was applied: the
+			// stream is finished, not expired.
+			p.count(func(s *Stats) { s.Ambiguous++ })
+			return p.delivered(ctx, r, final, "final frame applied earlier (ack lost)", 0)
+		case code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired:
+			p.cfg.Budget.Refund(chat)
+			return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
+		default:
+			return p.sendFailed(ctx, r, err)
+		}
+	}
+
+	// The window is closing: close the stream with what there is.
+	if !now.Before(closeAt) {
+		return p.closeStream(ctx, r, text, "stream window closing")
+	}
+
+	// Progress: only new content, or a heartbeat when nothing new came.
+	changed := unseen(r, text, task.Hash(text))
+	var shownAt time.Time
+	p.mu.Lock()
+	if en := p.active[r.ID]; en != nil {
+		shownAt = en.shownAt
+	}
+	p.mu.Unlock()
+	heartbeat := p.heartbeatDue(r, shownAt, now)
+	if !changed && !heartbeat {
+		return false, min(closeAt.Sub(now), p.cfg.ScanInterval)
+	}
+	// Pace progress below the budget, so that the final frame and the
+	// window's close always find room (progress alone could otherwise use
+	// the whole budget and make the final frame wait for the window).
+	gap := progressGap(p.cfg.Budget.Limit())
+	if now.Sub(r.PushedAt) < gap {
+		// Not yet; the final frame, when it comes, is not held up by this.
+		return false, min(gap-now.Sub(r.PushedAt), p.cfg.ScanInterval)
+	}
+	if !p.cfg.Budget.Take(chat, finalReserve) {
+		p.count(func(s *Stats) { s.Throttled++ })
+		return false, time.Until(p.cfg.Budget.Free(chat))
+	}
+	content := Clip(text, wecom.MaxContentBytes-200, "…")
+	if !changed || text == "" {
+		el := now.Sub(r.Received)
+		format := p.cfg.HeartbeatLine
+		if r.Exec == task.Queued && r.Attempt == 0 {
+			format = p.cfg.QueuedLine // every worker slot is busy: say so
+		}
+		line := fmt.Sprintf(format, int(el.Minutes()), int(el.Seconds())%60)
+		content = join(content, line)
+	}
+	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})
+	if err != nil {
+		if refused(err) {
+			p.cfg.Budget.Refund(chat)
+		}
+		if code := wecom.ErrCodeOf(err); refused(err) && (code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired) {
+			return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
+		}
+		return p.sendFailed(ctx, r, err)
+	}
+	p.count(func(s *Stats) { s.Frames++ })
+	shownNow := p.cfg.Now()
+	p.mu.Lock()
+	if en := p.active[r.ID]; en != nil {
+		en.shownAt = shownNow
+	}
+	p.mu.Unlock()
+	if changed {
+		p.lag(r.ID, shownNow)
+	}
+	hash := ""
+	if changed {
+		hash = task.Hash(text)
+	}
+	if _, err := p.cfg.Lifecycle.ShownFrom(ctx, r, rev, hash, shownNow); err != nil {
+		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
+	}
+	return false, p.cfg.ScanInterval
+}
+
+// closeStream ends the stream with the content so far and a note; the full
+// answer follows by push.
+func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string, why string) (bool, time.Duration) {
+	note := p.cfg.TruncatedNote
+	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
+	if !p.cfg.Budget.Take(r.Chat, 0) {
+		p.count(func(s *Stats) { s.Throttled++ })
+		return false, time.Until(p.cfg.Budget.Free(r.Chat))
+	}
+	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content, Finish: true})
+	if err == nil {
+		p.count(func(s *Stats) { s.Frames++; s.Truncated++ })
+	} else {
+		p.cfg.Budget.Refund(r.Chat)
+		p.log.Info().Err(err).Str("task", r.ID).Msg("closing the stream failed; the answer goes by push anyway")
+	}
+	return p.toPush(ctx, r, why)
+}
+
+// toPush marks the delivery truncated: the complete answer is owed by push.
+func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, time.Duration) {
+	if _, err := p.cfg.Lifecycle.Truncate(ctx, r.ID, why); err != nil {
+		return false, time.Second
+	}
+	return false, 0
+}
+
+// push delivers the complete answer by aibot_send_msg once it is done.
+func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
+	if r.Delivery == task.Pending || r.Delivery == task.Streaming {
+		// Began under another term, or never got a stream: owed by push.
+		return p.toPush(ctx, r, fmt.Sprintf("stream began under term %d, this is term %d", r.Term, p.cfg.Term))
+	}
+	if !r.Exec.Finished() {
+		return false, p.cfg.ScanInterval
+	}
+	if done := r.ExecDone(); !done.IsZero() && now.Sub(done) > p.cfg.ReplayExpiry && r.PushedParts == 0 {
+		rec, err := p.cfg.Lifecycle.Expired(ctx, r.ID, now.Sub(done))
+		if err != nil {
+			return false, time.Second
+		}
+		p.count(func(s *Stats) { s.Failed++ })
+		p.log.Error().Str("task", r.ID).Dur("owed_for", now.Sub(done)).Msg("answer owed past the replay expiry: not sent late; delivery failed")
+		if p.cfg.FailedForGood != nil && rec.Delivery == task.DeliveryFailed {
+			p.cfg.FailedForGood(rec, errors.New(rec.DeliveryReason))
+		}
+		return true, 0
+	}
+	final := p.finalText(r, text)
+	if text == "" && (r.Exec == task.Failed || r.Exec == task.Canceled) {
+		// A proactive message neither replies to the question nor, with
+		// no answer in it, says which question it is about: quote it.
+		final = join(quote(r.Question), final)
+	}
+	parts := Split(final, wecom.MaxContentBytes)
+	chatType := wecom.ChatTypeSingle
+	if r.ChatType == wecom.ChatGroup {
+		chatType = wecom.ChatTypeGroup
+	}
+	for i := r.PushedParts; i < len(parts); i++ {
+		if p.cfg.Gate != nil {
+			if wait := p.cfg.Gate(now); wait > 0 {
+				p.count(func(s *Stats) { s.Held++ })
+				return false, wait
+			}
+		}
+		if !p.cfg.Budget.Take(r.Chat, 0) {
+			p.count(func(s *Stats) { s.Throttled++ })
+			return false, time.Until(p.cfg.Budget.Free(r.Chat))
+		}
+		if err := p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, parts[i]); err != nil {
+			if refused(err) {
+				p.cfg.Budget.Refund(r.Chat) // refused: not counted by WeCom either
+			}
+			return p.sendFailed(ctx, r, err)
+		}
+		p.count(func(s *Stats) { s.Pushes++ })
+		n := i + 1
+		rec, err := p.cfg.Lifecycle.PartPushed(ctx, r.ID, n)
+		if err != nil {
+			p.log.Warn().Err(err).Str("task", r.ID).Int("part", n).Msg("pushed part not recorded; a new leader may push it again")
+			return false, time.Second
+		}
+		r = rec
+	}
+	return p.delivered(ctx, r, final, fmt.Sprintf("%d part(s) pushed", len(parts)), len(parts))
+}
+
+func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
+	if _, err := p.cfg.Lifecycle.Delivered(ctx, r.ID, text, why, parts); err != nil {
+		p.log.Warn().Err(err).Str("task", r.ID).Msg("delivery not recorded; a new leader may deliver again")
+		return false, time.Second
+	}
+	p.count(func(s *Stats) { s.Delivered++ })
+	return true, 0
+}
+
+// refused reports whether WeCom answered a send with an errcode (it did
+// not apply it, and does not count it against the quota), as opposed to an
+// outcome that is unknown (no ack, the connection gone).
+func refused(err error) bool {
+	var ae *wecom.AckError
+	return errors.As(err, &ae) && !errors.Is(err, wecom.ErrAckUnknown)
+}
+
+// sendFailed counts an attempt about the task itself; past MaxAttempts the
+// delivery fails. A connection-wide error (closed, ack timeouts, not
+// subscribed, system busy) is not the task's: it costs no attempt, and the
+// send is tried again on a healthy connection (the client tears a sick one
+// down; the election loop makes a new one).
+func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) (bool, time.Duration) {
+	p.count(func(s *Stats) { s.Errors++ })
+	if wecom.IsConnectionError(sendErr) || ctx.Err() != nil {
+		p.log.Info().Err(sendErr).Str("task", r.ID).Msg("send failed on the connection, not the task; retrying without counting an attempt")
+		return false, time.Second
+	}
+	var attempts int
+	rec, err := p.cfg.Lifecycle.SendFailed(ctx, r.ID, sendErr, p.cfg.MaxAttempts)
+	if rec != nil {
+		attempts = rec.PushAttempts
+	}
+	if err == nil && rec.Delivery == task.DeliveryFailed {
+		p.count(func(s *Stats) { s.Failed++ })
+		p.log.Error().Err(sendErr).Str("task", r.ID).Msg("delivery failed for good")
+		if p.cfg.FailedForGood != nil {
+			p.cfg.FailedForGood(rec, sendErr)
+		}
+		return true, 0
+	}
+	backoff := min(time.Second<<min(attempts, 6), time.Minute)
+	p.log.Warn().Err(sendErr).Str("task", r.ID).Int("attempt", attempts).Dur("retry_in", backoff).Msg("send failed; will retry")
+	return false, backoff
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
