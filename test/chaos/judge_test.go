@@ -1,7 +1,11 @@
 package main
 
 import (
+	"image/png"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/test/e2e/cluster"
@@ -73,5 +77,39 @@ func TestJudgeMarksAndFailures(t *testing.T) {
 	failed := cluster.TranscriptEntry{Seq: 3, From: "bot", ReplyTo: "m2", Kind: "stream", Finished: true, Content: "已收到\n抱歉，这个问题处理失败了，请稍后重试。"}
 	if v := Judge([]cluster.TranscriptEntry{asked, failed}, m); v.Failed != 1 || v.Answers() != 0 {
 		t.Errorf("failure notice: failed %d answers %d, want 1 and 0", v.Failed, v.Answers())
+	}
+}
+
+// The takeover plot is a PNG with every scenario that had a takeover;
+// without one, no file.
+func TestTakeoverPlot(t *testing.T) {
+	dir := t.TempDir()
+	none := filepath.Join(dir, "none.png")
+	if err := takeoverPlot(none, []*RoundResult{{Scenario: "sim-silence"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(none); !os.IsNotExist(err) {
+		t.Fatalf("a plot without takeovers: %v", err)
+	}
+	path := filepath.Join(dir, "takeover.png")
+	rounds := []*RoundResult{
+		{Scenario: "kill-leader", Takeovers: []Takeover{{D: 2200 * time.Millisecond}}},
+		{Scenario: "kill-leader", Takeovers: []Takeover{{D: 3 * time.Second}}},
+		{Scenario: "term-leader", Takeovers: []Takeover{{D: 27 * time.Millisecond}, {Err: "none within 60s"}}},
+	}
+	if err := takeoverPlot(path, rounds); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 300 {
+		t.Fatalf("plot of %v", b)
 	}
 }

@@ -269,8 +269,9 @@ func countInv(vs []Violation, inv string) int {
 
 func mdEscape(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
 
-// WriteFiles writes out (markdown), out's .csv (one row per round) and
-// -violations.csv next to it.
+// WriteFiles writes out (markdown), out's .csv (one row per round),
+// -violations.csv and -takeover.png (takeover times per scenario) next to
+// it.
 func (rep *Report) WriteFiles(out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
@@ -284,6 +285,9 @@ func (rep *Report) WriteFiles(out string) error {
 		return err
 	}
 	base := strings.TrimSuffix(out, filepath.Ext(out))
+	if err := takeoverPlot(base+"-takeover.png", rep.Rounds); err != nil {
+		return fmt.Errorf("takeover plot: %w", err)
+	}
 	rows := [][]string{{"scenario", "round", "start", "took_ms", "msgs", "delivered", "undelivered", "post_errors", "answered_once", "busy",
 		"lost", "failed", "duplicate", "locked", "missed", "answered_after_round", "marked_incomplete", "failure_told", "expired", "quota_45009", "kicks", "takeovers_ms", "fault", "error"}}
 	for _, r := range rep.Rounds {
