@@ -19,6 +19,11 @@ type DemoConfig struct {
 	// Raise it to test heartbeats and the WeCom stream window (answers of
 	// several minutes); lower it for fast tests.
 	AnswerTime time.Duration `yaml:"answer_time"`
+	// AnswerTimeMax, when above AnswerTime, spreads answers over
+	// [AnswerTime, AnswerTimeMax]: each question's time is fixed by its
+	// text (a hash), so a rerun takes as long. 0: every answer takes
+	// AnswerTime.
+	AnswerTimeMax time.Duration `yaml:"answer_time_max"`
 	// Paragraphs is the number of numbered paragraphs. Default 3, at most
 	// 1000.
 	Paragraphs int `yaml:"paragraphs"`
@@ -50,6 +55,9 @@ func newDemo(cfg DemoConfig) (*demoBackend, error) {
 	case cfg.AnswerTime == 0:
 		cfg.AnswerTime = demoDefaultAnswerTime
 	}
+	if cfg.AnswerTimeMax != 0 && cfg.AnswerTimeMax < cfg.AnswerTime {
+		return nil, fmt.Errorf("config key ai.demo.answer_time_max: %s is below ai.demo.answer_time (%s): set it higher, or 0 for a fixed answer time", cfg.AnswerTimeMax, cfg.AnswerTime)
+	}
 	switch {
 	case cfg.Paragraphs < 0 || cfg.Paragraphs > demoMaxParagraphs:
 		return nil, fmt.Errorf("config key ai.demo.paragraphs: %d is out of range (0 for the default %d, at most %d)", cfg.Paragraphs, demoDefaultParagraphs, demoMaxParagraphs)
@@ -64,6 +72,18 @@ func newDemo(cfg DemoConfig) (*demoBackend, error) {
 
 func (b *demoBackend) Name() string { return KindDemo }
 
+// answerTime is how long question's answer streams: AnswerTime, or a
+// point of [AnswerTime, AnswerTimeMax] fixed by the question's hash.
+func (b *demoBackend) answerTime(question string) time.Duration {
+	spread := b.cfg.AnswerTimeMax - b.cfg.AnswerTime
+	if spread <= 0 {
+		return b.cfg.AnswerTime
+	}
+	h := fnv.New64a()
+	h.Write([]byte(question))
+	return b.cfg.AnswerTime + time.Duration(h.Sum64()%uint64(spread+1))
+}
+
 // Stream emits the answer in pieces at evenly spaced ticks: piece k ends at
 // byte len*k/steps (moved back to a rune boundary) and is due at
 // start + AnswerTime*k/steps, so a slow consumer catches up instead of
@@ -76,7 +96,8 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 		return err
 	}
 	text := DemoAnswer(req.Question(), b.cfg.Paragraphs, b.cfg.AnswerBytes)
-	steps := int(b.cfg.AnswerTime / demoTick)
+	answerTime := b.answerTime(req.Question())
+	steps := int(answerTime / demoTick)
 	steps = max(1, min(steps, len(text)))
 
 	start := time.Now()
@@ -84,7 +105,7 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 	defer timer.Stop()
 	sent := 0
 	for k := 1; k <= steps; k++ {
-		due := start.Add(time.Duration(int64(b.cfg.AnswerTime) * int64(k) / int64(steps)))
+		due := start.Add(time.Duration(int64(answerTime) * int64(k) / int64(steps)))
 		timer.Reset(time.Until(due))
 		select {
 		case <-ctx.Done():

@@ -125,3 +125,37 @@ func TestDemoEmitErrorStops(t *testing.T) {
 		t.Errorf("%d emits after emit failed, want 1", n)
 	}
 }
+
+// With AnswerTimeMax, answers spread over the range, each question always
+// taking the same time (a rerun of a load or chaos run takes as long).
+func TestDemoAnswerTimeSpread(t *testing.T) {
+	b := &demoBackend{cfg: DemoConfig{AnswerTime: 5 * time.Second, AnswerTimeMax: 60 * time.Second}}
+	lo, hi := time.Hour, time.Duration(0)
+	for i := range 200 {
+		q := fmt.Sprintf("question %d", i)
+		d := b.answerTime(q)
+		if d < 5*time.Second || d > 60*time.Second {
+			t.Fatalf("%q takes %s, outside [5s, 60s]", q, d)
+		}
+		if again := b.answerTime(q); again != d {
+			t.Fatalf("%q takes %s, then %s", q, d, again)
+		}
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if hi-lo < 30*time.Second {
+		t.Fatalf("200 questions spread over %s to %s only", lo, hi)
+	}
+	fixed := &demoBackend{cfg: DemoConfig{AnswerTime: 5 * time.Second}}
+	if d := fixed.answerTime("q"); d != 5*time.Second {
+		t.Fatalf("without a max: %s", d)
+	}
+	// The stream takes that long.
+	short := newDemoForTest(t, DemoConfig{AnswerTime: 100 * time.Millisecond, AnswerTimeMax: 400 * time.Millisecond})
+	start := time.Now()
+	if err := short.Stream(context.Background(), Request{TaskID: "t", Messages: []Message{{Role: "user", Content: "q"}}}, func(string) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 100*time.Millisecond {
+		t.Fatalf("streamed in %s, below answer_time", el)
+	}
+}

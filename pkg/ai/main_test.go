@@ -141,6 +141,7 @@ func TestNewConfigErrorsNameTheKey(t *testing.T) {
 		{Config{}, "ai.kind"},
 		{Config{Kind: "gpt"}, "ai.kind"},
 		{Config{Kind: KindDemo, Demo: DemoConfig{AnswerTime: -time.Second}}, "ai.demo.answer_time"},
+		{Config{Kind: KindDemo, Demo: DemoConfig{AnswerTime: time.Minute, AnswerTimeMax: time.Second}}, "ai.demo.answer_time_max"},
 		{Config{Kind: KindDemo, Demo: DemoConfig{Paragraphs: -1}}, "ai.demo.paragraphs"},
 		{Config{Kind: KindDemo, Demo: DemoConfig{AnswerBytes: 1 << 30}}, "ai.demo.answer_bytes"},
 		{Config{Kind: KindExec}, "ai.exec.command"},

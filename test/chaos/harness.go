@@ -27,16 +27,22 @@ type Config struct {
 	Think      time.Duration // a user's pause between an answer and the next question (mean)
 	Patience   time.Duration // a user with no answer after this asks again
 	Burst      int           // messages (one conversation each) posted over the first second of the fault
-	AnswerTime time.Duration // --demo-answer-time of every node
-	TTL        time.Duration // --election-ttl
-	Margin     time.Duration // --election-safety-margin
-	Warmup     time.Duration // traffic before the fault
-	After      time.Duration // traffic after the fault
-	Settle     time.Duration // how long answers may take to arrive after traffic stops
-	Takeover   time.Duration // how long to wait for a new subscribe after a fault
-	Dir        string        // work dir (binaries, data); "" = a temp dir
-	Logf       func(format string, args ...any)
+	AnswerTime time.Duration // --demo-answer-time of every node: the shortest answer
+	// AnswerTimeMax is --demo-answer-time-max: answers take from
+	// AnswerTime to this, by question (0: all AnswerTime).
+	AnswerTimeMax time.Duration
+	TTL           time.Duration // --election-ttl
+	Margin        time.Duration // --election-safety-margin
+	Warmup        time.Duration // traffic before the fault
+	After         time.Duration // traffic after the fault
+	Settle        time.Duration // how long answers may take to arrive after traffic stops
+	Takeover      time.Duration // how long to wait for a new subscribe after a fault
+	Dir           string        // work dir (binaries, data); "" = a temp dir
+	Logf          func(format string, args ...any)
 }
+
+// longest is the longest answer time.
+func (c *Config) longest() time.Duration { return max(c.AnswerTime, c.AnswerTimeMax) }
 
 func (c *Config) defaults() {
 	if c.Rounds == 0 {
@@ -67,7 +73,7 @@ func (c *Config) defaults() {
 		c.After = 10 * time.Second
 	}
 	if c.Settle == 0 {
-		c.Settle = c.AnswerTime + 60*time.Second
+		c.Settle = c.longest() + 60*time.Second
 	}
 	if c.Takeover == 0 {
 		c.Takeover = c.TTL + 30*time.Second
@@ -222,8 +228,11 @@ func Start(cfg Config) (*Harness, error) {
 // default 10 minutes, so a silence round early in a run (or in the smoke)
 // is detected as it would be on a bot with some history.
 func nodeArgs(cfg Config) []string {
-	return []string{"--ai", "demo", "--demo-answer-time", cfg.AnswerTime.String(), "--nats-replicas", "3",
-		"--health-silence-min-watched", silenceMinWatched.String()}
+	args := []string{"--ai", "demo", "--demo-answer-time", cfg.AnswerTime.String()}
+	if cfg.AnswerTimeMax > cfg.AnswerTime {
+		args = append(args, "--demo-answer-time-max", cfg.AnswerTimeMax.String())
+	}
+	return append(args, "--nats-replicas", "3", "--health-silence-min-watched", silenceMinWatched.String())
 }
 
 const silenceMinWatched = time.Minute
@@ -403,7 +412,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	for _, u := range h.Traffic.Conversations() {
 		probes = append(probes, h.Traffic.Post(label, u, true))
 	}
-	deadline = time.Now().Add(cfg.AnswerTime + 45*time.Second)
+	deadline = time.Now().Add(cfg.longest() + 45*time.Second)
 	for !allAnswered(h.C, bot, probes) && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 	}

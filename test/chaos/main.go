@@ -15,7 +15,8 @@
 // harness the end-to-end tests use.
 //
 // Per round of a scenario: closed-loop users talk to the bot through the
-// simulator's control API; the scenario's fault is injected; traffic goes
+// simulator's control API (answers of 5–60 s, by question); the
+// scenario's fault is injected; traffic goes
 // on, then stops; answers get time to arrive; every stopped node is
 // restarted; one probe message is sent in each conversation. The round is
 // then judged from the simulator's transcripts and counters:
@@ -78,12 +79,13 @@ func main() {
 	flag.IntVar(&cfg.Burst, "burst", 6, "messages, one conversation each, posted over the first second of every fault (0: none)")
 	flag.DurationVar(&cfg.Think, "think", 2*time.Second, "mean pause of a user between an answer and the next question")
 	flag.DurationVar(&cfg.Patience, "patience", 15*time.Second, "a user with no answer after this asks again")
-	flag.DurationVar(&cfg.AnswerTime, "answer-time", 5*time.Second, "--demo-answer-time of every node")
+	flag.DurationVar(&cfg.AnswerTime, "answer-time", 5*time.Second, "--demo-answer-time of every node: the shortest answer")
+	flag.DurationVar(&cfg.AnswerTimeMax, "answer-time-max", time.Minute, "--demo-answer-time-max: answers take answer-time to this, by question (issue 12: 5–60 s; 0: all answer-time)")
 	flag.DurationVar(&cfg.TTL, "ttl", 20*time.Second, "--election-ttl (production default 20s)")
 	flag.DurationVar(&cfg.Margin, "margin", 5*time.Second, "--election-safety-margin (production default 5s)")
 	flag.DurationVar(&cfg.Warmup, "warmup", 4*time.Second, "traffic before the fault")
 	flag.DurationVar(&cfg.After, "after", 10*time.Second, "traffic after the fault")
-	flag.DurationVar(&cfg.Settle, "settle", 0, "how long answers may still arrive after traffic stops (default answer-time + 60s)")
+	flag.DurationVar(&cfg.Settle, "settle", 0, "how long answers may still arrive after traffic stops (default the longest answer + 60s)")
 	flag.StringVar(&out, "out", "", "write the markdown report here (and .csv, -violations.csv beside it)")
 	flag.BoolVar(&keep, "keep", false, "keep the work dir (binaries, data, a failed round's process logs) after the run")
 	flag.StringVar(&cfg.Dir, "dir", "", "work dir (default a new temp dir)")
