@@ -353,34 +353,12 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.Store, backend ai.Backend) error {
 	cfg, log := n.cfg, n.log
 	lc := task.NewLifecycle(store, cfg.NodeID, log)
-	forward := store.SpoolPublisher(func(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
-		log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).AnErr("result", err).Bool("duplicate", res.Duplicate).Msg("spooled task forwarded")
-		if err != nil {
-			// Refused on the way out of the spool (the task was rejected,
-			// or the conversation got a newer task meanwhile): the user was
-			// told "received", so record the failure for the pusher to tell
-			// them, instead of dropping it in silence.
-			spoolRefused(context.WithoutCancel(ctx), store, lc, e, err, log)
-			if p := n.Pusher(e.Bot); p != nil {
-				p.Notify(task.ID(e.Bot, e.MsgID))
-			}
+	out := newSpoolOut(store, lc, log, func(bot, taskID string) {
+		if p := n.Pusher(bot); p != nil {
+			p.Notify(taskID)
 		}
 	})
-	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{
-		Spool: n.Spool,
-		Publish: func(ctx context.Context, e jetstream.SpoolEntry) error {
-			// A fallback tier ran (or runs) the task during the outage:
-			// queueing it now would only start a second attempt.
-			if ran, err := ranOffQueue(ctx, lc, e); err != nil {
-				return err // JetStream still away: keep the entry
-			} else if ran {
-				log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task already run by a fallback tier; not queued again")
-				return nil
-			}
-			return forward(ctx, e)
-		},
-		Logger: log,
-	})
+	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{Spool: n.Spool, Publish: out.publish, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -567,23 +545,6 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	wg.Wait()
 }
 
-// ranOffQueue reports whether the spooled task e was started already (by a
-// fallback tier while the queue was away).
-func ranOffQueue(ctx context.Context, lc *task.Lifecycle, e jetstream.SpoolEntry) (bool, error) {
-	var m task.Message
-	if json.Unmarshal(e.Payload, &m) != nil || m.TaskID == "" {
-		return false, nil // forwarded as is; the worker terminates it
-	}
-	r, err := lc.Get(ctx, m.TaskID)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return r.Attempt > 0 || r.Exec != task.Queued, nil
-}
-
 // backfillDelay lets the callbacks a new connection received at once be
 // handled (and recorded) before the gap backfill looks for what is missing.
 const backfillDelay = 3 * time.Second
@@ -757,31 +718,6 @@ func (n *Node) sweep(ctx context.Context, bot string, log zerolog.Logger) {
 		if res.Released > 0 || res.Deadline > 0 {
 			log.Info().Str("bot", bot).Interface("sweep", res).Msg("task sweep")
 		}
-	}
-}
-
-// spoolRefused records a spooled task that the queue refused when it was
-// forwarded as failed, with the reason, unless the task is under way or
-// answered (then the refusal was the queue holding this very task).
-func spoolRefused(ctx context.Context, store *jetstream.Store, lc *task.Lifecycle, e jetstream.SpoolEntry, cause error, log zerolog.Logger) {
-	var m task.Message
-	if err := json.Unmarshal(e.Payload, &m); err != nil || m.TaskID == "" {
-		log.Error().Err(err).Str("msgid", e.MsgID).Msg("spooled entry unreadable; dropped")
-		return
-	}
-	reason, busy := "busy: the conversation's earlier question was still being answered when this one was forwarded after an outage", true
-	if errors.Is(cause, jetstream.ErrConversationBusy) {
-		if msg, err := store.ConversationTask(ctx, m.Bot, m.Chat); err == nil && msg != nil {
-			var q task.Message
-			if json.Unmarshal(msg.Data, &q) == nil && q.TaskID == m.TaskID {
-				return // the queue holds this task already
-			}
-		}
-	} else {
-		reason, busy = "refused by the task queue after an outage: "+cause.Error(), false
-	}
-	if _, err := lc.Refused(ctx, m, reason, busy); err != nil {
-		log.Error().Err(err).Str("task", m.TaskID).Msg("spooled task refused, and its record not updated")
 	}
 }
 

@@ -21,7 +21,7 @@ func TestSpoolRefusedIsRecorded(t *testing.T) {
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	raw, _ := json.Marshal(m)
 	e := jetstream.SpoolEntry{Bot: "b", Conversation: "alice", MsgID: "m1", Payload: raw}
-	spoolRefused(context.Background(), env.Store, task.NewLifecycle(env.Store, "n1", zerolog.Nop()), e, jetstream.ErrConversationBusy, zerolog.Nop())
+	newSpoolOut(env.Store, task.NewLifecycle(env.Store, "n1", zerolog.Nop()), zerolog.Nop(), nil).refused(context.Background(), e, jetstream.ErrConversationBusy)
 	r, _, err := task.Get(context.Background(), env.Store.Tasks(), m.TaskID)
 	if err != nil {
 		t.Fatal(err)

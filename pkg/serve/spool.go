@@ -1,0 +1,111 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/task"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// spoolOut is the spool's way out: what becomes of a task the node kept
+// on disk while JetStream could not take it, once JetStream answers
+// again. Queued in order, unless a fallback tier ran it meanwhile;
+// refused on the way out (rejected, or its conversation busy by then),
+// recorded as such so that the pusher tells the user, who was told
+// "received".
+type spoolOut struct {
+	store   *jetstream.Store
+	lc      *task.Lifecycle
+	log     zerolog.Logger
+	notify  func(bot, taskID string) // the bot's pusher, when this node leads it
+	forward func(ctx context.Context, e jetstream.SpoolEntry) error
+}
+
+func newSpoolOut(store *jetstream.Store, lc *task.Lifecycle, log zerolog.Logger, notify func(bot, taskID string)) *spoolOut {
+	s := &spoolOut{store: store, lc: lc, log: log, notify: notify}
+	s.forward = store.SpoolPublisher(s.forwarded)
+	return s
+}
+
+// publish is the forwarder's Publish: an error keeps the entry for a
+// later try.
+func (s *spoolOut) publish(ctx context.Context, e jetstream.SpoolEntry) error {
+	// A fallback tier ran (or runs) the task during the outage: queueing
+	// it now would only start a second attempt.
+	if ran, err := s.ranOffQueue(ctx, e); err != nil {
+		return err // JetStream still away: keep the entry
+	} else if ran {
+		s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task already run by a fallback tier; not queued again")
+		return nil
+	}
+	return s.forward(ctx, e)
+}
+
+// forwarded hears how the queue took a forwarded entry.
+func (s *spoolOut) forwarded(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
+	s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).AnErr("result", err).Bool("duplicate", res.Duplicate).Msg("spooled task forwarded")
+	if err == nil {
+		return
+	}
+	// Refused on the way out of the spool: the user was told "received",
+	// so record the refusal for the pusher to tell them, instead of
+	// dropping it in silence.
+	ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
+	defer cancel()
+	s.refused(ctx, e, err)
+	if s.notify != nil {
+		s.notify(e.Bot, task.ID(e.Bot, e.MsgID))
+	}
+}
+
+// refusedTimeout bounds recording a refusal (a few bucket operations).
+const refusedTimeout = 30 * time.Second
+
+// ranOffQueue reports whether the spooled task e was started already (by
+// a fallback tier while the queue was away).
+func (s *spoolOut) ranOffQueue(ctx context.Context, e jetstream.SpoolEntry) (bool, error) {
+	var m task.Message
+	if json.Unmarshal(e.Payload, &m) != nil || m.TaskID == "" {
+		return false, nil // forwarded as is; the worker terminates it
+	}
+	r, err := s.lc.Get(ctx, m.TaskID)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return r.Attempt > 0 || r.Exec != task.Queued, nil
+}
+
+// refused records a spooled task that the queue refused when it was
+// forwarded: a busy refusal decided late (the conversation's earlier task
+// still runs), which is an answer, or a failure with the reason. Unless
+// the task is under way or answered (then the refusal was the queue
+// holding this very task).
+func (s *spoolOut) refused(ctx context.Context, e jetstream.SpoolEntry, cause error) {
+	var m task.Message
+	if err := json.Unmarshal(e.Payload, &m); err != nil || m.TaskID == "" {
+		s.log.Error().Err(err).Str("msgid", e.MsgID).Msg("spooled entry unreadable; dropped")
+		return
+	}
+	reason, busy := "busy: the conversation's earlier question was still being answered when this one was forwarded after an outage", true
+	if errors.Is(cause, jetstream.ErrConversationBusy) {
+		if msg, err := s.store.ConversationTask(ctx, m.Bot, m.Chat); err == nil && msg != nil {
+			var q task.Message
+			if json.Unmarshal(msg.Data, &q) == nil && q.TaskID == m.TaskID {
+				return // the queue holds this task already
+			}
+		}
+	} else {
+		reason, busy = "refused by the task queue after an outage: "+cause.Error(), false
+	}
+	if _, err := s.lc.Refused(ctx, m, reason, busy); err != nil {
+		s.log.Error().Err(err).Str("task", m.TaskID).Msg("spooled task refused, and its record not updated")
+	}
+}
