@@ -49,8 +49,9 @@ bench:
 # The end-to-end partition tests, repeated (race detector on), then the
 # chaos matrix on 3 etcd members, 3 NATS servers (R3) and 3 nodes:
 # writes bench/chaos.md (+ .csv, -violations.csv, -takeover.png); exits 1 if an
-# invariant broke. All 18 scenarios with answers of 5–60 s take about an hour a
-# round on 2 cores: CHAOS_ROUNDS=2 make chaos, or -scenarios a,b for a subset.
+# invariant broke. A round of all 18 scenarios takes about 20 minutes on 2
+# cores with 5 s answers; answers of 5–60 s (the default) add up to a
+# minute of settling to each scenario. CHAOS_ROUNDS=2 make chaos for fewer.
 CHAOS_ROUNDS ?= 10
 chaos:
 	$(GO) test -race -count=5 -timeout 20m -run Partition -v ./test/e2e
