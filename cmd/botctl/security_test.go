@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -34,29 +32,12 @@ func run(t *testing.T, args ...string) (string, error) {
 // verify and a password through --config, and act on the configured
 // prefix only.
 func TestCLIOverTLSWithConfig(t *testing.T) {
-	ca := testenv.NewCA(t)
-	etcdCert, etcdKey := ca.Issue(t, "etcd")
-	natsCert, natsKey := ca.Issue(t, "nats")
+	sec := testenv.StartSecured(t)
+	ca, e, n := sec.CA, sec.Etcd, sec.NATS
 	cliCert, cliKey := ca.Issue(t, "botctl-cli")
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true,
-		CertFile: etcdCert, KeyFile: etcdKey, ClientCAFile: ca.CAFile, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	n, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", CertFile: natsCert, KeyFile: natsKey, CAFile: ca.CAFile,
-		Users: map[string]string{"botctl": "nats-password-0123"}, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "nats.pw")
-	os.WriteFile(pw, []byte("nats-password-0123\n"), 0o600)
+	os.WriteFile(pw, []byte(sec.NATSPassword+"\n"), 0o600)
 	cfgFile := filepath.Join(dir, "botctl.yaml")
 	os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
 etcd:
@@ -81,7 +62,7 @@ nats:
 		t.Fatalf("tasks over TLS: %v\n%s", err, out)
 	}
 	// The CLI declared (and so would act on) the staging streams only.
-	nc, err := nats.Connect(n.ClientURL(), nats.Secure(), nats.RootCAs(ca.CAFile), nats.ClientCert(cliCert, cliKey), nats.UserInfo("botctl", "nats-password-0123"))
+	nc, err := nats.Connect(n.ClientURL(), nats.Secure(), nats.RootCAs(ca.CAFile), nats.ClientCert(cliCert, cliKey), nats.UserInfo(sec.NATSUser, sec.NATSPassword))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go"
@@ -23,26 +22,9 @@ import (
 // nats.prefix and nothing under the default prefix, and registers its API
 // as https:// with the token asked.
 func TestRunOverTLSWithPrefix(t *testing.T) {
-	ca := testenv.NewCA(t)
-	etcdCert, etcdKey := ca.Issue(t, "etcd")
-	natsCert, natsKey := ca.Issue(t, "nats")
+	sec := testenv.StartSecured(t)
+	ca, e, ns := sec.CA, sec.Etcd, sec.NATS
 	nodeCert, nodeKey := ca.Issue(t, "n1")
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true,
-		CertFile: etcdCert, KeyFile: etcdKey, ClientCAFile: ca.CAFile, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	ns, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", CertFile: natsCert, KeyFile: natsKey, CAFile: ca.CAFile,
-		Users: map[string]string{"botctl": "nats-password-0123"}, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
 	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
 	if err := sim.AddBot("b1", "s1"); err != nil {
 		t.Fatal(err)
@@ -74,7 +56,7 @@ func TestRunOverTLSWithPrefix(t *testing.T) {
 	cfg.Etcd.Endpoints, cfg.Etcd.CAFile, cfg.Etcd.CertFile, cfg.Etcd.KeyFile = e.Endpoints(), ca.CAFile, nodeCert, nodeKey
 	cfg.NATS.URL, cfg.NATS.Prefix = ns.ClientURL(), "BOTCTL_STAGING"
 	cfg.NATS.CAFile, cfg.NATS.CertFile, cfg.NATS.KeyFile = ca.CAFile, nodeCert, nodeKey
-	cfg.NATS.User, cfg.NATS.PasswordFile = "botctl", write("nats.pw", "nats-password-0123\n")
+	cfg.NATS.User, cfg.NATS.PasswordFile = sec.NATSUser, write("nats.pw", sec.NATSPassword+"\n")
 	cfg.API.TokenFile = write("api.token", "0123456789abcdef0123456789abcdef\n")
 	cfg.API.CertFile, cfg.API.KeyFile, cfg.API.CAFile = nodeCert, nodeKey, ca.CAFile
 	rn, err := startNode(t, cfg)
