@@ -390,9 +390,7 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 	bg := context.WithoutCancel(ctx)
 	switch res.action {
 	case actAck:
-		if err := msg.Ack(); err != nil {
-			log.Warn().Err(err).Msg("ack failed; the task may be redelivered (its record says it is done, so it will be skipped)")
-		}
+		w.ack(bg, msg, log)
 	case actRetry:
 		if ctx.Err() != nil {
 			<-fetched
@@ -411,6 +409,38 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 		log.Info().Err(res.err).Msg("a later attempt holds the task; leaving its message alone")
 	}
 }
+
+// ack removes a finished task's message from the queue, which frees its
+// conversation, and makes sure of it. A plain ack is fire-and-forget: one
+// lost while the consumer's leader moves (a NATS server restarting) left
+// the message in the queue and the conversation refusing new questions
+// as busy until a redelivery or the sweep, a minute or more (chaos
+// rolling-nats-restart). So the ack is one the server confirms, retried
+// for StorePatience; if none is confirmed the message is deleted by its
+// sequence, and if that fails too the sweep removes it.
+func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
+	err := w.patiently(ctx, log, "ack the finished task's queue message", func() error {
+		actx, cancel := context.WithTimeout(ctx, ackTimeout)
+		defer cancel()
+		if err := msg.DoubleAck(actx); err != nil && !errors.Is(err, natsjs.ErrMsgAlreadyAckd) {
+			return err
+		}
+		return nil
+	})
+	if err == nil {
+		return
+	}
+	meta, merr := msg.Metadata()
+	if merr == nil {
+		merr = w.cfg.Store.RemoveTask(ctx, meta.Sequence.Stream)
+	}
+	if merr != nil {
+		log.Warn().Err(err).AnErr("remove", merr).Msg("finished task's queue message neither acked nor removed; the sweep removes it")
+	}
+}
+
+// ackTimeout bounds one confirmed ack.
+const ackTimeout = 5 * time.Second
 
 // action is what becomes of a queue message after an attempt.
 type action int
