@@ -264,8 +264,45 @@ func declareConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs.ConsumerC
 }
 
 // declareBucket is declareStream for a KV bucket: created if missing,
-// updated only if a field botctl sets differs.
-func declareBucket(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
+// updated only if a field botctl sets differs. Unless direct, a
+// replicated bucket is read from its stream leader only (see leaderReads).
+func declareBucket(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig, direct bool) (natsjs.KeyValue, error) {
+	kv, err := declareBucketConfig(ctx, js, cfg)
+	if err != nil || direct || cfg.Replicas <= 1 {
+		return kv, err
+	}
+	return leaderReads(ctx, js, cfg.Bucket, kv)
+}
+
+// leaderReads turns direct gets off for bucket's stream. nats.go creates
+// every bucket with AllowDirect, and a direct get is answered by any
+// replica: one that is behind (it just restarted and is catching up, or
+// has not applied the last write yet) answers with what it has, so a
+// record read right after its create can be "not found", and a CAS
+// update starts from a stale revision. Found by test/chaos
+// (rolling-nats-restart): a busy refusal recorded with a create then an
+// update was lost to "key not found". Without direct gets, reads go to the
+// stream leader, which has every acknowledged write. The output bucket
+// keeps them: it is the hot path (read per progress frame), and the
+// pusher waits for the output the record names anyway. An R1 bucket has
+// one replica: nothing to change.
+func leaderReads(ctx context.Context, js natsjs.JetStream, bucket string, kv natsjs.KeyValue) (natsjs.KeyValue, error) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	c := st.CachedInfo().Config
+	if !c.AllowDirect {
+		return kv, nil
+	}
+	c.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		return nil, fmt.Errorf("turn direct gets off: %w", err)
+	}
+	return js.KeyValue(ctx, bucket) // a handle caches the stream's config
+}
+
+func declareBucketConfig(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
@@ -405,7 +442,7 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 		if b.cfg.MaxBytes == 0 {
 			b.cfg.MaxBytes = -1
 		}
-		kv, err := declareBucket(ctx, js, b.cfg)
+		kv, err := declareBucket(ctx, js, b.cfg, b.kv == &s.output)
 		if err != nil {
 			return nil, fmt.Errorf("declare bucket %s: %w", b.cfg.Bucket, err)
 		}

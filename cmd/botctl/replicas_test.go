@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/infra"
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -22,7 +17,7 @@ import (
 // buckets down to R1 (found by test/chaos: the next node restart then
 // failed to declare its consumer, 10126).
 func TestCLIKeepsTheDeploymentsReplicas(t *testing.T) {
-	urls := startNATSCluster(t, 3)
+	urls := testenv.StartNATSCluster(t, 3)
 	nc, err := nats.Connect(urls[0])
 	if err != nil {
 		t.Fatal(err)
@@ -58,45 +53,4 @@ func TestCLIKeepsTheDeploymentsReplicas(t *testing.T) {
 	if info.Config.Replicas != 3 || ci.Config.Replicas != 3 {
 		t.Fatalf("after tasks list: stream R%d, consumer R%d; want both R3", info.Config.Replicas, ci.Config.Replicas)
 	}
-}
-
-// startNATSCluster starts n clustered JetStream servers in this process
-// and returns their client URLs.
-func startNATSCluster(t *testing.T, n int) []string {
-	t.Helper()
-	var cports []int
-	for i := 0; i < n; i++ {
-		a, err := infra.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, p, _ := net.SplitHostPort(a)
-		port, _ := strconv.Atoi(p)
-		cports = append(cports, port)
-	}
-	var urls []string
-	for i := 0; i < n; i++ {
-		var routes []string
-		for j, p := range cports {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-			}
-		}
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
-			JetStream: true, StoreDir: t.TempDir(),
-			Cluster: server.ClusterOpts{Name: "cli-test", Host: "127.0.0.1", Port: cports[i]},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		if !s.ReadyForConnections(30 * time.Second) {
-			t.Fatalf("nats server %d not ready", i+1)
-		}
-		urls = append(urls, s.ClientURL())
-	}
-	return urls
 }

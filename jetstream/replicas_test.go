@@ -1,0 +1,66 @@
+package jetstream_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// On R3, every bucket but the output is read from its stream leader: a
+// direct get may be answered by a replica that has not applied the last
+// write yet ("not found" right after a create, a stale revision for a
+// CAS update). On R1 nothing changes.
+func TestReplicatedBucketsReadFromTheLeader(t *testing.T) {
+	urls := testenv.StartNATSCluster(t, 3)
+	nc, err := nats.Connect(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var st *jetstream.Store
+	for ctx.Err() == nil { // the meta group needs a leader first
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err = jetstream.Declare(actx, js, jetstream.Options{Replicas: 3})
+		acancel()
+		if err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st == nil {
+		t.Fatalf("declare R3: %v", err)
+	}
+	n := st.Names()
+	for bucket, direct := range map[string]bool{n.TasksBucket: false, n.SeenBucket: false, n.IncidentsBucket: false, n.OutputBucket: true} {
+		s, err := js.Stream(ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.AllowDirect; got != direct {
+			t.Errorf("bucket %s: allow_direct %v, want %v", bucket, got, direct)
+		}
+	}
+	// A second declare (another node starting) keeps it so, and the
+	// store's handles read through the leader: a create is seen at once.
+	st2, err := jetstream.Declare(ctx, js, jetstream.Options{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		key := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if _, err := st2.Tasks().Create(ctx, key, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st2.Tasks().Get(ctx, key); err != nil {
+			t.Fatalf("read right after create: %v", err)
+		}
+	}
+}

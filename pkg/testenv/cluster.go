@@ -1,0 +1,56 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/infra"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// StartNATSCluster starts n clustered JetStream servers in this process
+// and returns their client URLs. They are shut down when the test ends.
+// The meta group elects its leader after they are up: a first declare may
+// need retrying.
+func StartNATSCluster(t testing.TB, n int) []string {
+	t.Helper()
+	var cports []int
+	for i := 0; i < n; i++ {
+		a, err := infra.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := net.SplitHostPort(a)
+		port, _ := strconv.Atoi(p)
+		cports = append(cports, port)
+	}
+	var urls []string
+	for i := 0; i < n; i++ {
+		var routes []string
+		for j, p := range cports {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+			}
+		}
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
+			JetStream: true, StoreDir: t.TempDir(),
+			Cluster: server.ClusterOpts{Name: "test-cluster", Host: "127.0.0.1", Port: cports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		if !s.ReadyForConnections(30 * time.Second) {
+			t.Fatalf("nats server %d not ready", i+1)
+		}
+		urls = append(urls, s.ClientURL())
+	}
+	return urls
+}
