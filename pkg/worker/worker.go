@@ -390,7 +390,7 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 	bg := context.WithoutCancel(ctx)
 	switch res.action {
 	case actAck:
-		w.ack(bg, msg, log)
+		w.ack(ctx, msg, log)
 	case actRetry:
 		if ctx.Err() != nil {
 			<-fetched
@@ -418,9 +418,11 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 // rolling-nats-restart). So the ack is one the server confirms, retried
 // for StorePatience; if none is confirmed the message is deleted by its
 // sequence, and if that fails too the sweep removes it.
+// A node stopping ends the retries (ctx), not the last tries.
 func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
+	bg := context.WithoutCancel(ctx)
 	err := w.patiently(ctx, log, "ack the finished task's queue message", func() error {
-		actx, cancel := context.WithTimeout(ctx, ackTimeout)
+		actx, cancel := context.WithTimeout(bg, ackTimeout)
 		defer cancel()
 		if err := msg.DoubleAck(actx); err != nil && !errors.Is(err, natsjs.ErrMsgAlreadyAckd) {
 			return err
@@ -432,7 +434,9 @@ func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
 	}
 	meta, merr := msg.Metadata()
 	if merr == nil {
-		merr = w.cfg.Store.RemoveTask(ctx, meta.Sequence.Stream)
+		rctx, cancel := context.WithTimeout(bg, ackTimeout)
+		merr = w.cfg.Store.RemoveTask(rctx, meta.Sequence.Stream)
+		cancel()
 	}
 	if merr != nil {
 		log.Warn().Err(err).AnErr("remove", merr).Msg("finished task's queue message neither acked nor removed; the sweep removes it")
