@@ -443,6 +443,14 @@ func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
 	}
 }
 
+// storeCallTimeout bounds one JetStream call made under a task's run
+// context. That context carries the execution deadline (30 minutes by
+// default), which replaces nats.go's own 5 s request timeout: a request
+// whose reply was lost with a NATS server that died under it waited that
+// long. In chaos rolling-nats-restart, tasks on the local tier sat
+// "running" with no output, their prompt's context read never answered.
+const storeCallTimeout = 10 * time.Second
+
 // ackTimeout bounds one confirmed ack.
 const ackTimeout = 5 * time.Second
 
@@ -686,7 +694,9 @@ func (w *Worker) prompt(ctx context.Context, m task.Message) []ai.Message {
 	if w.cfg.SystemPrompt != "" {
 		msgs = append(msgs, ai.Message{Role: "system", Content: w.cfg.SystemPrompt})
 	}
-	conv, _, err := task.LoadConversation(ctx, w.cfg.Store.Context(), jetstream.ConversationKey(m.Bot, m.Chat))
+	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	defer cancel()
+	conv, _, err := task.LoadConversation(lctx, w.cfg.Store.Context(), jetstream.ConversationKey(m.Bot, m.Chat))
 	if err == nil {
 		for _, t := range conv.Turns {
 			msgs = append(msgs, ai.Message{Role: t.Role, Content: t.Content})
@@ -707,7 +717,9 @@ var (
 // attempt took over.
 func checkCancel(ctx context.Context, lc *task.Lifecycle, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
 	return every(ctx, cancelCheck, func(ctx context.Context) bool {
-		r, err := lc.Get(ctx, id)
+		gctx, gcancel := context.WithTimeout(ctx, storeCallTimeout)
+		r, err := lc.Get(gctx, id)
+		gcancel()
 		switch {
 		case err != nil:
 			return true
@@ -783,7 +795,9 @@ type coalescer struct {
 func newCoalescer(ctx context.Context, w *task.OutputWriter, interval time.Duration, onErr func(error)) *coalescer {
 	c := &coalescer{w: w, onErr: onErr}
 	c.stop = every(ctx, interval, func(ctx context.Context) bool {
-		if err := c.flush(ctx); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+		defer cancel()
+		if err := c.flush(wctx); err != nil {
 			c.onErr(err)
 		}
 		return true
