@@ -7,8 +7,6 @@ import (
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/testenv"
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // On R3, every bucket but the output is read from its stream leader: a
@@ -17,27 +15,9 @@ import (
 // CAS update). On R1 nothing changes.
 func TestReplicatedBucketsReadFromTheLeader(t *testing.T) {
 	urls := testenv.StartNATSCluster(t, 3)
-	nc, err := nats.Connect(urls[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := natsjs.New(nc)
+	st, js := testenv.DeclareOnCluster(t, urls, jetstream.Options{Replicas: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var st *jetstream.Store
-	for ctx.Err() == nil { // the meta group needs a leader first
-		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err = jetstream.Declare(actx, js, jetstream.Options{Replicas: 3})
-		acancel()
-		if err == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if st == nil {
-		t.Fatalf("declare R3: %v", err)
-	}
 	n := st.Names()
 	for bucket, direct := range map[string]bool{n.TasksBucket: false, n.SeenBucket: false, n.IncidentsBucket: false, n.OutputBucket: true} {
 		s, err := js.Stream(ctx, "KV_"+bucket)

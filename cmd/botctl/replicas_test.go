@@ -7,8 +7,6 @@ import (
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/testenv"
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // A CLI command run without the nodes' nats.replicas leaves the
@@ -18,27 +16,9 @@ import (
 // failed to declare its consumer, 10126).
 func TestCLIKeepsTheDeploymentsReplicas(t *testing.T) {
 	urls := testenv.StartNATSCluster(t, 3)
-	nc, err := nats.Connect(urls[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := natsjs.New(nc)
+	st, _ := testenv.DeclareOnCluster(t, urls, jetstream.Options{Replicas: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var st *jetstream.Store
-	for ctx.Err() == nil { // the meta group needs a leader first
-		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err = jetstream.Declare(actx, js, jetstream.Options{Replicas: 3})
-		acancel()
-		if err == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if st == nil {
-		t.Fatalf("declare R3: %v", err)
-	}
 	if out, err := run(t, "tasks", "list", "--nats", urls[1]); err != nil {
 		t.Fatalf("tasks list: %v\n%s", err, out)
 	}

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -8,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // StartNATSCluster starts n clustered JetStream servers in this process
@@ -53,4 +57,34 @@ func StartNATSCluster(t testing.TB, n int) []string {
 		urls = append(urls, s.ClientURL())
 	}
 	return urls
+}
+
+// DeclareOnCluster connects to the first of urls and declares botctl's
+// store there with opts, retrying until the cluster's meta group has a
+// leader (a minute at most). The connection is closed when the test ends.
+func DeclareOnCluster(t testing.TB, urls []string, opts jetstream.Options) (*jetstream.Store, natsjs.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := jetstream.Declare(actx, js, opts)
+		acancel()
+		if err == nil {
+			return st, js
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("declare on the cluster: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
