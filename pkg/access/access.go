@@ -169,6 +169,18 @@ type Stats struct {
 // callback.
 const dedupeTimeout = 2 * time.Second
 
+// hasRecord reports whether task id has a record: the callback is a
+// duplicate. The read is bounded apart (dedupeTimeout): while JetStream
+// fails over it waits for its timeout, and the dispatch and the receipt
+// after it need their own time. JetStream's msgid dedupe still catches a
+// duplicate this read missed.
+func hasRecord(ctx context.Context, js *bound, id string) bool {
+	ctx, cancel := context.WithTimeout(ctx, dedupeTimeout)
+	defer cancel()
+	_, err := js.store.Tasks().Get(ctx, id)
+	return err == nil
+}
+
 // ReplyReserve is how many sends of a conversation's budget replies
 // without a task (busy, refusals, commands) leave for a running answer:
 // its progress, its window close and its final frame.
@@ -330,16 +342,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	js := a.js.Load()
 	if js == nil {
 		log.Debug().Msg("JetStream not reachable yet: deduplicated in memory only")
-	} else if dup := func() bool {
-		// Bounded apart: while JetStream fails over this read waits for
-		// its timeout, and the dispatch and the receipt after it need
-		// their own time (JetStream's msgid dedupe still catches a
-		// duplicate the read missed).
-		gctx, cancel := context.WithTimeout(ctx, dedupeTimeout)
-		defer cancel()
-		_, err := js.store.Tasks().Get(gctx, id)
-		return err == nil
-	}(); dup {
+	} else if hasRecord(ctx, js, id) {
 		a.count(func(s *Stats) { s.Duplicates++ })
 		log.Debug().Msg("duplicate callback (task exists)")
 		return
