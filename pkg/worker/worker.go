@@ -648,8 +648,11 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 // since the first failure, or ctx ends (the node stops: the queue, or the
 // sweep, takes it from there); it returns fn's last error.
 func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string, fn func() error) error {
+	settled := func(err error) bool {
+		return err == nil || errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished)
+	}
 	err := fn()
-	if err == nil || errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished) {
+	if settled(err) {
 		return err
 	}
 	log.Warn().Err(err).Dur("patience", w.cfg.StorePatience).Msgf("could not %s; retrying while JetStream recovers", what)
@@ -659,7 +662,7 @@ func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string,
 		if ctx.Err() != nil {
 			return err
 		}
-		if err = fn(); err == nil || errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished) {
+		if err = fn(); settled(err) {
 			if err == nil {
 				log.Info().Msgf("%s: done after retrying", what)
 			}
