@@ -14,8 +14,12 @@ import (
 
 // spoolOut is the spool's way out: what becomes of a task the node kept
 // on disk while JetStream could not take it, once JetStream answers
-// again. Queued in order, unless a fallback tier ran it meanwhile;
-// refused on the way out (rejected, or its conversation busy by then),
+// again. Queued in order, unless a fallback tier ran it to its end
+// meanwhile: one still running on a fallback tier is queued too, as the
+// copy that holds its conversation until it ends (the worker that pulls
+// it holds it: task.ErrRunningOffQueue), so that a new question gets the
+// busy reply rather than a second answer running beside the first.
+// Refused on the way out (rejected, or its conversation busy by then),
 // recorded as such so that the pusher tells the user, who was told
 // "received".
 type spoolOut struct {
@@ -35,16 +39,28 @@ func newSpoolOut(store *jetstream.Store, lc *task.Lifecycle, log zerolog.Logger,
 // publish is the forwarder's Publish: an error keeps the entry for a
 // later try.
 func (s *spoolOut) publish(ctx context.Context, e jetstream.SpoolEntry) error {
-	// A fallback tier ran (or runs) the task during the outage: queueing
-	// it now would only start a second attempt.
-	if ran, err := s.ranOffQueue(ctx, e); err != nil {
+	// A fallback tier ran the task during the outage: once it has ended,
+	// queueing it would only hold its conversation for nothing.
+	switch state, err := s.offQueue(ctx, e); {
+	case err != nil:
 		return err // JetStream still away: keep the entry
-	} else if ran {
-		s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task already run by a fallback tier; not queued again")
+	case state == ranToEnd:
+		s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task already answered by a fallback tier; not queued again")
 		return nil
+	case state == runningOffQueue:
+		s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task still running on a fallback tier; queued to hold its conversation")
 	}
 	return s.forward(ctx, e)
 }
+
+// What a fallback tier did with a spooled task.
+type offQueueState int
+
+const (
+	notRun          offQueueState = iota // never started: the queue runs it
+	runningOffQueue                      // started off the queue, not ended
+	ranToEnd                             // ended (answered, failed or canceled)
+)
 
 // forwarded hears how the queue took a forwarded entry.
 func (s *spoolOut) forwarded(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
@@ -66,21 +82,25 @@ func (s *spoolOut) forwarded(e jetstream.SpoolEntry, res jetstream.PublishResult
 // refusedTimeout bounds recording a refusal (a few bucket operations).
 const refusedTimeout = 30 * time.Second
 
-// ranOffQueue reports whether the spooled task e was started already (by
-// a fallback tier while the queue was away).
-func (s *spoolOut) ranOffQueue(ctx context.Context, e jetstream.SpoolEntry) (bool, error) {
+// offQueue reports what a fallback tier did with the spooled task e while
+// the queue was away.
+func (s *spoolOut) offQueue(ctx context.Context, e jetstream.SpoolEntry) (offQueueState, error) {
 	var m task.Message
 	if json.Unmarshal(e.Payload, &m) != nil || m.TaskID == "" {
-		return false, nil // forwarded as is; the worker terminates it
+		return notRun, nil // forwarded as is; the worker terminates it
 	}
 	r, err := s.lc.Get(ctx, m.TaskID)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
-		return false, nil
+	switch {
+	case errors.Is(err, natsjs.ErrKeyNotFound):
+		return notRun, nil
+	case err != nil:
+		return notRun, err
+	case r.Exec.Finished():
+		return ranToEnd, nil
+	case r.Attempt > 0:
+		return runningOffQueue, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	return r.Attempt > 0 || r.Exec != task.Queued, nil
+	return notRun, nil
 }
 
 // refused records a spooled task that the queue refused when it was

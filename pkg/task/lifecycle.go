@@ -37,6 +37,8 @@ type Lifecycle struct {
 	now   func() time.Time
 	log   zerolog.Logger
 	quiet bool // announce nothing (tests of the paths that survive a lost announcement)
+	// offQueueSilence: see WithOffQueueSilence.
+	offQueueSilence time.Duration
 }
 
 // Sentinel errors of the lifecycle; check with errors.Is.
@@ -54,12 +56,35 @@ var (
 	ErrSuperseded = errors.New("task: superseded by a later attempt")
 	// ErrConversationBusy: Retry found another task in the conversation.
 	ErrConversationBusy = errors.New("task: conversation has a task queued or running")
+	// ErrRunningOffQueue: Start, for a queue delivery, found the task's
+	// latest attempt running off the queue (on a fallback tier) and alive.
+	// Nothing was changed. The worker keeps the queue message, which holds
+	// the conversation, until the task ends (see OffQueue).
+	ErrRunningOffQueue = errors.New("task: running off the queue")
 )
+
+// DefaultOffQueueSilence is how long an attempt off the queue may show no
+// sign of life before a queue delivery takes the task over (see
+// WithOffQueueSilence).
+const DefaultOffQueueSilence = 2 * time.Minute
 
 // NewLifecycle is the lifecycle of store's tasks, acting as node (the
 // name written in every transition: a node id, or "botctl" for the CLI).
 func NewLifecycle(store *jetstream.Store, node string, log zerolog.Logger) *Lifecycle {
-	return &Lifecycle{store: store, node: node, now: time.Now, log: log.With().Str("component", "lifecycle").Logger()}
+	return &Lifecycle{store: store, node: node, now: time.Now, log: log.With().Str("component", "lifecycle").Logger(),
+		offQueueSilence: DefaultOffQueueSilence}
+}
+
+// WithOffQueueSilence returns a copy of l on which an attempt off the
+// queue counts as alive while its record or its output changed within d
+// (default DefaultOffQueueSilence). Past it, its node is presumed dead
+// with it, and a queue delivery of the task takes it over; the old
+// attempt, if it lives after all, is fenced off (ErrSuperseded), so the
+// cost of presuming too soon is work done twice, never a second answer.
+func (l *Lifecycle) WithOffQueueSilence(d time.Duration) *Lifecycle {
+	c := *l
+	c.offQueueSilence = d
+	return &c
 }
 
 // WithClock returns a copy of l that reads time from now (tests).
@@ -190,19 +215,34 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 //
 // A running record is taken over: the attempt it names is superseded (a
 // redelivery after the ack wait means its worker is gone or stalled; a
-// fallback tier racing a stored publish is the other case).
+// fallback tier racing a stored publish is the other case). Except by a
+// queue delivery (deliveries > 0) when the attempt runs off the queue and
+// is alive: that is the copy the spool forwarded to hold the
+// conversation, and Start returns ErrRunningOffQueue, changing nothing.
 func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliveries int) (int, *Record, error) {
-	if _, _, err := Get(ctx, l.store.Tasks(), m.TaskID); errors.Is(err, natsjs.ErrKeyNotFound) {
+	cur, rev, err := Get(ctx, l.store.Tasks(), m.TaskID)
+	switch {
+	case errors.Is(err, natsjs.ErrKeyNotFound):
 		if _, err := l.Open(ctx, RecordOf(m)); err != nil {
 			return 0, nil, err
 		}
-	} else if err != nil {
+	case err != nil:
 		return 0, nil, err
+	case deliveries > 0 && l.offQueueAlive(ctx, cur):
+		return 0, cur, fmt.Errorf("%w: attempt %d on %s (tier %s)", ErrRunningOffQueue, cur.Attempt, cur.Node, cur.Tier)
+	}
+	seen := 0 // the attempt off the queue found silent above, if any
+	if cur != nil {
+		seen = cur.Attempt
 	}
 	var attempt int
-	r, err := l.update(ctx, m.TaskID, func(r *Record) error {
+	fn := func(r *Record) error {
 		if r.Exec.Finished() {
 			return fmt.Errorf("%w: %s", ErrFinished, r.Exec)
+		}
+		if deliveries > 0 && runsOffQueue(r) && r.Attempt != seen {
+			// Started off the queue since the read above: alive.
+			return fmt.Errorf("%w: attempt %d on %s (tier %s)", ErrRunningOffQueue, r.Attempt, r.Node, r.Tier)
 		}
 		now := l.now().UTC()
 		why := fmt.Sprintf("attempt %d on %s (tier %s)", r.Attempt+1, l.node, tier)
@@ -222,11 +262,48 @@ func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliverie
 			r.Started = now
 		}
 		return r.SetExec(Running, why, l.node, now)
-	})
+	}
+	var r *Record
+	if cur != nil {
+		r, err = updateFrom(ctx, l.store.Tasks(), cur, rev, fn) // the read above: no second one
+	} else {
+		r, err = l.update(ctx, m.TaskID, fn)
+	}
 	if err != nil {
 		return 0, r, err
 	}
 	return attempt, r, nil
+}
+
+// runsOffQueue: r's latest attempt runs on a fallback tier (a fixed
+// worker's exec API, a leader's own worker), which holds no queue message.
+func runsOffQueue(r *Record) bool {
+	return r.Exec == Running && r.Attempt > 0 && r.Deliveries == 0
+}
+
+// offQueueAlive reports whether r's latest attempt runs off the queue and
+// showed a sign of life (a record change, an output write) within the
+// off-queue silence. An output that cannot be read counts as none.
+func (l *Lifecycle) offQueueAlive(ctx context.Context, r *Record) bool {
+	if !runsOffQueue(r) {
+		return false
+	}
+	alive := r.Updated
+	if o, err := GetOutput(ctx, l.store.Output(), r.ID); err == nil && o != nil && o.Attempt == r.Attempt && o.Updated.After(alive) {
+		alive = o.Updated
+	}
+	return l.now().Sub(alive) <= l.offQueueSilence
+}
+
+// OffQueue reads task id's record and reports whether its latest attempt
+// runs off the queue and is alive (see Start): a worker holding the task's
+// queue copy asks it until the task ends or the attempt goes silent.
+func (l *Lifecycle) OffQueue(ctx context.Context, id string) (*Record, bool, error) {
+	r, err := l.Get(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	return r, l.offQueueAlive(ctx, r), nil
 }
 
 // fence refuses a step of attempt when the record has moved past it.

@@ -139,7 +139,7 @@ func TestAttemptFencing(t *testing.T) {
 	if err := w1.Write(f.ctx, "first attempt's text"); err != nil {
 		t.Fatal(err)
 	}
-	a2, r, err := f.lc.Start(f.ctx, m, "queue", 1)
+	a2, r, err := f.lc.Start(f.ctx, m, "fixed", 0)
 	if err != nil || a2 != a1+1 || !strings.Contains(r.Transitions[len(r.Transitions)-1].Reason, "superseding attempt 1") {
 		t.Fatalf("second start: attempt %d, %v", a2, err)
 	}
@@ -169,6 +169,39 @@ func TestAttemptFencing(t *testing.T) {
 	}
 	if _, _, err := f.lc.Start(f.ctx, m, "queue", 2); !errors.Is(err, task.ErrFinished) {
 		t.Fatalf("start of a finished task: %v", err)
+	}
+}
+
+// A queue delivery does not take over an attempt running off the queue
+// while it shows signs of life (the delivery is the copy that holds the
+// conversation: ErrRunningOffQueue, nothing changed); once it has been
+// silent past the off-queue silence, it does.
+func TestQueueDeliveryLeavesALiveAttemptOffQueue(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "alice")
+	a1, _, err := f.lc.Start(f.ctx, m, "local", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, r, err := f.lc.Start(f.ctx, m, "queue", 1); !errors.Is(err, task.ErrRunningOffQueue) || r.Attempt != a1 {
+		t.Fatalf("queue delivery beside a live local attempt: %v (record at attempt %d), want ErrRunningOffQueue", err, r.Attempt)
+	}
+	if r, alive, err := f.lc.OffQueue(f.ctx, m.TaskID); err != nil || !alive || r.Exec != task.Running {
+		t.Fatalf("OffQueue: alive %v, %+v, %v", alive, r, err)
+	}
+	// Output written an hour ago is no sign of life now.
+	later := f.lc.WithClock(func() time.Time { return time.Now().Add(time.Hour) })
+	if _, alive, _ := later.OffQueue(f.ctx, m.TaskID); alive {
+		t.Fatal("an attempt silent for an hour counts as alive")
+	}
+	a2, r, err := later.Start(f.ctx, m, "queue", 2)
+	if err != nil || a2 != a1+1 || r.Deliveries != 2 {
+		t.Fatalf("queue delivery after the silence: attempt %d, %v", a2, err)
+	}
+	// A queue attempt is no attempt off the queue: the next delivery
+	// (after an ack wait) takes it over as before.
+	if a3, _, err := f.lc.Start(f.ctx, m, "queue", 3); err != nil || a3 != a2+1 {
+		t.Fatalf("redelivery over a queue attempt: attempt %d, %v", a3, err)
 	}
 }
 

@@ -133,6 +133,7 @@ type Worker struct {
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // task id → cancel of its run
 	held    int                                // slots in use: queue tasks fetched plus tasks started off the queue
+	holding int                                // queue copies held while their task runs off the queue
 
 	// tokens holds one value per task calling the AI backend (nil: no
 	// limit); waiting counts queue tasks fetched and waiting for one, so
@@ -188,6 +189,14 @@ func (w *Worker) Busy() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.running)
+}
+
+// Holding is how many queue copies of tasks running off the queue this
+// worker holds now (see hold).
+func (w *Worker) Holding() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.holding
 }
 
 // InAI is how many tasks hold an AI concurrency token now (0 without a
@@ -385,6 +394,12 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 
 	stopAlive := keepAlive(ctx, msg, w.cfg.Store.Options().TaskAckWait/3)
 	res := w.execute(ctx, m, "queue", deliveries, w.cfg.Store.FinalDelivery(msg))
+	for res.action == actHold {
+		if res = w.hold(ctx, m, log, res.err); res.action == actRun {
+			w.reserve() // execute's acquire takes it back
+			res = w.execute(ctx, m, "queue", deliveries, w.cfg.Store.FinalDelivery(msg))
+		}
+	}
 	stopAlive()
 
 	bg := context.WithoutCancel(ctx)
@@ -443,6 +458,50 @@ func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
 	}
 }
 
+// hold keeps a queue message whose task runs off the queue, and alive:
+// a fallback tier (the leader's own worker, a fixed worker) started it
+// while JetStream was away, and once JetStream was back the spool
+// forwarded its copy to the queue, so that the conversation stays taken
+// (the queue is the conversation's mutex) for as long as the answer runs.
+// The worker keeps the message (in-progress acks, no AI token) until the
+// task ends, then acks it, which frees the conversation; or, when the
+// attempt goes silent (task.Lifecycle.WithOffQueueSilence: its node died
+// with it), returns actRun, and the task runs here.
+func (w *Worker) hold(ctx context.Context, m task.Message, log zerolog.Logger, why error) result {
+	log.Info().Err(why).Msg("task runs off the queue; holding its queue copy until it ends")
+	w.mu.Lock()
+	w.holding++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.holding--
+		w.mu.Unlock()
+	}()
+	for {
+		sleep(ctx, offQueuePoll)
+		if ctx.Err() != nil {
+			return result{action: actRetry, err: ctx.Err()} // handed back: the next worker holds it
+		}
+		rctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+		r, alive, err := w.cfg.Lifecycle.OffQueue(rctx, m.TaskID)
+		cancel()
+		switch {
+		case err != nil:
+			log.Debug().Err(err).Msg("held task's record not read; still holding")
+		case r.Exec.Finished():
+			log.Info().Str("exec", string(r.Exec)).Msg("task ended off the queue; acking its queue copy")
+			return result{action: actAck}
+		case !alive:
+			log.Warn().Int("attempt", r.Attempt).Str("on", r.Node).Str("exec", string(r.Exec)).
+				Msg("the attempt off the queue has ended or gone silent; running the task here")
+			return result{action: actRun}
+		}
+	}
+}
+
+// offQueuePoll is how often a held queue copy re-reads its task.
+const offQueuePoll = 2 * time.Second
+
 // storeCallTimeout bounds one JetStream call made under a task's run
 // context. That context carries the execution deadline (30 minutes by
 // default), which replaces nats.go's own 5 s request timeout: a request
@@ -462,6 +521,8 @@ const (
 	actRetry                // the record is queued again: nak for another attempt
 	actGiveUp               // the record is failed for good: terminate the message
 	actLeave                // superseded: a later attempt holds the message
+	actHold                 // the task runs off the queue: hold the message until it ends
+	actRun                  // (hold) run the task now
 )
 
 type result struct {
@@ -546,6 +607,8 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	case errors.Is(err, task.ErrFinished):
 		log.Info().Err(err).Msg("task already finished; skipping")
 		return result{action: actAck}
+	case errors.Is(err, task.ErrRunningOffQueue):
+		return result{action: actHold, err: err}
 	case err != nil:
 		return result{action: actRetry, err: err}
 	}

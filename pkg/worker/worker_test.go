@@ -480,3 +480,73 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 		t.Fatalf("output %q", o.Text)
 	}
 }
+
+// A task started off the queue (a fallback tier, while the queue was
+// away) whose copy the spool then forwarded to the queue: the worker that
+// pulls the copy neither runs it a second time nor lets its conversation
+// go: it holds the copy until the attempt off the queue ends, then acks
+// it. Before, the spool dropped the entry of a task a fallback tier had
+// started, and the conversation took a second question while the first
+// was still being answered.
+func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
+	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: demo(t, 4*time.Second), Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if err := leader.Go(context.Background(), m, "local", &wg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "attempt 1 running off the queue", func() bool {
+		r := record(t, env.Store, m.TaskID)
+		return r.Exec == task.Running && r.Attempt == 1
+	})
+	publish(t, env.Store, "m1", "alice", "q") // the spool's copy
+	eventually(t, "the copy held", func() bool { return q.Holding() == 1 })
+
+	// While the answer runs the conversation is taken.
+	if free(t, env.Store, "alice", "m2") {
+		t.Fatal("a second question was queued while the first ran off the queue")
+	}
+	eventually(t, "answered off the queue", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+	if r := record(t, env.Store, m.TaskID); r.Attempt != 1 || r.Node != "leader" {
+		t.Fatalf("record: attempt %d on %s, want attempt 1 on leader (the copy must not run it again)", r.Attempt, r.Node)
+	}
+	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m3") })
+	eventually(t, "the held copy let go", func() bool { return q.Holding() == 0 })
+}
+
+// An attempt off the queue that shows no sign of life (its node died with
+// it) does not hold the task for ever: past the off-queue silence the
+// worker holding the copy runs the task itself.
+func TestSilentOffQueueAttemptTakenOver(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	lc := task.NewLifecycle(env.Store, "queue-worker", zerolog.Nop()).WithOffQueueSilence(3 * time.Second)
+	runWith(t, worker.Config{NodeID: "queue-worker", Backend: demo(t, 100*time.Millisecond), Store: env.Store, Lifecycle: lc})
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	dead := task.NewLifecycle(env.Store, "dead-leader", zerolog.Nop())
+	if _, _, err := dead.Start(context.Background(), m, "local", 0); err != nil { // started, then the node died
+		t.Fatal(err)
+	}
+	publish(t, env.Store, "m1", "alice", "q")
+	eventually(t, "answered by the queue worker", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+	r := record(t, env.Store, m.TaskID)
+	if r.Attempt != 2 || r.Node != "queue-worker" || r.Deliveries != 1 {
+		t.Fatalf("record: attempt %d on %s (deliveries %d), want attempt 2 on queue-worker", r.Attempt, r.Node, r.Deliveries)
+	}
+	// It waited for the silence first: the takeover came after it.
+	var took time.Time
+	for _, tr := range r.Transitions {
+		if tr.Dim == "exec" && tr.To == string(task.Running) && tr.Node == "queue-worker" {
+			took = tr.At
+		}
+	}
+	if started := r.Transitions[0].At; took.Sub(started) < 3*time.Second {
+		t.Fatalf("taken over %s after the dead attempt began, before the 3s silence", took.Sub(started))
+	}
+	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+}
