@@ -72,16 +72,23 @@ func newDemo(cfg DemoConfig) (*demoBackend, error) {
 
 func (b *demoBackend) Name() string { return KindDemo }
 
-// answerTime is how long question's answer streams: AnswerTime, or a
-// point of [AnswerTime, AnswerTimeMax] fixed by the question's hash.
+// answerTime is how long question's answer streams (DemoAnswerTime).
 func (b *demoBackend) answerTime(question string) time.Duration {
-	spread := b.cfg.AnswerTimeMax - b.cfg.AnswerTime
+	return DemoAnswerTime(b.cfg, question)
+}
+
+// DemoAnswerTime is how long the demo backend configured by cfg streams
+// question's answer: AnswerTime, or a point of [AnswerTime,
+// AnswerTimeMax] fixed by the question's hash. A harness that knows the
+// configuration knows each answer's time in advance.
+func DemoAnswerTime(cfg DemoConfig, question string) time.Duration {
+	spread := cfg.AnswerTimeMax - cfg.AnswerTime
 	if spread <= 0 {
-		return b.cfg.AnswerTime
+		return cfg.AnswerTime
 	}
 	h := fnv.New64a()
 	h.Write([]byte(question))
-	return b.cfg.AnswerTime + time.Duration(h.Sum64()%uint64(spread+1))
+	return cfg.AnswerTime + time.Duration(h.Sum64()%uint64(spread+1))
 }
 
 // Stream emits the answer in pieces at evenly spaced ticks: piece k ends at

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/faultproxy"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/test/e2e/cluster"
@@ -220,6 +221,7 @@ func Start(cfg Config) (*Harness, error) {
 		return h, err
 	}
 	h.Traffic = NewTraffic(h.C, bot, h.Cfg.Users, h.Cfg.Burst, h.Cfg.Think, h.Cfg.Patience, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
+	h.Traffic.demo = ai.DemoConfig{AnswerTime: h.Cfg.AnswerTime, AnswerTimeMax: h.Cfg.AnswerTimeMax}
 	return h, nil
 }
 

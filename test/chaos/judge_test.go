@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -111,5 +112,21 @@ func TestTakeoverPlot(t *testing.T) {
 	}
 	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 300 {
 		t.Fatalf("plot of %v", b)
+	}
+}
+
+// A probe's question is one with a quick answer (within the shortest
+// tenth of the range); the traffic's questions keep the whole range.
+func TestProbesAskQuickQuestions(t *testing.T) {
+	tr := &Traffic{demo: ai.DemoConfig{AnswerTime: 5 * time.Second, AnswerTimeMax: time.Minute}}
+	for i := range 50 {
+		q := tr.shortQuestion(fmt.Sprintf("chaos r1 u%d probe #1", i))
+		if d := ai.DemoAnswerTime(tr.demo, q); d > 10500*time.Millisecond {
+			t.Fatalf("probe %q answers in %s, want at most 10.5s", q, d)
+		}
+	}
+	fixed := &Traffic{demo: ai.DemoConfig{AnswerTime: 5 * time.Second}}
+	if q := fixed.shortQuestion("q"); ai.DemoAnswerTime(fixed.demo, q) != 5*time.Second {
+		t.Fatalf("fixed answer time: %q", q)
 	}
 }

@@ -162,7 +162,7 @@ func (rep *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "- nodes: `%s --election-ttl %s --election-safety-margin %s`\n", strings.Join(nodeArgs(cfg), " "), cfg.TTL, cfg.Margin)
 	fmt.Fprintf(w, "- traffic: %d closed-loop users (one single chat each), think time ~%s, %s before the fault and %s after it; "+
 		"%d more conversations post one message each over the fault's first second; "+
-		"answers may take %s more after traffic stops; then one probe message per conversation\n\n",
+		"answers may take %s more after traffic stops; then one probe message per conversation (a question whose answer is in the quickest tenth of the range: it asks whether the conversation still takes a question)\n\n",
 		cfg.Users, cfg.Think, cfg.Warmup, cfg.After, cfg.Burst, cfg.Settle)
 	if rep.Err != "" {
 		fmt.Fprintf(w, "**The run stopped early:** %s\n\n", rep.Err)
