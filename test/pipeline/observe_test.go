@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/botctl/botctl/pkg/metrics"
+	"github.com/botctl/botctl/pkg/wecomsim"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -211,6 +212,84 @@ func TestReadinessFollowsNATS(t *testing.T) {
 	if v := value(fams, "botctl_nats_errors_total", map[string]string{"kind": "disconnect"}); v == nil || *v < 1 {
 		t.Errorf("botctl_nats_errors_total{kind=disconnect} after the outage = %v, want >= 1", v)
 	}
+}
+
+// /readyz follows etcd as it follows NATS: not ready (503, naming etcd)
+// while etcd is unreachable, /healthz still 200 (a supervisor must not
+// restart a node for an etcd outage); ready again, leading b1 with its
+// connection subscribed, once etcd is back.
+func TestReadinessFollowsEtcd(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	eventually(t, "leader connected", c.connected)
+	eventually(t, "ready", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusOK && r.Ready && r.Bots["b1"] == "subscribed" && r.Etcd == "ok"
+	})
+
+	c.etcd.Close()
+	var last readiness
+	eventually(t, "not ready while etcd is down", func() bool {
+		code, r := ready(t, n.api)
+		last = r
+		if code != http.StatusServiceUnavailable || r.Ready || r.Etcd == "ok" || r.Etcd == "" {
+			return false
+		}
+		for _, why := range r.Reasons {
+			if strings.HasPrefix(why, "etcd unreachable: ") {
+				return true
+			}
+		}
+		return false
+	})
+	if last.NATS != "ok" {
+		t.Errorf("while etcd is down: nats %q, want ok (only etcd is away)", last.NATS)
+	}
+	resp, err := obsHTTP.Get(n.api + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz while etcd is down: %s; want 200 (liveness asks nothing external)", resp.Status)
+	}
+
+	c.restartEtcd()
+	eventually(t, "ready again after etcd is back, b1 led and subscribed", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusOK && r.Ready && r.Etcd == "ok" && r.Bots["b1"] == "subscribed"
+	})
+	fams := scrape(t, n.api)
+	if v := value(fams, "botctl_etcd_errors_total", map[string]string{"op": "probe"}); v == nil || *v < 1 {
+		t.Errorf("botctl_etcd_errors_total{op=probe} after the outage = %v, want >= 1", v)
+	}
+}
+
+// A node that has won the election but whose WeCom subscribe is not
+// acknowledged yet (the simulator withholds acks) leads nothing yet: it is
+// not ready, and says which bot is not subscribed; once the subscribe is
+// acknowledged it is ready.
+func TestReadinessLeaderConnecting(t *testing.T) {
+	c := newCluster(t)
+	// Before the node starts: its first subscribe waits for an ack that
+	// does not come (up to the dial timeout, then again after a backoff).
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultStallAcks, Seconds: 300}); err != nil {
+		t.Fatal(err)
+	}
+	n := c.start("n1", nil)
+	const connecting = "won the election; WeCom connection not subscribed yet"
+	eventually(t, "not ready while b1's subscribe is unacknowledged", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusServiceUnavailable && !r.Ready && r.Bots["b1"] == connecting &&
+			len(r.Reasons) == 1 && r.Reasons[0] == "bot b1: "+connecting && r.Etcd == "ok" && r.NATS == "ok"
+	})
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultClear}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready once b1's subscribe is acknowledged", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusOK && r.Ready && r.Bots["b1"] == "subscribed"
+	})
 }
 
 func eq(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
