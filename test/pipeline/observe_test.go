@@ -2,12 +2,14 @@ package pipeline
 
 import (
 	"encoding/json"
-
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/metrics"
+	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -159,6 +161,50 @@ func TestMetricsScrape(t *testing.T) {
 			}
 		}
 		t.Logf("families: %v", names)
+	}
+}
+
+// Mid-answer, botctl_tasks shows the task running (and its stream open)
+// and the worker's slot busy; a conversation out of send budget has its
+// next frame deferred, counted as pusher_events_total{event="throttled"}.
+// push.budget 1: the receipt spends the minute's only send, so the final
+// frame, due when the answer is done, waits (a minute, which this test
+// does not wait for).
+func TestMetricsRunningTaskAndThrottled(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) {
+		cfg.Push.Budget = 1
+		cfg.AI.Demo.AnswerTime = 8 * time.Second // long enough to be seen running
+	})
+	eventually(t, "leader connected", c.connected)
+	sent := c.post("alice", "a long answer please")
+	eventually(t, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
+
+	// botctl_tasks is read from the pending index at most every 10 s; the
+	// first scrape reads it now, while the answer has seconds to go.
+	running := map[string]string{"bot": "b1", "exec": "running", "delivery": "streaming"}
+	eventually(t, "botctl_tasks shows the task running", func() bool {
+		fams := scrape(t, n.api)
+		v := value(fams, "botctl_tasks", running)
+		return v != nil && *v == 1
+	})
+	if r := c.record(n, sent.MsgID); r.Exec != task.Running {
+		t.Fatalf("the answer was over (%s) before botctl_tasks was read: raise AnswerTime", r.Exec)
+	}
+	fams := scrape(t, n.api)
+	if v := value(fams, "botctl_worker_slots_busy", nil); v == nil || *v != 1 {
+		t.Errorf("botctl_worker_slots_busy mid-answer = %v, want 1", v)
+	}
+
+	eventually(t, "the final frame throttled", func() bool {
+		v := value(scrape(t, n.api), "botctl_pusher_events_total", map[string]string{"bot": "b1", "event": "throttled"})
+		return v != nil && *v > 0
+	})
+	if r := c.record(n, sent.MsgID); r.Exec != task.Succeeded || r.Delivery != task.Streaming {
+		t.Errorf("after the throttle: exec %s, delivery %s; want succeeded, streaming (the final frame waits for the budget)", r.Exec, r.Delivery)
+	}
+	if k := answered(c.bot("alice"), "a long answer please"); k != 0 {
+		t.Errorf("the answer was shown %d time(s) with the budget spent by the receipt", k)
 	}
 }
 
