@@ -24,8 +24,11 @@ func progressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
 }
 
-// stepTimeout bounds one step of one task: a few sends and record writes.
-const stepTimeout = 30 * time.Second
+// StepTimeout bounds one step of one task: a few sends and record writes.
+// A step that has begun runs to its end even when the term ends, and Run
+// returns after the steps in flight: it is also how long the pusher may
+// hold up a graceful stop (serve.GracefulStopBound).
+const StepTimeout = 30 * time.Second
 
 // ackOverdue: while the connection has owed an ack this long (or one timed
 // out and nothing was acked since), no frame is sent (wecom.Conn.
@@ -48,7 +51,7 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 		p.count(func(s *Stats) { s.Stalled++ })
 		return false, 250 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StepTimeout)
 	defer cancel()
 	tasks := p.cfg.Store.Tasks()
 	rec, rev, err := task.Get(ctx, tasks, id)

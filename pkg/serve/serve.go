@@ -237,7 +237,7 @@ func Run(ctx context.Context, o Options) error {
 	srv := n.apiServer(workCtx, &wg, o.Etcd)
 	wg.Go(func() { srv.Serve(apiLn) })
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), apiShutdownTimeout)
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()

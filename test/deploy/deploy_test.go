@@ -14,6 +14,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/serve"
 )
 
 func repo(t *testing.T) string {
@@ -95,11 +98,28 @@ func TestBotctlUnitContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := string(raw)
-	for _, line := range []string{"Type=notify", "WatchdogSec=", "Restart=on-failure", "KillSignal=SIGTERM", "TimeoutStopSec=60s",
+	for _, line := range []string{"Type=notify", "WatchdogSec=", "Restart=on-failure", "KillSignal=SIGTERM", "TimeoutStopSec=",
 		"User=botctl", "ProtectSystem=strict", "PrivateTmp=yes", "NoNewPrivileges=yes", "CapabilityBoundingSet=\n",
 		"ReadWritePaths=/var/lib/botctl", "EnvironmentFile=-/etc/botctl/botctl.env"} {
 		if !strings.Contains(unit, "\n"+line) {
 			t.Errorf("botctl.service lacks %q", strings.TrimSpace(line))
+		}
+	}
+	// systemd kills a stop that takes longer than TimeoutStopSec: it must
+	// exceed the longest graceful stop the node's own bounds allow, so
+	// that a slow stop still resigns its bots instead of leaving them to
+	// a deposition.
+	if m := regexp.MustCompile(`\nTimeoutStopSec=(\S+)`).FindStringSubmatch(unit); m != nil {
+		v := m[1]
+		if strings.TrimRight(v, "0123456789") == "" {
+			v += "s" // systemd's bare number is seconds
+		}
+		stop, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("TimeoutStopSec=%s: %v (this test reads Go durations such as 60s or 1m30s)", m[1], err)
+		}
+		if bound := serve.GracefulStopBound(); stop <= bound {
+			t.Errorf("TimeoutStopSec=%s does not exceed the node's longest graceful stop, %s (serve.GracefulStopBound)", m[1], bound)
 		}
 	}
 	dropIn, err := os.ReadFile(filepath.Join(repo(t), "deploy", "example-cluster", "botctl.service.d", "cluster.conf"))
