@@ -338,6 +338,45 @@ func TestReadinessLeaderConnecting(t *testing.T) {
 	})
 }
 
+// JetStream failing under the node's hot paths is counted, not only the
+// /metrics collector's own reads: with NATS stopped mid-answer (and no
+// scrape meanwhile, so the collector adds nothing) a question's publish
+// fails and falls back to the spool, and after NATS is back
+// botctl_nats_errors_total{kind="request"} has risen. The publish is the
+// one failure the test is sure of (it happens before the receipt it waits
+// for); the worker's fetches and the pusher's reads add to it.
+func TestNATSErrorsCountedOnHotPaths(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 10 * time.Second })
+	eventually(t, "leader connected", c.connected)
+	request := map[string]string{"kind": "request"}
+	before := 0.0
+	if v := value(scrape(t, n.api), "botctl_nats_errors_total", request); v != nil {
+		before = *v
+	}
+	sent := c.post("alice", "a question for the outage")
+	eventually(t, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
+
+	url := c.nats.ClientURL()
+	c.nats.Close()
+	eventually(t, "NATS seen down", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusServiceUnavailable && strings.HasPrefix(r.NATS, "not connected")
+	})
+	c.post("bob", "asked while JetStream is away")
+	eventually(t, "bob receipted (his task spooled)", func() bool { return len(c.bot("bob")) > 0 })
+
+	c.restartNATS(url)
+	eventually(t, "ready again", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusOK && r.Ready
+	})
+	v := value(scrape(t, n.api), "botctl_nats_errors_total", request)
+	if v == nil || *v <= before {
+		t.Fatalf("botctl_nats_errors_total{kind=request} = %v after the outage, was %g: the hot paths' failures were not counted", v, before)
+	}
+}
+
 func eq(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
 func gt(min float64) func(float64) bool  { return func(v float64) bool { return v > min } }
 func ge(min float64) func(float64) bool  { return func(v float64) bool { return v >= min } }
