@@ -207,13 +207,15 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 	return botserve.Run(ctx, botserve.Options{
 		Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, NATSOptions: natsOpts, Listener: ln, Version: buildinfo.String(), Logger: logger,
 		Ready: func(*botserve.Node) {
-			fmt.Fprintf(out, "botctl node %s serving bots [%s]; API http://%s/status; etcd %s; AI %s\n",
-				cfg.NodeID, strings.Join(ids, " "), ln.Addr(), strings.Join(redact.URLs(endpoints), ","), cfg.AI.Kind)
+			// The scheme the API is served with: https when api.cert_file is
+			// set (serve's apiListener wraps the listener in TLS then).
+			scheme := "http"
+			if cfg.API.CertFile != "" {
+				scheme = "https"
+			}
+			fmt.Fprintf(out, "botctl node %s serving bots [%s]; API %s://%s/status; etcd %s; AI %s\n",
+				cfg.NodeID, strings.Join(ids, " "), scheme, ln.Addr(), strings.Join(redact.URLs(endpoints), ","), cfg.AI.Kind)
 			if demoui.SimulatorURL(cfg.WeCom.URL) != "" {
-				scheme := "http"
-				if cfg.API.CertFile != "" {
-					scheme = "https"
-				}
 				fmt.Fprintf(out, "demo page: open %s://%s%s to chat as a WeCom user and watch the cluster (leader, nodes, tasks, incidents)\n", scheme, ln.Addr(), demoui.Path)
 			}
 		},

@@ -47,7 +47,7 @@ a loopback address. See docs/simulator.md.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8390", "address to listen on (host:port; port 0 picks a free one)")
-	fl.StringArrayVar(&f.bots, "bot", nil, "bot as ID with $BOTCTL_BOT_<ID>_SECRET set, or ID:SECRET (repeatable); more can be added with POST /control/bots")
+	fl.StringArrayVar(&f.bots, "bot", nil, "bot as ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable; ID:SECRET puts the secret in argv: tests only); more can be added with POST /control/bots")
 	fl.DurationVar(&f.streamWindow, "stream-window", wecomsim.DefaultStreamWindow, "a stream must finish within this from its first frame")
 	fl.IntVar(&f.rateLimit, "rate-limit", wecomsim.DefaultRateLimit, "frames accepted per conversation per --rate-window")
 	fl.DurationVar(&f.rateWindow, "rate-window", wecomsim.DefaultRateWindow, "sliding window of --rate-limit")
@@ -88,7 +88,7 @@ func (f simFlags) validate() ([]simBot, error) {
 			// The secret from the environment: never in argv.
 			secret = os.Getenv(config.BotSecretEnv(id))
 			if secret == "" {
-				return nil, usageErrorf("--bot %s: no secret: set $%s (or give --bot %s:SECRET)", id, config.BotSecretEnv(id), id)
+				return nil, usageErrorf("--bot %s: no secret: set $%s to it (--bot %s:SECRET works too, but puts the secret in argv, which every user of the machine can read: tests only)", id, config.BotSecretEnv(id), id)
 			}
 		}
 		if id == "" || secret == "" {

@@ -94,18 +94,24 @@ type BotStatus struct {
 	Nodes       map[string]node.BotStatus `json:"nodes,omitempty"`      // each node's view
 	Transitions []node.Transition         `json:"transitions"`          // recent, oldest first
 	// Health is the bot's shared health record, Incident its open outage
-	// incident, Incomplete how many of its conversations are marked "may
-	// be incomplete" (from JetStream; absent when it was not reachable).
-	Health     *health.Record     `json:"health,omitempty"`
-	Incident   *incident.Incident `json:"incident,omitempty"`
-	Incomplete int                `json:"incomplete,omitempty"`
+	// incident, DataIncident its open data incident (a final answer not
+	// delivered, a gap not filled: the bot is up, its users are still owed
+	// something, and only a person's ack closes it), Incomplete how many of
+	// its conversations are marked "may be incomplete" (from JetStream;
+	// absent when it was not reachable). The two incidents are apart
+	// because a bot can have one of each open at once.
+	Health       *health.Record     `json:"health,omitempty"`
+	Incident     *incident.Incident `json:"incident,omitempty"`
+	DataIncident *incident.Incident `json:"data_incident,omitempty"`
+	Incomplete   int                `json:"incomplete,omitempty"`
 	// Queue is how many of its tasks are in the JetStream work queue
 	// (queued or running: one per busy conversation).
 	Queue *int `json:"queue,omitempty"`
 }
 
-// addHealth adds each bot's health record, open incident and "may be
-// incomplete" count from JetStream, or says why it cannot.
+// addHealth adds each bot's health record, open incidents (outage and
+// data) and "may be incomplete" count from JetStream, or says why it
+// cannot.
 func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
 	s, closeFn, err := nf.store()
 	if err != nil {
@@ -137,6 +143,10 @@ func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
 		if inc, err := incs.OpenFor(ctx, b.ID, incident.Outage); err == nil && inc != nil {
 			inc.Events = nil // the list view; botctl incidents show has the timeline
 			b.Incident = inc
+		}
+		if inc, err := incs.OpenFor(ctx, b.ID, incident.Data); err == nil && inc != nil {
+			inc.Events = nil
+			b.DataIncident = inc
 		}
 		if marks, err := health.Marks(ctx, s.Health(), b.ID); err == nil {
 			b.Incomplete = len(marks)
@@ -317,8 +327,15 @@ func printStatus(w io.Writer, st Status) {
 				hl += fmt.Sprintf(", %d conversation(s) may be incomplete", b.Incomplete)
 			}
 		}
+		var open []string
 		if b.Incident != nil {
-			inc = fmt.Sprintf("%s %s %s", b.Incident.ID, b.Incident.Level, b.Incident.State)
+			open = append(open, fmt.Sprintf("%s %s %s", b.Incident.ID, b.Incident.Level, b.Incident.State))
+		}
+		if b.DataIncident != nil {
+			open = append(open, fmt.Sprintf("%s %s %s (data)", b.DataIncident.ID, b.DataIncident.Level, b.DataIncident.State))
+		}
+		if len(open) > 0 {
+			inc = strings.Join(open, ", ")
 		}
 		queue := "?"
 		if b.Queue != nil {

@@ -76,6 +76,13 @@ type Config struct {
 	// Logger receives one line per alert sent, retried, given up or
 	// dropped. URLs in it are redacted.
 	Logger zerolog.Logger
+	// EtcdError, if set, is called with the operation ("alert_session",
+	// "alert_campaign") each time RunElected's etcd request fails: the
+	// session's lease not granted, a campaign that failed while ctx is
+	// live. A session lost while leading is not a failed request (the
+	// keep-alive stopped) and is only logged. For the node's etcd error
+	// counter; must not block.
+	EtcdError func(op string)
 
 	// Delivery to each sink: up to MaxAttempts attempts (default 6), each
 	// bounded by Timeout (default 10s), Backoff doubling between them

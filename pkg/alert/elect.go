@@ -54,6 +54,7 @@ func RunElected(ctx context.Context, cli *clientv3.Client, prefix string, nodeID
 func (a *Alerter) term(ctx context.Context, cli *clientv3.Client, prefix, nodeID string) error {
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(DefaultElectionTTL/time.Second)))
 	if err != nil {
+		a.etcdError(ctx, "alert_session")
 		return fmt.Errorf("etcd session: %w", err)
 	}
 	// Close revokes the lease: the election key goes with it and the next
@@ -70,6 +71,7 @@ func (a *Alerter) term(ctx context.Context, cli *clientv3.Client, prefix, nodeID
 		if sess.Ctx().Err() != nil {
 			return ErrSessionLost
 		}
+		a.etcdError(ctx, "alert_campaign")
 		return fmt.Errorf("campaign: %w", err)
 	}
 	log := a.log.With().Str("election", prefix).Int64("lease", int64(sess.Lease())).Logger()
@@ -80,4 +82,12 @@ func (a *Alerter) term(ctx context.Context, cli *clientv3.Client, prefix, nodeID
 		return ErrSessionLost
 	}
 	return err
+}
+
+// etcdError tells Config.EtcdError about a failed request of op, unless
+// ctx ended (the node stopping cancels its requests: not a failure).
+func (a *Alerter) etcdError(ctx context.Context, op string) {
+	if a.cfg.EtcdError != nil && ctx.Err() == nil {
+		a.cfg.EtcdError(op)
+	}
 }

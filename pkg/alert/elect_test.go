@@ -165,3 +165,45 @@ func TestRunElectedSessionLostEndsTerm(t *testing.T) {
 		t.Fatalf("the old leader's receiver got %d alerts, want 1", n)
 	}
 }
+
+// RunElected's failed etcd requests reach Config.EtcdError: here every
+// session's lease grant fails (the client is closed), and each try is
+// heard as alert_session until ctx ends.
+func TestRunElectedCountsEtcdErrors(t *testing.T) {
+	addr := startEtcd(t)
+	f := newFixture(t)
+	cli := etcdClient(t, addr)
+	cli.Close()
+	ops := make(chan string, 64)
+	cfg := f.config(t)
+	cfg.EtcdError = func(op string) {
+		select {
+		case ops <- op:
+		default:
+		}
+	}
+	a, err := New(f.store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunElected(ctx, cli, "/test/alerter/", "n1", a) }()
+	select {
+	case op := <-ops:
+		if op != "alert_session" {
+			t.Fatalf("EtcdError heard %q, want alert_session", op)
+		}
+	case <-time.After(wait):
+		t.Fatal("EtcdError heard nothing while every session failed")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("RunElected: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("RunElected did not end with its context")
+	}
+}

@@ -719,7 +719,7 @@ func (c *Config) Validate() error {
 		case seen[b.ID]:
 			bad(key+".id", "bot %s is configured twice", b.ID)
 		case b.Secret == "":
-			bad(key+".secret", "bot %s has no secret: give --bot %s:SECRET, set $%s, or secret_file", b.ID, b.ID, BotSecretEnv(b.ID))
+			bad(key+".secret", "bot %s has no secret: set secret_file or $%s (--bot %s:SECRET puts it in argv: tests only)", b.ID, BotSecretEnv(b.ID), b.ID)
 		}
 		seen[b.ID] = true
 	}

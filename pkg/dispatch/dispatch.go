@@ -77,7 +77,13 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Client calls the fixed worker. Default: 5s timeout.
 	Client *http.Client
-	Logger zerolog.Logger
+	// NATSError, if set, is called with the operation ("publish") once for
+	// every publish JetStream did not confirm (ErrUnavailable) or refused
+	// (ErrTaskRejected): the node's NATS error counter. Never for a busy
+	// conversation (an answer, not a failure), a duplicate, or the
+	// caller's own context ending.
+	NATSError func(op string)
+	Logger    zerolog.Logger
 }
 
 // Dispatcher routes tasks through the tiers.
@@ -171,9 +177,13 @@ func (d *Dispatcher) Dispatch(ctx context.Context, m task.Message) (Outcome, err
 		return Outcome{Busy: true}, nil
 	case !errors.Is(err, jetstream.ErrUnavailable):
 		// Refused for good (ErrTaskRejected) or the caller gave up.
+		if errors.Is(err, jetstream.ErrTaskRejected) {
+			d.natsError("publish")
+		}
 		d.count(func(s *Stats) { s.Failed++ })
 		return Outcome{}, err
 	}
+	d.natsError("publish")
 
 	// The queue is unavailable: keep the task for it, then fall back.
 	out := Outcome{}
@@ -217,6 +227,12 @@ func (d *Dispatcher) Dispatch(ctx context.Context, m task.Message) (Outcome, err
 	}
 	d.count(func(s *Stats) { s.Failed++ })
 	return out, fmt.Errorf("%w: %w", ErrNoTier, errors.Join(errs...))
+}
+
+func (d *Dispatcher) natsError(op string) {
+	if d.cfg.NATSError != nil {
+		d.cfg.NATSError(op)
+	}
 }
 
 func (d *Dispatcher) fallback(log zerolog.Logger, from, to string, reason error) {

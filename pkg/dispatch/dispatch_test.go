@@ -143,3 +143,33 @@ func TestSpooledConversationIsBusy(t *testing.T) {
 		t.Fatalf("other conversation: %+v %v", out, err)
 	}
 }
+
+// NATSError hears every publish JetStream did not confirm, and nothing
+// else: not a queued task, not a duplicate, not a busy conversation (the
+// red line: an answer, not a failure).
+func TestNATSErrorHearsFailedPublishesOnly(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	var ops []string
+	d, err := dispatch.New(dispatch.Config{Publish: env.Store.PublishTask, Spool: func(task.Message, []byte) error { return nil },
+		NATSError: func(op string) { ops = append(ops, op) }, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, m := range []task.Message{msg("m1", "alice"), msg("m1", "alice"), msg("m2", "alice")} { // queued, duplicate, busy
+		if _, err := d.Dispatch(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(ops) != 0 {
+		t.Fatalf("NATSError heard %v with JetStream up", ops)
+	}
+	env.Server.Close()
+	if out, err := d.Dispatch(ctx, msg("m3", "bob")); err != nil || !out.Spooled {
+		t.Fatalf("queue down: %+v %v, want spooled", out, err)
+	}
+	if len(ops) != 1 || ops[0] != "publish" {
+		t.Fatalf("NATSError heard %v with JetStream down, want [publish]", ops)
+	}
+}

@@ -74,9 +74,9 @@ func New() *Node {
 		terms: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "leader_terms_total",
 			Help: "Terms this node started leading (connection up), by bot: a rising rate is leadership flapping."}, []string{"bot"}),
 		etcdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "etcd_errors_total",
-			Help: "etcd requests of this node that failed, by operation (probe: /readyz's; gate, campaign, registry, transition: the node's election and registry loops)."}, []string{"op"}),
+			Help: "etcd requests of this node that failed, by operation (probe: /readyz's; gate, campaign, registry, transition: the node's election and registry loops; alert_session, alert_campaign: the alerter's election)."}, []string{"op"}),
 		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "nats_errors_total",
-			Help: "NATS errors of this node's connection, by kind (disconnect, async, request)."}, []string{"kind"}),
+			Help: "NATS errors of this node's connection, by kind (disconnect, async, request: JetStream requests that failed, on the hot paths (publish, the pusher's reads and writes, the worker's fetches and acks) and in this scrape's reads)."}, []string{"kind"}),
 	}
 	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, alertsSent,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -173,7 +173,7 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	n.setState(b.ID, StateConnecting, "", term.Rev)
 	n.transition(b.ID, "leading", "", term.Rev)
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.Background(), ResignTimeout)
 		defer cancel()
 		if err := term.Resign(rctx); err != nil {
 			log.Warn().Err(err).Msg("resign failed")
@@ -346,7 +346,7 @@ func (n *Node) transitionNow(bot, event, reason string, term int64) {
 }
 
 func (n *Node) record(tr Transition) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), TransitionTimeout)
 	defer cancel()
 	if err := recordTransition(ctx, n.cli, n.cfg.Prefix, tr); err != nil {
 		n.etcdError("transition")

@@ -169,7 +169,7 @@ type Config struct {
 	// inbound handler's wait here (e.g. pkg/access's Wait). Nil: resign as
 	// soon as the connection is gone.
 	Drain func(ctx context.Context, term *election.Term)
-	// DrainTimeout bounds Drain. Default 15s. Raise it if handlers may
+	// DrainTimeout bounds Drain. Default 15s (DefaultDrainTimeout). Raise it if handlers may
 	// take longer (a slow JetStream); the bot has no connection while
 	// Drain runs, so it also bounds how long a graceful stop delays the
 	// takeover. Whatever is still unhandled at the deadline is recovered by
@@ -260,7 +260,7 @@ func (c *Config) setDefaults() {
 		c.StableTerm = time.Minute
 	}
 	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 15 * time.Second
+		c.DrainTimeout = DefaultDrainTimeout
 	}
 	if c.SpreadDelay <= 0 {
 		c.SpreadDelay = time.Second
@@ -370,6 +370,24 @@ func (n *Node) Info() Info {
 	}
 }
 
+// The bounds of a graceful stop's steps in Run, in their order: every
+// term at once drains its connection's callbacks (Config.DrainTimeout),
+// resigns, and records that it did; then the registration is removed.
+// pkg/serve adds its own steps (serve.GracefulStopBound), which the
+// unit's TimeoutStopSec must exceed: a stop killed before the resign
+// leaves the bot to a standby's deposition instead of a handover.
+const (
+	// DefaultDrainTimeout is Config.DrainTimeout's default.
+	DefaultDrainTimeout = 15 * time.Second
+	// ResignTimeout bounds a term's resign.
+	ResignTimeout = 5 * time.Second
+	// TransitionTimeout bounds the etcd write of one transition record
+	// (Run waits for the last ones, "resigned" among them).
+	TransitionTimeout = 2 * time.Second
+	// RevokeTimeout bounds the revoke of the registry's lease.
+	RevokeTimeout = 2 * time.Second
+)
+
 // Run registers the node and runs every bot's loop until ctx ends. On the
 // way out every term is resigned after its connection is closed, and the
 // registration is removed. It returns nil after a clean stop.
@@ -413,7 +431,7 @@ func (n *Node) register(ctx context.Context) {
 			continue
 		}
 		n.keepRegistered(ctx, key, lease.ID)
-		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		rctx, cancel := context.WithTimeout(context.Background(), RevokeTimeout)
 		n.cli.Revoke(rctx, lease.ID)
 		cancel()
 	}

@@ -52,6 +52,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 	// costs a read per task kept in the bucket (days of them).
 	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
 	if err != nil {
+		p.storeError("record read", err)
 		return err
 	}
 	n := 0
@@ -62,6 +63,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
+			p.storeError("record read", err)
 			return err
 		}
 		if r.Delivery.Finished() {

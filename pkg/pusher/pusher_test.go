@@ -607,3 +607,48 @@ func TestNoFinalFrameIntoAStalledLink(t *testing.T) {
 		t.Fatalf("the answer reached the user %d times: %+v", k, r.botMessages("alice"))
 	}
 }
+
+// NATSError hears of the store failing under the pusher, and of nothing
+// while it works: a whole delivery with JetStream up is heard by no one
+// (a key not found at term start is not a failure); with the NATS
+// connection gone mid-answer, the next step's record read is.
+func TestNATSErrorHearsStoreFailuresOnly(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	ops := make(chan string, 1024)
+	// A short heartbeat: an open stream is stepped every few hundred ms,
+	// new output or not.
+	r.start(pusher.Config{Heartbeat: 300 * time.Millisecond, NATSError: func(op string) {
+		select {
+		case ops <- op:
+		default:
+		}
+	}})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "Hello", false)
+	r.write(rec.ID, "Hello, alice.", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	select {
+	case op := <-ops:
+		t.Fatalf("NATSError heard %q with JetStream up", op)
+	default:
+	}
+
+	rec = r.ask("bob", "still there?")
+	r.write(rec.ID, "Working on it", false)
+	r.js.Conn.Close()
+	known := map[string]bool{"record read": true, "record write": true, "output read": true, "output watch": true,
+		"watermark read": true, "watermark write": true}
+	for {
+		select {
+		case op := <-ops:
+			if !known[op] {
+				t.Fatalf("NATSError heard op %q, not one the pusher documents", op)
+			}
+			if op == "record read" {
+				return
+			}
+		case <-time.After(waitLong):
+			t.Fatal("NATSError heard no record read with the NATS connection closed mid-answer")
+		}
+	}
+}

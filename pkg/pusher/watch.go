@@ -42,6 +42,7 @@ func (p *Pusher) watch(ctx context.Context) {
 		}
 		w, err := p.cfg.Store.Output().WatchAll(ctx, opt)
 		if err != nil {
+			p.storeError("output watch", err)
 			sleep(ctx, time.Second)
 			continue
 		}
@@ -82,6 +83,7 @@ func (p *Pusher) watermarkKey() string { return jetstream.BotKey(p.cfg.Bot) }
 func (p *Pusher) loadWatermark(ctx context.Context) uint64 {
 	e, err := p.cfg.Store.Watermarks().Get(ctx, p.watermarkKey())
 	if err != nil {
+		p.storeError("watermark read", err)
 		return 0
 	}
 	var wm Watermark
@@ -109,6 +111,7 @@ func (p *Pusher) saveWatermark(ctx context.Context) {
 	}
 	raw, _ := json.Marshal(Watermark{OutputRev: wm, Node: p.cfg.NodeID, Term: p.cfg.Term, Updated: p.cfg.Now().UTC()})
 	if _, err := p.cfg.Store.Watermarks().Put(ctx, p.watermarkKey(), raw); err != nil {
+		p.storeError("watermark write", err)
 		return
 	}
 	p.mu.Lock()
@@ -139,6 +142,7 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 	}
 	p.mu.Unlock()
 	o, err := task.GetOutput(ctx, p.cfg.Store.Output(), id)
+	p.storeError("output read", err)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)
 		p.mu.Lock()

@@ -52,6 +52,13 @@ func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 	return o
 }
 
+// requestError counts a failed JetStream request of the node's hot paths
+// (dispatch's publish, the pusher's record and output reads and writes, the
+// worker's fetch and ack: their Config.NATSError) as
+// botctl_nats_errors_total{kind="request"}, beside the collector's own
+// failed reads. The metric's label set stays {kind}; op is not a label.
+func (o *observer) requestError(op string) { o.metrics.NATSError("request") }
+
 // term is called when a term of bot starts leading on conn; the returned
 // func when it ends, with its pusher's last counters (nil: none ran).
 func (o *observer) term(bot string, conn *wecom.Conn) func(*pusher.Pusher) {

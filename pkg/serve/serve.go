@@ -237,7 +237,7 @@ func Run(ctx context.Context, o Options) error {
 	srv := n.apiServer(workCtx, &wg, o.Etcd)
 	wg.Go(func() { srv.Serve(apiLn) })
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), apiShutdownTimeout)
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()
@@ -365,7 +365,8 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 	w, err := worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
 		Leading: n.isLeading,
-		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, Logger: log,
+		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
+		NATSError: n.obs.requestError, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -381,8 +382,9 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		FixedWorker: cfg.Dispatch.FixedWorker, Token: n.token, Client: n.apiCli,
 		// Bounded by the worker's slots: a full node refuses, and the
 		// dispatcher keeps the task in the spool for the queue.
-		Local:  func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
-		Logger: log,
+		Local:     func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
+		NATSError: n.obs.requestError,
+		Logger:    log,
 	})
 	if err != nil {
 		return err
@@ -455,7 +457,8 @@ func (n *Node) newAlerter(store *jetstream.Store) (*alert.Alerter, error) {
 	return alert.New(incident.NewStore(store.Incidents()), alert.Config{
 		NodeID: cfg.NodeID, Sinks: sinks, Owners: owners, Synthetic: syn,
 		Window: cfg.Alert.Window, EscalateAfter: cfg.Alert.EscalateAfter, FlapWindow: cfg.Alert.FlapWindow,
-		Logger: n.log.With().Str("component", "alert").Logger(),
+		EtcdError: n.obs.metrics.EtcdError,
+		Logger:    n.log.With().Str("component", "alert").Logger(),
 	})
 }
 
@@ -518,8 +521,9 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
 		BusyNote: access.DefaultBusy,
 		Gate:     n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed, ReplayExpiry: cfg.Push.ReplayExpiry,
-		Lag:    n.obs.metrics.PushLag,
-		Logger: log,
+		Lag:       n.obs.metrics.PushLag,
+		NATSError: n.obs.requestError,
+		Logger:    log,
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("pusher not started")

@@ -91,7 +91,7 @@ func (s *Server) bot(id string) (*bot, error) {
 	defer s.mu.Unlock()
 	b, ok := s.bots[id]
 	if !ok {
-		return nil, fmt.Errorf("%w %q: add it first (--bot ID:SECRET or POST /control/bots)", ErrUnknownBot, id)
+		return nil, fmt.Errorf("%w %q: add it first (--bot ID with $BOTCTL_BOT_<ID>_SECRET set, or POST /control/bots)", ErrUnknownBot, id)
 	}
 	return b, nil
 }

@@ -94,6 +94,12 @@ type Config struct {
 	StorePatience time.Duration
 	// Lifecycle records every step of a task. Default: one on Store.
 	Lifecycle *task.Lifecycle
+	// NATSError, if set, is called with the operation ("fetch", "ack",
+	// "remove") each time the worker's own queue request fails while the
+	// worker runs: a fetch of tasks, a confirmed ack of a finished task,
+	// the removal that replaces an ack never confirmed. For the node's
+	// NATS error counter; must not block.
+	NATSError func(op string)
 	Logger    zerolog.Logger
 	Now       func() time.Time
 }
@@ -341,6 +347,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		batch, err := cons.Fetch(free, natsjs.FetchMaxWait(2*time.Second))
 		if err != nil {
 			if ctx.Err() == nil {
+				w.natsError("fetch")
 				w.log.Warn().Err(err).Msg("fetch tasks failed; retrying")
 				sleep(ctx, time.Second)
 			}
@@ -440,6 +447,7 @@ func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
 		actx, cancel := context.WithTimeout(bg, ackTimeout)
 		defer cancel()
 		if err := msg.DoubleAck(actx); err != nil && !errors.Is(err, natsjs.ErrMsgAlreadyAckd) {
+			w.natsError("ack")
 			return err
 		}
 		return nil
@@ -452,6 +460,9 @@ func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
 		rctx, cancel := context.WithTimeout(bg, ackTimeout)
 		merr = w.cfg.Store.RemoveTask(rctx, meta.Sequence.Stream)
 		cancel()
+		if merr != nil {
+			w.natsError("remove")
+		}
 	}
 	if merr != nil {
 		log.Warn().Err(err).AnErr("remove", merr).Msg("finished task's queue message neither acked nor removed; the sweep removes it")
@@ -501,6 +512,12 @@ func (w *Worker) hold(ctx context.Context, m task.Message, log zerolog.Logger, w
 
 // offQueuePoll is how often a held queue copy re-reads its task.
 const offQueuePoll = 2 * time.Second
+
+func (w *Worker) natsError(op string) {
+	if w.cfg.NATSError != nil {
+		w.cfg.NATSError(op)
+	}
+}
 
 // storeCallTimeout bounds one JetStream call made under a task's run
 // context. That context carries the execution deadline (30 minutes by

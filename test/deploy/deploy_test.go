@@ -5,12 +5,18 @@
 package deploy
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/serve"
 )
 
 func repo(t *testing.T) string {
@@ -92,11 +98,28 @@ func TestBotctlUnitContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := string(raw)
-	for _, line := range []string{"Type=notify", "WatchdogSec=", "Restart=on-failure", "KillSignal=SIGTERM", "TimeoutStopSec=60s",
+	for _, line := range []string{"Type=notify", "WatchdogSec=", "Restart=on-failure", "KillSignal=SIGTERM", "TimeoutStopSec=",
 		"User=botctl", "ProtectSystem=strict", "PrivateTmp=yes", "NoNewPrivileges=yes", "CapabilityBoundingSet=\n",
 		"ReadWritePaths=/var/lib/botctl", "EnvironmentFile=-/etc/botctl/botctl.env"} {
 		if !strings.Contains(unit, "\n"+line) {
 			t.Errorf("botctl.service lacks %q", strings.TrimSpace(line))
+		}
+	}
+	// systemd kills a stop that takes longer than TimeoutStopSec: it must
+	// exceed the longest graceful stop the node's own bounds allow, so
+	// that a slow stop still resigns its bots instead of leaving them to
+	// a deposition.
+	if m := regexp.MustCompile(`\nTimeoutStopSec=(\S+)`).FindStringSubmatch(unit); m != nil {
+		v := m[1]
+		if strings.TrimRight(v, "0123456789") == "" {
+			v += "s" // systemd's bare number is seconds
+		}
+		stop, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("TimeoutStopSec=%s: %v (this test reads Go durations such as 60s or 1m30s)", m[1], err)
+		}
+		if bound := serve.GracefulStopBound(); stop <= bound {
+			t.Errorf("TimeoutStopSec=%s does not exceed the node's longest graceful stop, %s (serve.GracefulStopBound)", m[1], bound)
 		}
 	}
 	dropIn, err := os.ReadFile(filepath.Join(repo(t), "deploy", "example-cluster", "botctl.service.d", "cluster.conf"))
@@ -195,7 +218,12 @@ func TestGenCerts(t *testing.T) {
 // Each example node's configuration passes botctl config check with its
 // credentials in place: certificates from gen-certs.sh, secrets, the API
 // token, under a stand-in for /run/credentials/botctl.service (the one
-// change made to the files).
+// change made to the files). The credentials are the ones cluster.conf's
+// LoadCredential= lines load, from where they say: a file a node's YAML
+// names that the drop-in does not load fails here, as it would under
+// systemd. The node API's certificate is the VM's own (vmN.pem, as the
+// example's README copies it) and must carry the IP the node listens on
+// and registers, since that is what the other nodes dial.
 func TestExampleClusterConfigsPassCheck(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl not found: no certificates for the example's configs")
@@ -205,30 +233,59 @@ func TestExampleClusterConfigsPassCheck(t *testing.T) {
 	if out, err := exec.Command("sh", filepath.Join(repo(t), "scripts", "gen-certs.sh"), pki).CombinedOutput(); err != nil {
 		t.Fatalf("gen-certs.sh: %v\n%s", err, out)
 	}
-	creds := t.TempDir()
-	files := map[string]string{ // credential name → source, as cluster.conf loads them
-		"etcd-ca.pem": "ca.pem", "etcd-client.pem": "botctl-client.pem", "etcd-client-key.pem": "botctl-client-key.pem",
-		"nats-ca.pem": "ca.pem", "nats-client.pem": "botctl-client.pem", "nats-client-key.pem": "botctl-client-key.pem",
+	loaded := loadCredentials(t)
+	if len(loaded) == 0 {
+		t.Fatal("cluster.conf has no LoadCredential= line")
 	}
-	for name, src := range files {
-		raw, err := os.ReadFile(filepath.Join(pki, src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(creds, name), raw, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for name, v := range map[string]string{"nats.password": "np", "api.token": "0123456789abcdef0123456789abcdef", "b1.secret": "s1"} {
-		if err := os.WriteFile(filepath.Join(creds, name), []byte(v+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	secrets := map[string]string{"nats.password": "np", "api.token": "0123456789abcdef0123456789abcdef", "b1.secret": "s1"}
+	listen := regexp.MustCompile(`(?m)^listen: (\S+):\d+`)
+	named := regexp.MustCompile(`/run/credentials/botctl\.service/([^\s#]+)`)
 	for _, vm := range []string{"vm1", "vm2", "vm3"} {
+		// On vmN, /etc/botctl/pki/api*.pem are copies of vmN's server certificate.
+		pkiFile := map[string]string{"api.pem": vm + ".pem", "api-key.pem": vm + "-key.pem"}
+		creds := t.TempDir()
+		for name, src := range loaded {
+			var raw []byte
+			switch dir, base := filepath.Split(src); dir {
+			case "/etc/botctl/pki/":
+				if f, ok := pkiFile[base]; ok {
+					base = f
+				}
+				var err error
+				if raw, err = os.ReadFile(filepath.Join(pki, base)); err != nil {
+					t.Fatalf("cluster.conf loads %s from %s: gen-certs.sh makes no %s", name, src, base)
+				}
+			case "/etc/botctl/secrets/":
+				v, ok := secrets[base]
+				if !ok {
+					t.Fatalf("cluster.conf loads %s from %s: no stand-in for that secret in this test", name, src)
+				}
+				raw = []byte(v + "\n")
+			default:
+				t.Fatalf("cluster.conf loads %s from %s, outside /etc/botctl/pki and /etc/botctl/secrets", name, src)
+			}
+			if err := os.WriteFile(filepath.Join(creds, name), raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
 		raw, err := os.ReadFile(filepath.Join(repo(t), "deploy", "example-cluster", "botctl", vm+".yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		for _, m := range named.FindAllStringSubmatch(string(raw), -1) {
+			if _, ok := loaded[m[1]]; !ok {
+				t.Errorf("%s.yaml names credential %s, which cluster.conf does not load", vm, m[1])
+			}
+		}
+		if !strings.Contains(string(raw), "\n  cert_file: /run/credentials/botctl.service/api.pem") {
+			t.Errorf("%s.yaml does not serve the node API over HTTPS (api.cert_file)", vm)
+		}
+		m := listen.FindStringSubmatch(string(raw))
+		if m == nil {
+			t.Fatalf("%s.yaml has no listen address", vm)
+		}
+		verifyServerCert(t, filepath.Join(creds, "api.pem"), filepath.Join(creds, "api-ca.pem"), m[1])
+
 		cfg := filepath.Join(t.TempDir(), vm+".yaml")
 		body := strings.ReplaceAll(string(raw), "/run/credentials/botctl.service/", creds+"/")
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
@@ -240,5 +297,56 @@ func TestExampleClusterConfigsPassCheck(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "ok: node "+vm) {
 			t.Errorf("%s: %v\n%s", vm, err, out)
 		}
+	}
+}
+
+// loadCredentials is cluster.conf's LoadCredential= lines: name → source path.
+func loadCredentials(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repo(t), "deploy", "example-cluster", "botctl.service.d", "cluster.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		v, ok := strings.CutPrefix(line, "LoadCredential=")
+		if !ok {
+			continue
+		}
+		name, src, ok := strings.Cut(v, ":")
+		if !ok {
+			t.Fatalf("cluster.conf: %q is not NAME:PATH", line)
+		}
+		creds[name] = src
+	}
+	return creds
+}
+
+// verifyServerCert checks that certFile, signed by caFile, is a server
+// certificate for ip: what a client dialling https://ip:PORT accepts.
+func verifyServerCert(t *testing.T, certFile, caFile, ip string) {
+	t.Helper()
+	pemCert, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemCA, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemCert)
+	if block == nil {
+		t.Fatalf("%s holds no PEM block", certFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pemCA) {
+		t.Fatalf("%s holds no CA certificate", caFile)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: ip, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the node API certificate (%s) is not one a client dialling %s accepts: %v", cert.Subject.CommonName, ip, err)
 	}
 }

@@ -2,12 +2,15 @@ package pipeline
 
 import (
 	"encoding/json"
-
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/metrics"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecomsim"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -161,6 +164,50 @@ func TestMetricsScrape(t *testing.T) {
 	}
 }
 
+// Mid-answer, botctl_tasks shows the task running (and its stream open)
+// and the worker's slot busy; a conversation out of send budget has its
+// next frame deferred, counted as pusher_events_total{event="throttled"}.
+// push.budget 1: the receipt spends the minute's only send, so the final
+// frame, due when the answer is done, waits (a minute, which this test
+// does not wait for).
+func TestMetricsRunningTaskAndThrottled(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) {
+		cfg.Push.Budget = 1
+		cfg.AI.Demo.AnswerTime = 8 * time.Second // long enough to be seen running
+	})
+	eventually(t, "leader connected", c.connected)
+	sent := c.post("alice", "a long answer please")
+	eventually(t, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
+
+	// botctl_tasks is read from the pending index at most every 10 s; the
+	// first scrape reads it now, while the answer has seconds to go.
+	running := map[string]string{"bot": "b1", "exec": "running", "delivery": "streaming"}
+	eventually(t, "botctl_tasks shows the task running", func() bool {
+		fams := scrape(t, n.api)
+		v := value(fams, "botctl_tasks", running)
+		return v != nil && *v == 1
+	})
+	if r := c.record(n, sent.MsgID); r.Exec != task.Running {
+		t.Fatalf("the answer was over (%s) before botctl_tasks was read: raise AnswerTime", r.Exec)
+	}
+	fams := scrape(t, n.api)
+	if v := value(fams, "botctl_worker_slots_busy", nil); v == nil || *v != 1 {
+		t.Errorf("botctl_worker_slots_busy mid-answer = %v, want 1", v)
+	}
+
+	eventually(t, "the final frame throttled", func() bool {
+		v := value(scrape(t, n.api), "botctl_pusher_events_total", map[string]string{"bot": "b1", "event": "throttled"})
+		return v != nil && *v > 0
+	})
+	if r := c.record(n, sent.MsgID); r.Exec != task.Succeeded || r.Delivery != task.Streaming {
+		t.Errorf("after the throttle: exec %s, delivery %s; want succeeded, streaming (the final frame waits for the budget)", r.Exec, r.Delivery)
+	}
+	if k := answered(c.bot("alice"), "a long answer please"); k != 0 {
+		t.Errorf("the answer was shown %d time(s) with the budget spent by the receipt", k)
+	}
+}
+
 // /readyz follows the node's dependencies: ready while etcd and NATS
 // answer and the bot it leads is subscribed; not ready (503, naming NATS)
 // while NATS is down, with /healthz still 200 (alive); ready again once
@@ -210,6 +257,123 @@ func TestReadinessFollowsNATS(t *testing.T) {
 	}
 	if v := value(fams, "botctl_nats_errors_total", map[string]string{"kind": "disconnect"}); v == nil || *v < 1 {
 		t.Errorf("botctl_nats_errors_total{kind=disconnect} after the outage = %v, want >= 1", v)
+	}
+}
+
+// /readyz follows etcd as it follows NATS: not ready (503, naming etcd)
+// while etcd is unreachable, /healthz still 200 (a supervisor must not
+// restart a node for an etcd outage); ready again, leading b1 with its
+// connection subscribed, once etcd is back.
+func TestReadinessFollowsEtcd(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	eventually(t, "leader connected", c.connected)
+	eventually(t, "ready", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusOK && r.Ready && r.Bots["b1"] == "subscribed" && r.Etcd == "ok"
+	})
+
+	c.etcd.Close()
+	var last readiness
+	eventually(t, "not ready while etcd is down", func() bool {
+		code, r := ready(t, n.api)
+		last = r
+		if code != http.StatusServiceUnavailable || r.Ready || r.Etcd == "ok" || r.Etcd == "" {
+			return false
+		}
+		for _, why := range r.Reasons {
+			if strings.HasPrefix(why, "etcd unreachable: ") {
+				return true
+			}
+		}
+		return false
+	})
+	if last.NATS != "ok" {
+		t.Errorf("while etcd is down: nats %q, want ok (only etcd is away)", last.NATS)
+	}
+	resp, err := obsHTTP.Get(n.api + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz while etcd is down: %s; want 200 (liveness asks nothing external)", resp.Status)
+	}
+
+	c.restartEtcd()
+	eventually(t, "ready again after etcd is back, b1 led and subscribed", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusOK && r.Ready && r.Etcd == "ok" && r.Bots["b1"] == "subscribed"
+	})
+	fams := scrape(t, n.api)
+	if v := value(fams, "botctl_etcd_errors_total", map[string]string{"op": "probe"}); v == nil || *v < 1 {
+		t.Errorf("botctl_etcd_errors_total{op=probe} after the outage = %v, want >= 1", v)
+	}
+}
+
+// A node that has won the election but whose WeCom subscribe is not
+// acknowledged yet (the simulator withholds acks) leads nothing yet: it is
+// not ready, and says which bot is not subscribed; once the subscribe is
+// acknowledged it is ready.
+func TestReadinessLeaderConnecting(t *testing.T) {
+	c := newCluster(t)
+	// Before the node starts: its first subscribe waits for an ack that
+	// does not come (up to the dial timeout, then again after a backoff).
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultStallAcks, Seconds: 300}); err != nil {
+		t.Fatal(err)
+	}
+	n := c.start("n1", nil)
+	const connecting = "won the election; WeCom connection not subscribed yet"
+	eventually(t, "not ready while b1's subscribe is unacknowledged", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusServiceUnavailable && !r.Ready && r.Bots["b1"] == connecting &&
+			len(r.Reasons) == 1 && r.Reasons[0] == "bot b1: "+connecting && r.Etcd == "ok" && r.NATS == "ok"
+	})
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultClear}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready once b1's subscribe is acknowledged", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusOK && r.Ready && r.Bots["b1"] == "subscribed"
+	})
+}
+
+// JetStream failing under the node's hot paths is counted, not only the
+// /metrics collector's own reads: with NATS stopped mid-answer (and no
+// scrape meanwhile, so the collector adds nothing) a question's publish
+// fails and falls back to the spool, and after NATS is back
+// botctl_nats_errors_total{kind="request"} has risen. The publish is the
+// one failure the test is sure of (it happens before the receipt it waits
+// for); the worker's fetches and the pusher's reads add to it.
+func TestNATSErrorsCountedOnHotPaths(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 10 * time.Second })
+	eventually(t, "leader connected", c.connected)
+	request := map[string]string{"kind": "request"}
+	before := 0.0
+	if v := value(scrape(t, n.api), "botctl_nats_errors_total", request); v != nil {
+		before = *v
+	}
+	sent := c.post("alice", "a question for the outage")
+	eventually(t, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
+
+	url := c.nats.ClientURL()
+	c.nats.Close()
+	eventually(t, "NATS seen down", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusServiceUnavailable && strings.HasPrefix(r.NATS, "not connected")
+	})
+	c.post("bob", "asked while JetStream is away")
+	eventually(t, "bob receipted (his task spooled)", func() bool { return len(c.bot("bob")) > 0 })
+
+	c.restartNATS(url)
+	eventually(t, "ready again", func() bool {
+		code, r := ready(t, n.api)
+		return code == http.StatusOK && r.Ready
+	})
+	v := value(scrape(t, n.api), "botctl_nats_errors_total", request)
+	if v == nil || *v <= before {
+		t.Fatalf("botctl_nats_errors_total{kind=request} = %v after the outage, was %g: the hot paths' failures were not counted", v, before)
 	}
 }
 

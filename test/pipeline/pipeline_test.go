@@ -28,19 +28,22 @@ import (
 const waitLong = 60 * time.Second
 
 type cluster struct {
-	t     *testing.T
-	etcd  *infra.Etcd
-	nats  *infra.NATS
-	sim   *wecomsim.Server
-	wsURL string
-	dir   string
+	t       *testing.T
+	etcd    *infra.Etcd
+	etcdCfg infra.EtcdConfig // how etcd was started (restartEtcd)
+	nats    *infra.NATS
+	sim     *wecomsim.Server
+	wsURL   string
+	dir     string
 }
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	addr, _ := infra.FreeAddr()
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), ClientAddr: addr, Logger: zerolog.Nop()})
+	peer, _ := infra.FreeAddr() // fixed, so that restartEtcd brings the same member back
+	ecfg := infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), ClientAddr: addr, PeerAddr: peer, Logger: zerolog.Nop()}
+	e, err := infra.StartEtcd(context.Background(), ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +57,7 @@ func newCluster(t *testing.T) *cluster {
 	sim.AddBot("b1", "s1")
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(func() { sim.Close(); srv.Close() })
-	return &cluster{t: t, etcd: e, nats: n, sim: sim, wsURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", dir: dir}
+	return &cluster{t: t, etcd: e, etcdCfg: ecfg, nats: n, sim: sim, wsURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", dir: dir}
 }
 
 type runningNode struct {
@@ -126,6 +129,18 @@ func (c *cluster) restartNATS(url string) {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(restarted.Close)
+}
+
+// restartEtcd brings etcd back, the same member on the same addresses
+// and data, after c.etcd.Close().
+func (c *cluster) restartEtcd() {
+	c.t.Helper()
+	e, err := infra.StartEtcd(context.Background(), c.etcdCfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(e.Close)
+	c.etcd = e
 }
 
 func (c *cluster) post(user, text string) wecomsim.MessageResult {

@@ -88,7 +88,7 @@ type Subscribe struct {
 var (
 	infraReady = regexp.MustCompile(`infra ready: etcd (\S+) nats (\S+)`)
 	simReady   = regexp.MustCompile(`wecomsim listening on ws://(\S+)/`)
-	nodeReady  = regexp.MustCompile(`API http://(\S+)/status`)
+	nodeReady  = regexp.MustCompile(`API (https?://\S+)/status`)
 )
 
 // Start starts infra and the simulator. Close the cluster even on error.
@@ -285,7 +285,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	if m == nil {
 		return nil, fmt.Errorf("node ready line not understood: %q", l.Text)
 	}
-	n := &Node{ID: id, API: "http://" + m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Proc: p}
+	n := &Node{ID: id, API: m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
