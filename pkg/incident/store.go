@@ -79,6 +79,11 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 	}
 	if inc.ID == "" {
 		inc.ID = NewID(inc.Bot, inc.Detected)
+		if inc.Kind == Data {
+			// An outage and a data incident of one bot may be detected in
+			// the same millisecond: their ids must differ.
+			inc.ID += "-data"
+		}
 	}
 	if inc.State == "" {
 		inc.State = Open

@@ -99,3 +99,24 @@ func TestAckClosesDataIncidentAndCountsAsHuman(t *testing.T) {
 		t.Fatalf("ack of unknown id: %v", err)
 	}
 }
+
+// An outage and a data incident of one bot detected in the same
+// millisecond are two incidents (their ids were the same, and the second
+// Open failed with "key exists").
+func TestOutageAndDataIncidentAtOneInstant(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	s := incident.NewStore(env.Store.Incidents())
+	ctx := context.Background()
+	at := time.Now().UTC()
+	out, err := s.Open(ctx, incident.Incident{Bot: "b1", Level: incident.Auto, Detected: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := s.Open(ctx, incident.Incident{Bot: "b1", Kind: incident.Data, Level: incident.Human, Signal: incident.SignalBackfill, Detected: at})
+	if err != nil || data.ID == out.ID {
+		t.Fatalf("data incident at the outage's instant: %+v, %v", data, err)
+	}
+	if got, err := s.Ack(ctx, data.ID, "alice", ""); err != nil || got.Kind != incident.Data {
+		t.Fatalf("ack of the data incident: %+v, %v", got, err)
+	}
+}
