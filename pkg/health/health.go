@@ -35,7 +35,9 @@
 // (outbound replay, each once: the task record says what the user saw) and
 // the gap backfill of the inbound side ran (what it could not fill marks
 // the conversation "may be incomplete", told to the user in the next reply,
-// and opens a data incident for a person). A graceful handover (a deploy)
+// and opens a data incident for a person; with no history source to fill
+// from, the conversations active around the gap are marked, and an outage
+// of at least Recovery.Threshold pages a person). A graceful handover (a deploy)
 // says so in the record and is not an incident; a leader that vanished
 // without a word (kill -9, a partition) is found by the next leader, which
 // opens the incident as it takes over.
@@ -90,11 +92,13 @@ type Config struct {
 	// alarm (a baseline problem). Default 10s.
 	Refute time.Duration
 	// Recovery shapes the half-open recovery after an outage longer than
-	// Recovery.Threshold.
+	// Recovery.Threshold. Without a history source, an outage that long
+	// also pages a person about its unchecked gap.
 	Recovery recovery.Config
 	// Backfill runs the gap backfill of term's bot (every term, at its
 	// start, and again when a silent connection delivers again) and
-	// returns what it did. Nil: none.
+	// returns what it did. Nil, or ErrNoHistory: no history source; an
+	// outage's gap is then marked and told, not filled.
 	Backfill func(ctx context.Context, term *election.Term) (backfill.Report, error)
 	// Overlap: after an incident, Backfill runs once more at recovered +
 	// Overlap (the reconciled range ends there). Default 0: no trailing

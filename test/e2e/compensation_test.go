@@ -191,3 +191,79 @@ func TestGapLongerThanOverlapIsBackfilled(t *testing.T) {
 		})
 	}
 }
+
+// No history source (production WeCom, as far as known) and an outage: the
+// gap cannot be checked for missed messages, so a person is paged (one
+// human data incident) and the conversations active around the gap are
+// marked "may be incomplete": the next answer there tells the user. The
+// short recovery.* settings keep the half-open after the outage brief.
+func TestNoHistorySourcePagesAndTells(t *testing.T) {
+	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "1s", "--backfill-history-url=",
+		"--recovery-threshold", "2s", "--recovery-probes", "1", "--recovery-observe", "2s"})
+	startNodes(t, c, 1)
+	waitStable(t, c)
+	if _, err := c.PostMessage("b1", "u1", "before"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "u1 answered", func() error {
+		if n, tr := finals(t, c, "u1", "before"); n != 1 {
+			return fmt.Errorf("%+v", tr)
+		}
+		return nil
+	})
+	if err := c.Fault("b1", "refuse_subscribe", 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fault("b1", "drop", 0); err != nil {
+		t.Fatal(err)
+	}
+	// Lost: nothing can find it again.
+	if _, err := c.PostMessage("b1", "u1", "while away"); err != nil {
+		t.Fatal(err)
+	}
+	var data incident.Incident
+	// Opened, then told its conversations (two writes): wait for both.
+	eventually(t, 90*time.Second, "a data incident for the unchecked gap", func() error {
+		for _, i := range incidents(t, c) {
+			if i.Kind == "data" {
+				data = i
+				if len(i.Incomplete) == 0 {
+					return fmt.Errorf("data incident lists no conversation so far")
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	if data.Level != "human" || data.Signal != "backfill" || !strings.Contains(data.Reason, "could not be checked") ||
+		len(data.Incomplete) != 1 || data.Incomplete[0] != "u1" {
+		t.Fatalf("data incident: %+v", data)
+	}
+	n := 0
+	for _, i := range incidents(t, c) {
+		if i.Kind == "data" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d data incidents for one gap, want 1", n)
+	}
+	if _, err := c.PostMessage("b1", "u1", "hello again"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "u1 told", func() error {
+		n, tr := finals(t, c, "u1", "hello again")
+		if n == 0 {
+			return fmt.Errorf("no answer yet: %+v", tr)
+		}
+		for _, e := range tr {
+			if e.From == "bot" && (e.Finished || e.Kind == "markdown") && strings.Contains(e.Content, "You asked: hello again") {
+				if !strings.Contains(e.Content, "可能未被处理") {
+					t.Fatalf("the answer does not tell the user: %q", e.Content)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no final")
+	})
+}
