@@ -8,9 +8,10 @@
 // connection. Three signals write the bot's one health Record (JetStream
 // KV, shared by every node):
 //
-//   - probe: the connection's heartbeat acks, and Probe (one ping now,
-//     asked when another signal looks wrong, instead of pinging every bot
-//     more often), and the connection's own end (read error, kick, 846609);
+//   - probe: the connection's heartbeat acks (the first late one is
+//     probed at once), and Probe (one ping now, asked when another signal
+//     looks wrong, instead of pinging every bot more often), and the
+//     connection's own end (read error, kick, 846609);
 //   - outbound failures: frames refused, timed out, or acked late;
 //   - event silence: no callback for longer than the bot's hour-of-week
 //     Baseline allows (no alarm until the baseline has data).
@@ -22,8 +23,9 @@
 // reconnected by the election loop at once), an ack means a deaf one (the
 // server no longer delivers: reconnected once per incident). A link that
 // dies without a FIN is so found within about Config.ProbeEvery of the
-// first frame that fails, or of the silence threshold, instead of after
-// two missed 30 s pings.
+// first frame that fails (on an idle bot, the heartbeat whose ack is
+// late), or of the silence threshold, instead of after two missed 30 s
+// pings.
 //
 // # Incidents
 //
