@@ -32,7 +32,7 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 	var dropped time.Time
 	if id != "" {
 		var stale int
-		held, stale, pending = h.owed(ctx, bd, b.id)
+		held, stale, pending = h.owed(ctx, bd, b.id, recovered)
 		if cur := h.updateIncidentID(ctx, bd, b.id, id, func(i *incident.Incident) {
 			i.Replay.Held, i.Replay.DroppedStale = len(held), stale
 			i.Note(h.now(), h.cfg.NodeID, "compensation: %d complete answer(s) owed by push, %d stream(s) whose progress while away is dropped as stale", len(held), stale)
@@ -147,10 +147,12 @@ func (h *Health) trailingPass(ctx context.Context, bd *binding, b *botState, ter
 }
 
 // owed lists bot's tasks whose complete answer is waiting for delivery,
-// counts the streams still running (their progress while away is stale),
-// and lists the conversations of every task not delivered yet (they were
-// active when the bot went away).
-func (h *Health) owed(ctx context.Context, bd *binding, bot string) (held []string, stale int, chats []string) {
+// counts the streams begun before recovered and still running (their
+// progress while away is stale), and lists the conversations of every
+// task not delivered yet (they were active when the bot went away). Such a
+// stream may already read truncated: the new term's pusher closes the old
+// term's streams as soon as it starts, often before this count.
+func (h *Health) owed(ctx context.Context, bd *binding, bot string, recovered time.Time) (held []string, stale int, chats []string) {
 	ids, err := bd.store.PendingTasks(ctx, bot)
 	if err != nil {
 		h.log.Warn().Err(err).Str("bot", bot).Msg("owed answers not counted")
@@ -168,7 +170,7 @@ func (h *Health) owed(ctx context.Context, bd *binding, bot string) (held []stri
 		case r.Delivery.Finished():
 		case r.Exec.Finished():
 			held = append(held, id)
-		case r.Delivery == task.Streaming:
+		case (r.Delivery == task.Streaming || r.Delivery == task.Truncated) && !r.StreamStart.IsZero() && r.StreamStart.Before(recovered):
 			stale++
 		}
 	}

@@ -59,13 +59,61 @@ func TestOutboundReplayExactlyOnce(t *testing.T) {
 		inc = all[0]
 		return nil
 	})
-	if inc.Replay.Held != 1 || inc.Replay.Replayed != 1 {
-		t.Fatalf("replay %+v, want 1 owed and 1 replayed", inc.Replay)
+	if inc.Replay.Held != 1 || inc.Replay.Replayed != 1 || inc.Replay.DroppedStale != 0 {
+		t.Fatalf("replay %+v, want 1 owed and 1 replayed, none stale (the stream finished while away)", inc.Replay)
 	}
 	// Settled: nothing more arrives.
 	time.Sleep(3 * time.Second)
 	if n, tr := finals(t, c, "erin", "long one"); n != 1 {
 		t.Fatalf("%d complete answers after the replay, want exactly 1: %+v", n, tr)
+	}
+}
+
+// A stream still running when the bot comes back: its progress while away
+// is not sent late (counted as dropped stale, not owed), and the user gets
+// the answer once, when it completes. The 30 s answer outlasts the 6 s
+// outage and the reconnect with a wide margin.
+func TestStaleStreamProgressIsDropped(t *testing.T) {
+	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "30s"})
+	startNodes(t, c, 1)
+	waitStable(t, c)
+	if _, err := c.PostMessage("b1", "fred", "slow one"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "fred's receipt", func() error {
+		if _, tr := finals(t, c, "fred", "slow one"); len(tr) < 2 {
+			return fmt.Errorf("transcript %+v", tr)
+		}
+		return nil
+	})
+	if err := c.Fault("b1", "refuse_subscribe", 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fault("b1", "drop", 0); err != nil {
+		t.Fatal(err)
+	}
+	var inc incident.Incident
+	eventually(t, 90*time.Second, "the incident closed", func() error {
+		all := incidents(t, c)
+		if len(all) != 1 || all[0].State != "closed" {
+			return fmt.Errorf("incidents %+v", all)
+		}
+		inc = all[0]
+		return nil
+	})
+	if inc.Replay.DroppedStale != 1 || inc.Replay.Held != 0 {
+		t.Fatalf("replay %+v, want 1 stream dropped as stale and nothing owed", inc.Replay)
+	}
+	eventually(t, 90*time.Second, "fred's answer", func() error {
+		if n, tr := finals(t, c, "fred", "slow one"); n == 0 {
+			return fmt.Errorf("no complete answer yet: %d entries", len(tr))
+		}
+		return nil
+	})
+	// Settled: nothing more arrives.
+	time.Sleep(3 * time.Second)
+	if n, tr := finals(t, c, "fred", "slow one"); n != 1 {
+		t.Fatalf("%d complete answers, want exactly 1: %+v", n, tr)
 	}
 }
 
