@@ -567,8 +567,10 @@ func (a *Access) Known(ctx context.Context, bot, msgid string) (bool, error) {
 // task whose answer is pushed with a note that it is late: there is no
 // callback to reply to. Commands, refusals and invalid messages are
 // skipped (remembered as handled): a late "/help" helps nobody. A busy
-// conversation is an error: the message stays unanswered and is counted
-// as not filled.
+// conversation returns backfill.ErrBusy: the message is deferred, and a
+// later pass hands it over once the conversation is free (the caller's
+// passes are bounded; what is still deferred after the last is not
+// filled).
 func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error {
 	js := a.js.Load()
 	if js == nil {

@@ -22,10 +22,14 @@
 //
 // What is not covered: WeCom's public API has no message history for AI
 // bots (assumed); without a HistorySource (the simulator's history API is
-// the one implementation) no pass runs, and the log says so once per term.
-// A pass is bounded by MaxMessages; what is beyond it is logged as not
-// filled (marking those conversations "may be incomplete" for the user is
-// not built yet).
+// the one implementation) no pass runs, and the log says so once per term
+// (pkg/health then marks the conversations active around an outage's gap
+// "may be incomplete" and, for an outage, pages a person). A pass is
+// bounded by MaxMessages; what is beyond it, or refused, is reported as not
+// filled (Report.Unfilled): pkg/health marks those conversations "may be
+// incomplete", the next answer there tells the user, and a data incident
+// pages a person. A message whose conversation is busy is deferred
+// (ErrBusy) to a later pass, not counted as not filled.
 package backfill
 
 import (

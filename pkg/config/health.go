@@ -34,7 +34,9 @@ type Health struct {
 // Recovery shapes half-open recovery after an outage (pkg/recovery).
 type Recovery struct {
 	// Threshold: outages at least this long go through half-open (a plain
-	// handover is shorter). Default 30s.
+	// handover is shorter), and, without a history source, page a person
+	// about their gap (a shorter one only marks the conversations active
+	// around it). Default 30s.
 	Threshold time.Duration `yaml:"threshold"`
 	// Probes heartbeat probes, ProbeInterval apart. Defaults 5 and 1s.
 	Probes        int           `yaml:"probes"`

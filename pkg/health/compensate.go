@@ -2,15 +2,18 @@ package health
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/task"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // replayPoll is how often the compensation checks the answers it waits for.
@@ -25,14 +28,17 @@ const replayPoll = time.Second
 // not sent and is not sent late: the user gets the current text, and the
 // frames skipped are counted as stale.
 func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term *election.Term, id string, recovered time.Time) {
-	var held []string
+	var held, pending []string
+	var dropped time.Time
 	if id != "" {
 		var stale int
-		held, stale = h.owed(ctx, bd, b.id)
-		h.updateIncidentID(ctx, bd, b.id, id, func(i *incident.Incident) {
+		held, stale, pending = h.owed(ctx, bd, b.id, recovered)
+		if cur := h.updateIncidentID(ctx, bd, b.id, id, func(i *incident.Incident) {
 			i.Replay.Held, i.Replay.DroppedStale = len(held), stale
 			i.Note(h.now(), h.cfg.NodeID, "compensation: %d complete answer(s) owed by push, %d stream(s) whose progress while away is dropped as stale", len(held), stale)
-		})
+		}); cur != nil {
+			dropped = cur.Dropped
+		}
 	}
 	var rep backfill.Report
 	var berr error
@@ -49,9 +55,12 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 	if id == "" {
 		return
 	}
+	// Without a history source nothing ran: serve's Backfill says so
+	// with ErrNoHistory, a Health without one has none at all.
+	noHistory := !ran || errors.Is(berr, ErrNoHistory)
 	note := ""
 	switch {
-	case !ran:
+	case noHistory:
 		note = "no history source (backfill.history_url): messages sent while the bot was away cannot be recovered"
 	case berr != nil:
 		note = "backfill failed: " + berr.Error()
@@ -60,6 +69,9 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 		i.Backfill = incident.Backfill{Ran: ran && berr == nil, Scanned: rep.Read, Filled: rep.Filled, NotFilled: rep.NotFilled, Note: note}
 		i.Note(h.now(), h.cfg.NodeID, "backfill: %d read, %d already handled, %d answered late, %d not filled", rep.Read, rep.Known, rep.Filled, rep.NotFilled)
 	})
+	if noHistory && !dropped.IsZero() && recovered.After(dropped) {
+		h.unchecked(ctx, bd, b.id, id, dropped, recovered, pending)
+	}
 
 	replayed, failed, expired := 0, 0, 0
 	for len(held) > 0 {
@@ -135,28 +147,34 @@ func (h *Health) trailingPass(ctx context.Context, bd *binding, b *botState, ter
 }
 
 // owed lists bot's tasks whose complete answer is waiting for delivery,
-// and counts the streams still running (their progress while away is
-// stale).
-func (h *Health) owed(ctx context.Context, bd *binding, bot string) (held []string, stale int) {
+// counts the streams begun before recovered and still running (their
+// progress while away is stale), and lists the conversations of every
+// task not delivered yet (they were active when the bot went away). Such a
+// stream may already read truncated: the new term's pusher closes the old
+// term's streams as soon as it starts, often before this count.
+func (h *Health) owed(ctx context.Context, bd *binding, bot string, recovered time.Time) (held []string, stale int, chats []string) {
 	ids, err := bd.store.PendingTasks(ctx, bot)
 	if err != nil {
 		h.log.Warn().Err(err).Str("bot", bot).Msg("owed answers not counted")
-		return nil, 0
+		return nil, 0, nil
 	}
 	for _, id := range ids {
 		r, err := bd.tasks.Get(ctx, id)
 		if err != nil {
 			continue
 		}
+		if r.Chat != "" && !r.Delivery.Finished() && !slices.Contains(chats, r.Chat) {
+			chats = append(chats, r.Chat)
+		}
 		switch {
 		case r.Delivery.Finished():
 		case r.Exec.Finished():
 			held = append(held, id)
-		case r.Delivery == task.Streaming:
+		case (r.Delivery == task.Streaming || r.Delivery == task.Truncated) && !r.StreamStart.IsZero() && r.StreamStart.Before(recovered):
 			stale++
 		}
 	}
-	return held, stale
+	return held, stale, chats
 }
 
 // incomplete marks the conversations a backfill could not fill, and opens
@@ -189,6 +207,107 @@ func (h *Health) incomplete(ctx context.Context, bd *binding, bot string, rep ba
 		h.updateIncidentID(ctx, bd, bot, outage, func(i *incident.Incident) {
 			i.Incomplete = append(i.Incomplete[:0:0], rep.Unfilled...)
 		})
+	}
+}
+
+// maxUnchecked bounds the conversations one unchecked gap marks "may be
+// incomplete" (and lists in its incidents, whose list has the same bound).
+const maxUnchecked = 256
+
+// unchecked is outage's gap [from, to] when no history source can say
+// what was missed in it: nothing may be passed over in silence. The
+// conversations active around the gap (pending, the chats of bot's tasks
+// not delivered yet; and those whose context was written in [from −
+// lookback, to], that is, an answer finished then) are marked "may be
+// incomplete", so their next answer tells the user; a conversation whose
+// only message fell into the gap, with no answer before it, is not known
+// and not marked. A gap of at least Recovery.Threshold (an outage, not a
+// blip reconnected at once) also opens the bot's data incident at level
+// human: a person must look, as for a backfill that could not fill
+// everything. A shorter one is recorded in the outage's incident only.
+func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string, from, to time.Time, pending []string) {
+	lookback := h.cfg.Overlap
+	if lookback <= 0 {
+		lookback = time.Minute // backfill's default overlap
+	}
+	chats := slices.Clone(pending)
+	active, err := activeChats(ctx, bd.store.Context(), bot, from.Add(-lookback), to)
+	if err != nil {
+		h.log.Warn().Err(err).Str("bot", bot).Msg("conversations active around the gap not read; only those with tasks owed are marked")
+	}
+	for _, c := range active {
+		if !slices.Contains(chats, c) {
+			chats = append(chats, c)
+		}
+	}
+	more := 0
+	if len(chats) > maxUnchecked {
+		more, chats = len(chats)-maxUnchecked, chats[:maxUnchecked]
+	}
+	why := fmt.Sprintf("no history source (backfill.history_url): messages sent between %s and %s, while the bot was away, could not be checked for missed messages",
+		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	if len(chats) > 0 && h.cfg.MarkIncomplete != nil {
+		if err := h.cfg.MarkIncomplete(ctx, bot, chats, why); err != nil {
+			h.log.Error().Err(err).Str("bot", bot).Msg("conversations not marked incomplete")
+		}
+	}
+	page := to.Sub(from) >= h.cfg.Recovery.Threshold
+	now := h.now()
+	h.updateIncidentID(ctx, bd, bot, outage, func(i *incident.Incident) {
+		i.Incomplete = append(i.Incomplete[:0:0], chats...)
+		i.Note(now, h.cfg.NodeID, "%s; %d conversation(s) active around the gap marked \"may be incomplete\"%s%s", why, len(chats),
+			map[bool]string{true: fmt.Sprintf(" (%d more not marked)", more), false: ""}[more > 0],
+			map[bool]string{true: "; a person is paged (data incident)", false: fmt.Sprintf("; shorter than recovery.threshold (%s): nobody paged", h.cfg.Recovery.Threshold)}[page])
+	})
+	if !page {
+		return
+	}
+	next := fmt.Sprintf("bot %s has no history source: look in WeCom at its conversations between %s and %s (those listed were active then and are marked \"may be incomplete\"), answer what was missed, then `botctl incidents ack <id>`",
+		bot, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	inc := h.open(ctx, bd, incident.Incident{Bot: bot, Kind: incident.Data, Level: incident.Human, Signal: incident.SignalBackfill,
+		Reason: "gap not checked: " + why, Next: next, Dropped: now, Detected: now})
+	if inc == nil {
+		return
+	}
+	h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
+		for _, c := range chats {
+			if len(i.Incomplete) < maxUnchecked && !slices.Contains(i.Incomplete, c) {
+				i.Incomplete = append(i.Incomplete, c)
+			}
+		}
+		i.Note(now, h.cfg.NodeID, "after outage %s: %s", outage, why)
+	})
+}
+
+// activeChats lists bot's conversations whose context (the context bucket,
+// written when an answer finishes) was last written in [since, until]. It
+// reads the metadata of the bot's keys once, not their values: one
+// consumer over the conversations of the last day (the bucket's TTL).
+func activeChats(ctx context.Context, kv natsjs.KeyValue, bot string, since, until time.Time) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	w, err := kv.Watch(ctx, jetstream.EncodeToken(bot)+".*", natsjs.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("watch the conversations of bot %s: %w", bot, err)
+	}
+	defer w.Stop()
+	prefix := jetstream.EncodeToken(bot) + "."
+	var chats []string
+	for {
+		select {
+		case <-ctx.Done():
+			return chats, fmt.Errorf("read the conversations of bot %s: %w", bot, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				return chats, nil // every current key seen
+			}
+			if e.Operation() != natsjs.KeyValuePut || e.Created().Before(since) || e.Created().After(until) {
+				continue
+			}
+			if c, err := jetstream.DecodeToken(strings.TrimPrefix(e.Key(), prefix)); err == nil {
+				chats = append(chats, c)
+			}
+		}
 	}
 }
 

@@ -8,9 +8,10 @@
 // connection. Three signals write the bot's one health Record (JetStream
 // KV, shared by every node):
 //
-//   - probe: the connection's heartbeat acks, and Probe (one ping now,
-//     asked when another signal looks wrong, instead of pinging every bot
-//     more often), and the connection's own end (read error, kick, 846609);
+//   - probe: the connection's heartbeat acks (the first late one is
+//     probed at once), and Probe (one ping now, asked when another signal
+//     looks wrong, instead of pinging every bot more often), and the
+//     connection's own end (read error, kick, 846609);
 //   - outbound failures: frames refused, timed out, or acked late;
 //   - event silence: no callback for longer than the bot's hour-of-week
 //     Baseline allows (no alarm until the baseline has data).
@@ -22,8 +23,9 @@
 // reconnected by the election loop at once), an ack means a deaf one (the
 // server no longer delivers: reconnected once per incident). A link that
 // dies without a FIN is so found within about Config.ProbeEvery of the
-// first frame that fails, or of the silence threshold, instead of after
-// two missed 30 s pings.
+// first frame that fails (on an idle bot, the heartbeat whose ack is
+// late), or of the silence threshold, instead of after two missed 30 s
+// pings.
 //
 // # Incidents
 //
@@ -35,7 +37,9 @@
 // (outbound replay, each once: the task record says what the user saw) and
 // the gap backfill of the inbound side ran (what it could not fill marks
 // the conversation "may be incomplete", told to the user in the next reply,
-// and opens a data incident for a person). A graceful handover (a deploy)
+// and opens a data incident for a person; with no history source to fill
+// from, the conversations active around the gap are marked, and an outage
+// of at least Recovery.Threshold pages a person). A graceful handover (a deploy)
 // says so in the record and is not an incident; a leader that vanished
 // without a word (kill -9, a partition) is found by the next leader, which
 // opens the incident as it takes over.
@@ -90,11 +94,13 @@ type Config struct {
 	// alarm (a baseline problem). Default 10s.
 	Refute time.Duration
 	// Recovery shapes the half-open recovery after an outage longer than
-	// Recovery.Threshold.
+	// Recovery.Threshold. Without a history source, an outage that long
+	// also pages a person about its unchecked gap.
 	Recovery recovery.Config
 	// Backfill runs the gap backfill of term's bot (every term, at its
 	// start, and again when a silent connection delivers again) and
-	// returns what it did. Nil: none.
+	// returns what it did. Nil, or ErrNoHistory: no history source; an
+	// outage's gap is then marked and told, not filled.
 	Backfill func(ctx context.Context, term *election.Term) (backfill.Report, error)
 	// Overlap: after an incident, Backfill runs once more at recovered +
 	// Overlap (the reconciled range ends there). Default 0: no trailing

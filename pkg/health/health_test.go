@@ -318,11 +318,13 @@ func TestRevokedSecretWaitsForAPerson(t *testing.T) {
 // A link that stops answering without closing (acks stalled): the first
 // frame that times out makes the monitor probe at once; the probe is not
 // acked either, and the connection is replaced well before two missed
-// heartbeats would have told.
+// heartbeats would have told: about one ack timeout (1 s here) plus one
+// probe (0.5 s) after the fault.
 func TestDeadLinkIsFoundByAProbe(t *testing.T) {
 	e := start(t, options{node: func(c *node.Config) { c.WeCom.HeartbeatInterval = time.Hour }})
 	e.waitOnline()
 	conns := e.stats().Connections
+	fault := time.Now()
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultStallAcks, Seconds: 3})
 	if err := e.current().SendMarkdown(context.Background(), "alice", wecom.ChatTypeSingle, "hello"); err == nil {
 		t.Fatal("a push acked while acks are stalled")
@@ -335,8 +337,11 @@ func TestDeadLinkIsFoundByAProbe(t *testing.T) {
 		t.Fatal("no new connection")
 	}
 	// Heartbeats are an hour apart here: only the probe could find it.
-	if i.T1() > 20*time.Second {
-		t.Fatalf("T1 = %s", i.T1())
+	// The bound leaves a loaded machine about 8 s of margin.
+	found := i.Detected.Sub(fault)
+	t.Logf("found %s after the fault (T1 %s)", found.Round(time.Millisecond), i.T1().Round(time.Millisecond))
+	if found > 10*time.Second {
+		t.Fatalf("found %s after the fault, want at most 10s:\n%s", found, dump(i))
 	}
 }
 

@@ -102,6 +102,11 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 			suspicion, signal = fmt.Sprintf("a frame went unanswered (%d on this connection)", v.Unanswered), incident.SignalOutbound
 		} else if v.FailedInARow > 0 && v.LastAckFail.After(lastProbe) {
 			suspicion, signal = fmt.Sprintf("%d frames refused in a row", v.FailedInARow), incident.SignalOutbound
+		} else if v.PingLate && v.LastPing.After(lastProbe) {
+			// An idle bot's only traffic is the heartbeat: its first late
+			// ack is probed at once (once per heartbeat), instead of
+			// waiting for the connection's MaxMissedPings.
+			suspicion, signal = fmt.Sprintf("the heartbeat sent %s ago is not acked", now.Sub(v.LastPing).Round(100*time.Millisecond)), incident.SignalProbe
 		}
 		heardAt := v.Connected
 		if v.LastCallback.After(heardAt) {
@@ -133,6 +138,10 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 				}
 				h.closeSick(b, conn, signal, suspicion+"; probe not acked: "+err.Error(), v.LastEvidence())
 				return
+			case signal == incident.SignalProbe:
+				// The heartbeat's ack was late, the probe's was not: a slow
+				// moment, not a dead link.
+				h.log.Info().Str("bot", b.id).Str("reason", suspicion).Msg("late heartbeat ack; the probe was acked")
 			case signal == incident.SignalSilence:
 				verdict, why := h.judgeSilence(ctx, b.id, heardAt, now, v)
 				if verdict == unknown {

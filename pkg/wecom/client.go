@@ -549,6 +549,7 @@ func (c *Conn) heartbeat() {
 		}
 		c.missed.Add(1)
 		raw, _ := encodeFrame(CmdPing, NewReqID(CmdPing), nil)
+		c.vitals.pingSent.Store(time.Now().UnixNano()) // before its ack can be read
 		if err := c.write(raw); err != nil {
 			return
 		}

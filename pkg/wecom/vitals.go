@@ -15,9 +15,15 @@ type Vitals struct {
 	LastCallback time.Time // a callback was read
 	Callbacks    int64     // callbacks read on this connection
 	LastPingAck  time.Time // a heartbeat or probe was acked with errcode 0
-	LastAckOK    time.Time // a frame was acked with errcode 0
-	AckedOK      int64     // frames acked with errcode 0 on this connection
-	LastAckFail  time.Time // a frame was refused, timed out, or got an ack of unknown owner
+	LastPing     time.Time // a heartbeat ping was written (probes are not counted)
+	// PingLate: the last heartbeat ping has waited longer than AckTimeout
+	// and no ping (heartbeat or probe) was acked since. On an idle bot
+	// this is the first sign of a dead link, one heartbeat interval at
+	// most after it died; the connection itself waits for MaxMissedPings.
+	PingLate    bool
+	LastAckOK   time.Time // a frame was acked with errcode 0
+	AckedOK     int64     // frames acked with errcode 0 on this connection
+	LastAckFail time.Time // a frame was refused, timed out, or got an ack of unknown owner
 	// FailedInARow counts frames refused, timed out or of unknown outcome
 	// since the last frame acked with errcode 0.
 	FailedInARow int64
@@ -40,6 +46,7 @@ func (v Vitals) LastEvidence() time.Time {
 
 type vitals struct {
 	connected, callback, pingAck, ackOK, ackFail atomic.Int64 // unix ns
+	pingSent                                     atomic.Int64 // unix ns
 	inARow, unanswered, callbacks, okCount       atomic.Int64
 }
 
@@ -67,11 +74,13 @@ func unixTime(ns int64) time.Time {
 // Vitals returns the connection's signs of life now.
 func (c *Conn) Vitals() Vitals {
 	v := &c.vitals
-	return Vitals{
+	out := Vitals{
 		Connected: unixTime(v.connected.Load()), LastCallback: unixTime(v.callback.Load()), Callbacks: v.callbacks.Load(),
-		LastPingAck: unixTime(v.pingAck.Load()), LastAckOK: unixTime(v.ackOK.Load()), AckedOK: v.okCount.Load(),
+		LastPingAck: unixTime(v.pingAck.Load()), LastPing: unixTime(v.pingSent.Load()), LastAckOK: unixTime(v.ackOK.Load()), AckedOK: v.okCount.Load(),
 		LastAckFail: unixTime(v.ackFail.Load()), FailedInARow: v.inARow.Load(), Unanswered: v.unanswered.Load(),
 	}
+	out.PingLate = !out.LastPing.IsZero() && !out.LastPingAck.After(out.LastPing) && time.Since(out.LastPing) > c.cfg.AckTimeout
+	return out
 }
 
 // AcksOverdue reports whether the server owes this connection an ack for

@@ -119,3 +119,40 @@ func TestAcksOverdue(t *testing.T) {
 		t.Fatal("still overdue after an ack was read")
 	}
 }
+
+// PingLate is a heartbeat waiting past AckTimeout with no ping acked
+// since: the idle link's first sign, raised before the connection's own
+// MaxMissedPings gives up; a probe answered clears it.
+func TestPingLate(t *testing.T) {
+	e := newEnv(t, wecomsim.Config{})
+	_, h := msgChan(10)
+	cfg := e.config()
+	cfg.HeartbeatInterval, cfg.AckTimeout, cfg.MaxMissedPings = 300*time.Millisecond, 200*time.Millisecond, 1000
+	c := e.dial(cfg, h)
+	waitFor := func(what string, cond func(wecom.Vitals) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond(c.Vitals()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %+v", what, c.Vitals())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("a heartbeat acked", func(v wecom.Vitals) bool {
+		return v.LastPingAck.After(v.LastPing) && !v.LastPing.IsZero() && !v.PingLate
+	})
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultStallAcks, Seconds: 60})
+	waitFor("a late heartbeat", func(v wecom.Vitals) bool { return v.PingLate })
+	if v := c.Vitals(); time.Since(v.LastPing) <= cfg.AckTimeout || v.LastPingAck.After(v.LastPing) {
+		t.Fatalf("late too soon, or with its ack read: %+v", v)
+	}
+	if c.Reason() != wecom.ReasonNone {
+		t.Fatalf("closed (%v): the connection's own limit is far off", c.Reason())
+	}
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultClear})
+	if err := c.Probe(context.Background(), 0); err != nil {
+		t.Fatalf("probe after the stall: %v", err)
+	}
+	waitFor("no late heartbeat once acks flow", func(v wecom.Vitals) bool { return !v.PingLate })
+}

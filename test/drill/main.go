@@ -11,6 +11,15 @@
 // 10 minutes of observation). The gap kind is a drop with reconnection
 // refused for -gap (default 2m): the users' messages of that gap are found
 // by the backfill.
+//
+// Each kind runs on its own bot (b-drop, b-stall, …, b-gap), and the next
+// kind starts only once the merge window (alert.window, 60 s) since the
+// previous one has passed, so the alerts of one kind's incidents are
+// neither folded into another kind's flapping summary nor merged with its
+// incidents. kill-leader's bot has three nodes of its own (n4-n6; the
+// other bots are on n1-n3): the node a round kills leads that bot alone,
+// as in the one-bot drill, instead of taking other kinds' bots down with
+// it (a merged alert, by design, for a node that led several bots).
 package main
 
 import (
@@ -24,6 +33,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,14 +52,19 @@ import (
 	"go.uber.org/zap"
 )
 
-const bot = "b1"
-
 type kindRun struct {
 	name   string // report name: drop, gap, revoke, …
 	kind   string
 	dur    time.Duration
 	rounds int
 }
+
+// bot is the run's own bot.
+func (r kindRun) bot() string { return "b-" + r.name }
+
+// mergeWindow is alert.window's default: incidents of two bots detected
+// within it of each other make one merged alert.
+const mergeWindow = 60 * time.Second
 
 func main() {
 	var (
@@ -61,13 +76,38 @@ func main() {
 		restartGap = flag.Duration("restart-after", 5*time.Second, "kill-leader: start a killed node again after this (systemd's RestartSec)")
 	)
 	flag.Parse()
+	var runs []kindRun
+	for _, k := range strings.Split(*kinds, ",") {
+		switch k = strings.TrimSpace(k); k {
+		case "gap":
+			runs = append(runs, kindRun{name: "gap", kind: drill.KindDrop, dur: *gap, rounds: *gapRounds})
+		case drill.KindDrop, drill.KindStall, drill.KindSilence, drill.KindRevoke, drill.KindKillLeader:
+			runs = append(runs, kindRun{name: k, kind: k, rounds: *rounds})
+		default:
+			fmt.Fprintf(os.Stderr, "drill: -kinds: unknown %q\n", k)
+			os.Exit(2)
+		}
+	}
+	var bots, shared, killers []string // every bot; the bots of n1-n3; of n4-n6
+	for _, run := range runs {
+		if slices.Contains(bots, run.bot()) {
+			continue
+		}
+		bots = append(bots, run.bot())
+		if run.kind == drill.KindKillLeader {
+			killers = append(killers, run.bot())
+		} else {
+			shared = append(shared, run.bot())
+		}
+	}
+
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "botctl-drill-")
 	check(err)
 	defer os.RemoveAll(dir)
 	bin, err := cluster.Build(dir)
 	check(err)
-	c, err := cluster.Start(cluster.Options{Bin: bin, Dir: dir, Bots: []string{bot}, TTL: 20 * time.Second, Margin: 5 * time.Second, StartTimeout: 60 * time.Second})
+	c, err := cluster.Start(cluster.Options{Bin: bin, Dir: dir, Bots: bots, TTL: 20 * time.Second, Margin: 5 * time.Second, StartTimeout: 60 * time.Second})
 	if err != nil {
 		fail(c, err)
 	}
@@ -84,10 +124,18 @@ func main() {
 		c.Close()
 		os.Exit(130)
 	}()
-	ids := []string{"n1", "n2", "n3"}
-	for _, id := range ids {
-		if _, err := c.StartNode(id, ""); err != nil {
-			fail(c, err)
+	killIDs := []string{"n4", "n5", "n6"} // the nodes kill-leader kills, and its restarter starts again
+	for _, group := range []struct {
+		ids  []string
+		bots []string
+	}{{[]string{"n1", "n2", "n3"}, shared}, {killIDs, killers}} {
+		if len(group.bots) == 0 {
+			continue
+		}
+		for _, id := range group.ids {
+			if _, err := c.StartNodeWith(id, cluster.NodeOptions{Bots: group.bots}); err != nil {
+				fail(c, err)
+			}
 		}
 	}
 
@@ -103,35 +151,30 @@ func main() {
 	check(err)
 	defer cli.Close()
 
-	var runs []kindRun
-	for _, k := range strings.Split(*kinds, ",") {
-		switch k = strings.TrimSpace(k); k {
-		case "gap":
-			runs = append(runs, kindRun{name: "gap", kind: drill.KindDrop, dur: *gap, rounds: *gapRounds})
-		case drill.KindDrop, drill.KindStall, drill.KindSilence, drill.KindRevoke, drill.KindKillLeader:
-			runs = append(runs, kindRun{name: k, kind: k, rounds: *rounds})
-		default:
-			fmt.Fprintf(os.Stderr, "drill: -kinds: unknown %q\n", k)
-			os.Exit(2)
-		}
-	}
-
 	results := map[string][]drill.Round{}
 	var warmup time.Duration
+	var lastDetected time.Time // the previous kind's last incident
 	for _, run := range runs {
+		bot := run.bot()
 		if run.kind == drill.KindSilence {
 			t0 := time.Now()
 			fmt.Printf("== warm-up: traffic until the silence baseline of %s has an opinion for this hour of the week\n", bot)
-			if err := warm(ctx, c, store, 30*time.Minute); err != nil {
+			if err := warm(ctx, c, store, bot, 30*time.Minute); err != nil {
 				fail(c, err)
 			}
 			warmup = time.Since(t0)
 			fmt.Printf("   warm after %s\n", warmup.Round(time.Second))
 		}
+		// The drill waits AlertWait (75 s) after its last injection, but a
+		// takeover is detected up to a TTL (20 s) after it.
+		if wait := time.Until(lastDetected.Add(mergeWindow + 5*time.Second)); !lastDetected.IsZero() && wait > 0 {
+			fmt.Printf("== waiting %s: the previous kind's last incident out of the merge window\n", wait.Round(time.Second))
+			time.Sleep(wait)
+		}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		if run.kind == drill.KindKillLeader {
-			wg.Go(func() { restarter(c, ids, *restartGap, stop) })
+			wg.Go(func() { restarter(c, killIDs, *restartGap, stop) })
 		}
 		d, err := drill.New(ctx, drill.Config{Bot: bot, Kind: run.kind, Rounds: run.rounds, Sim: c.SimHTTP, Duration: run.dur,
 			Incidents: incident.NewStore(store.Incidents()), Health: store.Health(),
@@ -140,7 +183,7 @@ func main() {
 		if err != nil {
 			fail(c, err)
 		}
-		fmt.Printf("== %s: %d rounds\n", run.name, run.rounds)
+		fmt.Printf("== %s: %d rounds on bot %s\n", run.name, run.rounds, bot)
 		rs, err := d.Run(ctx, func(r drill.Round) {
 			fmt.Printf("%s round %d: T1 %.2fs T2 %.3fs T3 %.2fs down %.2fs sent %d lost %d %s\n",
 				run.name, r.N, r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost, r.Error)
@@ -151,21 +194,42 @@ func main() {
 			fail(c, err)
 		}
 		results[run.name] = rs
+		lastDetected = detectedBy(rs, time.Now())
 	}
-	st, _ := c.Stats(bot)
-	report(*out, runs, results, warmup, st.Kicks, time.Since(start))
+	var kicks int64
+	for _, b := range bots {
+		st, _ := c.Stats(b)
+		kicks += st.Kicks
+	}
+	report(*out, runs, results, warmup, kicks, time.Since(start))
 }
 
-// warm sends one message a second until the bot's baseline has an opinion
+// detectedBy is when the last incident of rs was detected: its injection
+// plus the T1 the drill measured from it; end (now) if a round failed,
+// as its incident may have come at any time.
+func detectedBy(rs []drill.Round, end time.Time) time.Time {
+	var last time.Time
+	for _, r := range rs {
+		if r.Error != "" {
+			return end
+		}
+		if at := r.Injected.Add(time.Duration(r.T1 * float64(time.Second))); at.After(last) {
+			last = at
+		}
+	}
+	return last
+}
+
+// warm sends one message a second to bot until its baseline has an opinion
 // for the current hour of the week (with the default limits).
-func warm(ctx context.Context, c *cluster.Cluster, store *jetstream.Store, limit time.Duration) error {
+func warm(ctx context.Context, c *cluster.Cluster, store *jetstream.Store, bot string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for k := 0; ; k++ {
 		if _, err := c.PostMessage(bot, fmt.Sprintf("warm-%d", k%50), fmt.Sprintf("warm-up %d", k)); err != nil {
 			return err
 		}
 		if k%10 == 0 {
-			e, err := store.Health().Get(ctx, "baseline."+bot)
+			e, err := store.Health().Get(ctx, "baseline."+jetstream.EncodeToken(bot))
 			if err == nil {
 				var b health.Baseline
 				if json.Unmarshal(e.Value(), &b) == nil {
@@ -226,10 +290,13 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 	fmt.Fprintf(&b, "Command: `go run ./test/drill %s`  \n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&b, "Date: %s; nproc %d; %s; took %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), goVersion, took.Round(time.Second))
 	fmt.Fprintf(&b, "Default configuration: one `botctl infra` (embedded etcd and NATS), one `botctl sim`, three `botctl serve` nodes "+
-		"(election TTL 20s, margin 5s, every health, recovery and alert key at its default; alerts to the simulator's group robot), bot %s. Each round: user traffic of one message a second, "+
+		"(election TTL 20s, margin 5s, every health, recovery and alert key at its default; alerts to the simulator's group robot). "+
+		"Each kind runs on its own bot (`b-<kind>`), the next kind once the previous one's incidents are out of the merge window (60 s), "+
+		"so no kind's alerts fold into another's flapping summary or merge with its incidents; kill-leader's bot has three nodes of its own, "+
+		"so the node a round kills leads that bot alone. Each round: user traffic of one message a second, "+
 		"each from its own conversation; the fault; the incident waited for until it closes; then every message checked in the simulator's "+
 		"transcript (a finished stream or a pushed answer). T1 here counts from the injection (the drill knows it); the incident's own T1 "+
-		"counts from its last evidence and is in the CSV. T2 and T3 are the incident's.\n\n", bot)
+		"counts from its last evidence and is in the CSV. T2 and T3 are the incident's.\n\n")
 	if warmup > 0 {
 		fmt.Fprintf(&b, "The silence rounds followed a warm-up of %s of traffic, until the baseline had an opinion for the hour of the week.\n\n", warmup.Round(time.Second))
 	}

@@ -154,3 +154,107 @@ func TestAlertsEndToEnd(t *testing.T) {
 	})
 	t.Logf("alerts: %v (the page for the revoked secret seen %s)", robotAlerts(t, c), page.Format("15:04:05.000"))
 }
+
+// poll is eventually with a slower pace, for conditions that run the CLI
+// (a process per look) on a shared machine.
+func poll(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %v: %v", what, timeout, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// A flapping bot, to the simulator's group robot: 8 drops, each after the
+// previous incident closed (so each is an incident of its own), page no
+// one 8 times. Per bot and flap window the robot gets at most one open,
+// its recovery and one flapping summary (pkg/alert's
+// TestFlappingBotBoundedAlerts has the rule). The merge window (2 s) and
+// the flap window (150 s) are short here so the summary arrives within the
+// test; 150 s leaves the 8 cycles (drop, reconnect after the node's
+// backoff, the backfill pass, closed: 5-12 s each on a loaded machine) a
+// wide margin to fall into the one window.
+func TestFlappingBotAlertsBounded(t *testing.T) {
+	const drops, flapWindow = 8, 150 * time.Second
+	c := newCluster(t, []string{"b1"})
+	robotFile := filepath.Join(t.TempDir(), "robot.url")
+	if err := os.WriteFile(robotFile, []byte(c.SimHTTP+"/cgi-bin/webhook/send?key=ops\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Opts.NodeArgs = append(c.Opts.NodeArgs, "--alert-wecom-robot-url-file", robotFile,
+		"--alert-window", "2s", "--alert-flap-window", flapWindow.String())
+	startNodes(t, c, 1)
+	waitStable(t, c)
+	start := time.Now()
+	for k := range drops {
+		if err := c.Fault("b1", "drop", 0); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, 60*time.Second, fmt.Sprintf("drop %d: its own incident, closed", k+1), func() error {
+			all := incidents(t, c, "--bot", "b1")
+			if len(all) != k+1 {
+				return fmt.Errorf("%d incidents", len(all))
+			}
+			for _, i := range all {
+				if i.State != "closed" {
+					return fmt.Errorf("incident %s still %s", i.ID, i.State)
+				}
+			}
+			return nil
+		})
+	}
+	t.Logf("%d drops, each an incident closed, in %s", drops, time.Since(start).Round(time.Millisecond))
+	all := incidents(t, c, "--bot", "b1")
+	first, last := all[0].Detected, all[0].Detected
+	for _, i := range all {
+		if i.Detected.Before(first) {
+			first = i.Detected
+		}
+		if i.Detected.After(last) {
+			last = i.Detected
+		}
+	}
+	if last.Sub(first) >= flapWindow {
+		t.Fatalf("the drops spanned %s, more than the flap window %s: too slow a machine for this test's bound", last.Sub(first), flapWindow)
+	}
+	notSynthetic := func() []string {
+		var out []string
+		for _, a := range robotAlerts(t, c) {
+			if !strings.HasSuffix(a, " synthetic") {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	poll(t, 3*time.Minute, "the flapping summary", func() error {
+		if got := notSynthetic(); count(got, "AUTO flapping") != 1 {
+			return fmt.Errorf("alerts %v", got)
+		}
+		return nil
+	})
+	// Nothing more is owed: a few seconds more bring no other alert.
+	time.Sleep(5 * time.Second)
+	got := notSynthetic()
+	if len(got) > 3 || count(got, "AUTO open") != 1 || count(got, "AUTO recovered") > 1 || count(got, "AUTO flapping") != 1 {
+		t.Fatalf("alerts for one bot flapping %d times in one window: %v; want at most one open, its recovery and one flapping summary", drops, got)
+	}
+	var out struct {
+		Messages []robotMsg `json:"messages"`
+	}
+	if err := cluster.GetJSON(c.SimHTTP+"/control/robot?key=ops", &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range out.Messages {
+		if strings.Contains(m.Content, "] flapping</font>") && !strings.Contains(m.Content, fmt.Sprintf("%d more incidents", drops-1)) {
+			t.Fatalf("the summary does not count the folded incidents:\n%s", m.Content)
+		}
+	}
+	t.Logf("alerts: %v", got)
+}

@@ -59,13 +59,61 @@ func TestOutboundReplayExactlyOnce(t *testing.T) {
 		inc = all[0]
 		return nil
 	})
-	if inc.Replay.Held != 1 || inc.Replay.Replayed != 1 {
-		t.Fatalf("replay %+v, want 1 owed and 1 replayed", inc.Replay)
+	if inc.Replay.Held != 1 || inc.Replay.Replayed != 1 || inc.Replay.DroppedStale != 0 {
+		t.Fatalf("replay %+v, want 1 owed and 1 replayed, none stale (the stream finished while away)", inc.Replay)
 	}
 	// Settled: nothing more arrives.
 	time.Sleep(3 * time.Second)
 	if n, tr := finals(t, c, "erin", "long one"); n != 1 {
 		t.Fatalf("%d complete answers after the replay, want exactly 1: %+v", n, tr)
+	}
+}
+
+// A stream still running when the bot comes back: its progress while away
+// is not sent late (counted as dropped stale, not owed), and the user gets
+// the answer once, when it completes. The 30 s answer outlasts the 6 s
+// outage and the reconnect with a wide margin.
+func TestStaleStreamProgressIsDropped(t *testing.T) {
+	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "30s"})
+	startNodes(t, c, 1)
+	waitStable(t, c)
+	if _, err := c.PostMessage("b1", "fred", "slow one"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "fred's receipt", func() error {
+		if _, tr := finals(t, c, "fred", "slow one"); len(tr) < 2 {
+			return fmt.Errorf("transcript %+v", tr)
+		}
+		return nil
+	})
+	if err := c.Fault("b1", "refuse_subscribe", 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fault("b1", "drop", 0); err != nil {
+		t.Fatal(err)
+	}
+	var inc incident.Incident
+	eventually(t, 90*time.Second, "the incident closed", func() error {
+		all := incidents(t, c)
+		if len(all) != 1 || all[0].State != "closed" {
+			return fmt.Errorf("incidents %+v", all)
+		}
+		inc = all[0]
+		return nil
+	})
+	if inc.Replay.DroppedStale != 1 || inc.Replay.Held != 0 {
+		t.Fatalf("replay %+v, want 1 stream dropped as stale and nothing owed", inc.Replay)
+	}
+	eventually(t, 90*time.Second, "fred's answer", func() error {
+		if n, tr := finals(t, c, "fred", "slow one"); n == 0 {
+			return fmt.Errorf("no complete answer yet: %d entries", len(tr))
+		}
+		return nil
+	})
+	// Settled: nothing more arrives.
+	time.Sleep(3 * time.Second)
+	if n, tr := finals(t, c, "fred", "slow one"); n != 1 {
+		t.Fatalf("%d complete answers, want exactly 1: %+v", n, tr)
 	}
 }
 
@@ -190,4 +238,80 @@ func TestGapLongerThanOverlapIsBackfilled(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// No history source (production WeCom, as far as known) and an outage: the
+// gap cannot be checked for missed messages, so a person is paged (one
+// human data incident) and the conversations active around the gap are
+// marked "may be incomplete": the next answer there tells the user. The
+// short recovery.* settings keep the half-open after the outage brief.
+func TestNoHistorySourcePagesAndTells(t *testing.T) {
+	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "1s", "--backfill-history-url=",
+		"--recovery-threshold", "2s", "--recovery-probes", "1", "--recovery-observe", "2s"})
+	startNodes(t, c, 1)
+	waitStable(t, c)
+	if _, err := c.PostMessage("b1", "u1", "before"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "u1 answered", func() error {
+		if n, tr := finals(t, c, "u1", "before"); n != 1 {
+			return fmt.Errorf("%+v", tr)
+		}
+		return nil
+	})
+	if err := c.Fault("b1", "refuse_subscribe", 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fault("b1", "drop", 0); err != nil {
+		t.Fatal(err)
+	}
+	// Lost: nothing can find it again.
+	if _, err := c.PostMessage("b1", "u1", "while away"); err != nil {
+		t.Fatal(err)
+	}
+	var data incident.Incident
+	// Opened, then told its conversations (two writes): wait for both.
+	eventually(t, 90*time.Second, "a data incident for the unchecked gap", func() error {
+		for _, i := range incidents(t, c) {
+			if i.Kind == "data" {
+				data = i
+				if len(i.Incomplete) == 0 {
+					return fmt.Errorf("data incident lists no conversation so far")
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	if data.Level != "human" || data.Signal != "backfill" || !strings.Contains(data.Reason, "could not be checked") ||
+		len(data.Incomplete) != 1 || data.Incomplete[0] != "u1" {
+		t.Fatalf("data incident: %+v", data)
+	}
+	n := 0
+	for _, i := range incidents(t, c) {
+		if i.Kind == "data" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d data incidents for one gap, want 1", n)
+	}
+	if _, err := c.PostMessage("b1", "u1", "hello again"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "u1 told", func() error {
+		n, tr := finals(t, c, "u1", "hello again")
+		if n == 0 {
+			return fmt.Errorf("no answer yet: %+v", tr)
+		}
+		for _, e := range tr {
+			if e.From == "bot" && (e.Finished || e.Kind == "markdown") && strings.Contains(e.Content, "You asked: hello again") {
+				if !strings.Contains(e.Content, "可能未被处理") {
+					t.Fatalf("the answer does not tell the user: %q", e.Content)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no final")
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -72,7 +73,8 @@ type Node struct {
 	API      string // http://ADDR
 	EtcdURL  string // as given to StartNodeWith ("" = the cluster's)
 	WeComURL string
-	NATSURL  string // as given to StartNodeWith ("" = the cluster's)
+	NATSURL  string   // as given to StartNodeWith ("" = the cluster's)
+	Bots     []string // as given to StartNodeWith (nil = every bot)
 	Proc     *Proc
 }
 
@@ -240,6 +242,7 @@ type NodeOptions struct {
 	WeComURL string   // "" means the simulator
 	NATSURL  string   // "" means the cluster's NATS
 	Env      []string // added to the node's environment
+	Bots     []string // the bots it serves, of Options.Bots; nil means every one
 }
 
 // StartNodeWith is StartNode with per-node endpoints.
@@ -261,7 +264,11 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	args := []string{"serve", "--node-id", id, "--data-dir", filepath.Join(c.Opts.Dir, "node-"+id),
 		"--etcd", etcdURL, "--nats", natsURL, "--wecom-url", wecomURL, "--listen", "127.0.0.1:0",
 		"--election-ttl", c.Opts.TTL.String(), "--election-safety-margin", c.Opts.Margin.String()}
-	for _, b := range c.Opts.Bots {
+	bots := c.Opts.Bots
+	if o.Bots != nil {
+		bots = o.Bots
+	}
+	for _, b := range bots {
 		args = append(args, "--bot", b+":s-"+b)
 	}
 	if wecomURL == c.SimWS {
@@ -285,21 +292,21 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	if m == nil {
 		return nil, fmt.Errorf("node ready line not understood: %q", l.Text)
 	}
-	n := &Node{ID: id, API: m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Proc: p}
+	n := &Node{ID: id, API: m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
 	return n, nil
 }
 
-// RestartNode starts id again with the same endpoints as before.
+// RestartNode starts id again with the same endpoints and bots as before.
 func (c *Cluster) RestartNode(id string) (*Node, error) {
 	n := c.Node(id)
 	if n == nil {
 		return nil, fmt.Errorf("no node %s", id)
 	}
 	n.Proc.Kill()
-	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL})
+	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL, Bots: n.Bots})
 }
 
 // Node is the latest process of node id (nil if never started).
@@ -547,15 +554,19 @@ func (c *Cluster) stableOnce() (map[string]string, error) {
 	out := map[string]string{}
 	alive := c.Alive()
 	infos := map[string]NodeInfo{}
+	serves := map[string][]string{} // node → its bots (nil: every one)
 	for _, n := range alive {
 		info, err := n.Info()
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.ID, err)
 		}
-		infos[n.ID] = info
+		infos[n.ID], serves[n.ID] = info, n.Bots
 	}
 	for _, bot := range c.Opts.Bots {
 		for id, info := range infos {
+			if serves[id] != nil && !slices.Contains(serves[id], bot) {
+				continue
+			}
 			switch st := info.Bots[bot].State; st {
 			case "leader":
 				if out[bot] != "" {

@@ -1,0 +1,94 @@
+package pusher_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/recovery"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+// A backlog held through a half-open recovery: nothing is pushed while
+// the probes run, then the answers owed drain at no more than the drain
+// rate (half the bot's normal rate, 4 pushes/s here), as the simulator's
+// timed recording of the pushes shows.
+func TestHalfOpenBacklogDrainsAtHalfTheNormalRate(t *testing.T) {
+	const (
+		n          = 6
+		normalRate = 4.0 // pushes/s
+	)
+	r := newRig(t, wecomsim.Config{})
+	var ids []string
+	for k := range n {
+		user := fmt.Sprintf("u%d", k)
+		rec := r.ask(user, "q")
+		r.write(rec.ID, "the answer to "+user, true)
+		ids = append(ids, rec.ID)
+	}
+	r.connect(2) // the bot came back: a new term owes the answers by push
+	r.sim.StartRecording()
+
+	var gate recovery.Gate
+	var mu sync.Mutex
+	var observing time.Time // when the drain began
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	cfg := recovery.Config{Probes: 3, ProbeInterval: 500 * time.Millisecond, Observe: time.Minute, DrainFactor: 0.5}
+	go func() {
+		defer close(done)
+		recovery.HalfOpen(ctx, cfg, r.conn, &gate, normalRate, func(s string) {
+			if strings.Contains(s, "observing for") {
+				mu.Lock()
+				observing = time.Now()
+				mu.Unlock()
+			}
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	r.start(pusher.Config{Gate: gate.Wait})
+	for _, id := range ids {
+		r.waitDelivery(id, task.Delivered)
+	}
+	if p := gate.Phase(); p != recovery.PhaseObserving {
+		t.Fatalf("gate %s once the backlog was delivered, want observing (probing: pushed while held; online: the drain outlasted the window)", p)
+	}
+
+	var pushes []time.Time
+	for _, e := range r.sim.Recorded("b") {
+		if e.Kind == wecomsim.RecordFrame && e.Cmd == wecom.CmdSendMsg {
+			pushes = append(pushes, e.At)
+		}
+	}
+	slices.SortFunc(pushes, time.Time.Compare)
+	if len(pushes) != n {
+		t.Fatalf("%d pushes recorded, want %d", len(pushes), n)
+	}
+	mu.Lock()
+	began := observing
+	mu.Unlock()
+	// Held while probing: the first push comes after the drain began
+	// (50 ms of slack for the two clocks' readers).
+	if began.IsZero() || pushes[0].Before(began.Add(-50*time.Millisecond)) {
+		t.Fatalf("first push at %s, before the drain began at %s", pushes[0].Format("15:04:05.000"), began.Format("15:04:05.000"))
+	}
+	// The limiter spaces n pushes (n-1)/drain apart, 2.5 s at 2/s;
+	// unpaced they would take milliseconds. 0.5 s of slack for delays
+	// between the limiter and the simulator's clock on a loaded machine.
+	drain := normalRate * cfg.DrainFactor
+	span, least := pushes[n-1].Sub(pushes[0]), time.Duration(float64(n-1)/drain*float64(time.Second))-500*time.Millisecond
+	t.Logf("%d pushes in %s (drain %.1f/s; unpaced they would not wait at all)", n, span.Round(time.Millisecond), drain)
+	if span < least {
+		t.Fatalf("%d pushes in %s: faster than the drain rate %.1f/s allows (at least %s)", n, span, drain, least)
+	}
+	if held := r.p.Stats().Held; held == 0 {
+		t.Fatal("no push was held by the gate")
+	}
+}
