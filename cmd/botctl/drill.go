@@ -33,7 +33,8 @@ func newDrillCmd() *cobra.Command {
 user traffic flows, and measures the incident it causes from outside: T1 (from the
 injection to detection), T2 (to the first action), T3 (back → data complete),
 downtime, and every user message that got no answer. It refuses to run against a
-WeCom URL that is not botctl's simulator.
+WeCom URL that is not botctl's simulator, and for a bot that has never connected to
+that simulator (its nodes use another WeCom URL).
 
   revoke       the drill plays the person: it restores the secret after --fix-after
                and acknowledges the incident

@@ -58,7 +58,10 @@ type Config struct {
 	Kind   string
 	Rounds int // default 1
 	// Sim is the simulator's control API base (http://HOST:PORT).
-	Sim       string
+	Sim string
+	// ConnectWait is how long New waits for the bot's first connection
+	// to the simulator (a cluster just started). Default 15s.
+	ConnectWait time.Duration
 	Incidents *incident.Store
 	Health    natsjs.KeyValue
 	// Nodes lists the registered nodes (kill-leader only).
@@ -93,6 +96,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Rounds <= 0 {
 		c.Rounds = 1
+	}
+	if c.ConnectWait <= 0 {
+		c.ConnectWait = 15 * time.Second
 	}
 	if c.Interval <= 0 {
 		c.Interval = time.Second
@@ -182,10 +188,30 @@ func New(ctx context.Context, cfg Config) (*Drill, error) {
 	}
 	d := &Drill{cfg: cfg}
 	var st struct {
-		BotID string `json:"bot_id"`
+		BotID       string `json:"bot_id"`
+		Connected   bool   `json:"connected"`
+		Connections int64  `json:"connections"`
 	}
 	if err := d.get(ctx, "/control/stats?bot_id="+url.QueryEscape(cfg.Bot), &st); err != nil || st.BotID != cfg.Bot {
 		return nil, fmt.Errorf("%w: %s does not answer GET /control/stats for bot %s as `botctl sim` does (%v)", ErrNotSimulator, cfg.Sim, cfg.Bot, err)
+	}
+	// The faults land on this simulator: the bot's nodes must be using
+	// it, not a WeCom URL elsewhere (a real WeCom the drill would not
+	// touch, while it reported an outage that never happened). A bot that
+	// has connected here at least once is (a cluster just started gets a
+	// few seconds to connect).
+	for deadline := time.Now().Add(cfg.ConnectWait); !st.Connected && st.Connections == 0; {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: bot %s has never connected to the simulator at %s: its nodes use another WeCom URL (wecom.url); drills run only against `botctl sim`", ErrNotSimulator, cfg.Bot, cfg.Sim)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := d.get(ctx, "/control/stats?bot_id="+url.QueryEscape(cfg.Bot), &st); err != nil {
+			return nil, fmt.Errorf("%w: %s stopped answering GET /control/stats (%v)", ErrNotSimulator, cfg.Sim, err)
+		}
 	}
 	return d, nil
 }

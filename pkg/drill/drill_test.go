@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/rs/zerolog"
 )
@@ -45,6 +46,8 @@ func TestNewRefusesWhatIsNotTheSimulator(t *testing.T) {
 		{"WeCom, upper case", Config{Bot: "b1", Kind: KindDrop, Sim: "https://QYAPI.WEIXIN.QQ.COM"}, true, "WeCom itself"},
 		{"not a simulator", Config{Bot: "b1", Kind: KindDrop, Sim: other.URL}, true, "GET /control/stats"},
 		{"a bot the simulator lacks", Config{Bot: "b9", Kind: KindDrop, Sim: simSrv.URL}, true, "b9"},
+		// No node of b1 connects here: they use another WeCom URL.
+		{"a bot never connected here", Config{Bot: "b1", Kind: KindDrop, Sim: simSrv.URL, ConnectWait: time.Second}, true, "never connected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(ctx, tc.cfg)
@@ -66,6 +69,12 @@ func TestNewRefusesWhatIsNotTheSimulator(t *testing.T) {
 		t.Errorf("notqq.com: %v", err)
 	}
 
+	// Once b1 is connected to the simulator, a drill of it is accepted.
+	conn, err := wecom.Dial(ctx, wecom.Config{URL: "ws" + strings.TrimPrefix(simSrv.URL, "http") + "/", BotID: "b1", Secret: "s1", Logger: zerolog.Nop()}, wecom.Handlers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
 	for _, kind := range Kinds {
 		cfg := Config{Bot: "b1", Kind: kind, Sim: simSrv.URL}
 		if kind == KindKillLeader {
