@@ -55,7 +55,7 @@ const smokeStepsR3 = "50@10/5s"
 // says what ran.
 func TestRampSmokeR3(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts real processes: 6 etcd and NATS members, 3 nodes (about a minute)")
+		t.Skip("starts real processes: 6 etcd and NATS members, 3 nodes (about 30 s)")
 	}
 	rs, rep := rampSmoke(t, smokeStepsR3, topologyR3)
 	for _, r := range rs {
