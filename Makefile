@@ -5,7 +5,7 @@ PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test run bench chaos chaos-smoke lint conformance clean install
+.PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install
 
 all: build
 
@@ -35,16 +35,26 @@ run: build
 
 # Go benchmarks, then the failover benchmark (real processes; production TTL
 # 20s, so about 8 minutes): writes bench/failover.md, fails if a target is missed.
-# Then the in-process load benchmarks and the load ramp (real processes: etcd,
-# NATS, botctl sim, three botctl serve nodes, the naive bot; about 15 minutes):
-# bench/ramp.md, .csv and -*.png.
+# Then the in-process load benchmarks and the load ramp (`make ramp`).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	$(GO) run ./test/failover -rounds 20 -out bench/failover.md
 	$(GO) run ./test/load receipt -out bench/receipt.md
 	$(GO) run ./test/load push -out bench/push.md
 	$(GO) run ./test/load completion -out bench/completion.md
-	$(GO) run ./test/load ramp -out bench/ramp.md
+	$(MAKE) ramp
+
+# The load ramp alone (real processes: etcd, NATS, botctl sim, three botctl
+# serve nodes, the naive bot; about 15 minutes): bench/ramp.md, .csv and
+# -*.png. RAMP_TOPOLOGY=r3 runs it on the topology production uses, 3 etcd
+# members and 3 NATS servers with JetStream replicas 3 (six more processes on
+# the same cores), into bench/ramp-r3.md; RAMP_STEPS picks the steps, e.g.
+# RAMP_TOPOLOGY=r3 RAMP_STEPS=5000@500/30s,10000@500/30s+ make ramp.
+RAMP_TOPOLOGY ?= single
+RAMP_STEPS    ?=
+RAMP_OUT      ?= $(if $(filter single,$(RAMP_TOPOLOGY)),bench/ramp.md,bench/ramp-$(RAMP_TOPOLOGY).md)
+ramp:
+	$(GO) run ./test/load ramp -topology $(RAMP_TOPOLOGY) $(if $(RAMP_STEPS),-steps $(RAMP_STEPS)) -out $(RAMP_OUT)
 
 # The end-to-end partition tests, repeated (race detector on), then the
 # chaos matrix on 3 etcd members, 3 NATS servers (R3) and 3 nodes:

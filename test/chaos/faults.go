@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/botctl/botctl/test/e2e/cluster"
@@ -317,17 +316,4 @@ func (h *Harness) killWorkerEveryDelivery(r *RoundResult) error {
 			}
 		}
 	}
-}
-
-// Stop sends SIGTERM to a member (a graceful shutdown, as an upgrade
-// does) and waits for it to exit.
-func (in *Infra) Stop(m *Member, timeout time.Duration) error {
-	if err := m.Proc.Signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	if _, err := m.Proc.Wait(timeout); err != nil {
-		m.Proc.Kill()
-		return fmt.Errorf("%s did not exit within %v of SIGTERM (killed)", m.Name, timeout)
-	}
-	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/botctl/botctl/pkg/faultproxy"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/test/e2e/cluster"
+	"github.com/botctl/botctl/test/infracluster"
 )
 
 // Config is one chaos run.
@@ -95,7 +96,7 @@ const (
 // can be cut off from etcd, from NATS or from both.
 type Harness struct {
 	Cfg     Config
-	Infra   *Infra
+	Infra   *infracluster.Infra
 	C       *cluster.Cluster
 	Traffic *Traffic
 	nodeIDs []string
@@ -108,7 +109,7 @@ type NodeLinks struct {
 	Etcd, NATS []*faultproxy.Proxy
 }
 
-func newNodeLinks(in *Infra) (*NodeLinks, error) {
+func newNodeLinks(in *infracluster.Infra) (*NodeLinks, error) {
 	l := &NodeLinks{}
 	for _, m := range in.Etcd {
 		p, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(m.URL, "http://"))
@@ -186,12 +187,12 @@ func Start(cfg Config) (*Harness, error) {
 	if err != nil {
 		return h, err
 	}
-	infraBin, err := cluster.BuildPackage(dir, "./test/chaos/infranode", "infranode")
+	infraBin, err := infracluster.Build(dir)
 	if err != nil {
 		return h, err
 	}
 	cfg.Logf("starting %d etcd members and %d NATS servers", nodeCount, nodeCount)
-	h.Infra, err = StartInfra(infraBin, filepath.Join(dir, "infra"), nodeCount, 2*time.Minute)
+	h.Infra, err = infracluster.Start(infracluster.Options{Bin: infraBin, Dir: filepath.Join(dir, "infra"), Size: nodeCount, Timeout: 2 * time.Minute})
 	if err != nil {
 		return h, err
 	}

@@ -6,8 +6,8 @@
 //
 // Topology, all on loopback and each member its own process (so each can
 // be kill -9'd, SIGTERM'd or SIGSTOPped): 3 etcd members and 3 NATS
-// servers clustered with JetStream (./infranode; no_advertise, so a client
-// dials only the URLs it was given), `botctl sim`, and three `botctl
+// servers clustered with JetStream (test/infracluster; no_advertise, so a
+// client dials only the URLs it was given), `botctl sim`, and three `botctl
 // serve` nodes with --nats-replicas 3, all built from this tree. Every
 // node reaches each etcd member and each NATS server through a fault
 // proxy of its own (pkg/faultproxy), so one node can be partitioned from

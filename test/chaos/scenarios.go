@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/botctl/botctl/test/infracluster"
 )
 
 // Scenario is one fault, injected while traffic runs. Fault returns once
@@ -238,7 +240,7 @@ var Scenarios = []Scenario{
 
 // killMember kills an etcd member or NATS server with SIGKILL, restarts
 // it after down, and waits for the whole infra to be healthy again.
-func (h *Harness) killMember(m *Member, down time.Duration) error {
+func (h *Harness) killMember(m *infracluster.Member, down time.Duration) error {
 	h.Cfg.Logf("kill -9 %s", m.Name)
 	m.Proc.Kill()
 	time.Sleep(down)

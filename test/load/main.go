@@ -6,10 +6,14 @@
 //	go run ./test/load push -out bench/push.md         # push lag and scale (1,000 and 5,000 conversations)
 //	go run ./test/load completion -out bench/completion.md  # completion time, default configuration, three nodes
 //	go run ./test/load ramp -out bench/ramp.md     # the issue-12 ramp on real processes, naive bot beside it (+ .csv, -*.png)
+//	go run ./test/load ramp -topology r3 -out bench/ramp-r3.md  # the same on the production topology
 //
 // receipt, push and completion run the cluster in this process; ramp runs
 // every part as a process of its own (etcd, NATS, `botctl sim`, `botctl
-// serve` ×3) and measures from outside. It is a main package: `go test
+// serve` ×3) and measures from outside. Its -topology is single (one etcd,
+// one NATS server, JetStream replicas 1: the default, bench/ramp.md's) or
+// r3 (3 etcd members and 3 NATS servers from test/infracluster, the nodes
+// at --nats-replicas 3: the topology production uses). It is a main package: `go test
 // ./test/load` runs only the ramp's smoke test.
 // The "node", "etcd", "nats" and "naive" subcommands are internal: child
 // processes (a worker node, an etcd, a NATS server, the naive bot).

@@ -24,14 +24,19 @@ type perfSet struct {
 }
 
 // profiledRole says whether a role is worth a profile: the leader, one
-// worker, etcd, NATS, the naive bot.
-func profiledRole(role string, haveWorker *bool) bool {
-	switch {
-	case strings.HasPrefix(role, "leader"), role == "etcd", role == "nats", role == "naive bot":
+// worker, one etcd member, one NATS server, the naive bot. seen holds the
+// groups profiled so far; roles come in sorted order, so on r3 it is
+// etcd e1 and nats n1 (a member, not necessarily the raft or stream
+// leader).
+func profiledRole(role string, seen map[string]bool) bool {
+	if strings.HasPrefix(role, "leader") || role == "naive bot" {
 		return true
-	case strings.HasPrefix(role, "worker") && !*haveWorker:
-		*haveWorker = true
-		return true
+	}
+	for _, group := range []string{"worker", etcdRole, natsRole} {
+		if memberOf(role, group) && !seen[group] {
+			seen[group] = true
+			return true
+		}
 	}
 	return false
 }
@@ -42,9 +47,9 @@ func startPerf(pids map[string]int, dir string, hz int, logf func(string, ...any
 		logf("perf not found: step not profiled")
 		return ps
 	}
-	haveWorker := false
+	seen := map[string]bool{}
 	for _, role := range sortedKeys(pids) {
-		if !profiledRole(role, &haveWorker) {
+		if !profiledRole(role, seen) {
 			continue
 		}
 		out := filepath.Join(dir, "perf-"+strings.ReplaceAll(role, " ", "-")+".data")
@@ -74,10 +79,10 @@ func (ps *perfSet) stop() map[string]string {
 			<-done
 		}
 		focus, name := "botctl/botctl", "botctl"
-		switch role {
-		case "etcd":
+		switch {
+		case memberOf(role, etcdRole):
 			focus, name = "go.etcd.io/etcd", "etcd"
-		case "nats":
+		case memberOf(role, natsRole):
 			focus, name = "nats-io/nats-server", "nats-server"
 		}
 		s, err := perfSummary(ps.data[role], focus, name)

@@ -162,9 +162,9 @@ func (r *stepResult) roles() []string {
 			return 0
 		case strings.HasPrefix(s, "worker"):
 			return 1
-		case s == "etcd":
+		case memberOf(s, etcdRole):
 			return 2
-		case s == "nats":
+		case memberOf(s, natsRole):
 			return 3
 		case s == "sim":
 			return 4
@@ -202,6 +202,11 @@ type rampOpts struct {
 	// children. The ramp builds it with `go build` (a `go run` binary
 	// has no symbol table, and perf could not name its functions).
 	self string
+	// topology is the etcd and NATS of every botctl step.
+	topology topology
+	// infranode is test/infracluster's member binary (r3); the ramp
+	// builds it when unset.
+	infranode string
 }
 
 // runStep starts a fresh deployment for st, drives it and measures it.
@@ -243,15 +248,15 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		pids = map[string]int{"naive bot": p.Pid(), "sim": c.Sim.Pid()}
 		sim = newSimClient(c.SimHTTP)
 	default:
-		t, err := startTopology(bin, o.self, sdir, st.nodes, st.answer)
-		cleanup = append(cleanup, t.close)
+		d, err := startDeployment(bin, sdir, o, st.nodes, st.answer)
+		cleanup = append(cleanup, d.close)
 		if err != nil {
 			return res, err
 		}
-		res.leader = t.leader
-		pids = t.procs()
-		sim = newSimClient(t.c.SimHTTP)
-		natsURL = t.c.NATSURL
+		res.leader = d.leader
+		pids = d.procs()
+		sim = newSimClient(d.c.SimHTTP)
+		natsURL = d.c.NATSURL
 	}
 	pids["load (this process)"] = os.Getpid()
 

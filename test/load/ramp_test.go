@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,7 +42,54 @@ func TestRampSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes (about 40 s)")
 	}
-	steps, err := parseSteps(smokeSteps)
+	rampSmoke(t, smokeSteps, topologySingle)
+}
+
+// smokeStepsR3 is the r3 smoke's ramp: the botctl step of smokeSteps
+// only (the naive bot runs on no etcd and no NATS).
+const smokeStepsR3 = "50@10/5s"
+
+// TestRampSmokeR3 is TestRampSmoke on the production topology (-topology
+// r3): 3 etcd members and 3 NATS servers, the nodes at --nats-replicas 3.
+// Besides the smoke's checks, every member is measured and the report
+// says what ran.
+func TestRampSmokeR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes: 6 etcd and NATS members, 3 nodes (about 30 s)")
+	}
+	rs, rep := rampSmoke(t, smokeStepsR3, topologyR3)
+	for _, r := range rs {
+		var etcd, nats int
+		for _, role := range r.roles() {
+			u := r.usage[role]
+			switch {
+			case memberOf(role, etcdRole):
+				etcd++
+			case memberOf(role, natsRole):
+				nats++
+			default:
+				continue
+			}
+			if u.CPU == 0 && u.PeakRSS == 0 {
+				t.Errorf("step %s: no CPU or RSS read for %s", r.spec, role)
+			}
+		}
+		if etcd != 3 || nats != 3 {
+			t.Errorf("step %s: %d etcd and %d NATS members measured, want 3 and 3: %v", r.spec, etcd, nats, r.roles())
+		}
+	}
+	for _, want := range []string{"- topology: r3: 3 etcd members, 3 NATS servers, JetStream replicas 3", "`nats.replicas` 3", "`--nats-replicas 3`", "etcd ×3 cores, sum (idle)"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("report does not say %q:\n%s", want, rep)
+		}
+	}
+}
+
+// rampSmoke runs steps on topo with short waits, checks every step, writes
+// the CSV and plots, and returns the results and the report.
+func rampSmoke(t *testing.T, stepsSpec string, topo topology) ([]*stepResult, string) {
+	t.Helper()
+	steps, err := parseSteps(stepsSpec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +97,7 @@ func TestRampSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := runRamp(steps, rampOpts{grace: 30 * time.Second, idle: time.Second, tick: time.Second, profHz: 99, logf: t.Logf, self: self}, t.TempDir())
+	rs, err := runRamp(steps, rampOpts{grace: 30 * time.Second, idle: time.Second, tick: time.Second, profHz: 99, logf: t.Logf, self: self, topology: topo}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +131,37 @@ func TestRampSmoke(t *testing.T) {
 			t.Errorf("%s not written: %v", f, err)
 		}
 	}
-	if rep := rampReport("test", rs); len(rep) < 1000 {
+	rep := rampReport("test", topo, rs)
+	if len(rep) < 1000 {
 		t.Errorf("report too short: %q", rep)
+	}
+	return rs, rep
+}
+
+// TestRampReportSumsMembers checks the CPU table on r3 without
+// processes: etcd's and NATS's columns are their members summed, RSS with
+// the largest member beside it, and the header names the topology.
+func TestRampReportSumsMembers(t *testing.T) {
+	r := &stepResult{step: step{spec: "10@1/1s", kind: "botctl", nodes: 3, conversations: 10, rate: 1, answer: time.Second},
+		leader: "n1", wall: 10 * time.Second, usage: map[string]usage{"leader n1": {CPU: time.Second, PeakRSS: 1024}}}
+	for i, m := range []string{"e1", "e2", "e3"} {
+		r.usage["etcd "+m] = usage{CPU: time.Second, PeakRSS: int64(i+1) * 100 * 1024}
+	}
+	for _, m := range []string{"n1", "n2", "n3"} {
+		r.usage["nats "+m] = usage{CPU: 2 * time.Second, PeakRSS: 50 * 1024}
+	}
+	rep := rampReport("test", topologyR3, []*stepResult{r})
+	// etcd: 3 s over 10 s, 300 ms per message, 600 MB (300 MB the largest);
+	// NATS: 6 s, 600 ms per message, 150 MB (50 MB).
+	for _, want := range []string{"| 0.30 (0.00) | 300.0 (300.0) | 600 MB (300 MB) | 0.60 (0.00) | 600.0 (600.0) | 150 MB (50 MB) |",
+		"JetStream replicas 3", "`nats.replicas` 3"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+	single := rampReport("test", topologySingle, nil)
+	if !strings.Contains(single, "- topology: single: 1 etcd member, 1 NATS server, JetStream replicas 1") || !strings.Contains(single, "`nats.replicas` 1") {
+		t.Errorf("single report does not state its topology:\n%s", single)
 	}
 }
 

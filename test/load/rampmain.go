@@ -10,6 +10,7 @@ import (
 	"time"
 
 	proc "github.com/botctl/botctl/test/e2e/cluster"
+	"github.com/botctl/botctl/test/infracluster"
 )
 
 // defaultSteps: the ramp (100 → 1,000 → 5,000 → 10,000
@@ -40,7 +41,12 @@ func rampMain(args []string) error {
 	hz := fs.Int("perf-hz", 99, "perf sampling frequency of profiled steps")
 	idle := fs.Duration("idle", 5*time.Second, "measure each step's processes this long with no traffic first (their idle cost)")
 	dirFlag := fs.String("dir", "", "work dir (binaries, data); default a temp dir, removed at the end")
+	topoFlag := fs.String("topology", string(topologySingle), "etcd and NATS under the nodes: single (1 etcd, 1 NATS server, JetStream replicas 1; bench/ramp.md's) or r3 (3 etcd members, 3 NATS servers, --nats-replicas 3: the production topology)")
 	fs.Parse(args)
+	topo, err := parseTopology(*topoFlag)
+	if err != nil {
+		return err
+	}
 	command := strings.TrimSpace("go run ./test/load ramp " + strings.Join(args, " "))
 	if *smoke {
 		*stepsFlag = smokeSteps
@@ -50,11 +56,11 @@ func rampMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	results, err := runRamp(steps, rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf}, *dirFlag)
+	results, err := runRamp(steps, rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo}, *dirFlag)
 	if err != nil && len(results) == 0 {
 		return err
 	}
-	report := rampReport(command, results)
+	report := rampReport(command, topo, results)
 	if *out == "" {
 		fmt.Print(report)
 		return err
@@ -94,6 +100,14 @@ func runRamp(steps []step, o rampOpts, dir string) ([]*stepResult, error) {
 	}
 	if o.self == "" {
 		if o.self, err = proc.BuildPackage(dir, "./test/load", "load"); err != nil {
+			return nil, err
+		}
+	}
+	if o.topology == "" {
+		o.topology = topologySingle
+	}
+	if o.topology == topologyR3 && o.infranode == "" {
+		if o.infranode, err = infracluster.Build(dir); err != nil {
 			return nil, err
 		}
 	}

@@ -10,46 +10,66 @@ import (
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
 
-// rampReport is the Markdown report of a ramp.
-func rampReport(command string, rs []*stepResult) string {
+// rampReport is the Markdown report of a ramp whose botctl steps ran on
+// topo.
+func rampReport(command string, topo topology, rs []*stepResult) string {
 	var b strings.Builder
-	b.WriteString(header("Load ramp: three real nodes, default configuration", command))
-	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
-		fmt.Fprintf(&b, "- load average at the end (1, 5, 15 min): %s\n\n", strings.Join(strings.Fields(string(l))[:3], ", "))
+	title := "Load ramp: three real nodes, default configuration"
+	if topo == topologyR3 {
+		title = "Load ramp: three real nodes on the production topology (3 etcd, 3 NATS, JetStream R3)"
 	}
+	b.WriteString(header(title, command))
+	fmt.Fprintf(&b, "- topology: %s\n", topo.describe())
+	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, "- load average at the end (1, 5, 15 min): %s\n", strings.Join(strings.Fields(string(l))[:3], ", "))
+	}
+	b.WriteString("\n")
 	def := config.Defaults()
-	fmt.Fprintf(&b, `Topology, every part a process of its own on this machine, a fresh one per step: one etcd
+	state := `one etcd
 (single member) and one NATS server with JetStream (children of the load binary, started by
-`+"`pkg/infra`"+` exactly as `+"`botctl infra`"+` starts them, but apart so that their CPU and memory are told
-apart), `+"`botctl sim --record`"+` (the WeCom simulator, every limit enforced: stream window %s,
+` + "`pkg/infra`" + ` exactly as ` + "`botctl infra`" + ` starts them, but apart so that their CPU and memory are told
+apart)`
+	except := ""
+	if topo == topologyR3 {
+		state = fmt.Sprintf(`%d etcd
+members (one cluster, fsync on, as in production) and %d NATS servers clustered with JetStream
+(`+"`test/infracluster`"+`'s infranode processes, the topology production uses; every node is given
+every member's URL)`, topo.members(), topo.members())
+		except = fmt.Sprintf(", and `--nats-replicas %d`", topo.replicas())
+	}
+	fmt.Fprintf(&b, `Topology, every part a process of its own on this machine, a fresh one per step: %s, `+"`botctl sim --record`"+` (the WeCom simulator, every limit enforced: stream window %s,
 %d frames per conversation per minute), and N `+"`botctl serve`"+` nodes (3 unless the step says 1).
 The nodes run the **default configuration** except what points them at etcd, NATS and the
-simulator, and the demo AI backend's answer time (`+"`--ai demo --demo-answer-time`"+`): election TTL %s,
+simulator, and the demo AI backend's answer time (`+"`--ai demo --demo-answer-time`"+`)%s: election TTL %s,
 `+"`nats.replicas`"+` %d, `+"`worker.slots`"+` %d (`+"`worker.leader_slots`"+` %d while leading), push budget %d/min,
 heartbeat %s. One node wins the election and holds the bot's WeCom connection (the leader); every
 node, leader included, computes.
 
-Load: each step opens CONVERSATIONS conversations at RATE new messages per second (open loop: a
+`, state, def.Push.StreamWindow, wecomsim.DefaultRateLimit, except, def.Election.TTL, topo.replicas(), def.Worker.Slots, def.Worker.LeaderSlots, def.Push.Budget, def.Push.Heartbeat)
+	b.WriteString(`Load: each step opens CONVERSATIONS conversations at RATE new messages per second (open loop: a
 scheduler hands each message to a pool of posters when it is due; lateness is recorded), one
 question each, over the simulator's control API. Measured from outside the nodes only:
 - **receipt** = the callback written to the leader's WebSocket → the first frame replying to it
   accepted by the simulator (simulator clock, its recorder);
-- **push lag** = an output version written by a worker (`+"`Output.Updated`"+`, seen by a watcher on the
+- **push lag** = an output version written by a worker (` + "`Output.Updated`" + `, seen by a watcher on the
   output bucket) → the frame carrying exactly that content accepted by the simulator (content hash);
   progress frames and final frames apart. Versions superseded before the pusher's next frame are
   never shown, by design (pacing);
-- **completion** = the callback → the final frame with the complete expected answer (`+"`ai.DemoAnswer`"+`)
+- **completion** = the callback → the final frame with the complete expected answer (` + "`ai.DemoAnswer`" + `)
   accepted; **over answer** = completion − the answer time;
-- **quota violations** = the simulator's `+"`quota_rejections`"+` (45009); expired = frames after the window;
+- **quota violations** = the simulator's ` + "`quota_rejections`" + ` (45009); expired = frames after the window;
 - **peak live** = the most conversations asked and not yet completely answered at one moment;
   **answering** = of those, the most with an answer being written (from a task's first output write
   to its complete answer shown): the rest wait in the queue for a worker slot;
-- **CPU** = utime+stime from `+"`/proc/<pid>/stat`"+` over the step's window (first message → every answer
-  in, or the step's deadline), per process; **RSS** = the highest `+"`VmRSS`"+` sampled once a second;
+- **CPU** = utime+stime from ` + "`/proc/<pid>/stat`" + ` over the step's window (first message → every answer
+  in, or the step's deadline), per process; **RSS** = the highest ` + "`VmRSS`" + ` sampled once a second;
 - **CPU per message** = a process's CPU over the window / the step's messages (each message is one
   whole answer: receipt, task, 30–120 output writes, about 18 frames a minute, delivery).
-
-`, def.Push.StreamWindow, wecomsim.DefaultRateLimit, def.Election.TTL, def.NATS.Replicas, def.Worker.Slots, def.Worker.LeaderSlots, def.Push.Budget, def.Push.Heartbeat)
+`)
+	if topo.members() > 1 {
+		fmt.Fprintf(&b, "- **etcd** and **NATS** = the sum over their %d members (CPU, idle cost, per message, RSS), with the largest member's RSS in brackets; profiles are of one member each.\n", topo.members())
+	}
+	b.WriteString("\n")
 
 	b.WriteString("## Latency and correctness per step\n\n")
 	b.WriteString("| # | system | conversations | new msg/s | answer | peak live (answering) | answered | lost | dup | receipt p50 | p99 | max | generator late p99 | push lag p50 | p99 | max | final lag p99 | completion over answer p50 | p99 | max | quota violations | expired | most frames in 60 s | heartbeat frames | answers/s |\n")
@@ -78,7 +98,12 @@ question each, over the simulator's control API. Measured from outside the nodes
 	}
 
 	b.WriteString("\n## CPU and memory per step\n\nCores = CPU time / the step's window, with the idle cost in brackets (the same process measured with no traffic just before the step). ms/msg = CPU per message (one conversation answered end to end), with the marginal cost in brackets (CPU beyond the idle cost over the window, per message). Machine: other CPU = busy CPU time of the whole machine (/proc/stat) not spent in a measured process (other benchmarks on this shared box, perf, builds) over the window.\n\n")
-	b.WriteString("| # | system | window | leader cores (idle) | ms/msg (marginal) | peak RSS | workers cores, sum (idle) | ms/msg (marginal) | peak RSS each | etcd cores (idle) | ms/msg (marginal) | RSS | NATS cores (idle) | ms/msg (marginal) | RSS | sim cores | load-process cores | all measured cores | machine: other CPU, cores |\n")
+	etcdH, natsH, stateRSS := "etcd cores (idle)", "NATS cores (idle)", "RSS"
+	if n := topo.members(); n > 1 {
+		etcdH, natsH, stateRSS = fmt.Sprintf("etcd ×%d cores, sum (idle)", n), fmt.Sprintf("NATS ×%d cores, sum (idle)", n), "RSS, sum (largest)"
+	}
+	fmt.Fprintf(&b, "| # | system | window | leader cores (idle) | ms/msg (marginal) | peak RSS | workers cores, sum (idle) | ms/msg (marginal) | peak RSS each | %s | ms/msg (marginal) | %s | %s | ms/msg (marginal) | %s | sim cores | load-process cores | all measured cores | machine: other CPU, cores |\n",
+		etcdH, stateRSS, natsH, stateRSS)
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range rs {
 		leader := "leader " + r.leader
@@ -120,8 +145,26 @@ question each, over the simulator's control API. Measured from outside the nodes
 		}
 		lc, lm, lr := cell(leader)
 		wc, wm, _ := cell(workers...)
-		ec, em, er := cell("etcd")
-		nc, nm, nr := cell("nats")
+		// etcd and NATS: every member summed, so that the columns mean the
+		// same on one member as on three.
+		group := func(name string) (string, string, string) {
+			var roles []string
+			var sum, top int64
+			for _, role := range r.roles() {
+				if memberOf(role, name) {
+					roles = append(roles, role)
+					sum += r.usage[role].PeakRSS
+					top = max(top, r.usage[role].PeakRSS)
+				}
+			}
+			c, m, rss := cell(roles...)
+			if len(roles) > 1 {
+				rss = fmt.Sprintf("%s (%s)", mb(sum), mb(top))
+			}
+			return c, m, rss
+		}
+		ec, em, er := group(etcdRole)
+		nc, nm, nr := group(natsRole)
 		sc, _, _ := cell("sim")
 		pc, _, _ := cell("load (this process)")
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f |\n",

@@ -36,7 +36,7 @@ func RepoRoot() (string, error) {
 func Build(dir string) (string, error) { return BuildPackage(dir, "./cmd/botctl", "botctl") }
 
 // BuildPackage compiles the main package pkg (relative to the repository
-// root, e.g. "./test/chaos/infranode") into dir/name and returns its path.
+// root, e.g. "./test/infracluster/infranode") into dir/name and returns its path.
 func BuildPackage(dir, pkg, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {

@@ -1,10 +1,11 @@
-// Command infranode runs one member of the chaos harness's shared state: an
+// Command infranode runs one member of test/infracluster's shared state: an
 // etcd member of a multi-member cluster, or a NATS server of a JetStream
 // cluster. One process per member, so test/chaos can kill -9, SIGTERM or
-// SIGSTOP each one on its own, the way an operator loses a machine.
+// SIGSTOP each one on its own, the way an operator loses a machine, and
+// test/load can read each one's CPU and memory.
 //
 //	infranode etcd -name e1 -dir D -client 127.0.0.1:P -peer 127.0.0.1:Q \
-//	    -initial-cluster e1=http://127.0.0.1:Q,e2=…,e3=…
+//	    -initial-cluster e1=http://127.0.0.1:Q,e2=…,e3=… [-unsafe-no-fsync=false]
 //	infranode nats -name n1 -dir D -port P -cluster-port C -routes nats://127.0.0.1:C2,…
 //
 // Each prints one line to stdout once it serves clients ("etcd ready: …" or
@@ -73,7 +74,7 @@ func runEtcd(args []string) error {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = *initial
-	cfg.InitialClusterToken = "botctl-chaos"
+	cfg.InitialClusterToken = "botctl-infracluster"
 	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once the data dir has a member
 	cfg.UnsafeNoFsync = *noFsync
 	cfg.EnableGRPCGateway = false
@@ -122,7 +123,7 @@ func runNATS(args []string) error {
 		// NoAdvertise: a client knows only the URLs it was given, so a
 		// node whose every NATS URL goes through a fault proxy cannot
 		// step around a partition by dialing a discovered server.
-		Cluster: server.ClusterOpts{Name: "botctl-chaos", Host: "127.0.0.1", Port: *cport, NoAdvertise: true},
+		Cluster: server.ClusterOpts{Name: "botctl-infracluster", Host: "127.0.0.1", Port: *cport, NoAdvertise: true},
 	}
 	if *routes != "" {
 		opts.Routes = server.RoutesFromStr(*routes)

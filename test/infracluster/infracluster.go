@@ -1,4 +1,15 @@
-package main
+// Package infracluster starts botctl's shared state the way production
+// runs it: an etcd cluster of several members and a NATS cluster with
+// JetStream, every member a process of its own (an infranode child, see
+// ./infranode), all on loopback. test/chaos kills, stops and restarts
+// members under traffic; test/load's r3 ramp measures the nodes on it.
+//
+// It guarantees that Start returns only once etcd commits a write and
+// JetStream answers through every NATS server, and that Restart reuses a
+// member's data dir, so the member rejoins as itself. It does not run
+// TLS or authentication, and by default etcd does not fsync (see
+// Options.EtcdFsync): it is test scaffolding, not a deployment tool.
+package infracluster
 
 import (
 	"context"
@@ -8,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/botctl/botctl/test/e2e/cluster"
@@ -15,6 +27,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
+
+// NodePackage is the infranode main package, relative to the repository
+// root.
+const NodePackage = "./test/infracluster/infranode"
+
+// Build compiles infranode into dir and returns the binary's path.
+func Build(dir string) (string, error) { return cluster.BuildPackage(dir, NodePackage, "infranode") }
 
 // Member is one etcd member or NATS server, a process of its own.
 type Member struct {
@@ -24,8 +43,27 @@ type Member struct {
 	Proc *cluster.Proc
 }
 
-// Infra is a 3-member etcd cluster and a 3-server NATS cluster with
-// JetStream, each member an infranode process (see ./infranode).
+// Options configure Start.
+type Options struct {
+	// Bin is the infranode binary (Build). Required.
+	Bin string
+	// Dir holds every member's data dir. Required.
+	Dir string
+	// Size is the number of etcd members and of NATS servers. Default 3,
+	// the smallest cluster that survives the loss of one member.
+	Size int
+	// Timeout bounds the wait for every member's ready line and then for
+	// a healthy cluster. Default 2 minutes.
+	Timeout time.Duration
+	// EtcdFsync makes every etcd member fsync its log, as production's
+	// do. Off by default: a killed process loses nothing without it (only
+	// a power cut would), and members on one shared disk commit much
+	// faster. Turn it on where etcd's cost is measured.
+	EtcdFsync bool
+}
+
+// Infra is an etcd cluster and a NATS cluster with JetStream, each member
+// an infranode process.
 type Infra struct {
 	bin  string
 	Etcd []*Member
@@ -35,10 +73,21 @@ type Infra struct {
 	procs []*cluster.Proc
 }
 
-// StartInfra starts size etcd members and size NATS servers under dir and
-// waits until etcd has a leader and JetStream answers.
-func StartInfra(bin, dir string, size int, timeout time.Duration) (*Infra, error) {
-	in := &Infra{bin: bin}
+// Start starts o.Size etcd members and o.Size NATS servers under o.Dir
+// and waits until etcd has a leader and JetStream answers. Close the
+// Infra even on error: the members started so far are in it.
+func Start(o Options) (*Infra, error) {
+	if o.Size == 0 {
+		o.Size = 3
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	in := &Infra{bin: o.Bin}
+	if o.Bin == "" || o.Dir == "" {
+		return in, fmt.Errorf("infracluster: Options.Bin and Options.Dir are required")
+	}
+	size, dir, timeout := o.Size, o.Dir, o.Timeout
 	ports, err := freePorts(4 * size)
 	if err != nil {
 		return in, err
@@ -52,7 +101,7 @@ func StartInfra(bin, dir string, size int, timeout time.Duration) (*Infra, error
 		in.Etcd = append(in.Etcd, &Member{Name: name, URL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]), Args: []string{"etcd",
 			"-name", name, "-dir", filepath.Join(dir, name),
 			"-client", fmt.Sprintf("127.0.0.1:%d", ports[2*i]), "-peer", fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
-			"-initial-cluster", strings.Join(initial, ",")}})
+			"-initial-cluster", strings.Join(initial, ","), "-unsafe-no-fsync=" + strconv.FormatBool(!o.EtcdFsync)}})
 	}
 	np := ports[2*size:]
 	for i := 0; i < size; i++ {
@@ -68,12 +117,12 @@ func StartInfra(bin, dir string, size int, timeout time.Duration) (*Infra, error
 			"-port", strconv.Itoa(np[2*i]), "-cluster-port", strconv.Itoa(np[2*i+1]), "-routes", strings.Join(routes, ",")}})
 	}
 	// Members of a new cluster wait for each other: start all, then wait.
-	for _, m := range append(append([]*Member(nil), in.Etcd...), in.NATS...) {
+	for _, m := range in.Members() {
 		if err := in.startMember(m); err != nil {
 			return in, err
 		}
 	}
-	for _, m := range append(append([]*Member(nil), in.Etcd...), in.NATS...) {
+	for _, m := range in.Members() {
 		if _, err := m.Proc.WaitStdout("ready:", timeout); err != nil {
 			return in, err
 		}
@@ -93,8 +142,13 @@ func (in *Infra) startMember(m *Member) error {
 	return nil
 }
 
+// Members are every etcd member, then every NATS server.
+func (in *Infra) Members() []*Member {
+	return append(append([]*Member(nil), in.Etcd...), in.NATS...)
+}
+
 // Restart starts a killed or stopped member again with its data dir and
-// waits for its ready line. (For the etcd and NATS member scenarios.)
+// waits for its ready line.
 func (in *Infra) Restart(m *Member, timeout time.Duration) error {
 	m.Proc.Kill()
 	if err := in.startMember(m); err != nil {
@@ -144,7 +198,7 @@ func (in *Infra) healthyOnce(ctx context.Context) error {
 	}
 	defer cli.Close()
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	_, err = cli.Put(cctx, "/botctl-chaos/health", time.Now().String())
+	_, err = cli.Put(cctx, "/botctl-infracluster/health", time.Now().String())
 	cancel()
 	if err != nil {
 		return fmt.Errorf("etcd put: %w", err)
@@ -164,6 +218,19 @@ func (in *Infra) healthyOnce(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("jetstream via %s: %w", m.Name, err)
 		}
+	}
+	return nil
+}
+
+// Stop sends SIGTERM to a member (a graceful shutdown, as an upgrade
+// does) and waits for it to exit; past timeout it kills it.
+func (in *Infra) Stop(m *Member, timeout time.Duration) error {
+	if err := m.Proc.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	if _, err := m.Proc.Wait(timeout); err != nil {
+		m.Proc.Kill()
+		return fmt.Errorf("%s did not exit within %v of SIGTERM (killed)", m.Name, timeout)
 	}
 	return nil
 }
@@ -199,7 +266,7 @@ func (in *Infra) Close() {
 // Dump is every member's stderr tail.
 func (in *Infra) Dump(lines int) string {
 	var b strings.Builder
-	for _, m := range append(append([]*Member(nil), in.Etcd...), in.NATS...) {
+	for _, m := range in.Members() {
 		if m.Proc != nil {
 			fmt.Fprintf(&b, "=== %s (pid %d)\n%s", m.Name, m.Proc.Pid(), m.Proc.StderrTail(lines))
 		}
