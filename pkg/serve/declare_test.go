@@ -86,3 +86,36 @@ func TestRunReturnsWhenTheStoreCannotBeDeclared(t *testing.T) {
 		t.Fatal("Run still running 60s after its store failed to declare (stopped only by cancelling its context)")
 	}
 }
+
+// Nodes declare one after another: a second declareLock waits for the
+// first to unlock (three nodes declaring a fresh R3 cluster at once
+// timed out against each other for minutes; test/load's r3 smoke starts
+// them together). Without etcd the node declares anyway.
+func TestDeclareLockSerializes(t *testing.T) {
+	e := startEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	unlock := declareLock(ctx, cli, "", zerolog.Nop())
+	second := make(chan func())
+	go func() { second <- declareLock(ctx, cli, "", zerolog.Nop()) }()
+	select {
+	case <-second:
+		t.Fatal("a second node took the declare lock while the first held it")
+	case <-time.After(500 * time.Millisecond):
+	}
+	// Another environment (prefix) is not held up.
+	other := declareLock(ctx, cli, "staging", zerolog.Nop())
+	other()
+	unlock()
+	select {
+	case u := <-second:
+		u()
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second node did not get the lock once the first let go")
+	}
+	declareLock(ctx, nil, "", zerolog.Nop())() // no etcd: nothing to wait for
+}

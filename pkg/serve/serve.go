@@ -41,6 +41,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // Options are what Run needs besides the validated configuration.
@@ -271,7 +272,9 @@ func Run(ctx context.Context, o Options) error {
 	go func() { nodeDone <- n.Node.Run(nodeCtx) }() // resigns every term after closing its connection
 	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
+	unlock := declareLock(ctx, o.Etcd, cfg.NATS.Prefix, log)
 	store, err := declare(ctx, nc, cfg.NATS, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
+	unlock()
 	if err == nil {
 		err = n.start(workCtx, &wg, store, backend)
 	}
@@ -306,6 +309,57 @@ func Run(ctx context.Context, o Options) error {
 	}
 	return err
 }
+
+// declareLock takes a cluster-wide lock (an etcd mutex under /botctl/)
+// for the declaration of the JetStream names of prefix, so that nodes
+// starting together declare one after another: on a fresh NATS cluster at
+// replicas 3, three nodes creating the same streams and buckets at once
+// (and turning their direct gets off) took 1.5–2.3 minutes to be ready,
+// their calls timing out against each other (test/load -topology r3), one
+// after another about a second each. The lock is a courtesy, not a
+// guarantee (Declare is idempotent): when etcd does not answer, or the
+// holder takes longer than declareLockWait, the node declares anyway.
+func declareLock(ctx context.Context, cli *clientv3.Client, prefix string, log zerolog.Logger) (unlock func()) {
+	none := func() {}
+	if cli == nil {
+		return none
+	}
+	gctx, cancel := context.WithTimeout(ctx, declareLockWait)
+	defer cancel()
+	lease, err := cli.Grant(gctx, declareLockTTL)
+	if err != nil {
+		log.Debug().Err(err).Msg("declare lock not taken (etcd); declaring without it")
+		return none
+	}
+	sctx, stop := context.WithCancel(ctx)
+	sess, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithContext(sctx))
+	if err != nil {
+		stop()
+		log.Debug().Err(err).Msg("declare lock not taken (etcd); declaring without it")
+		return none
+	}
+	m := concurrency.NewMutex(sess, "/botctl/declare/"+prefix)
+	if err := m.Lock(gctx); err != nil {
+		sess.Close()
+		stop()
+		log.Info().Err(err).Dur("waited", declareLockWait).Msg("declare lock not taken; declaring without it")
+		return none
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		m.Unlock(uctx)
+		cancel()
+		sess.Close() // revokes the lease
+		stop()
+	}
+}
+
+// declareLockWait bounds the wait for the declare lock; declareLockTTL
+// (seconds) is its lease: a node that dies holding it frees it that soon.
+const (
+	declareLockWait = 45 * time.Second
+	declareLockTTL  = 10
+)
 
 // declare declares JetStream's streams and buckets, retrying (with
 // progress in the log) until it succeeds or ctx ends: the node serves in
