@@ -62,8 +62,8 @@ type Config struct {
 	// ConnectWait is how long New waits for the bot's first connection
 	// to the simulator (a cluster just started). Default 15s.
 	ConnectWait time.Duration
-	Incidents *incident.Store
-	Health    natsjs.KeyValue
+	Incidents   *incident.Store
+	Health      natsjs.KeyValue
 	// Nodes lists the registered nodes (kill-leader only).
 	Nodes func(ctx context.Context) ([]node.Info, error)
 	// Interval between user messages. Default 1s.
