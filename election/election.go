@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -114,8 +115,8 @@ func (e *Elector) Campaign(ctx context.Context, opts ...CampaignOption) (*Term, 
 			return nil, stop
 		}
 		e.log.Warn().Err(err).Msg("campaign failed, retrying")
-		if err := sleep(ctx, e.cfg.RetryPeriod); err != nil {
-			return nil, err
+		if !pause.For(ctx, e.cfg.RetryPeriod) {
+			return nil, ctx.Err()
 		}
 	}
 }
@@ -365,15 +366,3 @@ func leaderInfo(kv *mvccpb.KeyValue) LeaderInfo {
 }
 
 func leaseHex(id clientv3.LeaseID) string { return fmt.Sprintf("%x", int64(id)) }
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/pause"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -137,7 +138,7 @@ func (e *Elector) watchPulse(ctx context.Context, own clientv3.LeaseID) {
 	for ctx.Err() == nil {
 		if err := e.watchLeader(ctx, own); err != nil && ctx.Err() == nil {
 			e.log.Debug().Err(err).Msg("watching the leader's pulse failed; retrying")
-			if sleep(ctx, e.cfg.RetryPeriod) != nil {
+			if !pause.For(ctx, e.cfg.RetryPeriod) {
 				return
 			}
 		}

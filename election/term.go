@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -247,7 +248,7 @@ func (t *Term) renew() {
 	cfg := t.e.cfg
 	next := cfg.RenewInterval
 	for {
-		if sleep(t.ctx, next) != nil || t.e.held(t.ctx) != nil {
+		if !pause.For(t.ctx, next) || t.e.held(t.ctx) != nil {
 			return
 		}
 		if t.e.cli.Ctx().Err() != nil {
@@ -307,7 +308,7 @@ func (t *Term) watch(key string, verdict func([]*mvccpb.KeyValue) error) {
 			rev = wr.Header.Revision + 1
 		}
 		cancel()
-		if sleep(t.ctx, t.e.cfg.RetryPeriod) != nil {
+		if !pause.For(t.ctx, t.e.cfg.RetryPeriod) {
 			return
 		}
 		gctx, gcancel := context.WithTimeout(t.ctx, t.e.cfg.RenewDeadline)

@@ -34,6 +34,7 @@ import (
 	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/pause"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -251,7 +252,7 @@ func (d *Drill) readAlerts(ctx context.Context, rounds []Round) {
 	}
 	if wait := time.Until(last.Add(d.cfg.AlertWait)); wait > 0 && d.cfg.AlertWait > 0 {
 		d.logf("waiting %s for the alerts of the last incident (the merge window)", wait.Round(time.Second))
-		sleep(ctx, wait)
+		pause.For(ctx, wait)
 	}
 	for i := range rounds {
 		r := &rounds[i]
@@ -295,7 +296,7 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 	trafficDone := make(chan struct{})
 	go func() { defer close(trafficDone); traffic.run(tctx) }()
 	defer func() { stopTraffic(); <-trafficDone }()
-	if !sleep(ctx, 2*d.cfg.Interval) {
+	if !pause.For(ctx, 2*d.cfg.Interval) {
 		return fail(ctx.Err())
 	}
 
@@ -311,7 +312,7 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 	r.Incident = inc.ID
 	d.logf("round %d: incident %s opened (%s, %s): %s", n, inc.ID, inc.Signal, inc.Level, inc.Reason)
 	if d.cfg.Kind == KindRevoke {
-		if !sleep(ctx, d.cfg.FixAfter) {
+		if !pause.For(ctx, d.cfg.FixAfter) {
 			return fail(ctx.Err())
 		}
 		if err := d.fault(ctx, "restore", 0); err != nil {
@@ -465,7 +466,7 @@ func (d *Drill) waitAnswers(ctx context.Context, sent []sentMsg) []string {
 		if len(lost) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			return lost
 		}
-		sleep(ctx, 2*time.Second)
+		pause.For(ctx, 2*time.Second)
 	}
 }
 
@@ -566,20 +567,9 @@ func poll(ctx context.Context, every time.Duration, cond func() (bool, error)) e
 		if ok {
 			return nil
 		}
-		if !sleep(ctx, every) {
+		if !pause.For(ctx, every) {
 			return ctx.Err()
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/pause"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -74,7 +75,7 @@ func (h *Health) watchMarks(ctx context.Context, kv natsjs.KeyValue) {
 	for ctx.Err() == nil {
 		w, err := kv.Watch(ctx, markPrefix+">")
 		if err != nil {
-			if !sleepCtx(ctx, 2*time.Second) {
+			if !pause.For(ctx, 2*time.Second) {
 				return
 			}
 			continue
@@ -118,15 +119,4 @@ func (h *Health) TakeIncomplete(ctx context.Context, bot, chat string) (string, 
 	var m Mark
 	json.Unmarshal(e.Value(), &m)
 	return m.Why, true
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -58,11 +59,11 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		d := bo.next()
 		n.setState(b.ID, StateBackoff, reason, 0)
 		log.Info().Str("reason", reason).Dur("retry_in", d).Msg("backing off before campaigning again")
-		sleep(ctx, d)
+		pause.For(ctx, d)
 	}
 	// At start, campaign for the node's bots one SpreadDelay apart, so
 	// nodes that start together do not each race for every bot at once.
-	if !sleep(ctx, time.Duration(index)*n.cfg.SpreadDelay) {
+	if !pause.For(ctx, time.Duration(index)*n.cfg.SpreadDelay) {
 		return
 	}
 	for ctx.Err() == nil {
@@ -84,7 +85,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		}
 
 		n.setState(b.ID, StateStandby, "", 0)
-		if k := n.leading(); k > 0 && !sleep(ctx, time.Duration(k)*n.cfg.SpreadDelay) {
+		if k := n.leading(); k > 0 && !pause.For(ctx, time.Duration(k)*n.cfg.SpreadDelay) {
 			return
 		}
 		// stop ends when the node stops or the gate moves: the graceful
@@ -129,7 +130,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 			}
 			log.Error().Str("reason", res.reason).Dur("retry_in", authWait).
 				Msg("bot needs a human: WeCom refused its credentials; fix the secret (retrying will not help)")
-			sleep(ctx, authWait)
+			pause.For(ctx, authWait)
 			authWait = min(2*authWait, n.cfg.AuthBackoffMax)
 			continue
 		}
@@ -402,7 +403,7 @@ func (n *Node) waitGate(ctx context.Context, bot string, rev int64, changed func
 			}
 		}
 		cancel()
-		sleep(ctx, time.Second)
+		pause.For(ctx, time.Second)
 	}
 	return false
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/rs/zerolog"
 )
 
@@ -111,7 +112,7 @@ func (n *Node) kicked(ctx context.Context, bot string, res *leadResult, kicks *f
 	if h := n.cfg.Health; h != nil {
 		h.Conflict(bot, reason)
 	}
-	sleep(ctx, *humanWait)
+	pause.For(ctx, *humanWait)
 	// The kicks are kept: after the wait, one more foreign kick within
 	// the window escalates again (one kick per retry, not KickLimit).
 	*humanWait = min(2**humanWait, n.cfg.AuthBackoffMax)

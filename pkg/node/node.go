@@ -88,6 +88,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -427,7 +428,7 @@ func (n *Node) register(ctx context.Context) {
 				n.etcdError("registry")
 			}
 			n.log.Warn().Err(err).Msg("node registry: grant lease failed; retrying")
-			sleep(ctx, time.Second)
+			pause.For(ctx, time.Second)
 			continue
 		}
 		n.keepRegistered(ctx, key, lease.ID)
@@ -479,16 +480,5 @@ func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.Le
 				return
 			}
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -374,12 +374,3 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 	p.log.Warn().Err(sendErr).Str("task", r.ID).Int("attempt", attempts).Dur("retry_in", backoff).Msg("send failed; will retry")
 	return false, backoff
 }
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}

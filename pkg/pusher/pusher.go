@@ -52,6 +52,7 @@ import (
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/nats-io/nats.go"
@@ -292,7 +293,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 			break
 		}
 		p.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot read task records to rebuild the active set; retrying")
-		sleep(ctx, wait)
+		pause.For(ctx, wait)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -319,7 +320,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 		case <-t.C:
 			p.saveWatermark(ctx)
 		case <-p.wake:
-			sleep(ctx, minScanGap)
+			pause.For(ctx, minScanGap)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -43,7 +44,7 @@ func (p *Pusher) watch(ctx context.Context) {
 		w, err := p.cfg.Store.Output().WatchAll(ctx, opt)
 		if err != nil {
 			p.storeError("output watch", err)
-			sleep(ctx, time.Second)
+			pause.For(ctx, time.Second)
 			continue
 		}
 		for e := range w.Updates() {

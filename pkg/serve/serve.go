@@ -31,6 +31,7 @@ import (
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/recovery"
 	"github.com/botctl/botctl/pkg/redact"
@@ -633,7 +634,7 @@ func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.
 	if err != nil {
 		since = time.Time{} // read again in the loop
 	}
-	if !sleep(ctx, backfillDelay) {
+	if !pause.For(ctx, backfillDelay) {
 		return backfill.Report{}, ctx.Err()
 	}
 	// Up to now: what this term's connection received meanwhile is
@@ -673,7 +674,7 @@ func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.
 			log.Warn().Err(err).Dur("retry_in", wait).Msg("gap backfill failed; retrying")
 			wait = min(2*wait, 30*time.Second)
 		}
-		if !sleep(ctx, wait) {
+		if !pause.For(ctx, wait) {
 			return rep, ctx.Err()
 		}
 	}
@@ -741,17 +742,6 @@ const (
 	backfillPasses = 40
 	backfillRetry  = 15 * time.Second
 )
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // SweepInterval is how often a bot's leader runs the lifecycle's sweep
 // (deadlines, queue messages of finished tasks).

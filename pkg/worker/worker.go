@@ -28,6 +28,7 @@ import (
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -349,7 +350,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() == nil {
 				w.natsError("fetch")
 				w.log.Warn().Err(err).Msg("fetch tasks failed; retrying")
-				sleep(ctx, time.Second)
+				pause.For(ctx, time.Second)
 			}
 			continue
 		}
@@ -489,7 +490,7 @@ func (w *Worker) hold(ctx context.Context, m task.Message, log zerolog.Logger, w
 		w.mu.Unlock()
 	}()
 	for {
-		sleep(ctx, offQueuePoll)
+		pause.For(ctx, offQueuePoll)
 		if ctx.Err() != nil {
 			return result{action: actRetry, err: ctx.Err()} // handed back: the next worker holds it
 		}
@@ -738,7 +739,7 @@ func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string,
 	log.Warn().Err(err).Dur("patience", w.cfg.StorePatience).Msgf("could not %s; retrying while JetStream recovers", what)
 	until := time.Now().Add(w.cfg.StorePatience)
 	for wait := 250 * time.Millisecond; time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
-		sleep(ctx, min(wait, time.Until(until)))
+		pause.For(ctx, min(wait, time.Until(until)))
 		if ctx.Err() != nil {
 			return err
 		}
@@ -846,15 +847,6 @@ func every(ctx context.Context, period time.Duration, fn func(context.Context) b
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // coalescer accumulates deltas and writes the whole text at most once per
