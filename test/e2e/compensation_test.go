@@ -28,23 +28,21 @@ func finals(t *testing.T, c *cluster.Cluster, chat, question string) (int, []clu
 	return n, tr
 }
 
-// An answer that completes while the bot is away is owed by push: after
-// recovery it is replayed exactly once, and the incident counts it.
-func TestOutboundReplayExactlyOnce(t *testing.T) {
-	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "3s"})
-	startNodes(t, c, 2)
-	waitStable(t, c)
-	if _, err := c.PostMessage("b1", "erin", "long one"); err != nil {
+// awayDuringAnswer asks question as user, waits for its receipt, then
+// takes bot b1 away from WeCom for seconds (dropped, reconnection refused)
+// and returns the incident once it has closed: the one incident there is.
+func awayDuringAnswer(t *testing.T, c *cluster.Cluster, user, question string, seconds float64) incident.Incident {
+	t.Helper()
+	if _, err := c.PostMessage("b1", user, question); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "erin's receipt", func() error {
-		if _, tr := finals(t, c, "erin", "long one"); len(tr) < 2 {
+	eventually(t, 30*time.Second, user+"'s receipt", func() error {
+		if _, tr := finals(t, c, user, question); len(tr) < 2 {
 			return fmt.Errorf("transcript %+v", tr)
 		}
 		return nil
 	})
-	// Away for 10 s: the answer completes meanwhile.
-	if err := c.Fault("b1", "refuse_subscribe", 10); err != nil {
+	if err := c.Fault("b1", "refuse_subscribe", seconds); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Fault("b1", "drop", 0); err != nil {
@@ -59,6 +57,17 @@ func TestOutboundReplayExactlyOnce(t *testing.T) {
 		inc = all[0]
 		return nil
 	})
+	return inc
+}
+
+// An answer that completes while the bot is away is owed by push: after
+// recovery it is replayed exactly once, and the incident counts it.
+func TestOutboundReplayExactlyOnce(t *testing.T) {
+	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "3s"})
+	startNodes(t, c, 2)
+	waitStable(t, c)
+	// Away for 10 s: the answer completes meanwhile.
+	inc := awayDuringAnswer(t, c, "erin", "long one", 10)
 	if inc.Replay.Held != 1 || inc.Replay.Replayed != 1 || inc.Replay.DroppedStale != 0 {
 		t.Fatalf("replay %+v, want 1 owed and 1 replayed, none stale (the stream finished while away)", inc.Replay)
 	}
@@ -77,30 +86,7 @@ func TestStaleStreamProgressIsDropped(t *testing.T) {
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "30s"})
 	startNodes(t, c, 1)
 	waitStable(t, c)
-	if _, err := c.PostMessage("b1", "fred", "slow one"); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "fred's receipt", func() error {
-		if _, tr := finals(t, c, "fred", "slow one"); len(tr) < 2 {
-			return fmt.Errorf("transcript %+v", tr)
-		}
-		return nil
-	})
-	if err := c.Fault("b1", "refuse_subscribe", 6); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Fault("b1", "drop", 0); err != nil {
-		t.Fatal(err)
-	}
-	var inc incident.Incident
-	eventually(t, 90*time.Second, "the incident closed", func() error {
-		all := incidents(t, c)
-		if len(all) != 1 || all[0].State != "closed" {
-			return fmt.Errorf("incidents %+v", all)
-		}
-		inc = all[0]
-		return nil
-	})
+	inc := awayDuringAnswer(t, c, "fred", "slow one", 6)
 	if inc.Replay.DroppedStale != 1 || inc.Replay.Held != 0 {
 		t.Fatalf("replay %+v, want 1 stream dropped as stale and nothing owed", inc.Replay)
 	}
