@@ -499,6 +499,7 @@ func (w *Worker) hold(ctx context.Context, m task.Message, log zerolog.Logger, w
 		cancel()
 		switch {
 		case err != nil:
+			w.natsError("hold")
 			log.Debug().Err(err).Msg("held task's record not read; still holding")
 		case r.Exec.Finished():
 			log.Info().Str("exec", string(r.Exec)).Msg("task ended off the queue; acking its queue copy")
