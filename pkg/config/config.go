@@ -75,6 +75,12 @@ type Backfill struct {
 	// (messages per second), so a long gap does not land on the workers
 	// and the pusher at once. Default 20.
 	Rate float64 `yaml:"rate"`
+	// AuditEvery is how often a bot's leader reads the history of the
+	// time since its last read, besides the passes at the start of a term
+	// and after an incident: a connection deaf for less than the silence
+	// alarm takes (a sparse bot's threshold can be minutes) raises no
+	// incident, and what it missed was answered by nobody. Default 1m.
+	AuditEvery time.Duration `yaml:"audit_every"`
 }
 
 // Dispatch is the fallback tiers.
@@ -253,7 +259,7 @@ func Defaults() Config {
 		WeCom:   WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second, PulseInterval: time.Second, PulseTimeout: 3 * time.Second,
 			KickLimit: 3, KickWindow: 10 * time.Minute},
-		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20},
+		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20, AuditEvery: time.Minute},
 		Worker:   Worker{Slots: worker.DefaultSlots, LeaderSlots: worker.DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI:       ai.Config{Kind: ai.KindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,

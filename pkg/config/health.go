@@ -81,6 +81,7 @@ func boolean(f func(*Config) *bool) func(*Config, string) error {
 }
 
 var healthKeys = []Key{
+	{Name: "backfill.audit_every", Flag: "backfill-audit-every", Usage: "how often a leader reads the history since its last read for messages no connection got", set: dur(func(c *Config) *time.Duration { return &c.Backfill.AuditEvery })},
 	{Name: "backfill.rate", Flag: "backfill-rate", Usage: "missed messages a backfill pass hands to compute per second", set: float(func(c *Config) *float64 { return &c.Backfill.Rate })},
 	{Name: "push.replay_expiry", Flag: "push-replay-expiry", Usage: "an answer owed by push this long after it was computed is not sent late (a person is told)", set: dur(func(c *Config) *time.Duration { return &c.Push.ReplayExpiry })},
 	{Name: "health.record_interval", Flag: "health-record-interval", Usage: "how often the leader writes its bot's health timestamps", set: dur(func(c *Config) *time.Duration { return &c.Health.RecordInterval })},
@@ -111,6 +112,7 @@ func (c *Config) validateHealth(bad func(key, format string, args ...any)) {
 	}
 	h, r := c.Health, c.Recovery
 	positive("push.replay_expiry", c.Push.ReplayExpiry)
+	positive("backfill.audit_every", c.Backfill.AuditEvery)
 	if c.Backfill.Rate <= 0 {
 		bad("backfill.rate", "must be positive (messages per second), got %g", c.Backfill.Rate)
 	}

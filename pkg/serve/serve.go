@@ -598,6 +598,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	}()
 	var wg sync.WaitGroup
 	wg.Go(func() { n.sweep(ctx, term.Bot, log) })
+	wg.Go(func() { n.audit(ctx, term, log) })
 	if err := p.Run(ctx); err != nil {
 		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
 	}
@@ -679,6 +680,55 @@ func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.
 		}
 	}
 }
+
+// audit reads term's bot's history every Backfill.AuditEvery while the
+// term lasts, from where its last read ended (less the overlap) to
+// auditLag before now, and answers what no connection got, late
+// (backfill.Run: what was handled is known and skipped). The passes at a
+// term's start and after an incident cover outages; this one covers a
+// connection deaf for less time than the silence alarm takes, which opens
+// no incident: with answers of 5–60 s a bot's traffic was sparse enough
+// that a 30 s silence stayed under the threshold, and the messages WeCom
+// kept in those 30 s were answered by nobody (chaos sim-silence). A
+// window with messages deferred (their conversation busy) or beyond the
+// budget is read again next time, up to auditMaxWindow back.
+func (n *Node) audit(ctx context.Context, term *election.Term, log zerolog.Logger) {
+	if n.history == nil {
+		return
+	}
+	select {
+	case <-n.ready:
+	case <-ctx.Done():
+		return
+	}
+	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
+		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
+	from := time.Now() // the term's first pass reads what came before
+	for pause.For(ctx, n.cfg.Backfill.AuditEvery) {
+		until := time.Now().Add(-auditLag)
+		rep, err := backfill.Run(ctx, cfg, term.Bot, from.Add(-cfg.Overlap), until)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Msg("history audit failed; the next one reads this window again")
+			}
+			continue
+		case rep.Filled > 0 || rep.Deferred > 0 || rep.NotFilled > 0:
+			log.Warn().Interface("backfill", rep).Msg("history audit: messages no connection got (answered late)")
+		}
+		if (rep.Deferred == 0 && rep.NotFilled == 0) || until.Sub(from) > auditMaxWindow {
+			from = until
+		}
+	}
+}
+
+// auditLag keeps the history audit off the newest messages, which may
+// still be on their way through the connection; auditMaxWindow is how far
+// back a window with messages deferred is read again.
+const (
+	auditLag       = 10 * time.Second
+	auditMaxWindow = 10 * time.Minute
+)
 
 // missed counts bot's messages in the history created in [since, until)
 // that were never handled (the health monitor's check of a silence).
