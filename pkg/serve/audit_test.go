@@ -1,14 +1,11 @@
 package serve
 
 import (
-	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/pkg/wecomsim"
-	"github.com/rs/zerolog"
 )
 
 // A connection deaf for a few seconds, too few for a silence alarm (a
@@ -18,23 +15,10 @@ import (
 // sim-silence, with answers of 5–60 s). The audit finds them in the
 // history and answers them, late.
 func TestHistoryAuditAnswersWhatADeafConnectionMissed(t *testing.T) {
-	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
-	if err := sim.AddBot("b1", "s1"); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go sim.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		sim.Shutdown(ctx)
-	})
+	sim, addr := startSimServer(t)
 	e, ns := startEtcd(t), startNATS(t)
-	cfg := nodeConfig(t, "ws://"+ln.Addr().String()+"/", e, ns.ClientURL())
-	cfg.Backfill.HistoryURL = "http://" + ln.Addr().String()
+	cfg := nodeConfig(t, "ws://"+addr+"/", e, ns.ClientURL())
+	cfg.Backfill.HistoryURL = "http://" + addr
 	cfg.Backfill.AuditEvery = 2 * time.Second
 	cfg.AI.Demo.AnswerTime = 200 * time.Millisecond
 	if _, err := startNode(t, cfg); err != nil {

@@ -48,6 +48,14 @@ func startNATS(t *testing.T) *infra.NATS {
 // its ws:// URL.
 func startSim(t *testing.T) string {
 	t.Helper()
+	_, addr := startSimServer(t)
+	return "ws://" + addr + "/"
+}
+
+// startSimServer starts a WeCom simulator with bot b1 (secret s1) and
+// returns it with its HOST:PORT (WebSocket and control API).
+func startSimServer(t *testing.T) (*wecomsim.Server, string) {
+	t.Helper()
 	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
 	if err := sim.AddBot("b1", "s1"); err != nil {
 		t.Fatal(err)
@@ -62,7 +70,7 @@ func startSim(t *testing.T) string {
 		defer cancel()
 		sim.Shutdown(ctx)
 	})
-	return "ws://" + ln.Addr().String() + "/"
+	return sim, ln.Addr().String()
 }
 
 // nodeConfig is node n1's configuration for bot b1 on the simulator at

@@ -159,17 +159,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 // (a process per look) on a shared machine.
 func poll(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v: %v", what, timeout, err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	eventuallyEvery(t, timeout, 300*time.Millisecond, what, cond)
 }
 
 // A flapping bot, to the simulator's group robot: 8 drops, each after the

@@ -28,6 +28,27 @@ func finals(t *testing.T, c *cluster.Cluster, chat, question string) (int, []clu
 	return n, tr
 }
 
+// toldIncomplete waits for the answer to question in chat and checks that
+// it tells the user the conversation may be incomplete.
+func toldIncomplete(t *testing.T, c *cluster.Cluster, chat, question string) {
+	t.Helper()
+	eventually(t, 60*time.Second, chat+" told", func() error {
+		n, tr := finals(t, c, chat, question)
+		if n == 0 {
+			return fmt.Errorf("no answer yet: %+v", tr)
+		}
+		for _, e := range tr {
+			if e.From == "bot" && (e.Finished || e.Kind == "markdown") && strings.Contains(e.Content, "You asked: "+question) {
+				if !strings.Contains(e.Content, "可能未被处理") {
+					t.Fatalf("the answer does not tell the user: %q", e.Content)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no final")
+	})
+}
+
 // awayDuringAnswer asks question as user, waits for its receipt, then
 // takes bot b1 away from WeCom for seconds (dropped, reconnection refused)
 // and returns the incident once it has closed: the one incident there is.
@@ -144,21 +165,7 @@ func TestBackfillBudgetSpentMarksAndTells(t *testing.T) {
 	if _, err := c.PostMessage("b1", marked, "hello again"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the marked user told", func() error {
-		n, tr := finals(t, c, marked, "hello again")
-		if n == 0 {
-			return fmt.Errorf("no answer yet: %+v", tr)
-		}
-		for _, e := range tr {
-			if e.From == "bot" && (e.Finished || e.Kind == "markdown") && strings.Contains(e.Content, "You asked: hello again") {
-				if !strings.Contains(e.Content, "可能未被处理") {
-					t.Fatalf("the answer does not tell the user: %q", e.Content)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("no final")
-	})
+	toldIncomplete(t, c, marked, "hello again")
 	// Told once: the mark is gone.
 	raw, err := c.Status(ctxTimeout(t, 15*time.Second))
 	if err != nil {
@@ -285,19 +292,5 @@ func TestNoHistorySourcePagesAndTells(t *testing.T) {
 	if _, err := c.PostMessage("b1", "u1", "hello again"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "u1 told", func() error {
-		n, tr := finals(t, c, "u1", "hello again")
-		if n == 0 {
-			return fmt.Errorf("no answer yet: %+v", tr)
-		}
-		for _, e := range tr {
-			if e.From == "bot" && (e.Finished || e.Kind == "markdown") && strings.Contains(e.Content, "You asked: hello again") {
-				if !strings.Contains(e.Content, "可能未被处理") {
-					t.Fatalf("the answer does not tell the user: %q", e.Content)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("no final")
-	})
+	toldIncomplete(t, c, "u1", "hello again")
 }

@@ -120,6 +120,13 @@ func requireNoKicks(t *testing.T, c *cluster.Cluster, bots ...string) {
 // eventually polls cond every 20ms until it returns nil or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
+	eventuallyEvery(t, timeout, 20*time.Millisecond, what, cond)
+}
+
+// eventuallyEvery polls cond every pace until it returns nil or timeout
+// passes.
+func eventuallyEvery(t *testing.T, timeout, pace time.Duration, what string, cond func() error) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		err := cond()
@@ -129,7 +136,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not true within %v: %v", what, timeout, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pace)
 	}
 }
 
