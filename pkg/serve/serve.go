@@ -609,6 +609,14 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 // handled (and recorded) before the gap backfill looks for what is missing.
 const backfillDelay = 3 * time.Second
 
+// backfillConfig is the gap backfill's configuration on this node: its
+// history source, the backfill keys, and the inbound path that knows what
+// was handled and answers what was not.
+func (n *Node) backfillConfig(log zerolog.Logger) backfill.Config {
+	return backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
+		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
+}
+
 // backfillPass runs the gap backfill of term's bot once (the health
 // monitor calls it at the start of every term, and when a silent
 // connection delivers again): messages sent while no node held the
@@ -626,8 +634,7 @@ func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.
 	case <-ctx.Done():
 		return backfill.Report{}, ctx.Err()
 	}
-	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
-		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
+	cfg := n.backfillConfig(log)
 	// Where the gap starts is read now, before this connection's own
 	// traffic moves the watermark: read after the delay, a gap longer than
 	// the overlap lost its older part (found by the 2-minute gap drill).
@@ -701,8 +708,7 @@ func (n *Node) audit(ctx context.Context, term *election.Term, log zerolog.Logge
 	case <-ctx.Done():
 		return
 	}
-	cfg := backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
-		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
+	cfg := n.backfillConfig(log)
 	from := time.Now() // the term's first pass reads what came before
 	for pause.For(ctx, n.cfg.Backfill.AuditEvery) {
 		until := time.Now().Add(-auditLag)
