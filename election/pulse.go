@@ -276,7 +276,10 @@ func (e *Elector) confirmAndDepose(ctx context.Context, leader *mvccpb.KeyValue,
 	// answer is waited for up to the TTL, not the pulse timeout: the
 	// compares make a late commit as safe as a prompt one, and a client
 	// that gave up on a commit etcd applied would not know it deposed.
-	dctx, cancel := context.WithTimeout(ctx, e.cfg.TTL)
+	// Nor does ctx end it: this node's own campaign sees the key go and
+	// wins, which ends ctx, sometimes before the commit's answer is back
+	// (the deposition then went uncounted: TestHungLeaderIsDeposed).
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TTL)
 	defer cancel()
 	d, err := e.cli.Txn(dctx).If(
 		clientv3.Compare(clientv3.CreateRevision(string(leader.Key)), "=", leader.CreateRevision),
