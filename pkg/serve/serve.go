@@ -710,7 +710,8 @@ func (n *Node) audit(ctx context.Context, term *election.Term, log zerolog.Logge
 	}
 	cfg := n.backfillConfig(log)
 	from := time.Now() // the term's first pass reads what came before
-	for pause.For(ctx, n.cfg.Backfill.AuditEvery) {
+	for wait := n.cfg.Backfill.AuditEvery; pause.For(ctx, wait); {
+		wait = n.cfg.Backfill.AuditEvery
 		until := time.Now().Add(-auditLag)
 		rep, err := backfill.Run(ctx, cfg, term.Bot, from.Add(-cfg.Overlap), until)
 		switch {
@@ -721,6 +722,14 @@ func (n *Node) audit(ctx context.Context, term *election.Term, log zerolog.Logge
 			continue
 		case rep.Filled > 0 || rep.Deferred > 0 || rep.NotFilled > 0:
 			log.Warn().Interface("backfill", rep).Msg("history audit: messages no connection got (answered late)")
+		}
+		if rep.Deferred > 0 {
+			// Missed messages wait for their conversation, busy with the
+			// previous missed one: read again as soon as the backfill's
+			// own passes would, not a whole period later (sim-silence:
+			// several missed messages of one conversation are answered one
+			// backfillRetry apart, not one audit apart).
+			wait = min(wait, backfillRetry)
 		}
 		if (rep.Deferred == 0 && rep.NotFilled == 0) || until.Sub(from) > auditMaxWindow {
 			from = until
