@@ -42,6 +42,11 @@ func TestChaosSmoke(t *testing.T) {
 	}
 	md, _ := os.ReadFile(out)
 	t.Logf("report (%s):\n%s", out, md)
+	for _, r := range rep.Rounds {
+		for _, ev := range r.Evidence {
+			t.Logf("%s", ev)
+		}
+	}
 	if rep.Failed() {
 		t.Errorf("chaos smoke: invariants broken or the run failed; see the report above")
 	}

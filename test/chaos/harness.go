@@ -340,6 +340,10 @@ type RoundResult struct {
 	// backfill before the end of the run (late, but not lost).
 	AnsweredAfter int
 	Notes         []string
+	// Evidence is what botctl logged about each broken message (filled
+	// when the round failed): the smoke test prints it last, where a CI
+	// excerpt of the output's tail still shows it.
+	Evidence []string
 	// ExpectFailed are msgids the fault made impossible to answer (every
 	// delivery killed): one failure notice is their correct answer.
 	ExpectFailed map[string]bool
@@ -454,9 +458,12 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		// What botctl logged about each broken message: the work dir is
 		// gone after a CI run, this output is not.
 		for _, v := range r.Violations {
+			ev := fmt.Sprintf("%s %s %s (task %s): no log line names it", label, v.Invariant, v.MsgID, task.ID(bot, v.MsgID))
 			if lines := mentions(dump, v.MsgID, task.ID(bot, v.MsgID)); lines != "" {
-				cfg.Logf("%s %s %s: log lines naming it:\n%s", label, v.Invariant, v.MsgID, lines)
+				ev = fmt.Sprintf("%s %s %s: log lines naming it:\n%s", label, v.Invariant, v.MsgID, lines)
 			}
+			r.Evidence = append(r.Evidence, ev)
+			cfg.Logf("%s", ev)
 		}
 	}
 	return r
