@@ -101,6 +101,7 @@ type Harness struct {
 	Traffic *Traffic
 	nodeIDs []string
 	links   map[string]*NodeLinks // node id → its proxies
+	logDir  string                // every process's whole log
 }
 
 // NodeLinks are one node's fault proxies: one per etcd member and one per
@@ -192,7 +193,12 @@ func Start(cfg Config) (*Harness, error) {
 		return h, err
 	}
 	cfg.Logf("starting %d etcd members and %d NATS servers", nodeCount, nodeCount)
-	h.Infra, err = infracluster.Start(infracluster.Options{Bin: infraBin, Dir: filepath.Join(dir, "infra"), Size: nodeCount, Timeout: 2 * time.Minute})
+	logDir := filepath.Join(dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return h, err
+	}
+	h.logDir = logDir
+	h.Infra, err = infracluster.Start(infracluster.Options{Bin: infraBin, Dir: filepath.Join(dir, "infra"), Size: nodeCount, Timeout: 2 * time.Minute, LogDir: logDir})
 	if err != nil {
 		return h, err
 	}
@@ -201,6 +207,7 @@ func Start(cfg Config) (*Harness, error) {
 		StartTimeout: 90 * time.Second,
 		External:     &cluster.External{EtcdURLs: h.Infra.EtcdURLs(), NATSURL: h.Infra.NATSURLs()},
 		NodeArgs:     nodeArgs(cfg),
+		LogDir:       logDir,
 	})
 	if err != nil {
 		return h, err
@@ -235,7 +242,9 @@ func nodeArgs(cfg Config) []string {
 	if cfg.AnswerTimeMax > cfg.AnswerTime {
 		args = append(args, "--demo-answer-time-max", cfg.AnswerTimeMax.String())
 	}
-	return append(args, "--nats-replicas", "3", "--health-silence-min-watched", silenceMinWatched.String())
+	// Debug: a broken message is traced through every step (the log
+	// files in the work dir's logs/, grepped for it when a round fails).
+	return append(args, "--nats-replicas", "3", "--health-silence-min-watched", silenceMinWatched.String(), "--log-level", "debug")
 }
 
 const silenceMinWatched = time.Minute
@@ -459,7 +468,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		// gone after a CI run, this output is not.
 		for _, v := range r.Violations {
 			ev := fmt.Sprintf("%s %s %s (task %s): no log line names it", label, v.Invariant, v.MsgID, task.ID(bot, v.MsgID))
-			if lines := mentions(dump, v.MsgID, task.ID(bot, v.MsgID)); lines != "" {
+			if lines := mentions(h.logs(dump), v.MsgID, task.ID(bot, v.MsgID)); lines != "" {
 				ev = fmt.Sprintf("%s %s %s: log lines naming it:\n%s", label, v.Invariant, v.MsgID, lines)
 			}
 			r.Evidence = append(r.Evidence, ev)
@@ -469,7 +478,30 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	return r
 }
 
-// mentions returns the lines of logs naming any of ids (at most 20, ANSI
+// logs is every process's whole log (the files in logs/, each line after
+// its file's name), or dump when there are none.
+func (h *Harness) logs(dump string) string {
+	files, _ := filepath.Glob(filepath.Join(h.logDir, "*.log"))
+	if len(files) == 0 {
+		return dump
+	}
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".log")
+		for _, line := range strings.Split(string(data), "\n") {
+			if line != "" {
+				b.WriteString(name + ": " + line + "\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+// mentions returns the lines of logs naming any of ids (at most 40, ANSI
 // colours removed).
 func mentions(logs string, ids ...string) string {
 	var out []string
@@ -480,7 +512,7 @@ func mentions(logs string, ids ...string) string {
 				break
 			}
 		}
-		if len(out) == 20 {
+		if len(out) == 40 {
 			break
 		}
 	}

@@ -60,12 +60,16 @@ type Options struct {
 	// a power cut would), and members on one shared disk commit much
 	// faster. Turn it on where etcd's cost is measured.
 	EtcdFsync bool
+	// LogDir, if set, gets every member's whole stderr (cluster.LogFileName
+	// of its process name, appended across restarts).
+	LogDir string
 }
 
 // Infra is an etcd cluster and a NATS cluster with JetStream, each member
 // an infranode process.
 type Infra struct {
 	bin  string
+	opts Options
 	Etcd []*Member
 	NATS []*Member
 
@@ -83,7 +87,7 @@ func Start(o Options) (*Infra, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Minute
 	}
-	in := &Infra{bin: o.Bin}
+	in := &Infra{bin: o.Bin, opts: o}
 	if o.Bin == "" || o.Dir == "" {
 		return in, fmt.Errorf("infracluster: Options.Bin and Options.Dir are required")
 	}
@@ -131,7 +135,11 @@ func Start(o Options) (*Infra, error) {
 }
 
 func (in *Infra) startMember(m *Member) error {
-	p, err := cluster.StartProc("infra "+m.Name, in.bin, m.Args, cluster.StartOptions{})
+	o := cluster.StartOptions{}
+	if in.opts.LogDir != "" {
+		o.LogFile = filepath.Join(in.opts.LogDir, cluster.LogFileName("infra "+m.Name))
+	}
+	p, err := cluster.StartProc("infra "+m.Name, in.bin, m.Args, o)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,9 @@ type Options struct {
 	NodeArgs []string
 	// StartTimeout bounds waiting for each process's ready line. Default 30s.
 	StartTimeout time.Duration
+	// LogDir, if set, gets every process's whole stderr, one file per
+	// process name (<name>.log, appended across restarts).
+	LogDir string
 	// External, if set, is shared state already running (e.g. an etcd and
 	// a NATS cluster started by test/chaos): Start then runs no `botctl
 	// infra`, only the simulator.
@@ -172,6 +175,9 @@ func (c *Cluster) start(name string, args []string, o StartOptions) (*Proc, erro
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, errors.New("cluster closed")
+	}
+	if c.Opts.LogDir != "" && o.LogFile == "" {
+		o.LogFile = filepath.Join(c.Opts.LogDir, LogFileName(name))
 	}
 	p, err := StartProc(name, c.Opts.Bin, args, o)
 	if err != nil {
@@ -645,4 +651,15 @@ func (c *Cluster) Fault(bot, action string, seconds float64) error {
 		return fmt.Errorf("POST /control/faults: %s: %s", resp.Status, data)
 	}
 	return nil
+}
+
+// LogFileName is the log file of a process named name: what a file name
+// cannot hold replaced.
+func LogFileName(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' || r == os.PathSeparator {
+			return '_'
+		}
+		return r
+	}, name) + ".log"
 }

@@ -93,6 +93,9 @@ type StartOptions struct {
 	// read, on the reading goroutine (keep it quick).
 	OnStderr func(Line)
 	Env      []string // added to the environment
+	// LogFile, if set, gets every stderr line (appended, with the time it
+	// was read): the whole log, where the Proc keeps only the newest.
+	LogFile string
 }
 
 // StartProc runs bin with args in its own process group.
@@ -113,10 +116,31 @@ func StartProc(name, bin string, args []string, o StartOptions) (*Proc, error) {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p.cmd = cmd
+	hook := o.OnStderr
+	var logFile *os.File
+	if o.LogFile != "" {
+		if logFile, err = os.OpenFile(o.LogFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+			return nil, fmt.Errorf("%s: log file: %w", name, err)
+		}
+		w := bufio.NewWriter(logFile)
+		hook = func(l Line) {
+			fmt.Fprintf(w, "%s %s\n", l.At.UTC().Format("15:04:05.000"), l.Text)
+			w.Flush()
+			if o.OnStderr != nil {
+				o.OnStderr(l)
+			}
+		}
+	}
 	var readers sync.WaitGroup
 	readers.Add(2)
 	go func() { defer readers.Done(); p.read(stdout, &p.stdout, nil, 0) }()
-	go func() { defer readers.Done(); p.read(stderr, &p.stderr, o.OnStderr, maxStderr) }()
+	go func() {
+		defer readers.Done()
+		p.read(stderr, &p.stderr, hook, maxStderr)
+		if logFile != nil {
+			logFile.Close()
+		}
+	}()
 	go func() {
 		readers.Wait() // Wait must not run before the pipes are drained
 		err := cmd.Wait()
