@@ -447,6 +447,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		return
 	case out.Duplicate:
 		a.count(func(s *Stats) { s.Duplicates++ })
+		log.Debug().Msg("duplicate callback (the queue had its msgid)")
 		a.handled(term.Bot, created)
 		return
 	}

@@ -335,6 +335,7 @@ func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string
 		return false, time.Second
 	}
 	p.count(func(s *Stats) { s.Delivered++ })
+	p.log.Debug().Str("task", r.ID).Str("why", why).Int("parts", parts).Msg("delivered")
 	return true, 0
 }
 
