@@ -416,7 +416,11 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 
 	// Answers owed for this round's messages may still be streaming.
 	msgs := h.Traffic.Messages(label)
-	deadline := time.Now().Add(cfg.Settle)
+	settle := cfg.Settle
+	if s.Settle != nil {
+		settle = s.Settle(&cfg)
+	}
+	deadline := time.Now().Add(settle)
 	for !allAnswered(h.C, bot, msgs) && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 	}

@@ -213,7 +213,11 @@ func (rep *Report) Markdown(w io.Writer) {
 	}
 	for _, s := range Scenarios {
 		if ran[s.Name] {
-			fmt.Fprintf(w, "| %s | %s | %v | %s |\n", s.Name, s.Family, s.Smoke, mdEscape(s.Doc))
+			doc := s.Doc
+			if s.Settle != nil {
+				doc += fmt.Sprintf(" (answers may take %s after traffic stops)", s.Settle(&cfg))
+			}
+			fmt.Fprintf(w, "| %s | %s | %v | %s |\n", s.Name, s.Family, s.Smoke, mdEscape(doc))
 		}
 	}
 

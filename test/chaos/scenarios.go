@@ -27,7 +27,11 @@ type Scenario struct {
 	// fault itself makes unavoidable (a frozen leader cannot close its
 	// socket before the new one subscribes); more are ping-pong.
 	Kicks int64
-	Fault func(h *Harness, r *RoundResult) error
+	// Settle, if set, is how long this scenario's answers may take after
+	// traffic stops, instead of Config.Settle: a fault whose messages are
+	// owed late answers (the history audit's) needs longer than one answer.
+	Settle func(c *Config) time.Duration
+	Fault  func(h *Harness, r *RoundResult) error
 }
 
 // Fault families.
@@ -164,6 +168,11 @@ var Scenarios = []Scenario{
 	{
 		Name: "sim-silence", Family: FamWeCom,
 		Doc: "the simulator delivers no callback for 30 s (WeCom keeps them in its history: the backfill owes each an answer or a \"may be incomplete\" mark)",
+		// The history audit finds the missed messages up to one period
+		// (1m) after the silence, and answers a conversation's several
+		// missed ones one after another (a busy one is read again 15 s
+		// later): two answers, two waits, then the usual margin.
+		Settle: func(c *Config) time.Duration { return c.Settle + 2*c.longest() + 90*time.Second },
 		Fault: func(h *Harness, r *RoundResult) error {
 			if err := h.simFault("silence", 30); err != nil {
 				return err
