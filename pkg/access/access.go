@@ -29,6 +29,7 @@ import (
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -103,8 +104,9 @@ type Config struct {
 	// start of the message's handling to WeCom's ack of the receipt frame
 	// (metrics; must not block).
 	Receipted func(bot string, d time.Duration)
-	// Dispatched, if set, learns of each task handed to compute (the
-	// pusher's fast path; its scan would find it anyway).
+	// Dispatched, if set, learns of each task handed to compute, and of
+	// each busy refusal recorded for later (the pusher's fast path; its
+	// resync of the pending index finds them within a minute otherwise).
 	Dispatched func(bot, taskID string)
 	// Lifecycle records tasks. Default: one on Store.
 	Lifecycle *task.Lifecycle
@@ -357,13 +359,12 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	// is not sent: it would spend the quota the running task's final
 	// frame needs (a user who sends many messages at once gets the answer
 	// first, not a wall of "please wait").
-	reply := func(text string) bool {
-		if a.cfg.Budget != nil && !a.cfg.Budget(term.Bot).Take(chat, ReplyReserve) {
-			a.count(func(s *Stats) { s.Suppressed++ })
-			log.Info().Str("chat", chat).Msg("reply held back: the conversation's send budget is reserved for its answer")
-			return false
-		}
-		err := c.ReplyStream(ctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
+	send := func(text string) {
+		// Its own wait, as the receipt's: what came before (JetStream
+		// retries) may have spent the handling's.
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+		defer scancel()
+		err := c.ReplyStream(sctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
 		if err != nil {
 			var refused *wecom.AckError
 			if a.cfg.Budget != nil && errors.As(err, &refused) && !errors.Is(err, wecom.ErrAckUnknown) {
@@ -371,7 +372,25 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			}
 			log.Warn().Err(err).Msg("reply failed")
 		}
+	}
+	reply := func(text string) bool {
+		if a.cfg.Budget != nil && !a.cfg.Budget(term.Bot).Take(chat, ReplyReserve) {
+			a.count(func(s *Stats) { s.Suppressed++ })
+			log.Info().Str("chat", chat).Msg("reply held back: the conversation's send budget is reserved for its answer")
+			return false
+		}
+		send(text)
 		return true
+	}
+	// replyAnyway sends text whatever the budget says (counted in it): an
+	// answer nothing will send later. Over botctl's own budget is not over
+	// WeCom's quota, which the budget keeps a margin under; a message that
+	// gets no reply at all is worse than a tighter margin.
+	replyAnyway := func(text string) {
+		if a.cfg.Budget != nil {
+			a.cfg.Budget(term.Bot).Record(chat)
+		}
+		send(text)
 	}
 	// answered replies to a message that needs no task, and remembers it
 	// was handled (the gap backfill must not answer it again).
@@ -428,7 +447,8 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	case err != nil:
 		a.count(func(s *Stats) { s.Failed++ })
 		log.Error().Err(err).Msg("dispatch failed")
-		reply("抱歉，系统暂时无法处理你的问题，请稍后再试。")
+		// Nothing else will answer it: not held back by the budget.
+		replyAnyway("抱歉，系统暂时无法处理你的问题，请稍后再试。")
 		return
 	case out.Busy:
 		a.count(func(s *Stats) { s.Busy++ })
@@ -440,10 +460,19 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		// recorded as a task refused busy, the pusher replies to it once,
 		// paced under the quota like any final frame.
 		if err := a.refuseLater(ctx, js, rec); err != nil {
-			log.Error().Err(err).Msg("busy refusal held back and not recorded; the user gets no answer to this message")
+			// Not recorded (JetStream down or electing a stream leader
+			// for longer than the patience): nothing would ever send it,
+			// so it goes now, over the budget (found by chaos
+			// kill-nats-server: three such refusals were lost).
+			log.Warn().Err(err).Msg("busy refusal held back but not recorded; sent now, over the send budget")
+			replyAnyway(a.cfg.Texts.Busy)
+			a.markSeen(ctx, js, term.Bot, m.MsgID, created)
 			return
 		}
 		a.handled(term.Bot, created)
+		if a.cfg.Dispatched != nil {
+			a.cfg.Dispatched(term.Bot, id) // the pusher steps it now, not at its next resync
+		}
 		return
 	case out.Duplicate:
 		a.count(func(s *Stats) { s.Duplicates++ })
@@ -497,15 +526,32 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 // the busy reply the budget held back, which the pusher then sends once,
 // as the final frame of rec's own stream (or a push quoting its question
 // after a handover). Nothing runs it: it never enters the queue.
+//
+// JetStream may be electing a stream leader (a NATS server just died):
+// the write is tried again for up to refusePatience before giving up.
 func (a *Access) refuseLater(ctx context.Context, js *bound, rec *task.Record) error {
 	if js == nil {
 		return errors.New("JetStream not reachable")
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
-	defer cancel()
-	_, err := js.lc.Refused(ctx, task.MessageOf(rec), "busy: the conversation's earlier question was still being answered; the reply waited for the send budget", true)
-	return err
+	const why = "busy: the conversation's earlier question was still being answered; the reply waited for the send budget"
+	ctx = context.WithoutCancel(ctx)
+	until := time.Now().Add(refusePatience) // wall time: cfg.Now may be a test's clock
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 4*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+		_, err := js.lc.Refused(tctx, task.MessageOf(rec), why, true)
+		cancel()
+		if err == nil || !time.Now().Add(wait).Before(until) {
+			return err
+		}
+		a.log.Debug().Err(err).Str("task", rec.ID).Dur("retry_in", wait).Msg("busy refusal not recorded yet; retrying")
+		pause.For(ctx, wait)
+	}
 }
+
+// refusePatience is how long refuseLater keeps trying: longer than a
+// JetStream stream leader election (seconds), short enough that a user
+// whose refusal cannot be recorded still gets it soon.
+const refusePatience = 20 * time.Second
 
 // allowed applies the allowlist to a message of user in chat.
 func (a *Access) allowed(user, chat, chatType string) bool {

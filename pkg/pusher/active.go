@@ -86,6 +86,38 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 	return nil
 }
 
+// resync adds to the active set every task the pending index names that
+// it lacks: one whose only announcement was lost (a core NATS notice sent
+// while the connection was reconnecting, a refusal recorded with no output
+// to watch). Without it such a task waited for the next term's rebuild:
+// the user got nothing meanwhile. Records are read by the steps, not here.
+func (p *Pusher) resync(ctx context.Context) {
+	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
+	if err != nil {
+		p.storeError("record read", err)
+		return
+	}
+	var missing []string
+	p.mu.Lock()
+	for _, id := range ids {
+		if p.active[id] == nil {
+			missing = append(missing, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range missing {
+		p.Notify(id)
+	}
+	if len(missing) > 0 {
+		p.count(func(s *Stats) { s.Resynced += int64(len(missing)) })
+		p.log.Info().Int("tasks", len(missing)).Msg("pending tasks found by the resync (their announcement was lost)")
+	}
+}
+
+// ResyncEvery is how often the pusher reads the pending index for tasks
+// it was never told of.
+const ResyncEvery = time.Minute
+
 func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) {
 	now := p.cfg.Now()
 	p.mu.Lock()

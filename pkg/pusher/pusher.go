@@ -77,6 +77,9 @@ type Config struct {
 	Budget *pace.Budget
 	// ScanInterval is the period of the scan of active tasks. Default 1s.
 	ScanInterval time.Duration
+	// ResyncEvery is the period of the pending index read that finds
+	// tasks whose announcement was lost. Default ResyncEvery (1m).
+	ResyncEvery time.Duration
 	// Heartbeat: when nothing new has been shown for this long, the user
 	// sees the content so far with a status line. Default 20s.
 	Heartbeat time.Duration
@@ -139,6 +142,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 	def(&c.ScanInterval, time.Second)
+	def(&c.ResyncEvery, ResyncEvery)
 	def(&c.Heartbeat, 20*time.Second)
 	def(&c.StreamWindow, 6*time.Minute)
 	def(&c.Margin, 30*time.Second)
@@ -198,6 +202,7 @@ type Stats struct {
 	Stalled    int64 `json:"stalled"`   // steps deferred while the connection's acks were overdue
 	Active     int   `json:"active"`    // tasks being delivered now
 	RebuiltNum int   `json:"rebuilt"`   // active tasks found at term start
+	Resynced   int64 `json:"resynced"`  // pending tasks found by the resync, never announced to this pusher
 }
 
 // Pusher delivers one bot's answers during one term.
@@ -312,11 +317,15 @@ func (p *Pusher) Run(ctx context.Context) error {
 	sem := make(chan struct{}, p.cfg.Parallel)
 	t := time.NewTicker(p.cfg.ScanInterval)
 	defer t.Stop()
+	resync := time.NewTicker(p.cfg.ResyncEvery)
+	defer resync.Stop()
 	for {
 		p.scan(ctx, &wg, sem)
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-resync.C:
+			p.resync(ctx)
 		case <-t.C:
 			p.saveWatermark(ctx)
 		case <-p.wake:

@@ -568,6 +568,25 @@ func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
 	}
 }
 
+// A task nobody announced to the pusher (the core NATS notice lost while
+// the connection reconnected; a refusal has no output to watch) is found
+// by the resync of the pending index and delivered, in this term.
+func TestResyncFindsATaskNeverAnnounced(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{ResyncEvery: 300 * time.Millisecond, BusyNote: "BUSY: ask again later"})
+	p := r.p
+	r.p = nil // ask tells the pusher when it runs: not this time
+	rec := r.ask("alice", "never announced")
+	r.p = p
+	if _, err := r.lc.Quiet().Refused(context.Background(), task.MessageOf(rec), "busy: the earlier question was still running", true); err != nil {
+		t.Fatal(err)
+	}
+	r.waitDelivery(rec.ID, task.Delivered)
+	if n := r.p.Stats().Resynced; n != 1 {
+		t.Fatalf("resynced %d, want 1", n)
+	}
+}
+
 // No frame goes into a link whose acks are overdue: WeCom may apply a
 // frame it never acks, so a final frame sent then has an unknown outcome
 // and is pushed again (the user sees the answer twice). Held, it goes

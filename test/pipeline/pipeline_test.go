@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -327,6 +328,56 @@ func TestBusyRepliesPastTheBudgetArriveLaterOnce(t *testing.T) {
 	for i := range more {
 		if q := fmt.Sprintf("more %d", i); answered(c.bot("alice"), q) != 0 {
 			t.Fatalf("refused question %q was answered", q)
+		}
+	}
+	if s, _ := c.sim.Stats("b1"); s.QuotaRejections != 0 {
+		t.Fatalf("quota rejections %d", s.QuotaRejections)
+	}
+}
+
+// NATS is down: the conversation's first message waits in the spool, so
+// every later one is refused busy. Past the send budget a refusal is held
+// back for the pusher, which needs its record, and JetStream takes no
+// write: after refuseLater's patience the refusal is sent at once, over
+// botctl's budget (chaos kill-nats-server lost three such refusals: the
+// user saw nothing). Every message gets exactly one busy reply, and
+// WeCom's quota holds.
+func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	eventually(t, "leader connected", c.connected)
+	eventually(t, "JetStream bound", func() bool { code, _ := ready(t, n.api); return code == http.StatusOK })
+	url := c.nats.ClientURL()
+	c.nats.Close()
+	defer c.restartNATS(url)
+	c.post("alice", "first")
+	eventually(t, "first spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 1 })
+	var more []wecomsim.MessageResult
+	for i := range 22 { // more than push.budget (20 a minute) less the receipt
+		more = append(more, c.post("alice", fmt.Sprintf("more %d", i)))
+	}
+	busyReplies := func(msgid string) int {
+		k := 0
+		for _, m := range c.bot("alice") {
+			if m.ReplyTo == msgid && m.Finished && strings.Contains(m.Content, "还在处理中") {
+				k++
+			}
+		}
+		return k
+	}
+	eventually(t, "some busy replies held back", func() bool { return n.node.Access.Stats().Suppressed > 0 })
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, m := range more {
+		for busyReplies(m.MsgID) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("message %s got no busy reply (held back %d)", m.MsgID, n.node.Access.Stats().Suppressed)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, m := range more {
+		if k := busyReplies(m.MsgID); k != 1 {
+			t.Fatalf("message %s got %d busy replies", m.MsgID, k)
 		}
 	}
 	if s, _ := c.sim.Stats("b1"); s.QuotaRejections != 0 {
