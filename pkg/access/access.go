@@ -462,8 +462,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		if err := a.refuseLater(ctx, js, rec); err != nil {
 			// Not recorded (JetStream down or electing a stream leader
 			// for longer than the patience): nothing would ever send it,
-			// so it goes now, over the budget (found by chaos
-			// kill-nats-server: three such refusals were lost).
+			// so it goes now, over the budget (the likely way chaos
+			// kill-nats-server lost three messages in CI: the user saw
+			// nothing at all).
 			log.Warn().Err(err).Msg("busy refusal held back but not recorded; sent now, over the send budget")
 			replyAnyway(a.cfg.Texts.Busy)
 			a.markSeen(ctx, js, term.Bot, m.MsgID, created)
