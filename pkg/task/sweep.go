@@ -181,6 +181,12 @@ func (l *Lifecycle) maxDelivered(ctx context.Context, a maxDeliveriesAdvisory) e
 	if err := json.Unmarshal(msg.Data, &m); err != nil || m.TaskID == "" {
 		return l.store.RemoveTask(ctx, a.StreamSeq)
 	}
+	// A task whose record never landed (the leader's write and every
+	// worker's Start failed) gets one now, so that giving it up tells the
+	// user, instead of removing its message in silence.
+	if _, err := l.Open(ctx, RecordOf(m)); err != nil {
+		return err
+	}
 	if _, err := l.GiveUp(ctx, m.TaskID, reason, nil); err != nil {
 		return err
 	}

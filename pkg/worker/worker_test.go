@@ -355,6 +355,51 @@ func TestKilledOnFinalDeliveryGivenUpByAdvisory(t *testing.T) {
 	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }
 
+// A queue message whose record never landed (the leader's write failed,
+// and the worker that pulled it died before Start): the advisory gives it
+// up through a record opened from the message, so the pusher tells the
+// user it failed instead of the message vanishing in silence.
+func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1})
+	lc := task.NewLifecycle(env.Store, "n1", zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); lc.WatchMaxDeliveries(ctx) }()
+	t.Cleanup(func() { cancel(); <-watchDone })
+
+	nc, err := nats.Connect(env.Server.ClientURL(), nats.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := natsjs.New(nc)
+	doomedStore, err := jetstream.Declare(context.Background(), js, jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := publish(t, env.Store, "m1", "alice", "q")
+	batch, err := doomedStore.Workers().Fetch(1, natsjs.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := <-batch.Messages(); msg == nil {
+		t.Fatal("the doomed worker pulled nothing")
+	}
+	nc.Close() // died before Start: no record, no ack, no delivery left
+
+	eventually(t, "given up with a record", func() bool {
+		r, _, err := task.Get(context.Background(), env.Store.Tasks(), m.TaskID)
+		return err == nil && r.Exec == task.Failed
+	})
+	if r := record(t, env.Store, m.TaskID); r.Delivery.Finished() || !strings.Contains(r.Error, "delivered 1 times") {
+		t.Fatalf("record: delivery %s, error %q (want a failure the pusher still delivers)", r.Delivery, r.Error)
+	}
+	ids, err := env.Store.PendingTasks(context.Background(), "b")
+	if err != nil || len(ids) != 1 || ids[0] != m.TaskID {
+		t.Fatalf("pending index %v (%v): the pusher must find the failure to tell", ids, err)
+	}
+	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+}
+
 // Two attempts of one task at once (a fallback tier and the queue, or a
 // redelivery while a stalled worker lives): the later one takes over, the
 // earlier one's writes are refused and it stops; the user's text is one
