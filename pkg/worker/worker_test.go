@@ -323,26 +323,35 @@ func TestStopBeforeFinalDeliveryRequeues(t *testing.T) {
 	})
 }
 
-// A worker killed (-9) on a task's last delivery: nobody is left to give
-// it up. The server's MAX_DELIVERIES advisory is: the lifecycle fails the
-// task with the reason and frees the conversation.
-func TestKilledOnFinalDeliveryGivenUpByAdvisory(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1})
+// lastDeliveryRig is a queue of one delivery per task, with the
+// lifecycle's MAX_DELIVERIES watch running, and a doomed node's store on a
+// connection of its own (closing nc is its kill -9).
+func lastDeliveryRig(t *testing.T) (*testenv.JetStream, *jetstream.Store, *nats.Conn) {
+	t.Helper()
+	opts := jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1}
+	env := testenv.StartJetStream(t, opts)
 	lc := task.NewLifecycle(env.Store, "n1", zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})
 	go func() { defer close(watchDone); lc.WatchMaxDeliveries(ctx) }()
 	t.Cleanup(func() { cancel(); <-watchDone })
-
 	nc, err := nats.Connect(env.Server.ClientURL(), nats.NoReconnect())
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, _ := natsjs.New(nc)
-	doomedStore, err := jetstream.Declare(context.Background(), js, jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1})
+	doomed, err := jetstream.Declare(context.Background(), js, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, doomed, nc
+}
+
+// A worker killed (-9) on a task's last delivery: nobody is left to give
+// it up. The server's MAX_DELIVERIES advisory is: the lifecycle fails the
+// task with the reason and frees the conversation.
+func TestKilledOnFinalDeliveryGivenUpByAdvisory(t *testing.T) {
+	env, doomedStore, nc := lastDeliveryRig(t)
 	run(t, doomedStore, "doomed", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
 	eventually(t, "running on doomed", func() bool { return record(t, env.Store, m.TaskID).Node == "doomed" })
@@ -360,22 +369,7 @@ func TestKilledOnFinalDeliveryGivenUpByAdvisory(t *testing.T) {
 // up through a record opened from the message, so the pusher tells the
 // user it failed instead of the message vanishing in silence.
 func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1})
-	lc := task.NewLifecycle(env.Store, "n1", zerolog.Nop())
-	ctx, cancel := context.WithCancel(context.Background())
-	watchDone := make(chan struct{})
-	go func() { defer close(watchDone); lc.WatchMaxDeliveries(ctx) }()
-	t.Cleanup(func() { cancel(); <-watchDone })
-
-	nc, err := nats.Connect(env.Server.ClientURL(), nats.NoReconnect())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := natsjs.New(nc)
-	doomedStore, err := jetstream.Declare(context.Background(), js, jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, doomedStore, nc := lastDeliveryRig(t)
 	m := publish(t, env.Store, "m1", "alice", "q")
 	batch, err := doomedStore.Workers().Fetch(1, natsjs.FetchMaxWait(10*time.Second))
 	if err != nil {

@@ -120,6 +120,33 @@ func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
 	return r
 }
 
+// busyReplies counts the finished busy replies to msgid in user's chat.
+func (c *cluster) busyReplies(user, msgid string) int {
+	k := 0
+	for _, m := range c.bot(user) {
+		if m.ReplyTo == msgid && m.Finished && strings.Contains(m.Content, "还在处理中") {
+			k++
+		}
+	}
+	return k
+}
+
+// awaitBusyReplies waits, once some of user's busy replies were held back
+// by the send budget, until every message of more has a busy reply.
+func (c *cluster) awaitBusyReplies(n *runningNode, user string, more []wecomsim.MessageResult, within time.Duration) {
+	c.t.Helper()
+	eventually(c.t, "some busy replies held back", func() bool { return n.node.Access.Stats().Suppressed > 0 })
+	deadline := time.Now().Add(within)
+	for _, m := range more {
+		for c.busyReplies(user, m.MsgID) == 0 {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("message %s got no busy reply (held back %d): %+v", m.MsgID, n.node.Access.Stats().Suppressed, c.bot(user))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
 // restartNATS brings NATS back on the URL it had (same port, same data
 // dir) after c.nats.Close().
 func (c *cluster) restartNATS(url string) {
@@ -298,26 +325,9 @@ func TestBusyRepliesPastTheBudgetArriveLaterOnce(t *testing.T) {
 	for i := range 25 { // more than push.budget (20 a minute)
 		more = append(more, c.post("alice", fmt.Sprintf("more %d", i)))
 	}
-	busyReplies := func(msgid string) int {
-		k := 0
-		for _, m := range c.bot("alice") {
-			if m.ReplyTo == msgid && m.Finished && strings.Contains(m.Content, "还在处理中") {
-				k++
-			}
-		}
-		return k
-	}
-	eventually(t, "some busy replies held back", func() bool { return n.node.Access.Stats().Suppressed > 0 })
+	busyReplies := func(msgid string) int { return c.busyReplies("alice", msgid) }
 	// Held-back replies wait for the budget's minute to roll over.
-	deadline := time.Now().Add(3 * time.Minute)
-	for _, m := range more {
-		for busyReplies(m.MsgID) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("message %s got no busy reply (held back %d): %+v", m.MsgID, n.node.Access.Stats().Suppressed, c.bot("alice"))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	c.awaitBusyReplies(n, "alice", more, 3*time.Minute)
 	eventually(t, "first answered", func() bool { return answered(c.bot("alice"), "first") == 1 })
 	time.Sleep(2 * time.Second) // a second reply would come now
 	for _, m := range more {
@@ -356,25 +366,8 @@ func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
 	for i := range 22 { // more than push.budget (20 a minute) less the receipt
 		more = append(more, c.post("alice", fmt.Sprintf("more %d", i)))
 	}
-	busyReplies := func(msgid string) int {
-		k := 0
-		for _, m := range c.bot("alice") {
-			if m.ReplyTo == msgid && m.Finished && strings.Contains(m.Content, "还在处理中") {
-				k++
-			}
-		}
-		return k
-	}
-	eventually(t, "some busy replies held back", func() bool { return n.node.Access.Stats().Suppressed > 0 })
-	deadline := time.Now().Add(2 * time.Minute)
-	for _, m := range more {
-		for busyReplies(m.MsgID) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("message %s got no busy reply (held back %d)", m.MsgID, n.node.Access.Stats().Suppressed)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	busyReplies := func(msgid string) int { return c.busyReplies("alice", msgid) }
+	c.awaitBusyReplies(n, "alice", more, 2*time.Minute)
 	for _, m := range more {
 		if k := busyReplies(m.MsgID); k != 1 {
 			t.Fatalf("message %s got %d busy replies", m.MsgID, k)
