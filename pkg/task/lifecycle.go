@@ -400,7 +400,27 @@ func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Ms
 // refusal as an answer). A task already running or finished is left
 // alone (a fallback tier ran it, or its first publish was stored after
 // all): a refusal never fails a task that is under way or answered.
+//
+// A task with no record yet is created refused, in one write: a refusal
+// is either stored whole or not at all, never left queued (a record
+// queued with no queue message would wait for the deadline sweep, which
+// then tells the user it failed).
 func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string, busy bool) (*Record, error) {
+	fresh := RecordOf(m)
+	fresh.Error, fresh.Busy = reason, busy
+	if err := fresh.SetExec(Failed, reason, l.node, l.now().UTC()); err != nil {
+		return nil, err
+	}
+	switch _, err := create(ctx, l.store.Tasks(), fresh); {
+	case err == nil:
+		if err := l.store.MarkPending(ctx, fresh.Bot, fresh.ID); err != nil {
+			return fresh, err // a retry finds the record and indexes it (Open)
+		}
+		l.notice(fresh)
+		return fresh, nil
+	case !errors.Is(err, natsjs.ErrKeyExists):
+		return nil, err
+	}
 	if _, err := l.Open(ctx, RecordOf(m)); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/testenv"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -280,6 +282,35 @@ func TestRefusedSparesRunningTask(t *testing.T) {
 	m2 := task.MessageOf(task.New("b", "m2", time.Now()))
 	if r, err := f.lc.Refused(f.ctx, m2, "busy", true); err != nil || r.Exec != task.Failed {
 		t.Fatalf("queued spooled task: %s %v", r.Exec, err)
+	}
+}
+
+// A refusal of a task with no record is one write: stored whole (failed,
+// busy, in the pending index for the pusher) or not at all, never a
+// record left queued with no queue message.
+func TestRefusedFreshTaskIsOneWrite(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := task.MessageOf(task.New("b", "m3", time.Now()))
+	writes := func() uint64 { // the task bucket's last sequence: one per write
+		st, err := f.env.Store.Tasks().Status(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.(*natsjs.KeyValueBucketStatus).StreamInfo().State.LastSeq
+	}
+	before := writes()
+	if _, err := f.lc.Refused(f.ctx, m, "busy", true); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes() - before; n != 1 {
+		t.Fatalf("the refusal took %d writes of the record, want 1", n)
+	}
+	if r := f.record(m.TaskID); r.Exec != task.Failed || !r.Busy || r.Delivery.Finished() {
+		t.Fatalf("record: exec %s busy %v delivery %s", r.Exec, r.Busy, r.Delivery)
+	}
+	ids, err := f.env.Store.PendingTasks(f.ctx, "b")
+	if err != nil || !slices.Contains(ids, m.TaskID) {
+		t.Fatalf("pending index %v (%v): the pusher would never send the refusal", ids, err)
 	}
 }
 
