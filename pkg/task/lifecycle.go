@@ -411,17 +411,9 @@ func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string, busy 
 	if err := fresh.SetExec(Failed, reason, l.node, l.now().UTC()); err != nil {
 		return nil, err
 	}
-	switch _, err := create(ctx, l.store.Tasks(), fresh); {
-	case err == nil:
-		if err := l.store.MarkPending(ctx, fresh.Bot, fresh.ID); err != nil {
-			return fresh, err // a retry finds the record and indexes it (Open)
-		}
-		l.notice(fresh)
-		return fresh, nil
-	case !errors.Is(err, natsjs.ErrKeyExists):
-		return nil, err
-	}
-	if _, err := l.Open(ctx, RecordOf(m)); err != nil {
+	// Open creates it refused, or merges into the record there is (whose
+	// execution it leaves alone: the update below decides).
+	if _, err := l.Open(ctx, fresh); err != nil {
 		return nil, err
 	}
 	r, err := l.update(ctx, m.TaskID, func(r *Record) error {

@@ -470,9 +470,10 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		}
 		// What botctl logged about each broken message: the work dir is
 		// gone after a CI run, this output is not.
+		logs := h.logs(dump)
 		for _, v := range r.Violations {
 			ev := fmt.Sprintf("%s %s %s (task %s): no log line names it", label, v.Invariant, v.MsgID, task.ID(bot, v.MsgID))
-			if lines := mentions(h.logs(dump), v.MsgID, task.ID(bot, v.MsgID)); lines != "" {
+			if lines := mentions(logs, v.MsgID, task.ID(bot, v.MsgID)); lines != "" {
 				ev = fmt.Sprintf("%s %s %s: log lines naming it:\n%s", label, v.Invariant, v.MsgID, lines)
 			}
 			r.Evidence = append(r.Evidence, ev)

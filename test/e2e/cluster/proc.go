@@ -112,16 +112,23 @@ func StartProc(name, bin string, args []string, o StartOptions) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p.cmd = cmd
-	hook := o.OnStderr
+	// The log file opens first: a process started without it would be
+	// left running when the open fails.
 	var logFile *os.File
 	if o.LogFile != "" {
 		if logFile, err = os.OpenFile(o.LogFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
 			return nil, fmt.Errorf("%s: log file: %w", name, err)
 		}
+	}
+	if err := cmd.Start(); err != nil {
+		if logFile != nil {
+			logFile.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p.cmd = cmd
+	hook := o.OnStderr
+	if logFile != nil {
 		w := bufio.NewWriter(logFile)
 		hook = func(l Line) {
 			fmt.Fprintf(w, "%s %s\n", l.At.UTC().Format("15:04:05.000"), l.Text)
