@@ -435,6 +435,59 @@ func TestSilentConnectionIsReplacedOnce(t *testing.T) {
 	}
 }
 
+// A silence longer than the recovery threshold is an outage like a drop:
+// when callbacks arrive again the bot is half-open (probes, the backlog
+// held, then drained below its normal rate for the observation window)
+// before it is online and the incident closes.
+func TestLongSilenceGoesHalfOpen(t *testing.T) {
+	var phases sync.Map
+	e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
+		silenceLimits(c)
+		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 3, ProbeInterval: 200 * time.Millisecond, Observe: 2 * time.Second}
+	}})
+	e.waitOnline()
+	gate := e.h.Gate(bot)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				phases.Store(gate.Phase(), true)
+			}
+		}
+	}()
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 6})
+	eventually(t, "a silence incident", func() bool {
+		all := e.incidents()
+		return len(all) == 1 && all[0].Signal == incident.SignalSilence
+	})
+	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
+	for !t.Failed() {
+		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "carol", Text: "back?"}); err != nil {
+			t.Fatal(err)
+		}
+		if all := e.incidents(); len(all) == 1 && !all[0].Recovered.IsZero() {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	i := e.waitClosed(1)
+	if i.Signal != incident.SignalSilence || !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
+		t.Fatalf("a long silence was not half-open for the observation window:\n%s", dump(i))
+	}
+	for _, p := range []recovery.Phase{recovery.PhaseProbing, recovery.PhaseObserving} {
+		if _, ok := phases.Load(p); !ok {
+			t.Fatalf("gate never %s", p)
+		}
+	}
+	if gate.Phase() != recovery.PhaseOnline || e.record().State != health.Online {
+		t.Fatalf("gate %s, record %s after recovery", gate.Phase(), e.record().State)
+	}
+}
+
 // After an outage longer than the threshold: half-open. The backlog is
 // held while the probes run, then drains below the normal rate during the
 // observation window, then the bot is online and the incident closes.

@@ -54,7 +54,7 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 			b.silent = false
 			b.mu.Unlock()
 			if silent {
-				h.post(b, func(ctx context.Context) { h.heard(ctx, b, term, now) })
+				h.post(b, func(ctx context.Context) { h.heard(ctx, b, term, conn, now) })
 			}
 		}
 
@@ -302,9 +302,12 @@ func (h *Health) silenceActed(ctx context.Context, b *botState) bool {
 	return err == nil && inc != nil && inc.Signal == incident.SignalSilence
 }
 
-// heard is a callback on b's connection: a silence incident is over, and
-// its compensation (a backfill pass over the silent gap) runs.
-func (h *Health) heard(ctx context.Context, b *botState, term *election.Term, now time.Time) {
+// heard is a callback on b's connection conn: a silence incident is
+// over, and its compensation (a backfill pass over the silent gap) runs.
+// A silence of at least Recovery.Threshold is an outage like any other:
+// the bot is half-open on conn (probes, the backlog held, then drained
+// below its normal rate) before it is online.
+func (h *Health) heard(ctx context.Context, b *botState, term *election.Term, conn *wecom.Conn, now time.Time) {
 	bd := h.binding()
 	if bd == nil {
 		return
@@ -313,16 +316,30 @@ func (h *Health) heard(ctx context.Context, b *botState, term *election.Term, no
 	if err != nil || inc == nil || inc.Signal != incident.SignalSilence || !inc.Recovered.IsZero() {
 		return
 	}
+	// Half-open runs on the connection that heard: one already closed
+	// has no recovery to run (its end is the next event).
+	halfOpen := now.Sub(inc.Dropped) >= h.cfg.Recovery.Threshold && h.current(b, conn)
 	inc = h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
-		i.Recovered, i.Online, i.State = now, now, incident.Recovering
-		i.Note(now, h.cfg.NodeID, "callbacks arrive again after %s of silence", now.Sub(i.Dropped).Round(time.Second))
+		i.Recovered, i.State = now, incident.Recovering
+		i.Online = now
+		if halfOpen {
+			i.Online, i.HalfOpen = time.Time{}, true
+		}
+		i.Note(now, h.cfg.NodeID, "callbacks arrive again after %s of silence%s", now.Sub(i.Dropped).Round(time.Second),
+			map[bool]string{true: "; half-open", false: ""}[halfOpen])
 	})
 	h.setRecord(ctx, bd, b.id, now, func(r *Record) {
 		r.State, r.Reason = Online, ""
+		if halfOpen {
+			r.State, r.Reason = HalfOpen, "half-open after a silence: probing before the backlog"
+		}
 	})
 	if inc != nil {
 		id := inc.ID
 		tctx := term.Context()
+		if halfOpen {
+			h.wg.Go(func() { h.halfOpen(tctx, bd, b, conn, id) })
+		}
 		h.wg.Go(func() { h.compensate(tctx, bd, b, term, id, now) })
 	}
 }
