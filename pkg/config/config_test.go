@@ -74,6 +74,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "worker:\n  slots: 100000\n", want: "worker.slots"},
 		{yaml: "worker:\n  leader_slots: 9000\n", want: "worker.leader_slots"},
 		{env: "BOTCTL_WORKER_LEADER_SLOTS=-2", want: "worker.leader_slots"},
+		{yaml: "worker:\n  output_interval: 10ms\n", want: "worker.output_interval"},
+		{env: "BOTCTL_WORKER_OUTPUT_INTERVAL=2h", want: "worker.output_interval"},
 		{yaml: "ai:\n  max_concurrency: -1\n", want: "ai.max_concurrency"},
 		{env: "BOTCTL_AI_MAX_CONCURRENCY=many", want: "ai.max_concurrency"},
 		{yaml: "push:\n  heartbeat_line: still working\n", want: "push.heartbeat_line"},

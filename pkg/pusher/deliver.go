@@ -20,7 +20,7 @@ const finalReserve = 2
 
 // progressGap is the least time between two progress frames of a stream:
 // a minute spread over the budget less the reserve.
-func progressGap(budget int) time.Duration {
+func ProgressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
 }
 
@@ -188,7 +188,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 	// Pace progress below the budget, so that the final frame and the
 	// window's close always find room (progress alone could otherwise use
 	// the whole budget and make the final frame wait for the window).
-	gap := progressGap(p.cfg.Budget.Limit())
+	gap := ProgressGap(p.cfg.Budget.Limit())
 	if now.Sub(r.PushedAt) < gap {
 		// Not yet; the final frame, when it comes, is not held up by this.
 		return false, min(gap-now.Sub(r.PushedAt), p.cfg.ScanInterval)

@@ -421,7 +421,8 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
 		Leading: n.isLeading,
 		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
-		NATSError: n.obs.requestError, Logger: log,
+		OutputInterval: outputInterval(cfg),
+		NATSError:      n.obs.requestError, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -608,6 +609,16 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 // backfillDelay lets the callbacks a new connection received at once be
 // handled (and recorded) before the gap backfill looks for what is missing.
 const backfillDelay = 3 * time.Second
+
+// outputInterval is worker.output_interval, or by default the pusher's
+// progress gap at push.budget: no output version is written that the
+// pusher's pacing would skip.
+func outputInterval(cfg config.Config) time.Duration {
+	if cfg.Worker.OutputInterval > 0 {
+		return cfg.Worker.OutputInterval
+	}
+	return pusher.ProgressGap(cfg.Push.Budget)
+}
 
 // backfillConfig is the gap backfill's configuration on this node: its
 // history source, the backfill keys, and the inbound path that knows what
