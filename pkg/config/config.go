@@ -228,13 +228,13 @@ type Worker struct {
 	// Default 30m (three times the AI backends' default timeout).
 	Deadline time.Duration `yaml:"deadline"`
 	// OutputInterval is the least time between two writes of a running
-	// answer to the output bucket. Default 0: the pusher's progress gap at
-	// push.budget (a minute over the budget less the final frame's
-	// reserve: 3.3 s at 20/min). The pusher shows a conversation's
-	// progress no more often than that, so writing more often only loads
-	// JetStream (every write replicated to each server) and the output
-	// watchers with versions nobody sees; writing less often shows older
-	// text. The output bucket is the largest JetStream cost of an answer.
+	// answer to the output bucket. Default 0: half the pusher's progress
+	// gap at push.budget (a minute over the budget less the final frame's
+	// reserve, halved: 1.7 s at 20/min). A progress frame shows the latest
+	// version written, so its text is up to one interval old; writing
+	// more often only loads JetStream (every write replicated to each
+	// server) and the output watchers with versions nobody sees. The
+	// output bucket is the largest JetStream cost of an answer.
 	OutputInterval time.Duration `yaml:"output_interval"`
 }
 
@@ -496,7 +496,7 @@ var Keys = []Key{
 	{Name: "election.kick_window", Flag: "election-kick-window", Usage: "the window election.kick_limit counts kicks in", set: dur(func(c *Config) *time.Duration { return &c.Election.KickWindow })},
 	{Name: "worker.slots", Flag: "worker-slots", Usage: "concurrent tasks on this node", set: integer(func(c *Config) *int { return &c.Worker.Slots })},
 	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot", set: integer(func(c *Config) *int { return &c.Worker.LeaderSlots })},
-	{Name: "worker.output_interval", Flag: "worker-output-interval", Usage: "least time between two output writes of a running answer (0: the pusher's progress gap at push.budget)", set: dur(func(c *Config) *time.Duration { return &c.Worker.OutputInterval })},
+	{Name: "worker.output_interval", Flag: "worker-output-interval", Usage: "least time between two output writes of a running answer (0: half the pusher's progress gap at push.budget)", set: dur(func(c *Config) *time.Duration { return &c.Worker.OutputInterval })},
 	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
 	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: demo, exec or openai", set: str(func(c *Config) *string { return &c.AI.Kind })},
 	{Name: "ai.max_concurrency", Flag: "ai-max-concurrency", Usage: "answers asked of the AI backend at once on this node (0: no limit beyond worker.slots)", set: integer(func(c *Config) *int { return &c.AI.MaxConcurrency })},
@@ -685,7 +685,7 @@ func (c *Config) Validate() error {
 		bad("worker.deadline", "must be positive, got %s", c.Worker.Deadline)
 	}
 	if c.Worker.OutputInterval != 0 && (c.Worker.OutputInterval < 100*time.Millisecond || c.Worker.OutputInterval > time.Minute) {
-		bad("worker.output_interval", "%s: want 0 (the pusher's progress gap at push.budget) or 100ms to 1m", c.Worker.OutputInterval)
+		bad("worker.output_interval", "%s: want 0 (half the pusher's progress gap at push.budget) or 100ms to 1m", c.Worker.OutputInterval)
 	}
 	if c.Worker.LeaderSlots < 0 || c.Worker.LeaderSlots > MaxSlots {
 		bad("worker.leader_slots", "%d: want 0 (worker.slots) to %d", c.Worker.LeaderSlots, MaxSlots)

@@ -18,8 +18,9 @@ import (
 // progress frames leave alone: the final frame and the window's close.
 const finalReserve = 2
 
-// progressGap is the least time between two progress frames of a stream:
-// a minute spread over the budget less the reserve.
+// ProgressGap is the least time between two progress frames of a stream
+// at budget frames per minute: a minute spread over the budget less the
+// reserve (serve writes a running answer's output twice per gap).
 func ProgressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
 }

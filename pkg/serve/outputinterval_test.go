@@ -8,16 +8,17 @@ import (
 	"github.com/botctl/botctl/pkg/pusher"
 )
 
-// The default output interval is the pusher's progress gap: no version is
-// written that pacing would skip, none shown later than pacing allows.
+// The default output interval is half the pusher's progress gap: a
+// progress frame shows text at most half a gap old, and most versions
+// written are shown.
 func TestOutputIntervalFollowsThePushBudget(t *testing.T) {
 	cfg := config.Defaults()
-	if got, want := outputInterval(cfg), pusher.ProgressGap(cfg.Push.Budget); got != want || got < 3*time.Second {
-		t.Fatalf("default output interval %s, want the progress gap %s (budget %d)", got, want, cfg.Push.Budget)
+	if got, want := outputInterval(cfg), pusher.ProgressGap(cfg.Push.Budget)/2; got != want || got < 1500*time.Millisecond {
+		t.Fatalf("default output interval %s, want half the progress gap, %s (budget %d)", got, want, cfg.Push.Budget)
 	}
 	cfg.Push.Budget = 30
-	if got := outputInterval(cfg); got != 2142857142*time.Nanosecond {
-		t.Fatalf("budget 30: output interval %s, want 60s/28", got)
+	if got := outputInterval(cfg); got != 2142857142*time.Nanosecond/2 {
+		t.Fatalf("budget 30: output interval %s, want 60s/28/2", got)
 	}
 	cfg.Worker.OutputInterval = 500 * time.Millisecond
 	if got := outputInterval(cfg); got != 500*time.Millisecond {
