@@ -188,8 +188,8 @@ func printIncident(w io.Writer, i *incident.Incident, now time.Time) {
 	if i.AckedBy != "" {
 		fmt.Fprintf(w, "  acknowledged by %s at %s\n", i.AckedBy, at(i.AckedAt))
 	}
-	fmt.Fprintf(w, "  replay: %d owed, %d replayed, %d failed, %d stale progress dropped, %d expired\n",
-		i.Replay.Held, i.Replay.Replayed, i.Replay.Failed, i.Replay.DroppedStale, i.Replay.Expired)
+	fmt.Fprintf(w, "  replay: %d owed, %d replayed, %d failed, %d stale progress dropped (%d status lines due while away), %d expired\n",
+		i.Replay.Held, i.Replay.Replayed, i.Replay.Failed, i.Replay.DroppedStale, i.Replay.DroppedStatusLines, i.Replay.Expired)
 	fmt.Fprintf(w, "  backfill: ran %v, %d read, %d answered late, %d not filled %s\n",
 		i.Backfill.Ran, i.Backfill.Scanned, i.Backfill.Filled, i.Backfill.NotFilled, i.Backfill.Note)
 	if len(i.Incomplete) > 0 {

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/alert"
+	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/rs/zerolog"
 )
 
@@ -92,5 +94,53 @@ func TestDeliveryFailedForGoodPagesAPerson(t *testing.T) {
 	all := e.dataIncidents()
 	if len(all) != 1 || len(all[0].Alerts) != 1 {
 		t.Fatalf("want one data incident with one alert recorded: %+v", all)
+	}
+}
+
+// The status lines a stream was owed while the bot was away (one per
+// push.heartbeat without a frame, from the drop to the return) were never
+// sent: they are counted in the outage's incident, besides the stream
+// itself. A stream closed before the outage was owed none.
+func TestStatusLinesDueWhileAwayAreCounted(t *testing.T) {
+	const every = 500 * time.Millisecond
+	e := start(t, options{health: func(c *health.Config) { c.StatusLineEvery = every }})
+	e.waitOnline()
+	ctx := context.Background()
+	lc := task.NewLifecycle(e.js.Store, "n1", zerolog.Nop()).Quiet()
+	stream := func(chat string) string {
+		r := task.New(bot, "m-"+chat, time.Now())
+		r.Chat = chat
+		if _, err := lc.Open(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lc.Shown(ctx, r.ID, "", time.Now()); err != nil { // the receipt
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	running := stream("fred")
+	closed := stream("gina")
+	if _, err := lc.Truncate(ctx, closed, "stream window closing"); err != nil {
+		t.Fatal(err)
+	}
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRefuseSubscribe, Seconds: 3})
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
+	i := e.waitClosed(1)
+	r, err := lc.Get(ctx, running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0 // due at PushedAt + k·every, k ≥ 1, within [Dropped, Recovered]
+	for at := r.PushedAt.Add(every); !at.After(i.Recovered); at = at.Add(every) {
+		if !at.Before(i.Dropped) {
+			want++
+		}
+	}
+	t.Logf("away %s: %d status lines due", i.Recovered.Sub(i.Dropped).Round(time.Millisecond), want)
+	if want < 4 { // away at least 3 s
+		t.Fatalf("away %s: the test expects at least 4 status lines due, got %d:\n%s", i.Recovered.Sub(i.Dropped), want, dump(i))
+	}
+	if i.Replay.DroppedStatusLines != want || i.Replay.DroppedStale != 2 {
+		t.Fatalf("replay %+v, want %d status lines dropped (fred's only) and 2 stale streams:\n%s", i.Replay, want, dump(i))
 	}
 }
