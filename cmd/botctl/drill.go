@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
@@ -24,10 +26,11 @@ func newDrillCmd() *cobra.Command {
 		cfg      drill.Config
 		etcd     string
 		asJSON   bool
+		jsonl    bool
 		failLost bool
 	)
 	cmd := &cobra.Command{
-		Use:   "drill --bot ID --kind drop|revoke|silence|stall|kill-leader [--rounds N] --sim http://HOST:PORT",
+		Use:   "drill --bot ID --kind drop|revoke|silence|stall|kill-leader [--rounds N] --sim http://HOST:PORT [--json|--json-lines]",
 		Short: "Force an outage through the simulator, send user traffic through it, and print T1, T2, T3 and messages lost",
 		Long: `drill forces an outage on purpose, through the WeCom simulator's fault API, while
 user traffic flows, and measures the incident it causes from outside: T1 (from the
@@ -51,6 +54,9 @@ that simulator (its nodes use another WeCom URL).
 			if cfg.Sim == "" {
 				return usageErrorf("where is the simulator? give --sim http://HOST:PORT (its control API)")
 			}
+			if asJSON && jsonl {
+				return usageErrorf("give --json or --json-lines, not both")
+			}
 			st, closeFn, err := nf.store()
 			if err != nil {
 				return err
@@ -70,7 +76,7 @@ that simulator (its nodes use another WeCom URL).
 				defer cli.Close()
 				cfg.Nodes = func(ctx context.Context) ([]node.Info, error) { return node.Nodes(ctx, cli, prefix) }
 			}
-			if !asJSON {
+			if !asJSON && !jsonl {
 				cfg.Progress = cmd.ErrOrStderr()
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -82,16 +88,10 @@ that simulator (its nodes use another WeCom URL).
 			if err != nil {
 				return err
 			}
-			rounds, err := d.Run(ctx, nil)
-			if asJSON {
-				if rounds == nil {
-					rounds = []drill.Round{}
-				}
-				if perr := printJSON(cmd.OutOrStdout(), map[string]any{"bot": cfg.Bot, "kind": cfg.Kind, "rounds": rounds, "summary": drill.Summarize(rounds)}); perr != nil {
-					return perr
-				}
-			} else {
-				printDrill(cmd, rounds)
+			out := &drillOutput{w: cmd.OutOrStdout(), bot: cfg.Bot, kind: cfg.Kind, json: asJSON, lines: jsonl}
+			rounds, err := d.Run(ctx, out.round)
+			if perr := out.end(rounds); perr != nil {
+				return perr
 			}
 			if err != nil {
 				return err
@@ -116,12 +116,73 @@ that simulator (its nodes use another WeCom URL).
 	cmd.Flags().DurationVar(&cfg.Timeout, "round-timeout", 20*time.Minute, "bound of one round until its incident closes (then --settle bounds the wait for answers)")
 	cmd.Flags().DurationVar(&cfg.AlertWait, "alert-wait", 75*time.Second, "after the last round, wait this long after its injection before reading the alerts (the merge window); negative: at once")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"bot\",\"kind\",\"rounds\":[…],\"summary\":{…}}")
+	cmd.Flags().BoolVar(&jsonl, "json-lines", false, "print JSON lines: one {\"bot\",\"round\",…} as each round ends (its incident closed, its answers checked; no alerts yet), then --json's document on one line")
 	cmd.Flags().BoolVar(&failLost, "fail-on-loss", false, "exit 1 if a message was lost or a round failed")
 	return cmd
 }
 
-func printDrill(cmd *cobra.Command, rounds []drill.Round) {
-	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+// drillOutput prints a drill on stdout: each round as it ends (its
+// incident closed and its answers checked), then all of them with their
+// alerts and the summary. --json prints the one document at the end only
+// (a single JSON value, as scripts parse it); --json-lines prints a line
+// per round as it ends and that document last, on one line. A round's
+// alerts are read once, after the last round (drill.Config.AlertWait: an
+// automatic incident's alert waits for the merge window), so they are in
+// the final output only.
+type drillOutput struct {
+	w           io.Writer
+	bot, kind   string
+	json, lines bool
+}
+
+// round prints r as it ends (drill.Drill.Run's each).
+func (o *drillOutput) round(r drill.Round) {
+	switch {
+	case o.json:
+	case o.lines:
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return
+		}
+		var m map[string]any
+		if json.Unmarshal(raw, &m) != nil {
+			return
+		}
+		for _, k := range []string{"alerts", "alert_kinds", "first_alert_s", "page_s"} {
+			delete(m, k) // not read yet: in the last line
+		}
+		m["bot"] = o.bot
+		line, _ := json.Marshal(m)
+		fmt.Fprintf(o.w, "%s\n", line)
+	case r.Error != "":
+		fmt.Fprintf(o.w, "round %d (%s) failed: %s; %d sent, %d lost\n", r.N, r.Kind, r.Error, r.Sent, r.Lost)
+	default:
+		fmt.Fprintf(o.w, "round %d (%s) closed: incident %s, level %s, recovered %s: T1 %.2fs, T2 %.3fs, T3 %.2fs, down %.2fs; %d sent, %d lost\n",
+			r.N, r.Kind, orDash(r.Incident), orDash(r.Level), orDash(r.Method), r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost)
+	}
+}
+
+// end prints every round, with its alerts, and the summary.
+func (o *drillOutput) end(rounds []drill.Round) error {
+	if rounds == nil {
+		rounds = []drill.Round{}
+	}
+	doc := map[string]any{"bot": o.bot, "kind": o.kind, "rounds": rounds, "summary": drill.Summarize(rounds)}
+	switch {
+	case o.json:
+		return printJSON(o.w, doc)
+	case o.lines:
+		return json.NewEncoder(o.w).Encode(doc)
+	}
+	if len(rounds) > 0 {
+		fmt.Fprintln(o.w)
+	}
+	printDrill(o.w, rounds)
+	return nil
+}
+
+func printDrill(w io.Writer, rounds []drill.Round) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUND\tKIND\tINCIDENT\tLEVEL\tT1\tT2\tT3\tDOWN\tSENT\tLOST\tALERTS\tERROR")
 	for _, r := range rounds {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.2fs\t%.3fs\t%.2fs\t%.2fs\t%d\t%d\t%d\t%s\n", r.N, r.Kind, orDash(r.Incident), orDash(r.Level),
@@ -129,6 +190,6 @@ func printDrill(cmd *cobra.Command, rounds []drill.Round) {
 	}
 	tw.Flush()
 	s := drill.Summarize(rounds)
-	fmt.Fprintf(cmd.OutOrStdout(), "%d round(s), %d failed: T1 p50 %.2fs p90 %.2fs max %.2fs; T2 p50 %.3fs max %.3fs; T3 p50 %.2fs p90 %.2fs max %.2fs; %d sent, %d lost\n",
+	fmt.Fprintf(w, "%d round(s), %d failed: T1 p50 %.2fs p90 %.2fs max %.2fs; T2 p50 %.3fs max %.3fs; T3 p50 %.2fs p90 %.2fs max %.2fs; %d sent, %d lost\n",
 		s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T3.Median, s.T3.P90, s.T3.Max, s.Sent, s.Lost)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/user"
 	"strconv"
@@ -103,20 +104,50 @@ func newIncidentsListCmd(nf *natsFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				now := time.Now()
 				if asJSON {
-					if all == nil {
-						all = []incident.Incident{}
+					views := make([]incidentView, 0, len(all))
+					for i := range all {
+						views = append(views, viewOf(&all[i], now))
 					}
-					return printJSON(cmd.OutOrStdout(), map[string]any{"incidents": all})
+					return printJSON(cmd.OutOrStdout(), map[string]any{"incidents": views})
 				}
-				return printIncidents(cmd.OutOrStdout(), all, time.Now())
+				return printIncidents(cmd.OutOrStdout(), all, now)
 			})
 		},
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&open, "open", false, "only incidents not closed")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"incidents\":[…]}")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"incidents\":[…]}, each incident as stored with t1_s, t2_s, t3_s and downtime_s")
 	return cmd
+}
+
+// incidentView is an incident as the CLI prints it in JSON: as stored,
+// plus its times in seconds, each left out while it is not known (T2
+// before the first action, T3 before the data is complete, every one
+// without its start). A known time may be 0: a drop is detected at once.
+type incidentView struct {
+	incident.Incident
+	T1       *float64 `json:"t1_s,omitempty"`
+	T2       *float64 `json:"t2_s,omitempty"`
+	T3       *float64 `json:"t3_s,omitempty"`
+	Downtime *float64 `json:"downtime_s,omitempty"` // drop → recovered, or → now while down; 0 for a data incident
+}
+
+func viewOf(i *incident.Incident, now time.Time) incidentView {
+	v := incidentView{Incident: *i}
+	s := func(known bool, d time.Duration) *float64 {
+		if !known {
+			return nil
+		}
+		f := math.Round(d.Seconds()*1000) / 1000
+		return &f
+	}
+	v.T1 = s(!i.Dropped.IsZero() && !i.Detected.IsZero(), i.T1())
+	v.T2 = s(!i.Detected.IsZero() && !i.FirstAction.IsZero(), i.T2())
+	v.T3 = s(!i.Recovered.IsZero() && !i.DataComplete.IsZero(), i.T3())
+	v.Downtime = s(!i.Dropped.IsZero() || i.Kind == incident.Data, i.Downtime(now))
+	return v
 }
 
 func secs(d time.Duration) string {
@@ -188,8 +219,8 @@ func printIncident(w io.Writer, i *incident.Incident, now time.Time) {
 	if i.AckedBy != "" {
 		fmt.Fprintf(w, "  acknowledged by %s at %s\n", i.AckedBy, at(i.AckedAt))
 	}
-	fmt.Fprintf(w, "  replay: %d owed, %d replayed, %d failed, %d stale progress dropped, %d expired\n",
-		i.Replay.Held, i.Replay.Replayed, i.Replay.Failed, i.Replay.DroppedStale, i.Replay.Expired)
+	fmt.Fprintf(w, "  replay: %d owed, %d replayed, %d failed, %d stale progress dropped (%d status lines due while away), %d expired\n",
+		i.Replay.Held, i.Replay.Replayed, i.Replay.Failed, i.Replay.DroppedStale, i.Replay.DroppedStatusLines, i.Replay.Expired)
 	fmt.Fprintf(w, "  backfill: ran %v, %d read, %d answered late, %d not filled %s\n",
 		i.Backfill.Ran, i.Backfill.Scanned, i.Backfill.Filled, i.Backfill.NotFilled, i.Backfill.Note)
 	if len(i.Incomplete) > 0 {
@@ -212,9 +243,12 @@ func orDash(s string) string {
 }
 
 func newIncidentsAckCmd(nf *natsFlags) *cobra.Command {
-	var who, note string
+	var (
+		who, note string
+		asJSON    bool
+	)
 	cmd := &cobra.Command{
-		Use:   "ack ID [--by NAME] [--note TEXT]",
+		Use:   "ack ID [--by NAME] [--note TEXT] [--json]",
 		Short: "Acknowledge an incident: a person acts on it (a bot held after rejected credentials is retried; a data incident is closed)",
 		Args:  exactArgs(1, "an incident id (see 'botctl incidents list')"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -236,6 +270,9 @@ func newIncidentsAckCmd(nf *natsFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), viewOf(i, time.Now()))
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "incident %s acknowledged by %s (state %s)\n", i.ID, who, i.State)
 				return nil
 			})
@@ -243,6 +280,7 @@ func newIncidentsAckCmd(nf *natsFlags) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&who, "by", "", "who acknowledges (default: the current user)")
 	cmd.Flags().StringVar(&note, "note", "", "what was done")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the incident after the ack as JSON (as list --json prints each)")
 	return cmd
 }
 

@@ -25,17 +25,20 @@ const replayPoll = time.Second
 // came back are delivered (by this term's pusher; the task record is the
 // proof, so each is sent once) or fail for good. Then the incident's data
 // is complete. Progress of streams that were running during the outage was
-// not sent and is not sent late: the user gets the current text, and the
-// frames skipped are counted as stale.
+// not sent and is not sent late: the user gets the current text. The
+// streams are counted as stale (Replay.DroppedStale), and so are the
+// status lines they were owed while away (Replay.DroppedStatusLines).
 func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term *election.Term, id string, recovered time.Time) {
 	var held, pending []string
 	var dropped time.Time
 	if id != "" {
-		var stale int
-		held, stale, pending = h.owed(ctx, bd, b.id, recovered)
+		o := h.owed(ctx, bd, b.id, recovered)
+		held, pending = o.held, o.chats
 		if cur := h.updateIncidentID(ctx, bd, b.id, id, func(i *incident.Incident) {
-			i.Replay.Held, i.Replay.DroppedStale = len(held), stale
-			i.Note(h.now(), h.cfg.NodeID, "compensation: %d complete answer(s) owed by push, %d stream(s) whose progress while away is dropped as stale", len(held), stale)
+			lines := o.statusLines(i.Dropped, h.cfg.StatusLineEvery)
+			i.Replay.Held, i.Replay.DroppedStale, i.Replay.DroppedStatusLines = len(held), o.stale, lines
+			i.Note(h.now(), h.cfg.NodeID, "compensation: %d complete answer(s) owed by push, %d stream(s) whose progress while away is dropped as stale, %d status line(s) due while away not sent",
+				len(held), o.stale, lines)
 		}); cur != nil {
 			dropped = cur.Dropped
 		}
@@ -146,35 +149,115 @@ func (h *Health) trailingPass(ctx context.Context, bd *binding, b *botState, ter
 	})
 }
 
+// owedWork is what a bot's tasks were owed when it came back (owed).
+type owedWork struct {
+	held  []string // tasks whose complete answer waits for delivery
+	stale int      // streams begun before the return and still running
+	chats []string // conversations of every task not delivered yet
+	// streams are the streams open while the bot was away: what the user
+	// last saw of each and until when it could have been shown more.
+	streams []awayStream
+}
+
+// awayStream is one stream that was open when the bot went away: shown is
+// the last frame the user saw of it (the record's PushedAt, or its first
+// frame), until the end of what could have been shown on it (the bot's
+// return, the answer's end, the stream's truncation or its window,
+// whichever is first).
+type awayStream struct {
+	shown, until time.Time
+}
+
+// statusLines counts the status lines (push.heartbeat's "still working"
+// line, or the queued line) the streams were owed while the bot was away
+// from dropped on, and never got: the pusher shows one whenever a stream
+// has shown nothing for every, so they fell due at shown + k·every (k ≥ 1);
+// those before dropped were due while the bot was fine, and are not
+// counted. A stream that had new content would have shown it instead, at
+// least as often: the count is a lower bound of the progress updates not
+// sent.
+func (o owedWork) statusLines(dropped time.Time, every time.Duration) int {
+	if every <= 0 {
+		return 0
+	}
+	n := 0
+	for _, s := range o.streams {
+		first := int64(1) // k of the first line due at or after dropped
+		if d := dropped.Sub(s.shown); d > 0 {
+			first = max(first, int64((d+every-1)/every))
+		}
+		last := int64(s.until.Sub(s.shown) / every)
+		if last >= first {
+			n += int(last - first + 1)
+		}
+	}
+	return n
+}
+
 // owed lists bot's tasks whose complete answer is waiting for delivery,
 // counts the streams begun before recovered and still running (their
-// progress while away is stale), and lists the conversations of every
-// task not delivered yet (they were active when the bot went away). Such a
-// stream may already read truncated: the new term's pusher closes the old
-// term's streams as soon as it starts, often before this count.
-func (h *Health) owed(ctx context.Context, bd *binding, bot string, recovered time.Time) (held []string, stale int, chats []string) {
+// progress while away is stale), lists the conversations of every task
+// not delivered yet (they were active when the bot went away), and the
+// streams that were open while it was away. Such a stream may already read
+// truncated: the new term's pusher closes the old term's streams as soon
+// as it starts, often before this count.
+func (h *Health) owed(ctx context.Context, bd *binding, bot string, recovered time.Time) owedWork {
+	var o owedWork
 	ids, err := bd.store.PendingTasks(ctx, bot)
 	if err != nil {
 		h.log.Warn().Err(err).Str("bot", bot).Msg("owed answers not counted")
-		return nil, 0, nil
+		return o
 	}
 	for _, id := range ids {
 		r, err := bd.tasks.Get(ctx, id)
 		if err != nil {
 			continue
 		}
-		if r.Chat != "" && !r.Delivery.Finished() && !slices.Contains(chats, r.Chat) {
-			chats = append(chats, r.Chat)
+		if r.Chat != "" && !r.Delivery.Finished() && !slices.Contains(o.chats, r.Chat) {
+			o.chats = append(o.chats, r.Chat)
+		}
+		if s, ok := h.openWhileAway(r, recovered); ok {
+			o.streams = append(o.streams, s)
 		}
 		switch {
 		case r.Delivery.Finished():
 		case r.Exec.Finished():
-			held = append(held, id)
+			o.held = append(o.held, id)
 		case (r.Delivery == task.Streaming || r.Delivery == task.Truncated) && !r.StreamStart.IsZero() && r.StreamStart.Before(recovered):
-			stale++
+			o.stale++
 		}
 	}
-	return held, stale, chats
+	return o
+}
+
+// openWhileAway is r's stream as it was while the bot was away (until
+// recovered), if r had one open: begun before recovered, not delivered.
+func (h *Health) openWhileAway(r *task.Record, recovered time.Time) (awayStream, bool) {
+	if r.Delivery.Finished() || r.StreamStart.IsZero() || !r.StreamStart.Before(recovered) {
+		return awayStream{}, false
+	}
+	s := awayStream{shown: r.StreamStart, until: recovered}
+	if r.PushedAt.After(s.shown) {
+		s.shown = r.PushedAt
+	}
+	end := func(t time.Time) {
+		if !t.IsZero() && t.Before(s.until) {
+			s.until = t
+		}
+	}
+	end(r.StreamStart.Add(h.cfg.StreamWindow))
+	end(r.ExecDone())
+	if r.Delivery == task.Truncated {
+		// Closed before its answer was complete: no status line after
+		// that (the answer is owed by push).
+		for i := len(r.Transitions) - 1; i >= 0; i-- {
+			if t := r.Transitions[i]; t.Dim == "delivery" && t.To == string(task.Truncated) {
+				end(t.At)
+				break
+			}
+		}
+	}
+	return s, true
 }
 
 // incomplete marks the conversations a backfill could not fill, and opens

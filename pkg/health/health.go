@@ -113,6 +113,13 @@ type Config struct {
 	// history or the task store could not be read): the silence is not
 	// judged now; reconnecting WeCom would not mend either.
 	Missed func(ctx context.Context, bot string, since, until time.Time) (int, error)
+	// StatusLineEvery and StreamWindow are the pusher's (push.heartbeat,
+	// push.stream_window): a stream shows a status line after
+	// StatusLineEvery without a frame, while its window lasts. They count
+	// the status lines an outage's streams were owed and never got
+	// (incident.Replay.DroppedStatusLines). Defaults 20s and 6m, the
+	// pusher's.
+	StatusLineEvery, StreamWindow time.Duration
 	// MarkIncomplete marks conversations "may be incomplete" (the next
 	// reply tells the user). Nil: not marked.
 	MarkIncomplete func(ctx context.Context, bot string, chats []string, why string) error
@@ -138,6 +145,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Refute <= 0 {
 		c.Refute = 10 * time.Second
+	}
+	if c.StatusLineEvery <= 0 {
+		c.StatusLineEvery = 20 * time.Second
+	}
+	if c.StreamWindow <= 0 {
+		c.StreamWindow = 6 * time.Minute
 	}
 	c.Recovery = c.Recovery.Defaults()
 	c.Limits.setDefaults()

@@ -124,11 +124,19 @@ type Incident struct {
 
 // Replay is what the outbound compensation did for the incident.
 type Replay struct {
-	Held         int `json:"held"`          // final answers owed when the bot came back
-	Replayed     int `json:"replayed"`      // of those, delivered (each once)
-	DroppedStale int `json:"dropped_stale"` // progress and heartbeat updates not sent (stale)
-	Failed       int `json:"failed"`        // final answers whose delivery failed for good
-	Expired      int `json:"expired"`       // final answers past their expiry, failed for good
+	Held     int `json:"held"`     // final answers owed when the bot came back
+	Replayed int `json:"replayed"` // of those, delivered (each once)
+	// DroppedStale counts the streams that ran during the outage: their
+	// progress while away is not sent late (the user gets the current
+	// text). DroppedStatusLines counts the status lines (push.heartbeat's
+	// "still working" line) those streams were owed while away and never
+	// got: one per push.heartbeat without a frame, from the drop to the
+	// return (or the stream's end), so at least as many progress updates
+	// were not sent.
+	DroppedStale       int `json:"dropped_stale"`
+	DroppedStatusLines int `json:"dropped_status_lines"`
+	Failed             int `json:"failed"`  // final answers whose delivery failed for good
+	Expired            int `json:"expired"` // final answers past their expiry, failed for good
 }
 
 // Backfill is what the inbound compensation did for the incident.

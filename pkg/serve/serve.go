@@ -804,6 +804,7 @@ func (n *Node) healthConfig() health.Config {
 		Limits: health.BaselineLimits{Factor: h.SilenceFactor, Floor: h.SilenceFloor, MinWatched: h.SilenceMinWatched,
 			MinEvents: float64(h.SilenceMinEvents)},
 		RecordInterval: h.RecordInterval, ProbeTimeout: h.ProbeTimeout, ProbeEvery: h.ProbeEvery, Refute: h.Refute,
+		StatusLineEvery: cfg.Push.Heartbeat, StreamWindow: cfg.Push.StreamWindow,
 		Recovery: recovery.Config{Threshold: r.Threshold, Probes: r.Probes, ProbeInterval: r.ProbeInterval,
 			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
 		Backfill: n.backfillPass,

@@ -1,12 +1,17 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/faultproxy"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
@@ -73,6 +78,81 @@ func TestMissedMessagesAnsweredAfterRecovery(t *testing.T) {
 	s := b.node.Access.Stats()
 	if s.Backfilled != 3 {
 		t.Fatalf("backfilled %d, want 3", s.Backfilled)
+	}
+}
+
+// A message the leader received and receipted while NATS was out of its
+// reach lives only in that node's spool. The node is lost with its disk
+// before NATS comes back: the spool is never forwarded. The next leader's
+// term-start backfill finds the message in the history (no task record,
+// and it is past the watermark, which a spooled message holds back) and
+// answers it late, once.
+//
+// The node is stopped, not killed (a node in this process cannot be), but
+// with its NATS cut a stop forwards nothing either: the forwarder has no
+// JetStream to publish to, and the spool's file is removed with the data
+// dir before any node could start on it again.
+func TestMessageOnlyInDeadNodesSpoolAnsweredByNextLeader(t *testing.T) {
+	c := newCluster(t)
+	toNATS, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(c.nats.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { toNATS.Close() })
+	a := c.startOn("a", "nats://"+toNATS.Addr(), c.withBackfill)
+	eventually(t, "a connected", c.connected)
+	c.post("alice", "asked while all was well")
+	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "asked while all was well") == 1 })
+	eventually(t, "inbound watermark written", func() bool {
+		wm, err := backfill.LoadWatermark(context.Background(), a.node.Store, "b1")
+		return err == nil && !wm.Created.IsZero()
+	})
+
+	toNATS.Close() // NATS is out of a's reach, and only a's
+	const q = "held only in a's spool"
+	sent := c.post("bob", q)
+	if !sent.Delivered {
+		t.Fatalf("the simulator did not deliver to the leader: %+v", sent)
+	}
+	eventually(t, "spooled", func() bool { return a.node.Dispatch.Stats().Spooled == 1 })
+	// The receipt is the first frame of a stream that a never finishes.
+	eventually(t, "receipted", func() bool {
+		for _, m := range c.bot("bob") {
+			if m.ReplyTo == sent.MsgID && strings.Contains(m.Content, "已收到") {
+				return true
+			}
+		}
+		return false
+	})
+	if depth, err := a.node.Spool.Len(); err != nil || depth != 1 {
+		t.Fatalf("spool depth %d (%v), want 1", depth, err)
+	}
+	a.stop()
+	if err := os.RemoveAll(filepath.Join(c.dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+
+	b := c.start("b", c.withBackfill)
+	deadline := time.Now().Add(waitLong)
+	for answeredLate(c.bot("bob"), q) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spooled message was never answered: bob sees %+v; record %+v; access %+v",
+				c.bot("bob"), c.record(b, sent.MsgID), b.node.Access.Stats())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	eventually(t, "recorded delivered", func() bool { return c.record(b, sent.MsgID).Delivery == task.Delivered })
+	if r := c.record(b, sent.MsgID); !r.Late {
+		t.Fatalf("record not marked late: %+v", r)
+	}
+	if n, k := answeredLate(c.bot("bob"), q), answered(c.bot("bob"), q); n != 1 || k != 0 {
+		t.Fatalf("answered late %d times and on time %d times, want once late: %+v", n, k, c.bot("bob"))
+	}
+	if n := answered(c.bot("alice"), "asked while all was well"); n != 1 {
+		t.Fatalf("a message handled before was answered %d times", n)
+	}
+	if s := b.node.Access.Stats(); s.Backfilled != 1 {
+		t.Fatalf("backfilled %d, want 1", s.Backfilled)
 	}
 }
 

@@ -69,6 +69,13 @@ type runningNode struct {
 
 func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
 	c.t.Helper()
+	return c.startOn(id, c.nats.ClientURL(), mutate)
+}
+
+// startOn starts a node that reaches NATS at natsURL (a fault proxy of
+// its own, to cut one node off while the others reach NATS).
+func (c *cluster) startOn(id, natsURL string, mutate func(*config.Config)) *runningNode {
+	c.t.Helper()
 	cfg := config.Defaults()
 	cfg.NodeID, cfg.DataDir = id, filepath.Join(c.dir, id)
 	cfg.WeCom.URL = c.wsURL
@@ -93,7 +100,7 @@ func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
 	ready := make(chan *serve.Node, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: c.nats.ClientURL(), Listener: ln,
+		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: natsURL, Listener: ln,
 			TaskAckWait: 3 * time.Second, Logger: testLogger(), Ready: func(n *serve.Node) { ready <- n }})
 	}()
 	var n *serve.Node
