@@ -80,8 +80,12 @@ type Config struct {
 	// (which spools them), deduplicated in memory only, and commands that
 	// need JetStream say so.
 	Store *jetstream.Store
-	// Dispatch hands a task to compute (tier 1 publish is the mutex).
-	Dispatch func(ctx context.Context, m task.Message) (dispatch.Outcome, error)
+	// Dispatch hands a task to compute (tier 1 publish is the mutex):
+	// normally (*dispatch.Dispatcher).DispatchUnless. dup reports whether
+	// the message is a duplicate (it waits for the dedupe read running
+	// beside the dispatch); a dispatch asks it before any tier but the
+	// queue.
+	Dispatch func(ctx context.Context, m task.Message, dup func() bool) (dispatch.Outcome, error)
 	// AllowUsers and AllowChats, when not empty, are the only user ids and
 	// group chat ids served.
 	AllowUsers, AllowChats []string
@@ -115,8 +119,12 @@ type Config struct {
 	// create time: the inbound watermark (package backfill).
 	Handled func(bot string, created time.Time)
 	// Incomplete, if set, takes the conversation's "may be incomplete"
-	// mark (pkg/health): the new task's answer tells the user.
+	// mark (pkg/health): the new task's answer tells the user. Marked, if
+	// set, says from memory whether there may be a mark to take: a
+	// message is known not to be a duplicate before a mark is taken for
+	// it, and without Marked every message waits for that first.
 	Incomplete func(ctx context.Context, bot, chat string) (string, bool)
+	Marked     func(bot, chat string) bool
 	Logger     zerolog.Logger
 	Now        func() time.Time
 }
@@ -181,6 +189,26 @@ func hasRecord(ctx context.Context, js *bound, id string) bool {
 	defer cancel()
 	_, err := js.store.Tasks().Get(ctx, id)
 	return err == nil
+}
+
+// dedupe starts hasRecord for task id beside the caller's work and returns
+// its answer's getter (false without JetStream): the receipt waits for the
+// read and the publish at once, not one after the other. The getter waits
+// for the read; it may be called any number of times, from any goroutine.
+func dedupe(ctx context.Context, js *bound, id string) func() bool {
+	if js == nil {
+		return func() bool { return false }
+	}
+	done := make(chan struct{})
+	var dup bool
+	go func() {
+		defer close(done)
+		dup = hasRecord(ctx, js, id)
+	}()
+	return func() bool {
+		<-done
+		return dup
+	}
 }
 
 // ReplyReserve is how many sends of a conversation's budget replies
@@ -344,10 +372,18 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	js := a.js.Load()
 	if js == nil {
 		log.Debug().Msg("JetStream not reachable yet: deduplicated in memory only")
-	} else if hasRecord(ctx, js, id) {
+	}
+	// The task bucket's answer runs beside what follows: every reply
+	// waits for it, and the dispatch asks it before any tier but the
+	// queue. One JetStream round trip on the receipt's path, not two.
+	recorded := dedupe(ctx, js, id)
+	duplicate := func() bool {
+		if !recorded() {
+			return false
+		}
 		a.count(func(s *Stats) { s.Duplicates++ })
 		log.Debug().Msg("duplicate callback (task exists)")
-		return
+		return true
 	}
 	spent := func() {
 		if a.cfg.Budget != nil {
@@ -399,6 +435,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		created = now
 	}
 	answered := func(text string) {
+		if duplicate() {
+			return
+		}
 		reply(text)
 		a.markSeen(ctx, js, term.Bot, m.MsgID, created)
 	}
@@ -428,6 +467,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			reply(a.cfg.Texts.Unavailable)
 			return
 		}
+		if duplicate() { // before the command runs, not only before its reply
+			return
+		}
 		answered(a.command(ctx, js, term.Bot, chat, question))
 		return
 	}
@@ -437,12 +479,24 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	rec := task.New(term.Bot, m.MsgID, now)
 	rec.ReqID, rec.Term, rec.Chat, rec.ChatType, rec.User = reqID, term.Rev, chat, m.ChatType, m.From.UserID
 	rec.Question, rec.StreamID = question, "s-"+id
-	if a.cfg.Incomplete != nil {
+	if a.cfg.Incomplete != nil && (a.cfg.Marked == nil || a.cfg.Marked(term.Bot, chat)) {
+		// Taking the mark tells the user once: never for a duplicate.
+		if duplicate() {
+			return
+		}
 		if why, ok := a.cfg.Incomplete(ctx, term.Bot, chat); ok {
 			rec.Incomplete = why
 		}
 	}
-	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec))
+	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec), recorded)
+	if duplicate() {
+		if err == nil && out.Tier == dispatch.TierQueue && !out.Duplicate {
+			// Its msgid was past the queue's duplicate window: the worker
+			// that pulls it finds the task finished and removes it.
+			log.Info().Msg("duplicate callback queued again; its worker skips it")
+		}
+		return
+	}
 	switch {
 	case err != nil:
 		a.count(func(s *Stats) { s.Failed++ })
@@ -638,7 +692,7 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 	}
 	rec := task.New(bot, m.MsgID, a.cfg.Now().UTC())
 	rec.Chat, rec.ChatType, rec.User, rec.Question, rec.Late = chat, m.ChatType, m.UserID, question, true
-	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec))
+	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec), nil) // the backfill asked Known first
 	switch {
 	case err != nil:
 		return err

@@ -146,6 +146,24 @@ var ErrNoTier = errors.New("dispatch: no tier could take the task")
 // Dispatch hands m to compute. A busy conversation is Outcome{Busy: true}
 // with a nil error.
 func (d *Dispatcher) Dispatch(ctx context.Context, m task.Message) (Outcome, error) {
+	return d.DispatchUnless(ctx, m, nil)
+}
+
+// DispatchUnless is Dispatch for a caller still finding out whether m is
+// a duplicate of a message already handled (the inbound path reads the
+// task bucket beside the publish, not before it, so that the receipt
+// waits for one JetStream round trip instead of two). dup (nil: never) is
+// asked once the queue has turned the task down as unavailable, before
+// anything else is tried: a duplicate is not spooled, nor run by a fixed
+// worker or locally (a local Start would supersede the original's running
+// attempt), and the outcome is Outcome{Duplicate: true}.
+//
+// What the queue accepted is not asked about. A duplicate the queue took
+// (its msgid past the duplicate window, its conversation free) holds a
+// task whose record is already finished: the worker that pulls it finds
+// task.ErrFinished and removes it, so it costs a queue message, not an
+// answer. The caller, which knows dup's answer, sends nothing for it.
+func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup func() bool) (Outcome, error) {
 	payload, err := json.Marshal(m)
 	if err != nil {
 		return Outcome{}, err
@@ -184,6 +202,10 @@ func (d *Dispatcher) Dispatch(ctx context.Context, m task.Message) (Outcome, err
 		return Outcome{}, err
 	}
 	d.natsError("publish")
+	if dup != nil && dup() {
+		d.count(func(s *Stats) { s.Duplicates++ })
+		return Outcome{Duplicate: true}, nil
+	}
 
 	// The queue is unavailable: keep the task for it, then fall back.
 	out := Outcome{}

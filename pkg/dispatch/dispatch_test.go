@@ -107,6 +107,36 @@ func TestUnavailableFallsBackThroughTiers(t *testing.T) {
 	}
 }
 
+// The inbound path learns whether a message is a duplicate beside the
+// publish. The queue's answer needs no asking; but a duplicate the queue
+// cannot take goes no further: not spooled, not run by a fixed worker or
+// locally (a local Start would supersede the original's running attempt).
+func TestDuplicateGoesToNoFallbackTier(t *testing.T) {
+	env, tr, d := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var asked atomic.Int32
+	dup := func() bool { asked.Add(1); return true }
+	if out, err := d.DispatchUnless(ctx, msg("m1", "alice"), dup); err != nil || out.Tier != dispatch.TierQueue || out.Duplicate {
+		t.Fatalf("queue up: %+v %v, want queued (the caller knows dup's answer)", out, err)
+	}
+	if asked.Load() != 0 {
+		t.Fatalf("dup asked %d times with the queue up, want 0 (off the receipt's path)", asked.Load())
+	}
+	env.Server.Close() // JetStream gone
+	out, err := d.DispatchUnless(ctx, msg("m2", "bob"), dup)
+	if err != nil || !out.Duplicate || out.Spooled || out.Tier != "" {
+		t.Fatalf("queue down, a duplicate: %+v %v, want Duplicate and nothing else", out, err)
+	}
+	if tr.fixedCalls.Load() != 0 || tr.localCalls.Load() != 0 || tr.spooled.Load() != 0 {
+		t.Fatalf("a duplicate went elsewhere: fixed %d local %d spooled %d", tr.fixedCalls.Load(), tr.localCalls.Load(), tr.spooled.Load())
+	}
+	out, err = d.DispatchUnless(ctx, msg("m3", "carol"), func() bool { return false })
+	if err != nil || out.Tier != dispatch.TierFixed || !out.Spooled {
+		t.Fatalf("queue down, not a duplicate: %+v %v, want fixed tier and spooled", out, err)
+	}
+}
+
 func TestNoTierAndNoSpoolIsAnError(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	d, _ := dispatch.New(dispatch.Config{Publish: env.Store.PublishTask, Local: func(task.Message) error { return errors.New("no slots") }, Logger: zerolog.Nop()})

@@ -97,6 +97,15 @@ func (h *Health) watchMarks(ctx context.Context, kv natsjs.KeyValue) {
 	}
 }
 
+// Marked reports, from memory, whether bot's conversation chat may carry
+// a "may be incomplete" mark: TakeIncomplete reads JetStream only then.
+func (h *Health) Marked(bot, chat string) bool {
+	key := strings.TrimPrefix(markKey(bot, chat), markPrefix)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.marks[key] && h.bound != nil
+}
+
 // TakeIncomplete reports whether bot's conversation chat is marked "may be
 // incomplete", and removes the mark: the caller tells the user now.
 func (h *Health) TakeIncomplete(ctx context.Context, bot, chat string) (string, bool) {

@@ -211,6 +211,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		},
 		Incomplete: n.Health.TakeIncomplete,
+		Marked:     n.Health.Marked,
 		Receipted:  n.obs.metrics.Receipted,
 		Logger:     log,
 	})
@@ -531,9 +532,9 @@ func (n *Node) started() bool {
 // dispatch is the inbound path's hand-off: the dispatcher once JetStream
 // is bound; before that, the spool (busy if the conversation already has
 // a spooled task, as the dispatcher itself would answer).
-func (n *Node) dispatch(ctx context.Context, m task.Message) (dispatch.Outcome, error) {
+func (n *Node) dispatch(ctx context.Context, m task.Message, dup func() bool) (dispatch.Outcome, error) {
 	if n.started() {
-		return n.Dispatch.Dispatch(ctx, m)
+		return n.Dispatch.DispatchUnless(ctx, m, dup)
 	}
 	if n.Spool.Holds(m.Bot, m.Chat) {
 		return dispatch.Outcome{Busy: true}, nil
