@@ -16,9 +16,14 @@
 // What it guarantees: everything but POST /demo/api/messages only reads.
 // That one write goes to the WeCom simulator, never to real WeCom: the
 // chat is on only when the node's WeCom URL is a simulator's (ws://, see
-// SimulatorURL). It is behind the node API's token when api.token_file is
-// set, refuses a body that is not JSON (so a form on another site cannot
-// post it) and a request whose Origin is another site.
+// SimulatorURL). It refuses a body that is not JSON (so a form on another
+// site cannot post it) and a request whose Origin is another site. The
+// chat's two endpoints, that write and the transcript (what users asked
+// and were answered), are behind the node API's token when
+// api.token_file is set; the page asks the person for it and sends it
+// with both. The page's configuration and the live view are not; the
+// live view shows the newest tasks' questions, clipped to 80 characters,
+// never an answer.
 //
 // What it does not: it is a demonstration, not a console. Every page
 // polls once a second and each poll reads the node registry, the

@@ -43,8 +43,10 @@ type Config struct {
 	Texts Texts
 	// View reads the live view (ReadView on the node's sources).
 	View func(context.Context) View
-	// Protect wraps the one endpoint that writes (the node API's token
-	// check when api.token_file is set); nil: none.
+	// Protect wraps the chat's endpoints: the one that writes (a user
+	// message) and the one that reads what users asked and were answered
+	// (a chat's transcript). The node API's token check when
+	// api.token_file is set; nil: none.
 	Protect func(http.Handler) http.Handler
 	// Client calls the simulator; nil: a client with a 5 s timeout.
 	Client *http.Client
@@ -75,7 +77,7 @@ func Handler(cfg Config) http.Handler {
 	mux.Handle(Path, http.StripPrefix(Path, readOnly(noCache(http.FileServerFS(files)))))
 	mux.HandleFunc("GET "+Path+"api/config", h.config)
 	mux.HandleFunc("GET "+Path+"api/cluster", h.cluster)
-	mux.HandleFunc("GET "+Path+"api/transcript", h.transcript)
+	mux.Handle("GET "+Path+"api/transcript", protect(http.HandlerFunc(h.transcript)))
 	mux.Handle("POST "+Path+"api/messages", protect(http.HandlerFunc(h.postMessage)))
 	mux.HandleFunc(Path+"api/", unknownEndpoint)
 	return mux

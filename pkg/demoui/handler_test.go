@@ -126,7 +126,7 @@ func TestMessageThroughTheSimulator(t *testing.T) {
 }
 
 // Without a simulator the chat answers 409 and says why; the config says
-// the chat is off. The write goes through Protect.
+// the chat is off. The write and the transcript go through Protect.
 func TestChatOffAndProtected(t *testing.T) {
 	base, _ := page(t, func(c *Config) { c.Sim = "" })
 	body := `{"bot":"b1","user":"a","text":"hi"}`
@@ -148,8 +148,15 @@ func TestChatOffAndProtected(t *testing.T) {
 	if r := do(t, "POST", guarded+Path+"api/messages", "application/json", body); r.code != http.StatusUnauthorized {
 		t.Fatalf("protected post: %d %v", r.code, r.body)
 	}
-	if r := do(t, "GET", guarded+Path+"api/transcript?bot=b1&chat=a", "", ""); r.code != http.StatusOK {
-		t.Fatalf("reads are not protected: %d %v", r.code, r.body)
+	// The transcript shows what users asked and were answered: protected
+	// like the post. The configuration and the live view are not.
+	if r := do(t, "GET", guarded+Path+"api/transcript?bot=b1&chat=a", "", ""); r.code != http.StatusUnauthorized {
+		t.Fatalf("protected transcript: %d %v", r.code, r.body)
+	}
+	for _, api := range []string{"config", "cluster"} {
+		if r := do(t, "GET", guarded+Path+"api/"+api, "", ""); r.code != http.StatusOK {
+			t.Fatalf("GET api/%s is not behind the token: %d %v", api, r.code, r.body)
+		}
 	}
 }
 

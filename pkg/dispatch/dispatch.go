@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -283,6 +284,14 @@ func (d *Dispatcher) fixed(ctx context.Context, payload []byte) error {
 		return nil
 	case http.StatusUnauthorized:
 		return fmt.Errorf("exec API answered %s: this node's api.token_file does not hold the fixed worker's token", resp.Status)
+	}
+	// The API says why in {"error": …} (every slot busy, not bound to
+	// JetStream yet): the fallback's log shows it.
+	var why struct {
+		Error string `json:"error"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&why) == nil && why.Error != "" {
+		return fmt.Errorf("exec API answered %s: %s", resp.Status, why.Error)
 	}
 	return fmt.Errorf("exec API answered %s", resp.Status)
 }

@@ -76,7 +76,7 @@ func New() *Node {
 		etcdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "etcd_errors_total",
 			Help: "etcd requests of this node that failed, by operation (probe: /readyz's; gate, campaign, registry, transition: the node's election and registry loops; alert_session, alert_campaign: the alerter's election)."}, []string{"op"}),
 		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "nats_errors_total",
-			Help: "NATS errors of this node's connection, by kind (disconnect, async, request: JetStream requests that failed, on the hot paths (publish, the pusher's reads and writes, the worker's fetches and acks) and in this scrape's reads)."}, []string{"kind"}),
+			Help: "NATS errors of this node's connection, by kind (disconnect, async, request: JetStream requests that failed) and, for requests, op (publish; fetch, ack, remove, hold: the worker's queue requests; record_read, record_write, output_read, output_write, output_watch, watermark_read, watermark_write, context_read, context_write: the pusher's and the worker's reads and writes of the store; scrape: this scrape's reads)."}, []string{"kind", "op"}),
 	}
 	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, alertsSent,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -107,8 +107,9 @@ func (m *Node) TermStarted(bot string) { m.terms.WithLabelValues(bot).Inc() }
 // EtcdError counts a failed etcd request of op.
 func (m *Node) EtcdError(op string) { m.etcdErrors.WithLabelValues(op).Inc() }
 
-// NATSError counts a NATS error of kind.
-func (m *Node) NATSError(kind string) { m.natsErrors.WithLabelValues(kind).Inc() }
+// NATSError counts a NATS error of kind; op names the request of a
+// kind "request" ("": an error of the connection, not of one request).
+func (m *Node) NATSError(kind, op string) { m.natsErrors.WithLabelValues(kind, op).Inc() }
 
 // Handler serves the registry in Prometheus's text format.
 func (m *Node) Handler() http.Handler {

@@ -23,7 +23,8 @@ func TestRegistriesArePerNode(t *testing.T) {
 	a.PushLag("b1", 200*time.Millisecond)
 	a.TermStarted("b1")
 	a.EtcdError("probe")
-	a.NATSError("disconnect")
+	a.NATSError("disconnect", "")
+	a.NATSError("request", "output_write")
 	metrics.AlertSent("webhook", "open", "auto", false)
 
 	text := func(m *metrics.Node) string {
@@ -46,7 +47,8 @@ func TestRegistriesArePerNode(t *testing.T) {
 		`botctl_push_lag_seconds_count{bot="b1"} 1`,
 		`botctl_leader_terms_total{bot="b1"} 1`,
 		`botctl_etcd_errors_total{op="probe"} 1`,
-		`botctl_nats_errors_total{kind="disconnect"} 1`,
+		`botctl_nats_errors_total{kind="disconnect",op=""} 1`,
+		`botctl_nats_errors_total{kind="request",op="output_write"} 1`,
 	} {
 		if !strings.Contains(ta, line+"\n") {
 			t.Errorf("node a lacks %s", line)

@@ -52,7 +52,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 	// costs a read per task kept in the bucket (days of them).
 	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
 	if err != nil {
-		p.storeError("record read", err)
+		p.storeError("record_read", err)
 		return err
 	}
 	n := 0
@@ -63,7 +63,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			p.storeError("record read", err)
+			p.storeError("record_read", err)
 			return err
 		}
 		if r.Delivery.Finished() {
@@ -94,7 +94,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 func (p *Pusher) resync(ctx context.Context) {
 	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
 	if err != nil {
-		p.storeError("record read", err)
+		p.storeError("record_read", err)
 		return
 	}
 	var missing []string

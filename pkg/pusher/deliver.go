@@ -60,7 +60,7 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 		return false, time.Second // the inbound path is still writing it
 	}
 	if err != nil {
-		p.storeError("record read", err)
+		p.storeError("record_read", err)
 		return false, time.Second
 	}
 	if rec.Bot != p.cfg.Bot {
@@ -139,7 +139,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 			return false, time.Until(p.cfg.Budget.Free(chat))
 		}
 		if _, err := p.cfg.Lifecycle.FinalIntent(ctx, r.ID); err != nil {
-			p.storeError("record write", err)
+			p.storeError("record_write", err)
 			p.cfg.Budget.Refund(chat)
 			return false, time.Second
 		}
@@ -233,7 +233,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 		hash = task.Hash(text)
 	}
 	if _, err := p.cfg.Lifecycle.ShownFrom(ctx, r, rev, hash, shownNow); err != nil {
-		p.storeError("record write", err)
+		p.storeError("record_write", err)
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
 	}
 	return false, p.cfg.ScanInterval
@@ -261,7 +261,7 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string, w
 // toPush marks the delivery truncated: the complete answer is owed by push.
 func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, time.Duration) {
 	if _, err := p.cfg.Lifecycle.Truncate(ctx, r.ID, why); err != nil {
-		p.storeError("record write", err)
+		p.storeError("record_write", err)
 		return false, time.Second
 	}
 	return false, 0
@@ -320,7 +320,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		n := i + 1
 		rec, err := p.cfg.Lifecycle.PartPushed(ctx, r.ID, n)
 		if err != nil {
-			p.storeError("record write", err)
+			p.storeError("record_write", err)
 			p.log.Warn().Err(err).Str("task", r.ID).Int("part", n).Msg("pushed part not recorded; a new leader may push it again")
 			return false, time.Second
 		}
@@ -331,7 +331,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 
 func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
 	if _, err := p.cfg.Lifecycle.Delivered(ctx, r.ID, text, why, parts); err != nil {
-		p.storeError("record write", err)
+		p.storeError("record_write", err)
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("delivery not recorded; a new leader may deliver again")
 		return false, time.Second
 	}

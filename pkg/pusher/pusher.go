@@ -44,7 +44,6 @@ package pusher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -56,7 +55,6 @@ import (
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -123,9 +121,9 @@ type Config struct {
 	// FailedForGood, if set, hears every delivery that failed for good
 	// (a person must know: the user never got the answer).
 	FailedForGood func(r *task.Record, err error)
-	// NATSError, if set, is called with the operation ("record read",
-	// "record write", "output read", "output watch", "watermark read",
-	// "watermark write") each time a read or write of the store fails
+	// NATSError, if set, is called with the operation ("record_read",
+	// "record_write", "output_read", "output_watch", "watermark_read",
+	// "watermark_write") each time a read or write of the store fails
 	// because JetStream did: unreachable, a timeout, an API error. Not for
 	// what the lifecycle answers (a task finished or superseded, a
 	// transition not allowed), a key not found, or a value that does not
@@ -250,29 +248,11 @@ func (p *Pusher) count(f func(*Stats)) {
 }
 
 // storeError tells Config.NATSError about err, from op on the store, if it
-// is JetStream failing (storeFailed).
+// is JetStream failing (task.StoreFailed).
 func (p *Pusher) storeError(op string, err error) {
-	if p.cfg.NATSError != nil && storeFailed(err) {
+	if p.cfg.NATSError != nil && task.StoreFailed(err) {
 		p.cfg.NATSError(op)
 	}
-}
-
-// storeFailed reports whether err, from a read or write of the store, is
-// JetStream failing rather than an answer: a lifecycle sentinel (the task
-// finished, superseded, busy, a transition not allowed, nothing to
-// change), a key not found, a value that does not decode, or the pusher's
-// own context canceled (the term ended).
-func storeFailed(err error) bool {
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, natsjs.ErrKeyNotFound),
-		errors.Is(err, task.ErrFinished), errors.Is(err, task.ErrNotFinished), errors.Is(err, task.ErrSuperseded),
-		errors.Is(err, task.ErrConversationBusy), errors.Is(err, task.ErrTransition), errors.Is(err, task.ErrNoChange),
-		errors.As(err, &syntax), errors.As(err, &typ):
-		return false
-	}
-	return true
 }
 
 // Notify adds a task (just dispatched by the inbound path) to the active set.

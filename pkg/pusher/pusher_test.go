@@ -655,15 +655,15 @@ func TestNATSErrorHearsStoreFailuresOnly(t *testing.T) {
 	rec = r.ask("bob", "still there?")
 	r.write(rec.ID, "Working on it", false)
 	r.js.Conn.Close()
-	known := map[string]bool{"record read": true, "record write": true, "output read": true, "output watch": true,
-		"watermark read": true, "watermark write": true}
+	known := map[string]bool{"record_read": true, "record_write": true, "output_read": true, "output_watch": true,
+		"watermark_read": true, "watermark_write": true}
 	for {
 		select {
 		case op := <-ops:
 			if !known[op] {
 				t.Fatalf("NATSError heard op %q, not one the pusher documents", op)
 			}
-			if op == "record read" {
+			if op == "record_read" {
 				return
 			}
 		case <-time.After(waitLong):

@@ -43,7 +43,7 @@ func (p *Pusher) watch(ctx context.Context) {
 		}
 		w, err := p.cfg.Store.Output().WatchAll(ctx, opt)
 		if err != nil {
-			p.storeError("output watch", err)
+			p.storeError("output_watch", err)
 			pause.For(ctx, time.Second)
 			continue
 		}
@@ -84,7 +84,7 @@ func (p *Pusher) watermarkKey() string { return jetstream.BotKey(p.cfg.Bot) }
 func (p *Pusher) loadWatermark(ctx context.Context) uint64 {
 	e, err := p.cfg.Store.Watermarks().Get(ctx, p.watermarkKey())
 	if err != nil {
-		p.storeError("watermark read", err)
+		p.storeError("watermark_read", err)
 		return 0
 	}
 	var wm Watermark
@@ -112,7 +112,7 @@ func (p *Pusher) saveWatermark(ctx context.Context) {
 	}
 	raw, _ := json.Marshal(Watermark{OutputRev: wm, Node: p.cfg.NodeID, Term: p.cfg.Term, Updated: p.cfg.Now().UTC()})
 	if _, err := p.cfg.Store.Watermarks().Put(ctx, p.watermarkKey(), raw); err != nil {
-		p.storeError("watermark write", err)
+		p.storeError("watermark_write", err)
 		return
 	}
 	p.mu.Lock()
@@ -143,7 +143,7 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 	}
 	p.mu.Unlock()
 	o, err := task.GetOutput(ctx, p.cfg.Store.Output(), id)
-	p.storeError("output read", err)
+	p.storeError("output_read", err)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)
 		p.mu.Lock()

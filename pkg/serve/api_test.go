@@ -28,22 +28,37 @@ const testToken = "0123456789abcdef0123456789abcdef"
 // apiNode is a node with JetStream bound and a real worker (demo backend)
 // behind its API, served on a loopback listener.
 func apiNode(t *testing.T, token string) (base string) {
-	return apiNodeWith(t, token, config.API{})
+	return apiNodeWith(t, apiSpec{Token: token})
 }
 
-func apiNodeWith(t *testing.T, token string, a config.API) (base string) {
+// apiSpec is what an apiNode is built with; zero fields take defaults.
+type apiSpec struct {
+	Token      string
+	API        config.API
+	Slots      int           // the worker's slots; default 4
+	AnswerTime time.Duration // the demo backend's; default 10ms
+}
+
+func apiNodeWith(t *testing.T, spec apiSpec) (base string) {
 	t.Helper()
+	if spec.Slots == 0 {
+		spec.Slots = 4
+	}
+	if spec.AnswerTime == 0 {
+		spec.AnswerTime = 10 * time.Millisecond
+	}
 	env := testenv.StartJetStream(t, jetstream.Options{})
-	backend, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: 10 * time.Millisecond}})
+	backend, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: spec.AnswerTime}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lc := task.NewLifecycle(env.Store, "n1", zerolog.Nop())
-	w, err := worker.New(worker.Config{NodeID: "n1", Slots: 4, Backend: backend, Store: env.Store, Lifecycle: lc, Deadline: time.Minute, Logger: zerolog.Nop()})
+	w, err := worker.New(worker.Config{NodeID: "n1", Slots: spec.Slots, Backend: backend, Store: env.Store, Lifecycle: lc,
+		Deadline: time.Hour, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Node{Worker: w, Store: env.Store, Lifecycle: lc, ready: make(chan struct{}), token: token, log: zerolog.Nop()}
+	n := &Node{Worker: w, Store: env.Store, Lifecycle: lc, ready: make(chan struct{}), token: spec.Token, log: zerolog.Nop()}
 	close(n.ready)
 	n.obs = newObserver(n, env.Conn, nil) // /metrics, /healthz, /readyz (no etcd here: /readyz is not asked)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -56,7 +71,7 @@ func apiNodeWith(t *testing.T, token string, a config.API) (base string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, url, err := apiListener(raw, a)
+	ln, url, err := apiListener(raw, spec.API)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +133,53 @@ func TestExecAsksForTheToken(t *testing.T) {
 	}
 }
 
+// POST /v1/exec is bounded by the worker's slots: with its one slot taken
+// by a long answer, the next task is refused at once with 503 and a body
+// that says why, not queued behind the first or started over the bound.
+func TestExecBoundedBySlots(t *testing.T) {
+	base := apiNodeWith(t, apiSpec{Token: testToken, Slots: 1, AnswerTime: 10 * time.Minute})
+	exec := func(msgid, chat string) (*http.Response, map[string]string) {
+		t.Helper()
+		m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: "q", Received: time.Now()}
+		body, _ := json.Marshal(m)
+		req, _ := http.NewRequest(http.MethodPost, base+dispatch.ExecPath, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got map[string]string
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+			t.Fatalf("POST %s for %s: %s with a body that is not JSON: %v", dispatch.ExecPath, msgid, resp.Status, err)
+		}
+		return resp, got
+	}
+	resp, got := exec("m1", "alice")
+	if resp.StatusCode != http.StatusAccepted || got["task_id"] != task.ID("b", "m1") {
+		t.Fatalf("first task on a free slot: %s %v, want 202 with its task_id", resp.Status, got)
+	}
+	resp, got = exec("m2", "bob")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("second task on a worker with its one slot busy: %s %v, want 503", resp.Status, got)
+	}
+	if why := got["error"]; !strings.Contains(why, "every slot is busy (1 of 1)") || !strings.Contains(why, "not started") {
+		t.Fatalf("503 body %v, want an error that says every slot is busy (1 of 1) and the task was not started", got)
+	}
+	if resp.Header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After")
+	}
+	// The dispatcher's fixed tier, refused, says why in its error.
+	unavailable := func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+		return jetstream.PublishResult{}, jetstream.ErrUnavailable
+	}
+	d, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
+	m := task.Message{TaskID: task.ID("b", "m3"), Bot: "b", MsgID: "m3", Chat: "carol", Question: "q", Received: time.Now()}
+	if out, err := d.Dispatch(context.Background(), m); err == nil || !strings.Contains(err.Error(), "every slot is busy") {
+		t.Fatalf("dispatch to the full fixed worker: %+v %v, want an error that says every slot is busy", out, err)
+	}
+}
+
 // A node API on a non-loopback address without api.token_file does not
 // start, and says which key fixes it.
 func TestRunRefusesOpenListenerWithoutToken(t *testing.T) {
@@ -155,7 +217,7 @@ func TestExecOverHTTPS(t *testing.T) {
 	ca := testenv.NewCA(t)
 	cert, key := ca.Issue(t, "node")
 	a := config.API{CertFile: cert, KeyFile: key, CAFile: ca.CAFile}
-	base := apiNodeWith(t, testToken, a)
+	base := apiNodeWith(t, apiSpec{Token: testToken, API: a})
 	if !strings.HasPrefix(base, "https://") {
 		t.Fatalf("API URL %s, want https://", base)
 	}

@@ -75,7 +75,7 @@ func TestNATSDisconnectCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const series = `botctl_nats_errors_total{kind="disconnect"}`
+	const series = `botctl_nats_errors_total{kind="disconnect",op=""}`
 	before, _ := metricValue(rn.scrape(t), series)
 	ns.Close()
 	waitMetric(t, rn, 60*time.Second, series+" above "+strconv.FormatFloat(before, 'f', -1, 64), func(s string) bool {

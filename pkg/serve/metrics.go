@@ -45,19 +45,21 @@ func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 	o.metrics.Registry.MustRegister(o)
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
-			o.metrics.NATSError("disconnect")
+			o.metrics.NATSError("disconnect", "")
 		}
 	})
-	nc.SetErrorHandler(func(*nats.Conn, *nats.Subscription, error) { o.metrics.NATSError("async") })
+	nc.SetErrorHandler(func(*nats.Conn, *nats.Subscription, error) { o.metrics.NATSError("async", "") })
 	return o
 }
 
 // requestError counts a failed JetStream request of the node's hot paths
-// (dispatch's publish, the pusher's record and output reads and writes, the
-// worker's fetch and ack: their Config.NATSError) as
-// botctl_nats_errors_total{kind="request"}, beside the collector's own
-// failed reads. The metric's label set stays {kind}; op is not a label.
-func (o *observer) requestError(op string) { o.metrics.NATSError("request") }
+// (dispatch's publish; the pusher's record, output and watermark reads and
+// writes; the worker's queue requests and a running task's output, record
+// and context reads and writes: their Config.NATSError) as
+// botctl_nats_errors_total{kind="request",op=op}, beside the collector's
+// own failed reads (op "scrape"). op is one of a few names each component
+// documents, so the series stay few.
+func (o *observer) requestError(op string) { o.metrics.NATSError("request", op) }
 
 // term is called when a term of bot starts leading on conn; the returned
 // func when it ends, with its pusher's last counters (nil: none ran).
@@ -332,14 +334,14 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 		gauge(descQueue, float64(ci.NumPending), "pending")
 		gauge(descQueue, float64(ci.NumAckPending), "ack_pending")
 	} else {
-		o.metrics.NATSError("request")
+		o.metrics.NATSError("request", "scrape")
 	}
 	incs := incident.NewStore(n.Store.Incidents())
 	for _, b := range n.cfg.Bots {
 		for _, kind := range []incident.Kind{incident.Outage, incident.Data} {
 			inc, err := incs.OpenFor(ctx, b.ID, kind)
 			if err != nil {
-				o.metrics.NATSError("request")
+				o.metrics.NATSError("request", "scrape")
 				continue
 			}
 			gauge(descIncidents, b2f(inc != nil), b.ID, string(kind))
@@ -363,7 +365,7 @@ func (o *observer) taskCounts(ctx context.Context, bots []string) map[[3]string]
 	for _, bot := range bots {
 		ids, err := o.n.Store.PendingTasks(ctx, bot)
 		if err != nil {
-			o.metrics.NATSError("request")
+			o.metrics.NATSError("request", "scrape")
 			continue
 		}
 		for _, id := range ids {

@@ -906,8 +906,12 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			return
 		}
 		if err := n.Worker.Go(ctx, m, string(dispatch.TierFixed), wg); err != nil {
-			// Bounded by the worker's slots: the dispatcher falls back.
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			// Bounded by the worker's slots (worker.ErrNoSlot): nothing
+			// was started, so the caller may send the task elsewhere (the
+			// dispatcher falls back) or again once a running one ends.
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+				"error": fmt.Sprintf("%v; the task was not started: send it to another node, or again later", err)})
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})

@@ -69,6 +69,26 @@ var deliveryNext = map[Delivery][]Delivery{
 // ErrTransition is a state change the model does not allow.
 var ErrTransition = errors.New("task: transition not allowed")
 
+// StoreFailed reports whether err, from a lifecycle operation or a read or
+// write of the task, output or context bucket, is JetStream failing
+// (unreachable, a timeout, an API error) rather than an answer: a
+// lifecycle sentinel (the task finished, superseded, busy, a transition
+// not allowed, nothing to change), a key not found, a value that does not
+// decode, or the caller's own context canceled. The pusher and the worker
+// count the first kind as NATS errors, never the second.
+func StoreFailed(err error) bool {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, natsjs.ErrKeyNotFound),
+		errors.Is(err, ErrFinished), errors.Is(err, ErrNotFinished), errors.Is(err, ErrSuperseded),
+		errors.Is(err, ErrConversationBusy), errors.Is(err, ErrTransition), errors.Is(err, ErrNoChange),
+		errors.As(err, &syntax), errors.As(err, &typ):
+		return false
+	}
+	return true
+}
+
 // SendWindow and MaxRecentSends bound Record.RecentSends: WeCom's quota
 // window, and more sends than any budget allows in it.
 const (

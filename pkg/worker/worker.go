@@ -95,11 +95,16 @@ type Config struct {
 	StorePatience time.Duration
 	// Lifecycle records every step of a task. Default: one on Store.
 	Lifecycle *task.Lifecycle
-	// NATSError, if set, is called with the operation ("fetch", "ack",
-	// "remove") each time the worker's own queue request fails while the
-	// worker runs: a fetch of tasks, a confirmed ack of a finished task,
-	// the removal that replaces an ack never confirmed. For the node's
-	// NATS error counter; must not block.
+	// NATSError, if set, is called with the operation each time a
+	// JetStream request of the worker fails while it runs: its own queue
+	// requests ("fetch" of tasks, "ack" confirmed of a finished task,
+	// "remove", the removal that replaces an ack never confirmed, "hold",
+	// the re-read of a task held off the queue), and a running task's
+	// reads and writes of the store ("output_write", "record_write",
+	// "record_read", "context_read", "context_write"), those only when
+	// JetStream failed (task.StoreFailed), not when the lifecycle said no
+	// (superseded, finished) or the task's run ended the request. For the
+	// node's NATS error counter; must not block.
 	NATSError func(op string)
 	Logger    zerolog.Logger
 	Now       func() time.Time
@@ -521,6 +526,14 @@ func (w *Worker) natsError(op string) {
 	}
 }
 
+// storeError tells Config.NATSError about err, from op on the store, if it
+// is JetStream failing (task.StoreFailed).
+func (w *Worker) storeError(op string, err error) {
+	if task.StoreFailed(err) {
+		w.natsError(op)
+	}
+}
+
 // storeCallTimeout bounds one JetStream call made under a task's run
 // context. That context carries the execution deadline (30 minutes by
 // default), which replaces nats.go's own 5 s request timeout: a request
@@ -610,7 +623,8 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	if err != nil {
 		if final { // no attempt follows: end the task rather than lock its conversation
 			why := "the node stopped while the task waited for an AI concurrency token on its last delivery"
-			lc.GiveUp(bg, m.TaskID, why, nil)
+			_, gerr := lc.GiveUp(bg, m.TaskID, why, nil)
+			w.storeError("record_write", gerr)
 			log.Warn().Msg(why)
 			if deliveries == 0 { // a fallback tier: no queue message
 				return result{action: actAck, err: errors.New(why)}
@@ -629,6 +643,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	case errors.Is(err, task.ErrRunningOffQueue):
 		return result{action: actHold, err: err}
 	case err != nil:
+		w.storeError("record_write", err)
 		return result{action: actRetry, err: err}
 	}
 	log = log.With().Int("attempt", attempt).Logger()
@@ -649,11 +664,12 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		delete(w.running, m.TaskID)
 		w.mu.Unlock()
 	}()
-	stopCheck := checkCancel(runCtx, lc, m.TaskID, attempt, cancel)
+	stopCheck := checkCancel(runCtx, lc, m.TaskID, attempt, cancel, w.storeError)
 	defer stopCheck()
 
 	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m)}
 	out := newCoalescer(runCtx, lc.Output(m.TaskID, m.Bot, attempt), w.cfg.OutputInterval, func(err error) {
+		w.storeError("output_write", err)
 		if errors.Is(err, task.ErrSuperseded) {
 			cancel(errSuperseded)
 		}
@@ -673,7 +689,8 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	case errors.Is(cause, errDeadline):
 		out.flush(bg)
 		why := fmt.Sprintf("execution deadline %s passed without an answer", w.cfg.Deadline)
-		lc.GiveUp(bg, m.TaskID, why, nil)
+		_, gerr := lc.GiveUp(bg, m.TaskID, why, nil)
+		w.storeError("record_write", gerr)
 		log.Warn().Msg(why)
 		return result{action: actGiveUp, err: errors.New(why)}
 	case err != nil && ctx.Err() != nil:
@@ -703,6 +720,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	var done *task.Record
 	err = w.patiently(ctx, log, "record the task succeeded", func() (err error) {
 		done, err = lc.Finish(bg, m.TaskID, attempt, text)
+		w.storeError("record_write", err)
 		return err
 	})
 	switch {
@@ -719,6 +737,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	// Only the attempt that finished the task adds its turn: once.
 	key := jetstream.ConversationKey(m.Bot, m.Chat)
 	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, m.Question, text, w.cfg.ContextTurns, w.cfg.ContextBytes); err != nil {
+		w.storeError("context_write", err)
 		log.Warn().Err(err).Msg("conversation context not updated")
 	}
 	log.Info().Int("bytes", len(text)).Msg("task succeeded")
@@ -757,6 +776,7 @@ func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string,
 // failed records attempt's failure and says what becomes of the message.
 func (w *Worker) failed(ctx context.Context, m task.Message, attempt int, why string, retry bool) result {
 	_, err := w.cfg.Lifecycle.Fail(ctx, m.TaskID, attempt, why, retry)
+	w.storeError("record_write", err)
 	switch {
 	case errors.Is(err, task.ErrSuperseded):
 		return result{action: actLeave, err: err}
@@ -782,6 +802,9 @@ func (w *Worker) prompt(ctx context.Context, m task.Message) []ai.Message {
 	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
 	conv, _, err := task.LoadConversation(lctx, w.cfg.Store.Context(), jetstream.ConversationKey(m.Bot, m.Chat))
+	if ctx.Err() == nil {
+		w.storeError("context_read", err)
+	}
 	if err == nil {
 		for _, t := range conv.Turns {
 			msgs = append(msgs, ai.Message{Role: t.Role, Content: t.Content})
@@ -800,13 +823,17 @@ var (
 // checkCancel re-reads the record every cancelCheck and ends the run once
 // it says canceled (or finished otherwise: given up), or that a later
 // attempt took over.
-func checkCancel(ctx context.Context, lc *task.Lifecycle, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
+func checkCancel(ctx context.Context, lc *task.Lifecycle, id string, attempt int, cancel context.CancelCauseFunc,
+	storeError func(op string, err error)) (stop func()) {
 	return every(ctx, cancelCheck, func(ctx context.Context) bool {
 		gctx, gcancel := context.WithTimeout(ctx, storeCallTimeout)
 		r, err := lc.Get(gctx, id)
 		gcancel()
 		switch {
 		case err != nil:
+			if ctx.Err() == nil { // not the run ending under the read
+				storeError("record_read", err)
+			}
 			return true
 		case r.Exec.Finished():
 			cancel(errCanceled)
@@ -854,8 +881,9 @@ func every(ctx context.Context, period time.Duration, fn func(context.Context) b
 // interval (and only if it changed), so a backend emitting hundreds of
 // tokens a second costs a few KV writes, and a backend that goes quiet
 // still has its last words written within an interval. Writes go through
-// the attempt's fenced writer; onErr hears of each failed periodic write
-// (ErrSuperseded ends the run).
+// the attempt's fenced writer; onErr hears of each failed write, periodic
+// or the last (ErrSuperseded ends the run), but not of a periodic write
+// the run's end cut short.
 type coalescer struct {
 	w     *task.OutputWriter
 	onErr func(error)
@@ -873,7 +901,7 @@ func newCoalescer(ctx context.Context, w *task.OutputWriter, interval time.Durat
 	c.stop = every(ctx, interval, func(ctx context.Context) bool {
 		wctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 		defer cancel()
-		if err := c.flush(wctx); err != nil {
+		if err := c.write(wctx); err != nil && ctx.Err() == nil {
 			c.onErr(err)
 		}
 		return true
@@ -895,8 +923,18 @@ func (c *coalescer) text() string {
 	return c.b.String()
 }
 
-// flush writes the text if it changed since the last write.
+// flush writes the text if it changed since the last write; onErr hears
+// of a failure.
 func (c *coalescer) flush(ctx context.Context) error {
+	err := c.write(ctx)
+	if err != nil {
+		c.onErr(err)
+	}
+	return err
+}
+
+// write writes the text if it changed since the last write.
+func (c *coalescer) write(ctx context.Context) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()

@@ -589,3 +589,69 @@ func TestSilentOffQueueAttemptTakenOver(t *testing.T) {
 	}
 	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }
+
+// severing answers, then closes the worker's NATS connection: every write
+// of the answer and of the record that follows fails at once.
+type severing struct{ conn *nats.Conn }
+
+func (severing) Name() string { return "severing" }
+func (s severing) Stream(ctx context.Context, req ai.Request, emit func(string) error) error {
+	if err := emit("the start"); err != nil {
+		return err
+	}
+	s.conn.Close()
+	return emit(" and the rest")
+}
+
+// NATSError hears a running task's writes of its output and record that
+// JetStream failed, and nothing of a task that ran with JetStream up (a
+// conversation with no context yet is not a failure).
+func TestNATSErrorHearsTaskWriteFailures(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	var mu sync.Mutex
+	heard := map[string]int{}
+	cfg := worker.Config{NodeID: "w1", Store: env.Store, StorePatience: 300 * time.Millisecond, Logger: zerolog.Nop(),
+		NATSError: func(op string) { mu.Lock(); heard[op]++; mu.Unlock() }}
+	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
+	open := func(msgid string) task.Message {
+		m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: "alice", Question: "q", Received: time.Now()}
+		if _, err := lc.Open(context.Background(), task.RecordOf(m)); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	cfg.Backend = demo(t, 200*time.Millisecond)
+	up, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Execute(context.Background(), open("m1"), "local"); err != nil {
+		t.Fatalf("execute with JetStream up: %v", err)
+	}
+	mu.Lock()
+	if len(heard) != 0 {
+		t.Fatalf("NATSError heard %v with JetStream up", heard)
+	}
+	mu.Unlock()
+
+	cfg.Backend = severing{env.Conn}
+	down, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := down.Execute(context.Background(), open("m2"), "local"); err == nil {
+		t.Fatal("execute with the connection closed under the answer succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	documented := map[string]bool{"output_write": true, "record_write": true, "record_read": true, "context_read": true, "context_write": true}
+	for op := range heard {
+		if !documented[op] {
+			t.Errorf("NATSError heard op %q, not one a running task documents", op)
+		}
+	}
+	if heard["output_write"] == 0 || heard["record_write"] == 0 {
+		t.Fatalf("NATSError heard %v, want output_write (the answer not stored) and record_write (its failure not recorded)", heard)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,13 +62,15 @@ func TestPageLabelsEveryFrame(t *testing.T) {
 	}
 }
 
-// On a node with api.token_file, the page's post is refused until the
-// person gives the token: the page then shows the token field and the
-// node's error, and sends the token with the next post.
+// On a node with api.token_file, the page's chat (the transcript it polls
+// and its post) is refused until the person gives the token: the page
+// then shows the token field and the node's error, and sends the token
+// with the next post and every transcript read after it.
 func TestPageAsksForTheToken(t *testing.T) {
 	tab := browser(t, context.Background())
 	const token = "0123456789abcdef0123456789abcdef"
 	posted := make(chan string, 4)
+	var transcripts atomic.Int64 // reads that passed the token check
 	sim := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/control/messages":
@@ -76,6 +79,7 @@ func TestPageAsksForTheToken(t *testing.T) {
 			posted <- m.Text
 			json.NewEncoder(w).Encode(wecomsim.MessageResult{MsgID: "m1", Seq: 1, Delivered: true})
 		case "/control/transcript":
+			transcripts.Add(1)
 			json.NewEncoder(w).Encode(map[string]any{"messages": []wecomsim.TranscriptEntry{}})
 		default:
 			http.NotFound(w, r)
@@ -106,6 +110,9 @@ func TestPageAsksForTheToken(t *testing.T) {
 		t.Fatalf("%q reached the simulator without the token", text)
 	default:
 	}
+	if n := transcripts.Load(); n != 0 {
+		t.Fatalf("%d transcript reads reached the simulator without the token", n)
+	}
 	if err := chromedp.Do(tab, chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#send"))); err != nil {
 		t.Fatal(err)
 	}
@@ -118,4 +125,12 @@ func TestPageAsksForTheToken(t *testing.T) {
 		t.Fatal("the post with the token did not reach the simulator")
 	}
 	poll(t, tab, "the error cleared", `() => document.querySelector("#chat-error").hidden`)
+	deadline := time.Now().Add(wait)
+	for transcripts.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no transcript read with the token reached the simulator: the page does not send it with its GET")
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval, not an assertion
+	}
+	poll(t, tab, "the error still cleared with the transcript polled", `() => document.querySelector("#chat-error").hidden`)
 }

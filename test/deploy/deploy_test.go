@@ -1,7 +1,9 @@
 // Package deploy tests deploy/ and scripts/: the systemd units pass
 // systemd-analyze verify, scripts/install.sh is idempotent and never
-// overwrites a changed configuration without --force, and
-// scripts/gen-certs.sh makes certificates the CA verifies.
+// overwrites a changed configuration without --force,
+// scripts/gen-certs.sh makes certificates the CA verifies, every rule of
+// deploy/prometheus-rules.yml says what it means and what to do, and no
+// example in README.md, docs/, deploy/ or scripts/ puts a secret in argv.
 package deploy
 
 import (

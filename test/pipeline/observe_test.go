@@ -339,21 +339,25 @@ func TestReadinessLeaderConnecting(t *testing.T) {
 }
 
 // JetStream failing under the node's hot paths is counted, not only the
-// /metrics collector's own reads: with NATS stopped mid-answer (and no
-// scrape meanwhile, so the collector adds nothing) a question's publish
-// fails and falls back to the spool, and after NATS is back
-// botctl_nats_errors_total{kind="request"} has risen. The publish is the
-// one failure the test is sure of (it happens before the receipt it waits
-// for); the worker's fetches and the pusher's reads add to it.
+// /metrics collector's own reads (op "scrape"): with NATS stopped
+// mid-answer, the running task's output writes fail (op "output_write",
+// the worker's), and a question asked meanwhile has its publish fail and
+// fall back to the spool (op "publish"); both are on
+// botctl_nats_errors_total{kind="request"} by the time NATS is back.
 func TestNATSErrorsCountedOnHotPaths(t *testing.T) {
 	c := newCluster(t)
-	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 10 * time.Second })
+	// Longer than the outage: the task is still running, writing its
+	// output every second, while NATS is away.
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 5 * time.Minute })
 	eventually(t, "leader connected", c.connected)
-	request := map[string]string{"kind": "request"}
-	before := 0.0
-	if v := value(scrape(t, n.api), "botctl_nats_errors_total", request); v != nil {
-		before = *v
+	count := func(fams map[string]*dto.MetricFamily, op string) float64 {
+		if v := value(fams, "botctl_nats_errors_total", map[string]string{"kind": "request", "op": op}); v != nil {
+			return *v
+		}
+		return 0
 	}
+	fams := scrape(t, n.api)
+	publishes, outputs := count(fams, "publish"), count(fams, "output_write")
 	sent := c.post("alice", "a question for the outage")
 	eventually(t, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
 
@@ -365,15 +369,19 @@ func TestNATSErrorsCountedOnHotPaths(t *testing.T) {
 	})
 	c.post("bob", "asked while JetStream is away")
 	eventually(t, "bob receipted (his task spooled)", func() bool { return len(c.bot("bob")) > 0 })
+	// A write waits for its reply up to its timeout (10 s) before it counts
+	// as failed: NATS stays away until it has.
+	eventually(t, "a failed output write of alice's running task counted", func() bool {
+		return count(scrape(t, n.api), "output_write") > outputs
+	})
 
 	c.restartNATS(url)
 	eventually(t, "ready again", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusOK && r.Ready
 	})
-	v := value(scrape(t, n.api), "botctl_nats_errors_total", request)
-	if v == nil || *v <= before {
-		t.Fatalf("botctl_nats_errors_total{kind=request} = %v after the outage, was %g: the hot paths' failures were not counted", v, before)
+	if v := count(scrape(t, n.api), "publish"); v <= publishes {
+		t.Fatalf("botctl_nats_errors_total{kind=request,op=publish} = %g after the outage, was %g: bob's failed publish was not counted", v, publishes)
 	}
 }
 

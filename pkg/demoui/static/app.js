@@ -31,9 +31,27 @@ function time(s) {
   return new Date(s).toLocaleTimeString("en-GB", { hour12: false });
 }
 
+// token is the node API's token the person gave (api.token_file), if any.
+function token() { return $("#token").value || sessionStorage.getItem("botctl-token"); }
+
+// authorized adds the token to headers, when the person gave one.
+function authorized(headers) {
+  const t = token();
+  if (t) headers["Authorization"] = "Bearer " + t;
+  return headers;
+}
+
+// asksToken shows the token field: the node refused a chat request (401).
+function asksToken(r) {
+  if (r.status !== 401) return false;
+  $("#token-row").hidden = false;
+  return true;
+}
+
 async function getJSON(path) {
-  const r = await fetch(api + path, { cache: "no-store" });
+  const r = await fetch(api + path, { cache: "no-store", headers: authorized({}) });
   const body = await r.json().catch(() => ({ error: r.status + " " + r.statusText }));
+  if (asksToken(r)) throw new Error(body.error || "this node asks for its API token");
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
 }
@@ -111,17 +129,12 @@ async function send(ev) {
   ev.preventDefault();
   const text = $("#text").value;
   if (!text.trim()) return;
-  const headers = { "Content-Type": "application/json" };
-  const token = $("#token").value || sessionStorage.getItem("botctl-token");
-  if (token) headers["Authorization"] = "Bearer " + token;
+  const headers = authorized({ "Content-Type": "application/json" });
   $("#send").disabled = true;
   try {
     const r = await fetch(api + "messages", { method: "POST", headers, body: JSON.stringify({ bot: $("#bot").value, user: chat(), text }) });
     const body = await r.json().catch(() => ({}));
-    if (r.status === 401) {
-      $("#token-row").hidden = false;
-      throw new Error(body.error || "this node asks for a token");
-    }
+    if (asksToken(r)) throw new Error(body.error || "this node asks for its API token");
     if (!r.ok) throw new Error(body.error || r.statusText);
     if (!body.delivered) showChatError("posted, but no node holds the bot's connection right now: the message waits in WeCom's history for the gap backfill", "send");
     else $("#chat-error").hidden = true;
@@ -195,7 +208,7 @@ async function start() {
     showChatError(cfg.chat_off, "config");
   }
   $("#chat-form").addEventListener("submit", send);
-  $("#token").addEventListener("change", () => sessionStorage.setItem("botctl-token", $("#token").value));
+  $("#token").addEventListener("change", () => { sessionStorage.setItem("botctl-token", $("#token").value); pollTranscript(); });
   $("#user").addEventListener("change", () => { seen.clear(); pollTranscript(); });
   $("#bot").addEventListener("change", () => { seen.clear(); pollTranscript(); });
   document.body.dataset.ready = "true";

@@ -1,0 +1,118 @@
+package deploy
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ruleFile is Prometheus's rule file format, as much of it as the rules
+// use; decoding refuses any other key (a typo such as "anotations").
+type ruleFile struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for"`
+			Labels      map[string]string `yaml:"labels"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+// deploy/prometheus-rules.yml parses as a rule file; every rule has an
+// alert name, an expression, a valid "for", and says what it means
+// (description) and what to do (runbook); it asks only for metrics
+// docs/operations.md documents, and the docs' alert table lists each rule
+// with the same expression. promtool, where installed, checks it too.
+func TestPrometheusRules(t *testing.T) {
+	r := repo(t)
+	path := filepath.Join(r, "deploy", "prometheus-rules.yml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f ruleFile
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	docsRaw, err := os.ReadFile(filepath.Join(r, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := string(docsRaw)
+	// The metrics table's rows start "| `botctl_…`", a row may name
+	// several in its first cell.
+	documented := map[string]bool{}
+	for _, line := range strings.Split(docs, "\n") {
+		if !strings.HasPrefix(line, "| `botctl_") {
+			continue
+		}
+		cell, _, _ := strings.Cut(strings.TrimPrefix(line, "|"), "|")
+		for _, name := range regexp.MustCompile("`(botctl_[a-z_]+)`").FindAllStringSubmatch(cell, -1) {
+			documented[name[1]] = true
+		}
+	}
+	if len(documented) == 0 {
+		t.Fatal("no metric found in docs/operations.md's metrics table")
+	}
+	metric := regexp.MustCompile(`botctl_[a-z_]+`)
+	seen := map[string]bool{}
+	rules := 0
+	for _, g := range f.Groups {
+		if g.Name == "" || len(g.Rules) == 0 {
+			t.Errorf("a group without a name or rules: %+v", g)
+		}
+		for _, rule := range g.Rules {
+			rules++
+			name := rule.Alert
+			if name == "" || seen[name] {
+				t.Errorf("rule %d of group %s: alert name %q empty or repeated", rules, g.Name, name)
+			}
+			seen[name] = true
+			if strings.TrimSpace(rule.Expr) == "" {
+				t.Errorf("%s: no expr", name)
+			}
+			if rule.For != "" {
+				if _, err := time.ParseDuration(rule.For); err != nil {
+					t.Errorf("%s: for %q: %v", name, rule.For, err)
+				}
+			}
+			for _, a := range []string{"summary", "description", "runbook"} {
+				if strings.TrimSpace(rule.Annotations[a]) == "" {
+					t.Errorf("%s: no %s annotation (what it means, what to do)", name, a)
+				}
+			}
+			for _, m := range metric.FindAllString(rule.Expr, -1) {
+				if base := strings.TrimSuffix(m, "_bucket"); !documented[base] {
+					t.Errorf("%s: expr asks for %s, which docs/operations.md's metrics table does not list", name, m)
+				}
+			}
+			if !strings.Contains(docs, "| `"+name+"` | `"+rule.Expr+"`") {
+				t.Errorf("%s: docs/operations.md's alert table has no row \"| `%s` | `%s`\"", name, name, rule.Expr)
+			}
+		}
+	}
+	if rules == 0 {
+		t.Fatal("no rules")
+	}
+
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not found: the expressions' syntax is not checked here")
+		return
+	}
+	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
