@@ -435,21 +435,14 @@ func TestSilentConnectionIsReplacedOnce(t *testing.T) {
 	}
 }
 
-// A silence longer than the recovery threshold is an outage like a drop:
-// when callbacks arrive again the bot is half-open (probes, the backlog
-// held, then drained below its normal rate for the observation window)
-// before it is online and the incident closes.
-func TestLongSilenceGoesHalfOpen(t *testing.T) {
+// watchPhases samples gate's phase every 20 ms until the test ends; the
+// function it returns fails the test unless each of want was seen.
+func watchPhases(t *testing.T, gate *recovery.Gate) func(want ...recovery.Phase) {
 	var phases sync.Map
-	e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
-		silenceLimits(c)
-		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 3, ProbeInterval: 200 * time.Millisecond, Observe: 2 * time.Second}
-	}})
-	e.waitOnline()
-	gate := e.h.Gate(bot)
 	stop := make(chan struct{})
-	defer close(stop)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			select {
 			case <-stop:
@@ -459,6 +452,29 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 			}
 		}
 	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func(want ...recovery.Phase) {
+		t.Helper()
+		for _, p := range want {
+			if _, ok := phases.Load(p); !ok {
+				t.Fatalf("gate never %s", p)
+			}
+		}
+	}
+}
+
+// A silence longer than the recovery threshold is an outage like a drop:
+// when callbacks arrive again the bot is half-open (probes, the backlog
+// held, then drained below its normal rate for the observation window)
+// before it is online and the incident closes.
+func TestLongSilenceGoesHalfOpen(t *testing.T) {
+	e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
+		silenceLimits(c)
+		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 3, ProbeInterval: 200 * time.Millisecond, Observe: 2 * time.Second}
+	}})
+	e.waitOnline()
+	gate := e.h.Gate(bot)
+	seen := watchPhases(t, gate)
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 6})
 	eventually(t, "a silence incident", func() bool {
 		all := e.incidents()
@@ -478,11 +494,7 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 	if i.Signal != incident.SignalSilence || !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
 		t.Fatalf("a long silence was not half-open for the observation window:\n%s", dump(i))
 	}
-	for _, p := range []recovery.Phase{recovery.PhaseProbing, recovery.PhaseObserving} {
-		if _, ok := phases.Load(p); !ok {
-			t.Fatalf("gate never %s", p)
-		}
-	}
+	seen(recovery.PhaseProbing, recovery.PhaseObserving)
 	if gate.Phase() != recovery.PhaseOnline || e.record().State != health.Online {
 		t.Fatalf("gate %s, record %s after recovery", gate.Phase(), e.record().State)
 	}
@@ -492,35 +504,19 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 // held while the probes run, then drains below the normal rate during the
 // observation window, then the bot is online and the incident closes.
 func TestHalfOpenAfterALongOutage(t *testing.T) {
-	var phases sync.Map
 	e := start(t, options{health: func(c *health.Config) {
 		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 3, ProbeInterval: 200 * time.Millisecond, Observe: 2 * time.Second}
 	}})
 	e.waitOnline()
 	gate := e.h.Gate(bot)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				phases.Store(gate.Phase(), true)
-			}
-		}
-	}()
+	seen := watchPhases(t, gate)
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRefuseSubscribe, Seconds: 2})
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
 	i := e.waitClosed(1)
 	if !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
 		t.Fatalf("not half-open for the observation window:\n%s", dump(i))
 	}
-	for _, p := range []recovery.Phase{recovery.PhaseProbing, recovery.PhaseObserving} {
-		if _, ok := phases.Load(p); !ok {
-			t.Fatalf("gate never %s", p)
-		}
-	}
+	seen(recovery.PhaseProbing, recovery.PhaseObserving)
 	if gate.Phase() != recovery.PhaseOnline {
 		t.Fatalf("gate %s after recovery", gate.Phase())
 	}

@@ -138,17 +138,21 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 			p.count(func(s *Stats) { s.Throttled++ })
 			return false, time.Until(p.cfg.Budget.Free(chat))
 		}
-		if _, err := p.cfg.Lifecycle.FinalIntent(ctx, r.ID); err != nil {
+		// From the step's read: one record write, no read, before the
+		// frame (a read of an R3 bucket is a request to its leader).
+		ir, irev, err := p.cfg.Lifecycle.FinalIntentFrom(ctx, r, rev)
+		if err != nil {
 			p.storeError("record_write", err)
 			p.cfg.Budget.Refund(chat)
 			return false, time.Second
 		}
-		err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: final, Finish: true})
+		err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: final, Finish: true})
 		switch code := wecom.ErrCodeOf(err); {
 		case err == nil:
 			p.count(func(s *Stats) { s.Frames++ })
 			p.lag(r.ID, p.cfg.Now())
-			return p.delivered(ctx, r, final, "final frame acked", 0)
+			_, err := p.cfg.Lifecycle.DeliveredFrom(ctx, ir, irev, final, "final frame acked", 0)
+			return p.recorded(r.ID, "final frame acked", 0, err)
 		case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
 			// No ack we can trust for this req_id (a timeout, or an
 			// earlier frame's ack still owed): the final may or may not be
@@ -330,13 +334,20 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 }
 
 func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
-	if _, err := p.cfg.Lifecycle.Delivered(ctx, r.ID, text, why, parts); err != nil {
+	_, err := p.cfg.Lifecycle.Delivered(ctx, r.ID, text, why, parts)
+	return p.recorded(r.ID, why, parts, err)
+}
+
+// recorded ends a step whose delivery of task id was recorded (err: it
+// was not, and the step is tried again).
+func (p *Pusher) recorded(id, why string, parts int, err error) (bool, time.Duration) {
+	if err != nil {
 		p.storeError("record_write", err)
-		p.log.Warn().Err(err).Str("task", r.ID).Msg("delivery not recorded; a new leader may deliver again")
+		p.log.Warn().Err(err).Str("task", id).Msg("delivery not recorded; a new leader may deliver again")
 		return false, time.Second
 	}
 	p.count(func(s *Stats) { s.Delivered++ })
-	p.log.Debug().Str("task", r.ID).Str("why", why).Int("parts", parts).Msg("delivered")
+	p.log.Debug().Str("task", id).Str("why", why).Int("parts", parts).Msg("delivered")
 	return true, 0
 }
 

@@ -604,13 +604,24 @@ func (l *Lifecycle) shown(hash string, at time.Time) func(*Record) error {
 // FinalIntent records that a final frame is about to be sent, so a new
 // leader that finds it without an outcome knows the user may have it.
 func (l *Lifecycle) FinalIntent(ctx context.Context, id string) (*Record, error) {
-	return l.update(ctx, id, func(r *Record) error {
-		if r.FinalPending {
-			return ErrNoChange
-		}
-		r.FinalPending = true
-		return nil
-	})
+	return l.update(ctx, id, finalIntent)
+}
+
+// FinalIntentFrom is FinalIntent starting from r as read at revision rev
+// (the pusher's step has just read it): when nobody wrote the record
+// since, one write and no read stand between the final answer and its
+// frame. It returns the record and its revision after the write, for
+// DeliveredFrom. r is not changed.
+func (l *Lifecycle) FinalIntentFrom(ctx context.Context, r *Record, rev uint64) (*Record, uint64, error) {
+	return updateFromRev(ctx, l.store.Tasks(), r, rev, finalIntent)
+}
+
+func finalIntent(r *Record) error {
+	if r.FinalPending {
+		return ErrNoChange
+	}
+	r.FinalPending = true
+	return nil
 }
 
 // Truncate records that the stream is closed (or unusable) before the
@@ -640,8 +651,21 @@ func (l *Lifecycle) PartPushed(ctx context.Context, id string, n int) (*Record, 
 // Delivered records that the user has the ending (text, whose hash is
 // kept), and takes the task out of the pending index.
 func (l *Lifecycle) Delivered(ctx context.Context, id, text, why string, parts int) (*Record, error) {
+	r, err := l.update(ctx, id, l.deliver(text, why, parts))
+	return l.delivered(ctx, r, err)
+}
+
+// DeliveredFrom is Delivered starting from r as read (or written, by
+// FinalIntentFrom) at revision rev: no read when nobody wrote it since.
+// r is not changed.
+func (l *Lifecycle) DeliveredFrom(ctx context.Context, r *Record, rev uint64, text, why string, parts int) (*Record, error) {
+	next, err := updateFrom(ctx, l.store.Tasks(), r, rev, l.deliver(text, why, parts))
+	return l.delivered(ctx, next, err)
+}
+
+func (l *Lifecycle) deliver(text, why string, parts int) func(*Record) error {
 	now := l.now()
-	r, err := l.update(ctx, id, func(r *Record) error {
+	return func(r *Record) error {
 		if r.Delivery.Finished() {
 			return ErrNoChange
 		}
@@ -651,12 +675,16 @@ func (l *Lifecycle) Delivered(ctx context.Context, id, text, why string, parts i
 			r.PushedParts = parts
 		}
 		return r.SetDelivery(Delivered, why, l.node, now.UTC())
-	})
+	}
+}
+
+// delivered takes a delivered task out of the pending index.
+func (l *Lifecycle) delivered(ctx context.Context, r *Record, err error) (*Record, error) {
 	if err != nil {
 		return r, err
 	}
 	if err := l.store.ClearPending(ctx, r.Bot, r.ID); err != nil {
-		l.log.Debug().Err(err).Str("task", id).Msg("pending index not cleared; the next rebuild drops it")
+		l.log.Debug().Err(err).Str("task", r.ID).Msg("pending index not cleared; the next rebuild drops it")
 	}
 	return r, nil
 }

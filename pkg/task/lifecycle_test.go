@@ -393,3 +393,38 @@ func TestShownFrom(t *testing.T) {
 		t.Fatal("ShownFrom with no record read: no error")
 	}
 }
+
+// The final frame's intent and its delivery, chained from the pusher's
+// read: the revision FinalIntentFrom returns is the record's after its
+// write (DeliveredFrom needs no read), and a stale revision (someone wrote
+// meanwhile) is read again, not lost.
+func TestFinalIntentFromThenDeliveredFrom(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "u1")
+	r, rev, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir, irev, err := f.lc.FinalIntentFrom(f.ctx, r, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, now, _ := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID); !ir.FinalPending || r.FinalPending || irev != now || irev <= rev {
+		t.Fatalf("after FinalIntentFrom: pending %v (caller's copy %v), revision %d, stored %d, read at %d", ir.FinalPending, r.FinalPending, irev, now, rev)
+	}
+	// Again from the same (now stale) read: nothing changes, no error.
+	if again, arev, err := f.lc.FinalIntentFrom(f.ctx, r, rev); err != nil || !again.FinalPending || arev != irev {
+		t.Fatalf("stale FinalIntentFrom: %+v rev %d (want %d) %v", again, arev, irev, err)
+	}
+	got, err := f.lc.DeliveredFrom(f.ctx, ir, irev, "the answer", "final frame acked", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := f.record(m.TaskID)
+	if got.Delivery != task.Delivered || stored.Delivery != task.Delivered || stored.FinalPending || stored.PushedHash != task.Hash("the answer") {
+		t.Fatalf("after DeliveredFrom: delivery %s, stored %s, final pending %v", got.Delivery, stored.Delivery, stored.FinalPending)
+	}
+	if ids, err := f.env.Store.PendingTasks(f.ctx, "b"); err != nil || slices.Contains(ids, m.TaskID) {
+		t.Fatalf("still in the pending index: %v %v", ids, err)
+	}
+}

@@ -283,8 +283,16 @@ var ErrNoChange = errors.New("task: no change")
 // first (one bucket round trip instead of two); if somebody did, the CAS
 // fails and update starts over from a fresh read. cur is not changed.
 func updateFrom(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, error) {
+	r, _, err := updateFromRev(ctx, kv, cur, rev, fn)
+	return r, err
+}
+
+// updateFromRev is updateFrom that also returns the record's revision
+// after it (the one read, when fn changed nothing), so that a caller can
+// chain a next update without a read.
+func updateFromRev(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
 	if cur == nil || rev == 0 {
-		return nil, fmt.Errorf("update task: no record read to start from")
+		return nil, 0, fmt.Errorf("update task: no record read to start from")
 	}
 	return updateLoop(ctx, kv, cur.ID, cur.clone(), rev, fn)
 }
@@ -293,40 +301,43 @@ func updateFrom(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64
 // changed it meanwhile, retrying on conflict. fn may run several times;
 // it returns ErrNoChange to stop without writing.
 func update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record) error) (*Record, error) {
-	return updateLoop(ctx, kv, id, nil, 0, fn)
+	r, _, err := updateLoop(ctx, kv, id, nil, 0, fn)
+	return r, err
 }
 
 // updateLoop is update and updateFrom: r, if not nil, is the record at
-// rev for the first try; every retry reads it afresh.
-func updateLoop(ctx context.Context, kv natsjs.KeyValue, id string, r *Record, rev uint64, fn func(*Record) error) (*Record, error) {
+// rev for the first try; every retry reads it afresh. It returns the
+// record and its revision after the update (as read, when fn changed
+// nothing).
+func updateLoop(ctx context.Context, kv natsjs.KeyValue, id string, r *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
 	given := r != nil
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 || !given {
 			var err error
 			if r, rev, err = Get(ctx, kv, id); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 		}
 		if err := fn(r); err != nil {
 			if errors.Is(err, ErrNoChange) {
-				return r, nil
+				return r, rev, nil
 			}
-			return r, err
+			return r, rev, err
 		}
 		raw, err := json.Marshal(r)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if _, err := kv.Update(ctx, id, raw, rev); err == nil {
-			return r, nil
+		if next, err := kv.Update(ctx, id, raw, rev); err == nil {
+			return r, next, nil
 		} else if !jetstream.LostCAS(err) || attempt >= 50 {
-			return nil, fmt.Errorf("update task %s: %w", id, err)
+			return nil, 0, fmt.Errorf("update task %s: %w", id, err)
 		}
 		if attempt > 0 || !given { // the caller's copy was stale: read again at once
 			jetstream.CASPause(ctx, attempt)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 }
