@@ -15,7 +15,7 @@ import (
 
 // Output is what an attempt has produced for a task: the accumulated
 // answer so far, written to the output bucket under the task's id
-// (coalesced: about once a second at most). The pusher watches it. Whether
+// (coalesced: at most once per worker.output_interval). The pusher watches it. Whether
 // the answer is over is the record's to say (Exec.Finished), not the
 // output's: the output is text, and the attempt that wrote it.
 type Output struct {
