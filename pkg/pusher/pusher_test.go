@@ -574,6 +574,13 @@ func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
 func TestResyncFindsATaskNeverAnnounced(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{ResyncEvery: 300 * time.Millisecond, BusyNote: "BUSY: ask again later"})
+	// A first task, announced and delivered: the pusher is past its
+	// rebuild (which would otherwise find the next one: a flaky pass).
+	warm := r.ask("bob", "announced")
+	if _, err := r.lc.Refused(context.Background(), task.MessageOf(warm), "busy: the earlier question was still running", true); err != nil {
+		t.Fatal(err)
+	}
+	r.waitDelivery(warm.ID, task.Delivered)
 	p := r.p
 	r.p = nil // ask tells the pusher when it runs: not this time
 	rec := r.ask("alice", "never announced")
