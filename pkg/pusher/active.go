@@ -145,8 +145,14 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 }
 
 // refreshEvery bounds how long a task goes without a fresh read of its
-// record, whatever the cache says (an operator may have changed it).
-const refreshEvery = 10 * time.Second
+// record, whatever the cache says: a change whose notice was lost (core
+// NATS, during a reconnect) and that wrote no output, or a start
+// (queued → running: not announced, it only changes the status line).
+// Every change that matters to the user is announced (task.Lifecycle's
+// notices) and most also write output. Each read of an R3 bucket is a
+// JetStream API request to its leader: at 10 s, 10,000 conversations
+// (7,000 of them queued for a worker slot) cost 1,000 reads a second.
+const refreshEvery = 30 * time.Second
 
 // needsStep decides from what is cached (the record as last read, the
 // output as last watched) whether a step could have anything to do, so
