@@ -412,26 +412,39 @@ func TestSilentConnectionIsReplacedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "a silence incident", func() bool {
-		all := e.incidents()
-		return len(all) == 1 && all[0].Signal == incident.SignalSilence
-	})
+	e.waitSilenceIncident()
 	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
-	for !t.Failed() {
-		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "carol", Text: "back?"}); err != nil {
-			t.Fatal(err)
-		}
-		if e.inbound.Load() > 0 {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	e.postUntil(func() bool { return e.inbound.Load() > 0 })
 	i := e.waitClosed(1)
 	if got := e.stats().Connections - conns; got != 1 {
 		t.Fatalf("%d reconnects for one silence, want 1:\n%s", got, dump(i))
 	}
 	if i.Backfill.Filled != 1 || passes.Load() < 2 {
 		t.Fatalf("backfill after the silence not run (passes %d):\n%s", passes.Load(), dump(i))
+	}
+}
+
+// waitSilenceIncident waits for the bot's one incident to be a silence.
+func (e *env) waitSilenceIncident() {
+	e.t.Helper()
+	eventually(e.t, "a silence incident", func() bool {
+		all := e.incidents()
+		return len(all) == 1 && all[0].Signal == incident.SignalSilence
+	})
+}
+
+// postUntil has a user write to the bot until done holds: after a
+// silence, the callbacks that show the connection hears again.
+func (e *env) postUntil(done func() bool) {
+	e.t.Helper()
+	for !e.t.Failed() {
+		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "carol", Text: "back?"}); err != nil {
+			e.t.Fatal(err)
+		}
+		if done() {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
@@ -476,20 +489,9 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 	gate := e.h.Gate(bot)
 	seen := watchPhases(t, gate)
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 6})
-	eventually(t, "a silence incident", func() bool {
-		all := e.incidents()
-		return len(all) == 1 && all[0].Signal == incident.SignalSilence
-	})
+	e.waitSilenceIncident()
 	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
-	for !t.Failed() {
-		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "carol", Text: "back?"}); err != nil {
-			t.Fatal(err)
-		}
-		if all := e.incidents(); len(all) == 1 && !all[0].Recovered.IsZero() {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	e.postUntil(func() bool { all := e.incidents(); return len(all) == 1 && !all[0].Recovered.IsZero() })
 	i := e.waitClosed(1)
 	if i.Signal != incident.SignalSilence || !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
 		t.Fatalf("a long silence was not half-open for the observation window:\n%s", dump(i))
@@ -697,25 +699,14 @@ func TestSilenceRecoveredOnAnotherNode(t *testing.T) {
 	e.waitOnline()
 	n2 := e.second("n2")
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 6})
-	eventually(t, "a silence incident", func() bool {
-		all := e.incidents()
-		return len(all) == 1 && all[0].Signal == incident.SignalSilence
-	})
+	e.waitSilenceIncident()
 	// n1 goes away (a deploy): n2 takes the bot over.
 	stopped := make(chan struct{})
 	go func() { e.stopFirst(); close(stopped) }()
 	<-stopped
 	eventually(t, "n2 leads", func() bool { return n2.Status()[bot].State == node.StateLeader })
 	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
-	for !t.Failed() {
-		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "carol", Text: "back?"}); err != nil {
-			t.Fatal(err)
-		}
-		if all := e.incidents(); len(all) == 1 && all[0].State == incident.Closed {
-			break
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	e.postUntil(func() bool { all := e.incidents(); return len(all) == 1 && all[0].State == incident.Closed })
 	i := e.waitClosed(1)
 	if i.Recovered.IsZero() || !strings.Contains(dump(i), "callbacks arrive again") {
 		t.Fatalf("incident:\n%s", dump(i))
