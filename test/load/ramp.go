@@ -116,6 +116,7 @@ type stepResult struct {
 	idleWall                time.Duration
 	versions                int
 	profiles                map[string]string // role → perf summary
+	subjects                map[string]int    // NATS messages by kind of subject (-subjects)
 	err                     string
 }
 
@@ -207,6 +208,9 @@ type rampOpts struct {
 	// infranode is test/infracluster's member binary (r3); the ramp
 	// builds it when unset.
 	infranode string
+	// subjects counts the NATS messages of every botctl step by kind
+	// of subject (subjectCount); such a step's timings are not clean.
+	subjects bool
 }
 
 // runStep starts a fresh deployment for st, drives it and measures it.
@@ -289,6 +293,13 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	if st.profile {
 		perf = startPerf(pids, sdir, o.profHz, o.logf)
 	}
+	var counter *subjectCount
+	if o.subjects && natsURL != "" {
+		var err error
+		if counter, err = countSubjects(natsURL); err != nil {
+			return res, fmt.Errorf("subject counter: %w", err)
+		}
+	}
 	smp := startSampler(pids)
 	prefix := fmt.Sprintf("s%d", idx)
 	convs := map[string]*convo{}
@@ -364,6 +375,9 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		}
 	}
 	res.usage, res.wall = smp.stop()
+	if counter != nil {
+		res.subjects = counter.stop()
+	}
 	if perf != nil {
 		res.profiles = perf.stop()
 	}

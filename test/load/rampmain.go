@@ -42,6 +42,7 @@ func rampMain(args []string) error {
 	idle := fs.Duration("idle", 5*time.Second, "measure each step's processes this long with no traffic first (their idle cost)")
 	dirFlag := fs.String("dir", "", "work dir (binaries, data); default a temp dir, removed at the end")
 	topoFlag := fs.String("topology", string(topologySingle), "etcd and NATS under the nodes: single (1 etcd, 1 NATS server, JetStream replicas 1; bench/ramp.md's) or r3 (3 etcd members, 3 NATS servers, --nats-replicas 3: the production topology)")
+	subjects := fs.Bool("subjects", false, "count each botctl step's NATS messages by kind of subject (a subscriber on \">\": the step's timings are not clean)")
 	fs.Parse(args)
 	topo, err := parseTopology(*topoFlag)
 	if err != nil {
@@ -56,7 +57,7 @@ func rampMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	results, err := runRamp(steps, rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo}, *dirFlag)
+	results, err := runRamp(steps, rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo, subjects: *subjects}, *dirFlag)
 	if err != nil && len(results) == 0 {
 		return err
 	}

@@ -254,6 +254,14 @@ question each, over the simulator's control API. Measured from outside the nodes
 		}
 	}
 	for i, r := range rs {
+		if r.subjects == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "\n## NATS messages, step %d: %s, %d conversations at %.0f/s, %s answers\n\n", i+1, r.label(), r.conversations, r.rate, r.answer)
+		b.WriteString("Counted by a subscriber on `>` in the nodes' account (client publishes, API requests, acks, deliveries to inboxes; not the servers' routes or Raft). The counter adds a delivery per message: this step's timings are not clean.\n\n")
+		b.WriteString(subjectTable(r.subjects, r.answered))
+	}
+	for i, r := range rs {
 		if r.err != "" || r.gen.errors > 0 {
 			fmt.Fprintf(&b, "\n- step %d: error %q; %d posts failed (first: %s)\n", i+1, r.err, r.gen.errors, r.gen.firstErr)
 		}
