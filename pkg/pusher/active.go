@@ -20,8 +20,9 @@ type entry struct {
 	firstRev  uint64       // output bucket revision of the first event seen for it (0: none)
 	outHash   string       // task.Hash(out.Text), computed once per output version
 	outAt     time.Time    // when the watch delivered out (zero: out was read, not watched)
-	rec       *task.Record // the record as last read by a step (nil: never)
-	readAt    time.Time    // when rec was read
+	rec       *task.Record // the record as a step last read or wrote it (nil: never, or forgotten)
+	rev       uint64       // rec's revision
+	readAt    time.Time    // when rec was read or written
 	inflight  bool
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
@@ -142,6 +143,53 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 			p.release(id, done, wait)
 		})
 	}
+}
+
+// remember caches rec at revision rev as the task's record: read by a
+// step, or written by one (a write's CAS succeeding proves nobody else
+// wrote it since the revision it started from).
+func (p *Pusher) remember(id string, rec *task.Record, rev uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if en := p.active[id]; en != nil {
+		en.rec, en.rev, en.readAt = rec, rev, p.cfg.Now()
+	}
+}
+
+// forget drops the task's cached record: the next step reads it.
+func (p *Pusher) forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if en := p.active[id]; en != nil {
+		en.rec = nil
+	}
+}
+
+// cached is the task's record and revision when the cache can stand in
+// for a step's read (nil: read it). At 10,000 conversations the steps'
+// reads were most of the JetStream API requests (42 per answer, against
+// 18 output writes): every output version and every paced wait read the
+// record, each a request to the R3 bucket's leader. The cache is trusted
+// only while the task runs under the attempt its output shows, is fresher
+// than refreshEvery, and no notice came since:
+//   - queued: the start is not announced; a worker may have begun;
+//   - finished: the ending is a step's one read, right before the final
+//     frame's intent is written (a notice clears the cache anyway);
+//   - an output of another attempt: the record has moved on.
+//
+// A stale record costs no wrong write: every record write is a CAS from
+// rev, and a lost CAS reads again.
+func (p *Pusher) cached(id string) (*task.Record, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	en := p.active[id]
+	if en == nil || en.rec == nil || en.rev == 0 || p.cfg.Now().Sub(en.readAt) >= refreshEvery {
+		return nil, 0
+	}
+	if en.rec.Exec != task.Running || (en.out != nil && en.out.Attempt != en.rec.Attempt) {
+		return nil, 0
+	}
+	return en.rec, en.rev
 }
 
 // refreshEvery bounds how long a task goes without a fresh read of its

@@ -54,27 +54,26 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StepTimeout)
 	defer cancel()
-	tasks := p.cfg.Store.Tasks()
-	rec, rev, err := task.Get(ctx, tasks, id)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
-		return false, time.Second // the inbound path is still writing it
+	rec, rev := p.cached(id)
+	if rec == nil {
+		var err error
+		rec, rev, err = task.Get(ctx, p.cfg.Store.Tasks(), id)
+		if errors.Is(err, natsjs.ErrKeyNotFound) {
+			return false, time.Second // the inbound path is still writing it
+		}
+		if err != nil {
+			p.storeError("record_read", err)
+			return false, time.Second
+		}
+		if rec.Bot != p.cfg.Bot {
+			return true, 0
+		}
+		if rec.Delivery.Finished() {
+			p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
+			return true, 0
+		}
+		p.remember(id, rec, rev)
 	}
-	if err != nil {
-		p.storeError("record_read", err)
-		return false, time.Second
-	}
-	if rec.Bot != p.cfg.Bot {
-		return true, 0
-	}
-	if rec.Delivery.Finished() {
-		p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
-		return true, 0
-	}
-	p.mu.Lock()
-	if en := p.active[id]; en != nil {
-		en.rec, en.readAt = rec, p.cfg.Now()
-	}
-	p.mu.Unlock()
 	// Only the text of the record's attempt counts: a superseded attempt's
 	// output is never shown. Between two attempts (queued again) nothing
 	// new is shown.
@@ -236,9 +235,13 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 	if changed {
 		hash = task.Hash(text)
 	}
-	if _, err := p.cfg.Lifecycle.ShownFrom(ctx, r, rev, hash, shownNow); err != nil {
+	next, nextRev, err := p.cfg.Lifecycle.ShownFrom(ctx, r, rev, hash, shownNow)
+	if err != nil {
 		p.storeError("record_write", err)
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
+		p.forget(r.ID)
+	} else {
+		p.remember(r.ID, next, nextRev)
 	}
 	return false, p.cfg.ScanInterval
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
 
@@ -677,4 +680,47 @@ func TestNATSErrorHearsStoreFailuresOnly(t *testing.T) {
 			t.Fatal("NATSError heard no record read with the NATS connection closed mid-answer")
 		}
 	}
+}
+
+// A running answer's output versions and the paced waits between its
+// frames step the task from its cached record: its record is read a
+// handful of times, not once per version (each read of an R3 bucket is a
+// JetStream API request to its leader). The progress still reaches the
+// user, and the ending (announced) is read afresh and delivered.
+func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "v0", false) // started: the record's one unannounced change
+	// Every way a record is read: a direct get (with or without a
+	// subject in the API subject) and a get through the stream's leader.
+	var reads atomic.Int64
+	for _, subj := range []string{"$JS.API.DIRECT.GET.KV_BOTCTL_TASKS", "$JS.API.DIRECT.GET.KV_BOTCTL_TASKS.>", "$JS.API.STREAM.MSG.GET.KV_BOTCTL_TASKS"} {
+		sub, err := r.js.Conn.Subscribe(subj, func(*nats.Msg) { reads.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	r.js.Conn.Flush()
+	text := "v0"
+	for i := range 40 { // 4 s at 10 versions a second: past one progress gap
+		text = fmt.Sprintf("%s %d", text, i)
+		r.write(rec.ID, text, false)
+		time.Sleep(100 * time.Millisecond)
+	}
+	eventuallyT(t, "the newest progress shown", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == text && !bot[0].Finished
+	})
+	n := reads.Load()
+	if n > 8 {
+		t.Fatalf("the record was read %d times for 40 output versions", n)
+	}
+	r.write(rec.ID, text+" done", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	if bot := r.botMessages("alice"); bot[0].Content != text+" done" || !bot[0].Finished {
+		t.Fatalf("final = %+v", bot[0])
+	}
+	t.Logf("%d record reads for 40 output versions", n)
 }

@@ -578,10 +578,11 @@ func (l *Lifecycle) Shown(ctx context.Context, id, hash string, at time.Time) (*
 
 // ShownFrom is Shown starting from r as read at revision rev (task.Get):
 // the pusher's step has just read the record, so when nobody wrote it
-// since, recording the frame costs one write and no read. r is not
-// changed.
-func (l *Lifecycle) ShownFrom(ctx context.Context, r *Record, rev uint64, hash string, at time.Time) (*Record, error) {
-	return updateFrom(ctx, l.store.Tasks(), r, rev, l.shown(hash, at))
+// since, recording the frame costs one write and no read. It returns the
+// record and its revision after the write (the pusher keeps both, and its
+// next step needs no read either). r is not changed.
+func (l *Lifecycle) ShownFrom(ctx context.Context, r *Record, rev uint64, hash string, at time.Time) (*Record, uint64, error) {
+	return updateFromRev(ctx, l.store.Tasks(), r, rev, l.shown(hash, at))
 }
 
 func (l *Lifecycle) shown(hash string, at time.Time) func(*Record) error {

@@ -369,9 +369,12 @@ func TestShownFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.lc.ShownFrom(f.ctx, r, rev, "h1", at)
+	got, next, err := f.lc.ShownFrom(f.ctx, r, rev, "h1", at)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, stored, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID); err != nil || stored != next || next == rev {
+		t.Fatalf("ShownFrom returned revision %d; stored %d (%v), read at %d", next, stored, err, rev)
 	}
 	if got.PushedHash != "h1" || got.Delivery != task.Streaming || r.PushedHash != "" || r.Delivery != task.Pending {
 		t.Fatalf("after ShownFrom: got %q %s, the caller's copy %q %s", got.PushedHash, got.Delivery, r.PushedHash, r.Delivery)
@@ -382,14 +385,14 @@ func TestShownFrom(t *testing.T) {
 
 	// A stale revision: the worker wrote meanwhile (here: the pusher's own
 	// first write); the frame is recorded on top of it, nothing is lost.
-	if _, err := f.lc.ShownFrom(f.ctx, r, rev, "h2", at.Add(time.Second)); err != nil {
+	if _, _, err := f.lc.ShownFrom(f.ctx, r, rev, "h2", at.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	stored := f.record(m.TaskID)
 	if stored.PushedHash != "h2" || len(stored.RecentSends) != 2 || stored.Delivery != task.Streaming {
 		t.Fatalf("after a stale ShownFrom: pushed %q, recent sends %d, delivery %s", stored.PushedHash, len(stored.RecentSends), stored.Delivery)
 	}
-	if _, err := f.lc.ShownFrom(f.ctx, nil, 0, "h3", at); err == nil {
+	if _, _, err := f.lc.ShownFrom(f.ctx, nil, 0, "h3", at); err == nil {
 		t.Fatal("ShownFrom with no record read: no error")
 	}
 }
