@@ -108,6 +108,12 @@ type Config struct {
 	// start of the message's handling to WeCom's ack of the receipt frame
 	// (metrics; must not block).
 	Receipted func(bot string, d time.Duration)
+	// Stage, if set, learns how long each step on the receipt's path
+	// took (metrics; must not block): "dedupe" (the task bucket's read,
+	// beside the dispatch), "dispatch" (the dispatch's answer: the queue
+	// publish, the conversation's mutex) and "receipt_frame" (the
+	// receipt's send to WeCom's ack).
+	Stage func(bot, stage string, d time.Duration)
 	// Dispatched, if set, learns of each task handed to compute, and of
 	// each busy refusal recorded for later (the pusher's fast path; its
 	// resync of the pending index finds them within a minute otherwise).
@@ -195,7 +201,7 @@ func hasRecord(ctx context.Context, js *bound, id string) bool {
 // its answer's getter (false without JetStream): the receipt waits for the
 // read and the publish at once, not one after the other. The getter waits
 // for the read; it may be called any number of times, from any goroutine.
-func dedupe(ctx context.Context, js *bound, id string) func() bool {
+func dedupe(ctx context.Context, js *bound, id string, took func(time.Duration)) func() bool {
 	if js == nil {
 		return func() bool { return false }
 	}
@@ -203,7 +209,9 @@ func dedupe(ctx context.Context, js *bound, id string) func() bool {
 	var dup bool
 	go func() {
 		defer close(done)
+		t0 := time.Now()
 		dup = hasRecord(ctx, js, id)
+		took(time.Since(t0))
 	}()
 	return func() bool {
 		<-done
@@ -376,7 +384,14 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	// The task bucket's answer runs beside what follows: every reply
 	// waits for it, and the dispatch asks it before any tier but the
 	// queue. One JetStream round trip on the receipt's path, not two.
-	recorded := dedupe(ctx, js, id)
+	stage := func(name string) func(time.Duration) {
+		return func(d time.Duration) {
+			if a.cfg.Stage != nil {
+				a.cfg.Stage(term.Bot, name, d)
+			}
+		}
+	}
+	recorded := dedupe(ctx, js, id, stage("dedupe"))
 	duplicate := func() bool {
 		if !recorded() {
 			return false
@@ -488,7 +503,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			rec.Incomplete = why
 		}
 	}
+	t0 := time.Now()
 	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec), recorded)
+	stage("dispatch")(time.Since(t0))
 	if duplicate() {
 		if err == nil && out.Tier == dispatch.TierQueue && !out.Duplicate {
 			// Its msgid was past the queue's duplicate window: the worker
@@ -544,7 +561,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	// the user's stream open at "received" for good, beside the pushed
 	// answer (chaos cut-leader-nats).
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+	t1 := time.Now()
 	receiptErr := c.ReplyStream(rctx, reqID, wecom.Stream{ID: rec.StreamID, Content: a.cfg.Texts.Receipt})
+	stage("receipt_frame")(time.Since(t1))
 	rcancel()
 	if receiptErr == nil {
 		spent()

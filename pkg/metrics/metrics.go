@@ -50,6 +50,7 @@ type Node struct {
 	framesIn   *prometheus.CounterVec
 	framesOut  *prometheus.CounterVec
 	receipt    *prometheus.HistogramVec
+	stages     *prometheus.HistogramVec
 	pushLag    *prometheus.HistogramVec
 	terms      *prometheus.CounterVec
 	etcdErrors *prometheus.CounterVec
@@ -68,6 +69,9 @@ func New() *Node {
 		receipt: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "receipt_latency_seconds",
 			Help:    "From a message's handling start to WeCom's ack of its receipt frame.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"bot"}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "inbound_stage_seconds",
+			Help:    "Steps on a message's way to its receipt, by bot and stage: dedupe (the task bucket's read, beside the dispatch), dispatch (the queue publish: the conversation's mutex), receipt_frame (the receipt's send to WeCom's ack).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"bot", "stage"}),
 		pushLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "push_lag_seconds",
 			Help:    "From a worker's output write to WeCom's ack of the frame showing it.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 11)}, []string{"bot"}),
@@ -78,7 +82,7 @@ func New() *Node {
 		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "nats_errors_total",
 			Help: "NATS errors of this node's connection, by kind (disconnect, async, request: JetStream requests that failed) and, for requests, op (publish; fetch, ack, remove, hold: the worker's queue requests; record_read, record_write, output_read, output_write, output_watch, watermark_read, watermark_write, context_read, context_write: the pusher's and the worker's reads and writes of the store; scrape: this scrape's reads)."}, []string{"kind", "op"}),
 	}
-	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, alertsSent,
+	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, alertsSent,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -94,6 +98,12 @@ func (m *Node) FrameOut(bot, cmd string, errcode int) {
 // Receipted observes a receipt's latency (access.Config.Receipted).
 func (m *Node) Receipted(bot string, d time.Duration) {
 	m.receipt.WithLabelValues(bot).Observe(d.Seconds())
+}
+
+// Stage observes one step on a message's way to its receipt
+// (access.Config.Stage).
+func (m *Node) Stage(bot, stage string, d time.Duration) {
+	m.stages.WithLabelValues(bot, stage).Observe(d.Seconds())
 }
 
 // PushLag observes a progress frame's lag (pusher.Config.Lag).

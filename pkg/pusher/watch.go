@@ -129,14 +129,27 @@ func (p *Pusher) saveWatermark(ctx context.Context) {
 // load ramp, bench/ramp.md).
 const watchFresh = 2 * time.Second
 
+// current: en's watched output of r's attempt is the one to show. While
+// the answer runs, a fresh copy; once it succeeded, the copy whose hash is
+// the recorded answer's (the worker writes the answer before it records
+// it, so the watch usually has it before the notice of the end arrives:
+// a read of the output bucket less on every final frame). A failed or
+// canceled answer is read. The caller holds mu.
+func (p *Pusher) current(r *task.Record, en *entry) bool {
+	if !r.Exec.Finished() {
+		return p.cfg.Now().Sub(en.outAt) < watchFresh
+	}
+	return r.Exec == task.Succeeded && r.AnswerHash != "" && en.outHash == r.AnswerHash
+}
+
 // output is the freshest output of r's task: the watched copy while the
-// answer streams and the copy is fresh, or a read (always once the
-// execution is over: the final frame shows exactly the last write).
+// answer streams and the copy is fresh, or once the execution is over the
+// watched copy that is the answer the record names (its AnswerHash), or a
+// read: the final frame shows exactly the last write.
 func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 	id := r.ID
 	p.mu.Lock()
-	if en := p.active[id]; en != nil && en.out != nil && p.cfg.Now().Sub(en.outAt) < watchFresh &&
-		en.out.Attempt == r.Attempt && !r.Exec.Finished() {
+	if en := p.active[id]; en != nil && en.out != nil && en.out.Attempt == r.Attempt && p.current(r, en) {
 		o := en.out
 		p.mu.Unlock()
 		return o

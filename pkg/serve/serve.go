@@ -213,6 +213,7 @@ func Run(ctx context.Context, o Options) error {
 		Incomplete: n.Health.TakeIncomplete,
 		Marked:     n.Health.Marked,
 		Receipted:  n.obs.metrics.Receipted,
+		Stage:      n.obs.metrics.Stage,
 		Logger:     log,
 	})
 	if err != nil {

@@ -117,6 +117,13 @@ type stepResult struct {
 	versions                int
 	profiles                map[string]string // role → perf summary
 	subjects                map[string]int    // NATS messages by kind of subject (-subjects)
+	// leaderReceipt is the leader's own receipt histogram
+	// (botctl_receipt_latency_seconds: handling start → WeCom's ack),
+	// scraped at the step's end: botctl's share of the receipt apart
+	// from the transport's. Empty when the scrape failed (leaderErr).
+	leaderReceipt histogram
+	leaderStages  map[string]histogram // botctl_inbound_stage_seconds by stage
+	leaderErr     string
 	err                     string
 }
 
@@ -220,6 +227,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	var pids map[string]int
 	var sim *simClient
 	var natsURL string
+	var leaderAPI string
 	// Run in reverse: the step's processes stop, then its data goes.
 	cleanup := []func(){func() { os.RemoveAll(sdir) }}
 	// perf writes its data here, also in a naive step (which has no
@@ -258,6 +266,9 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 			return res, err
 		}
 		res.leader = d.leader
+		if n := d.c.Node(d.leader); n != nil {
+			leaderAPI = n.API
+		}
 		pids = d.procs()
 		sim = newSimClient(d.c.SimHTTP)
 		natsURL = d.c.NATSURL
@@ -377,6 +388,20 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	res.usage, res.wall = smp.stop()
 	if counter != nil {
 		res.subjects = counter.stop()
+	}
+	if leaderAPI != "" {
+		hs, err := scrapeHistograms(leaderAPI, "botctl_receipt_latency_seconds", "botctl_inbound_stage_seconds")
+		if err != nil {
+			res.leaderErr = err.Error()
+		} else {
+			res.leaderReceipt = hs["botctl_receipt_latency_seconds"]
+			res.leaderStages = map[string]histogram{}
+			for k, h := range hs {
+				if st, ok := strings.CutPrefix(k, "botctl_inbound_stage_seconds/"); ok {
+					res.leaderStages[st] = h
+				}
+			}
+		}
 	}
 	if perf != nil {
 		res.profiles = perf.stop()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -181,5 +182,23 @@ func TestParseSteps(t *testing.T) {
 	}
 	if _, err := parseSteps(defaultSteps); err != nil {
 		t.Errorf("defaultSteps: %v", err)
+	}
+}
+
+// The histogram quantile interpolates inside the bucket the rank falls
+// in, as Prometheus's histogram_quantile does.
+func TestHistogramQuantile(t *testing.T) {
+	h := histogram{bounds: []float64{0.001, 0.002, 0.004, math.Inf(1)}, counts: []float64{0, 50, 100, 100}}
+	if got := h.quantile(0.5); got != 0.002 {
+		t.Fatalf("p50 = %v, want 0.002", got)
+	}
+	if got := h.quantile(0.75); math.Abs(got-0.003) > 1e-12 {
+		t.Fatalf("p75 = %v, want 0.003", got)
+	}
+	if got := h.quantile(0.25); math.Abs(got-0.0015) > 1e-12 {
+		t.Fatalf("p25 = %v, want 0.0015", got)
+	}
+	if got := (histogram{}).quantile(0.5); !math.IsNaN(got) {
+		t.Fatalf("empty: %v", got)
 	}
 }
