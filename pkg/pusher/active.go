@@ -28,16 +28,29 @@ type entry struct {
 	shownAt   time.Time // when the user last saw something new, for heartbeats
 }
 
-// noticed forgets the cached record of a task whose record changed, so
-// that the next scan steps it at once.
-func (p *Pusher) noticed(id string) {
+// noticed learns that a task's record changed, so that the next scan
+// steps it at once. The cached record is forgotten (the step reads it),
+// but for the common ending: a notice that carries the record (rec at
+// revision rev: task.NoticeOf) of a task this pusher is streaming as
+// running, at a revision past the cached one, replaces it, and the final
+// frame needs no read. Only then: the cache of a running task changes
+// only by this pusher's progress writes, which it keeps with their
+// revisions, so a newer revision is newer than everything it knows; a
+// notice that comes late (after the delivery, or after another write of
+// this pusher) never brings an older record back.
+func (p *Pusher) noticed(id string, rec *task.Record, rev uint64) {
 	p.mu.Lock()
 	en := p.active[id]
-	if en == nil {
+	switch {
+	case en == nil:
 		en = &entry{shownAt: p.cfg.Now()}
 		p.active[id] = en
+	case rec != nil && en.rec != nil && en.rec.Exec == task.Running && rev > en.rev:
+		en.rec, en.rev, en.readAt = rec, rev, p.cfg.Now()
+	default:
+		en.rec = nil
 	}
-	en.rec, en.notBefore = nil, time.Time{} // the ending waits for no progress pacing
+	en.notBefore = time.Time{} // the ending waits for no progress pacing
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -170,15 +183,15 @@ func (p *Pusher) forget(id string) {
 // reads were most of the JetStream API requests (42 per answer, against
 // 18 output writes): every output version and every paced wait read the
 // record, each a request to the R3 bucket's leader. The cache is trusted
-// only while the task runs under the attempt its output shows, is fresher
-// than refreshEvery, and no notice came since:
-//   - queued: the start is not announced; a worker may have begun;
-//   - finished: the ending is a step's one read, right before the final
-//     frame's intent is written (a notice clears the cache anyway);
-//   - an output of another attempt: the record has moved on.
+// only while it is fresher than refreshEvery, and
+//   - not queued: the start is not announced; a worker may have begun;
+//   - not of another attempt than the output shows: it has moved on.
 //
-// A stale record costs no wrong write: every record write is a CAS from
-// rev, and a lost CAS reads again.
+// Every other change that matters is announced: the notice replaces the
+// cached record (the ending, task.Lifecycle.Finish) or clears it. A
+// stale record costs no wrong write: every record write is a CAS from
+// rev, and a lost CAS reads again; a final frame's intent that finds the
+// delivery finished sends nothing.
 func (p *Pusher) cached(id string) (*task.Record, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -186,7 +199,7 @@ func (p *Pusher) cached(id string) (*task.Record, uint64) {
 	if en == nil || en.rec == nil || en.rev == 0 || p.cfg.Now().Sub(en.readAt) >= refreshEvery {
 		return nil, 0
 	}
-	if en.rec.Exec != task.Running || (en.out != nil && en.out.Attempt != en.rec.Attempt) {
+	if en.rec.Exec == task.Queued || (en.out != nil && en.out.Attempt != en.rec.Attempt) {
 		return nil, 0
 	}
 	return en.rec, en.rev

@@ -145,11 +145,18 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 		}
 		// From the step's read: one record write, no read, before the
 		// frame (a read of an R3 bucket is a request to its leader).
+		p.forget(r.ID) // every write but a progress frame's: the next step reads
 		ir, irev, err := p.cfg.Lifecycle.FinalIntentFrom(ctx, r, rev)
 		if err != nil {
 			p.storeError("record_write", err)
 			p.cfg.Budget.Refund(chat)
 			return false, time.Second
+		}
+		if ir.Delivery.Finished() {
+			// r was behind: the ending is delivered already (a notice
+			// that came late, after the delivery). Nothing is sent twice.
+			p.cfg.Budget.Refund(chat)
+			return true, 0
 		}
 		err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: final, Finish: true})
 		switch code := wecom.ErrCodeOf(err); {
@@ -273,6 +280,7 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string, w
 
 // toPush marks the delivery truncated: the complete answer is owed by push.
 func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, time.Duration) {
+	p.forget(r.ID)
 	if _, err := p.cfg.Lifecycle.Truncate(ctx, r.ID, why); err != nil {
 		p.storeError("record_write", err)
 		return false, time.Second
@@ -290,6 +298,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		return false, p.cfg.ScanInterval
 	}
 	if done := r.ExecDone(); !done.IsZero() && now.Sub(done) > p.cfg.ReplayExpiry && r.PushedParts == 0 {
+		p.forget(r.ID)
 		rec, err := p.cfg.Lifecycle.Expired(ctx, r.ID, now.Sub(done))
 		if err != nil {
 			return false, time.Second
@@ -331,6 +340,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		}
 		p.count(func(s *Stats) { s.Pushes++ })
 		n := i + 1
+		p.forget(r.ID)
 		rec, err := p.cfg.Lifecycle.PartPushed(ctx, r.ID, n)
 		if err != nil {
 			p.storeError("record_write", err)
@@ -343,6 +353,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 }
 
 func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
+	p.forget(r.ID)
 	_, err := p.cfg.Lifecycle.Delivered(ctx, r.ID, text, why, parts)
 	return p.recorded(r.ID, why, parts, err)
 }
@@ -380,6 +391,7 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 		return false, time.Second
 	}
 	var attempts int
+	p.forget(r.ID)
 	rec, err := p.cfg.Lifecycle.SendFailed(ctx, r.ID, sendErr, p.cfg.MaxAttempts)
 	if rec != nil {
 		attempts = rec.PushAttempts

@@ -258,8 +258,10 @@ func (p *Pusher) storeError(op string, err error) {
 // Notify adds a task (just dispatched by the inbound path) to the active set.
 func (p *Pusher) Notify(taskID string) {
 	p.mu.Lock()
-	if _, ok := p.active[taskID]; !ok {
+	if en, ok := p.active[taskID]; !ok {
 		p.active[taskID] = &entry{shownAt: p.cfg.Now()}
+	} else {
+		en.rec = nil // the caller wrote it: the next step reads
 	}
 	p.mu.Unlock()
 	select {
@@ -285,7 +287,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	}
 	// Ended executions and reopened deliveries are announced: step them
 	// now, not at the next refresh of their record.
-	sub, err := p.cfg.Store.JetStream().Conn().Subscribe(task.NoticeSubject(p.cfg.Bot), func(m *nats.Msg) { p.noticed(string(m.Data)) })
+	sub, err := p.cfg.Store.JetStream().Conn().Subscribe(task.NoticeSubject(p.cfg.Bot), func(m *nats.Msg) { p.noticed(task.NoticeOf(m)) })
 	if err != nil {
 		p.log.Warn().Err(err).Msg("no notices of ended tasks; records are re-read every few seconds instead")
 	} else {

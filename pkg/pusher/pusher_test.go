@@ -717,10 +717,71 @@ func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
 	if n > 8 {
 		t.Fatalf("the record was read %d times for 40 output versions", n)
 	}
+	// The ending: the worker's Finish reads the record once; its notice
+	// carries the record, so the pusher reads it no more.
+	reads.Store(0)
 	r.write(rec.ID, text+" done", true)
-	r.waitDelivery(rec.ID, task.Delivered)
-	if bot := r.botMessages("alice"); bot[0].Content != text+" done" || !bot[0].Finished {
-		t.Fatalf("final = %+v", bot[0])
+	eventuallyT(t, "the final frame", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == text+" done" && bot[0].Finished
+	})
+	if n := reads.Load(); n > 1 {
+		t.Fatalf("%d record reads for the ending: the Finish's and %d more", n, n-1)
 	}
+	r.waitDelivery(rec.ID, task.Delivered)
 	t.Logf("%d record reads for 40 output versions", n)
+}
+
+// A notice that comes late, after the delivery, with the record as it
+// was when the answer finished, sends nothing again: neither when the
+// task is gone from the active set nor when something (here, an output
+// write seen by the watch) put it back.
+func TestLateNoticeSendsNothingTwice(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	notices, err := r.js.Conn.SubscribeSync(task.NoticeSubject("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.js.Conn.Flush()
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "Hello", false)
+	r.write(rec.ID, "Hello, alice.", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	var finished *nats.Msg
+	for finished == nil {
+		m, err := notices.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal("no notice of the ending")
+		}
+		if _, nr, _ := task.NoticeOf(m); nr != nil && nr.Exec == task.Succeeded {
+			finished = m
+		}
+	}
+	before := r.stats().Frames[wecom.CmdRespondMsg]
+	resend := func() {
+		m := nats.NewMsg(finished.Subject)
+		m.Data, m.Header = finished.Data, finished.Header
+		if err := r.js.Conn.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resend()
+	// Back in the active set by a watched output write of the same
+	// attempt, then the stale notice again.
+	if err := r.lc.Output(rec.ID, "b", r.runs[rec.ID]).Write(context.Background(), "Hello, alice."); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	resend()
+	time.Sleep(2 * time.Second) // twenty scans at 100 ms: a negative check needs a window
+	if after := r.stats().Frames[wecom.CmdRespondMsg]; after != before {
+		t.Fatalf("%d frames sent after the delivery", after-before)
+	}
+	if bot := r.botMessages("alice"); len(bot) != 1 || !bot[0].Finished {
+		t.Fatalf("user sees %+v", bot)
+	}
+	if got := r.record(rec.ID); got.Delivery != task.Delivered || got.FinalPending {
+		t.Fatalf("record after the late notices: %s, final pending %v", got.Delivery, got.FinalPending)
+	}
 }

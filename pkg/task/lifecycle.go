@@ -2,13 +2,16 @@ package task
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -146,10 +149,64 @@ func CanceledTask(subject string) (string, bool) {
 	return id, err == nil
 }
 
-func (l *Lifecycle) notice(r *Record) {
-	if err := l.announce(NoticeSubject(r.Bot), []byte(r.ID)); err != nil {
+func (l *Lifecycle) notice(r *Record) { l.noticeAt(r, 0) }
+
+// Headers of a notice that carries the record as written and its
+// revision (the body stays the task id, which every pusher reads).
+const (
+	noticeRecordHeader = "Botctl-Record" // the record's JSON, base64 (std)
+	noticeRevHeader    = "Botctl-Rev"
+)
+
+// noticeAt announces r, written at revision rev (0: unknown), with the
+// record when rev is known: the pusher then steps the ending with no read
+// of its own, one JetStream round trip less between the complete answer
+// and the final frame.
+func (l *Lifecycle) noticeAt(r *Record, rev uint64) {
+	if l.quiet {
+		return
+	}
+	if err := l.store.JetStream().Conn().PublishMsg(NoticeMsg(r, rev)); err != nil {
 		l.log.Debug().Err(err).Str("task", r.ID).Msg("notice not published; the pusher finds the change on its next read")
 	}
+}
+
+// NoticeMsg is the notice of r, written at revision rev: the task id as
+// its body and, when rev is known (not 0), the record and its revision
+// in headers (NoticeOf reads them; a pusher that does not ignores them).
+func NoticeMsg(r *Record, rev uint64) *nats.Msg {
+	m := nats.NewMsg(NoticeSubject(r.Bot))
+	m.Data = []byte(r.ID)
+	if rev > 0 {
+		if raw, err := json.Marshal(r); err == nil {
+			m.Header.Set(noticeRecordHeader, base64.StdEncoding.EncodeToString(raw))
+			m.Header.Set(noticeRevHeader, strconv.FormatUint(rev, 10))
+		}
+	}
+	return m
+}
+
+// NoticeOf reads a notice (NoticeSubject): the task id, and the record as
+// written at revision rev when the notice carries it (nil, 0: read it). A
+// record whose header does not decode, or names another task, is ignored.
+func NoticeOf(m *nats.Msg) (id string, r *Record, rev uint64) {
+	id = string(m.Data)
+	if m.Header == nil {
+		return id, nil, 0
+	}
+	raw, err := base64.StdEncoding.DecodeString(m.Header.Get(noticeRecordHeader))
+	if err != nil || len(raw) == 0 {
+		return id, nil, 0
+	}
+	rev, err = strconv.ParseUint(m.Header.Get(noticeRevHeader), 10, 64)
+	if err != nil || rev == 0 {
+		return id, nil, 0
+	}
+	var rec Record
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.ID != id {
+		return id, nil, 0
+	}
+	return id, &rec, rev
 }
 
 // Open records a task: the leader's inbound path after dispatch (with the
@@ -324,7 +381,7 @@ func fence(r *Record, attempt int) error {
 // hash, so the pusher delivers exactly that text). ErrSuperseded or
 // ErrFinished (canceled meanwhile): the answer is not this task's.
 func (l *Lifecycle) Finish(ctx context.Context, id string, attempt int, text string) (*Record, error) {
-	r, err := l.update(ctx, id, func(r *Record) error {
+	r, rev, err := updateLoop(ctx, l.store.Tasks(), id, nil, 0, func(r *Record) error {
 		if err := fence(r, attempt); err != nil {
 			return err
 		}
@@ -334,7 +391,7 @@ func (l *Lifecycle) Finish(ctx context.Context, id string, attempt int, text str
 	if err != nil {
 		return r, err
 	}
-	l.notice(r)
+	l.noticeAt(r, rev)
 	return r, nil
 }
 
@@ -618,8 +675,8 @@ func (l *Lifecycle) FinalIntentFrom(ctx context.Context, r *Record, rev uint64) 
 }
 
 func finalIntent(r *Record) error {
-	if r.FinalPending {
-		return ErrNoChange
+	if r.FinalPending || r.Delivery.Finished() {
+		return ErrNoChange // a finished delivery: the caller sends nothing
 	}
 	r.FinalPending = true
 	return nil
