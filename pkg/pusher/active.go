@@ -24,6 +24,7 @@ type entry struct {
 	rev       uint64       // rec's revision
 	readAt    time.Time    // when rec was read or written
 	inflight  bool
+	poked     bool      // a notice came while a step was in flight: the next step is not delayed
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
 }
@@ -51,6 +52,7 @@ func (p *Pusher) noticed(id string, rec *task.Record, rev uint64) {
 		en.rec = nil
 	}
 	en.notBefore = time.Time{} // the ending waits for no progress pacing
+	en.poked = en.inflight     // nor for the wait of a step that began before it
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -276,6 +278,13 @@ func (p *Pusher) release(id string, done bool, wait time.Duration) {
 		return
 	}
 	en.inflight = false
+	if en.poked {
+		// A notice came during the step, which decided its wait
+		// without it (a progress frame's step waits a scan interval):
+		// the ending goes now, not a second later.
+		en.poked, en.notBefore = false, time.Time{}
+		return
+	}
 	if wait > 0 {
 		en.notBefore = p.cfg.Now().Add(wait)
 	}
