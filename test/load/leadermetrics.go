@@ -110,3 +110,25 @@ func scrapeHistograms(api string, names ...string) (map[string]histogram, error)
 	}
 	return out, nil
 }
+
+// scrapeCounters reads the samples of counter name from a node's
+// /metrics as "labels value" lines (for the log: what the leader's
+// pusher did).
+func scrapeCounters(api, name string) (string, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(api + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name+"{"); ok {
+			b.WriteString(rest)
+			b.WriteString("; ")
+		}
+	}
+	return b.String(), sc.Err()
+}

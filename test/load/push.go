@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -393,4 +394,50 @@ Measured with the simulator's recorder and clock, and a watcher on the output bu
 		return nil
 	}
 	return os.WriteFile(*out, []byte(b.String()), 0o644)
+}
+
+// readRecords reads every task record of the bucket as it is now (a
+// watcher's initial values: one consumer, not a read per key), after a
+// step: the times a record's transitions carry split the final frame's
+// lag into the worker's part and the pusher's.
+func readRecords(ctx context.Context, url string) (map[string]*task.Record, error) {
+	nc, err := nats.Connect(url, nats.Name("load record reader"))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, "BOTCTL_TASKS")
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	out := map[string]*task.Record{}
+	for e := range w.Updates() {
+		if e == nil {
+			break // the initial values are all in
+		}
+		var r task.Record
+		if e.Operation() == natsjs.KeyValuePut && json.Unmarshal(e.Value(), &r) == nil {
+			out[r.ID] = &r
+		}
+	}
+	return out, ctx.Err()
+}
+
+// transitionAt is when r first moved dim to to (zero: never).
+func transitionAt(r *task.Record, dim, to string) time.Time {
+	for _, t := range r.Transitions {
+		if t.Dim == dim && t.To == to {
+			return t.At
+		}
+	}
+	return time.Time{}
 }

@@ -95,28 +95,33 @@ type convo struct {
 // stepResult is everything measured in one step.
 type stepResult struct {
 	step
-	leader                  string
-	gen                     generated
-	wall                    time.Duration // measured window: first post → all answered (or deadline)
-	timedOut                bool
-	receipt                 dist
-	receiptMissing          int
-	progressLag, finalLag   dist
-	completion              dist // asked → complete answer accepted
-	answered, lost, dup     int
-	heartbeats              int
-	framesTotal             int
-	maxPer60                int
-	peakLive                int     // asked and not yet completely answered, at once
-	peakAnswering           int     // of those, with output written (a worker on it)
-	throughput              float64 // answers per second, first ask → last answer
-	quota, expired, invalid int64
-	usage                   map[string]usage
-	idle                    map[string]usage // the same processes before the first message
-	idleWall                time.Duration
-	versions                int
-	profiles                map[string]string // role → perf summary
-	subjects                map[string]int    // NATS messages by kind of subject (-subjects)
+	leader                string
+	gen                   generated
+	wall                  time.Duration // measured window: first post → all answered (or deadline)
+	timedOut              bool
+	receipt               dist
+	receiptMissing        int
+	progressLag, finalLag dist
+	// The final lag split by the record's exec → succeeded time (the
+	// worker's clock, the same machine): the worker's part (the answer's
+	// last output write → its Finish recorded) and the rest (the notice,
+	// the pusher's step, the intent's write, the frame).
+	finalWorker, finalPusher dist
+	completion               dist // asked → complete answer accepted
+	answered, lost, dup      int
+	heartbeats               int
+	framesTotal              int
+	maxPer60                 int
+	peakLive                 int     // asked and not yet completely answered, at once
+	peakAnswering            int     // of those, with output written (a worker on it)
+	throughput               float64 // answers per second, first ask → last answer
+	quota, expired, invalid  int64
+	usage                    map[string]usage
+	idle                     map[string]usage // the same processes before the first message
+	idleWall                 time.Duration
+	versions                 int
+	profiles                 map[string]string // role → perf summary
+	subjects                 map[string]int    // NATS messages by kind of subject (-subjects)
 	// leaderReceipt is the leader's own receipt histogram
 	// (botctl_receipt_latency_seconds: handling start → WeCom's ack),
 	// scraped at the step's end: botctl's share of the receipt apart
@@ -124,7 +129,7 @@ type stepResult struct {
 	leaderReceipt histogram
 	leaderStages  map[string]histogram // botctl_inbound_stage_seconds by stage
 	leaderErr     string
-	err                     string
+	err           string
 }
 
 // cores is role's CPU over the window in cores.
@@ -390,6 +395,9 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		res.subjects = counter.stop()
 	}
 	if leaderAPI != "" {
+		if ev, err := scrapeCounters(leaderAPI, "botctl_pusher_events_total"); err == nil {
+			o.logf("step %d: leader's pusher: %s", idx, ev)
+		}
 		hs, err := scrapeHistograms(leaderAPI, "botctl_receipt_latency_seconds", "botctl_inbound_stage_seconds")
 		if err != nil {
 			res.leaderErr = err.Error()
@@ -414,13 +422,22 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	if s, err := sim.stats(); err == nil {
 		res.quota, res.expired, res.invalid = s.QuotaRejections, s.ExpiredUpdates, s.InvalidReqID
 	}
-	analyseStep(res, convs, outs)
+	var recs map[string]*task.Record
+	if natsURL != "" {
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		var err error
+		if recs, err = readRecords(rctx, natsURL); err != nil {
+			o.logf("step %d: task records not read (no split of the final lag): %v", idx, err)
+		}
+		rcancel()
+	}
+	analyseStep(res, convs, outs, recs)
 	return res, nil
 }
 
 // analyseStep turns what the simulator recorded (and the output versions
 // the watcher saw) into the step's figures.
-func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog) {
+func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog, recs map[string]*task.Record) {
 	var vers map[string][]version
 	if outs != nil {
 		outs.mu.Lock()
@@ -473,6 +490,12 @@ func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog) {
 				r.heartbeats++
 			case f.finish && f.hash == cv.expected:
 				r.finalLag = append(r.finalLag, f.at.Sub(match.at))
+				if rec := recs[taskID]; rec != nil {
+					if done := transitionAt(rec, "exec", string(task.Succeeded)); !done.IsZero() {
+						r.finalWorker = append(r.finalWorker, done.Sub(match.at))
+						r.finalPusher = append(r.finalPusher, f.at.Sub(done))
+					}
+				}
 			default:
 				r.progressLag = append(r.progressLag, f.at.Sub(match.at))
 			}
@@ -518,6 +541,7 @@ func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog) {
 		r.throughput = float64(r.answered) / last.Sub(first).Seconds()
 	}
 	r.receipt, r.progressLag, r.finalLag, r.completion = r.receipt.sorted(), r.progressLag.sorted(), r.finalLag.sorted(), r.completion.sorted()
+	r.finalWorker, r.finalPusher = r.finalWorker.sorted(), r.finalPusher.sorted()
 }
 
 // stepLabel names a step in tables and plots.
