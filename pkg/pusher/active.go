@@ -25,6 +25,7 @@ type entry struct {
 	readAt    time.Time    // when rec was read or written
 	inflight  bool
 	poked     bool      // a notice came while a step was in flight: the next step is not delayed
+	urgent    bool      // a notice came since the last step: the next scan steps it first
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
 }
@@ -53,6 +54,7 @@ func (p *Pusher) noticed(id string, rec *task.Record, rev uint64) {
 	}
 	en.notBefore = time.Time{} // the ending waits for no progress pacing
 	en.poked = en.inflight     // nor for the wait of a step that began before it
+	en.urgent = true
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -134,23 +136,47 @@ func (p *Pusher) resync(ctx context.Context) {
 // it was never told of.
 const ResyncEvery = time.Minute
 
-func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) {
+// scan steps every task that needs a step, announced ones first. While
+// it waits for a step slot, a wake (a notice, a new task) interrupts it:
+// the steps not yet begun are left for the next scan, which the caller
+// runs at once (it reports true), so an ending announced meanwhile does
+// not wait behind the rest of a long round.
+func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) (interrupted bool) {
 	now := p.cfg.Now()
 	p.mu.Lock()
-	var due []string
+	// Announced changes (mostly endings: the final frame a user waits
+	// for) go first; a round of thousands of progress and queued steps
+	// would otherwise take the step slots before them.
+	var due, rest []string
 	for id, en := range p.active {
 		if !en.inflight && !now.Before(en.notBefore) && p.needsStep(en, now) {
 			en.inflight = true
-			due = append(due, id)
+			if en.urgent {
+				due = append(due, id)
+			} else {
+				rest = append(rest, id)
+			}
+			en.urgent = false
 		}
 	}
+	urgent := len(due)
+	due = append(due, rest...)
 	p.mu.Unlock()
-	for _, id := range due {
+	for i, id := range due {
+		wake := p.wake
+		if i < urgent {
+			wake = nil // never interrupted before the announced ones
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			p.release(id, false, 0)
 			continue
+		case <-wake:
+			for _, left := range due[i:] {
+				p.release(left, false, 0)
+			}
+			return true
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -158,6 +184,7 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 			p.release(id, done, wait)
 		})
 	}
+	return false
 }
 
 // remember caches rec at revision rev as the task's record: read by a

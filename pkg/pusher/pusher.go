@@ -302,7 +302,19 @@ func (p *Pusher) Run(ctx context.Context) error {
 	resync := time.NewTicker(p.cfg.ResyncEvery)
 	defer resync.Stop()
 	for {
-		p.scan(ctx, &wg, sem)
+		if p.scan(ctx, &wg, sem) {
+			// Interrupted by a wake: scan again at once, after the
+			// periodic work if it is due (never starved by wakes).
+			select {
+			case <-resync.C:
+				p.resync(ctx)
+			case <-t.C:
+				p.saveWatermark(ctx)
+			default:
+			}
+			pause.For(ctx, minScanGap)
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
