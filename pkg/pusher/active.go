@@ -60,6 +60,10 @@ func (p *Pusher) noticed(id string, rec *task.Record, rev uint64) {
 	case p.wake <- struct{}{}:
 	default:
 	}
+	select {
+	case p.announced <- struct{}{}:
+	default:
+	}
 }
 
 // rebuild finds every task of the bot not yet delivered: after a failover
@@ -137,10 +141,13 @@ func (p *Pusher) resync(ctx context.Context) {
 const ResyncEvery = time.Minute
 
 // scan steps every task that needs a step, announced ones first. While
-// it waits for a step slot, a wake (a notice, a new task) interrupts it:
-// the steps not yet begun are left for the next scan, which the caller
-// runs at once (it reports true), so an ending announced meanwhile does
-// not wait behind the rest of a long round.
+// it waits for a step slot, a notice interrupts it: the steps not yet
+// begun are left for the next scan, which the caller runs at once (it
+// reports true), so an ending announced meanwhile does not wait behind
+// the rest of a long round. Only a notice: the output watch wakes the
+// scan a thousand times a second at 10,000 conversations, and
+// interrupting for each starved the progress frames (the first try sent
+// a fifth of them).
 func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) (interrupted bool) {
 	now := p.cfg.Now()
 	p.mu.Lock()
@@ -163,7 +170,7 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 	due = append(due, rest...)
 	p.mu.Unlock()
 	for i, id := range due {
-		wake := p.wake
+		wake := p.announced
 		if i < urgent {
 			wake = nil // never interrupted before the announced ones
 		}

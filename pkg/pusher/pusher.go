@@ -208,12 +208,14 @@ type Pusher struct {
 	cfg Config
 	log zerolog.Logger
 
-	mu      sync.Mutex
-	active  map[string]*entry
-	stats   Stats
-	wake    chan struct{}
-	lastRev uint64 // last output revision the watch delivered
-	savedWM uint64 // watermark last written
+	mu     sync.Mutex
+	active map[string]*entry
+	stats  Stats
+	wake   chan struct{}
+	// announced is woken by notices only: it interrupts a scan (scan).
+	announced chan struct{}
+	lastRev   uint64 // last output revision the watch delivered
+	savedWM   uint64 // watermark last written
 }
 
 // New validates cfg.
@@ -228,7 +230,7 @@ func New(cfg Config) (*Pusher, error) {
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
-	return &Pusher{cfg: cfg, active: map[string]*entry{}, wake: make(chan struct{}, 1),
+	return &Pusher{cfg: cfg, active: map[string]*entry{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
 		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}, nil
 }
 
@@ -303,8 +305,8 @@ func (p *Pusher) Run(ctx context.Context) error {
 	defer resync.Stop()
 	for {
 		if p.scan(ctx, &wg, sem) {
-			// Interrupted by a wake: scan again at once, after the
-			// periodic work if it is due (never starved by wakes).
+			// Interrupted by a notice: scan again at once, after the
+			// periodic work if it is due (never starved by notices).
 			select {
 			case <-resync.C:
 				p.resync(ctx)
@@ -312,7 +314,6 @@ func (p *Pusher) Run(ctx context.Context) error {
 				p.saveWatermark(ctx)
 			default:
 			}
-			pause.For(ctx, minScanGap)
 			continue
 		}
 		select {

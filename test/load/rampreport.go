@@ -194,6 +194,10 @@ question each, over the simulator's control API. Measured from outside the nodes
 			fmt.Fprintf(&b, "- At 10,000 live conversations (peak live measured: %d), push lag p99 ≤ 3 s: p99 %s (progress %s, final %s) — %s; quota violations %d — %s; lost %d, duplicated %d.\n",
 				r.peakLive, ms(p), ms(r.progressLag.pct(.99)), ms(r.finalLag.pct(.99)), verdict(p <= 3*time.Second, fmt.Sprintf("by %s", secs(p-3*time.Second))),
 				r.quota, verdict(r.quota == 0, fmt.Sprintf("%d", r.quota)), r.lost, r.dup)
+			if r.answered > 0 {
+				fmt.Fprintf(&b, "  Frames accepted: %d, %.1f per answer (receipt, progress, status lines, final): a lag figure counts only the versions a frame showed, so fewer frames would flatter it.\n",
+					r.framesTotal, float64(r.framesTotal)/float64(r.answered))
+			}
 			if len(r.finalWorker) > 0 {
 				fmt.Fprintf(&b, "  The final frame's lag split at the task record's exec → succeeded time: the answer's last output write → its Finish recorded (the worker) p50 %s, p99 %s; → the final frame accepted (the notice, the pusher's step, the intent's write, the frame) p50 %s, p99 %s.\n",
 					ms(r.finalWorker.pct(.5)), ms(r.finalWorker.pct(.99)), ms(r.finalPusher.pct(.5)), ms(r.finalPusher.pct(.99)))
