@@ -196,11 +196,13 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 
 // remember caches rec at revision rev as the task's record: read by a
 // step, or written by one (a write's CAS succeeding proves nobody else
-// wrote it since the revision it started from).
+// wrote it since the revision it started from). Never an older revision
+// than the one known: a notice may have brought a newer record while the
+// step was writing.
 func (p *Pusher) remember(id string, rec *task.Record, rev uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if en := p.active[id]; en != nil {
+	if en := p.active[id]; en != nil && rev >= en.rev {
 		en.rec, en.rev, en.readAt = rec, rev, p.cfg.Now()
 	}
 }
