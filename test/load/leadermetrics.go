@@ -42,10 +42,8 @@ func (h histogram) quantile(q float64) float64 {
 	return lower
 }
 
-// scrapeHistograms reads the named histograms from a node's /metrics
-// (every label set summed, but a stage label's values apart, as
-// "name/stage").
-func scrapeHistograms(api string, names ...string) (map[string]histogram, error) {
+// metricsLines fetches a node's /metrics and returns its lines.
+func metricsLines(api string) ([]string, error) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get(api + "/metrics")
 	if err != nil {
@@ -55,14 +53,28 @@ func scrapeHistograms(api string, names ...string) (map[string]histogram, error)
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s/metrics: %s", api, resp.Status)
 	}
+	var lines []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return lines, sc.Err()
+}
+
+// scrapeHistograms reads the named histograms from a node's /metrics
+// (every label set summed, but a stage label's values apart, as
+// "name/stage").
+func scrapeHistograms(api string, names ...string) (map[string]histogram, error) {
+	lines, err := metricsLines(api)
+	if err != nil {
+		return nil, err
+	}
 	sums := map[string]map[float64]float64{}
 	for _, n := range names {
 		sums[n] = map[float64]float64{}
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range lines {
 		name, rest, ok := strings.Cut(line, "_bucket{")
 		if !ok || sums[name] == nil {
 			continue
@@ -93,9 +105,6 @@ func scrapeHistograms(api string, names ...string) (map[string]histogram, error)
 		}
 		sums[name][b] += v
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
 	out := map[string]histogram{}
 	for n, m := range sums {
 		var h histogram
@@ -115,20 +124,16 @@ func scrapeHistograms(api string, names ...string) (map[string]histogram, error)
 // /metrics as "labels value" lines (for the log: what the leader's
 // pusher did).
 func scrapeCounters(api, name string) (string, error) {
-	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get(api + "/metrics")
+	lines, err := metricsLines(api)
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
 	var b strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), name+"{"); ok {
+	for _, line := range lines {
+		if rest, ok := strings.CutPrefix(line, name+"{"); ok {
 			b.WriteString(rest)
 			b.WriteString("; ")
 		}
 	}
-	return b.String(), sc.Err()
+	return b.String(), nil
 }
