@@ -10,6 +10,14 @@
 // that lands after they pull the task: the queue message carries the same
 // context.
 //
+// The early receipt: a fresh message (created after its connection was
+// subscribed: no other connection had it, so the task bucket's dedupe read
+// is skipped) in a conversation the pusher knows to be idle, with no other
+// message of it in hand, gets its receipt beside the publish rather than
+// after it, so the receipt waits for no JetStream round trip. The publish
+// is still the mutex: when it refuses after all, the receipted stream is
+// finished with the busy reply (one send more than the refusal alone).
+//
 // Messages are handled concurrently (bounded), so one slow conversation
 // never delays the others; nothing here blocks the connection's reader.
 package access
@@ -115,9 +123,10 @@ type Config struct {
 	// receipt's send to WeCom's ack).
 	Stage func(bot, stage string, d time.Duration)
 	// Dispatched, if set, learns of each task handed to compute, and of
-	// each busy refusal recorded for later (the pusher's fast path; its
-	// resync of the pending index finds them within a minute otherwise).
-	Dispatched func(bot, taskID string)
+	// each busy refusal recorded for later, with its conversation (the
+	// pusher's fast path; its resync of the pending index finds them
+	// within a minute otherwise).
+	Dispatched func(bot, taskID, chat string)
 	// Lifecycle records tasks. Default: one on Store.
 	Lifecycle *task.Lifecycle
 	// Handled, if set, learns of each message handled to the end (its
@@ -131,8 +140,19 @@ type Config struct {
 	// it, and without Marked every message waits for that first.
 	Incomplete func(ctx context.Context, bot, chat string) (string, bool)
 	Marked     func(bot, chat string) bool
-	Logger     zerolog.Logger
-	Now        func() time.Time
+	// Idle, if set, predicts from memory that conversation chat has no
+	// task (normally the bot's pusher: (*pusher.Pusher).Idle). For a
+	// fresh message (created after the connection that delivered it was
+	// subscribed, so no other connection can have had it, and not in the
+	// dedupe memory, so it is new) in a conversation predicted idle, with
+	// no other message of it in hand, the receipt goes out beside the
+	// queue publish instead of after it, and the task bucket's dedupe read
+	// is skipped: the receipt waits for no JetStream round trip. The
+	// publish is still the mutex; when it finds the conversation busy
+	// after all, the receipted stream is finished with the busy reply.
+	Idle   func(bot, chat string) bool
+	Logger zerolog.Logger
+	Now    func() time.Time
 }
 
 // Access handles one node's inbound callbacks; it implements node.Inbound.
@@ -143,8 +163,9 @@ type Access struct {
 	chats   map[string]bool
 	sem     chan struct{}
 	wg      sync.WaitGroup
-	seen    *lru // msgids being handled or handled (dedupe)
-	arrived *lru // msgids read by this node, handled or waiting for a handler
+	seen    *lru   // msgids being handled or handled (dedupe)
+	arrived *lru   // msgids read by this node, handled or waiting for a handler
+	inHand  counts // messages read and not yet handled, per bot and conversation
 	statsMu sync.Mutex
 	stats   Stats
 
@@ -179,6 +200,13 @@ type Stats struct {
 	Failed     int64 `json:"failed"`
 	Suppressed int64 `json:"suppressed"` // replies skipped to keep the budget for an answer
 	Backfilled int64 `json:"backfilled"` // missed messages found by the gap backfill and taken as tasks
+	// EarlyReceipts are receipts sent beside the queue publish, not after
+	// it (a fresh message in a conversation predicted idle: Config.Idle).
+	EarlyReceipts int64 `json:"early_receipts"`
+	// EarlyMissed are early receipts whose conversation the publish found
+	// busy (or whose dispatch failed): the receipted stream was finished
+	// with the refusal, one send more than a refusal alone.
+	EarlyMissed int64 `json:"early_missed"`
 }
 
 // dedupeTimeout bounds the task bucket read that finds a duplicate
@@ -218,6 +246,62 @@ func dedupe(ctx context.Context, js *bound, id string, took func(time.Duration))
 		return dup
 	}
 }
+
+// freshMargin is how long after a connection was subscribed a message
+// must have been created (its create_time, WeCom's clock, in whole
+// seconds) to be fresh: WeCom pushes a message to the connection
+// subscribed when it is created, so a fresh one was delivered to no
+// other. The margin covers the two clocks' skew.
+const freshMargin = 5 * time.Second
+
+// fresh reports whether m, delivered on c and new to the dedupe memory,
+// cannot be a duplicate: created after c was subscribed (no earlier
+// connection, of this node or another, received it), and after the
+// dedupe memory last forgot a message (a redelivery of what it forgot
+// carries that message's older create_time). The task bucket's read then
+// has nothing to find.
+func (a *Access) fresh(c *wecom.Conn, m *wecom.MsgCallback) bool {
+	if c == nil || m.CreateTime <= 0 {
+		return false
+	}
+	since := c.Vitals().Connected
+	if since.IsZero() {
+		return false
+	}
+	if t := a.seen.evictedAt(); t.After(since) {
+		since = t
+	}
+	return time.Unix(m.CreateTime, 0).After(since.Add(freshMargin))
+}
+
+// counts is a set of counters by key, safe for concurrent use.
+type counts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counts) add(key string, d int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[key] += d
+	v := c.n[key]
+	if v <= 0 {
+		delete(c.n, key)
+	}
+	return v
+}
+
+func (c *counts) get(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
+// dispatchFailed is the reply to a message no tier could take.
+const dispatchFailed = "抱歉，系统暂时无法处理你的问题，请稍后再试。"
 
 // ReplyReserve is how many sends of a conversation's budget replies
 // without a task (busy, refusals, commands) leave for a running answer:
@@ -329,10 +413,15 @@ func (a *Access) WaitTerm(ctx context.Context, term *election.Term) {
 func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
 	a.count(func(s *Stats) { s.Received++ })
 	a.arrived.add(term.Bot + "\x00" + m.MsgID)
+	// In hand from now (in the connection's order): a later message of
+	// the conversation sees this one before it is published.
+	inHand := term.Bot + "\x00" + m.Conversation()
+	a.inHand.add(inHand, 1)
 	done := a.track(term)
 	a.sem <- struct{}{}
 	a.wg.Go(func() {
 		defer done()
+		defer a.inHand.add(inHand, -1)
 		defer func() { <-a.sem }()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(term.Context()), a.cfg.Timeout)
 		defer cancel()
@@ -381,6 +470,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	if js == nil {
 		log.Debug().Msg("JetStream not reachable yet: deduplicated in memory only")
 	}
+	fresh := a.fresh(c, m)
 	// The task bucket's answer runs beside what follows: every reply
 	// waits for it, and the dispatch asks it before any tier but the
 	// queue. One JetStream round trip on the receipt's path, not two.
@@ -391,7 +481,10 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			}
 		}
 	}
-	recorded := dedupe(ctx, js, id, stage("dedupe"))
+	recorded := func() bool { return false } // fresh: nothing to find
+	if !fresh {
+		recorded = dedupe(ctx, js, id, stage("dedupe"))
+	}
 	duplicate := func() bool {
 		if !recorded() {
 			return false
@@ -410,12 +503,15 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	// is not sent: it would spend the quota the running task's final
 	// frame needs (a user who sends many messages at once gets the answer
 	// first, not a wall of "please wait").
-	send := func(text string) {
+	// finishOn sends text as the last frame of stream streamID: "r-"+id
+	// for a reply without a task, the task's own stream for an early
+	// receipt's refusal.
+	finishOn := func(streamID, text string) error {
 		// Its own wait, as the receipt's: what came before (JetStream
 		// retries) may have spent the handling's.
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
 		defer scancel()
-		err := c.ReplyStream(sctx, reqID, wecom.Stream{ID: "r-" + id, Content: text, Finish: true})
+		err := c.ReplyStream(sctx, reqID, wecom.Stream{ID: streamID, Content: text, Finish: true})
 		if err != nil {
 			var refused *wecom.AckError
 			if a.cfg.Budget != nil && errors.As(err, &refused) && !errors.Is(err, wecom.ErrAckUnknown) {
@@ -423,7 +519,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			}
 			log.Warn().Err(err).Msg("reply failed")
 		}
+		return err
 	}
+	send := func(text string) { finishOn("r-"+id, text) }
 	reply := func(text string) bool {
 		if a.cfg.Budget != nil && !a.cfg.Budget(term.Bot).Take(chat, ReplyReserve) {
 			a.count(func(s *Stats) { s.Suppressed++ })
@@ -503,9 +601,73 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 			rec.Incomplete = why
 		}
 	}
+	// The receipt: the stream's first frame. The pusher continues this
+	// stream. Its wait is its own (up to Timeout), not what the dispatch
+	// left: a receipt WeCom applied whose ack botctl stopped waiting for
+	// leaves the user's stream open at "received" for good, beside the
+	// pushed answer (chaos cut-leader-nats).
+	type sent struct {
+		at  time.Time // WeCom's ack read
+		err error
+	}
+	receipt := func() sent {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+		defer rcancel()
+		t1 := time.Now()
+		err := c.ReplyStream(rctx, reqID, wecom.Stream{ID: rec.StreamID, Content: a.cfg.Texts.Receipt})
+		stage("receipt_frame")(time.Since(t1))
+		return sent{at: a.cfg.Now().UTC(), err: err}
+	}
+	// Early: beside the publish, when nothing suggests it will refuse.
+	var early chan sent
+	if fresh && a.cfg.Idle != nil && a.inHand.get(term.Bot+"\x00"+chat) == 1 && a.cfg.Idle(term.Bot, chat) {
+		early = make(chan sent, 1)
+		a.count(func(s *Stats) { s.EarlyReceipts++ })
+		go func() { early <- receipt() }()
+	}
 	t0 := time.Now()
 	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec), recorded)
 	stage("dispatch")(time.Since(t0))
+	var rcpt sent
+	opened := false // the user's stream shows the receipt (or may)
+	if early != nil {
+		rcpt = <-early
+		opened = rcpt.err == nil || errors.Is(rcpt.err, wecom.ErrAckUnknown)
+	}
+	if opened && (err != nil || out.Busy) {
+		// The prediction missed: finish the stream the user sees with
+		// the refusal, whatever the budget (the receipt is spent), so
+		// it is not left at "received".
+		a.count(func(s *Stats) { s.EarlyMissed++ })
+		text := a.cfg.Texts.Busy
+		if err != nil {
+			a.count(func(s *Stats) { s.Failed++ })
+			log.Error().Err(err).Msg("dispatch failed after an early receipt")
+			text = dispatchFailed
+		} else {
+			a.count(func(s *Stats) { s.Busy++ })
+			log.Info().Msg("early receipt, but the conversation was busy: its stream finished with the busy reply")
+		}
+		if rcpt.err == nil {
+			spent() // the receipt
+		}
+		spent() // the refusal (refunded if WeCom refuses it)
+		if ferr := finishOn(rec.StreamID, text); ferr != nil && err == nil {
+			// Recorded as refused, the pusher sends it as the final frame
+			// of this stream.
+			if rerr := a.refuseLater(ctx, js, rec); rerr == nil {
+				a.handled(term.Bot, created)
+				if a.cfg.Dispatched != nil {
+					a.cfg.Dispatched(term.Bot, id, chat)
+				}
+				return
+			}
+		}
+		if err == nil {
+			a.markSeen(ctx, js, term.Bot, m.MsgID, created)
+		}
+		return
+	}
 	if duplicate() {
 		if err == nil && out.Tier == dispatch.TierQueue && !out.Duplicate {
 			// Its msgid was past the queue's duplicate window: the worker
@@ -519,7 +681,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		a.count(func(s *Stats) { s.Failed++ })
 		log.Error().Err(err).Msg("dispatch failed")
 		// Nothing else will answer it: not held back by the budget.
-		replyAnyway("抱歉，系统暂时无法处理你的问题，请稍后再试。")
+		replyAnyway(dispatchFailed)
 		return
 	case out.Busy:
 		a.count(func(s *Stats) { s.Busy++ })
@@ -543,11 +705,14 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		}
 		a.handled(term.Bot, created)
 		if a.cfg.Dispatched != nil {
-			a.cfg.Dispatched(term.Bot, id) // the pusher steps it now, not at its next resync
+			a.cfg.Dispatched(term.Bot, id, chat) // the pusher steps it now, not at its next resync
 		}
 		return
 	case out.Duplicate:
 		a.count(func(s *Stats) { s.Duplicates++ })
+		if opened {
+			log.Warn().Msg("early receipt for a callback the queue already had (create_time later than its first delivery: clocks apart by more than the margin?)")
+		}
 		log.Debug().Msg("duplicate callback (the queue had its msgid)")
 		a.handled(term.Bot, created)
 		return
@@ -555,27 +720,20 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	a.count(func(s *Stats) { s.Dispatched++ })
 	rec.Tier = string(out.Tier)
 
-	// Receipt: the stream's first frame. The pusher continues this stream.
-	// Its wait is its own (up to Timeout), not what the dispatch left: a
-	// receipt WeCom applied whose ack botctl stopped waiting for leaves
-	// the user's stream open at "received" for good, beside the pushed
-	// answer (chaos cut-leader-nats).
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
-	t1 := time.Now()
-	receiptErr := c.ReplyStream(rctx, reqID, wecom.Stream{ID: rec.StreamID, Content: a.cfg.Texts.Receipt})
-	stage("receipt_frame")(time.Since(t1))
-	rcancel()
-	if receiptErr == nil {
+	if early == nil {
+		rcpt = receipt()
+	}
+	if rcpt.err == nil {
 		spent()
 		if a.cfg.Receipted != nil {
-			a.cfg.Receipted(term.Bot, a.cfg.Now().Sub(now))
+			a.cfg.Receipted(term.Bot, rcpt.at.Sub(now))
 		}
-		rec.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, a.cfg.Now().UTC())
-		rec.PushedHash, rec.PushedAt = task.Hash(a.cfg.Texts.Receipt), a.cfg.Now().UTC()
+		rec.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, rcpt.at)
+		rec.PushedHash, rec.PushedAt = task.Hash(a.cfg.Texts.Receipt), rcpt.at
 		rec.StreamStart = rec.PushedAt
 		rec.Sent(rec.PushedAt)
 	} else {
-		log.Warn().Err(receiptErr).Msg("receipt failed; the answer will be pushed")
+		log.Warn().Err(rcpt.err).Msg("receipt failed; the answer will be pushed")
 	}
 	// The record with the raw context (a worker may have opened it from
 	// the queue message already: the leader's fields are merged in).
@@ -591,7 +749,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		a.handled(term.Bot, created) // recorded in JetStream: past the inbound watermark
 	}
 	if a.cfg.Dispatched != nil {
-		a.cfg.Dispatched(term.Bot, id)
+		a.cfg.Dispatched(term.Bot, id, chat)
 	}
 	log.Debug().Str("task", id).Str("tier", rec.Tier).Msg("task dispatched")
 }
@@ -709,6 +867,19 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 		a.markSeen(ctx, js, bot, m.MsgID, m.Created)
 		return nil
 	}
+	// In the dedupe memory while it is taken: its callback, if it comes
+	// after all, is a duplicate (a fresh callback skips the task bucket's
+	// read), and forgotten again if it is not taken.
+	key := bot + "\x00" + m.MsgID
+	if !a.seen.add(key) {
+		return nil // its callback is being handled
+	}
+	taken := false
+	defer func() {
+		if !taken {
+			a.seen.remove(key)
+		}
+	}()
 	rec := task.New(bot, m.MsgID, a.cfg.Now().UTC())
 	rec.Chat, rec.ChatType, rec.User, rec.Question, rec.Late = chat, m.ChatType, m.UserID, question, true
 	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec), nil) // the backfill asked Known first
@@ -718,15 +889,17 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 	case out.Busy:
 		return fmt.Errorf("%w: conversation %s has a task; missed message %s waits for it", backfill.ErrBusy, chat, m.MsgID)
 	case out.Duplicate:
+		taken = true
 		return nil
 	}
+	taken = true // queued: a callback now is a duplicate, whatever the record
 	rec.Tier = string(out.Tier)
 	if _, err := js.lc.Open(ctx, rec); err != nil {
 		return err
 	}
 	a.count(func(s *Stats) { s.Backfilled++ })
 	if a.cfg.Dispatched != nil {
-		a.cfg.Dispatched(bot, rec.ID)
+		a.cfg.Dispatched(bot, rec.ID, chat)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"encoding/json"
 	"sync"
+	"time"
 
 	"github.com/botctl/botctl/pkg/task"
 )
@@ -14,6 +15,8 @@ type lru struct {
 	max   int
 	order *list.List
 	keys  map[string]*list.Element
+	// evicted is when a key was last dropped for room (zero: never).
+	evicted time.Time
 }
 
 func newLRU(max int) *lru {
@@ -33,8 +36,27 @@ func (l *lru) add(key string) bool {
 		old := l.order.Back()
 		l.order.Remove(old)
 		delete(l.keys, old.Value.(string))
+		l.evicted = time.Now()
 	}
 	return true
+}
+
+// remove forgets key.
+func (l *lru) remove(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.keys[key]; ok {
+		l.order.Remove(e)
+		delete(l.keys, key)
+	}
+}
+
+// evictedAt is when a key was last dropped for room (zero: never): what
+// was added before may be forgotten.
+func (l *lru) evictedAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.evicted
 }
 
 // has reports whether key is remembered.

@@ -28,6 +28,30 @@ type entry struct {
 	urgent    bool      // a notice came since the last step: the next scan steps it first
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
+	chat      string    // the task's conversation ("" until a record or the inbound path names it)
+}
+
+// named records en's conversation in the chat index (Idle) the first time
+// it is known. The caller holds mu.
+func (p *Pusher) named(en *entry, chat string) {
+	if en.chat != "" || chat == "" {
+		return
+	}
+	en.chat = chat
+	p.chats[chat]++
+}
+
+// Idle reports whether this pusher knows that conversation chat has no
+// task: it has found every task of the bot not yet delivered (the term's
+// rebuild is done) and none of those it delivers now is chat's. A
+// prediction, not the mutex: the work queue's publish decides, and a task
+// announced only by the resync or the output watch is not named until
+// its record is read (the inbound path keeps its own count of the
+// messages it is handling, whose tasks are not announced yet).
+func (p *Pusher) Idle(chat string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rebuilt && p.chats[chat] == 0
 }
 
 // noticed learns that a task's record changed, so that the next scan
@@ -51,6 +75,9 @@ func (p *Pusher) noticed(id string, rec *task.Record, rev uint64) {
 		en.rec, en.rev, en.readAt = rec, rev, p.cfg.Now()
 	default:
 		en.rec = nil
+	}
+	if rec != nil {
+		p.named(en, rec.Chat)
 	}
 	en.notBefore = time.Time{} // the ending waits for no progress pacing
 	en.poked = en.inflight     // nor for the wait of a step that began before it
@@ -98,9 +125,12 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 			p.count(func(s *Stats) { s.Ambiguous++ })
 			p.log.Warn().Str("task", r.ID).Msg("final frame sent but not recorded by the previous leader: delivering again (the user may see it twice)")
 		}
-		p.Notify(r.ID)
+		p.NotifyChat(r.ID, r.Chat)
 		n++
 	}
+	p.mu.Lock()
+	p.rebuilt = true
+	p.mu.Unlock()
 	p.count(func(s *Stats) { s.RebuiltNum = n })
 	if n > 0 {
 		p.log.Info().Int("tasks", n).Msg("active tasks found at term start")
@@ -204,6 +234,7 @@ func (p *Pusher) remember(id string, rec *task.Record, rev uint64) {
 	defer p.mu.Unlock()
 	if en := p.active[id]; en != nil && rev >= en.rev {
 		en.rec, en.rev, en.readAt = rec, rev, p.cfg.Now()
+		p.named(en, rec.Chat)
 	}
 }
 
@@ -311,6 +342,11 @@ func (p *Pusher) release(id string, done bool, wait time.Duration) {
 	}
 	if done {
 		delete(p.active, id)
+		if en.chat != "" {
+			if p.chats[en.chat]--; p.chats[en.chat] <= 0 {
+				delete(p.chats, en.chat)
+			}
+		}
 		return
 	}
 	en.inflight = false

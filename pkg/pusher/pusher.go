@@ -210,8 +210,11 @@ type Pusher struct {
 
 	mu     sync.Mutex
 	active map[string]*entry
-	stats  Stats
-	wake   chan struct{}
+	chats  map[string]int // active tasks per conversation, of those named (Idle)
+	// rebuilt: the term's rebuild found every task not yet delivered.
+	rebuilt bool
+	stats   Stats
+	wake    chan struct{}
 	// announced is woken by notices only: it interrupts a scan (scan).
 	announced chan struct{}
 	lastRev   uint64 // last output revision the watch delivered
@@ -230,7 +233,7 @@ func New(cfg Config) (*Pusher, error) {
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
-	return &Pusher{cfg: cfg, active: map[string]*entry{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
+	return &Pusher{cfg: cfg, active: map[string]*entry{}, chats: map[string]int{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
 		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}, nil
 }
 
@@ -258,13 +261,20 @@ func (p *Pusher) storeError(op string, err error) {
 }
 
 // Notify adds a task (just dispatched by the inbound path) to the active set.
-func (p *Pusher) Notify(taskID string) {
+func (p *Pusher) Notify(taskID string) { p.NotifyChat(taskID, "") }
+
+// NotifyChat is Notify for a task of conversation chat ("": not known),
+// which Idle then counts busy until the task is delivered.
+func (p *Pusher) NotifyChat(taskID, chat string) {
 	p.mu.Lock()
-	if en, ok := p.active[taskID]; !ok {
-		p.active[taskID] = &entry{shownAt: p.cfg.Now()}
+	en, ok := p.active[taskID]
+	if !ok {
+		en = &entry{shownAt: p.cfg.Now()}
+		p.active[taskID] = en
 	} else {
 		en.rec = nil // the caller wrote it: the next step reads
 	}
+	p.named(en, chat)
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:

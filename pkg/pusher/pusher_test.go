@@ -133,7 +133,7 @@ func (r *rig) ask(user, text string) *task.Record {
 		r.t.Fatal(err)
 	}
 	if r.p != nil {
-		r.p.Notify(rec.ID)
+		r.p.NotifyChat(rec.ID, user)
 	}
 	return rec
 }
@@ -210,6 +210,33 @@ func TestShortAnswerOneFinishedStream(t *testing.T) {
 	if s := r.stats(); s.QuotaRejections != 0 || s.InvalidReqIDs != 0 {
 		t.Fatalf("stats %+v", s)
 	}
+}
+
+// Idle (the inbound path's prediction of the mutex) says a conversation
+// has no task only once the term's rebuild has found every undelivered
+// one, and not while a task of it is being delivered: one from before the
+// term, named by its record, or one announced with its conversation.
+func TestIdleKnowsTheConversationsItDelivers(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	before := r.ask("carol", "asked before the term") // not announced: no pusher yet
+	r.start(pusher.Config{})
+	eventuallyT(t, "rebuild done (an unknown conversation idle)", func() bool { return r.p.Idle("dave") })
+	if r.p.Idle("carol") {
+		t.Fatal("carol's task from before the term: idle")
+	}
+	rec := r.ask("alice", "hi")
+	if r.p.Idle("alice") {
+		t.Fatal("alice's task just announced: idle")
+	}
+	r.write(rec.ID, "Hello, alice.", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	eventuallyT(t, "alice idle after her delivery", func() bool { return r.p.Idle("alice") })
+	if r.p.Idle("carol") {
+		t.Fatal("carol idle before her delivery")
+	}
+	r.write(before.ID, "Hello, carol.", true)
+	r.waitDelivery(before.ID, task.Delivered)
+	eventuallyT(t, "carol idle after her delivery", func() bool { return r.p.Idle("carol") })
 }
 
 func TestUnchangedContentSendsNoFrame(t *testing.T) {

@@ -205,10 +205,14 @@ func Run(ctx context.Context, o Options) error {
 				t.Handled(bot, created)
 			}
 		},
-		Dispatched: func(bot, taskID string) {
+		Dispatched: func(bot, taskID, chat string) {
 			if p := n.Pusher(bot); p != nil {
-				p.Notify(taskID)
+				p.NotifyChat(taskID, chat)
 			}
+		},
+		Idle: func(bot, chat string) bool {
+			p := n.Pusher(bot)
+			return p != nil && p.Idle(chat)
 		},
 		Incomplete: n.Health.TakeIncomplete,
 		Marked:     n.Health.Marked,

@@ -28,6 +28,11 @@ type MessageRequest struct {
 	// message's callback (same msgid, same content, a new req_id): WeCom
 	// redelivering a callback. An unused MsgID names the new message.
 	MsgID string `json:"msgid,omitempty"`
+	// CreateTime, if set (unix seconds, not in the future), is a new
+	// message's create_time instead of now: WeCom redelivering a message
+	// sent long ago that this simulator never saw (a test's old task). A
+	// replay keeps its message's own create_time.
+	CreateTime int64 `json:"create_time,omitempty"`
 }
 
 // MessageResult says what became of a posted message.
@@ -269,9 +274,16 @@ func newMessage(req MessageRequest, now time.Time) (*message, error) {
 	if id == "" {
 		id = newID("msg")
 	}
+	created := now.Unix()
+	switch {
+	case req.CreateTime < 0 || req.CreateTime > created:
+		return nil, invalid("create_time %d: want unix seconds, not in the future (now %d)", req.CreateTime, created)
+	case req.CreateTime > 0:
+		created = req.CreateTime
+	}
 	return &message{
 		HistoryMessage: HistoryMessage{MsgID: id, Chat: chat, ChatType: chatType, UserID: req.UserID,
-			Text: text, CreateTime: now.Unix()},
+			Text: text, CreateTime: created},
 		at:      now,
 		msgType: msgType,
 	}, nil

@@ -55,6 +55,24 @@ func TestMsgCallbackBody(t *testing.T) {
 	}
 }
 
+// A message posted with an old create_time (WeCom redelivering what it
+// sent long ago) carries it; a future one is refused.
+func TestPostedCreateTime(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.subscribe(bot1, secret1)
+	old := h.clock.Now().Add(-time.Hour).Unix()
+	h.post(MessageRequest{BotID: bot1, UserID: "alice", Text: "asked an hour ago", MsgID: "m-old", CreateTime: old})
+	if _, m := c.msgCallback(); m.MsgID != "m-old" || m.CreateTime != old {
+		t.Fatalf("callback %+v, want create_time %d", m, old)
+	}
+	if _, err := h.srv.PostMessage(MessageRequest{BotID: bot1, UserID: "alice", Text: "x", CreateTime: h.clock.Now().Unix() + 60}); err == nil || !strings.Contains(err.Error(), "create_time") {
+		t.Fatalf("a future create_time: %v", err)
+	}
+}
+
 func TestInvalidReqIDAcrossConnections(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	h := newSim(t, Config{})

@@ -128,6 +128,7 @@ type stepResult struct {
 	// from the transport's. Empty when the scrape failed (leaderErr).
 	leaderReceipt histogram
 	leaderStages  map[string]histogram // botctl_inbound_stage_seconds by stage
+	leaderInbound string               // botctl_inbound_total's samples ("labels value; …")
 	leaderErr     string
 	err           string
 }
@@ -397,6 +398,10 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	if leaderAPI != "" {
 		if ev, err := scrapeCounters(leaderAPI, "botctl_pusher_events_total"); err == nil {
 			o.logf("step %d: leader's pusher: %s", idx, ev)
+		}
+		if in, err := scrapeCounters(leaderAPI, "botctl_inbound_total"); err == nil {
+			o.logf("step %d: leader's inbound: %s", idx, in)
+			res.leaderInbound = in
 		}
 		hs, err := scrapeHistograms(leaderAPI, "botctl_receipt_latency_seconds", "botctl_inbound_stage_seconds")
 		if err != nil {

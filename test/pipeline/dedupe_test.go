@@ -37,7 +37,9 @@ func TestDuplicatePastTheQueueWindowIsSilentAndLocksNothing(t *testing.T) {
 	}
 
 	dupsBefore := n.node.Access.Stats().Duplicates
-	c.postAs(wecomsim.MessageRequest{UserID: "alice", Text: old, MsgID: msgid})
+	// Redelivered as WeCom would: with its own create_time, an hour ago
+	// (a callback created after the connection is fresh: no read).
+	c.postAs(wecomsim.MessageRequest{UserID: "alice", Text: old, MsgID: msgid, CreateTime: r.Received.Unix()})
 	eventually(t, "the callback taken for a duplicate", func() bool { return n.node.Access.Stats().Duplicates == dupsBefore+1 })
 	eventually(t, "the stray queue message removed", func() bool {
 		m, err := n.node.Store.ConversationTask(ctx, "b1", "alice")

@@ -1,0 +1,104 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/task"
+)
+
+// awaitFresh waits until messages posted now are fresh for the leader's
+// connection (created past access's 5 s margin after it was subscribed)
+// and its pusher has found every undelivered task (Idle can say yes).
+func awaitFresh(t *testing.T, c *cluster, n *runningNode) {
+	t.Helper()
+	eventually(t, "leader connected", c.connected)
+	from := time.Now()
+	eventually(t, "the pusher's rebuild done", func() bool {
+		p := n.node.Pusher("b1")
+		return p != nil && p.Idle("nobody")
+	})
+	time.Sleep(time.Until(from.Add(7 * time.Second))) // the margin, and create_time's whole seconds
+}
+
+// A fresh message in an idle conversation gets its receipt beside the
+// queue publish (not after it); the answer follows on that stream, once.
+func TestEarlyReceiptThenAnswer(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	awaitFresh(t, c, n)
+
+	q := c.post("alice", "early")
+	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "early") == 1 })
+	if s := n.node.Access.Stats(); s.EarlyReceipts != 1 || s.EarlyMissed != 0 || s.Dispatched != 1 {
+		t.Fatalf("access stats %+v, want one early receipt, no miss", s)
+	}
+	r := c.record(n, q.MsgID)
+	if r.StreamStart.IsZero() || r.StreamID != "s-"+r.ID {
+		t.Fatalf("the record does not carry the receipt: %+v", r)
+	}
+	// One stream: the receipt, continued by the pusher to the answer.
+	bot := c.bot("alice")
+	if len(bot) != 1 || !bot[0].Finished || bot[0].ReplyTo != q.MsgID {
+		t.Fatalf("alice sees %+v", bot)
+	}
+}
+
+// The prediction misses: the conversation has a task the pusher does not
+// know of (queued, not yet run: the only worker slot is taken), so the
+// early receipt's stream is finished with the busy reply; nothing runs
+// the refused question, and the user is not left at "received".
+func TestEarlyReceiptOfABusyConversationFinishedBusy(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) {
+		cfg.Worker.Slots, cfg.Worker.LeaderSlots = 1, 1
+		cfg.AI.Demo.AnswerTime = time.Minute
+	})
+	awaitFresh(t, c, n)
+	c.post("bob", "takes the only slot")
+	eventually(t, "bob's task running", func() bool { return n.node.Worker.Busy() == 1 })
+
+	// Alice's conversation gets a task straight on the queue: no record,
+	// no announcement, so the pusher does not know of it.
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	stray := task.New("b1", "stray", time.Now().UTC())
+	stray.Chat, stray.ChatType, stray.User, stray.Question = "alice", "single", "alice", "queued elsewhere"
+	raw, err := json.Marshal(task.MessageOf(stray))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.node.Store.PublishTask(ctx, "b1", "alice", "stray", raw); err != nil {
+		t.Fatal(err)
+	}
+	if !n.node.Pusher("b1").Idle("alice") {
+		t.Fatal("the pusher knows of the stray task: the test proves nothing")
+	}
+
+	q := c.post("alice", "refused")
+	eventually(t, "the stream finished", func() bool {
+		for _, e := range c.bot("alice") {
+			if e.ReplyTo == q.MsgID && e.Finished {
+				return true
+			}
+		}
+		return false
+	})
+	if s := n.node.Access.Stats(); s.EarlyReceipts != 2 || s.EarlyMissed != 1 || s.Busy != 1 {
+		t.Fatalf("access stats %+v, want two early receipts (bob's, alice's), alice's missed: busy", s)
+	}
+	bot := c.bot("alice")
+	if len(bot) != 1 || bot[0].ReplyTo != q.MsgID || !strings.Contains(bot[0].Content, "还在处理中") {
+		t.Fatalf("alice sees %+v, want one stream finished with the busy reply", bot)
+	}
+	if r := c.record(n, q.MsgID); r.ID != "" {
+		t.Fatalf("the refused question has a task record: %+v", r)
+	}
+	if st, _ := c.sim.Stats("b1"); st.QuotaRejections != 0 {
+		t.Fatalf("quota rejections %d", st.QuotaRejections)
+	}
+}
