@@ -52,9 +52,11 @@ func gitCommit() string {
 
 // Failed is true when any invariant broke or a round could not run.
 func (rep *Report) Failed() bool {
-	if rep.Err != "" || len(rep.Late) > 0 {
-		return true
-	}
+	return rep.Err != "" || len(rep.Late) > 0 || rep.roundFailed()
+}
+
+// roundFailed reports whether a round broke an invariant.
+func (rep *Report) roundFailed() bool {
 	for _, r := range rep.Rounds {
 		if r.Failed() {
 			return true
@@ -150,7 +152,11 @@ func passFail(n int64) string {
 func (rep *Report) Markdown(w io.Writer) {
 	cfg := rep.Cfg
 	verdict := "all invariants held"
-	if rep.Failed() {
+	switch {
+	case rep.Err == "interrupted" && len(rep.Late) == 0 && !rep.roundFailed():
+		// Stopped on purpose (SIGINT): not a failure of botctl's.
+		verdict = "interrupted; every invariant held in the rounds that ran"
+	case rep.Failed():
 		verdict = "**invariants broken** (details below)"
 	}
 	fmt.Fprintf(w, "# Chaos run: %s\n\n", verdict)
