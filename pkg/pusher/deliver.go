@@ -145,8 +145,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 		}
 		// From the step's read: one record write, no read, before the
 		// frame (a read of an R3 bucket is a request to its leader).
-		p.forget(r.ID) // every write but a progress frame's: the next step reads
-		ir, irev, err := p.cfg.Lifecycle.FinalIntentFrom(ctx, r, rev)
+		ir, irev, err := p.ledger.finalIntent(ctx, r, rev)
 		if err != nil {
 			p.storeError("record_write", err)
 			p.cfg.Budget.Refund(chat)
@@ -163,7 +162,7 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 		case err == nil:
 			p.count(func(s *Stats) { s.Frames++ })
 			p.lag(r.ID, p.cfg.Now())
-			_, err := p.cfg.Lifecycle.DeliveredFrom(ctx, ir, irev, final, "final frame acked", 0)
+			_, err := p.ledger.deliveredFrom(ctx, ir, irev, final, "final frame acked", 0)
 			return p.recorded(r.ID, "final frame acked", 0, err)
 		case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
 			// No ack we can trust for this req_id (a timeout, or an
@@ -248,13 +247,9 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 	if changed {
 		hash = task.Hash(text)
 	}
-	next, nextRev, err := p.cfg.Lifecycle.ShownFrom(ctx, r, rev, hash, shownNow)
-	if err != nil {
+	if err := p.ledger.shown(ctx, r, rev, hash, shownNow); err != nil {
 		p.storeError("record_write", err)
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
-		p.forget(r.ID)
-	} else {
-		p.remember(r.ID, next, nextRev)
 	}
 	return false, p.cfg.ScanInterval
 }
@@ -280,8 +275,7 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string, w
 
 // toPush marks the delivery truncated: the complete answer is owed by push.
 func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, time.Duration) {
-	p.forget(r.ID)
-	if _, err := p.cfg.Lifecycle.Truncate(ctx, r.ID, why); err != nil {
+	if _, err := p.ledger.truncate(ctx, r.ID, why); err != nil {
 		p.storeError("record_write", err)
 		return false, time.Second
 	}
@@ -298,8 +292,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		return false, p.cfg.ScanInterval
 	}
 	if done := r.ExecDone(); !done.IsZero() && now.Sub(done) > p.cfg.ReplayExpiry && r.PushedParts == 0 {
-		p.forget(r.ID)
-		rec, err := p.cfg.Lifecycle.Expired(ctx, r.ID, now.Sub(done))
+		rec, err := p.ledger.expired(ctx, r.ID, now.Sub(done))
 		if err != nil {
 			return false, time.Second
 		}
@@ -340,8 +333,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		}
 		p.count(func(s *Stats) { s.Pushes++ })
 		n := i + 1
-		p.forget(r.ID)
-		rec, err := p.cfg.Lifecycle.PartPushed(ctx, r.ID, n)
+		rec, err := p.ledger.partPushed(ctx, r.ID, n)
 		if err != nil {
 			p.storeError("record_write", err)
 			p.log.Warn().Err(err).Str("task", r.ID).Int("part", n).Msg("pushed part not recorded; a new leader may push it again")
@@ -353,8 +345,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 }
 
 func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
-	p.forget(r.ID)
-	_, err := p.cfg.Lifecycle.Delivered(ctx, r.ID, text, why, parts)
+	_, err := p.ledger.delivered(ctx, r.ID, text, why, parts)
 	return p.recorded(r.ID, why, parts, err)
 }
 
@@ -391,8 +382,7 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 		return false, time.Second
 	}
 	var attempts int
-	p.forget(r.ID)
-	rec, err := p.cfg.Lifecycle.SendFailed(ctx, r.ID, sendErr, p.cfg.MaxAttempts)
+	rec, err := p.ledger.sendFailed(ctx, r.ID, sendErr, p.cfg.MaxAttempts)
 	if rec != nil {
 		attempts = rec.PushAttempts
 	}

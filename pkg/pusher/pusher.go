@@ -208,6 +208,9 @@ type Pusher struct {
 	cfg Config
 	log zerolog.Logger
 
+	// ledger is the only writer of task records here (ledger.go).
+	ledger ledger
+
 	mu     sync.Mutex
 	active map[string]*entry
 	chats  map[string]int // active tasks per conversation, of those named (Idle)
@@ -233,8 +236,10 @@ func New(cfg Config) (*Pusher, error) {
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
-	return &Pusher{cfg: cfg, active: map[string]*entry{}, chats: map[string]int{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
-		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}, nil
+	p := &Pusher{cfg: cfg, active: map[string]*entry{}, chats: map[string]int{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
+		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}
+	p.ledger = ledger{p}
+	return p, nil
 }
 
 // Stats returns the counters.

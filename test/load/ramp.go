@@ -123,7 +123,7 @@ type stepResult struct {
 	profiles                 map[string]string // role → perf summary
 	subjects                 map[string]int    // NATS messages by kind of subject (-subjects)
 	// leaderReceipt is the leader's own receipt histogram
-	// (botctl_receipt_latency_seconds: handling start → WeCom's ack),
+	// (botctl_receipt_latency_seconds: callback read → WeCom's ack),
 	// scraped at the step's end: botctl's share of the receipt apart
 	// from the transport's. Empty when the scrape failed (leaderErr).
 	leaderReceipt histogram

@@ -177,9 +177,9 @@ question each, over the simulator's control API. Measured from outside the nodes
 			p := r.receipt.pct(.99)
 			fmt.Fprintf(&b, "- Receipt p99 ≤ 20 ms at 500 new messages/s over 5,000 conversations, three nodes: p99 %s — %s.\n", ms(p), verdict(p <= 20*time.Millisecond && r.receiptMissing == 0, fmt.Sprintf("by %s", ms(p-20*time.Millisecond))))
 			if h := r.leaderReceipt; len(h.counts) > 0 {
-				fmt.Fprintf(&b, "  Inside the leader (its histogram `botctl_receipt_latency_seconds`: handling start → WeCom's ack, interpolated in power-of-two buckets): p50 %s, p99 %s over %.0f receipts; the rest of the outside figure is the callback's and the frame's way through the WebSocket and both processes' scheduling.\n",
+				fmt.Fprintf(&b, "  Inside the leader (its histogram `botctl_receipt_latency_seconds`: the callback read off the connection → WeCom's ack, interpolated in power-of-two buckets): p50 %s, p99 %s over %.0f receipts; the rest of the outside figure is the callback's and the frame's way through the WebSocket and the simulator's scheduling.\n",
 					ms(time.Duration(h.quantile(.5)*float64(time.Second))), ms(time.Duration(h.quantile(.99)*float64(time.Second))), h.counts[len(h.counts)-1])
-				for _, st := range []string{"dedupe", "dispatch", "receipt_frame"} {
+				for _, st := range []string{"slot", "dedupe", "dispatch", "receipt_frame"} {
 					if h, ok := r.leaderStages[st]; ok && len(h.counts) > 0 {
 						fmt.Fprintf(&b, "  - stage %s (`botctl_inbound_stage_seconds`): p50 %s, p99 %s\n", st,
 							ms(time.Duration(h.quantile(.5)*float64(time.Second))), ms(time.Duration(h.quantile(.99)*float64(time.Second))))
