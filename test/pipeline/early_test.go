@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecomsim"
 )
 
 // awaitFresh waits until messages posted now are fresh for the leader's
@@ -100,5 +102,52 @@ func TestEarlyReceiptOfABusyConversationFinishedBusy(t *testing.T) {
 	}
 	if st, _ := c.sim.Stats("b1"); st.QuotaRejections != 0 {
 		t.Fatalf("quota rejections %d", st.QuotaRejections)
+	}
+}
+
+// A message the gap backfill took (its callback never came) is answered
+// late, by push. If WeCom then delivers its callback after all, the
+// callback is fresh (created after the connection) and its conversation
+// idle once the late answer is delivered: without the backfill's mark in
+// the dedupe memory it would get an early receipt, a stream left at
+// "received" beside the answer. It gets nothing.
+func TestCallbackAfterItsBackfillIsSilent(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	awaitFresh(t, c, n)
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultSilence, Seconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	q := c.post("alice", "missed, then delivered")
+	if q.Delivered {
+		t.Fatalf("delivered during the silence: %+v", q)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	err := n.node.Access.Late(ctx, "b1", backfill.Message{MsgID: q.MsgID, Chat: "alice", ChatType: "single", UserID: "alice",
+		Text: "missed, then delivered", Created: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "answered late", func() bool { return answeredLate(c.bot("alice"), "missed, then delivered") == 1 })
+	eventually(t, "recorded delivered", func() bool { return c.record(n, q.MsgID).Delivery == task.Delivered })
+	eventually(t, "alice idle", func() bool { return n.node.Pusher("b1").Idle("alice") })
+
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultClear}); err != nil {
+		t.Fatal(err)
+	}
+	dups := n.node.Access.Stats().Duplicates
+	if r := c.postAs(wecomsim.MessageRequest{UserID: "alice", MsgID: q.MsgID}); !r.Delivered {
+		t.Fatalf("the redelivery was not delivered: %+v", r)
+	}
+	eventually(t, "the callback taken for a duplicate", func() bool { return n.node.Access.Stats().Duplicates == dups+1 })
+	time.Sleep(time.Second) // a receipt would follow at once
+	for _, e := range c.bot("alice") {
+		if e.ReplyTo == q.MsgID {
+			t.Fatalf("the redelivered callback got a reply: %+v", e)
+		}
+	}
+	if s := n.node.Access.Stats(); s.EarlyReceipts != 0 {
+		t.Fatalf("access stats %+v: an early receipt", s)
 	}
 }
