@@ -24,6 +24,7 @@ package access
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -224,18 +225,32 @@ const dedupeTimeout = 2 * time.Second
 // fails over it waits for its timeout, and the dispatch and the receipt
 // after it need their own time. JetStream's msgid dedupe still catches a
 // duplicate this read missed.
-func hasRecord(ctx context.Context, js *bound, id string) bool {
+//
+// Not a record of this very callback: the read runs beside the publish,
+// and a worker that pulls the task first opens its record from the queue
+// message, with this callback's req_id and term. Taken for a duplicate,
+// the callback got no receipt and its task no announcement to the
+// pusher (the e2e handover test lost an answer so, under CI load). A
+// redelivery comes with a new req_id, or in another term.
+func hasRecord(ctx context.Context, js *bound, id, reqID string, term int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, dedupeTimeout)
 	defer cancel()
-	_, err := js.store.Tasks().Get(ctx, id)
-	return err == nil
+	e, err := js.store.Tasks().Get(ctx, id)
+	if err != nil {
+		return false
+	}
+	var r task.Record
+	if json.Unmarshal(e.Value(), &r) != nil {
+		return true // a record, unreadable: not this callback's
+	}
+	return r.ReqID != reqID || r.Term != term
 }
 
 // dedupe starts hasRecord for task id beside the caller's work and returns
 // its answer's getter (false without JetStream): the receipt waits for the
 // read and the publish at once, not one after the other. The getter waits
 // for the read; it may be called any number of times, from any goroutine.
-func dedupe(ctx context.Context, js *bound, id string, took func(time.Duration)) func() bool {
+func dedupe(ctx context.Context, js *bound, id, reqID string, term int64, took func(time.Duration)) func() bool {
 	if js == nil {
 		return func() bool { return false }
 	}
@@ -244,7 +259,7 @@ func dedupe(ctx context.Context, js *bound, id string, took func(time.Duration))
 	go func() {
 		defer close(done)
 		t0 := time.Now()
-		dup = hasRecord(ctx, js, id)
+		dup = hasRecord(ctx, js, id, reqID, term)
 		took(time.Since(t0))
 	}()
 	return func() bool {
@@ -494,7 +509,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	}
 	recorded := func() bool { return false } // fresh: nothing to find
 	if !fresh {
-		recorded = dedupe(ctx, js, id, stage("dedupe"))
+		recorded = dedupe(ctx, js, id, reqID, term.Rev, stage("dedupe"))
 	}
 	duplicate := func() bool {
 		if !recorded() {
