@@ -301,18 +301,15 @@ type counts struct {
 	n  map[string]int
 }
 
-func (c *counts) add(key string, d int) int {
+func (c *counts) add(key string, d int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
 		c.n = map[string]int{}
 	}
-	c.n[key] += d
-	v := c.n[key]
-	if v <= 0 {
+	if c.n[key] += d; c.n[key] <= 0 {
 		delete(c.n, key)
 	}
-	return v
 }
 
 func (c *counts) get(key string) int {
