@@ -38,7 +38,41 @@ func (p *Pusher) named(en *entry, chat string) {
 		return
 	}
 	en.chat = chat
-	p.chats[chat]++
+	p.chats.add(chat, 1)
+}
+
+// chatIndex counts the active tasks per conversation, for Idle. Its own
+// lock, not the pusher's: Idle is asked on the inbound path, in the
+// connection's callback order, and must not wait for a scan, which holds
+// mu while it walks thousands of entries.
+type chatIndex struct {
+	mu sync.Mutex
+	n  map[string]int
+	// rebuilt: the term's rebuild found every task not yet delivered.
+	rebuilt bool
+}
+
+func (c *chatIndex) add(chat string, d int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[chat] += d; c.n[chat] <= 0 {
+		delete(c.n, chat)
+	}
+}
+
+func (c *chatIndex) setRebuilt() {
+	c.mu.Lock()
+	c.rebuilt = true
+	c.mu.Unlock()
+}
+
+func (c *chatIndex) idle(chat string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rebuilt && c.n[chat] == 0
 }
 
 // Idle reports whether this pusher knows that conversation chat has no
@@ -48,11 +82,7 @@ func (p *Pusher) named(en *entry, chat string) {
 // announced only by the resync or the output watch is not named until
 // its record is read (the inbound path keeps its own count of the
 // messages it is handling, whose tasks are not announced yet).
-func (p *Pusher) Idle(chat string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.rebuilt && p.chats[chat] == 0
-}
+func (p *Pusher) Idle(chat string) bool { return p.chats.idle(chat) }
 
 // noticed learns that a task's record changed, so that the next scan
 // steps it at once. The cached record is forgotten (the step reads it),
@@ -128,9 +158,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 		p.NotifyChat(r.ID, r.Chat)
 		n++
 	}
-	p.mu.Lock()
-	p.rebuilt = true
-	p.mu.Unlock()
+	p.chats.setRebuilt()
 	p.count(func(s *Stats) { s.RebuiltNum = n })
 	if n > 0 {
 		p.log.Info().Int("tasks", n).Msg("active tasks found at term start")
@@ -343,9 +371,7 @@ func (p *Pusher) release(id string, done bool, wait time.Duration) {
 	if done {
 		delete(p.active, id)
 		if en.chat != "" {
-			if p.chats[en.chat]--; p.chats[en.chat] <= 0 {
-				delete(p.chats, en.chat)
-			}
+			p.chats.add(en.chat, -1)
 		}
 		return
 	}

@@ -213,11 +213,9 @@ type Pusher struct {
 
 	mu     sync.Mutex
 	active map[string]*entry
-	chats  map[string]int // active tasks per conversation, of those named (Idle)
-	// rebuilt: the term's rebuild found every task not yet delivered.
-	rebuilt bool
-	stats   Stats
-	wake    chan struct{}
+	chats  chatIndex // active tasks per conversation, of those named (Idle)
+	stats  Stats
+	wake   chan struct{}
 	// announced is woken by notices only: it interrupts a scan (scan).
 	announced chan struct{}
 	lastRev   uint64 // last output revision the watch delivered
@@ -236,7 +234,7 @@ func New(cfg Config) (*Pusher, error) {
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
-	p := &Pusher{cfg: cfg, active: map[string]*entry{}, chats: map[string]int{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
+	p := &Pusher{cfg: cfg, active: map[string]*entry{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
 		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}
 	p.ledger = ledger{p}
 	return p, nil

@@ -617,78 +617,137 @@ func (c *Conn) acquire(ctx context.Context, reqID string) (st *reqState, release
 // (ReasonNotSubscribed), and MaxAckTimeouts timeouts in a row close it
 // (ReasonAckTimeouts). IsConnectionError tells the outcomes about the
 // connection from those about this frame.
-func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (f *Frame, err error) {
-	if c.cfg.Frames != nil {
-		defer func() { c.cfg.Frames.FrameOut(c.cfg.BotID, cmd, outcomeCode(f, err)) }()
-	}
-	if reqID == "" {
-		return nil, fmt.Errorf("%w: %s without req_id", ErrInvalidFrame, cmd)
-	}
-	raw, err := encodeFrame(cmd, reqID, body)
+func (c *Conn) Do(ctx context.Context, cmd, reqID string, body any) (*Frame, error) {
+	p, err := c.Send(ctx, cmd, reqID, body)
 	if err != nil {
 		return nil, err
 	}
-	st, release, err := c.acquire(ctx, reqID)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
+	return p.Wait(ctx)
+}
 
-	w := make(chan *Frame, 1)
+// Pending is a frame written and waiting for its ack: Send's result.
+// Wait must be called (once is enough; later calls return the same
+// outcome): until then the frame holds its req_id's turn, and the next
+// frame of that req_id waits.
+type Pending struct {
+	c          *Conn
+	cmd, reqID string
+	st         *reqState
+	w          chan *Frame
+	written    time.Time
+	ambiguous  bool
+	release    func()
+	once       sync.Once
+	f          *Frame
+	err        error
+}
+
+// Send writes one frame and returns without waiting for its ack: Do's
+// first half, for a caller that has something else to do meanwhile (the
+// inbound path writes a receipt in the connection's callback order and
+// waits for its ack in the handler). ctx bounds the wait for the req_id's
+// turn; an error means nothing was sent (Wait is not called then). The
+// outcomes of Wait are Do's.
+func (c *Conn) Send(ctx context.Context, cmd, reqID string, body any) (p *Pending, err error) {
+	if reqID == "" {
+		err = fmt.Errorf("%w: %s without req_id", ErrInvalidFrame, cmd)
+	}
+	var raw []byte
+	if err == nil {
+		raw, err = encodeFrame(cmd, reqID, body)
+	}
+	var st *reqState
+	var release func()
+	if err == nil {
+		st, release, err = c.acquire(ctx, reqID)
+	}
+	if err != nil {
+		if c.cfg.Frames != nil {
+			c.cfg.Frames.FrameOut(c.cfg.BotID, cmd, outcomeCode(nil, err))
+		}
+		return nil, err
+	}
+	p = &Pending{c: c, cmd: cmd, reqID: reqID, st: st, w: make(chan *Frame, 1), release: release}
 	c.pmu.Lock()
 	// An ack owed to an earlier frame would be indistinguishable from this
 	// frame's: decided before sending, so no ack can race the decision.
-	ambiguous := st.unacked > 0
+	p.ambiguous = st.unacked > 0
 	st.unacked++
-	st.waiter = w
+	st.waiter = p.w
 	if c.inflight == 0 {
 		c.inflightSince = time.Now()
 	}
 	c.inflight++
 	c.pmu.Unlock()
-	stopWaiting := func() {
-		c.pmu.Lock()
-		if st.waiter == w {
-			st.waiter = nil
-			c.inflight--
-		}
-		c.pmu.Unlock()
-	}
+	p.written = time.Now()
 	if err := c.write(raw); err != nil {
-		stopWaiting()
+		p.stopWaiting()
+		p.once.Do(func() { p.finish(nil, err) })
 		return nil, err
 	}
-	t := time.NewTimer(c.cfg.AckTimeout)
+	return p, nil
+}
+
+// stopWaiting withdraws p's waiter, if the ack has not taken it.
+func (p *Pending) stopWaiting() {
+	c := p.c
+	c.pmu.Lock()
+	if p.st.waiter == p.w {
+		p.st.waiter = nil
+		c.inflight--
+	}
+	c.pmu.Unlock()
+}
+
+// finish records p's outcome, counts it and gives back the req_id's turn.
+func (p *Pending) finish(f *Frame, err error) {
+	p.f, p.err = f, err
+	p.release()
+	if p.c.cfg.Frames != nil {
+		p.c.cfg.Frames.FrameOut(p.c.cfg.BotID, p.cmd, outcomeCode(f, err))
+	}
+}
+
+// Wait waits for the frame's ack: AckTimeout from the write, or ctx, or
+// the connection's end, whichever is first. The outcomes are Do's.
+func (p *Pending) Wait(ctx context.Context) (*Frame, error) {
+	p.once.Do(func() { p.finish(p.wait(ctx)) })
+	return p.f, p.err
+}
+
+func (p *Pending) wait(ctx context.Context) (f *Frame, err error) {
+	c := p.c
+	t := time.NewTimer(c.cfg.AckTimeout - time.Since(p.written))
 	defer t.Stop()
 	select {
-	case f = <-w:
+	case f = <-p.w:
 	case <-t.C:
-		stopWaiting()
+		p.stopWaiting()
 		c.lastTimeout.Store(time.Now().UnixNano())
 		c.vitals.failed(true)
 		if n := int(c.timeouts.Add(1)); n >= c.cfg.MaxAckTimeouts {
 			c.shut(ReasonAckTimeouts, fmt.Errorf("%d frames in a row without an ack within %s", n, c.cfg.AckTimeout))
 		}
-		return nil, &ackTimeoutError{cmd: cmd, reqID: reqID, after: c.cfg.AckTimeout}
+		return nil, &ackTimeoutError{cmd: p.cmd, reqID: p.reqID, after: c.cfg.AckTimeout}
 	case <-ctx.Done():
-		stopWaiting()
+		p.stopWaiting()
 		return nil, ctx.Err()
 	case <-c.closing:
 		select {
-		case f = <-w: // the ack that closed the connection (846609)
+		case f = <-p.w: // the ack that closed the connection (846609)
 		default:
-			stopWaiting()
+			p.stopWaiting()
 			return nil, c.closeErr()
 		}
 	}
-	if ambiguous {
+	if p.ambiguous {
 		c.vitals.failed(true)
 		return nil, fmt.Errorf("%w: %s (req_id %s): an earlier frame of this req_id timed out and the ack that came (errcode %d) may be its",
-			ErrAckUnknown, cmd, reqID, f.ErrCode)
+			ErrAckUnknown, p.cmd, p.reqID, f.ErrCode)
 	}
 	if f.ErrCode != ErrCodeOK {
 		c.vitals.failed(false)
-		return f, &AckError{Cmd: cmd, ReqID: reqID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
+		return f, &AckError{Cmd: p.cmd, ReqID: p.reqID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
 	}
 	c.vitals.ok()
 	return f, nil
@@ -709,6 +768,15 @@ func (c *Conn) Reply(ctx context.Context, reqID string, body *RespondBody) error
 // text so far.
 func (c *Conn) ReplyStream(ctx context.Context, reqID string, s Stream) error {
 	return c.Reply(ctx, reqID, &RespondBody{MsgType: MsgTypeStream, Stream: &s})
+}
+
+// SendStream writes one frame of a streamed reply without waiting for its
+// ack (Send): the caller must Wait for it.
+func (c *Conn) SendStream(ctx context.Context, reqID string, s Stream) (*Pending, error) {
+	if err := CheckStream(&s); err != nil {
+		return nil, err
+	}
+	return c.Send(ctx, CmdRespondMsg, reqID, &RespondBody{MsgType: MsgTypeStream, Stream: &s})
 }
 
 // ReplyWelcome answers an enter_chat event (within 5 s of it).

@@ -563,3 +563,65 @@ func TestBlockedHandlerDoesNotStarveAcks(t *testing.T) {
 		t.Fatalf("connection ended: %v", c.Err())
 	}
 }
+
+// Send writes the frame and returns without its ack; the frame holds its
+// req_id's turn until Wait, whose outcome is Do's (here a timeout: the
+// acks are stalled) and the same on a second call.
+func TestSendReturnsBeforeTheAckAndHoldsTheTurn(t *testing.T) {
+	e := newEnv(t, wecomsim.Config{})
+	ch, h := msgChan(2)
+	cfg := e.config()
+	cfg.AckTimeout = 3 * time.Second
+	cfg.MaxAckTimeouts = 100
+	c := e.dial(cfg, h)
+	e.post("alice", "one")
+	e.post("bob", "two")
+	a, b := recv(t, ch), recv(t, ch)
+	ctx := context.Background()
+	// Acked normally first: Send then Wait is Do.
+	p, err := c.SendStream(ctx, b.reqID, wecom.Stream{ID: "sb", Content: "received"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	if _, err := c.SendStream(ctx, b.reqID, wecom.Stream{ID: "sb", Content: string([]byte{0xff})}); !errors.Is(err, wecom.ErrInvalidUTF8) {
+		t.Fatalf("invalid content: err = %v, want ErrInvalidUTF8 before sending", err)
+	}
+
+	base := e.stats().Frames[wecom.CmdRespondMsg]
+	sent := func() int64 { return e.stats().Frames[wecom.CmdRespondMsg] - base }
+	if err := e.sim.Fault(wecomsim.FaultRequest{BotID: "bot1", Action: wecomsim.FaultStallAcks, Seconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	p, err = c.SendStream(ctx, a.reqID, wecom.Stream{ID: "sa", Content: "received"})
+	if err != nil {
+		t.Fatalf("send with acks stalled: %v (it must not wait for the ack)", err)
+	}
+	eventually(t, "the frame sent", func() bool { return sent() == 1 })
+	next := make(chan error, 1)
+	go func() { next <- c.ReplyStream(ctx, a.reqID, wecom.Stream{ID: "sa", Content: "more"}) }()
+	time.Sleep(300 * time.Millisecond) // well inside the 3 s ack timeout
+	if n := sent(); n != 1 {
+		t.Fatalf("%d frames sent while the first of the req_id is not waited for, want 1", n)
+	}
+	_, err = p.Wait(ctx)
+	if !errors.Is(err, wecom.ErrAckTimeout) {
+		t.Fatalf("wait = %v, want ErrAckTimeout", err)
+	}
+	if _, again := p.Wait(ctx); again != err {
+		t.Fatalf("second wait = %v, want the first outcome %v", again, err)
+	}
+	select {
+	case err := <-next:
+		if !errors.Is(err, wecom.ErrAckUnknown) {
+			t.Fatalf("next frame = %v, want an unknown outcome (acks stalled)", err)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("the next frame of the req_id never went after Wait")
+	}
+	if n := sent(); n != 2 {
+		t.Fatalf("%d frames sent in all, want 2", n)
+	}
+}
