@@ -13,10 +13,15 @@
 // The early receipt: a fresh message (created after its connection was
 // subscribed: no other connection had it, so the task bucket's dedupe read
 // is skipped) in a conversation the pusher knows to be idle, with no other
-// message of it in hand, gets its receipt beside the publish rather than
-// after it, so the receipt waits for no JetStream round trip. The publish
-// is still the mutex: when it refuses after all, the receipted stream is
-// finished with the busy reply (one send more than the refusal alone).
+// message of it in hand, gets its receipt before the publish rather than
+// after it, so the receipt waits for no JetStream round trip. It is
+// written where the callback is taken, in the connection's callback
+// order, before a handler goroutine starts: on a loaded machine each
+// goroutine start on the way cost tens of milliseconds at p99. What it
+// needs is in memory (the dedupe memory, the checks, the pusher's index).
+// The publish is still the mutex: when it refuses after all, the
+// receipted stream is finished with the busy reply (one send more than
+// the refusal alone).
 //
 // Messages are handled concurrently (bounded), so one slow conversation
 // never delays the others; nothing here blocks the connection's reader.
@@ -127,7 +132,8 @@ type Config struct {
 	// bucket's read,
 	// beside the dispatch), "dispatch" (the dispatch's answer: the queue
 	// publish, the conversation's mutex) and "receipt_frame" (the
-	// receipt's send to WeCom's ack).
+	// receipt's send to WeCom's ack; an early receipt's is the write to
+	// the ack read, measured by the connection).
 	Stage func(bot, stage string, d time.Duration)
 	// Dispatched, if set, learns of each task handed to compute, and of
 	// each busy refusal recorded for later, with its conversation (the
@@ -152,8 +158,9 @@ type Config struct {
 	// fresh message (created after the connection that delivered it was
 	// subscribed, so no other connection can have had it, and not in the
 	// dedupe memory, so it is new) in a conversation predicted idle, with
-	// no other message of it in hand, the receipt goes out beside the
-	// queue publish instead of after it, and the task bucket's dedupe read
+	// no other message of it in hand, the receipt goes out before the
+	// queue publish instead of after it (where the callback is taken, in
+	// callback order; see the package doc), and the task bucket's dedupe read
 	// is skipped: the receipt waits for no JetStream round trip. The
 	// publish is still the mutex; when it finds the conversation busy
 	// after all, the receipted stream is finished with the busy reply.
@@ -207,7 +214,7 @@ type Stats struct {
 	Failed     int64 `json:"failed"`
 	Suppressed int64 `json:"suppressed"` // replies skipped to keep the budget for an answer
 	Backfilled int64 `json:"backfilled"` // missed messages found by the gap backfill and taken as tasks
-	// EarlyReceipts are receipts sent beside the queue publish, not after
+	// EarlyReceipts are receipts sent before the queue publish, not after
 	// it (a fresh message in a conversation predicted idle: Config.Idle).
 	EarlyReceipts int64 `json:"early_receipts"`
 	// EarlyMissed are early receipts whose conversation the publish found
@@ -436,6 +443,7 @@ func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string,
 	// the conversation sees this one before it is published.
 	inHand := term.Bot + "\x00" + m.Conversation()
 	a.inHand.add(inHand, 1)
+	in := a.arrive(term, c, reqID, m, read)
 	done := a.track(term)
 	a.sem <- struct{}{}
 	a.wg.Go(func() {
@@ -447,8 +455,69 @@ func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string,
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(term.Context()), a.cfg.Timeout)
 		defer cancel()
-		a.handle(ctx, term, c, reqID, m, read)
+		a.handle(ctx, term, c, reqID, m, in)
 	})
+}
+
+// arrival is what is decided about a callback where it is taken, in the
+// connection's callback order, from memory alone.
+type arrival struct {
+	read  time.Time
+	valid bool // msgid, user and req_id present
+	first bool // new to the dedupe memory
+	fresh bool // cannot be a duplicate (Access.fresh)
+	// early: the receipt, written already (nil: not early). The handler
+	// waits for its ack.
+	early *earlyReceipt
+}
+
+// earlyReceipt is a receipt written before the publish.
+type earlyReceipt struct {
+	p    *wecom.Pending // nil if the write failed (err)
+	err  error
+	sent time.Time
+}
+
+// arrive decides what memory can about callback m: valid, new to the
+// dedupe memory, fresh, and whether its receipt goes now (see the package
+// doc): a fresh message that takes a task (allowed, supported, fit, not a
+// command) in a conversation predicted idle, with no other message of it
+// in hand.
+func (a *Access) arrive(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback, read time.Time) arrival {
+	in := arrival{read: read, valid: m.MsgID != "" && m.From.UserID != "" && reqID != ""}
+	if !in.valid {
+		return in
+	}
+	in.first = a.seen.add(term.Bot + "\x00" + m.MsgID)
+	if !in.first {
+		return in
+	}
+	in.fresh = a.fresh(c, m)
+	chat := m.Conversation()
+	if !in.fresh || a.cfg.Idle == nil || a.inHand.get(term.Bot+"\x00"+chat) != 1 || !a.takesTask(m) || !a.cfg.Idle(term.Bot, chat) {
+		return in
+	}
+	a.count(func(s *Stats) { s.EarlyReceipts++ })
+	// The wait for the req_id's turn: none for a new callback's.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(term.Context()), a.cfg.Timeout)
+	defer cancel()
+	e := &earlyReceipt{sent: time.Now()}
+	e.p, e.err = c.SendStream(sctx, reqID, wecom.Stream{ID: "s-" + task.ID(term.Bot, m.MsgID), Content: a.cfg.Texts.Receipt})
+	in.early = e
+	return in
+}
+
+// takesTask reports whether m would be dispatched as a task: allowed,
+// of a supported type, fit, not a command (handle's checks, in order).
+func (a *Access) takesTask(m *wecom.MsgCallback) bool {
+	if !a.allowed(m.From.UserID, m.Conversation(), m.ChatType) {
+		return false
+	}
+	if m.MsgType != wecom.MsgTypeText && m.MsgType != wecom.MsgTypeVoice && m.MsgType != wecom.MsgTypeMixed {
+		return false
+	}
+	question := strings.TrimSpace(m.PlainText())
+	return a.unfit(question) == "" && !strings.HasPrefix(question, "/")
 }
 
 // HandleEvent answers enter_chat with the welcome text, if one is set.
@@ -470,19 +539,23 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 	})
 }
 
-// handle handles callback m, read off connection c at read.
-func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback, read time.Time) {
+// handle handles callback m, read off connection c, after arrive.
+func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback, in arrival) {
 	log := a.log.With().Str("bot", term.Bot).Str("msgid", m.MsgID).Str("req_id", reqID).Logger()
-	now := read.UTC()
+	now := in.read.UTC()
+	if in.early != nil && in.early.p != nil {
+		// Every way out gives back the req_id's turn; the receipt's
+		// outcome is read where it matters (after the dispatch).
+		defer in.early.p.Wait(ctx)
+	}
 	// Parse and validate what everything after depends on.
-	if m.MsgID == "" || m.From.UserID == "" || reqID == "" {
+	if !in.valid {
 		a.count(func(s *Stats) { s.Invalid++ })
 		log.Warn().Msg("callback without msgid, user or req_id; dropped")
 		return
 	}
 	// Dedupe: memory first, then the task bucket (which survives failover).
-	key := term.Bot + "\x00" + m.MsgID
-	if !a.seen.add(key) {
+	if !in.first {
 		a.count(func(s *Stats) { s.Duplicates++ })
 		log.Debug().Msg("duplicate callback (seen)")
 		return
@@ -493,7 +566,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	if js == nil {
 		log.Debug().Msg("JetStream not reachable yet: deduplicated in memory only")
 	}
-	fresh := a.fresh(c, m)
+	fresh := in.fresh
 	// The task bucket's answer runs beside what follows: every reply
 	// waits for it, and the dispatch asks it before any tier but the
 	// queue. One JetStream round trip on the receipt's path, not two.
@@ -641,20 +714,25 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		stage("receipt_frame")(time.Since(t1))
 		return sent{at: a.cfg.Now().UTC(), err: err}
 	}
-	// Early: beside the publish, when nothing suggests it will refuse.
-	var early chan sent
-	if fresh && a.cfg.Idle != nil && a.inHand.get(term.Bot+"\x00"+chat) == 1 && a.cfg.Idle(term.Bot, chat) {
-		early = make(chan sent, 1)
-		a.count(func(s *Stats) { s.EarlyReceipts++ })
-		go func() { early <- receipt() }()
-	}
+	// Early: written already (arrive), when nothing suggested a refusal.
+	early := in.early
 	t0 := time.Now()
 	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec), recorded)
 	stage("dispatch")(time.Since(t0))
 	var rcpt sent
 	opened := false // the user's stream shows the receipt (or may)
 	if early != nil {
-		rcpt = <-early
+		rcpt.err, rcpt.at = early.err, a.cfg.Now().UTC()
+		if early.p != nil {
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+			_, rcpt.err = early.p.Wait(rctx)
+			rcancel()
+			if acked := early.p.Acked(); !acked.IsZero() {
+				// The ack came while the dispatch ran: its own time.
+				rcpt.at = a.cfg.Now().UTC().Add(-time.Since(acked))
+				stage("receipt_frame")(acked.Sub(early.sent))
+			}
+		}
 		opened = rcpt.err == nil || errors.Is(rcpt.err, wecom.ErrAckUnknown)
 	}
 	if opened && (err != nil || out.Busy) {
