@@ -180,7 +180,13 @@ type reqState struct {
 	// timeout it stays above zero until the late ack comes, and while it
 	// does an ack cannot be told apart from an earlier frame's.
 	unacked int
-	waiter  chan *Frame // the frame in flight, nil if none
+	waiter  chan acked // the frame in flight, nil if none
+}
+
+// acked is an ack and when the reader read it.
+type acked struct {
+	f  *Frame
+	at time.Time
 }
 
 // Dial connects, subscribes and starts the heartbeat. A refused subscribe is
@@ -314,8 +320,11 @@ func (c *Conn) Reason() CloseReason {
 }
 
 // Close ends the connection (ReasonClosedByUs) and returns at once; it may
-// be called from a handler. Nothing more is read from the socket; the
-// callbacks already read are still handed to the handlers (see Handlers).
+// be called from a handler. Nothing more can be sent. It is the closing
+// handshake: a close frame goes to the server, and the socket is read on
+// until the server's close frame comes back (at most CloseGrace), so a
+// callback the server sent before it saw ours is read, not lost in the
+// socket; every callback read is handed to the handlers (see Handlers).
 // Wait on Done for that and for the goroutines to end.
 func (c *Conn) Close() error {
 	c.shut(ReasonClosedByUs, nil)
@@ -343,10 +352,20 @@ func (c *Conn) shut(reason CloseReason, cause error) {
 		}
 		ev.Str("reason", reason.String()).AnErr("cause", cause).Msg("wecom connection closing")
 		msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, reason.String())
-		_ = c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+		err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+		if reason == ReasonClosedByUs && err == nil {
+			// The reader reads on until the server's close (the
+			// handshake) or the grace, then closes the socket.
+			_ = c.ws.SetReadDeadline(time.Now().Add(CloseGrace))
+			return
+		}
 		_ = c.ws.Close()
 	})
 }
+
+// CloseGrace bounds Close's handshake: how long the socket is read after
+// the close frame was sent, waiting for the server's.
+const CloseGrace = 2 * time.Second
 
 func (c *Conn) closeErr() error {
 	<-c.closing
@@ -358,6 +377,7 @@ func (c *Conn) closeErr() error {
 // callbacks; callbacks go to the bounded queue the dispatcher drains.
 func (c *Conn) read() {
 	defer func() {
+		_ = c.ws.Close() // already, unless Close's handshake ended here
 		close(c.readDone)
 		c.wg.Wait()
 		close(c.done)
@@ -441,7 +461,7 @@ func (c *Conn) ack(f *Frame) {
 	c.pmu.Unlock()
 	c.timeouts.Store(0)
 	if w != nil {
-		w <- f // buffered, one slot
+		w <- acked{f, time.Now()} // buffered, one slot
 	} else {
 		c.log.Info().Str("req_id", id).Int("errcode", f.ErrCode).Str("errmsg", f.ErrMsg).
 			Msg("late ack of a frame that timed out; its outcome stays unknown to the caller")
@@ -633,8 +653,9 @@ type Pending struct {
 	c          *Conn
 	cmd, reqID string
 	st         *reqState
-	w          chan *Frame
+	w          chan acked
 	written    time.Time
+	ackedAt    time.Time
 	ambiguous  bool
 	release    func()
 	once       sync.Once
@@ -667,7 +688,7 @@ func (c *Conn) Send(ctx context.Context, cmd, reqID string, body any) (p *Pendin
 		}
 		return nil, err
 	}
-	p = &Pending{c: c, cmd: cmd, reqID: reqID, st: st, w: make(chan *Frame, 1), release: release}
+	p = &Pending{c: c, cmd: cmd, reqID: reqID, st: st, w: make(chan acked, 1), release: release}
 	c.pmu.Lock()
 	// An ack owed to an earlier frame would be indistinguishable from this
 	// frame's: decided before sending, so no ack can race the decision.
@@ -708,6 +729,10 @@ func (p *Pending) finish(f *Frame, err error) {
 	}
 }
 
+// Acked is when the connection read the frame's ack (zero if none came):
+// valid after Wait.
+func (p *Pending) Acked() time.Time { return p.ackedAt }
+
 // Wait waits for the frame's ack: AckTimeout from the write, or ctx, or
 // the connection's end, whichever is first. The outcomes are Do's.
 func (p *Pending) Wait(ctx context.Context) (*Frame, error) {
@@ -720,7 +745,8 @@ func (p *Pending) wait(ctx context.Context) (f *Frame, err error) {
 	t := time.NewTimer(c.cfg.AckTimeout - time.Since(p.written))
 	defer t.Stop()
 	select {
-	case f = <-p.w:
+	case a := <-p.w:
+		f, p.ackedAt = a.f, a.at
 	case <-t.C:
 		p.stopWaiting()
 		c.lastTimeout.Store(time.Now().UnixNano())
@@ -734,7 +760,8 @@ func (p *Pending) wait(ctx context.Context) (f *Frame, err error) {
 		return nil, ctx.Err()
 	case <-c.closing:
 		select {
-		case f = <-p.w: // the ack that closed the connection (846609)
+		case a := <-p.w: // the ack that closed the connection (846609)
+			f, p.ackedAt = a.f, a.at
 		default:
 			p.stopWaiting()
 			return nil, c.closeErr()

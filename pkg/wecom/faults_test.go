@@ -332,3 +332,64 @@ func TestCallbackBacklogClosesWithoutLoss(t *testing.T) {
 		}
 	}
 }
+
+// Close under traffic is a handshake: the simulator answers the close
+// after writing what it had delivered to this connection, and the client
+// reads until that answer, so every message the simulator counted as
+// delivered here reaches the handler. Closing the socket at once lost
+// the callbacks in flight (a graceful handover under load lost one so).
+func TestCloseUnderTrafficLosesNoDeliveredCallback(t *testing.T) {
+	e := newEnv(t, wecomsim.Config{})
+	var mu sync.Mutex
+	handled := map[string]bool{}
+	cfg := e.config()
+	cfg.CallbackQueue = 1 << 20 // the flood below is not a backlog test (ReasonBacklog stops reading)
+	c := e.dial(cfg, wecom.Handlers{OnMessage: func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) {
+		mu.Lock()
+		handled[m.MsgID] = true
+		mu.Unlock()
+	}})
+	var delivered []string
+	var wg sync.WaitGroup
+	closed := make(chan struct{})
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			r, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: "bot1", UserID: fmt.Sprintf("u%d", i%50), Text: "hi"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.Delivered {
+				delivered = append(delivered, r.MsgID)
+			}
+			select {
+			case <-closed:
+				if !r.Delivered {
+					return // the simulator has let go of the connection
+				}
+			default:
+			}
+		}
+	})
+	eventually(t, "traffic", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) >= 200
+	})
+	c.Close()
+	close(closed)
+	waitDone(t, c)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	lost := 0
+	for _, id := range delivered {
+		if !handled[id] {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d messages the simulator delivered to the connection never reached the handler (%d handled; connection ended: %v)", lost, len(delivered), len(handled), c.Err())
+	}
+	t.Logf("%d delivered, all handed over", len(delivered))
+}

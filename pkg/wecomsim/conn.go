@@ -40,6 +40,9 @@ type conn struct {
 	mu      sync.Mutex
 	queue   []outFrame
 	closing bool // a close is queued or done: enqueue refuses more
+	// goodbye: the client closed first; its close is answered after the
+	// frames queued before it (flushed, not dropped).
+	goodbye bool
 	wake    chan struct{}
 	done    chan struct{} // closed when the read loop ends
 
@@ -129,9 +132,10 @@ func (c *conn) enqueue(data []byte) bool {
 }
 
 // enqueueClose queues a close frame: frames queued before it are written
-// first, nothing queued after it is.
-func (c *conn) enqueueClose(code int, text string) {
-	c.push(outFrame{close: true, closeCode: code, closeText: text})
+// first, nothing queued after it is. False if a close was queued or done
+// already.
+func (c *conn) enqueueClose(code int, text string) bool {
+	return c.push(outFrame{close: true, closeCode: code, closeText: text})
 }
 
 func (c *conn) push(f outFrame) bool {
@@ -153,8 +157,9 @@ func (c *conn) push(f outFrame) bool {
 }
 
 // hangUp ends the subscription now (no callback is delivered here any more)
-// and queues a close frame after the frames already queued. Read loop only.
-func (c *conn) hangUp(code int, text string) {
+// and queues a close frame after the frames already queued (false: one
+// was queued or done already). Read loop only.
+func (c *conn) hangUp(code int, text string) bool {
 	if b := c.bot; b != nil {
 		b.mu.Lock()
 		if b.live == c {
@@ -162,7 +167,7 @@ func (c *conn) hangUp(code int, text string) {
 		}
 		b.mu.Unlock()
 	}
-	c.enqueueClose(code, text)
+	return c.enqueueClose(code, text)
 }
 
 // abort closes the socket at once, without a close frame: a network drop.
@@ -228,6 +233,17 @@ func (c *conn) writeLoop(stopped chan<- struct{}) {
 func (c *conn) run() {
 	c.log.Debug().Msg("connected")
 	c.ws.SetReadLimit(int64(c.s.cfg.MaxFrameBytes))
+	// The client's close frame: nothing more is delivered here, what was
+	// queued (callbacks counted as delivered, acks) is written, then the
+	// close is answered. The client reads until that answer.
+	c.ws.SetCloseHandler(func(code int, _ string) error {
+		if c.hangUp(websocket.CloseNormalClosure, "") {
+			c.mu.Lock()
+			c.goodbye = true
+			c.mu.Unlock()
+		}
+		return nil
+	})
 	stopped, lateStopped := make(chan struct{}), make(chan struct{})
 	go c.writeLoop(stopped)
 	go c.lateLoop(lateStopped)
@@ -236,6 +252,7 @@ func (c *conn) run() {
 		// the socket is gone, then release the subscription.
 		c.mu.Lock()
 		c.closing = true
+		goodbye := c.goodbye
 		c.mu.Unlock()
 		if b := c.bot; b != nil {
 			b.mu.Lock()
@@ -243,6 +260,11 @@ func (c *conn) run() {
 				b.live = nil
 			}
 			b.mu.Unlock()
+		}
+		if goodbye {
+			// The queue ends with the close's answer: the writer stops
+			// after it (bounded by its write deadline).
+			<-stopped
 		}
 		close(c.done)
 		c.ws.Close()
