@@ -58,6 +58,12 @@
 // network drop, it is recovered from WeCom's message history by the gap
 // backfill after the reconnect.
 //
+// Close (a graceful end: a handover, a deploy) is the WebSocket closing
+// handshake: the close frame goes out, and the socket is read on until the
+// server's close frame answers it (at most CloseGrace), so what the server
+// sent before it saw the close is read and handed over, not lost in the
+// socket. A server that never answers costs CloseGrace before Done.
+//
 // # What it does not guarantee
 //
 // It does not tell a frame applied from one lost when the outcome is
