@@ -186,7 +186,7 @@ question each, over the simulator's control API. Measured from outside the nodes
 					}
 				}
 				if r.leaderInbound != "" {
-					fmt.Fprintf(&b, "  - the leader's inbound counters (`botctl_inbound_total`; early_receipts: sent beside the publish, the dedupe read skipped): %s\n", r.leaderInbound)
+					fmt.Fprintf(&b, "  - the leader's inbound counters (`botctl_inbound_total`; early_receipts: sent before the publish, the dedupe read skipped): %s\n", r.leaderInbound)
 				}
 			} else if r.leaderErr != "" {
 				fmt.Fprintf(&b, "  The leader's own receipt histogram could not be read: %s.\n", r.leaderErr)
