@@ -29,7 +29,6 @@ package access
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -242,13 +241,12 @@ const dedupeTimeout = 2 * time.Second
 func hasRecord(ctx context.Context, js *bound, id, reqID string, term int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, dedupeTimeout)
 	defer cancel()
-	e, err := js.store.Tasks().Get(ctx, id)
-	if err != nil {
-		return false
-	}
-	var r task.Record
-	if json.Unmarshal(e.Value(), &r) != nil {
+	r, _, err := task.Get(ctx, js.store.Tasks(), id)
+	switch {
+	case errors.Is(err, task.ErrCorruptRecord):
 		return true // a record, unreadable: not this callback's
+	case err != nil:
+		return false
 	}
 	return r.ReqID != reqID || r.Term != term
 }

@@ -45,4 +45,11 @@ func TestDedupeReadTellsThisCallbacksRecordFromADuplicates(t *testing.T) {
 			t.Errorf("req_id %s term %d: duplicate %v, want %v", c.reqID, c.term, got, c.dup)
 		}
 	}
+	// A value that is not a record: the task exists, so a duplicate.
+	if _, err := env.Store.Tasks().Put(ctx, "t_corrupt", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if !hasRecord(ctx, js, "t_corrupt", "req-1", 7) {
+		t.Error("an unreadable record: not a duplicate")
+	}
 }

@@ -241,7 +241,12 @@ func allowed[T comparable](next []T, to T) bool {
 	return false
 }
 
-// Get reads a record and its KV revision.
+// ErrCorruptRecord: the bucket holds a value under the task's key that is
+// not a record. The task exists; what it says is unknown.
+var ErrCorruptRecord = errors.New("corrupt record")
+
+// Get reads a record and its KV revision. Errors wrap the bucket's
+// (natsjs.ErrKeyNotFound: no such task) or ErrCorruptRecord.
 func Get(ctx context.Context, kv natsjs.KeyValue, id string) (*Record, uint64, error) {
 	e, err := kv.Get(ctx, id)
 	if err != nil {
@@ -249,7 +254,7 @@ func Get(ctx context.Context, kv natsjs.KeyValue, id string) (*Record, uint64, e
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, 0, fmt.Errorf("task %s: corrupt record: %w", id, err)
+		return nil, 0, fmt.Errorf("task %s: %w: %w", id, ErrCorruptRecord, err)
 	}
 	return &r, e.Revision(), nil
 }
