@@ -43,6 +43,7 @@ import (
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/tally"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -176,9 +177,9 @@ type Access struct {
 	chats   map[string]bool
 	sem     chan struct{}
 	wg      sync.WaitGroup
-	seen    *lru   // msgids being handled or handled (dedupe)
-	arrived *lru   // msgids read by this node, handled or waiting for a handler
-	inHand  counts // messages read and not yet handled, per bot and conversation
+	seen    *lru        // msgids being handled or handled (dedupe)
+	arrived *lru        // msgids read by this node, handled or waiting for a handler
+	inHand  tally.Tally // messages read and not yet handled, per bot and conversation
 	statsMu sync.Mutex
 	stats   Stats
 
@@ -300,29 +301,6 @@ func (a *Access) fresh(c *wecom.Conn, m *wecom.MsgCallback) bool {
 	return time.Unix(m.CreateTime, 0).After(since.Add(freshMargin))
 }
 
-// counts is a set of counters by key, safe for concurrent use.
-type counts struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *counts) add(key string, d int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	if c.n[key] += d; c.n[key] <= 0 {
-		delete(c.n, key)
-	}
-}
-
-func (c *counts) get(key string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[key]
-}
-
 // dispatchFailed is the reply to a message no tier could take.
 const dispatchFailed = "抱歉，系统暂时无法处理你的问题，请稍后再试。"
 
@@ -440,13 +418,13 @@ func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string,
 	// In hand from now (in the connection's order): a later message of
 	// the conversation sees this one before it is published.
 	inHand := term.Bot + "\x00" + m.Conversation()
-	a.inHand.add(inHand, 1)
+	a.inHand.Add(inHand, 1)
 	in := a.arrive(term, c, reqID, m, read)
 	done := a.track(term)
 	a.sem <- struct{}{}
 	a.wg.Go(func() {
 		defer done()
-		defer a.inHand.add(inHand, -1)
+		defer a.inHand.Add(inHand, -1)
 		defer func() { <-a.sem }()
 		if a.cfg.Stage != nil {
 			a.cfg.Stage(term.Bot, "slot", a.cfg.Now().Sub(read))
@@ -492,7 +470,7 @@ func (a *Access) arrive(term *election.Term, c *wecom.Conn, reqID string, m *wec
 	}
 	in.fresh = a.fresh(c, m)
 	chat := m.Conversation()
-	if !in.fresh || a.cfg.Idle == nil || a.inHand.get(term.Bot+"\x00"+chat) != 1 || !a.takesTask(m) || !a.cfg.Idle(term.Bot, chat) {
+	if !in.fresh || a.cfg.Idle == nil || a.inHand.Get(term.Bot+"\x00"+chat) != 1 || !a.takesTask(m) || !a.cfg.Idle(term.Bot, chat) {
 		return in
 	}
 	a.count(func(s *Stats) { s.EarlyReceipts++ })

@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/botctl/botctl/pkg/tally"
 	"github.com/botctl/botctl/pkg/task"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -38,7 +40,7 @@ func (p *Pusher) named(en *entry, chat string) {
 		return
 	}
 	en.chat = chat
-	p.chats.add(chat, 1)
+	p.chats.Add(chat, 1)
 }
 
 // chatIndex counts the active tasks per conversation, for Idle. Its own
@@ -46,34 +48,12 @@ func (p *Pusher) named(en *entry, chat string) {
 // connection's callback order, and must not wait for a scan, which holds
 // mu while it walks thousands of entries.
 type chatIndex struct {
-	mu sync.Mutex
-	n  map[string]int
+	tally.Tally
 	// rebuilt: the term's rebuild found every task not yet delivered.
-	rebuilt bool
+	rebuilt atomic.Bool
 }
 
-func (c *chatIndex) add(chat string, d int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	if c.n[chat] += d; c.n[chat] <= 0 {
-		delete(c.n, chat)
-	}
-}
-
-func (c *chatIndex) setRebuilt() {
-	c.mu.Lock()
-	c.rebuilt = true
-	c.mu.Unlock()
-}
-
-func (c *chatIndex) idle(chat string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rebuilt && c.n[chat] == 0
-}
+func (c *chatIndex) idle(chat string) bool { return c.rebuilt.Load() && c.Get(chat) == 0 }
 
 // Idle reports whether this pusher knows that conversation chat has no
 // task: it has found every task of the bot not yet delivered (the term's
@@ -158,7 +138,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 		p.NotifyChat(r.ID, r.Chat)
 		n++
 	}
-	p.chats.setRebuilt()
+	p.chats.rebuilt.Store(true)
 	p.count(func(s *Stats) { s.RebuiltNum = n })
 	if n > 0 {
 		p.log.Info().Int("tasks", n).Msg("active tasks found at term start")
@@ -371,7 +351,7 @@ func (p *Pusher) release(id string, done bool, wait time.Duration) {
 	if done {
 		delete(p.active, id)
 		if en.chat != "" {
-			p.chats.add(en.chat, -1)
+			p.chats.Add(en.chat, -1)
 		}
 		return
 	}
