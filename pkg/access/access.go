@@ -483,17 +483,43 @@ func (a *Access) arrive(term *election.Term, c *wecom.Conn, reqID string, m *wec
 	return in
 }
 
-// takesTask reports whether m would be dispatched as a task: allowed,
-// of a supported type, fit, not a command (handle's checks, in order).
+// screening is what the checks before the dispatch say of a message,
+// in order: not on the allowlist, of an unsupported type, unfit (empty,
+// too long), a command, or a question that takes a task.
+type screening int
+
+const (
+	screenTask screening = iota
+	screenRefused
+	screenUnsupported
+	screenUnfit
+	screenCommand
+)
+
+// takesTask reports whether m would be dispatched as a task.
 func (a *Access) takesTask(m *wecom.MsgCallback) bool {
+	verdict, _ := a.screen(m)
+	return verdict == screenTask
+}
+
+// screen runs those checks on m and returns the trimmed question. arrive
+// and the handling both ask it, so an early receipt never goes to a
+// message the handling then answers without a task.
+func (a *Access) screen(m *wecom.MsgCallback) (screening, string) {
 	if !a.allowed(m.From.UserID, m.Conversation(), m.ChatType) {
-		return false
+		return screenRefused, ""
 	}
 	if m.MsgType != wecom.MsgTypeText && m.MsgType != wecom.MsgTypeVoice && m.MsgType != wecom.MsgTypeMixed {
-		return false
+		return screenUnsupported, ""
 	}
 	question := strings.TrimSpace(m.PlainText())
-	return a.unfit(question) == "" && !strings.HasPrefix(question, "/")
+	switch {
+	case a.unfit(question) != "":
+		return screenUnfit, question
+	case strings.HasPrefix(question, "/"):
+		return screenCommand, question
+	}
+	return screenTask, question
 }
 
 // HandleEvent answers enter_chat with the welcome text, if one is set.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/botctl/botctl/election"
@@ -179,24 +178,22 @@ func (h *handling) announce() {
 // content, commands) and otherwise returns the question, ok.
 func (h *handling) checked() (question string, ok bool) {
 	a, m := h.a, h.m
-	if !a.allowed(m.From.UserID, h.chat, m.ChatType) {
+	verdict, question := a.screen(m)
+	switch verdict {
+	case screenRefused:
 		a.count(func(s *Stats) { s.Refused++ })
 		h.log.Info().Str("user", m.From.UserID).Str("chat", h.chat).Msg("not on the allowlist; refused")
 		h.answered(a.cfg.Texts.Refused)
 		return "", false
-	}
-	question = strings.TrimSpace(m.PlainText())
-	switch {
-	case m.MsgType != wecom.MsgTypeText && m.MsgType != wecom.MsgTypeVoice && m.MsgType != wecom.MsgTypeMixed:
+	case screenUnsupported:
 		a.count(func(s *Stats) { s.Invalid++ })
 		h.answered(fmt.Sprintf(a.cfg.Texts.Unsupported, m.MsgType))
 		return "", false
-	case a.unfit(question) != "":
+	case screenUnfit:
 		a.count(func(s *Stats) { s.Invalid++ })
 		h.answered(a.unfit(question))
 		return "", false
-	}
-	if strings.HasPrefix(question, "/") {
+	case screenCommand:
 		a.count(func(s *Stats) { s.Commands++ })
 		if h.js == nil {
 			h.reply(a.cfg.Texts.Unavailable)
