@@ -220,6 +220,9 @@ type Pusher struct {
 	announced chan struct{}
 	lastRev   uint64 // last output revision the watch delivered
 	savedWM   uint64 // watermark last written
+	// watchBegins, when set (tests only), runs before the output watch's
+	// consumer is made: a watch made late.
+	watchBegins func()
 }
 
 // New validates cfg.
@@ -287,6 +290,7 @@ func (p *Pusher) NotifyChat(taskID, chat string) {
 
 // Run delivers until ctx (the term) ends, then waits for sends in flight.
 func (p *Pusher) Run(ctx context.Context) error {
+	from, known := p.watchFrom(ctx)
 	// The records are the truth: without them the first scan could miss a
 	// task, so keep trying (JetStream may be recovering) until the term ends.
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
@@ -310,7 +314,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { p.watch(ctx) })
+	wg.Go(func() { p.watch(ctx, from, known) })
 	sem := make(chan struct{}, p.cfg.Parallel)
 	t := time.NewTicker(p.cfg.ScanInterval)
 	defer t.Stop()

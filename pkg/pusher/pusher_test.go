@@ -88,7 +88,10 @@ func (r *rig) dial(term int64, mutate func(*wecom.Config)) {
 	r.conn, r.term = c, term
 }
 
-func (r *rig) start(cfg pusher.Config) {
+func (r *rig) start(cfg pusher.Config) { r.startWith(cfg, nil) }
+
+// startWith starts a pusher after prepare (nil: none) has had it.
+func (r *rig) startWith(cfg pusher.Config, prepare func(*pusher.Pusher)) {
 	r.t.Helper()
 	cfg.Bot, cfg.NodeID, cfg.Term, cfg.Conn, cfg.Store, cfg.Budget = "b", "n1", r.term, r.conn, r.js.Store, r.budget
 	cfg.Logger = zerolog.Nop()
@@ -98,6 +101,9 @@ func (r *rig) start(cfg pusher.Config) {
 	p, err := pusher.New(cfg)
 	if err != nil {
 		r.t.Fatal(err)
+	}
+	if prepare != nil {
+		prepare(p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -258,6 +264,34 @@ func TestUnchangedContentSendsNoFrame(t *testing.T) {
 	time.Sleep(time.Second) // ten scans at 100 ms: a negative check needs a window
 	if after := r.stats().Frames[wecom.CmdRespondMsg]; after != before {
 		t.Fatalf("%d frames for unchanged content", after-before)
+	}
+}
+
+// Output written before the output watch's consumer exists still reaches
+// the watch: the watch begins where the term began, not where its
+// consumer was made. Here the task's first step has read its record
+// (queued, no output) before the output is written, so only the watch can
+// tell the pusher of it before the record's refresh (30 s); the watch is
+// made late on purpose (under load, making its consumer took long enough
+// in CI).
+func TestOutputWrittenBeforeTheWatchExistsIsShown(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	hold := make(chan struct{})
+	r.startWith(pusher.Config{Heartbeat: time.Hour}, func(p *pusher.Pusher) {
+		p.HoldWatch(func() { <-hold })
+	})
+	eventuallyT(t, "rebuild done", func() bool { return r.p.Idle("nobody") })
+	rec := r.ask("alice", "hi")
+	eventuallyT(t, "the first step read the record", func() bool { return r.p.HasRecord(rec.ID) })
+	r.write(rec.ID, "partial", false)
+	close(hold)
+	// Well inside the record's 30 s refresh: only the watch can have told.
+	deadline := time.Now().Add(15 * time.Second)
+	for r.record(rec.ID).PushedHash != task.Hash("partial") {
+		if time.Now().After(deadline) {
+			t.Fatal("output written before the watch existed: not shown")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

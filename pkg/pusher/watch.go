@@ -25,20 +25,47 @@ type Watermark struct {
 	Updated   time.Time `json:"updated"`
 }
 
-// watch follows the output bucket: new output for the bot's tasks wakes
-// the scan at once instead of at the next tick. The scan alone is enough
-// for correctness (the records are the truth); the watch is for latency.
-func (p *Pusher) watch(ctx context.Context) {
-	from := p.loadWatermark(ctx)
+// watchFrom fixes where the term's output watch begins, before the
+// rebuild and the first step read anything: the watermark, or on a bucket
+// with none the bucket's last revision now. Every output written after it
+// reaches the watch however late the watch's consumer is made; one
+// written before it is read by the task's first step (en.out is nil). A
+// watch that began "from now" when its consumer was made lost the output
+// written in between, and a task whose step had already read the record
+// waited for refreshEvery (30 s) to show it. known is false when neither
+// could be read: the watch then begins when its consumer is made.
+func (p *Pusher) watchFrom(ctx context.Context) (from uint64, known bool) {
+	if wm, ok := p.loadWatermark(ctx); ok {
+		return wm, true
+	}
+	st, err := p.cfg.Store.Output().Status(ctx)
+	if err != nil {
+		p.storeError("output_status", err)
+		return 0, false
+	}
+	if bs, ok := st.(*natsjs.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		return bs.StreamInfo().State.LastSeq, true
+	}
+	return 0, false
+}
+
+// watch follows the output bucket from revision from+1 (known false: from
+// when the consumer is made): new output for the bot's tasks wakes the
+// scan at once instead of at the next tick. The scan alone is enough for
+// correctness (the records are the truth); the watch is for latency.
+func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 	p.mu.Lock()
 	p.lastRev, p.savedWM = from, from
 	p.mu.Unlock()
+	if p.watchBegins != nil {
+		p.watchBegins()
+	}
 	for ctx.Err() == nil {
 		p.mu.Lock()
 		from = p.lastRev
 		p.mu.Unlock()
 		opt := natsjs.UpdatesOnly()
-		if from > 0 {
+		if known || from > 0 {
 			opt = natsjs.ResumeFromRevision(from + 1)
 		}
 		w, err := p.cfg.Store.Output().WatchAll(ctx, opt)
@@ -81,17 +108,19 @@ func (p *Pusher) watch(ctx context.Context) {
 
 func (p *Pusher) watermarkKey() string { return jetstream.BotKey(p.cfg.Bot) }
 
-func (p *Pusher) loadWatermark(ctx context.Context) uint64 {
+// loadWatermark reads the bot's watermark; ok is false when there is
+// none or it cannot be read.
+func (p *Pusher) loadWatermark(ctx context.Context) (rev uint64, ok bool) {
 	e, err := p.cfg.Store.Watermarks().Get(ctx, p.watermarkKey())
 	if err != nil {
 		p.storeError("watermark_read", err)
-		return 0
+		return 0, false
 	}
 	var wm Watermark
 	if json.Unmarshal(e.Value(), &wm) != nil {
-		return 0
+		return 0, false
 	}
-	return wm.OutputRev
+	return wm.OutputRev, true
 }
 
 // saveWatermark advances the watermark to just below the first output

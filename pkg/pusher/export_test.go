@@ -1,0 +1,13 @@
+package pusher
+
+// HoldWatch makes p's output watch run begins before its consumer is
+// made (a watch made late); call it before Run.
+func (p *Pusher) HoldWatch(begins func()) { p.watchBegins = begins }
+
+// HasRecord reports whether a step has read (or written) task id's record.
+func (p *Pusher) HasRecord(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	en := p.active[id]
+	return en != nil && en.rec != nil
+}
