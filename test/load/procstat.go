@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +76,15 @@ type sampler struct {
 	done  chan struct{}
 	start time.Time
 	busy0 time.Duration // machineBusy at start
+	// ticks: every second's reading (cumulative CPU), for the timeline.
+	ticks []tick
+}
+
+// tick is one second's reading of the sampler: cumulative CPU times.
+type tick struct {
+	at   time.Time
+	busy time.Duration            // machineBusy
+	cpu  map[string]time.Duration // procCPU by role
 }
 
 func startSampler(pids map[string]int) *sampler {
@@ -103,9 +113,19 @@ func startSampler(pids map[string]int) *sampler {
 func (s *sampler) sample() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t := tick{at: time.Now(), busy: machineBusy(), cpu: map[string]time.Duration{}}
 	for name, pid := range s.pids {
 		s.peak[name] = max(s.peak[name], procRSSKB(pid))
+		t.cpu[name] = procCPU(pid)
 	}
+	s.ticks = append(s.ticks, t)
+}
+
+// timeline returns the readings taken so far (after stop: all of them).
+func (s *sampler) timeline() []tick {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ticks)
 }
 
 // stop ends the window: each process's CPU time over it and its peak RSS.

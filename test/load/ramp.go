@@ -131,7 +131,22 @@ type stepResult struct {
 	leaderInbound string               // botctl_inbound_total's samples ("labels value; …")
 	leaderErr     string
 	err           string
+	// For the timeline (rampreport.go): the sampler's readings, each
+	// receipt with when its callback was written, and when each answer
+	// began and ended being written.
+	ticks     []tick
+	receiptAt []timed
+	answerAt  []span
 }
+
+// timed is a latency and when its measure began.
+type timed struct {
+	at time.Time
+	d  time.Duration
+}
+
+// span is a stretch of time.
+type span struct{ from, to time.Time }
 
 // cores is role's CPU over the window in cores.
 func (r *stepResult) cores(role string) float64 {
@@ -392,6 +407,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		}
 	}
 	res.usage, res.wall = smp.stop()
+	res.ticks = smp.timeline()
 	if counter != nil {
 		res.subjects = counter.stop()
 	}
@@ -468,6 +484,7 @@ func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog, recs m
 			r.receiptMissing++
 		} else {
 			r.receipt = append(r.receipt, cv.frames[0].at.Sub(cv.asked))
+			r.receiptAt = append(r.receiptAt, timed{cv.asked, cv.frames[0].at.Sub(cv.asked)})
 		}
 		var fin time.Time
 		nfull := 0
@@ -527,6 +544,7 @@ func analyseStep(r *stepResult, convs map[string]*convo, outs *outputLog, recs m
 			// Answering: from its first output write (about a second after
 			// a worker started it) to its complete answer shown.
 			answering = append(answering, edge{vs[0].at, +1}, edge{fin, -1})
+			r.answerAt = append(r.answerAt, span{vs[0].at, fin})
 		}
 		if fin.After(last) {
 			last = fin

@@ -260,6 +260,12 @@ question each, over the simulator's control API. Measured from outside the nodes
 		}
 	}
 
+	for i, r := range rs {
+		if r.kind == "botctl" {
+			b.WriteString(timelineSection(r, i+1))
+		}
+	}
+
 	var profiled []int
 	for i, r := range rs {
 		if len(r.profiles) > 0 {
@@ -304,4 +310,65 @@ func verdict(ok bool, missed string) string {
 		return "**met**"
 	}
 	return "**missed** (" + missed + ")"
+}
+
+// timelineSection shows a step second by second while its messages
+// arrive: the receipts of the callbacks written in each second beside
+// the CPU each part of the deployment and the whole machine spent in it,
+// and the answers being written. It shows when the receipt's latency
+// rises and what the machine was doing then (where it breaks first).
+func timelineSection(r *stepResult, n int) string {
+	if len(r.ticks) < 2 || len(r.receiptAt) == 0 {
+		return ""
+	}
+	var lastAsk time.Time
+	for _, x := range r.receiptAt {
+		if x.at.After(lastAsk) {
+			lastAsk = x.at
+		}
+	}
+	groups := []string{"leader", "worker", "nats", "etcd", "sim"}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Timeline, step %d: %s, %d conversations at %.0f/s, %s answers\n\n", n, r.label(), r.conversations, r.rate, r.answer)
+	b.WriteString("Each row is one second of the sampler (from its first reading, just before the first message). Receipts: of the callbacks written in that second. Answering: answers being written at the second's end (first output write → complete answer shown). Cores: CPU spent in the second (USER_HZ resolution, ±0.01 per process); machine = every CPU's busy time (/proc/stat) out of 2.\n\n")
+	b.WriteString("| s | callbacks | receipt p50 | p99 | max | answering | machine cores | leader | workers | NATS ×3 | etcd ×3 | sim |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i := 0; i+1 < len(r.ticks); i++ {
+		from, to := r.ticks[i], r.ticks[i+1]
+		if from.at.After(lastAsk.Add(5 * time.Second)) {
+			break
+		}
+		var d dist
+		for _, x := range r.receiptAt {
+			if !x.at.Before(from.at) && x.at.Before(to.at) {
+				d = append(d, x.d)
+			}
+		}
+		d = d.sorted()
+		answering := 0
+		for _, a := range r.answerAt {
+			if !a.from.After(to.at) && a.to.After(to.at) {
+				answering++
+			}
+		}
+		wall := to.at.Sub(from.at).Seconds()
+		cores := func(prefix string) string {
+			var sum time.Duration
+			for role, c := range to.cpu {
+				if strings.HasPrefix(role, prefix) {
+					sum += c - from.cpu[role]
+				}
+			}
+			return fmt.Sprintf("%.2f", sum.Seconds()/wall)
+		}
+		p50, p99, mx := "", "", ""
+		if len(d) > 0 {
+			p50, p99, mx = ms(d.pct(.5)), ms(d.pct(.99)), ms(d.max())
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %d | %.2f |", i, len(d), p50, p99, mx, answering, (to.busy-from.busy).Seconds()/wall)
+		for _, g := range groups {
+			fmt.Fprintf(&b, " %s |", cores(g))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
