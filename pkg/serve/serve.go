@@ -368,6 +368,10 @@ const (
 	declareLockTTL  = 10
 )
 
+// jsErrNoPeers is nats-server's JSClusterNoPeersErrF (10005, "no suitable
+// peers for placement"), which nats.go does not name.
+const jsErrNoPeers natsjs.ErrorCode = 10005
+
 // declare declares JetStream's streams and buckets, retrying (with
 // progress in the log) until it succeeds or ctx ends: the node serves in
 // the meantime, spooling what it receives. It gives up if nc is closed:
@@ -391,13 +395,23 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.
 			return nil, fmt.Errorf("NATS connection closed: %w", redact.Error(nc.LastError()))
 		}
 		var apiErr *natsjs.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode != natsjs.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503 {
+		switch {
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPeers:
+			// Fewer servers up than the replicas asked for: a cluster
+			// still forming (every node of a fresh deploy starting at
+			// once), a server down, or a cluster smaller than
+			// nats.replicas. Only the last is a configuration problem,
+			// and the warning names it.
+			log.Warn().Err(err).Int("replicas", opts.Replicas).Dur("retry_in", wait).
+				Msg("JetStream has too few servers up to place the store's replicas: waiting, receiving into the local spool (if the cluster has fewer servers than nats.replicas, lower nats.replicas)")
+		case errors.As(err, &apiErr) && apiErr.ErrorCode != natsjs.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503:
 			// JetStream answered and refused: a configuration problem
-			// (replicas above the cluster size, a name taken), not an
+			// (a name taken by a stream botctl cannot change), not an
 			// outage. Waiting will not fix it.
 			return nil, fmt.Errorf("declare JetStream streams and buckets: %w", err)
+		default:
+			log.Warn().Err(err).Dur("retry_in", wait).Msg("JetStream unreachable: receiving into the local spool until it answers")
 		}
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("JetStream unreachable: receiving into the local spool until it answers")
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -22,41 +22,75 @@ import (
 // need retrying.
 func StartNATSCluster(t testing.TB, n int) []string {
 	t.Helper()
-	var cports []int
-	for i := 0; i < n; i++ {
+	c := NewNATSCluster(t, n)
+	for i := range n {
+		c.Start(t, i)
+	}
+	return c.URLs()
+}
+
+// NATSCluster is a cluster of n JetStream servers in this process, each
+// configured with every other's route, started one by one with Start: a
+// test can run a cluster with a server not (yet) up.
+type NATSCluster struct {
+	cports []int
+	ports  []int // client ports, fixed so URLs are known before Start
+}
+
+// NewNATSCluster picks the ports of an n-server cluster; no server runs
+// until Start.
+func NewNATSCluster(t testing.TB, n int) *NATSCluster {
+	t.Helper()
+	c := &NATSCluster{}
+	for range 2 * n {
 		a, err := infra.FreeAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, p, _ := net.SplitHostPort(a)
 		port, _ := strconv.Atoi(p)
-		cports = append(cports, port)
+		if len(c.cports) < n {
+			c.cports = append(c.cports, port)
+		} else {
+			c.ports = append(c.ports, port)
+		}
 	}
+	return c
+}
+
+// URLs are the client URLs of every server, started or not.
+func (c *NATSCluster) URLs() []string {
 	var urls []string
-	for i := 0; i < n; i++ {
-		var routes []string
-		for j, p := range cports {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-			}
-		}
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
-			JetStream: true, StoreDir: t.TempDir(),
-			Cluster: server.ClusterOpts{Name: "test-cluster", Host: "127.0.0.1", Port: cports[i]},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		if !s.ReadyForConnections(30 * time.Second) {
-			t.Fatalf("nats server %d not ready", i+1)
-		}
-		urls = append(urls, s.ClientURL())
+	for _, p := range c.ports {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
 	return urls
+}
+
+// Start starts server i (from 0) and waits until it accepts clients; it is
+// shut down when the test ends.
+func (c *NATSCluster) Start(t testing.TB, i int) {
+	t.Helper()
+	var routes []string
+	for j, p := range c.cports {
+		if j != i {
+			routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+		}
+	}
+	s, err := server.NewServer(&server.Options{
+		ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: c.ports[i], NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: t.TempDir(),
+		Cluster: server.ClusterOpts{Name: "test-cluster", Host: "127.0.0.1", Port: c.cports[i]},
+		Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(30 * time.Second) {
+		t.Fatalf("nats server %d not ready", i+1)
+	}
 }
 
 // DeclareOnCluster connects to the first of urls and declares botctl's
