@@ -82,9 +82,10 @@ type sampler struct {
 
 // tick is one second's reading of the sampler: cumulative CPU times.
 type tick struct {
-	at   time.Time
-	busy time.Duration            // machineBusy
-	cpu  map[string]time.Duration // procCPU by role
+	at    time.Time
+	busy  time.Duration            // machineBusy
+	steal time.Duration            // of busy, the hypervisor's (machineCPU)
+	cpu   map[string]time.Duration // procCPU by role
 }
 
 func startSampler(pids map[string]int) *sampler {
@@ -113,7 +114,8 @@ func startSampler(pids map[string]int) *sampler {
 func (s *sampler) sample() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := tick{at: time.Now(), busy: machineBusy(), cpu: map[string]time.Duration{}}
+	t := tick{at: time.Now(), cpu: map[string]time.Duration{}}
+	t.busy, t.steal = machineCPU()
 	for name, pid := range s.pids {
 		s.peak[name] = max(s.peak[name], procRSSKB(pid))
 		t.cpu[name] = procCPU(pid)
@@ -148,20 +150,27 @@ func (s *sampler) stop() (map[string]usage, time.Duration) {
 
 // machineBusy is the CPU time every CPU of the machine has spent busy
 // (user, nice, system, irq, softirq, steal) so far, from /proc/stat.
-func machineBusy() time.Duration {
+func machineBusy() time.Duration { busy, _ := machineCPU(); return busy }
+
+// machineCPU reads /proc/stat's first line: busy as machineBusy, and of
+// it steal, the time the hypervisor ran something else while a CPU of
+// this VM had work (a noisy neighbour: the machine is slower than its
+// nproc says).
+func machineCPU() (busy, steal time.Duration) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0
+		return 0, 0
 	}
-	var busy int64
+	var n int64
 	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system (idle iowait) irq softirq steal
-		n, _ := strconv.ParseInt(f[i], 10, 64)
-		busy += n
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		n += v
 	}
-	return time.Duration(busy) * clockTick
+	st, _ := strconv.ParseInt(f[8], 10, 64)
+	return time.Duration(n) * clockTick, time.Duration(st) * clockTick
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -330,8 +331,8 @@ func timelineSection(r *stepResult, n int) string {
 	groups := []string{"leader", "worker", "nats", "etcd", "sim"}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Timeline, step %d: %s, %d conversations at %.0f/s, %s answers\n\n", n, r.label(), r.conversations, r.rate, r.answer)
-	b.WriteString("Each row is one second of the sampler (from its first reading, just before the first message). Receipts: of the callbacks written in that second. Answering: answers being written at the second's end (first output write → complete answer shown). Cores: CPU spent in the second (USER_HZ resolution, ±0.01 per process); machine = every CPU's busy time (/proc/stat) out of 2.\n\n")
-	b.WriteString("| s | callbacks | receipt p50 | p99 | max | answering | machine cores | leader | workers | NATS ×3 | etcd ×3 | sim |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "Each row is one second of the sampler (from its first reading, just before the first message). Receipts: of the callbacks written in that second. Answering: answers being written at the second's end (first output write → complete answer shown). Cores: CPU spent in the second (USER_HZ resolution, ±0.01 per process); machine = every CPU's busy time (/proc/stat) out of %d, steal included; steal = the hypervisor running something else while this VM had work (a noisy neighbour).\n\n", runtime.NumCPU())
+	b.WriteString("| s | callbacks | receipt p50 | p99 | max | answering | machine cores | steal | leader | workers | NATS ×3 | etcd ×3 | sim |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i := 0; i+1 < len(r.ticks); i++ {
 		from, to := r.ticks[i], r.ticks[i+1]
 		if from.at.After(lastAsk.Add(5 * time.Second)) {
@@ -364,7 +365,7 @@ func timelineSection(r *stepResult, n int) string {
 		if len(d) > 0 {
 			p50, p99, mx = ms(d.pct(.5)), ms(d.pct(.99)), ms(d.max())
 		}
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %d | %.2f |", i, len(d), p50, p99, mx, answering, (to.busy-from.busy).Seconds()/wall)
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %d | %.2f | %.2f |", i, len(d), p50, p99, mx, answering, (to.busy-from.busy).Seconds()/wall, (to.steal-from.steal).Seconds()/wall)
 		for _, g := range groups {
 			fmt.Fprintf(&b, " %s |", cores(g))
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,12 +75,33 @@ func header(title, command string) string {
 	fmt.Fprintf(&b, "- command: `%s`\n", command)
 	fmt.Fprintf(&b, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "- machine: nproc %d, GOMAXPROCS %d, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel())
+	fmt.Fprintf(&b, "- host speed: %s\n", hostSpeed())
 	fmt.Fprintf(&b, "- go: %s (%s/%s)\n", goVersion(), runtime.GOOS, runtime.GOARCH)
 	if rev, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		fmt.Fprintf(&b, "- commit: %s\n", strings.TrimSpace(string(rev)))
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// hostSpeed is one core's SHA-256 throughput over half a second, and the
+// steal seen meanwhile. Two hosts with the same nproc and model name ran
+// the same code at 1.5× the CPU per message (bench/ramp-r3.md's runs of
+// 2026-12-02 and 2026-12-03): a report's CPU and latency figures compare
+// across hosts only beside this line.
+func hostSpeed() string {
+	buf := make([]byte, 1<<20)
+	_, steal0 := machineCPU()
+	start := time.Now()
+	n := 0
+	for time.Since(start) < 500*time.Millisecond {
+		sha256.Sum256(buf)
+		n++
+	}
+	el := time.Since(start)
+	_, steal1 := machineCPU()
+	return fmt.Sprintf("SHA-256 %.0f MB/s on one core, steal %.0f%% of a core meanwhile (measured when the report is written)",
+		float64(n)/el.Seconds(), 100*(steal1-steal0).Seconds()/el.Seconds())
 }
 
 func goVersion() string { return runtime.Version() }
