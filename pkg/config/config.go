@@ -651,6 +651,10 @@ func (c *Config) Validate() error {
 	if c.WeCom.URL != "" {
 		if u, err := url.Parse(c.WeCom.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
 			bad("wecom.url", "%q: want ws:// or wss:// (production: wss://openws.work.weixin.qq.com)", redact.URL(c.WeCom.URL))
+		} else if u.User != nil {
+			// The WebSocket dial refuses it ("malformed ws or wss URL")
+			// only when the node connects: say so at start.
+			bad("wecom.url", "%q carries credentials (user:password@): WeCom takes none in the URL, a bot authenticates with bots[].secret; remove them", redact.URL(c.WeCom.URL))
 		}
 	}
 	if c.WeCom.HeartbeatInterval <= 0 {

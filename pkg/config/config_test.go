@@ -204,3 +204,23 @@ func TestCapacityDefaults(t *testing.T) {
 		t.Fatalf("read max_concurrency %d, slots %d", c.AI.MaxConcurrency, c.Worker.Slots)
 	}
 }
+
+// Credentials in wecom.url are refused at start, naming the key and
+// without echoing the password: the WebSocket dial would refuse the URL
+// only when the node first connects ("malformed ws or wss URL").
+func TestWeComURLWithCredentialsRefused(t *testing.T) {
+	c := Defaults()
+	c.Bots = []Bot{{ID: "b1", Secret: "s1"}}
+	c.WeCom.URL = "wss://ops:hunter2@openws.work.weixin.qq.com"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("a wecom.url with user:password@ passed validation")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "wecom.url") || !strings.Contains(msg, "credentials") || strings.Contains(msg, "hunter2") {
+		t.Fatalf("error %q: want it to name wecom.url and credentials, without the password", msg)
+	}
+	c.WeCom.URL = "wss://openws.work.weixin.qq.com"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the production URL: %v", err)
+	}
+}
