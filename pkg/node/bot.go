@@ -215,7 +215,8 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 		return res
 	}
 	wc.BeforeSubscribe = term.Check
-	wc.BotID, wc.Secret, wc.Logger = b.ID, b.Secret, log
+	// The connection adds bot (and conn) itself.
+	wc.BotID, wc.Secret, wc.Logger = b.ID, b.Secret, n.log.With().Int64("term", term.Rev).Logger()
 	h := n.cfg.Health
 	if h != nil {
 		h.Dialing(term)

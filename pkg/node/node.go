@@ -323,7 +323,7 @@ func (n *Node) electionConfig(bot string) election.Config {
 	if n.cfg.DataDir != "" {
 		ec.LeaseFile = filepath.Join(n.cfg.DataDir, "election", bot+".lease")
 	}
-	ec.Logger = n.log.With().Str("bot", bot).Logger()
+	ec.Logger = n.cfg.Logger // election adds bot and node
 	return ec
 }
 

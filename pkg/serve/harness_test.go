@@ -101,6 +101,12 @@ type runningNode struct {
 // the node is ready (JetStream bound). It is stopped when the test ends.
 func startNode(t *testing.T, cfg config.Config) (*runningNode, error) {
 	t.Helper()
+	return startNodeLogged(t, cfg, zerolog.Nop())
+}
+
+// startNodeLogged is startNode with the node's log going to log.
+func startNodeLogged(t *testing.T, cfg config.Config, log zerolog.Logger) (*runningNode, error) {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +131,7 @@ func startNode(t *testing.T, cfg config.Config) (*runningNode, error) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{Config: cfg, Etcd: cli, NATSURL: cfg.NATS.URL, NATSOptions: natsOpts, Listener: ln,
-			Logger: zerolog.Nop(), Ready: func(n *Node) { ready <- n }})
+			Logger: log, Ready: func(n *Node) { ready <- n }})
 	}()
 	rn := &runningNode{API: "http://" + ln.Addr().String(), Done: done}
 	rn.Stop = func() error {

@@ -86,6 +86,10 @@ type Node struct {
 	leadingN int                       // terms with a pusher running
 	cfg      config.Config
 	log      zerolog.Logger
+	// base is the caller's logger, without the node field: for the
+	// components that add it themselves (node, worker, alerter), so that
+	// a line carries it once.
+	base zerolog.Logger
 	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
 	etcd     *clientv3.Client
 	tracker  atomic.Pointer[backfill.Tracker]
@@ -175,7 +179,7 @@ func Run(ctx context.Context, o Options) error {
 	defer spool.Close()
 
 	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
-		ready: make(chan struct{}), log: log, token: token, apiCli: apiCli, etcd: o.Etcd}
+		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd}
 	if cfg.Backfill.HistoryURL != "" {
 		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
@@ -236,7 +240,7 @@ func Run(ctx context.Context, o Options) error {
 		Leading:   n.leading,
 		Health:    n.Health,
 		EtcdError: n.obs.metrics.EtcdError,
-		Logger:    log,
+		Logger:    o.Logger, // node.New adds the node field
 	})
 	if err != nil {
 		return err
@@ -442,7 +446,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		Leading: n.isLeading,
 		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
 		OutputInterval: outputInterval(cfg),
-		NATSError:      n.obs.requestError, Logger: log,
+		NATSError:      n.obs.requestError, Logger: n.base, // worker.New adds node and component
 	})
 	if err != nil {
 		return err
@@ -534,7 +538,7 @@ func (n *Node) newAlerter(store *jetstream.Store) (*alert.Alerter, error) {
 		NodeID: cfg.NodeID, Sinks: sinks, Owners: owners, Synthetic: syn,
 		Window: cfg.Alert.Window, EscalateAfter: cfg.Alert.EscalateAfter, FlapWindow: cfg.Alert.FlapWindow,
 		EtcdError: n.obs.metrics.EtcdError,
-		Logger:    n.log.With().Str("component", "alert").Logger(),
+		Logger:    n.base, // alert.New adds node and component
 	})
 }
 
