@@ -190,14 +190,14 @@ func newIncidentsShowCmd(nf *natsFlags) *cobra.Command {
 					return err
 				}
 				if asJSON {
-					return printJSON(cmd.OutOrStdout(), i)
+					return printJSON(cmd.OutOrStdout(), viewOf(i, time.Now()))
 				}
 				printIncident(cmd.OutOrStdout(), i, time.Now())
 				return nil
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the incident as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the incident as JSON (as list --json prints each: stored fields plus t1_s, t2_s, t3_s, downtime_s)")
 	return cmd
 }
 

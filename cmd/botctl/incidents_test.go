@@ -13,7 +13,8 @@ import (
 
 // incidents list --json gives each incident as stored plus its times in
 // seconds (t1_s, t2_s, t3_s, downtime_s), each left out while not known;
-// incidents ack --json prints the incident after the ack, the same way.
+// incidents show --json prints one the same way, and incidents ack --json
+// the incident after the ack.
 func TestIncidentsJSONTimesAndAck(t *testing.T) {
 	js := testenv.StartJetStream(t, jetstream.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -82,6 +83,18 @@ func TestIncidentsJSONTimesAndAck(t *testing.T) {
 	}
 	if _, ok := raw.Incidents[1]["t2_s"]; ok {
 		t.Errorf("t2_s of an incident nobody acted on is printed: %v", raw.Incidents[1])
+	}
+
+	out, err = run(t, append([]string{"incidents", "show", outage.ID, "--json"}, nats...)...)
+	if err != nil {
+		t.Fatalf("incidents show --json: %v\n%s", err, out)
+	}
+	var shown view
+	if err := json.Unmarshal([]byte(out), &shown); err != nil {
+		t.Fatalf("incidents show --json: %v\n%s", err, out)
+	}
+	if shown.ID != outage.ID || shown.Reason != "connection dropped" || num(shown.T1) != 1.5 || num(shown.T2) != 0.002 || num(shown.T3) != 5.25 || num(shown.Downtime) != 4.0 {
+		t.Errorf("incidents show --json: %+v t1 %v t2 %v t3 %v downtime %v\n%s", shown.Incident, num(shown.T1), num(shown.T2), num(shown.T3), num(shown.Downtime), out)
 	}
 
 	out, err = run(t, append([]string{"incidents", "ack", data.ID, "--by", "alice", "--note", "told the user", "--json"}, nats...)...)
