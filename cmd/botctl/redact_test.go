@@ -122,10 +122,28 @@ func TestServeRedactsURLCredentialsWhenItFails(t *testing.T) {
 	}
 }
 
+// A WeCom URL with credentials is refused at start (WeCom takes none in
+// the URL), with the URL masked in the refusal.
+func TestServeRefusesWeComURLCredentialsMasked(t *testing.T) {
+	ep := startEtcd(t)
+	dead := closedAddr(t)
+	p := startBotctl(t, []string{"BOTCTL_BOT_B1_SECRET=s1"}, "serve", "--listen", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--bot", "b1", "--etcd", ep, "--wecom-url", "ws://u:"+leaked+"@"+dead+"/")
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve still running 60 s after a refused wecom.url:\n%s", p.output())
+	}
+	out := p.output()
+	if p.err == nil || !strings.Contains(out, "config key wecom.url") || !strings.Contains(out, "<redacted>@"+dead) || strings.Contains(out, leaked) {
+		t.Fatalf("want an exit naming wecom.url with the URL masked and no password (exit %v):\n%s", p.err, out)
+	}
+}
+
 // The same while a node runs: its logs name a URL it cannot reach, the
-// WeCom URL (the dial fails) or the history URL of the gap backfill (its
-// read at the term's start fails), with the credential masked, and the
-// password is in no line, through a graceful stop.
+// history URL of the gap backfill (its read at the term's start fails),
+// with the credential masked, and the password is in no line, through a
+// graceful stop.
 func TestServeRedactsURLCredentialsWhileRunning(t *testing.T) {
 	ep := startEtcd(t)
 	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
@@ -137,7 +155,6 @@ func TestServeRedactsURLCredentialsWhileRunning(t *testing.T) {
 	simURL := "ws" + strings.TrimPrefix(simSrv.URL, "http") + "/"
 	dead := closedAddr(t)
 	for _, c := range []struct{ name, wecom, history string }{
-		{"wecom URL", "ws://u:" + leaked + "@" + dead + "/", ""},
 		{"history URL", simURL, "http://u:" + leaked + "@" + dead},
 	} {
 		t.Run(c.name, func(t *testing.T) {
