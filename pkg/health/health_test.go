@@ -497,9 +497,12 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 		t.Fatalf("a long silence was not half-open for the observation window:\n%s", dump(i))
 	}
 	seen(recovery.PhaseProbing, recovery.PhaseObserving)
-	if gate.Phase() != recovery.PhaseOnline || e.record().State != health.Online {
-		t.Fatalf("gate %s, record %s after recovery", gate.Phase(), e.record().State)
+	if gate.Phase() != recovery.PhaseOnline {
+		t.Fatalf("gate %s after recovery", gate.Phase())
 	}
+	// The health record is written after the incident closes, not with
+	// it: wait for it (CI once read it still half_open).
+	eventually(t, "the health record online", func() bool { return e.record().State == health.Online })
 }
 
 // After an outage longer than the threshold: half-open. The backlog is
