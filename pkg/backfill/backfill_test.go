@@ -24,7 +24,7 @@ func TestTrackerForwardOnlyAndHeldBySpool(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	var holding atomic.Bool
 	holding.Store(true)
-	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Holding: holding.Load, Logger: zerolog.Nop()}
+	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Spool: spoolOf{&holding}, Logger: zerolog.Nop()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); tr.Run(ctx, 20*time.Millisecond) }()
@@ -47,6 +47,32 @@ func TestTrackerForwardOnlyAndHeldBySpool(t *testing.T) {
 		wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1")
 		return wm.Created.Equal(t0.Add(time.Second))
 	})
+}
+
+// spoolOf is a spool that holds one task while held is true.
+type spoolOf struct{ held *atomic.Bool }
+
+func (s spoolOf) Len() (int, error) {
+	if s.held.Load() {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// inbound is an inbound path that knows the msgids of known and collects
+// what is handed over late.
+type inbound struct {
+	known map[string]bool
+	late  []string
+}
+
+func (in *inbound) Known(_ context.Context, _, msgid string) (bool, error) {
+	return in.known[msgid], nil
+}
+
+func (in *inbound) Late(_ context.Context, _ string, m backfill.Message) error {
+	in.late = append(in.late, m.Text)
+	return nil
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -81,13 +107,8 @@ func TestRunAgainstSimulatorHistory(t *testing.T) {
 		}
 		ids = append(ids, r.MsgID)
 	}
-	var late []string
-	cfg := backfill.Config{Store: env.Store, Source: src, MaxMessages: 2, Logger: zerolog.Nop(),
-		Known: func(_ context.Context, _, msgid string) (bool, error) { return msgid == ids[0], nil },
-		Late: func(_ context.Context, _ string, m backfill.Message) error {
-			late = append(late, m.Text)
-			return nil
-		}}
+	in := &inbound{known: map[string]bool{ids[0]: true}}
+	cfg := backfill.Config{Store: env.Store, Source: src, MaxMessages: 2, Logger: zerolog.Nop(), Inbound: in}
 	until := time.Now()
 	since, err := backfill.Since(context.Background(), cfg, "b1", until)
 	if err != nil {
@@ -100,7 +121,7 @@ func TestRunAgainstSimulatorHistory(t *testing.T) {
 	if rep.Read != 4 || rep.Known != 1 || rep.Filled != 2 || rep.NotFilled != 1 {
 		t.Fatalf("report = %+v", rep)
 	}
-	if len(late) != 2 || late[0] != "hi u2" || late[1] != "hi u3" {
+	if late := in.late; len(late) != 2 || late[0] != "hi u2" || late[1] != "hi u3" {
 		t.Fatalf("handed over %q", late)
 	}
 	if len(rep.Unfilled) != 1 || rep.Unfilled[0] != "u4" {
@@ -109,7 +130,7 @@ func TestRunAgainstSimulatorHistory(t *testing.T) {
 
 	// The rate bounds the hand-over: 3 messages at 4/s take at least
 	// half a second (the first goes at once). Load only makes it slower.
-	late = nil
+	in.late = nil
 	cfg.MaxMessages, cfg.Rate = 10, 4
 	t0 := time.Now()
 	if rep, err = backfill.Run(context.Background(), cfg, "b1", since, until); err != nil || rep.Filled != 3 {

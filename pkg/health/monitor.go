@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/wecom"
 )
@@ -247,7 +248,7 @@ const (
 
 // ErrNoHistory, returned by Config.Missed, says no history source is
 // configured: the outbound signal judges a silence instead.
-var ErrNoHistory = errors.New("no history source (backfill.history_url): messages missed while the bot was away cannot be recovered")
+var ErrNoHistory = backfill.ErrNoHistory
 
 // judgeSilence cross-checks a silence the baseline finds suspicious (the
 // probe was acked, so the link is up). The history, where there is one,

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
 
@@ -33,7 +34,7 @@ func TestHistoryAuditAnswersWhatADeafConnectionMissed(t *testing.T) {
 		}
 	}
 	eventually("connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
-	time.Sleep(backfillDelay + 3*time.Second) // the term's first pass has read its window
+	time.Sleep(backfill.PassDelay + 3*time.Second) // the term's first pass has read its window
 
 	if err := sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: "silence", Seconds: 3}); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,6 @@ import (
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
-	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/recovery"
 	"github.com/botctl/botctl/pkg/redact"
@@ -92,8 +91,8 @@ type Node struct {
 	base    zerolog.Logger
 	ready   chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
 	etcd    *clientv3.Client
-	tracker atomic.Pointer[backfill.Tracker]
-	history backfill.HistorySource // nil: no gap backfill
+	tracker  atomic.Pointer[backfill.Tracker]
+	backfill *backfill.Backfiller
 	token   string                 // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
 	apiCli  *http.Client           // tier 2's client: api.ca_file trusted
 	obs     *observer              // metrics, liveness, readiness, sd_notify (metrics.go)
@@ -180,9 +179,12 @@ func Run(ctx context.Context, o Options) error {
 
 	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd}
+	var history backfill.HistorySource // nil: no gap backfill
 	if cfg.Backfill.HistoryURL != "" {
-		n.history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
+		history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
 	}
+	n.backfill = backfill.New(backfill.Options{Source: history, Overlap: cfg.Backfill.Overlap, MaxMessages: cfg.Backfill.MaxMessages,
+		Rate: cfg.Backfill.Rate, AuditEvery: cfg.Backfill.AuditEvery, Logger: log})
 	n.obs = newObserver(n, nc, o.Etcd)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -470,12 +472,12 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		return err
 	}
 	n.Store, n.Lifecycle, n.Worker, n.Dispatch = store, lc, w, d
-	tracker := &backfill.Tracker{Store: store, Node: cfg.NodeID, Logger: log,
-		Holding: func() bool { depth, err := n.Spool.Len(); return err != nil || depth > 0 }}
+	tracker := &backfill.Tracker{Store: store, Node: cfg.NodeID, Spool: n.Spool, Logger: log}
 	n.tracker.Store(tracker)
 	wg.Go(func() { tracker.Run(ctx, 2*time.Second) })
 	n.Access.Bind(store, lc)
 	n.Health.Bind(store, lc)
+	n.backfill.Bind(store, n.Access)
 	close(n.ready) // publishes the fields above to the terms and the API
 	wg.Go(func() { fwd.Run(ctx) })
 	fwd.Kick() // what was spooled before JetStream answered
@@ -623,16 +625,12 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	}()
 	var wg sync.WaitGroup
 	wg.Go(func() { n.sweep(ctx, term.Bot, log) })
-	wg.Go(func() { n.audit(ctx, term, log) })
+	wg.Go(func() { n.backfill.Audit(ctx, term) })
 	if err := p.Run(ctx); err != nil {
 		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
 	}
 	wg.Wait()
 }
-
-// backfillDelay lets the callbacks a new connection received at once be
-// handled (and recorded) before the gap backfill looks for what is missing.
-const backfillDelay = 3 * time.Second
 
 // outputInterval is worker.output_interval, or by default half the
 // pusher's progress gap at push.budget (1.7 s at 20/min). A progress
@@ -647,171 +645,6 @@ func outputInterval(cfg config.Config) time.Duration {
 	}
 	return pusher.ProgressGap(cfg.Push.Budget) / 2
 }
-
-// backfillConfig is the gap backfill's configuration on this node: its
-// history source, the backfill keys, and the inbound path that knows what
-// was handled and answers what was not.
-func (n *Node) backfillConfig(log zerolog.Logger) backfill.Config {
-	return backfill.Config{Store: n.Store, Source: n.history, Overlap: n.cfg.Backfill.Overlap, MaxMessages: n.cfg.Backfill.MaxMessages,
-		Rate: n.cfg.Backfill.Rate, Known: n.Access.Known, Late: n.Access.Late, Logger: log}
-}
-
-// backfillPass runs the gap backfill of term's bot once (the health
-// monitor calls it at the start of every term, and when a silent
-// connection delivers again): messages sent while no node held the
-// connection, read by a leader that died before recording them, or held
-// only in a lost node's spool. It returns what the last pass did, with the
-// messages filled by every pass.
-func (n *Node) backfillPass(ctx context.Context, term *election.Term) (backfill.Report, error) {
-	log := n.log.With().Str("bot", term.Bot).Int64("term", term.Rev).Logger()
-	if n.history == nil {
-		log.Info().Msg("gap backfill off (no backfill.history_url): messages missed while no node held the connection are not recovered")
-		return backfill.Report{}, errNoHistory
-	}
-	select {
-	case <-n.ready:
-	case <-ctx.Done():
-		return backfill.Report{}, ctx.Err()
-	}
-	cfg := n.backfillConfig(log)
-	// Where the gap starts is read now, before this connection's own
-	// traffic moves the watermark: read after the delay, a gap longer than
-	// the overlap lost its older part (found by the 2-minute gap drill).
-	since, err := backfill.Since(ctx, cfg, term.Bot, time.Now())
-	if err != nil {
-		since = time.Time{} // read again in the loop
-	}
-	if !pause.For(ctx, backfillDelay) {
-		return backfill.Report{}, ctx.Err()
-	}
-	// Up to now: what this term's connection received meanwhile is
-	// recorded by now, and is skipped as known.
-	until := time.Now()
-	filled := 0
-	for wait, passes := time.Second, 0; ; {
-		var rep backfill.Report
-		var err error
-		if since.IsZero() {
-			since, err = backfill.Since(ctx, cfg, term.Bot, until)
-		}
-		if err == nil {
-			rep, err = backfill.Run(ctx, cfg, term.Bot, since, until)
-			filled += rep.Filled
-		}
-		switch {
-		case err == nil && rep.Deferred > 0 && passes < backfillPasses:
-			// Missed messages of conversations busy with another task: a
-			// later pass answers them once they are free.
-			passes++
-			log.Info().Interface("backfill", rep).Msg("gap backfill: some missed messages wait for their conversation")
-			wait = backfillRetry
-		case err == nil:
-			if rep.Filled > 0 || rep.NotFilled > 0 || rep.Deferred > 0 {
-				log.Warn().Interface("backfill", rep).Msg("gap backfill found missed messages")
-			} else {
-				log.Info().Interface("backfill", rep).Msg("gap backfill: nothing missed")
-			}
-			// Still deferred after the last pass: not filled.
-			rep.NotFilled += rep.Deferred
-			rep.Filled = filled
-			return rep, nil
-		case ctx.Err() != nil:
-			return rep, ctx.Err()
-		default:
-			log.Warn().Err(err).Dur("retry_in", wait).Msg("gap backfill failed; retrying")
-			wait = min(2*wait, 30*time.Second)
-		}
-		if !pause.For(ctx, wait) {
-			return rep, ctx.Err()
-		}
-	}
-}
-
-// audit reads term's bot's history every Backfill.AuditEvery while the
-// term lasts, from where its last read ended (less the overlap) to
-// auditLag before now, and answers what no connection got, late
-// (backfill.Run: what was handled is known and skipped). The passes at a
-// term's start and after an incident cover outages; this one covers a
-// connection deaf for less time than the silence alarm takes, which opens
-// no incident: with answers of 5–60 s a bot's traffic was sparse enough
-// that a 30 s silence stayed under the threshold, and the messages WeCom
-// kept in those 30 s were answered by nobody (chaos sim-silence). A
-// window with messages deferred (their conversation busy) or beyond the
-// budget is read again next time, up to auditMaxWindow back.
-func (n *Node) audit(ctx context.Context, term *election.Term, log zerolog.Logger) {
-	if n.history == nil {
-		return
-	}
-	select {
-	case <-n.ready:
-	case <-ctx.Done():
-		return
-	}
-	cfg := n.backfillConfig(log)
-	from := time.Now() // the term's first pass reads what came before
-	for wait := n.cfg.Backfill.AuditEvery; pause.For(ctx, wait); {
-		wait = n.cfg.Backfill.AuditEvery
-		until := time.Now().Add(-auditLag)
-		rep, err := backfill.Run(ctx, cfg, term.Bot, from.Add(-cfg.Overlap), until)
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				log.Warn().Err(err).Msg("history audit failed; the next one reads this window again")
-			}
-			continue
-		case rep.Filled > 0 || rep.Deferred > 0 || rep.NotFilled > 0:
-			log.Warn().Interface("backfill", rep).Msg("history audit: messages no connection got (answered late)")
-		}
-		if rep.Deferred > 0 {
-			// Missed messages wait for their conversation, busy with the
-			// previous missed one: read again as soon as the backfill's
-			// own passes would, not a whole period later (sim-silence:
-			// several missed messages of one conversation are answered one
-			// backfillRetry apart, not one audit apart).
-			wait = min(wait, backfillRetry)
-		}
-		if (rep.Deferred == 0 && rep.NotFilled == 0) || until.Sub(from) > auditMaxWindow {
-			from = until
-		}
-	}
-}
-
-// auditLag keeps the history audit off the newest messages, which may
-// still be on their way through the connection; auditMaxWindow is how far
-// back a window with messages deferred is read again.
-const (
-	auditLag       = 10 * time.Second
-	auditMaxWindow = 10 * time.Minute
-)
-
-// missed counts bot's messages in the history created in [since, until)
-// that were never handled (the health monitor's check of a silence).
-func (n *Node) missed(ctx context.Context, bot string, since, until time.Time) (int, error) {
-	if n.history == nil {
-		return 0, errNoHistory
-	}
-	if !n.started() {
-		return 0, errors.New("JetStream not bound yet")
-	}
-	msgs, err := n.history.History(ctx, bot, since, until)
-	if err != nil {
-		return 0, err
-	}
-	missed := 0
-	for _, m := range msgs {
-		known, err := n.Access.Known(ctx, bot, m.MsgID)
-		if err != nil {
-			return 0, err
-		}
-		if !known {
-			missed++
-		}
-	}
-	return missed, nil
-}
-
-// errNoHistory: no history source is configured.
-var errNoHistory = health.ErrNoHistory
 
 // healthConfig is the health monitor's configuration from the node's.
 func (n *Node) healthConfig() health.Config {
@@ -831,22 +664,15 @@ func (n *Node) healthConfig() health.Config {
 		StatusLineEvery: cfg.Push.Heartbeat, StreamWindow: cfg.Push.StreamWindow,
 		Recovery: recovery.Config{Threshold: r.Threshold, Probes: r.Probes, ProbeInterval: r.ProbeInterval,
 			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
-		Backfill: n.backfillPass,
+		Backfill: n.backfill.Pass,
 		Overlap:  cfg.Backfill.Overlap,
-		Missed:   n.missed,
+		Missed:   n.backfill.Missed,
 		MarkIncomplete: func(ctx context.Context, bot string, chats []string, why string) error {
 			return health.MarkIncomplete(ctx, n.Store.Health(), bot, chats, why, time.Now())
 		},
 		Logger: n.log,
 	}
 }
-
-// backfillPasses and backfillRetry bound the passes that wait for busy
-// conversations: about ten minutes, longer than most answers.
-const (
-	backfillPasses = 40
-	backfillRetry  = 15 * time.Second
-)
 
 // SweepInterval is how often a bot's leader runs the lifecycle's sweep
 // (deadlines, queue messages of finished tasks).

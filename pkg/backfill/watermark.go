@@ -1,0 +1,149 @@
+package backfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Watermark is a bot's inbound watermark as stored.
+type Watermark struct {
+	Created time.Time `json:"created"` // create time of the latest message handled to the end
+	Node    string    `json:"node"`
+	Updated time.Time `json:"updated"`
+}
+
+func watermarkKey(bot string) string { return jetstream.BotKey(bot) + ".inbound" }
+
+// LoadWatermark reads bot's inbound watermark; zero when there is none.
+func LoadWatermark(ctx context.Context, store *jetstream.Store, bot string) (Watermark, error) {
+	e, err := store.Watermarks().Get(ctx, watermarkKey(bot))
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return Watermark{}, nil
+	}
+	if err != nil {
+		return Watermark{}, fmt.Errorf("inbound watermark of bot %s: %w", bot, err)
+	}
+	var w Watermark
+	if err := json.Unmarshal(e.Value(), &w); err != nil {
+		return Watermark{}, fmt.Errorf("inbound watermark of bot %s: %w", bot, err)
+	}
+	return w, nil
+}
+
+// Tracker keeps the inbound watermarks of a node's bots and writes them
+// (Run): Handled moves a bot's mark forward in memory; a write happens
+// every interval, only forward, and never while the Spool holds a task
+// or cannot say (a task there is not durable in the cluster yet).
+type Tracker struct {
+	Store  *jetstream.Store
+	Node   string
+	Spool  Spool // nil: nothing is ever held back
+	Logger zerolog.Logger
+
+	mu      sync.Mutex
+	pending map[string]time.Time // bot → latest handled, not yet written
+}
+
+// Spool is the node's local store-and-forward spool, as the Tracker sees
+// it: how many tasks it holds (*jetstream.Spool).
+type Spool interface {
+	Len() (int, error)
+}
+
+// holding reports whether the spool holds a task, or cannot tell.
+func (t *Tracker) holding() bool {
+	if t.Spool == nil {
+		return false
+	}
+	n, err := t.Spool.Len()
+	return err != nil || n > 0
+}
+
+// Handled records that a message of bot created at created was handled
+// to the end (its task is recorded in JetStream, or it needed none).
+func (t *Tracker) Handled(bot string, created time.Time) {
+	if created.IsZero() {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pending == nil {
+		t.pending = map[string]time.Time{}
+	}
+	if created.After(t.pending[bot]) {
+		t.pending[bot] = created
+	}
+}
+
+// Run writes the watermarks every interval until ctx ends, and once more
+// then.
+func (t *Tracker) Run(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			t.flush(fctx)
+			cancel()
+			return
+		case <-tick.C:
+			t.flush(ctx)
+		}
+	}
+}
+
+func (t *Tracker) flush(ctx context.Context) {
+	if t.holding() {
+		return // a spooled message must not fall behind the watermark
+	}
+	t.mu.Lock()
+	pending := t.pending
+	t.pending = nil
+	t.mu.Unlock()
+	for bot, created := range pending {
+		if err := t.advance(ctx, bot, created); err != nil {
+			t.Logger.Debug().Err(err).Str("bot", bot).Msg("inbound watermark not written; retrying")
+			t.Handled(bot, created) // keep it for the next round
+		}
+	}
+}
+
+// advance writes bot's watermark if created is past the stored one.
+func (t *Tracker) advance(ctx context.Context, bot string, created time.Time) error {
+	kv := t.Store.Watermarks()
+	for try := range 10 {
+		jetstream.CASPause(ctx, try)
+		e, err := kv.Get(ctx, watermarkKey(bot))
+		var rev uint64
+		switch {
+		case errors.Is(err, natsjs.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			var cur Watermark
+			if json.Unmarshal(e.Value(), &cur) == nil && !created.After(cur.Created) {
+				return nil
+			}
+			rev = e.Revision()
+		}
+		raw, _ := json.Marshal(Watermark{Created: created, Node: t.Node, Updated: time.Now().UTC()})
+		if rev == 0 {
+			_, err = kv.Create(ctx, watermarkKey(bot), raw)
+		} else {
+			_, err = kv.Update(ctx, watermarkKey(bot), raw, rev)
+		}
+		if err == nil || !jetstream.LostCAS(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("inbound watermark of bot %s: too many concurrent writers", bot)
+}
