@@ -88,14 +88,14 @@ type Node struct {
 	// base is the caller's logger, without the node field: for the
 	// components that add it themselves (node, worker, alerter), so that
 	// a line carries it once.
-	base    zerolog.Logger
-	ready   chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
-	etcd    *clientv3.Client
+	base     zerolog.Logger
+	ready    chan struct{} // closed once JetStream is bound (Store, Lifecycle, Worker, Dispatch set)
+	etcd     *clientv3.Client
 	tracker  atomic.Pointer[backfill.Tracker]
 	backfill *backfill.Backfiller
-	token   string                 // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
-	apiCli  *http.Client           // tier 2's client: api.ca_file trusted
-	obs     *observer              // metrics, liveness, readiness, sd_notify (metrics.go)
+	token    string       // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
+	apiCli   *http.Client // tier 2's client: api.ca_file trusted
+	obs      *observer    // metrics, liveness, readiness, sd_notify (metrics.go)
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
