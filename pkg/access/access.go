@@ -40,8 +40,6 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/backfill"
-	"github.com/botctl/botctl/pkg/dispatch"
-	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/tally"
 	"github.com/botctl/botctl/pkg/task"
@@ -94,12 +92,8 @@ type Config struct {
 	// (which spools them), deduplicated in memory only, and commands that
 	// need JetStream say so.
 	Store *jetstream.Store
-	// Dispatch hands a task to compute (tier 1 publish is the mutex):
-	// normally (*dispatch.Dispatcher).DispatchUnless. dup reports whether
-	// the message is a duplicate (it waits for the dedupe read running
-	// beside the dispatch); a dispatch asks it before any tier but the
-	// queue.
-	Dispatch func(ctx context.Context, m task.Message, dup func() bool) (dispatch.Outcome, error)
+	// Dispatch hands a task to compute (required).
+	Dispatch Dispatcher
 	// AllowUsers and AllowChats, when not empty, are the only user ids and
 	// group chat ids served.
 	AllowUsers, AllowChats []string
@@ -119,54 +113,19 @@ type Config struct {
 	// few of them. Default 10s.
 	Timeout time.Duration
 	Texts   Texts
-	// Budget, if set, is the bot's per-conversation send budget: every
-	// reply sent here is counted in it, so the pusher paces around them.
-	Budget func(bot string) *pace.Budget
-	// Receipted, if set, learns how long each receipt took: from the
-	// callback read off the connection to WeCom's ack of the receipt
-	// frame (metrics; must not block).
-	Receipted func(bot string, d time.Duration)
-	// Stage, if set, learns how long each step on the receipt's path
-	// took (metrics; must not block): "slot" (the callback read → its
-	// handling begins: the wait for one of Parallel), "dedupe" (the task
-	// bucket's read,
-	// beside the dispatch), "dispatch" (the dispatch's answer: the queue
-	// publish, the conversation's mutex) and "receipt_frame" (the
-	// receipt's send to WeCom's ack; an early receipt's is the write to
-	// the ack read, measured by the connection).
-	Stage func(bot, stage string, d time.Duration)
-	// Dispatched, if set, learns of each task handed to compute, and of
-	// each busy refusal recorded for later, with its conversation (the
-	// pusher's fast path; its resync of the pending index finds them
-	// within a minute otherwise).
-	Dispatched func(bot, taskID, chat string)
+	// Outbound, if set, is the bots' send budgets and pushers.
+	Outbound Outbound
+	// Metrics, if set, learns how long each receipt and its steps took.
+	Metrics Metrics
 	// Lifecycle records tasks. Default: one on Store.
 	Lifecycle *task.Lifecycle
-	// Handled, if set, learns of each message handled to the end (its
-	// task recorded in JetStream, or answered without one), with its
-	// create time: the inbound watermark (package backfill).
-	Handled func(bot string, created time.Time)
-	// Incomplete, if set, takes the conversation's "may be incomplete"
-	// mark (pkg/health): the new task's answer tells the user. Marked, if
-	// set, says from memory whether there may be a mark to take: a
-	// message is known not to be a duplicate before a mark is taken for
-	// it, and without Marked every message waits for that first.
-	Incomplete func(ctx context.Context, bot, chat string) (string, bool)
-	Marked     func(bot, chat string) bool
-	// Idle, if set, predicts from memory that conversation chat has no
-	// task (normally the bot's pusher: (*pusher.Pusher).Idle). For a
-	// fresh message (created after the connection that delivered it was
-	// subscribed, so no other connection can have had it, and not in the
-	// dedupe memory, so it is new) in a conversation predicted idle, with
-	// no other message of it in hand, the receipt goes out before the
-	// queue publish instead of after it (where the callback is taken, in
-	// callback order; see the package doc), and the task bucket's dedupe read
-	// is skipped: the receipt waits for no JetStream round trip. The
-	// publish is still the mutex; when it finds the conversation busy
-	// after all, the receipted stream is finished with the busy reply.
-	Idle   func(bot, chat string) bool
+	// Watermark, if set, learns of each message handled to the end.
+	Watermark Watermark
+	// Marks, if set, are the conversations' "may be incomplete" marks.
+	Marks  Marks
 	Logger zerolog.Logger
-	Now    func() time.Time
+	// Now is the clock (a test seam). Default time.Now.
+	Now func() time.Time
 }
 
 // Access handles one node's inbound callbacks; it implements node.Inbound.
@@ -426,8 +385,8 @@ func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string,
 		defer done()
 		defer a.inHand.Add(inHand, -1)
 		defer func() { <-a.sem }()
-		if a.cfg.Stage != nil {
-			a.cfg.Stage(term.Bot, "slot", a.cfg.Now().Sub(read))
+		if a.cfg.Metrics != nil {
+			a.cfg.Metrics.Stage(term.Bot, "slot", a.cfg.Now().Sub(read))
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(term.Context()), a.cfg.Timeout)
 		defer cancel()
@@ -470,7 +429,7 @@ func (a *Access) arrive(term *election.Term, c *wecom.Conn, reqID string, m *wec
 	}
 	in.fresh = a.fresh(c, m)
 	chat := m.Conversation()
-	if !in.fresh || a.cfg.Idle == nil || a.inHand.Get(term.Bot+"\x00"+chat) != 1 || !a.takesTask(m) || !a.cfg.Idle(term.Bot, chat) {
+	if !in.fresh || a.cfg.Outbound == nil || a.inHand.Get(term.Bot+"\x00"+chat) != 1 || !a.takesTask(m) || !a.cfg.Outbound.Idle(term.Bot, chat) {
 		return in
 	}
 	a.count(func(s *Stats) { s.EarlyReceipts++ })
@@ -602,8 +561,8 @@ func (a *Access) markSeen(ctx context.Context, js *bound, bot, msgid string, cre
 }
 
 func (a *Access) handled(bot string, created time.Time) {
-	if a.cfg.Handled != nil {
-		a.cfg.Handled(bot, created)
+	if a.cfg.Watermark != nil {
+		a.cfg.Watermark.Handled(bot, created)
 	}
 }
 
@@ -669,7 +628,7 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 	}()
 	rec := task.New(bot, m.MsgID, a.cfg.Now().UTC())
 	rec.Chat, rec.ChatType, rec.User, rec.Question, rec.Late = chat, m.ChatType, m.UserID, question, true
-	out, err := a.cfg.Dispatch(ctx, task.MessageOf(rec), nil) // the backfill asked Known first
+	out, err := a.cfg.Dispatch.DispatchUnless(ctx, task.MessageOf(rec), nil) // the backfill asked Known first
 	switch {
 	case err != nil:
 		return err
@@ -685,8 +644,8 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 		return err
 	}
 	a.count(func(s *Stats) { s.Backfilled++ })
-	if a.cfg.Dispatched != nil {
-		a.cfg.Dispatched(bot, rec.ID, chat)
+	if a.cfg.Outbound != nil {
+		a.cfg.Outbound.Dispatched(bot, rec.ID, chat)
 	}
 	return nil
 }

@@ -88,8 +88,8 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 
 // stage reports how long a step on the receipt's path took (Config.Stage).
 func (h *handling) stage(name string, d time.Duration) {
-	if h.a.cfg.Stage != nil {
-		h.a.cfg.Stage(h.term.Bot, name, d)
+	if h.a.cfg.Metrics != nil {
+		h.a.cfg.Metrics.Stage(h.term.Bot, name, d)
 	}
 }
 
@@ -105,8 +105,8 @@ func (h *handling) duplicate() bool {
 
 // spent counts a send in the conversation's budget.
 func (h *handling) spent() {
-	if h.a.cfg.Budget != nil {
-		h.a.cfg.Budget(h.term.Bot).Record(h.chat)
+	if h.a.cfg.Outbound != nil {
+		h.a.cfg.Outbound.Budget(h.term.Bot).Record(h.chat)
 	}
 }
 
@@ -121,8 +121,8 @@ func (h *handling) finishOn(streamID, text string) error {
 	err := h.c.ReplyStream(sctx, h.reqID, wecom.Stream{ID: streamID, Content: text, Finish: true})
 	if err != nil {
 		var refused *wecom.AckError
-		if h.a.cfg.Budget != nil && errors.As(err, &refused) && !errors.Is(err, wecom.ErrAckUnknown) {
-			h.a.cfg.Budget(h.term.Bot).Refund(h.chat)
+		if h.a.cfg.Outbound != nil && errors.As(err, &refused) && !errors.Is(err, wecom.ErrAckUnknown) {
+			h.a.cfg.Outbound.Budget(h.term.Bot).Refund(h.chat)
 		}
 		h.log.Warn().Err(err).Msg("reply failed")
 	}
@@ -137,7 +137,7 @@ func (h *handling) send(text string) { h.finishOn("r-"+h.id, text) }
 // user who sends many messages at once gets the answer first, not a wall
 // of "please wait").
 func (h *handling) reply(text string) bool {
-	if h.a.cfg.Budget != nil && !h.a.cfg.Budget(h.term.Bot).Take(h.chat, ReplyReserve) {
+	if h.a.cfg.Outbound != nil && !h.a.cfg.Outbound.Budget(h.term.Bot).Take(h.chat, ReplyReserve) {
 		h.a.count(func(s *Stats) { s.Suppressed++ })
 		h.log.Info().Str("chat", h.chat).Msg("reply held back: the conversation's send budget is reserved for its answer")
 		return false
@@ -169,8 +169,8 @@ func (h *handling) markSeen() { h.a.markSeen(h.ctx, h.js, h.term.Bot, h.m.MsgID,
 
 // announce tells the pusher of the task (Config.Dispatched).
 func (h *handling) announce() {
-	if h.a.cfg.Dispatched != nil {
-		h.a.cfg.Dispatched(h.term.Bot, h.id, h.chat)
+	if h.a.cfg.Outbound != nil {
+		h.a.cfg.Outbound.Dispatched(h.term.Bot, h.id, h.chat)
 	}
 }
 
@@ -248,17 +248,17 @@ func (h *handling) task(question string) {
 	rec := task.New(h.term.Bot, m.MsgID, h.now)
 	rec.ReqID, rec.Term, rec.Chat, rec.ChatType, rec.User = h.reqID, h.term.Rev, h.chat, m.ChatType, m.From.UserID
 	rec.Question, rec.StreamID = question, "s-"+h.id
-	if a.cfg.Incomplete != nil && (a.cfg.Marked == nil || a.cfg.Marked(h.term.Bot, h.chat)) {
+	if a.cfg.Marks != nil && a.cfg.Marks.Marked(h.term.Bot, h.chat) {
 		// Taking the mark tells the user once: never for a duplicate.
 		if h.duplicate() {
 			return
 		}
-		if why, ok := a.cfg.Incomplete(h.ctx, h.term.Bot, h.chat); ok {
+		if why, ok := a.cfg.Marks.TakeIncomplete(h.ctx, h.term.Bot, h.chat); ok {
 			rec.Incomplete = why
 		}
 	}
 	t0 := time.Now()
-	out, err := a.cfg.Dispatch(h.ctx, task.MessageOf(rec), h.recorded)
+	out, err := a.cfg.Dispatch.DispatchUnless(h.ctx, task.MessageOf(rec), h.recorded)
 	h.stage("dispatch", time.Since(t0))
 	// Early: written already (arrive), when nothing suggested a refusal.
 	var rcpt sent
@@ -306,8 +306,8 @@ func (h *handling) task(question string) {
 	}
 	if rcpt.err == nil {
 		h.spent()
-		if a.cfg.Receipted != nil {
-			a.cfg.Receipted(h.term.Bot, rcpt.at.Sub(h.now))
+		if a.cfg.Metrics != nil {
+			a.cfg.Metrics.Receipted(h.term.Bot, rcpt.at.Sub(h.now))
 		}
 		rec.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, rcpt.at)
 		rec.PushedHash, rec.PushedAt = task.Hash(a.cfg.Texts.Receipt), rcpt.at

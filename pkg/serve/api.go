@@ -2,107 +2,99 @@ package serve
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"crypto/tls"
+	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"strings"
 	"sync"
-	"time"
 
-	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/access"
+	"github.com/botctl/botctl/pkg/demoui"
+	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/task"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The node API's server timeouts. Every endpoint answers at once (exec
-// accepts the task and runs it in the background), so a minute bounds a
-// slow client without cutting a real one; a client that holds a connection
-// open without sending is dropped after ReadHeaderTimeout.
-const (
-	apiReadHeaderTimeout = 5 * time.Second
-	apiReadTimeout       = 30 * time.Second
-	apiWriteTimeout      = time.Minute
-	apiIdleTimeout       = 2 * time.Minute
-	apiMaxHeaderBytes    = 64 << 10
-)
-
-// apiServer is the node API's HTTP server: every timeout set.
-func (n *Node) apiServer(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) *http.Server {
-	return &http.Server{
-		Handler:           n.api(ctx, wg, cli),
-		ReadHeaderTimeout: apiReadHeaderTimeout,
-		ReadTimeout:       apiReadTimeout,
-		WriteTimeout:      apiWriteTimeout,
-		IdleTimeout:       apiIdleTimeout,
-		MaxHeaderBytes:    apiMaxHeaderBytes,
+// api is the node's HTTP API: status, health, and the exec API of tier 2.
+func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		type botView struct {
+			Pusher *pusher.Stats `json:"pusher,omitempty"`
+		}
+		// Spool depth: tasks only on this node's disk until JetStream takes
+		// them (-1: unreadable).
+		depth, err := n.Spool.Len()
+		if err != nil {
+			depth = -1
+		}
+		view := struct {
+			node.Info
+			JetStream bool               `json:"jetstream"` // bound: false while the node only spools
+			Access    access.Stats       `json:"access"`
+			Dispatch  dispatch.Stats     `json:"dispatch"`
+			Worker    workerView         `json:"worker"`
+			Spool     spoolView          `json:"spool"`
+			Pushers   map[string]botView `json:"pushers"`
+		}{Info: n.Node.Info(), Access: n.Access.Stats(), Pushers: map[string]botView{},
+			Worker: workerView{Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
+		if n.started() {
+			view.JetStream, view.Dispatch, view.Worker.Busy = true, n.Dispatch.Stats(), n.Worker.Busy()
+		}
+		n.leaders.each(func(bot string, p *pusher.Pusher) {
+			s := p.Stats()
+			view.Pushers[bot] = botView{Pusher: &s}
+		})
+		writeJSON(w, http.StatusOK, view)
+	})
+	n.obs.routes(mux) // GET /metrics, /healthz (alive), /readyz (ready)
+	if page := n.demoPage(); page != nil {
+		mux.Handle(demoui.Path, page) // the demo's chat and live view, with a simulator only
 	}
-}
-
-// apiListener is ln, wrapped in TLS when api.cert_file is set, and the URL
-// other nodes reach it at (registered in etcd).
-func apiListener(ln net.Listener, a config.API) (net.Listener, string, error) {
-	tc, err := a.ServerTLS()
-	if err != nil {
-		return nil, "", err
-	}
-	if tc == nil {
-		return ln, "http://" + ln.Addr().String(), nil
-	}
-	return tls.NewListener(ln, tc), "https://" + ln.Addr().String(), nil
-}
-
-// apiClient calls other nodes' APIs (tier 2): api.ca_file's CA trusted.
-func apiClient(a config.API) (*http.Client, error) {
-	tc, err := a.ClientTLS()
-	if err != nil {
-		return nil, err
-	}
-	c := &http.Client{Timeout: 5 * time.Second}
-	if tc != nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = tc
-		c.Transport = t
-	}
-	return c, nil
-}
-
-// checkListener refuses a node API reachable from other machines without a
-// token: POST /v1/exec runs any prompt and pushes the answer to any chat.
-func checkListener(ln net.Listener, token string) error {
-	if token != "" {
-		return nil
-	}
-	addr := ln.Addr().String()
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("node API listener %s: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("config key api.token_file: the node API listens on %s, not a loopback address, without a token "+
-			"(anyone who reaches it could run prompts and push answers to any chat): set api.token_file, or listen on 127.0.0.1", addr)
-	}
-	return nil
-}
-
-// requireToken lets a request through only with "Authorization: Bearer
-// <token>"; an empty token (a loopback listener) lets everything through.
-// The comparison takes the same time whatever the guess: both sides are
-// hashed first, so not even the length leaks.
-func requireToken(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
-	want := sha256.Sum256([]byte(token))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="botctl node API"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token: send Authorization: Bearer <the contents of api.token_file>"})
+	// Tier 2: the one endpoint that acts, behind the cluster's token. The
+	// others are GET only and change nothing.
+	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m task.Message
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want a task message: {\"task_id\",\"bot\",\"msgid\",\"chat\",\"question\",…}"})
 			return
 		}
-		h.ServeHTTP(w, r)
-	})
+		if ctx.Err() != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "node stopping"})
+			return
+		}
+		if !n.started() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "JetStream not reachable from this node yet"})
+			return
+		}
+		if err := n.Worker.Go(ctx, m, string(dispatch.TierFixed), wg); err != nil {
+			// Bounded by the worker's slots (worker.ErrNoSlot): nothing
+			// was started, so the caller may send the task elsewhere (the
+			// dispatcher falls back) or again once a running one ends.
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+				"error": fmt.Sprintf("%v; the task was not started: send it to another node, or again later", err)})
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
+	})))
+	return mux
+}
+
+type workerView struct {
+	Busy  int `json:"busy"`  // tasks running now
+	Slots int `json:"slots"` // configured slots
+}
+
+type spoolView struct {
+	Depth int `json:"depth"` // tasks held on this node's disk for the queue
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }

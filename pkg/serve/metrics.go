@@ -196,8 +196,8 @@ const aliveWithin = 5 * time.Second
 func (o *observer) alive() bool {
 	done := make(chan struct{})
 	go func() { // on a deadlock this goroutine stays blocked until systemd kills the process
-		o.n.mu.Lock()
-		o.n.mu.Unlock()
+		o.n.leaders.mu.Lock()
+		o.n.leaders.mu.Unlock()
 		o.mu.Lock()
 		o.mu.Unlock()
 		close(done)
@@ -274,13 +274,11 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 	}
 	o.mu.Unlock()
 	active := map[string]int{}
-	n.mu.Lock()
-	for bot, p := range n.pushers {
+	n.leaders.each(func(bot string, p *pusher.Pusher) {
 		s := p.Stats()
 		pstats[bot] = addStats(pstats[bot], s)
 		active[bot] = s.Active
-	}
-	n.mu.Unlock()
+	})
 
 	var leading []string
 	for bot, st := range n.Node.Info().Bots {

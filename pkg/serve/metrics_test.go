@@ -10,14 +10,14 @@ import (
 // (no ping, so systemd restarts the node) while one is held past
 // aliveWithin.
 func TestAliveFollowsWedgedLocks(t *testing.T) {
-	n := &Node{log: zerolog.Nop()}
+	n := &Node{log: zerolog.Nop(), leaders: newLeaders(20)}
 	o := &observer{n: n}
 	if !o.alive() {
 		t.Fatal("alive() = false with every lock free")
 	}
-	n.mu.Lock()
+	n.leaders.mu.Lock()
 	wedged := o.alive()
-	n.mu.Unlock()
+	n.leaders.mu.Unlock()
 	if wedged {
 		t.Fatal("alive() = true while the node's lock was held")
 	}

@@ -6,8 +6,6 @@ package serve
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,10 +23,8 @@ import (
 	"github.com/botctl/botctl/pkg/alert"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/demoui"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/health"
-	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
@@ -41,7 +37,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // Options are what Run needs besides the validated configuration.
@@ -79,12 +74,9 @@ type Node struct {
 	// (nil: no sink configured).
 	Alerter *alert.Alerter
 
-	mu       sync.Mutex
-	pushers  map[string]*pusher.Pusher // bot → the current term's pusher
-	budgets  map[string]*pace.Budget   // bot → its conversations' budget
-	leadingN int                       // terms with a pusher running
-	cfg      config.Config
-	log      zerolog.Logger
+	leaders *leaders // the bots this node leads: budgets and pushers
+	cfg     config.Config
+	log     zerolog.Logger
 	// base is the caller's logger, without the node field: for the
 	// components that add it themselves (node, worker, alerter), so that
 	// a line carries it once.
@@ -100,23 +92,10 @@ type Node struct {
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
 // and every term's pusher.
-func (n *Node) Budget(bot string) *pace.Budget {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	b := n.budgets[bot]
-	if b == nil {
-		b = pace.New(n.cfg.Push.Budget, time.Minute, nil)
-		n.budgets[bot] = b
-	}
-	return b
-}
+func (n *Node) Budget(bot string) *pace.Budget { return n.leaders.Budget(bot) }
 
 // Pusher is bot's pusher while this node leads it, else nil.
-func (n *Node) Pusher(bot string) *pusher.Pusher {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.pushers[bot]
-}
+func (n *Node) Pusher(bot string) *pusher.Pusher { return n.leaders.Pusher(bot) }
 
 // Run runs the node until ctx ends; it returns after every term is
 // resigned, every connection closed and every goroutine ended.
@@ -177,7 +156,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer spool.Close()
 
-	n := &Node{Spool: spool, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}, cfg: cfg,
+	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget), cfg: cfg,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd}
 	var history backfill.HistorySource // nil: no gap backfill
 	if cfg.Backfill.HistoryURL != "" {
@@ -201,30 +180,15 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { n.Health.Run(healthCtx) })
 
 	n.Access, err = access.New(access.Config{
-		NodeID: cfg.NodeID, Dispatch: n.dispatch,
+		NodeID: cfg.NodeID, Dispatch: handOff{n},
 		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
 		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
-		Budget:           n.Budget,
-		Handled: func(bot string, created time.Time) {
-			if t := n.tracker.Load(); t != nil {
-				t.Handled(bot, created)
-			}
-		},
-		Dispatched: func(bot, taskID, chat string) {
-			if p := n.Pusher(bot); p != nil {
-				p.NotifyChat(taskID, chat)
-			}
-		},
-		Idle: func(bot, chat string) bool {
-			p := n.Pusher(bot)
-			return p != nil && p.Idle(chat)
-		},
-		Incomplete: n.Health.TakeIncomplete,
-		Marked:     n.Health.Marked,
-		Receipted:  n.obs.metrics.Receipted,
-		Stage:      n.obs.metrics.Stage,
-		Logger:     log,
+		Outbound:         n.leaders,
+		Watermark:        watermark{n},
+		Marks:            n.Health,
+		Metrics:          n.obs.metrics,
+		Logger:           log,
 	})
 	if err != nil {
 		return err
@@ -323,129 +287,20 @@ func Run(ctx context.Context, o Options) error {
 	return err
 }
 
-// declareLock takes a cluster-wide lock (an etcd mutex under /botctl/)
-// for the declaration of the JetStream names of prefix, so that nodes
-// starting together declare one after another: on a fresh NATS cluster at
-// replicas 3, three nodes creating the same streams and buckets at once
-// (and turning their direct gets off) took 1.5–2.3 minutes to be ready,
-// their calls timing out against each other (test/load -topology r3), one
-// after another about a second each. The lock is a courtesy, not a
-// guarantee (Declare is idempotent): when etcd does not answer, or the
-// holder takes longer than declareLockWait, the node declares anyway.
-func declareLock(ctx context.Context, cli *clientv3.Client, prefix string, log zerolog.Logger) (unlock func()) {
-	none := func() {}
-	if cli == nil {
-		return none
-	}
-	gctx, cancel := context.WithTimeout(ctx, declareLockWait)
-	defer cancel()
-	lease, err := cli.Grant(gctx, declareLockTTL)
-	if err != nil {
-		log.Debug().Err(err).Msg("declare lock not taken (etcd); declaring without it")
-		return none
-	}
-	sctx, stop := context.WithCancel(ctx)
-	sess, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithContext(sctx))
-	if err != nil {
-		stop()
-		log.Debug().Err(err).Msg("declare lock not taken (etcd); declaring without it")
-		return none
-	}
-	m := concurrency.NewMutex(sess, "/botctl/declare/"+prefix)
-	if err := m.Lock(gctx); err != nil {
-		sess.Close()
-		stop()
-		log.Info().Err(err).Dur("waited", declareLockWait).Msg("declare lock not taken; declaring without it")
-		return none
-	}
-	return func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		m.Unlock(uctx)
-		cancel()
-		sess.Close() // revokes the lease
-		stop()
-	}
-}
-
-// declareLockWait bounds the wait for the declare lock; declareLockTTL
-// (seconds) is its lease: a node that dies holding it frees it that soon.
-const (
-	declareLockWait = 45 * time.Second
-	declareLockTTL  = 10
-)
-
-// jsErrNoPeers is nats-server's JSClusterNoPeersErrF (10005, "no suitable
-// peers for placement"), which nats.go does not name.
-const jsErrNoPeers natsjs.ErrorCode = 10005
-
-// declare declares JetStream's streams and buckets, retrying (with
-// progress in the log) until it succeeds or ctx ends: the node serves in
-// the meantime, spooling what it receives. It gives up if nc is closed:
-// nats.go closes a connection that a server refused twice with the same
-// authorization error, and no wait fixes the credentials.
-func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.JetStream, opts jetstream.Options, log zerolog.Logger) (*jetstream.Store, error) {
-	for wait := time.Second; ; wait = min(2*wait, 15*time.Second) {
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		store, err := jetstream.Declare(dctx, js, opts)
-		cancel()
-		if err == nil {
-			return store, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if nc.IsClosed() {
-			if refused := natsCfg.RefusedError(nc.LastError()); refused != nil {
-				return nil, redact.Error(refused)
-			}
-			return nil, fmt.Errorf("NATS connection closed: %w", redact.Error(nc.LastError()))
-		}
-		var apiErr *natsjs.APIError
-		switch {
-		case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPeers:
-			// Fewer servers up than the replicas asked for: a cluster
-			// still forming (every node of a fresh deploy starting at
-			// once), a server down, or a cluster smaller than
-			// nats.replicas. Only the last is a configuration problem,
-			// and the warning names it.
-			log.Warn().Err(err).Int("replicas", opts.Replicas).Dur("retry_in", wait).
-				Msg("JetStream has too few servers up to place the store's replicas: waiting, receiving into the local spool (if the cluster has fewer servers than nats.replicas, lower nats.replicas)")
-		case errors.As(err, &apiErr) && apiErr.ErrorCode != natsjs.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503:
-			// JetStream answered and refused: a configuration problem
-			// (a name taken by a stream botctl cannot change), not an
-			// outage. Waiting will not fix it.
-			return nil, fmt.Errorf("declare JetStream streams and buckets: %w", err)
-		default:
-			log.Warn().Err(err).Dur("retry_in", wait).Msg("JetStream unreachable: receiving into the local spool until it answers")
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
 // start binds JetStream and starts what needs it: the lifecycle, the
 // forwarder of the spool, the worker, the dispatcher and the advisory
 // watch; then the inbound path and every term's pusher use them.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.Store, backend ai.Backend) error {
 	cfg, log := n.cfg, n.log
 	lc := task.NewLifecycle(store, cfg.NodeID, log)
-	out := newSpoolOut(store, lc, log, func(bot, taskID string) {
-		if p := n.Pusher(bot); p != nil {
-			p.Notify(taskID)
-		}
-	})
+	out := newSpoolOut(store, lc, log, n.leaders.Forwarded)
 	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{Spool: n.Spool, Publish: out.publish, Logger: log})
 	if err != nil {
 		return err
 	}
 	w, err := worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
-		Leading: n.isLeading,
+		Leading: n.leaders.LeadsAny,
 		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
 		OutputInterval: outputInterval(cfg),
 		NATSError:      n.obs.requestError, Logger: n.base, // worker.New adds node and component
@@ -507,43 +362,6 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 	return nil
 }
 
-// newAlerter builds the alerter of the configured sinks (nil, nil: none).
-// One node of the cluster runs it at a time (alert.RunElected).
-func (n *Node) newAlerter(store *jetstream.Store) (*alert.Alerter, error) {
-	cfg := n.cfg
-	robot, webhook, err := cfg.Alert.AlertSinks()
-	if err != nil {
-		return nil, fmt.Errorf("alert sinks: %w", err)
-	}
-	var sinks []alert.Sink
-	if robot != "" {
-		sinks = append(sinks, countSends(alert.NewWeComRobot(robot)))
-	}
-	if webhook != "" {
-		sinks = append(sinks, countSends(alert.NewWebhook(webhook)))
-	}
-	if len(sinks) == 0 {
-		n.log.Warn().Msg("no alert sink (alert.wecom_robot_url_file, alert.webhook_url): incidents are recorded (botctl incidents) but nobody is paged")
-		return nil, nil
-	}
-	owners := map[string]string{}
-	for _, b := range cfg.Bots {
-		if b.Owner != "" {
-			owners[b.ID] = b.Owner
-		}
-	}
-	syn := cfg.Alert.Synthetic
-	if syn == 0 {
-		syn = alert.SyntheticOff
-	}
-	return alert.New(incident.NewStore(store.Incidents()), alert.Config{
-		NodeID: cfg.NodeID, Sinks: sinks, Owners: owners, Synthetic: syn,
-		Window: cfg.Alert.Window, EscalateAfter: cfg.Alert.EscalateAfter, FlapWindow: cfg.Alert.FlapWindow,
-		EtcdError: n.obs.metrics.EtcdError,
-		Logger:    n.base, // alert.New adds node and component
-	})
-}
-
 // started reports whether JetStream is bound (start has run).
 func (n *Node) started() bool {
 	select {
@@ -552,37 +370,6 @@ func (n *Node) started() bool {
 	default:
 		return false
 	}
-}
-
-// dispatch is the inbound path's hand-off: the dispatcher once JetStream
-// is bound; before that, the spool (busy if the conversation already has
-// a spooled task, as the dispatcher itself would answer).
-func (n *Node) dispatch(ctx context.Context, m task.Message, dup func() bool) (dispatch.Outcome, error) {
-	if n.started() {
-		return n.Dispatch.DispatchUnless(ctx, m, dup)
-	}
-	if n.Spool.Holds(m.Bot, m.Chat) {
-		return dispatch.Outcome{Busy: true}, nil
-	}
-	payload, err := json.Marshal(m)
-	if err != nil {
-		return dispatch.Outcome{}, err
-	}
-	if err := n.spoolTask(m, payload); err != nil {
-		return dispatch.Outcome{}, fmt.Errorf("JetStream not reachable and the spool refused the task: %w", err)
-	}
-	n.log.Info().Str("bot", m.Bot).Str("task", m.TaskID).Msg("JetStream not reachable yet: task spooled")
-	return dispatch.Outcome{Spooled: true}, nil
-}
-
-func (n *Node) spoolTask(m task.Message, payload []byte) error {
-	return n.Spool.Append(jetstream.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
-}
-
-func (n *Node) isLeading() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.leadingN > 0
 }
 
 // leading is a term's work on its connection, once JetStream is bound:
@@ -611,18 +398,8 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		log.Error().Err(err).Msg("pusher not started")
 		return
 	}
-	n.mu.Lock()
-	n.pushers[term.Bot] = p
-	n.leadingN++
-	n.mu.Unlock()
-	defer func() {
-		n.mu.Lock()
-		if n.pushers[term.Bot] == p {
-			delete(n.pushers, term.Bot)
-		}
-		n.leadingN--
-		n.mu.Unlock()
-	}()
+	n.leaders.begin(term.Bot, p)
+	defer n.leaders.end(term.Bot, p)
 	var wg sync.WaitGroup
 	wg.Go(func() { n.sweep(ctx, term.Bot, log) })
 	wg.Go(func() { n.backfill.Audit(ctx, term) })
@@ -698,89 +475,4 @@ func (n *Node) sweep(ctx context.Context, bot string, log zerolog.Logger) {
 			log.Info().Str("bot", bot).Interface("sweep", res).Msg("task sweep")
 		}
 	}
-}
-
-// api is the node's HTTP API: status, health, and the exec API of tier 2.
-func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		type botView struct {
-			Pusher *pusher.Stats `json:"pusher,omitempty"`
-		}
-		// Spool depth: tasks only on this node's disk until JetStream takes
-		// them (-1: unreadable).
-		depth, err := n.Spool.Len()
-		if err != nil {
-			depth = -1
-		}
-		view := struct {
-			node.Info
-			JetStream bool               `json:"jetstream"` // bound: false while the node only spools
-			Access    access.Stats       `json:"access"`
-			Dispatch  dispatch.Stats     `json:"dispatch"`
-			Worker    workerView         `json:"worker"`
-			Spool     spoolView          `json:"spool"`
-			Pushers   map[string]botView `json:"pushers"`
-		}{Info: n.Node.Info(), Access: n.Access.Stats(), Pushers: map[string]botView{},
-			Worker: workerView{Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
-		if n.started() {
-			view.JetStream, view.Dispatch, view.Worker.Busy = true, n.Dispatch.Stats(), n.Worker.Busy()
-		}
-		n.mu.Lock()
-		for bot, p := range n.pushers {
-			s := p.Stats()
-			view.Pushers[bot] = botView{Pusher: &s}
-		}
-		n.mu.Unlock()
-		writeJSON(w, http.StatusOK, view)
-	})
-	n.obs.routes(mux) // GET /metrics, /healthz (alive), /readyz (ready)
-	if page := n.demoPage(); page != nil {
-		mux.Handle(demoui.Path, page) // the demo's chat and live view, with a simulator only
-	}
-	// Tier 2: the one endpoint that acts, behind the cluster's token. The
-	// others are GET only and change nothing.
-	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var m task.Message
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want a task message: {\"task_id\",\"bot\",\"msgid\",\"chat\",\"question\",…}"})
-			return
-		}
-		if ctx.Err() != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "node stopping"})
-			return
-		}
-		if !n.started() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "JetStream not reachable from this node yet"})
-			return
-		}
-		if err := n.Worker.Go(ctx, m, string(dispatch.TierFixed), wg); err != nil {
-			// Bounded by the worker's slots (worker.ErrNoSlot): nothing
-			// was started, so the caller may send the task elsewhere (the
-			// dispatcher falls back) or again once a running one ends.
-			w.Header().Set("Retry-After", "1")
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
-				"error": fmt.Sprintf("%v; the task was not started: send it to another node, or again later", err)})
-			return
-		}
-		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
-	})))
-	return mux
-}
-
-type workerView struct {
-	Busy  int `json:"busy"`  // tasks running now
-	Slots int `json:"slots"` // configured slots
-}
-
-type spoolView struct {
-	Depth int `json:"depth"` // tasks held on this node's disk for the queue
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
 }

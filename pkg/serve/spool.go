@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/task"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -128,4 +130,32 @@ func (s *spoolOut) refused(ctx context.Context, e jetstream.SpoolEntry, cause er
 	if _, err := s.lc.Refused(ctx, m, reason, busy); err != nil {
 		s.log.Error().Err(err).Str("task", m.TaskID).Msg("spooled task refused, and its record not updated")
 	}
+}
+
+// handOff is the inbound path's Dispatcher: the dispatcher once
+// JetStream is bound; before that, the spool (busy if the conversation
+// already has a spooled task, as the dispatcher itself would answer).
+type handOff struct{ n *Node }
+
+func (h handOff) DispatchUnless(ctx context.Context, m task.Message, dup func() bool) (dispatch.Outcome, error) {
+	n := h.n
+	if n.started() {
+		return n.Dispatch.DispatchUnless(ctx, m, dup)
+	}
+	if n.Spool.Holds(m.Bot, m.Chat) {
+		return dispatch.Outcome{Busy: true}, nil
+	}
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return dispatch.Outcome{}, err
+	}
+	if err := n.spoolTask(m, payload); err != nil {
+		return dispatch.Outcome{}, fmt.Errorf("JetStream not reachable and the spool refused the task: %w", err)
+	}
+	n.log.Info().Str("bot", m.Bot).Str("task", m.TaskID).Msg("JetStream not reachable yet: task spooled")
+	return dispatch.Outcome{Spooled: true}, nil
+}
+
+func (n *Node) spoolTask(m task.Message, payload []byte) error {
+	return n.Spool.Append(jetstream.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
 }

@@ -1,0 +1,108 @@
+package serve
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The node API's server timeouts. Every endpoint answers at once (exec
+// accepts the task and runs it in the background), so a minute bounds a
+// slow client without cutting a real one; a client that holds a connection
+// open without sending is dropped after ReadHeaderTimeout.
+const (
+	apiReadHeaderTimeout = 5 * time.Second
+	apiReadTimeout       = 30 * time.Second
+	apiWriteTimeout      = time.Minute
+	apiIdleTimeout       = 2 * time.Minute
+	apiMaxHeaderBytes    = 64 << 10
+)
+
+// apiServer is the node API's HTTP server: every timeout set.
+func (n *Node) apiServer(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) *http.Server {
+	return &http.Server{
+		Handler:           n.api(ctx, wg, cli),
+		ReadHeaderTimeout: apiReadHeaderTimeout,
+		ReadTimeout:       apiReadTimeout,
+		WriteTimeout:      apiWriteTimeout,
+		IdleTimeout:       apiIdleTimeout,
+		MaxHeaderBytes:    apiMaxHeaderBytes,
+	}
+}
+
+// apiListener is ln, wrapped in TLS when api.cert_file is set, and the URL
+// other nodes reach it at (registered in etcd).
+func apiListener(ln net.Listener, a config.API) (net.Listener, string, error) {
+	tc, err := a.ServerTLS()
+	if err != nil {
+		return nil, "", err
+	}
+	if tc == nil {
+		return ln, "http://" + ln.Addr().String(), nil
+	}
+	return tls.NewListener(ln, tc), "https://" + ln.Addr().String(), nil
+}
+
+// apiClient calls other nodes' APIs (tier 2): api.ca_file's CA trusted.
+func apiClient(a config.API) (*http.Client, error) {
+	tc, err := a.ClientTLS()
+	if err != nil {
+		return nil, err
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	if tc != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tc
+		c.Transport = t
+	}
+	return c, nil
+}
+
+// checkListener refuses a node API reachable from other machines without a
+// token: POST /v1/exec runs any prompt and pushes the answer to any chat.
+func checkListener(ln net.Listener, token string) error {
+	if token != "" {
+		return nil
+	}
+	addr := ln.Addr().String()
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("node API listener %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("config key api.token_file: the node API listens on %s, not a loopback address, without a token "+
+			"(anyone who reaches it could run prompts and push answers to any chat): set api.token_file, or listen on 127.0.0.1", addr)
+	}
+	return nil
+}
+
+// requireToken lets a request through only with "Authorization: Bearer
+// <token>"; an empty token (a loopback listener) lets everything through.
+// The comparison takes the same time whatever the guess: both sides are
+// hashed first, so not even the length leaks.
+func requireToken(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="botctl node API"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token: send Authorization: Bearer <the contents of api.token_file>"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
