@@ -55,14 +55,11 @@ type Outcome struct {
 
 // Config configures a Dispatcher.
 type Config struct {
-	// Publish is tier 1: normally (*jetstream.Store).PublishTask.
-	Publish func(ctx context.Context, bot, conversation, msgid string, payload []byte) (jetstream.PublishResult, error)
-	// Spool keeps a task for the queue while it is unavailable (nil: none).
-	Spool func(m task.Message, payload []byte) error
-	// Spooled reports whether the spool holds a task of the conversation
-	// (nil: never). Such a conversation is busy: a later message must not
-	// overtake its spooled one.
-	Spooled func(bot, conversation string) bool
+	// Queue is tier 1 (required).
+	Queue Queue
+	// Spool keeps a task for the queue while it is unavailable (nil:
+	// none).
+	Spool Spool
 	// FixedWorker is tier 2: the base URL of a worker node's API, e.g.
 	// http://10.0.0.7:8391 ("" skips the tier).
 	FixedWorker string
@@ -70,21 +67,52 @@ type Config struct {
 	// worker, whose exec API asks for it (the cluster's api.token_file);
 	// "" sends none.
 	Token string
-	// Local is tier 3: start the task on this node's worker and return
-	// (nil skips the tier).
-	Local func(m task.Message) error
+	// Local is tier 3 (nil skips the tier).
+	Local Local
 	// PublishTimeout bounds tier 1: past it the queue counts as
 	// unavailable. Default 2s.
 	PublishTimeout time.Duration
 	// Client calls the fixed worker. Default: 5s timeout.
 	Client *http.Client
-	// NATSError, if set, is called with the operation ("publish") once for
-	// every publish JetStream did not confirm (ErrUnavailable) or refused
+	// Metrics, if set, counts failed publishes.
+	Metrics Metrics
+	Logger  zerolog.Logger
+}
+
+// Queue is tier 1: the JetStream work queue (*jetstream.Store), whose
+// per-conversation subject is the conversation's mutex.
+type Queue interface {
+	// PublishTask publishes a task for conversation with the WeCom msgid
+	// as its message id; jetstream.ErrConversationBusy is the red line.
+	PublishTask(ctx context.Context, bot, conversation, msgid string, payload []byte) (jetstream.PublishResult, error)
+}
+
+// Spool is the node's local store-and-forward spool, for tasks the queue
+// could not take.
+type Spool interface {
+	// Keep writes m (payload: its JSON) for the queue.
+	Keep(m task.Message, payload []byte) error
+	// Holds reports whether the spool holds a task of the conversation.
+	// Such a conversation is busy: a later message must not overtake its
+	// spooled one.
+	Holds(bot, conversation string) bool
+}
+
+// Local is tier 3: this node's worker.
+type Local interface {
+	// Start starts m on this node's worker and returns; an error says
+	// nothing was started (every slot in use).
+	Start(m task.Message) error
+}
+
+// Metrics hears of failed publishes.
+type Metrics interface {
+	// NATSError is called with the operation ("publish") once for every
+	// publish JetStream did not confirm (ErrUnavailable) or refused
 	// (ErrTaskRejected): the node's NATS error counter. Never for a busy
 	// conversation (an answer, not a failure), a duplicate, or the
 	// caller's own context ending.
-	NATSError func(op string)
-	Logger    zerolog.Logger
+	NATSError(op string)
 }
 
 // Dispatcher routes tasks through the tiers.
@@ -110,8 +138,8 @@ type Stats struct {
 
 // New makes a Dispatcher.
 func New(cfg Config) (*Dispatcher, error) {
-	if cfg.Publish == nil {
-		return nil, errors.New("dispatch: Publish (tier 1) is required")
+	if cfg.Queue == nil {
+		return nil, errors.New("dispatch: Queue (tier 1) is required")
 	}
 	if cfg.PublishTimeout <= 0 {
 		cfg.PublishTimeout = 2 * time.Second
@@ -170,7 +198,7 @@ func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup fun
 		return Outcome{}, err
 	}
 	log := d.log.With().Str("bot", m.Bot).Str("task", m.TaskID).Str("msgid", m.MsgID).Logger()
-	if d.cfg.Spooled != nil && d.cfg.Spooled(m.Bot, m.Chat) {
+	if d.cfg.Spool != nil && d.cfg.Spool.Holds(m.Bot, m.Chat) {
 		// The conversation's task waits in the spool: busy, as if it were
 		// in the queue (the red line holds across an outage).
 		d.count(func(s *Stats) { s.Busy++ })
@@ -178,7 +206,7 @@ func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup fun
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
-	res, err := d.cfg.Publish(pctx, m.Bot, m.Chat, m.MsgID, payload)
+	res, err := d.cfg.Queue.PublishTask(pctx, m.Bot, m.Chat, m.MsgID, payload)
 	cancel()
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: no ack within %s: %w", jetstream.ErrUnavailable, d.cfg.PublishTimeout, err)
@@ -212,7 +240,7 @@ func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup fun
 	out := Outcome{}
 	queueErr := err
 	if d.cfg.Spool != nil {
-		if serr := d.cfg.Spool(m, payload); serr != nil {
+		if serr := d.cfg.Spool.Keep(m, payload); serr != nil {
 			log.Error().Err(serr).Msg("spool write failed")
 		} else {
 			out.Spooled = true
@@ -234,7 +262,7 @@ func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup fun
 	}
 	if d.cfg.Local != nil {
 		d.fallback(log, from, "local", queueErr)
-		lerr := d.cfg.Local(m)
+		lerr := d.cfg.Local.Start(m)
 		if lerr == nil {
 			d.count(func(s *Stats) { s.Local++ })
 			out.Tier = TierLocal
@@ -253,8 +281,8 @@ func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup fun
 }
 
 func (d *Dispatcher) natsError(op string) {
-	if d.cfg.NATSError != nil {
-		d.cfg.NATSError(op)
+	if d.cfg.Metrics != nil {
+		d.cfg.Metrics.NATSError(op)
 	}
 }
 

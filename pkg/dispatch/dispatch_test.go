@@ -16,6 +16,36 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// queueFunc, spoolFuncs, localFunc and natsErrors give the tiers and
+// the metrics a test's own behaviour.
+type queueFunc func(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error)
+
+func (f queueFunc) PublishTask(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error) {
+	return f(ctx, bot, conv, msgid, p)
+}
+
+type spoolFuncs struct {
+	keep  func(task.Message, []byte) error
+	holds func(bot, conv string) bool
+}
+
+func (s spoolFuncs) Keep(m task.Message, p []byte) error {
+	if s.keep == nil {
+		return errors.New("no spool")
+	}
+	return s.keep(m, p)
+}
+
+func (s spoolFuncs) Holds(bot, conv string) bool { return s.holds != nil && s.holds(bot, conv) }
+
+type localFunc func(task.Message) error
+
+func (f localFunc) Start(m task.Message) error { return f(m) }
+
+type natsErrors func(op string)
+
+func (f natsErrors) NATSError(op string) { f(op) }
+
 type tiers struct {
 	fixedCalls atomic.Int32
 	fixedCode  atomic.Int32
@@ -39,10 +69,10 @@ func setup(t *testing.T) (*testenv.JetStream, *tiers, *dispatch.Dispatcher) {
 	}))
 	t.Cleanup(fixed.Close)
 	d, err := dispatch.New(dispatch.Config{
-		Publish:     env.Store.PublishTask,
-		Spool:       func(task.Message, []byte) error { tr.spooled.Add(1); return nil },
+		Queue:       env.Store,
+		Spool:       spoolFuncs{keep: func(task.Message, []byte) error { tr.spooled.Add(1); return nil }},
 		FixedWorker: fixed.URL,
-		Local:       func(task.Message) error { tr.localCalls.Add(1); return tr.localErr },
+		Local:       localFunc(func(task.Message) error { tr.localCalls.Add(1); return tr.localErr }),
 		Logger:      zerolog.Nop(),
 	})
 	if err != nil {
@@ -139,7 +169,7 @@ func TestDuplicateGoesToNoFallbackTier(t *testing.T) {
 
 func TestNoTierAndNoSpoolIsAnError(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
-	d, _ := dispatch.New(dispatch.Config{Publish: env.Store.PublishTask, Local: func(task.Message) error { return errors.New("no slots") }, Logger: zerolog.Nop()})
+	d, _ := dispatch.New(dispatch.Config{Queue: env.Store, Local: localFunc(func(task.Message) error { return errors.New("no slots") }), Logger: zerolog.Nop()})
 	env.Server.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -154,13 +184,13 @@ func TestSpooledConversationIsBusy(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	var published, local atomic.Int32
 	d, err := dispatch.New(dispatch.Config{
-		Publish: func(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error) {
+		Queue: queueFunc(func(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error) {
 			published.Add(1)
 			return env.Store.PublishTask(ctx, bot, conv, msgid, p)
-		},
-		Spooled: func(bot, conv string) bool { return conv == "alice" },
-		Local:   func(task.Message) error { local.Add(1); return nil },
-		Logger:  zerolog.Nop(),
+		}),
+		Spool:  spoolFuncs{holds: func(bot, conv string) bool { return conv == "alice" }},
+		Local:  localFunc(func(task.Message) error { local.Add(1); return nil }),
+		Logger: zerolog.Nop(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -180,8 +210,8 @@ func TestSpooledConversationIsBusy(t *testing.T) {
 func TestNATSErrorHearsFailedPublishesOnly(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	var ops []string
-	d, err := dispatch.New(dispatch.Config{Publish: env.Store.PublishTask, Spool: func(task.Message, []byte) error { return nil },
-		NATSError: func(op string) { ops = append(ops, op) }, Logger: zerolog.Nop()})
+	d, err := dispatch.New(dispatch.Config{Queue: env.Store, Spool: spoolFuncs{keep: func(task.Message, []byte) error { return nil }},
+		Metrics: natsErrors(func(op string) { ops = append(ops, op) }), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,17 +111,17 @@ func TestExecAsksForTheToken(t *testing.T) {
 		}
 	}
 
-	unavailable := func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
 		return jetstream.PublishResult{}, jetstream.ErrUnavailable
-	}
-	withToken, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
+	})
+	withToken, _ := dispatch.New(dispatch.Config{Queue: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
 	out, err := withToken.Dispatch(context.Background(), m)
 	if err != nil || out.Tier != dispatch.TierFixed {
 		t.Fatalf("dispatcher with the token: %+v %v, want the fixed tier", out, err)
 	}
 	m2 := m
 	m2.TaskID, m2.MsgID, m2.Chat = task.ID("b", "m2"), "m2", "bob"
-	without, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Logger: zerolog.Nop()})
+	without, _ := dispatch.New(dispatch.Config{Queue: unavailable, FixedWorker: base, Logger: zerolog.Nop()})
 	if out, err := without.Dispatch(context.Background(), m2); err == nil || !strings.Contains(err.Error(), "api.token_file") {
 		t.Fatalf("dispatcher without the token: %+v %v, want a refusal naming api.token_file", out, err)
 	}
@@ -170,10 +170,10 @@ func TestExecBoundedBySlots(t *testing.T) {
 		t.Errorf("503 without Retry-After")
 	}
 	// The dispatcher's fixed tier, refused, says why in its error.
-	unavailable := func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
 		return jetstream.PublishResult{}, jetstream.ErrUnavailable
-	}
-	d, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
+	})
+	d, _ := dispatch.New(dispatch.Config{Queue: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
 	m := task.Message{TaskID: task.ID("b", "m3"), Bot: "b", MsgID: "m3", Chat: "carol", Question: "q", Received: time.Now()}
 	if out, err := d.Dispatch(context.Background(), m); err == nil || !strings.Contains(err.Error(), "every slot is busy") {
 		t.Fatalf("dispatch to the full fixed worker: %+v %v, want an error that says every slot is busy", out, err)
@@ -225,17 +225,24 @@ func TestExecOverHTTPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unavailable := func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
 		return jetstream.PublishResult{}, jetstream.ErrUnavailable
-	}
+	})
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
-	d, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Client: hc, Logger: zerolog.Nop()})
+	d, _ := dispatch.New(dispatch.Config{Queue: unavailable, FixedWorker: base, Token: testToken, Client: hc, Logger: zerolog.Nop()})
 	if out, err := d.Dispatch(context.Background(), m); err != nil || out.Tier != dispatch.TierFixed {
 		t.Fatalf("over HTTPS: %+v %v, want the fixed tier", out, err)
 	}
 	m.TaskID, m.MsgID, m.Chat = task.ID("b", "m2"), "m2", "bob"
-	untrusting, _ := dispatch.New(dispatch.Config{Publish: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
+	untrusting, _ := dispatch.New(dispatch.Config{Queue: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
 	if _, err := untrusting.Dispatch(context.Background(), m); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("without the CA: %v, want a certificate error", err)
 	}
+}
+
+// queueFunc is a dispatch.Queue that publishes with f.
+type queueFunc func(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error)
+
+func (f queueFunc) PublishTask(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error) {
+	return f(ctx, bot, conv, msgid, p)
 }

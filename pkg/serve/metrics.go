@@ -61,6 +61,9 @@ func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 // documents, so the series stay few.
 func (o *observer) requestError(op string) { o.metrics.NATSError("request", op) }
 
+// NATSError is requestError, as the dispatcher's Metrics.
+func (o *observer) NATSError(op string) { o.requestError(op) }
+
 // term is called when a term of bot starts leading on conn; the returned
 // func when it ends, with its pusher's last counters (nil: none ran).
 func (o *observer) term(bot string, conn *wecom.Conn) func(*pusher.Pusher) {

@@ -309,19 +309,12 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		return err
 	}
 	d, err := dispatch.New(dispatch.Config{
-		Publish: store.PublishTask,
-		Spool: func(m task.Message, payload []byte) error {
-			err := n.spoolTask(m, payload)
-			fwd.Kick()
-			return err
-		},
-		Spooled:     n.Spool.Holds,
+		Queue:       store,
+		Spool:       taskSpool{n, fwd},
 		FixedWorker: cfg.Dispatch.FixedWorker, Token: n.token, Client: n.apiCli,
-		// Bounded by the worker's slots: a full node refuses, and the
-		// dispatcher keeps the task in the spool for the queue.
-		Local:     func(m task.Message) error { return w.Go(ctx, m, string(dispatch.TierLocal), wg) },
-		NATSError: n.obs.requestError,
-		Logger:    log,
+		Local:   localTier{ctx: ctx, w: w, wg: wg},
+		Metrics: n.obs,
+		Logger:  log,
 	})
 	if err != nil {
 		return err

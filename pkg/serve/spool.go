@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/worker"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -156,6 +158,35 @@ func (h handOff) DispatchUnless(ctx context.Context, m task.Message, dup func() 
 	return dispatch.Outcome{Spooled: true}, nil
 }
 
+// taskSpool is the dispatcher's Spool: the node's spool, whose forwarder
+// is woken for every task kept.
+type taskSpool struct {
+	n   *Node
+	fwd *jetstream.Forwarder
+}
+
+func (s taskSpool) Keep(m task.Message, payload []byte) error {
+	err := s.n.spoolTask(m, payload)
+	s.fwd.Kick()
+	return err
+}
+
+func (s taskSpool) Holds(bot, conversation string) bool { return s.n.Spool.Holds(bot, conversation) }
+
 func (n *Node) spoolTask(m task.Message, payload []byte) error {
 	return n.Spool.Append(jetstream.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
+}
+
+// localTier is the dispatcher's tier 3: this node's worker, bounded by
+// its slots (a full node refuses, and the dispatcher keeps the task in
+// the spool for the queue). The task runs under ctx (the node's work)
+// and wg tracks it.
+type localTier struct {
+	ctx context.Context
+	w   *worker.Worker
+	wg  *sync.WaitGroup
+}
+
+func (l localTier) Start(m task.Message) error {
+	return l.w.Go(l.ctx, m, string(dispatch.TierLocal), l.wg)
 }
