@@ -31,6 +31,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/botctl/botctl/pkg/config"
 )
 
 // Roles of a Message.
@@ -128,44 +130,35 @@ var errAnswerTimeout = errors.New("ai: backend timeout")
 
 // Kinds of backend.
 const (
-	KindDemo   = "demo"
-	KindExec   = "exec"
-	KindOpenAI = "openai"
+	KindDemo   = config.AIKindDemo
+	KindExec   = config.AIKindExec
+	KindOpenAI = config.AIKindOpenAI
 )
 
-// Config chooses and configures the backend: the "ai" section of the node's
-// configuration. Only the section named by Kind is read.
-type Config struct {
-	// Kind is "demo", "exec" or "openai". Required.
-	Kind string `yaml:"kind"`
-	// MaxConcurrency is how many answers this node asks of the backend at
-	// once: what the model provider allows (its concurrent-request or
-	// rate limit), divided among the nodes. Tasks beyond it wait queued
-	// (not started; the user sees push.queued_line) and the node fetches
-	// no more tasks than it can start, so the others take them. The
-	// worker enforces it (worker.Config.AIConcurrency). Default 0: no
-	// limit beyond worker.slots.
-	MaxConcurrency int          `yaml:"max_concurrency"`
-	Demo           DemoConfig   `yaml:"demo"`
-	Exec           ExecConfig   `yaml:"exec"`
-	OpenAI         OpenAIConfig `yaml:"openai"`
-}
+// Config chooses and configures the backend: the "ai" section of the
+// node's configuration, described (and checked) in pkg/config. Only the
+// section named by Kind is read.
+type Config = config.AI
+
+// The sections of each backend.
+type (
+	DemoConfig   = config.AIDemo
+	ExecConfig   = config.AIExec
+	OpenAIConfig = config.AIOpenAI
+)
 
 // New validates cfg, fills in defaults and returns the backend. Errors name
 // the configuration key at fault (ai.kind, ai.exec.command, …).
 func New(cfg Config) (Backend, error) {
-	if cfg.MaxConcurrency < 0 {
-		return nil, fmt.Errorf("config key ai.max_concurrency: %d: want 0 (no limit beyond worker.slots) or the number of answers the model provider allows at once from this node", cfg.MaxConcurrency)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	switch cfg.Kind {
 	case KindDemo:
-		return newDemo(cfg.Demo)
+		return newDemo(cfg.Demo), nil
 	case KindExec:
 		return newExec(cfg.Exec)
-	case KindOpenAI:
+	default: // KindOpenAI: Validate knows no other
 		return newOpenAI(cfg.OpenAI, os.LookupEnv)
-	case "":
-		return nil, errors.New(`config key ai.kind: required (one of "demo", "exec", "openai")`)
 	}
-	return nil, fmt.Errorf(`config key ai.kind: %q is not a backend (want "demo", "exec" or "openai")`, cfg.Kind)
 }

@@ -8,37 +8,11 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/botctl/botctl/pkg/config"
 )
 
-// DemoConfig configures the demo backend: a deterministic answer, the same
-// for the same question and settings, streamed evenly over AnswerTime. It
-// calls no model; it exists so the whole pipeline (queue, worker, output
-// bucket, pusher, WeCom stream window) can be exercised and load-tested.
-type DemoConfig struct {
-	// AnswerTime is how long one answer takes to stream. Default 10s.
-	// Raise it to test heartbeats and the WeCom stream window (answers of
-	// several minutes); lower it for fast tests.
-	AnswerTime time.Duration `yaml:"answer_time"`
-	// AnswerTimeMax, when above AnswerTime, spreads answers over
-	// [AnswerTime, AnswerTimeMax]: each question's time is fixed by its
-	// text (a hash), so a rerun takes as long. 0: every answer takes
-	// AnswerTime.
-	AnswerTimeMax time.Duration `yaml:"answer_time_max"`
-	// Paragraphs is the number of numbered paragraphs. Default 3, at most
-	// 1000.
-	Paragraphs int `yaml:"paragraphs"`
-	// AnswerBytes, if set, makes the answer at least this many bytes long
-	// (paragraphs grow by whole sentences), e.g. 30000 to test answers
-	// larger than one WeCom message. Default 0: a few sentences per
-	// paragraph (a few hundred bytes). At most 16 MiB.
-	AnswerBytes int `yaml:"answer_bytes"`
-}
-
 const (
-	demoDefaultAnswerTime = 10 * time.Second
-	demoDefaultParagraphs = 3
-	demoMaxParagraphs     = 1000
-	demoMaxAnswerBytes    = 16 << 20
 	// demoTick is the pace of deltas: one piece per tick, so a 10 s answer
 	// arrives in about 200 small pieces whatever its size.
 	demoTick = 50 * time.Millisecond
@@ -48,26 +22,16 @@ type demoBackend struct {
 	cfg DemoConfig
 }
 
-func newDemo(cfg DemoConfig) (*demoBackend, error) {
-	switch {
-	case cfg.AnswerTime < 0:
-		return nil, fmt.Errorf("config key ai.demo.answer_time: %s is negative", cfg.AnswerTime)
-	case cfg.AnswerTime == 0:
-		cfg.AnswerTime = demoDefaultAnswerTime
+// newDemo builds the demo backend of a validated cfg
+// (config.AIDemo.validate), its defaults filled in.
+func newDemo(cfg DemoConfig) *demoBackend {
+	if cfg.AnswerTime == 0 {
+		cfg.AnswerTime = config.DemoDefaultAnswerTime
 	}
-	if cfg.AnswerTimeMax != 0 && cfg.AnswerTimeMax < cfg.AnswerTime {
-		return nil, fmt.Errorf("config key ai.demo.answer_time_max: %s is below ai.demo.answer_time (%s): set it higher, or 0 for a fixed answer time", cfg.AnswerTimeMax, cfg.AnswerTime)
+	if cfg.Paragraphs == 0 {
+		cfg.Paragraphs = config.DemoDefaultParagraphs
 	}
-	switch {
-	case cfg.Paragraphs < 0 || cfg.Paragraphs > demoMaxParagraphs:
-		return nil, fmt.Errorf("config key ai.demo.paragraphs: %d is out of range (0 for the default %d, at most %d)", cfg.Paragraphs, demoDefaultParagraphs, demoMaxParagraphs)
-	case cfg.Paragraphs == 0:
-		cfg.Paragraphs = demoDefaultParagraphs
-	}
-	if cfg.AnswerBytes < 0 || cfg.AnswerBytes > demoMaxAnswerBytes {
-		return nil, fmt.Errorf("config key ai.demo.answer_bytes: %d is out of range (0 for natural length, at most %d)", cfg.AnswerBytes, demoMaxAnswerBytes)
-	}
-	return &demoBackend{cfg: cfg}, nil
+	return &demoBackend{cfg: cfg}
 }
 
 func (b *demoBackend) Name() string { return KindDemo }

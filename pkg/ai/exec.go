@@ -10,58 +10,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
-)
 
-// ExecConfig configures the exec backend: one process per answer, started
-// from Command (argv, no shell) in its own process group. The task goes to
-// its stdin (see Input) and stdin is then closed; everything it writes to
-// stdout is the answer, streamed as it is produced; exit status 0 means the
-// answer is complete.
-//
-// The process gets a clean environment, not the node's: the node's holds
-// every bot secret (BOTCTL_BOT_<ID>_SECRET) and API key, and a model's
-// helper script has no business with them. It gets PATH, HOME, LANG,
-// LC_ALL, LC_CTYPE, TZ and TMPDIR from the node (those set), BOTCTL_TASK_ID,
-// and what Env names, nothing else.
-type ExecConfig struct {
-	// Command is the program and its arguments, e.g. ["/usr/local/bin/answer",
-	// "--model", "small"]. Required. A program without a slash is looked up
-	// in PATH when the backend is created.
-	Command []string `yaml:"command"`
-	// Input is what the process reads on stdin:
-	//   "question" (default): the question alone (the last user message);
-	//   "conversation": every message as "<role>: <content>", separated by
-	//     a blank line, the question last;
-	//   "json": the Request as one JSON object:
-	//     {"task_id": "…", "messages": [{"role": "user", "content": "…"}, …]}.
-	Input string `yaml:"input"`
-	// Timeout bounds one answer, start to exit. Default 10m. Past it the
-	// process group is killed and Stream returns ErrTimeout.
-	Timeout time.Duration `yaml:"timeout"`
-	// Dir is the working directory. Default: the node's.
-	Dir string `yaml:"dir"`
-	// Env is the rest of the process's environment (config key ai.exec.env):
-	// "NAME=value" sets NAME; "NAME" alone passes the node's NAME through
-	// (if set), e.g. the one API key the command needs. Nothing else of the
-	// node's environment reaches the process.
-	Env []string `yaml:"env"`
-}
+	"github.com/botctl/botctl/pkg/config"
+)
 
 // Exec input modes.
 const (
-	ExecInputQuestion     = "question"
-	ExecInputConversation = "conversation"
-	ExecInputJSON         = "json"
+	ExecInputQuestion     = config.ExecInputQuestion
+	ExecInputConversation = config.ExecInputConversation
+	ExecInputJSON         = config.ExecInputJSON
 )
 
 const (
-	execDefaultTimeout = 10 * time.Minute
 	// execStderrTail is how much of the end of stderr an error carries.
 	execStderrTail = 2048
 	// execExitGrace: after the process exits, how long its stdout may stay
@@ -77,8 +42,6 @@ const (
 // execBaseEnv is what every exec process gets from the node's environment:
 // what programs need to run, none of it secret.
 var execBaseEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
-
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 type execBackend struct {
 	cfg  ExecConfig
@@ -104,38 +67,25 @@ func (b *execBackend) environ(taskID string) []string {
 	return append(env, "BOTCTL_TASK_ID="+taskID)
 }
 
+// newExec builds the exec backend of a validated cfg
+// (config.AIExec.validate): the command is looked up in PATH and the
+// working directory checked now, its defaults filled in.
 func newExec(cfg ExecConfig) (*execBackend, error) {
-	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
-		return nil, errors.New(`config key ai.exec.command: required (argv of the program, e.g. ["/usr/local/bin/answer"])`)
-	}
 	path, err := exec.LookPath(cfg.Command[0])
 	if err != nil {
 		return nil, fmt.Errorf("config key ai.exec.command: %w", err)
 	}
-	switch cfg.Input {
-	case "":
+	if cfg.Input == "" {
 		cfg.Input = ExecInputQuestion
-	case ExecInputQuestion, ExecInputConversation, ExecInputJSON:
-	default:
-		return nil, fmt.Errorf(`config key ai.exec.input: %q (want "question", "conversation" or "json")`, cfg.Input)
 	}
-	switch {
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("config key ai.exec.timeout: %s is negative", cfg.Timeout)
-	case cfg.Timeout == 0:
-		cfg.Timeout = execDefaultTimeout
+	if cfg.Timeout == 0 {
+		cfg.Timeout = config.ExecDefaultTimeout
 	}
 	if cfg.Dir != "" {
 		if fi, err := os.Stat(cfg.Dir); err != nil {
 			return nil, fmt.Errorf("config key ai.exec.dir: %w", err)
 		} else if !fi.IsDir() {
 			return nil, fmt.Errorf("config key ai.exec.dir: %s is not a directory", cfg.Dir)
-		}
-	}
-	for i, kv := range cfg.Env {
-		if k, _, _ := strings.Cut(kv, "="); !envNameRE.MatchString(k) {
-			// Not the entry itself: it may hold a secret.
-			return nil, fmt.Errorf("config key ai.exec.env[%d]: want NAME (passed from the node's environment) or NAME=value, NAME letters, digits and '_'", i)
 		}
 	}
 	// The name shows the program only: arguments may carry secrets.

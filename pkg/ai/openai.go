@@ -5,46 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
-	"time"
 
-	"github.com/botctl/botctl/pkg/redact"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/botctl/botctl/pkg/config"
 )
 
-// OpenAIConfig configures the openai backend: POST <BaseURL>/chat/completions
-// with "stream": true, read as server-sent events. Any OpenAI-compatible
-// server works (OpenAI, Azure's compatible endpoint, vLLM, Ollama,
-// DeepSeek, …). The SDK never retries (the worker does) and reads nothing
-// from the environment except the key variable named here.
-type OpenAIConfig struct {
-	// BaseURL is the API root, the part before "/chat/completions".
-	// Default "https://api.openai.com/v1".
-	BaseURL string `yaml:"base_url"`
-	// Model is the model name sent with each request. Required.
-	Model string `yaml:"model"`
-	// APIKeyEnv names the environment variable holding the API key
-	// (sent as "Authorization: Bearer …"). Default "OPENAI_API_KEY". It is
-	// read once, when the backend is created, and must not be empty (a
-	// server that needs no key accepts any value). The key never appears in
-	// logs, errors or Name.
-	APIKeyEnv string `yaml:"api_key_env"`
-	// SystemPrompt, if set, is sent as the first message, before the
-	// conversation (which may have system messages of its own).
-	SystemPrompt string `yaml:"system_prompt"`
-	// Timeout bounds one answer, request to last chunk. Default 10m.
-	// Answers take minutes: too low cuts long answers (ErrTimeout), too high
-	// holds a worker slot on a stalled stream.
-	Timeout time.Duration `yaml:"timeout"`
-}
-
 const (
-	openAIDefaultBaseURL   = "https://api.openai.com/v1"
-	openAIDefaultAPIKeyEnv = "OPENAI_API_KEY"
-	openAIDefaultTimeout   = 10 * time.Minute
 	// openAIMaxErrorText bounds the provider's message quoted in an error.
 	openAIMaxErrorText = 300
 )
@@ -55,29 +25,21 @@ type openAIBackend struct {
 	chat openai.ChatCompletionService
 }
 
+// newOpenAI builds the openai backend of a validated cfg
+// (config.AIOpenAI.validate): the API key is read from its variable now.
 func newOpenAI(cfg OpenAIConfig, env func(string) (string, bool)) (*openAIBackend, error) {
 	if cfg.BaseURL == "" {
-		cfg.BaseURL = openAIDefaultBaseURL
-	}
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("config key ai.openai.base_url: %q is not an http(s) URL such as %s", redact.URL(cfg.BaseURL), openAIDefaultBaseURL)
-	}
-	if cfg.Model == "" {
-		return nil, errors.New("config key ai.openai.model: required (the model name, e.g. gpt-4o-mini)")
+		cfg.BaseURL = config.OpenAIDefaultBaseURL
 	}
 	if cfg.APIKeyEnv == "" {
-		cfg.APIKeyEnv = openAIDefaultAPIKeyEnv
+		cfg.APIKeyEnv = config.OpenAIDefaultAPIKeyEnv
 	}
 	key, _ := env(cfg.APIKeyEnv)
 	if key == "" {
 		return nil, fmt.Errorf("config key ai.openai.api_key_env: environment variable %s is not set; set it to the endpoint's API key (any non-empty value if the server needs none)", cfg.APIKeyEnv)
 	}
-	switch {
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("config key ai.openai.timeout: %s is negative", cfg.Timeout)
-	case cfg.Timeout == 0:
-		cfg.Timeout = openAIDefaultTimeout
+	if cfg.Timeout == 0 {
+		cfg.Timeout = config.OpenAIDefaultTimeout
 	}
 
 	// A transport of our own: the SDK's default has a 10 minute header

@@ -20,9 +20,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/redact"
-	"github.com/botctl/botctl/pkg/worker"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -41,20 +39,20 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	API    API    `yaml:"api"`
 
-	Etcd     Etcd      `yaml:"etcd"`
-	NATS     NATS      `yaml:"nats"`
-	WeCom    WeCom     `yaml:"wecom"`
-	Election Election  `yaml:"election"`
-	Worker   Worker    `yaml:"worker"`
-	AI       ai.Config `yaml:"ai"`
-	Dispatch Dispatch  `yaml:"dispatch"`
-	Access   Access    `yaml:"access"`
-	Push     Push      `yaml:"push"`
-	Backfill Backfill  `yaml:"backfill"`
-	Health   Health    `yaml:"health"`
-	Recovery Recovery  `yaml:"recovery"`
-	Alert    Alert     `yaml:"alert"`
-	Bots     []Bot     `yaml:"bots"`
+	Etcd     Etcd     `yaml:"etcd"`
+	NATS     NATS     `yaml:"nats"`
+	WeCom    WeCom    `yaml:"wecom"`
+	Election Election `yaml:"election"`
+	Worker   Worker   `yaml:"worker"`
+	AI       AI       `yaml:"ai"`
+	Dispatch Dispatch `yaml:"dispatch"`
+	Access   Access   `yaml:"access"`
+	Push     Push     `yaml:"push"`
+	Backfill Backfill `yaml:"backfill"`
+	Health   Health   `yaml:"health"`
+	Recovery Recovery `yaml:"recovery"`
+	Alert    Alert    `yaml:"alert"`
+	Bots     []Bot    `yaml:"bots"`
 }
 
 // Backfill is the gap backfill: messages a bot missed (no connection, a
@@ -238,6 +236,13 @@ type Worker struct {
 	OutputInterval time.Duration `yaml:"output_interval"`
 }
 
+// Defaults of worker.slots and worker.leader_slots, sized for I/O-bound
+// AI backends: three nodes (one leading) hold 2,304 answers at once.
+const (
+	DefaultWorkerSlots = 1024
+	DefaultLeaderSlots = 256
+)
+
 // MaxSlots bounds worker.slots and worker.leader_slots: eight nodes at
 // the most stay below the task queue's TaskMaxRunning (65536), which
 // every running task holds one of; past it slots sit idle while tasks
@@ -269,8 +274,8 @@ func Defaults() Config {
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second, PulseInterval: time.Second, PulseTimeout: 3 * time.Second,
 			KickLimit: 3, KickWindow: 10 * time.Minute},
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20, AuditEvery: time.Minute},
-		Worker:   Worker{Slots: worker.DefaultSlots, LeaderSlots: worker.DefaultLeaderSlots, Deadline: 30 * time.Minute},
-		AI:       ai.Config{Kind: ai.KindDemo},
+		Worker:   Worker{Slots: DefaultWorkerSlots, LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
+		AI:       AI{Kind: AIKindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
 		NATS: NATS{Replicas: 1, Prefix: jetstream.DefaultPrefix},
@@ -683,7 +688,7 @@ func (c *Config) Validate() error {
 		bad("election.kick_window", "must be positive, got %s", c.Election.KickWindow)
 	}
 	if c.Worker.Slots < 0 || c.Worker.Slots > MaxSlots {
-		bad("worker.slots", "%d: want 0 (the default %d) to %d (the task queue's TaskMaxRunning, 65536, must exceed the sum over nodes)", c.Worker.Slots, worker.DefaultSlots, MaxSlots)
+		bad("worker.slots", "%d: want 0 (the default %d) to %d (the task queue's TaskMaxRunning, 65536, must exceed the sum over nodes)", c.Worker.Slots, DefaultWorkerSlots, MaxSlots)
 	}
 	if c.Worker.Deadline <= 0 {
 		bad("worker.deadline", "must be positive, got %s", c.Worker.Deadline)
@@ -728,7 +733,7 @@ func (c *Config) Validate() error {
 			bad("dispatch.fixed_worker", "%q: want http://HOST:PORT of a node's API", redact.URL(c.Dispatch.FixedWorker))
 		}
 	}
-	if _, err := ai.New(c.AI); err != nil {
+	if err := c.AI.Validate(); err != nil {
 		errs = append(errs, err) // names its key (ai.kind, ai.openai.model, …)
 	}
 	c.validateHealth(bad)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
@@ -157,11 +158,10 @@ type Worker struct {
 	tokenFreed chan struct{}
 }
 
-// Defaults of Config's slots, sized for I/O-bound AI backends: three
-// nodes (one leading) hold 2,304 answers at once.
+// Defaults of Config's slots: worker.slots' and worker.leader_slots'.
 const (
-	DefaultSlots       = 1024
-	DefaultLeaderSlots = 256
+	DefaultSlots       = config.DefaultWorkerSlots
+	DefaultLeaderSlots = config.DefaultLeaderSlots
 )
 
 // DefaultDeadline is Config.Deadline's default: three times the AI

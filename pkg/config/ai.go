@@ -1,0 +1,222 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/botctl/botctl/pkg/redact"
+)
+
+// The AI backends (ai.kind).
+const (
+	AIKindDemo   = "demo"
+	AIKindExec   = "exec"
+	AIKindOpenAI = "openai"
+)
+
+// The exec backend's input modes (ai.exec.input).
+const (
+	ExecInputQuestion     = "question"
+	ExecInputConversation = "conversation"
+	ExecInputJSON         = "json"
+)
+
+// Defaults and bounds of the AI section, applied by pkg/ai when it builds
+// the backend.
+const (
+	DemoDefaultAnswerTime  = 10 * time.Second
+	DemoDefaultParagraphs  = 3
+	DemoMaxParagraphs      = 1000
+	DemoMaxAnswerBytes     = 16 << 20
+	ExecDefaultTimeout     = 10 * time.Minute
+	OpenAIDefaultBaseURL   = "https://api.openai.com/v1"
+	OpenAIDefaultAPIKeyEnv = "OPENAI_API_KEY"
+	OpenAIDefaultTimeout   = 10 * time.Minute
+)
+
+// AI chooses and configures the AI backend (pkg/ai): the "ai" section of the node's
+// configuration. Only the section named by Kind is read.
+type AI struct {
+	// Kind is "demo", "exec" or "openai". Required.
+	Kind string `yaml:"kind"`
+	// MaxConcurrency is how many answers this node asks of the backend at
+	// once: what the model provider allows (its concurrent-request or
+	// rate limit), divided among the nodes. Tasks beyond it wait queued
+	// (not started; the user sees push.queued_line) and the node fetches
+	// no more tasks than it can start, so the others take them. The
+	// worker enforces it (worker.Config.AIConcurrency). Default 0: no
+	// limit beyond worker.slots.
+	MaxConcurrency int      `yaml:"max_concurrency"`
+	Demo           AIDemo   `yaml:"demo"`
+	Exec           AIExec   `yaml:"exec"`
+	OpenAI         AIOpenAI `yaml:"openai"`
+}
+
+// AIDemo configures the demo backend: a deterministic answer, the same
+// for the same question and settings, streamed evenly over AnswerTime. It
+// calls no model; it exists so the whole pipeline (queue, worker, output
+// bucket, pusher, WeCom stream window) can be exercised and load-tested.
+type AIDemo struct {
+	// AnswerTime is how long one answer takes to stream. Default 10s.
+	// Raise it to test heartbeats and the WeCom stream window (answers of
+	// several minutes); lower it for fast tests.
+	AnswerTime time.Duration `yaml:"answer_time"`
+	// AnswerTimeMax, when above AnswerTime, spreads answers over
+	// [AnswerTime, AnswerTimeMax]: each question's time is fixed by its
+	// text (a hash), so a rerun takes as long. 0: every answer takes
+	// AnswerTime.
+	AnswerTimeMax time.Duration `yaml:"answer_time_max"`
+	// Paragraphs is the number of numbered paragraphs. Default 3, at most
+	// 1000.
+	Paragraphs int `yaml:"paragraphs"`
+	// AnswerBytes, if set, makes the answer at least this many bytes long
+	// (paragraphs grow by whole sentences), e.g. 30000 to test answers
+	// larger than one WeCom message. Default 0: a few sentences per
+	// paragraph (a few hundred bytes). At most 16 MiB.
+	AnswerBytes int `yaml:"answer_bytes"`
+}
+
+// AIExec configures the exec backend: one process per answer, started
+// from Command (argv, no shell) in its own process group. The task goes to
+// its stdin (see Input) and stdin is then closed; everything it writes to
+// stdout is the answer, streamed as it is produced; exit status 0 means the
+// answer is complete.
+//
+// The process gets a clean environment, not the node's: the node's holds
+// every bot secret (BOTCTL_BOT_<ID>_SECRET) and API key, and a model's
+// helper script has no business with them. It gets PATH, HOME, LANG,
+// LC_ALL, LC_CTYPE, TZ and TMPDIR from the node (those set), BOTCTL_TASK_ID,
+// and what Env names, nothing else.
+type AIExec struct {
+	// Command is the program and its arguments, e.g. ["/usr/local/bin/answer",
+	// "--model", "small"]. Required. A program without a slash is looked up
+	// in PATH when the backend is created.
+	Command []string `yaml:"command"`
+	// Input is what the process reads on stdin:
+	//   "question" (default): the question alone (the last user message);
+	//   "conversation": every message as "<role>: <content>", separated by
+	//     a blank line, the question last;
+	//   "json": the Request as one JSON object:
+	//     {"task_id": "…", "messages": [{"role": "user", "content": "…"}, …]}.
+	Input string `yaml:"input"`
+	// Timeout bounds one answer, start to exit. Default 10m. Past it the
+	// process group is killed and Stream returns ErrTimeout.
+	Timeout time.Duration `yaml:"timeout"`
+	// Dir is the working directory. Default: the node's.
+	Dir string `yaml:"dir"`
+	// Env is the rest of the process's environment (config key ai.exec.env):
+	// "NAME=value" sets NAME; "NAME" alone passes the node's NAME through
+	// (if set), e.g. the one API key the command needs. Nothing else of the
+	// node's environment reaches the process.
+	Env []string `yaml:"env"`
+}
+
+// AIOpenAI configures the openai backend: POST <BaseURL>/chat/completions
+// with "stream": true, read as server-sent events. Any OpenAI-compatible
+// server works (OpenAI, Azure's compatible endpoint, vLLM, Ollama,
+// DeepSeek, …). The SDK never retries (the worker does) and reads nothing
+// from the environment except the key variable named here.
+type AIOpenAI struct {
+	// BaseURL is the API root, the part before "/chat/completions".
+	// Default "https://api.openai.com/v1".
+	BaseURL string `yaml:"base_url"`
+	// Model is the model name sent with each request. Required.
+	Model string `yaml:"model"`
+	// APIKeyEnv names the environment variable holding the API key
+	// (sent as "Authorization: Bearer …"). Default "OPENAI_API_KEY". It is
+	// read once, when the backend is created, and must not be empty (a
+	// server that needs no key accepts any value). The key never appears in
+	// logs, errors or Name.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// SystemPrompt, if set, is sent as the first message, before the
+	// conversation (which may have system messages of its own).
+	SystemPrompt string `yaml:"system_prompt"`
+	// Timeout bounds one answer, request to last chunk. Default 10m.
+	// Answers take minutes: too low cuts long answers (ErrTimeout), too high
+	// holds a worker slot on a stalled stream.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Validate checks the section's values, the section named by Kind only.
+// What depends on the machine (the exec command in PATH, ai.exec.dir,
+// the API key's variable) is checked when pkg/ai builds the backend.
+// Errors name the key (ai.kind, ai.openai.model, …).
+func (a AI) Validate() error {
+	if a.MaxConcurrency < 0 {
+		return fmt.Errorf("config key ai.max_concurrency: %d: want 0 (no limit beyond worker.slots) or the number of answers the model provider allows at once from this node", a.MaxConcurrency)
+	}
+	switch a.Kind {
+	case AIKindDemo:
+		return a.Demo.validate()
+	case AIKindExec:
+		return a.Exec.validate()
+	case AIKindOpenAI:
+		return a.OpenAI.validate()
+	case "":
+		return errors.New(`config key ai.kind: required (one of "demo", "exec", "openai")`)
+	}
+	return fmt.Errorf(`config key ai.kind: %q is not a backend (want "demo", "exec" or "openai")`, a.Kind)
+}
+
+func (d AIDemo) validate() error {
+	if d.AnswerTime < 0 {
+		return fmt.Errorf("config key ai.demo.answer_time: %s is negative", d.AnswerTime)
+	}
+	answerTime := d.AnswerTime
+	if answerTime == 0 {
+		answerTime = DemoDefaultAnswerTime
+	}
+	if d.AnswerTimeMax != 0 && d.AnswerTimeMax < answerTime {
+		return fmt.Errorf("config key ai.demo.answer_time_max: %s is below ai.demo.answer_time (%s): set it higher, or 0 for a fixed answer time", d.AnswerTimeMax, answerTime)
+	}
+	if d.Paragraphs < 0 || d.Paragraphs > DemoMaxParagraphs {
+		return fmt.Errorf("config key ai.demo.paragraphs: %d is out of range (0 for the default %d, at most %d)", d.Paragraphs, DemoDefaultParagraphs, DemoMaxParagraphs)
+	}
+	if d.AnswerBytes < 0 || d.AnswerBytes > DemoMaxAnswerBytes {
+		return fmt.Errorf("config key ai.demo.answer_bytes: %d is out of range (0 for natural length, at most %d)", d.AnswerBytes, DemoMaxAnswerBytes)
+	}
+	return nil
+}
+
+func (e AIExec) validate() error {
+	if len(e.Command) == 0 || e.Command[0] == "" {
+		return errors.New(`config key ai.exec.command: required (argv of the program, e.g. ["/usr/local/bin/answer"])`)
+	}
+	switch e.Input {
+	case "", ExecInputQuestion, ExecInputConversation, ExecInputJSON:
+	default:
+		return fmt.Errorf(`config key ai.exec.input: %q (want "question", "conversation" or "json")`, e.Input)
+	}
+	if e.Timeout < 0 {
+		return fmt.Errorf("config key ai.exec.timeout: %s is negative", e.Timeout)
+	}
+	for i, kv := range e.Env {
+		if k, _, _ := strings.Cut(kv, "="); !envNameRE.MatchString(k) {
+			// Not the entry itself: it may hold a secret.
+			return fmt.Errorf("config key ai.exec.env[%d]: want NAME (passed from the node's environment) or NAME=value, NAME letters, digits and '_'", i)
+		}
+	}
+	return nil
+}
+
+func (o AIOpenAI) validate() error {
+	if o.BaseURL != "" {
+		u, err := url.Parse(o.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("config key ai.openai.base_url: %q is not an http(s) URL such as %s", redact.URL(o.BaseURL), OpenAIDefaultBaseURL)
+		}
+	}
+	if o.Model == "" {
+		return errors.New("config key ai.openai.model: required (the model name, e.g. gpt-4o-mini)")
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("config key ai.openai.timeout: %s is negative", o.Timeout)
+	}
+	return nil
+}
