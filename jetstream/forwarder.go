@@ -20,7 +20,7 @@ type ForwarderConfig struct {
 	// Spool to drain. Required.
 	Spool *Spool
 	// Publish forwards one entry; usually Store.SpoolPublisher. Required.
-	Publish PublishFunc
+	Publish Publisher
 	// MinBackoff is the wait before the first retry after a failed drain;
 	// each further failure doubles it up to MaxBackoff. Shorter finds
 	// JetStream back sooner but costs a failed publish (up to its timeout)
@@ -94,7 +94,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		case <-f.kick:
 		case <-timer.C:
 		}
-		n, err := f.cfg.Spool.Drain(ctx, f.cfg.Publish)
+		n, err := f.cfg.Spool.Drain(ctx, f.cfg.Publish.Publish)
 		if ctx.Err() != nil {
 			return nil
 		}

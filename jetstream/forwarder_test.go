@@ -230,10 +230,10 @@ func TestForwarderStopsWhileFailing(t *testing.T) {
 	tries := make(chan struct{}, 100)
 	fw, err := NewForwarder(ForwarderConfig{
 		Spool: sp,
-		Publish: func(ctx context.Context, e SpoolEntry) error {
+		Publish: PublishFunc(func(ctx context.Context, e SpoolEntry) error {
 			tries <- struct{}{}
 			return ErrUnavailable
-		},
+		}),
 		MinBackoff: time.Millisecond,
 		MaxBackoff: time.Hour, // Run must not wait out a backoff to stop
 	})
@@ -270,7 +270,7 @@ func TestForwarderKick(t *testing.T) {
 	got := make(chan string, 10)
 	fw, err := NewForwarder(ForwarderConfig{
 		Spool:   sp,
-		Publish: func(ctx context.Context, e SpoolEntry) error { got <- e.MsgID; return nil },
+		Publish: PublishFunc(func(ctx context.Context, e SpoolEntry) error { got <- e.MsgID; return nil }),
 		Poll:    time.Hour, // only Kick can wake it
 	})
 	if err != nil {
@@ -295,7 +295,7 @@ func TestForwarderKick(t *testing.T) {
 
 func TestNewForwarderChecksConfig(t *testing.T) {
 	sp := openSpool(t, filepath.Join(t.TempDir(), "spool.db"))
-	pub := func(context.Context, SpoolEntry) error { return nil }
+	pub := PublishFunc(func(context.Context, SpoolEntry) error { return nil })
 	for _, cfg := range []ForwarderConfig{
 		{Publish: pub},
 		{Spool: sp},

@@ -146,13 +146,21 @@ func (s *Spool) Len() (int, error) {
 	return n, nil
 }
 
-// PublishFunc forwards one spooled entry. Its result is the spool's
-// contract: nil means "done with this entry" — it was queued, or JetStream
-// answered for it for good (a duplicate, a busy conversation, a rejection)
-// — and the entry is deleted; an error means "not now": the entry stays
-// first in the spool and the drain stops, to be retried later.
-// Store.SpoolPublisher is the PublishFunc for the task stream.
+// Publisher forwards spooled entries. Publish's result is the spool's
+// contract: nil means "done with this entry" — it was queued, or
+// JetStream answered for it for good (a duplicate, a busy conversation, a
+// rejection) — and the entry is deleted; an error means "not now": the
+// entry stays first in the spool and the drain stops, to be retried later.
+// Store.SpoolPublisher is the Publisher for the task stream.
+type Publisher interface {
+	Publish(ctx context.Context, e SpoolEntry) error
+}
+
+// PublishFunc is a Publisher as a function.
 type PublishFunc func(ctx context.Context, e SpoolEntry) error
+
+// Publish calls f.
+func (f PublishFunc) Publish(ctx context.Context, e SpoolEntry) error { return f(ctx, e) }
 
 // Drain forwards entries in spool order with publish, deleting each only
 // after publish returned nil, until the spool is empty (nil), publish fails
@@ -231,7 +239,7 @@ func seqKey(seq uint64) []byte {
 	return k
 }
 
-// SpoolPublisher is the PublishFunc that forwards spooled entries to the
+// SpoolPublisher is the Publisher that forwards spooled entries to the
 // task stream with PublishTask. An entry is done once JetStream answered
 // for it: queued, a duplicate, ErrConversationBusy or ErrTaskRejected.
 // report, if not nil, is called with each such answer before the entry is

@@ -293,8 +293,8 @@ func Run(ctx context.Context, o Options) error {
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.Store, backend ai.Backend) error {
 	cfg, log := n.cfg, n.log
 	lc := task.NewLifecycle(store, cfg.NodeID, log)
-	out := newSpoolOut(store, lc, log, n.leaders.Forwarded)
-	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{Spool: n.Spool, Publish: out.publish, Logger: log})
+	out := newSpoolOut(store, lc, log, n.leaders)
+	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log})
 	if err != nil {
 		return err
 	}

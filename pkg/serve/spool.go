@@ -30,19 +30,19 @@ type spoolOut struct {
 	store   *jetstream.Store
 	lc      *task.Lifecycle
 	log     zerolog.Logger
-	notify  func(bot, taskID string) // the bot's pusher, when this node leads it
-	forward func(ctx context.Context, e jetstream.SpoolEntry) error
+	leaders *leaders            // the bot's pusher learns of each task taken, when this node leads it
+	forward jetstream.Publisher // to the task queue
 }
 
-func newSpoolOut(store *jetstream.Store, lc *task.Lifecycle, log zerolog.Logger, notify func(bot, taskID string)) *spoolOut {
-	s := &spoolOut{store: store, lc: lc, log: log, notify: notify}
+func newSpoolOut(store *jetstream.Store, lc *task.Lifecycle, log zerolog.Logger, leaders *leaders) *spoolOut {
+	s := &spoolOut{store: store, lc: lc, log: log, leaders: leaders}
 	s.forward = store.SpoolPublisher(s.forwarded)
 	return s
 }
 
-// publish is the forwarder's Publish: an error keeps the entry for a
+// Publish is the forwarder's Publisher: an error keeps the entry for a
 // later try.
-func (s *spoolOut) publish(ctx context.Context, e jetstream.SpoolEntry) error {
+func (s *spoolOut) Publish(ctx context.Context, e jetstream.SpoolEntry) error {
 	// A fallback tier ran the task during the outage: once it has ended,
 	// queueing it would only hold its conversation for nothing.
 	switch state, err := s.offQueue(ctx, e); {
@@ -54,7 +54,7 @@ func (s *spoolOut) publish(ctx context.Context, e jetstream.SpoolEntry) error {
 	case state == runningOffQueue:
 		s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task still running on a fallback tier; queued to hold its conversation")
 	}
-	return s.forward(ctx, e)
+	return s.forward.Publish(ctx, e)
 }
 
 // What a fallback tier did with a spooled task.
@@ -78,8 +78,8 @@ func (s *spoolOut) forwarded(e jetstream.SpoolEntry, res jetstream.PublishResult
 	ctx, cancel := context.WithTimeout(context.Background(), refusedTimeout)
 	defer cancel()
 	s.refused(ctx, e, err)
-	if s.notify != nil {
-		s.notify(e.Bot, task.ID(e.Bot, e.MsgID))
+	if s.leaders != nil {
+		s.leaders.Forwarded(e.Bot, task.ID(e.Bot, e.MsgID))
 	}
 }
 

@@ -58,7 +58,7 @@ func TestSpoolOutQueuesTheCopyOfATaskStillRunningOffQueue(t *testing.T) {
 	fresh, fm := entry("m3", "carol")
 
 	for _, e := range []jetstream.SpoolEntry{running, ended, fresh} {
-		if err := out.publish(ctx, e); err != nil {
+		if err := out.Publish(ctx, e); err != nil {
 			t.Fatalf("publish %s: %v", e.MsgID, err)
 		}
 	}
