@@ -443,10 +443,10 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 	}
 	w, err := worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
-		Leading: n.isLeading,
-		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
+		Leadership: n,
+		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
 		OutputInterval: outputInterval(cfg),
-		NATSError:      n.obs.requestError, Logger: n.base, // worker.New adds node and component
+		Metrics:        requestErrors{n.obs}, Logger: n.base, // worker.New adds node and component
 	})
 	if err != nil {
 		return err
@@ -577,7 +577,9 @@ func (n *Node) spoolTask(m task.Message, payload []byte) error {
 	return n.Spool.Append(jetstream.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
 }
 
-func (n *Node) isLeading() bool {
+// LeadsAny says whether this node leads any bot now (a term's pusher runs
+// here): the worker's leader slots apply (worker.Leadership).
+func (n *Node) LeadsAny() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.leadingN > 0

@@ -6,8 +6,10 @@ import (
 	"fmt"
 )
 
+// slots is how many slots the worker uses now: LeaderSlots while this
+// node leads a bot, else Slots.
 func (w *Worker) slots() int {
-	if w.cfg.Leading != nil && w.cfg.LeaderSlots > 0 && w.cfg.Leading() {
+	if w.cfg.Leadership != nil && w.cfg.LeaderSlots > 0 && w.cfg.Leadership.LeadsAny() {
 		return min(w.cfg.LeaderSlots, w.cfg.Slots)
 	}
 	return w.cfg.Slots

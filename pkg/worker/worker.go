@@ -45,11 +45,14 @@ type Config struct {
 	// push.queued_line) while the model could take more. The sum over
 	// all nodes must stay below the queue's TaskMaxRunning (65536).
 	Slots int
-	// LeaderSlots, if set, is how many slots to use while Leading reports
-	// true: the access node keeps headroom for its connection and pusher.
-	// Default 0: Slots (serve passes its own default, DefaultLeaderSlots).
+	// LeaderSlots, if set, is how many slots to use while Leadership says
+	// this node leads a bot: the access node keeps headroom for its
+	// connection and pusher. Default 0: Slots (serve passes its own
+	// default, DefaultLeaderSlots).
 	LeaderSlots int
-	Leading     func() bool
+	// Leadership tells whether LeaderSlots apply. Default nil: they never
+	// do, the worker uses Slots.
+	Leadership Leadership
 	// AIConcurrency bounds how many tasks call the AI backend at once on
 	// this node (what the model provider allows, divided among nodes).
 	// A task waiting for a token is not started: its record stays queued
@@ -90,19 +93,37 @@ type Config struct {
 	StorePatience time.Duration
 	// Lifecycle records every step of a task. Default: one on Store.
 	Lifecycle *task.Lifecycle
-	// NATSError, if set, is called with the operation each time a
-	// JetStream request of the worker fails while it runs: its own queue
-	// requests ("fetch" of tasks, "ack" confirmed of a finished task,
-	// "remove", the removal that replaces an ack never confirmed, "hold",
-	// the re-read of a task held off the queue), and a running task's
-	// reads and writes of the store ("output_write", "record_write",
+	// Metrics hears of the worker's failed JetStream requests. Default
+	// nil: nobody counts them.
+	Metrics Metrics
+	Logger  zerolog.Logger
+	// Now is the clock of the default Lifecycle's records (a test seam).
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// Leadership answers whether this node leads any bot now, so that the
+// worker's LeaderSlots apply. It is asked before each fetch of tasks and,
+// under the worker's lock, for each task started off the queue: it must
+// be quick, must not block and must not call the worker.
+type Leadership interface {
+	LeadsAny() bool
+}
+
+// Metrics counts the worker's failed JetStream requests (the node's NATS
+// error counter).
+type Metrics interface {
+	// NATSError is called with the operation each time a JetStream
+	// request of the worker fails while it runs: its own queue requests
+	// ("fetch" of tasks, "ack" confirmed of a finished task, "remove",
+	// the removal that replaces an ack never confirmed, "hold", the
+	// re-read of a task held off the queue), and a running task's reads
+	// and writes of the store ("output_write", "record_write",
 	// "record_read", "context_read", "context_write"), those only when
 	// JetStream failed (task.StoreFailed), not when the lifecycle said no
-	// (superseded, finished) or the task's run ended the request. For the
-	// node's NATS error counter; must not block.
-	NATSError func(op string)
-	Logger    zerolog.Logger
-	Now       func() time.Time
+	// (superseded, finished) or the task's run ended the request. It must
+	// not block.
+	NATSError(op string)
 }
 
 // Defaults of Config's slots, sized for I/O-bound AI backends: three
@@ -219,13 +240,14 @@ func (w *Worker) Waiting() int {
 	return w.waitingAll
 }
 
+// natsError tells Config.Metrics that a request op failed.
 func (w *Worker) natsError(op string) {
-	if w.cfg.NATSError != nil {
-		w.cfg.NATSError(op)
+	if w.cfg.Metrics != nil {
+		w.cfg.Metrics.NATSError(op)
 	}
 }
 
-// storeError tells Config.NATSError about err, from op on the store, if it
+// storeError tells Config.Metrics about err, from op on the store, if it
 // is JetStream failing (task.StoreFailed).
 func (w *Worker) storeError(op string, err error) {
 	if task.StoreFailed(err) {
