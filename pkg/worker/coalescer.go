@@ -12,33 +12,34 @@ import (
 // coalescer accumulates deltas and writes the whole text at most once per
 // interval (and only if it changed), so a backend emitting hundreds of
 // tokens a second costs a few KV writes, and a backend that goes quiet
-// still has its last words written within an interval. Writes go through
-// the attempt's fenced writer; onErr hears of each failed write, periodic
-// or the last (ErrSuperseded ends the run), but not of a periodic write
-// the run's end cut short.
+// still has its last words written within an interval (writeEvery).
+// Writes go through the attempt's fenced writer; the caller's failed hears
+// of each failed write, periodic or the last (ErrSuperseded ends the run),
+// but not of a periodic write the run's end cut short.
 type coalescer struct {
-	w     *task.OutputWriter
-	onErr func(error)
+	w *task.OutputWriter
 
 	mu    sync.Mutex
 	b     strings.Builder
 	dirty bool
 	wmu   sync.Mutex // one write at a time, in order
-
-	stop func()
 }
 
-func newCoalescer(ctx context.Context, w *task.OutputWriter, interval time.Duration, onErr func(error)) *coalescer {
-	c := &coalescer{w: w, onErr: onErr}
-	c.stop = every(ctx, interval, func(ctx context.Context) bool {
+func newCoalescer(w *task.OutputWriter) *coalescer { return &coalescer{w: w} }
+
+// writeEvery writes the text each interval, if it changed, until ctx ends
+// or stop is called; failed hears of a write that failed, unless ctx's end
+// cut it short. stop returns once the periodic writes have ended; then
+// flush writes the last.
+func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, failed func(error)) (stop func()) {
+	return every(ctx, interval, func(ctx context.Context) bool {
 		wctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 		defer cancel()
 		if err := c.write(wctx); err != nil && ctx.Err() == nil {
-			c.onErr(err)
+			failed(err)
 		}
 		return true
 	})
-	return c
 }
 
 func (c *coalescer) add(delta string) error {
@@ -55,12 +56,12 @@ func (c *coalescer) text() string {
 	return c.b.String()
 }
 
-// flush writes the text if it changed since the last write; onErr hears
+// flush writes the text if it changed since the last write; failed hears
 // of a failure.
-func (c *coalescer) flush(ctx context.Context) error {
+func (c *coalescer) flush(ctx context.Context, failed func(error)) error {
 	err := c.write(ctx)
 	if err != nil {
-		c.onErr(err)
+		failed(err)
 	}
 	return err
 }
@@ -85,6 +86,3 @@ func (c *coalescer) write(ctx context.Context) error {
 	}
 	return nil
 }
-
-// end stops the periodic writes; then flush writes the last.
-func (c *coalescer) end() { c.stop() }

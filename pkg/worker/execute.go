@@ -98,44 +98,48 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		delete(w.running, m.TaskID)
 		w.mu.Unlock()
 	}()
-	stopCheck := checkCancel(runCtx, lc, m.TaskID, attempt, cancel, w.storeError)
+	stopCheck := w.checkCancel(runCtx, m.TaskID, attempt, cancel)
 	defer stopCheck()
 
 	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m)}
-	out := newCoalescer(runCtx, lc.Output(m.TaskID, m.Bot, attempt), w.cfg.OutputInterval, func(err error) {
+	// A failed output write is counted; one refused because a later
+	// attempt took over ends the run.
+	outputFailed := func(err error) {
 		w.storeError("output_write", err)
 		if errors.Is(err, task.ErrSuperseded) {
 			cancel(errSuperseded)
 		}
-	})
+	}
+	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt))
+	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
 	err = w.cfg.Backend.Stream(runCtx, req, out.add)
-	out.end()
+	stopWrites()
 	text := out.text()
 
 	cause := context.Cause(runCtx)
 	switch {
 	case errors.Is(cause, errCanceled):
-		out.flush(bg) // what came before the stop stays on the user's screen
+		out.flush(bg, outputFailed) // what came before the stop stays on the user's screen
 		log.Info().Msg("task canceled")
 		return result{action: actAck}
 	case errors.Is(cause, errSuperseded):
 		return result{action: actLeave, err: task.ErrSuperseded}
 	case errors.Is(cause, errDeadline):
-		out.flush(bg)
+		out.flush(bg, outputFailed)
 		why := fmt.Sprintf("execution deadline %s passed without an answer", w.cfg.Deadline)
 		_, gerr := lc.GiveUp(bg, m.TaskID, why, nil)
 		w.storeError("record_write", gerr)
 		log.Warn().Msg(why)
 		return result{action: actGiveUp, err: errors.New(why)}
 	case err != nil && ctx.Err() != nil:
-		out.flush(bg)
+		out.flush(bg, outputFailed)
 		if final {
 			why := "the node stopped during the task's last attempt"
 			return w.failed(bg, m, attempt, why, false)
 		}
 		return w.failed(bg, m, attempt, "interrupted: the node is stopping", true)
 	case err != nil:
-		out.flush(bg)
+		out.flush(bg, outputFailed)
 		retry := !errors.Is(err, ai.ErrBadRequest) && !final
 		why := fmt.Sprintf("backend %s: %v", w.cfg.Backend.Name(), err)
 		if final && !errors.Is(err, ai.ErrBadRequest) {
@@ -145,7 +149,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	// The complete text is stored under this attempt before the record
 	// says succeeded: the pusher delivers exactly what Finish hashed.
-	if err := w.patiently(ctx, log, "store the answer", func() error { return out.flush(bg) }); err != nil {
+	if err := w.patiently(ctx, log, "store the answer", func() error { return out.flush(bg, outputFailed) }); err != nil {
 		if errors.Is(err, task.ErrSuperseded) {
 			return result{action: actLeave, err: err}
 		}
@@ -267,16 +271,15 @@ const cancelCheck = 15 * time.Second
 // checkCancel re-reads the record every cancelCheck and ends the run once
 // it says canceled (or finished otherwise: given up), or that a later
 // attempt took over.
-func checkCancel(ctx context.Context, lc *task.Lifecycle, id string, attempt int, cancel context.CancelCauseFunc,
-	storeError func(op string, err error)) (stop func()) {
+func (w *Worker) checkCancel(ctx context.Context, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
 	return every(ctx, cancelCheck, func(ctx context.Context) bool {
 		gctx, gcancel := context.WithTimeout(ctx, storeCallTimeout)
-		r, err := lc.Get(gctx, id)
+		r, err := w.cfg.Lifecycle.Get(gctx, id)
 		gcancel()
 		switch {
 		case err != nil:
 			if ctx.Err() == nil { // not the run ending under the read
-				storeError("record_read", err)
+				w.storeError("record_read", err)
 			}
 			return true
 		case r.Exec.Finished():
