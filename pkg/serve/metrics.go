@@ -55,13 +55,14 @@ func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 // requestError counts a failed JetStream request of the node's hot paths
 // (dispatch's publish; the pusher's record, output and watermark reads and
 // writes; the worker's queue requests and a running task's output, record
-// and context reads and writes: their Config.NATSError) as
+// and context reads and writes: their Config.NATSError, the worker's
+// Config.Metrics) as
 // botctl_nats_errors_total{kind="request",op=op}, beside the collector's
 // own failed reads (op "scrape"). op is one of a few names each component
 // documents, so the series stay few.
 func (o *observer) requestError(op string) { o.metrics.NATSError("request", op) }
 
-// NATSError is requestError, as the dispatcher's Metrics.
+// NATSError is requestError, as the dispatcher's and the worker's Metrics.
 func (o *observer) NATSError(op string) { o.requestError(op) }
 
 // term is called when a term of bot starts leading on conn; the returned

@@ -300,10 +300,10 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 	}
 	w, err := worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
-		Leading: n.leaders.LeadsAny,
-		Backend: backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
+		Leadership: n.leaders,
+		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
 		OutputInterval: outputInterval(cfg),
-		NATSError:      n.obs.requestError, Logger: n.base, // worker.New adds node and component
+		Metrics:        n.obs, Logger: n.base, // worker.New adds node and component
 	})
 	if err != nil {
 		return err

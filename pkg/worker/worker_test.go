@@ -466,6 +466,40 @@ func TestOffQueueWorkBoundedBySlots(t *testing.T) {
 	}
 }
 
+// leading is a worker.Leadership a test switches.
+type leading struct{ v atomic.Bool }
+
+func (l *leading) LeadsAny() bool { return l.v.Load() }
+
+// While the node leads a bot the worker uses its LeaderSlots (headroom for
+// the connection and pusher); once leadership ends, Slots again.
+func TestLeaderSlotsWhileLeading(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	l := &leading{}
+	l.v.Store(true)
+	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, LeaderSlots: 1, Leadership: l,
+		Backend: demo(t, time.Minute), Store: env.Store, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	msg := func(i int) task.Message {
+		return task.Message{TaskID: task.ID("b", fmt.Sprint("m", i)), Bot: "b", MsgID: fmt.Sprint("m", i), Chat: fmt.Sprint("c", i), Question: "q"}
+	}
+	if err := w.Go(ctx, msg(0), "local", &wg); err != nil {
+		t.Fatalf("first task refused while leading: %v", err)
+	}
+	if err := w.Go(ctx, msg(1), "local", &wg); !errors.Is(err, worker.ErrNoSlot) {
+		t.Fatalf("second task on one leader slot: %v, want ErrNoSlot", err)
+	}
+	l.v.Store(false)
+	if err := w.Go(ctx, msg(1), "local", &wg); err != nil {
+		t.Fatalf("second task refused once leadership ended (two slots): %v", err)
+	}
+}
+
 // blip answers, then takes JetStream away for longer than a request's
 // timeout (its NATS server stops and comes back on the same address and
 // data, 7 s later): a cluster failing over just as an answer ends.
@@ -603,15 +637,23 @@ func (s severing) Stream(ctx context.Context, req ai.Request, emit func(string) 
 	return emit(" and the rest")
 }
 
+// opCounter is a worker.Metrics that counts NATSError calls by operation.
+type opCounter struct {
+	mu    sync.Mutex
+	heard map[string]int
+}
+
+func (c *opCounter) NATSError(op string) { c.mu.Lock(); c.heard[op]++; c.mu.Unlock() }
+
 // NATSError hears a running task's writes of its output and record that
 // JetStream failed, and nothing of a task that ran with JetStream up (a
 // conversation with no context yet is not a failure).
 func TestNATSErrorHearsTaskWriteFailures(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
-	var mu sync.Mutex
-	heard := map[string]int{}
+	counter := &opCounter{heard: map[string]int{}}
+	mu, heard := &counter.mu, counter.heard
 	cfg := worker.Config{NodeID: "w1", Store: env.Store, StorePatience: 300 * time.Millisecond, Logger: zerolog.Nop(),
-		NATSError: func(op string) { mu.Lock(); heard[op]++; mu.Unlock() }}
+		Metrics: counter}
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	open := func(msgid string) task.Message {
 		m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: "alice", Question: "q", Received: time.Now()}

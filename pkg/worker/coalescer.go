@@ -1,0 +1,88 @@
+package worker
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/pkg/task"
+)
+
+// coalescer accumulates deltas and writes the whole text at most once per
+// interval (and only if it changed), so a backend emitting hundreds of
+// tokens a second costs a few KV writes, and a backend that goes quiet
+// still has its last words written within an interval (writeEvery).
+// Writes go through the attempt's fenced writer; the caller's failed hears
+// of each failed write, periodic or the last (ErrSuperseded ends the run),
+// but not of a periodic write the run's end cut short.
+type coalescer struct {
+	w *task.OutputWriter
+
+	mu    sync.Mutex
+	b     strings.Builder
+	dirty bool
+	wmu   sync.Mutex // one write at a time, in order
+}
+
+func newCoalescer(w *task.OutputWriter) *coalescer { return &coalescer{w: w} }
+
+// writeEvery writes the text each interval, if it changed, until ctx ends
+// or stop is called; failed hears of a write that failed, unless ctx's end
+// cut it short. stop returns once the periodic writes have ended; then
+// flush writes the last.
+func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, failed func(error)) (stop func()) {
+	return every(ctx, interval, func(ctx context.Context) bool {
+		wctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+		defer cancel()
+		if err := c.write(wctx); err != nil && ctx.Err() == nil {
+			failed(err)
+		}
+		return true
+	})
+}
+
+func (c *coalescer) add(delta string) error {
+	c.mu.Lock()
+	c.b.WriteString(delta)
+	c.dirty = true
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *coalescer) text() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.String()
+}
+
+// flush writes the text if it changed since the last write; failed hears
+// of a failure.
+func (c *coalescer) flush(ctx context.Context, failed func(error)) error {
+	err := c.write(ctx)
+	if err != nil {
+		failed(err)
+	}
+	return err
+}
+
+// write writes the text if it changed since the last write.
+func (c *coalescer) write(ctx context.Context) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	if !c.dirty {
+		c.mu.Unlock()
+		return nil
+	}
+	text := c.b.String()
+	c.dirty = false
+	c.mu.Unlock()
+	if err := c.w.Write(ctx, text); err != nil {
+		c.mu.Lock()
+		c.dirty = true
+		c.mu.Unlock()
+		return err
+	}
+	return nil
+}

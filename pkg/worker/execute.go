@@ -1,0 +1,302 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/rs/zerolog"
+)
+
+// Execute runs a task once off the queue, on a fallback tier (a fixed
+// worker's exec API, the leader's own worker): there is no redelivery, so
+// a failure is final and recorded, and the user told. It holds a slot
+// while it runs, or returns ErrNoSlot at once when none is free.
+func (w *Worker) Execute(ctx context.Context, m task.Message, tier string) error {
+	release, err := w.takeSlot()
+	if err != nil {
+		return err
+	}
+	defer release()
+	return w.execute(ctx, m, tier, 0, true).err
+}
+
+// Go is Execute on a goroutine that wg tracks: the slot is taken (or
+// ErrNoSlot returned) before Go returns, so a caller that answers "accepted"
+// never accepts more than the slots.
+func (w *Worker) Go(ctx context.Context, m task.Message, tier string, wg *sync.WaitGroup) error {
+	release, err := w.takeSlot()
+	if err != nil {
+		return err
+	}
+	wg.Go(func() {
+		defer release()
+		w.execute(ctx, m, tier, 0, true)
+	})
+	return nil
+}
+
+// execute runs one attempt of a task and records how it ended. final says
+// no other attempt will follow if this one fails (the queue's last
+// delivery, or a fallback tier).
+func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliveries int, final bool) result {
+	lc := w.cfg.Lifecycle
+	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Logger()
+	bg := context.WithoutCancel(ctx)
+
+	// The AI concurrency token is taken before the task starts: while it
+	// waits the record stays queued (the user is told so) and handle's
+	// in-progress acks keep the queue message.
+	release, err := w.acquire(ctx, deliveries > 0)
+	if err != nil {
+		if final { // no attempt follows: end the task rather than lock its conversation
+			why := "the node stopped while the task waited for an AI concurrency token on its last delivery"
+			_, gerr := lc.GiveUp(bg, m.TaskID, why, nil)
+			w.storeError("record_write", gerr)
+			log.Warn().Msg(why)
+			if deliveries == 0 { // a fallback tier: no queue message
+				return result{action: actAck, err: errors.New(why)}
+			}
+			return result{action: actGiveUp, err: errors.New(why)}
+		}
+		return result{action: actRetry, err: err}
+	}
+	defer release()
+
+	attempt, rec, err := lc.Start(ctx, m, tier, deliveries)
+	switch {
+	case errors.Is(err, task.ErrFinished):
+		log.Info().Err(err).Msg("task already finished; skipping")
+		return result{action: actAck}
+	case errors.Is(err, task.ErrRunningOffQueue):
+		return result{action: actHold, err: err}
+	case err != nil:
+		w.storeError("record_write", err)
+		return result{action: actRetry, err: err}
+	}
+	log = log.With().Int("attempt", attempt).Logger()
+
+	// /stop (or an operator's cancel) marks the record canceled and
+	// announces it; the record is re-read now and then in case the
+	// announcement was missed. The execution deadline counts from the
+	// first attempt.
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	runCtx, cancelDeadline := context.WithDeadlineCause(runCtx, rec.Started.Add(w.cfg.Deadline), errDeadline)
+	defer cancelDeadline()
+	w.mu.Lock()
+	w.running[m.TaskID] = cancel
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, m.TaskID)
+		w.mu.Unlock()
+	}()
+	stopCheck := w.checkCancel(runCtx, m.TaskID, attempt, cancel)
+	defer stopCheck()
+
+	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m)}
+	// A failed output write is counted; one refused because a later
+	// attempt took over ends the run.
+	outputFailed := func(err error) {
+		w.storeError("output_write", err)
+		if errors.Is(err, task.ErrSuperseded) {
+			cancel(errSuperseded)
+		}
+	}
+	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt))
+	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
+	err = w.cfg.Backend.Stream(runCtx, req, out.add)
+	stopWrites()
+	text := out.text()
+
+	cause := context.Cause(runCtx)
+	switch {
+	case errors.Is(cause, errCanceled):
+		out.flush(bg, outputFailed) // what came before the stop stays on the user's screen
+		log.Info().Msg("task canceled")
+		return result{action: actAck}
+	case errors.Is(cause, errSuperseded):
+		return result{action: actLeave, err: task.ErrSuperseded}
+	case errors.Is(cause, errDeadline):
+		out.flush(bg, outputFailed)
+		why := fmt.Sprintf("execution deadline %s passed without an answer", w.cfg.Deadline)
+		_, gerr := lc.GiveUp(bg, m.TaskID, why, nil)
+		w.storeError("record_write", gerr)
+		log.Warn().Msg(why)
+		return result{action: actGiveUp, err: errors.New(why)}
+	case err != nil && ctx.Err() != nil:
+		out.flush(bg, outputFailed)
+		if final {
+			why := "the node stopped during the task's last attempt"
+			return w.failed(bg, m, attempt, why, false)
+		}
+		return w.failed(bg, m, attempt, "interrupted: the node is stopping", true)
+	case err != nil:
+		out.flush(bg, outputFailed)
+		retry := !errors.Is(err, ai.ErrBadRequest) && !final
+		why := fmt.Sprintf("backend %s: %v", w.cfg.Backend.Name(), err)
+		if final && !errors.Is(err, ai.ErrBadRequest) {
+			why = "last attempt failed: " + why
+		}
+		return w.failed(bg, m, attempt, why, retry)
+	}
+	// The complete text is stored under this attempt before the record
+	// says succeeded: the pusher delivers exactly what Finish hashed.
+	if err := w.patiently(ctx, log, "store the answer", func() error { return out.flush(bg, outputFailed) }); err != nil {
+		if errors.Is(err, task.ErrSuperseded) {
+			return result{action: actLeave, err: err}
+		}
+		return w.failed(bg, m, attempt, "answer not stored: "+err.Error(), !final)
+	}
+	var done *task.Record
+	err = w.patiently(ctx, log, "record the task succeeded", func() (err error) {
+		done, err = lc.Finish(bg, m.TaskID, attempt, text)
+		w.storeError("record_write", err)
+		return err
+	})
+	switch {
+	case errors.Is(err, task.ErrSuperseded):
+		return result{action: actLeave, err: err}
+	case errors.Is(err, task.ErrFinished):
+		return result{action: actAck} // canceled or given up meanwhile: that stands
+	case err != nil:
+		return result{action: actRetry, err: err}
+	}
+	if deliveries == 0 {
+		lc.FreeConversation(bg, done, "finished on tier "+tier)
+	}
+	// Only the attempt that finished the task adds its turn: once.
+	key := jetstream.ConversationKey(m.Bot, m.Chat)
+	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, m.Question, text, w.cfg.ContextTurns, w.cfg.ContextBytes); err != nil {
+		w.storeError("context_write", err)
+		log.Warn().Err(err).Msg("conversation context not updated")
+	}
+	log.Info().Int("bytes", len(text)).Msg("task succeeded")
+	return result{action: actAck}
+}
+
+// patiently runs fn until it succeeds, fails for good (the attempt was
+// superseded, the task finished meanwhile), or StorePatience has passed
+// since the first failure, or ctx ends (the node stops: the queue, or the
+// sweep, takes it from there); it returns fn's last error.
+func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string, fn func() error) error {
+	settled := func(err error) bool {
+		return err == nil || errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished)
+	}
+	err := fn()
+	if settled(err) {
+		return err
+	}
+	log.Warn().Err(err).Dur("patience", w.cfg.StorePatience).Msgf("could not %s; retrying while JetStream recovers", what)
+	until := time.Now().Add(w.cfg.StorePatience)
+	for wait := 250 * time.Millisecond; time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+		pause.For(ctx, min(wait, time.Until(until)))
+		if ctx.Err() != nil {
+			return err
+		}
+		if err = fn(); settled(err) {
+			if err == nil {
+				log.Info().Msgf("%s: done after retrying", what)
+			}
+			return err
+		}
+	}
+	return err
+}
+
+// failed records attempt's failure and says what becomes of the message.
+func (w *Worker) failed(ctx context.Context, m task.Message, attempt int, why string, retry bool) result {
+	_, err := w.cfg.Lifecycle.Fail(ctx, m.TaskID, attempt, why, retry)
+	w.storeError("record_write", err)
+	switch {
+	case errors.Is(err, task.ErrSuperseded):
+		return result{action: actLeave, err: err}
+	case errors.Is(err, task.ErrFinished):
+		return result{action: actAck}
+	case err != nil && retry:
+		return result{action: actRetry, err: err}
+	case err != nil:
+		// Not recorded: let the queue deliver it again (or the sweep end it).
+		return result{action: actRetry, err: fmt.Errorf("%s; and not recorded: %w", why, err)}
+	case retry:
+		return result{action: actRetry, err: errors.New(why)}
+	}
+	w.log.Error().Str("task", m.TaskID).Str("reason", why).Msg("task failed")
+	return result{action: actGiveUp, err: errors.New(why)}
+}
+
+func (w *Worker) prompt(ctx context.Context, m task.Message) []ai.Message {
+	var msgs []ai.Message
+	if w.cfg.SystemPrompt != "" {
+		msgs = append(msgs, ai.Message{Role: "system", Content: w.cfg.SystemPrompt})
+	}
+	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	defer cancel()
+	conv, _, err := task.LoadConversation(lctx, w.cfg.Store.Context(), jetstream.ConversationKey(m.Bot, m.Chat))
+	if ctx.Err() == nil {
+		w.storeError("context_read", err)
+	}
+	if err == nil {
+		for _, t := range conv.Turns {
+			msgs = append(msgs, ai.Message{Role: t.Role, Content: t.Content})
+		}
+	}
+	return append(msgs, ai.Message{Role: "user", Content: m.Question})
+}
+
+// Causes that end a run early.
+var (
+	errCanceled   = errors.New("task canceled")
+	errSuperseded = errors.New("task taken over by a later attempt")
+	errDeadline   = errors.New("task execution deadline passed")
+)
+
+// cancelCheck is how often a running task's record is re-read, in case an
+// announcement was missed (a reconnecting worker): a /stop whose
+// announcement was lost stops the run within this (the user is told at
+// once either way: the pusher reads the record), and a later attempt's
+// takeover is also found by the fenced output writer at its next write.
+// Each re-read of an R3 bucket is a JetStream API request to its leader:
+// at 5 s, 3,000 running answers made 600 a second, more than the new
+// messages' publishes (bench/ramp-r3.md).
+const cancelCheck = 15 * time.Second
+
+// checkCancel re-reads the record every cancelCheck and ends the run once
+// it says canceled (or finished otherwise: given up), or that a later
+// attempt took over.
+func (w *Worker) checkCancel(ctx context.Context, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
+	return every(ctx, cancelCheck, func(ctx context.Context) bool {
+		gctx, gcancel := context.WithTimeout(ctx, storeCallTimeout)
+		r, err := w.cfg.Lifecycle.Get(gctx, id)
+		gcancel()
+		switch {
+		case err != nil:
+			if ctx.Err() == nil { // not the run ending under the read
+				w.storeError("record_read", err)
+			}
+			return true
+		case r.Exec.Finished():
+			cancel(errCanceled)
+			return false
+		case r.Attempt != attempt:
+			cancel(errSuperseded)
+			return false
+		}
+		return true
+	})
+}
+
+// storeCallTimeout bounds one JetStream call made under a task's run
+// context. That context carries the execution deadline (30 minutes by
+// default), which replaces nats.go's own 5 s request timeout: a request
+// whose reply was lost with a NATS server that died under it waited that
+// long. In chaos rolling-nats-restart, tasks on the local tier sat
+// "running" with no output, their prompt's context read never answered.
+const storeCallTimeout = 10 * time.Second
