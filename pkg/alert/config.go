@@ -64,8 +64,6 @@ type Config struct {
 	Sinks []Sink
 	// Owners names who answers for a bot when its incident has no Owner.
 	Owners map[string]string
-	// OwnerOf, if set, is asked after Owners (e.g. a live config lookup).
-	OwnerOf func(bot string) string
 	// NodeID names this node in logs, on synthetic alerts and in etcd.
 	NodeID string
 	// Now is the clock of every time rule. Default time.Now.
@@ -76,13 +74,8 @@ type Config struct {
 	// Logger receives one line per alert sent, retried, given up or
 	// dropped. URLs in it are redacted.
 	Logger zerolog.Logger
-	// EtcdError, if set, is called with the operation ("alert_session",
-	// "alert_campaign") each time RunElected's etcd request fails: the
-	// session's lease not granted, a campaign that failed while ctx is
-	// live. A session lost while leading is not a failed request (the
-	// keep-alive stopped) and is only logged. For the node's etcd error
-	// counter; must not block.
-	EtcdError func(op string)
+	// Metrics, if set, counts RunElected's failed etcd requests.
+	Metrics Metrics
 
 	// Delivery to each sink: up to MaxAttempts attempts (default 6), each
 	// bounded by Timeout (default 10s), Backoff doubling between them
@@ -170,10 +163,16 @@ func (cfg *Config) owner(bot, own string) string {
 	if o := cfg.Owners[bot]; o != "" {
 		return o
 	}
-	if cfg.OwnerOf != nil {
-		if o := cfg.OwnerOf(bot); o != "" {
-			return o
-		}
-	}
 	return "(no owner: set bots[].owner)"
+}
+
+// Metrics hears of RunElected's failed etcd requests (the node's etcd
+// error counter, *metrics.Node).
+type Metrics interface {
+	// EtcdError is called with the operation ("alert_session",
+	// "alert_campaign") each time an etcd request fails: the session's
+	// lease not granted, a campaign that failed while ctx is live. A
+	// session lost while leading is not a failed request (the keep-alive
+	// stopped) and is only logged. Must not block.
+	EtcdError(op string)
 }

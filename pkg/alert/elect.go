@@ -84,10 +84,10 @@ func (a *Alerter) term(ctx context.Context, cli *clientv3.Client, prefix, nodeID
 	return err
 }
 
-// etcdError tells Config.EtcdError about a failed request of op, unless
+// etcdError tells Config.Metrics about a failed request of op, unless
 // ctx ended (the node stopping cancels its requests: not a failure).
 func (a *Alerter) etcdError(ctx context.Context, op string) {
-	if a.cfg.EtcdError != nil && ctx.Err() == nil {
-		a.cfg.EtcdError(op)
+	if a.cfg.Metrics != nil && ctx.Err() == nil {
+		a.cfg.Metrics.EtcdError(op)
 	}
 }

@@ -166,7 +166,18 @@ func TestRunElectedSessionLostEndsTerm(t *testing.T) {
 	}
 }
 
-// RunElected's failed etcd requests reach Config.EtcdError: here every
+// etcdErrors is a Metrics that sends each operation to its channel,
+// dropping it when the channel is full.
+type etcdErrors chan string
+
+func (c etcdErrors) EtcdError(op string) {
+	select {
+	case c <- op:
+	default:
+	}
+}
+
+// RunElected's failed etcd requests reach Config.Metrics: here every
 // session's lease grant fails (the client is closed), and each try is
 // heard as alert_session until ctx ends.
 func TestRunElectedCountsEtcdErrors(t *testing.T) {
@@ -176,12 +187,7 @@ func TestRunElectedCountsEtcdErrors(t *testing.T) {
 	cli.Close()
 	ops := make(chan string, 64)
 	cfg := f.config(t)
-	cfg.EtcdError = func(op string) {
-		select {
-		case ops <- op:
-		default:
-		}
-	}
+	cfg.Metrics = etcdErrors(ops)
 	a, err := New(f.store, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func (n *Node) newAlerter(store *jetstream.Store) (*alert.Alerter, error) {
 	return alert.New(incident.NewStore(store.Incidents()), alert.Config{
 		NodeID: cfg.NodeID, Sinks: sinks, Owners: owners, Synthetic: syn,
 		Window: cfg.Alert.Window, EscalateAfter: cfg.Alert.EscalateAfter, FlapWindow: cfg.Alert.FlapWindow,
-		EtcdError: n.obs.metrics.EtcdError,
-		Logger:    n.base, // alert.New adds node and component
+		Metrics: n.obs.metrics,
+		Logger:  n.base, // alert.New adds node and component
 	})
 }
