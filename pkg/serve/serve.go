@@ -622,7 +622,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		n.mu.Unlock()
 	}()
 	var wg sync.WaitGroup
-	wg.Go(func() { n.sweep(ctx, term.Bot, log) })
+	wg.Go(func() { n.Lifecycle.RunSweep(ctx, term.Bot, n.cfg.Worker.Deadline, 2*n.Store.Options().TaskAckWait) })
 	wg.Go(func() { n.audit(ctx, term, log) })
 	if err := p.Run(ctx); err != nil {
 		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
@@ -847,32 +847,6 @@ const (
 	backfillPasses = 40
 	backfillRetry  = 15 * time.Second
 )
-
-// SweepInterval is how often a bot's leader runs the lifecycle's sweep
-// (deadlines, queue messages of finished tasks).
-const SweepInterval = time.Minute
-
-// sweep runs the lifecycle's sweep of bot every SweepInterval until ctx
-// (the term) ends.
-func (n *Node) sweep(ctx context.Context, bot string, log zerolog.Logger) {
-	grace := 2 * n.Store.Options().TaskAckWait
-	t := time.NewTicker(SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		res, err := n.Lifecycle.Sweep(ctx, bot, n.cfg.Worker.Deadline, grace)
-		if err != nil && ctx.Err() == nil {
-			log.Warn().Err(err).Str("bot", bot).Msg("task sweep failed; retrying next round")
-		}
-		if res.Released > 0 || res.Deadline > 0 {
-			log.Info().Str("bot", bot).Interface("sweep", res).Msg("task sweep")
-		}
-	}
-}
 
 // api is the node's HTTP API: status, health, and the exec API of tier 2.
 func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) http.Handler {
