@@ -1,0 +1,105 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/backfill"
+	"github.com/botctl/botctl/pkg/recovery"
+	"github.com/rs/zerolog"
+)
+
+// Config configures a node's Health. Zero values take the defaults named.
+type Config struct {
+	NodeID string
+	// Owners names who answers for each bot (bots[].owner), for incidents
+	// and alerts.
+	Owners map[string]string
+	// Limits shape the silence baseline; Location is its clock for the
+	// hour of the week. Default time.Local.
+	Limits   BaselineLimits
+	Location *time.Location
+	// Tick is the monitor's period. Default 1s.
+	Tick time.Duration
+	// RecordInterval is how often the leader writes its bot's timestamps
+	// (last inbound, outbound success, probe) into the record; state
+	// changes are written at once. Default 5s. It bounds how stale
+	// Dropped can be when a leader vanishes.
+	RecordInterval time.Duration
+	// ProbeTimeout bounds one probe; ProbeEvery spaces the probes a
+	// suspicion asks for. Defaults 3s and 5s.
+	ProbeTimeout, ProbeEvery time.Duration
+	// Refute: an outbound frame acked this recently refutes a silence
+	// alarm (a baseline problem). Default 10s.
+	Refute time.Duration
+	// Recovery shapes the half-open recovery after an outage longer than
+	// Recovery.Threshold. Without a history source, an outage that long
+	// also pages a person about its unchecked gap.
+	Recovery recovery.Config
+	// Backfill runs the gap backfill of term's bot (every term, at its
+	// start, and again when a silent connection delivers again) and
+	// returns what it did. Nil, or ErrNoHistory: no history source; an
+	// outage's gap is then marked and told, not filled.
+	Backfill func(ctx context.Context, term *election.Term) (backfill.Report, error)
+	// Overlap: after an incident, Backfill runs once more at recovered +
+	// Overlap (the reconciled range ends there). Default 0: no trailing
+	// pass; serve sets backfill.overlap.
+	Overlap time.Duration
+	// Missed, if set, counts bot's messages created in [since, until) that
+	// were never handled, from a history source: it decides whether a
+	// silence is a deaf connection or quiet users. Nil, or ErrNoHistory:
+	// the outbound signal decides (see Refute). Any other error (the
+	// history or the task store could not be read): the silence is not
+	// judged now; reconnecting WeCom would not mend either.
+	Missed func(ctx context.Context, bot string, since, until time.Time) (int, error)
+	// StatusLineEvery and StreamWindow are the pusher's (push.heartbeat,
+	// push.stream_window): a stream shows a status line after
+	// StatusLineEvery without a frame, while its window lasts. They count
+	// the status lines an outage's streams were owed and never got
+	// (incident.Replay.DroppedStatusLines). Defaults 20s and 6m, the
+	// pusher's.
+	StatusLineEvery, StreamWindow time.Duration
+	// MarkIncomplete marks conversations "may be incomplete" (the next
+	// reply tells the user). Nil: not marked.
+	MarkIncomplete func(ctx context.Context, bot string, chats []string, why string) error
+	Logger         zerolog.Logger
+	Now            func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Location == nil {
+		c.Location = time.Local
+	}
+	if c.Tick <= 0 {
+		c.Tick = time.Second
+	}
+	if c.RecordInterval <= 0 {
+		c.RecordInterval = 5 * time.Second
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = 3 * time.Second
+	}
+	if c.ProbeEvery <= 0 {
+		c.ProbeEvery = 5 * time.Second
+	}
+	if c.Refute <= 0 {
+		c.Refute = 10 * time.Second
+	}
+	if c.StatusLineEvery <= 0 {
+		c.StatusLineEvery = 20 * time.Second
+	}
+	if c.StreamWindow <= 0 {
+		c.StreamWindow = 6 * time.Minute
+	}
+	c.Recovery = c.Recovery.Defaults()
+	c.Limits.setDefaults()
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// ErrNoHistory, returned by Config.Missed, says no history source is
+// configured: the outbound signal judges a silence instead.
+var ErrNoHistory = errors.New("no history source (backfill.history_url): messages missed while the bot was away cannot be recovered")
