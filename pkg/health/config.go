@@ -38,22 +38,18 @@ type Config struct {
 	// Recovery.Threshold. Without a history source, an outage that long
 	// also pages a person about its unchecked gap.
 	Recovery recovery.Config
-	// Backfill runs the gap backfill of term's bot (every term, at its
-	// start, and again when a silent connection delivers again) and
-	// returns what it did. Nil, or ErrNoHistory: no history source; an
-	// outage's gap is then marked and told, not filled.
-	Backfill func(ctx context.Context, term *election.Term) (backfill.Report, error)
-	// Overlap: after an incident, Backfill runs once more at recovered +
-	// Overlap (the reconciled range ends there). Default 0: no trailing
-	// pass; serve sets backfill.overlap.
+	// Backfill reads the bots' message history. Its Pass runs the gap
+	// backfill of a term's bot (every term, at its start, and again when a
+	// silent connection delivers again) and returns what it did; its
+	// Missed decides whether a silence is a deaf connection or quiet users
+	// (see Backfiller). Nil, or ErrNoHistory from either: no history
+	// source; an outage's gap is then marked and told, not filled, and the
+	// outbound signal judges a silence (see Refute).
+	Backfill Backfiller
+	// Overlap: after an incident, Backfill's Pass runs once more at
+	// recovered + Overlap (the reconciled range ends there). Default 0: no
+	// trailing pass; serve sets backfill.overlap.
 	Overlap time.Duration
-	// Missed, if set, counts bot's messages created in [since, until) that
-	// were never handled, from a history source: it decides whether a
-	// silence is a deaf connection or quiet users. Nil, or ErrNoHistory:
-	// the outbound signal decides (see Refute). Any other error (the
-	// history or the task store could not be read): the silence is not
-	// judged now; reconnecting WeCom would not mend either.
-	Missed func(ctx context.Context, bot string, since, until time.Time) (int, error)
 	// StatusLineEvery and StreamWindow are the pusher's (push.heartbeat,
 	// push.stream_window): a stream shows a status line after
 	// StatusLineEvery without a frame, while its window lasts. They count
@@ -61,11 +57,18 @@ type Config struct {
 	// (incident.Replay.DroppedStatusLines). Defaults 20s and 6m, the
 	// pusher's.
 	StatusLineEvery, StreamWindow time.Duration
-	// MarkIncomplete marks conversations "may be incomplete" (the next
-	// reply tells the user). Nil: not marked.
-	MarkIncomplete func(ctx context.Context, bot string, chats []string, why string) error
-	Logger         zerolog.Logger
-	Now            func() time.Time
+	// Now is the clock of every time Health records (detection, incident
+	// steps, marks); a test seam. Default time.Now.
+	Now    func() time.Time
+	Logger zerolog.Logger
+}
+
+// Backfiller reads a bot's message history to find and answer what no connection received.
+type Backfiller interface {
+	// Pass runs the gap backfill of term's bot (at the start of every term, and when a silent connection delivers again).
+	Pass(ctx context.Context, term *election.Term) (backfill.Report, error)
+	// Missed counts bot's messages created in [since, until) that were never handled.
+	Missed(ctx context.Context, bot string, since, until time.Time) (int, error)
 }
 
 func (c *Config) setDefaults() {
@@ -100,6 +103,7 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// ErrNoHistory, returned by Config.Missed, says no history source is
-// configured: the outbound signal judges a silence instead.
+// ErrNoHistory, returned by a Backfiller's Pass or Missed, says no history
+// source is configured: an outage's gap is marked and told instead of
+// filled, and the outbound signal judges a silence.
 var ErrNoHistory = errors.New("no history source (backfill.history_url): messages missed while the bot was away cannot be recovered")

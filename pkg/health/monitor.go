@@ -253,9 +253,12 @@ const (
 // connection works, so the silence is quiet users (a baseline problem);
 // otherwise it is deaf.
 func (h *Health) judgeSilence(ctx context.Context, bot string, heardAt, now time.Time, v wecom.Vitals) (silenceVerdict, string) {
-	if h.cfg.Missed != nil {
-		// Messages of the last seconds may be in the handlers still.
-		n, err := h.cfg.Missed(ctx, bot, heardAt.Add(-time.Second), now.Add(-2*time.Second))
+	if h.cfg.Backfill != nil {
+		// Messages of the last seconds may be in the handlers still. Any
+		// error but ErrNoHistory (the history or the task store could not
+		// be read): the silence is not judged now; reconnecting WeCom
+		// would not mend either.
+		n, err := h.cfg.Backfill.Missed(ctx, bot, heardAt.Add(-time.Second), now.Add(-2*time.Second))
 		switch {
 		case err == nil && n > 0:
 			return deaf, fmt.Sprintf("the history has %d message(s) since then that never arrived: the server no longer delivers to this connection", n)

@@ -831,13 +831,9 @@ func (n *Node) healthConfig() health.Config {
 		StatusLineEvery: cfg.Push.Heartbeat, StreamWindow: cfg.Push.StreamWindow,
 		Recovery: recovery.Config{Threshold: r.Threshold, Probes: r.Probes, ProbeInterval: r.ProbeInterval,
 			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
-		Backfill: n.backfillPass,
+		Backfill: nodeBackfiller{n},
 		Overlap:  cfg.Backfill.Overlap,
-		Missed:   n.missed,
-		MarkIncomplete: func(ctx context.Context, bot string, chats []string, why string) error {
-			return health.MarkIncomplete(ctx, n.Store.Health(), bot, chats, why, time.Now())
-		},
-		Logger: n.log,
+		Logger:   n.log,
 	}
 }
 
