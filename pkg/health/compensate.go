@@ -47,7 +47,7 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 	var berr error
 	ran := h.cfg.Backfill != nil
 	if ran {
-		rep, berr = h.cfg.Backfill(ctx, term)
+		rep, berr = h.cfg.Backfill.Pass(ctx, term)
 	}
 	if ctx.Err() != nil {
 		return
@@ -134,7 +134,7 @@ func (h *Health) trailingPass(ctx context.Context, bd *binding, b *botState, ter
 		return
 	case <-t.C:
 	}
-	rep, err := h.cfg.Backfill(ctx, term)
+	rep, err := h.cfg.Backfill.Pass(ctx, term)
 	if err != nil || ctx.Err() != nil {
 		return
 	}
@@ -265,10 +265,8 @@ func (h *Health) openWhileAway(r *task.Record, recovered time.Time) (awayStream,
 func (h *Health) incomplete(ctx context.Context, bd *binding, bot string, rep backfill.Report, outage string) {
 	why := fmt.Sprintf("%d missed message(s) between %s and %s could not be answered", rep.NotFilled,
 		rep.Since.UTC().Format(time.RFC3339), rep.Until.UTC().Format(time.RFC3339))
-	if h.cfg.MarkIncomplete != nil {
-		if err := h.cfg.MarkIncomplete(ctx, bot, rep.Unfilled, why); err != nil {
-			h.log.Error().Err(err).Str("bot", bot).Msg("conversations not marked incomplete")
-		}
+	if err := MarkIncomplete(ctx, bd.kv, bot, rep.Unfilled, why, h.now()); err != nil {
+		h.log.Error().Err(err).Str("bot", bot).Msg("conversations not marked incomplete")
 	}
 	now := h.now()
 	inc := h.open(ctx, bd, incident.Incident{Bot: bot, Kind: incident.Data, Level: incident.Human, Signal: incident.SignalBackfill,
@@ -329,8 +327,8 @@ func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string,
 	}
 	why := fmt.Sprintf("no history source (backfill.history_url): messages sent between %s and %s, while the bot was away, could not be checked for missed messages",
 		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
-	if len(chats) > 0 && h.cfg.MarkIncomplete != nil {
-		if err := h.cfg.MarkIncomplete(ctx, bot, chats, why); err != nil {
+	if len(chats) > 0 {
+		if err := MarkIncomplete(ctx, bd.kv, bot, chats, why, h.now()); err != nil {
 			h.log.Error().Err(err).Str("bot", bot).Msg("conversations not marked incomplete")
 		}
 	}

@@ -92,11 +92,7 @@ func start(t *testing.T, o options) *env {
 	hc := health.Config{NodeID: "n1", Owners: map[string]string{bot: "alice"}, Tick: 100 * time.Millisecond,
 		RecordInterval: 200 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond, ProbeEvery: 600 * time.Millisecond,
 		Refute: 3 * time.Second, Recovery: recovery.Config{Threshold: time.Hour},
-		Backfill: func(ctx context.Context, term *election.Term) (backfill.Report, error) { return backfill.Report{}, nil },
-		Logger:   zerolog.Nop()}
-	hc.MarkIncomplete = func(ctx context.Context, b string, chats []string, why string) error {
-		return health.MarkIncomplete(ctx, e.js.Store.Health(), b, chats, why, time.Now())
-	}
+		Backfill: history{pass: passNothing}, Logger: zerolog.Nop()}
 	if o.health != nil {
 		o.health(&hc)
 	}
@@ -163,6 +159,32 @@ func (e *env) second(id string) *node.Node {
 	go func() { defer close(ndone); n.Run(ctx) }()
 	e.t.Cleanup(func() { cancel(); <-ndone; <-hdone })
 	return n
+}
+
+// history is a health.Backfiller of two functions; a nil one answers
+// health.ErrNoHistory, as serve's does without backfill.history_url.
+type history struct {
+	pass   func(context.Context, *election.Term) (backfill.Report, error)
+	missed func(context.Context, string, time.Time, time.Time) (int, error)
+}
+
+func (f history) Pass(ctx context.Context, term *election.Term) (backfill.Report, error) {
+	if f.pass == nil {
+		return backfill.Report{}, health.ErrNoHistory
+	}
+	return f.pass(ctx, term)
+}
+
+func (f history) Missed(ctx context.Context, bot string, since, until time.Time) (int, error) {
+	if f.missed == nil {
+		return 0, health.ErrNoHistory
+	}
+	return f.missed(ctx, bot, since, until)
+}
+
+// passNothing is a backfill pass that finds nothing missed.
+func passNothing(context.Context, *election.Term) (backfill.Report, error) {
+	return backfill.Report{}, nil
 }
 
 type inboundFunc func()
@@ -398,10 +420,10 @@ func TestSilentConnectionIsReplacedOnce(t *testing.T) {
 	var passes atomic.Int64
 	e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
 		silenceLimits(c)
-		c.Backfill = func(context.Context, *election.Term) (backfill.Report, error) {
+		c.Backfill = history{pass: func(context.Context, *election.Term) (backfill.Report, error) {
 			passes.Add(1)
 			return backfill.Report{Read: 1, Filled: 1}, nil
-		}
+		}}
 	}})
 	e.waitOnline()
 	conns := e.stats().Connections
@@ -595,9 +617,9 @@ func TestEndOfASupersededTermIsNotAnIncident(t *testing.T) {
 // takes its mark once.
 func TestIncompleteBackfillMarksAndPages(t *testing.T) {
 	e := start(t, options{health: func(c *health.Config) {
-		c.Backfill = func(context.Context, *election.Term) (backfill.Report, error) {
+		c.Backfill = history{pass: func(context.Context, *election.Term) (backfill.Report, error) {
 			return backfill.Report{Read: 5, Filled: 3, NotFilled: 2, Unfilled: []string{"carol", "dave"}}, nil
-		}
+		}}
 	}})
 	var data incident.Incident
 	// The incident is opened, then told its conversations (two writes):
@@ -638,7 +660,7 @@ func TestHistoryDecidesASilence(t *testing.T) {
 	t.Run("missed messages: deaf", func(t *testing.T) {
 		e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
 			silenceLimits(c)
-			c.Missed = func(context.Context, string, time.Time, time.Time) (int, error) { return 3, nil }
+			c.Backfill = history{pass: passNothing, missed: func(context.Context, string, time.Time, time.Time) (int, error) { return 3, nil }}
 		}})
 		e.waitOnline()
 		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "alice", Text: "hi"}); err != nil {
@@ -667,10 +689,10 @@ func TestHistoryDecidesASilence(t *testing.T) {
 		var calls atomic.Int32
 		e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
 			silenceLimits(c)
-			c.Missed = func(context.Context, string, time.Time, time.Time) (int, error) {
+			c.Backfill = history{pass: passNothing, missed: func(context.Context, string, time.Time, time.Time) (int, error) {
 				calls.Add(1)
 				return 0, errors.New("task bucket: nats: timeout")
-			}
+			}}
 		}})
 		e.waitOnline()
 		conns := e.stats().Connections
@@ -685,7 +707,7 @@ func TestHistoryDecidesASilence(t *testing.T) {
 	t.Run("empty history: quiet", func(t *testing.T) {
 		e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
 			silenceLimits(c)
-			c.Missed = func(context.Context, string, time.Time, time.Time) (int, error) { return 0, nil }
+			c.Backfill = history{pass: passNothing, missed: func(context.Context, string, time.Time, time.Time) (int, error) { return 0, nil }}
 		}})
 		e.waitOnline()
 		eventually(t, "a baseline note", func() bool { return strings.Contains(e.record().BaselineNote, "users are quiet") })
@@ -783,12 +805,12 @@ func TestTrailingBackfillPass(t *testing.T) {
 	var passes atomic.Int64
 	e := start(t, options{health: func(c *health.Config) {
 		c.Overlap = 2 * time.Second
-		c.Backfill = func(context.Context, *election.Term) (backfill.Report, error) {
+		c.Backfill = history{pass: func(context.Context, *election.Term) (backfill.Report, error) {
 			if passes.Add(1) == 3 { // first term's, the incident's, then the trailing one
 				return backfill.Report{Read: 1, Filled: 1}, nil
 			}
 			return backfill.Report{}, nil
-		}
+		}}
 	}})
 	e.waitOnline()
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})

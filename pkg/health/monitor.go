@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
-	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/wecom"
 )
@@ -246,10 +245,6 @@ const (
 	unknown                       // cannot tell now (the history or the task store unreadable)
 )
 
-// ErrNoHistory, returned by Config.Missed, says no history source is
-// configured: the outbound signal judges a silence instead.
-var ErrNoHistory = backfill.ErrNoHistory
-
 // judgeSilence cross-checks a silence the baseline finds suspicious (the
 // probe was acked, so the link is up). The history, where there is one,
 // decides: messages created since the last callback and never handled mean
@@ -258,9 +253,12 @@ var ErrNoHistory = backfill.ErrNoHistory
 // connection works, so the silence is quiet users (a baseline problem);
 // otherwise it is deaf.
 func (h *Health) judgeSilence(ctx context.Context, bot string, heardAt, now time.Time, v wecom.Vitals) (silenceVerdict, string) {
-	if h.cfg.Missed != nil {
-		// Messages of the last seconds may be in the handlers still.
-		n, err := h.cfg.Missed(ctx, bot, heardAt.Add(-time.Second), now.Add(-2*time.Second))
+	if h.cfg.Backfill != nil {
+		// Messages of the last seconds may be in the handlers still. Any
+		// error but ErrNoHistory (the history or the task store could not
+		// be read): the silence is not judged now; reconnecting WeCom
+		// would not mend either.
+		n, err := h.cfg.Backfill.Missed(ctx, bot, heardAt.Add(-time.Second), now.Add(-2*time.Second))
 		switch {
 		case err == nil && n > 0:
 			return deaf, fmt.Sprintf("the history has %d message(s) since then that never arrived: the server no longer delivers to this connection", n)
@@ -303,44 +301,39 @@ func (h *Health) silenceActed(ctx context.Context, b *botState) bool {
 	return err == nil && inc != nil && inc.Signal == incident.SignalSilence
 }
 
-// heard is a callback on b's connection conn: a silence incident is
-// over, and its compensation (a backfill pass over the silent gap) runs.
-// A silence of at least Recovery.Threshold is an outage like any other:
-// the bot is half-open on conn (probes, the backlog held, then drained
-// below its normal rate) before it is online.
-func (h *Health) heard(ctx context.Context, b *botState, term *election.Term, conn *wecom.Conn, now time.Time) {
-	bd := h.binding()
-	if bd == nil {
-		return
+// closeCause is what the monitor knew when it closed a connection.
+type closeCause struct {
+	signal, reason string
+	dropped        time.Time
+}
+
+// classify says which signal found a connection's end, why, and when the
+// bot was last known fine. An end the connection saw happen (a read error,
+// a kick) is its own detection: dropped is now. An end inferred from
+// silence (heartbeats or acks missing) dates back to the last evidence.
+func classify(reason wecom.CloseReason, err error, term *election.Term, v wecom.Vitals, cause *closeCause, now time.Time) (signal, why string, dropped time.Time) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
 	}
-	inc, err := bd.incidents.OpenFor(ctx, b.id, incident.Outage)
-	if err != nil || inc == nil || inc.Signal != incident.SignalSilence || !inc.Recovered.IsZero() {
-		return
+	switch reason {
+	case wecom.ReasonUnhealthy:
+		if cause != nil {
+			return cause.signal, cause.reason, cause.dropped
+		}
+		return incident.SignalProbe, msg, v.LastEvidence()
+	case wecom.ReasonHeartbeatLost:
+		return incident.SignalProbe, "heartbeats unacked: " + msg, v.LastEvidence()
+	case wecom.ReasonAckTimeouts:
+		return incident.SignalOutbound, "frames unacked: " + msg, v.LastEvidence()
+	case wecom.ReasonKicked:
+		return incident.SignalConnection, "kicked: another connection subscribed with this bot's credentials (outside this cluster, if no node of it took over)", now
+	case wecom.ReasonClosedByUs:
+		why := "leadership lost"
+		if err := term.Err(); err != nil {
+			why += ": " + err.Error()
+		}
+		return incident.SignalConnection, why, now
 	}
-	// Half-open runs on the connection that heard: one already closed
-	// has no recovery to run (its end is the next event).
-	halfOpen := now.Sub(inc.Dropped) >= h.cfg.Recovery.Threshold && h.current(b, conn)
-	inc = h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
-		i.Recovered, i.State = now, incident.Recovering
-		i.Online = now
-		if halfOpen {
-			i.Online, i.HalfOpen = time.Time{}, true
-		}
-		i.Note(now, h.cfg.NodeID, "callbacks arrive again after %s of silence%s", now.Sub(i.Dropped).Round(time.Second),
-			map[bool]string{true: "; half-open", false: ""}[halfOpen])
-	})
-	h.setRecord(ctx, bd, b.id, now, func(r *Record) {
-		r.State, r.Reason = Online, ""
-		if halfOpen {
-			r.State, r.Reason = HalfOpen, "half-open after a silence: probing before the backlog"
-		}
-	})
-	if inc != nil {
-		id := inc.ID
-		tctx := term.Context()
-		if halfOpen {
-			h.wg.Go(func() { h.halfOpen(tctx, bd, b, conn, id) })
-		}
-		h.wg.Go(func() { h.compensate(tctx, bd, b, term, id, now) })
-	}
+	return incident.SignalConnection, msg, now
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/wecom"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -148,4 +149,33 @@ func update(ctx context.Context, kv natsjs.KeyValue, bot string, now time.Time, 
 		r.Rev = rev
 		return r, nil
 	}
+}
+
+// stamp copies a connection's vitals into the record.
+func stamp(r *Record, v wecom.Vitals) {
+	if v.LastCallback.After(r.LastInbound) {
+		r.LastInbound = v.LastCallback.UTC()
+	}
+	if v.LastAckOK.After(r.LastOutboundOK) {
+		r.LastOutboundOK = v.LastAckOK.UTC()
+	}
+	if v.LastPingAck.After(r.LastProbeOK) {
+		r.LastProbeOK = v.LastPingAck.UTC()
+	}
+}
+
+// setRecord writes bot's record (logged, not returned, on failure).
+func (h *Health) setRecord(ctx context.Context, bd *binding, bot string, now time.Time, fn func(*Record)) {
+	if _, err := update(ctx, bd.kv, bot, now, func(r *Record) bool { fn(r); return true }); err != nil && ctx.Err() == nil {
+		h.log.Warn().Err(err).Str("bot", bot).Msg("health record not written")
+	}
+}
+
+// Record returns bot's health record (for status).
+func (h *Health) Record(ctx context.Context, bot string) (Record, error) {
+	bd := h.binding()
+	if bd == nil {
+		return Record{Bot: bot}, errors.New("JetStream not bound yet")
+	}
+	return Load(ctx, bd.kv, bot)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
 
-// noHistory is serve's Backfill without backfill.history_url.
+// noHistory is serve's backfill pass without backfill.history_url.
 func noHistory(context.Context, *election.Term) (backfill.Report, error) {
 	return backfill.Report{}, health.ErrNoHistory
 }
@@ -45,7 +45,7 @@ func (e *env) dataIncidents() []incident.Incident {
 // marked "may be incomplete"; one quiet since well before the gap is not.
 func TestUncheckedGapPagesAndMarks(t *testing.T) {
 	e := start(t, options{health: func(c *health.Config) {
-		c.Backfill = noHistory
+		c.Backfill = history{pass: noHistory}
 		c.Overlap = time.Second // the look-back for active conversations
 		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 1, ProbeInterval: 100 * time.Millisecond, Observe: 500 * time.Millisecond}
 	}})
@@ -90,7 +90,7 @@ func TestUncheckedGapPagesAndMarks(t *testing.T) {
 // reconnected at once): the active conversations are marked and the
 // outage's incident says the gap was not checked, but nobody is paged.
 func TestUncheckedBlipMarksButPagesNobody(t *testing.T) {
-	e := start(t, options{health: func(c *health.Config) { c.Backfill = noHistory }})
+	e := start(t, options{health: func(c *health.Config) { c.Backfill = history{pass: noHistory} }})
 	e.waitOnline()
 	e.converse("carol")
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})

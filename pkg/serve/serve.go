@@ -394,7 +394,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	n.leaders.begin(term.Bot, p)
 	defer n.leaders.end(term.Bot, p)
 	var wg sync.WaitGroup
-	wg.Go(func() { n.sweep(ctx, term.Bot, log) })
+	wg.Go(func() { n.Lifecycle.RunSweep(ctx, term.Bot, n.cfg.Worker.Deadline, 2*n.Store.Options().TaskAckWait) })
 	wg.Go(func() { n.backfill.Audit(ctx, term) })
 	if err := p.Run(ctx); err != nil {
 		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
@@ -434,38 +434,8 @@ func (n *Node) healthConfig() health.Config {
 		StatusLineEvery: cfg.Push.Heartbeat, StreamWindow: cfg.Push.StreamWindow,
 		Recovery: recovery.Config{Threshold: r.Threshold, Probes: r.Probes, ProbeInterval: r.ProbeInterval,
 			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
-		Backfill: n.backfill.Pass,
+		Backfill: n.backfill,
 		Overlap:  cfg.Backfill.Overlap,
-		Missed:   n.backfill.Missed,
-		MarkIncomplete: func(ctx context.Context, bot string, chats []string, why string) error {
-			return health.MarkIncomplete(ctx, n.Store.Health(), bot, chats, why, time.Now())
-		},
-		Logger: n.log,
-	}
-}
-
-// SweepInterval is how often a bot's leader runs the lifecycle's sweep
-// (deadlines, queue messages of finished tasks).
-const SweepInterval = time.Minute
-
-// sweep runs the lifecycle's sweep of bot every SweepInterval until ctx
-// (the term) ends.
-func (n *Node) sweep(ctx context.Context, bot string, log zerolog.Logger) {
-	grace := 2 * n.Store.Options().TaskAckWait
-	t := time.NewTicker(SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		res, err := n.Lifecycle.Sweep(ctx, bot, n.cfg.Worker.Deadline, grace)
-		if err != nil && ctx.Err() == nil {
-			log.Warn().Err(err).Str("bot", bot).Msg("task sweep failed; retrying next round")
-		}
-		if res.Released > 0 || res.Deadline > 0 {
-			log.Info().Str("bot", bot).Interface("sweep", res).Msg("task sweep")
-		}
+		Logger:   n.log,
 	}
 }

@@ -118,6 +118,31 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 	return res, nil
 }
 
+// SweepInterval is how often a bot's leader runs the sweep (RunSweep):
+// deadlines, and queue messages of finished tasks.
+const SweepInterval = time.Minute
+
+// RunSweep runs Sweep of bot every SweepInterval until ctx (the leader's
+// term) ends. A failed round is logged and retried the next round.
+func (l *Lifecycle) RunSweep(ctx context.Context, bot string, deadline, grace time.Duration) {
+	t := time.NewTicker(SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := l.Sweep(ctx, bot, deadline, grace)
+		if err != nil && ctx.Err() == nil {
+			l.log.Warn().Err(err).Str("bot", bot).Msg("task sweep failed; retrying next round")
+		}
+		if res.Released > 0 || res.Deadline > 0 {
+			l.log.Info().Str("bot", bot).Interface("sweep", res).Msg("task sweep")
+		}
+	}
+}
+
 // execChanged is when the execution dimension last changed.
 func (r *Record) execChanged() time.Time {
 	for i := len(r.Transitions) - 1; i >= 0; i-- {

@@ -1,0 +1,180 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Delivery steps: the delivery dimension (pending, streaming, truncated,
+// delivered or failed) and the parts pushed. The leader's pusher records
+// what the user has seen; a task stays in the pending index until its
+// delivery is final.
+
+// Shown records a progress frame (or the receipt) the user now sees:
+// its content hash when it changed, and when.
+func (l *Lifecycle) Shown(ctx context.Context, id, hash string, at time.Time) (*Record, error) {
+	return l.update(ctx, id, l.shown(hash, at))
+}
+
+// ShownFrom is Shown starting from r as read at revision rev (task.Get):
+// the pusher's step has just read the record, so when nobody wrote it
+// since, recording the frame costs one write and no read. It returns the
+// record and its revision after the write (the pusher keeps both, and its
+// next step needs no read either). r is not changed.
+func (l *Lifecycle) ShownFrom(ctx context.Context, r *Record, rev uint64, hash string, at time.Time) (*Record, uint64, error) {
+	return updateFromRev(ctx, l.store.Tasks(), r, rev, l.shown(hash, at))
+}
+
+func (l *Lifecycle) shown(hash string, at time.Time) func(*Record) error {
+	return func(r *Record) error {
+		r.PushedAt = at
+		r.Sent(at)
+		if hash != "" {
+			r.PushedHash = hash
+		}
+		if r.StreamStart.IsZero() {
+			r.StreamStart = at
+		}
+		if r.Delivery == Pending {
+			return r.SetDelivery(Streaming, "first frame sent", l.node, at.UTC())
+		}
+		return nil
+	}
+}
+
+// FinalIntent records that a final frame is about to be sent, so a new
+// leader that finds it without an outcome knows the user may have it.
+func (l *Lifecycle) FinalIntent(ctx context.Context, id string) (*Record, error) {
+	return l.update(ctx, id, finalIntent)
+}
+
+// FinalIntentFrom is FinalIntent starting from r as read at revision rev
+// (the pusher's step has just read it): when nobody wrote the record
+// since, one write and no read stand between the final answer and its
+// frame. It returns the record and its revision after the write, for
+// DeliveredFrom. r is not changed.
+func (l *Lifecycle) FinalIntentFrom(ctx context.Context, r *Record, rev uint64) (*Record, uint64, error) {
+	return updateFromRev(ctx, l.store.Tasks(), r, rev, finalIntent)
+}
+
+func finalIntent(r *Record) error {
+	if r.FinalPending || r.Delivery.Finished() {
+		return ErrNoChange // a finished delivery: the caller sends nothing
+	}
+	r.FinalPending = true
+	return nil
+}
+
+// Truncate records that the stream is closed (or unusable) before the
+// answer was complete: the complete answer is owed by push.
+func (l *Lifecycle) Truncate(ctx context.Context, id, why string) (*Record, error) {
+	now := l.now()
+	return l.update(ctx, id, func(r *Record) error {
+		if r.Delivery == Truncated || r.Delivery.Finished() {
+			return ErrNoChange
+		}
+		r.Sent(now) // the closing frame (counted even if it failed: the safe side)
+		r.DeliveryReason = why
+		return r.SetDelivery(Truncated, why, l.node, l.now().UTC())
+	})
+}
+
+// PartPushed records that the first n parts of the pushed answer are acked.
+func (l *Lifecycle) PartPushed(ctx context.Context, id string, n int) (*Record, error) {
+	now := l.now()
+	return l.update(ctx, id, func(r *Record) error {
+		r.PushedParts, r.PushAttempts = n, 0
+		r.Sent(now)
+		return nil
+	})
+}
+
+// Delivered records that the user has the ending (text, whose hash is
+// kept), and takes the task out of the pending index.
+func (l *Lifecycle) Delivered(ctx context.Context, id, text, why string, parts int) (*Record, error) {
+	r, err := l.update(ctx, id, l.deliver(text, why, parts))
+	return l.delivered(ctx, r, err)
+}
+
+// DeliveredFrom is Delivered starting from r as read (or written, by
+// FinalIntentFrom) at revision rev: no read when nobody wrote it since.
+// r is not changed.
+func (l *Lifecycle) DeliveredFrom(ctx context.Context, r *Record, rev uint64, text, why string, parts int) (*Record, error) {
+	next, err := updateFrom(ctx, l.store.Tasks(), r, rev, l.deliver(text, why, parts))
+	return l.delivered(ctx, next, err)
+}
+
+func (l *Lifecycle) deliver(text, why string, parts int) func(*Record) error {
+	now := l.now()
+	return func(r *Record) error {
+		if r.Delivery.Finished() {
+			return ErrNoChange
+		}
+		r.PushedHash, r.PushedAt, r.FinalPending, r.DeliveryReason = Hash(text), now, false, why
+		r.Sent(now)
+		if parts > 0 {
+			r.PushedParts = parts
+		}
+		return r.SetDelivery(Delivered, why, l.node, now.UTC())
+	}
+}
+
+// delivered takes a delivered task out of the pending index.
+func (l *Lifecycle) delivered(ctx context.Context, r *Record, err error) (*Record, error) {
+	if err != nil {
+		return r, err
+	}
+	if err := l.store.ClearPending(ctx, r.Bot, r.ID); err != nil {
+		l.log.Debug().Err(err).Str("task", r.ID).Msg("pending index not cleared; the next rebuild drops it")
+	}
+	return r, nil
+}
+
+// SendFailed counts a failed send about the task itself (not the
+// connection: see wecom); at maxAttempts the delivery fails for good and
+// the task leaves the pending index.
+func (l *Lifecycle) SendFailed(ctx context.Context, id string, sendErr error, maxAttempts int) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if r.Delivery.Finished() {
+			return ErrNoChange
+		}
+		r.PushAttempts++
+		r.DeliveryReason = sendErr.Error()
+		if r.PushAttempts >= maxAttempts {
+			return r.SetDelivery(DeliveryFailed, fmt.Sprintf("gave up after %d attempts: %v", r.PushAttempts, sendErr), l.node, l.now().UTC())
+		}
+		return nil
+	})
+	if err == nil && r.Delivery == DeliveryFailed {
+		l.store.ClearPending(ctx, r.Bot, r.ID)
+	}
+	return r, err
+}
+
+// ExpiredPrefix starts the delivery reason of an answer that expired
+// undelivered (Expired).
+const ExpiredPrefix = "expired undelivered: "
+
+// Expired fails the delivery of an answer owed by push for longer than
+// the replay expiry: sending it that late would confuse more than help.
+func (l *Lifecycle) Expired(ctx context.Context, id string, owedFor time.Duration) (*Record, error) {
+	r, err := l.update(ctx, id, func(r *Record) error {
+		if r.Delivery.Finished() {
+			return ErrNoChange
+		}
+		reason := fmt.Sprintf("%sthe answer was owed for %s, past the replay expiry", ExpiredPrefix, owedFor.Round(time.Second))
+		r.DeliveryReason = reason
+		return r.SetDelivery(DeliveryFailed, reason, l.node, l.now().UTC())
+	})
+	if err == nil && r.Delivery == DeliveryFailed {
+		l.store.ClearPending(ctx, r.Bot, r.ID)
+	}
+	return r, err
+}
+
+// Forget takes a task out of bot's pending index (its record expired, or
+// its delivery is final and the index entry was left behind).
+func (l *Lifecycle) Forget(ctx context.Context, bot, id string) error {
+	return l.store.ClearPending(ctx, bot, id)
+}

@@ -1,0 +1,85 @@
+package task_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/task"
+)
+
+// ShownFrom writes on top of the record the caller read when nobody wrote
+// it since, and starts over from a fresh read when somebody did: the other
+// writer's change survives, and the caller's copy is never changed.
+func TestShownFrom(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "u1")
+	at := time.Now()
+
+	r, rev, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, next, err := f.lc.ShownFrom(f.ctx, r, rev, "h1", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, stored, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID); err != nil || stored != next || next == rev {
+		t.Fatalf("ShownFrom returned revision %d; stored %d (%v), read at %d", next, stored, err, rev)
+	}
+	if got.PushedHash != "h1" || got.Delivery != task.Streaming || r.PushedHash != "" || r.Delivery != task.Pending {
+		t.Fatalf("after ShownFrom: got %q %s, the caller's copy %q %s", got.PushedHash, got.Delivery, r.PushedHash, r.Delivery)
+	}
+	if stored := f.record(m.TaskID); stored.PushedHash != "h1" || len(stored.RecentSends) != 1 {
+		t.Fatalf("stored: pushed %q, recent sends %d", stored.PushedHash, len(stored.RecentSends))
+	}
+
+	// A stale revision: the worker wrote meanwhile (here: the pusher's own
+	// first write); the frame is recorded on top of it, nothing is lost.
+	if _, _, err := f.lc.ShownFrom(f.ctx, r, rev, "h2", at.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	stored := f.record(m.TaskID)
+	if stored.PushedHash != "h2" || len(stored.RecentSends) != 2 || stored.Delivery != task.Streaming {
+		t.Fatalf("after a stale ShownFrom: pushed %q, recent sends %d, delivery %s", stored.PushedHash, len(stored.RecentSends), stored.Delivery)
+	}
+	if _, _, err := f.lc.ShownFrom(f.ctx, nil, 0, "h3", at); err == nil {
+		t.Fatal("ShownFrom with no record read: no error")
+	}
+}
+
+// The final frame's intent and its delivery, chained from the pusher's
+// read: the revision FinalIntentFrom returns is the record's after its
+// write (DeliveredFrom needs no read), and a stale revision (someone wrote
+// meanwhile) is read again, not lost.
+func TestFinalIntentFromThenDeliveredFrom(t *testing.T) {
+	f := newFixture(t, jetstream.Options{})
+	m := f.queue("m1", "u1")
+	r, rev, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir, irev, err := f.lc.FinalIntentFrom(f.ctx, r, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, now, _ := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID); !ir.FinalPending || r.FinalPending || irev != now || irev <= rev {
+		t.Fatalf("after FinalIntentFrom: pending %v (caller's copy %v), revision %d, stored %d, read at %d", ir.FinalPending, r.FinalPending, irev, now, rev)
+	}
+	// Again from the same (now stale) read: nothing changes, no error.
+	if again, arev, err := f.lc.FinalIntentFrom(f.ctx, r, rev); err != nil || !again.FinalPending || arev != irev {
+		t.Fatalf("stale FinalIntentFrom: %+v rev %d (want %d) %v", again, arev, irev, err)
+	}
+	got, err := f.lc.DeliveredFrom(f.ctx, ir, irev, "the answer", "final frame acked", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := f.record(m.TaskID)
+	if got.Delivery != task.Delivered || stored.Delivery != task.Delivered || stored.FinalPending || stored.PushedHash != task.Hash("the answer") {
+		t.Fatalf("after DeliveredFrom: delivery %s, stored %s, final pending %v", got.Delivery, stored.Delivery, stored.FinalPending)
+	}
+	if ids, err := f.env.Store.PendingTasks(f.ctx, "b"); err != nil || slices.Contains(ids, m.TaskID) {
+		t.Fatalf("still in the pending index: %v %v", ids, err)
+	}
+}
