@@ -727,7 +727,7 @@ func TestForeignHolderPagesAPerson(t *testing.T) {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			conn, err := wecom.Dial(ctx, wecom.Config{URL: e.wsURL, BotID: bot, Secret: "s3cret", Logger: zerolog.Nop()}, wecom.Handlers{})
+			conn, err := wecom.Dial(ctx, wecom.Config{URL: e.wsURL, BotID: bot, Secret: "s3cret", Logger: zerolog.Nop()}, nil)
 			if err == nil {
 				select {
 				case <-conn.Done():

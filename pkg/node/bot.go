@@ -214,7 +214,7 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 		res.reason = "term ended before connecting: " + err.Error()
 		return res
 	}
-	wc.BeforeSubscribe = term.Check
+	wc.BeforeSubscribe = term
 	// The connection adds bot (and conn) itself.
 	wc.BotID, wc.Secret, wc.Logger = b.ID, b.Secret, n.log.With().Int64("term", term.Rev).Logger()
 	h := n.cfg.Health
@@ -316,16 +316,30 @@ func (n *Node) drain(term *election.Term, log zerolog.Logger) {
 	log.Debug().Dur("took", time.Since(start)).Msg("inbound drained")
 }
 
-func (n *Node) handlers(term *election.Term) wecom.Handlers {
-	in := n.cfg.Inbound
-	if in == nil {
-		return wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) {
-			n.log.Warn().Str("bot", term.Bot).Str("msgid", m.MsgID).Msg("no inbound handler; message dropped")
-		}}
+func (n *Node) handlers(term *election.Term) wecom.Handler {
+	return termInbound{in: n.cfg.Inbound, term: term, log: n.log}
+}
+
+// termInbound is the wecom.Handler of one term's connection: it hands
+// every callback to Inbound with the term it belongs to. Each connection
+// gets its own, so callbacks never outlive their term's handler.
+type termInbound struct {
+	in   Inbound // nil: messages are dropped, each logged
+	term *election.Term
+	log  zerolog.Logger
+}
+
+func (h termInbound) Message(c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
+	if h.in == nil {
+		h.log.Warn().Str("bot", h.term.Bot).Str("msgid", m.MsgID).Msg("no inbound handler; message dropped")
+		return
 	}
-	return wecom.Handlers{
-		OnMessage: func(c *wecom.Conn, reqID string, m *wecom.MsgCallback) { in.HandleMessage(term, c, reqID, m) },
-		OnEvent:   func(c *wecom.Conn, reqID string, ev *wecom.EventCallback) { in.HandleEvent(term, c, reqID, ev) },
+	h.in.HandleMessage(h.term, c, reqID, m)
+}
+
+func (h termInbound) Event(c *wecom.Conn, reqID string, ev *wecom.EventCallback) {
+	if h.in != nil {
+		h.in.HandleEvent(h.term, c, reqID, ev)
 	}
 }
 

@@ -292,7 +292,7 @@ func TestKickedCampaignsAgainAndHandlesEachMessageOnce(t *testing.T) {
 	}
 	for round := range 3 {
 		post()
-		foreign, err := wecom.Dial(context.Background(), wecom.Config{URL: c.wsURL, BotID: "b1", Secret: "b1-secret", Logger: zerolog.Nop()}, wecom.Handlers{})
+		foreign, err := wecom.Dial(context.Background(), wecom.Config{URL: c.wsURL, BotID: "b1", Secret: "b1-secret", Logger: zerolog.Nop()}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
