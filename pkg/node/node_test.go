@@ -399,7 +399,7 @@ func TestBadConfigRejected(t *testing.T) {
 	}
 }
 
-func transitionsOf(c *cluster, bot string) []node.Transition {
-	trs, _ := node.Transitions(context.Background(), c.admin, "/botctl/", bot, 50)
+func transitionsOf(c *cluster, bot string) []node.LeaderEvent {
+	trs, _ := node.LeaderEvents(context.Background(), c.admin, "/botctl/", bot, 50)
 	return trs
 }
