@@ -92,7 +92,7 @@ type BotStatus struct {
 	OldLayout   bool                      `json:"old_layout,omitempty"` // the leader is an older botctl (key /botctl/election/<bot>)
 	Gate        string                    `json:"gate,omitempty"`       // the env allowed to connect
 	Nodes       map[string]node.BotStatus `json:"nodes,omitempty"`      // each node's view
-	Transitions []node.Transition         `json:"transitions"`          // recent, oldest first
+	Transitions []node.LeaderEvent        `json:"transitions"`          // recent, oldest first
 	// Health is the bot's shared health record, Incident its open outage
 	// incident, DataIncident its open data incident (a final answer not
 	// delivered, a gap not filled: the bot is up, its users are still owed
@@ -131,7 +131,7 @@ func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
 	}
 	for id := range recs {
 		if !known[id] {
-			st.Bots = append(st.Bots, BotStatus{ID: id, Nodes: map[string]node.BotStatus{}, Transitions: []node.Transition{}})
+			st.Bots = append(st.Bots, BotStatus{ID: id, Nodes: map[string]node.BotStatus{}, Transitions: []node.LeaderEvent{}})
 		}
 	}
 	sort.Slice(st.Bots, func(i, j int) bool { return st.Bots[i].ID < st.Bots[j].ID })
@@ -277,7 +277,7 @@ func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, hist
 				b.Nodes[n.ID] = v
 			}
 		}
-		if b.Transitions, err = node.Transitions(ctx, cli, prefix, id, history); err != nil {
+		if b.Transitions, err = node.LeaderEvents(ctx, cli, prefix, id, history); err != nil {
 			return Status{}, err
 		}
 		st.Bots = append(st.Bots, b)

@@ -344,7 +344,7 @@ func (a *Access) track(term *election.Term) (done func()) {
 // WaitTerm returns once every callback of term's connection has been
 // handled to the end (published, recorded, receipt attempted), or when
 // ctx ends. The node calls it after the connection is gone and before it
-// resigns (node.Config.Drain), so a deploy loses no message WeCom
+// resigns (node.TermHooks.Drain), so a deploy loses no message WeCom
 // delivered.
 func (a *Access) WaitTerm(ctx context.Context, term *election.Term) {
 	a.termsMu.Lock()

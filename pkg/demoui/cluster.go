@@ -41,11 +41,11 @@ type NodeView struct {
 // BotView is one bot: who leads it, since when, and its recent
 // transitions (oldest first).
 type BotView struct {
-	ID          string            `json:"id"`
-	Leader      string            `json:"leader"` // "" while nobody leads
-	Term        int64             `json:"term,omitempty"`
-	Since       time.Time         `json:"since,omitzero"`
-	Transitions []node.Transition `json:"transitions"`
+	ID          string             `json:"id"`
+	Leader      string             `json:"leader"` // "" while nobody leads
+	Term        int64              `json:"term,omitempty"`
+	Since       time.Time          `json:"since,omitzero"`
+	Transitions []node.LeaderEvent `json:"transitions"`
 }
 
 // TaskView is a task record, its question clipped.
@@ -128,7 +128,7 @@ func ReadView(ctx context.Context, s Sources) View {
 }
 
 func readBot(ctx context.Context, cli *clientv3.Client, id string, errs *[]string) BotView {
-	b := BotView{ID: id, Transitions: []node.Transition{}}
+	b := BotView{ID: id, Transitions: []node.LeaderEvent{}}
 	info, err := election.Leader(ctx, cli, "", id)
 	switch {
 	case err == nil:
@@ -136,7 +136,7 @@ func readBot(ctx context.Context, cli *clientv3.Client, id string, errs *[]strin
 	case !errors.Is(err, election.ErrNoLeader):
 		*errs = append(*errs, err.Error())
 	}
-	if trs, err := node.Transitions(ctx, cli, registryPrefix, id, maxTransitions); err != nil {
+	if trs, err := node.LeaderEvents(ctx, cli, registryPrefix, id, maxTransitions); err != nil {
 		*errs = append(*errs, err.Error())
 	} else {
 		b.Transitions = trs

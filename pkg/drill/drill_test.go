@@ -70,7 +70,7 @@ func TestNewRefusesWhatIsNotTheSimulator(t *testing.T) {
 	}
 
 	// Once b1 is connected to the simulator, a drill of it is accepted.
-	conn, err := wecom.Dial(ctx, wecom.Config{URL: "ws" + strings.TrimPrefix(simSrv.URL, "http") + "/", BotID: "b1", Secret: "s1", Logger: zerolog.Nop()}, wecom.Handlers{})
+	conn, err := wecom.Dial(ctx, wecom.Config{URL: "ws" + strings.TrimPrefix(simSrv.URL, "http") + "/", BotID: "b1", Secret: "s1", Logger: zerolog.Nop()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

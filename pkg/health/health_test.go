@@ -111,14 +111,9 @@ func start(t *testing.T, o options) *env {
 		Election: election.Config{TTL: 3 * time.Second, SafetyMargin: time.Second},
 		Backoff:  50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Inbound: inboundFunc(func() { e.inbound.Add(1) }),
-		Leading: func(ctx context.Context, term *election.Term, conn *wecom.Conn) {
-			e.mu.Lock()
-			e.conn = conn
-			e.mu.Unlock()
-			<-ctx.Done()
-		},
-		Health: e.h,
-		Logger: zerolog.Nop(),
+		Hooks:   holdConn{e},
+		Health:  e.h,
+		Logger:  zerolog.Nop(),
 	}
 	if o.node != nil {
 		o.node(&nc)
@@ -191,6 +186,19 @@ type inboundFunc func()
 
 func (f inboundFunc) HandleMessage(*election.Term, *wecom.Conn, string, *wecom.MsgCallback) { f() }
 func (f inboundFunc) HandleEvent(*election.Term, *wecom.Conn, string, *wecom.EventCallback) {}
+
+// holdConn is the node's term work here: it keeps the term's connection
+// in e.conn until the term ends.
+type holdConn struct{ e *env }
+
+func (h holdConn) WorkOnConn(ctx context.Context, term *election.Term, conn *wecom.Conn) {
+	h.e.mu.Lock()
+	h.e.conn = conn
+	h.e.mu.Unlock()
+	<-ctx.Done()
+}
+
+func (holdConn) Drain(context.Context, *election.Term) {}
 
 func (e *env) current() *wecom.Conn {
 	e.mu.Lock()
@@ -749,7 +757,7 @@ func TestForeignHolderPagesAPerson(t *testing.T) {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			conn, err := wecom.Dial(ctx, wecom.Config{URL: e.wsURL, BotID: bot, Secret: "s3cret", Logger: zerolog.Nop()}, wecom.Handlers{})
+			conn, err := wecom.Dial(ctx, wecom.Config{URL: e.wsURL, BotID: bot, Secret: "s3cret", Logger: zerolog.Nop()}, nil)
 			if err == nil {
 				select {
 				case <-conn.Done():

@@ -14,7 +14,7 @@ import (
 // The test cluster's election TTL (see cluster.start).
 const testTTL = 3 * time.Second
 
-// graceHooks blocks Leading (after its context ends) and Drain until
+// graceHooks blocks WorkOnConn (after its context ends) and Drain until
 // released, and reports when each is reached.
 type graceHooks struct {
 	leadingStopped chan *wecom.Conn
@@ -44,19 +44,25 @@ func (h *graceHooks) unblockAtCleanup(t *testing.T) {
 	t.Cleanup(func() { h.letLeadingReturn(); h.letDrainReturn() })
 }
 
+// WorkOnConn waits for its context to end, reports it, and returns when
+// released.
+func (h *graceHooks) WorkOnConn(ctx context.Context, _ *election.Term, conn *wecom.Conn) {
+	<-ctx.Done()
+	h.leadingStopped <- conn
+	<-h.releaseLeading
+}
+
+// Drain reports it started and returns when released (or at its deadline).
+func (h *graceHooks) Drain(ctx context.Context, term *election.Term) {
+	h.drainStarted <- term
+	select {
+	case <-h.releaseDrain:
+	case <-ctx.Done():
+	}
+}
+
 func (h *graceHooks) edit(cfg *node.Config) {
-	cfg.Leading = func(ctx context.Context, _ *election.Term, conn *wecom.Conn) {
-		<-ctx.Done()
-		h.leadingStopped <- conn
-		<-h.releaseLeading
-	}
-	cfg.Drain = func(ctx context.Context, term *election.Term) {
-		h.drainStarted <- term
-		select {
-		case <-h.releaseDrain:
-		case <-ctx.Done():
-		}
-	}
+	cfg.Hooks = h
 	cfg.DrainTimeout = waitLong
 }
 
@@ -90,7 +96,7 @@ func (c *cluster) heldBy(t *testing.T, bot, id string, want election.LeaderInfo,
 	}
 }
 
-// SIGTERM on the leader: the pusher (Leading) drains on the still-open
+// SIGTERM on the leader: the pusher (WorkOnConn) drains on the still-open
 // connection, then the connection is closed, then inbound handlers drain
 // (Drain), and all that while the lease is renewed, each stretch longer than
 // the TTL. Only then is the term resigned, and the standby takes over within
@@ -109,17 +115,17 @@ func TestGracefulStopRenewsUntilDrainedThenResigns(t *testing.T) {
 
 	stopped := time.Now()
 	a.stop() // the node's context ends, as on SIGTERM
-	conn := receive(t, "Leading's context to end", h.leadingStopped)
+	conn := receive(t, "WorkOnConn's context to end", h.leadingStopped)
 	pastTTL(stopped)
 	select {
 	case <-conn.Done():
-		t.Fatal("the connection was closed before Leading returned")
+		t.Fatal("the connection was closed before WorkOnConn returned")
 	default:
 	}
 	if !c.stats("b1").Connected {
-		t.Fatal("the simulator lost the connection while Leading drained")
+		t.Fatal("the simulator lost the connection while WorkOnConn drained")
 	}
-	c.heldBy(t, "b1", "a", held, "while Leading drains")
+	c.heldBy(t, "b1", "a", held, "while WorkOnConn drains")
 	if st := state(b, "b1"); st == node.StateLeader {
 		t.Fatalf("b leads while a still holds its connection")
 	}
@@ -164,8 +170,8 @@ func TestGracefulStopRenewsUntilDrainedThenResigns(t *testing.T) {
 }
 
 // Losing the term during a graceful stop (here: an operator deletes the
-// election key while Leading is still draining) closes the connection at
-// once, without waiting for Leading: no lock, no identity.
+// election key while WorkOnConn is still draining) closes the connection at
+// once, without waiting for WorkOnConn: no lock, no identity.
 func TestLostTermDuringGracefulStopClosesAtOnce(t *testing.T) {
 	c := newCluster(t, "b1")
 	h := newGraceHooks()
@@ -173,7 +179,7 @@ func TestLostTermDuringGracefulStopClosesAtOnce(t *testing.T) {
 	h.unblockAtCleanup(t)
 	c.leaderOf("b1", a)
 	a.stop()
-	conn := receive(t, "Leading's context to end", h.leadingStopped)
+	conn := receive(t, "WorkOnConn's context to end", h.leadingStopped)
 	info, err := election.Leader(context.Background(), c.admin, "", "b1")
 	if err != nil {
 		t.Fatal(err)

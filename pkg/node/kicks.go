@@ -72,26 +72,26 @@ func (k *foreignKicks) add(now time.Time) int {
 func (k *foreignKicks) reset() { k.at = k.at[:0] }
 
 // kicked handles a term that ended in a kick: a foreign kick is recorded
-// (transition "foreign_kick", a warning naming the likely cause) and the
+// (leader event "foreign_kick", a warning naming the likely cause) and the
 // reason says so; at the limit the bot is marked needs_human and the loop
 // waits *humanWait (which then doubles). It reports whether it waited.
 func (n *Node) kicked(ctx context.Context, bot string, res *leadResult, kicks *foreignKicks, humanWait *time.Duration, log zerolog.Logger) bool {
 	switch res.kickOrigin {
 	case kickCluster:
 		res.reason = "kicked: a node of this cluster took over (this node's term had ended: " + res.kickDetail + ")"
-		n.transition(bot, "kicked", res.reason, res.term)
+		n.leaderEvent(bot, "kicked", res.reason, res.term)
 		log.Info().Str("reason", res.reason).Msg("kicked by the new leader of this cluster")
 		return false
 	case kickUnknown:
 		res.reason = "kicked; could not tell by whom (etcd did not answer: " + res.kickDetail + ")"
-		n.transition(bot, "kicked", res.reason, res.term)
+		n.leaderEvent(bot, "kicked", res.reason, res.term)
 		log.Warn().Str("reason", res.reason).Msg("kicked")
 		return false
 	}
 	local := kicks.add(time.Now())
-	n.transitionNow(bot, "foreign_kick", fmt.Sprintf("kicked by a WeCom connection outside this cluster while this node held the bot's election "+
+	n.leaderEventNow(bot, "foreign_kick", fmt.Sprintf("kicked by a WeCom connection outside this cluster while this node held the bot's election "+
 		"(%d time(s) on this node in %s)", local, kicks.window), res.term)
-	// Counted over the cluster (the foreign_kick transitions in etcd), so
+	// Counted over the cluster (the foreign_kick leader events in etcd), so
 	// that the standbys do not each start from zero when this node steps
 	// aside; this node's own count if etcd cannot be read.
 	count := max(local, n.clusterForeignKicks(ctx, bot, kicks.window))
@@ -106,7 +106,7 @@ func (n *Node) kicked(ctx context.Context, bot string, res *leadResult, kicks *f
 	reason := what + fmt.Sprintf("; stopped reconnecting (kick_limit %d): stop the other holder or give it its own bot, "+
 		"then restart this node or wait for the retry in %s", kicks.limit, humanWait.Round(time.Second))
 	n.setState(bot, StateNeedsHuman, reason, 0)
-	n.transition(bot, "needs_human", reason, res.term)
+	n.leaderEvent(bot, "needs_human", reason, res.term)
 	log.Error().Str("reason", reason).Dur("retry_in", *humanWait).
 		Msg("bot needs a human: a second holder of its credentials keeps kicking this cluster's connection (retrying would ping-pong)")
 	if h := n.cfg.Health; h != nil {
@@ -128,18 +128,12 @@ func (n *Node) kickOf(term *election.Term) (kickOrigin, string) {
 	return origin, "Verify confirmed this node's term"
 }
 
-// gatedReason is the status of a bot whose env gate names another env.
-func gatedReason(bot, gate, env string) string {
-	return fmt.Sprintf("not connecting: bot %s's env gate names env %q and this node is env %q (only one environment may use a bot's credentials); "+
-		"to move the bot to this env: botctl bots gate --bot %s --env %s", bot, gate, env, bot, env)
-}
-
-// clusterForeignKicks counts bot's foreign_kick transitions of the last
+// clusterForeignKicks counts bot's foreign_kick leader events of the last
 // window, recorded by any node; 0 if they cannot be read.
 func (n *Node) clusterForeignKicks(ctx context.Context, bot string, window time.Duration) int {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	trs, err := Transitions(ctx, n.cli, n.cfg.Prefix, bot, MaxTransitions)
+	trs, err := LeaderEvents(ctx, n.cli, n.cfg.Prefix, bot, MaxLeaderEvents)
 	if err != nil {
 		return 0
 	}

@@ -45,7 +45,7 @@ func TestForeignKicksEscalateToNeedsHuman(t *testing.T) {
 	go func() {
 		defer close(foreignDone)
 		for ctx.Err() == nil {
-			conn, err := wecom.Dial(ctx, wecom.Config{URL: c.wsURL, BotID: "b1", Secret: "b1-secret", Logger: zerolog.Nop()}, wecom.Handlers{})
+			conn, err := wecom.Dial(ctx, wecom.Config{URL: c.wsURL, BotID: "b1", Secret: "b1-secret", Logger: zerolog.Nop()}, nil)
 			if err == nil {
 				select {
 				case <-conn.Done():

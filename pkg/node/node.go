@@ -1,84 +1,7 @@
-// Package node is a botctl node's life: it registers itself, and for every
-// bot it campaigns in the bot's election, holds the bot's WeCom connection
-// while it leads, and goes back to campaigning when the connection or the
-// leadership ends.
-//
-// Per bot, one loop: check the env gate → campaign → verify leadership with
-// a linearizable read → dial a fresh connection with fresh handlers → wait
-// for the connection's end (by its Done event), the term's end or a stop →
-// close the connection, wait for it to be gone → drain (Config.Drain) →
-// resign → back off if the term was not a stable connection → campaign
-// again. A term's connection is always gone before the term is released, so
-// the next leader never overlaps with it, and handlers never stack up: each
-// connection has its own, the next connection is dialed only after the
-// previous one's Done, and the previous term's callbacks have been drained.
-//
-// # How a term ends
-//
-// Lost leadership (the term's context ends with election.ErrNotLeader):
-// no lock, no identity. The connection is closed at once, then the node
-// waits for it to be gone and for Leading and Drain to return, resigns, and
-// campaigns again.
-//
-// Graceful stop (the node's context ends, or the bot's env gate moves to
-// another env): the term stays ours and its lease stays renewed (the term
-// is campaigned with election.WithTermContext) until the very end, in this
-// order: Leading's context ends and it returns (the pusher finishes its
-// writes in flight on the still-open connection); the connection is closed
-// and its Done observed; Drain returns (every callback the connection
-// delivered has been handled to the end); then the term is resigned, which
-// stops renewals and releases the bot at once, so a standby takes over
-// within one campaign round. If the term is lost at any point of this, the
-// connection is closed at once as above.
-//
-// # Crash, restart and upgrade
-//
-// With Config.DataDir, each bot's election lease is kept in the data dir
-// and revoked by the next run before it campaigns (see the election
-// package): a node killed and restarted by systemd hands its bots to the
-// standbys at once, not after the TTL. A node that is not restarted (or
-// hangs, or whose machine is gone) is deposed by a standby once its
-// liveness pulse stands still for the election's PulseTimeout (3s by
-// default; the election package says why that is safe). While a node of the old election
-// layout (an older botctl, during a rolling upgrade) holds a bot, Verify
-// refuses and the node backs off with that reason in its state, never
-// connecting over it.
-//
-// # Backoff
-//
-// Every way through the loop that is not a stable connection waits before
-// campaigning again, exponentially with jitter (Config.Backoff): a failed
-// verify, a refused or failing dial, a non-auth subscribe error, a
-// connection that ended (or was kicked) before StableTerm, an unreadable env
-// gate or a failed campaign. The node resigns before it waits, so another
-// node may try meanwhile; each node backs off on its own, so a bot whose
-// WeCom endpoint is down costs a few etcd writes per node per BackoffMax,
-// not a hot loop. Kicked: something outside the cluster holds the bot's
-// credentials, and reconnecting blindly would ping-pong with it, so a kick
-// always waits. Auth failure (wecom.ErrAuthFailed, only for an
-// authentication errcode at subscribe): the bot is marked needs_human and
-// retried only after the long AuthBackoff; retrying a bad secret never
-// helps.
-//
-// # Kicks and the env gate
-//
-// A kick while this node's term is still its own (Verify says so) came
-// from outside the cluster: a second environment, or a leftover process,
-// connecting with the same credentials. Each is logged as such and
-// recorded (transition "foreign_kick"); KickLimit of them within
-// KickWindow mark the bot needs_human with a reason that says what to do,
-// and the node then retries only after AuthBackoff (doubling), one kick per
-// retry, instead of ping-ponging with the other holder every BackoffMax. A
-// kick after this node lost its term (deposed by a standby, see the
-// election package) is the cluster's own handover and does not count. A
-// node whose env does not hold a bot's env gate does not campaign for it:
-// its state is gated, with the gate's env and the command that moves it in
-// the reason, and it logs the same once per gate change.
 package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -88,22 +11,10 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Inbound receives what a leader's connection delivers. Its methods run on
-// the connection's dispatch goroutine, one at a time: hand long work off,
-// and let Config.Drain wait for it. term is the leadership the connection
-// belongs to; its context ends when leadership is lost, or when the term
-// is resigned after a graceful stop, which is only after the connection
-// has closed and Drain has returned: work bound to it may finish.
-type Inbound interface {
-	HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback)
-	HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback)
-}
 
 // Config configures a node. Zero values take the defaults named.
 type Config struct {
@@ -155,24 +66,18 @@ type Config struct {
 	// resets it. Lower Backoff recovers sooner from a one-off failure;
 	// BackoffMax bounds how long a bot stays down after its WeCom endpoint
 	// comes back, and against it how much a long outage costs: every
-	// unsuccessful term writes to etcd (lease, key, transitions, registry,
+	// unsuccessful term writes to etcd (lease, key, leader events, registry,
 	// about ten revisions), so a node makes at most one such term per
 	// BackoffMax/2 once the step has grown. BackoffMax must be at least
 	// Backoff.
 	Backoff, BackoffMax, StableTerm time.Duration
-	// Drain, if set, is called after a connected term's connection is
-	// closed and gone (its Done observed) and before the term is
-	// resigned, on every way out of that term. It must return once every
-	// callback that connection delivered to Inbound has been handled to the
-	// end (published, recorded, receipt attempted), or when ctx ends
-	// (DrainTimeout). The term's lease is renewed meanwhile unless the term
-	// was lost, so handlers may go on using term.Context(). Wire the
-	// inbound handler's wait here (e.g. pkg/access's Wait). Nil: resign as
-	// soon as the connection is gone.
-	Drain func(ctx context.Context, term *election.Term)
-	// DrainTimeout bounds Drain. Default 15s (DefaultDrainTimeout). Raise it if handlers may
-	// take longer (a slow JetStream); the bot has no connection while
-	// Drain runs, so it also bounds how long a graceful stop delays the
+	// Hooks, if set, is a connected term's work: the pusher on the
+	// connection, then the inbound drain (see TermHooks). Nil: the node
+	// only holds the connection, and resigns as soon as it is gone.
+	Hooks TermHooks
+	// DrainTimeout bounds TermHooks.Drain. Default 15s
+	// (DefaultDrainTimeout). Raise it if handlers may take longer (a slow
+	// JetStream); the bot has no connection while Drain runs, so it also bounds how long a graceful stop delays the
 	// takeover. Whatever is still unhandled at the deadline is recovered by
 	// the next leader's gap backfill.
 	DrainTimeout time.Duration
@@ -182,48 +87,12 @@ type Config struct {
 	SpreadDelay time.Duration
 	// Inbound handles callbacks; nil drops them (logging each).
 	Inbound Inbound
-	// Leading, if set, runs while this node holds a bot's connection (the
-	// pusher): it starts once the connection is up and must return when ctx
-	// ends, which happens as soon as the connection or the term ends, or
-	// the node stops. On a graceful stop ctx ends first, while the
-	// connection is still open, and the connection is closed once Leading
-	// has returned (lost leadership closes it at once instead). The term is
-	// resigned only after it has returned.
-	Leading func(ctx context.Context, term *election.Term, conn *wecom.Conn)
 	// Health, if set, hears every connection attempt and end (pkg/health's
 	// monitor: the health record, incidents and recovery).
 	Health Observer
-	// EtcdError, if set, hears each etcd request of the node's own loops
-	// that failed, by operation: gate (claim or watch the env gate),
-	// campaign, registry (the node record and its lease) and transition
-	// (the bot's history), e.g. to count them (pkg/metrics). Called on
-	// those loops: it must not block.
-	EtcdError func(op string)
-	Logger    zerolog.Logger
-}
-
-// Observer hears a bot's connection life on this node. Its methods are
-// called on the bot's loop: they must not block, except AuthHold.
-type Observer interface {
-	// Dialing: this node leads the bot (Verify passed) and dials now.
-	Dialing(term *election.Term)
-	// Dialed is the dial's outcome: a subscribed conn, or err
-	// (errors.Is(err, wecom.ErrAuthFailed) for rejected credentials).
-	Dialed(term *election.Term, conn *wecom.Conn, err error)
-	// Ended: conn is gone. graceful: the node stopped or handed the bot
-	// over on purpose (a deploy, the env gate), not a failure; a graceful
-	// Ended may block briefly (bounded) to record the handover before the
-	// term is resigned.
-	Ended(term *election.Term, conn *wecom.Conn, graceful bool)
-	// AuthHold is called after WeCom rejected the bot's credentials, with
-	// the term resigned. It may block until a person has acted (the
-	// incident acknowledged) or ctx ends, and reports whether it did so;
-	// false: it has no opinion, and the loop waits its AuthBackoff.
-	AuthHold(ctx context.Context, bot string) bool
-	// Conflict: another holder of the bot's credentials, outside this
-	// cluster, keeps kicking its connection (kick_limit reached): only a
-	// person can stop it.
-	Conflict(bot, reason string)
+	// Metrics, if set, counts the node's failed etcd requests.
+	Metrics Metrics
+	Logger  zerolog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -278,7 +147,7 @@ type Node struct {
 	mu     sync.Mutex
 	status map[string]BotStatus
 	dirty  chan struct{} // registration needs rewriting
-	// records are transition writes in flight (they never hold up the
+	// records are leader event writes in flight (they never hold up the
 	// loop: a failover must not wait for an operator's record).
 	records sync.WaitGroup
 }
@@ -310,10 +179,10 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// etcdError reports a failed etcd request of op to Config.EtcdError.
+// etcdError reports a failed etcd request of op to Config.Metrics.
 func (n *Node) etcdError(op string) {
-	if n.cfg.EtcdError != nil {
-		n.cfg.EtcdError(op)
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.EtcdError(op)
 	}
 }
 
@@ -382,9 +251,9 @@ const (
 	DefaultDrainTimeout = 15 * time.Second
 	// ResignTimeout bounds a term's resign.
 	ResignTimeout = 5 * time.Second
-	// TransitionTimeout bounds the etcd write of one transition record
+	// LeaderEventTimeout bounds the etcd write of one leader event
 	// (Run waits for the last ones, "resigned" among them).
-	TransitionTimeout = 2 * time.Second
+	LeaderEventTimeout = 2 * time.Second
 	// RevokeTimeout bounds the revoke of the registry's lease.
 	RevokeTimeout = 2 * time.Second
 )
@@ -410,75 +279,4 @@ func (n *Node) Run(ctx context.Context) error {
 	<-regDone
 	n.log.Info().Msg("node stopped")
 	return nil
-}
-
-// register keeps the node's record under a lease, rewriting it when a bot's
-// state changes, until ctx ends; then it revokes the lease (removing the
-// record at once).
-func (n *Node) register(ctx context.Context) {
-	key := n.cfg.Prefix + nodesDir + n.cfg.NodeID
-	ttl := int64(n.cfg.RegistryTTL / time.Second)
-	if ttl < 2 {
-		ttl = 2
-	}
-	for ctx.Err() == nil {
-		lease, err := n.cli.Grant(ctx, ttl)
-		if err != nil {
-			if ctx.Err() == nil {
-				n.etcdError("registry")
-			}
-			n.log.Warn().Err(err).Msg("node registry: grant lease failed; retrying")
-			pause.For(ctx, time.Second)
-			continue
-		}
-		n.keepRegistered(ctx, key, lease.ID)
-		rctx, cancel := context.WithTimeout(context.Background(), RevokeTimeout)
-		n.cli.Revoke(rctx, lease.ID)
-		cancel()
-	}
-}
-
-func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.LeaseID) {
-	kctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ka, err := n.cli.KeepAlive(kctx, lease)
-	if err != nil {
-		n.etcdError("registry")
-		n.log.Warn().Err(err).Msg("node registry: keep-alive failed")
-		return
-	}
-	put := func() error {
-		raw, _ := json.Marshal(n.Info())
-		_, err := n.cli.Put(kctx, key, string(raw), clientv3.WithLease(lease))
-		return err
-	}
-	if err := put(); err != nil {
-		if ctx.Err() == nil {
-			n.etcdError("registry")
-		}
-		n.log.Warn().Err(err).Msg("node registry: register failed")
-		return
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-ka:
-			if !ok {
-				if ctx.Err() == nil {
-					n.etcdError("registry") // keep-alives unanswered for the lease's TTL
-				}
-				n.log.Warn().Msg("node registry: lease lost; registering again")
-				return
-			}
-		case <-n.dirty:
-			if err := put(); err != nil {
-				if ctx.Err() == nil {
-					n.etcdError("registry")
-					n.log.Warn().Err(err).Msg("node registry: update failed")
-				}
-				return
-			}
-		}
-	}
 }

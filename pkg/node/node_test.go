@@ -292,7 +292,7 @@ func TestKickedCampaignsAgainAndHandlesEachMessageOnce(t *testing.T) {
 	}
 	for round := range 3 {
 		post()
-		foreign, err := wecom.Dial(context.Background(), wecom.Config{URL: c.wsURL, BotID: "b1", Secret: "b1-secret", Logger: zerolog.Nop()}, wecom.Handlers{})
+		foreign, err := wecom.Dial(context.Background(), wecom.Config{URL: c.wsURL, BotID: "b1", Secret: "b1-secret", Logger: zerolog.Nop()}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -399,7 +399,7 @@ func TestBadConfigRejected(t *testing.T) {
 	}
 }
 
-func transitionsOf(c *cluster, bot string) []node.Transition {
-	trs, _ := node.Transitions(context.Background(), c.admin, "/botctl/", bot, 50)
+func transitionsOf(c *cluster, bot string) []node.LeaderEvent {
+	trs, _ := node.LeaderEvents(context.Background(), c.admin, "/botctl/", bot, 50)
 	return trs
 }

@@ -80,7 +80,7 @@ func (r *rig) dial(term int64, mutate func(*wecom.Config)) {
 		mutate(&cfg)
 	}
 	c, err := wecom.Dial(context.Background(), cfg,
-		wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) { msgs <- received{reqID, m} }})
+		wecom.MessageFunc(func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) { msgs <- received{reqID, m} }))
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func TestDialErrorsAreRedacted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	_, err = wecom.Dial(ctx, wecom.Config{URL: "ws://u:hunter2@" + addr + "/?token=hunter2", BotID: "b", Secret: "s", DialTimeout: 2 * time.Second}, wecom.Handlers{})
+	_, err = wecom.Dial(ctx, wecom.Config{URL: "ws://u:hunter2@" + addr + "/?token=hunter2", BotID: "b", Secret: "s", DialTimeout: 2 * time.Second}, nil)
 	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), addr) {
 		t.Errorf("wecom dial: %v", err)
 	}

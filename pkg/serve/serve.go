@@ -201,12 +201,11 @@ func Run(ctx context.Context, o Options) error {
 		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin,
 			PulseInterval: cfg.Election.PulseInterval, PulseTimeout: cfg.Election.PulseTimeout, NoPulse: cfg.Election.PulseTimeout == 0},
 		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow,
-		Inbound:   n.Access,
-		Drain:     n.Access.WaitTerm,
-		Leading:   n.leading,
-		Health:    n.Health,
-		EtcdError: n.obs.metrics.EtcdError,
-		Logger:    n.base, // node.New adds the node field
+		Inbound: n.Access,
+		Hooks:   termHooks{n},
+		Health:  n.Health,
+		Metrics: n.obs.metrics,
+		Logger:  n.base, // node.New adds the node field
 	})
 	if err != nil {
 		return err

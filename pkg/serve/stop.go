@@ -19,7 +19,7 @@ const apiShutdownTimeout = 5 * time.Second
 // lets its pusher's steps in flight end (pusher.StepTimeout), closes its
 // connection, drains the callbacks it delivered (node.DefaultDrainTimeout)
 // and resigns (node.ResignTimeout); the node waits for the last
-// transition records (node.TransitionTimeout) and revokes its registry
+// leader event records (node.LeaderEventTimeout) and revokes its registry
 // lease (node.RevokeTimeout); then the API shuts down (apiShutdownTimeout).
 //
 // Not included, because it comes after the resigns and is bounded by the
@@ -32,6 +32,6 @@ const apiShutdownTimeout = 5 * time.Second
 // slow stop is killed before its resign and the standbys wait for a
 // deposition instead of taking over at once.
 func GracefulStopBound() time.Duration {
-	return pusher.StepTimeout + node.DefaultDrainTimeout + node.ResignTimeout + node.TransitionTimeout + node.RevokeTimeout +
+	return pusher.StepTimeout + node.DefaultDrainTimeout + node.ResignTimeout + node.LeaderEventTimeout + node.RevokeTimeout +
 		apiShutdownTimeout
 }

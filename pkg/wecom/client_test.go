@@ -47,7 +47,7 @@ func (e *env) config() wecom.Config {
 	return wecom.Config{URL: e.url, BotID: "bot1", Secret: "s3cret", Logger: zerolog.Nop(), AckTimeout: 5 * time.Second}
 }
 
-func (e *env) dial(cfg wecom.Config, h wecom.Handlers) *wecom.Conn {
+func (e *env) dial(cfg wecom.Config, h wecom.Handler) *wecom.Conn {
 	e.t.Helper()
 	c, err := wecom.Dial(context.Background(), cfg, h)
 	if err != nil {
@@ -95,12 +95,23 @@ type received struct {
 	msg   *wecom.MsgCallback
 }
 
-func msgChan(buf int) (chan received, wecom.Handlers) {
+func msgChan(buf int) (chan received, wecom.Handler) {
 	ch := make(chan received, buf)
-	return ch, wecom.Handlers{OnMessage: func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) {
+	return ch, wecom.MessageFunc(func(_ *wecom.Conn, reqID string, m *wecom.MsgCallback) {
 		ch <- received{reqID, m}
-	}}
+	})
 }
+
+// eventFunc is a Handler of events alone.
+type eventFunc func(c *wecom.Conn, reqID string, ev *wecom.EventCallback)
+
+func (f eventFunc) Message(*wecom.Conn, string, *wecom.MsgCallback)            {}
+func (f eventFunc) Event(c *wecom.Conn, reqID string, ev *wecom.EventCallback) { f(c, reqID, ev) }
+
+// checkFunc is a wecom.Precondition.
+type checkFunc func() error
+
+func (f checkFunc) Check() error { return f() }
 
 func recv(t *testing.T, ch chan received) received {
 	t.Helper()
@@ -160,7 +171,7 @@ func TestAuthFailureIsTyped(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	cfg := e.config()
 	cfg.Secret = "Xq9-not-the-secret"
-	_, err := wecom.Dial(context.Background(), cfg, wecom.Handlers{})
+	_, err := wecom.Dial(context.Background(), cfg, nil)
 	if !errors.Is(err, wecom.ErrAuthFailed) {
 		t.Fatalf("err = %v, want ErrAuthFailed", err)
 	}
@@ -182,16 +193,16 @@ func TestBeforeSubscribeRefusalSendsNothing(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	cfg := e.config()
 	lost := errors.New("term ended")
-	cfg.BeforeSubscribe = func() error { return lost }
-	if _, err := wecom.Dial(context.Background(), cfg, wecom.Handlers{}); !errors.Is(err, lost) {
+	cfg.BeforeSubscribe = checkFunc(func() error { return lost })
+	if _, err := wecom.Dial(context.Background(), cfg, nil); !errors.Is(err, lost) {
 		t.Fatalf("err = %v, want the hook's", err)
 	}
 	if s := e.stats(); s.Connections != 0 || s.Frames[wecom.CmdSubscribe] != 0 {
 		t.Fatalf("a refused dial subscribed: %+v", s)
 	}
 	calls := 0
-	cfg.BeforeSubscribe = func() error { calls++; return nil }
-	c, err := wecom.Dial(context.Background(), cfg, wecom.Handlers{})
+	cfg.BeforeSubscribe = checkFunc(func() error { calls++; return nil })
+	c, err := wecom.Dial(context.Background(), cfg, nil)
 	if err != nil || calls != 1 {
 		t.Fatalf("dial with a passing hook: %v (hook called %d times)", err, calls)
 	}
@@ -206,7 +217,7 @@ func TestConfigValidation(t *testing.T) {
 		{URL: "ws://x/", Secret: "s"},
 		{URL: "ws://x/", BotID: "b"},
 	} {
-		if _, err := wecom.Dial(context.Background(), cfg, wecom.Handlers{}); err == nil {
+		if _, err := wecom.Dial(context.Background(), cfg, nil); err == nil {
 			t.Errorf("Dial(%+v) accepted an invalid config", cfg)
 		}
 	}
@@ -249,7 +260,7 @@ func TestHeartbeatLost(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	cfg := e.config()
 	cfg.HeartbeatInterval = 50 * time.Millisecond
-	c := e.dial(cfg, wecom.Handlers{})
+	c := e.dial(cfg, nil)
 	if err := e.sim.Fault(wecomsim.FaultRequest{BotID: "bot1", Action: "stall_acks", Seconds: 60}); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +275,7 @@ func TestHeartbeatAckedKeepsConnection(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	cfg := e.config()
 	cfg.HeartbeatInterval = 20 * time.Millisecond
-	c := e.dial(cfg, wecom.Handlers{})
+	c := e.dial(cfg, nil)
 	eventually(t, "10 pings", func() bool { return e.stats().Frames[wecom.CmdPing] >= 10 })
 	if c.Reason() != wecom.ReasonNone {
 		t.Fatalf("connection ended: %v", c.Err())
@@ -273,7 +284,7 @@ func TestHeartbeatAckedKeepsConnection(t *testing.T) {
 
 func TestNetworkDropAndCloseByUs(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
-	c := e.dial(e.config(), wecom.Handlers{})
+	c := e.dial(e.config(), nil)
 	if err := e.sim.Fault(wecomsim.FaultRequest{BotID: "bot1", Action: "drop"}); err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +293,7 @@ func TestNetworkDropAndCloseByUs(t *testing.T) {
 		t.Fatalf("reason = %v, want network_error", c.Reason())
 	}
 
-	c2 := e.dial(e.config(), wecom.Handlers{})
+	c2 := e.dial(e.config(), nil)
 	c2.Close()
 	waitDone(t, c2)
 	if c2.Reason() != wecom.ReasonClosedByUs {
@@ -416,7 +427,7 @@ func TestReqIDDoesNotSurviveReconnect(t *testing.T) {
 	c1.Close()
 	waitDone(t, c1)
 
-	c2 := e.dial(e.config(), wecom.Handlers{})
+	c2 := e.dial(e.config(), nil)
 	err := c2.ReplyStream(context.Background(), r.reqID, wecom.Stream{ID: "s", Content: "late", Finish: true})
 	if wecom.ErrCodeOf(err) != wecom.ErrCodeInvalidReqID {
 		t.Fatalf("old req_id on new connection: %v, want errcode %d", err, wecom.ErrCodeInvalidReqID)
@@ -430,11 +441,11 @@ func TestReqIDDoesNotSurviveReconnect(t *testing.T) {
 func TestWelcomeWithinWindow(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	evs := make(chan string, 1)
-	c := e.dial(e.config(), wecom.Handlers{OnEvent: func(_ *wecom.Conn, reqID string, ev *wecom.EventCallback) {
+	c := e.dial(e.config(), eventFunc(func(_ *wecom.Conn, reqID string, ev *wecom.EventCallback) {
 		if ev.Event.EventType == wecom.EventEnterChat {
 			evs <- reqID
 		}
-	}})
+	}))
 	if _, err := e.sim.PostEvent(wecomsim.EventRequest{BotID: "bot1", UserID: "carol", EventType: wecom.EventEnterChat}); err != nil {
 		t.Fatal(err)
 	}
@@ -456,11 +467,11 @@ func TestNoMessageHandledByTwoGenerations(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	var mu sync.Mutex
 	handled := map[string]int{} // msgid → times handled
-	h := wecom.Handlers{OnMessage: func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) {
+	h := wecom.MessageFunc(func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) {
 		mu.Lock()
 		handled[m.MsgID]++
 		mu.Unlock()
-	}}
+	})
 	stop := make(chan struct{})
 	posted := make(chan []string, 1)
 	go func() {
@@ -536,10 +547,10 @@ func TestBlockedHandlerDoesNotStarveAcks(t *testing.T) {
 	var handled sync.WaitGroup
 	cfg := e.config()
 	cfg.CallbackQueue = 16
-	c := e.dial(cfg, wecom.Handlers{OnMessage: func(*wecom.Conn, string, *wecom.MsgCallback) {
+	c := e.dial(cfg, wecom.MessageFunc(func(*wecom.Conn, string, *wecom.MsgCallback) {
 		<-release
 		handled.Done()
-	}})
+	}))
 	const n = 12
 	handled.Add(n)
 	for i := range n {

@@ -59,7 +59,7 @@ func TestCloseWithoutTheServersAnswerEndsAfterTheGrace(t *testing.T) {
 	got := make(chan string, 1)
 	c, err := wecom.Dial(context.Background(),
 		wecom.Config{URL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", BotID: "b", Secret: "s", Logger: zerolog.Nop()},
-		wecom.Handlers{OnMessage: func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) { got <- m.MsgID }})
+		wecom.MessageFunc(func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) { got <- m.MsgID }))
 	if err != nil {
 		t.Fatal(err)
 	}

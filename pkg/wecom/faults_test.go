@@ -151,7 +151,7 @@ func TestAckResetsTheTimeoutCount(t *testing.T) {
 	cfg := e.config()
 	cfg.AckTimeout = 300 * time.Millisecond
 	cfg.MaxAckTimeouts = 2
-	c := e.dial(cfg, wecom.Handlers{})
+	c := e.dial(cfg, nil)
 	e.post("alice", "q")
 	ctx := context.Background()
 	for i := range 3 {
@@ -193,7 +193,7 @@ func TestNotSubscribedPingClosesTheConnection(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	cfg := e.config()
 	cfg.HeartbeatInterval = 50 * time.Millisecond
-	c := e.dial(cfg, wecom.Handlers{})
+	c := e.dial(cfg, nil)
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultUnsubscribe})
 	waitDone(t, c)
 	if c.Reason() != wecom.ReasonNotSubscribed {
@@ -207,7 +207,7 @@ func TestSubscribeRefusedIsRetryable(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	for _, code := range []int{wecom.ErrCodeCommandConflict, wecom.ErrCodeSystemBusy, wecom.ErrCodeTransient1} {
 		e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRefuseSubscribe, Seconds: 60, ErrCode: code})
-		_, err := wecom.Dial(context.Background(), e.config(), wecom.Handlers{})
+		_, err := wecom.Dial(context.Background(), e.config(), nil)
 		if errors.Is(err, wecom.ErrAuthFailed) {
 			t.Fatalf("errcode %d: %v is ErrAuthFailed", code, err)
 		}
@@ -217,14 +217,14 @@ func TestSubscribeRefusedIsRetryable(t *testing.T) {
 		}
 	}
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultClear})
-	c := e.dial(e.config(), wecom.Handlers{})
+	c := e.dial(e.config(), nil)
 	if c.Reason() != wecom.ReasonNone {
 		t.Fatal("not connected after the refusals ended")
 	}
 	// A revoked secret is still an auth failure.
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRevoke})
 	waitDone(t, c)
-	_, err := wecom.Dial(context.Background(), e.config(), wecom.Handlers{})
+	_, err := wecom.Dial(context.Background(), e.config(), nil)
 	if !errors.Is(err, wecom.ErrAuthFailed) || errors.Is(err, wecom.ErrSubscribeRefused) {
 		t.Fatalf("revoked: %v, want ErrAuthFailed only", err)
 	}
@@ -240,7 +240,7 @@ func TestCloseHandsOverReadCallbacks(t *testing.T) {
 	var mu sync.Mutex
 	handled := map[string]int{}
 	var afterClose int
-	c := e.dial(e.config(), wecom.Handlers{OnMessage: func(c *wecom.Conn, _ string, m *wecom.MsgCallback) {
+	c := e.dial(e.config(), wecom.MessageFunc(func(c *wecom.Conn, _ string, m *wecom.MsgCallback) {
 		<-release
 		mu.Lock()
 		handled[m.MsgID]++
@@ -248,7 +248,7 @@ func TestCloseHandsOverReadCallbacks(t *testing.T) {
 			afterClose++
 		}
 		mu.Unlock()
-	}})
+	}))
 	const n = 10
 	var ids []string
 	for i := range n {
@@ -296,12 +296,12 @@ func TestCallbackBacklogClosesWithoutLoss(t *testing.T) {
 	var handled []string
 	cfg := e.config()
 	cfg.CallbackQueue = 16
-	c := e.dial(cfg, wecom.Handlers{OnMessage: func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) {
+	c := e.dial(cfg, wecom.MessageFunc(func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) {
 		<-release
 		mu.Lock()
 		handled = append(handled, m.MsgID)
 		mu.Unlock()
-	}})
+	}))
 	var delivered []string
 	for i := 0; i < 100 && c.Reason() == wecom.ReasonNone; i++ {
 		if r := e.post("u", fmt.Sprintf("m%d", i)); r.Delivered {
@@ -344,11 +344,11 @@ func TestCloseUnderTrafficLosesNoDeliveredCallback(t *testing.T) {
 	handled := map[string]bool{}
 	cfg := e.config()
 	cfg.CallbackQueue = 1 << 20 // the flood below is not a backlog test (ReasonBacklog stops reading)
-	c := e.dial(cfg, wecom.Handlers{OnMessage: func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) {
+	c := e.dial(cfg, wecom.MessageFunc(func(_ *wecom.Conn, _ string, m *wecom.MsgCallback) {
 		mu.Lock()
 		handled[m.MsgID] = true
 		mu.Unlock()
-	}})
+	}))
 	var delivered []string
 	var wg sync.WaitGroup
 	closed := make(chan struct{})

@@ -372,3 +372,21 @@ func ErrCodeOf(err error) int {
 	}
 	return -1
 }
+
+// encodeFrame is a frame as written to the socket, refused locally when
+// over MaxFrameBytes.
+func encodeFrame(cmd, reqID string, body any) ([]byte, error) {
+	f := struct {
+		Cmd     string  `json:"cmd"`
+		Headers Headers `json:"headers"`
+		Body    any     `json:"body,omitempty"`
+	}{cmd, Headers{ReqID: reqID}, body}
+	raw, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("wecom: encode %s: %w", cmd, err)
+	}
+	if len(raw) > MaxFrameBytes {
+		return nil, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrFrameTooLarge, cmd, len(raw), MaxFrameBytes)
+	}
+	return raw, nil
+}

@@ -90,22 +90,7 @@ func (c *Conn) Vitals() Vitals {
 // acks keep coming). A frame sent now would have an unknown outcome: a
 // sender that must not duplicate (the pusher's final frames) waits until
 // an ack is read again, or the connection is replaced.
-func (c *Conn) AcksOverdue(d time.Duration) bool {
-	last := unixTime(c.lastAck.Load())
-	if t := unixTime(c.lastTimeout.Load()); t.After(last) {
-		return true
-	}
-	c.pmu.Lock()
-	n, since := c.inflight, c.inflightSince
-	c.pmu.Unlock()
-	if n == 0 {
-		return false
-	}
-	if last.After(since) {
-		since = last
-	}
-	return time.Since(since) > d
-}
+func (c *Conn) AcksOverdue(d time.Duration) bool { return c.acks.overdue(d) }
 
 // Probe sends one heartbeat now and waits for its ack, at most timeout (0:
 // the AckTimeout): the health monitor's question "is anyone there?", asked
@@ -121,15 +106,8 @@ func (c *Conn) Probe(ctx context.Context, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	w := make(chan *Frame, 1)
-	c.pmu.Lock()
-	c.probes[id] = w
-	c.pmu.Unlock()
-	defer func() {
-		c.pmu.Lock()
-		delete(c.probes, id)
-		c.pmu.Unlock()
-	}()
+	w := c.acks.probe(id)
+	defer c.acks.unprobe(id)
 	if err := c.write(raw); err != nil {
 		return err
 	}
@@ -145,7 +123,7 @@ func (c *Conn) Probe(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("%w: probe ping (req_id %s) not acked within %s", ErrAckTimeout, id, timeout)
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-c.closing:
+	case <-c.end.closing:
 		return c.closeErr()
 	}
 }

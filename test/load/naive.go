@@ -40,7 +40,7 @@ func naiveMain(args []string) error {
 	receipt := "已收到，正在处理…" // botctl's default receipt (pkg/access)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	h := wecom.Handlers{OnMessage: func(c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
+	h := wecom.MessageFunc(func(c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
 		if m.Text == nil {
 			return
 		}
@@ -49,7 +49,7 @@ func naiveMain(args []string) error {
 			defer wg.Done()
 			naiveAnswer(ctx, c, reqID, m.Text.Content, receipt, *answer, *tick)
 		}()
-	}}
+	})
 	conn, err := wecom.Dial(ctx, wecom.Config{URL: *url, BotID: *bot, Secret: *secret, Logger: zerolog.Nop()}, h)
 	if err != nil {
 		return err

@@ -1,0 +1,176 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/rs/zerolog"
+)
+
+// leadResult is how a term went, for the bot's loop.
+type leadResult struct {
+	connected  bool
+	authFailed bool
+	kicked     bool
+	held       time.Duration // how long the connection lasted
+	reason     string
+	term       int64      // the term's revision
+	kickOrigin kickOrigin // who kicked, if kicked
+	kickDetail string     // the evidence kickOrigin was decided on
+}
+
+// lead is one term: verify, connect, wait for the end, close, drain,
+// resign. The connection is closed and gone, and what it delivered
+// drained, before the term is resigned. stop ending is a graceful stop (see
+// the package comment); the term ending is lost leadership.
+func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log zerolog.Logger) (res leadResult) {
+	log = log.With().Int64("term", term.Rev).Logger()
+	res.term = term.Rev
+	n.setState(b.ID, StateConnecting, "", term.Rev)
+	n.leaderEvent(b.ID, "leading", "", term.Rev)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), ResignTimeout)
+		defer cancel()
+		if err := term.Resign(rctx); err != nil {
+			log.Warn().Err(err).Msg("resign failed")
+		}
+		n.leaderEvent(b.ID, "resigned", res.reason, term.Rev)
+	}()
+
+	// Verify and dial end with the term or the stop, whichever is first.
+	dctx, cancelDial := context.WithCancel(term.Context())
+	defer cancelDial()
+	defer context.AfterFunc(stop, cancelDial)()
+
+	// A linearizable read right before connecting: a node that was paused
+	// or partitioned and lost leadership finds out here and never connects.
+	vctx, cancel := context.WithTimeout(dctx, 5*time.Second)
+	err := term.Verify(vctx)
+	cancel()
+	if errors.Is(err, election.ErrLegacyLeader) {
+		// A rolling upgrade: a node of an older botctl holds the bot in
+		// the old layout, which it alone sees. It keeps the bot until it
+		// stops; this node resigns and backs off meanwhile.
+		res.reason = "an older botctl node holds the bot (old election layout); waiting for it to stop: " + err.Error()
+		log.Warn().Err(err).Msg("won the election but an old-layout leader holds the bot; not connecting")
+		return res
+	}
+	if err != nil {
+		res.reason = "leadership not confirmed: " + err.Error()
+		log.Warn().Err(err).Msg("won the election but could not confirm it; not connecting")
+		return res
+	}
+
+	wc := n.cfg.WeCom
+	// Checked right before Dial, and again after the handshake, right
+	// before the subscribe frame is written (the handshake may take a
+	// while; Dial also ends with the term's context).
+	if err := term.Check(); err != nil {
+		res.reason = "term ended before connecting: " + err.Error()
+		return res
+	}
+	wc.BeforeSubscribe = term
+	// The connection adds bot (and conn) itself.
+	wc.BotID, wc.Secret, wc.Logger = b.ID, b.Secret, n.log.With().Int64("term", term.Rev).Logger()
+	h := n.cfg.Health
+	if h != nil {
+		h.Dialing(term)
+	}
+	conn, err := wecom.Dial(dctx, wc, termInbound{in: n.cfg.Inbound, term: term, log: n.log})
+	if h != nil {
+		h.Dialed(term, conn, err)
+	}
+	if err != nil {
+		res.reason = err.Error()
+		if errors.Is(err, wecom.ErrAuthFailed) {
+			res.authFailed = true
+			n.leaderEvent(b.ID, "auth_failed", err.Error(), term.Rev)
+		} else {
+			log.Warn().Err(err).Msg("connect failed")
+		}
+		return res
+	}
+	connected := time.Now()
+	res.connected = true
+	n.setState(b.ID, StateLeader, "", term.Rev)
+	n.leaderEvent(b.ID, "connected", "", term.Rev)
+	log.Info().Msg("leading: WeCom connection up")
+
+	workCtx, stopWork := context.WithCancel(term.Context())
+	defer stopWork()
+	workDone := make(chan struct{})
+	go func() {
+		defer close(workDone)
+		if n.cfg.Hooks != nil {
+			n.cfg.Hooks.WorkOnConn(workCtx, term, conn)
+		}
+	}()
+	select {
+	case <-conn.Done():
+	case <-term.Done():
+		// Leadership lost or in doubt. No lock, no identity: close at once.
+		conn.Close()
+	case <-stop.Done():
+		// A graceful stop: the term is still ours and renewed until we
+		// resign. Let WorkOnConn finish its writes in flight on the open
+		// connection (each bounded by the ack timeout), then close; but
+		// losing the term meanwhile closes at once.
+		log.Info().AnErr("why", context.Cause(stop)).Msg("stopping gracefully: draining before resigning")
+		stopWork()
+		select {
+		case <-workDone:
+		case <-term.Done():
+		case <-conn.Done():
+		}
+		conn.Close()
+	}
+	// The connection's end is its event, not Close returning.
+	<-conn.Done()
+	if h != nil {
+		h.Ended(term, conn, conn.Reason() == wecom.ReasonClosedByUs && term.Err() == nil)
+	}
+	stopWork()
+	<-workDone
+	res.held = time.Since(connected)
+	switch conn.Reason() {
+	case wecom.ReasonClosedByUs:
+		if err := term.Err(); err != nil {
+			res.reason = "term ended: " + err.Error()
+		} else {
+			res.reason = "stopped: " + context.Cause(stop).Error()
+		}
+	case wecom.ReasonKicked:
+		res.kicked = true
+		res.reason = "kicked: another connection subscribed with this bot"
+		res.kickOrigin, res.kickDetail = n.kickOf(term)
+	default:
+		res.reason = conn.Err().Error()
+	}
+	log.Info().Str("reason", res.reason).Dur("held", res.held).Msg("connection ended")
+	n.setState(b.ID, StateDraining, "connection ended: "+res.reason, term.Rev)
+	n.drain(term, log)
+	return res
+}
+
+// drain waits for TermHooks.Drain, bounded by DrainTimeout: the callbacks the
+// term's closed connection delivered are handled before the term is
+// resigned, and before the next term's handlers can start.
+func (n *Node) drain(term *election.Term, log zerolog.Logger) {
+	if n.cfg.Hooks == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainTimeout)
+	defer cancel()
+	start := time.Now()
+	n.cfg.Hooks.Drain(ctx, term)
+	if ctx.Err() != nil {
+		log.Warn().Dur("drain_timeout", n.cfg.DrainTimeout).
+			Msg("inbound handlers still running at the drain deadline; resigning anyway (gap backfill recovers what they did not finish)")
+		return
+	}
+	log.Debug().Dur("took", time.Since(start)).Msg("inbound drained")
+}
