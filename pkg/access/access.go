@@ -211,26 +211,40 @@ func hasRecord(ctx context.Context, js *bound, id, reqID string, term int64) boo
 	return r.ReqID != reqID || r.Term != term
 }
 
-// dedupe starts hasRecord for task id beside the caller's work and returns
-// its answer's getter (false without JetStream): the receipt waits for the
-// read and the publish at once, not one after the other. The getter waits
-// for the read; it may be called any number of times, from any goroutine.
-func dedupe(ctx context.Context, js *bound, id, reqID string, term int64, took func(time.Duration)) func() bool {
+// dedupeRead is the task bucket's answer to "does this callback's task
+// exist already?" (the callback is a duplicate), read beside what
+// follows it on the receipt's path: recorded waits for the answer.
+type dedupeRead struct {
+	done chan struct{} // closed with dup set; nil: nothing to read (not recorded)
+	dup  bool
+}
+
+// readDedupe starts the read of task id's record (hasRecord) unless
+// JetStream is away (js nil); took learns how long it took.
+func readDedupe(ctx context.Context, js *bound, id, reqID string, term int64, took func(time.Duration)) *dedupeRead {
+	r := &dedupeRead{}
 	if js == nil {
-		return func() bool { return false }
+		return r
 	}
-	done := make(chan struct{})
-	var dup bool
+	r.done = make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(r.done)
 		t0 := time.Now()
-		dup = hasRecord(ctx, js, id, reqID, term)
+		r.dup = hasRecord(ctx, js, id, reqID, term)
 		took(time.Since(t0))
 	}()
-	return func() bool {
-		<-done
-		return dup
+	return r
+}
+
+// recorded waits for the read and reports whether the record exists. It
+// may be called any number of times, from any goroutine: the receipt
+// waits for the read and the publish at once, not one after the other.
+func (r *dedupeRead) recorded() bool {
+	if r == nil || r.done == nil {
+		return false
 	}
+	<-r.done
+	return r.dup
 }
 
 // freshMargin is how long after a connection was subscribed a message

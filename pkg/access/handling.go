@@ -32,10 +32,15 @@ type handling struct {
 	id      string    // the task's ID
 	chat    string
 	js      *bound // nil while JetStream is away
-	// recorded reports whether the task bucket has the task: the
-	// callback is a duplicate. Its read runs beside what follows.
-	recorded func() bool
+	// dedupe is the task bucket's read of the task (the callback is a
+	// duplicate if it exists), running beside what follows; nil: a fresh
+	// callback, nothing to find.
+	dedupe *dedupeRead
 }
+
+// recorded reports whether the task bucket has the task: the callback is
+// a duplicate. It waits for the read.
+func (h *handling) recorded() bool { return h.dedupe.recorded() }
 
 // sent is a receipt's outcome.
 type sent struct {
@@ -77,9 +82,8 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	// The task bucket's answer runs beside what follows: every reply
 	// waits for it, and the dispatch asks it before any tier but the
 	// queue. One JetStream round trip on the receipt's path, not two.
-	h.recorded = func() bool { return false } // fresh: nothing to find
-	if !in.fresh {
-		h.recorded = dedupe(ctx, h.js, h.id, reqID, term.Rev, func(d time.Duration) { h.stage("dedupe", d) })
+	if !in.fresh { // fresh: nothing to find
+		h.dedupe = readDedupe(ctx, h.js, h.id, reqID, term.Rev, func(d time.Duration) { h.stage("dedupe", d) })
 	}
 	if question, ok := h.checked(); ok {
 		h.task(question)
