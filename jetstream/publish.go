@@ -257,9 +257,8 @@ func (s *Store) MaxDeliveriesSubject() string {
 // re-reading: somebody wrote first (ErrKeyExists, wrong last sequence
 // 10071), or, on a clustered bucket, another write to the same key was
 // still being applied (10164, "wrong last sequence" without a number: the
-// revision may well be right). Found by the chaos harness on R3 buckets,
-// where a worker's final output write was refused five attempts in a row
-// and the task failed. Pause with CASPause before the retry.
+// revision may well be right: on R3 buckets a write can be refused so
+// several times in a row). Pause with CASPause before the retry.
 func LostCAS(err error) bool {
 	var apiErr *natsjs.APIError
 	return errors.Is(err, natsjs.ErrKeyExists) ||

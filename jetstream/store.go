@@ -279,9 +279,8 @@ func declareBucket(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValue
 // replica: one that is behind (it just restarted and is catching up, or
 // has not applied the last write yet) answers with what it has, so a
 // record read right after its create can be "not found", and a CAS
-// update starts from a stale revision. Found by test/chaos
-// (rolling-nats-restart): a busy refusal recorded with a create then an
-// update was lost to "key not found". Without direct gets, reads go to the
+// update starts from a stale revision (a record created, then updated,
+// loses the update to "key not found"). Without direct gets, reads go to the
 // stream leader, which has every acknowledged write. The output bucket
 // keeps them: it is the hot path (read per progress frame), and the
 // pusher waits for the output the record names anyway. An R1 bucket has

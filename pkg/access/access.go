@@ -101,9 +101,9 @@ type Config struct {
 	MaxQuestionBytes int
 	// Parallel bounds messages handled at once. Default 2048: a
 	// handling mostly waits on JetStream (the publish, the record), under
-	// load for a quarter to half a second, and 256 (the old default) held
-	// 500 messages a second back on the connection, receipts included
-	// (the "slot" stage).
+	// load for a quarter to half a second, so at 500 messages a second
+	// fewer slots hold callbacks back on the connection, receipts
+	// included (the "slot" stage).
 	Parallel int
 	// DedupeSize is how many recent msgids are remembered in memory (the
 	// task bucket is the authority beyond it). Default 65536.

@@ -216,7 +216,7 @@ func (h *handling) checked() (question string, ok bool) {
 // continues. Its wait is its own (up to Timeout), not what the dispatch
 // left: a receipt WeCom applied whose ack botctl stopped waiting for
 // leaves the user's stream open at "received" for good, beside the
-// pushed answer (chaos cut-leader-nats).
+// pushed answer.
 func (h *handling) receipt(streamID string) sent {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
 	defer rcancel()

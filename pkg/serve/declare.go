@@ -18,11 +18,11 @@ import (
 
 // declareLock takes a cluster-wide lock (an etcd mutex under /botctl/)
 // for the declaration of the JetStream names of prefix, so that nodes
-// starting together declare one after another: on a fresh NATS cluster at
-// replicas 3, three nodes creating the same streams and buckets at once
-// (and turning their direct gets off) took 1.5–2.3 minutes to be ready,
-// their calls timing out against each other (test/load -topology r3), one
-// after another about a second each. The lock is a courtesy, not a
+// starting together declare one after another: on a NATS cluster at
+// replicas 3, concurrent creations of the same streams and buckets (and
+// their updates turning direct gets off) time out against each other for
+// minutes, while one after another they take about a second each. The
+// lock is a courtesy, not a
 // guarantee (Declare is idempotent): when etcd does not answer, or the
 // holder takes longer than declareLockWait, the node declares anyway.
 func declareLock(ctx context.Context, cli *clientv3.Client, prefix string, log zerolog.Logger) (unlock func()) {

@@ -404,10 +404,9 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 // outputInterval is worker.output_interval, or by default half the
 // pusher's progress gap at push.budget (1.7 s at 20/min). A progress
 // frame shows the latest version written, so the text it shows is up to
-// one interval old: at the whole gap, fewer writes but text up to 3.3 s
-// old (push lag p99 2 s against 1 s, bench/ramp.md); at half, a frame
-// never waits more than half a gap for new text, with 40 % fewer writes
-// than the former 1 s.
+// one interval old: at half a gap a frame never waits more than half a
+// gap for new text, and the worker writes no version the pusher could
+// not show (the whole gap would halve the writes but double the lag).
 func outputInterval(cfg config.Config) time.Duration {
 	if cfg.Worker.OutputInterval > 0 {
 		return cfg.Worker.OutputInterval

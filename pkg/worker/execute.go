@@ -263,9 +263,9 @@ var (
 // announcement was lost stops the run within this (the user is told at
 // once either way: the pusher reads the record), and a later attempt's
 // takeover is also found by the fenced output writer at its next write.
-// Each re-read of an R3 bucket is a JetStream API request to its leader:
-// at 5 s, 3,000 running answers made 600 a second, more than the new
-// messages' publishes (bench/ramp-r3.md).
+// Each re-read of an R3 bucket is a JetStream API request to its leader,
+// so the period bounds that load: 3,000 running answers make 200 a
+// second at 15 s.
 const cancelCheck = 15 * time.Second
 
 // checkCancel re-reads the record every cancelCheck and ends the run once
@@ -295,8 +295,7 @@ func (w *Worker) checkCancel(ctx context.Context, id string, attempt int, cancel
 
 // storeCallTimeout bounds one JetStream call made under a task's run
 // context. That context carries the execution deadline (30 minutes by
-// default), which replaces nats.go's own 5 s request timeout: a request
-// whose reply was lost with a NATS server that died under it waited that
-// long. In chaos rolling-nats-restart, tasks on the local tier sat
-// "running" with no output, their prompt's context read never answered.
+// default), which replaces nats.go's own 5 s request timeout: without
+// this bound, a request whose reply was lost with a NATS server that died
+// under it would wait that long, the task "running" with no output.
 const storeCallTimeout = 10 * time.Second

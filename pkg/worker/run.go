@@ -158,10 +158,10 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 
 // ack removes a finished task's message from the queue, which frees its
 // conversation, and makes sure of it. A plain ack is fire-and-forget: one
-// lost while the consumer's leader moves (a NATS server restarting) left
-// the message in the queue and the conversation refusing new questions
-// as busy until a redelivery or the sweep, a minute or more (chaos
-// rolling-nats-restart). So the ack is one the server confirms, retried
+// lost while the consumer's leader moves (a NATS server restarting)
+// leaves the message in the queue and the conversation refusing new
+// questions as busy until a redelivery or the sweep, a minute or more.
+// So the ack is one the server confirms, retried
 // for StorePatience; if none is confirmed the message is deleted by its
 // sequence, and if that fails too the sweep removes it.
 // A node stopping ends the retries (ctx), not the last tries.

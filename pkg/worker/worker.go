@@ -69,10 +69,8 @@ type Config struct {
 	// OutputInterval is the least time between two output writes of one
 	// task. Default 1s. The pusher shows a stream's progress at most every
 	// few seconds (the per-conversation budget), so writing more often
-	// only loads the output bucket and its watchers: at 5,000 concurrent
-	// answers, 300ms meant 16,500 writes/s of which 9 in 10 were never
-	// shown (bench/push.md). Lower it for snappier progress on few
-	// conversations.
+	// only loads the output bucket and its watchers with versions nobody
+	// sees. Lower it for snappier progress on few conversations.
 	OutputInterval time.Duration
 	// ContextTurns and ContextBytes bound the conversation context kept
 	// for multi-turn answers. Defaults 20 turns and 16 KiB.
