@@ -16,8 +16,10 @@ build:
 # (test/browser) needs Chromium: installed here when missing (Debian's
 # package), and required, so a machine without it fails instead of
 # skipping the demo page's test. The chaos smoke runs after the package
-# tests, not beside them: it starts ten processes of its own.
+# tests, not beside them: it starts ten processes of its own. First,
+# scripts/check-tracked.sh: no tracked file over 2 MB or executable binary.
 test:
+	bash scripts/check-tracked.sh
 	$(GO) vet $(PKGS)
 	bash scripts/ensure-chromium.sh
 	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(PKGS)

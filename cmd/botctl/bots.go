@@ -23,7 +23,7 @@ func newBotsCmd() *cobra.Command {
 
 func newBotsGateCmd() *cobra.Command {
 	var (
-		ef       etcdFlags
+		cf       clusterFlags
 		bot, env string
 	)
 	cmd := &cobra.Command{
@@ -38,16 +38,12 @@ the new env takes over.`,
 			if bot == "" || env == "" {
 				return usageErrorf("--bot and --env are required")
 			}
-			ec, err := ef.resolve()
-			if err != nil {
-				return err
-			}
-			cli, err := newEtcdClient(ec)
+			cli, err := cf.etcdClient()
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
+			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 			defer cancel()
 			old, err := node.Gate(ctx, cli, prefix, bot)
 			if err != nil {
@@ -63,7 +59,7 @@ the new env takes over.`,
 			return nil
 		},
 	}
-	ef.register(cmd)
+	cf.registerEtcd(cmd)
 	cmd.Flags().StringVar(&bot, "bot", "", "bot id")
 	cmd.Flags().StringVar(&env, "env", "", "environment allowed to connect the bot")
 	return cmd

@@ -22,9 +22,8 @@ import (
 
 func newDrillCmd() *cobra.Command {
 	var (
-		nf       natsFlags
+		cf       clusterFlags
 		cfg      drill.Config
-		etcd     string
 		asJSON   bool
 		jsonl    bool
 		failLost bool
@@ -57,19 +56,14 @@ that simulator (its nodes use another WeCom URL).
 			if asJSON && jsonl {
 				return usageErrorf("give --json or --json-lines, not both")
 			}
-			st, closeFn, err := nf.store()
+			st, closeFn, err := cf.store()
 			if err != nil {
 				return err
 			}
 			defer closeFn()
 			cfg.Incidents, cfg.Health = incident.NewStore(st.Incidents()), st.Health()
 			if cfg.Kind == drill.KindKillLeader {
-				ef := etcdFlags{config: nf.config, endpoints: etcd, dataDir: nf.dataDir, timeout: nf.timeout}
-				ec, err := ef.resolve()
-				if err != nil {
-					return err
-				}
-				cli, err := newEtcdClient(ec)
+				cli, err := cf.etcdClient()
 				if err != nil {
 					return err
 				}
@@ -103,12 +97,12 @@ that simulator (its nodes use another WeCom URL).
 			return nil
 		},
 	}
-	nf.register(cmd)
+	cf.registerNATS(cmd)
 	cmd.Flags().StringVar(&cfg.Bot, "bot", "", "the bot to drill")
 	cmd.Flags().StringVar(&cfg.Kind, "kind", "", "drop, revoke, silence, stall or kill-leader")
 	cmd.Flags().IntVar(&cfg.Rounds, "rounds", 1, "rounds to run")
 	cmd.Flags().StringVar(&cfg.Sim, "sim", "", "the simulator's control API, http://HOST:PORT")
-	cmd.Flags().StringVar(&etcd, "etcd", "", "etcd endpoints (kill-leader only; default $BOTCTL_ETCD_ENDPOINTS, else --data-dir's embedded etcd)")
+	cmd.Flags().StringVar(&cf.etcd, "etcd", "", "etcd endpoints (kill-leader only; default $BOTCTL_ETCD_ENDPOINTS, else --data-dir's embedded etcd)")
 	cmd.Flags().DurationVar(&cfg.Interval, "interval", time.Second, "one user message per this, each from its own conversation")
 	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "how long a silence (default 30s) or a stall (default 20s) lasts; for a drop, reconnecting is refused this long (a gap)")
 	cmd.Flags().DurationVar(&cfg.FixAfter, "fix-after", 10*time.Second, "revoke: restore the secret and acknowledge this long after the incident opened")

@@ -13,12 +13,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/botctl/botctl/internal/oneline"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/spf13/cobra"
 )
 
 func newIncidentsCmd() *cobra.Command {
-	var nf natsFlags
+	var cf clusterFlags
 	cmd := &cobra.Command{
 		Use:   "incidents",
 		Short: "Incidents per bot with T1/T2/T3, downtime and how each recovered (list|show|ack|report)",
@@ -27,8 +28,8 @@ func newIncidentsCmd() *cobra.Command {
 			return usageErrorf("missing subcommand: list, show, ack or report (see 'botctl incidents --help')")
 		},
 	}
-	nf.register(cmd)
-	cmd.AddCommand(newIncidentsListCmd(&nf), newIncidentsShowCmd(&nf), newIncidentsAckCmd(&nf), newIncidentsReportCmd(&nf))
+	cf.registerNATS(cmd)
+	cmd.AddCommand(newIncidentsListCmd(&cf), newIncidentsShowCmd(&cf), newIncidentsAckCmd(&cf), newIncidentsReportCmd(&cf))
 	return cmd
 }
 
@@ -72,18 +73,18 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, errors.New("want a duration back (90m, 24h, 7d) or an RFC 3339 time")
 }
 
-func (nf *natsFlags) incidents(cmd *cobra.Command, fn func(ctx context.Context, s *incident.Store) error) error {
-	st, closeFn, err := nf.store()
+func (cf *clusterFlags) incidents(cmd *cobra.Command, fn func(ctx context.Context, s *incident.Store) error) error {
+	st, closeFn, err := cf.store()
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+	ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 	defer cancel()
 	return fn(ctx, incident.NewStore(st.Incidents()))
 }
 
-func newIncidentsListCmd(nf *natsFlags) *cobra.Command {
+func newIncidentsListCmd(cf *clusterFlags) *cobra.Command {
 	var (
 		f      incidentFilter
 		open   bool
@@ -99,7 +100,7 @@ func newIncidentsListCmd(nf *natsFlags) *cobra.Command {
 				return err
 			}
 			flt.Open = open
-			return nf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
+			return cf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
 				all, err := s.List(ctx, flt)
 				if err != nil {
 					return err
@@ -166,7 +167,7 @@ func printIncidents(w io.Writer, all []incident.Incident, now time.Time) error {
 			how = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i.ID, i.Bot, i.Kind, i.Level, i.State, i.Signal,
-			secs(i.T1()), secs(i.T2()), secs(i.T3()), secs(i.Downtime(now)), how, clip(i.Reason, 60))
+			secs(i.T1()), secs(i.T2()), secs(i.T3()), secs(i.Downtime(now)), how, oneline.Clip(i.Reason, 60))
 	}
 	if len(all) == 0 {
 		fmt.Fprintln(tw, "(no incidents)")
@@ -174,14 +175,14 @@ func printIncidents(w io.Writer, all []incident.Incident, now time.Time) error {
 	return tw.Flush()
 }
 
-func newIncidentsShowCmd(nf *natsFlags) *cobra.Command {
+func newIncidentsShowCmd(cf *clusterFlags) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "show ID [--json]",
 		Short: "Show one incident: its times, compensation, alerts sent and timeline",
 		Args:  exactArgs(1, "an incident id (see 'botctl incidents list')"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return nf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
+			return cf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
 				i, err := s.Find(ctx, args[0])
 				if errors.Is(err, incident.ErrNotFound) {
 					return usageErrorf("%v", err)
@@ -242,7 +243,7 @@ func orDash(s string) string {
 	return s
 }
 
-func newIncidentsAckCmd(nf *natsFlags) *cobra.Command {
+func newIncidentsAckCmd(cf *clusterFlags) *cobra.Command {
 	var (
 		who, note string
 		asJSON    bool
@@ -262,7 +263,7 @@ func newIncidentsAckCmd(nf *natsFlags) *cobra.Command {
 			if who == "" {
 				return usageErrorf("who acknowledges? give --by NAME")
 			}
-			return nf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
+			return cf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
 				i, err := s.Ack(ctx, args[0], who, note)
 				if errors.Is(err, incident.ErrNotFound) {
 					return usageErrorf("%v", err)
@@ -284,7 +285,7 @@ func newIncidentsAckCmd(nf *natsFlags) *cobra.Command {
 	return cmd
 }
 
-func newIncidentsReportCmd(nf *natsFlags) *cobra.Command {
+func newIncidentsReportCmd(cf *clusterFlags) *cobra.Command {
 	var (
 		f      incidentFilter
 		asJSON bool
@@ -299,7 +300,7 @@ func newIncidentsReportCmd(nf *natsFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return nf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
+			return cf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
 				all, err := s.List(ctx, flt)
 				if err != nil {
 					return err

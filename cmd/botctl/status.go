@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/internal/oneline"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
@@ -112,8 +113,8 @@ type BotStatus struct {
 // addHealth adds each bot's health record, open incidents (outage and
 // data) and "may be incomplete" count from JetStream, or says why it
 // cannot.
-func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
-	s, closeFn, err := nf.store()
+func addHealth(ctx context.Context, cf *clusterFlags, st *Status) {
+	s, closeFn, err := cf.store()
 	if err != nil {
 		st.HealthError = err.Error()
 		return
@@ -160,10 +161,9 @@ func addHealth(ctx context.Context, nf *natsFlags, st *Status) {
 
 func newStatusCmd() *cobra.Command {
 	var (
-		ef       etcdFlags
+		cf       clusterFlags
 		asJSON   bool
 		history  int
-		natsURL  string
 		watch    bool
 		interval time.Duration
 	)
@@ -175,37 +175,31 @@ func newStatusCmd() *cobra.Command {
 			if watch && interval <= 0 {
 				return usageErrorf("--interval %s: want a positive duration (e.g. 2s)", interval)
 			}
-			ec, err := ef.resolve()
-			if err != nil {
-				return err
-			}
-			cli, err := newEtcdClient(ec)
+			cli, err := cf.etcdClient()
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			hc, err := apiClient(ef.api)
+			hc, err := apiClient(cf.api)
 			if err != nil {
 				return usageError{err}
 			}
-			nf := natsFlags{config: ef.config, url: natsURL, dataDir: ef.dataDir, timeout: ef.timeout}
 			once := func() error {
-				ctx, cancel := context.WithTimeout(cmd.Context(), ef.timeout)
+				ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 				defer cancel()
 				st, err := readStatus(ctx, cli, hc, history)
 				if err != nil {
 					return err
 				}
-				addHealth(ctx, &nf, &st)
+				addHealth(ctx, &cf, &st)
 				if asJSON {
 					if st.HealthError != "" {
 						fmt.Fprintf(cmd.ErrOrStderr(), "botctl status: health and incidents not shown: %s\n", st.HealthError)
 					}
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					if !watch {
-						enc.SetIndent("", "  ")
+					if watch {
+						return json.NewEncoder(cmd.OutOrStdout()).Encode(st) // one object per line
 					}
-					return enc.Encode(st) // --watch: one object per line
+					return printJSON(cmd.OutOrStdout(), st)
 				}
 				printStatus(cmd.OutOrStdout(), st)
 				return nil
@@ -216,12 +210,12 @@ func newStatusCmd() *cobra.Command {
 			return watchStatus(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), interval, asJSON, once)
 		},
 	}
-	ef.register(cmd)
+	cf.registerEtcd(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"nodes\":[…],\"bots\":[…]}")
 	cmd.Flags().IntVar(&history, "transitions", 10, "recent transitions to show per bot")
 	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C (with --json: one JSON object per line)")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
-	cmd.Flags().StringVar(&natsURL, "nats", "", "NATS URL for the bots' health and incidents (default $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
+	cmd.Flags().StringVar(&cf.nats, "nats", "", "NATS URL for the bots' health and incidents (default $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
 	return cmd
 }
 
@@ -321,7 +315,7 @@ func printStatus(w io.Writer, st Status) {
 		if b.Health != nil {
 			hl = string(b.Health.State)
 			if b.Health.Reason != "" {
-				hl += " (" + clip(b.Health.Reason, 50) + ")"
+				hl += " (" + oneline.Clip(b.Health.Reason, 50) + ")"
 			}
 			if b.Incomplete > 0 {
 				hl += fmt.Sprintf(", %d conversation(s) may be incomplete", b.Incomplete)

@@ -2,120 +2,22 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/botctl/botctl/internal/oneline"
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 )
 
-// natsURLFile records, in a data dir, the URL of the embedded NATS a
-// `botctl serve` started there.
-const natsURLFile = "nats.url"
-
-// natsFlags are the flags of the commands that read or change tasks. TLS,
-// credentials and the prefix (nats.*) come from --config and BOTCTL_NATS_*
-// as for serve.
-type natsFlags struct {
-	config  string
-	url     string
-	prefix  string
-	dataDir string
-	timeout time.Duration
-}
-
-func (f *natsFlags) register(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVar(&f.config, "config", "", "botctl's YAML config file: NATS URL, prefix, TLS and credentials (env BOTCTL_NATS_* also applies)")
-	cmd.PersistentFlags().StringVar(&f.url, "nats", "", "NATS URL (default nats.url of --config or $BOTCTL_NATS_URL, else the embedded NATS of --data-dir)")
-	cmd.PersistentFlags().StringVar(&f.prefix, "nats-prefix", "", "stream and bucket prefix of the environment to act on (default nats.prefix of --config or $BOTCTL_NATS_PREFIX, else BOTCTL)")
-	cmd.PersistentFlags().StringVar(&f.dataDir, "data-dir", "data", "data dir of a 'botctl serve' running embedded NATS")
-	cmd.PersistentFlags().DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for NATS")
-}
-
-// resolve returns the nats section to connect with: --nats, else nats.url
-// of --config or $BOTCTL_NATS_URL, else the embedded NATS recorded in
-// --data-dir; --nats-prefix over nats.prefix.
-func (f *natsFlags) resolve() (config.NATS, error) {
-	cfg, err := config.Load(f.config, os.Environ())
-	if err != nil {
-		return config.NATS{}, usageError{err}
-	}
-	n := cfg.NATS
-	if f.prefix != "" {
-		n.Prefix = f.prefix
-	}
-	if f.url != "" {
-		n.URL = f.url
-	}
-	if n.URL == "" {
-		raw, err := os.ReadFile(filepath.Join(f.dataDir, natsURLFile))
-		if err != nil {
-			return n, usageErrorf("no NATS to ask: give --nats nats://HOST:PORT (or --config), or --data-dir of a running 'botctl serve' with embedded NATS")
-		}
-		n.URL = strings.TrimSpace(string(raw))
-	}
-	return n, nil
-}
-
-// store connects and opens the declared streams and buckets of the prefix.
-func (f *natsFlags) store() (*jetstream.Store, func(), error) {
-	n, err := f.resolve()
-	if err != nil {
-		return nil, nil, err
-	}
-	opts, err := n.Options()
-	if err != nil {
-		return nil, nil, usageError{err}
-	}
-	u := redact.URL(n.URL)
-	nc, err := nats.Connect(n.URL, append(opts, nats.Timeout(f.timeout), nats.Name("botctl tasks"))...)
-	if refused := n.RefusedError(err); refused != nil {
-		return nil, nil, fmt.Errorf("NATS at %s: %w", u, redact.Error(refused))
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
-	}
-	js, err := natsjs.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-	defer cancel()
-	// Declare is idempotent and changes nothing on a running deployment,
-	// given the deployment's options. The replica count is the nodes'
-	// (nats.replicas of their config), which this command's config may
-	// not repeat: a deployment that exists keeps its own. (With the
-	// default, 1, every CLI command scaled an R3 deployment down to R1,
-	// and each node restart scaled it back up.)
-	replicas := n.Replicas
-	if st, err := js.Stream(ctx, jetstream.NamesFor(n.Prefix).TaskStream); err == nil {
-		replicas = st.CachedInfo().Config.Replicas
-	}
-	s, err := jetstream.Declare(ctx, js, jetstream.Options{Prefix: n.Prefix, Replicas: replicas})
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", n.Prefix, err)
-	}
-	return s, nc.Close, nil
-}
-
 func newTasksCmd() *cobra.Command {
-	var nf natsFlags
+	var cf clusterFlags
 	cmd := &cobra.Command{
 		Use:   "tasks",
 		Short: "List, inspect and correct tasks (list|show|retry|cancel|redeliver)",
@@ -124,12 +26,12 @@ func newTasksCmd() *cobra.Command {
 			return usageErrorf("missing subcommand: list, show, retry, cancel or redeliver (see 'botctl tasks --help')")
 		},
 	}
-	nf.register(cmd)
-	cmd.AddCommand(newTasksListCmd(&nf), newTasksShowCmd(&nf), newTasksRetryCmd(&nf), newTasksCancelCmd(&nf), newTasksRedeliverCmd(&nf))
+	cf.registerNATS(cmd)
+	cmd.AddCommand(newTasksListCmd(&cf), newTasksShowCmd(&cf), newTasksRetryCmd(&cf), newTasksCancelCmd(&cf), newTasksRedeliverCmd(&cf))
 	return cmd
 }
 
-func newTasksListCmd(nf *natsFlags) *cobra.Command {
+func newTasksListCmd(cf *clusterFlags) *cobra.Command {
 	var (
 		bot, state string
 		limit      int
@@ -143,12 +45,12 @@ func newTasksListCmd(nf *natsFlags) *cobra.Command {
 			if state != "" && !knownState(state) {
 				return usageErrorf("--state %q: want one of queued, running, succeeded, failed, canceled, pending, streaming, truncated, delivered", state)
 			}
-			s, closeFn, err := nf.store()
+			s, closeFn, err := cf.store()
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 			defer cancel()
 			recs, err := listTasks(ctx, s, bot, state)
 			if err != nil {
@@ -167,7 +69,7 @@ func newTasksListCmd(nf *natsFlags) *cobra.Command {
 			fmt.Fprintln(tw, "TASK\tBOT\tCHAT\tEXEC\tDELIVERY\tATTEMPT\tAGE\tQUESTION")
 			for _, r := range recs {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Bot, r.Chat, r.Exec, r.Delivery, r.Attempt,
-					time.Since(r.Received).Round(time.Second), clip(r.Question, 40))
+					time.Since(r.Received).Round(time.Second), oneline.Clip(r.Question, 40))
 			}
 			if len(recs) == 0 {
 				fmt.Fprintln(tw, "(no tasks)")
@@ -216,13 +118,13 @@ func listTasks(ctx context.Context, s *jetstream.Store, bot, state string) ([]*t
 	return out, nil
 }
 
-func newTasksShowCmd(nf *natsFlags) *cobra.Command {
+func newTasksShowCmd(cf *clusterFlags) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "show TASK_ID [--json]",
 		Short: "Show a task: its raw context, both states, every transition, and its output",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
+		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			out, _ := task.GetOutput(ctx, s.Output(), r.ID)
 			if asJSON {
 				// "output" keeps its shape: done is the record's word (the
@@ -262,14 +164,14 @@ type outputView struct {
 
 // onTask opens the store, reads the task named by the command's argument,
 // and runs fn on it: the frame of every single-task subcommand.
-func onTask(nf *natsFlags, fn func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error) func(*cobra.Command, []string) error {
+func onTask(cf *clusterFlags, fn func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		s, closeFn, err := nf.store()
+		s, closeFn, err := cf.store()
 		if err != nil {
 			return err
 		}
 		defer closeFn()
-		ctx, cancel := context.WithTimeout(cmd.Context(), nf.timeout)
+		ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 		defer cancel()
 		r, _, err := getTask(ctx, s, args[0])
 		if err != nil {
@@ -301,12 +203,12 @@ func lifecycleError(r *task.Record, err error) error {
 	return err
 }
 
-func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
+func newTasksRetryCmd(cf *clusterFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "retry TASK_ID",
 		Short: "Run a finished task again and deliver the new answer",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
+		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			if _, err := lifecycle(s).Retry(ctx, r.ID, "operator retry"); err != nil {
 				return lifecycleError(r, err)
 			}
@@ -316,12 +218,12 @@ func newTasksRetryCmd(nf *natsFlags) *cobra.Command {
 	}
 }
 
-func newTasksCancelCmd(nf *natsFlags) *cobra.Command {
+func newTasksCancelCmd(cf *clusterFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel TASK_ID",
 		Short: "Stop a queued, running or stuck task (its worker stops within a second), free its conversation and tell the user",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
+		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			if _, err := lifecycle(s).Cancel(ctx, r.ID, "operator cancel"); err != nil {
 				return lifecycleError(r, err)
 			}
@@ -331,12 +233,12 @@ func newTasksCancelCmd(nf *natsFlags) *cobra.Command {
 	}
 }
 
-func newTasksRedeliverCmd(nf *natsFlags) *cobra.Command {
+func newTasksRedeliverCmd(cf *clusterFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "redeliver TASK_ID",
 		Short: "Deliver a finished task's answer again, by push (after a failed or doubtful delivery)",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: onTask(nf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
+		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			if _, err := lifecycle(s).Redeliver(ctx, r.ID, "operator redeliver"); err != nil {
 				if errors.Is(err, task.ErrNotFinished) {
 					return usageErrorf("task %s has no complete answer to deliver (exec %s): wait for it, or cancel and retry it", r.ID, r.Exec)
@@ -362,18 +264,4 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func clip(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n]) + "…"
-	}
-	return s
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/internal/oneline"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
@@ -165,7 +166,7 @@ func readTasks(ctx context.Context, s *jetstream.Store, errs *[]string) []TaskVi
 		if err != nil {
 			continue // deleted meanwhile, or not a record
 		}
-		out = append(out, TaskView{ID: r.ID, Bot: r.Bot, Chat: r.Chat, Question: clip(r.Question, maxQuestion), Exec: string(r.Exec),
+		out = append(out, TaskView{ID: r.ID, Bot: r.Bot, Chat: r.Chat, Question: oneline.Clip(r.Question, maxQuestion), Exec: string(r.Exec),
 			Delivery: string(r.Delivery), Node: r.Node, Tier: r.Tier, Attempt: r.Attempt, Received: r.Received, Error: r.Error})
 	}
 	slices.SortFunc(out, func(a, b TaskView) int { return b.Received.Compare(a.Received) })
@@ -185,12 +186,4 @@ func readIncidents(ctx context.Context, s *jetstream.Store, errs *[]string) []In
 			Reason: in.Reason, Detected: in.Detected, Closed: in.Closed, Method: string(in.Method)})
 	}
 	return out
-}
-
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
 }

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/botctl/botctl/internal/httpjson"
+	"github.com/botctl/botctl/internal/oneline"
 )
 
 //go:embed static
@@ -143,7 +146,7 @@ func (h *pageAPI) config(w http.ResponseWriter, r *http.Request) {
 	if !pc.Chat {
 		pc.ChatOff = "this node talks to WeCom itself, not to the simulator: the chat works only with serve --demo or a ws:// simulator URL (wecom.url)"
 	}
-	writeJSON(w, http.StatusOK, pc)
+	httpjson.Write(w, http.StatusOK, pc)
 }
 
 // linePattern turns printf formats with integer verbs ("已进行 %d 分 %02d
@@ -170,7 +173,7 @@ func linePattern(formats ...string) string {
 func (h *pageAPI) cluster(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
-	writeJSON(w, http.StatusOK, h.cfg.View(ctx))
+	httpjson.Write(w, http.StatusOK, h.cfg.View(ctx))
 }
 
 // chatOff answers 409 when there is no simulator to talk to.
@@ -196,7 +199,7 @@ func (h *pageAPI) knownBot(w http.ResponseWriter, bot string) bool {
 
 func validUser(w http.ResponseWriter, name, id string) bool {
 	if id == "" || len(id) > maxUserID || !userIDPattern.MatchString(id) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want 1 to %d letters, digits or _ . @ -", name, clip(id, maxUserID), maxUserID))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want 1 to %d letters, digits or _ . @ -", name, oneline.Clip(id, maxUserID), maxUserID))
 		return false
 	}
 	return true
@@ -300,14 +303,8 @@ func unwrapURL(err error) error {
 	return err
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
-}
-
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
+	httpjson.Write(w, code, map[string]string{"error": msg})
 }
 
 // SimulatorURL is the simulator's control base URL for a WeCom URL, or ""

@@ -3,7 +3,7 @@
 // heartbeats, matches acks by req_id and serializes frames per req_id.
 //
 // The protocol as the real server speaks it is described in
-// ../shared/docs/wecom-protocol.md; values marked "assumed" there are
+// docs/wecom-protocol.md; values marked "assumed" there are
 // settings here, and nothing in this package depends on their exact number.
 //
 // # What a send's result means

@@ -1,7 +1,7 @@
 // Package wecomsim is a WeCom AI-bot long-connection server that is as strict
 // as the real one: it stands in for WeCom in tests, benchmarks and demos.
 //
-// It speaks the protocol described in shared/docs/wecom-protocol.md on a
+// It speaks the protocol described in docs/wecom-protocol.md on a
 // WebSocket at "/" and offers a JSON control API under "/control/" to play
 // the users' side (post messages and events), to inject faults (drop,
 // revoke, stall or late acks, silence, refused subscribe, lost

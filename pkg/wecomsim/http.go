@@ -9,18 +9,14 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/botctl/botctl/internal/httpjson"
 )
 
 const maxControlBody = 1 << 20
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+	httpjson.Write(w, status, map[string]string{"error": msg})
 }
 
 func writeErr(w http.ResponseWriter, err error) {
@@ -94,7 +90,7 @@ func (s *Server) httpMessages(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 }
 
 func (s *Server) httpEvents(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +103,7 @@ func (s *Server) httpEvents(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 }
 
 func (s *Server) httpTranscript(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +117,7 @@ func (s *Server) httpTranscript(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": t})
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": t})
 }
 
 func (s *Server) httpStats(w http.ResponseWriter, r *http.Request) {
@@ -130,7 +126,7 @@ func (s *Server) httpStats(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpjson.Write(w, http.StatusOK, st)
 }
 
 func (s *Server) httpHistory(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +161,7 @@ func (s *Server) httpHistory(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs})
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": msgs})
 }
 
 func (s *Server) httpFaults(w http.ResponseWriter, r *http.Request) {
@@ -177,7 +173,7 @@ func (s *Server) httpFaults(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	httpjson.Write(w, http.StatusOK, map[string]any{"ok": true})
 }
 
 func (s *Server) httpAddBot(w http.ResponseWriter, r *http.Request) {
@@ -189,7 +185,7 @@ func (s *Server) httpAddBot(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"bot_id": req.BotID})
+	httpjson.Write(w, http.StatusCreated, map[string]any{"bot_id": req.BotID})
 }
 
 // httpListBots lists bot ids and whether each is connected; never secrets.
@@ -213,5 +209,5 @@ func (s *Server) httpListBots(w http.ResponseWriter, r *http.Request) {
 			b.mu.Unlock()
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"bots": out})
+	httpjson.Write(w, http.StatusOK, map[string]any{"bots": out})
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/wecom"
 )
 
@@ -212,5 +213,5 @@ func (s *Server) httpRecording(w http.ResponseWriter, r *http.Request) {
 	if ev == nil {
 		ev = []RecordedEvent{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"recording": s.Recording(), "events": ev})
+	httpjson.Write(w, http.StatusOK, map[string]any{"recording": s.Recording(), "events": ev})
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/botctl/botctl/internal/httpjson"
 )
 
 // The group robot: WeCom's incoming webhook for group chats
@@ -38,7 +40,7 @@ type robots struct {
 func (s *Server) httpRobotSend(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key == "" {
-		writeJSON(w, http.StatusOK, map[string]any{"errcode": 93000, "errmsg": "invalid webhook url: key missing"})
+		httpjson.Write(w, http.StatusOK, map[string]any{"errcode": 93000, "errmsg": "invalid webhook url: key missing"})
 		return
 	}
 	var body struct {
@@ -51,7 +53,7 @@ func (s *Server) httpRobotSend(w http.ResponseWriter, r *http.Request) {
 		} `json:"text"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxControlBody)).Decode(&body); err != nil {
-		writeJSON(w, http.StatusOK, map[string]any{"errcode": 40008, "errmsg": "invalid message type: body is not JSON"})
+		httpjson.Write(w, http.StatusOK, map[string]any{"errcode": 40008, "errmsg": "invalid message type: body is not JSON"})
 		return
 	}
 	content := body.Markdown.Content
@@ -59,11 +61,11 @@ func (s *Server) httpRobotSend(w http.ResponseWriter, r *http.Request) {
 		content = body.Text.Content
 	}
 	if body.MsgType != "markdown" && body.MsgType != "text" {
-		writeJSON(w, http.StatusOK, map[string]any{"errcode": 40008, "errmsg": "invalid message type: want markdown or text"})
+		httpjson.Write(w, http.StatusOK, map[string]any{"errcode": 40008, "errmsg": "invalid message type: want markdown or text"})
 		return
 	}
 	if len(content) > RobotMaxContent {
-		writeJSON(w, http.StatusOK, map[string]any{"errcode": ErrCodeRobotTooLong, "errmsg": "content exceeds 4096 bytes"})
+		httpjson.Write(w, http.StatusOK, map[string]any{"errcode": ErrCodeRobotTooLong, "errmsg": "content exceeds 4096 bytes"})
 		return
 	}
 	now := s.now()
@@ -81,13 +83,13 @@ func (s *Server) httpRobotSend(w http.ResponseWriter, r *http.Request) {
 	if len(recent) >= RobotRatePerMinute {
 		rb.sent[key] = recent
 		rb.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{"errcode": 45009, "errmsg": "api freq out of limit: 20 messages a minute per robot"})
+		httpjson.Write(w, http.StatusOK, map[string]any{"errcode": 45009, "errmsg": "api freq out of limit: 20 messages a minute per robot"})
 		return
 	}
 	rb.sent[key] = append(recent, now)
 	rb.msgs = append(rb.msgs, RobotMessage{Key: key, MsgType: body.MsgType, Content: content, At: now.UTC()})
 	rb.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"errcode": 0, "errmsg": "ok"})
+	httpjson.Write(w, http.StatusOK, map[string]any{"errcode": 0, "errmsg": "ok"})
 }
 
 // RobotMessages returns what the group robot of key received ("" every robot).
@@ -104,5 +106,5 @@ func (s *Server) RobotMessages(key string) []RobotMessage {
 }
 
 func (s *Server) httpRobotMessages(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"messages": s.RobotMessages(r.URL.Query().Get("key"))})
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": s.RobotMessages(r.URL.Query().Get("key"))})
 }

@@ -1,6 +1,6 @@
 // Package e2e runs real botctl processes — one `botctl infra`, one
 // `botctl sim` and three `botctl serve` nodes per test — and checks the
-// election rules of shared/docs/architecture.md from the outside: one
+// election rules of docs/architecture.md from the outside: one
 // leader per bot, handover without ping-pong (the simulator's kick count
 // stays 0), graceful stop within one campaign round, crash takeover within
 // the TTL, partitions, and no message handled twice.
