@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -72,6 +73,8 @@ func checkConfig(path string, environ []string) ([]error, string) {
 	demo := len(cfg.Bots) == 0 && cfg.WeCom.URL == ""
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, unjoin(err)...)
+	} else if _, err := ai.New(cfg.AI); err != nil {
+		errs = append(errs, err) // what depends on the machine: the exec command, its dir, the API key's variable
 	}
 	ec := election.Config{BotID: "x", NodeID: "x", TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin}
 	if err := ec.Validate(); err != nil {

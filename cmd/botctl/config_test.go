@@ -114,3 +114,23 @@ func TestConfigCheckNeedsFile(t *testing.T) {
 		t.Fatalf("exit %d without FILE, want 2 (usage)", code)
 	}
 }
+
+// What the AI section needs from the machine (the exec command in PATH,
+// the API key's variable) is checked by config check and at serve's
+// start, not only when the backend is first built: pkg/config checks the
+// values, pkg/ai the machine.
+func TestConfigCheckNamesWhatTheAIBackendLacks(t *testing.T) {
+	for _, tc := range []struct{ yaml, key string }{
+		{"ai:\n  kind: exec\n  exec:\n    command: [/no/such/program]\n", "ai.exec.command"},
+		{"ai:\n  kind: openai\n  openai:\n    model: m\n    api_key_env: BOTCTL_TEST_NO_SUCH_KEY\n", "ai.openai.api_key_env"},
+	} {
+		_, stderr, code := runBotctl(t, "config", "check", write(t, tc.yaml))
+		if code == 0 || !strings.Contains(stderr, tc.key) {
+			t.Errorf("config check of %q: exit %d, stderr %q; want a failure naming %s", tc.yaml, code, stderr, tc.key)
+		}
+		_, stderr, code = runBotctl(t, "serve", "--config", write(t, tc.yaml), "--data-dir", t.TempDir())
+		if code != 2 || !strings.Contains(stderr, tc.key) {
+			t.Errorf("serve with %q: exit %d, stderr %q; want exit 2 naming %s", tc.yaml, code, stderr, tc.key)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/demoui"
@@ -83,6 +84,9 @@ docs/security.md.`,
 			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
+			}
+			if _, err := ai.New(cfg.AI); err != nil {
+				return usageError{err} // what depends on the machine: the exec command, its dir, the API key's variable
 			}
 			ec := election.Config{BotID: "x", NodeID: "x", TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin}
 			if err := ec.Validate(); err != nil {

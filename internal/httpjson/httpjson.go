@@ -1,5 +1,5 @@
-// Package httpjson writes JSON HTTP responses: the simulator's control API
-// and the demo page's API.
+// Package httpjson writes JSON HTTP responses: the simulator's control
+// API, the demo page's API and the node API.
 package httpjson
 
 import (
@@ -15,4 +15,14 @@ func Write(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteIndented is Write with the body indented by two spaces: for the
+// node API, which people read with curl.
+func WriteIndented(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }

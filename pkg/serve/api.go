@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/demoui"
 	"github.com/botctl/botctl/pkg/dispatch"
@@ -46,7 +47,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			s := p.Stats()
 			view.Pushers[bot] = botView{Pusher: &s}
 		})
-		writeJSON(w, http.StatusOK, view)
+		httpjson.WriteIndented(w, http.StatusOK, view)
 	})
 	n.obs.routes(mux) // GET /metrics, /healthz (alive), /readyz (ready)
 	if page := n.demoPage(); page != nil {
@@ -57,15 +58,15 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m task.Message
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want a task message: {\"task_id\",\"bot\",\"msgid\",\"chat\",\"question\",…}"})
+			httpjson.WriteIndented(w, http.StatusBadRequest, map[string]string{"error": "want a task message: {\"task_id\",\"bot\",\"msgid\",\"chat\",\"question\",…}"})
 			return
 		}
 		if ctx.Err() != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "node stopping"})
+			httpjson.WriteIndented(w, http.StatusServiceUnavailable, map[string]string{"error": "node stopping"})
 			return
 		}
 		if !n.started() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "JetStream not reachable from this node yet"})
+			httpjson.WriteIndented(w, http.StatusServiceUnavailable, map[string]string{"error": "JetStream not reachable from this node yet"})
 			return
 		}
 		if err := n.Worker.Go(ctx, m, string(dispatch.TierFixed), wg); err != nil {
@@ -73,11 +74,11 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			// was started, so the caller may send the task elsewhere (the
 			// dispatcher falls back) or again once a running one ends.
 			w.Header().Set("Retry-After", "1")
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+			httpjson.WriteIndented(w, http.StatusServiceUnavailable, map[string]string{
 				"error": fmt.Sprintf("%v; the task was not started: send it to another node, or again later", err)})
 			return
 		}
-		writeJSON(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
+		httpjson.WriteIndented(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
 	})))
 	return mux
 }
@@ -89,12 +90,4 @@ type workerView struct {
 
 type spoolView struct {
 	Depth int `json:"depth"` // tasks held on this node's disk for the queue
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/config"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -100,7 +101,7 @@ func requireToken(token string, h http.Handler) http.Handler {
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="botctl node API"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token: send Authorization: Bearer <the contents of api.token_file>"})
+			httpjson.WriteIndented(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token: send Authorization: Bearer <the contents of api.token_file>"})
 			return
 		}
 		h.ServeHTTP(w, r)

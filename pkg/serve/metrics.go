@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/alert"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/metrics"
@@ -103,7 +104,7 @@ func (o *observer) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		// Alive: the process answers. Nothing external is asked, so a
 		// supervisor never restarts a node for an etcd outage.
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.WriteIndented(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -113,7 +114,7 @@ func (o *observer) routes(mux *http.ServeMux) {
 		if !rd.Ready {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, rd)
+		httpjson.WriteIndented(w, code, rd)
 	})
 }
 
