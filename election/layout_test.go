@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/faultproxy"
+	"github.com/botctl/botctl/internal/faultproxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )

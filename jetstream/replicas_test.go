@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/testenv"
 )
 
 // On R3, every bucket but the output is read from its stream leader: a

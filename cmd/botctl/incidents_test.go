@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/incident"
-	"github.com/botctl/botctl/pkg/testenv"
 )
 
 // incidents list --json gives each incident as stored plus its times in

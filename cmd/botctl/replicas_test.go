@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/testenv"
 )
 
 // A CLI command run without the nodes' nats.replicas leaves the

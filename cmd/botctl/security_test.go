@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )

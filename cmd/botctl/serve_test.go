@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/botctl/botctl/internal/testenv"
 )
 
 // With api.cert_file the ready line names the API as https://, the

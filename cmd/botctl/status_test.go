@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
-	"github.com/botctl/botctl/pkg/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/incident"
-	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )

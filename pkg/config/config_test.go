@@ -1,8 +1,8 @@
 package config
 
 import (
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/testenv"
 	"os"
 	"path/filepath"
 	"strings"

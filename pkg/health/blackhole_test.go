@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/faultproxy"
+	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"

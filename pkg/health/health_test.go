@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
@@ -21,7 +22,6 @@ import (
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/recovery"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/rs/zerolog"

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/incident"
-	"github.com/botctl/botctl/pkg/testenv"
 )
 
 func TestOneOpenIncidentPerBot(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
-	"github.com/botctl/botctl/pkg/faultproxy"
+	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/faultproxy"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/wecom"

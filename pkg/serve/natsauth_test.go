@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/botctl/botctl/pkg/testenv"
+	"github.com/botctl/botctl/internal/testenv"
 )
 
 // A node runs on a NATS server in operator mode from nats.creds_file

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/rs/zerolog"
 )
 

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/rs/zerolog"
 )

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/rs/zerolog"
 )

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/botctl/botctl/pkg/testenv"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"

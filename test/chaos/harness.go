@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/botctl/botctl/pkg/ai"
-	"github.com/botctl/botctl/pkg/faultproxy"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/botctl/botctl/test/infracluster"

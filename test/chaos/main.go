@@ -10,7 +10,7 @@
 // client dials only the URLs it was given), `botctl sim`, and three `botctl
 // serve` nodes with --nats-replicas 3, all built from this tree. Every
 // node reaches each etcd member and each NATS server through a fault
-// proxy of its own (pkg/faultproxy), so one node can be partitioned from
+// proxy of its own (internal/faultproxy), so one node can be partitioned from
 // etcd, NATS or both. The processes are started by test/e2e/cluster, the
 // harness the end-to-end tests use.
 //

@@ -164,7 +164,7 @@ func (rep *Report) Markdown(w io.Writer) {
 		rep.Command, rep.Date.Format(time.RFC3339), rep.Took.Round(time.Second), rep.Nproc, rep.GoVersion, runtime.GOOS, runtime.GOARCH, rep.Commit)
 	fmt.Fprintf(w, "- topology (loopback, every member its own process): 3 etcd members, 3 NATS servers clustered with JetStream "+
 		"(`--nats-replicas 3`, servers started with no_advertise), `botctl sim`, 3 `botctl serve` nodes; every node reaches each etcd member and each NATS server "+
-		"through a fault proxy of its own (pkg/faultproxy), so one node can be cut off from etcd, NATS or both\n")
+		"through a fault proxy of its own (internal/faultproxy), so one node can be cut off from etcd, NATS or both\n")
 	fmt.Fprintf(w, "- nodes: `%s --election-ttl %s --election-safety-margin %s`\n", strings.Join(nodeArgs(cfg), " "), cfg.TTL, cfg.Margin)
 	fmt.Fprintf(w, "- traffic: %d closed-loop users (one single chat each), think time ~%s, %s before the fault and %s after it; "+
 		"%d more conversations post one message each over the fault's first second; "+

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/faultproxy"
+	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/faultproxy"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
