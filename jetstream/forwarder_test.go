@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -169,7 +170,7 @@ func TestForwarderSurvivesOutage(t *testing.T) {
 		}
 	}
 	// The last entry is deleted just after it is reported.
-	waitFor(t, 30*time.Second, "an empty spool", func() bool { return spoolLen(t, sp) == 0 })
+	testwait.Eventually(t, 30*time.Second, "an empty spool", func() bool { return spoolLen(t, sp) == 0 })
 
 	// Back to normal: with the spool empty, tasks go straight to JetStream.
 	before := len(spooled)

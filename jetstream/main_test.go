@@ -109,16 +109,3 @@ func declare(t *testing.T, js natsjs.JetStream, opts Options) *Store {
 	}
 	return st
 }
-
-// waitFor polls cond until it holds, failing the test after timeout. For
-// server-side effects with no event to wait on (a message removed).
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: still not %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

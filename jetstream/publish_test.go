@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -384,7 +385,7 @@ func TestLateTermRemovesStuckTask(t *testing.T) {
 	if err := nc.Publish(m.Reply(), []byte("+TERM stuck")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "removed by the late Term", func() bool {
+	testwait.Eventually(t, 20*time.Second, "removed by the late Term", func() bool {
 		info, err := st.TaskStream().Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})

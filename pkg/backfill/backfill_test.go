@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/wecomsim"
@@ -37,13 +38,13 @@ func TestTrackerForwardOnlyAndHeldBySpool(t *testing.T) {
 		t.Fatalf("watermark written while the spool held a task: %+v", wm)
 	}
 	holding.Store(false)
-	waitFor(t, func() bool {
+	testwait.Eventually(t, 30*time.Second, "the watermark", func() bool {
 		wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1")
 		return wm.Created.Equal(t0)
 	})
 	tr.Handled("b1", t0.Add(-time.Hour)) // an older message handled late
 	tr.Handled("b1", t0.Add(time.Second))
-	waitFor(t, func() bool {
+	testwait.Eventually(t, 30*time.Second, "the watermark", func() bool {
 		wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1")
 		return wm.Created.Equal(t0.Add(time.Second))
 	})
@@ -73,17 +74,6 @@ func (in *inbound) Known(_ context.Context, _, msgid string) (bool, error) {
 func (in *inbound) Late(_ context.Context, _ string, m backfill.Message) error {
 	in.late = append(in.late, m.Text)
 	return nil
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // A pass reads the simulator's history from the watermark less the

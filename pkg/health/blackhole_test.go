@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/pkg/node"
@@ -34,7 +35,7 @@ func throughProxy(p **faultproxy.Proxy) func(e *env) {
 func (e *env) waitDetected() incident.Incident {
 	e.t.Helper()
 	var got incident.Incident
-	eventually(e.t, "an outage incident", func() bool {
+	testwait.Eventually(e.t, waitLong, "an outage incident", func() bool {
 		for _, i := range e.incidents() {
 			if i.Kind == incident.Outage {
 				got = i

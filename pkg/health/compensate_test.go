@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/alert"
 	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
@@ -55,7 +56,7 @@ func TestDeliveryFailedForGoodPagesAPerson(t *testing.T) {
 	first := &task.Record{ID: task.ID(bot, "m1"), Bot: bot, Chat: "carol"}
 	e.h.DeliveryFailed(first, errors.New("errcode 40058: invalid chat"))
 	var data incident.Incident
-	eventually(t, "a data incident", func() bool {
+	testwait.Eventually(t, waitLong, "a data incident", func() bool {
 		all := e.dataIncidents()
 		if len(all) == 0 {
 			return false
@@ -80,7 +81,7 @@ func TestDeliveryFailedForGoodPagesAPerson(t *testing.T) {
 
 	second := &task.Record{ID: task.ID(bot, "m2"), Bot: bot, Chat: "dave"}
 	e.h.DeliveryFailed(second, errors.New("errcode 40058: invalid chat"))
-	eventually(t, "the second failure noted in the same incident", func() bool {
+	testwait.Eventually(t, waitLong, "the second failure noted in the same incident", func() bool {
 		all := e.dataIncidents()
 		return len(all) == 1 && strings.Contains(dump(all[0]), second.ID)
 	})

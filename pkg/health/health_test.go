@@ -13,6 +13,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
@@ -206,17 +207,6 @@ func (e *env) current() *wecom.Conn {
 	return e.conn
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (e *env) record() health.Record {
 	r, err := health.Load(context.Background(), e.js.Store.Health(), bot)
 	if err != nil {
@@ -253,7 +243,7 @@ func (e *env) incidents() []incident.Incident {
 func (e *env) waitClosed(n int) incident.Incident {
 	e.t.Helper()
 	var got incident.Incident
-	eventually(e.t, "incident closed", func() bool {
+	testwait.Eventually(e.t, waitLong, "incident closed", func() bool {
 		var outages []incident.Incident
 		for _, i := range e.incidents() {
 			if i.Kind == incident.Outage {
@@ -271,7 +261,7 @@ func (e *env) waitClosed(n int) incident.Incident {
 
 func (e *env) waitOnline() {
 	e.t.Helper()
-	eventually(e.t, "connected and recorded online", func() bool {
+	testwait.Eventually(e.t, waitLong, "connected and recorded online", func() bool {
 		c := e.current()
 		return c != nil && c.Reason() == wecom.ReasonNone && e.stats().Connected && e.record().State == health.Online
 	})
@@ -316,7 +306,7 @@ func TestRevokedSecretWaitsForAPerson(t *testing.T) {
 	e.waitOnline()
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRevoke})
 	var inc incident.Incident
-	eventually(t, "a human incident for the rejected secret", func() bool {
+	testwait.Eventually(t, waitLong, "a human incident for the rejected secret", func() bool {
 		all := e.incidents()
 		if len(all) != 1 || all[0].Level != incident.Human || all[0].Signal != incident.SignalAuth {
 			return false
@@ -327,7 +317,7 @@ func TestRevokedSecretWaitsForAPerson(t *testing.T) {
 	if !strings.Contains(inc.Next, "botctl incidents ack") {
 		t.Fatalf("next action does not say what to do: %q", inc.Next)
 	}
-	eventually(t, "the node holds the bot", func() bool { return e.n.Status()[bot].State == node.StateNeedsHuman })
+	testwait.Eventually(t, waitLong, "the node holds the bot", func() bool { return e.n.Status()[bot].State == node.StateNeedsHuman })
 	failures := e.stats().AuthFailures
 	time.Sleep(3 * time.Second) // a negative check: no retry while nobody acted
 	if got := e.stats().AuthFailures; got != failures {
@@ -400,7 +390,7 @@ func TestSilenceRefutedByARecentOutboundSuccess(t *testing.T) {
 	if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "alice", Text: "hi"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "alice's message", func() bool { return e.inbound.Load() > 0 })
+	testwait.Eventually(t, waitLong, "alice's message", func() bool { return e.inbound.Load() > 0 })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -413,7 +403,7 @@ func TestSilenceRefutedByARecentOutboundSuccess(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	}()
-	eventually(t, "a baseline note", func() bool { return strings.Contains(e.record().BaselineNote, "baseline problem") })
+	testwait.Eventually(t, waitLong, "a baseline note", func() bool { return strings.Contains(e.record().BaselineNote, "baseline problem") })
 	cancel()
 	if all := e.incidents(); len(all) != 0 {
 		t.Fatalf("a refuted silence opened an incident:\n%s", dump(all[0]))
@@ -443,7 +433,7 @@ func TestSilentConnectionIsReplacedOnce(t *testing.T) {
 		}
 	}
 	e.waitSilenceIncident()
-	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
+	testwait.Eventually(t, waitLong, "the silence over", func() bool { return !e.stats().Silenced })
 	e.postUntil(func() bool { return e.inbound.Load() > 0 })
 	i := e.waitClosed(1)
 	if got := e.stats().Connections - conns; got != 1 {
@@ -457,7 +447,7 @@ func TestSilentConnectionIsReplacedOnce(t *testing.T) {
 // waitSilenceIncident waits for the bot's one incident to be a silence.
 func (e *env) waitSilenceIncident() {
 	e.t.Helper()
-	eventually(e.t, "a silence incident", func() bool {
+	testwait.Eventually(e.t, waitLong, "a silence incident", func() bool {
 		all := e.incidents()
 		return len(all) == 1 && all[0].Signal == incident.SignalSilence
 	})
@@ -520,7 +510,7 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 	seen := watchPhases(t, gate)
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 6})
 	e.waitSilenceIncident()
-	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
+	testwait.Eventually(t, waitLong, "the silence over", func() bool { return !e.stats().Silenced })
 	e.postUntil(func() bool { all := e.incidents(); return len(all) == 1 && !all[0].Recovered.IsZero() })
 	i := e.waitClosed(1)
 	if i.Signal != incident.SignalSilence || !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
@@ -532,7 +522,7 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 	}
 	// The health record is written after the incident closes, not with
 	// it: wait for it (CI once read it still half_open).
-	eventually(t, "the health record online", func() bool { return e.record().State == health.Online })
+	testwait.Eventually(t, waitLong, "the health record online", func() bool { return e.record().State == health.Online })
 }
 
 // After an outage longer than the threshold: half-open. The backlog is
@@ -583,7 +573,7 @@ func TestGracefulHandoverIsNotAnIncident(t *testing.T) {
 		e.waitOnline()
 		e.second("n2")
 		e.stopFirst()
-		eventually(t, "n2 leading and online", func() bool {
+		testwait.Eventually(t, waitLong, "n2 leading and online", func() bool {
 			r := e.record()
 			return r.Node == "n2" && r.State == health.Online
 		})
@@ -611,7 +601,7 @@ func TestEndOfASupersededTermIsNotAnIncident(t *testing.T) {
 	// The connection of n1's (older) term ends.
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
 	e.h.Settle(context.Background(), bot)
-	eventually(t, "n1 connected again", func() bool { return e.stats().Connected && e.stats().Connections >= 2 })
+	testwait.Eventually(t, waitLong, "n1 connected again", func() bool { return e.stats().Connected && e.stats().Connections >= 2 })
 	e.h.Settle(context.Background(), bot)
 	for _, i := range e.incidents() {
 		if i.Term == cur.Term {
@@ -632,7 +622,7 @@ func TestIncompleteBackfillMarksAndPages(t *testing.T) {
 	var data incident.Incident
 	// The incident is opened, then told its conversations (two writes):
 	// wait for both.
-	eventually(t, "a data incident listing its conversations", func() bool {
+	testwait.Eventually(t, waitLong, "a data incident listing its conversations", func() bool {
 		for _, i := range e.incidents() {
 			if i.Kind == incident.Data {
 				data = i
@@ -649,7 +639,7 @@ func TestIncompleteBackfillMarksAndPages(t *testing.T) {
 		t.Fatalf("marks = %v, %v; want carol and dave", marks, err)
 	}
 	ctx := context.Background()
-	eventually(t, "carol's mark seen by the inbound path", func() bool {
+	testwait.Eventually(t, waitLong, "carol's mark seen by the inbound path", func() bool {
 		why, ok := e.h.TakeIncomplete(ctx, bot, "carol")
 		return ok && strings.Contains(why, "could not be answered")
 	})
@@ -674,7 +664,7 @@ func TestHistoryDecidesASilence(t *testing.T) {
 		if _, err := e.sim.PostMessage(wecomsim.MessageRequest{BotID: bot, UserID: "alice", Text: "hi"}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "alice's message", func() bool { return e.inbound.Load() > 0 })
+		testwait.Eventually(t, waitLong, "alice's message", func() bool { return e.inbound.Load() > 0 })
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
@@ -685,7 +675,7 @@ func TestHistoryDecidesASilence(t *testing.T) {
 				time.Sleep(300 * time.Millisecond)
 			}
 		}()
-		eventually(t, "a silence incident", func() bool {
+		testwait.Eventually(t, waitLong, "a silence incident", func() bool {
 			all := e.incidents()
 			return len(all) == 1 && all[0].Signal == incident.SignalSilence && strings.Contains(all[0].Reason, "never arrived")
 		})
@@ -704,7 +694,7 @@ func TestHistoryDecidesASilence(t *testing.T) {
 		}})
 		e.waitOnline()
 		conns := e.stats().Connections
-		eventually(t, "the silence judged twice", func() bool { return calls.Load() >= 2 })
+		testwait.Eventually(t, waitLong, "the silence judged twice", func() bool { return calls.Load() >= 2 })
 		if all := e.incidents(); len(all) != 0 {
 			t.Fatalf("an unreadable history opened an incident:\n%s", dump(all[0]))
 		}
@@ -718,7 +708,7 @@ func TestHistoryDecidesASilence(t *testing.T) {
 			c.Backfill = history{pass: passNothing, missed: func(context.Context, string, time.Time, time.Time) (int, error) { return 0, nil }}
 		}})
 		e.waitOnline()
-		eventually(t, "a baseline note", func() bool { return strings.Contains(e.record().BaselineNote, "users are quiet") })
+		testwait.Eventually(t, waitLong, "a baseline note", func() bool { return strings.Contains(e.record().BaselineNote, "users are quiet") })
 		if all := e.incidents(); len(all) != 0 {
 			t.Fatalf("quiet users opened an incident:\n%s", dump(all[0]))
 		}
@@ -737,8 +727,8 @@ func TestSilenceRecoveredOnAnotherNode(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { e.stopFirst(); close(stopped) }()
 	<-stopped
-	eventually(t, "n2 leads", func() bool { return n2.Status()[bot].State == node.StateLeader })
-	eventually(t, "the silence over", func() bool { return !e.stats().Silenced })
+	testwait.Eventually(t, waitLong, "n2 leads", func() bool { return n2.Status()[bot].State == node.StateLeader })
+	testwait.Eventually(t, waitLong, "the silence over", func() bool { return !e.stats().Silenced })
 	e.postUntil(func() bool { all := e.incidents(); return len(all) == 1 && all[0].State == incident.Closed })
 	i := e.waitClosed(1)
 	if i.Recovered.IsZero() || !strings.Contains(dump(i), "callbacks arrive again") {
@@ -774,7 +764,7 @@ func TestForeignHolderPagesAPerson(t *testing.T) {
 		}
 	}()
 	defer func() { stop(); <-done }()
-	eventually(t, "a human env_gate incident", func() bool {
+	testwait.Eventually(t, waitLong, "a human env_gate incident", func() bool {
 		for _, i := range e.incidents() {
 			if i.State != incident.Closed && i.Level == incident.Human && i.Signal == incident.SignalGate {
 				return e.record().State == health.NeedsHuman
@@ -796,7 +786,7 @@ func TestEachConnectionLoadsTheSavedBaseline(t *testing.T) {
 	e.waitClosed(1)
 	e.waitOnline()
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 30})
-	eventually(t, "a silence incident on the new connection", func() bool {
+	testwait.Eventually(t, waitLong, "a silence incident on the new connection", func() bool {
 		for _, i := range e.incidents() {
 			if i.Signal == incident.SignalSilence {
 				return true
@@ -823,7 +813,7 @@ func TestTrailingBackfillPass(t *testing.T) {
 	e.waitOnline()
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
 	e.waitClosed(1)
-	eventually(t, "the trailing pass counted", func() bool {
+	testwait.Eventually(t, waitLong, "the trailing pass counted", func() bool {
 		all := e.incidents()
 		return len(all) == 1 && all[0].Backfill.Filled == 1 && strings.Contains(dump(all[0]), "trailing backfill")
 	})

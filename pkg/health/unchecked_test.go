@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/health"
@@ -58,7 +59,7 @@ func TestUncheckedGapPagesAndMarks(t *testing.T) {
 	outage := e.waitClosed(1)
 	var data incident.Incident
 	// Opened, then told its conversations (two writes): wait for both.
-	eventually(t, "a data incident listing carol", func() bool {
+	testwait.Eventually(t, waitLong, "a data incident listing carol", func() bool {
 		all := e.dataIncidents()
 		if len(all) == 0 {
 			return false
@@ -80,7 +81,7 @@ func TestUncheckedGapPagesAndMarks(t *testing.T) {
 	if err != nil || len(marks) != 1 || marks[0].Chat != "carol" || !strings.Contains(marks[0].Why, "could not be checked") {
 		t.Fatalf("marks = %+v, %v; want carol's alone", marks, err)
 	}
-	eventually(t, "carol's mark seen by the inbound path", func() bool {
+	testwait.Eventually(t, waitLong, "carol's mark seen by the inbound path", func() bool {
 		_, ok := e.h.TakeIncomplete(context.Background(), bot, "carol")
 		return ok
 	})
@@ -95,7 +96,7 @@ func TestUncheckedBlipMarksButPagesNobody(t *testing.T) {
 	e.converse("carol")
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
 	e.waitClosed(1)
-	eventually(t, "the outage's incident says the gap was not checked", func() bool {
+	testwait.Eventually(t, waitLong, "the outage's incident says the gap was not checked", func() bool {
 		all := e.incidents()
 		return len(all) > 0 && strings.Contains(dump(all[0]), "nobody paged")
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/wecomsim"
@@ -44,7 +45,7 @@ func TestUnreachableWeComBacksOff(t *testing.T) {
 	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, edit)
 	b := c.startWith("b", "default", c.etcd.Endpoints(), c.bots, edit)
 	began := time.Now()
-	eventually(t, "a node backing off after a refused dial", func() bool {
+	testwait.Eventually(t, waitLong, "a node backing off after a refused dial", func() bool {
 		for _, r := range []*running{a, b} {
 			st := r.n.Status()["b1"]
 			if st.State == node.StateBackoff && strings.Contains(st.Reason, "dial") {
@@ -137,7 +138,7 @@ func TestNonAuthSubscribeRefusalBacksOffAndRecovers(t *testing.T) {
 	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, func(cfg *node.Config) {
 		cfg.Backoff, cfg.BackoffMax = 100*time.Millisecond, time.Second
 	})
-	eventually(t, "connected after the refusals end", func() bool {
+	testwait.Eventually(t, waitLong, "connected after the refusals end", func() bool {
 		if st := a.n.Status()["b1"]; st.State == node.StateNeedsHuman {
 			t.Fatalf("a non-auth subscribe refusal marked the bot needs_human: %+v", st)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
@@ -36,7 +37,7 @@ func TestForeignKicksEscalateToNeedsHuman(t *testing.T) {
 	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, limit)
 	c.leaderOf("b1", a)
 	b := c.startWith("b", "default", c.etcd.Endpoints(), c.bots, limit)
-	eventually(t, "b standby", func() bool { return state(b, "b1") == node.StateStandby })
+	testwait.Eventually(t, waitLong, "b standby", func() bool { return state(b, "b1") == node.StateStandby })
 	before := c.stats("b1").Kicks
 
 	// The other environment: reconnect 100ms after every kick, until stopped.
@@ -67,7 +68,7 @@ func TestForeignKicksEscalateToNeedsHuman(t *testing.T) {
 	// kicks the other holder, which kicks it back): the third foreign
 	// kick over the cluster marks its node needs_human, and the fourth
 	// the other, without starting from zero.
-	eventually(t, "both nodes needs_human", func() bool {
+	testwait.Eventually(t, waitLong, "both nodes needs_human", func() bool {
 		return state(a, "b1") == node.StateNeedsHuman && state(b, "b1") == node.StateNeedsHuman
 	})
 	for _, r := range []*running{a, b} {
@@ -120,12 +121,12 @@ func TestPartitionedLeaderIsDeposedWithOneKick(t *testing.T) {
 	a := c.startWith("a", "default", []string{"http://" + proxy.Addr()}, c.bots, ttl)
 	c.leaderOf("b1", a)
 	b := c.startWith("b", "default", c.etcd.Endpoints(), c.bots, ttl)
-	eventually(t, "b standby", func() bool { return state(b, "b1") == node.StateStandby })
+	testwait.Eventually(t, waitLong, "b standby", func() bool { return state(b, "b1") == node.StateStandby })
 	before := c.stats("b1")
 
 	cut := time.Now()
 	proxy.Blackhole()
-	eventually(t, "b to take over", func() bool { return state(b, "b1") == node.StateLeader && c.stats("b1").Connected })
+	testwait.Eventually(t, waitLong, "b to take over", func() bool { return state(b, "b1") == node.StateLeader && c.stats("b1").Connected })
 	took := time.Since(cut)
 	proxy.Heal()
 	t.Logf("partitioned leader replaced after %s (PulseTimeout 3s, TTL 20s)", took)
@@ -133,7 +134,7 @@ func TestPartitionedLeaderIsDeposedWithOneKick(t *testing.T) {
 	if took >= 12*time.Second {
 		t.Fatalf("takeover took %s: the standby did not depose the silent leader", took)
 	}
-	eventually(t, "a back to standby", func() bool { return state(a, "b1") == node.StateStandby })
+	testwait.Eventually(t, waitLong, "a back to standby", func() bool { return state(a, "b1") == node.StateStandby })
 	if n := countTransitions(c, "b1", "kicked", ""); n != 1 {
 		t.Fatalf("kicked transitions = %d, want 1: %+v", n, transitionsOf(c, "b1"))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/node"
@@ -136,17 +137,6 @@ func (r *running) shutdown(t *testing.T) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (c *cluster) leader(bot string) string {
 	info, err := election.Leader(context.Background(), c.admin, "", bot)
 	if err != nil {
@@ -170,7 +160,7 @@ func state(r *running, bot string) node.BotState { return r.n.Status()[bot].Stat
 func (c *cluster) leaderOf(bot string, nodes ...*running) int {
 	c.t.Helper()
 	idx := -1
-	eventually(c.t, "one connected leader for "+bot, func() bool {
+	testwait.Eventually(c.t, waitLong, "one connected leader for "+bot, func() bool {
 		idx = -1
 		for i, r := range nodes {
 			if state(r, bot) == node.StateLeader {
@@ -253,7 +243,7 @@ func TestPartitionedLeaderClosesBeforeNewLeaderConnects(t *testing.T) {
 	before := c.stats("b1")
 
 	proxy.Blackhole()
-	eventually(t, "b to take over", func() bool { return state(b, "b1") == node.StateLeader })
+	testwait.Eventually(t, waitLong, "b to take over", func() bool { return state(b, "b1") == node.StateLeader })
 	after := c.stats("b1")
 	if after.Kicks != before.Kicks {
 		t.Fatalf("kicks %d → %d: the partitioned leader still held its connection when b connected", before.Kicks, after.Kicks)
@@ -336,7 +326,7 @@ func TestEnvGate(t *testing.T) {
 	prod := c.start("p", "prod", c.etcd.Endpoints(), c.bots)
 	c.leaderOf("b1", prod)
 	staging := c.start("s", "staging", c.etcd.Endpoints(), c.bots)
-	eventually(t, "staging gated", func() bool { return state(staging, "b1") == node.StateGated })
+	testwait.Eventually(t, waitLong, "staging gated", func() bool { return state(staging, "b1") == node.StateGated })
 	// The status says why and what to do.
 	if r := staging.n.Status()["b1"].Reason; !strings.Contains(r, `env gate names env "prod" and this node is env "staging"`) ||
 		!strings.Contains(r, "botctl bots gate --bot b1 --env staging") {
@@ -351,8 +341,8 @@ func TestEnvGate(t *testing.T) {
 	if err := node.SetGate(context.Background(), c.admin, "/botctl/", "b1", "staging"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "staging to lead", func() bool { return state(staging, "b1") == node.StateLeader })
-	eventually(t, "prod gated", func() bool { return state(prod, "b1") == node.StateGated })
+	testwait.Eventually(t, waitLong, "staging to lead", func() bool { return state(staging, "b1") == node.StateLeader })
+	testwait.Eventually(t, waitLong, "prod gated", func() bool { return state(prod, "b1") == node.StateGated })
 	if c.leader("b1") != "s" {
 		t.Fatalf("etcd says %q leads", c.leader("b1"))
 	}
@@ -366,7 +356,7 @@ func TestAuthFailureNeedsHuman(t *testing.T) {
 	c := newCluster(t, "b1")
 	bad := []config.Bot{{ID: "b1", Secret: "not-it"}}
 	a := c.start("a", "default", c.etcd.Endpoints(), bad)
-	eventually(t, "needs_human", func() bool { return state(a, "b1") == node.StateNeedsHuman })
+	testwait.Eventually(t, waitLong, "needs_human", func() bool { return state(a, "b1") == node.StateNeedsHuman })
 	st := c.stats("b1")
 	if st.AuthFailures != 1 {
 		t.Fatalf("auth_failures = %d, want exactly 1 (no hammering)", st.AuthFailures)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/node"
 )
 
@@ -45,7 +46,7 @@ func TestRestartedNodeRevokesItsCrashedLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := c.startWith("b", "default", c.etcd.Endpoints(), c.bots, withTTL(t.TempDir(), false))
-	eventually(t, "b to stand by", func() bool { return state(b, "b1") == node.StateStandby })
+	testwait.Eventually(t, waitLong, "b to stand by", func() bool { return state(b, "b1") == node.StateStandby })
 
 	// The process dies: etcd never hears from it again. Stopping the node
 	// behind the closed proxy closes its WeCom connection (as the kernel
@@ -87,7 +88,7 @@ func TestOldLayoutLeaderHoldsOffNewNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := c.start("a", "default", c.etcd.Endpoints(), c.bots)
-	eventually(t, "a to back off for the old leader", func() bool {
+	testwait.Eventually(t, waitLong, "a to back off for the old leader", func() bool {
 		st := a.n.Status()["b1"]
 		return st.State == node.StateBackoff && strings.Contains(st.Reason, "older botctl")
 	})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
@@ -25,15 +26,7 @@ func TestHistoryAuditAnswersWhatADeafConnectionMissed(t *testing.T) {
 	if _, err := startNode(t, cfg); err != nil {
 		t.Fatal(err)
 	}
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	eventually("connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	testwait.Eventually(t, time.Minute, "connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
 	time.Sleep(backfill.PassDelay + 3*time.Second) // the term's first pass has read its window
 
 	if err := sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: "silence", Seconds: 3}); err != nil {
@@ -57,8 +50,8 @@ func TestHistoryAuditAnswersWhatADeafConnectionMissed(t *testing.T) {
 	if err != nil || !later.Delivered {
 		t.Fatalf("message after the silence: %+v, %v", later, err)
 	}
-	eventually("the live message answered", func() bool { return answered("bob", "asked after") == 1 })
-	eventually("the missed message answered by the audit", func() bool { return answered("ann", "asked while deaf") == 1 })
+	testwait.Eventually(t, time.Minute, "the live message answered", func() bool { return answered("bob", "asked after") == 1 })
+	testwait.Eventually(t, time.Minute, "the missed message answered by the audit", func() bool { return answered("ann", "asked while deaf") == 1 })
 	// Once: later audits read it as handled.
 	time.Sleep(5 * time.Second)
 	if n := answered("ann", "asked while deaf"); n != 1 {

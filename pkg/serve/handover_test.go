@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/health"
 	"github.com/botctl/botctl/pkg/incident"
 )
@@ -23,7 +24,7 @@ func TestGracefulStopIsNotAnIncident(t *testing.T) {
 	}
 	ctx := context.Background()
 	kv := n1.Store.Health()
-	waitFor(t, "n1 online", func() bool {
+	testwait.Eventually(t, time.Minute, "n1 online", func() bool {
 		r, err := health.Load(ctx, kv, "b1")
 		return err == nil && r.Node == "n1" && r.State == health.Online
 	})
@@ -37,7 +38,7 @@ func TestGracefulStopIsNotAnIncident(t *testing.T) {
 		t.Fatalf("n1 stopped with %v", err)
 	}
 	kv = n2.Store.Health() // n1's connection is closed
-	waitFor(t, "n2 online", func() bool {
+	testwait.Eventually(t, time.Minute, "n2 online", func() bool {
 		r, err := health.Load(ctx, kv, "b1")
 		return err == nil && r.Node == "n2" && r.State == health.Online
 	})
@@ -47,16 +48,5 @@ func TestGracefulStopIsNotAnIncident(t *testing.T) {
 	}
 	for _, i := range all {
 		t.Errorf("a graceful stop opened an incident: %s: %s", i.Signal, i.Reason)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/rs/zerolog"
@@ -76,18 +77,6 @@ func (e *env) stats() wecomsim.Stats {
 		e.t.Fatal(err)
 	}
 	return s
-}
-
-// eventually polls cond until it holds or waitLong passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 type received struct {
@@ -276,7 +265,7 @@ func TestHeartbeatAckedKeepsConnection(t *testing.T) {
 	cfg := e.config()
 	cfg.HeartbeatInterval = 20 * time.Millisecond
 	c := e.dial(cfg, nil)
-	eventually(t, "10 pings", func() bool { return e.stats().Frames[wecom.CmdPing] >= 10 })
+	testwait.Eventually(t, waitLong, "10 pings", func() bool { return e.stats().Frames[wecom.CmdPing] >= 10 })
 	if c.Reason() != wecom.ReasonNone {
 		t.Fatalf("connection ended: %v", c.Err())
 	}
@@ -334,7 +323,7 @@ func TestFramesOfOneReqIDAreSerialized(t *testing.T) {
 	// One frame of a's req_id and one of b's go out; the other two of a wait
 	// for an ack that is not coming until the 3 s ack timeout.
 	sent := func() int64 { return e.stats().Frames[wecom.CmdRespondMsg] - base }
-	eventually(t, "two frames sent", func() bool { return sent() >= 2 })
+	testwait.Eventually(t, waitLong, "two frames sent", func() bool { return sent() >= 2 })
 	time.Sleep(300 * time.Millisecond) // well inside the 3 s ack timeout
 	if n := sent(); n != 2 {
 		t.Fatalf("%d frames sent while the first of req_id a waits for its ack, want 2", n)
@@ -505,7 +494,7 @@ func TestNoMessageHandledByTwoGenerations(t *testing.T) {
 		}
 	}
 	tail := e.post("u", "last") // reaches the live connection
-	eventually(t, "last message handled", func() bool {
+	testwait.Eventually(t, waitLong, "last message handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return handled[tail.MsgID] == 1
@@ -610,7 +599,7 @@ func TestSendReturnsBeforeTheAckAndHoldsTheTurn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("send with acks stalled: %v (it must not wait for the ack)", err)
 	}
-	eventually(t, "the frame sent", func() bool { return sent() == 1 })
+	testwait.Eventually(t, waitLong, "the frame sent", func() bool { return sent() == 1 })
 	next := make(chan error, 1)
 	go func() { next <- c.ReplyStream(ctx, a.reqID, wecom.Stream{ID: "sa", Content: "more"}) }()
 	time.Sleep(300 * time.Millisecond) // well inside the 3 s ack timeout

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
@@ -57,8 +58,8 @@ func TestLateAckIsNotCreditedToTheNextFrame(t *testing.T) {
 	// final frame, sent once more, gets its own refusal. (Until the final
 	// frame's own late ack is read, a new frame is still ambiguous.)
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultClear})
-	eventually(t, "both late acks sent", func() bool { return e.stats().LateAcks == 2 })
-	eventually(t, "a clean answer for the final frame", func() bool {
+	testwait.Eventually(t, waitLong, "both late acks sent", func() bool { return e.stats().LateAcks == 2 })
+	testwait.Eventually(t, waitLong, "a clean answer for the final frame", func() bool {
 		err = c.ReplyStream(ctx, r.reqID, wecom.Stream{ID: "s", Content: "final", Finish: true})
 		return !errors.Is(err, wecom.ErrAckUnknown)
 	})
@@ -308,7 +309,7 @@ func TestCallbackBacklogClosesWithoutLoss(t *testing.T) {
 			delivered = append(delivered, r.MsgID)
 		}
 	}
-	eventually(t, "backlog close", func() bool { return c.Reason() != wecom.ReasonNone })
+	testwait.Eventually(t, waitLong, "backlog close", func() bool { return c.Reason() != wecom.ReasonNone })
 	if c.Reason() != wecom.ReasonBacklog {
 		t.Fatalf("reason = %v (%v), want callback_backlog", c.Reason(), c.Err())
 	}
@@ -371,7 +372,7 @@ func TestCloseUnderTrafficLosesNoDeliveredCallback(t *testing.T) {
 			}
 		}
 	})
-	eventually(t, "traffic", func() bool {
+	testwait.Eventually(t, waitLong, "traffic", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(handled) >= 200

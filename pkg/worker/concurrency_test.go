@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
@@ -87,7 +88,7 @@ func TestAIConcurrencyLimit(t *testing.T) {
 	}
 	close(g.open)
 	for _, m := range tasks {
-		eventually(t, m.TaskID+" succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+		testwait.Eventually(t, waitLong, m.TaskID+" succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
 		if r := record(t, env.Store, m.TaskID); r.Attempt != 1 {
 			t.Fatalf("%s: attempt %d, want 1", m.TaskID, r.Attempt)
 		}
@@ -116,7 +117,7 @@ func TestFallbackTierWaitsForToken(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- w.Execute(context.Background(), local, "local") }()
-	eventually(t, "the local task waits for a token", func() bool { return w.Waiting() == 1 })
+	testwait.Eventually(t, waitLong, "the local task waits for a token", func() bool { return w.Waiting() == 1 })
 	if r := record(t, env.Store, local.TaskID); r.Exec != task.Queued || r.Attempt != 0 {
 		t.Fatalf("waiting local task: %s attempt %d, want queued 0", r.Exec, r.Attempt)
 	}
@@ -128,7 +129,7 @@ func TestFallbackTierWaitsForToken(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	stopDone := make(chan error, 1)
 	go func() { stopDone <- w.Execute(ctx, stopped, "local") }()
-	eventually(t, "both wait", func() bool { return w.Waiting() == 2 })
+	testwait.Eventually(t, waitLong, "both wait", func() bool { return w.Waiting() == 2 })
 	stop()
 	if err := <-stopDone; err == nil || !strings.Contains(err.Error(), "AI concurrency token") {
 		t.Fatalf("stopped while waiting: err = %v", err)
@@ -144,7 +145,7 @@ func TestFallbackTierWaitsForToken(t *testing.T) {
 	if r := record(t, env.Store, local.TaskID); r.Exec != task.Succeeded || r.Attempt != 1 {
 		t.Fatalf("local task: %s attempt %d", r.Exec, r.Attempt)
 	}
-	eventually(t, "queue task succeeded", func() bool { return record(t, env.Store, holder.TaskID).Exec == task.Succeeded })
+	testwait.Eventually(t, waitLong, "queue task succeeded", func() bool { return record(t, env.Store, holder.TaskID).Exec == task.Succeeded })
 	if g.mostAtOnce() != 1 {
 		t.Fatalf("at most %d at once, want 1", g.mostAtOnce())
 	}

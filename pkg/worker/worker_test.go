@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/infra"
@@ -23,17 +24,6 @@ import (
 )
 
 const waitLong = 30 * time.Second
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func demo(t testing.TB, answer time.Duration) ai.Backend {
 	t.Helper()
@@ -111,7 +101,7 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 	run(t, env.Store, "w1", demo(t, 300*time.Millisecond))
 	m := publish(t, env.Store, "m1", "alice", "what is botctl?")
 
-	eventually(t, "record succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+	testwait.Eventually(t, waitLong, "record succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
 	r := record(t, env.Store, m.TaskID)
 	if r.Attempt != 1 || r.Node != "w1" || r.Tier != "queue" {
 		t.Fatalf("record = %+v", r)
@@ -122,14 +112,14 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 		t.Fatalf("output = %+v, record answer %s/%d", o, r.AnswerHash, r.AnswerBytes)
 	}
 	// The ack freed the conversation: a new task for it is accepted.
-	eventually(t, "conversation free", func() bool {
+	testwait.Eventually(t, waitLong, "conversation free", func() bool {
 		raw, _ := json.Marshal(task.Message{TaskID: task.ID("b", "m2"), Bot: "b", MsgID: "m2", Chat: "alice", Question: "and then?"})
 		_, err := env.Store.PublishTask(context.Background(), "b", "alice", "m2", raw)
 		return err == nil
 	})
 	// Multi-turn: the second task's prompt saw the first exchange.
 	var conv *task.Conversation
-	eventually(t, "both exchanges in the conversation context", func() bool {
+	testwait.Eventually(t, waitLong, "both exchanges in the conversation context", func() bool {
 		conv, _, _ = task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
 		return conv != nil && len(conv.Turns) == 4
 	})
@@ -186,7 +176,7 @@ func testStop(t *testing.T, announce bool) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
-	eventually(t, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
+	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
 	start := time.Now()
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	if !announce {
@@ -195,10 +185,10 @@ func testStop(t *testing.T, announce bool) {
 	if _, err := lc.Cancel(context.Background(), m.TaskID, "/stop"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "worker stopped", func() bool { return w.Busy() == 0 })
+	testwait.Eventually(t, waitLong, "worker stopped", func() bool { return w.Busy() == 0 })
 	t.Logf("stopped %s after the cancel", time.Since(start))
 	// Freed: a new task for the conversation is accepted.
-	eventually(t, "conversation free", func() bool {
+	testwait.Eventually(t, waitLong, "conversation free", func() bool {
 		raw, _ := json.Marshal(task.Message{TaskID: task.ID("b", "m2"), Bot: "b", MsgID: "m2", Chat: "alice", Question: "q"})
 		_, err := env.Store.PublishTask(context.Background(), "b", "alice", "m2", raw)
 		return err == nil
@@ -224,13 +214,13 @@ func TestFailingTaskGivenUpAfterMaxDeliver(t *testing.T) {
 	f := &failing{}
 	run(t, env.Store, "w1", f)
 	m := publish(t, env.Store, "m1", "alice", "q")
-	eventually(t, "failed", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
+	testwait.Eventually(t, waitLong, "failed", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
 	r := record(t, env.Store, m.TaskID)
 	if f.calls.Load() != 3 || r.Attempt != 3 || !strings.Contains(r.Error, "last attempt failed") {
 		t.Fatalf("calls %d, record %+v", f.calls.Load(), r)
 	}
 	// The record says failed first; the message goes right after.
-	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }
 
 type refusing struct{}
@@ -244,7 +234,7 @@ func TestBadRequestIsNotRetried(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 5})
 	run(t, env.Store, "w1", refusing{})
 	m := publish(t, env.Store, "m1", "alice", "q")
-	eventually(t, "failed", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
+	testwait.Eventually(t, waitLong, "failed", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
 	if r := record(t, env.Store, m.TaskID); r.Attempt != 1 {
 		t.Fatalf("attempts = %d, want 1", r.Attempt)
 	}
@@ -267,11 +257,11 @@ func TestWorkerCrashIsRetriedElsewhere(t *testing.T) {
 	}
 	run(t, doomedStore, "doomed", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
-	eventually(t, "running on doomed", func() bool { return record(t, env.Store, m.TaskID).Node == "doomed" })
+	testwait.Eventually(t, waitLong, "running on doomed", func() bool { return record(t, env.Store, m.TaskID).Node == "doomed" })
 	nc.Close() // crash: no ack, no nak, no in-progress
 
 	run(t, env.Store, "survivor", demo(t, 200*time.Millisecond))
-	eventually(t, "succeeded on survivor", func() bool {
+	testwait.Eventually(t, waitLong, "succeeded on survivor", func() bool {
 		r := record(t, env.Store, m.TaskID)
 		return r.Exec == task.Succeeded && r.Node == "survivor"
 	})
@@ -294,7 +284,7 @@ func TestStopOnFinalDeliveryFailsAndFrees(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 1})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
-	eventually(t, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
+	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
 	w.stop()
 	r := record(t, env.Store, m.TaskID)
 	if r.Exec != task.Failed || !strings.Contains(r.Error, "last attempt") {
@@ -311,13 +301,13 @@ func TestStopBeforeFinalDeliveryRequeues(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 3})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
-	eventually(t, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
+	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
 	w.stop()
 	if r := record(t, env.Store, m.TaskID); r.Exec != task.Queued {
 		t.Fatalf("exec after stop = %s, want queued", r.Exec)
 	}
 	run(t, env.Store, "w2", demo(t, 100*time.Millisecond))
-	eventually(t, "succeeded on w2", func() bool {
+	testwait.Eventually(t, waitLong, "succeeded on w2", func() bool {
 		r := record(t, env.Store, m.TaskID)
 		return r.Exec == task.Succeeded && r.Node == "w2" && r.Attempt == 2
 	})
@@ -354,14 +344,14 @@ func TestKilledOnFinalDeliveryGivenUpByAdvisory(t *testing.T) {
 	env, doomedStore, nc := lastDeliveryRig(t)
 	run(t, doomedStore, "doomed", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
-	eventually(t, "running on doomed", func() bool { return record(t, env.Store, m.TaskID).Node == "doomed" })
+	testwait.Eventually(t, waitLong, "running on doomed", func() bool { return record(t, env.Store, m.TaskID).Node == "doomed" })
 	nc.Close() // kill -9: no ack, no nak, no in-progress, and no delivery left
 
-	eventually(t, "given up", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
+	testwait.Eventually(t, waitLong, "given up", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
 	if r := record(t, env.Store, m.TaskID); !strings.Contains(r.Error, "delivered 1 times") {
 		t.Fatalf("reason = %q", r.Error)
 	}
-	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }
 
 // A queue message whose record never landed (the leader's write failed,
@@ -380,7 +370,7 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 	}
 	nc.Close() // died before Start: no record, no ack, no delivery left
 
-	eventually(t, "given up with a record", func() bool {
+	testwait.Eventually(t, waitLong, "given up with a record", func() bool {
 		r, _, err := task.Get(context.Background(), env.Store.Tasks(), m.TaskID)
 		return err == nil && r.Exec == task.Failed
 	})
@@ -391,7 +381,7 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 	if err != nil || len(ids) != 1 || ids[0] != m.TaskID {
 		t.Fatalf("pending index %v (%v): the pusher must find the failure to tell", ids, err)
 	}
-	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }
 
 // Two attempts of one task at once (a fallback tier and the queue, or a
@@ -402,7 +392,7 @@ func TestAttemptsAreFenced(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	slow := run(t, env.Store, "slow", demo(t, 3*time.Second))
 	m := publish(t, env.Store, "m1", "alice", "q")
-	eventually(t, "attempt 1 writing", func() bool { return output(env.Store, m.TaskID).Attempt == 1 && output(env.Store, m.TaskID).Text != "" })
+	testwait.Eventually(t, waitLong, "attempt 1 writing", func() bool { return output(env.Store, m.TaskID).Attempt == 1 && output(env.Store, m.TaskID).Text != "" })
 
 	fast, err := worker.New(worker.Config{NodeID: "fast", Backend: demo(t, 200*time.Millisecond), Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
 	if err != nil {
@@ -415,13 +405,13 @@ func TestAttemptsAreFenced(t *testing.T) {
 	if r.Exec != task.Succeeded || r.Attempt != 2 || r.Node != "fast" {
 		t.Fatalf("record = %s attempt %d on %s", r.Exec, r.Attempt, r.Node)
 	}
-	eventually(t, "the slow attempt stopped", func() bool { return slow.Busy() == 0 })
+	testwait.Eventually(t, waitLong, "the slow attempt stopped", func() bool { return slow.Busy() == 0 })
 	o := output(env.Store, m.TaskID)
 	if o.Attempt != 2 || task.Hash(o.Text) != r.AnswerHash {
 		t.Fatalf("output is attempt %d's (%q), the record's answer is attempt 2's", o.Attempt, o.Text)
 	}
 	// The queue copy was freed when the fallback finished it.
-	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 	conv, _, err := task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
 	if err != nil || len(conv.Turns) != 2 {
 		t.Fatalf("conversation context: %+v (%v), want one exchange", conv, err)
@@ -433,11 +423,11 @@ func TestDeadlineFailsTheTask(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, time.Minute), Store: env.Store, Deadline: time.Second})
 	m := publish(t, env.Store, "m1", "alice", "q")
-	eventually(t, "failed past the deadline", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
+	testwait.Eventually(t, waitLong, "failed past the deadline", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
 	if r := record(t, env.Store, m.TaskID); !strings.Contains(r.Error, "deadline") {
 		t.Fatalf("reason = %q", r.Error)
 	}
-	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }
 
 // Work off the queue (a fixed worker's exec API, the leader's own tier) is
@@ -574,23 +564,23 @@ func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	if err := leader.Go(context.Background(), m, "local", &wg); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "attempt 1 running off the queue", func() bool {
+	testwait.Eventually(t, waitLong, "attempt 1 running off the queue", func() bool {
 		r := record(t, env.Store, m.TaskID)
 		return r.Exec == task.Running && r.Attempt == 1
 	})
 	publish(t, env.Store, "m1", "alice", "q") // the spool's copy
-	eventually(t, "the copy held", func() bool { return q.Holding() == 1 })
+	testwait.Eventually(t, waitLong, "the copy held", func() bool { return q.Holding() == 1 })
 
 	// While the answer runs the conversation is taken.
 	if free(t, env.Store, "alice", "m2") {
 		t.Fatal("a second question was queued while the first ran off the queue")
 	}
-	eventually(t, "answered off the queue", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+	testwait.Eventually(t, waitLong, "answered off the queue", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
 	if r := record(t, env.Store, m.TaskID); r.Attempt != 1 || r.Node != "leader" {
 		t.Fatalf("record: attempt %d on %s, want attempt 1 on leader (the copy must not run it again)", r.Attempt, r.Node)
 	}
-	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m3") })
-	eventually(t, "the held copy let go", func() bool { return q.Holding() == 0 })
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m3") })
+	testwait.Eventually(t, waitLong, "the held copy let go", func() bool { return q.Holding() == 0 })
 }
 
 // An attempt off the queue that shows no sign of life (its node died with
@@ -606,7 +596,7 @@ func TestSilentOffQueueAttemptTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, env.Store, "m1", "alice", "q")
-	eventually(t, "answered by the queue worker", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+	testwait.Eventually(t, waitLong, "answered by the queue worker", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
 	r := record(t, env.Store, m.TaskID)
 	if r.Attempt != 2 || r.Node != "queue-worker" || r.Deliveries != 1 {
 		t.Fatalf("record: attempt %d on %s (deliveries %d), want attempt 2 on queue-worker", r.Attempt, r.Node, r.Deliveries)
@@ -621,7 +611,7 @@ func TestSilentOffQueueAttemptTakenOver(t *testing.T) {
 	if started := r.Transitions[0].At; took.Sub(started) < 3*time.Second {
 		t.Fatalf("taken over %s after the dead attempt began, before the 3s silence", took.Sub(started))
 	}
-	eventually(t, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }
 
 // severing answers, then closes the worker's NATS connection: every write

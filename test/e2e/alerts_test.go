@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
@@ -59,14 +60,14 @@ func TestAlertsEndToEnd(t *testing.T) {
 	c.Opts.NodeArgs = append(c.Opts.NodeArgs, "--alert-wecom-robot-url-file", robotFile)
 	startNodes(t, c, 2)
 	waitStable(t, c)
-	eventually(t, 30*time.Second, "the synthetic alert", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "the synthetic alert", func() error {
 		if count(robotAlerts(t, c), "AUTO synthetic") != 1 {
 			return fmt.Errorf("alerts %v", robotAlerts(t, c))
 		}
 		return nil
 	})
 	// The node running the alerter counted the send in its /metrics.
-	eventually(t, 30*time.Second, "the synthetic alert in botctl_alerts_sent_total", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "the synthetic alert in botctl_alerts_sent_total", func() error {
 		want := `botctl_alerts_sent_total{kind="synthetic",level="auto",result="ok",sink="wecom_robot"} 1`
 		for _, n := range c.Alive() {
 			if body, err := get(n.API + "/metrics"); err == nil && strings.Contains(body, "\n"+want+"\n") {
@@ -81,7 +82,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 120*time.Second, "one merged alert", func() error {
+	testwait.NoError(t, 120*time.Second, testwait.Every, "one merged alert", func() error {
 		if got := robotAlerts(t, c); count(got, "HUMAN merged") != 1 {
 			return fmt.Errorf("alerts %v", got)
 		}
@@ -93,7 +94,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 
 	// The merged outage recovers (one recovery alert for the merged
 	// bots); let its alerts settle before the next fault.
-	eventually(t, 120*time.Second, "the merged outage's recovery alert", func() error {
+	testwait.NoError(t, 120*time.Second, testwait.Every, "the merged outage's recovery alert", func() error {
 		for _, i := range incidents(t, c) {
 			if i.State != "closed" {
 				return fmt.Errorf("incident %s still %s", i.ID, i.State)
@@ -110,7 +111,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var page time.Time
-	eventually(t, 60*time.Second, "a human page for the revoked secret", func() error {
+	testwait.NoError(t, 60*time.Second, testwait.Every, "a human page for the revoked secret", func() error {
 		got := robotAlerts(t, c)[before:]
 		for _, a := range got {
 			if strings.HasPrefix(a, "HUMAN ") {
@@ -146,7 +147,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 		t.Fatalf("no open auth incident: %+v", incidents(t, c))
 	}
 	incidentsCLI(t, c, "ack", openID, "--by", "alice", "--note", "secret restored")
-	eventually(t, 60*time.Second, "the recovery alert", func() error {
+	testwait.NoError(t, 60*time.Second, testwait.Every, "the recovery alert", func() error {
 		if got := robotAlerts(t, c)[before:]; count(got, "HUMAN recovered") != 1 || count(got, "HUMAN open") != 1 {
 			return fmt.Errorf("alerts since the revoke: %v", got)
 		}
@@ -159,7 +160,7 @@ func TestAlertsEndToEnd(t *testing.T) {
 // (a process per look) on a shared machine.
 func poll(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	eventuallyEvery(t, timeout, 300*time.Millisecond, what, cond)
+	testwait.NoError(t, timeout, 300*time.Millisecond, what, cond)
 }
 
 // A flapping bot, to the simulator's group robot: 8 drops, each after the

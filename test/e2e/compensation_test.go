@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
@@ -32,7 +33,7 @@ func finals(t *testing.T, c *cluster.Cluster, chat, question string) (int, []clu
 // it tells the user the conversation may be incomplete.
 func toldIncomplete(t *testing.T, c *cluster.Cluster, chat, question string) {
 	t.Helper()
-	eventually(t, 60*time.Second, chat+" told", func() error {
+	testwait.NoError(t, 60*time.Second, testwait.Every, chat+" told", func() error {
 		n, tr := finals(t, c, chat, question)
 		if n == 0 {
 			return fmt.Errorf("no answer yet: %+v", tr)
@@ -57,7 +58,7 @@ func awayDuringAnswer(t *testing.T, c *cluster.Cluster, user, question string, s
 	if _, err := c.PostMessage("b1", user, question); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, user+"'s receipt", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, user+"'s receipt", func() error {
 		if _, tr := finals(t, c, user, question); len(tr) < 2 {
 			return fmt.Errorf("transcript %+v", tr)
 		}
@@ -70,7 +71,7 @@ func awayDuringAnswer(t *testing.T, c *cluster.Cluster, user, question string, s
 		t.Fatal(err)
 	}
 	var inc incident.Incident
-	eventually(t, 90*time.Second, "the incident closed", func() error {
+	testwait.NoError(t, 90*time.Second, testwait.Every, "the incident closed", func() error {
 		all := incidents(t, c)
 		if len(all) != 1 || all[0].State != "closed" {
 			return fmt.Errorf("incidents %+v", all)
@@ -111,7 +112,7 @@ func TestStaleStreamProgressIsDropped(t *testing.T) {
 	if inc.Replay.DroppedStale != 1 || inc.Replay.Held != 0 {
 		t.Fatalf("replay %+v, want 1 stream dropped as stale and nothing owed", inc.Replay)
 	}
-	eventually(t, 90*time.Second, "fred's answer", func() error {
+	testwait.NoError(t, 90*time.Second, testwait.Every, "fred's answer", func() error {
 		if n, tr := finals(t, c, "fred", "slow one"); n == 0 {
 			return fmt.Errorf("no complete answer yet: %d entries", len(tr))
 		}
@@ -145,7 +146,7 @@ func TestBackfillBudgetSpentMarksAndTells(t *testing.T) {
 	}
 	var data incident.Incident
 	// Opened, then told its conversations (two writes): wait for both.
-	eventually(t, 90*time.Second, "a data incident for the unfilled messages", func() error {
+	testwait.NoError(t, 90*time.Second, testwait.Every, "a data incident for the unfilled messages", func() error {
 		for _, i := range incidents(t, c) {
 			if i.Kind == "data" {
 				data = i
@@ -192,7 +193,7 @@ func TestGapLongerThanOverlapIsBackfilled(t *testing.T) {
 	if _, err := c.PostMessage("b1", "u0", "before"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "u0 answered", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "u0 answered", func() error {
 		if n, tr := finals(t, c, "u0", "before"); n != 1 {
 			return fmt.Errorf("%+v", tr)
 		}
@@ -213,7 +214,7 @@ func TestGapLongerThanOverlapIsBackfilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Traffic right after the reconnect moves the watermark on.
-	eventually(t, 60*time.Second, "reconnected", func() error {
+	testwait.NoError(t, 60*time.Second, testwait.Every, "reconnected", func() error {
 		if st, err := c.Stats("b1"); err != nil || !st.Connected {
 			return fmt.Errorf("not connected")
 		}
@@ -224,7 +225,7 @@ func TestGapLongerThanOverlapIsBackfilled(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	for _, u := range []struct{ user, q string }{{"u1", "early in the gap"}, {"u2", "late in the gap"}} {
-		eventually(t, 60*time.Second, u.user+" answered late", func() error {
+		testwait.NoError(t, 60*time.Second, testwait.Every, u.user+" answered late", func() error {
 			if n, tr := finals(t, c, u.user, u.q); n != 1 {
 				return fmt.Errorf("%+v", tr)
 			}
@@ -246,7 +247,7 @@ func TestNoHistorySourcePagesAndTells(t *testing.T) {
 	if _, err := c.PostMessage("b1", "u1", "before"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "u1 answered", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "u1 answered", func() error {
 		if n, tr := finals(t, c, "u1", "before"); n != 1 {
 			return fmt.Errorf("%+v", tr)
 		}
@@ -264,7 +265,7 @@ func TestNoHistorySourcePagesAndTells(t *testing.T) {
 	}
 	var data incident.Incident
 	// Opened, then told its conversations (two writes): wait for both.
-	eventually(t, 90*time.Second, "a data incident for the unchecked gap", func() error {
+	testwait.NoError(t, 90*time.Second, testwait.Every, "a data incident for the unchecked gap", func() error {
 		for _, i := range incidents(t, c) {
 			if i.Kind == "data" {
 				data = i

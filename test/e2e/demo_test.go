@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/botctl/botctl/internal/testwait"
 )
 
 // The README's first command: `botctl serve --demo` prints the demo page's
@@ -94,7 +96,7 @@ func TestServeDemoPrintsThePage(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("post a message through the page: %s", resp.Status)
 	}
-	eventually(t, 60*time.Second, "the answer in the page's transcript", func() error {
+	testwait.NoError(t, 60*time.Second, testwait.Every, "the answer in the page's transcript", func() error {
 		var tr struct {
 			Messages []struct {
 				From, Content string

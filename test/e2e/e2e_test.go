@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
@@ -24,7 +25,7 @@ func TestOneLeaderPerBot(t *testing.T) {
 	leaders := waitStable(t, c)
 	t.Logf("leaders: %v", leaders)
 
-	eventually(t, 15*time.Second, "botctl status --json agrees with the nodes", func() error {
+	testwait.NoError(t, 15*time.Second, testwait.Every, "botctl status --json agrees with the nodes", func() error {
 		raw, err := c.Status(ctxTimeout(t, 15*time.Second))
 		if err != nil {
 			return err
@@ -215,7 +216,7 @@ func TestPartitionLeaderLosesEtcd(t *testing.T) {
 	}
 	t.Logf("partition: another node subscribed b1 %v after n1 lost etcd (TTL %v, margin %v)", sub.At.Sub(t0).Round(time.Millisecond), ttl, margin)
 	var newLeader string
-	eventually(t, 15*time.Second, "one new leader, n1 not leading", func() error {
+	testwait.NoError(t, 15*time.Second, testwait.Every, "one new leader, n1 not leading", func() error {
 		l, err := c.Leaders()
 		if err != nil {
 			return err
@@ -236,13 +237,13 @@ func TestPartitionLeaderLosesEtcd(t *testing.T) {
 	}
 
 	proxy.Heal()
-	eventually(t, 30*time.Second, "n1 reaches etcd again", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "n1 reaches etcd again", func() error {
 		if !n1.Healthy() {
 			return fmt.Errorf("n1 /healthz not ok")
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "n1 back to standby", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "n1 back to standby", func() error {
 		info, err := n1.Info()
 		if err != nil {
 			return err
@@ -322,7 +323,7 @@ func TestMessagesDuringHandover(t *testing.T) {
 		mu.Lock()
 		target := len(posts) + n
 		mu.Unlock()
-		eventually(t, 30*time.Second, "messages posted", func() error {
+		testwait.NoError(t, 30*time.Second, testwait.Every, "messages posted", func() error {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(posts) < target {
@@ -378,7 +379,7 @@ func TestMessagesDuringHandover(t *testing.T) {
 	}()
 	var replies map[string][]cluster.TranscriptEntry
 	var answers map[string]int // message text → complete answers seen
-	eventually(t, 60*time.Second, "every delivered message handled and every answer complete", func() error {
+	testwait.NoError(t, 60*time.Second, testwait.Every, "every delivered message handled and every answer complete", func() error {
 		var tr []cluster.TranscriptEntry
 		for _, u := range users {
 			ut, err := c.Transcript("b1", u)
@@ -534,7 +535,7 @@ func TestPartitionStandbyLosesEtcd(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	proxy.Heal()
-	eventually(t, 30*time.Second, "n2 reaches etcd again", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "n2 reaches etcd again", func() error {
 		if !n2.Healthy() {
 			return fmt.Errorf("n2 /healthz not ok")
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/incident"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
@@ -47,7 +48,7 @@ func TestIncidentsOfADropAndACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first incident.Incident
-	eventually(t, 60*time.Second, "the drop's incident closed", func() error {
+	testwait.NoError(t, 60*time.Second, testwait.Every, "the drop's incident closed", func() error {
 		all := incidents(t, c, "--bot", "b1")
 		if len(all) != 1 || all[0].State != "closed" {
 			return fmt.Errorf("incidents: %+v", all)
@@ -67,7 +68,7 @@ func TestIncidentsOfADropAndACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	var second incident.Incident
-	eventually(t, 90*time.Second, "the crash's incident closed", func() error {
+	testwait.NoError(t, 90*time.Second, testwait.Every, "the crash's incident closed", func() error {
 		all := incidents(t, c, "--bot", "b1")
 		if len(all) != 2 || all[1].State != "closed" {
 			return fmt.Errorf("incidents: %+v", all)
@@ -78,7 +79,7 @@ func TestIncidentsOfADropAndACrash(t *testing.T) {
 	if second.Signal != "takeover" || second.Method != "auto" || second.Detected.Sub(second.Dropped) <= 0 {
 		t.Fatalf("crash incident: %+v", second)
 	}
-	eventually(t, 60*time.Second, "dave answered", func() error {
+	testwait.NoError(t, 60*time.Second, testwait.Every, "dave answered", func() error {
 		tr, err := c.Transcript("b1", "dave")
 		if err != nil {
 			return err

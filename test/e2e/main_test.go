@@ -117,29 +117,6 @@ func requireNoKicks(t *testing.T, c *cluster.Cluster, bots ...string) {
 	}
 }
 
-// eventually polls cond every 20ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	eventuallyEvery(t, timeout, 20*time.Millisecond, what, cond)
-}
-
-// eventuallyEvery polls cond every pace until it returns nil or timeout
-// passes.
-func eventuallyEvery(t *testing.T, timeout, pace time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v: %v", what, timeout, err)
-		}
-		time.Sleep(pace)
-	}
-}
-
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
@@ -68,7 +69,7 @@ func TestSystemdNotifyAndMetrics(t *testing.T) {
 	next("WATCHDOG=1")
 	waitStable(t, c)
 
-	eventually(t, 30*time.Second, "n1 ready and leading in its metrics", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "n1 ready and leading in its metrics", func() error {
 		r, err := n.Readiness()
 		if err != nil || !r.Ready || r.Bots["b1"] != "subscribed" {
 			return fmt.Errorf("readyz %+v %v", r, err)

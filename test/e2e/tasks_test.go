@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
@@ -60,7 +61,7 @@ func TestTasksCommands(t *testing.T) {
 	if _, err := c.PostMessage("b1", "alice", "q1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "answered", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "answered", func() error {
 		if answers("alice", "q1") != 1 {
 			return fmt.Errorf("not yet")
 		}
@@ -89,14 +90,14 @@ func TestTasksCommands(t *testing.T) {
 	}
 
 	tasks("redeliver", id)
-	eventually(t, 30*time.Second, "redelivered by push", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "redelivered by push", func() error {
 		if n := answers("alice", "q1"); n != 2 {
 			return fmt.Errorf("answer seen %d times", n)
 		}
 		return nil
 	})
 	tasks("retry", id)
-	eventually(t, 30*time.Second, "retried and pushed", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "retried and pushed", func() error {
 		if n := answers("alice", "q1"); n != 3 {
 			return fmt.Errorf("answer seen %d times", n)
 		}
@@ -108,7 +109,7 @@ func TestTasksCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	var longID string
-	eventually(t, 30*time.Second, "running", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "running", func() error {
 		for _, r := range list("--state", "running") {
 			if r.Chat == "bob" {
 				longID = r.ID
@@ -118,7 +119,7 @@ func TestTasksCommands(t *testing.T) {
 		return fmt.Errorf("not running yet")
 	})
 	tasks("cancel", longID)
-	eventually(t, 30*time.Second, "canceled", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "canceled", func() error {
 		for _, r := range list("--state", "canceled") {
 			if r.ID == longID {
 				return nil
@@ -128,7 +129,7 @@ func TestTasksCommands(t *testing.T) {
 	})
 	// The operator's cancel is the user's /stop: the user is told, and the
 	// conversation takes a new question at once.
-	eventually(t, 30*time.Second, "bob told it stopped", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "bob told it stopped", func() error {
 		tr, err := c.Transcript("b1", "bob")
 		if err != nil {
 			return err
@@ -143,7 +144,7 @@ func TestTasksCommands(t *testing.T) {
 	if _, err := c.PostMessage("b1", "bob", "after the cancel"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the next question answered", func() error {
+	testwait.NoError(t, 30*time.Second, testwait.Every, "the next question answered", func() error {
 		if n := answers("bob", "after the cancel"); n != 1 {
 			return fmt.Errorf("answer seen %d times", n)
 		}

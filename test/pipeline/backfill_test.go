@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
@@ -28,9 +29,9 @@ func (c *cluster) withBackfill(cfg *config.Config) {
 func TestMissedMessagesAnsweredAfterRecovery(t *testing.T) {
 	c := newCluster(t)
 	a := c.start("a", c.withBackfill)
-	eventually(t, "a connected", c.connected)
+	testwait.Eventually(t, waitLong, "a connected", c.connected)
 	c.post("alice", "asked while all was well")
-	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "asked while all was well") == 1 })
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "asked while all was well") == 1 })
 	help := c.postAs(wecomsim.MessageRequest{UserID: "alice", Text: "/help"})
 	if got := c.replyTo("alice", help.MsgID); !strings.Contains(got, "/stop") {
 		t.Fatalf("/help: %q", got)
@@ -57,7 +58,7 @@ func TestMissedMessagesAnsweredAfterRecovery(t *testing.T) {
 			time.Sleep(25 * time.Millisecond)
 		}
 		// The record follows the push's ack.
-		eventually(t, "recorded delivered", func() bool { return c.record(b, m.MsgID).Delivery == task.Delivered })
+		testwait.Eventually(t, waitLong, "recorded delivered", func() bool { return c.record(b, m.MsgID).Delivery == task.Delivered })
 		if r := c.record(b, m.MsgID); !r.Late {
 			t.Fatalf("record of a missed message not marked late: %+v", r)
 		}
@@ -100,10 +101,10 @@ func TestMessageOnlyInDeadNodesSpoolAnsweredByNextLeader(t *testing.T) {
 	}
 	t.Cleanup(func() { toNATS.Close() })
 	a := c.startOn("a", "nats://"+toNATS.Addr(), c.withBackfill)
-	eventually(t, "a connected", c.connected)
+	testwait.Eventually(t, waitLong, "a connected", c.connected)
 	c.post("alice", "asked while all was well")
-	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "asked while all was well") == 1 })
-	eventually(t, "inbound watermark written", func() bool {
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "asked while all was well") == 1 })
+	testwait.Eventually(t, waitLong, "inbound watermark written", func() bool {
 		wm, err := backfill.LoadWatermark(context.Background(), a.node.Store, "b1")
 		return err == nil && !wm.Created.IsZero()
 	})
@@ -114,9 +115,9 @@ func TestMessageOnlyInDeadNodesSpoolAnsweredByNextLeader(t *testing.T) {
 	if !sent.Delivered {
 		t.Fatalf("the simulator did not deliver to the leader: %+v", sent)
 	}
-	eventually(t, "spooled", func() bool { return a.node.Dispatch.Stats().Spooled == 1 })
+	testwait.Eventually(t, waitLong, "spooled", func() bool { return a.node.Dispatch.Stats().Spooled == 1 })
 	// The receipt is the first frame of a stream that a never finishes.
-	eventually(t, "receipted", func() bool {
+	testwait.Eventually(t, waitLong, "receipted", func() bool {
 		for _, m := range c.bot("bob") {
 			if m.ReplyTo == sent.MsgID && strings.Contains(m.Content, "已收到") {
 				return true
@@ -141,7 +142,7 @@ func TestMessageOnlyInDeadNodesSpoolAnsweredByNextLeader(t *testing.T) {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	eventually(t, "recorded delivered", func() bool { return c.record(b, sent.MsgID).Delivery == task.Delivered })
+	testwait.Eventually(t, waitLong, "recorded delivered", func() bool { return c.record(b, sent.MsgID).Delivery == task.Delivered })
 	if r := c.record(b, sent.MsgID); !r.Late {
 		t.Fatalf("record not marked late: %+v", r)
 	}
@@ -175,15 +176,15 @@ func TestMissedMessageOfBusyConversationAnsweredAfterIt(t *testing.T) {
 	c := newCluster(t)
 	slow := func(cfg *config.Config) { c.withBackfill(cfg); cfg.AI.Demo.AnswerTime = 6 * time.Second }
 	a := c.start("a", slow)
-	eventually(t, "a connected", c.connected)
+	testwait.Eventually(t, waitLong, "a connected", c.connected)
 	first := c.post("alice", "the first question")
-	eventually(t, "running", func() bool { return c.record(a, first.MsgID).Exec == task.Running })
+	testwait.Eventually(t, waitLong, "running", func() bool { return c.record(a, first.MsgID).Exec == task.Running })
 	a.stop() // the first task goes back to the queue
 	if r := c.post("alice", "asked while nobody listened"); r.Delivered {
 		t.Fatalf("delivered with no connection: %+v", r)
 	}
 	c.start("b", slow)
-	eventually(t, "first answered", func() bool {
+	testwait.Eventually(t, waitLong, "first answered", func() bool {
 		return answered(c.bot("alice"), "the first question")+answeredLate(c.bot("alice"), "the first question") == 1
 	})
 	deadline := time.Now().Add(2 * waitLong)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
@@ -19,7 +20,7 @@ import (
 func TestDuplicatePastTheQueueWindowIsSilentAndLocksNothing(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 
@@ -40,14 +41,14 @@ func TestDuplicatePastTheQueueWindowIsSilentAndLocksNothing(t *testing.T) {
 	// Redelivered as WeCom would: with its own create_time, an hour ago
 	// (a callback created after the connection is fresh: no read).
 	c.postAs(wecomsim.MessageRequest{UserID: "alice", Text: old, MsgID: msgid, CreateTime: r.Received.Unix()})
-	eventually(t, "the callback taken for a duplicate", func() bool { return n.node.Access.Stats().Duplicates == dupsBefore+1 })
-	eventually(t, "the stray queue message removed", func() bool {
+	testwait.Eventually(t, waitLong, "the callback taken for a duplicate", func() bool { return n.node.Access.Stats().Duplicates == dupsBefore+1 })
+	testwait.Eventually(t, waitLong, "the stray queue message removed", func() bool {
 		m, err := n.node.Store.ConversationTask(ctx, "b1", "alice")
 		return err == nil && m == nil
 	})
 
 	c.post("alice", "a new question")
-	eventually(t, "the new question answered", func() bool { return answered(c.bot("alice"), "a new question") == 1 })
+	testwait.Eventually(t, waitLong, "the new question answered", func() bool { return answered(c.bot("alice"), "a new question") == 1 })
 	for _, e := range c.bot("alice") {
 		if e.ReplyTo == msgid {
 			t.Fatalf("the duplicate got a reply: %+v", e)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
@@ -20,7 +21,7 @@ func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
 	c := newCluster(t)
 	fast := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 300 * time.Millisecond }
 	a := c.start("a", fast)
-	eventually(t, "a connected", c.connected)
+	testwait.Eventually(t, waitLong, "a connected", c.connected)
 	c.start("b", fast)
 
 	const rate, total = 50, 200
@@ -87,7 +88,7 @@ func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
 		cfg.AI.Demo.AnswerTime = 3 * time.Second
 		cfg.WeCom.AckTimeout = time.Second
 	})
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	var sent []wecomsim.MessageResult
 	for i := range 5 {
 		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("question %d", i)))
@@ -130,14 +131,14 @@ func TestFailoverMidStreamOf100Conversations(t *testing.T) {
 	c := newCluster(t)
 	long := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second }
 	a := c.start("a", long)
-	eventually(t, "a connected", c.connected)
+	testwait.Eventually(t, waitLong, "a connected", c.connected)
 	c.start("b", long)
 	const n = 100
 	var sent []wecomsim.MessageResult
 	for i := range n {
 		sent = append(sent, c.post(fmt.Sprintf("u%03d", i), fmt.Sprintf("question %03d", i)))
 	}
-	eventually(t, "streams under way", func() bool {
+	testwait.Eventually(t, waitLong, "streams under way", func() bool {
 		s, _ := c.sim.Stats("b1")
 		return s.Frames["aibot_respond_msg"] >= 2*n // receipts and some progress
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
@@ -18,9 +19,9 @@ import (
 // and its pusher has found every undelivered task (Idle can say yes).
 func awaitFresh(t *testing.T, c *cluster, n *runningNode) {
 	t.Helper()
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	from := time.Now()
-	eventually(t, "the pusher's rebuild done", func() bool {
+	testwait.Eventually(t, waitLong, "the pusher's rebuild done", func() bool {
 		p := n.node.Pusher("b1")
 		return p != nil && p.Idle("nobody")
 	})
@@ -35,7 +36,7 @@ func TestEarlyReceiptThenAnswer(t *testing.T) {
 	awaitFresh(t, c, n)
 
 	q := c.post("alice", "early")
-	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "early") == 1 })
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "early") == 1 })
 	if s := n.node.Access.Stats(); s.EarlyReceipts != 1 || s.EarlyMissed != 0 || s.Dispatched != 1 {
 		t.Fatalf("access stats %+v, want one early receipt, no miss", s)
 	}
@@ -62,7 +63,7 @@ func TestEarlyReceiptOfABusyConversationFinishedBusy(t *testing.T) {
 	})
 	awaitFresh(t, c, n)
 	c.post("bob", "takes the only slot")
-	eventually(t, "bob's task running", func() bool { return n.node.Worker.Busy() == 1 })
+	testwait.Eventually(t, waitLong, "bob's task running", func() bool { return n.node.Worker.Busy() == 1 })
 
 	// Alice's conversation gets a task straight on the queue: no record,
 	// no announcement, so the pusher does not know of it.
@@ -82,7 +83,7 @@ func TestEarlyReceiptOfABusyConversationFinishedBusy(t *testing.T) {
 	}
 
 	q := c.post("alice", "refused")
-	eventually(t, "the stream finished", func() bool {
+	testwait.Eventually(t, waitLong, "the stream finished", func() bool {
 		for _, e := range c.bot("alice") {
 			if e.ReplyTo == q.MsgID && e.Finished {
 				return true
@@ -129,9 +130,9 @@ func TestCallbackAfterItsBackfillIsSilent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "answered late", func() bool { return answeredLate(c.bot("alice"), "missed, then delivered") == 1 })
-	eventually(t, "recorded delivered", func() bool { return c.record(n, q.MsgID).Delivery == task.Delivered })
-	eventually(t, "alice idle", func() bool { return n.node.Pusher("b1").Idle("alice") })
+	testwait.Eventually(t, waitLong, "answered late", func() bool { return answeredLate(c.bot("alice"), "missed, then delivered") == 1 })
+	testwait.Eventually(t, waitLong, "recorded delivered", func() bool { return c.record(n, q.MsgID).Delivery == task.Delivered })
+	testwait.Eventually(t, waitLong, "alice idle", func() bool { return n.node.Pusher("b1").Idle("alice") })
 
 	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultClear}); err != nil {
 		t.Fatal(err)
@@ -140,7 +141,7 @@ func TestCallbackAfterItsBackfillIsSilent(t *testing.T) {
 	if r := c.postAs(wecomsim.MessageRequest{UserID: "alice", MsgID: q.MsgID}); !r.Delivered {
 		t.Fatalf("the redelivery was not delivered: %+v", r)
 	}
-	eventually(t, "the callback taken for a duplicate", func() bool { return n.node.Access.Stats().Duplicates == dups+1 })
+	testwait.Eventually(t, waitLong, "the callback taken for a duplicate", func() bool { return n.node.Access.Stats().Duplicates == dups+1 })
 	time.Sleep(time.Second) // a receipt would follow at once
 	for _, e := range c.bot("alice") {
 		if e.ReplyTo == q.MsgID {

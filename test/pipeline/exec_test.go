@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/task"
 )
@@ -17,9 +18,9 @@ import (
 func TestExecAPIRunsTask(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	c.post("alice", "hello") // alice has talked to the bot: pushes to her are allowed
-	eventually(t, "first answered", func() bool { return answered(c.bot("alice"), "hello") == 1 })
+	testwait.Eventually(t, waitLong, "first answered", func() bool { return answered(c.bot("alice"), "hello") == 1 })
 
 	m := task.Message{TaskID: task.ID("b1", "tier2-1"), Bot: "b1", MsgID: "tier2-1", Chat: "alice", ChatType: "single",
 		User: "alice", Question: "via the exec API", Received: time.Now()}
@@ -32,11 +33,11 @@ func TestExecAPIRunsTask(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("exec API answered %s", resp.Status)
 	}
-	eventually(t, "run on tier fixed and delivered", func() bool {
+	testwait.Eventually(t, waitLong, "run on tier fixed and delivered", func() bool {
 		r := c.record(n, "tier2-1")
 		return r.Exec == task.Succeeded && r.Tier == string(dispatch.TierFixed) && r.Delivery == task.Delivered
 	})
-	eventually(t, "pushed to the user", func() bool { return answered(c.bot("alice"), "via the exec API") == 1 })
+	testwait.Eventually(t, waitLong, "pushed to the user", func() bool { return answered(c.bot("alice"), "via the exec API") == 1 })
 
 	// Bad input is refused with a clear error.
 	resp, err = http.Post(n.api+dispatch.ExecPath, "application/json", bytes.NewReader([]byte(`{"nope":1}`)))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
@@ -14,7 +15,7 @@ import (
 func (c *cluster) replyTo(chat, msgid string) string {
 	c.t.Helper()
 	var got string
-	eventually(c.t, "reply to "+msgid, func() bool {
+	testwait.Eventually(c.t, waitLong, "reply to "+msgid, func() bool {
 		for _, m := range c.bot(chat) {
 			if m.ReplyTo == msgid && m.Finished {
 				got = m.Content
@@ -43,7 +44,7 @@ func TestBadInputClearReplies(t *testing.T) {
 		cfg.Access.MaxQuestionBytes = 100
 		cfg.Access.AllowUsers = []string{"alice", "bob"}
 	})
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	for _, tc := range []struct {
 		name string
 		req  wecomsim.MessageRequest
@@ -77,9 +78,9 @@ func TestBadInputClearReplies(t *testing.T) {
 func TestVoiceUsesTranscription(t *testing.T) {
 	c := newCluster(t)
 	c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	c.postAs(wecomsim.MessageRequest{UserID: "alice", MsgType: "voice", Text: "spoken question"})
-	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "spoken question") == 1 })
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "spoken question") == 1 })
 }
 
 // /stop cancels the running task within a second or so, the user is told,
@@ -87,9 +88,9 @@ func TestVoiceUsesTranscription(t *testing.T) {
 func TestStopCommand(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = time.Minute })
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	long := c.post("alice", "a long one")
-	eventually(t, "running", func() bool { return c.record(n, long.MsgID).Exec == task.Running })
+	testwait.Eventually(t, waitLong, "running", func() bool { return c.record(n, long.MsgID).Exec == task.Running })
 	status := c.postAs(wecomsim.MessageRequest{UserID: "alice", Text: "/status"})
 	if got := c.replyTo("alice", status.MsgID); !strings.Contains(got, "running") {
 		t.Fatalf("/status: %q", got)
@@ -98,7 +99,7 @@ func TestStopCommand(t *testing.T) {
 	if got := c.replyTo("alice", stop.MsgID); !strings.Contains(got, "已停止") {
 		t.Fatalf("/stop: %q", got)
 	}
-	eventually(t, "canceled and delivered", func() bool {
+	testwait.Eventually(t, waitLong, "canceled and delivered", func() bool {
 		r := c.record(n, long.MsgID)
 		return r.Exec == task.Canceled && r.Delivery == task.Delivered
 	})
@@ -107,7 +108,7 @@ func TestStopCommand(t *testing.T) {
 		t.Fatalf("stopped answer ends with %q", got)
 	}
 	next := c.post("alice", "next question")
-	eventually(t, "next answered", func() bool {
+	testwait.Eventually(t, waitLong, "next answered", func() bool {
 		return c.record(n, next.MsgID).Exec == task.Running || c.record(n, next.MsgID).Exec == task.Succeeded
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/task"
@@ -95,15 +96,15 @@ func ready(t *testing.T, api string) (int, readiness) {
 func TestMetricsScrape(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	c.post("alice", "metrics please")
-	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "metrics please") == 1 })
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "metrics please") == 1 })
 	metrics.AlertSent("webhook", "open", "human", true)
 
 	// The answer's delivery is recorded just after WeCom's ack: wait for
 	// the counter rather than assume it.
 	var fams map[string]*dto.MetricFamily
-	eventually(t, "delivery counted", func() bool {
+	testwait.Eventually(t, waitLong, "delivery counted", func() bool {
 		fams = scrape(t, n.api)
 		v := value(fams, "botctl_pusher_events_total", map[string]string{"bot": "b1", "event": "delivered"})
 		return v != nil && *v == 1
@@ -176,14 +177,14 @@ func TestMetricsRunningTaskAndThrottled(t *testing.T) {
 		cfg.Push.Budget = 1
 		cfg.AI.Demo.AnswerTime = 8 * time.Second // long enough to be seen running
 	})
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	sent := c.post("alice", "a long answer please")
-	eventually(t, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
+	testwait.Eventually(t, waitLong, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
 
 	// botctl_tasks is read from the pending index at most every 10 s; the
 	// first scrape reads it now, while the answer has seconds to go.
 	running := map[string]string{"bot": "b1", "exec": "running", "delivery": "streaming"}
-	eventually(t, "botctl_tasks shows the task running", func() bool {
+	testwait.Eventually(t, waitLong, "botctl_tasks shows the task running", func() bool {
 		fams := scrape(t, n.api)
 		v := value(fams, "botctl_tasks", running)
 		return v != nil && *v == 1
@@ -196,7 +197,7 @@ func TestMetricsRunningTaskAndThrottled(t *testing.T) {
 		t.Errorf("botctl_worker_slots_busy mid-answer = %v, want 1", v)
 	}
 
-	eventually(t, "the final frame throttled", func() bool {
+	testwait.Eventually(t, waitLong, "the final frame throttled", func() bool {
 		v := value(scrape(t, n.api), "botctl_pusher_events_total", map[string]string{"bot": "b1", "event": "throttled"})
 		return v != nil && *v > 0
 	})
@@ -215,8 +216,8 @@ func TestMetricsRunningTaskAndThrottled(t *testing.T) {
 func TestReadinessFollowsNATS(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
-	eventually(t, "ready", func() bool {
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "ready", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusOK && r.Ready && r.Bots["b1"] == "subscribed" && r.Etcd == "ok" && r.NATS == "ok"
 	})
@@ -224,7 +225,7 @@ func TestReadinessFollowsNATS(t *testing.T) {
 	url := c.nats.ClientURL()
 	c.nats.Close()
 	var last readiness
-	eventually(t, "not ready while NATS is down", func() bool {
+	testwait.Eventually(t, waitLong, "not ready while NATS is down", func() bool {
 		code, r := ready(t, n.api)
 		last = r
 		return code == http.StatusServiceUnavailable && !r.Ready && strings.HasPrefix(r.NATS, "not connected") &&
@@ -247,7 +248,7 @@ func TestReadinessFollowsNATS(t *testing.T) {
 	}
 
 	c.restartNATS(url)
-	eventually(t, "ready again after NATS is back", func() bool {
+	testwait.Eventually(t, waitLong, "ready again after NATS is back", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusOK && r.Ready
 	})
@@ -267,15 +268,15 @@ func TestReadinessFollowsNATS(t *testing.T) {
 func TestReadinessFollowsEtcd(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
-	eventually(t, "ready", func() bool {
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "ready", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusOK && r.Ready && r.Bots["b1"] == "subscribed" && r.Etcd == "ok"
 	})
 
 	c.etcd.Close()
 	var last readiness
-	eventually(t, "not ready while etcd is down", func() bool {
+	testwait.Eventually(t, waitLong, "not ready while etcd is down", func() bool {
 		code, r := ready(t, n.api)
 		last = r
 		if code != http.StatusServiceUnavailable || r.Ready || r.Etcd == "ok" || r.Etcd == "" {
@@ -301,7 +302,7 @@ func TestReadinessFollowsEtcd(t *testing.T) {
 	}
 
 	c.restartEtcd()
-	eventually(t, "ready again after etcd is back, b1 led and subscribed", func() bool {
+	testwait.Eventually(t, waitLong, "ready again after etcd is back, b1 led and subscribed", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusOK && r.Ready && r.Etcd == "ok" && r.Bots["b1"] == "subscribed"
 	})
@@ -324,7 +325,7 @@ func TestReadinessLeaderConnecting(t *testing.T) {
 	}
 	n := c.start("n1", nil)
 	const connecting = "won the election; WeCom connection not subscribed yet"
-	eventually(t, "not ready while b1's subscribe is unacknowledged", func() bool {
+	testwait.Eventually(t, waitLong, "not ready while b1's subscribe is unacknowledged", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusServiceUnavailable && !r.Ready && r.Bots["b1"] == connecting &&
 			len(r.Reasons) == 1 && r.Reasons[0] == "bot b1: "+connecting && r.Etcd == "ok" && r.NATS == "ok"
@@ -332,7 +333,7 @@ func TestReadinessLeaderConnecting(t *testing.T) {
 	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultClear}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ready once b1's subscribe is acknowledged", func() bool {
+	testwait.Eventually(t, waitLong, "ready once b1's subscribe is acknowledged", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusOK && r.Ready && r.Bots["b1"] == "subscribed"
 	})
@@ -349,7 +350,7 @@ func TestNATSErrorsCountedOnHotPaths(t *testing.T) {
 	// Longer than the outage: the task is still running, writing its
 	// output every second, while NATS is away.
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 5 * time.Minute })
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	count := func(fams map[string]*dto.MetricFamily, op string) float64 {
 		if v := value(fams, "botctl_nats_errors_total", map[string]string{"kind": "request", "op": op}); v != nil {
 			return *v
@@ -359,24 +360,24 @@ func TestNATSErrorsCountedOnHotPaths(t *testing.T) {
 	fams := scrape(t, n.api)
 	publishes, outputs := count(fams, "publish"), count(fams, "output_write")
 	sent := c.post("alice", "a question for the outage")
-	eventually(t, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
+	testwait.Eventually(t, waitLong, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
 
 	url := c.nats.ClientURL()
 	c.nats.Close()
-	eventually(t, "NATS seen down", func() bool {
+	testwait.Eventually(t, waitLong, "NATS seen down", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusServiceUnavailable && strings.HasPrefix(r.NATS, "not connected")
 	})
 	c.post("bob", "asked while JetStream is away")
-	eventually(t, "bob receipted (his task spooled)", func() bool { return len(c.bot("bob")) > 0 })
+	testwait.Eventually(t, waitLong, "bob receipted (his task spooled)", func() bool { return len(c.bot("bob")) > 0 })
 	// A write waits for its reply up to its timeout (10 s) before it counts
 	// as failed: NATS stays away until it has.
-	eventually(t, "a failed output write of alice's running task counted", func() bool {
+	testwait.Eventually(t, waitLong, "a failed output write of alice's running task counted", func() bool {
 		return count(scrape(t, n.api), "output_write") > outputs
 	})
 
 	c.restartNATS(url)
-	eventually(t, "ready again", func() bool {
+	testwait.Eventually(t, waitLong, "ready again", func() bool {
 		code, r := ready(t, n.api)
 		return code == http.StatusOK && r.Ready
 	})
@@ -398,19 +399,19 @@ var obsHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 func TestReadinessLeaderAndStandby(t *testing.T) {
 	c := newCluster(t)
 	n1 := c.start("n1", nil)
-	eventually(t, "n1 leads", c.connected)
+	testwait.Eventually(t, waitLong, "n1 leads", c.connected)
 	n2 := c.start("n2", nil)
-	eventually(t, "n1 ready with b1 subscribed", func() bool {
+	testwait.Eventually(t, waitLong, "n1 ready with b1 subscribed", func() bool {
 		code, r := ready(t, n1.api)
 		return code == http.StatusOK && r.Bots["b1"] == "subscribed"
 	})
-	eventually(t, "n2 ready as a standby", func() bool {
+	testwait.Eventually(t, waitLong, "n2 ready as a standby", func() bool {
 		code, r := ready(t, n2.api)
 		_, leads := r.Bots["b1"]
 		return code == http.StatusOK && r.Ready && !leads
 	})
 	n1.stop()
-	eventually(t, "n2 ready with b1 subscribed", func() bool {
+	testwait.Eventually(t, waitLong, "n2 ready with b1 subscribed", func() bool {
 		code, r := ready(t, n2.api)
 		return code == http.StatusOK && r.Bots["b1"] == "subscribed"
 	})

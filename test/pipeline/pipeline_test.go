@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/serve"
@@ -142,7 +143,7 @@ func (c *cluster) busyReplies(user, msgid string) int {
 // by the send budget, until every message of more has a busy reply.
 func (c *cluster) awaitBusyReplies(n *runningNode, user string, more []wecomsim.MessageResult, within time.Duration) {
 	c.t.Helper()
-	eventually(c.t, "some busy replies held back", func() bool { return n.node.Access.Stats().Suppressed > 0 })
+	testwait.Eventually(c.t, waitLong, "some busy replies held back", func() bool { return n.node.Access.Stats().Suppressed > 0 })
 	deadline := time.Now().Add(within)
 	for _, m := range more {
 		for c.busyReplies(user, m.MsgID) == 0 {
@@ -197,17 +198,6 @@ func (c *cluster) bot(chat string) []wecomsim.TranscriptEntry {
 	return out
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 func (c *cluster) connected() bool {
 	s, _ := c.sim.Stats("b1")
 	return s.Connected
@@ -234,11 +224,11 @@ func answered(entries []wecomsim.TranscriptEntry, question string) int {
 func TestMessageToAnswer(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	sent := c.post("alice", "what is botctl?")
-	eventually(t, "answer delivered", func() bool { return answered(c.bot("alice"), "what is botctl?") == 1 })
+	testwait.Eventually(t, waitLong, "answer delivered", func() bool { return answered(c.bot("alice"), "what is botctl?") == 1 })
 	r := c.record(n, sent.MsgID)
-	eventually(t, "record delivered", func() bool { r = c.record(n, sent.MsgID); return r.Delivery == task.Delivered })
+	testwait.Eventually(t, waitLong, "record delivered", func() bool { r = c.record(n, sent.MsgID); return r.Delivery == task.Delivered })
 	if r.Exec != task.Succeeded || r.ReqID == "" || r.Chat != "alice" || r.Question != "what is botctl?" || r.Tier != "queue" {
 		t.Fatalf("record = %+v", r)
 	}
@@ -272,12 +262,12 @@ func TestMessageToAnswer(t *testing.T) {
 func TestDuplicateCallbackOneTask(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	first := c.post("alice", "once")
 	if _, err := c.sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "alice", Text: "once", MsgID: first.MsgID}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "once") == 1 })
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "once") == 1 })
 	time.Sleep(time.Second) // a second answer would follow within the demo's 0.5 s
 	if k := answered(c.bot("alice"), "once"); k != 1 {
 		t.Fatalf("answered %d times", k)
@@ -292,11 +282,11 @@ func TestDuplicateCallbackOneTask(t *testing.T) {
 func TestBusyConversationRefused(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 3 * time.Second })
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	c.post("alice", "first")
-	eventually(t, "first running", func() bool { return n.node.Dispatch.Stats().Queued == 1 })
+	testwait.Eventually(t, waitLong, "first running", func() bool { return n.node.Dispatch.Stats().Queued == 1 })
 	second := c.post("alice", "second")
-	eventually(t, "busy reply", func() bool {
+	testwait.Eventually(t, waitLong, "busy reply", func() bool {
 		for _, m := range c.bot("alice") {
 			if strings.Contains(m.Content, "还在处理中") && m.ReplyTo == second.MsgID {
 				return true
@@ -304,7 +294,7 @@ func TestBusyConversationRefused(t *testing.T) {
 		}
 		return false
 	})
-	eventually(t, "first answered", func() bool { return answered(c.bot("alice"), "first") == 1 })
+	testwait.Eventually(t, waitLong, "first answered", func() bool { return answered(c.bot("alice"), "first") == 1 })
 	if answered(c.bot("alice"), "second") != 0 {
 		t.Fatal("the refused question was answered")
 	}
@@ -325,9 +315,9 @@ func TestBusyConversationRefused(t *testing.T) {
 func TestBusyRepliesPastTheBudgetArriveLaterOnce(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second })
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	c.post("alice", "first")
-	eventually(t, "first running", func() bool { return n.node.Dispatch.Stats().Queued == 1 })
+	testwait.Eventually(t, waitLong, "first running", func() bool { return n.node.Dispatch.Stats().Queued == 1 })
 	var more []wecomsim.MessageResult
 	for i := range 25 { // more than push.budget (20 a minute)
 		more = append(more, c.post("alice", fmt.Sprintf("more %d", i)))
@@ -335,7 +325,7 @@ func TestBusyRepliesPastTheBudgetArriveLaterOnce(t *testing.T) {
 	busyReplies := func(msgid string) int { return c.busyReplies("alice", msgid) }
 	// Held-back replies wait for the budget's minute to roll over.
 	c.awaitBusyReplies(n, "alice", more, 3*time.Minute)
-	eventually(t, "first answered", func() bool { return answered(c.bot("alice"), "first") == 1 })
+	testwait.Eventually(t, waitLong, "first answered", func() bool { return answered(c.bot("alice"), "first") == 1 })
 	time.Sleep(2 * time.Second) // a second reply would come now
 	for _, m := range more {
 		if k := busyReplies(m.MsgID); k != 1 {
@@ -362,13 +352,13 @@ func TestBusyRepliesPastTheBudgetArriveLaterOnce(t *testing.T) {
 func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
-	eventually(t, "JetStream bound", func() bool { code, _ := ready(t, n.api); return code == http.StatusOK })
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "JetStream bound", func() bool { code, _ := ready(t, n.api); return code == http.StatusOK })
 	url := c.nats.ClientURL()
 	c.nats.Close()
 	defer c.restartNATS(url)
 	c.post("alice", "first")
-	eventually(t, "first spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 1 })
+	testwait.Eventually(t, waitLong, "first spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 1 })
 	var more []wecomsim.MessageResult
 	for i := range 22 { // more than push.budget (20 a minute) less the receipt
 		more = append(more, c.post("alice", fmt.Sprintf("more %d", i)))
@@ -390,13 +380,13 @@ func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
 func TestLeaderKilledMidStream(t *testing.T) {
 	c := newCluster(t)
 	a := c.start("a", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 4 * time.Second })
-	eventually(t, "a connected", c.connected)
+	testwait.Eventually(t, waitLong, "a connected", c.connected)
 	b := c.start("b", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 4 * time.Second })
 	sent := c.post("alice", "survive this")
-	eventually(t, "streaming", func() bool { return c.record(a, sent.MsgID).Exec == task.Running })
+	testwait.Eventually(t, waitLong, "streaming", func() bool { return c.record(a, sent.MsgID).Exec == task.Running })
 	a.stop() // graceful here; the e2e suite covers kill -9
-	eventually(t, "answered once", func() bool { return answered(c.bot("alice"), "survive this") >= 1 })
-	eventually(t, "record delivered", func() bool { return c.record(b, sent.MsgID).Delivery == task.Delivered })
+	testwait.Eventually(t, waitLong, "answered once", func() bool { return answered(c.bot("alice"), "survive this") >= 1 })
+	testwait.Eventually(t, waitLong, "record delivered", func() bool { return c.record(b, sent.MsgID).Delivery == task.Delivered })
 	time.Sleep(time.Second)
 	if k := answered(c.bot("alice"), "survive this"); k != 1 {
 		t.Fatalf("answered %d times: %+v", k, c.bot("alice"))
@@ -418,13 +408,13 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 	c := newCluster(t)
 	natsURL := c.nats.ClientURL()
 	n := c.start("n1", nil)
-	eventually(t, "leader connected", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 	c.nats.Close()
 	var sent []wecomsim.MessageResult
 	for i := range 3 {
 		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("during outage %d", i)))
 	}
-	eventually(t, "spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 3 })
+	testwait.Eventually(t, waitLong, "spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 3 })
 	if depth, err := n.node.Spool.Len(); err != nil || depth != 3 {
 		t.Fatalf("spool depth %d (%v), want 3", depth, err)
 	}
@@ -460,7 +450,7 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 			time.Sleep(25 * time.Millisecond)
 		}
 	}
-	eventually(t, "spool empty", func() bool { d, err := n.node.Spool.Len(); return err == nil && d == 0 })
+	testwait.Eventually(t, waitLong, "spool empty", func() bool { d, err := n.node.Spool.Len(); return err == nil && d == 0 })
 	if r := c.record(n, later.MsgID); r.ID != "" {
 		t.Fatalf("the busy message became a task: %+v", r)
 	}
@@ -480,7 +470,7 @@ func TestNewLeaderRespectsPreviousLeadersQuota(t *testing.T) {
 		cfg.Push.Budget = 28              // close to WeCom's 30, so a second leader's fresh budget would overrun it
 	}
 	a := c.start("a", long)
-	eventually(t, "a connected", c.connected)
+	testwait.Eventually(t, waitLong, "a connected", c.connected)
 	b := c.start("b", long)
 	users := []string{"u0", "u1", "u2"}
 	var sent []wecomsim.MessageResult
@@ -488,7 +478,7 @@ func TestNewLeaderRespectsPreviousLeadersQuota(t *testing.T) {
 		sent = append(sent, c.post(u, "tell me everything"))
 	}
 	// a streams, closes each stream and pushes parts until its budget runs out.
-	eventually(t, "a pushing parts, budgets spent", func() bool {
+	testwait.Eventually(t, waitLong, "a pushing parts, budgets spent", func() bool {
 		for _, m := range sent {
 			if r := c.record(a, m.MsgID); r.PushedParts < 15 {
 				return false
@@ -521,9 +511,9 @@ func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
 	c.nats.Close()
 	started := make(chan *runningNode, 1)
 	go func() { started <- c.start("n1", nil) }()
-	eventually(t, "leader connected without NATS", c.connected)
+	testwait.Eventually(t, waitLong, "leader connected without NATS", c.connected)
 	sent := c.post("alice", "asked during the outage")
-	eventually(t, "receipt", func() bool {
+	testwait.Eventually(t, waitLong, "receipt", func() bool {
 		bot := c.bot("alice")
 		return len(bot) > 0 && strings.Contains(bot[0].Content, "已收到")
 	})
@@ -538,7 +528,7 @@ func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
 	case <-time.After(2 * waitLong):
 		t.Fatal("node never bound JetStream after NATS came back")
 	}
-	eventually(t, "answered", func() bool { return answered(c.bot("alice"), "asked during the outage") == 1 })
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "asked during the outage") == 1 })
 	if r := c.record(n, sent.MsgID); r.Exec != task.Succeeded {
 		t.Fatalf("record = %+v", r)
 	}
