@@ -101,7 +101,7 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 
 // streamable: the stream can still carry this answer on this connection.
 func (p *Pusher) streamable(r *task.Record, now time.Time) bool {
-	if r.Term != p.cfg.Term || r.ReqID == "" || r.StreamID == "" {
+	if r.Term != p.cfg.TermRev || r.ReqID == "" || r.StreamID == "" {
 		return false
 	}
 	if r.Delivery != task.Pending && r.Delivery != task.Streaming {
@@ -110,10 +110,10 @@ func (p *Pusher) streamable(r *task.Record, now time.Time) bool {
 	return r.StreamStart.IsZero() || now.Before(r.StreamStart.Add(p.cfg.StreamWindow))
 }
 
-// lag reports to Config.Lag how long the output of task id last seen
+// lag reports to Config.Metrics how long the output of task id last seen
 // took to reach the user (acked at shown).
 func (p *Pusher) lag(id string, shown time.Time) {
-	if p.cfg.Lag == nil {
+	if p.cfg.Metrics == nil {
 		return
 	}
 	var updated time.Time
@@ -123,7 +123,7 @@ func (p *Pusher) lag(id string, shown time.Time) {
 	}
 	p.mu.Unlock()
 	if !updated.IsZero() && shown.After(updated) {
-		p.cfg.Lag(p.cfg.Bot, shown.Sub(updated))
+		p.cfg.Metrics.PushLag(p.cfg.Bot, shown.Sub(updated))
 	}
 }
 
@@ -286,7 +286,7 @@ func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, 
 func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
 	if r.Delivery == task.Pending || r.Delivery == task.Streaming {
 		// Began under another term, or never got a stream: owed by push.
-		return p.toPush(ctx, r, fmt.Sprintf("stream began under term %d, this is term %d", r.Term, p.cfg.Term))
+		return p.toPush(ctx, r, fmt.Sprintf("stream began under term %d, this is term %d", r.Term, p.cfg.TermRev))
 	}
 	if !r.Exec.Finished() {
 		return false, p.cfg.ScanInterval
@@ -298,8 +298,8 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		}
 		p.count(func(s *Stats) { s.Failed++ })
 		p.log.Error().Str("task", r.ID).Dur("owed_for", now.Sub(done)).Msg("answer owed past the replay expiry: not sent late; delivery failed")
-		if p.cfg.FailedForGood != nil && rec.Delivery == task.DeliveryFailed {
-			p.cfg.FailedForGood(rec, errors.New(rec.DeliveryReason))
+		if p.cfg.Health != nil && rec.Delivery == task.DeliveryFailed {
+			p.cfg.Health.DeliveryFailed(rec, errors.New(rec.DeliveryReason))
 		}
 		return true, 0
 	}
@@ -316,7 +316,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 	}
 	for i := r.PushedParts; i < len(parts); i++ {
 		if p.cfg.Gate != nil {
-			if wait := p.cfg.Gate(now); wait > 0 {
+			if wait := p.cfg.Gate.Wait(now); wait > 0 {
 				p.count(func(s *Stats) { s.Held++ })
 				return false, wait
 			}
@@ -389,8 +389,8 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 	if err == nil && rec.Delivery == task.DeliveryFailed {
 		p.count(func(s *Stats) { s.Failed++ })
 		p.log.Error().Err(sendErr).Str("task", r.ID).Msg("delivery failed for good")
-		if p.cfg.FailedForGood != nil {
-			p.cfg.FailedForGood(rec, sendErr)
+		if p.cfg.Health != nil {
+			p.cfg.Health.DeliveryFailed(rec, sendErr)
 		}
 		return true, 0
 	}

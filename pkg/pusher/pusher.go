@@ -62,15 +62,17 @@ import (
 type Config struct {
 	Bot    string
 	NodeID string
-	Term   int64 // the leader term (election revision) of Conn
-	Conn   *wecom.Conn
-	Store  *jetstream.Store
+	// TermRev is the revision of the election term Conn belongs to
+	// (election.Term.Rev): a stream begun under another revision
+	// (task.Record.Term) is not continued here, its answer is pushed.
+	TermRev int64
+	Conn    *wecom.Conn
+	Store   *jetstream.Store
 	// Lifecycle records every delivery step. Default: one on Store.
 	Lifecycle *task.Lifecycle
-	// Lag, if set, learns the push lag of each progress frame acked with
-	// new content: from the worker's output write to WeCom's ack (metrics;
-	// must not block).
-	Lag func(bot string, d time.Duration)
+	// Metrics, if set, hears the push lag and the store's failures (see
+	// Metrics).
+	Metrics Metrics
 	// Budget paces every conversation; shared with the inbound path.
 	Budget *pace.Budget
 	// ScanInterval is the period of the scan of active tasks. Default 1s.
@@ -110,27 +112,48 @@ type Config struct {
 	// Default 8, with backoff from 1s doubling to 1m.
 	MaxAttempts int
 	// Gate, if set, is asked before each proactive push of a complete
-	// answer; it returns how long to wait first (0: push now). The health
-	// monitor's half-open recovery holds the backlog while it probes, then
-	// drains it below the bot's normal rate.
-	Gate func(now time.Time) time.Duration
+	// answer (see Gate).
+	Gate Gate
 	// ReplayExpiry: an answer still owed by push this long after its
 	// execution ended is not sent late; its delivery fails for good
-	// (FailedForGood hears it). Default 24h.
+	// (Health hears it). Default 24h.
 	ReplayExpiry time.Duration
-	// FailedForGood, if set, hears every delivery that failed for good
-	// (a person must know: the user never got the answer).
-	FailedForGood func(r *task.Record, err error)
-	// NATSError, if set, is called with the operation ("record_read",
-	// "record_write", "output_read", "output_watch", "watermark_read",
+	// Health, if set, hears every delivery that failed for good (see
+	// Health).
+	Health Health
+	Logger zerolog.Logger
+	// Now is the clock (a test seam). Default time.Now.
+	Now func() time.Time
+}
+
+// Metrics hears what the pusher measures, for the node's metrics. Its
+// methods are called on the delivery path: they must not block.
+type Metrics interface {
+	// PushLag learns the push lag of each progress frame acked with new
+	// content: from the worker's output write to WeCom's ack.
+	PushLag(bot string, d time.Duration)
+	// NATSError hears the operation ("record_read", "record_write",
+	// "output_read", "output_status", "output_watch", "watermark_read",
 	// "watermark_write") each time a read or write of the store fails
 	// because JetStream did: unreachable, a timeout, an API error. Not for
 	// what the lifecycle answers (a task finished or superseded, a
 	// transition not allowed), a key not found, or a value that does not
-	// decode. For the node's NATS error counter; must not block.
-	NATSError func(op string)
-	Logger    zerolog.Logger
-	Now       func() time.Time
+	// decode.
+	NATSError(op string)
+}
+
+// Gate paces the proactive pushes of complete answers. The health
+// monitor's half-open recovery (recovery.Gate) holds the backlog while it
+// probes, then drains it below the bot's normal rate.
+type Gate interface {
+	// Wait is how long to wait before the next push (0: push now).
+	Wait(now time.Time) time.Duration
+}
+
+// Health hears every delivery that failed for good: a person must know,
+// the user never got the answer (health.Health opens an incident).
+type Health interface {
+	DeliveryFailed(r *task.Record, err error)
 }
 
 func (c *Config) setDefaults() {
@@ -220,9 +243,9 @@ type Pusher struct {
 	announced chan struct{}
 	lastRev   uint64 // last output revision the watch delivered
 	savedWM   uint64 // watermark last written
-	// watchBegins, when set (tests only), runs before the output watch's
-	// consumer is made: a watch made late.
-	watchBegins func()
+	// watchHold, when set (a test seam: HoldWatch), holds the output
+	// watch until it closes, before its consumer is made: a watch made late.
+	watchHold <-chan struct{}
 }
 
 // New validates cfg.
@@ -238,7 +261,7 @@ func New(cfg Config) (*Pusher, error) {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
 	p := &Pusher{cfg: cfg, active: map[string]*entry{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
-		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}
+		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.TermRev).Str("component", "pusher").Logger()}
 	p.ledger = ledger{p}
 	return p, nil
 }
@@ -258,11 +281,11 @@ func (p *Pusher) count(f func(*Stats)) {
 	p.mu.Unlock()
 }
 
-// storeError tells Config.NATSError about err, from op on the store, if it
+// storeError tells Config.Metrics about err, from op on the store, if it
 // is JetStream failing (task.StoreFailed).
 func (p *Pusher) storeError(op string, err error) {
-	if p.cfg.NATSError != nil && task.StoreFailed(err) {
-		p.cfg.NATSError(op)
+	if p.cfg.Metrics != nil && task.StoreFailed(err) {
+		p.cfg.Metrics.NATSError(op)
 	}
 }
 
