@@ -294,50 +294,27 @@ const refreshEvery = 30 * time.Second
 
 // needsStep decides from what is cached (the record as last read, the
 // output as last watched) whether a step could have anything to do, so
-// that thousands of quiet tasks cost no bucket reads. The caller holds mu.
+// that thousands of quiet tasks cost no bucket reads. It places the task
+// with the step's own decisions (phase.go). The caller holds mu.
 func (p *Pusher) needsStep(en *entry, now time.Time) bool {
 	r := en.rec
 	if r == nil || now.Sub(en.readAt) >= refreshEvery || r.Exec.Finished() {
-		return true
+		return true // a read, the final frame, or the push of the answer
 	}
-	if !p.streamable(r, now) {
+	text, hash := "", ""
+	if en.out != nil {
+		text, hash = en.out.Text, en.outHash
+	}
+	switch p.phaseOf(r, text, now) {
+	case progress:
+		changed, heartbeat := p.frameDue(r, text, hash, en.shownAt, now)
+		return changed || heartbeat
+	case closing:
+		return true
+	default:
 		return false // push mode waits for the complete answer
 	}
-	if !r.StreamStart.IsZero() && !now.Before(p.closeAt(r, now)) {
-		return true
-	}
-	if en.out != nil && unseen(r, en.out.Text, en.outHash) {
-		return true
-	}
-	return p.heartbeatDue(r, en.shownAt, now)
 }
-
-// The decisions a step makes, also made from the cache by needsStep: one
-// function each, so that the two never disagree.
-
-// closeAt is when r's stream must be closed: its window less the margin,
-// from its first frame (from now for a stream not begun).
-func (p *Pusher) closeAt(r *task.Record, now time.Time) time.Time {
-	start := r.StreamStart
-	if start.IsZero() {
-		start = now
-	}
-	return start.Add(p.cfg.StreamWindow - p.cfg.Margin)
-}
-
-// heartbeatDue: the user has seen nothing new for Heartbeat. shownAt is
-// this pusher's last frame with new content; the record's PushedAt may
-// be later (the inbound path's receipt, an earlier term).
-func (p *Pusher) heartbeatDue(r *task.Record, shownAt, now time.Time) bool {
-	if r.PushedAt.After(shownAt) {
-		shownAt = r.PushedAt
-	}
-	return now.Sub(shownAt) >= p.cfg.Heartbeat
-}
-
-// unseen: text (whose task.Hash is hash) is content the user has not seen;
-// empty text is nothing to show.
-func unseen(r *task.Record, text, hash string) bool { return text != "" && hash != r.PushedHash }
 
 // release ends a step: done drops the task from the active set; wait
 // delays its next step.
