@@ -58,25 +58,9 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StepTimeout)
 	defer cancel()
-	rec, rev := p.cached(id)
+	rec, rev, done, wait := p.record(ctx, id)
 	if rec == nil {
-		var err error
-		rec, rev, err = task.Get(ctx, p.cfg.Store.Tasks(), id)
-		if errors.Is(err, natsjs.ErrKeyNotFound) {
-			return false, time.Second // the inbound path is still writing it
-		}
-		if err != nil {
-			p.storeError("record_read", err)
-			return false, time.Second
-		}
-		if rec.Bot != p.cfg.Bot {
-			return true, 0
-		}
-		if rec.Delivery.Finished() {
-			p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
-			return true, 0
-		}
-		p.remember(id, rec, rev)
+		return done, wait
 	}
 	// Only the text of the record's attempt counts: a superseded attempt's
 	// output is never shown. Between two attempts (queued again) nothing
@@ -106,6 +90,34 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	default:
 		return p.pushParts(ctx, rec, text, now)
 	}
+}
+
+// record is task id's record for a step, at revision rev: the cached one
+// (cached), or a read. nil when there is none to deliver: done, the task
+// is not this pusher's (another bot's, or delivered already: a stale
+// entry of the undelivered index); else it cannot be read now, and the
+// step is tried again after wait.
+func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev uint64, done bool, wait time.Duration) {
+	if rec, rev := p.cached(id); rec != nil {
+		return rec, rev, false, 0
+	}
+	rec, rev, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return nil, 0, false, time.Second // the inbound path is still writing it
+	}
+	if err != nil {
+		p.storeError("record_read", err)
+		return nil, 0, false, time.Second
+	}
+	if rec.Bot != p.cfg.Bot {
+		return nil, 0, true, 0
+	}
+	if rec.Delivery.Finished() {
+		p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
+		return nil, 0, true, 0
+	}
+	p.remember(id, rec, rev)
+	return rec, rev, false, 0
 }
 
 // spend takes one send from the conversation's budget, leaving reserve

@@ -83,27 +83,13 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			}
 			rev := e.Revision()
 			o, err := task.DecodeOutput(e.Value())
-			p.mu.Lock()
-			p.lastRev = max(p.lastRev, rev)
-			p.mu.Unlock()
 			if err != nil || o.Bot != p.cfg.Bot {
+				p.mu.Lock()
+				p.lastRev = max(p.lastRev, rev)
+				p.mu.Unlock()
 				continue
 			}
-			p.mu.Lock()
-			en := p.active[o.TaskID]
-			if en == nil {
-				en = &entry{shownAt: p.cfg.Now()}
-				p.active[o.TaskID] = en
-			}
-			if en.firstRev == 0 {
-				en.firstRev = rev
-			}
-			en.out, en.outHash, en.outAt = o, task.Hash(o.Text), p.cfg.Now()
-			p.mu.Unlock()
-			select {
-			case p.wake <- struct{}{}:
-			default:
-			}
+			p.put(arrival{id: o.TaskID, from: fromWatch, rev: rev, out: o})
 		}
 		w.Stop()
 	}
