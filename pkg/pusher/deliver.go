@@ -85,7 +85,8 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	case final:
 		return p.final(ctx, rec, rev, text, now)
 	case handoff:
-		// Began under another term, or never got a stream: owed by push.
+		// Began under another term, never got a stream, or its window is
+		// over: owed by push.
 		return p.toPush(ctx, rec, fmt.Sprintf("stream began under term %d, this is term %d", rec.Term, p.cfg.TermRev))
 	default:
 		return p.pushParts(ctx, rec, text, now)
