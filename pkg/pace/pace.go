@@ -72,15 +72,25 @@ func (b *Budget) Remaining(chat string) int {
 // Take spends one send if more than reserve remain, and reports whether it
 // did. Progress updates take with a reserve; final frames with none.
 func (b *Budget) Take(chat string, reserve int) bool {
+	_, ok := b.Spend(chat, reserve)
+	return ok
+}
+
+// Spend is the sender's one way to use the budget: it spends one send if
+// more than reserve remain (ok), or else says how long until the
+// conversation's next send slot frees (0 when one is free but held in
+// reserve: a send without reserve may take it). The sender waits that
+// long and asks again.
+func (b *Budget) Spend(chat string, reserve int) (wait time.Duration, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
 	s := b.prune(chat, now)
-	if b.limit-len(s) <= reserve {
-		return false
+	if b.limit-len(s) > reserve {
+		b.sends[chat] = append(s, now)
+		return 0, true
 	}
-	b.sends[chat] = append(s, now)
-	return true
+	return b.free(s, now).Sub(now), false
 }
 
 // Refund gives back a send that was not accepted by WeCom (a refused frame
@@ -130,7 +140,12 @@ func (b *Budget) Free(chat string) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	s := b.prune(chat, now)
+	return b.free(b.prune(chat, now), now)
+}
+
+// free is when the next send slot frees, given the sends s in the window
+// at now; the caller holds mu.
+func (b *Budget) free(s []time.Time, now time.Time) time.Time {
 	if len(s) < b.limit {
 		return now
 	}

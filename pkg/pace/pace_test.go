@@ -87,3 +87,30 @@ func TestSeedFromPreviousLeader(t *testing.T) {
 		t.Fatalf("remaining = %d, want 3", r)
 	}
 }
+
+// Spend spends like Take, and when it cannot says how long until the next
+// slot frees: 0 while a slot is free but held in reserve.
+func TestSpendSaysHowLongToWait(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := New(3, time.Minute, func() time.Time { return now })
+	for i := range 2 {
+		if wait, ok := b.Spend("a", 1); !ok || wait != 0 {
+			t.Fatalf("progress send %d: ok %v, wait %s", i, ok, wait)
+		}
+		now = now.Add(10 * time.Second)
+	}
+	if wait, ok := b.Spend("a", 1); ok || wait != 0 {
+		t.Fatalf("progress send into the reserve: ok %v, wait %s (want refused, a slot free now)", ok, wait)
+	}
+	if _, ok := b.Spend("a", 0); !ok {
+		t.Fatal("final send refused while a slot was reserved for it")
+	}
+	// Sends at 0 s, 10 s, 20 s; now 20 s: the first frees at 60 s.
+	if wait, ok := b.Spend("a", 0); ok || wait != 40*time.Second {
+		t.Fatalf("over the limit: ok %v, wait %s (want 40s)", ok, wait)
+	}
+	now = now.Add(40 * time.Second)
+	if _, ok := b.Spend("a", 0); !ok {
+		t.Fatal("no send once the oldest left the window")
+	}
+}

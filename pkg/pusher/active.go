@@ -1,19 +1,18 @@
 package pusher
 
-// The active set: the tasks this term delivers, rebuilt at start, kept
-// current by notices and the output watch, and stepped by the scan when
-// the cache says a step has something to do.
+// The active set: the tasks this term delivers, filled through the inbox
+// (inbox.go) by the rebuild at start, the inbound path, notices, the
+// output watch and the resync, and stepped by the scan when the cache
+// says a step has something to do.
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/botctl/botctl/pkg/tally"
 	"github.com/botctl/botctl/pkg/task"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // entry is one task of the active set: what this pusher last saw of it.
@@ -64,120 +63,6 @@ func (c *chatIndex) idle(chat string) bool { return c.rebuilt.Load() && c.Get(ch
 // messages it is handling, whose tasks are not announced yet).
 func (p *Pusher) Idle(chat string) bool { return p.chats.idle(chat) }
 
-// noticed learns that a task's record changed, so that the next scan
-// steps it at once. The cached record is forgotten (the step reads it),
-// but for the common ending: a notice that carries the record (rec at
-// revision rev: task.NoticeOf) of a task this pusher is streaming as
-// running, at a revision past the cached one, replaces it, and the final
-// frame needs no read. Only then: the cache of a running task changes
-// only by this pusher's progress writes, which it keeps with their
-// revisions, so a newer revision is newer than everything it knows; a
-// notice that comes late (after the delivery, or after another write of
-// this pusher) never brings an older record back.
-func (p *Pusher) noticed(id string, rec *task.Record, rev uint64) {
-	p.mu.Lock()
-	en := p.active[id]
-	switch {
-	case en == nil:
-		en = &entry{shownAt: p.cfg.Now()}
-		p.active[id] = en
-	case rec != nil && en.rec != nil && en.rec.Exec == task.Running && rev > en.rev:
-		en.rec, en.rev, en.readAt = rec, rev, p.cfg.Now()
-	default:
-		en.rec = nil
-	}
-	if rec != nil {
-		p.named(en, rec.Chat)
-	}
-	en.notBefore = time.Time{} // the ending waits for no progress pacing
-	en.poked = en.inflight     // nor for the wait of a step that began before it
-	en.urgent = true
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-	select {
-	case p.announced <- struct{}{}:
-	default:
-	}
-}
-
-// rebuild finds every task of the bot not yet delivered: after a failover
-// the first scan finds them all.
-func (p *Pusher) rebuild(ctx context.Context) error {
-	// The pending index names the bot's undelivered tasks; their records
-	// say where each one is. Reading every record would also work, but
-	// costs a read per task kept in the bucket (days of them).
-	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
-	if err != nil {
-		p.storeError("record_read", err)
-		return err
-	}
-	n := 0
-	for _, id := range ids {
-		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
-		if errors.Is(err, natsjs.ErrKeyNotFound) {
-			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id) // expired with its record
-			continue
-		}
-		if err != nil {
-			p.storeError("record_read", err)
-			return err
-		}
-		if r.Delivery.Finished() {
-			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id)
-			continue
-		}
-		// What the previous leader sent in the quota's window counts here.
-		p.cfg.Budget.Seed(r.Chat, r.RecentSends)
-		if r.FinalPending {
-			p.count(func(s *Stats) { s.Ambiguous++ })
-			p.log.Warn().Str("task", r.ID).Msg("final frame sent but not recorded by the previous leader: delivering again (the user may see it twice)")
-		}
-		p.NotifyChat(r.ID, r.Chat)
-		n++
-	}
-	p.chats.rebuilt.Store(true)
-	p.count(func(s *Stats) { s.RebuiltNum = n })
-	if n > 0 {
-		p.log.Info().Int("tasks", n).Msg("active tasks found at term start")
-	}
-	return nil
-}
-
-// resync adds to the active set every task the pending index names that
-// it lacks: one whose only announcement was lost (a core NATS notice sent
-// while the connection was reconnecting, a refusal recorded with no output
-// to watch). Without it such a task waited for the next term's rebuild:
-// the user got nothing meanwhile. Records are read by the steps, not here.
-func (p *Pusher) resync(ctx context.Context) {
-	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
-	if err != nil {
-		p.storeError("record_read", err)
-		return
-	}
-	var missing []string
-	p.mu.Lock()
-	for _, id := range ids {
-		if p.active[id] == nil {
-			missing = append(missing, id)
-		}
-	}
-	p.mu.Unlock()
-	for _, id := range missing {
-		p.Notify(id)
-	}
-	if len(missing) > 0 {
-		p.count(func(s *Stats) { s.Resynced += int64(len(missing)) })
-		p.log.Info().Int("tasks", len(missing)).Msg("pending tasks found by the resync (their announcement was lost)")
-	}
-}
-
-// ResyncEvery is how often the pusher reads the pending index for tasks
-// it was never told of.
-const ResyncEvery = time.Minute
-
 // scan steps every task that needs a step, announced ones first. While
 // it waits for a step slot, a notice interrupts it: the steps not yet
 // begun are left for the next scan, which the caller runs at once (it
@@ -208,7 +93,7 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 	due = append(due, rest...)
 	p.mu.Unlock()
 	for i, id := range due {
-		wake := p.announced
+		wake := p.in.announced
 		if i < urgent {
 			wake = nil // never interrupted before the announced ones
 		}
@@ -294,50 +179,27 @@ const refreshEvery = 30 * time.Second
 
 // needsStep decides from what is cached (the record as last read, the
 // output as last watched) whether a step could have anything to do, so
-// that thousands of quiet tasks cost no bucket reads. The caller holds mu.
+// that thousands of quiet tasks cost no bucket reads. It places the task
+// with the step's own decisions (phase.go). The caller holds mu.
 func (p *Pusher) needsStep(en *entry, now time.Time) bool {
 	r := en.rec
 	if r == nil || now.Sub(en.readAt) >= refreshEvery || r.Exec.Finished() {
-		return true
+		return true // a read, the final frame, or the push of the answer
 	}
-	if !p.streamable(r, now) {
+	text, hash := "", ""
+	if en.out != nil {
+		text, hash = en.out.Text, en.outHash
+	}
+	switch p.phaseOf(r, text, now) {
+	case progress:
+		changed, heartbeat := p.frameDue(r, text, hash, en.shownAt, now)
+		return changed || heartbeat
+	case closing:
+		return true
+	default:
 		return false // push mode waits for the complete answer
 	}
-	if !r.StreamStart.IsZero() && !now.Before(p.closeAt(r, now)) {
-		return true
-	}
-	if en.out != nil && unseen(r, en.out.Text, en.outHash) {
-		return true
-	}
-	return p.heartbeatDue(r, en.shownAt, now)
 }
-
-// The decisions a step makes, also made from the cache by needsStep: one
-// function each, so that the two never disagree.
-
-// closeAt is when r's stream must be closed: its window less the margin,
-// from its first frame (from now for a stream not begun).
-func (p *Pusher) closeAt(r *task.Record, now time.Time) time.Time {
-	start := r.StreamStart
-	if start.IsZero() {
-		start = now
-	}
-	return start.Add(p.cfg.StreamWindow - p.cfg.Margin)
-}
-
-// heartbeatDue: the user has seen nothing new for Heartbeat. shownAt is
-// this pusher's last frame with new content; the record's PushedAt may
-// be later (the inbound path's receipt, an earlier term).
-func (p *Pusher) heartbeatDue(r *task.Record, shownAt, now time.Time) bool {
-	if r.PushedAt.After(shownAt) {
-		shownAt = r.PushedAt
-	}
-	return now.Sub(shownAt) >= p.cfg.Heartbeat
-}
-
-// unseen: text (whose task.Hash is hash) is content the user has not seen;
-// empty text is nothing to show.
-func unseen(r *task.Record, text, hash string) bool { return text != "" && hash != r.PushedHash }
 
 // release ends a step: done drops the task from the active set; wait
 // delays its next step.

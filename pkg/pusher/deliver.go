@@ -1,7 +1,7 @@
 package pusher
 
-// Delivery: one step of one task, the stream frames and the pushes, and
-// what each outcome records.
+// Delivery: one step of one task, the move of its phase (phase.go): the
+// stream frames and the pushes, and what each outcome records.
 
 import (
 	"context"
@@ -58,25 +58,9 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StepTimeout)
 	defer cancel()
-	rec, rev := p.cached(id)
+	rec, rev, done, wait := p.record(ctx, id)
 	if rec == nil {
-		var err error
-		rec, rev, err = task.Get(ctx, p.cfg.Store.Tasks(), id)
-		if errors.Is(err, natsjs.ErrKeyNotFound) {
-			return false, time.Second // the inbound path is still writing it
-		}
-		if err != nil {
-			p.storeError("record_read", err)
-			return false, time.Second
-		}
-		if rec.Bot != p.cfg.Bot {
-			return true, 0
-		}
-		if rec.Delivery.Finished() {
-			p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
-			return true, 0
-		}
-		p.remember(id, rec, rev)
+		return done, wait
 	}
 	// Only the text of the record's attempt counts: a superseded attempt's
 	// output is never shown. Between two attempts (queued again) nothing
@@ -93,27 +77,65 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 		return false, answerWait
 	}
 	now := p.cfg.Now()
-	if p.streamable(rec, now) {
-		return p.stream(ctx, rec, rev, text, now)
+	switch p.phaseOf(rec, text, now) {
+	case progress:
+		return p.progress(ctx, rec, rev, text, now)
+	case closing:
+		return p.closeStream(ctx, rec, text)
+	case final:
+		return p.final(ctx, rec, rev, text, now)
+	case handoff:
+		// Began under another term, never got a stream, or its window is
+		// over: owed by push.
+		return p.toPush(ctx, rec, fmt.Sprintf("stream began under term %d, this is term %d", rec.Term, p.cfg.TermRev))
+	default:
+		return p.pushParts(ctx, rec, text, now)
 	}
-	return p.push(ctx, rec, text, now)
 }
 
-// streamable: the stream can still carry this answer on this connection.
-func (p *Pusher) streamable(r *task.Record, now time.Time) bool {
-	if r.Term != p.cfg.Term || r.ReqID == "" || r.StreamID == "" {
-		return false
+// record is task id's record for a step, at revision rev: the cached one
+// (cached), or a read. nil when there is none to deliver: done, the task
+// is not this pusher's (another bot's, or delivered already: a stale
+// entry of the undelivered index); else it cannot be read now, and the
+// step is tried again after wait.
+func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev uint64, done bool, wait time.Duration) {
+	if rec, rev := p.cached(id); rec != nil {
+		return rec, rev, false, 0
 	}
-	if r.Delivery != task.Pending && r.Delivery != task.Streaming {
-		return false
+	rec, rev, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return nil, 0, false, time.Second // the inbound path is still writing it
 	}
-	return r.StreamStart.IsZero() || now.Before(r.StreamStart.Add(p.cfg.StreamWindow))
+	if err != nil {
+		p.storeError("record_read", err)
+		return nil, 0, false, time.Second
+	}
+	if rec.Bot != p.cfg.Bot {
+		return nil, 0, true, 0
+	}
+	if rec.Delivery.Finished() {
+		p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
+		return nil, 0, true, 0
+	}
+	p.remember(id, rec, rev)
+	return rec, rev, false, 0
 }
 
-// lag reports to Config.Lag how long the output of task id last seen
+// spend takes one send from the conversation's budget, leaving reserve
+// sends to others (the final frame, the window's close); when it cannot,
+// the step is throttled and waits until a send slot frees (wait).
+func (p *Pusher) spend(chat string, reserve int) (wait time.Duration, ok bool) {
+	wait, ok = p.cfg.Budget.Spend(chat, reserve)
+	if !ok {
+		p.count(func(s *Stats) { s.Throttled++ })
+	}
+	return wait, ok
+}
+
+// lag reports to Config.Metrics how long the output of task id last seen
 // took to reach the user (acked at shown).
 func (p *Pusher) lag(id string, shown time.Time) {
-	if p.cfg.Lag == nil {
+	if p.cfg.Metrics == nil {
 		return
 	}
 	var updated time.Time
@@ -123,128 +145,43 @@ func (p *Pusher) lag(id string, shown time.Time) {
 	}
 	p.mu.Unlock()
 	if !updated.IsZero() && shown.After(updated) {
-		p.cfg.Lag(p.cfg.Bot, shown.Sub(updated))
+		p.cfg.Metrics.PushLag(p.cfg.Bot, shown.Sub(updated))
 	}
 }
 
-// stream moves a streamable task forward; r is its record as read at
-// revision rev.
-func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
-	chat := r.Chat
-	closeAt := p.closeAt(r, now)
-
-	// The final frame: never starved (reserve 0), delivered on its ack.
-	if r.Exec.Finished() {
-		final := p.finalText(r, text)
-		if len(final) > wecom.MaxContentBytes {
-			return p.closeStream(ctx, r, text, "answer larger than one frame")
-		}
-		if !p.cfg.Budget.Take(chat, 0) {
-			p.count(func(s *Stats) { s.Throttled++ })
-			return false, time.Until(p.cfg.Budget.Free(chat))
-		}
-		// From the step's read: one record write, no read, before the
-		// frame (a read of an R3 bucket is a request to its leader).
-		ir, irev, err := p.ledger.finalIntent(ctx, r, rev)
-		if err != nil {
-			p.storeError("record_write", err)
-			p.cfg.Budget.Refund(chat)
-			return false, time.Second
-		}
-		if ir.Delivery.Finished() {
-			// r was behind: the ending is delivered already (a notice
-			// that came late, after the delivery). Nothing is sent twice.
-			p.cfg.Budget.Refund(chat)
-			return true, 0
-		}
-		err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: final, Finish: true})
-		switch code := wecom.ErrCodeOf(err); {
-		case err == nil:
-			p.count(func(s *Stats) { s.Frames++ })
-			p.lag(r.ID, p.cfg.Now())
-			_, err := p.ledger.deliveredFrom(ctx, ir, irev, final, "final frame acked", 0)
-			return p.recorded(r.ID, "final frame acked", 0, err)
-		case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
-			// No ack we can trust for this req_id (a timeout, or an
-			// earlier frame's ack still owed): the final may or may not be
-			// on the user's screen. Push the answer (its own req_id), so it
-			// is there for sure; at worst the user sees it twice.
-			p.count(func(s *Stats) { s.Ambiguous++ })
-			return p.toPush(ctx, r, "final frame's outcome unknown (no trustworthy ack); pushing the answer")
-		case code == wecom.ErrCodeStreamExpired && r.FinalPending && now.Before(r.StreamStart.Add(p.cfg.StreamWindow)):
-			// An earlier final frame whose ack was lost was applied: the
-			// stream is finished, not expired.
-			p.count(func(s *Stats) { s.Ambiguous++ })
-			return p.delivered(ctx, r, final, "final frame applied earlier (ack lost)", 0)
-		case code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired:
-			p.cfg.Budget.Refund(chat)
-			return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
-		default:
-			return p.sendFailed(ctx, r, err)
-		}
-	}
-
-	// The window is closing: close the stream with what there is.
-	if !now.Before(closeAt) {
-		return p.closeStream(ctx, r, text, "stream window closing")
-	}
-
-	// Progress: only new content, or a heartbeat when nothing new came.
-	changed := unseen(r, text, task.Hash(text))
-	var shownAt time.Time
-	p.mu.Lock()
-	if en := p.active[r.ID]; en != nil {
-		shownAt = en.shownAt
-	}
-	p.mu.Unlock()
-	heartbeat := p.heartbeatDue(r, shownAt, now)
+// progress shows the open stream's new content, or a heartbeat when
+// nothing new came for a while, paced below the budget (progressWait).
+func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
+	changed, heartbeat := p.frameDue(r, text, task.Hash(text), p.shownAt(r.ID), now)
 	if !changed && !heartbeat {
-		return false, min(closeAt.Sub(now), p.cfg.ScanInterval)
+		return false, min(p.closeAt(r, now).Sub(now), p.cfg.ScanInterval)
 	}
-	// Pace progress below the budget, so that the final frame and the
-	// window's close always find room (progress alone could otherwise use
-	// the whole budget and make the final frame wait for the window).
-	gap := ProgressGap(p.cfg.Budget.Limit())
-	if now.Sub(r.PushedAt) < gap {
-		// Not yet; the final frame, when it comes, is not held up by this.
-		return false, min(gap-now.Sub(r.PushedAt), p.cfg.ScanInterval)
+	if wait := p.progressWait(r, now); wait > 0 {
+		return false, min(wait, p.cfg.ScanInterval)
 	}
-	if !p.cfg.Budget.Take(chat, finalReserve) {
-		p.count(func(s *Stats) { s.Throttled++ })
-		return false, time.Until(p.cfg.Budget.Free(chat))
+	if wait, ok := p.spend(r.Chat, finalReserve); !ok {
+		return false, wait
 	}
 	content := Clip(text, wecom.MaxContentBytes-200, "…")
-	if !changed || text == "" {
-		el := now.Sub(r.Received)
-		format := p.cfg.HeartbeatLine
-		if r.Exec == task.Queued && r.Attempt == 0 {
-			format = p.cfg.QueuedLine // every worker slot is busy: say so
-		}
-		line := fmt.Sprintf(format, int(el.Minutes()), int(el.Seconds())%60)
-		content = join(content, line)
+	if !changed {
+		content = join(content, p.statusLine(r, now))
 	}
 	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})
 	if err != nil {
 		if refused(err) {
-			p.cfg.Budget.Refund(chat)
+			p.cfg.Budget.Refund(r.Chat)
 		}
-		if code := wecom.ErrCodeOf(err); refused(err) && (code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired) {
+		if code := wecom.ErrCodeOf(err); refused(err) && streamGone(code) {
 			return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
 		}
 		return p.sendFailed(ctx, r, err)
 	}
 	p.count(func(s *Stats) { s.Frames++ })
 	shownNow := p.cfg.Now()
-	p.mu.Lock()
-	if en := p.active[r.ID]; en != nil {
-		en.shownAt = shownNow
-	}
-	p.mu.Unlock()
-	if changed {
-		p.lag(r.ID, shownNow)
-	}
+	p.markShown(r.ID, shownNow)
 	hash := ""
 	if changed {
+		p.lag(r.ID, shownNow)
 		hash = task.Hash(text)
 	}
 	if err := p.ledger.shown(ctx, r, rev, hash, shownNow); err != nil {
@@ -254,14 +191,102 @@ func (p *Pusher) stream(ctx context.Context, r *task.Record, rev uint64, text st
 	return false, p.cfg.ScanInterval
 }
 
+// statusLine ends a frame that shows nothing new: the time elapsed, and
+// while the task waits for its first worker slot, that it is queued.
+func (p *Pusher) statusLine(r *task.Record, now time.Time) string {
+	el := now.Sub(r.Received)
+	format := p.cfg.HeartbeatLine
+	if r.Exec == task.Queued && r.Attempt == 0 {
+		format = p.cfg.QueuedLine // every worker slot is busy: say so
+	}
+	return fmt.Sprintf(format, int(el.Minutes()), int(el.Seconds())%60)
+}
+
+// shownAt is when this pusher last showed task id's user something new
+// (its entry's shownAt; zero when it has none).
+func (p *Pusher) shownAt(id string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if en := p.active[id]; en != nil {
+		return en.shownAt
+	}
+	return time.Time{}
+}
+
+func (p *Pusher) markShown(id string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if en := p.active[id]; en != nil {
+		en.shownAt = at
+	}
+}
+
+// final sends the final frame: never starved (reserve 0), delivered on
+// its ack.
+func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
+	answer := p.finalText(r, text)
+	if wait, ok := p.spend(r.Chat, 0); !ok {
+		return false, wait
+	}
+	// From the step's read: one record write, no read, before the
+	// frame (a read of an R3 bucket is a request to its leader).
+	ir, irev, err := p.ledger.finalIntent(ctx, r, rev)
+	if err != nil {
+		p.storeError("record_write", err)
+		p.cfg.Budget.Refund(r.Chat)
+		return false, time.Second
+	}
+	if ir.Delivery.Finished() {
+		// r was behind: the ending is delivered already (a notice
+		// that came late, after the delivery). Nothing is sent twice.
+		p.cfg.Budget.Refund(r.Chat)
+		return true, 0
+	}
+	err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: answer, Finish: true})
+	switch code := wecom.ErrCodeOf(err); {
+	case err == nil:
+		p.count(func(s *Stats) { s.Frames++ })
+		p.lag(r.ID, p.cfg.Now())
+		_, err := p.ledger.deliveredFrom(ctx, ir, irev, answer, "final frame acked", 0)
+		return p.recorded(r.ID, "final frame acked", 0, err)
+	case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
+		// No ack we can trust for this req_id (a timeout, or an
+		// earlier frame's ack still owed): the final may or may not be
+		// on the user's screen. Push the answer (its own req_id), so it
+		// is there for sure; at worst the user sees it twice.
+		p.count(func(s *Stats) { s.Ambiguous++ })
+		return p.toPush(ctx, r, "final frame's outcome unknown (no trustworthy ack); pushing the answer")
+	case code == wecom.ErrCodeStreamExpired && r.FinalPending && now.Before(r.StreamStart.Add(p.cfg.StreamWindow)):
+		// An earlier final frame whose ack was lost was applied: the
+		// stream is finished, not expired.
+		p.count(func(s *Stats) { s.Ambiguous++ })
+		return p.delivered(ctx, r, answer, "final frame applied earlier (ack lost)", 0)
+	case streamGone(code):
+		p.cfg.Budget.Refund(r.Chat)
+		return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
+	default:
+		return p.sendFailed(ctx, r, err)
+	}
+}
+
+// streamGone: WeCom refused a stream frame because the stream cannot be
+// written any more (an old connection's req_id, or its window over): the
+// answer goes by push.
+func streamGone(code int) bool {
+	return code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired
+}
+
 // closeStream ends the stream with the content so far and a note; the full
 // answer follows by push.
-func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string, why string) (bool, time.Duration) {
+func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (bool, time.Duration) {
+	why := "stream window closing"
+	if r.Exec.Finished() {
+		why = "answer larger than one frame"
+	}
 	note := p.cfg.TruncatedNote
 	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
-	if !p.cfg.Budget.Take(r.Chat, 0) {
-		p.count(func(s *Stats) { s.Throttled++ })
-		return false, time.Until(p.cfg.Budget.Free(r.Chat))
+	if wait, ok := p.spend(r.Chat, 0); !ok {
+		return false, wait
 	}
 	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content, Finish: true})
 	if err == nil {
@@ -282,48 +307,44 @@ func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, 
 	return false, 0
 }
 
-// push delivers the complete answer by aibot_send_msg once it is done.
-func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
-	if r.Delivery == task.Pending || r.Delivery == task.Streaming {
-		// Began under another term, or never got a stream: owed by push.
-		return p.toPush(ctx, r, fmt.Sprintf("stream began under term %d, this is term %d", r.Term, p.cfg.Term))
-	}
+// pushParts delivers the complete answer by aibot_send_msg once it is
+// done, from the first part not yet recorded pushed.
+func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
 	if !r.Exec.Finished() {
 		return false, p.cfg.ScanInterval
 	}
-	if done := r.ExecDone(); !done.IsZero() && now.Sub(done) > p.cfg.ReplayExpiry && r.PushedParts == 0 {
-		rec, err := p.ledger.expired(ctx, r.ID, now.Sub(done))
+	if owedFor, expired := p.replayExpired(r, now); expired {
+		rec, err := p.ledger.expired(ctx, r.ID, owedFor)
 		if err != nil {
 			return false, time.Second
 		}
 		p.count(func(s *Stats) { s.Failed++ })
-		p.log.Error().Str("task", r.ID).Dur("owed_for", now.Sub(done)).Msg("answer owed past the replay expiry: not sent late; delivery failed")
-		if p.cfg.FailedForGood != nil && rec.Delivery == task.DeliveryFailed {
-			p.cfg.FailedForGood(rec, errors.New(rec.DeliveryReason))
+		p.log.Error().Str("task", r.ID).Dur("owed_for", owedFor).Msg("answer owed past the replay expiry: not sent late; delivery failed")
+		if p.cfg.Health != nil && rec.Delivery == task.DeliveryFailed {
+			p.cfg.Health.DeliveryFailed(rec, errors.New(rec.DeliveryReason))
 		}
 		return true, 0
 	}
-	final := p.finalText(r, text)
+	answer := p.finalText(r, text)
 	if text == "" && (r.Exec == task.Failed || r.Exec == task.Canceled) {
 		// A proactive message neither replies to the question nor, with
 		// no answer in it, says which question it is about: quote it.
-		final = join(quote(r.Question), final)
+		answer = join(quote(r.Question), answer)
 	}
-	parts := Split(final, wecom.MaxContentBytes)
+	parts := Split(answer, wecom.MaxContentBytes)
 	chatType := wecom.ChatTypeSingle
 	if r.ChatType == wecom.ChatGroup {
 		chatType = wecom.ChatTypeGroup
 	}
 	for i := r.PushedParts; i < len(parts); i++ {
 		if p.cfg.Gate != nil {
-			if wait := p.cfg.Gate(now); wait > 0 {
+			if wait := p.cfg.Gate.Wait(now); wait > 0 {
 				p.count(func(s *Stats) { s.Held++ })
 				return false, wait
 			}
 		}
-		if !p.cfg.Budget.Take(r.Chat, 0) {
-			p.count(func(s *Stats) { s.Throttled++ })
-			return false, time.Until(p.cfg.Budget.Free(r.Chat))
+		if wait, ok := p.spend(r.Chat, 0); !ok {
+			return false, wait
 		}
 		if err := p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, parts[i]); err != nil {
 			if refused(err) {
@@ -341,7 +362,7 @@ func (p *Pusher) push(ctx context.Context, r *task.Record, text string, now time
 		}
 		r = rec
 	}
-	return p.delivered(ctx, r, final, fmt.Sprintf("%d part(s) pushed", len(parts)), len(parts))
+	return p.delivered(ctx, r, answer, fmt.Sprintf("%d part(s) pushed", len(parts)), len(parts))
 }
 
 func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
@@ -389,8 +410,8 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 	if err == nil && rec.Delivery == task.DeliveryFailed {
 		p.count(func(s *Stats) { s.Failed++ })
 		p.log.Error().Err(sendErr).Str("task", r.ID).Msg("delivery failed for good")
-		if p.cfg.FailedForGood != nil {
-			p.cfg.FailedForGood(rec, sendErr)
+		if p.cfg.Health != nil {
+			p.cfg.Health.DeliveryFailed(rec, sendErr)
 		}
 		return true, 0
 	}

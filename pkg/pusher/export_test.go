@@ -1,8 +1,8 @@
 package pusher
 
-// HoldWatch makes p's output watch run begins before its consumer is
-// made (a watch made late); call it before Run.
-func (p *Pusher) HoldWatch(begins func()) { p.watchBegins = begins }
+// HoldWatch makes p's output watch wait for hold to close before its
+// consumer is made (a watch made late); call it before Run.
+func (p *Pusher) HoldWatch(hold <-chan struct{}) { p.watchHold = hold }
 
 // HasRecord reports whether a step has read (or written) task id's record.
 func (p *Pusher) HasRecord(id string) bool {

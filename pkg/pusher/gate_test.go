@@ -53,7 +53,7 @@ func TestHalfOpenBacklogDrainsAtHalfTheNormalRate(t *testing.T) {
 		})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	r.start(pusher.Config{Gate: gate.Wait})
+	r.start(pusher.Config{Gate: &gate})
 	for _, id := range ids {
 		r.waitDelivery(id, task.Delivered)
 	}

@@ -3,21 +3,47 @@
 // window and each conversation's quota, and carries on across failovers.
 //
 // A Pusher runs inside one leader term, for one bot, on that term's
-// connection. At start it rebuilds its set of active tasks from the task
-// records of every task not yet delivered (found through the pending
-// index, which every path that creates a record or reopens its delivery
-// writes, and delivery clears), then keeps it current from the
-// inbound path (Notify) and a watch on the output bucket that resumes from
-// the bot's persisted Watermark, and scans it every ScanInterval. For each task it pushes only when there is something
-// new for the user: changed content, a heartbeat when nothing new came for
-// a while, the stream's close before its window ends, the final answer.
+// connection. It keeps an active set of the tasks it delivers, and scans
+// it every ScanInterval (and soon after anything arrives): for each task
+// it pushes only when there is something new for the user: changed
+// content, a heartbeat when nothing new came for a while, the stream's
+// close before its window ends, the final answer. A task's delivery is a
+// state machine (phase.go): progress, closing, final, handoff, parts,
+// until done.
+//
+// How a task reaches the pusher: five sources, each a producer of one
+// inbox (inbox.go), the only way into the active set. The task records
+// are the truth; each source covers a way the others can miss a task or
+// learn of it late:
+//
+//   - rebuild, at the term's start: every task of the bot not yet
+//     delivered, from the undelivered index (jetstream.Store.PendingTasks,
+//     which every path that creates a record or reopens its delivery
+//     writes, and delivery clears). Covers failover: what the previous
+//     leader left owed.
+//   - inbound (Notify, NotifyChat): this node's inbound path dispatched the
+//     task. The earliest word, and it names the conversation before any
+//     record is read (Idle).
+//   - notice (task.NoticeSubject, core NATS): a record changed where the
+//     pusher must act at once, on any node: an execution ended (the
+//     notice often carries the record: the final frame needs no read), a
+//     delivery reopened. Without it an ending that writes no output (a
+//     failure, a cancel) waits for the record's refresh.
+//   - output watch: a worker wrote the task's output; it resumes from the
+//     bot's persisted Watermark, so output written between terms is seen.
+//     Progress frames follow the output at once, not at the next refresh.
+//   - resync, every ResyncEvery: the undelivered index again, for a task
+//     whose only announcement was lost (a notice sent while the connection
+//     was reconnecting, a refusal recorded with no output to watch).
+//     Without it such a task waited for the next term's rebuild.
 //
 // Where the answer goes:
 //
-//   - stream: the task's stream began on this term's connection (its req_id
-//     is valid here) and its window is open: progress updates, then the
-//     final frame. Delivered when WeCom acks the final frame.
-//   - push: the stream's window is closing (the stream is closed with the
+//   - stream (phases progress, final): the task's stream began on this
+//     term's connection (its req_id is valid here) and its window is open:
+//     progress updates, then the final frame. Delivered when WeCom acks
+//     the final frame.
+//   - push (phase closing or handoff, then parts): the stream's window is closing (the stream is closed with the
 //     content so far and a note; delivery truncated), the answer does not
 //     fit one frame, or the stream began under another term (WeCom rejects
 //     an old connection's req_id, 846605): the complete answer is pushed
@@ -62,20 +88,22 @@ import (
 type Config struct {
 	Bot    string
 	NodeID string
-	Term   int64 // the leader term (election revision) of Conn
-	Conn   *wecom.Conn
-	Store  *jetstream.Store
+	// TermRev is the revision of the election term Conn belongs to
+	// (election.Term.Rev): a stream begun under another revision
+	// (task.Record.Term) is not continued here, its answer is pushed.
+	TermRev int64
+	Conn    *wecom.Conn
+	Store   *jetstream.Store
 	// Lifecycle records every delivery step. Default: one on Store.
 	Lifecycle *task.Lifecycle
-	// Lag, if set, learns the push lag of each progress frame acked with
-	// new content: from the worker's output write to WeCom's ack (metrics;
-	// must not block).
-	Lag func(bot string, d time.Duration)
+	// Metrics, if set, hears the push lag and the store's failures (see
+	// Metrics).
+	Metrics Metrics
 	// Budget paces every conversation; shared with the inbound path.
 	Budget *pace.Budget
 	// ScanInterval is the period of the scan of active tasks. Default 1s.
 	ScanInterval time.Duration
-	// ResyncEvery is the period of the pending index read that finds
+	// ResyncEvery is the period of the undelivered index read that finds
 	// tasks whose announcement was lost. Default ResyncEvery (1m).
 	ResyncEvery time.Duration
 	// Heartbeat: when nothing new has been shown for this long, the user
@@ -110,27 +138,48 @@ type Config struct {
 	// Default 8, with backoff from 1s doubling to 1m.
 	MaxAttempts int
 	// Gate, if set, is asked before each proactive push of a complete
-	// answer; it returns how long to wait first (0: push now). The health
-	// monitor's half-open recovery holds the backlog while it probes, then
-	// drains it below the bot's normal rate.
-	Gate func(now time.Time) time.Duration
+	// answer (see Gate).
+	Gate Gate
 	// ReplayExpiry: an answer still owed by push this long after its
 	// execution ended is not sent late; its delivery fails for good
-	// (FailedForGood hears it). Default 24h.
+	// (Health hears it). Default 24h.
 	ReplayExpiry time.Duration
-	// FailedForGood, if set, hears every delivery that failed for good
-	// (a person must know: the user never got the answer).
-	FailedForGood func(r *task.Record, err error)
-	// NATSError, if set, is called with the operation ("record_read",
-	// "record_write", "output_read", "output_watch", "watermark_read",
+	// Health, if set, hears every delivery that failed for good (see
+	// Health).
+	Health Health
+	Logger zerolog.Logger
+	// Now is the clock (a test seam). Default time.Now.
+	Now func() time.Time
+}
+
+// Metrics hears what the pusher measures, for the node's metrics. Its
+// methods are called on the delivery path: they must not block.
+type Metrics interface {
+	// PushLag learns the push lag of each progress frame acked with new
+	// content: from the worker's output write to WeCom's ack.
+	PushLag(bot string, d time.Duration)
+	// NATSError hears the operation ("record_read", "record_write",
+	// "output_read", "output_status", "output_watch", "watermark_read",
 	// "watermark_write") each time a read or write of the store fails
 	// because JetStream did: unreachable, a timeout, an API error. Not for
 	// what the lifecycle answers (a task finished or superseded, a
 	// transition not allowed), a key not found, or a value that does not
-	// decode. For the node's NATS error counter; must not block.
-	NATSError func(op string)
-	Logger    zerolog.Logger
-	Now       func() time.Time
+	// decode.
+	NATSError(op string)
+}
+
+// Gate paces the proactive pushes of complete answers. The health
+// monitor's half-open recovery (recovery.Gate) holds the backlog while it
+// probes, then drains it below the bot's normal rate.
+type Gate interface {
+	// Wait is how long to wait before the next push (0: push now).
+	Wait(now time.Time) time.Duration
+}
+
+// Health hears every delivery that failed for good: a person must know,
+// the user never got the answer (health.Health opens an incident).
+type Health interface {
+	DeliveryFailed(r *task.Record, err error)
 }
 
 func (c *Config) setDefaults() {
@@ -200,7 +249,7 @@ type Stats struct {
 	Stalled    int64 `json:"stalled"`   // steps deferred while the connection's acks were overdue
 	Active     int   `json:"active"`    // tasks being delivered now
 	RebuiltNum int   `json:"rebuilt"`   // active tasks found at term start
-	Resynced   int64 `json:"resynced"`  // pending tasks found by the resync, never announced to this pusher
+	Resynced   int64 `json:"resynced"`  // undelivered tasks found by the resync, never announced to this pusher
 }
 
 // Pusher delivers one bot's answers during one term.
@@ -211,18 +260,18 @@ type Pusher struct {
 	// ledger is the only writer of task records here (ledger.go).
 	ledger ledger
 
-	mu     sync.Mutex
-	active map[string]*entry
-	chats  chatIndex // active tasks per conversation, of those named (Idle)
-	stats  Stats
-	wake   chan struct{}
-	// announced is woken by notices only: it interrupts a scan (scan).
-	announced chan struct{}
-	lastRev   uint64 // last output revision the watch delivered
-	savedWM   uint64 // watermark last written
-	// watchBegins, when set (tests only), runs before the output watch's
-	// consumer is made: a watch made late.
-	watchBegins func()
+	// in is the one way into the active set (inbox.go).
+	in inbox
+
+	mu      sync.Mutex
+	active  map[string]*entry
+	chats   chatIndex // active tasks per conversation, of those named (Idle)
+	stats   Stats
+	lastRev uint64 // last output revision the watch delivered
+	savedWM uint64 // watermark last written
+	// watchHold, when set (a test seam: HoldWatch), holds the output
+	// watch until it closes, before its consumer is made: a watch made late.
+	watchHold <-chan struct{}
 }
 
 // New validates cfg.
@@ -237,8 +286,8 @@ func New(cfg Config) (*Pusher, error) {
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
-	p := &Pusher{cfg: cfg, active: map[string]*entry{}, wake: make(chan struct{}, 1), announced: make(chan struct{}, 1),
-		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.Term).Str("component", "pusher").Logger()}
+	p := &Pusher{cfg: cfg, active: map[string]*entry{}, in: newInbox(),
+		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.TermRev).Str("component", "pusher").Logger()}
 	p.ledger = ledger{p}
 	return p, nil
 }
@@ -258,33 +307,11 @@ func (p *Pusher) count(f func(*Stats)) {
 	p.mu.Unlock()
 }
 
-// storeError tells Config.NATSError about err, from op on the store, if it
+// storeError tells Config.Metrics about err, from op on the store, if it
 // is JetStream failing (task.StoreFailed).
 func (p *Pusher) storeError(op string, err error) {
-	if p.cfg.NATSError != nil && task.StoreFailed(err) {
-		p.cfg.NATSError(op)
-	}
-}
-
-// Notify adds a task (just dispatched by the inbound path) to the active set.
-func (p *Pusher) Notify(taskID string) { p.NotifyChat(taskID, "") }
-
-// NotifyChat is Notify for a task of conversation chat ("": not known),
-// which Idle then counts busy until the task is delivered.
-func (p *Pusher) NotifyChat(taskID, chat string) {
-	p.mu.Lock()
-	en, ok := p.active[taskID]
-	if !ok {
-		en = &entry{shownAt: p.cfg.Now()}
-		p.active[taskID] = en
-	} else {
-		en.rec = nil // the caller wrote it: the next step reads
-	}
-	p.named(en, chat)
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	if p.cfg.Metrics != nil && task.StoreFailed(err) {
+		p.cfg.Metrics.NATSError(op)
 	}
 }
 
@@ -340,7 +367,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 			p.resync(ctx)
 		case <-t.C:
 			p.saveWatermark(ctx)
-		case <-p.wake:
+		case <-p.in.wake:
 			pause.For(ctx, minScanGap)
 		}
 	}

@@ -90,10 +90,21 @@ func (r *rig) dial(term int64, mutate func(*wecom.Config)) {
 
 func (r *rig) start(cfg pusher.Config) { r.startWith(cfg, nil) }
 
+// failedFunc is a pusher.Health that calls itself.
+type failedFunc func(r *task.Record, err error)
+
+func (f failedFunc) DeliveryFailed(r *task.Record, err error) { f(r, err) }
+
+// natsErrorFunc is a pusher.Metrics that hears the store's failures only.
+type natsErrorFunc func(op string)
+
+func (natsErrorFunc) PushLag(string, time.Duration) {}
+func (f natsErrorFunc) NATSError(op string)         { f(op) }
+
 // startWith starts a pusher after prepare (nil: none) has had it.
 func (r *rig) startWith(cfg pusher.Config, prepare func(*pusher.Pusher)) {
 	r.t.Helper()
-	cfg.Bot, cfg.NodeID, cfg.Term, cfg.Conn, cfg.Store, cfg.Budget = "b", "n1", r.term, r.conn, r.js.Store, r.budget
+	cfg.Bot, cfg.NodeID, cfg.TermRev, cfg.Conn, cfg.Store, cfg.Budget = "b", "n1", r.term, r.conn, r.js.Store, r.budget
 	cfg.Logger = zerolog.Nop()
 	if cfg.ScanInterval == 0 {
 		cfg.ScanInterval = 100 * time.Millisecond
@@ -278,7 +289,7 @@ func TestOutputWrittenBeforeTheWatchExistsIsShown(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
 	hold := make(chan struct{})
 	r.startWith(pusher.Config{Heartbeat: time.Hour}, func(p *pusher.Pusher) {
-		p.HoldWatch(func() { <-hold })
+		p.HoldWatch(hold)
 	})
 	eventuallyT(t, "rebuild done", func() bool { return r.p.Idle("nobody") })
 	rec := r.ask("alice", "hi")
@@ -579,7 +590,7 @@ func TestAmbiguousFinalCountedAndDelivered(t *testing.T) {
 }
 
 // An answer owed by push past the replay expiry is not sent late: its
-// delivery fails for good, and FailedForGood tells a person.
+// delivery fails for good, and Config.Health hears it (a person is told).
 func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
 	failed := make(chan *task.Record, 1)
@@ -587,7 +598,7 @@ func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
 	r.write(rec.ID, "an answer nobody waits for any more", true)
 	// The pusher comes back a day later (its clock: the bot was away).
 	r.start(pusher.Config{Now: func() time.Time { return time.Now().Add(25 * time.Hour) },
-		FailedForGood: func(rec *task.Record, err error) { failed <- rec }})
+		Health: failedFunc(func(rec *task.Record, err error) { failed <- rec })})
 	r.waitDelivery(rec.ID, task.DeliveryFailed)
 	got := r.record(rec.ID)
 	if !strings.HasPrefix(got.DeliveryReason, task.ExpiredPrefix) {
@@ -596,10 +607,10 @@ func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
 	select {
 	case f := <-failed:
 		if f.ID != rec.ID {
-			t.Fatalf("FailedForGood for %s", f.ID)
+			t.Fatalf("DeliveryFailed for %s", f.ID)
 		}
 	case <-time.After(waitLong):
-		t.Fatal("FailedForGood not called")
+		t.Fatal("DeliveryFailed not called")
 	}
 	for _, m := range r.botMessages("alice") {
 		if m.Kind == "markdown" {
@@ -698,7 +709,7 @@ func TestNoFinalFrameIntoAStalledLink(t *testing.T) {
 	}
 }
 
-// NATSError hears of the store failing under the pusher, and of nothing
+// Metrics.NATSError hears of the store failing under the pusher, and of nothing
 // while it works: a whole delivery with JetStream up is heard by no one
 // (a key not found at term start is not a failure); with the NATS
 // connection gone mid-answer, the next step's record read is.
@@ -707,12 +718,12 @@ func TestNATSErrorHearsStoreFailuresOnly(t *testing.T) {
 	ops := make(chan string, 1024)
 	// A short heartbeat: an open stream is stepped every few hundred ms,
 	// new output or not.
-	r.start(pusher.Config{Heartbeat: 300 * time.Millisecond, NATSError: func(op string) {
+	r.start(pusher.Config{Heartbeat: 300 * time.Millisecond, Metrics: natsErrorFunc(func(op string) {
 		select {
 		case ops <- op:
 		default:
 		}
-	}})
+	})})
 	rec := r.ask("alice", "hi")
 	r.write(rec.ID, "Hello", false)
 	r.write(rec.ID, "Hello, alice.", true)

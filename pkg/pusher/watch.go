@@ -21,7 +21,7 @@ import (
 type Watermark struct {
 	OutputRev uint64    `json:"output_rev"`
 	Node      string    `json:"node"`
-	Term      int64     `json:"term"`
+	TermRev   int64     `json:"term"` // the revision of the term that wrote it (Config.TermRev)
 	Updated   time.Time `json:"updated"`
 }
 
@@ -57,8 +57,11 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 	p.mu.Lock()
 	p.lastRev, p.savedWM = from, from
 	p.mu.Unlock()
-	if p.watchBegins != nil {
-		p.watchBegins()
+	if p.watchHold != nil {
+		select {
+		case <-p.watchHold:
+		case <-ctx.Done():
+		}
 	}
 	for ctx.Err() == nil {
 		p.mu.Lock()
@@ -80,27 +83,13 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			}
 			rev := e.Revision()
 			o, err := task.DecodeOutput(e.Value())
-			p.mu.Lock()
-			p.lastRev = max(p.lastRev, rev)
-			p.mu.Unlock()
 			if err != nil || o.Bot != p.cfg.Bot {
+				p.mu.Lock()
+				p.lastRev = max(p.lastRev, rev)
+				p.mu.Unlock()
 				continue
 			}
-			p.mu.Lock()
-			en := p.active[o.TaskID]
-			if en == nil {
-				en = &entry{shownAt: p.cfg.Now()}
-				p.active[o.TaskID] = en
-			}
-			if en.firstRev == 0 {
-				en.firstRev = rev
-			}
-			en.out, en.outHash, en.outAt = o, task.Hash(o.Text), p.cfg.Now()
-			p.mu.Unlock()
-			select {
-			case p.wake <- struct{}{}:
-			default:
-			}
+			p.put(arrival{id: o.TaskID, from: fromWatch, rev: rev, out: o})
 		}
 		w.Stop()
 	}
@@ -139,7 +128,7 @@ func (p *Pusher) saveWatermark(ctx context.Context) {
 	if !advance {
 		return
 	}
-	raw, _ := json.Marshal(Watermark{OutputRev: wm, Node: p.cfg.NodeID, Term: p.cfg.Term, Updated: p.cfg.Now().UTC()})
+	raw, _ := json.Marshal(Watermark{OutputRev: wm, Node: p.cfg.NodeID, TermRev: p.cfg.TermRev, Updated: p.cfg.Now().UTC()})
 	if _, err := p.cfg.Store.Watermarks().Put(ctx, p.watermarkKey(), raw); err != nil {
 		p.storeError("watermark_write", err)
 		return

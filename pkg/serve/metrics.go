@@ -63,8 +63,12 @@ func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 // documents, so the series stay few.
 func (o *observer) requestError(op string) { o.metrics.NATSError("request", op) }
 
-// NATSError is requestError, as the dispatcher's and the worker's Metrics.
+// NATSError is requestError, as the dispatcher's, the worker's and the
+// pusher's Metrics.
 func (o *observer) NATSError(op string) { o.requestError(op) }
+
+// PushLag observes a progress frame's push lag (the pusher's Metrics).
+func (o *observer) PushLag(bot string, d time.Duration) { o.metrics.PushLag(bot, d) }
 
 // term is called when a term of bot starts leading on conn; the returned
 // func when it ends, with its pusher's last counters (nil: none ran).

@@ -377,14 +377,13 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	cfg, log := n.cfg, n.log
 	var err error
 	p, err = pusher.New(pusher.Config{
-		Bot: term.Bot, NodeID: cfg.NodeID, Term: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
+		Bot: term.Bot, NodeID: cfg.NodeID, TermRev: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
 		BusyNote: access.DefaultBusy,
-		Gate:     n.Health.Gate(term.Bot).Wait, FailedForGood: n.Health.DeliveryFailed, ReplayExpiry: cfg.Push.ReplayExpiry,
-		Lag:       n.obs.metrics.PushLag,
-		NATSError: n.obs.requestError,
-		Logger:    log,
+		Gate:     n.Health.Gate(term.Bot), Health: n.Health, ReplayExpiry: cfg.Push.ReplayExpiry,
+		Metrics: n.obs,
+		Logger:  log,
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("pusher not started")
