@@ -393,7 +393,7 @@ func activeChats(ctx context.Context, kv natsjs.KeyValue, bot string, since, unt
 }
 
 // DeliveryFailed opens (or adds to) bot's data incident for an answer that
-// could not be delivered, for good: the pusher's FailedForGood.
+// could not be delivered, for good: the pusher's Health.DeliveryFailed.
 func (h *Health) DeliveryFailed(r *task.Record, err error) {
 	b := h.bot(r.Bot)
 	now := h.now()

@@ -45,7 +45,7 @@ func (e *env) alerts() <-chan alert.Alert {
 	return got
 }
 
-// A delivery that failed for good (the pusher's FailedForGood) opens the
+// A delivery that failed for good (the pusher's Health.DeliveryFailed) opens the
 // bot's data incident at level human, signal delivery, naming the task and
 // the conversation, and pages a person once; a second failure adds to the
 // same incident and pages nobody again.

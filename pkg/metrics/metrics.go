@@ -106,7 +106,7 @@ func (m *Node) Stage(bot, stage string, d time.Duration) {
 	m.stages.WithLabelValues(bot, stage).Observe(d.Seconds())
 }
 
-// PushLag observes a progress frame's lag (pusher.Config.Lag).
+// PushLag observes a progress frame's lag (pusher.Metrics).
 func (m *Node) PushLag(bot string, d time.Duration) {
 	m.pushLag.WithLabelValues(bot).Observe(d.Seconds())
 }

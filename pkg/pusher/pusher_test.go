@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
@@ -237,7 +238,7 @@ func TestIdleKnowsTheConversationsItDelivers(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
 	before := r.ask("carol", "asked before the term") // not announced: no pusher yet
 	r.start(pusher.Config{})
-	eventuallyT(t, "rebuild done (an unknown conversation idle)", func() bool { return r.p.Idle("dave") })
+	testwait.Eventually(t, waitLong, "rebuild done (an unknown conversation idle)", func() bool { return r.p.Idle("dave") })
 	if r.p.Idle("carol") {
 		t.Fatal("carol's task from before the term: idle")
 	}
@@ -247,13 +248,13 @@ func TestIdleKnowsTheConversationsItDelivers(t *testing.T) {
 	}
 	r.write(rec.ID, "Hello, alice.", true)
 	r.waitDelivery(rec.ID, task.Delivered)
-	eventuallyT(t, "alice idle after her delivery", func() bool { return r.p.Idle("alice") })
+	testwait.Eventually(t, waitLong, "alice idle after her delivery", func() bool { return r.p.Idle("alice") })
 	if r.p.Idle("carol") {
 		t.Fatal("carol idle before her delivery")
 	}
 	r.write(before.ID, "Hello, carol.", true)
 	r.waitDelivery(before.ID, task.Delivered)
-	eventuallyT(t, "carol idle after her delivery", func() bool { return r.p.Idle("carol") })
+	testwait.Eventually(t, waitLong, "carol idle after her delivery", func() bool { return r.p.Idle("carol") })
 }
 
 func TestUnchangedContentSendsNoFrame(t *testing.T) {
@@ -291,9 +292,9 @@ func TestOutputWrittenBeforeTheWatchExistsIsShown(t *testing.T) {
 	r.startWith(pusher.Config{Heartbeat: time.Hour}, func(p *pusher.Pusher) {
 		p.HoldWatch(hold)
 	})
-	eventuallyT(t, "rebuild done", func() bool { return r.p.Idle("nobody") })
+	testwait.Eventually(t, waitLong, "rebuild done", func() bool { return r.p.Idle("nobody") })
 	rec := r.ask("alice", "hi")
-	eventuallyT(t, "the first step read the record", func() bool { return r.p.HasRecord(rec.ID) })
+	testwait.Eventually(t, waitLong, "the first step read the record", func() bool { return r.p.HasRecord(rec.ID) })
 	r.write(rec.ID, "partial", false)
 	close(hold)
 	// Well inside the record's 30 s refresh: only the watch can have told.
@@ -424,7 +425,7 @@ func TestAckStallNeverCreditedAndCostsNoAttempt(t *testing.T) {
 	// The final frame goes into the stall, or is held once an ack is
 	// overdue (TestNoFinalFrameIntoAStalledLink); either way the health
 	// monitor's unanswered probe tears the connection down.
-	eventuallyT(t, "a frame unacked or held", func() bool { return c.Vitals().Unanswered > 0 || r.p.Stats().Stalled > 0 })
+	testwait.Eventually(t, waitLong, "a frame unacked or held", func() bool { return c.Vitals().Unanswered > 0 || r.p.Stats().Stalled > 0 })
 	if err := c.Probe(context.Background(), 0); !errors.Is(err, wecom.ErrAckTimeout) {
 		t.Fatalf("probe of the stalled link: %v", err)
 	}
@@ -501,26 +502,15 @@ func TestQueuedStatusLine(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{Heartbeat: 4 * time.Second})
 	rec := r.ask("alice", "waiting one")
-	eventuallyT(t, "queued line", func() bool {
+	testwait.Eventually(t, waitLong, "queued line", func() bool {
 		bot := r.botMessages("alice")
 		return len(bot) == 1 && strings.Contains(bot[0].Content, "排队中")
 	})
 	r.write(rec.ID, "now running", false)
-	eventuallyT(t, "progress without the queued line", func() bool {
+	testwait.Eventually(t, waitLong, "progress without the queued line", func() bool {
 		bot := r.botMessages("alice")
 		return len(bot) == 1 && strings.HasPrefix(bot[0].Content, "now running") && !strings.Contains(bot[0].Content, "排队中")
 	})
-}
-
-func eventuallyT(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // The watermark is written only past the output of delivered tasks, and a
@@ -685,7 +675,7 @@ func TestNoFinalFrameIntoAStalledLink(t *testing.T) {
 		t.Fatalf("push into the stall: %v", err)
 	}
 	r.write(rec.ID, "the answer", true)
-	eventuallyT(t, "the final frame held", func() bool { return r.p.Stats().Stalled > 0 })
+	testwait.Eventually(t, waitLong, "the final frame held", func() bool { return r.p.Stats().Stalled > 0 })
 	time.Sleep(time.Second)
 	for _, m := range r.botMessages("alice") {
 		if strings.Contains(m.Content, "the answer") {
@@ -781,7 +771,7 @@ func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
 		r.write(rec.ID, text, false)
 		time.Sleep(100 * time.Millisecond)
 	}
-	eventuallyT(t, "the newest progress shown", func() bool {
+	testwait.Eventually(t, waitLong, "the newest progress shown", func() bool {
 		bot := r.botMessages("alice")
 		return len(bot) == 1 && bot[0].Content == text && !bot[0].Finished
 	})
@@ -793,7 +783,7 @@ func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
 	// carries the record, so the pusher reads it no more.
 	reads.Store(0)
 	r.write(rec.ID, text+" done", true)
-	eventuallyT(t, "the final frame", func() bool {
+	testwait.Eventually(t, waitLong, "the final frame", func() bool {
 		bot := r.botMessages("alice")
 		return len(bot) == 1 && bot[0].Content == text+" done" && bot[0].Finished
 	})
