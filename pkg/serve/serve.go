@@ -28,7 +28,6 @@ import (
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
-	"github.com/botctl/botctl/pkg/recovery"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
@@ -364,42 +363,6 @@ func (n *Node) started() bool {
 	}
 }
 
-// leading is a term's work on its connection, once JetStream is bound:
-// the bot's pusher and the lifecycle's sweep, until ctx (the term) ends.
-func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Conn) {
-	var p *pusher.Pusher
-	defer func(ended func(*pusher.Pusher)) { ended(p) }(n.obs.term(term.Bot, conn))
-	select {
-	case <-n.ready:
-	case <-ctx.Done():
-		return
-	}
-	cfg, log := n.cfg, n.log
-	var err error
-	p, err = pusher.New(pusher.Config{
-		Bot: term.Bot, NodeID: cfg.NodeID, TermRev: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
-		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
-		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
-		BusyNote: access.DefaultBusy,
-		Gate:     n.Health.Gate(term.Bot), Health: n.Health, ReplayExpiry: cfg.Push.ReplayExpiry,
-		Metrics: n.obs,
-		Logger:  log,
-	})
-	if err != nil {
-		log.Error().Err(err).Msg("pusher not started")
-		return
-	}
-	n.leaders.begin(term.Bot, p)
-	defer n.leaders.end(term.Bot, p)
-	var wg sync.WaitGroup
-	wg.Go(func() { n.Lifecycle.RunSweep(ctx, term.Bot, n.cfg.Worker.Deadline, 2*n.Store.Options().TaskAckWait) })
-	wg.Go(func() { n.backfill.Audit(ctx, term) })
-	if err := p.Run(ctx); err != nil {
-		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
-	}
-	wg.Wait()
-}
-
 // outputInterval is worker.output_interval, or by default half the
 // pusher's progress gap at push.budget (1.7 s at 20/min). A progress
 // frame shows the latest version written, so the text it shows is up to
@@ -411,28 +374,4 @@ func outputInterval(cfg config.Config) time.Duration {
 		return cfg.Worker.OutputInterval
 	}
 	return pusher.ProgressGap(cfg.Push.Budget) / 2
-}
-
-// healthConfig is the health monitor's configuration from the node's.
-func (n *Node) healthConfig() health.Config {
-	cfg := n.cfg
-	owners := map[string]string{}
-	for _, b := range cfg.Bots {
-		if b.Owner != "" {
-			owners[b.ID] = b.Owner
-		}
-	}
-	h, r := cfg.Health, cfg.Recovery
-	return health.Config{
-		NodeID: cfg.NodeID, Owners: owners,
-		Limits: health.BaselineLimits{Factor: h.SilenceFactor, Floor: h.SilenceFloor, MinWatched: h.SilenceMinWatched,
-			MinEvents: float64(h.SilenceMinEvents)},
-		RecordInterval: h.RecordInterval, ProbeTimeout: h.ProbeTimeout, ProbeEvery: h.ProbeEvery, Refute: h.Refute,
-		StatusLineEvery: cfg.Push.Heartbeat, StreamWindow: cfg.Push.StreamWindow,
-		Recovery: recovery.Config{Threshold: r.Threshold, Probes: r.Probes, ProbeInterval: r.ProbeInterval,
-			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
-		Backfill: n.backfill,
-		Overlap:  cfg.Backfill.Overlap,
-		Logger:   n.log,
-	}
 }

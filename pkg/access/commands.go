@@ -1,0 +1,72 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/task"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// command runs a slash command and returns the reply.
+func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string) string {
+	name := strings.Fields(text)[0]
+	switch name {
+	case "/help":
+		return a.cfg.Texts.Help
+	case "/new":
+		if err := js.store.Context().Purge(ctx, jetstream.ConversationKey(bot, chat)); err != nil {
+			return "清除上下文失败，请稍后再试。"
+		}
+		return "好的，已开始新的对话。"
+	case "/stop":
+		r, err := a.current(ctx, js, bot, chat)
+		if err != nil || r == nil {
+			return "当前没有正在进行的任务。"
+		}
+		switch _, err := js.lc.Cancel(ctx, r.ID, "/stop by the user"); {
+		case errors.Is(err, task.ErrFinished), errors.Is(err, natsjs.ErrKeyNotFound):
+			return "当前没有正在进行的任务。"
+		case err != nil:
+			return "停止失败，请稍后再试。"
+		}
+		return "已停止当前任务。"
+	case "/status":
+		r, err := a.current(ctx, js, bot, chat)
+		if err != nil || r == nil {
+			return "当前没有正在进行的任务。"
+		}
+		return fmt.Sprintf("当前任务：%s\n状态：%s（第 %d 次尝试）\n已进行：%s",
+			truncate(r.Question, 60), r.Exec, max(r.Attempt, 1), time.Since(r.Received).Round(time.Second))
+	}
+	return fmt.Sprintf("未知命令 %s。发送 /help 查看可用命令。", name)
+}
+
+// current is the conversation's task in the queue (queued or running).
+func (a *Access) current(ctx context.Context, js *bound, bot, chat string) (*task.Record, error) {
+	msg, err := js.store.TaskStream().GetLastMsgForSubject(ctx, js.store.TaskSubject(bot, chat))
+	if err != nil {
+		return nil, err
+	}
+	m, err := decodeMessage(msg.Data)
+	if err != nil {
+		return nil, err
+	}
+	r, _, err := task.Get(ctx, js.store.Tasks(), m.TaskID)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return task.RecordOf(m), nil
+	}
+	return r, err
+}
+
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}

@@ -1,0 +1,153 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// knownNames lists every key, for the error about an unknown one.
+func knownNames() string {
+	names := []string{"bots"}
+	for _, k := range Keys {
+		names = append(names, k.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Key is one configuration key: its name, its environment variable, and how
+// a string sets it. Flags use the same table (package cmd/botctl).
+type Key struct {
+	Name  string // dotted YAML path, e.g. "etcd.endpoints"
+	Flag  string // botctl serve's flag, without dashes
+	Usage string
+	// set parses a string (env, flag or YAML scalar) into the key's field.
+	set func(*Config, string) error
+	// list, if set, takes a YAML list as it is (argv: items may hold spaces).
+	list func(*Config, []string)
+}
+
+// Env is the key's environment variable.
+func (k Key) Env() string {
+	return "BOTCTL_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(k.Name))
+}
+
+// Set parses s into the key's field of cfg.
+func (k Key) Set(cfg *Config, s string) error {
+	if err := k.set(cfg, s); err != nil {
+		return fmt.Errorf("config key %s: %w", k.Name, err)
+	}
+	return nil
+}
+
+func str(f func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, s string) error { *f(c) = s; return nil }
+}
+
+func dur(f func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, s string) error {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (e.g. 20s, 5m)", s)
+		}
+		*f(c) = d
+		return nil
+	}
+}
+
+func integer(f func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		*f(c) = n
+		return nil
+	}
+}
+
+// Keys lists every key settable from the environment and flags.
+var Keys = []Key{
+	{Name: "node_id", Flag: "node-id", Usage: "this node's unique id", set: str(func(c *Config) *string { return &c.NodeID })},
+	{Name: "env", Flag: "env", Usage: "this node's environment (the per-bot env gate)", set: str(func(c *Config) *string { return &c.Env })},
+	{Name: "data_dir", Flag: "data-dir", Usage: "data directory (embedded etcd/NATS, spool)", set: str(func(c *Config) *string { return &c.DataDir })},
+	{Name: "listen", Flag: "listen", Usage: "node HTTP API address", set: str(func(c *Config) *string { return &c.Listen })},
+	{Name: "etcd.endpoints", Flag: "etcd", Usage: "etcd endpoints, comma-separated (none: embedded)", set: func(c *Config, s string) error {
+		c.Etcd.Endpoints = splitList(s)
+		return nil
+	}},
+	{Name: "etcd.dial_timeout", Flag: "etcd-dial-timeout", Usage: "etcd dial timeout", set: dur(func(c *Config) *time.Duration { return &c.Etcd.DialTimeout })},
+	{Name: "etcd.ca_file", Flag: "etcd-ca-file", Usage: "CA (PEM) of the etcd members' certificates", set: str(func(c *Config) *string { return &c.Etcd.CAFile })},
+	{Name: "etcd.cert_file", Flag: "etcd-cert-file", Usage: "client certificate (PEM) for etcd", set: str(func(c *Config) *string { return &c.Etcd.CertFile })},
+	{Name: "etcd.key_file", Flag: "etcd-key-file", Usage: "client key (PEM) for etcd", set: str(func(c *Config) *string { return &c.Etcd.KeyFile })},
+	{Name: "etcd.username", Flag: "etcd-username", Usage: "etcd user (with etcd.password_file)", set: str(func(c *Config) *string { return &c.Etcd.Username })},
+	{Name: "etcd.password_file", Flag: "etcd-password-file", Usage: "file holding the etcd user's password", set: str(func(c *Config) *string { return &c.Etcd.PasswordFile })},
+	{Name: "nats.url", Flag: "nats", Usage: "NATS URL (none: embedded)", set: str(func(c *Config) *string { return &c.NATS.URL })},
+	{Name: "nats.prefix", Flag: "nats-prefix", Usage: "stream and bucket prefix: one per environment sharing a NATS account", set: str(func(c *Config) *string { return &c.NATS.Prefix })},
+	{Name: "nats.creds_file", Flag: "nats-creds-file", Usage: "NATS user credentials file (JWT and seed)", set: str(func(c *Config) *string { return &c.NATS.CredsFile })},
+	{Name: "nats.nkey_file", Flag: "nats-nkey-file", Usage: "NATS user nkey seed file", set: str(func(c *Config) *string { return &c.NATS.NKeyFile })},
+	{Name: "nats.user", Flag: "nats-user", Usage: "NATS user (with nats.password_file)", set: str(func(c *Config) *string { return &c.NATS.User })},
+	{Name: "nats.password_file", Flag: "nats-password-file", Usage: "file holding the NATS user's password", set: str(func(c *Config) *string { return &c.NATS.PasswordFile })},
+	{Name: "nats.ca_file", Flag: "nats-ca-file", Usage: "CA (PEM) of the NATS servers' certificates", set: str(func(c *Config) *string { return &c.NATS.CAFile })},
+	{Name: "nats.cert_file", Flag: "nats-cert-file", Usage: "client certificate (PEM) for NATS", set: str(func(c *Config) *string { return &c.NATS.CertFile })},
+	{Name: "nats.key_file", Flag: "nats-key-file", Usage: "client key (PEM) for NATS", set: str(func(c *Config) *string { return &c.NATS.KeyFile })},
+	{Name: "api.token_file", Flag: "api-token-file", Usage: "file holding the bearer token of POST /v1/exec (required off loopback)", set: str(func(c *Config) *string { return &c.API.TokenFile })},
+	{Name: "api.cert_file", Flag: "api-cert-file", Usage: "serve the node API over HTTPS with this certificate (PEM)", set: str(func(c *Config) *string { return &c.API.CertFile })},
+	{Name: "api.key_file", Flag: "api-key-file", Usage: "the node API certificate's key (PEM)", set: str(func(c *Config) *string { return &c.API.KeyFile })},
+	{Name: "api.ca_file", Flag: "api-ca-file", Usage: "CA (PEM) of the other nodes' API certificates (tier 2, botctl status)", set: str(func(c *Config) *string { return &c.API.CAFile })},
+	{Name: "wecom.url", Flag: "wecom-url", Usage: "WeCom WebSocket URL", set: str(func(c *Config) *string { return &c.WeCom.URL })},
+	{Name: "wecom.heartbeat_interval", Flag: "wecom-heartbeat", Usage: "WeCom ping period", set: dur(func(c *Config) *time.Duration { return &c.WeCom.HeartbeatInterval })},
+	{Name: "wecom.max_ack_timeouts", Flag: "wecom-max-ack-timeouts", Usage: "ack timeouts in a row that tear the connection down (0: 3)", set: integer(func(c *Config) *int { return &c.WeCom.MaxAckTimeouts })},
+	{Name: "wecom.callback_queue", Flag: "wecom-callback-queue", Usage: "callbacks read and not yet handled before the connection is closed (0: 1024)", set: integer(func(c *Config) *int { return &c.WeCom.CallbackQueue })},
+	{Name: "wecom.ack_timeout", Flag: "wecom-ack-timeout", Usage: "WeCom ack timeout", set: dur(func(c *Config) *time.Duration { return &c.WeCom.AckTimeout })},
+	{Name: "election.ttl", Flag: "election-ttl", Usage: "election session TTL", set: dur(func(c *Config) *time.Duration { return &c.Election.TTL })},
+	{Name: "election.safety_margin", Flag: "election-safety-margin", Usage: "leadership is dropped this long before the lease can expire", set: dur(func(c *Config) *time.Duration { return &c.Election.SafetyMargin })},
+	{Name: "election.pulse_interval", Flag: "election-pulse-interval", Usage: "how often a leader writes its liveness pulse", set: dur(func(c *Config) *time.Duration { return &c.Election.PulseInterval })},
+	{Name: "election.pulse_timeout", Flag: "election-pulse-timeout", Usage: "a standby deposes a leader whose pulse stood still this long (0: pulse off)", set: dur(func(c *Config) *time.Duration { return &c.Election.PulseTimeout })},
+	{Name: "election.kick_limit", Flag: "election-kick-limit", Usage: "kicks by a connection outside the cluster, within election.kick_window, that mark the bot needs_human", set: integer(func(c *Config) *int { return &c.Election.KickLimit })},
+	{Name: "election.kick_window", Flag: "election-kick-window", Usage: "the window election.kick_limit counts kicks in", set: dur(func(c *Config) *time.Duration { return &c.Election.KickWindow })},
+	{Name: "worker.slots", Flag: "worker-slots", Usage: "concurrent tasks on this node", set: integer(func(c *Config) *int { return &c.Worker.Slots })},
+	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot", set: integer(func(c *Config) *int { return &c.Worker.LeaderSlots })},
+	{Name: "worker.output_interval", Flag: "worker-output-interval", Usage: "least time between two output writes of a running answer (0: half the pusher's progress gap at push.budget)", set: dur(func(c *Config) *time.Duration { return &c.Worker.OutputInterval })},
+	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
+	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: demo, exec or openai", set: str(func(c *Config) *string { return &c.AI.Kind })},
+	{Name: "ai.max_concurrency", Flag: "ai-max-concurrency", Usage: "answers asked of the AI backend at once on this node (0: no limit beyond worker.slots)", set: integer(func(c *Config) *int { return &c.AI.MaxConcurrency })},
+	{Name: "ai.demo.answer_time", Flag: "demo-answer-time", Usage: "how long a demo answer streams", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTime })},
+	{Name: "ai.demo.answer_time_max", Flag: "demo-answer-time-max", Usage: "spread demo answers over [answer_time, this] (0: all take answer_time)", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTimeMax })},
+	{Name: "ai.demo.answer_bytes", Flag: "demo-answer-bytes", Usage: "make demo answers at least this long", set: integer(func(c *Config) *int { return &c.AI.Demo.AnswerBytes })},
+	{Name: "ai.exec.command", Flag: "ai-exec", Usage: "exec backend command (space-separated argv; a YAML list in the file)", set: func(c *Config, s string) error {
+		c.AI.Exec.Command = strings.Fields(s)
+		return nil
+	}, list: func(c *Config, argv []string) { c.AI.Exec.Command = argv }},
+	{Name: "ai.exec.env", Flag: "ai-exec-env", Usage: "the exec backend's whole environment besides PATH, HOME and locale: NAME (passed from the node's) or NAME=value, comma-separated (a YAML list in the file)", set: func(c *Config, s string) error {
+		c.AI.Exec.Env = splitList(s)
+		return nil
+	}, list: func(c *Config, items []string) { c.AI.Exec.Env = items }},
+	{Name: "ai.openai.base_url", Flag: "openai-base-url", Usage: "OpenAI-compatible API base URL", set: str(func(c *Config) *string { return &c.AI.OpenAI.BaseURL })},
+	{Name: "ai.openai.model", Flag: "openai-model", Usage: "model name", set: str(func(c *Config) *string { return &c.AI.OpenAI.Model })},
+	{Name: "ai.openai.api_key_env", Flag: "openai-api-key-env", Usage: "environment variable holding the API key", set: str(func(c *Config) *string { return &c.AI.OpenAI.APIKeyEnv })},
+	{Name: "ai.openai.system_prompt", Flag: "system-prompt", Usage: "system prompt", set: str(func(c *Config) *string { return &c.AI.OpenAI.SystemPrompt })},
+	{Name: "backfill.history_url", Flag: "backfill-history-url", Usage: "history source for the gap backfill: the WeCom simulator's base URL (\"\" off)", set: str(func(c *Config) *string { return &c.Backfill.HistoryURL })},
+	{Name: "backfill.overlap", Flag: "backfill-overlap", Usage: "how far before the inbound watermark a backfill pass reads", set: dur(func(c *Config) *time.Duration { return &c.Backfill.Overlap })},
+	{Name: "backfill.max_messages", Flag: "backfill-max-messages", Usage: "missed messages one backfill pass answers at most", set: integer(func(c *Config) *int { return &c.Backfill.MaxMessages })},
+	{Name: "dispatch.fixed_worker", Flag: "fixed-worker", Usage: "tier-2 worker API base URL", set: str(func(c *Config) *string { return &c.Dispatch.FixedWorker })},
+	{Name: "access.allow_users", Flag: "allow-users", Usage: "only these user ids (comma-separated; empty: all)", set: func(c *Config, s string) error {
+		c.Access.AllowUsers = splitList(s)
+		return nil
+	}},
+	{Name: "access.allow_chats", Flag: "allow-chats", Usage: "only these group chat ids (comma-separated; empty: all)", set: func(c *Config, s string) error {
+		c.Access.AllowChats = splitList(s)
+		return nil
+	}},
+	{Name: "access.max_question_bytes", Flag: "max-question-bytes", Usage: "longest question accepted", set: integer(func(c *Config) *int { return &c.Access.MaxQuestionBytes })},
+	{Name: "access.receipt_text", Flag: "receipt-text", Usage: "the receipt frame's text", set: str(func(c *Config) *string { return &c.Access.ReceiptText })},
+	{Name: "access.welcome_text", Flag: "welcome-text", Usage: "answer to enter_chat (empty: none)", set: str(func(c *Config) *string { return &c.Access.WelcomeText })},
+	{Name: "push.budget", Flag: "push-budget", Usage: "frames per minute per conversation (under WeCom's 30)", set: integer(func(c *Config) *int { return &c.Push.Budget })},
+	{Name: "push.stream_window", Flag: "stream-window", Usage: "WeCom's stream window", set: dur(func(c *Config) *time.Duration { return &c.Push.StreamWindow })},
+	{Name: "push.queued_line", Flag: "push-queued-line", Usage: "status line while the task waits for a free worker (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.QueuedLine })},
+	{Name: "push.heartbeat_line", Flag: "push-heartbeat-line", Usage: "status line after push.heartbeat without news (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.HeartbeatLine })},
+	{Name: "push.truncated_note", Flag: "push-truncated-note", Usage: "note ending a stream closed before its window ends", set: str(func(c *Config) *string { return &c.Push.TruncatedNote })},
+	{Name: "nats.replicas", Flag: "nats-replicas", Usage: "replicas of streams and buckets (1 embedded, 3 on a cluster)", set: integer(func(c *Config) *int { return &c.NATS.Replicas })},
+	{Name: "push.heartbeat", Flag: "push-heartbeat", Usage: "status line after this long without news", set: dur(func(c *Config) *time.Duration { return &c.Push.Heartbeat })},
+}

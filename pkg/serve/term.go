@@ -1,0 +1,60 @@
+package serve
+
+import (
+	"context"
+	"sync"
+
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/access"
+	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/wecom"
+)
+
+// termHooks is a connected term's work on this node (node.TermHooks): the
+// bot's pusher and the lifecycle's sweep on its connection (Node.leading),
+// then access's wait for every callback that connection delivered.
+type termHooks struct{ n *Node }
+
+func (h termHooks) WorkOnConn(ctx context.Context, term *election.Term, conn *wecom.Conn) {
+	h.n.leading(ctx, term, conn)
+}
+
+func (h termHooks) Drain(ctx context.Context, term *election.Term) {
+	h.n.Access.WaitTerm(ctx, term)
+}
+
+// leading is a term's work on its connection, once JetStream is bound:
+// the bot's pusher and the lifecycle's sweep, until ctx (the term) ends.
+func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Conn) {
+	var p *pusher.Pusher
+	defer func(ended func(*pusher.Pusher)) { ended(p) }(n.obs.term(term.Bot, conn))
+	select {
+	case <-n.ready:
+	case <-ctx.Done():
+		return
+	}
+	cfg, log := n.cfg, n.log
+	var err error
+	p, err = pusher.New(pusher.Config{
+		Bot: term.Bot, NodeID: cfg.NodeID, TermRev: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
+		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
+		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
+		BusyNote: access.DefaultBusy,
+		Gate:     n.Health.Gate(term.Bot), Health: n.Health, ReplayExpiry: cfg.Push.ReplayExpiry,
+		Metrics: n.obs,
+		Logger:  log,
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("pusher not started")
+		return
+	}
+	n.leaders.begin(term.Bot, p)
+	defer n.leaders.end(term.Bot, p)
+	var wg sync.WaitGroup
+	wg.Go(func() { n.Lifecycle.RunSweep(ctx, term.Bot, n.cfg.Worker.Deadline, 2*n.Store.Options().TaskAckWait) })
+	wg.Go(func() { n.backfill.Audit(ctx, term) })
+	if err := p.Run(ctx); err != nil {
+		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
+	}
+	wg.Wait()
+}
