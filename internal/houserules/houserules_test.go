@@ -1,0 +1,158 @@
+// Package houserules checks the shape of the repository that docs/map.md
+// describes, so that it cannot drift back by accident: files of one
+// concept, a message's way through named seams rather than func-typed
+// fields, wiring kept small, and a configuration that describes the
+// parts without depending on them.
+package houserules
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// root is the repository's root, two levels above this package.
+const root = "../.."
+
+// The limits. Raising one is a design decision: say why in the commit.
+const (
+	maxFileLines      = 700 // a non-test Go file outside test/
+	maxServeLines     = 400 // pkg/serve/serve.go: wiring only
+	maxFuncTypeFields = 20  // func-typed fields of non-test structs in pkg/, election/, jetstream/
+)
+
+// goFiles lists the non-test Go files under dirs (relative to root).
+func goFiles(t *testing.T, dirs ...string) []string {
+	t.Helper()
+	var files []string
+	for _, d := range dirs {
+		err := filepath.WalkDir(filepath.Join(root, d), func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !e.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+				files = append(files, p)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
+
+func lines(t *testing.T, p string) int {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+func TestNoFileOverTheLimit(t *testing.T) {
+	for _, p := range goFiles(t, "cmd", "election", "jetstream", "pkg", "internal") {
+		if n := lines(t, p); n > maxFileLines {
+			t.Errorf("%s has %d lines (at most %d): split it by concept", p, n, maxFileLines)
+		}
+	}
+	if n := lines(t, filepath.Join(root, "pkg/serve/serve.go")); n > maxServeLines {
+		t.Errorf("pkg/serve/serve.go has %d lines (at most %d): serve only wires; move logic to the part it belongs to", n, maxServeLines)
+	}
+}
+
+// funcTypeFields lists every field of a struct type declared in files
+// whose type is a func type, or a named func type declared in files.
+func funcTypeFields(t *testing.T, files []string) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	var parsed []*ast.File
+	named := map[string]bool{}
+	for _, p := range files {
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed = append(parsed, f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			if ts, ok := n.(*ast.TypeSpec); ok {
+				if _, ok := ts.Type.(*ast.FuncType); ok {
+					named[ts.Name.Name] = true
+				}
+			}
+			return true
+		})
+	}
+	var out []string
+	for _, f := range parsed {
+		ast.Inspect(f, func(n ast.Node) bool {
+			st, ok := n.(*ast.StructType)
+			if !ok {
+				return true
+			}
+			for _, fl := range st.Fields.List {
+				isFunc := false
+				switch ft := fl.Type.(type) {
+				case *ast.FuncType:
+					isFunc = true
+				case *ast.Ident:
+					isFunc = named[ft.Name]
+				case *ast.SelectorExpr:
+					isFunc = named[ft.Sel.Name]
+				}
+				if !isFunc {
+					continue
+				}
+				names := []string{"(embedded)"}
+				if len(fl.Names) > 0 {
+					names = names[:0]
+					for _, id := range fl.Names {
+						names = append(names, id.Name)
+					}
+				}
+				for _, nm := range names {
+					out = append(out, fset.Position(fl.Pos()).String()+" "+nm)
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// A message's way runs through named interfaces; what func-typed fields
+// remain are documented hooks (clocks for tests, options), not the data
+// path.
+func TestFewFuncTypedFields(t *testing.T) {
+	fields := funcTypeFields(t, goFiles(t, "pkg", "election", "jetstream"))
+	if len(fields) > maxFuncTypeFields {
+		t.Errorf("%d func-typed struct fields (at most %d); make the new ones small interfaces defined by their caller:\n%s",
+			len(fields), maxFuncTypeFields, strings.Join(fields, "\n"))
+	}
+	t.Logf("%d func-typed struct fields:\n%s", len(fields), strings.Join(fields, "\n"))
+}
+
+// pkg/config describes the parts; it must not depend on them.
+func TestConfigImportsNoPart(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, p := range goFiles(t, "pkg/config") {
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path := strings.Trim(imp.Path.Value, `"`)
+			for _, part := range []string{"/pkg/ai", "/pkg/worker", "/pkg/pusher", "/pkg/access", "/pkg/dispatch", "/pkg/serve"} {
+				if strings.HasSuffix(path, part) {
+					t.Errorf("%s imports %s: pkg/config describes the parts, it does not depend on them", p, path)
+				}
+			}
+		}
+	}
+}
