@@ -453,7 +453,7 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 // Health is the bucket of per-bot health records and silence baselines.
 func (s *Store) Health() natsjs.KeyValue { return s.health }
 
-// Incidents is the bucket of incidents (see pkg/incident).
+// Incidents is the bucket of incidents (see pkg/heal/incident).
 func (s *Store) Incidents() natsjs.KeyValue { return s.incidents }
 
 // IncidentTTL is how long an incident is kept: a quarter, long enough for

@@ -14,8 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/botctl/botctl/pkg/drill"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/drill"
+	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/spf13/cobra"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/botctl/botctl/pkg/drill"
+	"github.com/botctl/botctl/pkg/heal/drill"
 )
 
 // Each round is printed on stdout as it ends, with its T1, T2, T3 and the

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/oneline"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/spf13/cobra"
 )
 

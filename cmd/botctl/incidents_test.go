@@ -8,7 +8,7 @@ import (
 
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/incident"
 )
 
 // incidents list --json gives each incident as stored plus its times in

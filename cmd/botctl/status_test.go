@@ -9,7 +9,7 @@ import (
 
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

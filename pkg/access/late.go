@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/botctl/botctl/pkg/backfill"
+	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/task"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Alert is where alerts go and how they are grouped (pkg/alert). With no
+// Alert is where alerts go and how they are grouped (pkg/heal/alert). With no
 // sink configured, incidents are still recorded (botctl incidents) but
 // nobody is paged, and the node says so at start.
 type Alert struct {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Health shapes the detection of a bot that is not fine (pkg/health).
+// Health shapes the detection of a bot that is not fine (pkg/heal/health).
 type Health struct {
 	// RecordInterval: how often the leader writes its bot's last inbound,
 	// outbound success and probe times. Default 5s; it bounds how stale an
@@ -31,7 +31,7 @@ type Health struct {
 	SilenceMinEvents  int           `yaml:"silence_min_events"`
 }
 
-// Recovery shapes half-open recovery after an outage (pkg/recovery).
+// Recovery shapes half-open recovery after an outage (pkg/heal/recovery).
 type Recovery struct {
 	// Threshold: outages at least this long go through half-open (a plain
 	// handover is shorter), and, without a history source, page a person

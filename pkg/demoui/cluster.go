@@ -9,7 +9,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/oneline"
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/task"
 	natsjs "github.com/nats-io/nats.go/jetstream"

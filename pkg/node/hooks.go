@@ -11,7 +11,7 @@ import (
 // The node's seams, each implemented by its owner (pkg/serve wires them):
 // what receives a term's callbacks (Inbound, pkg/access), the work of a
 // connected term (TermHooks: the pusher, then access's drain), what hears
-// a connection's life (Observer, pkg/health) and the node's own failures
+// a connection's life (Observer, pkg/heal/health) and the node's own failures
 // (Metrics, pkg/metrics).
 
 // Inbound receives what a leader's connection delivers. Its methods run on

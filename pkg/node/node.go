@@ -87,7 +87,7 @@ type Config struct {
 	SpreadDelay time.Duration
 	// Inbound handles callbacks; nil drops them (logging each).
 	Inbound Inbound
-	// Health, if set, hears every connection attempt and end (pkg/health's
+	// Health, if set, hears every connection attempt and end (pkg/heal/health's
 	// monitor: the health record, incidents and recovery).
 	Health Observer
 	// Metrics, if set, counts the node's failed etcd requests.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/heal/recovery"
 	"github.com/botctl/botctl/pkg/pusher"
-	"github.com/botctl/botctl/pkg/recovery"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/backfill"
+	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/wecom"
 )
 

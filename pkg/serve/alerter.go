@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/alert"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/alert"
+	"github.com/botctl/botctl/pkg/heal/incident"
 )
 
 // newAlerter builds the alerter of the configured sinks (nil, nil: none).

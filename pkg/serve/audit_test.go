@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/testwait"
-	"github.com/botctl/botctl/pkg/backfill"
+	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/testwait"
-	"github.com/botctl/botctl/pkg/health"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/health"
+	"github.com/botctl/botctl/pkg/heal/incident"
 )
 
 // A graceful stop (SIGTERM, a deploy) hands the bot over: the next leader

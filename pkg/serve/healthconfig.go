@@ -1,8 +1,8 @@
 package serve
 
 import (
-	"github.com/botctl/botctl/pkg/health"
-	"github.com/botctl/botctl/pkg/recovery"
+	"github.com/botctl/botctl/pkg/heal/health"
+	"github.com/botctl/botctl/pkg/heal/recovery"
 )
 
 // healthConfig is the health monitor's configuration from the node's.

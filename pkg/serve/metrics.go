@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/httpjson"
-	"github.com/botctl/botctl/pkg/alert"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/alert"
+	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pusher"

@@ -41,9 +41,9 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/jetstream"
-	"github.com/botctl/botctl/pkg/drill"
-	"github.com/botctl/botctl/pkg/health"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/drill"
+	"github.com/botctl/botctl/pkg/heal/health"
+	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/nats-io/nats.go"

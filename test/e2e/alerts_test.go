@@ -166,7 +166,7 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() error) {
 // A flapping bot, to the simulator's group robot: 8 drops, each after the
 // previous incident closed (so each is an incident of its own), page no
 // one 8 times. Per bot and flap window the robot gets at most one open,
-// its recovery and one flapping summary (pkg/alert's
+// its recovery and one flapping summary (pkg/heal/alert's
 // TestFlappingBotBoundedAlerts has the rule). The merge window (2 s) and
 // the flap window (150 s) are short here so the summary arrives within the
 // test; 150 s leaves the 8 cycles (drop, reconnect after the node's

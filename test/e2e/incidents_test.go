@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/testwait"
-	"github.com/botctl/botctl/pkg/incident"
+	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 

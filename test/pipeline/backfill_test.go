@@ -11,8 +11,8 @@ import (
 
 	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/botctl/botctl/internal/testwait"
-	"github.com/botctl/botctl/pkg/backfill"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )

@@ -1,0 +1,135 @@
+package backfill_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/pkg/heal/backfill"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The watermark only moves forward, and never while the spool holds a
+// task (a spooled message is not durable in the cluster yet).
+func TestTrackerForwardOnlyAndHeldBySpool(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	var holding atomic.Bool
+	holding.Store(true)
+	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Spool: spoolOf{&holding}, Logger: zerolog.Nop()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); tr.Run(ctx, 20*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+
+	t0 := time.Unix(1700000000, 0).UTC()
+	tr.Handled("b1", t0)
+	time.Sleep(200 * time.Millisecond) // several flush rounds, all held
+	if wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1"); !wm.Created.IsZero() {
+		t.Fatalf("watermark written while the spool held a task: %+v", wm)
+	}
+	holding.Store(false)
+	testwait.Eventually(t, 30*time.Second, "the watermark", func() bool {
+		wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1")
+		return wm.Created.Equal(t0)
+	})
+	tr.Handled("b1", t0.Add(-time.Hour)) // an older message handled late
+	tr.Handled("b1", t0.Add(time.Second))
+	testwait.Eventually(t, 30*time.Second, "the watermark", func() bool {
+		wm, _ := backfill.LoadWatermark(context.Background(), env.Store, "b1")
+		return wm.Created.Equal(t0.Add(time.Second))
+	})
+}
+
+// spoolOf is a spool that holds one task while held is true.
+type spoolOf struct{ held *atomic.Bool }
+
+func (s spoolOf) Len() (int, error) {
+	if s.held.Load() {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// inbound is an inbound path that knows the msgids of known and collects
+// what is handed over late.
+type inbound struct {
+	known map[string]bool
+	late  []string
+}
+
+func (in *inbound) Known(_ context.Context, _, msgid string) (bool, error) {
+	return in.known[msgid], nil
+}
+
+func (in *inbound) Late(_ context.Context, _ string, m backfill.Message) error {
+	in.late = append(in.late, m.Text)
+	return nil
+}
+
+// A pass reads the simulator's history from the watermark less the
+// overlap, skips what is known, hands over the rest, and stops at its
+// budget, counting what it did not fill.
+func TestRunAgainstSimulatorHistory(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	sim.AddBot("b1", "s1")
+	srv := httptest.NewServer(sim.Handler())
+	defer func() { sim.Close(); srv.Close() }()
+	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, u := range []string{"u1", "u2", "u3", "u4"} {
+		r, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: u, Text: "hi " + u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.MsgID)
+	}
+	in := &inbound{known: map[string]bool{ids[0]: true}}
+	cfg := backfill.Config{Store: env.Store, Source: src, MaxMessages: 2, Logger: zerolog.Nop(), Inbound: in}
+	until := time.Now()
+	since, err := backfill.Since(context.Background(), cfg, "b1", until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := backfill.Run(context.Background(), cfg, "b1", since, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Read != 4 || rep.Known != 1 || rep.Filled != 2 || rep.NotFilled != 1 {
+		t.Fatalf("report = %+v", rep)
+	}
+	if late := in.late; len(late) != 2 || late[0] != "hi u2" || late[1] != "hi u3" {
+		t.Fatalf("handed over %q", late)
+	}
+	if len(rep.Unfilled) != 1 || rep.Unfilled[0] != "u4" {
+		t.Fatalf("unfilled conversations %q, want u4", rep.Unfilled)
+	}
+
+	// The rate bounds the hand-over: 3 messages at 4/s take at least
+	// half a second (the first goes at once). Load only makes it slower.
+	in.late = nil
+	cfg.MaxMessages, cfg.Rate = 10, 4
+	t0 := time.Now()
+	if rep, err = backfill.Run(context.Background(), cfg, "b1", since, until); err != nil || rep.Filled != 3 {
+		t.Fatalf("second pass: %+v %v", rep, err)
+	}
+	if took := time.Since(t0); took < 450*time.Millisecond {
+		t.Fatalf("3 messages at 4/s handed over in %s", took)
+	}
+	if _, err := backfill.SimHistoryFor("http://not-ws"); err == nil {
+		t.Fatal("a non-ws URL accepted")
+	}
+}
