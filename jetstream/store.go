@@ -208,7 +208,7 @@ type Store struct {
 	stream  natsjs.Stream
 	workers natsjs.Consumer
 
-	tasks, output, context, watermarks, pending, seen, health, incidents natsjs.KeyValue
+	tasks, output, context, watermarks, undelivered, seen, health, incidents natsjs.KeyValue
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -406,7 +406,7 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 			TTL:         opts.ContextTTL,
 			MaxBytes:    opts.ContextMaxBytes,
 		}},
-		{&s.pending, natsjs.KeyValueConfig{
+		{&s.undelivered, natsjs.KeyValueConfig{
 			Bucket:      n.PendingBucket,
 			Description: "botctl index of tasks not yet delivered, so a new leader finds them without reading every record; key = <bot>.<task id>",
 			History:     1,
@@ -491,11 +491,14 @@ func (s *Store) Context() natsjs.KeyValue { return s.context }
 // BotKey(bot) (or BotKey(bot)+"."+name for several per bot).
 func (s *Store) Watermarks() natsjs.KeyValue { return s.watermarks }
 
-// Pending is the index of tasks not yet delivered: a key PendingKey(bot,
-// task) from the moment a task record exists until its delivery is final.
-// A new leader lists its bot's keys (PendingFilter) instead of reading
+// Undelivered is the index of tasks not yet delivered (bucket
+// Names.PendingBucket; "pending" there is the bucket's name, kept for the
+// stores already deployed, not the delivery state): a key
+// UndeliveredKey(bot, task) from the moment a task record exists until its
+// delivery is final.
+// A new leader lists its bot's keys (UndeliveredFilter) instead of reading
 // every record.
-func (s *Store) Pending() natsjs.KeyValue { return s.pending }
+func (s *Store) Undelivered() natsjs.KeyValue { return s.undelivered }
 
 // SeenTTL is how long a message handled without a task is remembered:
 // longer than any gap the backfill reads.
@@ -521,11 +524,11 @@ func (s *Store) Seen(ctx context.Context, bot, msgid string) (bool, error) {
 	return true, nil
 }
 
-// PendingKey is a task's key in the pending index: "<bot>.<task id>".
-func PendingKey(bot, taskID string) string { return EncodeToken(bot) + "." + EncodeToken(taskID) }
+// UndeliveredKey is a task's key in the undelivered index: "<bot>.<task id>".
+func UndeliveredKey(bot, taskID string) string { return EncodeToken(bot) + "." + EncodeToken(taskID) }
 
-// PendingFilter matches every pending key of bot.
-func PendingFilter(bot string) string { return EncodeToken(bot) + ".*" }
+// UndeliveredFilter matches every undelivered key of bot.
+func UndeliveredFilter(bot string) string { return EncodeToken(bot) + ".*" }
 
 // TaskSubject is the subject of a conversation's task; see Names.TaskSubject.
 func (s *Store) TaskSubject(bot, conversation string) string {
@@ -538,30 +541,30 @@ func (s *Store) ParseTaskSubject(subject string) (bot, conversation string, err 
 	return s.names.ParseTaskSubject(subject)
 }
 
-// MarkPending puts a task in the pending index (idempotent).
-func (s *Store) MarkPending(ctx context.Context, bot, taskID string) error {
-	if _, err := s.pending.Put(ctx, PendingKey(bot, taskID), nil); err != nil {
-		return fmt.Errorf("mark task %s pending: %w", taskID, err)
+// MarkUndelivered puts a task in the undelivered index (idempotent).
+func (s *Store) MarkUndelivered(ctx context.Context, bot, taskID string) error {
+	if _, err := s.undelivered.Put(ctx, UndeliveredKey(bot, taskID), nil); err != nil {
+		return fmt.Errorf("mark task %s undelivered: %w", taskID, err)
 	}
 	return nil
 }
 
-// ClearPending takes a task out of the pending index (idempotent).
-func (s *Store) ClearPending(ctx context.Context, bot, taskID string) error {
-	if err := s.pending.Purge(ctx, PendingKey(bot, taskID)); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
-		return fmt.Errorf("clear pending task %s: %w", taskID, err)
+// ClearUndelivered takes a task out of the undelivered index (idempotent).
+func (s *Store) ClearUndelivered(ctx context.Context, bot, taskID string) error {
+	if err := s.undelivered.Purge(ctx, UndeliveredKey(bot, taskID)); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		return fmt.Errorf("clear undelivered task %s: %w", taskID, err)
 	}
 	return nil
 }
 
-// PendingTasks lists the ids of bot's tasks in the pending index.
-func (s *Store) PendingTasks(ctx context.Context, bot string) ([]string, error) {
-	lister, err := s.pending.ListKeysFiltered(ctx, PendingFilter(bot))
+// UndeliveredTasks lists the ids of bot's tasks in the undelivered index.
+func (s *Store) UndeliveredTasks(ctx context.Context, bot string) ([]string, error) {
+	lister, err := s.undelivered.ListKeysFiltered(ctx, UndeliveredFilter(bot))
 	if errors.Is(err, natsjs.ErrNoKeysFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list pending tasks of bot %s: %w", bot, err)
+		return nil, fmt.Errorf("list undelivered tasks of bot %s: %w", bot, err)
 	}
 	prefix := EncodeToken(bot) + "."
 	var ids []string

@@ -153,7 +153,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 	// The undelivered index names the bot's tasks not yet delivered; their records
 	// say where each one is. Reading every record would also work, but
 	// costs a read per task kept in the bucket (days of them).
-	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
+	ids, err := p.cfg.Store.UndeliveredTasks(ctx, p.cfg.Bot)
 	if err != nil {
 		p.storeError("record_read", err)
 		return err
@@ -196,7 +196,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 // to watch). Without it such a task waited for the next term's rebuild:
 // the user got nothing meanwhile. Records are read by the steps, not here.
 func (p *Pusher) resync(ctx context.Context) {
-	ids, err := p.cfg.Store.PendingTasks(ctx, p.cfg.Bot)
+	ids, err := p.cfg.Store.UndeliveredTasks(ctx, p.cfg.Bot)
 	if err != nil {
 		p.storeError("record_read", err)
 		return

@@ -17,7 +17,7 @@
 // learn of it late:
 //
 //   - rebuild, at the term's start: every task of the bot not yet
-//     delivered, from the undelivered index (jetstream.Store.PendingTasks,
+//     delivered, from the undelivered index (jetstream.Store.UndeliveredTasks,
 //     which every path that creates a record or reopens its delivery
 //     writes, and delivery clears). Covers failover: what the previous
 //     leader left owed.

@@ -406,8 +406,8 @@ func TestFailoverMidStreamCompletesOnce(t *testing.T) {
 	if r.p.Stats().RebuiltNum != 1 {
 		t.Fatalf("rebuilt = %d", r.p.Stats().RebuiltNum)
 	}
-	if ids, err := r.js.Store.PendingTasks(context.Background(), "b"); err != nil || len(ids) != 0 {
-		t.Fatalf("pending index after delivery: %v %v", ids, err)
+	if ids, err := r.js.Store.UndeliveredTasks(context.Background(), "b"); err != nil || len(ids) != 0 {
+		t.Fatalf("undelivered index after delivery: %v %v", ids, err)
 	}
 }
 
@@ -635,7 +635,7 @@ func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
 
 // A task nobody announced to the pusher (the core NATS notice lost while
 // the connection reconnected; a refusal has no output to watch) is found
-// by the resync of the pending index and delivered, in this term.
+// by the resync of the undelivered index and delivered, in this term.
 func TestResyncFindsATaskNeverAnnounced(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{ResyncEvery: 300 * time.Millisecond, BusyNote: "BUSY: ask again later"})

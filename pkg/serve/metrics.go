@@ -37,7 +37,7 @@ type observer struct {
 	tasksAt time.Time               // when tasks was read
 }
 
-// tasksTTL bounds how often a scrape reads the pending index (one
+// tasksTTL bounds how often a scrape reads the undelivered index (one
 // record read per undelivered task of each bot led here).
 const tasksTTL = 10 * time.Second
 
@@ -230,7 +230,7 @@ var (
 	descConnected  = desc("wecom_connected", "1 while the bot's WeCom connection held by this node is open and subscribed.", "bot")
 	descPusher     = desc("pusher_events_total", "The bot's pusher on this node, summed over its terms: frames, pushes, delivered, truncated, failed, errors, ambiguous, throttled (deferred by the per-conversation budget), held (half-open gate), stalled (steps deferred while the connection owed an ack past 500 ms).", "bot", "event")
 	descActive     = desc("pusher_active_tasks", "Tasks the bot's pusher is delivering now.", "bot")
-	descTasks      = desc("tasks", "Undelivered tasks of the bots this node leads, by execution and delivery state (from the pending index; refreshed at most every 10s).", "bot", "exec", "delivery")
+	descTasks      = desc("tasks", "Undelivered tasks of the bots this node leads, by execution and delivery state (from the undelivered index; refreshed at most every 10s).", "bot", "exec", "delivery")
 	descSlotsBusy  = desc("worker_slots_busy", "Tasks running on this node's worker.")
 	descSlots      = desc("worker_slots", "This node's configured worker slots.")
 	descQueue      = desc("queue_depth", "Tasks in the JetStream work queue: pending (not yet delivered to a worker) and ack_pending (running somewhere).", "state")
@@ -361,7 +361,7 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 }
 
 // taskCounts counts the undelivered tasks of bots by state, from the
-// pending index, cached for tasksTTL.
+// undelivered index, cached for tasksTTL.
 func (o *observer) taskCounts(ctx context.Context, bots []string) map[[3]string]int {
 	o.mu.Lock()
 	if o.tasks != nil && time.Since(o.tasksAt) < tasksTTL {
@@ -371,7 +371,7 @@ func (o *observer) taskCounts(ctx context.Context, bots []string) map[[3]string]
 	o.mu.Unlock()
 	counts := map[[3]string]int{}
 	for _, bot := range bots {
-		ids, err := o.n.Store.PendingTasks(ctx, bot)
+		ids, err := o.n.Store.UndeliveredTasks(ctx, bot)
 		if err != nil {
 			o.metrics.NATSError("request", "scrape")
 			continue

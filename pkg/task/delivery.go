@@ -8,7 +8,7 @@ import (
 
 // Delivery steps: the delivery dimension (pending, streaming, truncated,
 // delivered or failed) and the parts pushed. The leader's pusher records
-// what the user has seen; a task stays in the pending index until its
+// what the user has seen; a task stays in the undelivered index until its
 // delivery is final.
 
 // Shown records a progress frame (or the receipt) the user now sees:
@@ -91,7 +91,7 @@ func (l *Lifecycle) PartPushed(ctx context.Context, id string, n int) (*Record, 
 }
 
 // Delivered records that the user has the ending (text, whose hash is
-// kept), and takes the task out of the pending index.
+// kept), and takes the task out of the undelivered index.
 func (l *Lifecycle) Delivered(ctx context.Context, id, text, why string, parts int) (*Record, error) {
 	r, err := l.update(ctx, id, l.deliver(text, why, parts))
 	return l.delivered(ctx, r, err)
@@ -120,20 +120,20 @@ func (l *Lifecycle) deliver(text, why string, parts int) func(*Record) error {
 	}
 }
 
-// delivered takes a delivered task out of the pending index.
+// delivered takes a delivered task out of the undelivered index.
 func (l *Lifecycle) delivered(ctx context.Context, r *Record, err error) (*Record, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := l.store.ClearPending(ctx, r.Bot, r.ID); err != nil {
-		l.log.Debug().Err(err).Str("task", r.ID).Msg("pending index not cleared; the next rebuild drops it")
+	if err := l.store.ClearUndelivered(ctx, r.Bot, r.ID); err != nil {
+		l.log.Debug().Err(err).Str("task", r.ID).Msg("undelivered index not cleared; the next rebuild drops it")
 	}
 	return r, nil
 }
 
 // SendFailed counts a failed send about the task itself (not the
 // connection: see wecom); at maxAttempts the delivery fails for good and
-// the task leaves the pending index.
+// the task leaves the undelivered index.
 func (l *Lifecycle) SendFailed(ctx context.Context, id string, sendErr error, maxAttempts int) (*Record, error) {
 	r, err := l.update(ctx, id, func(r *Record) error {
 		if r.Delivery.Finished() {
@@ -147,7 +147,7 @@ func (l *Lifecycle) SendFailed(ctx context.Context, id string, sendErr error, ma
 		return nil
 	})
 	if err == nil && r.Delivery == DeliveryFailed {
-		l.store.ClearPending(ctx, r.Bot, r.ID)
+		l.store.ClearUndelivered(ctx, r.Bot, r.ID)
 	}
 	return r, err
 }
@@ -168,13 +168,13 @@ func (l *Lifecycle) Expired(ctx context.Context, id string, owedFor time.Duratio
 		return r.SetDelivery(DeliveryFailed, reason, l.node, l.now().UTC())
 	})
 	if err == nil && r.Delivery == DeliveryFailed {
-		l.store.ClearPending(ctx, r.Bot, r.ID)
+		l.store.ClearUndelivered(ctx, r.Bot, r.ID)
 	}
 	return r, err
 }
 
-// Forget takes a task out of bot's pending index (its record expired, or
+// Forget takes a task out of bot's undelivered index (its record expired, or
 // its delivery is final and the index entry was left behind).
 func (l *Lifecycle) Forget(ctx context.Context, bot, id string) error {
-	return l.store.ClearPending(ctx, bot, id)
+	return l.store.ClearUndelivered(ctx, bot, id)
 }

@@ -79,7 +79,7 @@ func TestFinalIntentFromThenDeliveredFrom(t *testing.T) {
 	if got.Delivery != task.Delivered || stored.Delivery != task.Delivered || stored.FinalPending || stored.PushedHash != task.Hash("the answer") {
 		t.Fatalf("after DeliveredFrom: delivery %s, stored %s, final pending %v", got.Delivery, stored.Delivery, stored.FinalPending)
 	}
-	if ids, err := f.env.Store.PendingTasks(f.ctx, "b"); err != nil || slices.Contains(ids, m.TaskID) {
-		t.Fatalf("still in the pending index: %v %v", ids, err)
+	if ids, err := f.env.Store.UndeliveredTasks(f.ctx, "b"); err != nil || slices.Contains(ids, m.TaskID) {
+		t.Fatalf("still in the undelivered index: %v %v", ids, err)
 	}
 }

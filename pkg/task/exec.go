@@ -18,8 +18,8 @@ import (
 // receipt, if it was sent), a worker that pulled a task whose record has
 // not landed yet, a spooled task. Idempotent: when the record exists the
 // leader's fields are merged in (its req_id, term, stream and tier, and
-// the receipt), nothing else changes. Every opened task is in the pending
-// index until its delivery is final.
+// the receipt), nothing else changes. Every opened task is in the
+// undelivered index until its delivery is final.
 func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 	cur := r
 	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, natsjs.ErrKeyExists) {
@@ -62,7 +62,7 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 		return nil, err
 	}
 	if !cur.Delivery.Finished() {
-		if err := l.store.MarkPending(ctx, cur.Bot, cur.ID); err != nil {
+		if err := l.store.MarkUndelivered(ctx, cur.Bot, cur.ID); err != nil {
 			return cur, err
 		}
 	}
@@ -383,7 +383,7 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 	if err != nil {
 		return r, err
 	}
-	if err := l.store.MarkPending(ctx, r.Bot, r.ID); err != nil {
+	if err := l.store.MarkUndelivered(ctx, r.Bot, r.ID); err != nil {
 		return r, err
 	}
 	raw, _ := json.Marshal(MessageOf(r))
@@ -423,7 +423,7 @@ func (l *Lifecycle) Redeliver(ctx context.Context, id, reason string) (*Record, 
 	if err != nil {
 		return r, err
 	}
-	if err := l.store.MarkPending(ctx, r.Bot, r.ID); err != nil {
+	if err := l.store.MarkUndelivered(ctx, r.Bot, r.ID); err != nil {
 		return r, err
 	}
 	l.notice(r)

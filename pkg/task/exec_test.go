@@ -189,7 +189,7 @@ func TestRefusedSparesRunningTask(t *testing.T) {
 }
 
 // A refusal of a task with no record is one write: stored whole (failed,
-// busy, in the pending index for the pusher) or not at all, never a
+// busy, in the undelivered index for the pusher) or not at all, never a
 // record left queued with no queue message.
 func TestRefusedFreshTaskIsOneWrite(t *testing.T) {
 	f := newFixture(t, jetstream.Options{})
@@ -211,9 +211,9 @@ func TestRefusedFreshTaskIsOneWrite(t *testing.T) {
 	if r := f.record(m.TaskID); r.Exec != task.Failed || !r.Busy || r.Delivery.Finished() {
 		t.Fatalf("record: exec %s busy %v delivery %s", r.Exec, r.Busy, r.Delivery)
 	}
-	ids, err := f.env.Store.PendingTasks(f.ctx, "b")
+	ids, err := f.env.Store.UndeliveredTasks(f.ctx, "b")
 	if err != nil || !slices.Contains(ids, m.TaskID) {
-		t.Fatalf("pending index %v (%v): the pusher would never send the refusal", ids, err)
+		t.Fatalf("undelivered index %v (%v): the pusher would never send the refusal", ids, err)
 	}
 }
 

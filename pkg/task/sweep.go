@@ -26,11 +26,11 @@ import (
 
 // SweepResult counts what one Sweep did.
 type SweepResult struct {
-	Queued   int `json:"queued"`     // conversations with a message in the queue
-	Pending  int `json:"pending"`    // undelivered tasks without a queue message looked at
-	Released int `json:"released"`   // queue messages of finished tasks removed
-	Deadline int `json:"deadline"`   // tasks given up past the deadline
-	Unknown  int `json:"unreadable"` // queue messages that could not be read
+	Queued      int `json:"queued"`      // conversations with a message in the queue
+	Undelivered int `json:"undelivered"` // undelivered tasks without a queue message looked at
+	Released    int `json:"released"`    // queue messages of finished tasks removed
+	Deadline    int `json:"deadline"`    // tasks given up past the deadline
+	Unknown     int `json:"unreadable"`  // queue messages that could not be read
 }
 
 // Sweep checks bot's queue and undelivered tasks once (see above): tasks
@@ -96,7 +96,7 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 	}
 
 	// Tasks off the queue (fixed worker, the leader's own) end too.
-	ids, err := l.store.PendingTasks(ctx, bot)
+	ids, err := l.store.UndeliveredTasks(ctx, bot)
 	if err != nil {
 		return res, err
 	}
@@ -108,7 +108,7 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		if err != nil {
 			continue
 		}
-		res.Pending++
+		res.Undelivered++
 		if pastDeadline(r) {
 			if err := giveUp(r); err != nil {
 				return res, err

@@ -377,9 +377,9 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 	if r := record(t, env.Store, m.TaskID); r.Delivery.Finished() || !strings.Contains(r.Error, "delivered 1 times") {
 		t.Fatalf("record: delivery %s, error %q (want a failure the pusher still delivers)", r.Delivery, r.Error)
 	}
-	ids, err := env.Store.PendingTasks(context.Background(), "b")
+	ids, err := env.Store.UndeliveredTasks(context.Background(), "b")
 	if err != nil || len(ids) != 1 || ids[0] != m.TaskID {
-		t.Fatalf("pending index %v (%v): the pusher must find the failure to tell", ids, err)
+		t.Fatalf("undelivered index %v (%v): the pusher must find the failure to tell", ids, err)
 	}
 	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }

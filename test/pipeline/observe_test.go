@@ -181,7 +181,7 @@ func TestMetricsRunningTaskAndThrottled(t *testing.T) {
 	sent := c.post("alice", "a long answer please")
 	testwait.Eventually(t, waitLong, "the task running", func() bool { return c.record(n, sent.MsgID).Exec == task.Running })
 
-	// botctl_tasks is read from the pending index at most every 10 s; the
+	// botctl_tasks is read from the undelivered index at most every 10 s; the
 	// first scrape reads it now, while the answer has seconds to go.
 	running := map[string]string{"bot": "b1", "exec": "running", "delivery": "streaming"}
 	testwait.Eventually(t, waitLong, "botctl_tasks shows the task running", func() bool {

@@ -395,10 +395,10 @@ func TestLeaderKilledMidStream(t *testing.T) {
 	if s.QuotaRejections != 0 {
 		t.Fatalf("quota rejections %d", s.QuotaRejections)
 	}
-	// The new leader found the task through the pending index, and
+	// The new leader found the task through the undelivered index, and
 	// delivery took it out.
-	if ids, err := b.node.Store.PendingTasks(context.Background(), "b1"); err != nil || len(ids) != 0 {
-		t.Fatalf("pending index after delivery: %v %v", ids, err)
+	if ids, err := b.node.Store.UndeliveredTasks(context.Background(), "b1"); err != nil || len(ids) != 0 {
+		t.Fatalf("undelivered index after delivery: %v %v", ids, err)
 	}
 }
 

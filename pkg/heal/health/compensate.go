@@ -203,7 +203,7 @@ func (o owedWork) statusLines(dropped time.Time, every time.Duration) int {
 // as it starts, often before this count.
 func (h *Health) owed(ctx context.Context, bd *binding, bot string, recovered time.Time) owedWork {
 	var o owedWork
-	ids, err := bd.store.PendingTasks(ctx, bot)
+	ids, err := bd.store.UndeliveredTasks(ctx, bot)
 	if err != nil {
 		h.log.Warn().Err(err).Str("bot", bot).Msg("owed answers not counted")
 		return o
