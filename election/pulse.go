@@ -35,8 +35,8 @@ var errPulseNotOurs = errors.New("election key is no longer this term's")
 
 // pulseValue is the pulse key's value.
 type pulseValue struct {
-	Node string `json:"node"`
-	Term int64  `json:"term"`
+	Node    string `json:"node"`
+	TermRev int64  `json:"term"`
 }
 
 func (e *Elector) pulseMS() int64 {
@@ -49,7 +49,7 @@ func (e *Elector) pulseMS() int64 {
 // pulseTxn is one pulse of the term whose key is key, created at rev,
 // bound to lease.
 func (e *Elector) pulseTxn(ctx context.Context, key string, rev int64, lease clientv3.LeaseID) clientv3.Txn {
-	val, _ := json.Marshal(pulseValue{Node: e.cfg.NodeID, Term: rev})
+	val, _ := json.Marshal(pulseValue{Node: e.cfg.NodeID, TermRev: rev})
 	return e.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpPut(e.pulseKey, string(val), clientv3.WithLease(lease)))

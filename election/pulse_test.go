@@ -251,7 +251,7 @@ func TestPulseWriteCost(t *testing.T) {
 	}
 	elapsed := time.Since(began)
 	revs := end.Header.Revision - start.Header.Revision
-	val, _ := json.Marshal(pulseValue{Node: cfg.NodeID, Term: term.Rev})
+	val, _ := json.Marshal(pulseValue{Node: cfg.NodeID, TermRev: term.Rev})
 	req := &pb.TxnRequest{
 		Compare: []*pb.Compare{{Result: pb.Compare_EQUAL, Target: pb.Compare_CREATE, Key: []byte(term.Key),
 			TargetUnion: &pb.Compare_CreateRevision{CreateRevision: term.Rev}}},

@@ -351,7 +351,7 @@ func printStatus(w io.Writer, st Status) {
 			if tr.Reason != "" {
 				reason = " (" + tr.Reason + ")"
 			}
-			fmt.Fprintf(w, "  %s  %-8s %-10s term %d%s\n", tr.At.Format("2006-01-02 15:04:05.000"), tr.Node, tr.Event, tr.Term, reason)
+			fmt.Fprintf(w, "  %s  %-8s %-10s term %d%s\n", tr.At.Format("2006-01-02 15:04:05.000"), tr.Node, tr.Event, tr.TermRev, reason)
 		}
 	}
 }

@@ -137,7 +137,7 @@ func newTasksShowCmd(cf *clusterFlags) *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "task      %s\nbot       %s\nchat      %s (%s), user %s\nmsgid     %s\nreq_id    %s (term %d)\nquestion  %s\nreceived  %s\n",
-				r.ID, r.Bot, r.Chat, r.ChatType, r.User, r.MsgID, r.ReqID, r.Term, r.Question, r.Received.Format(time.RFC3339))
+				r.ID, r.Bot, r.Chat, r.ChatType, r.User, r.MsgID, r.ReqID, r.TermRev, r.Question, r.Received.Format(time.RFC3339))
 			fmt.Fprintf(w, "exec      %s (attempt %d on %s, tier %s)\ndelivery  %s %s\n", r.Exec, r.Attempt, r.Node, r.Tier, r.Delivery, r.DeliveryReason)
 			if r.Error != "" {
 				fmt.Fprintf(w, "error     %s\n", r.Error)

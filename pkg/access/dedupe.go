@@ -35,7 +35,7 @@ func hasRecord(ctx context.Context, js *bound, id, reqID string, term int64) boo
 	case err != nil:
 		return false
 	}
-	return r.ReqID != reqID || r.Term != term
+	return r.ReqID != reqID || r.TermRev != term
 }
 
 // dedupeRead is the task bucket's answer to "does this callback's task

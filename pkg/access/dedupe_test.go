@@ -24,7 +24,7 @@ func TestDedupeReadTellsThisCallbacksRecordFromADuplicates(t *testing.T) {
 	if hasRecord(ctx, js, "t_none", "req-1", 7) {
 		t.Fatal("no record: a duplicate")
 	}
-	r := task.RecordOf(task.Message{Bot: "b", MsgID: "m1", ReqID: "req-1", Term: 7, Received: time.Now().UTC()})
+	r := task.RecordOf(task.Message{Bot: "b", MsgID: "m1", ReqID: "req-1", TermRev: 7, Received: time.Now().UTC()})
 	raw, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)

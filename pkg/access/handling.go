@@ -250,7 +250,7 @@ func (h *handling) earlyReceipt(e *earlyReceipt) sent {
 func (h *handling) task(question string) {
 	a, m := h.a, h.m
 	rec := task.New(h.term.Bot, m.MsgID, h.now)
-	rec.ReqID, rec.Term, rec.Chat, rec.ChatType, rec.User = h.reqID, h.term.Rev, h.chat, m.ChatType, m.From.UserID
+	rec.ReqID, rec.TermRev, rec.Chat, rec.ChatType, rec.User = h.reqID, h.term.Rev, h.chat, m.ChatType, m.From.UserID
 	rec.Question, rec.StreamID = question, "s-"+h.id
 	if a.cfg.Marks != nil && a.cfg.Marks.Marked(h.term.Bot, h.chat) {
 		// Taking the mark tells the user once: never for a duplicate.

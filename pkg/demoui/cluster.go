@@ -44,7 +44,7 @@ type NodeView struct {
 type BotView struct {
 	ID          string             `json:"id"`
 	Leader      string             `json:"leader"` // "" while nobody leads
-	Term        int64              `json:"term,omitempty"`
+	TermRev     int64              `json:"term,omitempty"`
 	Since       time.Time          `json:"since,omitzero"`
 	Transitions []node.LeaderEvent `json:"transitions"`
 }
@@ -133,7 +133,7 @@ func readBot(ctx context.Context, cli *clientv3.Client, id string, errs *[]strin
 	info, err := election.Leader(ctx, cli, "", id)
 	switch {
 	case err == nil:
-		b.Leader, b.Term, b.Since = info.Node, info.Rev, info.Since
+		b.Leader, b.TermRev, b.Since = info.Node, info.Rev, info.Since
 	case !errors.Is(err, election.ErrNoLeader):
 		*errs = append(*errs, err.Error())
 	}

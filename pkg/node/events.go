@@ -14,12 +14,12 @@ import (
 // for operators (botctl status) and for counting foreign kicks over the
 // cluster.
 type LeaderEvent struct {
-	At     time.Time `json:"at"`
-	Bot    string    `json:"bot"`
-	Node   string    `json:"node"`
-	Event  string    `json:"event"` // "leading", "connected", "lost", "auth_failed"…
-	Reason string    `json:"reason,omitempty"`
-	Term   int64     `json:"term,omitempty"`
+	At      time.Time `json:"at"`
+	Bot     string    `json:"bot"`
+	Node    string    `json:"node"`
+	Event   string    `json:"event"` // "leading", "connected", "lost", "auth_failed"…
+	Reason  string    `json:"reason,omitempty"`
+	TermRev int64     `json:"term,omitempty"`
 }
 
 // LeaderEvents returns bot's recent leader events, oldest first.
@@ -63,7 +63,7 @@ func putLeaderEvent(ctx context.Context, cli *clientv3.Client, prefix string, tr
 // keyed by it, so they keep their order): the "leading" record at term
 // start does not delay Verify and Dial by an etcd round trip.
 func (n *Node) leaderEvent(bot, event, reason string, term int64) {
-	tr := LeaderEvent{At: time.Now().UTC(), Bot: bot, Node: n.cfg.NodeID, Event: event, Reason: reason, Term: term}
+	tr := LeaderEvent{At: time.Now().UTC(), Bot: bot, Node: n.cfg.NodeID, Event: event, Reason: reason, TermRev: term}
 	n.records.Go(func() { n.record(tr) })
 }
 
@@ -71,7 +71,7 @@ func (n *Node) leaderEvent(bot, event, reason string, term int64) {
 // loop reads back at once (the cluster's foreign kicks are counted from
 // them).
 func (n *Node) leaderEventNow(bot, event, reason string, term int64) {
-	n.record(LeaderEvent{At: time.Now().UTC(), Bot: bot, Node: n.cfg.NodeID, Event: event, Reason: reason, Term: term})
+	n.record(LeaderEvent{At: time.Now().UTC(), Bot: bot, Node: n.cfg.NodeID, Event: event, Reason: reason, TermRev: term})
 }
 
 func (n *Node) record(tr LeaderEvent) {

@@ -222,7 +222,7 @@ func (n *Node) leading() int {
 
 func (n *Node) setState(bot string, st BotState, reason string, term int64) {
 	n.mu.Lock()
-	n.status[bot] = BotStatus{State: st, Since: time.Now().UTC(), Reason: reason, Term: term}
+	n.status[bot] = BotStatus{State: st, Since: time.Now().UTC(), Reason: reason, TermRev: term}
 	n.mu.Unlock()
 	select {
 	case n.dirty <- struct{}{}:

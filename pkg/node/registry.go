@@ -59,10 +59,10 @@ const (
 
 // BotStatus is one node's view of one bot.
 type BotStatus struct {
-	State  BotState  `json:"state"`
-	Since  time.Time `json:"since"`
-	Reason string    `json:"reason,omitempty"`
-	Term   int64     `json:"term,omitempty"`
+	State   BotState  `json:"state"`
+	Since   time.Time `json:"since"`
+	Reason  string    `json:"reason,omitempty"`
+	TermRev int64     `json:"term,omitempty"`
 }
 
 // Nodes lists the registered nodes, sorted by id.

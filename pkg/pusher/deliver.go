@@ -87,7 +87,7 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	case handoff:
 		// Began under another term, never got a stream, or its window is
 		// over: owed by push.
-		return p.toPush(ctx, rec, fmt.Sprintf("stream began under term %d, this is term %d", rec.Term, p.cfg.TermRev))
+		return p.toPush(ctx, rec, fmt.Sprintf("stream began under term %d, this is term %d", rec.TermRev, p.cfg.TermRev))
 	default:
 		return p.pushParts(ctx, rec, text, now)
 	}

@@ -77,7 +77,7 @@ func (p *Pusher) phaseOf(r *task.Record, text string, now time.Time) phase {
 
 // streamable: the stream can still carry this answer on this connection.
 func (p *Pusher) streamable(r *task.Record, now time.Time) bool {
-	if r.Term != p.cfg.TermRev || r.ReqID == "" || r.StreamID == "" {
+	if r.TermRev != p.cfg.TermRev || r.ReqID == "" || r.StreamID == "" {
 		return false
 	}
 	if r.Delivery != task.Pending && r.Delivery != task.Streaming {

@@ -139,7 +139,7 @@ func (r *rig) ask(user, text string) *task.Record {
 	}
 	now := time.Now()
 	rec := task.New("b", in.m.MsgID, now)
-	rec.ReqID, rec.Term, rec.Chat, rec.ChatType, rec.User, rec.Question = in.reqID, r.term, user, "single", user, text
+	rec.ReqID, rec.TermRev, rec.Chat, rec.ChatType, rec.User, rec.Question = in.reqID, r.term, user, "single", user, text
 	rec.StreamID = "s-" + rec.ID
 	if err := r.conn.ReplyStream(context.Background(), in.reqID, wecom.Stream{ID: rec.StreamID, Content: "已收到，正在处理…"}); err != nil {
 		r.t.Fatal(err)

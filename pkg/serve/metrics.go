@@ -298,7 +298,7 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 		}
 		term := int64(0)
 		if leader {
-			term = st.Term
+			term = st.TermRev
 			leading = append(leading, bot)
 		}
 		gauge(descTerm, float64(term), bot)

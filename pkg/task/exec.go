@@ -34,8 +34,8 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 			set(&c.StreamID, r.StreamID)
 			set(&c.Tier, r.Tier)
 			set(&c.Incomplete, r.Incomplete)
-			if r.Term != 0 && c.Term != r.Term {
-				c.Term, changed = r.Term, true
+			if r.TermRev != 0 && c.TermRev != r.TermRev {
+				c.TermRev, changed = r.TermRev, true
 			}
 			if r.Late && !c.Late {
 				c.Late, changed = true, true
@@ -369,7 +369,7 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 			return fmt.Errorf("%w: task %s is %s", ErrNotFinished, id, r.Exec)
 		}
 		now := l.now().UTC()
-		r.ReqID, r.Term, r.StreamID, r.Error = "", 0, "", ""
+		r.ReqID, r.TermRev, r.StreamID, r.Error = "", 0, "", ""
 		r.PushedParts, r.PushAttempts, r.PushedHash, r.FinalPending = 0, 0, "", false
 		r.AnswerHash, r.AnswerBytes, r.Started = "", 0, time.Time{}
 		if err := r.SetExec(Queued, reason, l.node, now); err != nil {
@@ -417,7 +417,7 @@ func (l *Lifecycle) Redeliver(ctx context.Context, id, reason string) (*Record, 
 		if !r.Exec.Finished() {
 			return fmt.Errorf("%w: task %s is %s", ErrNotFinished, id, r.Exec)
 		}
-		r.Term, r.ReqID, r.PushedParts, r.PushAttempts, r.FinalPending = 0, "", 0, 0, false
+		r.TermRev, r.ReqID, r.PushedParts, r.PushAttempts, r.FinalPending = 0, "", 0, 0, false
 		return r.reopen(reason, l.node, l.now().UTC())
 	})
 	if err != nil {

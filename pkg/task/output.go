@@ -115,7 +115,7 @@ type Message struct {
 	Bot      string    `json:"bot"`
 	MsgID    string    `json:"msgid"`
 	ReqID    string    `json:"req_id,omitempty"`
-	Term     int64     `json:"term,omitempty"`
+	TermRev  int64     `json:"term,omitempty"`
 	StreamID string    `json:"stream_id,omitempty"`
 	Chat     string    `json:"chat"`
 	ChatType string    `json:"chat_type"`
@@ -129,7 +129,7 @@ type Message struct {
 
 // MessageOf is r's task message.
 func MessageOf(r *Record) Message {
-	return Message{TaskID: r.ID, Bot: r.Bot, MsgID: r.MsgID, ReqID: r.ReqID, Term: r.Term, StreamID: r.StreamID,
+	return Message{TaskID: r.ID, Bot: r.Bot, MsgID: r.MsgID, ReqID: r.ReqID, TermRev: r.TermRev, StreamID: r.StreamID,
 		Chat: r.Chat, ChatType: r.ChatType, User: r.User, Question: r.Question, Received: r.Received, Late: r.Late,
 		Incomplete: r.Incomplete}
 }
@@ -139,7 +139,7 @@ func MessageOf(r *Record) Message {
 func RecordOf(m Message) *Record {
 	r := New(m.Bot, m.MsgID, m.Received)
 	r.Chat, r.ChatType, r.User, r.Question = m.Chat, m.ChatType, m.User, m.Question
-	r.ReqID, r.Term, r.StreamID, r.Late, r.Incomplete = m.ReqID, m.Term, m.StreamID, m.Late, m.Incomplete
+	r.ReqID, r.TermRev, r.StreamID, r.Late, r.Incomplete = m.ReqID, m.TermRev, m.StreamID, m.Late, m.Incomplete
 	return r
 }
 

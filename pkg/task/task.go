@@ -133,7 +133,7 @@ type Record struct {
 	Bot      string    `json:"bot"`
 	MsgID    string    `json:"msgid"`
 	ReqID    string    `json:"req_id"`
-	Term     int64     `json:"term"` // the leader term (election revision) whose connection received the callback
+	TermRev  int64     `json:"term"` // the leader term (election revision) whose connection received the callback
 	Chat     string    `json:"chat"` // the conversation: user id (single) or chat id (group)
 	ChatType string    `json:"chat_type"`
 	User     string    `json:"user"`

@@ -551,7 +551,7 @@ func TestHalfOpenAfterALongOutage(t *testing.T) {
 // online; the next leader finds that as it takes over.
 func TestTakeoverOfAVanishedLeaderIsAnIncident(t *testing.T) {
 	e := start(t, options{before: func(e *env) {
-		r := health.Record{Bot: bot, State: health.Online, Node: "ghost", Term: 7, Since: time.Now().Add(-time.Minute),
+		r := health.Record{Bot: bot, State: health.Online, Node: "ghost", TermRev: 7, Since: time.Now().Add(-time.Minute),
 			LastProbeOK: time.Now().Add(-4 * time.Second), Updated: time.Now().Add(-4 * time.Second)}
 		raw, _ := json.Marshal(r)
 		if _, err := e.js.Store.Health().Put(context.Background(), "bot."+bot, raw); err != nil {
@@ -593,7 +593,7 @@ func TestEndOfASupersededTermIsNotAnIncident(t *testing.T) {
 	e.waitOnline()
 	cur := e.record()
 	newer := cur
-	newer.Node, newer.Term, newer.State, newer.Reason = "n9", cur.Term+1_000_000, health.Online, ""
+	newer.Node, newer.TermRev, newer.State, newer.Reason = "n9", cur.TermRev+1_000_000, health.Online, ""
 	raw, _ := json.Marshal(newer)
 	if _, err := e.js.Store.Health().Put(context.Background(), "bot."+bot, raw); err != nil {
 		t.Fatal(err)
@@ -604,7 +604,7 @@ func TestEndOfASupersededTermIsNotAnIncident(t *testing.T) {
 	testwait.Eventually(t, waitLong, "n1 connected again", func() bool { return e.stats().Connected && e.stats().Connections >= 2 })
 	e.h.Settle(context.Background(), bot)
 	for _, i := range e.incidents() {
-		if i.Term == cur.Term {
+		if i.TermRev == cur.TermRev {
 			t.Fatalf("the superseded term's end opened an incident:\n%s", dump(i))
 		}
 	}

@@ -46,12 +46,12 @@ func (h *Health) Dialing(term *election.Term) {
 				}
 				inc = h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: incident.SignalTakeover, Level: incident.Auto,
 					Reason: fmt.Sprintf("node %s (term %d) stopped holding the bot without a word (a crash, kill -9, a hang or a partition); node %s took over",
-						rec.Node, rec.Term, h.cfg.NodeID),
-					Dropped: dropped, Detected: now, Term: term.Rev})
+						rec.Node, rec.TermRev, h.cfg.NodeID),
+					Dropped: dropped, Detected: now, TermRev: term.Rev})
 			case rec.Handover && now.Sub(rec.Since) > h.cfg.Recovery.Threshold:
 				inc = h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: incident.SignalTakeover, Level: incident.Auto,
 					Reason:  fmt.Sprintf("no node held the bot for %s after node %s handed it over", now.Sub(rec.Since).Round(time.Second), rec.Node),
-					Dropped: rec.Since, Detected: now, Term: term.Rev})
+					Dropped: rec.Since, Detected: now, TermRev: term.Rev})
 			}
 		}
 		if inc == nil {
@@ -96,7 +96,7 @@ func (h *Health) dialFailed(ctx context.Context, b *botState, term *election.Ter
 	if auth {
 		next := fmt.Sprintf("WeCom rejected the secret of bot %s: check the bot in the WeCom admin console, put the right secret in bots[].secret_file (or BOTCTL_BOT_<ID>_SECRET) on every node and restart them, then run `botctl incidents ack <id>`; botctl does not retry this bot until then", b.id)
 		inc := h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: incident.SignalAuth, Level: incident.Human,
-			Reason: "WeCom refused the bot's credentials: " + err.Error(), Next: next, Dropped: now, Detected: now, Term: term.Rev})
+			Reason: "WeCom refused the bot's credentials: " + err.Error(), Next: next, Dropped: now, Detected: now, TermRev: term.Rev})
 		if inc != nil {
 			h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 				if i.Level != incident.Human || i.Signal != incident.SignalAuth {
@@ -123,7 +123,7 @@ func (h *Health) dialFailed(ctx context.Context, b *botState, term *election.Ter
 		dropped = rec.Since
 	}
 	inc := h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: incident.SignalConnection, Level: incident.Auto,
-		Reason: "cannot connect to WeCom: " + err.Error(), Dropped: dropped, Detected: now, Term: term.Rev})
+		Reason: "cannot connect to WeCom: " + err.Error(), Dropped: dropped, Detected: now, TermRev: term.Rev})
 	if inc != nil {
 		h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 			i.Acted(now, fmt.Sprintf("auto: reconnect by node %s", h.cfg.NodeID))
@@ -180,7 +180,7 @@ func (h *Health) connected(ctx context.Context, b *botState, term *election.Term
 		}
 	}
 	h.setRecord(ctx, bd, b.id, now, func(r *Record) {
-		r.State, r.Reason, r.Node, r.Term, r.Handover = state, why, h.cfg.NodeID, term.Rev, false
+		r.State, r.Reason, r.Node, r.TermRev, r.Handover = state, why, h.cfg.NodeID, term.Rev, false
 		if state == HalfOpen {
 			r.Reason = "half-open after an outage: probing before the backlog"
 		}
@@ -242,20 +242,20 @@ func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 		}
 		if graceful {
 			h.setRecord(ctx, bd, b.id, now, func(r *Record) {
-				r.State, r.Handover, r.Node, r.Term = Offline, true, h.cfg.NodeID, term.Rev
+				r.State, r.Handover, r.Node, r.TermRev = Offline, true, h.cfg.NodeID, term.Rev
 				r.Reason = fmt.Sprintf("handover: node %s stopped its term on purpose", h.cfg.NodeID)
 				stamp(r, v)
 			})
 			return
 		}
-		if rec, err := Load(ctx, bd.kv, b.id); err == nil && rec.Term > term.Rev {
+		if rec, err := Load(ctx, bd.kv, b.id); err == nil && rec.TermRev > term.Rev {
 			// A newer term (a standby that deposed this node while it
 			// hung, or took over after its lease ran out) has already
 			// connected and written the record: this end is that
 			// handover seen late. Opening an incident now would leave it
 			// open for good (the newer term recovered before it existed),
 			// and writing the record would overwrite the newer term's.
-			h.log.Info().Str("bot", b.id).Int64("term", term.Rev).Int64("newer_term", rec.Term).Str("newer_node", rec.Node).
+			h.log.Info().Str("bot", b.id).Int64("term", term.Rev).Int64("newer_term", rec.TermRev).Str("newer_node", rec.Node).
 				Stringer("reason", reason).Msg("connection of a superseded term ended: a handover, not an incident")
 			return
 		}
@@ -266,7 +266,7 @@ func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 			b.mu.Unlock()
 		}
 		inc := h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: signal, Level: incident.Auto, Reason: why,
-			Dropped: dropped, Detected: now, Term: term.Rev})
+			Dropped: dropped, Detected: now, TermRev: term.Rev})
 		if inc != nil {
 			h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 				if i.State == incident.Recovering {
@@ -278,7 +278,7 @@ func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 			})
 		}
 		h.setRecord(ctx, bd, b.id, now, func(r *Record) {
-			r.State, r.Reason, r.Handover, r.Node, r.Term = Offline, why, false, h.cfg.NodeID, term.Rev
+			r.State, r.Reason, r.Handover, r.Node, r.TermRev = Offline, why, false, h.cfg.NodeID, term.Rev
 			stamp(r, v)
 			if inc != nil {
 				r.Incident = inc.ID

@@ -38,8 +38,8 @@ type Record struct {
 	Reason string    `json:"reason,omitempty"`
 	Since  time.Time `json:"since"` // in State since
 
-	Node string `json:"node,omitempty"` // the node holding the connection (or that last did)
-	Term int64  `json:"term,omitempty"`
+	Node    string `json:"node,omitempty"` // the node holding the connection (or that last did)
+	TermRev int64  `json:"term,omitempty"`
 	// Handover: the last holder stopped on purpose (a deploy) and said so;
 	// the next leader's takeover is not an incident.
 	Handover bool `json:"handover,omitempty"`

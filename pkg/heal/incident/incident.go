@@ -87,17 +87,17 @@ const (
 // Incident is one incident of one bot. Times are UTC; a zero time is "not
 // yet".
 type Incident struct {
-	ID     string `json:"id"`
-	Bot    string `json:"bot"`
-	Owner  string `json:"owner,omitempty"` // who answers for the bot (config bots[].owner)
-	Kind   Kind   `json:"kind"`
-	Level  Level  `json:"level"`
-	State  State  `json:"state"`
-	Signal string `json:"signal"`         // which signal detected it (Signal*)
-	Reason string `json:"reason"`         // what went wrong, as first detected
-	Next   string `json:"next_action"`    // what to do next (for a person, or what botctl does)
-	Node   string `json:"node,omitempty"` // the node that detected it
-	Term   int64  `json:"term,omitempty"` // the term it was detected in, if any
+	ID      string `json:"id"`
+	Bot     string `json:"bot"`
+	Owner   string `json:"owner,omitempty"` // who answers for the bot (config bots[].owner)
+	Kind    Kind   `json:"kind"`
+	Level   Level  `json:"level"`
+	State   State  `json:"state"`
+	Signal  string `json:"signal"`         // which signal detected it (Signal*)
+	Reason  string `json:"reason"`         // what went wrong, as first detected
+	Next    string `json:"next_action"`    // what to do next (for a person, or what botctl does)
+	Node    string `json:"node,omitempty"` // the node that detected it
+	TermRev int64  `json:"term,omitempty"` // the term it was detected in, if any
 
 	Dropped      time.Time `json:"dropped"`                // last evidence the bot was fine
 	Detected     time.Time `json:"detected"`               //
