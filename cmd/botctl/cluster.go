@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -162,7 +162,7 @@ func (f *clusterFlags) natsConfig() (config.NATS, error) {
 
 // store connects to the NATS of natsConfig and opens the declared streams
 // and buckets of the prefix; the caller calls the returned close.
-func (f *clusterFlags) store() (*jetstream.Store, func(), error) {
+func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
 	n, err := f.natsConfig()
 	if err != nil {
 		return nil, nil, err
@@ -179,7 +179,7 @@ func (f *clusterFlags) store() (*jetstream.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
 	}
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -193,10 +193,10 @@ func (f *clusterFlags) store() (*jetstream.Store, func(), error) {
 	// default, 1, every CLI command scaled an R3 deployment down to R1,
 	// and each node restart scaled it back up.)
 	replicas := n.Replicas
-	if st, err := js.Stream(ctx, jetstream.NamesFor(n.Prefix).TaskStream); err == nil {
+	if st, err := js.Stream(ctx, dataplane.NamesFor(n.Prefix).TaskStream); err == nil {
 		replicas = st.CachedInfo().Config.Replicas
 	}
-	s, err := jetstream.Declare(ctx, js, jetstream.Options{Prefix: n.Prefix, Replicas: replicas})
+	s, err := dataplane.Declare(ctx, js, dataplane.Options{Prefix: n.Prefix, Replicas: replicas})
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", n.Prefix, err)

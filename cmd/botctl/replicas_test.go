@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
-	"github.com/botctl/botctl/jetstream"
 )
 
 // A CLI command run without the nodes' nats.replicas leaves the
@@ -16,7 +16,7 @@ import (
 // failed to declare its consumer, 10126).
 func TestCLIKeepsTheDeploymentsReplicas(t *testing.T) {
 	urls := testenv.StartNATSCluster(t, 3)
-	st, _ := testenv.DeclareOnCluster(t, urls, jetstream.Options{Replicas: 3})
+	st, _ := testenv.DeclareOnCluster(t, urls, dataplane.Options{Replicas: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if out, err := run(t, "tasks", "list", "--nats", urls[1]); err != nil {

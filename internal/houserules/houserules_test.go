@@ -23,7 +23,7 @@ const root = "../.."
 const (
 	maxFileLines      = 700 // a non-test Go file outside test/
 	maxServeLines     = 400 // pkg/serve/serve.go: wiring only
-	maxFuncTypeFields = 20  // func-typed fields of non-test structs in pkg/, election/, jetstream/
+	maxFuncTypeFields = 20  // func-typed fields of non-test structs in pkg/, election/, dataplane/
 )
 
 // goFiles lists the non-test Go files under dirs (relative to root).
@@ -57,7 +57,7 @@ func lines(t *testing.T, p string) int {
 }
 
 func TestNoFileOverTheLimit(t *testing.T) {
-	for _, p := range goFiles(t, "cmd", "election", "jetstream", "pkg", "internal") {
+	for _, p := range goFiles(t, "cmd", "election", "dataplane", "pkg", "internal") {
 		if n := lines(t, p); n > maxFileLines {
 			t.Errorf("%s has %d lines (at most %d): split it by concept", p, n, maxFileLines)
 		}
@@ -130,7 +130,7 @@ func funcTypeFields(t *testing.T, files []string) []string {
 // remain are documented hooks (clocks for tests, options), not the data
 // path.
 func TestFewFuncTypedFields(t *testing.T) {
-	fields := funcTypeFields(t, goFiles(t, "pkg", "election", "jetstream"))
+	fields := funcTypeFields(t, goFiles(t, "pkg", "election", "dataplane"))
 	if len(fields) > maxFuncTypeFields {
 		t.Errorf("%d func-typed struct fields (at most %d); make the new ones small interfaces defined by their caller:\n%s",
 			len(fields), maxFuncTypeFields, strings.Join(fields, "\n"))

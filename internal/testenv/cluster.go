@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // StartNATSCluster starts n clustered JetStream servers in this process
@@ -96,14 +96,14 @@ func (c *NATSCluster) Start(t testing.TB, i int) {
 // DeclareOnCluster connects to the first of urls and declares botctl's
 // store there with opts, retrying until the cluster's meta group has a
 // leader (a minute at most). The connection is closed when the test ends.
-func DeclareOnCluster(t testing.TB, urls []string, opts jetstream.Options) (*jetstream.Store, natsjs.JetStream) {
+func DeclareOnCluster(t testing.TB, urls []string, opts dataplane.Options) (*dataplane.Store, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(urls[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func DeclareOnCluster(t testing.TB, urls []string, opts jetstream.Options) (*jet
 	defer cancel()
 	for {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := jetstream.Declare(actx, js, opts)
+		st, err := dataplane.Declare(actx, js, opts)
 		acancel()
 		if err == nil {
 			return st, js

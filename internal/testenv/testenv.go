@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -19,14 +19,14 @@ import (
 type JetStream struct {
 	Server  *infra.NATS
 	Conn    *nats.Conn
-	JS      natsjs.JetStream
-	Store   *jetstream.Store
+	JS      jetstream.JetStream
+	Store   *dataplane.Store
 	DataDir string
 }
 
 // StartJetStream starts a server in a temp dir and declares the store with
 // opts (zero: defaults). Everything is closed when the test ends.
-func StartJetStream(t testing.TB, opts jetstream.Options) *JetStream {
+func StartJetStream(t testing.TB, opts dataplane.Options) *JetStream {
 	t.Helper()
 	dir := t.TempDir()
 	srv, err := infra.StartNATS(infra.NATSConfig{DataDir: dir, Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
@@ -39,13 +39,13 @@ func StartJetStream(t testing.TB, opts jetstream.Options) *JetStream {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := jetstream.Declare(ctx, js, opts)
+	store, err := dataplane.Declare(ctx, js, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

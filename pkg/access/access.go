@@ -37,8 +37,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/tally"
 	"github.com/botctl/botctl/pkg/task"
@@ -89,7 +89,7 @@ type Config struct {
 	// then messages are still received, receipted and handed to Dispatch
 	// (which spools them), deduplicated in memory only, and commands that
 	// need JetStream say so.
-	Store *jetstream.Store
+	Store *dataplane.Store
 	// Dispatch hands a task to compute (required).
 	Dispatch Dispatcher
 	// AllowUsers and AllowChats, when not empty, are the only user ids and
@@ -147,12 +147,12 @@ type Access struct {
 }
 
 type bound struct {
-	store *jetstream.Store
+	store *dataplane.Store
 	lc    *task.Lifecycle
 }
 
 // Bind supplies JetStream to an Access made without it (Config.Store nil).
-func (a *Access) Bind(store *jetstream.Store, lc *task.Lifecycle) {
+func (a *Access) Bind(store *dataplane.Store, lc *task.Lifecycle) {
 	if lc == nil {
 		lc = task.NewLifecycle(store, a.cfg.NodeID, a.cfg.Logger).WithClock(a.cfg.Now)
 	}

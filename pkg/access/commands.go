@@ -8,9 +8,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/task"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // command runs a slash command and returns the reply.
@@ -20,7 +20,7 @@ func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string)
 	case "/help":
 		return a.cfg.Texts.Help
 	case "/new":
-		if err := js.store.Context().Purge(ctx, jetstream.ConversationKey(bot, chat)); err != nil {
+		if err := js.store.Context().Purge(ctx, dataplane.ConversationKey(bot, chat)); err != nil {
 			return "清除上下文失败，请稍后再试。"
 		}
 		return "好的，已开始新的对话。"
@@ -30,7 +30,7 @@ func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string)
 			return "当前没有正在进行的任务。"
 		}
 		switch _, err := js.lc.Cancel(ctx, r.ID, "/stop by the user"); {
-		case errors.Is(err, task.ErrFinished), errors.Is(err, natsjs.ErrKeyNotFound):
+		case errors.Is(err, task.ErrFinished), errors.Is(err, jetstream.ErrKeyNotFound):
 			return "当前没有正在进行的任务。"
 		case err != nil:
 			return "停止失败，请稍后再试。"
@@ -58,7 +58,7 @@ func (a *Access) current(ctx context.Context, js *bound, bot, chat string) (*tas
 		return nil, err
 	}
 	r, _, err := task.Get(ctx, js.store.Tasks(), m.TaskID)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return task.RecordOf(m), nil
 	}
 	return r, err

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/redact"
 	"go.yaml.in/yaml/v3"
 )
@@ -277,7 +277,7 @@ func Defaults() Config {
 		AI:       AI{Kind: AIKindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
-		NATS: NATS{Replicas: 1, Prefix: jetstream.DefaultPrefix},
+		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix},
 	}
 	c.Health, c.Recovery = healthDefaults()
 	c.Alert = alertDefaults()

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -179,9 +179,9 @@ func TestNATSTLSVerifyWithPasswordAndNKey(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		js, _ := natsjs.New(nc)
+		js, _ := jetstream.New(nc)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		_, err = jetstream.Declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix})
+		_, err = dataplane.Declare(ctx, js, dataplane.Options{Prefix: cfg.NATS.Prefix})
 		cancel()
 		nc.Close()
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // finalReserve is how many sends of a conversation's budget per minute
@@ -103,7 +103,7 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 		return rec, rev, false, 0
 	}
 	rec, rev, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, false, time.Second // the inbound path is still writing it
 	}
 	if err != nil {

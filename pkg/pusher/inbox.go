@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/task"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // source is how a task reached the pusher.
@@ -161,7 +161,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 	n := 0
 	for _, id := range ids {
 		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
-		if errors.Is(err, natsjs.ErrKeyNotFound) {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id) // expired with its record
 			continue
 		}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
@@ -52,7 +52,7 @@ func newRig(t *testing.T, simCfg wecomsim.Config) *rig {
 	sim.AddBot("b", "s")
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(func() { sim.Close(); srv.Close() })
-	r := &rig{t: t, js: testenv.StartJetStream(t, jetstream.Options{}), sim: sim,
+	r := &rig{t: t, js: testenv.StartJetStream(t, dataplane.Options{}), sim: sim,
 		url: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", budget: pace.New(20, time.Minute, nil), runs: map[string]int{}}
 	r.lc = task.NewLifecycle(r.js.Store, "n1", zerolog.Nop())
 	r.connect(1)
@@ -524,7 +524,7 @@ func TestWatermarkAfterDelivery(t *testing.T) {
 	open := r.ask("bob", "b")
 	r.write(open.ID, "part of b", false)
 	wm := func() pusher.Watermark {
-		e, err := r.js.Store.Watermarks().Get(context.Background(), jetstream.BotKey("b"))
+		e, err := r.js.Store.Watermarks().Get(context.Background(), dataplane.BotKey("b"))
 		if err != nil {
 			return pusher.Watermark{}
 		}

@@ -8,10 +8,10 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Watermark is the pusher's persisted position in the output bucket, per
@@ -43,7 +43,7 @@ func (p *Pusher) watchFrom(ctx context.Context) (from uint64, known bool) {
 		p.storeError("output_status", err)
 		return 0, false
 	}
-	if bs, ok := st.(*natsjs.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
 		return bs.StreamInfo().State.LastSeq, true
 	}
 	return 0, false
@@ -67,9 +67,9 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 		p.mu.Lock()
 		from = p.lastRev
 		p.mu.Unlock()
-		opt := natsjs.UpdatesOnly()
+		opt := jetstream.UpdatesOnly()
 		if known || from > 0 {
-			opt = natsjs.ResumeFromRevision(from + 1)
+			opt = jetstream.ResumeFromRevision(from + 1)
 		}
 		w, err := p.cfg.Store.Output().WatchAll(ctx, opt)
 		if err != nil {
@@ -78,7 +78,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			continue
 		}
 		for e := range w.Updates() {
-			if e == nil || e.Operation() != natsjs.KeyValuePut {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue // nil: caught up with the watermark
 			}
 			rev := e.Revision()
@@ -95,7 +95,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 	}
 }
 
-func (p *Pusher) watermarkKey() string { return jetstream.BotKey(p.cfg.Bot) }
+func (p *Pusher) watermarkKey() string { return dataplane.BotKey(p.cfg.Bot) }
 
 // loadWatermark reads the bot's watermark; ok is false when there is
 // none or it cannot be read.

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -69,17 +69,17 @@ const (
 
 // jsErrNoPeers is nats-server's JSClusterNoPeersErrF (10005, "no suitable
 // peers for placement"), which nats.go does not name.
-const jsErrNoPeers natsjs.ErrorCode = 10005
+const jsErrNoPeers jetstream.ErrorCode = 10005
 
 // declare declares JetStream's streams and buckets, retrying (with
 // progress in the log) until it succeeds or ctx ends: the node serves in
 // the meantime, spooling what it receives. It gives up if nc is closed:
 // nats.go closes a connection that a server refused twice with the same
 // authorization error, and no wait fixes the credentials.
-func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.JetStream, opts jetstream.Options, log zerolog.Logger) (*jetstream.Store, error) {
+func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstream.JetStream, opts dataplane.Options, log zerolog.Logger) (*dataplane.Store, error) {
 	for wait := time.Second; ; wait = min(2*wait, 15*time.Second) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		store, err := jetstream.Declare(dctx, js, opts)
+		store, err := dataplane.Declare(dctx, js, opts)
 		cancel()
 		if err == nil {
 			return store, nil
@@ -93,7 +93,7 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.
 			}
 			return nil, fmt.Errorf("NATS connection closed: %w", redact.Error(nc.LastError()))
 		}
-		var apiErr *natsjs.APIError
+		var apiErr *jetstream.APIError
 		switch {
 		case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPeers:
 			// Fewer servers up than the replicas asked for: a cluster
@@ -103,7 +103,7 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.
 			// and the warning names it.
 			log.Warn().Err(err).Int("replicas", opts.Replicas).Dur("retry_in", wait).
 				Msg("JetStream has too few servers up to place the store's replicas: waiting, receiving into the local spool (if the cluster has fewer servers than nats.replicas, lower nats.replicas)")
-		case errors.As(err, &apiErr) && apiErr.ErrorCode != natsjs.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503:
+		case errors.As(err, &apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503:
 			// JetStream answered and refused: a configuration problem
 			// (a name taken by a stream botctl cannot change), not an
 			// outage. Waiting will not fix it.

@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
@@ -33,7 +33,7 @@ import (
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -59,14 +59,14 @@ type Options struct {
 // and Dispatch are set once JetStream is bound (when Options.Ready runs).
 type Node struct {
 	Node     *node.Node
-	Store    *jetstream.Store
+	Store    *dataplane.Store
 	Access   *access.Access
 	Dispatch *dispatch.Dispatcher
 	Worker   *worker.Worker
 	// Lifecycle is the one writer of task records on this node.
 	Lifecycle *task.Lifecycle
 	// Spool holds tasks received while JetStream could not take them.
-	Spool *jetstream.Spool
+	Spool *dataplane.Spool
 	// Health detects, records and recovers this node's bots' incidents.
 	Health *health.Health
 	// Alerter sends the cluster's alerts while this node is elected to
@@ -138,7 +138,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("connect NATS %s: %w", redact.URL(o.NATSURL), redact.Error(err))
 	}
 	defer nc.Close()
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	spool, err := jetstream.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"))
+	spool, err := dataplane.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"))
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
 	}
@@ -248,7 +248,7 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
 	unlock := declareLock(ctx, o.Etcd, cfg.NATS.Prefix, log)
-	store, err := declare(ctx, nc, cfg.NATS, js, jetstream.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
+	store, err := declare(ctx, nc, cfg.NATS, js, dataplane.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	unlock()
 	if err == nil {
 		err = n.start(workCtx, &wg, store, backend)
@@ -288,11 +288,11 @@ func Run(ctx context.Context, o Options) error {
 // start binds JetStream and starts what needs it: the lifecycle, the
 // forwarder of the spool, the worker, the dispatcher and the advisory
 // watch; then the inbound path and every term's pusher use them.
-func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.Store, backend ai.Backend) error {
+func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store, backend ai.Backend) error {
 	cfg, log := n.cfg, n.log
 	lc := task.NewLifecycle(store, cfg.NodeID, log)
 	out := newSpoolOut(store, lc, log, n.leaders)
-	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log})
+	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log})
 	if err != nil {
 		return err
 	}

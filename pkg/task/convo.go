@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/botctl/botctl/jetstream"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/botctl/botctl/dataplane"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Turn is one side of one exchange in a conversation's context.
@@ -22,9 +22,9 @@ type Conversation struct {
 }
 
 // LoadConversation reads a conversation's context (empty if none).
-func LoadConversation(ctx context.Context, kv natsjs.KeyValue, key string) (*Conversation, uint64, error) {
+func LoadConversation(ctx context.Context, kv jetstream.KeyValue, key string) (*Conversation, uint64, error) {
 	e, err := kv.Get(ctx, key)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return &Conversation{}, 0, nil
 	}
 	if err != nil {
@@ -39,9 +39,9 @@ func LoadConversation(ctx context.Context, kv natsjs.KeyValue, key string) (*Con
 
 // AppendExchange adds a question and its answer, keeping at most maxTurns
 // turns and maxBytes of content (oldest dropped first), with compare-and-set.
-func AppendExchange(ctx context.Context, kv natsjs.KeyValue, key, question, answer string, maxTurns, maxBytes int) error {
+func AppendExchange(ctx context.Context, kv jetstream.KeyValue, key, question, answer string, maxTurns, maxBytes int) error {
 	for attempt := 0; attempt < 20; attempt++ {
-		jetstream.CASPause(ctx, attempt)
+		dataplane.CASPause(ctx, attempt)
 		c, rev, err := LoadConversation(ctx, kv, key)
 		if err != nil {
 			return err
@@ -54,7 +54,7 @@ func AppendExchange(ctx context.Context, kv natsjs.KeyValue, key, question, answ
 		} else {
 			_, err = kv.Update(ctx, key, raw, rev)
 		}
-		if err == nil || !jetstream.LostCAS(err) {
+		if err == nil || !dataplane.LostCAS(err) {
 			return err
 		}
 	}

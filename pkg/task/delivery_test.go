@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -13,7 +13,7 @@ import (
 // it since, and starts over from a fresh read when somebody did: the other
 // writer's change survives, and the caller's copy is never changed.
 func TestShownFrom(t *testing.T) {
-	f := newFixture(t, jetstream.Options{})
+	f := newFixture(t, dataplane.Options{})
 	m := f.queue("m1", "u1")
 	at := time.Now()
 
@@ -54,7 +54,7 @@ func TestShownFrom(t *testing.T) {
 // write (DeliveredFrom needs no read), and a stale revision (someone wrote
 // meanwhile) is read again, not lost.
 func TestFinalIntentFromThenDeliveredFrom(t *testing.T) {
-	f := newFixture(t, jetstream.Options{})
+	f := newFixture(t, dataplane.Options{})
 	m := f.queue("m1", "u1")
 	r, rev, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The execution dimension: a task is opened, started (one attempt after
@@ -22,7 +22,7 @@ import (
 // undelivered index until its delivery is final.
 func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 	cur := r
-	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, natsjs.ErrKeyExists) {
+	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, jetstream.ErrKeyExists) {
 		cur, err = l.update(ctx, r.ID, func(c *Record) error {
 			changed := false
 			set := func(dst *string, v string) {
@@ -84,7 +84,7 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliveries int) (int, *Record, error) {
 	cur, rev, err := Get(ctx, l.store.Tasks(), m.TaskID)
 	switch {
-	case errors.Is(err, natsjs.ErrKeyNotFound):
+	case errors.Is(err, jetstream.ErrKeyNotFound):
 		if _, err := l.Open(ctx, RecordOf(m)); err != nil {
 			return 0, nil, err
 		}
@@ -229,7 +229,7 @@ func (l *Lifecycle) Fail(ctx context.Context, id string, attempt int, reason str
 // A task already finished is left as it is. msg, if not nil, is the
 // task's queue message (terminated and removed); otherwise the
 // conversation's message is removed if it is this task's.
-func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Msg) (*Record, error) {
+func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg jetstream.Msg) (*Record, error) {
 	r, err := l.update(ctx, id, func(r *Record) error {
 		if r.Exec.Finished() {
 			return ErrNoChange
@@ -237,7 +237,7 @@ func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Ms
 		r.Error = reason
 		return r.SetExec(Failed, reason, l.node, l.now().UTC())
 	})
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		err = nil // a message without a record: still remove it
 	}
 	if err != nil {
@@ -359,7 +359,7 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 	} else if msg != nil {
 		return r, fmt.Errorf("%w: %s", ErrConversationBusy, r.Chat)
 	}
-	if err := l.store.Output().Purge(ctx, id); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
+	if err := l.store.Output().Purge(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return r, fmt.Errorf("retry task %s: drop old output: %w", id, err)
 	}
 	// The record first (a worker that pulls the task must find it queued,

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -19,7 +19,7 @@ type fixture struct {
 	ctx context.Context
 }
 
-func newFixture(t *testing.T, opts jetstream.Options) *fixture {
+func newFixture(t *testing.T, opts dataplane.Options) *fixture {
 	env := testenv.StartJetStream(t, opts)
 	return &fixture{t: t, env: env, lc: task.NewLifecycle(env.Store, "n1", zerolog.Nop()), ctx: context.Background()}
 }

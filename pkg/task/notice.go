@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/nats-io/nats.go"
 )
 
@@ -27,12 +27,12 @@ func (l *Lifecycle) announce(subject string, data []byte) error {
 // (an execution that ended, a delivery reopened) are announced, per bot,
 // with the task id as the body. Core NATS, no storage: the pusher re-reads
 // every active record now and then, so a lost notice only costs latency.
-func NoticeSubject(bot string) string { return "botctl.notice." + jetstream.EncodeToken(bot) }
+func NoticeSubject(bot string) string { return "botctl.notice." + dataplane.EncodeToken(bot) }
 
 // CancelSubject is where a task's cancellation is announced (core NATS):
 // every worker listens, and the one running it stops at once. The record
 // says canceled first; workers also re-read it now and then.
-func CancelSubject(taskID string) string { return cancelPrefix + jetstream.EncodeToken(taskID) }
+func CancelSubject(taskID string) string { return cancelPrefix + dataplane.EncodeToken(taskID) }
 
 const cancelPrefix = "botctl.cancel."
 
@@ -45,7 +45,7 @@ func CanceledTask(subject string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	id, err := jetstream.DecodeToken(tok)
+	id, err := dataplane.DecodeToken(tok)
 	return id, err == nil
 }
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -13,7 +13,7 @@ import (
 // every pusher reads). A notice whose record does not decode or names
 // another task carries none.
 func TestFinishNoticeCarriesTheRecord(t *testing.T) {
-	f := newFixture(t, jetstream.Options{})
+	f := newFixture(t, dataplane.Options{})
 	notices, err := f.env.Conn.SubscribeSync(task.NoticeSubject("b"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/botctl/botctl/dataplane"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Output is what an attempt has produced for a task: the accumulated
@@ -30,7 +30,7 @@ type Output struct {
 // of the task has written, Write returns ErrSuperseded and writes nothing,
 // so the user never sees two attempts' text interleaved.
 type OutputWriter struct {
-	kv      natsjs.KeyValue
+	kv      jetstream.KeyValue
 	id, bot string
 	attempt int
 	now     func() time.Time
@@ -49,14 +49,14 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 		return err
 	}
 	for try := 0; try < 30; try++ {
-		jetstream.CASPause(ctx, try)
+		dataplane.CASPause(ctx, try)
 		if w.rev == 0 {
 			// First write, or another writer came between: read who.
 			e, err := w.kv.Get(ctx, w.id)
 			switch {
-			case errors.Is(err, natsjs.ErrKeyNotFound):
+			case errors.Is(err, jetstream.ErrKeyNotFound):
 				rev, err := w.kv.Create(ctx, w.id, raw)
-				if jetstream.LostCAS(err) {
+				if dataplane.LostCAS(err) {
 					continue
 				}
 				if err != nil {
@@ -74,7 +74,7 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 			w.rev = e.Revision()
 		}
 		rev, err := w.kv.Update(ctx, w.id, raw, w.rev)
-		if jetstream.LostCAS(err) {
+		if dataplane.LostCAS(err) {
 			w.rev = 0
 			continue
 		}
@@ -88,9 +88,9 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 }
 
 // GetOutput reads a task's output; (nil, nil) if there is none yet.
-func GetOutput(ctx context.Context, kv natsjs.KeyValue, id string) (*Output, error) {
+func GetOutput(ctx context.Context, kv jetstream.KeyValue, id string) (*Output, error) {
 	e, err := kv.Get(ctx, id)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Every task ends. Three paths make sure of it, besides the worker's own:
@@ -74,7 +74,7 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 			continue // the worker that pulls it terminates it
 		}
 		r, _, err := Get(ctx, l.store.Tasks(), m.TaskID)
-		if errors.Is(err, natsjs.ErrKeyNotFound) {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // a worker opens it from the message
 		}
 		if err != nil {
@@ -195,7 +195,7 @@ func (l *Lifecycle) WatchMaxDeliveries(ctx context.Context) error {
 
 func (l *Lifecycle) maxDelivered(ctx context.Context, a maxDeliveriesAdvisory) error {
 	msg, err := l.store.TaskStream().GetMsg(ctx, a.StreamSeq)
-	if errors.Is(err, natsjs.ErrMsgNotFound) {
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil // already removed (its worker gave up, or it was canceled)
 	}
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -13,7 +13,7 @@ import (
 // lost) and gives up tasks past the execution deadline, on the queue or
 // off it.
 func TestSweep(t *testing.T) {
-	f := newFixture(t, jetstream.Options{})
+	f := newFixture(t, dataplane.Options{})
 	clock := time.Now()
 	lc := f.lc.WithClock(func() time.Time { return clock })
 
@@ -57,7 +57,7 @@ func TestSweep(t *testing.T) {
 
 // The MAX_DELIVERIES advisory subject is the server's.
 func TestMaxDeliveriesSubject(t *testing.T) {
-	f := newFixture(t, jetstream.Options{})
+	f := newFixture(t, dataplane.Options{})
 	if got := f.env.Store.MaxDeliveriesSubject(); got != "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.BOTCTL_TASKS.workers" {
 		t.Fatalf("subject = %s", got)
 	}

@@ -18,8 +18,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/botctl/botctl/dataplane"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Exec is the execution dimension.
@@ -80,7 +80,7 @@ func StoreFailed(err error) bool {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
-	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, natsjs.ErrKeyNotFound),
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, jetstream.ErrKeyNotFound),
 		errors.Is(err, ErrFinished), errors.Is(err, ErrNotFinished), errors.Is(err, ErrSuperseded),
 		errors.Is(err, ErrConversationBusy), errors.Is(err, ErrTransition), errors.Is(err, ErrNoChange),
 		errors.As(err, &syntax), errors.As(err, &typ):
@@ -246,8 +246,8 @@ func allowed[T comparable](next []T, to T) bool {
 var ErrCorruptRecord = errors.New("corrupt record")
 
 // Get reads a record and its KV revision. Errors wrap the bucket's
-// (natsjs.ErrKeyNotFound: no such task) or ErrCorruptRecord.
-func Get(ctx context.Context, kv natsjs.KeyValue, id string) (*Record, uint64, error) {
+// (jetstream.ErrKeyNotFound: no such task) or ErrCorruptRecord.
+func Get(ctx context.Context, kv jetstream.KeyValue, id string) (*Record, uint64, error) {
 	e, err := kv.Get(ctx, id)
 	if err != nil {
 		return nil, 0, fmt.Errorf("task %s: %w", id, err)
@@ -259,8 +259,8 @@ func Get(ctx context.Context, kv natsjs.KeyValue, id string) (*Record, uint64, e
 	return &r, e.Revision(), nil
 }
 
-// create stores a new record; natsjs.ErrKeyExists if the task exists.
-func create(ctx context.Context, kv natsjs.KeyValue, r *Record) (uint64, error) {
+// create stores a new record; jetstream.ErrKeyExists if the task exists.
+func create(ctx context.Context, kv jetstream.KeyValue, r *Record) (uint64, error) {
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return 0, err
@@ -287,7 +287,7 @@ var ErrNoChange = errors.New("task: no change")
 // it at revision rev: if nobody wrote it since, the write needs no read
 // first (one bucket round trip instead of two); if somebody did, the CAS
 // fails and update starts over from a fresh read. cur is not changed.
-func updateFrom(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, error) {
+func updateFrom(ctx context.Context, kv jetstream.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, error) {
 	r, _, err := updateFromRev(ctx, kv, cur, rev, fn)
 	return r, err
 }
@@ -295,7 +295,7 @@ func updateFrom(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64
 // updateFromRev is updateFrom that also returns the record's revision
 // after it (the one read, when fn changed nothing), so that a caller can
 // chain a next update without a read.
-func updateFromRev(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
+func updateFromRev(ctx context.Context, kv jetstream.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
 	if cur == nil || rev == 0 {
 		return nil, 0, fmt.Errorf("update task: no record read to start from")
 	}
@@ -305,7 +305,7 @@ func updateFromRev(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uin
 // update applies fn to the current record and stores it only if nobody
 // changed it meanwhile, retrying on conflict. fn may run several times;
 // it returns ErrNoChange to stop without writing.
-func update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record) error) (*Record, error) {
+func update(ctx context.Context, kv jetstream.KeyValue, id string, fn func(*Record) error) (*Record, error) {
 	r, _, err := updateLoop(ctx, kv, id, nil, 0, fn)
 	return r, err
 }
@@ -314,7 +314,7 @@ func update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record)
 // rev for the first try; every retry reads it afresh. It returns the
 // record and its revision after the update (as read, when fn changed
 // nothing).
-func updateLoop(ctx context.Context, kv natsjs.KeyValue, id string, r *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
+func updateLoop(ctx context.Context, kv jetstream.KeyValue, id string, r *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
 	given := r != nil
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 || !given {
@@ -335,11 +335,11 @@ func updateLoop(ctx context.Context, kv natsjs.KeyValue, id string, r *Record, r
 		}
 		if next, err := kv.Update(ctx, id, raw, rev); err == nil {
 			return r, next, nil
-		} else if !jetstream.LostCAS(err) || attempt >= 50 {
+		} else if !dataplane.LostCAS(err) || attempt >= 50 {
 			return nil, 0, fmt.Errorf("update task %s: %w", id, err)
 		}
 		if attempt > 0 || !given { // the caller's copy was stale: read again at once
-			jetstream.CASPause(ctx, attempt)
+			dataplane.CASPause(ctx, attempt)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err

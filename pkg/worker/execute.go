@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
@@ -173,7 +173,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		lc.FreeConversation(bg, done, "finished on tier "+tier)
 	}
 	// Only the attempt that finished the task adds its turn: once.
-	key := jetstream.ConversationKey(m.Bot, m.Chat)
+	key := dataplane.ConversationKey(m.Bot, m.Chat)
 	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, m.Question, text, w.cfg.ContextTurns, w.cfg.ContextBytes); err != nil {
 		w.storeError("context_write", err)
 		log.Warn().Err(err).Msg("conversation context not updated")
@@ -239,7 +239,7 @@ func (w *Worker) prompt(ctx context.Context, m task.Message) []ai.Message {
 	}
 	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
-	conv, _, err := task.LoadConversation(lctx, w.cfg.Store.Context(), jetstream.ConversationKey(m.Bot, m.Chat))
+	conv, _, err := task.LoadConversation(lctx, w.cfg.Store.Context(), dataplane.ConversationKey(m.Bot, m.Chat))
 	if ctx.Err() == nil {
 		w.storeError("context_read", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -27,7 +27,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		// would be delivered into a request nobody reads and sit there
 		// until its ack wait: shutdown's naks wait for it.
 		fetched = make(chan struct{})
-		late    []natsjs.Msg // delivered after the stop began: handed back untouched
+		late    []jetstream.Msg // delivered after the stop began: handed back untouched
 	)
 	defer wg.Wait()
 	defer func() {
@@ -68,7 +68,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		batch, err := cons.Fetch(free, natsjs.FetchMaxWait(2*time.Second))
+		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			if ctx.Err() == nil {
 				w.natsError("fetch")
@@ -99,7 +99,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.handle(ctx, msg, fetched)
 			})
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) && ctx.Err() == nil {
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			w.log.Debug().Err(err).Msg("fetch ended with an error")
 		}
 	}
@@ -109,7 +109,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // handle runs one queue message to its end: acked when the task needs
 // nothing more, nak'd for another attempt, terminated when it can never
 // run again, left alone when a later attempt holds it.
-func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan struct{}) {
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, fetched <-chan struct{}) {
 	var m task.Message
 	if err := json.Unmarshal(msg.Data(), &m); err != nil || m.TaskID == "" {
 		w.unreserve()
@@ -165,12 +165,12 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 // for StorePatience; if none is confirmed the message is deleted by its
 // sequence, and if that fails too the sweep removes it.
 // A node stopping ends the retries (ctx), not the last tries.
-func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
+func (w *Worker) ack(ctx context.Context, msg jetstream.Msg, log zerolog.Logger) {
 	bg := context.WithoutCancel(ctx)
 	err := w.patiently(ctx, log, "ack the finished task's queue message", func() error {
 		actx, cancel := context.WithTimeout(bg, ackTimeout)
 		defer cancel()
-		if err := msg.DoubleAck(actx); err != nil && !errors.Is(err, natsjs.ErrMsgAlreadyAckd) {
+		if err := msg.DoubleAck(actx); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			w.natsError("ack")
 			return err
 		}
@@ -239,7 +239,7 @@ func (w *Worker) hold(ctx context.Context, m task.Message, log zerolog.Logger, w
 const offQueuePoll = 2 * time.Second
 
 // keepAlive sends in-progress acks every period until stopped.
-func keepAlive(ctx context.Context, msg natsjs.Msg, period time.Duration) (stop func()) {
+func keepAlive(ctx context.Context, msg jetstream.Msg, period time.Duration) (stop func()) {
 	if period <= 0 {
 		period = 10 * time.Second
 	}

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
@@ -63,7 +63,7 @@ type Config struct {
 	// other nodes. Default 0: no limit beyond Slots.
 	AIConcurrency int
 	Backend       ai.Backend
-	Store         *jetstream.Store
+	Store         *dataplane.Store
 	// SystemPrompt is prepended to every request, if set.
 	SystemPrompt string
 	// OutputInterval is the least time between two output writes of one

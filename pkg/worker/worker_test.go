@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -39,7 +39,7 @@ type running struct {
 	stop func() // ends Run and waits for it
 }
 
-func run(t *testing.T, store *jetstream.Store, node string, b ai.Backend) running {
+func run(t *testing.T, store *dataplane.Store, node string, b ai.Backend) running {
 	t.Helper()
 	return runWith(t, worker.Config{NodeID: node, Backend: b, Store: store})
 }
@@ -64,13 +64,13 @@ func runWith(t *testing.T, cfg worker.Config) running {
 }
 
 // free reports whether the conversation takes a new task (and queues one).
-func free(t *testing.T, store *jetstream.Store, chat, msgid string) bool {
+func free(t *testing.T, store *dataplane.Store, chat, msgid string) bool {
 	raw, _ := json.Marshal(task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: "next"})
 	_, err := store.PublishTask(context.Background(), "b", chat, msgid, raw)
 	return err == nil
 }
 
-func publish(t testing.TB, store *jetstream.Store, msgid, chat, question string) task.Message {
+func publish(t testing.TB, store *dataplane.Store, msgid, chat, question string) task.Message {
 	t.Helper()
 	m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: question, Received: time.Now()}
 	raw, _ := json.Marshal(m)
@@ -80,7 +80,7 @@ func publish(t testing.TB, store *jetstream.Store, msgid, chat, question string)
 	return m
 }
 
-func record(t *testing.T, store *jetstream.Store, id string) *task.Record {
+func record(t *testing.T, store *dataplane.Store, id string) *task.Record {
 	r, _, err := task.Get(context.Background(), store.Tasks(), id)
 	if err != nil {
 		return &task.Record{}
@@ -88,7 +88,7 @@ func record(t *testing.T, store *jetstream.Store, id string) *task.Record {
 	return r
 }
 
-func output(store *jetstream.Store, id string) *task.Output {
+func output(store *dataplane.Store, id string) *task.Output {
 	o, _ := task.GetOutput(context.Background(), store.Output(), id)
 	if o == nil {
 		return &task.Output{}
@@ -97,7 +97,7 @@ func output(store *jetstream.Store, id string) *task.Output {
 }
 
 func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	run(t, env.Store, "w1", demo(t, 300*time.Millisecond))
 	m := publish(t, env.Store, "m1", "alice", "what is botctl?")
 
@@ -120,7 +120,7 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 	// Multi-turn: the second task's prompt saw the first exchange.
 	var conv *task.Conversation
 	testwait.Eventually(t, waitLong, "both exchanges in the conversation context", func() bool {
-		conv, _, _ = task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
+		conv, _, _ = task.LoadConversation(context.Background(), env.Store.Context(), dataplane.ConversationKey("b", "alice"))
 		return conv != nil && len(conv.Turns) == 4
 	})
 	if conv.Turns[0].Content != "what is botctl?" || conv.Turns[2].Content != "and then?" || conv.Turns[1].Role != "assistant" {
@@ -130,7 +130,7 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 
 // Output is written coalesced: far fewer writes than deltas.
 func TestOutputIsCoalesced(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	run(t, env.Store, "w1", demo(t, time.Second)) // ~20 deltas
 	m := publish(t, env.Store, "m1", "alice", "q")
 	w, err := env.Store.Output().Watch(context.Background(), m.TaskID)
@@ -173,7 +173,7 @@ func TestStopCancels(t *testing.T) {
 }
 
 func testStop(t *testing.T, announce bool) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
 	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
@@ -210,7 +210,7 @@ func (f *failing) Stream(ctx context.Context, req ai.Request, emit func(string) 
 // A task that keeps failing is retried up to MaxDeliver, then given up:
 // recorded failed with the reason, and its conversation is free again.
 func TestFailingTaskGivenUpAfterMaxDeliver(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 3})
+	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
 	f := &failing{}
 	run(t, env.Store, "w1", f)
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -231,7 +231,7 @@ func (refusing) Stream(context.Context, ai.Request, func(string) error) error {
 }
 
 func TestBadRequestIsNotRetried(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 5})
+	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 5})
 	run(t, env.Store, "w1", refusing{})
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "failed", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
@@ -244,14 +244,14 @@ func TestBadRequestIsNotRetried(t *testing.T) {
 // redelivered after the ack wait and another worker finishes it; the
 // record counts the attempt.
 func TestWorkerCrashIsRetriedElsewhere(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{TaskAckWait: 2 * time.Second})
+	env := testenv.StartJetStream(t, dataplane.Options{TaskAckWait: 2 * time.Second})
 	// The doomed worker has its own connection, which the test cuts.
 	nc, err := nats.Connect(env.Server.ClientURL(), nats.NoReconnect())
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := natsjs.New(nc)
-	doomedStore, err := jetstream.Declare(context.Background(), js, jetstream.Options{TaskAckWait: 2 * time.Second})
+	js, _ := jetstream.New(nc)
+	doomedStore, err := dataplane.Declare(context.Background(), js, dataplane.Options{TaskAckWait: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestConfigRequired(t *testing.T) {
 // would leave it in the queue for good (no delivery is left), locking the
 // conversation. It is failed with the reason and its message removed.
 func TestStopOnFinalDeliveryFailsAndFrees(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 1})
+	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 1})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
 	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
@@ -298,7 +298,7 @@ func TestStopOnFinalDeliveryFailsAndFrees(t *testing.T) {
 // A worker stopped during an earlier delivery hands the task back: the
 // record says queued (nobody runs it), and the next worker finishes it.
 func TestStopBeforeFinalDeliveryRequeues(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 3})
+	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
@@ -316,9 +316,9 @@ func TestStopBeforeFinalDeliveryRequeues(t *testing.T) {
 // lastDeliveryRig is a queue of one delivery per task, with the
 // lifecycle's MAX_DELIVERIES watch running, and a doomed node's store on a
 // connection of its own (closing nc is its kill -9).
-func lastDeliveryRig(t *testing.T) (*testenv.JetStream, *jetstream.Store, *nats.Conn) {
+func lastDeliveryRig(t *testing.T) (*testenv.JetStream, *dataplane.Store, *nats.Conn) {
 	t.Helper()
-	opts := jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1}
+	opts := dataplane.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1}
 	env := testenv.StartJetStream(t, opts)
 	lc := task.NewLifecycle(env.Store, "n1", zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -329,8 +329,8 @@ func lastDeliveryRig(t *testing.T) (*testenv.JetStream, *jetstream.Store, *nats.
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := natsjs.New(nc)
-	doomed, err := jetstream.Declare(context.Background(), js, opts)
+	js, _ := jetstream.New(nc)
+	doomed, err := dataplane.Declare(context.Background(), js, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestKilledOnFinalDeliveryGivenUpByAdvisory(t *testing.T) {
 func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 	env, doomedStore, nc := lastDeliveryRig(t)
 	m := publish(t, env.Store, "m1", "alice", "q")
-	batch, err := doomedStore.Workers().Fetch(1, natsjs.FetchMaxWait(10*time.Second))
+	batch, err := doomedStore.Workers().Fetch(1, jetstream.FetchMaxWait(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 // earlier one's writes are refused and it stops; the user's text is one
 // attempt's, and the conversation context gets the turn once.
 func TestAttemptsAreFenced(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	slow := run(t, env.Store, "slow", demo(t, 3*time.Second))
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "attempt 1 writing", func() bool { return output(env.Store, m.TaskID).Attempt == 1 && output(env.Store, m.TaskID).Text != "" })
@@ -412,7 +412,7 @@ func TestAttemptsAreFenced(t *testing.T) {
 	}
 	// The queue copy was freed when the fallback finished it.
 	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
-	conv, _, err := task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
+	conv, _, err := task.LoadConversation(context.Background(), env.Store.Context(), dataplane.ConversationKey("b", "alice"))
 	if err != nil || len(conv.Turns) != 2 {
 		t.Fatalf("conversation context: %+v (%v), want one exchange", conv, err)
 	}
@@ -420,7 +420,7 @@ func TestAttemptsAreFenced(t *testing.T) {
 
 // Past its execution deadline a task is failed, its conversation freed.
 func TestDeadlineFailsTheTask(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, time.Minute), Store: env.Store, Deadline: time.Second})
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "failed past the deadline", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
@@ -433,7 +433,7 @@ func TestDeadlineFailsTheTask(t *testing.T) {
 // Work off the queue (a fixed worker's exec API, the leader's own tier) is
 // bounded by the slots like queue work: a full worker refuses at once.
 func TestOffQueueWorkBoundedBySlots(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, Backend: demo(t, time.Minute), Store: env.Store, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -464,7 +464,7 @@ func (l *leading) LeadsAny() bool { return l.v.Load() }
 // While the node leads a bot the worker uses its LeaderSlots (headroom for
 // the connection and pusher); once leadership ends, Slots again.
 func TestLeaderSlotsWhileLeading(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	l := &leading{}
 	l.v.Store(true)
 	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, LeaderSlots: 1, Leadership: l,
@@ -522,7 +522,7 @@ func (b *blip) Stream(ctx context.Context, req ai.Request, emit func(string) err
 // by the chaos smoke (kill-nats-server), where a task run locally during
 // the failover ended "answer not stored".
 func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	b := &blip{env: env, restarted: make(chan *infra.NATS, 1)}
 	w := runWith(t, worker.Config{NodeID: "w1", Backend: b, Store: env.Store})
@@ -552,7 +552,7 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 // started, and the conversation took a second question while the first
 // was still being answered.
 func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
 	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: demo(t, 4*time.Second), Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
 	if err != nil {
@@ -587,7 +587,7 @@ func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 // it) does not hold the task for ever: past the off-queue silence the
 // worker holding the copy runs the task itself.
 func TestSilentOffQueueAttemptTakenOver(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	lc := task.NewLifecycle(env.Store, "queue-worker", zerolog.Nop()).WithOffQueueSilence(3 * time.Second)
 	runWith(t, worker.Config{NodeID: "queue-worker", Backend: demo(t, 100*time.Millisecond), Store: env.Store, Lifecycle: lc})
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
@@ -639,7 +639,7 @@ func (c *opCounter) NATSError(op string) { c.mu.Lock(); c.heard[op]++; c.mu.Unlo
 // JetStream failed, and nothing of a task that ran with JetStream up (a
 // conversation with no context yet is not a failure).
 func TestNATSErrorHearsTaskWriteFailures(t *testing.T) {
-	env := testenv.StartJetStream(t, jetstream.Options{})
+	env := testenv.StartJetStream(t, dataplane.Options{})
 	counter := &opCounter{heard: map[string]int{}}
 	mu, heard := &counter.mu, counter.heard
 	cfg := worker.Config{NodeID: "w1", Store: env.Store, StorePatience: 300 * time.Millisecond, Logger: zerolog.Nop(),

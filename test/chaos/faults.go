@@ -9,7 +9,7 @@ import (
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
-// taskMaxDeliver is the task queue's MaxDeliver (jetstream.DefaultTaskMaxDeliver,
+// taskMaxDeliver is the task queue's MaxDeliver (dataplane.DefaultTaskMaxDeliver,
 // not imported: the scenario states what it expects of the deployment).
 const taskMaxDeliver = 5
 

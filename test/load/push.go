@@ -19,7 +19,7 @@ import (
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // version is one write of a task's output, as the watcher saw it.
@@ -41,7 +41,7 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -51,7 +51,7 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	w, err := kv.WatchAll(ctx, natsjs.UpdatesOnly())
+	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -61,7 +61,7 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 	go func() {
 		defer close(done)
 		for e := range w.Updates() {
-			if e == nil || e.Operation() != natsjs.KeyValuePut {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
 			o, err := task.DecodeOutput(e.Value())
@@ -406,7 +406,7 @@ func readRecords(ctx context.Context, url string) (map[string]*task.Record, erro
 		return nil, err
 	}
 	defer nc.Close()
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
@@ -425,7 +425,7 @@ func readRecords(ctx context.Context, url string) (map[string]*task.Record, erro
 			break // the initial values are all in
 		}
 		var r task.Record
-		if e.Operation() == natsjs.KeyValuePut && json.Unmarshal(e.Value(), &r) == nil {
+		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &r) == nil {
 			out[r.ID] = &r
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/heal/incident"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -142,8 +142,8 @@ type loop struct {
 	synthRev uint64    // revision of its record; 0 = none yet
 }
 
-func (l *loop) observe(e natsjs.KeyValueEntry) {
-	if e.Operation() != natsjs.KeyValuePut {
+func (l *loop) observe(e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
 		delete(l.incs, e.Key())
 		return
 	}

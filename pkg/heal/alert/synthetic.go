@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/heal/incident"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // SyntheticKey is the key, in the incidents bucket, of the record of the
@@ -26,9 +26,9 @@ type SyntheticRecord struct {
 
 // LastSynthetic reads when the last synthetic alert was sent, by any
 // alerter on kv (the incidents bucket); ok is false if none ever was.
-func LastSynthetic(ctx context.Context, kv natsjs.KeyValue) (rec SyntheticRecord, rev uint64, ok bool, err error) {
+func LastSynthetic(ctx context.Context, kv jetstream.KeyValue) (rec SyntheticRecord, rev uint64, ok bool, err error) {
 	e, err := kv.Get(ctx, SyntheticKey)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return rec, 0, false, nil
 	}
 	if err != nil {
@@ -72,7 +72,7 @@ func (l *loop) synthetic(ctx context.Context, now time.Time) {
 		rev, err = kv.Update(ctx, SyntheticKey, raw, l.synthRev)
 	}
 	if err != nil {
-		if jetstream.LostCAS(err) {
+		if dataplane.LostCAS(err) {
 			// Another alerter sent one meanwhile: take its time.
 			if err := l.loadSynthetic(ctx); err != nil {
 				l.log.Warn().Err(err).Msg("synthetic alert: reread failed")

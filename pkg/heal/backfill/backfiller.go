@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/rs/zerolog"
 )
@@ -38,7 +38,7 @@ type Options struct {
 type Backfiller struct {
 	opts  Options
 	bound chan struct{} // closed by Bind
-	store *jetstream.Store
+	store *dataplane.Store
 	in    Inbound
 }
 
@@ -49,7 +49,7 @@ func New(opts Options) *Backfiller {
 
 // Bind supplies JetStream's store and the inbound path, once JetStream
 // answers. Call it once.
-func (b *Backfiller) Bind(store *jetstream.Store, in Inbound) {
+func (b *Backfiller) Bind(store *dataplane.Store, in Inbound) {
 	b.store, b.in = store, in
 	close(b.bound)
 }

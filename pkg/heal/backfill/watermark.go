@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/botctl/botctl/dataplane"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -20,12 +20,12 @@ type Watermark struct {
 	Updated time.Time `json:"updated"`
 }
 
-func watermarkKey(bot string) string { return jetstream.BotKey(bot) + ".inbound" }
+func watermarkKey(bot string) string { return dataplane.BotKey(bot) + ".inbound" }
 
 // LoadWatermark reads bot's inbound watermark; zero when there is none.
-func LoadWatermark(ctx context.Context, store *jetstream.Store, bot string) (Watermark, error) {
+func LoadWatermark(ctx context.Context, store *dataplane.Store, bot string) (Watermark, error) {
 	e, err := store.Watermarks().Get(ctx, watermarkKey(bot))
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Watermark{}, nil
 	}
 	if err != nil {
@@ -43,7 +43,7 @@ func LoadWatermark(ctx context.Context, store *jetstream.Store, bot string) (Wat
 // every interval, only forward, and never while the Spool holds a task
 // or cannot say (a task there is not durable in the cluster yet).
 type Tracker struct {
-	Store  *jetstream.Store
+	Store  *dataplane.Store
 	Node   string
 	Spool  Spool // nil: nothing is ever held back
 	Logger zerolog.Logger
@@ -53,7 +53,7 @@ type Tracker struct {
 }
 
 // Spool is the node's local store-and-forward spool, as the Tracker sees
-// it: how many tasks it holds (*jetstream.Spool).
+// it: how many tasks it holds (*dataplane.Spool).
 type Spool interface {
 	Len() (int, error)
 }
@@ -121,11 +121,11 @@ func (t *Tracker) flush(ctx context.Context) {
 func (t *Tracker) advance(ctx context.Context, bot string, created time.Time) error {
 	kv := t.Store.Watermarks()
 	for try := range 10 {
-		jetstream.CASPause(ctx, try)
+		dataplane.CASPause(ctx, try)
 		e, err := kv.Get(ctx, watermarkKey(bot))
 		var rev uint64
 		switch {
-		case errors.Is(err, natsjs.ErrKeyNotFound):
+		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
 			return err
 		default:
@@ -141,7 +141,7 @@ func (t *Tracker) advance(ctx context.Context, bot string, created time.Time) er
 		} else {
 			_, err = kv.Update(ctx, watermarkKey(bot), raw, rev)
 		}
-		if err == nil || !jetstream.LostCAS(err) {
+		if err == nil || !dataplane.LostCAS(err) {
 			return err
 		}
 	}

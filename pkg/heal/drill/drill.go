@@ -35,7 +35,7 @@ import (
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pause"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Kinds of drill.
@@ -64,7 +64,7 @@ type Config struct {
 	// to the simulator (a cluster just started). Default 15s.
 	ConnectWait time.Duration
 	Incidents   *incident.Store
-	Health      natsjs.KeyValue
+	Health      jetstream.KeyValue
 	// Nodes lists the registered nodes (kill-leader only).
 	Nodes func(ctx context.Context) ([]node.Info, error)
 	// Interval between user messages. Default 1s.

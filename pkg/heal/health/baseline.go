@@ -8,7 +8,7 @@ import (
 	"math"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Baseline is a bot's inbound traffic by hour of the week, learnt from its
@@ -104,9 +104,9 @@ func (b *Baseline) Threshold(t time.Time, loc *time.Location, l BaselineLimits) 
 	return max(d, l.Floor), true
 }
 
-func loadBaseline(ctx context.Context, kv natsjs.KeyValue, bot string) (*Baseline, error) {
+func loadBaseline(ctx context.Context, kv jetstream.KeyValue, bot string) (*Baseline, error) {
 	e, err := kv.Get(ctx, baselineKey(bot))
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return &Baseline{}, nil
 	}
 	if err != nil {
@@ -119,7 +119,7 @@ func loadBaseline(ctx context.Context, kv natsjs.KeyValue, bot string) (*Baselin
 	return &b, nil
 }
 
-func saveBaseline(ctx context.Context, kv natsjs.KeyValue, bot string, b *Baseline) error {
+func saveBaseline(ctx context.Context, kv jetstream.KeyValue, bot string, b *Baseline) error {
 	raw, err := json.Marshal(b)
 	if err != nil {
 		return err

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/task"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // replayPoll is how often the compensation checks the answers it waits for.
@@ -364,15 +364,15 @@ func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string,
 // written when an answer finishes) was last written in [since, until]. It
 // reads the metadata of the bot's keys once, not their values: one
 // consumer over the conversations of the last day (the bucket's TTL).
-func activeChats(ctx context.Context, kv natsjs.KeyValue, bot string, since, until time.Time) ([]string, error) {
+func activeChats(ctx context.Context, kv jetstream.KeyValue, bot string, since, until time.Time) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	w, err := kv.Watch(ctx, jetstream.EncodeToken(bot)+".*", natsjs.MetaOnly())
+	w, err := kv.Watch(ctx, dataplane.EncodeToken(bot)+".*", jetstream.MetaOnly())
 	if err != nil {
 		return nil, fmt.Errorf("watch the conversations of bot %s: %w", bot, err)
 	}
 	defer w.Stop()
-	prefix := jetstream.EncodeToken(bot) + "."
+	prefix := dataplane.EncodeToken(bot) + "."
 	var chats []string
 	for {
 		select {
@@ -382,10 +382,10 @@ func activeChats(ctx context.Context, kv natsjs.KeyValue, bot string, since, unt
 			if !ok || e == nil {
 				return chats, nil // every current key seen
 			}
-			if e.Operation() != natsjs.KeyValuePut || e.Created().Before(since) || e.Created().After(until) {
+			if e.Operation() != jetstream.KeyValuePut || e.Created().Before(since) || e.Created().After(until) {
 				continue
 			}
-			if c, err := jetstream.DecodeToken(strings.TrimPrefix(e.Key(), prefix)); err == nil {
+			if c, err := dataplane.DecodeToken(strings.TrimPrefix(e.Key(), prefix)); err == nil {
 				chats = append(chats, c)
 			}
 		}

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/pause"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A conversation "may be incomplete" when a gap backfill could not answer
@@ -30,11 +30,11 @@ type Mark struct {
 const markPrefix = "incomplete."
 
 func markKey(bot, chat string) string {
-	return markPrefix + jetstream.EncodeToken(bot) + "." + jetstream.EncodeToken(chat)
+	return markPrefix + dataplane.EncodeToken(bot) + "." + dataplane.EncodeToken(chat)
 }
 
 // MarkIncomplete marks chats of bot as "may be incomplete".
-func MarkIncomplete(ctx context.Context, kv natsjs.KeyValue, bot string, chats []string, why string, now time.Time) error {
+func MarkIncomplete(ctx context.Context, kv jetstream.KeyValue, bot string, chats []string, why string, now time.Time) error {
 	var errs []error
 	for _, chat := range chats {
 		raw, _ := json.Marshal(Mark{Bot: bot, Chat: chat, Why: why, At: now.UTC()})
@@ -46,10 +46,10 @@ func MarkIncomplete(ctx context.Context, kv natsjs.KeyValue, bot string, chats [
 }
 
 // Marks lists the conversations marked "may be incomplete" ("" bot: all).
-func Marks(ctx context.Context, kv natsjs.KeyValue, bot string) ([]Mark, error) {
+func Marks(ctx context.Context, kv jetstream.KeyValue, bot string) ([]Mark, error) {
 	filter := markPrefix + ">"
 	if bot != "" {
-		filter = markPrefix + jetstream.EncodeToken(bot) + ".*"
+		filter = markPrefix + dataplane.EncodeToken(bot) + ".*"
 	}
 	lister, err := kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
@@ -71,7 +71,7 @@ func Marks(ctx context.Context, kv natsjs.KeyValue, bot string) ([]Mark, error) 
 
 // watchMarks keeps h's in-memory set of marked conversations, so that the
 // inbound path's check costs a map lookup, not a bucket read per message.
-func (h *Health) watchMarks(ctx context.Context, kv natsjs.KeyValue) {
+func (h *Health) watchMarks(ctx context.Context, kv jetstream.KeyValue) {
 	for ctx.Err() == nil {
 		w, err := kv.Watch(ctx, markPrefix+">")
 		if err != nil {
@@ -86,7 +86,7 @@ func (h *Health) watchMarks(ctx context.Context, kv natsjs.KeyValue) {
 			}
 			key := strings.TrimPrefix(e.Key(), markPrefix)
 			h.mu.Lock()
-			if e.Operation() == natsjs.KeyValuePut {
+			if e.Operation() == jetstream.KeyValuePut {
 				h.marks[key] = true
 			} else {
 				delete(h.marks, key)
@@ -122,7 +122,7 @@ func (h *Health) TakeIncomplete(ctx context.Context, bot, chat string) (string, 
 		return "", false
 	}
 	// Only the one who deletes this revision tells the user.
-	if err := bd.kv.Delete(ctx, key, natsjs.LastRevision(e.Revision())); err != nil {
+	if err := bd.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
 		return "", false
 	}
 	var m Mark

@@ -1,4 +1,4 @@
-package jetstream
+package dataplane
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -202,13 +202,13 @@ func NamesFor(prefix string) Names {
 // Store is botctl's data plane in JetStream, as declared by Declare. It is
 // safe for concurrent use.
 type Store struct {
-	js      natsjs.JetStream
+	js      jetstream.JetStream
 	opts    Options
 	names   Names
-	stream  natsjs.Stream
-	workers natsjs.Consumer
+	stream  jetstream.Stream
+	workers jetstream.Consumer
 
-	tasks, output, context, watermarks, undelivered, seen, health, incidents natsjs.KeyValue
+	tasks, output, context, watermarks, undelivered, seen, health, incidents jetstream.KeyValue
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -218,11 +218,11 @@ type Store struct {
 // it under (the race detector catches it), so a config that is already
 // right is left alone, and a lost creation race is not followed by an
 // update.
-func declareStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamConfig) (natsjs.Stream, error) {
+func declareStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	st, err := js.Stream(ctx, cfg.Name)
-	if errors.Is(err, natsjs.ErrStreamNotFound) {
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = js.CreateStream(ctx, cfg)
-		if err == nil || !errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
+		if err == nil || !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return st, err
 		}
 		st, err = js.Stream(ctx, cfg.Name) // another node created it first
@@ -247,9 +247,9 @@ func declareStream(ctx context.Context, js natsjs.JetStream, cfg natsjs.StreamCo
 // on node restarts was not a needless update: a CLI command had scaled
 // the consumer down to R1, fixed in cmd/botctl; the node's update back to
 // R3 came while the stream was still scaling up.)
-func declareConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error) {
+func declareConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	c, err := st.Consumer(ctx, cfg.Durable)
-	if err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, err
 	}
 	if err == nil {
@@ -266,7 +266,7 @@ func declareConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs.ConsumerC
 // declareBucket is declareStream for a KV bucket: created if missing,
 // updated only if a field botctl sets differs. Unless direct, a
 // replicated bucket is read from its stream leader only (see leaderReads).
-func declareBucket(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig, direct bool) (natsjs.KeyValue, error) {
+func declareBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, direct bool) (jetstream.KeyValue, error) {
 	kv, err := declareBucketConfig(ctx, js, cfg)
 	if err != nil || direct || cfg.Replicas <= 1 {
 		return kv, err
@@ -285,7 +285,7 @@ func declareBucket(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValue
 // keeps them: it is the hot path (read per progress frame), and the
 // pusher waits for the output the record names anyway. An R1 bucket has
 // one replica: nothing to change.
-func leaderReads(ctx context.Context, js natsjs.JetStream, bucket string, kv natsjs.KeyValue) (natsjs.KeyValue, error) {
+func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return nil, err
@@ -301,11 +301,11 @@ func leaderReads(ctx context.Context, js natsjs.JetStream, bucket string, kv nat
 	return js.KeyValue(ctx, bucket) // a handle caches the stream's config
 }
 
-func declareBucketConfig(ctx context.Context, js natsjs.JetStream, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
+func declareBucketConfig(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, natsjs.ErrBucketNotFound) {
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
-		if err == nil || !errors.Is(err, natsjs.ErrBucketExists) {
+		if err == nil || !errors.Is(err, jetstream.ErrBucketExists) {
 			return kv, err
 		}
 		kv, err = js.KeyValue(ctx, cfg.Bucket)
@@ -317,7 +317,7 @@ func declareBucketConfig(ctx context.Context, js natsjs.JetStream, cfg natsjs.Ke
 	if err != nil {
 		return nil, err
 	}
-	if bs, ok := st.(*natsjs.KeyValueBucketStatus); ok {
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		have := bs.StreamInfo().Config
 		if have.Description == cfg.Description && have.MaxMsgsPerSubject == int64(cfg.History) &&
 			have.MaxAge == cfg.TTL && have.MaxBytes == cfg.MaxBytes && have.Storage == cfg.Storage &&
@@ -336,7 +336,7 @@ func declareBucketConfig(ctx context.Context, js natsjs.JetStream, cfg natsjs.Ke
 //
 // An option the server cannot change in place (the task stream's retention,
 // for one) fails with the server's error; nothing is deleted to make it fit.
-func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, error) {
+func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -344,18 +344,18 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 	n := NamesFor(opts.Prefix)
 	s := &Store{js: js, opts: opts, names: n}
 
-	s.stream, err = declareStream(ctx, js, natsjs.StreamConfig{
+	s.stream, err = declareStream(ctx, js, jetstream.StreamConfig{
 		Name:        n.TaskStream,
 		Description: "botctl tasks: one per conversation at a time; a second is refused (the conversation mutex)",
 		Subjects:    []string{n.TaskSubjectPrefix + ".*.*"},
-		Retention:   natsjs.WorkQueuePolicy,
-		Storage:     natsjs.FileStorage,
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
 		Replicas:    opts.Replicas,
 		// The conversation mutex: at most one message per conversation
 		// subject, and the server refuses the next one (err_code 10077,
 		// "maximum messages per subject exceeded") instead of replacing it.
 		MaxMsgsPerSubject:    1,
-		Discard:              natsjs.DiscardNew,
+		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
 		// Idempotent dispatch: the WeCom msgid is the message id.
 		Duplicates: opts.DuplicateWindow,
@@ -364,11 +364,11 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 		return nil, fmt.Errorf("declare stream %s: %w", n.TaskStream, err)
 	}
 
-	s.workers, err = declareConsumer(ctx, s.stream, natsjs.ConsumerConfig{
+	s.workers, err = declareConsumer(ctx, s.stream, jetstream.ConsumerConfig{
 		Durable:       n.Consumer,
 		Description:   "botctl workers pull tasks here, on every node",
-		DeliverPolicy: natsjs.DeliverAllPolicy,
-		AckPolicy:     natsjs.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       opts.TaskAckWait,
 		MaxDeliver:    opts.TaskMaxDeliver,
 		MaxAckPending: opts.TaskMaxRunning,
@@ -384,51 +384,51 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 	// watermark sees the latest value of each key changed since), and a
 	// watermark is a single number.
 	buckets := []struct {
-		kv  *natsjs.KeyValue
-		cfg natsjs.KeyValueConfig
+		kv  *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
 	}{
-		{&s.tasks, natsjs.KeyValueConfig{
+		{&s.tasks, jetstream.KeyValueConfig{
 			Bucket:      n.TasksBucket,
 			Description: "botctl task records: raw message context, execution and delivery state; key = task id",
 			History:     1,
 			TTL:         opts.RecordTTL,
 		}},
-		{&s.output, natsjs.KeyValueConfig{
+		{&s.output, jetstream.KeyValueConfig{
 			Bucket:      n.OutputBucket,
 			Description: "botctl task output: the accumulated answer, written by workers, watched by the pusher; key = task id",
 			History:     1,
 			TTL:         opts.RecordTTL,
 		}},
-		{&s.context, natsjs.KeyValueConfig{
+		{&s.context, jetstream.KeyValueConfig{
 			Bucket:      n.ContextBucket,
 			Description: "botctl conversation context for multi-turn answers; key = <bot>.<conversation>",
 			History:     uint8(opts.ContextHistory),
 			TTL:         opts.ContextTTL,
 			MaxBytes:    opts.ContextMaxBytes,
 		}},
-		{&s.undelivered, natsjs.KeyValueConfig{
+		{&s.undelivered, jetstream.KeyValueConfig{
 			Bucket:      n.PendingBucket,
 			Description: "botctl index of tasks not yet delivered, so a new leader finds them without reading every record; key = <bot>.<task id>",
 			History:     1,
 			TTL:         opts.RecordTTL,
 		}},
-		{&s.seen, natsjs.KeyValueConfig{
+		{&s.seen, jetstream.KeyValueConfig{
 			Bucket:      n.SeenBucket,
 			Description: "botctl messages handled without a task (busy, commands, refusals), so the gap backfill does not answer them again; key = <bot>.<msgid>",
 			History:     1,
 			TTL:         SeenTTL,
 		}},
-		{&s.watermarks, natsjs.KeyValueConfig{
+		{&s.watermarks, jetstream.KeyValueConfig{
 			Bucket:      n.WatermarksBucket,
 			Description: "botctl per-bot watermarks (pusher revision, last inbound event); key = bot",
 			History:     1,
 		}},
-		{&s.health, natsjs.KeyValueConfig{
+		{&s.health, jetstream.KeyValueConfig{
 			Bucket:      n.HealthBucket,
 			Description: "botctl per-bot health: the shared record the three signals write (key = bot) and the hour-of-week silence baseline (key = baseline.<bot>)",
 			History:     1,
 		}},
-		{&s.incidents, natsjs.KeyValueConfig{
+		{&s.incidents, jetstream.KeyValueConfig{
 			Bucket:      n.IncidentsBucket,
 			Description: "botctl incidents: T1/T2/T3, downtime, how each recovered, alerts sent; key = inc.<bot>.<id>, and open.<bot> points at a bot's open incident",
 			History:     1,
@@ -436,7 +436,7 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 		}},
 	}
 	for _, b := range buckets {
-		b.cfg.Storage = natsjs.FileStorage
+		b.cfg.Storage = jetstream.FileStorage
 		b.cfg.Replicas = opts.Replicas
 		if b.cfg.MaxBytes == 0 {
 			b.cfg.MaxBytes = -1
@@ -451,10 +451,10 @@ func Declare(ctx context.Context, js natsjs.JetStream, opts Options) (*Store, er
 }
 
 // Health is the bucket of per-bot health records and silence baselines.
-func (s *Store) Health() natsjs.KeyValue { return s.health }
+func (s *Store) Health() jetstream.KeyValue { return s.health }
 
 // Incidents is the bucket of incidents (see pkg/heal/incident).
-func (s *Store) Incidents() natsjs.KeyValue { return s.incidents }
+func (s *Store) Incidents() jetstream.KeyValue { return s.incidents }
 
 // IncidentTTL is how long an incident is kept: a quarter, long enough for
 // `botctl incidents report` over the last 90 days.
@@ -467,29 +467,29 @@ func (s *Store) Names() Names { return s.names }
 func (s *Store) Options() Options { return s.opts }
 
 // JetStream returns the JetStream handle the store was declared on.
-func (s *Store) JetStream() natsjs.JetStream { return s.js }
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
 
 // TaskStream returns the task stream.
-func (s *Store) TaskStream() natsjs.Stream { return s.stream }
+func (s *Store) TaskStream() jetstream.Stream { return s.stream }
 
 // Workers returns the durable pull consumer workers fetch tasks from. A
 // worker acks a task when done (which removes it and frees the conversation),
 // sends InProgress while it runs, and calls GiveUp instead of a last Nak.
-func (s *Store) Workers() natsjs.Consumer { return s.workers }
+func (s *Store) Workers() jetstream.Consumer { return s.workers }
 
 // Tasks returns the bucket of task records, keyed by TaskKey(task id).
-func (s *Store) Tasks() natsjs.KeyValue { return s.tasks }
+func (s *Store) Tasks() jetstream.KeyValue { return s.tasks }
 
 // Output returns the bucket of per-task output, keyed by TaskKey(task id).
-func (s *Store) Output() natsjs.KeyValue { return s.output }
+func (s *Store) Output() jetstream.KeyValue { return s.output }
 
 // Context returns the bucket of conversation context, keyed by
 // ConversationKey(bot, conversation).
-func (s *Store) Context() natsjs.KeyValue { return s.context }
+func (s *Store) Context() jetstream.KeyValue { return s.context }
 
 // Watermarks returns the bucket of per-bot watermarks, keyed by
 // BotKey(bot) (or BotKey(bot)+"."+name for several per bot).
-func (s *Store) Watermarks() natsjs.KeyValue { return s.watermarks }
+func (s *Store) Watermarks() jetstream.KeyValue { return s.watermarks }
 
 // Undelivered is the index of tasks not yet delivered (bucket
 // Names.PendingBucket; "pending" there is the bucket's name, kept for the
@@ -498,7 +498,7 @@ func (s *Store) Watermarks() natsjs.KeyValue { return s.watermarks }
 // delivery is final.
 // A new leader lists its bot's keys (UndeliveredFilter) instead of reading
 // every record.
-func (s *Store) Undelivered() natsjs.KeyValue { return s.undelivered }
+func (s *Store) Undelivered() jetstream.KeyValue { return s.undelivered }
 
 // SeenTTL is how long a message handled without a task is remembered:
 // longer than any gap the backfill reads.
@@ -515,7 +515,7 @@ func (s *Store) MarkSeen(ctx context.Context, bot, msgid string) error {
 // Seen reports whether MarkSeen recorded bot's message msgid.
 func (s *Store) Seen(ctx context.Context, bot, msgid string) (bool, error) {
 	_, err := s.seen.Get(ctx, EncodeToken(bot)+"."+EncodeToken(msgid))
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}
 	if err != nil {
@@ -551,7 +551,7 @@ func (s *Store) MarkUndelivered(ctx context.Context, bot, taskID string) error {
 
 // ClearUndelivered takes a task out of the undelivered index (idempotent).
 func (s *Store) ClearUndelivered(ctx context.Context, bot, taskID string) error {
-	if err := s.undelivered.Purge(ctx, UndeliveredKey(bot, taskID)); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
+	if err := s.undelivered.Purge(ctx, UndeliveredKey(bot, taskID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("clear undelivered task %s: %w", taskID, err)
 	}
 	return nil
@@ -560,7 +560,7 @@ func (s *Store) ClearUndelivered(ctx context.Context, bot, taskID string) error 
 // UndeliveredTasks lists the ids of bot's tasks in the undelivered index.
 func (s *Store) UndeliveredTasks(ctx context.Context, bot string) ([]string, error) {
 	lister, err := s.undelivered.ListKeysFiltered(ctx, UndeliveredFilter(bot))
-	if errors.Is(err, natsjs.ErrNoKeysFound) {
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -1,4 +1,4 @@
-package jetstream
+package dataplane
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // runForwarder runs f until the test ends; the cleanup stops it and waits.
@@ -197,13 +197,13 @@ func TestForwarderSurvivesOutage(t *testing.T) {
 	var got []string
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := st.TaskStream().GetMsg(ctx, seq)
-		if errors.Is(err, natsjs.ErrMsgNotFound) {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, m.Header.Get(natsjs.MsgIDHeader))
+		got = append(got, m.Header.Get(jetstream.MsgIDHeader))
 	}
 	if len(got) != n+5 {
 		t.Fatalf("read %d tasks, want %d: %v", len(got), n+5, got)

@@ -1,10 +1,11 @@
-// Package jetstream is botctl's data plane in NATS JetStream: the task work
+// Package dataplane is botctl's data plane in NATS JetStream: the task work
 // queue that is also the per-conversation mutex, the KV buckets every node
 // shares (task records, output, conversation context, watermarks), and the
 // local bbolt spool that keeps received tasks while JetStream is out of
 // reach.
 //
-// It keeps JetStream's own types: Store hands out the nats.go
+// It keeps JetStream's own types (its name is not JetStream's, so callers
+// import nats.go's jetstream package as it is): Store hands out the nats.go
 // jetstream.Stream, Consumer and KeyValue it declared, and adds only what
 // botctl must get exactly right on top of them.
 //
@@ -48,4 +49,4 @@
 //
 // Order is kept per spool and per stream, not across tiers: while a node's
 // spool is not empty, the node must spool new tasks too (see Spool).
-package jetstream
+package dataplane

@@ -1,15 +1,15 @@
-package jetstream
+package dataplane
 
 import (
 	"strconv"
 	"testing"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // nextUpdate waits for the watcher's next update, nil being "caught up".
-func nextUpdate(t *testing.T, w natsjs.KeyWatcher) natsjs.KeyValueEntry {
+func nextUpdate(t *testing.T, w jetstream.KeyWatcher) jetstream.KeyValueEntry {
 	t.Helper()
 	select {
 	case e, ok := <-w.Updates():
@@ -57,7 +57,7 @@ func TestWatchResumesFromRevision(t *testing.T) {
 		t.Fatalf("revisions: a=%d b=%d", revA, revB)
 	}
 
-	w, err := out.WatchAll(ctx, natsjs.ResumeFromRevision(wm))
+	w, err := out.WatchAll(ctx, jetstream.ResumeFromRevision(wm))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestWatchResumesFromRevision(t *testing.T) {
 	}
 
 	// Resuming past the end: caught up at once.
-	w2, err := out.WatchAll(ctx, natsjs.ResumeFromRevision(rev+1))
+	w2, err := out.WatchAll(ctx, jetstream.ResumeFromRevision(rev+1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,13 +111,13 @@ func TestTaskRecordRevisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Tasks().Create(ctx, TaskKey("t1"), []byte("queued")); !errorsIs(err, natsjs.ErrKeyExists) {
+	if _, err := st.Tasks().Create(ctx, TaskKey("t1"), []byte("queued")); !errorsIs(err, jetstream.ErrKeyExists) {
 		t.Fatalf("second Create: %v, want ErrKeyExists", err)
 	}
 	if _, err := st.Tasks().Update(ctx, TaskKey("t1"), []byte("running"), rev); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Tasks().Update(ctx, TaskKey("t1"), []byte("running elsewhere"), rev); !errorsIs(err, natsjs.ErrKeyRevisionMismatch) && !errorsIs(err, natsjs.ErrKeyExists) {
+	if _, err := st.Tasks().Update(ctx, TaskKey("t1"), []byte("running elsewhere"), rev); !errorsIs(err, jetstream.ErrKeyRevisionMismatch) && !errorsIs(err, jetstream.ErrKeyExists) {
 		t.Fatalf("stale Update: %v, want a revision mismatch", err)
 	}
 }

@@ -1,10 +1,10 @@
-package jetstream
+package dataplane
 
 import (
 	"testing"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Two environments on one NATS account, told apart by their prefixes: a
@@ -37,7 +37,7 @@ func TestTwoPrefixesDoNotSeeEachOthersTasks(t *testing.T) {
 		st   *Store
 		want string
 	}{"prod": {prod, "prod task"}, "staging": {staging, "staging task"}} {
-		batch, err := tc.st.Workers().Fetch(10, natsjs.FetchMaxWait(2*time.Second))
+		batch, err := tc.st.Workers().Fetch(10, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestTwoPrefixesDoNotSeeEachOthersTasks(t *testing.T) {
 			t.Fatalf("%s workers pulled %q, want only %q", name, got, tc.want)
 		}
 	}
-	if _, err := staging.Tasks().Get(ctx, "rec-prod"); !errorsIs(err, natsjs.ErrKeyNotFound) {
+	if _, err := staging.Tasks().Get(ctx, "rec-prod"); !errorsIs(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("staging read prod's record: %v", err)
 	}
 	if prod.Names().TaskStream == staging.Names().TaskStream || prod.Names().TaskSubjectPrefix == staging.Names().TaskSubjectPrefix {

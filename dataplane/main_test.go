@@ -1,4 +1,4 @@
-package jetstream
+package dataplane
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
@@ -72,7 +72,7 @@ func (s *server) url() string { return "nats://" + s.addr }
 
 // connect is a client of s that reconnects for ever (a short wait between
 // tries); the test's cleanup closes it.
-func connect(t *testing.T, s *server, opts ...nats.Option) (*nats.Conn, natsjs.JetStream) {
+func connect(t *testing.T, s *server, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	opts = append([]nats.Option{
 		nats.MaxReconnects(-1),
@@ -84,7 +84,7 @@ func connect(t *testing.T, s *server, opts ...nats.Option) (*nats.Conn, natsjs.J
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := natsjs.New(nc)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // declare declares the store on js with opts, failing the test on error.
-func declare(t *testing.T, js natsjs.JetStream, opts Options) *Store {
+func declare(t *testing.T, js jetstream.JetStream, opts Options) *Store {
 	t.Helper()
 	opts.Logger = testLogger(t)
 	st, err := Declare(ctxT(t), js, opts)

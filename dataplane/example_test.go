@@ -1,13 +1,13 @@
-package jetstream_test
+package dataplane_test
 
 import (
 	"context"
 	"errors"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
+	"github.com/botctl/botctl/dataplane"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The leader's inbound path: publish the task; on ErrUnavailable spool it
@@ -19,19 +19,19 @@ func Example_leader() {
 		nats.MaxReconnects(-1),
 		nats.ReconnectBufSize(-1)) // fail fast while disconnected
 	defer nc.Close()
-	js, _ := natsjs.New(nc)
-	store, err := jetstream.Declare(ctx, js, jetstream.Options{})
+	js, _ := jetstream.New(nc)
+	store, err := dataplane.Declare(ctx, js, dataplane.Options{})
 	if err != nil {
 		return
 	}
-	spool, err := jetstream.OpenSpool("/var/lib/botctl/spool.db")
+	spool, err := dataplane.OpenSpool("/var/lib/botctl/spool.db")
 	if err != nil {
 		return
 	}
 	defer spool.Close()
-	fw, _ := jetstream.NewForwarder(jetstream.ForwarderConfig{
+	fw, _ := dataplane.NewForwarder(dataplane.ForwarderConfig{
 		Spool: spool,
-		Publish: store.SpoolPublisher(func(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
+		Publish: store.SpoolPublisher(func(e dataplane.SpoolEntry, res dataplane.PublishResult, err error) {
 			// record the outcome; tell the user if the conversation was busy
 		}),
 	})
@@ -50,13 +50,13 @@ func Example_leader() {
 				return nil // already handled
 			case err == nil:
 				return nil // queued: persist the record, send the receipt
-			case errors.Is(err, jetstream.ErrConversationBusy):
+			case errors.Is(err, dataplane.ErrConversationBusy):
 				return err // an answer: "a task is already running"
-			case !errors.Is(err, jetstream.ErrUnavailable):
+			case !errors.Is(err, dataplane.ErrUnavailable):
 				return err // rejected: record as failed
 			}
 		}
-		if err := spool.Append(jetstream.SpoolEntry{Bot: bot, Conversation: conv, MsgID: msgid, Payload: payload, Received: time.Now()}); err != nil {
+		if err := spool.Append(dataplane.SpoolEntry{Bot: bot, Conversation: conv, MsgID: msgid, Payload: payload, Received: time.Now()}); err != nil {
 			return err
 		}
 		fw.Kick()
@@ -71,14 +71,14 @@ func Example_worker() {
 	ctx := context.Background()
 	nc, _ := nats.Connect(nats.DefaultURL)
 	defer nc.Close()
-	js, _ := natsjs.New(nc)
-	store, err := jetstream.Declare(ctx, js, jetstream.Options{})
+	js, _ := jetstream.New(nc)
+	store, err := dataplane.Declare(ctx, js, dataplane.Options{})
 	if err != nil {
 		return
 	}
 	run := func(ctx context.Context, bot, conv string, task []byte) error { return nil }
 
-	batch, err := store.Workers().Fetch(1, natsjs.FetchMaxWait(30*time.Second))
+	batch, err := store.Workers().Fetch(1, jetstream.FetchMaxWait(30*time.Second))
 	if err != nil {
 		return
 	}

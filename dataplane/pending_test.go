@@ -1,4 +1,4 @@
-package jetstream
+package dataplane
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package jetstream
+package dataplane
 
 import (
 	"context"
@@ -9,18 +9,18 @@ import (
 
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // fetchOne pulls the next task from the workers consumer, failing the test
 // if none arrives within a generous wait.
-func fetchOne(t *testing.T, st *Store) natsjs.Msg {
+func fetchOne(t *testing.T, st *Store) jetstream.Msg {
 	t.Helper()
-	batch, err := st.Workers().Fetch(1, natsjs.FetchMaxWait(20*time.Second))
+	batch, err := st.Workers().Fetch(1, jetstream.FetchMaxWait(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got natsjs.Msg
+	var got jetstream.Msg
 	for m := range batch.Messages() {
 		got = m
 	}
@@ -71,8 +71,8 @@ func TestPublishTaskQueues(t *testing.T) {
 		t.Fatalf("PublishTask = %+v, want seq 1, not a duplicate", res)
 	}
 	m := fetchOne(t, st)
-	if string(m.Data()) != "hello" || m.Headers().Get(natsjs.MsgIDHeader) != "msg-1" {
-		t.Fatalf("delivered %q with msgid %q", m.Data(), m.Headers().Get(natsjs.MsgIDHeader))
+	if string(m.Data()) != "hello" || m.Headers().Get(jetstream.MsgIDHeader) != "msg-1" {
+		t.Fatalf("delivered %q with msgid %q", m.Data(), m.Headers().Get(jetstream.MsgIDHeader))
 	}
 	gotBot, gotConv, err := st.ParseTaskSubject(m.Subject())
 	if err != nil || gotBot != bot || gotConv != conv {
@@ -139,7 +139,7 @@ func TestPublishBusyConversation(t *testing.T) {
 	}
 	_, err := st.PublishTask(ctx, "bot", "alice", "m2", nil)
 	assertOnlyBusy(t, err)
-	var apiErr *natsjs.APIError
+	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		t.Fatalf("busy error %v carries no *jetstream.APIError", err)
 	}
@@ -215,7 +215,7 @@ func TestPublishNoStream(t *testing.T) {
 	}
 	_, err := st.PublishTask(ctx, "bot", "alice", "m1", nil)
 	assertUnavailable(t, err)
-	if !errors.Is(err, natsjs.ErrNoStreamResponse) {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("error = %v, want it to wrap jetstream.ErrNoStreamResponse", err)
 	}
 }
@@ -246,8 +246,8 @@ func TestPublishRejected(t *testing.T) {
 // classify on errors the server gives for other reasons under the same
 // err_code 10077 and code 503.
 func TestClassify(t *testing.T) {
-	api := func(code int, errCode natsjs.ErrorCode, desc string) error {
-		return fmt.Errorf("nats: %w", &natsjs.APIError{Code: code, ErrorCode: errCode, Description: desc})
+	api := func(code int, errCode jetstream.ErrorCode, desc string) error {
+		return fmt.Errorf("nats: %w", &jetstream.APIError{Code: code, ErrorCode: errCode, Description: desc})
 	}
 	expired, cancel := context.WithTimeout(context.Background(), -time.Second)
 	defer cancel()
@@ -265,10 +265,10 @@ func TestClassify(t *testing.T) {
 		{"wrong stream", api(400, 10060, "expected stream does not match"), ErrTaskRejected},
 		{"timeout", context.DeadlineExceeded, ErrUnavailable},
 		{"nats timeout", nats.ErrTimeout, ErrUnavailable},
-		{"no responders", natsjs.ErrNoStreamResponse, ErrUnavailable},
+		{"no responders", jetstream.ErrNoStreamResponse, ErrUnavailable},
 		{"closed", nats.ErrConnectionClosed, ErrUnavailable},
 		{"reconnecting", nats.ErrReconnectBufExceeded, ErrUnavailable},
-		{"bad ack", natsjs.ErrInvalidJSAck, ErrUnavailable},
+		{"bad ack", jetstream.ErrInvalidJSAck, ErrUnavailable},
 		{"max payload", nats.ErrMaxPayload, ErrTaskRejected},
 	} {
 		got := classify(expired, tc.err)
@@ -295,7 +295,7 @@ func TestMaxDeliverLocksConversationUntilGiveUp(t *testing.T) {
 	if _, err := st.PublishTask(ctx, "bot", "alice", "m1", nil); err != nil {
 		t.Fatal(err)
 	}
-	var last natsjs.Msg
+	var last jetstream.Msg
 	for i := 1; i <= 3; i++ {
 		last = fetchOne(t, st)
 		if got, want := st.FinalDelivery(last), i == 3; got != want {
@@ -306,7 +306,7 @@ func TestMaxDeliverLocksConversationUntilGiveUp(t *testing.T) {
 		}
 	}
 	// No fourth delivery...
-	batch, err := st.Workers().Fetch(1, natsjs.FetchMaxWait(time.Second))
+	batch, err := st.Workers().Fetch(1, jetstream.FetchMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestMaxDeliverLocksConversationUntilGiveUp(t *testing.T) {
 
 	// nats.go will not send Term for a nacked message; GiveUp still frees
 	// the conversation, and has done so when it returns.
-	if err := last.Term(); !errors.Is(err, natsjs.ErrMsgAlreadyAckd) {
+	if err := last.Term(); !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 		t.Fatalf("Term after Nak: %v, want ErrMsgAlreadyAckd (client-side)", err)
 	}
 	if err := st.GiveUp(ctx, last, "failed 3 times: backend error"); err != nil {

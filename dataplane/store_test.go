@@ -1,4 +1,4 @@
-package jetstream
+package dataplane
 
 import (
 	"reflect"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestDeclareCreatesEverything(t *testing.T) {
@@ -41,8 +41,8 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := info.Config
-	if c.Retention != natsjs.WorkQueuePolicy || c.MaxMsgsPerSubject != 1 || !c.DiscardNewPerSubject ||
-		c.Discard != natsjs.DiscardNew || c.Duplicates != 10*time.Minute || c.Storage != natsjs.FileStorage ||
+	if c.Retention != jetstream.WorkQueuePolicy || c.MaxMsgsPerSubject != 1 || !c.DiscardNewPerSubject ||
+		c.Discard != jetstream.DiscardNew || c.Duplicates != 10*time.Minute || c.Storage != jetstream.FileStorage ||
 		c.Replicas != 1 || !reflect.DeepEqual(c.Subjects, []string{"botctl.tasks.*.*"}) {
 		t.Fatalf("task stream config = %+v", c)
 	}
@@ -52,13 +52,13 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := ci.Config
-	if cc.Durable != "workers" || cc.AckPolicy != natsjs.AckExplicitPolicy || cc.AckWait != 30*time.Second || cc.MaxDeliver != 5 ||
+	if cc.Durable != "workers" || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.AckWait != 30*time.Second || cc.MaxDeliver != 5 ||
 		cc.MaxAckPending != DefaultTaskMaxRunning {
 		t.Fatalf("workers consumer config = %+v", cc)
 	}
 
 	for _, b := range []struct {
-		kv      natsjs.KeyValue
+		kv      jetstream.KeyValue
 		name    string
 		history int64
 		ttl     time.Duration
@@ -97,7 +97,7 @@ func TestDeclareIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Hold the task un-acked: a worker is running it.
-	if batch, err := st.Workers().Fetch(1, natsjs.FetchMaxWait(10*time.Second)); err != nil {
+	if batch, err := st.Workers().Fetch(1, jetstream.FetchMaxWait(10*time.Second)); err != nil {
 		t.Fatal(err)
 	} else {
 		for range batch.Messages() {
@@ -144,11 +144,11 @@ func TestDeclareIsIdempotent(t *testing.T) {
 // declared is what Declare decides: stream, consumer and bucket configs,
 // plus creation times (a re-creation would change them).
 type declared struct {
-	Stream   natsjs.StreamConfig
+	Stream   jetstream.StreamConfig
 	Created  time.Time
-	Consumer natsjs.ConsumerConfig
+	Consumer jetstream.ConsumerConfig
 	CCreated time.Time
-	Buckets  map[string]natsjs.StreamConfig
+	Buckets  map[string]jetstream.StreamConfig
 }
 
 func snapshot(t *testing.T, st *Store) declared {
@@ -162,8 +162,8 @@ func snapshot(t *testing.T, st *Store) declared {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := declared{Stream: info.Config, Created: info.Created.UTC(), Consumer: ci.Config, CCreated: ci.Created.UTC(), Buckets: map[string]natsjs.StreamConfig{}}
-	for _, kv := range []natsjs.KeyValue{st.Tasks(), st.Output(), st.Context(), st.Watermarks()} {
+	d := declared{Stream: info.Config, Created: info.Created.UTC(), Consumer: ci.Config, CCreated: ci.Created.UTC(), Buckets: map[string]jetstream.StreamConfig{}}
+	for _, kv := range []jetstream.KeyValue{st.Tasks(), st.Output(), st.Context(), st.Watermarks()} {
 		s, err := st.JetStream().Stream(ctx, "KV_"+kv.Bucket())
 		if err != nil {
 			t.Fatal(err)

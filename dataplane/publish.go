@@ -1,4 +1,4 @@
-package jetstream
+package dataplane
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Errors of PublishTask, checked with errors.Is. Exactly one of them, or
@@ -49,7 +49,7 @@ const tooLargeDescription = "message too large"
 
 // errCodeStoreFailed is nats-server's JSStreamStoreFailedF; nats.go has no
 // constant for it.
-const errCodeStoreFailed natsjs.ErrorCode = 10077
+const errCodeStoreFailed jetstream.ErrorCode = 10077
 
 // PublishResult is JetStream's acknowledgement of a published task.
 type PublishResult struct {
@@ -83,10 +83,10 @@ func (s *Store) PublishTask(ctx context.Context, bot, conversation, msgid string
 	}
 	subj := s.names.TaskSubject(bot, conversation)
 	ack, err := s.js.Publish(ctx, subj, payload,
-		natsjs.WithMsgID(msgid),
+		jetstream.WithMsgID(msgid),
 		// A subject captured by another stream would take our tasks
 		// somewhere no worker reads: refuse instead.
-		natsjs.WithExpectStream(s.names.TaskStream))
+		jetstream.WithExpectStream(s.names.TaskStream))
 	if err != nil {
 		return PublishResult{}, fmt.Errorf("publish task %s of bot %s conversation %s: %w", msgid, bot, conversation, classify(ctx, err))
 	}
@@ -96,7 +96,7 @@ func (s *Store) PublishTask(ctx context.Context, bot, conversation, msgid string
 // classify maps a publish error to ErrConversationBusy, ErrTaskRejected,
 // ErrUnavailable or the caller's cancellation, keeping err in the chain.
 func classify(ctx context.Context, err error) error {
-	var apiErr *natsjs.APIError
+	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch {
 		case apiErr.ErrorCode == errCodeStoreFailed && apiErr.Description == busyDescription:
@@ -116,7 +116,7 @@ func classify(ctx context.Context, err error) error {
 		// The caller gave up (shutdown); the publish may have landed.
 		return err
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject),
-		errors.Is(err, natsjs.ErrInvalidSubject), errors.Is(err, natsjs.ErrInvalidOption):
+		errors.Is(err, jetstream.ErrInvalidSubject), errors.Is(err, jetstream.ErrInvalidOption):
 		return fmt.Errorf("%w: %w", ErrTaskRejected, err)
 	default:
 		// No answer from JetStream: timeout, no responders, connection
@@ -128,7 +128,7 @@ func classify(ctx context.Context, err error) error {
 // FinalDelivery reports whether msg is on its last delivery: if the worker
 // fails it now, it must call GiveUp rather than Nak, or the task stays in
 // the queue and its conversation stays busy for good.
-func (s *Store) FinalDelivery(msg natsjs.Msg) bool {
+func (s *Store) FinalDelivery(msg jetstream.Msg) bool {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return false
@@ -148,7 +148,7 @@ func (s *Store) FinalDelivery(msg natsjs.Msg) bool {
 // acked or nacked (ErrMsgAlreadyAckd) — the usual case for a worker that
 // nacked its last delivery. The delete is confirmed by the server.
 // Recording the reason in the task record is the caller's job.
-func (s *Store) GiveUp(ctx context.Context, msg natsjs.Msg, reason string) error {
+func (s *Store) GiveUp(ctx context.Context, msg jetstream.Msg, reason string) error {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return fmt.Errorf("give up task: %w", err)
@@ -156,7 +156,7 @@ func (s *Store) GiveUp(ctx context.Context, msg natsjs.Msg, reason string) error
 	seq := meta.Sequence.Stream
 	log := s.opts.Logger.With().Str("subject", msg.Subject()).Uint64("seq", seq).
 		Uint64("deliveries", meta.NumDelivered).Str("reason", reason).Logger()
-	if err := msg.TermWithReason(reason); err != nil && !errors.Is(err, natsjs.ErrMsgAlreadyAckd) {
+	if err := msg.TermWithReason(reason); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 		// Keep going: the delete below is what frees the conversation.
 		log.Warn().Err(err).Msg("terminate task")
 	}
@@ -174,7 +174,7 @@ func (s *Store) deleteTask(ctx context.Context, seq uint64) error {
 		return nil
 	}
 	// A failed delete says why only in text; ask whether it is gone.
-	if _, gerr := s.stream.GetMsg(ctx, seq); errors.Is(gerr, natsjs.ErrMsgNotFound) {
+	if _, gerr := s.stream.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
 		return nil
 	}
 	return err
@@ -191,7 +191,7 @@ func (s *Store) deleteTask(ctx context.Context, seq uint64) error {
 func (s *Store) ReleaseConversation(ctx context.Context, bot, conversation, reason string) (uint64, error) {
 	subj := s.names.TaskSubject(bot, conversation)
 	msg, err := s.stream.GetLastMsgForSubject(ctx, subj)
-	if errors.Is(err, natsjs.ErrMsgNotFound) {
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
 	if err != nil {
@@ -217,9 +217,9 @@ func (s *Store) RemoveTask(ctx context.Context, seq uint64) error {
 
 // ConversationTask is the conversation's message in the task queue, if it
 // has one: (nil, nil) when the conversation is free.
-func (s *Store) ConversationTask(ctx context.Context, bot, conversation string) (*natsjs.RawStreamMsg, error) {
+func (s *Store) ConversationTask(ctx context.Context, bot, conversation string) (*jetstream.RawStreamMsg, error) {
 	msg, err := s.stream.GetLastMsgForSubject(ctx, s.names.TaskSubject(bot, conversation))
-	if errors.Is(err, natsjs.ErrMsgNotFound) {
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
 	if err != nil {
@@ -232,7 +232,7 @@ func (s *Store) ConversationTask(ctx context.Context, bot, conversation string) 
 // in the task queue (queued, running or stuck), for the lifecycle's sweep.
 func (s *Store) QueuedConversations(ctx context.Context, bot string) ([]string, error) {
 	filter := s.names.TaskSubjectPrefix + "." + EncodeToken(bot) + ".*"
-	info, err := s.stream.Info(ctx, natsjs.WithSubjectFilter(filter))
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, fmt.Errorf("list queued conversations of bot %s: %w", bot, err)
 	}
@@ -260,13 +260,13 @@ func (s *Store) MaxDeliveriesSubject() string {
 // revision may well be right: on R3 buckets a write can be refused so
 // several times in a row). Pause with CASPause before the retry.
 func LostCAS(err error) bool {
-	var apiErr *natsjs.APIError
-	return errors.Is(err, natsjs.ErrKeyExists) ||
-		(errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == errCodeWriteInFlight))
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == errCodeWriteInFlight))
 }
 
 // errCodeWriteInFlight is nats-server's JSStreamWrongLastSequenceConstantErr.
-const errCodeWriteInFlight natsjs.ErrorCode = 10164
+const errCodeWriteInFlight jetstream.ErrorCode = 10164
 
 // CASPause waits before retry n of a lost compare-and-set: not at all at
 // first, then a little longer each time (up to 100 ms), so that a write

@@ -1,12 +1,12 @@
-package jetstream_test
+package dataplane_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
-	"github.com/botctl/botctl/jetstream"
 )
 
 // On R3, every bucket but the output is read from its stream leader: a
@@ -15,7 +15,7 @@ import (
 // CAS update). On R1 nothing changes.
 func TestReplicatedBucketsReadFromTheLeader(t *testing.T) {
 	urls := testenv.StartNATSCluster(t, 3)
-	st, js := testenv.DeclareOnCluster(t, urls, jetstream.Options{Replicas: 3})
+	st, js := testenv.DeclareOnCluster(t, urls, dataplane.Options{Replicas: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	n := st.Names()
@@ -30,7 +30,7 @@ func TestReplicatedBucketsReadFromTheLeader(t *testing.T) {
 	}
 	// A second declare (another node starting) keeps it so, and the
 	// store's handles read through the leader: a create is seen at once.
-	st2, err := jetstream.Declare(ctx, js, jetstream.Options{Replicas: 3})
+	st2, err := dataplane.Declare(ctx, js, dataplane.Options{Replicas: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
