@@ -20,7 +20,7 @@ build:
 # scripts/check-tracked.sh: no tracked file over 2 MB or executable binary.
 test:
 	bash scripts/check-tracked.sh
-	$(GO) vet $(PKGS)
+	$(MAKE) lint
 	bash scripts/ensure-chromium.sh
 	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(PKGS)
 	$(MAKE) chaos-smoke
@@ -74,6 +74,8 @@ chaos:
 chaos-smoke:
 	BOTCTL_CHAOS=1 $(GO) test -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
 
+# go vet and staticcheck (a pinned version from the Go module proxy);
+# make test runs it first.
 lint:
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)

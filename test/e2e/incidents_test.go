@@ -42,7 +42,7 @@ func incidents(t *testing.T, c *cluster.Cluster, args ...string) []incident.Inci
 func TestIncidentsOfADropAndACrash(t *testing.T) {
 	c := newCluster(t, []string{"b1"})
 	startNodes(t, c, 2)
-	leaders := waitStable(t, c)
+	waitStable(t, c)
 
 	if err := c.Fault("b1", "drop", 0); err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestIncidentsOfADropAndACrash(t *testing.T) {
 	}
 
 	// Kill the leader; a message sent meanwhile is answered late.
-	leaders = waitStable(t, c)
+	leaders := waitStable(t, c)
 	old := c.Node(leaders["b1"])
 	old.Proc.Kill()
 	if _, err := c.PostMessage("b1", "dave", "are you there"); err != nil {

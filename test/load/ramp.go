@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/botctl/botctl/pkg/ai"
@@ -224,7 +223,6 @@ type rampOpts struct {
 	grace  time.Duration
 	idle   time.Duration // how long to measure the idle cost before the load
 	tick   time.Duration // the naive bot's ticker
-	keep   bool
 	profHz int
 	logf   func(string, ...any)
 	// self is this program, run as the etcd, NATS and naive-bot
@@ -586,5 +584,3 @@ func sortedKeys[M ~map[string]V, V any](m M) []string {
 	slices.Sort(ks)
 	return ks
 }
-
-var logMu sync.Mutex
