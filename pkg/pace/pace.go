@@ -17,7 +17,7 @@ import (
 type Budget struct {
 	limit  int
 	window time.Duration
-	now    func() time.Time
+	now    func() time.Time // the clock (New's argument: a test seam); time.Now by default
 
 	mu      sync.Mutex
 	sends   map[string][]time.Time // per conversation, oldest first

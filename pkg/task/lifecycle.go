@@ -30,7 +30,7 @@ import (
 type Lifecycle struct {
 	store *dataplane.Store
 	node  string
-	now   func() time.Time
+	now   func() time.Time // the clock of every transition (WithClock: a test seam)
 	log   zerolog.Logger
 	quiet bool // announce nothing (tests of the paths that survive a lost announcement)
 	// offQueueSilence: see WithOffQueueSilence.

@@ -33,7 +33,7 @@ type OutputWriter struct {
 	kv      jetstream.KeyValue
 	id, bot string
 	attempt int
-	now     func() time.Time
+	now     func() time.Time // the clock of each write's time (the lifecycle's)
 	rev     uint64 // revision of this writer's last write (0: none yet)
 }
 

@@ -50,7 +50,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	type route struct {
 		method string
-		handle func(http.ResponseWriter, *http.Request)
+		handle func(http.ResponseWriter, *http.Request) // the control API's handler of method on the path
 	}
 	routes := map[string][]route{
 		"/control/messages":   {{http.MethodPost, s.httpMessages}},
