@@ -34,7 +34,7 @@ type OutputWriter struct {
 	id, bot string
 	attempt int
 	now     func() time.Time // the clock of each write's time (the lifecycle's)
-	rev     uint64 // revision of this writer's last write (0: none yet)
+	rev     uint64           // revision of this writer's last write (0: none yet)
 }
 
 // Output is the fenced output writer of attempt of task id.
