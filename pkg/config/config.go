@@ -148,6 +148,15 @@ type NATS struct {
 	// account need two prefixes, or each runs the other's tasks. Upper
 	// case. Default BOTCTL.
 	Prefix string `yaml:"prefix"`
+	// PingInterval is how often the node pings its NATS server when the
+	// connection is otherwise quiet; after MaxPingsOut pings without an
+	// answer the connection is taken as dead and the node reconnects (to
+	// another server of the cluster when the URL names several). A frozen
+	// server (SIGSTOP, a link that drops packets without a reset) is so
+	// noticed in about PingInterval × (MaxPingsOut+1). Default 5s (nats.go's
+	// own, 2 minutes, noticed one after about 4 to 6 minutes). Lower is
+	// sooner but a busy server answers pings late too.
+	PingInterval time.Duration `yaml:"ping_interval"`
 	// One way to authenticate, at most: CredsFile (a user JWT and seed,
 	// `nsc generate creds`), NKeyFile (a user nkey seed, `nk -gen user`),
 	// or User with PasswordFile.
@@ -277,7 +286,7 @@ func Defaults() Config {
 		AI:       AI{Kind: AIKindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
-		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix},
+		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second},
 	}
 	c.Health, c.Recovery = healthDefaults()
 	c.Alert = alertDefaults()
@@ -569,6 +578,9 @@ func (c *Config) Validate() error {
 	}
 	if strings.Count(c.Push.HeartbeatLine, "%") != 2 || !strings.Contains(c.Push.HeartbeatLine, "d") {
 		bad("push.heartbeat_line", "%q: want a line with two integer verbs for minutes and seconds, e.g. \"已进行 %%d 分 %%02d 秒，仍在处理中\"", c.Push.HeartbeatLine)
+	}
+	if c.NATS.PingInterval < time.Second || c.NATS.PingInterval > 10*time.Minute {
+		bad("nats.ping_interval", "%s: want 1s to 10m (a frozen NATS server is noticed after about 3 of them)", c.NATS.PingInterval)
 	}
 	if c.NATS.Replicas != 1 && c.NATS.Replicas != 3 && c.NATS.Replicas != 5 {
 		bad("nats.replicas", "%d: want 1 (single server), 3 or 5 (cluster)", c.NATS.Replicas)

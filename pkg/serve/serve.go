@@ -38,6 +38,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// natsMaxPingsOut is how many pings may go unanswered before the NATS
+// connection is taken as dead (nats.go's default).
+const natsMaxPingsOut = 2
+
 // Options are what Run needs besides the validated configuration.
 type Options struct {
 	Config  config.Config // validated, secrets resolved
@@ -132,8 +136,11 @@ func Run(ctx context.Context, o Options) error {
 	// then errors at once and the dispatcher falls back, instead of
 	// waiting in a buffer that may deliver later. RetryOnFailedConnect: a
 	// node starts while NATS is down, and connects when it is back.
+	// PingInterval and MaxPingsOut: a frozen server is left for another
+	// within seconds (config.NATS.PingInterval).
 	nc, err := nats.Connect(o.NATSURL, append(slices.Clip(o.NATSOptions), nats.Name("botctl "+cfg.NodeID), nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))...)
+		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true),
+		nats.PingInterval(cfg.NATS.PingInterval), nats.MaxPingsOutstanding(natsMaxPingsOut))...)
 	if err != nil {
 		return fmt.Errorf("connect NATS %s: %w", redact.URL(o.NATSURL), redact.Error(err))
 	}
