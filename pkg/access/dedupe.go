@@ -22,9 +22,9 @@ const dedupeTimeout = 2 * time.Second
 // Not a record of this very callback: the read runs beside the publish,
 // and a worker that pulls the task first opens its record from the queue
 // message, with this callback's req_id and term. Taken for a duplicate,
-// the callback got no receipt and its task no announcement to the
-// pusher (the e2e handover test lost an answer so, under CI load). A
-// redelivery comes with a new req_id, or in another term.
+// the callback would get no receipt and its task no announcement to the
+// pusher, and its answer could be lost. A redelivery comes with a new
+// req_id, or in another term.
 func hasRecord(ctx context.Context, js *bound, id, reqID string, term int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, dedupeTimeout)
 	defer cancel()

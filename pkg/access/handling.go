@@ -385,9 +385,8 @@ func (h *handling) busy(rec *task.Record) {
 	if err := a.refuseLater(h.ctx, h.js, rec); err != nil {
 		// Not recorded (JetStream down or electing a stream leader for
 		// longer than the patience): nothing would ever send it, so it
-		// goes now, over the budget (the likely way chaos
-		// kill-nats-server lost three messages in CI: the user saw
-		// nothing at all).
+		// goes now, over the budget, rather than the user seeing
+		// nothing at all.
 		h.log.Warn().Err(err).Msg("busy refusal held back but not recorded; sent now, over the send budget")
 		h.replyAnyway(a.cfg.Texts.Busy)
 		h.markSeen()

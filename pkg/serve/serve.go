@@ -225,9 +225,8 @@ func Run(ctx context.Context, o Options) error {
 		srv.Shutdown(sctx)
 	}()
 	// The election loop has a context of its own: it ends with ctx, or
-	// at once when the node fails to start (waiting for it to end with
-	// the process kept a node that "stopped" campaigning for its bots,
-	// and holding its data dir, until it was killed).
+	// at once when the node fails to start, so that a node that will not
+	// serve neither keeps campaigning for its bots nor holds its data dir.
 	nodeCtx, stopNode := context.WithCancel(ctx)
 	defer stopNode()
 	nodeDone := make(chan error, 1)
