@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/nats-io/nats.go"
@@ -152,12 +153,27 @@ func (e Etcd) tlsFiles() tlsFiles {
 	return tlsFiles{section: "etcd", caFile: e.CAFile, certFile: e.CertFile, keyFile: e.KeyFile}
 }
 
+// The etcd client's gRPC keepalive: a connection quiet for
+// EtcdKeepAliveTime is pinged, and closed when the ping is not answered
+// within EtcdKeepAliveTimeout, so the client leaves a frozen member (a
+// stopped process, a link that drops packets without a reset) for another
+// within about 15 s instead of waiting on it for as long as TCP does.
+// Pings go only while an RPC or stream is open (a node always has its
+// lease's keep-alive stream): etcd servers refuse pings without one, and
+// pings closer than their --grpc-keepalive-min-time (5 s by default), as
+// abuse.
+const (
+	EtcdKeepAliveTime    = 10 * time.Second
+	EtcdKeepAliveTimeout = 5 * time.Second
+)
+
 // ClientConfig is the etcd client configuration for endpoints (normally
 // e.Endpoints; the embedded etcd's when they are empty): TLS from ca_file,
 // cert_file and key_file, and username with the password read from
 // password_file. Every error names its key.
 func (e Etcd) ClientConfig(endpoints []string) (clientv3.Config, error) {
-	cc := clientv3.Config{Endpoints: endpoints, DialTimeout: e.DialTimeout, Logger: zap.NewNop()}
+	cc := clientv3.Config{Endpoints: endpoints, DialTimeout: e.DialTimeout, Logger: zap.NewNop(),
+		DialKeepAliveTime: EtcdKeepAliveTime, DialKeepAliveTimeout: EtcdKeepAliveTimeout}
 	tc, err := e.tlsFiles().load()
 	if err != nil {
 		return cc, err
