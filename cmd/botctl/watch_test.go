@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/pkg/infra"
-	"github.com/rs/zerolog"
+	"github.com/botctl/botctl/internal/testenv"
 )
 
 // lines is a writer that signals each complete line.
@@ -42,15 +41,7 @@ func (l *lines) Write(p []byte) (int, error) {
 // startEtcd is an embedded etcd for the status command.
 func startEtcd(t *testing.T) string {
 	t.Helper()
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := testenv.StartEtcd(t)
 	return e.Endpoints()[0]
 }
 

@@ -51,3 +51,20 @@ func StartJetStream(t testing.TB, opts dataplane.Options) *JetStream {
 	}
 	return &JetStream{Server: srv, Conn: nc, JS: js, Store: store, DataDir: dir}
 }
+
+// StartEtcd starts a single-member embedded etcd on a free loopback port
+// (no fsync: a test's data need not survive a power cut), stopped when the
+// test ends.
+func StartEtcd(t testing.TB) *infra.Etcd {
+	t.Helper()
+	addr, err := infra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}

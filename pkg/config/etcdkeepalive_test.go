@@ -2,13 +2,13 @@ package config
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
-	"github.com/botctl/botctl/pkg/infra"
-	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/connectivity"
 )
@@ -20,16 +20,8 @@ import (
 // connection stays "ready" for as long as TCP keeps it, and every request
 // on it waits for its own deadline.
 func TestEtcdClientLeavesAFrozenMember(t *testing.T) {
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	proxy, err := faultproxy.New("127.0.0.1:0", addr)
+	e := testenv.StartEtcd(t)
+	proxy, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(e.Endpoints()[0], "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
@@ -37,15 +38,7 @@ type cluster struct {
 
 func newCluster(t *testing.T, bots ...string) *cluster {
 	t.Helper()
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := testenv.StartEtcd(t)
 	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
 	c := &cluster{t: t, etcd: e, sim: sim, counter: &msgCounter{seen: map[string]int{}}}
 	for _, b := range bots {

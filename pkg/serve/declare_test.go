@@ -24,15 +24,7 @@ import (
 // found the spool still locked by the node that "stopped"; found by the
 // chaos harness after a NATS server refused the consumer's declare).
 func TestRunReturnsWhenTheStoreCannotBeDeclared(t *testing.T) {
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := testenv.StartEtcd(t)
 	ns, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/wecomsim"
@@ -20,15 +21,7 @@ import (
 // the test ends (Close is safe to call again from the test).
 func startEtcd(t *testing.T) *infra.Etcd {
 	t.Helper()
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := testenv.StartEtcd(t)
 	return e
 }
 
