@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
@@ -16,6 +17,7 @@ import (
 func newInfraCmd() *cobra.Command {
 	var (
 		dataDir, etcdListen, natsListen string
+		natsSync                        string
 		allowRemote                     bool
 	)
 	cmd := &cobra.Command{
@@ -46,6 +48,10 @@ authentication. It listens on loopback only unless --allow-remote is given.`,
 						"Give --allow-remote to listen there anyway (a lab on a trusted network), or run etcd and NATS clusters with TLS (docs/security.md)", l.flag, l.addr, err)
 				}
 			}
+			syncInterval, err := parseSync(natsSync)
+			if err != nil {
+				return usageErrorf("--nats-sync %q: %v", natsSync, err)
+			}
 			if etcdListen == natsListen {
 				return usageErrorf("--etcd-listen and --nats-listen are both %q: give each its own port", etcdListen)
 			}
@@ -57,7 +63,7 @@ authentication. It listens on loopback only unless --allow-remote is given.`,
 				return err
 			}
 			defer etcd.Close()
-			nats, err := infra.StartNATS(infra.NATSConfig{DataDir: dataDir, Addr: natsListen, Logger: logger})
+			nats, err := infra.StartNATS(infra.NATSConfig{DataDir: dataDir, Addr: natsListen, SyncInterval: syncInterval, Logger: logger})
 			if err != nil {
 				return err
 			}
@@ -81,8 +87,22 @@ authentication. It listens on loopback only unless --allow-remote is given.`,
 	f.StringVar(&dataDir, "data-dir", "", "directory for etcd's and JetStream's data (created if missing)")
 	f.StringVar(&etcdListen, "etcd-listen", "127.0.0.1:2379", "etcd client address host:port (fixed port)")
 	f.StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "NATS client address host:port (port 0 picks a free one)")
+	f.StringVar(&natsSync, "nats-sync", "always", `how often JetStream fsyncs: "always" (every write is on disk before it is acknowledged) or an interval such as 2m (nats-server's default; acknowledged writes since the last sync are lost in a power cut)`)
 	f.BoolVar(&allowRemote, "allow-remote", false, "allow listening on a non-loopback address (no TLS, no authentication: trusted networks only)")
 	return cmd
+}
+
+// parseSync reads --nats-sync: "always" is 0 (infra.NATSConfig's
+// fsync-every-write), else a positive duration.
+func parseSync(v string) (time.Duration, error) {
+	if v == "always" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, errors.New(`want "always" or a positive interval such as 2m`)
+	}
+	return d, nil
 }
 
 // checkListen accepts "host:port"; port 0 only if zeroOK.

@@ -140,3 +140,25 @@ func TestNATSFixedPort(t *testing.T) {
 		t.Fatalf("ClientURL() = %q, want %q", got, want)
 	}
 }
+
+// The embedded server fsyncs every JetStream write unless told otherwise:
+// nats-server's own 2-minute default loses acknowledged writes in a power
+// cut (issue 25 item 9).
+func TestNATSSyncsEveryWriteByDefault(t *testing.T) {
+	n, err := StartNATS(NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if !n.SyncAlways() {
+		t.Fatal("default embedded NATS: JetStream sync_interval is not \"always\"")
+	}
+	m, err := StartNATS(NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", SyncInterval: 2 * time.Minute, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.SyncAlways() {
+		t.Fatal("SyncInterval 2m: JetStream still syncs every write")
+	}
+}

@@ -33,6 +33,13 @@ type NATSConfig struct {
 	// the only clients let in; none: no authentication.
 	Users map[string]string
 	NKeys []string
+	// SyncInterval is how often JetStream fsyncs its files. Zero, botctl's
+	// default, is nats-server's "sync_interval: always": every write is on
+	// disk before it is acknowledged, so an acknowledged task or answer
+	// survives a power cut of the machine. nats-server's own default is 2
+	// minutes (acknowledged writes of the last 2 minutes can be lost when
+	// the machine loses power); a positive value chooses such an interval.
+	SyncInterval time.Duration
 	// Logger receives the server's notices, warnings and errors.
 	Logger zerolog.Logger
 }
@@ -71,6 +78,11 @@ func StartNATS(cfg NATSConfig) (*NATS, error) {
 		NoSigs:     true, // the botctl process owns signals
 		// No HTTP monitoring, no cluster: a single embedded server.
 	}
+	if cfg.SyncInterval > 0 {
+		opts.SyncInterval = cfg.SyncInterval
+	} else {
+		opts.SyncAlways = true
+	}
 	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" {
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CaFile: cfg.CAFile, Verify: cfg.CAFile != ""})
 		if err != nil {
@@ -102,6 +114,10 @@ func StartNATS(cfg NATSConfig) (*NATS, error) {
 	}
 	return &NATS{s: s}, nil
 }
+
+// SyncAlways reports whether JetStream fsyncs every write (see
+// NATSConfig.SyncInterval).
+func (n *NATS) SyncAlways() bool { return n.s.JetStreamConfig().SyncAlways }
 
 // ClientURL is the URL clients connect to, e.g. "nats://127.0.0.1:4222".
 func (n *NATS) ClientURL() string { return n.s.ClientURL() }

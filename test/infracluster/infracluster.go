@@ -60,6 +60,12 @@ type Options struct {
 	// a power cut would), and members on one shared disk commit much
 	// faster. Turn it on where etcd's cost is measured.
 	EtcdFsync bool
+	// NATSSync is every NATS server's JetStream sync_interval: "always"
+	// (fsync every write, as botctl's production examples choose) or an
+	// interval such as "2m". Empty: nats-server's default, 2 minutes —
+	// fine where a killed process is the fault (nothing is lost that a
+	// power cut would not take); set "always" where its cost is measured.
+	NATSSync string
 	// LogDir, if set, gets every member's whole stderr (cluster.LogFileName
 	// of its process name, appended across restarts).
 	LogDir string
@@ -118,7 +124,7 @@ func Start(o Options) (*Infra, error) {
 		}
 		in.NATS = append(in.NATS, &Member{Name: name, URL: fmt.Sprintf("nats://127.0.0.1:%d", np[2*i]), Args: []string{"nats",
 			"-name", name, "-dir", filepath.Join(dir, "nats-"+name),
-			"-port", strconv.Itoa(np[2*i]), "-cluster-port", strconv.Itoa(np[2*i+1]), "-routes", strings.Join(routes, ",")}})
+			"-port", strconv.Itoa(np[2*i]), "-cluster-port", strconv.Itoa(np[2*i+1]), "-routes", strings.Join(routes, ","), "-sync", o.NATSSync}})
 	}
 	// Members of a new cluster wait for each other: start all, then wait.
 	for _, m := range in.Members() {

@@ -237,6 +237,9 @@ type rampOpts struct {
 	// subjects counts the NATS messages of every botctl step by kind
 	// of subject (subjectCount); such a step's timings are not clean.
 	subjects bool
+	// natsSync is every NATS server's JetStream sync_interval: "always"
+	// (botctl's default and production examples') or an interval.
+	natsSync string
 }
 
 // runStep starts a fresh deployment for st, drives it and measures it.

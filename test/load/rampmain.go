@@ -42,6 +42,7 @@ func rampMain(args []string) error {
 	idle := fs.Duration("idle", 5*time.Second, "measure each step's processes this long with no traffic first (their idle cost)")
 	dirFlag := fs.String("dir", "", "work dir (binaries, data); default a temp dir, removed at the end")
 	topoFlag := fs.String("topology", string(topologySingle), "etcd and NATS under the nodes: single (1 etcd, 1 NATS server, JetStream replicas 1; bench/ramp.md's) or r3 (3 etcd members, 3 NATS servers, --nats-replicas 3: the production topology)")
+	natsSync := fs.String("nats-sync", "always", `every NATS server's JetStream sync_interval: "always" (botctl's default) or an interval such as 2m (nats-server's default), to measure what fsyncing every write costs`)
 	subjects := fs.Bool("subjects", false, "count each botctl step's NATS messages by kind of subject (a subscriber on \">\": the step's timings are not clean)")
 	fs.Parse(args)
 	topo, err := parseTopology(*topoFlag)
@@ -57,11 +58,11 @@ func rampMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	results, err := runRamp(steps, rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo, subjects: *subjects}, *dirFlag)
+	results, err := runRamp(steps, rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo, subjects: *subjects, natsSync: *natsSync}, *dirFlag)
 	if err != nil && len(results) == 0 {
 		return err
 	}
-	report := rampReport(command, topo, results)
+	report := rampReport(command, topo, *natsSync, results)
 	if *out == "" {
 		fmt.Print(report)
 		return err
@@ -86,6 +87,9 @@ func rampMain(args []string) error {
 // runRamp runs every step on a fresh deployment, in order. An error stops
 // the ramp; the steps done so far are returned with it.
 func runRamp(steps []step, o rampOpts, dir string) ([]*stepResult, error) {
+	if o.natsSync == "" {
+		o.natsSync = "always"
+	}
 	if dir == "" {
 		d, err := os.MkdirTemp("", "botctl-ramp-")
 		if err != nil {

@@ -104,7 +104,7 @@ var (
 
 // startSingle starts the etcd and NATS children (self etcd, self nats)
 // under dir.
-func startSingle(self, dir string) (etcd, nats *proc.Proc, etcdURL, natsURL string, err error) {
+func startSingle(self, dir, natsSync string) (etcd, nats *proc.Proc, etcdURL, natsURL string, err error) {
 	addr, err := infra.FreeAddr()
 	if err != nil {
 		return nil, nil, "", "", err
@@ -113,7 +113,7 @@ func startSingle(self, dir string) (etcd, nats *proc.Proc, etcdURL, natsURL stri
 	if err != nil {
 		return nil, nil, "", "", err
 	}
-	nats, err = proc.StartProc("nats", self, []string{"nats", "-dir", filepath.Join(dir, "nats")}, proc.StartOptions{})
+	nats, err = proc.StartProc("nats", self, []string{"nats", "-dir", filepath.Join(dir, "nats"), "-sync", natsSync}, proc.StartOptions{})
 	if err != nil {
 		etcd.Kill()
 		return nil, nil, "", "", err
@@ -137,14 +137,14 @@ func startSingle(self, dir string) (etcd, nats *proc.Proc, etcdURL, natsURL stri
 func (d *deployment) startInfra(o rampOpts) (etcdURLs []string, natsURL string, err error) {
 	if o.topology == topologyR3 {
 		d.infra, err = infracluster.Start(infracluster.Options{Bin: o.infranode, Dir: filepath.Join(d.dir, "infra"),
-			Size: o.topology.members(), EtcdFsync: true})
+			Size: o.topology.members(), EtcdFsync: true, NATSSync: o.natsSync})
 		if err != nil {
 			return nil, "", err
 		}
 		return d.infra.EtcdURLs(), d.infra.NATSURLs(), nil
 	}
 	var etcdURL string
-	d.etcd, d.nats, etcdURL, natsURL, err = startSingle(o.self, d.dir)
+	d.etcd, d.nats, etcdURL, natsURL, err = startSingle(o.self, d.dir, o.natsSync)
 	return []string{etcdURL}, natsURL, err
 }
 
@@ -302,10 +302,19 @@ func etcdMain(args []string) error {
 func natsMain(args []string) error {
 	fs := flag.NewFlagSet("nats", flag.ExitOnError)
 	dir := fs.String("dir", "", "data dir")
+	sync := fs.String("sync", "always", `JetStream sync_interval: "always" or an interval such as 2m`)
 	fs.Parse(args)
+	var interval time.Duration
+	if *sync != "always" {
+		d, err := time.ParseDuration(*sync)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("nats: -sync %q: want always or a positive interval", *sync)
+		}
+		interval = d
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	n, err := infra.StartNATS(infra.NATSConfig{DataDir: *dir, Addr: "127.0.0.1:0", Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
+	n, err := infra.StartNATS(infra.NATSConfig{DataDir: *dir, Addr: "127.0.0.1:0", SyncInterval: interval, Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
 	if err != nil {
 		return err
 	}

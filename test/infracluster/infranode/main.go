@@ -109,6 +109,7 @@ func runNATS(args []string) error {
 	port := fs.Int("port", 0, "client port")
 	cport := fs.Int("cluster-port", 0, "cluster (route) port")
 	routes := fs.String("routes", "", "nats://host:port,… routes to the other servers")
+	sync := fs.String("sync", "", `JetStream sync_interval: "always", an interval such as 2m, or empty for nats-server's default`)
 	fs.Parse(args)
 	if *name == "" || *dir == "" || *port == 0 || *cport == 0 {
 		return fmt.Errorf("nats: -name, -dir, -port and -cluster-port are required")
@@ -124,6 +125,17 @@ func runNATS(args []string) error {
 		// node whose every NATS URL goes through a fault proxy cannot
 		// step around a partition by dialing a discovered server.
 		Cluster: server.ClusterOpts{Name: "botctl-infracluster", Host: "127.0.0.1", Port: *cport, NoAdvertise: true},
+	}
+	switch *sync {
+	case "":
+	case "always":
+		opts.SyncAlways = true
+	default:
+		d, err := time.ParseDuration(*sync)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("nats: -sync %q: want always or a positive interval", *sync)
+		}
+		opts.SyncInterval = d
 	}
 	if *routes != "" {
 		opts.Routes = server.RoutesFromStr(*routes)
