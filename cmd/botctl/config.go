@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/compaction"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -30,14 +32,19 @@ func newConfigCmd() *cobra.Command {
 }
 
 func newConfigCheckCmd() *cobra.Command {
-	return &cobra.Command{
+	var online bool
+	cmd := &cobra.Command{
 		Use:   "check FILE",
 		Short: "Load and validate FILE as 'botctl serve --config FILE' would (with this environment's BOTCTL_* variables and secret files)",
 		Long: `Load FILE over the defaults, then the BOTCTL_* environment, resolve bot
 secrets (secret_file, $BOTCTL_BOT_<ID>_SECRET) and validate everything, as
 'botctl serve --config FILE' does at start. Every error names its key, one
 per line on stderr; the exit status is 1 if there is any, else 0 with a
-one-line summary on stdout. Nothing is contacted (etcd, NATS, WeCom).`,
+one-line summary on stdout. Nothing is contacted (etcd, NATS, WeCom),
+unless --etcd is given: then the configured etcd cluster is asked how far
+its history reaches, and a cluster that does not compact it is a warning
+on stderr (botctl writes once a second per led bot; without
+auto-compaction etcd fills its space quota and refuses every write).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("want one FILE: botctl config check FILE")
@@ -54,9 +61,43 @@ one-line summary on stdout. Nothing is contacted (etcd, NATS, WeCom).`,
 				return fmt.Errorf("config %s: %d error(s)", path, len(errs))
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), summary)
+			if online {
+				return checkCompaction(cmd, path)
+			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&online, "etcd", false, "also ask the configured etcd whether it compacts its history (a warning if not)")
+	return cmd
+}
+
+// checkCompaction is config check --etcd: the configured cluster's
+// history, and a warning on stderr if it is not compacted.
+func checkCompaction(cmd *cobra.Command, path string) error {
+	cfg, err := config.Load(path, os.Environ())
+	if err != nil {
+		return err
+	}
+	if len(cfg.Etcd.Endpoints) == 0 {
+		fmt.Fprintln(cmd.OutOrStdout(), "etcd: embedded (compacts its history every hour)")
+		return nil
+	}
+	cli, err := newEtcdClient(cfg.Etcd)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	defer cancel()
+	h, err := compaction.Read(ctx, cli)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "etcd history: revision %d, compacted at %d\n", h.Revision, h.Compacted)
+	if w := h.Warning(); w != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+	}
+	return nil
 }
 
 // checkConfig is what serve checks at start, without starting: every

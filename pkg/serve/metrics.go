@@ -29,6 +29,7 @@ type observer struct {
 	nc      *nats.Conn
 	etcd    *clientv3.Client
 	metrics *metrics.Node
+	history *etcdHistory
 
 	mu      sync.Mutex
 	conns   map[string]*wecom.Conn  // bot → the connection of the term this node leads
@@ -42,8 +43,9 @@ type observer struct {
 const tasksTTL = 10 * time.Second
 
 func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
-	o := &observer{n: n, nc: nc, etcd: cli, metrics: metrics.New(), conns: map[string]*wecom.Conn{}, retired: map[string]pusher.Stats{}}
-	o.metrics.Registry.MustRegister(o)
+	o := &observer{n: n, nc: nc, etcd: cli, metrics: metrics.New(), conns: map[string]*wecom.Conn{}, retired: map[string]pusher.Stats{},
+		history: &etcdHistory{cli: cli, log: n.log}}
+	o.metrics.Registry.MustRegister(o, o.history)
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
 			o.metrics.NATSError("disconnect", "")
@@ -130,6 +132,9 @@ type Readiness struct {
 	JetStream bool              `json:"jetstream"` // streams and buckets bound
 	Bots      map[string]string `json:"bots"`      // bots this node leads: "subscribed" or why not
 	Reasons   []string          `json:"reasons,omitempty"`
+	// Warnings do not make the node unready: e.g. an etcd that does not
+	// compact its history (it works until its space quota is full).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // readiness: etcd answers, NATS is connected and JetStream bound, and
@@ -171,6 +176,11 @@ func (o *observer) readiness(ctx context.Context) Readiness {
 		}
 		if rd.Bots[bot] != "subscribed" {
 			rd.Reasons = append(rd.Reasons, "bot "+bot+": "+rd.Bots[bot])
+		}
+	}
+	if rd.Etcd == "ok" {
+		if w := o.history.warning(ctx); w != "" {
+			rd.Warnings = append(rd.Warnings, w)
 		}
 	}
 	sort.Strings(rd.Reasons)
