@@ -167,15 +167,19 @@ func (o Options) withDefaults() (Options, error) {
 type Names struct {
 	TaskStream        string // work-queue stream of tasks, e.g. BOTCTL_TASKS
 	TaskSubjectPrefix string // e.g. botctl.tasks; subjects are <this>.<bot>.<conversation>
-	Consumer          string // durable pull consumer on TaskStream: "workers"
-	TasksBucket       string // KV of task records, e.g. BOTCTL_TASKS (stream KV_BOTCTL_TASKS)
-	OutputBucket      string // KV of per-task output, e.g. BOTCTL_OUTPUT
-	ContextBucket     string // KV of conversation context, e.g. BOTCTL_CONTEXT
-	WatermarksBucket  string // KV of per-bot watermarks, e.g. BOTCTL_WATERMARKS
-	PendingBucket     string // KV index of tasks not yet delivered, e.g. BOTCTL_PENDING
-	SeenBucket        string // KV of messages handled without a task (busy, commands), e.g. BOTCTL_SEEN
-	HealthBucket      string // KV of per-bot health records and silence baselines, e.g. BOTCTL_HEALTH
-	IncidentsBucket   string // KV of incidents (T1/T2/T3, alerts sent), e.g. BOTCTL_INCIDENTS
+	// Core NATS announcements (no storage), under the same prefix so that
+	// environments sharing an account never hear each other's.
+	NoticeSubjectPrefix string // e.g. botctl.notice; subjects are <this>.<bot>
+	CancelSubjectPrefix string // e.g. botctl.cancel; subjects are <this>.<task id>
+	Consumer            string // durable pull consumer on TaskStream: "workers"
+	TasksBucket         string // KV of task records, e.g. BOTCTL_TASKS (stream KV_BOTCTL_TASKS)
+	OutputBucket        string // KV of per-task output, e.g. BOTCTL_OUTPUT
+	ContextBucket       string // KV of conversation context, e.g. BOTCTL_CONTEXT
+	WatermarksBucket    string // KV of per-bot watermarks, e.g. BOTCTL_WATERMARKS
+	PendingBucket       string // KV index of tasks not yet delivered, e.g. BOTCTL_PENDING
+	SeenBucket          string // KV of messages handled without a task (busy, commands), e.g. BOTCTL_SEEN
+	HealthBucket        string // KV of per-bot health records and silence baselines, e.g. BOTCTL_HEALTH
+	IncidentsBucket     string // KV of incidents (T1/T2/T3, alerts sent), e.g. BOTCTL_INCIDENTS
 }
 
 // NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
@@ -185,17 +189,19 @@ func NamesFor(prefix string) Names {
 		prefix = DefaultPrefix
 	}
 	return Names{
-		TaskStream:        prefix + "_TASKS",
-		TaskSubjectPrefix: strings.ToLower(prefix) + ".tasks",
-		Consumer:          WorkersConsumer,
-		TasksBucket:       prefix + "_TASKS",
-		OutputBucket:      prefix + "_OUTPUT",
-		ContextBucket:     prefix + "_CONTEXT",
-		WatermarksBucket:  prefix + "_WATERMARKS",
-		PendingBucket:     prefix + "_PENDING",
-		SeenBucket:        prefix + "_SEEN",
-		HealthBucket:      prefix + "_HEALTH",
-		IncidentsBucket:   prefix + "_INCIDENTS",
+		TaskStream:          prefix + "_TASKS",
+		TaskSubjectPrefix:   strings.ToLower(prefix) + ".tasks",
+		NoticeSubjectPrefix: strings.ToLower(prefix) + ".notice",
+		CancelSubjectPrefix: strings.ToLower(prefix) + ".cancel",
+		Consumer:            WorkersConsumer,
+		TasksBucket:         prefix + "_TASKS",
+		OutputBucket:        prefix + "_OUTPUT",
+		ContextBucket:       prefix + "_CONTEXT",
+		WatermarksBucket:    prefix + "_WATERMARKS",
+		PendingBucket:       prefix + "_PENDING",
+		SeenBucket:          prefix + "_SEEN",
+		HealthBucket:        prefix + "_HEALTH",
+		IncidentsBucket:     prefix + "_INCIDENTS",
 	}
 }
 

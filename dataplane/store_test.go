@@ -20,17 +20,19 @@ func TestDeclareCreatesEverything(t *testing.T) {
 
 	n := st.Names()
 	want := Names{
-		TaskStream:        "BOTCTL_TASKS",
-		TaskSubjectPrefix: "botctl.tasks",
-		Consumer:          "workers",
-		TasksBucket:       "BOTCTL_TASKS",
-		OutputBucket:      "BOTCTL_OUTPUT",
-		ContextBucket:     "BOTCTL_CONTEXT",
-		WatermarksBucket:  "BOTCTL_WATERMARKS",
-		PendingBucket:     "BOTCTL_PENDING",
-		SeenBucket:        "BOTCTL_SEEN",
-		HealthBucket:      "BOTCTL_HEALTH",
-		IncidentsBucket:   "BOTCTL_INCIDENTS",
+		TaskStream:          "BOTCTL_TASKS",
+		TaskSubjectPrefix:   "botctl.tasks",
+		NoticeSubjectPrefix: "botctl.notice",
+		CancelSubjectPrefix: "botctl.cancel",
+		Consumer:            "workers",
+		TasksBucket:         "BOTCTL_TASKS",
+		OutputBucket:        "BOTCTL_OUTPUT",
+		ContextBucket:       "BOTCTL_CONTEXT",
+		WatermarksBucket:    "BOTCTL_WATERMARKS",
+		PendingBucket:       "BOTCTL_PENDING",
+		SeenBucket:          "BOTCTL_SEEN",
+		HealthBucket:        "BOTCTL_HEALTH",
+		IncidentsBucket:     "BOTCTL_INCIDENTS",
 	}
 	if n != want {
 		t.Fatalf("Names() = %+v, want %+v", n, want)

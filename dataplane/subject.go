@@ -77,6 +77,31 @@ func (n Names) TaskSubject(bot, conversation string) string {
 	return n.TaskSubjectPrefix + "." + EncodeToken(bot) + "." + EncodeToken(conversation)
 }
 
+// NoticeSubject is where changes of bot's tasks that its leader's pusher
+// must act on at once are announced: "<prefix>.notice.<bot>".
+func (n Names) NoticeSubject(bot string) string {
+	return n.NoticeSubjectPrefix + "." + EncodeToken(bot)
+}
+
+// CancelSubject is where the cancellation of task id is announced:
+// "<prefix>.cancel.<id>".
+func (n Names) CancelSubject(id string) string {
+	return n.CancelSubjectPrefix + "." + EncodeToken(id)
+}
+
+// CancelSubjects matches every CancelSubject.
+func (n Names) CancelSubjects() string { return n.CancelSubjectPrefix + ".*" }
+
+// CanceledTask is the task id of a CancelSubject.
+func (n Names) CanceledTask(subject string) (string, bool) {
+	tok, ok := strings.CutPrefix(subject, n.CancelSubjectPrefix+".")
+	if !ok {
+		return "", false
+	}
+	id, err := DecodeToken(tok)
+	return id, err == nil
+}
+
 // ParseTaskSubject returns the bot and conversation ids of a task subject.
 func (n Names) ParseTaskSubject(subject string) (bot, conversation string, err error) {
 	rest, ok := strings.CutPrefix(subject, n.TaskSubjectPrefix+".")

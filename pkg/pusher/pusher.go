@@ -333,7 +333,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	}
 	// Ended executions and reopened deliveries are announced: step them
 	// now, not at the next refresh of their record.
-	sub, err := p.cfg.Store.JetStream().Conn().Subscribe(task.NoticeSubject(p.cfg.Bot), func(m *nats.Msg) { p.noticed(task.NoticeOf(m)) })
+	sub, err := p.cfg.Store.JetStream().Conn().Subscribe(p.cfg.Store.Names().NoticeSubject(p.cfg.Bot), func(m *nats.Msg) { p.noticed(task.NoticeOf(m)) })
 	if err != nil {
 		p.log.Warn().Err(err).Msg("no notices of ended tasks; records are re-read every few seconds instead")
 	} else {

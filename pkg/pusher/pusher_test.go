@@ -800,7 +800,7 @@ func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
 // write seen by the watch) put it back.
 func TestLateNoticeSendsNothingTwice(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
-	notices, err := r.js.Conn.SubscribeSync(task.NoticeSubject("b"))
+	notices, err := r.js.Conn.SubscribeSync(r.js.Store.Names().NoticeSubject("b"))
 	if err != nil {
 		t.Fatal(err)
 	}

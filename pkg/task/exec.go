@@ -305,7 +305,7 @@ func (l *Lifecycle) Cancel(ctx context.Context, id, reason string) (*Record, err
 	if err != nil {
 		return r, err
 	}
-	if err := l.announce(CancelSubject(id), nil); err != nil {
+	if err := l.announce(l.store.Names().CancelSubject(id), nil); err != nil {
 		l.log.Warn().Err(err).Str("task", id).Msg("cancel not announced; the worker notices within seconds")
 	}
 	l.release(ctx, r, reason)

@@ -16,11 +16,11 @@ import (
 // the worker (an announcement on its subject) and the pusher (a notice).
 func TestCancelInEveryState(t *testing.T) {
 	f := newFixture(t, dataplane.Options{})
-	cancels, err := f.env.Conn.SubscribeSync(task.CancelSubjects)
+	cancels, err := f.env.Conn.SubscribeSync(f.env.Store.Names().CancelSubjects())
 	if err != nil {
 		t.Fatal(err)
 	}
-	notices, err := f.env.Conn.SubscribeSync(task.NoticeSubject("b"))
+	notices, err := f.env.Conn.SubscribeSync(f.env.Store.Names().NoticeSubject("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestCancelInEveryState(t *testing.T) {
 			t.Fatalf("%s after cancel: exec %s, locked %v", m.Chat, r.Exec, f.locked(m.Chat))
 		}
 		c, err := cancels.NextMsg(5 * time.Second)
-		if id, _ := task.CanceledTask(c.Subject); err != nil || id != m.TaskID {
+		if id, _ := f.env.Store.Names().CanceledTask(c.Subject); err != nil || id != m.TaskID {
 			t.Fatalf("cancel announcement: %v %v", c, err)
 		}
 		n, err := notices.NextMsg(5 * time.Second)

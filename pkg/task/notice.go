@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
-	"strings"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/nats-io/nats.go"
@@ -23,31 +22,12 @@ func (l *Lifecycle) announce(subject string, data []byte) error {
 	return l.store.JetStream().Conn().Publish(subject, data)
 }
 
-// NoticeSubject is where changes the leader's pusher must act on at once
-// (an execution that ended, a delivery reopened) are announced, per bot,
-// with the task id as the body. Core NATS, no storage: the pusher re-reads
-// every active record now and then, so a lost notice only costs latency.
-func NoticeSubject(bot string) string { return "botctl.notice." + dataplane.EncodeToken(bot) }
-
-// CancelSubject is where a task's cancellation is announced (core NATS):
-// every worker listens, and the one running it stops at once. The record
-// says canceled first; workers also re-read it now and then.
-func CancelSubject(taskID string) string { return cancelPrefix + dataplane.EncodeToken(taskID) }
-
-const cancelPrefix = "botctl.cancel."
-
-// CancelSubjects matches every CancelSubject.
-const CancelSubjects = cancelPrefix + "*"
-
-// CanceledTask is the task id of a CancelSubject.
-func CanceledTask(subject string) (string, bool) {
-	tok, ok := strings.CutPrefix(subject, cancelPrefix)
-	if !ok {
-		return "", false
-	}
-	id, err := dataplane.DecodeToken(tok)
-	return id, err == nil
-}
+// The subjects (dataplane.Names' NoticeSubject and CancelSubject, under
+// nats.prefix): a change the leader's pusher must act on at once (an
+// execution that ended, a delivery reopened) is announced per bot with
+// the task id as the body; a task's cancellation is announced per task,
+// and every worker listens (the record says canceled first; workers also
+// re-read it now and then).
 
 func (l *Lifecycle) notice(r *Record) { l.noticeAt(r, 0) }
 
@@ -66,7 +46,7 @@ func (l *Lifecycle) noticeAt(r *Record, rev uint64) {
 	if l.quiet {
 		return
 	}
-	if err := l.store.JetStream().Conn().PublishMsg(NoticeMsg(r, rev)); err != nil {
+	if err := l.store.JetStream().Conn().PublishMsg(NoticeMsg(l.store.Names(), r, rev)); err != nil {
 		l.log.Debug().Err(err).Str("task", r.ID).Msg("notice not published; the pusher finds the change on its next read")
 	}
 }
@@ -74,8 +54,8 @@ func (l *Lifecycle) noticeAt(r *Record, rev uint64) {
 // NoticeMsg is the notice of r, written at revision rev: the task id as
 // its body and, when rev is known (not 0), the record and its revision
 // in headers (NoticeOf reads them; a pusher that does not ignores them).
-func NoticeMsg(r *Record, rev uint64) *nats.Msg {
-	m := nats.NewMsg(NoticeSubject(r.Bot))
+func NoticeMsg(names dataplane.Names, r *Record, rev uint64) *nats.Msg {
+	m := nats.NewMsg(names.NoticeSubject(r.Bot))
 	m.Data = []byte(r.ID)
 	if rev > 0 {
 		if raw, err := json.Marshal(r); err == nil {
@@ -86,7 +66,7 @@ func NoticeMsg(r *Record, rev uint64) *nats.Msg {
 	return m
 }
 
-// NoticeOf reads a notice (NoticeSubject): the task id, and the record as
+// NoticeOf reads a notice (Names.NoticeSubject): the task id, and the record as
 // written at revision rev when the notice carries it (nil, 0: read it). A
 // record whose header does not decode, or names another task, is ignored.
 func NoticeOf(m *nats.Msg) (id string, r *Record, rev uint64) {

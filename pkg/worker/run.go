@@ -36,8 +36,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			msg.Nak()
 		}
 	}()
-	sub, err := w.cfg.Store.JetStream().Conn().Subscribe(task.CancelSubjects, func(m *nats.Msg) {
-		id, ok := task.CanceledTask(m.Subject)
+	sub, err := w.cfg.Store.JetStream().Conn().Subscribe(w.cfg.Store.Names().CancelSubjects(), func(m *nats.Msg) {
+		id, ok := w.cfg.Store.Names().CanceledTask(m.Subject)
 		if !ok {
 			return
 		}
