@@ -63,7 +63,9 @@
 // dir), the lease of each candidacy is written there before its key is
 // created. Campaign first revokes the lease the file names, if it still
 // exists and holds nothing but this bot's candidate key (and its pulse
-// key, if it led): after kill -9, an
+// key, if it led) and that candidate key names this node (a copied data
+// dir or a cloned VM, another node id, leaves the live leader alone):
+// after kill -9, an
 // OOM kill or a panic, the restarted process (systemd restarts it within
 // seconds) ends its previous run's term, and the next candidate in the
 // queue takes over at once instead of after the TTL. The lease stays 20s,

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,11 +22,13 @@ import (
 // the TTL.
 
 // revokePrevious revokes the lease named in the lease file, if it still
-// exists and holds nothing but this bot's candidacy (its key is the
-// election name plus the lease in hex) and the bot's pulse key, then
-// removes the file. A lease
-// with other keys is not ours to end: it is left alone (and the file
-// removed). It fails only if etcd cannot be asked, so the caller retries
+// exists, holds nothing but this bot's candidacy (its key is the election
+// name plus the lease in hex) and the bot's pulse key, and that candidacy
+// is this node's (its value names Config.NodeID), then removes the file.
+// A lease with other keys, or another node's candidacy, is not ours to
+// end: it is left alone (and the file removed). The node check is what
+// keeps a copied data dir or a cloned VM (another node id, the same lease
+// file) from revoking the live leader's lease. It fails only if etcd cannot be asked, so the caller retries
 // before granting a new lease and the old one is never forgotten.
 func (e *Elector) revokePrevious(ctx context.Context) error {
 	path := e.cfg.LeaseFile
@@ -60,6 +63,22 @@ func (e *Elector) revokePrevious(ctx context.Context) error {
 		if string(k) != ours && string(k) != e.pulseKey {
 			e.log.Warn().Str("lease", leaseHex(lease)).Str("key", string(k)).Str("file", path).
 				Msg("previous lease holds a key that is not this bot's candidacy; not revoking it")
+			e.removeLeaseFile()
+			return nil
+		}
+	}
+	for _, k := range ttl.Keys {
+		if string(k) != ours {
+			continue
+		}
+		resp, err := e.cli.Get(rctx, ours)
+		if err != nil {
+			return fmt.Errorf("read the previous candidacy %s (from %s): %w", ours, path, err)
+		}
+		var v value
+		if len(resp.Kvs) == 1 && (json.Unmarshal(resp.Kvs[0].Value, &v) != nil || v.Node != e.cfg.NodeID) {
+			e.log.Warn().Str("lease", leaseHex(lease)).Str("holder", v.Node).Str("file", path).
+				Msg("the lease file names another node's candidacy (a copied data dir or a cloned VM?); not revoking it")
 			e.removeLeaseFile()
 			return nil
 		}

@@ -113,3 +113,41 @@ func TestRestartLeavesForeignLease(t *testing.T) {
 		t.Fatal("term reuses the foreign lease")
 	}
 }
+
+// A data dir copied to another node (a cloned VM: another node id, the
+// same lease file) does not revoke the live leader's lease: the lease's
+// candidacy names another node (issue 25 item 10; before, the clone
+// revoked it and the live leader lost its term).
+func TestCopiedLeaseFileLeavesTheLiveLeader(t *testing.T) {
+	leakCheck(t)
+	ctx := bg(t)
+	admin := newClient(t, "")
+	dir := t.TempDir()
+	cfgA := testConfig(t, "bot", "a", 20*time.Second)
+	cfgA.LeaseFile = filepath.Join(dir, "a", "bot.lease")
+	ta := await(t, campaign(t, ctx, newElector(t, newClient(t, ""), cfgA)), eventTimeout).term
+
+	raw, err := os.ReadFile(cfgA.LeaseFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgB := testConfig(t, "bot", "b", 20*time.Second)
+	cfgB.LeaseFile = filepath.Join(dir, "b", "bot.lease")
+	if err := os.MkdirAll(filepath.Dir(cfgB.LeaseFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgB.LeaseFile, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := newElector(t, newClient(t, ""), cfgB)
+	campaign(t, ctx, b)
+	waitCandidates(t, admin, b.Name(), 2) // b has revoked or left a's lease and queued
+	if resp, err := admin.TimeToLive(rpcCtx(t), ta.Lease); err != nil || resp.TTL <= 0 {
+		t.Fatalf("the live leader's lease after a clone started with its lease file: %+v (%v), want it alive", resp, err)
+	}
+	select {
+	case <-ta.Done():
+		t.Fatal("the live leader's term ended when a clone started with its lease file")
+	default:
+	}
+}
