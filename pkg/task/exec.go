@@ -63,7 +63,15 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 	}
 	if !cur.Delivery.Finished() {
 		if err := l.store.MarkUndelivered(ctx, cur.Bot, cur.ID); err != nil {
-			return cur, err
+			// Say so in the record, so that the next Start repairs it.
+			l.update(context.WithoutCancel(ctx), cur.ID, func(r *Record) error {
+				if r.NotIndexed {
+					return ErrNoChange
+				}
+				r.NotIndexed = true
+				return nil
+			})
+			return cur, fmt.Errorf("task %s recorded, not indexed as undelivered (repaired when it starts): %w", cur.ID, err)
 		}
 	}
 	return cur, nil
@@ -94,8 +102,11 @@ func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliverie
 		return 0, cur, fmt.Errorf("%w: attempt %d on %s (tier %s)", ErrRunningOffQueue, cur.Attempt, cur.Node, cur.Tier)
 	}
 	seen := 0 // the attempt off the queue found silent above, if any
+	indexed := false
 	if cur != nil {
 		seen = cur.Attempt
+		// Repair an index entry that Open could not write.
+		indexed = cur.NotIndexed && l.store.MarkUndelivered(ctx, cur.Bot, cur.ID) == nil
 	}
 	var attempt int
 	fn := func(r *Record) error {
@@ -117,6 +128,9 @@ func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliverie
 		r.Attempt++
 		attempt = r.Attempt
 		r.Node, r.Error, r.Deliveries = l.node, "", deliveries
+		if indexed {
+			r.NotIndexed = false
+		}
 		if r.Tier == "" {
 			r.Tier = tier
 		}

@@ -152,6 +152,11 @@ type Record struct {
 	// from a spool after an outage, it found the conversation's earlier
 	// task still running): its answer is the busy reply, not a failure.
 	Busy bool `json:"busy,omitempty"`
+	// NotIndexed: the record was written but its entry in the undelivered
+	// index was not (that bucket failed). The next Start writes the entry
+	// and clears it: without the entry a new leader's pusher would never
+	// find the task after a failover.
+	NotIndexed bool `json:"not_indexed,omitempty"`
 
 	Exec     Exec     `json:"exec"`
 	Delivery Delivery `json:"delivery"`
