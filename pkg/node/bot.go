@@ -92,9 +92,10 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		case res.authFailed:
 			n.setState(b.ID, StateNeedsHuman, res.reason, 0)
 			if h := n.cfg.Health; h != nil {
-				log.Error().Str("reason", res.reason).
-					Msg("bot needs a human: WeCom refused its credentials; not retrying until its incident is acknowledged (botctl incidents ack)")
-				if h.AuthHold(ctx, b.ID) {
+				log.Error().Str("reason", res.reason).Dur("retry_in", authWait).
+					Msg("bot needs a human: WeCom refused its credentials; retrying when its incident is acknowledged (botctl incidents ack) or after the backoff")
+				if h.AuthHold(ctx, b.ID, authWait) {
+					authWait = min(2*authWait, n.cfg.AuthBackoffMax)
 					continue
 				}
 			}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/wecom"
@@ -96,9 +97,10 @@ type Observer interface {
 	Ended(term *election.Term, conn *wecom.Conn, graceful bool)
 	// AuthHold is called after WeCom rejected the bot's credentials, with
 	// the term resigned. It may block until a person has acted (the
-	// incident acknowledged) or ctx ends, and reports whether it did so;
-	// false: it has no opinion, and the loop waits its AuthBackoff.
-	AuthHold(ctx context.Context, bot string) bool
+	// incident acknowledged), retry has passed (the loop's AuthBackoff,
+	// doubling), or ctx ends, and reports whether it waited; false: it
+	// has no opinion, and the loop waits retry itself.
+	AuthHold(ctx context.Context, bot string, retry time.Duration) bool
 	// Conflict: another holder of the bot's credentials, outside this
 	// cluster, keeps kicking its connection (kick_limit reached): only a
 	// person can stop it.

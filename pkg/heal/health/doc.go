@@ -44,9 +44,11 @@
 // without a word (kill -9, a partition) is found by the next leader, which
 // opens the incident as it takes over.
 //
-// Rejected credentials are the one thing retrying never fixes: the
+// Rejected credentials are the one thing retrying rarely fixes: the
 // incident is at level human and the node does not campaign for that bot
-// again until a person acknowledges the incident (botctl incidents ack).
+// again until a person acknowledges the incident (botctl incidents ack),
+// or a long backoff has passed (AuthBackoff doubling to AuthBackoffMax,
+// so that a refusal of seconds does not hold the bot until a person acts).
 //
 // The node's election loop never waits for any of this: its hooks post
 // events to a per-bot queue, handled in order off the loop.

@@ -290,8 +290,9 @@ func TestDropIsOneIncidentClosedAutomatically(t *testing.T) {
 }
 
 // A revoked secret: one incident at level human, and the node stops
-// trying until a person acknowledges it; then it reconnects and the
-// incident closes as recovered by a person.
+// trying until a person acknowledges it (or the long AuthBackoff, 30 s
+// here, passes); then it reconnects and the incident closes as recovered
+// by a person.
 func TestRevokedSecretWaitsForAPerson(t *testing.T) {
 	e := start(t, options{})
 	e.waitOnline()
@@ -322,6 +323,25 @@ func TestRevokedSecretWaitsForAPerson(t *testing.T) {
 	i := e.waitClosed(1)
 	if i.Method != incident.MethodHuman || i.AckedBy != "alice" || i.Recovered.IsZero() {
 		t.Fatalf("incident after the fix:\n%s", dump(i))
+	}
+	e.waitOnline()
+}
+
+// Credentials refused for a few seconds (revoked, then restored) do not
+// hold the bot until a person acts: after AuthBackoff the node tries
+// them again, connects, and the incident closes by itself (issue 25
+// item 10; before, the bot stayed needs_human until an ack).
+func TestBriefAuthRefusalHealsWithoutAPerson(t *testing.T) {
+	e := start(t, options{node: func(c *node.Config) { c.AuthBackoff = 3 * time.Second }})
+	e.waitOnline()
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRevoke})
+	testwait.Eventually(t, waitLong, "the bot needs a human", func() bool {
+		return e.n.Status()[bot].State == node.StateNeedsHuman
+	})
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRestore})
+	i := e.waitClosed(1)
+	if i.Signal != incident.SignalAuth || i.AckedBy != "" || i.Recovered.IsZero() {
+		t.Fatalf("incident after WeCom accepted the credentials again:\n%s", dump(i))
 	}
 	e.waitOnline()
 }

@@ -94,7 +94,7 @@ func (h *Health) dialFailed(ctx context.Context, b *botState, term *election.Ter
 		return
 	}
 	if auth {
-		next := fmt.Sprintf("WeCom rejected the secret of bot %s: check the bot in the WeCom admin console, put the right secret in bots[].secret_file (or BOTCTL_BOT_<ID>_SECRET) on every node and restart them, then run `botctl incidents ack <id>`; botctl does not retry this bot until then", b.id)
+		next := fmt.Sprintf("WeCom rejected the secret of bot %s: check the bot in the WeCom admin console, put the right secret in bots[].secret_file (or BOTCTL_BOT_<ID>_SECRET) on every node and restart them, then run `botctl incidents ack <id>` to retry at once; until then botctl tries the credentials again only after a long backoff (30 s doubling to 10 min)", b.id)
 		inc := h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: incident.SignalAuth, Level: incident.Human,
 			Reason: "WeCom refused the bot's credentials: " + err.Error(), Next: next, Dropped: now, Detected: now, TermRev: term.Rev})
 		if inc != nil {
@@ -103,7 +103,7 @@ func (h *Health) dialFailed(ctx context.Context, b *botState, term *election.Ter
 					i.Level, i.Signal, i.Next = incident.Human, incident.SignalAuth, next
 					i.Reason = "WeCom refused the bot's credentials: " + err.Error()
 				}
-				i.Note(now, h.cfg.NodeID, "subscribe refused for credentials; not retrying until acknowledged")
+				i.Note(now, h.cfg.NodeID, "subscribe refused for credentials; retrying when acknowledged or after a long backoff")
 			})
 		}
 		h.setRecord(ctx, bd, b.id, now, func(r *Record) {
@@ -319,8 +319,12 @@ func (h *Health) Conflict(bot, reason string) {
 
 // AuthHold implements node.Observer: after rejected credentials the node
 // does not campaign for the bot again until a person acknowledges its
-// incident (or the incident is closed).
-func (h *Health) AuthHold(ctx context.Context, bot string) bool {
+// incident (or the incident is closed), or retry has passed: then it tries
+// the credentials once more, so that a refusal of a few seconds (WeCom's
+// side, a secret rotated in the console and back) does not hold the bot
+// until a person acts. The node doubles retry each time (AuthBackoff to
+// AuthBackoffMax: one refused subscribe per wait, which kicks nobody).
+func (h *Health) AuthHold(ctx context.Context, bot string, retry time.Duration) bool {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	h.Settle(sctx, bot)
 	cancel()
@@ -334,6 +338,8 @@ func (h *Health) AuthHold(ctx context.Context, bot string) bool {
 	b.mu.Unlock()
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
+	deadline := time.NewTimer(retry)
+	defer deadline.Stop()
 	for {
 		inc, err := bd.incidents.OpenFor(ctx, bot, incident.Outage)
 		if err == nil && (inc == nil || inc.AckedAt.After(failed)) {
@@ -344,6 +350,9 @@ func (h *Health) AuthHold(ctx context.Context, bot string) bool {
 		}
 		select {
 		case <-ctx.Done():
+			return true
+		case <-deadline.C:
+			h.log.Info().Str("bot", bot).Dur("after", retry).Msg("no acknowledgement yet: trying the credentials again (a refusal of seconds must not hold the bot)")
 			return true
 		case <-t.C:
 		}
