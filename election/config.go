@@ -92,6 +92,15 @@ type Config struct {
 	// a blip at the cost of more requests against a struggling etcd. Must
 	// be less than RenewDeadline.
 	RetryPeriod time.Duration
+	// HedgeAfter: a renewal probe or a pulse not answered within it is
+	// sent once more beside the first (hedge.go), which the client's
+	// round-robin gives to another member: a request stuck on a frozen
+	// etcd member (no answer, no reset, until the client's keepalive
+	// leaves it after about 15 s) then costs HedgeAfter, not the renewal
+	// deadline or the deposition window. The first stays in flight, so a
+	// cluster that is merely slow answers it as before. Default half of
+	// PulseInterval (500 ms), at most RetryPeriod.
+	HedgeAfter time.Duration
 
 	// PulsePrefix is where leaders publish their liveness pulse: the key
 	// PulsePrefix+BotID, bound to the leader's lease. Default
@@ -162,6 +171,9 @@ func (c Config) withDefaults() Config {
 	if c.PulseTimeout == 0 {
 		c.PulseTimeout = DefaultPulseTimeout
 	}
+	if c.HedgeAfter == 0 {
+		c.HedgeAfter = min(c.PulseInterval/2, c.RetryPeriod)
+	}
 	return c
 }
 
@@ -204,6 +216,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("election: PulsePrefix (%q) must not overlap Prefix (%q) or LegacyPrefix (%q)", c.PulsePrefix, c.Prefix, c.LegacyPrefix)
 	case c.PulseInterval < MinPulseInterval:
 		return fmt.Errorf("election: PulseInterval (%s) must be at least %s (each pulse is an etcd write)", c.PulseInterval, MinPulseInterval)
+	case c.HedgeAfter < 0:
+		return fmt.Errorf("election: HedgeAfter (%s) must be positive", c.HedgeAfter)
 	case c.PulseTimeout < 2*c.PulseInterval:
 		return fmt.Errorf("election: PulseTimeout (%s) must be at least twice PulseInterval (%s), or one late pulse deposes the leader", c.PulseTimeout, c.PulseInterval)
 	}

@@ -14,7 +14,7 @@ func TestConfigDefaults(t *testing.T) {
 	c := Config{BotID: "b", NodeID: "n"}.withDefaults()
 	want := Config{Prefix: DefaultPrefix, LegacyPrefix: DefaultLegacyPrefix, BotID: "b", NodeID: "n", TTL: 20 * time.Second,
 		SafetyMargin: 5 * time.Second, RenewDeadline: 15 * time.Second,
-		RenewInterval: 20 * time.Second / 3, RetryPeriod: 2 * time.Second,
+		RenewInterval: 20 * time.Second / 3, RetryPeriod: 2 * time.Second, HedgeAfter: 500 * time.Millisecond,
 		PulsePrefix: DefaultPulsePrefix, PulseInterval: time.Second, PulseTimeout: 3 * time.Second}
 	c.Logger, want.Logger = zerologNop, zerologNop
 	if fmt.Sprint(c) != fmt.Sprint(want) {

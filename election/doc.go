@@ -137,6 +137,24 @@
 // between pulses is then about 2s); raise PulseTimeout if your pauses are
 // longer.
 //
+// # A frozen member
+//
+// An etcd member that stops answering without closing its connections (a
+// stopped process, a link that drops packets) while quorum holds must not
+// cost a healthy leader its term. The client leaves such a member after
+// its gRPC keepalive (about 15 s, pkg/config); until then the round-robin
+// balancer still gives it every third request, and a renewal or pulse
+// stuck there would use up the renewal deadline or the deposition window.
+// So both are hedged (hedge.go): a probe or pulse unanswered after
+// HedgeAfter (500 ms) is sent again beside the first, to another member;
+// the first stays in flight, so an etcd that is only slow is not made
+// busier than one extra request. A standby whose pulse watch sits on the
+// frozen member sees the pulse stand still, but the linearizable read it
+// confirms with (on another member, or failing) shows the pulse moved or
+// errs, and it deposes nobody; its watch is re-established once the
+// client leaves the member. TestFrozenMemberDeposesNobody freezes one
+// member of three for 30 s.
+//
 // # Graceful stop
 //
 // Stopping on purpose (a deploy, the bot moved elsewhere) is not losing:

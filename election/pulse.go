@@ -90,8 +90,18 @@ func (t *Term) pulse() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(t.ctx, cfg.PulseTimeout)
-		err := t.e.putPulse(ctx, t.Key, t.Rev, t.Lease)
+		// errPulseNotOurs is an answer, not a failure: it ends the hedge.
+		notOurs, err := hedge(ctx, cfg.HedgeAfter, func(ctx context.Context) (bool, error) {
+			err := t.e.putPulse(ctx, t.Key, t.Rev, t.Lease)
+			if errors.Is(err, errPulseNotOurs) {
+				return true, nil
+			}
+			return false, err
+		})
 		cancel()
+		if notOurs {
+			err = errPulseNotOurs
+		}
 		switch {
 		case err == nil:
 			if failing > 0 {

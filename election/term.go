@@ -237,7 +237,15 @@ func (t *Term) renewed(sent time.Time) {
 	t.watchdog.Reset(time.Until(sent.Add(t.e.cfg.RenewDeadline)))
 }
 
-// renew probes the lease every RenewInterval with one KeepAliveOnce, and
+// renewal is one answered probe of the lease: when it was sent, and
+// whether the server said the lease is gone.
+type renewal struct {
+	sent time.Time
+	gone bool
+}
+
+// renew probes the lease every RenewInterval with one KeepAliveOnce
+// (hedged: hedge.go), and
 // records the send time of each probe the server accepted: the server's
 // expiry is at least TTL after it, which is what the watchdog counts from.
 // The session keeps the lease alive on its own stream too, but that stream
@@ -258,16 +266,25 @@ func (t *Term) renew() {
 		t.mu.Lock()
 		deadline := t.lastRenew.Add(cfg.RenewDeadline)
 		t.mu.Unlock()
-		sent := time.Now()
 		ctx, cancel := context.WithDeadline(t.ctx, deadline)
-		resp, err := t.e.cli.KeepAliveOnce(ctx, t.Lease)
+		probe, err := hedge(ctx, cfg.HedgeAfter, func(ctx context.Context) (renewal, error) {
+			sent := time.Now()
+			resp, err := t.e.cli.KeepAliveOnce(ctx, t.Lease)
+			switch {
+			case err == nil:
+				return renewal{sent: sent, gone: resp.TTL <= 0}, nil
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				return renewal{sent: sent, gone: true}, nil // an answer: ends the hedge
+			}
+			return renewal{}, err
+		})
 		cancel()
 		switch {
-		case err == nil && resp.TTL > 0:
-			t.renewed(sent)
+		case err == nil && !probe.gone:
+			t.renewed(probe.sent)
 			next = cfg.RenewInterval
 			continue
-		case errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil:
+		case err == nil:
 			t.lose(fmt.Errorf("%w: lease %s expired or was revoked on the server", ErrNotLeader, leaseHex(t.Lease)))
 			return
 		case t.ctx.Err() != nil:
