@@ -39,6 +39,7 @@ type Config struct {
 	After         time.Duration // traffic after the fault
 	Settle        time.Duration // how long answers may take to arrive after traffic stops
 	Takeover      time.Duration // how long to wait for a new subscribe after a fault
+	Freeze        time.Duration // how long the freeze-* scenarios freeze a member (issue 25: 5 minutes)
 	Dir           string        // work dir (binaries, data); "" = a temp dir
 	Logf          func(format string, args ...any)
 }
@@ -76,6 +77,9 @@ func (c *Config) defaults() {
 	}
 	if c.Settle == 0 {
 		c.Settle = c.longest() + 60*time.Second
+	}
+	if c.Freeze == 0 {
+		c.Freeze = 5 * time.Minute
 	}
 	if c.Takeover == 0 {
 		c.Takeover = c.TTL + 30*time.Second

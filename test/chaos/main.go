@@ -86,6 +86,7 @@ func main() {
 	flag.DurationVar(&cfg.Warmup, "warmup", 4*time.Second, "traffic before the fault")
 	flag.DurationVar(&cfg.After, "after", 10*time.Second, "traffic after the fault")
 	flag.DurationVar(&cfg.Settle, "settle", 0, "how long answers may still arrive after traffic stops (default the longest answer + 60s)")
+	flag.DurationVar(&cfg.Freeze, "freeze", 5*time.Minute, "how long the freeze-* scenarios freeze an etcd member, a link or a NATS server")
 	flag.StringVar(&out, "out", "", "write the markdown report here (and .csv, -violations.csv beside it)")
 	flag.BoolVar(&keep, "keep", false, "keep the work dir (binaries, data, a failed round's process logs) after the run")
 	flag.StringVar(&cfg.Dir, "dir", "", "work dir (default a new temp dir)")

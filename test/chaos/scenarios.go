@@ -139,6 +139,30 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "freeze-etcd-member", Family: FamEtcd,
+		Doc: "SIGSTOP one etcd member (e1, e2, e3 in turn; quorum holds) for -freeze (5 min), then SIGCONT: no connection answers, none resets; 0 depositions (kicks), 0 lost",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.freezeMember(r, h.Infra.Etcd[(r.Round-1)%len(h.Infra.Etcd)])
+		},
+	},
+	{
+		Name: "freeze-leader-etcd-link", Family: FamNetwork,
+		Doc: "blackhole the leader's link to one etcd member (e1, e2, e3 in turn) for -freeze (5 min): to the leader that member is frozen, to everyone else it is fine; 0 depositions (kicks), 0 lost",
+		Fault: func(h *Harness, r *RoundResult) error {
+			n, err := h.Leader()
+			if err != nil {
+				return err
+			}
+			i := (r.Round - 1) % len(h.Infra.Etcd)
+			p := h.links[n.ID].Etcd[i]
+			r.note("blackhole %s's link to %s for %s", n.ID, h.Infra.Etcd[i].Name, h.Cfg.Freeze)
+			p.Blackhole()
+			defer p.Heal()
+			time.Sleep(h.Cfg.Freeze)
+			return nil
+		},
+	},
+	{
 		Name: "sim-drop", Family: FamWeCom, Smoke: true,
 		Doc: "the simulator drops the bot's connection (no close frame)",
 		Fault: func(h *Harness, r *RoundResult) error {
@@ -228,6 +252,22 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "freeze-nats-server", Family: FamNATS,
+		Doc: "SIGSTOP the NATS server the leader is connected to for -freeze (5 min), then SIGCONT: the leader notices within seconds (nats.ping_interval) and reconnects to another server; answers keep flowing",
+		Fault: func(h *Harness, r *RoundResult) error {
+			n, err := h.Leader()
+			if err != nil {
+				return err
+			}
+			for i, p := range h.links[n.ID].NATS {
+				if p.Conns() > 0 {
+					return h.freezeMember(r, h.Infra.NATS[i])
+				}
+			}
+			return fmt.Errorf("leader %s has no open link to any NATS server", n.ID)
+		},
+	},
+	{
 		Name: "rolling-nats-restart", Family: FamNATS,
 		Doc: "a NATS upgrade: SIGTERM, restart and wait for a healthy cluster, server by server (n1, n2, n3)",
 		Fault: func(h *Harness, r *RoundResult) error {
@@ -257,6 +297,21 @@ func (h *Harness) killMember(m *infracluster.Member, down time.Duration) error {
 		return fmt.Errorf("restart %s: %w", m.Name, err)
 	}
 	return h.Infra.WaitHealthy(time.Minute)
+}
+
+// freezeMember stops an etcd member or NATS server with SIGSTOP for
+// Cfg.Freeze (its connections stay open and nothing answers), resumes it,
+// and waits for the whole infra to be healthy again.
+func (h *Harness) freezeMember(r *RoundResult, m *infracluster.Member) error {
+	r.note("SIGSTOP %s for %s", m.Name, h.Cfg.Freeze)
+	if err := m.Proc.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	time.Sleep(h.Cfg.Freeze)
+	if err := m.Proc.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	return h.Infra.WaitHealthy(2 * time.Minute)
 }
 
 func scenarioByName(name string) (Scenario, bool) {
