@@ -157,6 +157,13 @@ type NATS struct {
 	// own, 2 minutes, noticed one after about 4 to 6 minutes). Lower is
 	// sooner but a busy server answers pings late too.
 	PingInterval time.Duration `yaml:"ping_interval"`
+	// MaxClockSkew bounds how far this node's clock may be from
+	// JetStream's (the time its stream leader stamps on what it stores,
+	// pkg/clock): nodes compare the times others wrote (deadlines, send
+	// windows) with their own, so a node off by more campaigns for no bot
+	// and runs no task until its time sync is fixed. Default 5s; 0 turns
+	// the check off.
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 	// One way to authenticate, at most: CredsFile (a user JWT and seed,
 	// `nsc generate creds`), NKeyFile (a user nkey seed, `nk -gen user`),
 	// or User with PasswordFile.
@@ -286,7 +293,7 @@ func Defaults() Config {
 		AI:       AI{Kind: AIKindDemo},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
-		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second},
+		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second},
 	}
 	c.Health, c.Recovery = healthDefaults()
 	c.Alert = alertDefaults()
@@ -581,6 +588,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.PingInterval < time.Second || c.NATS.PingInterval > 10*time.Minute {
 		bad("nats.ping_interval", "%s: want 1s to 10m (a frozen NATS server is noticed after about 3 of them)", c.NATS.PingInterval)
+	}
+	if c.NATS.MaxClockSkew < 0 || c.NATS.MaxClockSkew > 0 && c.NATS.MaxClockSkew < 100*time.Millisecond {
+		bad("nats.max_clock_skew", "%s: want 0 (no check) or at least 100ms (a measurement is only as good as a round trip to NATS)", c.NATS.MaxClockSkew)
 	}
 	if c.NATS.Replicas != 1 && c.NATS.Replicas != 3 && c.NATS.Replicas != 5 {
 		bad("nats.replicas", "%d: want 1 (single server), 3 or 5 (cluster)", c.NATS.Replicas)

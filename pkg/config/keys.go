@@ -85,6 +85,7 @@ var Keys = []Key{
 	{Name: "etcd.password_file", Flag: "etcd-password-file", Usage: "file holding the etcd user's password", set: str(func(c *Config) *string { return &c.Etcd.PasswordFile })},
 	{Name: "nats.url", Flag: "nats", Usage: "NATS URL (none: embedded)", set: str(func(c *Config) *string { return &c.NATS.URL })},
 	{Name: "nats.ping_interval", Flag: "nats-ping-interval", Usage: "how often a quiet NATS connection is pinged; two unanswered pings and the node reconnects", set: dur(func(c *Config) *time.Duration { return &c.NATS.PingInterval })},
+	{Name: "nats.max_clock_skew", Flag: "nats-max-clock-skew", Usage: "how far this node's clock may be from JetStream's before it leads nothing and runs no task (0: no check)", set: dur(func(c *Config) *time.Duration { return &c.NATS.MaxClockSkew })},
 	{Name: "nats.prefix", Flag: "nats-prefix", Usage: "stream and bucket prefix: one per environment sharing a NATS account", set: str(func(c *Config) *string { return &c.NATS.Prefix })},
 	{Name: "nats.creds_file", Flag: "nats-creds-file", Usage: "NATS user credentials file (JWT and seed)", set: str(func(c *Config) *string { return &c.NATS.CredsFile })},
 	{Name: "nats.nkey_file", Flag: "nats-nkey-file", Usage: "NATS user nkey seed file", set: str(func(c *Config) *string { return &c.NATS.NKeyFile })},

@@ -54,6 +54,14 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 			continue
 		}
 
+		if why, off := n.clockOff(); off {
+			if n.state(b.ID) != StateClockOff {
+				log.Error().Str("reason", why).Msg("not campaigning: this node's clock is off")
+				n.setState(b.ID, StateClockOff, why, 0)
+			}
+			pause.For(ctx, clockRecheck)
+			continue
+		}
 		n.setState(b.ID, StateStandby, "", 0)
 		if k := n.leading(); k > 0 && !pause.For(ctx, time.Duration(k)*n.cfg.SpreadDelay) {
 			return

@@ -73,6 +73,13 @@ type TermHooks interface {
 	Drain(ctx context.Context, term *election.Term)
 }
 
+// Clock says whether this node's clock is off (pkg/clock's Watch), and
+// why: other nodes compare the times it writes with theirs, so such a
+// node leads nothing.
+type Clock interface {
+	Off() (why string, off bool)
+}
+
 // Metrics counts the node's own failures.
 type Metrics interface {
 	// EtcdError hears each etcd request of the node's own loops that

@@ -92,7 +92,10 @@ type Config struct {
 	Health Observer
 	// Metrics, if set, counts the node's failed etcd requests.
 	Metrics Metrics
-	Logger  zerolog.Logger
+	// Clock, if set, says when this node's clock is too far off to be
+	// trusted (pkg/clock): the node then campaigns for no bot.
+	Clock  Clock
+	Logger zerolog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -218,6 +221,24 @@ func (n *Node) leading() int {
 		}
 	}
 	return k
+}
+
+// clockRecheck is how often a node whose clock is off looks again.
+const clockRecheck = 10 * time.Second
+
+// clockOff: Config.Clock says this node's clock is not to be trusted.
+func (n *Node) clockOff() (string, bool) {
+	if n.cfg.Clock == nil {
+		return "", false
+	}
+	return n.cfg.Clock.Off()
+}
+
+// state is this node's current state of bot.
+func (n *Node) state(bot string) BotState {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.status[bot].State
 }
 
 func (n *Node) setState(bot string, st BotState, reason string, term int64) {

@@ -54,6 +54,7 @@ const (
 	StateGated      BotState = "gated"       // the bot's gate names another env
 	StateNeedsHuman BotState = "needs_human" // auth failed, or another holder of the credentials keeps kicking: see the reason
 	StateBackoff    BotState = "backoff"     // waiting before campaigning again
+	StateClockOff   BotState = "clock_off"   // this node's clock is off JetStream's by more than nats.max_clock_skew: not campaigning
 	StateStopped    BotState = "stopped"
 )
 

@@ -45,7 +45,7 @@ const tasksTTL = 10 * time.Second
 func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 	o := &observer{n: n, nc: nc, etcd: cli, metrics: metrics.New(), conns: map[string]*wecom.Conn{}, retired: map[string]pusher.Stats{},
 		history: &etcdHistory{cli: cli, log: n.log}}
-	o.metrics.Registry.MustRegister(o, o.history)
+	o.metrics.Registry.MustRegister(o, o.history, clockCollector{n.clock})
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
 			o.metrics.NATSError("disconnect", "")
@@ -178,6 +178,9 @@ func (o *observer) readiness(ctx context.Context) Readiness {
 			rd.Reasons = append(rd.Reasons, "bot "+bot+": "+rd.Bots[bot])
 		}
 	}
+	if why, off := o.n.clock.Off(); off {
+		rd.Reasons = append(rd.Reasons, why)
+	}
 	if rd.Etcd == "ok" {
 		if w := o.history.warning(ctx); w != "" {
 			rd.Warnings = append(rd.Warnings, w)
@@ -236,7 +239,7 @@ func (o *observer) alive() bool {
 // Descriptions of what the collector reads at scrape time.
 var (
 	descLeader     = desc("bot_leader", "1 while this node leads the bot (holds its WeCom connection), else 0.", "bot")
-	descBotState   = desc("bot_state", "1 for this node's current state of the bot (starting, standby, connecting, leader, draining, gated, needs_human, backoff, stopped).", "bot", "state")
+	descBotState   = desc("bot_state", "1 for this node's current state of the bot (starting, standby, connecting, leader, draining, gated, needs_human, backoff, clock_off, stopped).", "bot", "state")
 	descTerm       = desc("bot_term", "The election revision of the term this node leads the bot in (0: not leading).", "bot")
 	descConnected  = desc("wecom_connected", "1 while the bot's WeCom connection held by this node is open and subscribed.", "bot")
 	descPusher     = desc("pusher_events_total", "The bot's pusher on this node, summed over its terms: frames, pushes, delivered, truncated, failed, errors, ambiguous, throttled (deferred by the per-conversation budget), held (half-open gate), stalled (steps deferred while the connection owed an ack past 500 ms).", "bot", "event")
@@ -269,7 +272,7 @@ func (o *observer) Describe(ch chan<- *prometheus.Desc) {
 }
 
 var botStates = []node.BotState{node.StateStarting, node.StateStandby, node.StateConnecting, node.StateLeader, node.StateDraining,
-	node.StateGated, node.StateNeedsHuman, node.StateBackoff, node.StateStopped}
+	node.StateGated, node.StateNeedsHuman, node.StateBackoff, node.StateClockOff, node.StateStopped}
 
 // Collect implements prometheus.Collector: the node's state, now.
 func (o *observer) Collect(ch chan<- prometheus.Metric) {

@@ -20,6 +20,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/heal/alert"
@@ -91,6 +92,7 @@ type Node struct {
 	token    string       // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
 	apiCli   *http.Client // tier 2's client: api.ca_file trusted
 	obs      *observer    // metrics, liveness, readiness, sd_notify (metrics.go)
+	clock    *clock.Watch // this node's clock against JetStream's (clock.go)
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -163,7 +165,8 @@ func Run(ctx context.Context, o Options) error {
 	defer spool.Close()
 
 	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget), cfg: cfg,
-		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd}
+		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
+		clock: &clock.Watch{Max: cfg.NATS.MaxClockSkew}}
 	var history backfill.HistorySource // nil: no gap backfill
 	if cfg.Backfill.HistoryURL != "" {
 		history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
@@ -211,6 +214,7 @@ func Run(ctx context.Context, o Options) error {
 		Hooks:   termHooks{n},
 		Health:  n.Health,
 		Metrics: n.obs.metrics,
+		Clock:   n.clock,
 		Logger:  n.base, // node.New adds the node field
 	})
 	if err != nil {
@@ -307,7 +311,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 		Leadership: n.leaders,
 		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
 		OutputInterval: outputInterval(cfg),
-		Metrics:        n.obs, Logger: n.base, // worker.New adds node and component
+		Metrics:        n.obs, Clock: n.clock, Logger: n.base, // worker.New adds node and component
 	})
 	if err != nil {
 		return err
@@ -331,6 +335,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	n.Health.Bind(store, lc)
 	n.backfill.Bind(store, n.Access)
 	close(n.ready) // publishes the fields above to the terms and the API
+	wg.Go(func() { n.watchClock(ctx, store) })
 	wg.Go(func() { fwd.Run(ctx) })
 	fwd.Kick() // what was spooled before JetStream answered
 	wg.Go(func() {

@@ -7,8 +7,14 @@ import (
 )
 
 // slots is how many slots the worker uses now: LeaderSlots while this
-// node leads a bot, else Slots.
+// node leads a bot, else Slots; none while Config.Clock says the clock is
+// off.
 func (w *Worker) slots() int {
+	if w.cfg.Clock != nil {
+		if _, off := w.cfg.Clock.Off(); off {
+			return 0 // see Config.Clock
+		}
+	}
 	if w.cfg.Leadership != nil && w.cfg.LeaderSlots > 0 && w.cfg.Leadership.LeadsAny() {
 		return min(w.cfg.LeaderSlots, w.cfg.Slots)
 	}

@@ -95,10 +95,20 @@ type Config struct {
 	// Metrics hears of the worker's failed JetStream requests. Default
 	// nil: nobody counts them.
 	Metrics Metrics
-	Logger  zerolog.Logger
+	// Clock, if set, says when this node's clock is too far off to be
+	// trusted (pkg/clock): the worker then fetches no task from the queue
+	// (other nodes run them; the times it would write are compared with
+	// theirs).
+	Clock  Clock
+	Logger zerolog.Logger
 	// Now is the clock of the default Lifecycle's records (a test seam).
 	// Default time.Now.
 	Now func() time.Time
+}
+
+// Clock says whether this node's clock is off (pkg/clock's Watch).
+type Clock interface {
+	Off() (why string, off bool)
 }
 
 // Leadership answers whether this node leads any bot now, so that the

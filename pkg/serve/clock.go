@@ -1,0 +1,43 @@
+package serve
+
+import (
+	"context"
+
+	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/clock"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// watchClock measures this node's clock against JetStream's every minute
+// (pkg/clock) until ctx ends, in the health bucket under clock.<node>:
+// while it is more than nats.max_clock_skew off, the node campaigns for
+// no bot and its worker fetches no task; /readyz and the log say why.
+func (n *Node) watchClock(ctx context.Context, store *dataplane.Store) {
+	n.clock.Probe = clock.Probe{KV: store.Health(), Key: "clock." + dataplane.EncodeToken(n.cfg.NodeID)}
+	n.clock.Run(ctx, func(r clock.Reading, off bool) {
+		if off {
+			why, _ := n.clock.Off()
+			n.log.Error().Dur("offset", r.Offset).Dur("uncertainty", r.Uncertainty).Msg(why)
+			return
+		}
+		n.log.Info().Dur("offset", r.Offset).Msg("this node's clock is within nats.max_clock_skew of JetStream's again")
+	})
+}
+
+var descClockOffset = desc("clock_offset_seconds", "JetStream's clock minus this node's, last measured (positive: this node is behind); past nats.max_clock_skew the node leads nothing and runs no task.")
+
+// clockCollector is the clock's reading in /metrics (none before the first).
+type clockCollector struct{ w *clock.Watch }
+
+func (c clockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descClockOffset }
+
+func (c clockCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.w == nil {
+		return
+	}
+	r := c.w.Reading()
+	if r.At.IsZero() {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descClockOffset, prometheus.GaugeValue, r.Offset.Seconds())
+}

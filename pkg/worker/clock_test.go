@@ -1,0 +1,36 @@
+package worker_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/worker"
+)
+
+type offClock struct{ off atomic.Bool }
+
+func (c *offClock) Off() (string, bool) { return "40m off", c.off.Load() }
+
+// A worker whose node's clock is off fetches no task: the record it would
+// write (started, deadline) would be compared with other nodes' clocks
+// (issue 25 item 10). Once the clock is right it runs the task.
+func TestWorkerWithAClockOffRunsNothing(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{})
+	c := &offClock{}
+	c.off.Store(true)
+	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, 10*time.Millisecond), Store: env.Store, Clock: c})
+	m := publish(t, env.Store, "m1", "alice", "q")
+	time.Sleep(3 * time.Second) // a negative check: several fetch rounds
+	if r := record(t, env.Store, m.TaskID); r.Attempt != 0 {
+		t.Fatalf("a worker with its clock off started the task: %+v", r)
+	}
+	c.off.Store(false)
+	testwait.Eventually(t, waitLong, "the task to run once the clock is right", func() bool {
+		return record(t, env.Store, m.TaskID).Exec == task.Succeeded
+	})
+}
