@@ -283,7 +283,7 @@ func Defaults() Config {
 			KickLimit: 3, KickWindow: 10 * time.Minute},
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20, AuditEvery: time.Minute},
 		Worker:   Worker{Slots: DefaultWorkerSlots, LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
-		AI:       AI{Kind: AIKindDemo},
+		AI:       AI{Kind: AIKindDemo, MaxAnswerBytes: DefaultMaxAnswerBytes},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
 		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second},

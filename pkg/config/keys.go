@@ -114,6 +114,7 @@ var Keys = []Key{
 	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
 	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: demo, exec or openai", set: str(func(c *Config) *string { return &c.AI.Kind })},
 	{Name: "ai.max_concurrency", Flag: "ai-max-concurrency", Usage: "answers asked of the AI backend at once on this node (0: no limit beyond worker.slots)", set: integer(func(c *Config) *int { return &c.AI.MaxConcurrency })},
+	{Name: "ai.max_answer_bytes", Flag: "ai-max-answer-bytes", Usage: "longest answer stored, in bytes as stored (JSON-escaped); a longer one is cut there with a note, and delivered once", set: integer(func(c *Config) *int { return &c.AI.MaxAnswerBytes })},
 	{Name: "ai.demo.answer_time", Flag: "demo-answer-time", Usage: "how long a demo answer streams", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTime })},
 	{Name: "ai.demo.answer_time_max", Flag: "demo-answer-time-max", Usage: "spread demo answers over [answer_time, this] (0: all take answer_time)", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTimeMax })},
 	{Name: "ai.demo.answer_bytes", Flag: "demo-answer-bytes", Usage: "make demo answers at least this long", set: integer(func(c *Config) *int { return &c.AI.Demo.AnswerBytes })},

@@ -306,7 +306,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
 		Leadership: n.leaders,
 		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
-		OutputInterval: outputInterval(cfg),
+		OutputInterval: outputInterval(cfg), MaxAnswerBytes: cfg.AI.MaxAnswerBytes,
 		Metrics:        n.obs, Logger: n.base, // worker.New adds node and component
 	})
 	if err != nil {
