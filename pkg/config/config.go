@@ -48,6 +48,7 @@ type Config struct {
 	Access   Access   `yaml:"access"`
 	Push     Push     `yaml:"push"`
 	Backfill Backfill `yaml:"backfill"`
+	Spool    Spool    `yaml:"spool"`
 	Health   Health   `yaml:"health"`
 	Recovery Recovery `yaml:"recovery"`
 	Alert    Alert    `yaml:"alert"`
@@ -290,6 +291,7 @@ func Defaults() Config {
 	}
 	c.Health, c.Recovery = healthDefaults()
 	c.Alert = alertDefaults()
+	c.Spool = spoolDefaults()
 	c.Push.ReplayExpiry = 24 * time.Hour
 	return c
 }
@@ -606,6 +608,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateHealth(bad)
 	c.validateAlert(bad)
+	c.validateSpool(bad)
 	seen := map[string]bool{}
 	for i, b := range c.Bots {
 		key := fmt.Sprintf("bots[%d]", i)
