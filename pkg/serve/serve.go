@@ -306,8 +306,8 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	w, err := worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
 		Leadership: n.leaders,
-		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
-		OutputInterval: outputInterval(cfg), MaxAnswerBytes: cfg.AI.MaxAnswerBytes,
+		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, MaxAnswerBytes: cfg.AI.MaxAnswerBytes,
+		OutputInterval: outputInterval(cfg),
 		Metrics:        n.obs, Logger: n.base, // worker.New adds node and component
 	})
 	if err != nil {
