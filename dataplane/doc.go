@@ -35,6 +35,10 @@
 // its PublishFunc returned nil; a crash in between forwards it once more,
 // which the duplicate window absorbs.
 //
+// A Spool is bounded (SpoolMaxEntries, SpoolMaxBytes): past a bound Append
+// refuses with ErrSpoolFull and keeps nothing. A Forwarder with an Expiry
+// never queues an entry that waited longer: it hands it to its Expired.
+//
 // # What is not guaranteed
 //
 // Exactly-once queueing holds only within the duplicate window: a task

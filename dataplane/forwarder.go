@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,6 +22,20 @@ type ForwarderConfig struct {
 	Spool *Spool
 	// Publish forwards one entry; usually Store.SpoolPublisher. Required.
 	Publish Publisher
+	// Expiry is how long an entry may wait in the spool: one that waited
+	// longer (SpoolEntry.Waited) when JetStream takes tasks again is not
+	// forwarded to Publish but handed to Expired, with Publish's contract
+	// (nil: done, the entry is deleted; an error keeps it for a later
+	// try), to tell its user the message was not answered. An answer that
+	// late would answer a question its user has given up on, or asked
+	// again. 0: entries never expire.
+	Expiry time.Duration
+	// Expired takes the expired entries. Required with Expiry.
+	Expired Publisher
+	// LateAfter: an entry forwarded after waiting longer than this is
+	// marked Late, for Publish to have its user told the answer is late.
+	// 0: never marked. Below Expiry.
+	LateAfter time.Duration
 	// MinBackoff is the wait before the first retry after a failed drain;
 	// each further failure doubles it up to MaxBackoff. Shorter finds
 	// JetStream back sooner but costs a failed publish (up to its timeout)
@@ -65,6 +80,14 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	if cfg.Poll < 0 {
 		return nil, errors.New("forwarder: Poll must be positive")
 	}
+	switch {
+	case cfg.Expiry < 0 || cfg.LateAfter < 0:
+		return nil, errors.New("forwarder: Expiry and LateAfter must not be negative")
+	case cfg.Expiry > 0 && cfg.Expired == nil:
+		return nil, errors.New("forwarder: Expired is required with an Expiry (who tells the users of expired entries?)")
+	case cfg.Expiry > 0 && cfg.LateAfter >= cfg.Expiry:
+		return nil, fmt.Errorf("forwarder: LateAfter %s must be below Expiry %s", cfg.LateAfter, cfg.Expiry)
+	}
 	return &Forwarder{cfg: cfg, kick: make(chan struct{}, 1)}, nil
 }
 
@@ -94,7 +117,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		case <-f.kick:
 		case <-timer.C:
 		}
-		n, err := f.cfg.Spool.Drain(ctx, f.cfg.Publish.Publish)
+		n, err := f.cfg.Spool.Drain(ctx, f.publish)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -114,6 +137,17 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		backoff = 0
 		resetTimer(timer, f.cfg.Poll)
 	}
+}
+
+// publish hands e to Expired if it waited past the expiry, else to
+// Publish, marked Late if it waited past LateAfter.
+func (f *Forwarder) publish(ctx context.Context, e SpoolEntry) error {
+	waited := e.Waited(time.Now())
+	if f.cfg.Expiry > 0 && waited > f.cfg.Expiry {
+		return f.cfg.Expired.Publish(ctx, e)
+	}
+	e.Late = f.cfg.LateAfter > 0 && waited > f.cfg.LateAfter
+	return f.cfg.Publish.Publish(ctx, e)
 }
 
 // resetTimer sets t to fire after d, whatever its state (Go 1.23+ timers

@@ -22,6 +22,13 @@ import (
 // if its task were in the queue: a later message of it is refused like
 // any message to a busy conversation, so it can never overtake the
 // spooled one. Other conversations are not held up by the spool.
+//
+// Bounds: the spool holds at most so many entries and so many bytes
+// (SpoolMaxEntries, SpoolMaxBytes); past either, Append refuses with
+// ErrSpoolFull, and the task is the caller's to refuse (the user is told
+// to try again later) rather than the node's disk's to fill. How long an
+// entry may wait is the Forwarder's to enforce (ForwarderConfig.Expiry),
+// when JetStream is back: only then can its user be told.
 
 var (
 	spoolBucket   = []byte("tasks")
@@ -35,6 +42,58 @@ type SpoolEntry struct {
 	MsgID        string    `json:"msgid"`
 	Payload      []byte    `json:"payload"`
 	Received     time.Time `json:"received"`
+	// Spooled is when Append took the entry (set by Append unless given);
+	// what the Forwarder's expiry and lateness count from.
+	Spooled time.Time `json:"spooled,omitzero"`
+	// Late is set by the Forwarder on an entry it forwards after it
+	// waited longer than ForwarderConfig.LateAfter: its user should be
+	// told the answer is late. Not stored.
+	Late bool `json:"-"`
+}
+
+// Waited is how long e has waited in the spool at now (since Received
+// for an entry spooled before Spooled was kept).
+func (e SpoolEntry) Waited(now time.Time) time.Duration {
+	since := e.Spooled
+	if since.IsZero() {
+		since = e.Received
+	}
+	return now.Sub(since)
+}
+
+// Defaults of the spool's bounds (SpoolMaxEntries, SpoolMaxBytes):
+// about an hour of 3 messages a second, far more than one node's users
+// send while JetStream is away, on 64 MiB of the node's disk.
+const (
+	DefaultSpoolMaxEntries = 10000
+	DefaultSpoolMaxBytes   = 64 << 20
+)
+
+// ErrSpoolFull: Append refused an entry because the spool holds its most
+// entries or bytes already. The task was not kept.
+var ErrSpoolFull = errors.New("spool full")
+
+// A SpoolOption sets a bound of OpenSpool's spool.
+type SpoolOption func(*Spool)
+
+// SpoolMaxEntries bounds the entries waiting (default
+// DefaultSpoolMaxEntries; n <= 0 keeps it).
+func SpoolMaxEntries(n int) SpoolOption {
+	return func(s *Spool) {
+		if n > 0 {
+			s.maxEntries = n
+		}
+	}
+}
+
+// SpoolMaxBytes bounds the bytes of the entries waiting, as stored
+// (default DefaultSpoolMaxBytes; n <= 0 keeps it).
+func SpoolMaxBytes(n int64) SpoolOption {
+	return func(s *Spool) {
+		if n > 0 {
+			s.maxBytes = n
+		}
+	}
 }
 
 // Spool is a durable, ordered queue of SpoolEntry in a bbolt file. It is
@@ -43,8 +102,13 @@ type Spool struct {
 	db      *bolt.DB
 	drainMu sync.Mutex // one Drain at a time, or two would publish the same entry
 
-	mu    sync.Mutex
-	convs map[string]int // "<bot>\x00<conversation>" → entries spooled
+	maxEntries int
+	maxBytes   int64
+
+	mu      sync.Mutex
+	convs   map[string]int // "<bot>\x00<conversation>" → entries spooled
+	entries int            // entries waiting, and reserved by an Append under way
+	bytes   int64          // their stored bytes
 }
 
 func convKey(bot, conversation string) string { return bot + "\x00" + conversation }
@@ -66,9 +130,11 @@ func (s *Spool) Holds(bot, conversation string) bool {
 	return s.convs[convKey(bot, conversation)] > 0
 }
 
-// OpenSpool opens (creating if needed) the spool file at path. A file held
-// by another process is refused after a few seconds, not waited for.
-func OpenSpool(path string) (*Spool, error) {
+// OpenSpool opens (creating if needed) the spool file at path, bounded by
+// opts. A file held by another process is refused after a few seconds, not
+// waited for. Entries left by a previous run count towards the bounds
+// (a spool reopened over them refuses new entries until it drains).
+func OpenSpool(path string, opts ...SpoolOption) (*Spool, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
@@ -87,10 +153,15 @@ func OpenSpool(path string) (*Spool, error) {
 		db.Close()
 		return nil, fmt.Errorf("open spool %s: %w", path, err)
 	}
-	s := &Spool{db: db, convs: map[string]int{}}
+	s := &Spool{db: db, convs: map[string]int{}, maxEntries: DefaultSpoolMaxEntries, maxBytes: DefaultSpoolMaxBytes}
+	for _, o := range opts {
+		o(s)
+	}
 	// Entries left by a previous run hold their conversations too.
 	err = db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(spoolBucket).ForEach(func(_, v []byte) error {
+			s.entries++
+			s.bytes += int64(len(v))
 			var e SpoolEntry
 			if json.Unmarshal(v, &e) == nil {
 				s.held(e, 1)
@@ -109,14 +180,21 @@ func OpenSpool(path string) (*Spool, error) {
 func (s *Spool) Close() error { return s.db.Close() }
 
 // Append adds e at the end of the spool. When Append returns nil, e is on
-// disk (the bbolt commit fsyncs) and will survive a crash.
+// disk (the bbolt commit fsyncs) and will survive a crash. A spool at one
+// of its bounds refuses e with ErrSpoolFull.
 func (s *Spool) Append(e SpoolEntry) error {
 	if e.MsgID == "" {
 		return fmt.Errorf("spool task of bot %s conversation %s: empty msgid: it could not be forwarded idempotently", e.Bot, e.Conversation)
 	}
+	if e.Spooled.IsZero() {
+		e.Spooled = time.Now().UTC()
+	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("spool task %s: %w", e.MsgID, err)
+	}
+	if err := s.reserve(len(data)); err != nil {
+		return fmt.Errorf("spool task %s of bot %s: %w", e.MsgID, e.Bot, err)
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(spoolBucket)
@@ -127,10 +205,34 @@ func (s *Spool) Append(e SpoolEntry) error {
 		return b.Put(seqKey(seq), data)
 	})
 	if err != nil {
+		s.release(len(data))
 		return fmt.Errorf("spool task %s: %w", e.MsgID, err)
 	}
 	s.held(e, 1)
 	return nil
+}
+
+// reserve counts an entry of n bytes towards the bounds, or refuses it.
+func (s *Spool) reserve(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.entries >= s.maxEntries:
+		return fmt.Errorf("%w: %d entries wait for JetStream, the most it keeps (spool.max_entries)", ErrSpoolFull, s.entries)
+	case s.bytes+int64(n) > s.maxBytes:
+		return fmt.Errorf("%w: %d bytes wait for JetStream, and %d more would pass the most it keeps, %d (spool.max_bytes)", ErrSpoolFull, s.bytes, n, s.maxBytes)
+	}
+	s.entries++
+	s.bytes += int64(n)
+	return nil
+}
+
+// release takes an entry of n bytes off the bounds' count.
+func (s *Spool) release(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.entries--
+	s.bytes -= int64(n)
 }
 
 // Len is the number of entries waiting.
@@ -178,7 +280,7 @@ func (s *Spool) Drain(ctx context.Context, publish PublishFunc) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		key, e, ok, err := s.first()
+		key, size, e, ok, err := s.first()
 		if err != nil {
 			return n, err
 		}
@@ -192,6 +294,7 @@ func (s *Spool) Drain(ctx context.Context, publish PublishFunc) (int, error) {
 			return n, fmt.Errorf("drain spool: delete forwarded task %s: %w", e.MsgID, err)
 		}
 		s.held(e, -1)
+		s.release(size)
 		n++
 	}
 }
@@ -199,7 +302,7 @@ func (s *Spool) Drain(ctx context.Context, publish PublishFunc) (int, error) {
 // first returns the oldest entry. An entry that does not decode is moved
 // to the corrupt bucket (where an operator can read it) rather than
 // blocking every entry behind it.
-func (s *Spool) first() (key []byte, e SpoolEntry, ok bool, err error) {
+func (s *Spool) first() (key []byte, size int, e SpoolEntry, ok bool, err error) {
 	for {
 		var bad bool
 		err = s.db.View(func(tx *bolt.Tx) error {
@@ -207,17 +310,17 @@ func (s *Spool) first() (key []byte, e SpoolEntry, ok bool, err error) {
 			if k == nil {
 				return nil
 			}
-			key, ok = append([]byte(nil), k...), true
+			key, size, ok = append([]byte(nil), k...), len(v), true
 			if json.Unmarshal(v, &e) != nil {
 				bad = true
 			}
 			return nil
 		})
 		if err != nil {
-			return nil, SpoolEntry{}, false, fmt.Errorf("drain spool: read: %w", err)
+			return nil, 0, SpoolEntry{}, false, fmt.Errorf("drain spool: read: %w", err)
 		}
 		if !bad {
-			return key, e, ok, nil
+			return key, size, e, ok, nil
 		}
 		err = s.db.Update(func(tx *bolt.Tx) error {
 			b := tx.Bucket(spoolBucket)
@@ -227,8 +330,9 @@ func (s *Spool) first() (key []byte, e SpoolEntry, ok bool, err error) {
 			return b.Delete(key)
 		})
 		if err != nil {
-			return nil, SpoolEntry{}, false, fmt.Errorf("drain spool: set aside undecodable entry %d: %w", binary.BigEndian.Uint64(key), err)
+			return nil, 0, SpoolEntry{}, false, fmt.Errorf("drain spool: set aside undecodable entry %d: %w", binary.BigEndian.Uint64(key), err)
 		}
+		s.release(size) // set aside, it waits no more
 		e, ok = SpoolEntry{}, false
 	}
 }

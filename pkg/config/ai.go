@@ -38,6 +38,13 @@ const (
 	OpenAIDefaultTimeout   = 10 * time.Minute
 )
 
+// Bounds of ai.max_answer_bytes. The limit leaves 64 KiB of NATS's
+// default max_payload (1 MiB) for the output's other fields and the note.
+const (
+	DefaultMaxAnswerBytes = 512 << 10
+	MaxAnswerBytesLimit   = 960 << 10
+)
+
 // AI chooses and configures the AI backend (pkg/ai): the "ai" section of the node's
 // configuration. Only the section named by Kind is read.
 type AI struct {
@@ -50,7 +57,18 @@ type AI struct {
 	// no more tasks than it can start, so the others take them. The
 	// worker enforces it (worker.Config.AIConcurrency). Default 0: no
 	// limit beyond worker.slots.
-	MaxConcurrency int      `yaml:"max_concurrency"`
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxAnswerBytes caps an answer: once it would take more bytes than
+	// this in the output bucket (its UTF-8 length, more for what JSON
+	// escapes: quotes, backslashes, newlines, control characters), the
+	// backend is stopped, the answer cut there and a note appended (the
+	// user reads that it was cut), and that is the answer, stored and
+	// delivered once. An answer longer than the bucket's largest value
+	// (NATS's max_payload, 1 MiB by default) could not be stored at all.
+	// The worker enforces it (worker.Config.MaxAnswerBytes). Default
+	// DefaultMaxAnswerBytes (512 KiB: about 26 WeCom messages, pushed in
+	// parts; 0 means it too); at most MaxAnswerBytesLimit.
+	MaxAnswerBytes int      `yaml:"max_answer_bytes"`
 	Demo           AIDemo   `yaml:"demo"`
 	Exec           AIExec   `yaml:"exec"`
 	OpenAI         AIOpenAI `yaml:"openai"`
@@ -150,6 +168,9 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func (a AI) Validate() error {
 	if a.MaxConcurrency < 0 {
 		return fmt.Errorf("config key ai.max_concurrency: %d: want 0 (no limit beyond worker.slots) or the number of answers the model provider allows at once from this node", a.MaxConcurrency)
+	}
+	if a.MaxAnswerBytes < 0 || a.MaxAnswerBytes > MaxAnswerBytesLimit {
+		return fmt.Errorf("config key ai.max_answer_bytes: %d is out of range: want at most %d (0 for the default, %d); a NATS server with a smaller max_payload needs it lower still", a.MaxAnswerBytes, MaxAnswerBytesLimit, DefaultMaxAnswerBytes)
 	}
 	switch a.Kind {
 	case AIKindDemo:

@@ -48,6 +48,7 @@ type Config struct {
 	Access   Access   `yaml:"access"`
 	Push     Push     `yaml:"push"`
 	Backfill Backfill `yaml:"backfill"`
+	Spool    Spool    `yaml:"spool"`
 	Health   Health   `yaml:"health"`
 	Recovery Recovery `yaml:"recovery"`
 	Alert    Alert    `yaml:"alert"`
@@ -290,13 +291,14 @@ func Defaults() Config {
 			KickLimit: 3, KickWindow: 10 * time.Minute},
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20, AuditEvery: time.Minute},
 		Worker:   Worker{Slots: DefaultWorkerSlots, LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
-		AI:       AI{Kind: AIKindDemo},
+		AI:       AI{Kind: AIKindDemo, MaxAnswerBytes: DefaultMaxAnswerBytes},
 		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
 		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second},
 	}
 	c.Health, c.Recovery = healthDefaults()
 	c.Alert = alertDefaults()
+	c.Spool = spoolDefaults()
 	c.Push.ReplayExpiry = 24 * time.Hour
 	return c
 }
@@ -616,6 +618,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateHealth(bad)
 	c.validateAlert(bad)
+	c.validateSpool(bad)
 	seen := map[string]bool{}
 	for i, b := range c.Bots {
 		key := fmt.Sprintf("bots[%d]", i)

@@ -115,6 +115,7 @@ var Keys = []Key{
 	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
 	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: demo, exec or openai", set: str(func(c *Config) *string { return &c.AI.Kind })},
 	{Name: "ai.max_concurrency", Flag: "ai-max-concurrency", Usage: "answers asked of the AI backend at once on this node (0: no limit beyond worker.slots)", set: integer(func(c *Config) *int { return &c.AI.MaxConcurrency })},
+	{Name: "ai.max_answer_bytes", Flag: "ai-max-answer-bytes", Usage: "longest answer stored, in bytes as stored (JSON-escaped); a longer one is cut there with a note, and delivered once", set: integer(func(c *Config) *int { return &c.AI.MaxAnswerBytes })},
 	{Name: "ai.demo.answer_time", Flag: "demo-answer-time", Usage: "how long a demo answer streams", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTime })},
 	{Name: "ai.demo.answer_time_max", Flag: "demo-answer-time-max", Usage: "spread demo answers over [answer_time, this] (0: all take answer_time)", set: dur(func(c *Config) *time.Duration { return &c.AI.Demo.AnswerTimeMax })},
 	{Name: "ai.demo.answer_bytes", Flag: "demo-answer-bytes", Usage: "make demo answers at least this long", set: integer(func(c *Config) *int { return &c.AI.Demo.AnswerBytes })},
@@ -133,6 +134,17 @@ var Keys = []Key{
 	{Name: "backfill.history_url", Flag: "backfill-history-url", Usage: "history source for the gap backfill: the WeCom simulator's base URL (\"\" off)", set: str(func(c *Config) *string { return &c.Backfill.HistoryURL })},
 	{Name: "backfill.overlap", Flag: "backfill-overlap", Usage: "how far before the inbound watermark a backfill pass reads", set: dur(func(c *Config) *time.Duration { return &c.Backfill.Overlap })},
 	{Name: "backfill.max_messages", Flag: "backfill-max-messages", Usage: "missed messages one backfill pass answers at most", set: integer(func(c *Config) *int { return &c.Backfill.MaxMessages })},
+	{Name: "spool.max_entries", Flag: "spool-max-entries", Usage: "tasks the local spool keeps while JetStream is away; past it a task is refused and its user told to try later", set: integer(func(c *Config) *int { return &c.Spool.MaxEntries })},
+	{Name: "spool.max_bytes", Flag: "spool-max-bytes", Usage: "bytes the local spool keeps; past it a task is refused and its user told to try later", set: func(c *Config, s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		c.Spool.MaxBytes = n
+		return nil
+	}},
+	{Name: "spool.expiry", Flag: "spool-expiry", Usage: "a task that waited in the spool longer is not run: its user is told it was not answered and to send it again", set: dur(func(c *Config) *time.Duration { return &c.Spool.Expiry })},
+	{Name: "spool.late_after", Flag: "spool-late-after", Usage: "a task forwarded from the spool after waiting longer is answered with the late note", set: dur(func(c *Config) *time.Duration { return &c.Spool.LateAfter })},
 	{Name: "dispatch.fixed_worker", Flag: "fixed-worker", Usage: "tier-2 worker API base URL", set: str(func(c *Config) *string { return &c.Dispatch.FixedWorker })},
 	{Name: "access.allow_users", Flag: "allow-users", Usage: "only these user ids (comma-separated; empty: all)", set: func(c *Config, s string) error {
 		c.Access.AllowUsers = splitList(s)

@@ -158,7 +158,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	spool, err := dataplane.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"))
+	spool, err := dataplane.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"), dataplane.SpoolMaxEntries(cfg.Spool.MaxEntries), dataplane.SpoolMaxBytes(cfg.Spool.MaxBytes))
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
 	}
@@ -302,14 +302,15 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	cfg, log := n.cfg, n.log
 	lc := task.NewLifecycle(store, cfg.NodeID, log)
 	out := newSpoolOut(store, lc, log, n.leaders)
-	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log})
+	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log,
+		Expiry: cfg.Spool.Expiry, Expired: spoolExpired{out, cfg.Spool.Expiry}, LateAfter: cfg.Spool.LateAfter})
 	if err != nil {
 		return err
 	}
 	w, err := worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
 		Leadership: n.leaders,
-		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
+		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, MaxAnswerBytes: cfg.AI.MaxAnswerBytes,
 		OutputInterval: outputInterval(cfg),
 		Metrics:        n.obs, Clock: n.clock, Logger: n.base, // worker.New adds node and component
 	})

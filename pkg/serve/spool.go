@@ -53,6 +53,10 @@ func (s *spoolOut) Publish(ctx context.Context, e dataplane.SpoolEntry) error {
 		return nil
 	case state == runningOffQueue:
 		s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task still running on a fallback tier; queued to hold its conversation")
+	case e.Late:
+		if err := s.markLate(ctx, &e); err != nil {
+			return err
+		}
 	}
 	return s.forward.Publish(ctx, e)
 }

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,9 +44,13 @@ func (l *Lifecycle) Output(id, bot string, attempt int) *OutputWriter {
 	return &OutputWriter{kv: l.store.Output(), id: id, bot: bot, attempt: attempt, now: l.now}
 }
 
-// Write replaces the attempt's output with text.
+// Write replaces the attempt's output with text. The value stored is the
+// Output's JSON: about OutputTextBytes(text) and 200 bytes more, which
+// must stay under the output bucket's largest value (NATS's max_payload,
+// 1 MiB by default); the worker caps an answer so that it does
+// (ai.max_answer_bytes).
 func (w *OutputWriter) Write(ctx context.Context, text string) error {
-	raw, err := json.Marshal(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC()})
+	raw, err := encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC()})
 	if err != nil {
 		return err
 	}
@@ -85,6 +91,64 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 		return nil
 	}
 	return fmt.Errorf("write output of task %s: too many concurrent writers", w.id)
+}
+
+// encodeOutput is o's JSON without HTML escaping: '<', '>' and '&' (code,
+// markup) take one byte each instead of six.
+func encodeOutput(o Output) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(o); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// OutputTextBytes is how many bytes text takes in the output bucket, as
+// the Text of an Output's JSON: what encoding/json writes for it, without
+// the quotes. Its UTF-8 length, that is, plus one for each '"', '\\',
+// newline, carriage return, tab, backspace and form feed, five for any
+// other control character and for each byte that is not UTF-8 (written
+// \ufffd), three for U+2028 and U+2029.
+func OutputTextBytes(text string) int {
+	n := 0
+	for len(text) > 0 {
+		r, size := utf8.DecodeRuneInString(text)
+		n += storedRune(r, size)
+		text = text[size:]
+	}
+	return n
+}
+
+// ClipOutputText is the longest prefix of text whose OutputTextBytes is at
+// most room, cut between runes, and its OutputTextBytes.
+func ClipOutputText(text string, room int) (string, int) {
+	n, end := 0, 0
+	for end < len(text) {
+		r, size := utf8.DecodeRuneInString(text[end:])
+		k := storedRune(r, size)
+		if n+k > room {
+			break
+		}
+		n += k
+		end += size
+	}
+	return text[:end], n
+}
+
+// storedRune is what encoding/json (HTML escaping off) writes for the rune
+// r of size bytes.
+func storedRune(r rune, size int) int {
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return len(`\ufffd`)
+	case r == '"', r == '\\', r == '\n', r == '\r', r == '\t', r == '\b', r == '\f':
+		return 2
+	case r < 0x20, r == '\u2028', r == '\u2029':
+		return len(`\u0000`)
+	}
+	return size
 }
 
 // GetOutput reads a task's output; (nil, nil) if there is none yet.

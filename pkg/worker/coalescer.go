@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -16,16 +17,31 @@ import (
 // Writes go through the attempt's fenced writer; the caller's failed hears
 // of each failed write, periodic or the last (ErrSuperseded ends the run),
 // but not of a periodic write the run's end cut short.
+//
+// The text is capped: once it would take more than max bytes in the
+// output bucket (task.OutputTextBytes), it is cut there, between runes,
+// note is appended, and add refuses every further delta with
+// errAnswerCapped, which stops the backend's stream.
 type coalescer struct {
-	w *task.OutputWriter
+	w    *task.OutputWriter
+	max  int // stored bytes of the text, note excluded
+	note string
 
-	mu    sync.Mutex
-	b     strings.Builder
-	dirty bool
-	wmu   sync.Mutex // one write at a time, in order
+	mu     sync.Mutex
+	b      strings.Builder
+	stored int // task.OutputTextBytes of b
+	capped bool
+	dirty  bool
+	wmu    sync.Mutex // one write at a time, in order
 }
 
-func newCoalescer(w *task.OutputWriter) *coalescer { return &coalescer{w: w} }
+func newCoalescer(w *task.OutputWriter, max int, note string) *coalescer {
+	return &coalescer{w: w, max: max, note: note}
+}
+
+// errAnswerCapped is add's answer once the text reached the cap: the
+// backend stops, and the answer so far, with the note, is the answer.
+var errAnswerCapped = errors.New("answer reached its cap (ai.max_answer_bytes)")
 
 // writeEvery writes the text each interval, if it changed, until ctx ends
 // or stop is called; failed hears of a write that failed, unless ctx's end
@@ -44,10 +60,29 @@ func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, fail
 
 func (c *coalescer) add(delta string) error {
 	c.mu.Lock()
-	c.b.WriteString(delta)
-	c.dirty = true
-	c.mu.Unlock()
-	return nil
+	defer c.mu.Unlock()
+	if c.capped {
+		return errAnswerCapped
+	}
+	if n := task.OutputTextBytes(delta); c.stored+n <= c.max {
+		c.b.WriteString(delta)
+		c.stored += n
+		c.dirty = true
+		return nil
+	}
+	fits, n := task.ClipOutputText(delta, c.max-c.stored)
+	c.b.WriteString(fits)
+	c.stored += n
+	c.b.WriteString("\n\n" + c.note)
+	c.capped, c.dirty = true, true
+	return errAnswerCapped
+}
+
+// truncated reports whether the text was cut at the cap.
+func (c *coalescer) truncated() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.capped
 }
 
 func (c *coalescer) text() string {

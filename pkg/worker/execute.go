@@ -110,11 +110,18 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 			cancel(errSuperseded)
 		}
 	}
-	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt))
+	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt), w.cfg.MaxAnswerBytes, w.cfg.TruncatedNote)
 	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
 	err = w.cfg.Backend.Stream(runCtx, req, out.add)
 	stopWrites()
 	text := out.text()
+	if errors.Is(err, errAnswerCapped) {
+		// Cut at the cap, with the note: the answer, complete as it is.
+		// Longer would never fit the output bucket, and a rerun would
+		// only be as long again.
+		log.Warn().Int("max_answer_bytes", w.cfg.MaxAnswerBytes).Msg("answer truncated at its cap")
+		err = nil
+	}
 
 	cause := context.Cause(runCtx)
 	switch {
@@ -178,7 +185,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		w.storeError("context_write", err)
 		log.Warn().Err(err).Msg("conversation context not updated")
 	}
-	log.Info().Int("bytes", len(text)).Msg("task succeeded")
+	log.Info().Int("bytes", len(text)).Bool("truncated", out.truncated()).Msg("task succeeded")
 	return result{action: actAck}
 }
 

@@ -75,6 +75,19 @@ type Config struct {
 	// ContextTurns and ContextBytes bound the conversation context kept
 	// for multi-turn answers. Defaults 20 turns and 16 KiB.
 	ContextTurns, ContextBytes int
+	// MaxAnswerBytes caps an answer: once its text would take more bytes
+	// than this in the output bucket (task.OutputTextBytes: its UTF-8
+	// length, more for what JSON escapes), the backend is stopped, the
+	// text cut there and TruncatedNote appended, and that is the answer,
+	// stored and delivered once. Without a cap an answer longer than the
+	// bucket's largest value (NATS's max_payload, 1 MiB by default) was
+	// never stored, and its task ran again on every delivery. Default
+	// DefaultMaxAnswerBytes (512 KiB, about 26 WeCom messages pushed);
+	// at most config.MaxAnswerBytesLimit.
+	MaxAnswerBytes int
+	// TruncatedNote ends an answer cut at MaxAnswerBytes. Default
+	// DefaultTruncatedNote.
+	TruncatedNote string
 	// RetryDelay is how long a failed attempt waits before redelivery.
 	// Default 2s.
 	RetryDelay time.Duration
@@ -142,6 +155,12 @@ const (
 	DefaultLeaderSlots = config.DefaultLeaderSlots
 )
 
+// Defaults of the answer cap (Config.MaxAnswerBytes, TruncatedNote).
+const (
+	DefaultMaxAnswerBytes = config.DefaultMaxAnswerBytes
+	DefaultTruncatedNote  = "（回答过长，已超出长度上限，后面的内容已省略。）"
+)
+
 // DefaultDeadline is Config.Deadline's default: three times the AI
 // backends' default timeout of 10 minutes.
 const DefaultDeadline = 30 * time.Minute
@@ -164,6 +183,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = 2 * time.Second
+	}
+	if c.MaxAnswerBytes <= 0 {
+		c.MaxAnswerBytes = DefaultMaxAnswerBytes
+	}
+	if c.TruncatedNote == "" {
+		c.TruncatedNote = DefaultTruncatedNote
 	}
 	if c.Deadline <= 0 {
 		c.Deadline = DefaultDeadline
@@ -205,6 +230,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, errors.New("worker: Store is required")
 	case cfg.AIConcurrency < 0:
 		return nil, fmt.Errorf("worker: AIConcurrency %d: must be 0 (no limit) or more", cfg.AIConcurrency)
+	case cfg.MaxAnswerBytes > config.MaxAnswerBytesLimit:
+		return nil, fmt.Errorf("worker: MaxAnswerBytes %d: at most %d, or answers would not fit the output bucket", cfg.MaxAnswerBytes, config.MaxAnswerBytesLimit)
 	}
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)

@@ -2,6 +2,9 @@ package backfill_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -131,5 +134,39 @@ func TestRunAgainstSimulatorHistory(t *testing.T) {
 	}
 	if _, err := backfill.SimHistoryFor("http://not-ws"); err == nil {
 		t.Fatal("a non-ws URL accepted")
+	}
+}
+
+// A history source that answers with more than the reader's bound fails
+// the read with ErrHistoryTooLarge, naming the bot and the bound, instead
+// of taking the whole body (64 MiB here) into memory.
+func TestHistoryReadIsBounded(t *testing.T) {
+	const limit = 64 << 10
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A valid start, then a text that never ends: 64 MiB at most.
+		io.WriteString(w, `{"messages":[{"msgid":"m1","chat":"u1","text":"`)
+		chunk := []byte(strings.Repeat("x", 32<<10))
+		for range 2048 {
+			if _, err := w.Write(chunk); err != nil {
+				return // the reader hung up
+			}
+		}
+	}))
+	defer srv.Close()
+	src := &backfill.SimHistory{Base: srv.URL, MaxBytes: limit}
+	_, err := src.History(context.Background(), "b1", time.Now().Add(-time.Minute), time.Now())
+	if !errors.Is(err, backfill.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "65536 bytes") || !strings.Contains(err.Error(), "bot b1") {
+		t.Fatalf("oversized history: err %v, want ErrHistoryTooLarge naming the bot and the bound", err)
+	}
+	srv.CloseClientConnections()
+
+	// The default bound applies when none is set; a body within it reads.
+	small := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"messages":[{"msgid":"m1","chat":"u1","text":"hi","create_time":1700000000}]}`)
+	}))
+	defer small.Close()
+	msgs, err := (&backfill.SimHistory{Base: small.URL}).History(context.Background(), "b1", time.Now().Add(-time.Minute), time.Now())
+	if err != nil || len(msgs) != 1 || msgs[0].Text != "hi" {
+		t.Fatalf("history within the bound: %+v %v", msgs, err)
 	}
 }

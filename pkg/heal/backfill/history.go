@@ -3,7 +3,9 @@ package backfill
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -32,7 +34,23 @@ type HistorySource interface {
 type SimHistory struct {
 	Base   string // e.g. http://127.0.0.1:8390
 	Client *http.Client
+	// MaxBytes bounds the body of one history response: a source that
+	// sends more (a gap of days read at once, a misbehaving server) fails
+	// the read with ErrHistoryTooLarge instead of filling the node's
+	// memory. Default DefaultHistoryMaxBytes.
+	MaxBytes int64
 }
+
+// DefaultHistoryMaxBytes is SimHistory.MaxBytes' default, 16 MiB: about
+// 2,000 messages of access.max_question_bytes' default (8,000 bytes) with
+// their JSON, four times a pass's default budget (backfill.max_messages,
+// 500), and far more of everyday length; an audit, every minute, reads a
+// minute's messages.
+const DefaultHistoryMaxBytes = 16 << 20
+
+// ErrHistoryTooLarge: a history response was larger than the reader's
+// bound (SimHistory.MaxBytes); nothing of it is used.
+var ErrHistoryTooLarge = errors.New("history response too large")
 
 // SimHistoryFor derives the simulator's control base URL from its
 // WebSocket URL (ws://host:port/ → http://host:port).
@@ -80,7 +98,21 @@ func (s *SimHistory) History(ctx context.Context, bot string, since, until time.
 			CreateTime int64  `json:"create_time"`
 		} `json:"messages"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+	limit := s.MaxBytes
+	if limit <= 0 {
+		limit = DefaultHistoryMaxBytes
+	}
+	// One byte past the bound tells a body that is too large from one
+	// that fits exactly.
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, redact.Error(fmt.Errorf("read history of bot %s: %w", bot, err))
+	}
+	if int64(len(raw)) > limit {
+		return nil, fmt.Errorf("read history of bot %s from %s to %s: %w: more than %d bytes; the range holds more messages than one read takes (a shorter gap, or a larger SimHistory.MaxBytes)",
+			bot, since.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339), ErrHistoryTooLarge, limit)
+	}
+	if err := json.Unmarshal(raw, &body); err != nil {
 		return nil, fmt.Errorf("read history of bot %s: %w", bot, err)
 	}
 	out := make([]Message, 0, len(body.Messages))
