@@ -229,20 +229,39 @@ func (s *Store) ConversationTask(ctx context.Context, bot, conversation string) 
 }
 
 // QueuedConversations lists the conversations of bot that have a message
-// in the task queue (queued, running or stuck), for the lifecycle's sweep.
+// in the task queue (queued, running or stuck).
 func (s *Store) QueuedConversations(ctx context.Context, bot string) ([]string, error) {
+	q, err := s.ListQueue(ctx, bot)
+	return q.Conversations, err
+}
+
+// QueueListing is what ListQueue found.
+type QueueListing struct {
+	// Conversations of the bot that have a message in the task queue.
+	Conversations []string
+	// ServerTime is the server's clock when it listed them (zero from a
+	// server that does not say). A queue message's age is
+	// ServerTime.Sub(msg.Time): both times are the server's, so the age
+	// is right however far this node's clock is off.
+	ServerTime time.Time
+}
+
+// ListQueue lists the conversations of bot that have a message in the
+// task queue (queued, running or stuck), and the server's clock, for the
+// lifecycle's sweep.
+func (s *Store) ListQueue(ctx context.Context, bot string) (QueueListing, error) {
 	filter := s.names.TaskSubjectPrefix + "." + EncodeToken(bot) + ".*"
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return nil, fmt.Errorf("list queued conversations of bot %s: %w", bot, err)
+		return QueueListing{}, fmt.Errorf("list queued conversations of bot %s: %w", bot, err)
 	}
-	var convs []string
+	q := QueueListing{ServerTime: info.TimeStamp}
 	for subj := range info.State.Subjects {
 		if _, conv, err := s.names.ParseTaskSubject(subj); err == nil {
-			convs = append(convs, conv)
+			q.Conversations = append(q.Conversations, conv)
 		}
 	}
-	return convs, nil
+	return q, nil
 }
 
 // MaxDeliveriesSubject is where the server announces a task message that

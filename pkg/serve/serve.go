@@ -57,6 +57,9 @@ type Options struct {
 	Logger      zerolog.Logger
 	// Ready, if set, is called once every component is running.
 	Ready func(*Node)
+
+	// SweepInterval, if set, overrides task.SweepInterval (tests).
+	SweepInterval time.Duration
 }
 
 // Node is a running node, for status and tests. Store, Lifecycle, Worker
@@ -91,6 +94,8 @@ type Node struct {
 	token    string       // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
 	apiCli   *http.Client // tier 2's client: api.ca_file trusted
 	obs      *observer    // metrics, liveness, readiness, sd_notify (metrics.go)
+
+	sweep time.Duration // Options.SweepInterval
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -163,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	defer spool.Close()
 
 	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget), cfg: cfg,
-		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd}
+		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd, sweep: o.SweepInterval}
 	var history backfill.HistorySource // nil: no gap backfill
 	if cfg.Backfill.HistoryURL != "" {
 		history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
@@ -296,7 +301,7 @@ func Run(ctx context.Context, o Options) error {
 // watch; then the inbound path and every term's pusher use them.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store, backend ai.Backend) error {
 	cfg, log := n.cfg, n.log
-	lc := task.NewLifecycle(store, cfg.NodeID, log)
+	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep)
 	out := newSpoolOut(store, lc, log, n.leaders)
 	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log})
 	if err != nil {
