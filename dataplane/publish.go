@@ -205,6 +205,29 @@ func (s *Store) ReleaseConversation(ctx context.Context, bot, conversation, reas
 	return 1, nil
 }
 
+// ReleaseQueued removes conversation's message from the task queue of
+// prefix ("" is DefaultPrefix) and returns it (nil: the conversation
+// held none), with no Store: for an operator's tool when Declare cannot
+// open the store (a bucket failing), since the queue alone holds the
+// conversation. Whoever can should use task.Lifecycle's Release, which
+// also ends the task's record.
+func ReleaseQueued(ctx context.Context, js jetstream.JetStream, prefix, bot, conversation string) (*jetstream.RawStreamMsg, error) {
+	n := NamesFor(prefix)
+	st, err := js.Stream(ctx, n.TaskStream)
+	if err != nil {
+		return nil, fmt.Errorf("task stream %s: %w", n.TaskStream, err)
+	}
+	s := &Store{js: js, names: n, stream: st}
+	msg, err := s.ConversationTask(ctx, bot, conversation)
+	if err != nil || msg == nil {
+		return nil, err
+	}
+	if err := s.RemoveTask(ctx, msg.Sequence); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
 // RemoveTask deletes the task message at seq from the task stream, freeing
 // its conversation; a message already gone is not an error. Whoever
 // removes a task records why in its record (package task's Lifecycle).

@@ -16,6 +16,11 @@ import (
 // command runs a slash command and returns the reply.
 func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string) string {
 	name := strings.Fields(text)[0]
+	// Its own wait: the handling's may be spent on the task bucket's
+	// dedupe read already (a failing bucket answers nothing), and /stop
+	// must still free the conversation.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+	defer cancel()
 	switch name {
 	case "/help":
 		return a.cfg.Texts.Help

@@ -90,7 +90,13 @@ func (l *Lifecycle) endConversation(ctx context.Context, bot, chat, reason strin
 	if err != nil || msg == nil {
 		return rel, err
 	}
-	rel.Seq = msg.Sequence
+	// The message first: the conversation is free whatever the record
+	// step costs (a failing bucket answers nothing until the caller's
+	// deadline).
+	if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil {
+		return rel, err
+	}
+	rel.Seq, rel.Removed = msg.Sequence, true
 	var m Message
 	if json.Unmarshal(msg.Data, &m) == nil && m.TaskID != "" {
 		rel.Task = m.TaskID
@@ -106,10 +112,6 @@ func (l *Lifecycle) endConversation(ctx context.Context, bot, chat, reason strin
 			l.owe(m, reason, how, 0)
 		}
 	}
-	if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil {
-		return rel, err
-	}
-	rel.Removed = true
 	l.log.Info().Str("bot", bot).Str("chat", chat).Str("task", rel.Task).Uint64("seq", msg.Sequence).
 		Str("record", rel.Record).Str("reason", reason).Msg("conversation released")
 	return rel, nil
