@@ -56,7 +56,8 @@ type Released struct {
 	// (ended now), "opened and failed" or "opened and canceled" (it had
 	// none: made from the message, then ended), "already <exec>" (it had
 	// ended before), "not written" (the tasks bucket refused: Error says
-	// how; the user is not told) or "none" (no task).
+	// how; the ending is owed, see above, and the user told only if this
+	// lifecycle lives until the bucket answers) or "none" (no task).
 	Record string `json:"record"`
 	Error  string `json:"error,omitempty"`
 }
