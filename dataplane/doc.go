@@ -49,7 +49,9 @@
 // keeps its conversation busy for good; the server will not deliver it
 // again. A worker that fails a task on its FinalDelivery must call GiveUp.
 // If the worker dies during that last delivery nobody holds the task any
-// more: ReleaseConversation (or `nats stream rmm`) frees it.
+// more: ReleaseConversation or ReleaseQueued (`botctl tasks release`, or
+// `nats stream rmm`) frees it; package task's max-deliveries watch and
+// sweep do so themselves, even when the task's record cannot be written.
 //
 // Order is kept per spool and per stream, not across tiers: while a node's
 // spool is not empty, the node must spool new tasks too (see Spool).

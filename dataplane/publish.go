@@ -205,6 +205,29 @@ func (s *Store) ReleaseConversation(ctx context.Context, bot, conversation, reas
 	return 1, nil
 }
 
+// ReleaseQueued removes conversation's message from the task queue of
+// prefix ("" is DefaultPrefix) and returns it (nil: the conversation
+// held none), with no Store: for an operator's tool when Declare cannot
+// open the store (a bucket failing), since the queue alone holds the
+// conversation. Whoever can should use task.Lifecycle's Release, which
+// also ends the task's record.
+func ReleaseQueued(ctx context.Context, js jetstream.JetStream, prefix, bot, conversation string) (*jetstream.RawStreamMsg, error) {
+	n := NamesFor(prefix)
+	st, err := js.Stream(ctx, n.TaskStream)
+	if err != nil {
+		return nil, fmt.Errorf("task stream %s: %w", n.TaskStream, err)
+	}
+	s := &Store{js: js, names: n, stream: st}
+	msg, err := s.ConversationTask(ctx, bot, conversation)
+	if err != nil || msg == nil {
+		return nil, err
+	}
+	if err := s.RemoveTask(ctx, msg.Sequence); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
 // RemoveTask deletes the task message at seq from the task stream, freeing
 // its conversation; a message already gone is not an error. Whoever
 // removes a task records why in its record (package task's Lifecycle).
@@ -229,20 +252,39 @@ func (s *Store) ConversationTask(ctx context.Context, bot, conversation string) 
 }
 
 // QueuedConversations lists the conversations of bot that have a message
-// in the task queue (queued, running or stuck), for the lifecycle's sweep.
+// in the task queue (queued, running or stuck).
 func (s *Store) QueuedConversations(ctx context.Context, bot string) ([]string, error) {
+	q, err := s.ListQueue(ctx, bot)
+	return q.Conversations, err
+}
+
+// QueueListing is what ListQueue found.
+type QueueListing struct {
+	// Conversations of the bot that have a message in the task queue.
+	Conversations []string
+	// ServerTime is the server's clock when it listed them (zero from a
+	// server that does not say). A queue message's age is
+	// ServerTime.Sub(msg.Time): both times are the server's, so the age
+	// is right however far this node's clock is off.
+	ServerTime time.Time
+}
+
+// ListQueue lists the conversations of bot that have a message in the
+// task queue (queued, running or stuck), and the server's clock, for the
+// lifecycle's sweep.
+func (s *Store) ListQueue(ctx context.Context, bot string) (QueueListing, error) {
 	filter := s.names.TaskSubjectPrefix + "." + EncodeToken(bot) + ".*"
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return nil, fmt.Errorf("list queued conversations of bot %s: %w", bot, err)
+		return QueueListing{}, fmt.Errorf("list queued conversations of bot %s: %w", bot, err)
 	}
-	var convs []string
+	q := QueueListing{ServerTime: info.TimeStamp}
 	for subj := range info.State.Subjects {
 		if _, conv, err := s.names.ParseTaskSubject(subj); err == nil {
-			convs = append(convs, conv)
+			q.Conversations = append(q.Conversations, conv)
 		}
 	}
-	return convs, nil
+	return q, nil
 }
 
 // MaxDeliveriesSubject is where the server announces a task message that

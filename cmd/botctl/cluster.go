@@ -160,30 +160,41 @@ func (f *clusterFlags) natsConfig() (config.NATS, error) {
 	return n, nil
 }
 
-// store connects to the NATS of natsConfig and opens the declared streams
-// and buckets of the prefix; the caller calls the returned close.
-func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
+// jetStream connects to the NATS of natsConfig; the caller closes the
+// connection.
+func (f *clusterFlags) jetStream() (jetstream.JetStream, config.NATS, error) {
 	n, err := f.natsConfig()
 	if err != nil {
-		return nil, nil, err
+		return nil, n, err
 	}
 	opts, err := n.Options()
 	if err != nil {
-		return nil, nil, usageError{err}
+		return nil, n, usageError{err}
 	}
 	u := redact.URL(n.URL)
 	nc, err := nats.Connect(n.URL, append(opts, nats.Timeout(f.timeout), nats.Name("botctl tasks"))...)
 	if refused := n.RefusedError(err); refused != nil {
-		return nil, nil, fmt.Errorf("NATS at %s: %w", u, redact.Error(refused))
+		return nil, n, fmt.Errorf("NATS at %s: %w", u, redact.Error(refused))
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
+		return nil, n, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
+		return nil, n, err
+	}
+	return js, n, nil
+}
+
+// store connects to the NATS of natsConfig and opens the declared streams
+// and buckets of the prefix; the caller calls the returned close.
+func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
+	js, n, err := f.jetStream()
+	if err != nil {
 		return nil, nil, err
 	}
+	nc := js.Conn()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	// Declare is idempotent and changes nothing on a running deployment,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -20,14 +21,15 @@ func newTasksCmd() *cobra.Command {
 	var cf clusterFlags
 	cmd := &cobra.Command{
 		Use:   "tasks",
-		Short: "List, inspect and correct tasks (list|show|retry|cancel|redeliver)",
+		Short: "List, inspect and correct tasks (list|show|retry|cancel|redeliver|release)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("missing subcommand: list, show, retry, cancel or redeliver (see 'botctl tasks --help')")
+			return usageErrorf("missing subcommand: list, show, retry, cancel, redeliver or release (see 'botctl tasks --help')")
 		},
 	}
 	cf.registerNATS(cmd)
-	cmd.AddCommand(newTasksListCmd(&cf), newTasksShowCmd(&cf), newTasksRetryCmd(&cf), newTasksCancelCmd(&cf), newTasksRedeliverCmd(&cf))
+	cmd.AddCommand(newTasksListCmd(&cf), newTasksShowCmd(&cf), newTasksRetryCmd(&cf), newTasksCancelCmd(&cf), newTasksRedeliverCmd(&cf),
+		newTasksReleaseCmd(&cf))
 	return cmd
 }
 
@@ -249,6 +251,91 @@ func newTasksRedeliverCmd(cf *clusterFlags) *cobra.Command {
 			return nil
 		}),
 	}
+}
+
+func newTasksReleaseCmd(cf *clusterFlags) *cobra.Command {
+	var (
+		bot, chat string
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "release --bot ID --chat ID [--json]",
+		Short: "Free a conversation that stays busy: remove its queue message and give up its task, with or without a record, even while the tasks bucket fails",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if bot == "" || chat == "" {
+				return usageErrorf("want --bot ID and --chat ID (the user's id for a single chat, the group's chat id; see 'botctl tasks list')")
+			}
+			rel, err := releaseConversation(cmd.Context(), cf, bot, chat)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), rel)
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case !rel.Removed:
+				fmt.Fprintf(w, "conversation %s of bot %s holds no task: nothing to release\n", chat, bot)
+			case rel.Task == "":
+				fmt.Fprintf(w, "conversation %s of bot %s released: removed queue message %d, which named no task\n", chat, bot, rel.Seq)
+			case rel.Error != "":
+				fmt.Fprintf(w, "conversation %s of bot %s released: removed queue message %d (task %s); its record was not written (%s), so its user is not told\n",
+					chat, bot, rel.Seq, rel.Task, rel.Error)
+			default:
+				fmt.Fprintf(w, "conversation %s of bot %s released: removed queue message %d (task %s, record %s)\n", chat, bot, rel.Seq, rel.Task, rel.Record)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&bot, "bot", "", "the bot's id (required)")
+	cmd.Flags().StringVar(&chat, "chat", "", "the conversation: a user's id for a single chat, the chat id for a group (required)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"bot\",\"chat\",\"removed\",\"seq\",\"task\",\"record\",\"error\"}")
+	return cmd
+}
+
+// releaseConversation releases bot's conversation chat through the
+// lifecycle (the task given up, opened from the queue message if it has
+// no record). When the store cannot be opened (the tasks bucket failing:
+// opening it times out), the queue message alone is removed: it is what
+// holds the conversation.
+func releaseConversation(ctx context.Context, cf *clusterFlags, bot, chat string) (task.Released, error) {
+	const reason = "released by an operator (botctl tasks release)"
+	s, closeFn, err := cf.store()
+	if err == nil {
+		defer closeFn()
+		ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+		defer cancel()
+		return lifecycle(s).Release(ctx, bot, chat, reason)
+	}
+	var usage usageError
+	if errors.As(err, &usage) {
+		return task.Released{}, err
+	}
+	js, n, jerr := cf.jetStream()
+	if jerr != nil {
+		return task.Released{}, jerr
+	}
+	defer js.Conn().Close()
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	rel := task.Released{Bot: bot, Chat: chat, Record: "none"}
+	msg, qerr := dataplane.ReleaseQueued(ctx, js, n.Prefix, bot, chat)
+	if qerr != nil {
+		return rel, fmt.Errorf("%w; and the queue alone: %w", err, qerr)
+	}
+	if msg == nil {
+		return rel, nil
+	}
+	rel.Removed, rel.Seq = true, msg.Sequence
+	var m task.Message
+	if json.Unmarshal(msg.Data, &m) == nil {
+		rel.Task = m.TaskID
+	}
+	if rel.Task != "" {
+		rel.Record, rel.Error = "not written", err.Error()
+	}
+	return rel, nil
 }
 
 // lifecycle is the operator's hand on task records ("botctl" in every

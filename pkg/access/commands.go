@@ -16,6 +16,11 @@ import (
 // command runs a slash command and returns the reply.
 func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string) string {
 	name := strings.Fields(text)[0]
+	// Its own wait: the handling's may be spent on the task bucket's
+	// dedupe read already (a failing bucket answers nothing), and /stop
+	// must still free the conversation.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+	defer cancel()
 	switch name {
 	case "/help":
 		return a.cfg.Texts.Help
@@ -25,15 +30,15 @@ func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string)
 		}
 		return "好的，已开始新的对话。"
 	case "/stop":
-		r, err := a.current(ctx, js, bot, chat)
-		if err != nil || r == nil {
-			return "当前没有正在进行的任务。"
-		}
-		switch _, err := js.lc.Cancel(ctx, r.ID, "/stop by the user"); {
-		case errors.Is(err, task.ErrFinished), errors.Is(err, jetstream.ErrKeyNotFound):
-			return "当前没有正在进行的任务。"
+		// The conversation's queue message is its task, record or not:
+		// Stop cancels it and frees the conversation even when the record
+		// cannot be written.
+		rel, err := js.lc.Stop(ctx, bot, chat, "/stop by the user")
+		switch {
 		case err != nil:
 			return "停止失败，请稍后再试。"
+		case !rel.Ended():
+			return "当前没有正在进行的任务。"
 		}
 		return "已停止当前任务。"
 	case "/status":

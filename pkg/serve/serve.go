@@ -58,6 +58,9 @@ type Options struct {
 	Logger      zerolog.Logger
 	// Ready, if set, is called once every component is running.
 	Ready func(*Node)
+
+	// SweepInterval, if set, overrides task.SweepInterval (tests).
+	SweepInterval time.Duration
 }
 
 // Node is a running node, for status and tests. Store, Lifecycle, Worker
@@ -93,6 +96,8 @@ type Node struct {
 	apiCli   *http.Client // tier 2's client: api.ca_file trusted
 	obs      *observer    // metrics, liveness, readiness, sd_notify (metrics.go)
 	clock    *clock.Watch // this node's clock against JetStream's (clock.go)
+
+	sweep time.Duration // Options.SweepInterval
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound path
@@ -166,7 +171,7 @@ func Run(ctx context.Context, o Options) error {
 
 	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget), cfg: cfg,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
-		clock: &clock.Watch{Max: cfg.NATS.MaxClockSkew}}
+		clock: &clock.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
 	var history backfill.HistorySource // nil: no gap backfill
 	if cfg.Backfill.HistoryURL != "" {
 		history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
@@ -300,7 +305,7 @@ func Run(ctx context.Context, o Options) error {
 // watch; then the inbound path and every term's pusher use them.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store, backend ai.Backend) error {
 	cfg, log := n.cfg, n.log
-	lc := task.NewLifecycle(store, cfg.NodeID, log)
+	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep)
 	out := newSpoolOut(store, lc, log, n.leaders)
 	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log,
 		Expiry: cfg.Spool.Expiry, Expired: spoolExpired{out, cfg.Spool.Expiry}, LateAfter: cfg.Spool.LateAfter})

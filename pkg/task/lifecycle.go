@@ -35,6 +35,12 @@ type Lifecycle struct {
 	quiet bool // announce nothing (tests of the paths that survive a lost announcement)
 	// offQueueSilence: see WithOffQueueSilence.
 	offQueueSilence time.Duration
+	// sweepEvery: see WithSweepInterval.
+	sweepEvery time.Duration
+	// owed are the endings this node still has to write: tasks whose
+	// queue message was removed while their record could not say so
+	// (release.go). Shared by every copy of the lifecycle.
+	owed *owedEndings
 }
 
 // Sentinel errors of the lifecycle; check with errors.Is.
@@ -68,7 +74,20 @@ const DefaultOffQueueSilence = 2 * time.Minute
 // name written in every transition: a node id, or "botctl" for the CLI).
 func NewLifecycle(store *dataplane.Store, node string, log zerolog.Logger) *Lifecycle {
 	return &Lifecycle{store: store, node: node, now: time.Now, log: log.With().Str("component", "lifecycle").Logger(),
-		offQueueSilence: DefaultOffQueueSilence}
+		offQueueSilence: DefaultOffQueueSilence, sweepEvery: SweepInterval, owed: newOwedEndings()}
+}
+
+// WithSweepInterval returns a copy of l whose RunSweep sweeps every d
+// (default SweepInterval; zero or less keeps it). A conversation whose
+// task can never end stays busy at most its deadline plus d: shorter
+// frees it sooner, at the cost of one listing of the queue (and a read
+// of each queued task's record) per bot per d.
+func (l *Lifecycle) WithSweepInterval(d time.Duration) *Lifecycle {
+	c := *l
+	if d > 0 {
+		c.sweepEvery = d
+	}
+	return &c
 }
 
 // WithOffQueueSilence returns a copy of l on which an attempt off the

@@ -22,7 +22,13 @@ import (
 //     given up, wherever it runs (queue, fixed worker, leader);
 //   - the queue sweep (Sweep): a queue message whose record is already
 //     finished (an ack lost, a cancel whose removal failed) is removed, so
-//     a missed advisory or a lost step cannot lock a conversation.
+//     a missed advisory or a lost step cannot lock a conversation; and a
+//     queue message older than the deadline whose task has no record that
+//     can be read or written (the tasks bucket failing, a record that
+//     never landed) is removed all the same, its ending owed (release.go).
+//
+// So no conversation stays busy longer than the deadline plus one sweep
+// interval (WithSweepInterval), whatever the tasks bucket does.
 
 // SweepResult counts what one Sweep did.
 type SweepResult struct {
@@ -31,24 +37,26 @@ type SweepResult struct {
 	Released    int `json:"released"`    // queue messages of finished tasks removed
 	Deadline    int `json:"deadline"`    // tasks given up past the deadline
 	Unknown     int `json:"unreadable"`  // queue messages that could not be read
+	// Abandoned: queue messages past the deadline removed although no
+	// record says the task ended (none could be read or written; the
+	// ending is owed), or that were not a task's.
+	Abandoned int `json:"abandoned"`
+	Owed      int `json:"owed"` // owed endings written (see release.go)
 }
 
 // Sweep checks bot's queue and undelivered tasks once (see above): tasks
 // past deadline are given up; a queue message whose task is finished and
-// whose last change is older than grace is removed. The bot's leader runs
-// it periodically; it is safe to run anywhere, any number of times.
+// whose last change is older than grace is removed; a queue message older
+// than deadline whose task has no record to read, or whose ending cannot
+// be written, is removed regardless. The bot's leader runs it
+// periodically; it is safe to run anywhere, any number of times. An error
+// is the first step that failed; the round went on past it.
 func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.Duration) (SweepResult, error) {
 	var res SweepResult
 	now := l.now()
-	pastDeadline := func(r *Record) bool {
-		since := r.Started
-		if since.IsZero() {
-			since = r.Received
-		}
-		return !r.Exec.Finished() && deadline > 0 && now.Sub(since) > deadline
-	}
+	why := fmt.Sprintf("execution deadline %s passed without an answer", deadline)
+	pastDeadline := func(r *Record) bool { return l.pastDeadline(r, deadline, now) }
 	giveUp := func(r *Record) error {
-		why := fmt.Sprintf("execution deadline %s passed without an answer", deadline)
 		if _, err := l.GiveUp(ctx, r.ID, why, nil); err != nil {
 			return err
 		}
@@ -56,10 +64,57 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		l.log.Warn().Str("task", r.ID).Str("bot", bot).Str("exec", string(r.Exec)).Msg(why + "; given up")
 		return nil
 	}
+	var first error // the first failed step; the round goes on
+	fail := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	// failing is the tasks bucket's error once a read or write of it
+	// failed this round: the rest of the round asks it nothing more and
+	// goes by the queue messages' age alone, so a round waits for one
+	// timeout of a failing bucket, not one per conversation.
+	var failing error
+	remove := func(msg *jetstream.RawStreamMsg, task, what string) {
+		if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil {
+			fail(err)
+			return
+		}
+		res.Abandoned++
+		l.log.Warn().Str("task", task).Str("bot", bot).Uint64("seq", msg.Sequence).Msg(what)
+	}
+	// abandon frees a conversation held past the deadline by the
+	// message of a task whose record cannot be read: none landed, or
+	// the bucket fails. The record is made from the message and failed
+	// if the bucket answers; otherwise the ending is owed.
+	abandon := func(msg *jetstream.RawStreamMsg, m Message) {
+		if failing == nil {
+			rec, err := l.end(ctx, m, why, endDeadline, deadline)
+			switch {
+			case err == nil && rec == "running":
+				return // its record landed meanwhile: a worker runs it
+			case err == nil:
+				res.Deadline++
+				l.log.Warn().Str("task", m.TaskID).Str("bot", bot).Str("record", rec).Msg(why + "; its queue message had no record; given up")
+				if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil { // GiveUp's own removal may have failed
+					fail(err)
+				}
+				return
+			case StoreFailed(err):
+				failing = err
+			}
+		}
+		l.owe(m, why, endDeadline, deadline)
+		remove(msg, m.TaskID, "queue message past the deadline with no record that can be written removed; conversation freed")
+	}
 
-	convs, err := l.store.QueuedConversations(ctx, bot)
+	q, err := l.store.ListQueue(ctx, bot)
 	if err != nil {
 		return res, err
+	}
+	convs, serverNow := q.Conversations, q.ServerTime
+	if serverNow.IsZero() {
+		serverNow = now // a server that does not say: this clock
 	}
 	res.Queued = len(convs)
 	checked := make(map[string]bool, len(convs)) // records read here are not read again below
@@ -68,37 +123,71 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		if err != nil || msg == nil {
 			continue
 		}
+		// The message's age, on the server's clock.
+		age := serverNow.Sub(msg.Time)
+		stale := deadline > 0 && age > deadline
 		var m Message
 		if err := json.Unmarshal(msg.Data, &m); err != nil || m.TaskID == "" {
 			res.Unknown++
+			if stale {
+				remove(msg, "", "unreadable queue message past the deadline removed; conversation freed")
+			}
 			continue // the worker that pulls it terminates it
 		}
+		if failing != nil {
+			if stale {
+				abandon(msg, m)
+			}
+			continue
+		}
 		r, _, err := Get(ctx, l.store.Tasks(), m.TaskID)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // a worker opens it from the message
+		if errors.Is(err, jetstream.ErrKeyNotFound) || StoreFailed(err) {
+			// No record (every write of it failed so far), or none to
+			// read: a worker opens it from the message, unless the
+			// message is past the deadline.
+			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				failing = err
+			}
+			if stale {
+				abandon(msg, m)
+			}
+			continue
 		}
 		if err != nil {
 			return res, err
 		}
 		checked[r.ID] = true
 		switch {
-		case r.Exec.Finished() && now.Sub(r.execChanged()) > grace && now.Sub(msg.Time) > grace:
+		case r.Exec.Finished() && now.Sub(r.execChanged()) > grace && age > grace:
 			if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil {
-				return res, err
+				fail(err)
+				continue
 			}
 			res.Released++
 			l.log.Info().Str("task", r.ID).Str("bot", bot).Str("exec", string(r.Exec)).Msg("queue message of a finished task removed; conversation freed")
 		case pastDeadline(r):
 			if err := giveUp(r); err != nil {
-				return res, err
+				// The record cannot say so now; the next round does
+				// (from the undelivered index). The conversation is
+				// freed now.
+				fail(err)
+				if StoreFailed(err) {
+					failing = err
+				}
+				remove(msg, r.ID, "queue message of a task past the deadline removed, its record not written; conversation freed")
 			}
 		}
+	}
+	if failing != nil {
+		fail(failing)
+		return res, first // the rest needs the tasks bucket
 	}
 
 	// Tasks off the queue (fixed worker, the leader's own) end too.
 	ids, err := l.store.UndeliveredTasks(ctx, bot)
 	if err != nil {
-		return res, err
+		fail(err)
+		return res, first
 	}
 	for _, id := range ids {
 		if checked[id] {
@@ -111,21 +200,23 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		res.Undelivered++
 		if pastDeadline(r) {
 			if err := giveUp(r); err != nil {
-				return res, err
+				fail(err)
 			}
 		}
 	}
-	return res, nil
+	res.Owed = l.settleOwed(ctx, bot)
+	return res, first
 }
 
-// SweepInterval is how often a bot's leader runs the sweep (RunSweep):
-// deadlines, and queue messages of finished tasks.
+// SweepInterval is how often a bot's leader runs the sweep (RunSweep) by
+// default: deadlines, queue messages of finished tasks, owed endings.
 const SweepInterval = time.Minute
 
-// RunSweep runs Sweep of bot every SweepInterval until ctx (the leader's
-// term) ends. A failed round is logged and retried the next round.
+// RunSweep runs Sweep of bot every sweep interval (SweepInterval, or
+// WithSweepInterval's) until ctx (the leader's term) ends. A failed round
+// is logged and retried the next round.
 func (l *Lifecycle) RunSweep(ctx context.Context, bot string, deadline, grace time.Duration) {
-	t := time.NewTicker(SweepInterval)
+	t := time.NewTicker(l.sweepEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -137,7 +228,7 @@ func (l *Lifecycle) RunSweep(ctx context.Context, bot string, deadline, grace ti
 		if err != nil && ctx.Err() == nil {
 			l.log.Warn().Err(err).Str("bot", bot).Msg("task sweep failed; retrying next round")
 		}
-		if res.Released > 0 || res.Deadline > 0 {
+		if res.Released > 0 || res.Deadline > 0 || res.Abandoned > 0 || res.Owed > 0 {
 			l.log.Info().Str("bot", bot).Interface("sweep", res).Msg("task sweep")
 		}
 	}
@@ -162,7 +253,9 @@ type maxDeliveriesAdvisory struct {
 // WatchMaxDeliveries gives up every task whose queue message reaches the
 // queue's last delivery unacked, as the server announces it, until ctx
 // ends. Every node may run it: they share the announcements (a queue
-// group), and GiveUp is idempotent.
+// group), and GiveUp is idempotent. An announcement whose work fails (the
+// task stream failing) is retried every AdvisoryRetry; so are the endings
+// this node owes (release.go).
 func (l *Lifecycle) WatchMaxDeliveries(ctx context.Context) error {
 	nc := l.store.JetStream().Conn()
 	work := make(chan maxDeliveriesAdvisory, 1024)
@@ -174,25 +267,49 @@ func (l *Lifecycle) WatchMaxDeliveries(ctx context.Context) error {
 		select {
 		case work <- a:
 		default:
-			l.log.Warn().Uint64("seq", a.StreamSeq).Msg("max-deliveries advisory dropped (backlog); the sweep finds the task")
+			l.log.Warn().Uint64("seq", a.StreamSeq).Msg("max-deliveries advisory dropped (backlog); the sweep frees its conversation past the deadline")
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to the queue's max-deliveries advisories: %w", err)
 	}
 	defer sub.Unsubscribe()
+	retry := time.NewTicker(AdvisoryRetry)
+	defer retry.Stop()
+	later := make(map[uint64]maxDeliveriesAdvisory) // by stream sequence
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case a := <-work:
 			if err := l.maxDelivered(ctx, a); err != nil && ctx.Err() == nil {
-				l.log.Warn().Err(err).Uint64("seq", a.StreamSeq).Msg("task past its last delivery not given up; the deadline sweep will")
+				if len(later) >= cap(work) {
+					l.log.Warn().Err(err).Uint64("seq", a.StreamSeq).Msg("task past its last delivery not given up, and too many to retry; the sweep frees its conversation past the deadline")
+					continue
+				}
+				later[a.StreamSeq] = a
+				l.log.Warn().Err(err).Uint64("seq", a.StreamSeq).Dur("retry_in", AdvisoryRetry).Msg("task past its last delivery not given up yet; retrying")
 			}
+		case <-retry.C:
+			for seq, a := range later {
+				if err := l.maxDelivered(ctx, a); err != nil {
+					break // still failing: the next tick
+				}
+				delete(later, seq)
+			}
+			l.settleOwed(ctx, "")
 		}
 	}
 }
 
+// AdvisoryRetry is how often WatchMaxDeliveries retries the work of an
+// announcement that failed, and writes owed endings.
+const AdvisoryRetry = 5 * time.Second
+
+// maxDelivered gives up the task at a's sequence. Its queue message can
+// never run again: it is removed even when the task's record cannot be
+// written (the ending is owed then); an error means the message could not
+// be read or removed.
 func (l *Lifecycle) maxDelivered(ctx context.Context, a maxDeliveriesAdvisory) error {
 	msg, err := l.store.TaskStream().GetMsg(ctx, a.StreamSeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -209,13 +326,10 @@ func (l *Lifecycle) maxDelivered(ctx context.Context, a maxDeliveriesAdvisory) e
 	// A task whose record never landed (the leader's write and every
 	// worker's Start failed) gets one now, so that giving it up tells the
 	// user, instead of removing its message in silence.
-	if _, err := l.Open(ctx, RecordOf(m)); err != nil {
-		return err
-	}
-	if _, err := l.GiveUp(ctx, m.TaskID, reason, nil); err != nil {
-		return err
+	if _, err := l.end(ctx, m, reason, endGiveUp, 0); err != nil {
+		l.owe(m, reason, endGiveUp, 0)
 	}
 	// GiveUp frees the conversation's message if it is this task's; make
-	// sure of this exact one.
+	// sure of this exact one, whatever became of the record.
 	return l.store.RemoveTask(ctx, a.StreamSeq)
 }

@@ -37,6 +37,7 @@ type cluster struct {
 	sim     *wecomsim.Server
 	wsURL   string
 	dir     string
+	sweep   time.Duration // nodes' task sweep interval (0: task.SweepInterval)
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -102,7 +103,7 @@ func (c *cluster) startOn(id, natsURL string, mutate func(*config.Config)) *runn
 	done := make(chan error, 1)
 	go func() {
 		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: natsURL, Listener: ln,
-			TaskAckWait: 3 * time.Second, Logger: testLogger(), Ready: func(n *serve.Node) { ready <- n }})
+			TaskAckWait: 3 * time.Second, SweepInterval: c.sweep, Logger: testLogger(), Ready: func(n *serve.Node) { ready <- n }})
 	}()
 	var n *serve.Node
 	select {
