@@ -106,6 +106,12 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, false, time.Second // the inbound path is still writing it
 	}
+	if errors.Is(err, task.ErrCorruptRecord) {
+		// Out of the active set, not stepped again every second: the
+		// resync brings it back once a minute while it stays corrupt.
+		p.cfg.Lifecycle.Corrupt(p.cfg.Bot, id, task.CorruptAtPush, err)
+		return nil, 0, true, 0
+	}
 	if err != nil {
 		p.storeError("record_read", err)
 		return nil, 0, false, time.Second

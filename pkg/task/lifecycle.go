@@ -35,6 +35,7 @@ type Lifecycle struct {
 	quiet bool // announce nothing (tests of the paths that survive a lost announcement)
 	// offQueueSilence: see WithOffQueueSilence.
 	offQueueSilence time.Duration
+	corruption      Corruption // hears of corrupt records skipped (WithCorruption; nil: logged only)
 }
 
 // Sentinel errors of the lifecycle; check with errors.Is.

@@ -31,6 +31,7 @@ type SweepResult struct {
 	Released    int `json:"released"`    // queue messages of finished tasks removed
 	Deadline    int `json:"deadline"`    // tasks given up past the deadline
 	Unknown     int `json:"unreadable"`  // queue messages that could not be read
+	Corrupt     int `json:"corrupt"`     // tasks skipped: their record does not decode (Corrupt)
 }
 
 // Sweep checks bot's queue and undelivered tasks once (see above): tasks
@@ -77,6 +78,16 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // a worker opens it from the message
 		}
+		if errors.Is(err, ErrCorruptRecord) {
+			res.Corrupt++
+			checked[m.TaskID] = true
+			if removed, err := l.sweepCorrupt(ctx, bot, m.TaskID, msg, deadline, err); err != nil {
+				return res, err
+			} else if removed {
+				res.Released++
+			}
+			continue
+		}
 		if err != nil {
 			return res, err
 		}
@@ -105,6 +116,10 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 			continue
 		}
 		r, _, err := Get(ctx, l.store.Tasks(), id)
+		if errors.Is(err, ErrCorruptRecord) {
+			res.Corrupt++
+			l.Corrupt(bot, id, CorruptAtSweep, err)
+		}
 		if err != nil {
 			continue
 		}
