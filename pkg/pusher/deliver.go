@@ -351,7 +351,11 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 	if r.ChatType == wecom.ChatGroup {
 		chatType = wecom.ChatTypeGroup
 	}
-	for i := r.PushedParts; i < len(parts); i++ {
+	// From the record's count after each write, not one past the part
+	// just sent: another leader's step (a deposed one still in flight)
+	// may have pushed further, and what it counted is not sent again.
+	for r.PushedParts < len(parts) {
+		i := r.PushedParts
 		if p.cfg.Gate != nil {
 			if wait := p.cfg.Gate.Wait(now); wait > 0 {
 				p.count(func(s *Stats) { s.Held++ })
