@@ -55,6 +55,7 @@ type Node struct {
 	terms      *prometheus.CounterVec
 	etcdErrors *prometheus.CounterVec
 	natsErrors *prometheus.CounterVec
+	corrupt    *prometheus.CounterVec
 }
 
 // New makes a node's registry with its instruments, the process and Go
@@ -81,8 +82,10 @@ func New() *Node {
 			Help: "etcd requests of this node that failed, by operation (probe: /readyz's; gate, campaign, registry, transition: the node's election and registry loops; alert_session, alert_campaign: the alerter's election)."}, []string{"op"}),
 		natsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "nats_errors_total",
 			Help: "NATS errors of this node's connection, by kind (disconnect, async, request: JetStream requests that failed) and, for requests, op (publish; fetch, ack, remove, hold: the worker's queue requests; record_read, record_write, output_read, output_write, output_watch, watermark_read, watermark_write, context_read, context_write: the pusher's and the worker's reads and writes of the store; scrape: this scrape's reads)."}, []string{"kind", "op"}),
+		corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "corrupt_records_total",
+			Help: "Task records skipped because they do not decode, by bot and where (rebuild: a pusher's term start; push: a pusher's step; spool: the spool's way out, which drops the entry; sweep: the leader's sweep). Each pass that meets one counts it: it rises for as long as the record stays."}, []string{"bot", "where"}),
 	}
-	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, alertsSent,
+	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, alertsSent,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -120,6 +123,10 @@ func (m *Node) EtcdError(op string) { m.etcdErrors.WithLabelValues(op).Inc() }
 // NATSError counts a NATS error of kind; op names the request of a
 // kind "request" ("": an error of the connection, not of one request).
 func (m *Node) NATSError(kind, op string) { m.natsErrors.WithLabelValues(kind, op).Inc() }
+
+// CorruptRecord counts a task record of bot skipped at where because it
+// does not decode.
+func (m *Node) CorruptRecord(bot, where string) { m.corrupt.WithLabelValues(bot, where).Inc() }
 
 // Handler serves the registry in Prometheus's text format.
 func (m *Node) Handler() http.Handler {

@@ -25,6 +25,7 @@ func TestRegistriesArePerNode(t *testing.T) {
 	a.EtcdError("probe")
 	a.NATSError("disconnect", "")
 	a.NATSError("request", "output_write")
+	a.CorruptRecord("b1", "sweep")
 	metrics.AlertSent("webhook", "open", "auto", false)
 
 	text := func(m *metrics.Node) string {
@@ -49,6 +50,7 @@ func TestRegistriesArePerNode(t *testing.T) {
 		`botctl_etcd_errors_total{op="probe"} 1`,
 		`botctl_nats_errors_total{kind="disconnect",op=""} 1`,
 		`botctl_nats_errors_total{kind="request",op="output_write"} 1`,
+		`botctl_corrupt_records_total{bot="b1",where="sweep"} 1`,
 	} {
 		if !strings.Contains(ta, line+"\n") {
 			t.Errorf("node a lacks %s", line)

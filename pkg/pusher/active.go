@@ -30,6 +30,25 @@ type entry struct {
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
 	chat      string    // the task's conversation ("" until a record or the inbound path names it)
+	acked     ackedParts
+}
+
+// ackedParts is how many parts of the answer pushed under one attempt and
+// push round of a task this pusher saw acked (ledger.partPushed).
+type ackedParts struct{ attempt, round, n int }
+
+// ackedPart remembers that the first n parts of the answer pushed from r
+// are acked.
+func (p *Pusher) ackedPart(r *task.Record, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if en := p.active[r.ID]; en != nil {
+		a := ackedParts{attempt: r.Attempt, round: r.PushRound, n: n}
+		if en.acked.attempt == a.attempt && en.acked.round == a.round {
+			a.n = max(a.n, en.acked.n)
+		}
+		en.acked = a
+	}
 }
 
 // named records en's conversation in the chat index (Idle) the first time

@@ -106,6 +106,12 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, false, time.Second // the inbound path is still writing it
 	}
+	if errors.Is(err, task.ErrCorruptRecord) {
+		// Out of the active set, not stepped again every second: the
+		// resync brings it back once a minute while it stays corrupt.
+		p.cfg.Lifecycle.Corrupt(p.cfg.Bot, id, task.CorruptAtPush, err)
+		return nil, 0, true, 0
+	}
 	if err != nil {
 		p.storeError("record_read", err)
 		return nil, 0, false, time.Second
@@ -313,6 +319,15 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 	if !r.Exec.Finished() {
 		return false, p.cfg.ScanInterval
 	}
+	if n := p.ledger.acked(r); n > r.PushedParts {
+		// Acked, but the count's write failed: write it again; the part
+		// is never sent twice by this pusher (ledger.partPushed).
+		rec, err := p.ledger.partPushed(ctx, r, n)
+		if err != nil {
+			return p.partNotRecorded(r, n, err)
+		}
+		r = rec
+	}
 	if owedFor, expired := p.replayExpired(r, now); expired {
 		rec, err := p.ledger.expired(ctx, r.ID, owedFor)
 		if err != nil {
@@ -336,7 +351,11 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 	if r.ChatType == wecom.ChatGroup {
 		chatType = wecom.ChatTypeGroup
 	}
-	for i := r.PushedParts; i < len(parts); i++ {
+	// From the record's count after each write, not one past the part
+	// just sent: another leader's step (a deposed one still in flight)
+	// may have pushed further, and what it counted is not sent again.
+	for r.PushedParts < len(parts) {
+		i := r.PushedParts
 		if p.cfg.Gate != nil {
 			if wait := p.cfg.Gate.Wait(now); wait > 0 {
 				p.count(func(s *Stats) { s.Held++ })
@@ -354,25 +373,45 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 		}
 		p.count(func(s *Stats) { s.Pushes++ })
 		n := i + 1
-		rec, err := p.ledger.partPushed(ctx, r.ID, n)
+		rec, err := p.ledger.partPushed(ctx, r, n)
 		if err != nil {
-			p.storeError("record_write", err)
-			p.log.Warn().Err(err).Str("task", r.ID).Int("part", n).Msg("pushed part not recorded; a new leader may push it again")
-			return false, time.Second
+			return p.partNotRecorded(r, n, err)
+		}
+		if rec.Delivery.Finished() {
+			return true, 0 // delivered meanwhile (another leader's step)
 		}
 		r = rec
 	}
 	return p.delivered(ctx, r, answer, fmt.Sprintf("%d part(s) pushed", len(parts)), len(parts))
 }
 
+// partNotRecorded ends a step whose count of n acked parts of r's answer
+// was not written (err): the write is tried again soon, and the part is
+// not sent again (ledger.acked); for a push that is over (the task
+// retried or its delivery reopened meanwhile), the next step reads the
+// record at once and delivers from there.
+func (p *Pusher) partNotRecorded(r *task.Record, n int, err error) (bool, time.Duration) {
+	if errors.Is(err, task.ErrPushSuperseded) {
+		p.log.Info().Err(err).Str("task", r.ID).Int("part", n).Msg("the task was retried or its delivery reopened during the push; delivering from its record")
+		return false, 0
+	}
+	p.storeError("record_write", err)
+	p.log.Warn().Err(err).Str("task", r.ID).Int("part", n).Msg("pushed part not recorded; writing the count again (a new leader meanwhile would push it again)")
+	return false, time.Second
+}
+
 func (p *Pusher) delivered(ctx context.Context, r *task.Record, text, why string, parts int) (bool, time.Duration) {
-	_, err := p.ledger.delivered(ctx, r.ID, text, why, parts)
+	_, err := p.ledger.delivered(ctx, r, text, why, parts)
 	return p.recorded(r.ID, why, parts, err)
 }
 
 // recorded ends a step whose delivery of task id was recorded (err: it
 // was not, and the step is tried again).
 func (p *Pusher) recorded(id, why string, parts int, err error) (bool, time.Duration) {
+	if errors.Is(err, task.ErrPushSuperseded) {
+		p.log.Info().Err(err).Str("task", id).Msg("the task was retried or its delivery reopened during the delivery; delivering from its record")
+		return false, 0
+	}
 	if err != nil {
 		p.storeError("record_write", err)
 		p.log.Warn().Err(err).Str("task", id).Msg("delivery not recorded; a new leader may deliver again")

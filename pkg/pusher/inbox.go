@@ -165,6 +165,13 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id) // expired with its record
 			continue
 		}
+		if errors.Is(err, task.ErrCorruptRecord) {
+			// No read will ever succeed: skipped (and reported), not
+			// retried, or the bot's every other task would wait behind it.
+			// It stays in the index: a person may put a record back.
+			p.cfg.Lifecycle.Corrupt(p.cfg.Bot, id, task.CorruptAtRebuild, err)
+			continue
+		}
 		if err != nil {
 			p.storeError("record_read", err)
 			return err

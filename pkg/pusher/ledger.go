@@ -37,9 +37,9 @@ func (l ledger) deliveredFrom(ctx context.Context, r *task.Record, rev uint64, t
 	return l.p.cfg.Lifecycle.DeliveredFrom(ctx, r, rev, text, why, parts)
 }
 
-func (l ledger) delivered(ctx context.Context, id, text, why string, parts int) (*task.Record, error) {
-	l.p.forget(id)
-	return l.p.cfg.Lifecycle.Delivered(ctx, id, text, why, parts)
+func (l ledger) delivered(ctx context.Context, from *task.Record, text, why string, parts int) (*task.Record, error) {
+	l.p.forget(from.ID)
+	return l.p.cfg.Lifecycle.Delivered(ctx, from, text, why, parts)
 }
 
 func (l ledger) truncate(ctx context.Context, id, why string) (*task.Record, error) {
@@ -47,9 +47,40 @@ func (l ledger) truncate(ctx context.Context, id, why string) (*task.Record, err
 	return l.p.cfg.Lifecycle.Truncate(ctx, id, why)
 }
 
-func (l ledger) partPushed(ctx context.Context, id string, n int) (*task.Record, error) {
-	l.p.forget(id)
-	return l.p.cfg.Lifecycle.PartPushed(ctx, id, n)
+// partPushed records that the first n parts of the answer pushed from r
+// are acked: in this pusher's memory first (acked), then in the record.
+//
+// Why the memory, and not an intent written before each send (as the
+// final frame's FinalPending): WeCom has no query for what a user saw,
+// so an intent without an outcome cannot tell "sent and acked, but the
+// count was not written" from "never sent", and a leader that skipped on
+// the intent would leave the user without a part for good; this design
+// errs toward a duplicate, never toward a skip. The memory is exact for
+// the one pusher that saw the ack: when the count's write fails (the
+// bucket away, a timeout), its next step writes the count again and sends
+// nothing twice. What it does not cover is a failover in the moment
+// between an ack and its write (the term ends, the memory with it): the
+// next leader finds the record's count and pushes that part again, the
+// same window as a final frame's. A write that comes late, from a
+// deposed leader's step still in flight or from before a retry or
+// redeliver, is fenced by the record (task.Lifecycle.PartPushed: never
+// back, never for another push).
+func (l ledger) partPushed(ctx context.Context, r *task.Record, n int) (*task.Record, error) {
+	l.p.ackedPart(r, n)
+	l.p.forget(r.ID)
+	return l.p.cfg.Lifecycle.PartPushed(ctx, r, n)
+}
+
+// acked is how many parts of the answer pushed from r this pusher saw
+// acked: more than r.PushedParts when a count's write failed (partPushed).
+func (l ledger) acked(r *task.Record) int {
+	l.p.mu.Lock()
+	defer l.p.mu.Unlock()
+	en := l.p.active[r.ID]
+	if en == nil || en.acked.attempt != r.Attempt || en.acked.round != r.PushRound {
+		return r.PushedParts
+	}
+	return max(en.acked.n, r.PushedParts)
 }
 
 func (l ledger) sendFailed(ctx context.Context, id string, sendErr error, maxAttempts int) (*task.Record, error) {

@@ -59,13 +59,16 @@
 // leader dies after WeCom applied a final frame or a pushed part but before
 // the record says so, the next leader sends it again: this design errs
 // toward a duplicate, never toward a user left without the answer. The
-// window is narrowed by writing the intent (FinalPending, PushedParts)
-// before each final send and the outcome right after its ack; a new leader
-// that finds an intent without an outcome counts it (Stats.Ambiguous).
-// The same holds for a frame WeCom applies but never acks (an ack stall):
-// while the connection owes an ack (wecom.Conn.AcksOverdue) the pusher
-// sends nothing, so only the frames already in flight when the acks
-// stopped have an unknown outcome (Stats.Stalled counts the held steps).
+// window is narrowed by writing the intent (FinalPending) before each
+// final frame and the outcome (delivered, PushedParts) right after its
+// ack; a new leader that finds an intent without an outcome counts it
+// (Stats.Ambiguous). The same holds for a frame WeCom applies but never
+// acks (an ack stall): while the connection owes an ack
+// (wecom.Conn.AcksOverdue) the pusher sends nothing, so only the frames
+// already in flight when the acks stopped have an unknown outcome
+// (Stats.Stalled counts the held steps). A pushed part whose ack came but
+// whose count's write failed is not sent again by the same pusher: the
+// count is kept in memory and its write retried (ledger.partPushed).
 package pusher
 
 import (

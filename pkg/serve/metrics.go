@@ -69,6 +69,14 @@ func (o *observer) requestError(op string) { o.metrics.NATSError("request", op) 
 // pusher's Metrics.
 func (o *observer) NATSError(op string) { o.requestError(op) }
 
+// CorruptRecord counts a task record skipped because it does not decode
+// (botctl_corrupt_records_total) and has the bot's health open a data
+// incident for it, once per record: the lifecycle's task.Corruption.
+func (o *observer) CorruptRecord(bot, id, where string, err error) {
+	o.metrics.CorruptRecord(bot, where)
+	o.n.Health.CorruptRecord(bot, id, where, err)
+}
+
 // PushLag observes a progress frame's push lag (the pusher's Metrics).
 func (o *observer) PushLag(bot string, d time.Duration) { o.metrics.PushLag(bot, d) }
 

@@ -305,7 +305,7 @@ func Run(ctx context.Context, o Options) error {
 // watch; then the inbound path and every term's pusher use them.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store, backend ai.Backend) error {
 	cfg, log := n.cfg, n.log
-	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep)
+	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)
 	out := newSpoolOut(store, lc, log, n.leaders)
 	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log,
 		Expiry: cfg.Spool.Expiry, Expired: spoolExpired{out, cfg.Spool.Expiry}, LateAfter: cfg.Spool.LateAfter})

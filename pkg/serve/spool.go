@@ -51,6 +51,8 @@ func (s *spoolOut) Publish(ctx context.Context, e dataplane.SpoolEntry) error {
 	case state == ranToEnd:
 		s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task already answered by a fallback tier; not queued again")
 		return nil
+	case state == corrupt:
+		return nil // dropped (offQueue reported it): the entries behind it go on
 	case state == runningOffQueue:
 		s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).Msg("spooled task still running on a fallback tier; queued to hold its conversation")
 	case e.Late:
@@ -68,6 +70,7 @@ const (
 	notRun          offQueueState = iota // never started: the queue runs it
 	runningOffQueue                      // started off the queue, not ended
 	ranToEnd                             // ended (answered, failed or canceled)
+	corrupt                              // its record does not decode: no tier can run it
 )
 
 // forwarded hears how the queue took a forwarded entry.
@@ -101,6 +104,12 @@ func (s *spoolOut) offQueue(ctx context.Context, e dataplane.SpoolEntry) (offQue
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return notRun, nil
+	case errors.Is(err, task.ErrCorruptRecord):
+		// Kept, it would block the spool for good (it drains in order);
+		// queued, it would hold its conversation with a task no worker
+		// can start.
+		s.lc.Corrupt(e.Bot, m.TaskID, task.CorruptAtSpool, err)
+		return corrupt, nil
 	case err != nil:
 		return notRun, err
 	case r.Exec.Finished():

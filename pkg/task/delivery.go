@@ -80,20 +80,46 @@ func (l *Lifecycle) Truncate(ctx context.Context, id, why string) (*Record, erro
 	})
 }
 
-// PartPushed records that the first n parts of the pushed answer are acked.
-func (l *Lifecycle) PartPushed(ctx context.Context, id string, n int) (*Record, error) {
+// PartPushed records that the first n parts of the answer pushed from
+// record from (as the push read it) are acked. Monotonic within one push:
+// the count never goes back (a late write, from a slower step or a deposed
+// leader, leaves a higher count alone), and a write for another push (the
+// task retried since from was read, or its delivery reopened: another
+// Attempt or PushRound) changes nothing and returns ErrPushSuperseded,
+// so that it cannot make the new push skip parts it never sent.
+func (l *Lifecycle) PartPushed(ctx context.Context, from *Record, n int) (*Record, error) {
 	now := l.now()
-	return l.update(ctx, id, func(r *Record) error {
-		r.PushedParts, r.PushAttempts = n, 0
+	return l.update(ctx, from.ID, func(r *Record) error {
+		if r.Delivery.Finished() {
+			return ErrNoChange // delivered meanwhile: the caller stops
+		}
+		if err := samePush(r, from); err != nil {
+			return err
+		}
+		r.PushedParts, r.PushAttempts = max(r.PushedParts, n), 0
 		r.Sent(now)
 		return nil
 	})
 }
 
+// samePush fences a delivery step to the push it began from:
+// ErrPushSuperseded when cur (the record now) is of another attempt or
+// push round than from (the record the step read).
+func samePush(cur, from *Record) error {
+	if cur.Attempt != from.Attempt || cur.PushRound != from.PushRound {
+		return fmt.Errorf("%w: task %s is at attempt %d, push round %d; the push began at attempt %d, round %d",
+			ErrPushSuperseded, cur.ID, cur.Attempt, cur.PushRound, from.Attempt, from.PushRound)
+	}
+	return nil
+}
+
 // Delivered records that the user has the ending (text, whose hash is
-// kept), and takes the task out of the undelivered index.
-func (l *Lifecycle) Delivered(ctx context.Context, id, text, why string, parts int) (*Record, error) {
-	r, err := l.update(ctx, id, l.deliver(text, why, parts))
+// kept), and takes the task out of the undelivered index. from is the
+// record the delivery began from: a delivery of another push (the task
+// retried, or its delivery reopened since) records nothing and returns
+// ErrPushSuperseded, as PartPushed does.
+func (l *Lifecycle) Delivered(ctx context.Context, from *Record, text, why string, parts int) (*Record, error) {
+	r, err := l.update(ctx, from.ID, l.deliver(from, text, why, parts))
 	return l.delivered(ctx, r, err)
 }
 
@@ -101,15 +127,18 @@ func (l *Lifecycle) Delivered(ctx context.Context, id, text, why string, parts i
 // FinalIntentFrom) at revision rev: no read when nobody wrote it since.
 // r is not changed.
 func (l *Lifecycle) DeliveredFrom(ctx context.Context, r *Record, rev uint64, text, why string, parts int) (*Record, error) {
-	next, err := updateFrom(ctx, l.store.Tasks(), r, rev, l.deliver(text, why, parts))
+	next, err := updateFrom(ctx, l.store.Tasks(), r, rev, l.deliver(r, text, why, parts))
 	return l.delivered(ctx, next, err)
 }
 
-func (l *Lifecycle) deliver(text, why string, parts int) func(*Record) error {
+func (l *Lifecycle) deliver(from *Record, text, why string, parts int) func(*Record) error {
 	now := l.now()
 	return func(r *Record) error {
 		if r.Delivery.Finished() {
 			return ErrNoChange
+		}
+		if err := samePush(r, from); err != nil {
+			return err
 		}
 		r.PushedHash, r.PushedAt, r.FinalPending, r.DeliveryReason = Hash(text), now, false, why
 		r.Sent(now)

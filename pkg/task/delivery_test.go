@@ -1,6 +1,7 @@
 package task_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -81,5 +82,66 @@ func TestFinalIntentFromThenDeliveredFrom(t *testing.T) {
 	}
 	if ids, err := f.env.Store.UndeliveredTasks(f.ctx, "b"); err != nil || slices.Contains(ids, m.TaskID) {
 		t.Fatalf("still in the undelivered index: %v %v", ids, err)
+	}
+}
+
+// The count of pushed parts only grows within one push, and a count or a
+// delivery written for an earlier push (from before a redeliver or a
+// retry: a step still in flight, a deposed leader's) changes nothing: no
+// part is pushed twice for a count that went back, none skipped for a
+// count that came late.
+func TestPartPushedIsMonotonicPerPush(t *testing.T) {
+	f := newFixture(t, dataplane.Options{})
+	r := task.New("b", "m1", time.Now())
+	r.Chat, r.ChatType = "alice", "single"
+	if _, err := f.lc.Open(f.ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := f.lc.Start(f.ctx, task.MessageOf(r), "local", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.lc.Output(r.ID, "b", a).Write(f.ctx, "answer")
+	if _, err := f.lc.Finish(f.ctx, r.ID, a, "answer"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.lc.Truncate(f.ctx, r.ID, "answer larger than one frame"); err != nil {
+		t.Fatal(err)
+	}
+	from := f.record(r.ID)
+	for _, n := range []int{1, 3, 2} { // the count of part 2 lands last
+		if _, err := f.lc.PartPushed(f.ctx, from, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.record(r.ID).PushedParts; got != 3 {
+		t.Fatalf("pushed_parts = %d after counts 1, 3, 2: went back", got)
+	}
+
+	if _, err := f.lc.Redeliver(f.ctx, r.ID, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.lc.PartPushed(f.ctx, from, 4); !errors.Is(err, task.ErrPushSuperseded) {
+		t.Fatalf("a count from before the redeliver: %v, want ErrPushSuperseded", err)
+	}
+	if _, err := f.lc.Delivered(f.ctx, from, "answer", "4 part(s) pushed", 4); !errors.Is(err, task.ErrPushSuperseded) {
+		t.Fatalf("a delivery from before the redeliver: %v, want ErrPushSuperseded", err)
+	}
+	if got := f.record(r.ID); got.PushedParts != 0 || got.Delivery != task.Pending {
+		t.Fatalf("after stale writes: pushed_parts %d, delivery %s; the redelivery would skip parts", got.PushedParts, got.Delivery)
+	}
+
+	again := f.record(r.ID)
+	if _, err := f.lc.PartPushed(f.ctx, again, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.lc.Retry(f.ctx, r.ID, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.lc.PartPushed(f.ctx, again, 2); !errors.Is(err, task.ErrPushSuperseded) {
+		t.Fatalf("a count from before the retry: %v, want ErrPushSuperseded", err)
+	}
+	if got := f.record(r.ID).PushedParts; got != 0 {
+		t.Fatalf("pushed_parts = %d after a stale count; the new answer would skip parts", got)
 	}
 }

@@ -385,6 +385,7 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 		now := l.now().UTC()
 		r.ReqID, r.TermRev, r.StreamID, r.Error = "", 0, "", ""
 		r.PushedParts, r.PushAttempts, r.PushedHash, r.FinalPending = 0, 0, "", false
+		r.PushRound++ // a count still on its way from the old push is refused
 		r.AnswerHash, r.AnswerBytes, r.Started = "", 0, time.Time{}
 		if err := r.SetExec(Queued, reason, l.node, now); err != nil {
 			return err
@@ -432,6 +433,7 @@ func (l *Lifecycle) Redeliver(ctx context.Context, id, reason string) (*Record, 
 			return fmt.Errorf("%w: task %s is %s", ErrNotFinished, id, r.Exec)
 		}
 		r.TermRev, r.ReqID, r.PushedParts, r.PushAttempts, r.FinalPending = 0, "", 0, 0, false
+		r.PushRound++ // a count still on its way from the old push is refused
 		return r.reopen(reason, l.node, l.now().UTC())
 	})
 	if err != nil {

@@ -40,7 +40,8 @@ type Lifecycle struct {
 	// owed are the endings this node still has to write: tasks whose
 	// queue message was removed while their record could not say so
 	// (release.go). Shared by every copy of the lifecycle.
-	owed *owedEndings
+	owed       *owedEndings
+	corruption Corruption // hears of corrupt records skipped (WithCorruption; nil: logged only)
 }
 
 // Sentinel errors of the lifecycle; check with errors.Is.
@@ -63,6 +64,11 @@ var (
 	// Nothing was changed. The worker keeps the queue message, which holds
 	// the conversation, until the task ends (see OffQueue).
 	ErrRunningOffQueue = errors.New("task: running off the queue")
+	// ErrPushSuperseded: a delivery step (PartPushed, Delivered) was for
+	// a push that is over: the task was retried or its delivery reopened
+	// since the step read the record. Nothing was changed; the caller
+	// reads the record again and delivers from there.
+	ErrPushSuperseded = errors.New("task: delivery reopened since the push began")
 )
 
 // DefaultOffQueueSilence is how long an attempt off the queue may show no

@@ -41,7 +41,8 @@ type SweepResult struct {
 	// record says the task ended (none could be read or written; the
 	// ending is owed), or that were not a task's.
 	Abandoned int `json:"abandoned"`
-	Owed      int `json:"owed"` // owed endings written (see release.go)
+	Owed      int `json:"owed"`    // owed endings written (see release.go)
+	Corrupt   int `json:"corrupt"` // tasks skipped: their record does not decode (Corrupt)
 }
 
 // Sweep checks bot's queue and undelivered tasks once (see above): tasks
@@ -153,8 +154,21 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 			}
 			continue
 		}
+		if errors.Is(err, ErrCorruptRecord) {
+			// Its task can never start (Start reads the record first):
+			// skipped and reported, and its message removed once past
+			// the deadline, so it holds its conversation no longer.
+			res.Corrupt++
+			checked[m.TaskID] = true
+			l.Corrupt(bot, m.TaskID, CorruptAtSweep, err)
+			if stale {
+				remove(msg, m.TaskID, "queue message of a task whose record does not decode removed past the execution deadline; conversation freed")
+			}
+			continue
+		}
 		if err != nil {
-			return res, err
+			fail(err)
+			continue
 		}
 		checked[r.ID] = true
 		switch {
@@ -194,6 +208,10 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 			continue
 		}
 		r, _, err := Get(ctx, l.store.Tasks(), id)
+		if errors.Is(err, ErrCorruptRecord) {
+			res.Corrupt++
+			l.Corrupt(bot, id, CorruptAtSweep, err)
+		}
 		if err != nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package task_test
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,5 +61,74 @@ func TestMaxDeliveriesSubject(t *testing.T) {
 	f := newFixture(t, dataplane.Options{})
 	if got := f.env.Store.MaxDeliveriesSubject(); got != "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.BOTCTL_TASKS.workers" {
 		t.Fatalf("subject = %s", got)
+	}
+}
+
+// corruptions is a task.Corruption that counts the skips of each task by
+// where.
+type corruptions struct {
+	mu sync.Mutex
+	n  map[[2]string]int
+}
+
+func (c *corruptions) CorruptRecord(_, id, where string, _ error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[[2]string]int{}
+	}
+	c.n[[2]string{id, where}]++
+}
+
+func (c *corruptions) of(id, where string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[[2]string{id, where}]
+}
+
+// A task record that does not decode, with a queue message and in the
+// undelivered index (put by hand): the sweep skips and reports it instead
+// of ending the round there (before, it returned the decode error and the
+// tasks after it were never looked at), gives up the others past their
+// deadline, and once the corrupt task's message is past the deadline
+// removes it: its task can never start, its conversation is freed.
+func TestSweepSkipsACorruptRecord(t *testing.T) {
+	f := newFixture(t, dataplane.Options{})
+	clock := time.Now()
+	heard := &corruptions{}
+	lc := f.lc.WithClock(func() time.Time { return clock }).WithCorruption(heard)
+
+	bad := f.queue("m1", "alice")
+	if _, err := f.env.Store.Tasks().Put(f.ctx, bad.TaskID, []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	stuck := f.queue("m2", "bob")
+	lc.Start(f.ctx, stuck, "queue", 1)
+	offQueue := task.New("b", "m3", clock)
+	offQueue.Chat = "carol"
+	lc.Open(f.ctx, offQueue)
+	lc.Start(f.ctx, task.MessageOf(offQueue), "local", 0)
+
+	res, err := lc.Sweep(f.ctx, "b", time.Hour, time.Minute)
+	if err != nil || res.Corrupt != 1 || !f.locked("alice") {
+		t.Fatalf("early sweep: %+v %v, alice locked %v", res, err, f.locked("alice"))
+	}
+	// Past the deadline: the queue message's age is read on the server's
+	// clock, so the deadline shrinks rather than this clock moving.
+	clock = clock.Add(2 * time.Hour)
+	res, err = lc.Sweep(f.ctx, "b", time.Millisecond, 0)
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if res.Deadline != 2 || res.Abandoned != 1 || res.Corrupt != 1 || f.locked("alice") || f.locked("bob") {
+		t.Fatalf("sweep: %+v, alice locked %v, bob locked %v", res, f.locked("alice"), f.locked("bob"))
+	}
+	for _, id := range []string{stuck.TaskID, offQueue.ID} {
+		if r := f.record(id); r.Exec != task.Failed || !strings.Contains(r.Error, "deadline") {
+			t.Fatalf("%s: %s %q", id, r.Exec, r.Error)
+		}
+	}
+	if n := heard.of(bad.TaskID, task.CorruptAtSweep); n != 2 {
+		t.Fatalf("the corrupt record reported %d times over two sweeps, want 2 (once per round)", n)
 	}
 }

@@ -83,6 +83,7 @@ func StoreFailed(err error) bool {
 	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, jetstream.ErrKeyNotFound),
 		errors.Is(err, ErrFinished), errors.Is(err, ErrNotFinished), errors.Is(err, ErrSuperseded),
 		errors.Is(err, ErrConversationBusy), errors.Is(err, ErrTransition), errors.Is(err, ErrNoChange),
+		errors.Is(err, ErrPushSuperseded), errors.Is(err, ErrCorruptRecord),
 		errors.As(err, &syntax), errors.As(err, &typ):
 		return false
 	}
@@ -179,11 +180,13 @@ type Record struct {
 	// PushedHash and PushedAt say what the user last saw and when, so a new
 	// leader does not resend it. PushedParts counts the parts of the full
 	// answer already pushed (aibot_send_msg), so a new leader resumes after
-	// them.
+	// them; PushRound counts the times it was reset (Retry, Redeliver), so
+	// that a count written for an earlier push is refused (PartPushed).
 	StreamStart  time.Time `json:"stream_start,omitzero"`
 	PushedHash   string    `json:"pushed_hash,omitempty"`
 	PushedAt     time.Time `json:"pushed_at,omitzero"`
 	PushedParts  int       `json:"pushed_parts,omitempty"`
+	PushRound    int       `json:"push_round,omitempty"`
 	PushAttempts int       `json:"push_attempts,omitempty"`
 	FinalPending bool      `json:"final_pending,omitempty"` // a final frame was sent and its outcome not yet recorded
 	// RecentSends are the times of the frames sent for this task within

@@ -65,6 +65,7 @@ var humanSignals = map[string]bool{
 	incident.SignalGate:     true,
 	incident.SignalDelivery: true,
 	incident.SignalBackfill: true,
+	incident.SignalCorrupt:  true,
 }
 
 // NeedsHuman reports whether inc must page a person at once: its level is
@@ -86,6 +87,7 @@ var defaultNext = map[string]string{
 	incident.SignalGate:       "Another environment uses this bot's credentials. Decide which environment owns the bot, stop the other one's use of it, then `botctl bots gate --bot <ID> --env <NAME>` if the gate must move.",
 	incident.SignalDelivery:   "A final answer could not be delivered. Tell the user(s) named in the incident, then acknowledge it: `botctl incidents ack <INCIDENT>`.",
 	incident.SignalBackfill:   "Messages missed during the outage could not be answered. Reply to the conversations marked \"may be incomplete\" in the incident, then `botctl incidents ack <INCIDENT>`.",
+	incident.SignalCorrupt:    "A task record does not decode and is skipped: its user got no answer. Look at the tasks named in the incident, remove or replace their records in the tasks bucket, then `botctl incidents ack <INCIDENT>`.",
 }
 
 // DefaultNext is the next action written on alerts about an incident of

@@ -46,7 +46,8 @@ const (
 	Outage Kind = "outage"
 	// Data: the bot was reachable but something its users are owed could
 	// not be delivered (a delivery failed for good, a gap backfill left
-	// messages unfilled). Closed by a person's ack.
+	// messages unfilled, a task record that does not decode). Closed by a
+	// person's ack.
 	Data Kind = "data"
 )
 
@@ -73,15 +74,16 @@ const (
 
 // Signals that detect an incident (Incident.Signal).
 const (
-	SignalConnection = "connection" // the connection ended (read error, close, kick, 846609)
-	SignalProbe      = "probe"      // a heartbeat probe was not acked
-	SignalOutbound   = "outbound"   // replies or pushes failed
-	SignalSilence    = "silence"    // no inbound event for longer than the baseline allows
-	SignalTakeover   = "takeover"   // a new leader found the previous one gone without a word
-	SignalAuth       = "auth"       // WeCom refused the bot's credentials
-	SignalGate       = "env_gate"   // another environment uses the bot's credentials
-	SignalDelivery   = "delivery"   // a final answer could not be delivered, for good
-	SignalBackfill   = "backfill"   // a gap backfill could not fill everything
+	SignalConnection = "connection"     // the connection ended (read error, close, kick, 846609)
+	SignalProbe      = "probe"          // a heartbeat probe was not acked
+	SignalOutbound   = "outbound"       // replies or pushes failed
+	SignalSilence    = "silence"        // no inbound event for longer than the baseline allows
+	SignalTakeover   = "takeover"       // a new leader found the previous one gone without a word
+	SignalAuth       = "auth"           // WeCom refused the bot's credentials
+	SignalGate       = "env_gate"       // another environment uses the bot's credentials
+	SignalDelivery   = "delivery"       // a final answer could not be delivered, for good
+	SignalBackfill   = "backfill"       // a gap backfill could not fill everything
+	SignalCorrupt    = "corrupt_record" // a task record does not decode: skipped, its task unanswered
 )
 
 // Incident is one incident of one bot. Times are UTC; a zero time is "not

@@ -113,6 +113,38 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 	return &inc, nil
 }
 
+// claimPrefix starts the keys of Claim.
+const claimPrefix = "claim."
+
+func claimKey(bot, what string) string {
+	return claimPrefix + dataplane.EncodeToken(bot) + "." + dataplane.EncodeToken(what)
+}
+
+// Claim records, once for the whole cluster, that bot's incidents have
+// heard of what (a name of the caller's, such as "corrupt_record/<task>"):
+// first is true for the one call that recorded it, false for every later
+// one, on any node. Claims expire with the bucket's incidents
+// (dataplane.IncidentTTL). A caller whose incident was not written after
+// all gives its claim back (Release), so that a later call tries again.
+func (s *Store) Claim(ctx context.Context, bot, what string) (first bool, err error) {
+	_, err = s.kv.Create(ctx, claimKey(bot, what), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	}
+	return false, fmt.Errorf("claim %s of bot %s: %w", what, bot, err)
+}
+
+// Release gives back a Claim.
+func (s *Store) Release(ctx context.Context, bot, what string) error {
+	if err := s.kv.Delete(ctx, claimKey(bot, what)); err != nil {
+		return fmt.Errorf("release %s of bot %s: %w", what, bot, err)
+	}
+	return nil
+}
+
 // OpenFor returns bot's open incident of kind, or nil if it has none. A
 // pointer left behind by a close that stopped half-way is cleaned up.
 func (s *Store) OpenFor(ctx context.Context, bot string, kind Kind) (*Incident, error) {

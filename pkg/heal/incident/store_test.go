@@ -120,3 +120,43 @@ func TestOutageAndDataIncidentAtOneInstant(t *testing.T) {
 		t.Fatalf("ack of the data incident: %+v, %v", got, err)
 	}
 }
+
+// A claim is won once, by one of the nodes that make it at once; given
+// back, it can be won again; it lists as no incident.
+func TestClaimOnce(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{})
+	s := incident.NewStore(env.Store.Incidents())
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := 0
+	for range 5 {
+		wg.Go(func() {
+			first, err := s.Claim(ctx, "b1", "corrupt_record/t_1")
+			if err != nil {
+				t.Error(err)
+			}
+			if first {
+				mu.Lock()
+				won++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if won != 1 {
+		t.Fatalf("claim won %d times, want once", won)
+	}
+	if first, err := s.Claim(ctx, "b1", "corrupt_record/t_2"); err != nil || !first {
+		t.Fatalf("another claim: %v %v", first, err)
+	}
+	if err := s.Release(ctx, "b1", "corrupt_record/t_1"); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(ctx, "b1", "corrupt_record/t_1"); err != nil || !first {
+		t.Fatalf("claim after its release: %v %v", first, err)
+	}
+	if all, err := s.List(ctx, incident.Filter{}); err != nil || len(all) != 0 {
+		t.Fatalf("claims listed as incidents: %v %v", all, err)
+	}
+}
