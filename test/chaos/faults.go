@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/test/e2e/cluster"
+	"github.com/nats-io/nats.go"
 )
 
 // taskMaxDeliver is the task queue's MaxDeliver (dataplane.DefaultTaskMaxDeliver,
@@ -316,4 +317,33 @@ func (h *Harness) killWorkerEveryDelivery(r *RoundResult) error {
 			}
 		}
 	}
+}
+
+// churnStream steps the leader of JetStream stream down every period for
+// d: each time its replicas elect a new one, and until they have, every
+// read and write of it fails or waits. The rest of JetStream is not
+// touched: one bucket (the task records' stream, say) fails on and off
+// while the queue and every other bucket work.
+func (h *Harness) churnStream(r *RoundResult, stream string, d, period time.Duration) error {
+	nc, err := nats.Connect(h.Infra.NATSURLs(), nats.Name("chaos-churn"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r.note("step %s's leader down every %s for %s", stream, period, d)
+	subject := "$JS.API.STREAM.LEADER.STEPDOWN." + stream
+	steps, failed := 0, 0
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(period) {
+		m, err := nc.Request(subject, nil, 5*time.Second)
+		if err != nil || strings.Contains(string(m.Data), `"error"`) {
+			failed++ // no leader to step down yet: the fault holds anyway
+			continue
+		}
+		steps++
+	}
+	r.note("%s: %d step-downs, %d refused (no leader yet)", stream, steps, failed)
+	if steps == 0 {
+		return fmt.Errorf("no step-down of %s was accepted", stream)
+	}
+	return nil
 }

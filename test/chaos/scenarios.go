@@ -252,6 +252,13 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "churn-tasks-bucket", Family: FamNATS,
+		Doc: "for 60 s, step the leader of the task records' stream (KV_BOTCTL_TASKS) down every 2 s: that one bucket fails on and off while the queue and every other bucket work; no conversation may stay locked past the deadline plus a sweep",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.churnStream(r, "KV_BOTCTL_TASKS", 60*time.Second, 2*time.Second)
+		},
+	},
+	{
 		Name: "freeze-nats-server", Family: FamNATS,
 		Doc: "SIGSTOP the NATS server the leader is connected to for -freeze (5 min), then SIGCONT: the leader notices within seconds (nats.ping_interval) and reconnects to another server; answers keep flowing",
 		Fault: func(h *Harness, r *RoundResult) error {
