@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // taskMaxDeliver is the task queue's MaxDeliver (dataplane.DefaultTaskMaxDeliver,
@@ -346,4 +350,78 @@ func (h *Harness) churnStream(r *RoundResult, stream string, d, period time.Dura
 		return fmt.Errorf("no step-down of %s was accepted", stream)
 	}
 	return nil
+}
+
+// corruptRecord puts a task record that does not decode by hand (a
+// bitflip, a bad restore, a buggy tool), with the undelivered index entry
+// and the queue message a real task would have, in a conversation no user
+// of the traffic has; then hands the bot over (SIGTERM the leader) so the
+// new leader's pusher rebuilds from the index and meets it. The record
+// must be skipped, counted and reported as one data incident while every
+// real message is answered. Then the harness plays the person: `botctl
+// tasks release` frees the conversation and the keys are deleted.
+func (h *Harness) corruptRecord(r *RoundResult) error {
+	nc, err := nats.Connect(h.Infra.NATSURLs(), nats.Name("chaos-corrupt"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := dataplane.NamesFor("")
+	tasks, err := js.KeyValue(ctx, names.TasksBucket)
+	if err != nil {
+		return err
+	}
+	index, err := js.KeyValue(ctx, names.PendingBucket)
+	if err != nil {
+		return err
+	}
+	chat := fmt.Sprintf("chaos-corrupt-%d", r.Round)
+	msgid := fmt.Sprintf("chaos-corrupt-%d-%d", r.Round, time.Now().UnixNano())
+	id := task.ID(bot, msgid)
+	raw, _ := json.Marshal(task.Message{TaskID: id, Bot: bot, MsgID: msgid, Chat: chat, ChatType: "single", User: chat, Question: "q", Received: time.Now()})
+	if _, err := js.Publish(ctx, names.TaskSubject(bot, chat), raw, jetstream.WithMsgID(msgid)); err != nil {
+		return fmt.Errorf("queue message of the corrupt task: %w", err)
+	}
+	if _, err := tasks.Put(ctx, id, []byte("{\"id\":\""+id+"\",\"exec\":\x00garbage")); err != nil {
+		return err
+	}
+	if _, err := index.Put(ctx, dataplane.UndeliveredKey(bot, id), nil); err != nil {
+		return err
+	}
+	r.note("corrupt record %s put by hand (conversation %s, in the undelivered index, with a queue message)", id, chat)
+	defer func() {
+		h.cli("tasks", "release", "--bot", bot, "--chat", chat)
+		tasks.Delete(context.Background(), id)
+		index.Delete(context.Background(), dataplane.UndeliveredKey(bot, id))
+	}()
+	l, err := h.Leader()
+	if err != nil {
+		return err
+	}
+	if err := h.stopNode(r, l.ID); err != nil {
+		return err
+	}
+	if _, err := h.C.RestartNode(l.ID); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		incs, err := h.openIncidents()
+		if err == nil {
+			for _, i := range incs {
+				if i.Signal == "corrupt_record" && strings.Contains(i.Reason, id) {
+					r.note("data incident %s: %s", i.ID, i.Reason)
+					return nil
+				}
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+	return fmt.Errorf("no open corrupt_record incident naming %s within 2 minutes of the handover", id)
 }

@@ -42,6 +42,7 @@ const (
 	FamNATS    = "NATS"
 	FamWeCom   = "WeCom"
 	FamWorker  = "worker"
+	FamData    = "stored data"
 )
 
 // Scenarios are the matrix of issue 12, in run order. Every one is in the
@@ -160,6 +161,13 @@ var Scenarios = []Scenario{
 			defer p.Heal()
 			time.Sleep(h.Cfg.Freeze)
 			return nil
+		},
+	},
+	{
+		Name: "corrupt-record", Family: FamData,
+		Doc: "put a task record that does not decode by hand (with its index entry and queue message, in a conversation of its own), then SIGTERM the leader so the new one's rebuild meets it: skipped, one data incident, every real message answered; then `botctl tasks release` cleans up",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.corruptRecord(r)
 		},
 	},
 	{
