@@ -30,6 +30,7 @@ type entry struct {
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
 	chat      string    // the task's conversation ("" until a record or the inbound path names it)
+	missing   time.Time // when a step first found no record (zero: it has one, or none looked)
 	acked     ackedParts
 }
 

@@ -104,6 +104,14 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	}
 	rec, rev, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if p.missingTooLong(id) {
+			// A notice (or an announcement) for an id with no record:
+			// not stepped every second for ever. A real task comes back
+			// when its record lands (its worker's notice, the index's
+			// resync).
+			p.log.Debug().Str("task", id).Dur("for", unknownRecordFor).Msg("no record for this task: dropped from the active set until one lands")
+			return nil, 0, true, 0
+		}
 		return nil, 0, false, time.Second // the inbound path is still writing it
 	}
 	if errors.Is(err, task.ErrCorruptRecord) {
@@ -125,6 +133,27 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	}
 	p.remember(id, rec, rev)
 	return rec, rev, false, 0
+}
+
+// unknownRecordFor is how long a task may have no record before the
+// pusher stops stepping it (see record). Longer than the inbound path's
+// record write takes; a var for tests.
+var unknownRecordFor = time.Minute
+
+// missingTooLong notes that a step found no record of id, and reports
+// whether none has been found for unknownRecordFor.
+func (p *Pusher) missingTooLong(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	en := p.active[id]
+	if en == nil {
+		return false
+	}
+	now := p.cfg.Now()
+	if en.missing.IsZero() {
+		en.missing = now
+	}
+	return now.Sub(en.missing) >= unknownRecordFor
 }
 
 // spend takes one send from the conversation's budget, leaving reserve

@@ -1,8 +1,18 @@
 package pusher
 
+import "time"
+
 // HoldWatch makes p's output watch wait for hold to close before its
 // consumer is made (a watch made late); call it before Run.
 func (p *Pusher) HoldWatch(hold <-chan struct{}) { p.watchHold = hold }
+
+// SetUnknownRecordFor sets how long a task without a record is stepped
+// (unknownRecordFor) until the test ends.
+func SetUnknownRecordFor(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := unknownRecordFor
+	unknownRecordFor = d
+	t.Cleanup(func() { unknownRecordFor = old })
+}
 
 // HasRecord reports whether a step has read (or written) task id's record.
 func (p *Pusher) HasRecord(id string) bool {

@@ -23,7 +23,7 @@ const (
 	// NotifyChat), or the caller wrote its record.
 	fromInbound source = iota
 	// fromNotice: the task's record changed where the pusher must act at
-	// once (task.NoticeSubject): an execution ended, a delivery reopened.
+	// once (Names.NoticeSubject): an execution ended, a delivery reopened.
 	fromNotice
 	// fromWatch: a worker wrote the task's output (the output watch).
 	fromWatch

@@ -24,7 +24,7 @@
 //   - inbound (Notify, NotifyChat): this node's inbound path dispatched the
 //     task. The earliest word, and it names the conversation before any
 //     record is read (Idle).
-//   - notice (task.NoticeSubject, core NATS): a record changed where the
+//   - notice (Names.NoticeSubject, core NATS): a record changed where the
 //     pusher must act at once, on any node: an execution ended (the
 //     notice often carries the record: the final frame needs no read), a
 //     delivery reopened. Without it an ending that writes no output (a

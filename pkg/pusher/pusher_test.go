@@ -847,3 +847,27 @@ func TestLateNoticeSendsNothingTwice(t *testing.T) {
 		t.Fatalf("record after the late notices: %s, final pending %v", got.Delivery, got.FinalPending)
 	}
 }
+
+// A notice for a task id that has no record (a stray announcement, a
+// task whose record never landed) is not stepped every second for ever:
+// after a while the pusher drops it from the active set (issue 25 item
+// 10), and the bot's real tasks are unaffected.
+func TestNoticeOfAnUnknownTaskIsDropped(t *testing.T) {
+	pusher.SetUnknownRecordFor(t, 2*time.Second)
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "Hello, alice.", true)
+	r.waitDelivery(rec.ID, task.Delivered) // the pusher runs: its notice subscription too
+	testwait.Eventually(t, waitLong, "alice's task out of the active set", func() bool { return r.p.Stats().Active == 0 })
+	m := nats.NewMsg(r.js.Store.Names().NoticeSubject("b"))
+	m.Data = []byte("t_nobody_has_this_one")
+	if err := r.js.Conn.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, waitLong, "the unknown task in the active set", func() bool { return r.p.Stats().Active == 1 })
+	testwait.Eventually(t, waitLong, "the unknown task dropped", func() bool { return r.p.Stats().Active == 0 })
+	rec = r.ask("bob", "hi")
+	r.write(rec.ID, "Hello, bob.", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+}
