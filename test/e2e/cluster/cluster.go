@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/botctl/botctl/pkg/config"
 )
 
 // Options configure a Cluster. Zero values take the defaults named.
@@ -74,6 +76,7 @@ type Cluster struct {
 type Node struct {
 	ID       string
 	API      string // http://ADDR
+	Token    string // the API token the node generated in its data dir
 	EtcdURL  string // as given to StartNodeWith ("" = the cluster's)
 	WeComURL string
 	NATSURL  string   // as given to StartNodeWith ("" = the cluster's)
@@ -298,7 +301,14 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	if m == nil {
 		return nil, fmt.Errorf("node ready line not understood: %q", l.Text)
 	}
-	n := &Node{ID: id, API: m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Proc: p}
+	// Ready: the node has its API token (generated in its data dir at
+	// its first start, kept after).
+	token, err := os.ReadFile(filepath.Join(c.Opts.Dir, "node-"+id, config.GeneratedTokenFile))
+	if err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("node %s: its API token: %w", id, err)
+	}
+	n := &Node{ID: id, API: m[1], Token: strings.TrimSpace(string(token)), EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
@@ -393,8 +403,18 @@ var httpc = &http.Client{Timeout: 5 * time.Second}
 // GetJSON GETs url and decodes its JSON answer into v.
 func GetJSON(url string, v any) error { return getJSON(url, v) }
 
-func getJSON(url string, v any) error {
-	resp, err := httpc.Get(url)
+func getJSON(url string, v any) error { return getJSONAuth(url, "", v) }
+
+// getJSONAuth is getJSON with the node API's token (none if "").
+func getJSONAuth(url, token string, v any) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -487,7 +507,7 @@ type NodeInfo struct {
 // Info reads the node's own /status.
 func (n *Node) Info() (NodeInfo, error) {
 	var i NodeInfo
-	err := getJSON(n.API+"/status", &i)
+	err := getJSONAuth(n.API+"/status", n.Token, &i)
 	return i, err
 }
 
