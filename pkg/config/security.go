@@ -453,7 +453,7 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 
 	// api
 	if host, _, err := net.SplitHostPort(c.Listen); err == nil && !LoopbackHost(host) && c.API.TokenFile == "" {
-		bad("api.token_file", "listen is %s, not a loopback address, and the node API has no authentication (POST /v1/exec runs any prompt and pushes the answer to any chat): set api.token_file (see docs/security.md), or listen on 127.0.0.1", c.Listen)
+		bad("api.token_file", "listen is %s, not a loopback address, and the node API would have only the token generated in its data dir, which other nodes and machines cannot know: set api.token_file to the cluster's token file (see docs/security.md), or listen on 127.0.0.1", c.Listen)
 	}
 	if _, err := c.API.Token(); err != nil {
 		*errs = append(*errs, err)
