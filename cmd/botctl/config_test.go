@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/botctl/botctl/pkg/config"
 )
@@ -21,7 +23,11 @@ func runBotctl(t *testing.T, args ...string) (string, string, int) {
 	cmd.SetOut(&out)
 	cmd.SetErr(&errb)
 	cmd.SetArgs(args)
-	err := cmd.Execute()
+	// Bounded: a serve that should have refused its config and did not
+	// fails the test instead of running until the test binary's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
 	code := 0
 	if err != nil {
 		code = 1
@@ -141,6 +147,7 @@ func TestConfigCheckNamesWhatTheAIBackendLacks(t *testing.T) {
 // password to a remote nats:// server, the API token to a remote http://
 // fixed worker, the OpenAI key over http:// to another machine.
 func TestConfigCheckRefusesClearTextCredentials(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-test") // the key is there: only its way is wrong
 	dir := t.TempDir()
 	pw, tok := filepath.Join(dir, "nats.pw"), filepath.Join(dir, "api.token")
 	os.WriteFile(pw, []byte("nats-password-0123\n"), 0o600)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/botctl/botctl/internal/testenv"
 )
 
 // Credentials that would cross the network in clear text are refused, each
@@ -17,6 +19,7 @@ import (
 func TestClearTextCredentialsRefused(t *testing.T) {
 	pw := secretFile(t, "pw", "password-0123456789")
 	tok := secretFile(t, "tok", "0123456789abcdef0123")
+	ca := testenv.NewCA(t).CAFile
 	for _, tc := range []struct {
 		name string
 		edit func(*Config)
@@ -25,12 +28,9 @@ func TestClearTextCredentialsRefused(t *testing.T) {
 		{"nats password to a remote nats://", func(c *Config) {
 			c.NATS.URL, c.NATS.User, c.NATS.PasswordFile = "nats://10.0.0.2:4222", "botctl", pw
 		}, []string{"config key nats.url", "clear text", "tls://"}},
-		{"nats password to a remote server without scheme", func(c *Config) {
-			c.NATS.URL, c.NATS.User, c.NATS.PasswordFile = "tls://10.0.0.2:4222,10.0.0.3:4222", "botctl", pw
+		{"nats password to one remote nats:// server of a cluster", func(c *Config) {
+			c.NATS.URL, c.NATS.User, c.NATS.PasswordFile = "tls://10.0.0.2:4222, nats://10.0.0.3:4222", "botctl", pw
 		}, []string{"config key nats.url", "server 2", "tls://"}},
-		{"nats password over plain websocket", func(c *Config) {
-			c.NATS.URL, c.NATS.User, c.NATS.PasswordFile = "ws://nats.example:8080", "botctl", pw
-		}, []string{"config key nats.url", "clear text"}},
 		{"token to a remote http fixed worker", func(c *Config) {
 			c.API.TokenFile, c.Dispatch.FixedWorker = tok, "http://10.0.0.7:8391"
 		}, []string{"config key dispatch.fixed_worker", "clear text", "https://"}},
@@ -61,8 +61,11 @@ func TestClearTextCredentialsRefused(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
 		"nats password over tls://": func(c *Config) { c.NATS.URL, c.NATS.User, c.NATS.PasswordFile = "tls://10.0.0.2:4222", "botctl", pw },
 		"nats password to loopback": func(c *Config) { c.NATS.URL, c.NATS.User, c.NATS.PasswordFile = "nats://127.0.0.1:4222", "botctl", pw },
-		"nats nkey over nats://":    func(c *Config) { c.NATS.URL = "nats://10.0.0.2:4222" },
-		"token to an https worker":  func(c *Config) { c.API.TokenFile, c.Dispatch.FixedWorker = tok, "https://10.0.0.7:8391" },
+		"nats password with a CA": func(c *Config) {
+			c.NATS.URL, c.NATS.User, c.NATS.PasswordFile, c.NATS.CAFile = "nats://10.0.0.2:4222", "botctl", pw, ca
+		},
+		"nats without a password":  func(c *Config) { c.NATS.URL = "nats://10.0.0.2:4222" },
+		"token to an https worker": func(c *Config) { c.API.TokenFile, c.Dispatch.FixedWorker = tok, "https://10.0.0.7:8391" },
 		"token to a loopback worker": func(c *Config) {
 			c.API.TokenFile, c.Dispatch.FixedWorker = tok, "http://127.0.0.1:8392"
 		},

@@ -373,19 +373,14 @@ func LoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// natsServer is the host of one server of nats.url and whether the
-// connection to it is TLS by its URL (tls:// or wss://). A server without
-// a scheme is nats:// (as nats.go reads it).
+// natsServer is the host of one server of nats.url and whether its URL
+// asks for TLS (tls://; the other scheme allowed is nats://).
 func natsServer(raw string) (host string, tls bool) {
-	raw = strings.TrimSpace(raw)
-	if !strings.Contains(raw, "://") {
-		raw = "nats://" + raw
-	}
-	u, err := url.Parse(raw)
+	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
-		return "", false // not loopback, not TLS: refused with the rest
+		return "", false // refused with the URL checks
 	}
-	return u.Hostname(), u.Scheme == "tls" || u.Scheme == "wss"
+	return u.Hostname(), u.Scheme == "tls"
 }
 
 // validateSecurity checks the etcd, nats and api keys, and the rules that
