@@ -90,7 +90,10 @@ type AIDemo struct {
 // every bot secret (BOTCTL_BOT_<ID>_SECRET) and API key, and a model's
 // helper script has no business with them. It gets PATH, HOME, LANG,
 // LC_ALL, LC_CTYPE, TZ and TMPDIR from the node (those set), BOTCTL_TASK_ID,
-// and what Env names, nothing else.
+// and what Env names, nothing else; never one of the node's BOTCTL_*
+// variables. It still runs as the node (uid, files, loopback network):
+// `botctl exec-sandbox` runs it in a systemd unit of its own
+// (docs/security.md).
 type AIExec struct {
 	// Command is the program and its arguments, e.g. ["/usr/local/bin/answer",
 	// "--model", "small"]. Required. A program without a slash is looked up
@@ -110,8 +113,9 @@ type AIExec struct {
 	Dir string `yaml:"dir"`
 	// Env is the rest of the process's environment (config key ai.exec.env):
 	// "NAME=value" sets NAME; "NAME" alone passes the node's NAME through
-	// (if set), e.g. the one API key the command needs. Nothing else of the
-	// node's environment reaches the process.
+	// (if set), e.g. the one API key the command needs; a BOTCTL_* name is
+	// refused (ExecEnvWithheld). Nothing else of the node's environment
+	// reaches the process.
 	Env []string `yaml:"env"`
 }
 
