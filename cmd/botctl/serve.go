@@ -229,3 +229,12 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 		},
 	})
 }
+
+// apiTokenPath is where the node API's token is: api.token_file, else the
+// file the node generates in its data dir.
+func apiTokenPath(cfg config.Config) string {
+	if cfg.API.TokenFile != "" {
+		return cfg.API.TokenFile
+	}
+	return filepath.Join(cfg.DataDir, config.GeneratedTokenFile)
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -49,7 +48,7 @@ type NodeStatus struct {
 }
 
 // apiClient is how botctl reaches the nodes' APIs: api.ca_file trusted,
-// and every request carrying the API token (nodeToken), except over plain
+// and every request carrying the API token (config.API.CallerToken), except over plain
 // http:// to another machine, where it would cross the network in clear
 // text (such a node answers 401, shown as the reason its live fields are
 // missing).
@@ -62,15 +61,6 @@ func apiClient(a config.API, dataDir string) (*http.Client, error) {
 	t.TLSClientConfig = tc
 	token, _ := a.CallerToken(dataDir) // none: the nodes say 401, with the fix
 	return &http.Client{Transport: bearer{token: token, next: t}}, nil
-}
-
-// apiTokenPath is where the node API's token is: api.token_file, else the
-// file the node generates in its data dir.
-func apiTokenPath(cfg config.Config) string {
-	if cfg.API.TokenFile != "" {
-		return cfg.API.TokenFile
-	}
-	return filepath.Join(cfg.DataDir, config.GeneratedTokenFile)
 }
 
 // bearer adds "Authorization: Bearer <token>" to requests over https or to
