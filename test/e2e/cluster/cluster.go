@@ -3,6 +3,8 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,8 +20,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/botctl/botctl/pkg/config"
 )
 
 // Options configure a Cluster. Zero values take the defaults named.
@@ -62,6 +62,10 @@ type Cluster struct {
 	SimHTTP string // http://ADDR
 	Infra   *Proc
 	Sim     *Proc
+	// TokenFile is the node API's token every node is given
+	// (--api-token-file) and botctl status sends: one token for the
+	// cluster, as a real one has (a node's generated token is its own).
+	TokenFile string
 
 	mu      sync.Mutex
 	nodes   map[string]*Node
@@ -76,7 +80,7 @@ type Cluster struct {
 type Node struct {
 	ID       string
 	API      string // http://ADDR
-	Token    string // the API token the node generated in its data dir
+	Token    string // the node API's token (the cluster's TokenFile)
 	EtcdURL  string // as given to StartNodeWith ("" = the cluster's)
 	WeComURL string
 	NATSURL  string   // as given to StartNodeWith ("" = the cluster's)
@@ -114,6 +118,9 @@ func Start(o Options) (*Cluster, error) {
 		o.StartTimeout = 30 * time.Second
 	}
 	c := &Cluster{Opts: o, nodes: map[string]*Node{}, subsCh: make(chan struct{}), restart: map[string]int{}}
+	if err := c.writeToken(); err != nil {
+		return c, err
+	}
 	if o.External != nil {
 		c.EtcdURL, c.NATSURL = strings.Join(o.External.EtcdURLs, ","), o.External.NATSURL
 		return c, c.startSim()
@@ -272,7 +279,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	c.mu.Unlock()
 	args := []string{"serve", "--node-id", id, "--data-dir", filepath.Join(c.Opts.Dir, "node-"+id),
 		"--etcd", etcdURL, "--nats", natsURL, "--wecom-url", wecomURL, "--listen", "127.0.0.1:0",
-		"--election-ttl", c.Opts.TTL.String(), "--election-safety-margin", c.Opts.Margin.String()}
+		"--election-ttl", c.Opts.TTL.String(), "--election-safety-margin", c.Opts.Margin.String(), "--api-token-file", c.TokenFile}
 	bots := c.Opts.Bots
 	if o.Bots != nil {
 		bots = o.Bots
@@ -301,9 +308,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	if m == nil {
 		return nil, fmt.Errorf("node ready line not understood: %q", l.Text)
 	}
-	// Ready: the node has its API token (generated in its data dir at
-	// its first start, kept after).
-	token, err := os.ReadFile(filepath.Join(c.Opts.Dir, "node-"+id, config.GeneratedTokenFile))
+	token, err := os.ReadFile(c.TokenFile)
 	if err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("node %s: its API token: %w", id, err)
@@ -313,6 +318,19 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	c.nodes[id] = n
 	c.mu.Unlock()
 	return n, nil
+}
+
+// writeToken makes the cluster's node API token file (mode 0600).
+func (c *Cluster) writeToken() error {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.Opts.Dir, 0o700); err != nil {
+		return err
+	}
+	c.TokenFile = filepath.Join(c.Opts.Dir, "api.token")
+	return os.WriteFile(c.TokenFile, []byte(hex.EncodeToString(raw)+"\n"), 0o600)
 }
 
 // RestartNode starts id again with the same endpoints and bots as before.
@@ -621,6 +639,7 @@ func (c *Cluster) stableOnce() (map[string]string, error) {
 // Status runs `botctl status --etcd … --json` and returns its raw output.
 func (c *Cluster) Status(ctx context.Context) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, c.Opts.Bin, "status", "--etcd", c.EtcdURL, "--nats", c.NATSURL, "--json")
+	cmd.Env = append(os.Environ(), "BOTCTL_API_TOKEN_FILE="+c.TokenFile) // the nodes' token, for their live fields
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
