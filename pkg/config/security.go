@@ -375,7 +375,7 @@ func LoopbackHost(host string) bool {
 
 // natsServer is the host of one server of nats.url and whether its URL
 // asks for TLS (tls://; the other scheme allowed is nats://).
-func natsServer(raw string) (host string, tls bool) {
+func natsServer(raw string) (host string, secure bool) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
 		return "", false // refused with the URL checks
@@ -438,7 +438,7 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 		}
 		if c.NATS.User != "" && !c.NATS.tlsFiles().set() {
 			for i, raw := range strings.Split(c.NATS.URL, ",") {
-				if host, tls := natsServer(raw); !tls && !LoopbackHost(host) {
+				if host, secure := natsServer(raw); !secure && !LoopbackHost(host) {
 					bad("nats.url", "server %d (%s) is not TLS: nats.user's password (nats.password_file) would cross the network in clear text; "+
 						"use tls://HOST:4222 (with nats.ca_file for a private CA), or nats.nkey_file / nats.creds_file, which send no password", i+1, redact.URL(strings.TrimSpace(raw)))
 				}
