@@ -40,6 +40,17 @@ type clusterFlags struct {
 	dataDir    string
 	timeout    time.Duration
 	api        config.API // of --config, once etcdConfig ran: how to reach the nodes' APIs
+	cfgDataDir string     // data_dir of --config and the environment, once etcdConfig ran
+}
+
+// tokenDir is the data dir whose generated API token (config.
+// GeneratedTokenFile) a command sends when api.token_file is unset:
+// --data-dir when given, else data_dir of --config or the environment.
+func (f *clusterFlags) tokenDir(cmd *cobra.Command) string {
+	if cmd.Flags().Changed("data-dir") || f.cfgDataDir == "" {
+		return f.dataDir
+	}
+	return f.cfgDataDir
 }
 
 // registerEtcd registers the flags of a command that reads or writes etcd
@@ -74,7 +85,7 @@ func (f *clusterFlags) etcdConfig() (config.Etcd, error) {
 	}
 	ec := cfg.Etcd
 	ec.DialTimeout = f.timeout
-	f.api = cfg.API
+	f.api, f.cfgDataDir = cfg.API, cfg.DataDir
 	s := f.etcd
 	if s == "" && len(ec.Endpoints) > 0 {
 		return ec, nil

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/botctl/botctl/pkg/config"
 )
@@ -20,7 +23,11 @@ func runBotctl(t *testing.T, args ...string) (string, string, int) {
 	cmd.SetOut(&out)
 	cmd.SetErr(&errb)
 	cmd.SetArgs(args)
-	err := cmd.Execute()
+	// Bounded: a serve that should have refused its config and did not
+	// fails the test instead of running until the test binary's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
 	code := 0
 	if err != nil {
 		code = 1
@@ -131,6 +138,35 @@ func TestConfigCheckNamesWhatTheAIBackendLacks(t *testing.T) {
 		_, stderr, code = runBotctl(t, "serve", "--config", write(t, tc.yaml), "--data-dir", t.TempDir())
 		if code != 2 || !strings.Contains(stderr, tc.key) {
 			t.Errorf("serve with %q: exit %d, stderr %q; want exit 2 naming %s", tc.yaml, code, stderr, tc.key)
+		}
+	}
+}
+
+// Credentials that would cross the network in clear text are refused by
+// config check and by serve's start, naming the key and the fix: a NATS
+// password to a remote nats:// server, the API token to a remote http://
+// fixed worker, the OpenAI key over http:// to another machine.
+func TestConfigCheckRefusesClearTextCredentials(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-test") // the key is there: only its way is wrong
+	dir := t.TempDir()
+	pw, tok := filepath.Join(dir, "nats.pw"), filepath.Join(dir, "api.token")
+	os.WriteFile(pw, []byte("nats-password-0123\n"), 0o600)
+	os.WriteFile(tok, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
+	for _, tc := range []struct{ yaml, key, fix string }{
+		{fmt.Sprintf("nats:\n  url: nats://10.0.0.2:4222\n  user: botctl\n  password_file: %s\n", pw), "config key nats.url", "tls://"},
+		{fmt.Sprintf("api:\n  token_file: %s\ndispatch:\n  fixed_worker: http://10.0.0.7:8391\n", tok), "config key dispatch.fixed_worker", "https://"},
+		{"ai:\n  kind: openai\n  openai:\n    model: m\n    base_url: http://llm.internal:8000/v1\n", "config key ai.openai.base_url", "https://"},
+	} {
+		_, stderr, code := runBotctl(t, "config", "check", write(t, tc.yaml))
+		if code == 0 || !strings.Contains(stderr, tc.key) || !strings.Contains(stderr, tc.fix) {
+			t.Errorf("config check of %q: exit %d, stderr %q; want a failure naming %s and %s", tc.yaml, code, stderr, tc.key, tc.fix)
+		}
+		_, stderr, code = runBotctl(t, "serve", "--config", write(t, tc.yaml), "--data-dir", t.TempDir())
+		if code != 2 || !strings.Contains(stderr, tc.key) {
+			t.Errorf("serve with %q: exit %d, stderr %q; want exit 2 naming %s", tc.yaml, code, stderr, tc.key)
+		}
+		if strings.Contains(stderr, "nats-password-0123") || strings.Contains(stderr, "0123456789abcdef0123456789abcdef") {
+			t.Errorf("a secret in the error: %s", stderr)
 		}
 	}
 }

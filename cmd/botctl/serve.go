@@ -220,8 +220,21 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 			fmt.Fprintf(out, "botctl node %s serving bots [%s]; API %s://%s/status; etcd %s; AI %s\n",
 				cfg.NodeID, strings.Join(ids, " "), scheme, ln.Addr(), strings.Join(redact.URLs(endpoints), ","), cfg.AI.Kind)
 			if demoui.SimulatorURL(cfg.WeCom.URL) != "" {
-				fmt.Fprintf(out, "demo page: open %s://%s%s to chat as a WeCom user and watch the cluster (leader, nodes, tasks, incidents)\n", scheme, ln.Addr(), demoui.Path)
+				// The page's chat asks for the API token: the link carries it
+				// in its fragment (never sent to the server), read here from
+				// its file so that the token itself is never printed.
+				fmt.Fprintf(out, "demo page: open \"%s://%s%s#token=$(cat %s)\" to chat as a WeCom user and watch the cluster (leader, nodes, tasks, incidents)\n",
+					scheme, ln.Addr(), demoui.Path, apiTokenPath(cfg))
 			}
 		},
 	})
+}
+
+// apiTokenPath is where the node API's token is: api.token_file, else the
+// file the node generates in its data dir.
+func apiTokenPath(cfg config.Config) string {
+	if cfg.API.TokenFile != "" {
+		return cfg.API.TokenFile
+	}
+	return filepath.Join(cfg.DataDir, config.GeneratedTokenFile)
 }

@@ -52,8 +52,13 @@ func TestServeReadyLineNamesHTTPS(t *testing.T) {
 				api = m[1]
 			}
 			if strings.HasPrefix(l, "demo page: open ") {
-				if !strings.HasPrefix(l, "demo page: open https://") {
+				if !strings.HasPrefix(l, `demo page: open "https://`) {
 					t.Fatalf("demo line %q, want https://", l)
+				}
+				// The link takes the API token from its file: the line
+				// names the file, never the token.
+				if !strings.Contains(l, "#token=$(cat ") || !strings.Contains(l, "api.token)") {
+					t.Fatalf("demo line %q, want a link reading its token from the data dir's api.token", l)
 				}
 				demoLine = true
 			}

@@ -47,15 +47,35 @@ type NodeStatus struct {
 	Unreachable string `json:"unreachable,omitempty"`
 }
 
-// apiClient is how status reaches the nodes' APIs: api.ca_file trusted.
-func apiClient(a config.API) (*http.Client, error) {
+// apiClient is how botctl reaches the nodes' APIs: api.ca_file trusted,
+// and every request carrying the API token (config.API.CallerToken), except over plain
+// http:// to another machine, where it would cross the network in clear
+// text (such a node answers 401, shown as the reason its live fields are
+// missing).
+func apiClient(a config.API, dataDir string) (*http.Client, error) {
 	tc, err := a.ClientTLS()
-	if err != nil || tc == nil {
-		return http.DefaultClient, err
+	if err != nil {
+		return nil, err
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = tc
-	return &http.Client{Transport: t}, nil
+	token, _ := a.CallerToken(dataDir) // none: the nodes say 401, with the fix
+	return &http.Client{Transport: bearer{token: token, next: t}}, nil
+}
+
+// bearer adds "Authorization: Bearer <token>" to requests over https or to
+// this machine.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.token != "" && (r.URL.Scheme == "https" || config.LoopbackHost(r.URL.Hostname())) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return b.next.RoundTrip(r)
 }
 
 // live asks a node's API for what only it knows.
@@ -76,6 +96,11 @@ func live(ctx context.Context, hc *http.Client, n *NodeStatus) {
 	var v struct {
 		Spool  struct{ Depth int }       `json:"spool"`
 		Worker struct{ Busy, Slots int } `json:"worker"`
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		n.Unreachable = "GET /status: " + resp.Status + ": the node asks for its API token; give --config with its api.token_file " +
+			"(sent over https, or to this machine only), or the --data-dir of a node on this machine"
+		return
 	}
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&v) != nil {
 		n.Unreachable = "GET /status: " + resp.Status
@@ -180,7 +205,7 @@ func newStatusCmd() *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			hc, err := apiClient(cf.api)
+			hc, err := apiClient(cf.api, cf.tokenDir(cmd))
 			if err != nil {
 				return usageError{err}
 			}

@@ -60,7 +60,7 @@ func (b *execBackend) environ(taskID string) []string {
 	for _, kv := range b.cfg.Env {
 		if strings.Contains(kv, "=") {
 			env = append(env, kv)
-		} else if v, ok := os.LookupEnv(kv); ok {
+		} else if v, ok := os.LookupEnv(kv); ok && !config.ExecEnvWithheld(kv) {
 			env = append(env, kv+"="+v)
 		}
 	}

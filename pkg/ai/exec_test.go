@@ -389,3 +389,38 @@ func TestExecCleanEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// The node's own variables (BOTCTL_*: bot secrets, the API token's and the
+// etcd and NATS password files' paths) never reach the exec process, even
+// when ai.exec.env names them (config check refuses that too).
+func TestExecNeverGetsTheNodesCredentials(t *testing.T) {
+	leakCheck(t)
+	node := map[string]string{
+		"BOTCTL_BOT_MYBOT_SECRET":   "bot-secret-value",
+		"BOTCTL_API_TOKEN_FILE":     "/run/credentials/botctl.service/api.token",
+		"BOTCTL_ETCD_PASSWORD_FILE": "/run/credentials/botctl.service/etcd.pw",
+		"BOTCTL_NATS_PASSWORD_FILE": "/run/credentials/botctl.service/nats.pw",
+	}
+	var names []string
+	for k, v := range node {
+		t.Setenv(k, v)
+		names = append(names, k)
+	}
+	cfg := ExecConfig{Command: []string{"env"}, Env: names}
+	if _, err := New(Config{Kind: KindExec, Exec: cfg}); err == nil || !strings.Contains(err.Error(), "config key ai.exec.env[0]") {
+		t.Errorf("an exec backend passing the node's BOTCTL_* variables: %v, want a refusal naming ai.exec.env[0]", err)
+	}
+	b, err := newExec(cfg) // built anyway, past the check: still withheld
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	if err := b.Stream(context.Background(), Request{TaskID: "t-env", Messages: []Message{{Role: RoleUser, Content: "q"}}}, rec.emit); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range node {
+		if strings.Contains(rec.text(), k+"=") || strings.Contains(rec.text(), v) {
+			t.Errorf("%s reached the exec process:\n%s", k, rec.text())
+		}
+	}
+}

@@ -108,7 +108,10 @@ type AIDemo struct {
 // every bot secret (BOTCTL_BOT_<ID>_SECRET) and API key, and a model's
 // helper script has no business with them. It gets PATH, HOME, LANG,
 // LC_ALL, LC_CTYPE, TZ and TMPDIR from the node (those set), BOTCTL_TASK_ID,
-// and what Env names, nothing else.
+// and what Env names, nothing else; never one of the node's BOTCTL_*
+// variables. It still runs as the node (uid, files, loopback network):
+// `botctl exec-sandbox` runs it in a systemd unit of its own
+// (docs/security.md).
 type AIExec struct {
 	// Command is the program and its arguments, e.g. ["/usr/local/bin/answer",
 	// "--model", "small"]. Required. A program without a slash is looked up
@@ -128,8 +131,9 @@ type AIExec struct {
 	Dir string `yaml:"dir"`
 	// Env is the rest of the process's environment (config key ai.exec.env):
 	// "NAME=value" sets NAME; "NAME" alone passes the node's NAME through
-	// (if set), e.g. the one API key the command needs. Nothing else of the
-	// node's environment reaches the process.
+	// (if set), e.g. the one API key the command needs; a BOTCTL_* name is
+	// refused (ExecEnvWithheld). Nothing else of the node's environment
+	// reaches the process.
 	Env []string `yaml:"env"`
 }
 
@@ -218,19 +222,33 @@ func (e AIExec) validate() error {
 		return fmt.Errorf("config key ai.exec.timeout: %s is negative", e.Timeout)
 	}
 	for i, kv := range e.Env {
-		if k, _, _ := strings.Cut(kv, "="); !envNameRE.MatchString(k) {
+		k, _, set := strings.Cut(kv, "=")
+		if !envNameRE.MatchString(k) {
 			// Not the entry itself: it may hold a secret.
 			return fmt.Errorf("config key ai.exec.env[%d]: want NAME (passed from the node's environment) or NAME=value, NAME letters, digits and '_'", i)
+		}
+		if !set && ExecEnvWithheld(k) {
+			return fmt.Errorf("config key ai.exec.env[%d]: %s is the node's own configuration (bot secrets, the API token, password files): "+
+				"it is never passed to the exec backend; give the command what it needs under another name (NAME=value, or a variable of its own)", i, k)
 		}
 	}
 	return nil
 }
+
+// ExecEnvWithheld reports whether the node's variable name is never passed
+// to the exec backend, even when ai.exec.env names it: BOTCTL_* configure
+// the node and hold its secrets (BOTCTL_BOT_<ID>_SECRET, the *_FILE keys).
+func ExecEnvWithheld(name string) bool { return strings.HasPrefix(strings.ToUpper(name), "BOTCTL_") }
 
 func (o AIOpenAI) validate() error {
 	if o.BaseURL != "" {
 		u, err := url.Parse(o.BaseURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("config key ai.openai.base_url: %q is not an http(s) URL such as %s", redact.URL(o.BaseURL), OpenAIDefaultBaseURL)
+		}
+		if u.Scheme == "http" && !LoopbackHost(u.Hostname()) {
+			return fmt.Errorf("config key ai.openai.base_url: %s is plain http to another machine: the API key (ai.openai.api_key_env) and every question would cross the network in clear text; "+
+				"use https:// (plain http only to a server on this machine, e.g. http://127.0.0.1:11434/v1)", redact.URL(o.BaseURL))
 		}
 	}
 	if o.Model == "" {

@@ -94,7 +94,7 @@ var Keys = []Key{
 	{Name: "nats.ca_file", Flag: "nats-ca-file", Usage: "CA (PEM) of the NATS servers' certificates", set: str(func(c *Config) *string { return &c.NATS.CAFile })},
 	{Name: "nats.cert_file", Flag: "nats-cert-file", Usage: "client certificate (PEM) for NATS", set: str(func(c *Config) *string { return &c.NATS.CertFile })},
 	{Name: "nats.key_file", Flag: "nats-key-file", Usage: "client key (PEM) for NATS", set: str(func(c *Config) *string { return &c.NATS.KeyFile })},
-	{Name: "api.token_file", Flag: "api-token-file", Usage: "file holding the bearer token of POST /v1/exec (required off loopback)", set: str(func(c *Config) *string { return &c.API.TokenFile })},
+	{Name: "api.token_file", Flag: "api-token-file", Usage: "file holding the node API's bearer token (required off loopback and with a fixed worker; unset: DATA_DIR/api.token, generated)", set: str(func(c *Config) *string { return &c.API.TokenFile })},
 	{Name: "api.cert_file", Flag: "api-cert-file", Usage: "serve the node API over HTTPS with this certificate (PEM)", set: str(func(c *Config) *string { return &c.API.CertFile })},
 	{Name: "api.key_file", Flag: "api-key-file", Usage: "the node API certificate's key (PEM)", set: str(func(c *Config) *string { return &c.API.KeyFile })},
 	{Name: "api.ca_file", Flag: "api-ca-file", Usage: "CA (PEM) of the other nodes' API certificates (tier 2, botctl status)", set: str(func(c *Config) *string { return &c.API.CAFile })},

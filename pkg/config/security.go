@@ -1,13 +1,17 @@
 package config
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -20,12 +24,15 @@ import (
 
 // API is the node's HTTP API (status, health, and tier 2's POST /v1/exec).
 type API struct {
-	// TokenFile holds the bearer token every caller of POST /v1/exec must
-	// send (Authorization: Bearer <token>), compared in constant time; the
-	// dispatcher's tier-2 calls send it, so every node of a cluster uses
-	// the same file. At least 16 bytes (e.g. `openssl rand -hex 32`); the
-	// file must not be readable by every user. Required when listen is not
-	// a loopback address. "" on loopback: no token asked.
+	// TokenFile holds the bearer token every caller of the node API must
+	// send (Authorization: Bearer <token>; GET /healthz, /readyz and
+	// /metrics excepted), compared in constant time; the dispatcher's
+	// tier-2 calls send it, so every node of a cluster uses the same file.
+	// At least 16 bytes (e.g. `openssl rand -hex 32`); the file must not be
+	// readable by every user. Required when listen is not a loopback
+	// address and when dispatch.fixed_worker is set. "": the node uses the
+	// token it generated in its data dir (GeneratedTokenFile), which only
+	// this machine's botctl commands, given the data dir, know.
 	TokenFile string `yaml:"token_file"`
 	// CertFile and KeyFile, if set, serve the API over HTTPS (the node
 	// registers https://HOST:PORT), so that the token and the tasks cannot
@@ -67,19 +74,90 @@ func (a API) ClientTLS() (*tls.Config, error) {
 // MinTokenBytes is the shortest api.token_file accepted.
 const MinTokenBytes = 16
 
-// Token reads the API token ("" when api.token_file is unset).
+// GeneratedTokenFile is where, in the data dir, a node without
+// api.token_file keeps the API token it generated at its first start
+// (mode 0600, reused on every later start).
+const GeneratedTokenFile = "api.token"
+
+// Token reads the API token of api.token_file ("" when it is unset).
 func (a API) Token() (string, error) {
 	if a.TokenFile == "" {
 		return "", nil
 	}
-	tok, err := readSecretFile("api.token_file", a.TokenFile)
+	return readToken("api.token_file", a.TokenFile)
+}
+
+func readToken(key, path string) (string, error) {
+	tok, err := readSecretFile(key, path)
 	if err != nil {
 		return "", err
 	}
 	if len(tok) < MinTokenBytes {
-		return "", fmt.Errorf("config key api.token_file: %s holds %d bytes, want at least %d (make one with: openssl rand -hex 32 > %s)", a.TokenFile, len(tok), MinTokenBytes, a.TokenFile)
+		return "", fmt.Errorf("config key %s: %s holds %d bytes, want at least %d (make one with: openssl rand -hex 32 > %s)", key, path, len(tok), MinTokenBytes, path)
 	}
 	return tok, nil
+}
+
+// NodeToken is the token the node API asks for: api.token_file's, else
+// the one generated in dataDir (GeneratedTokenFile), made now (32 random
+// bytes, hex, mode 0600) when there is none yet. Path is the file it is
+// in, for messages. The data dir must exist.
+func (a API) NodeToken(dataDir string) (token, path string, err error) {
+	if a.TokenFile != "" {
+		tok, err := a.Token()
+		return tok, a.TokenFile, err
+	}
+	path = filepath.Join(dataDir, GeneratedTokenFile)
+	if tok, err := a.CallerToken(dataDir); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return tok, path, err
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", path, fmt.Errorf("config key api.token_file: unset, and no token could be generated: %w", err)
+	}
+	tok := hex.EncodeToString(raw)
+	// Written under another name, then linked: a reader never sees half a
+	// token, and of two starts racing on one data dir the second reads the
+	// first's.
+	tmp, err := os.CreateTemp(dataDir, GeneratedTokenFile+".*")
+	if err != nil {
+		return "", path, fmt.Errorf("config key api.token_file: unset, and the generated token cannot be written to the data dir: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(tok + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil { // CreateTemp made it 0600
+		err = os.Link(tmp.Name(), path)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		tok, err := a.CallerToken(dataDir)
+		return tok, path, err
+	}
+	if err != nil {
+		return "", path, fmt.Errorf("config key api.token_file: unset, and the generated token cannot be written to %s: %w", path, err)
+	}
+	return tok, path, nil
+}
+
+// CallerToken is the token a caller on this machine (botctl status, the
+// load and chaos tools) sends to the node API: api.token_file's, else the
+// one its node generated in dataDir. An error wrapping fs.ErrNotExist
+// when neither exists (the node never started with that data dir).
+func (a API) CallerToken(dataDir string) (string, error) {
+	if a.TokenFile != "" {
+		return a.Token()
+	}
+	path := filepath.Join(dataDir, GeneratedTokenFile)
+	tok, err := readToken("api.token_file", path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("config key api.token_file: unset, and %s does not exist (a node generates it there at its first start): give --config with api.token_file, or the --data-dir of the node: %w", path, err)
+	}
+	return tok, err
 }
 
 // readSecretFile reads a file holding one secret, trimmed. A file every user
@@ -295,6 +373,16 @@ func LoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// natsServer is the host of one server of nats.url and whether its URL
+// asks for TLS (tls://; the other scheme allowed is nats://).
+func natsServer(raw string) (host string, secure bool) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", false // refused with the URL checks
+	}
+	return u.Hostname(), u.Scheme == "tls"
+}
+
 // validateSecurity checks the etcd, nats and api keys, and the rules that
 // keep secrets off the wire in clear text.
 func (c *Config) validateSecurity(bad func(key, format string, args ...any), errs *[]error) {
@@ -348,11 +436,19 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 		if _, err := c.NATS.Options(); err != nil {
 			*errs = append(*errs, err)
 		}
+		if c.NATS.User != "" && !c.NATS.tlsFiles().set() {
+			for i, raw := range strings.Split(c.NATS.URL, ",") {
+				if host, secure := natsServer(raw); !secure && !LoopbackHost(host) {
+					bad("nats.url", "server %d (%s) is not TLS: nats.user's password (nats.password_file) would cross the network in clear text; "+
+						"use tls://HOST:4222 (with nats.ca_file for a private CA), or nats.nkey_file / nats.creds_file, which send no password", i+1, redact.URL(strings.TrimSpace(raw)))
+				}
+			}
+		}
 	}
 
 	// api
 	if host, _, err := net.SplitHostPort(c.Listen); err == nil && !LoopbackHost(host) && c.API.TokenFile == "" {
-		bad("api.token_file", "listen is %s, not a loopback address, and the node API has no authentication (POST /v1/exec runs any prompt and pushes the answer to any chat): set api.token_file (see docs/security.md), or listen on 127.0.0.1", c.Listen)
+		bad("api.token_file", "listen is %s, not a loopback address, and the node API would have only the token generated in its data dir, which other nodes and machines cannot know: set api.token_file to the cluster's token file (see docs/security.md), or listen on 127.0.0.1", c.Listen)
 	}
 	if _, err := c.API.Token(); err != nil {
 		*errs = append(*errs, err)
@@ -363,8 +459,14 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 	if _, err := c.API.ClientTLS(); err != nil {
 		*errs = append(*errs, err)
 	}
-	if u, err := url.Parse(c.Dispatch.FixedWorker); err == nil && c.Dispatch.FixedWorker != "" && c.API.TokenFile == "" && !LoopbackHost(u.Hostname()) {
-		bad("api.token_file", "dispatch.fixed_worker is %s, another machine, whose API asks for the cluster's token: set api.token_file to the same file as on that node", redact.URL(c.Dispatch.FixedWorker))
+	if u, err := url.Parse(c.Dispatch.FixedWorker); err == nil && c.Dispatch.FixedWorker != "" {
+		if c.API.TokenFile == "" {
+			bad("api.token_file", "dispatch.fixed_worker is %s, another node, whose API asks for the cluster's token (a node's generated one is its own): set api.token_file to the same file as on that node", redact.URL(c.Dispatch.FixedWorker))
+		}
+		if u.Scheme == "http" && !LoopbackHost(u.Hostname()) {
+			bad("dispatch.fixed_worker", "%s is plain http to another machine: the API token (api.token_file) and the task would cross the network in clear text; "+
+				"use https:// (api.cert_file and api.key_file on that node, api.ca_file here)", redact.URL(c.Dispatch.FixedWorker))
+		}
 	}
 
 	// wecom: the bot secret crosses this connection.

@@ -19,9 +19,10 @@
 // SimulatorURL). It refuses a body that is not JSON (so a form on another
 // site cannot post it) and a request whose Origin is another site. The
 // chat's two endpoints, that write and the transcript (what users asked
-// and were answered), are behind the node API's token when
-// api.token_file is set; the page asks the person for it and sends it
-// with both. The page's configuration and the live view are not; the
+// and were answered), are behind the node API's token (api.token_file's,
+// or the one the node generated in its data dir); the page takes it from
+// its link (#token=…, never sent to the server) or asks the person for
+// it, and sends it with both. The page's configuration and the live view are not; the
 // live view shows the newest tasks' questions, clipped to 80 characters,
 // never an answer.
 //

@@ -48,8 +48,7 @@ type Config struct {
 	View func(context.Context) View
 	// Protect wraps the chat's endpoints: the one that writes (a user
 	// message) and the one that reads what users asked and were answered
-	// (a chat's transcript). The node API's token check when
-	// api.token_file is set; nil: none.
+	// (a chat's transcript). The node API's token check; nil: none.
 	Protect func(http.Handler) http.Handler
 	// Client calls the simulator; nil: a client with a 5 s timeout.
 	Client *http.Client

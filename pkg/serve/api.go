@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -13,14 +14,20 @@ import (
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // api is the node's HTTP API: status, health, and the exec API of tier 2.
 func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+	// Every endpoint is behind the token (api.token_file's, or the one
+	// generated in the data dir) but liveness, readiness and metrics, for
+	// supervisors and Prometheus: they carry no message text and change
+	// nothing.
+	mux.Handle("GET /status", requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		type botView struct {
 			Pusher *pusher.Stats `json:"pusher,omitempty"`
 		}
@@ -48,13 +55,13 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			view.Pushers[bot] = botView{Pusher: &s}
 		})
 		httpjson.WriteIndented(w, http.StatusOK, view)
-	})
+	})))
 	n.obs.routes(mux) // GET /metrics, /healthz (alive), /readyz (ready)
 	if page := n.demoPage(); page != nil {
 		mux.Handle(demoui.Path, page) // the demo's chat and live view, with a simulator only
 	}
-	// Tier 2: the one endpoint that acts, behind the cluster's token. The
-	// others are GET only and change nothing.
+	// Tier 2: the one endpoint that acts. The others are GET only and
+	// change nothing.
 	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m task.Message
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
@@ -69,6 +76,10 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			httpjson.WriteIndented(w, http.StatusServiceUnavailable, map[string]string{"error": "JetStream not reachable from this node yet"})
 			return
 		}
+		if code, why := n.execRefusal(r.Context(), m); why != "" {
+			httpjson.WriteIndented(w, code, map[string]string{"error": why})
+			return
+		}
 		if err := n.Worker.Go(ctx, m, string(dispatch.TierFixed), wg); err != nil {
 			// Bounded by the worker's slots (worker.ErrNoSlot): nothing
 			// was started, so the caller may send the task elsewhere (the
@@ -81,6 +92,31 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		httpjson.WriteIndented(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
 	})))
 	return mux
+}
+
+// execRefusal is why the task message m of a POST /v1/exec is refused, with
+// the status to answer ("" when it may run): its id must be its bot's and
+// msgid's, and a record of that id, when there is one yet (the dispatcher
+// calls before the leader writes it), must name the same bot, message and
+// chat. A message that borrows a task's id for another chat would run under
+// that task's record and have its answer pushed to where the record says,
+// or supersede the task's running attempt.
+func (n *Node) execRefusal(ctx context.Context, m task.Message) (int, string) {
+	if want := task.ID(m.Bot, m.MsgID); m.TaskID != want {
+		return http.StatusBadRequest, fmt.Sprintf("task_id %q is not the id of bot %q's message %q (want %q): refused", m.TaskID, m.Bot, m.MsgID, want)
+	}
+	rec, err := n.Lifecycle.Get(ctx, m.TaskID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, ""
+	case err != nil:
+		w := "the task's record cannot be read to check the message against it: " + redact.Error(err).Error() + "; send it again later"
+		return http.StatusServiceUnavailable, w
+	case rec.Bot != m.Bot || rec.MsgID != m.MsgID || rec.Chat != m.Chat:
+		return http.StatusConflict, fmt.Sprintf("task %s is bot %q's message %q in chat %q, not bot %q's message %q in chat %q: refused (a task message must match its task's record)",
+			m.TaskID, rec.Bot, rec.MsgID, rec.Chat, m.Bot, m.MsgID, m.Chat)
+	}
+	return 0, ""
 }
 
 type workerView struct {

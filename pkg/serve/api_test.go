@@ -41,6 +41,13 @@ type apiSpec struct {
 
 func apiNodeWith(t *testing.T, spec apiSpec) (base string) {
 	t.Helper()
+	base, _ = apiNodeLC(t, spec)
+	return base
+}
+
+// apiNodeLC is apiNodeWith, with the node's lifecycle (its task records).
+func apiNodeLC(t *testing.T, spec apiSpec) (base string, lc *task.Lifecycle) {
+	t.Helper()
 	if spec.Slots == 0 {
 		spec.Slots = 4
 	}
@@ -52,7 +59,7 @@ func apiNodeWith(t *testing.T, spec apiSpec) (base string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc := task.NewLifecycle(env.Store, "n1", zerolog.Nop())
+	lc = task.NewLifecycle(env.Store, "n1", zerolog.Nop())
 	w, err := worker.New(worker.Config{NodeID: "n1", Slots: spec.Slots, Backend: backend, Store: env.Store, Lifecycle: lc,
 		Deadline: time.Hour, Logger: zerolog.Nop()})
 	if err != nil {
@@ -81,7 +88,7 @@ func apiNodeWith(t *testing.T, spec apiSpec) (base string) {
 		srv.Close()
 		wg.Wait()
 	})
-	return url
+	return url, lc
 }
 
 func post(t *testing.T, url, auth string, body []byte) *http.Response {

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -69,10 +71,33 @@ func apiClient(a config.API) (*http.Client, error) {
 	return c, nil
 }
 
-// checkListener refuses a node API reachable from other machines without a
-// token: POST /v1/exec runs any prompt and pushes the answer to any chat.
-func checkListener(ln net.Listener, token string) error {
+// nodeToken is the token the node API asks for: api.token_file's, else the
+// one generated in the data dir at the node's first start (made here). The
+// data dir is made here too, once the token file is known to be good.
+func nodeToken(cfg config.Config, log zerolog.Logger) (string, error) {
+	token, err := cfg.API.Token()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
 	if token != "" {
+		return token, nil
+	}
+	token, path, err := cfg.API.NodeToken(cfg.DataDir)
+	if err == nil {
+		log.Info().Str("token_file", path).Msg("node API token: api.token_file unset, using the one generated in the data dir (botctl commands given --data-dir send it)")
+	}
+	return token, err
+}
+
+// checkListener refuses a node API reachable from other machines with a
+// token they cannot know: the one this node generated in its data dir.
+// Other nodes (tier 2) and tools elsewhere need the cluster's shared
+// api.token_file.
+func checkListener(ln net.Listener, tokenFile string) error {
+	if tokenFile != "" {
 		return nil
 	}
 	addr := ln.Addr().String()
@@ -81,27 +106,25 @@ func checkListener(ln net.Listener, token string) error {
 		return fmt.Errorf("node API listener %s: %w", addr, err)
 	}
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("config key api.token_file: the node API listens on %s, not a loopback address, without a token "+
-			"(anyone who reaches it could run prompts and push answers to any chat): set api.token_file, or listen on 127.0.0.1", addr)
+		return fmt.Errorf("config key api.token_file: the node API listens on %s, not a loopback address, with only the token generated in this node's data dir "+
+			"(other nodes and machines cannot know it): set api.token_file to the cluster's token file, or listen on 127.0.0.1", addr)
 	}
 	return nil
 }
 
 // requireToken lets a request through only with "Authorization: Bearer
-// <token>"; an empty token (a loopback listener) lets everything through.
+// <token>". An empty token lets nothing through (Run always has one).
 // The comparison takes the same time whatever the guess: both sides are
 // hashed first, so not even the length leaks.
 func requireToken(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		if token == "" || !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="botctl node API"`)
-			httpjson.WriteIndented(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token: send Authorization: Bearer <the contents of api.token_file>"})
+			httpjson.WriteIndented(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token: send Authorization: Bearer <the token>, " +
+				"the contents of api.token_file or, when that is unset, of the node's data_dir/" + config.GeneratedTokenFile})
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -123,11 +122,11 @@ func (n *Node) Pusher(bot string) *pusher.Pusher { return n.leaders.Pusher(bot) 
 func Run(ctx context.Context, o Options) error {
 	cfg := o.Config
 	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
-	token, err := cfg.API.Token()
-	if err != nil {
+	if err := checkListener(o.Listener, cfg.API.TokenFile); err != nil {
 		return err
 	}
-	if err := checkListener(o.Listener, token); err != nil {
+	token, err := nodeToken(cfg, log)
+	if err != nil {
 		return err
 	}
 	apiLn, apiURL, err := apiListener(o.Listener, cfg.API)
@@ -159,9 +158,6 @@ func Run(ctx context.Context, o Options) error {
 	backend, err := ai.New(cfg.AI)
 	if err != nil {
 		return err
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
 	}
 	spool, err := dataplane.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"), dataplane.SpoolMaxEntries(cfg.Spool.MaxEntries), dataplane.SpoolMaxBytes(cfg.Spool.MaxBytes))
 	if err != nil {

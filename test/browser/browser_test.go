@@ -165,9 +165,12 @@ func TestDemoPage(t *testing.T) {
 	}
 	t.Logf("cluster up in %s: %s leads, the page is opened on %s", time.Since(began).Round(time.Millisecond), leader.id, standby.id)
 
-	if err := chromedp.Do(tab, chromedp.Navigate(standby.api+"/demo/"), chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`))); err != nil {
+	if err := chromedp.Do(tab, chromedp.Navigate(standby.api+"/demo/#token="+standby.token), chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`))); err != nil {
 		t.Fatalf("open the page: %v", err)
 	}
+	// The page keeps the token of its link (as serve prints it) and takes
+	// it out of the address bar.
+	poll(t, tab, "the token out of the address bar", `() => location.hash === "" && sessionStorage.getItem("botctl-token") !== null`)
 	poll(t, tab, "the live view to show "+leader.id+" leading", leaderJS, bot, leader.id)
 	poll(t, tab, "both nodes in the live view", `() => document.querySelectorAll('#nodes tr[data-node]').length === 2`)
 

@@ -76,9 +76,10 @@ func newCluster(t *testing.T) *cluster {
 }
 
 type runningNode struct {
-	id   string
-	api  string // base URL of the node API
-	stop func()
+	id    string
+	api   string // base URL of the node API
+	token string // its API token (generated in its data dir)
+	stop  func()
 }
 
 // start runs node id until stop (or the test's end) and returns once it is
@@ -118,8 +119,12 @@ func (c *cluster) start(id string) *runningNode {
 	case <-time.After(wait):
 		c.t.Fatalf("node %s not ready after %s", id, wait)
 	}
+	token, err := cfg.API.CallerToken(cfg.DataDir)
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	var once sync.Once
-	n := &runningNode{id: id, api: "http://" + ln.Addr().String(), stop: func() {
+	n := &runningNode{id: id, api: "http://" + ln.Addr().String(), token: token, stop: func() {
 		once.Do(func() {
 			cancel()
 			select {

@@ -62,8 +62,11 @@ func TestUnitsVerify(t *testing.T) {
 		"nats-server.service":           "deploy/example-cluster/nats-server.service",
 		"botctl.service.d/cluster.conf": "deploy/example-cluster/botctl.service.d/cluster.conf",
 		"botctl-infra.service":          "deploy/botctl-infra.service",
+		"botctl-exec.socket":            "deploy/botctl-exec.socket",
+		"botctl-exec@.service":          "deploy/botctl-exec@.service",
 	}
-	repl := strings.NewReplacer("/usr/local/bin/botctl", bin, "/usr/local/bin/etcd", truePath, "/usr/local/bin/nats-server", truePath)
+	repl := strings.NewReplacer("/usr/local/bin/botctl", bin, "/usr/local/bin/etcd", truePath, "/usr/local/bin/nats-server", truePath,
+		"/usr/local/bin/answer", truePath)
 	for name, src := range units {
 		raw, err := os.ReadFile(filepath.Join(r, src))
 		if err != nil {
@@ -76,7 +79,7 @@ func TestUnitsVerify(t *testing.T) {
 		}
 	}
 	args := []string{"verify", "--man=no"}
-	for _, u := range []string{"botctl.service", "etcd.service", "nats-server.service", "botctl-infra.service"} {
+	for _, u := range []string{"botctl.service", "etcd.service", "nats-server.service", "botctl-infra.service", "botctl-exec.socket", "botctl-exec@1.service"} {
 		args = append(args, filepath.Join(dir, u))
 	}
 	cmd := exec.Command(analyze, args...)

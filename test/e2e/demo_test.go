@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -49,14 +50,16 @@ func TestServeDemoPrintsThePage(t *testing.T) {
 			t.Logf("stderr:\n%s", tail(stderr.String(), 40))
 		}
 	})
-	pageURL := make(chan string, 1)
+	pageURL := make(chan [2]string, 1)
 	go func() {
-		re := regexp.MustCompile(`open (http://127\.0\.0\.1:\d+/demo/)`)
+		// The link reads the API token from its file (the line never
+		// holds the token itself).
+		re := regexp.MustCompile(`open "(http://127\.0\.0\.1:\d+/demo/)#token=\$\(cat ([^)]+)\)"`)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				select {
-				case pageURL <- m[1]:
+				case pageURL <- [2]string{m[1], m[2]}:
 				default:
 				}
 			}
@@ -64,15 +67,30 @@ func TestServeDemoPrintsThePage(t *testing.T) {
 		io.Copy(io.Discard, out) // a line too long for the scanner: keep draining
 		done <- cmd.Wait()
 	}()
-	var page string
+	var page, token string
 	select {
-	case page = <-pageURL:
+	case p := <-pageURL:
+		page = p[0]
+		raw, err := os.ReadFile(p[1])
+		if err != nil {
+			t.Fatalf("the demo link's token file: %v", err)
+		}
+		token = strings.TrimSpace(string(raw))
 	case <-time.After(60 * time.Second):
-		t.Fatal("serve --demo printed no \"open http://…/demo/\" line within 60 s")
+		t.Fatal("serve --demo printed no \"open http://…/demo/#token=$(cat FILE)\" line within 60 s")
+	}
+	call := func(method, path, body string) (*http.Response, error) {
+		req, err := http.NewRequest(method, page+path, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		return http.DefaultClient.Do(req)
 	}
 
 	get := func(path string, v any) error {
-		resp, err := http.Get(page + path)
+		resp, err := call(http.MethodGet, path, "")
 		if err != nil {
 			return err
 		}
@@ -88,7 +106,7 @@ func TestServeDemoPrintsThePage(t *testing.T) {
 	if err := get("", nil); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(page+"api/messages", "application/json", strings.NewReader(`{"bot":"demo","user":"alice","text":"hello from the page"}`))
+	resp, err := call(http.MethodPost, "api/messages", `{"bot":"demo","user":"alice","text":"hello from the page"}`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestExecAPIRunsTask(t *testing.T) {
 	m := task.Message{TaskID: task.ID("b1", "tier2-1"), Bot: "b1", MsgID: "tier2-1", Chat: "alice", ChatType: "single",
 		User: "alice", Question: "via the exec API", Received: time.Now()}
 	raw, _ := json.Marshal(m)
-	resp, err := http.Post(n.api+dispatch.ExecPath, "application/json", bytes.NewReader(raw))
+	resp, err := n.post(dispatch.ExecPath, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestExecAPIRunsTask(t *testing.T) {
 	testwait.Eventually(t, waitLong, "pushed to the user", func() bool { return answered(c.bot("alice"), "via the exec API") == 1 })
 
 	// Bad input is refused with a clear error.
-	resp, err = http.Post(n.api+dispatch.ExecPath, "application/json", bytes.NewReader([]byte(`{"nope":1}`)))
+	resp, err = n.post(dispatch.ExecPath, []byte(`{"nope":1}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,4 +48,15 @@ func TestExecAPIRunsTask(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("bad task message: %s", resp.Status)
 	}
+}
+
+// post calls the node's API with its token.
+func (n *runningNode) post(path string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, n.api+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+n.token)
+	return http.DefaultClient.Do(req)
 }

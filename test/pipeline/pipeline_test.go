@@ -64,9 +64,10 @@ func newCluster(t *testing.T) *cluster {
 }
 
 type runningNode struct {
-	node *serve.Node
-	api  string // the node API's base URL
-	stop func()
+	node  *serve.Node
+	api   string // the node API's base URL
+	token string // its API token (generated in its data dir)
+	stop  func()
 }
 
 func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
@@ -113,8 +114,12 @@ func (c *cluster) startOn(id, natsURL string, mutate func(*config.Config)) *runn
 	case <-time.After(waitLong):
 		c.t.Fatal("node not ready")
 	}
+	token, err := cfg.API.CallerToken(cfg.DataDir)
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	var once sync.Once
-	r := &runningNode{node: n, api: "http://" + ln.Addr().String(), stop: func() {
+	r := &runningNode{node: n, api: "http://" + ln.Addr().String(), token: token, stop: func() {
 		once.Do(func() {
 			cancel()
 			select {

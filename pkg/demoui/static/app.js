@@ -31,7 +31,18 @@ function time(s) {
   return new Date(s).toLocaleTimeString("en-GB", { hour12: false });
 }
 
-// token is the node API's token the person gave (api.token_file), if any.
+// tokenFromLink keeps a token given in the page's link (#token=…, as
+// `botctl serve` prints it) for this tab and takes it out of the address
+// bar: a fragment is never sent to the server, and now not left in history.
+function tokenFromLink() {
+  const m = location.hash.match(/^#token=([^&]+)/);
+  if (!m) return;
+  sessionStorage.setItem("botctl-token", decodeURIComponent(m[1]));
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
+// token is the node API's token the person gave (api.token_file, or the
+// data dir's api.token), if any.
 function token() { return $("#token").value || sessionStorage.getItem("botctl-token"); }
 
 // authorized adds the token to headers, when the person gave one.
@@ -193,6 +204,7 @@ function loop(fn, ms) {
 }
 
 async function start() {
+  tokenFromLink();
   try {
     cfg = await getJSON("config");
   } catch (e) {

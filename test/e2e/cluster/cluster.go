@@ -3,6 +3,8 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +62,10 @@ type Cluster struct {
 	SimHTTP string // http://ADDR
 	Infra   *Proc
 	Sim     *Proc
+	// TokenFile is the node API's token every node is given
+	// (--api-token-file) and botctl status sends: one token for the
+	// cluster, as a real one has (a node's generated token is its own).
+	TokenFile string
 
 	mu      sync.Mutex
 	nodes   map[string]*Node
@@ -74,6 +80,7 @@ type Cluster struct {
 type Node struct {
 	ID       string
 	API      string // http://ADDR
+	Token    string // the node API's token (the cluster's TokenFile)
 	EtcdURL  string // as given to StartNodeWith ("" = the cluster's)
 	WeComURL string
 	NATSURL  string   // as given to StartNodeWith ("" = the cluster's)
@@ -111,6 +118,9 @@ func Start(o Options) (*Cluster, error) {
 		o.StartTimeout = 30 * time.Second
 	}
 	c := &Cluster{Opts: o, nodes: map[string]*Node{}, subsCh: make(chan struct{}), restart: map[string]int{}}
+	if err := c.writeToken(); err != nil {
+		return c, err
+	}
 	if o.External != nil {
 		c.EtcdURL, c.NATSURL = strings.Join(o.External.EtcdURLs, ","), o.External.NATSURL
 		return c, c.startSim()
@@ -269,7 +279,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	c.mu.Unlock()
 	args := []string{"serve", "--node-id", id, "--data-dir", filepath.Join(c.Opts.Dir, "node-"+id),
 		"--etcd", etcdURL, "--nats", natsURL, "--wecom-url", wecomURL, "--listen", "127.0.0.1:0",
-		"--election-ttl", c.Opts.TTL.String(), "--election-safety-margin", c.Opts.Margin.String()}
+		"--election-ttl", c.Opts.TTL.String(), "--election-safety-margin", c.Opts.Margin.String(), "--api-token-file", c.TokenFile}
 	bots := c.Opts.Bots
 	if o.Bots != nil {
 		bots = o.Bots
@@ -298,11 +308,29 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	if m == nil {
 		return nil, fmt.Errorf("node ready line not understood: %q", l.Text)
 	}
-	n := &Node{ID: id, API: m[1], EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Proc: p}
+	token, err := os.ReadFile(c.TokenFile)
+	if err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("node %s: its API token: %w", id, err)
+	}
+	n := &Node{ID: id, API: m[1], Token: strings.TrimSpace(string(token)), EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
 	return n, nil
+}
+
+// writeToken makes the cluster's node API token file (mode 0600).
+func (c *Cluster) writeToken() error {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.Opts.Dir, 0o700); err != nil {
+		return err
+	}
+	c.TokenFile = filepath.Join(c.Opts.Dir, "api.token")
+	return os.WriteFile(c.TokenFile, []byte(hex.EncodeToString(raw)+"\n"), 0o600)
 }
 
 // RestartNode starts id again with the same endpoints and bots as before.
@@ -393,8 +421,18 @@ var httpc = &http.Client{Timeout: 5 * time.Second}
 // GetJSON GETs url and decodes its JSON answer into v.
 func GetJSON(url string, v any) error { return getJSON(url, v) }
 
-func getJSON(url string, v any) error {
-	resp, err := httpc.Get(url)
+func getJSON(url string, v any) error { return getJSONAuth(url, "", v) }
+
+// getJSONAuth is getJSON with the node API's token (none if "").
+func getJSONAuth(url, token string, v any) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -487,7 +525,7 @@ type NodeInfo struct {
 // Info reads the node's own /status.
 func (n *Node) Info() (NodeInfo, error) {
 	var i NodeInfo
-	err := getJSON(n.API+"/status", &i)
+	err := getJSONAuth(n.API+"/status", n.Token, &i)
 	return i, err
 }
 
@@ -601,6 +639,7 @@ func (c *Cluster) stableOnce() (map[string]string, error) {
 // Status runs `botctl status --etcd … --json` and returns its raw output.
 func (c *Cluster) Status(ctx context.Context) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, c.Opts.Bin, "status", "--etcd", c.EtcdURL, "--nats", c.NATSURL, "--json")
+	cmd.Env = append(os.Environ(), "BOTCTL_API_TOKEN_FILE="+c.TokenFile) // the nodes' token, for their live fields
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
