@@ -2,6 +2,8 @@ package serve
 
 import (
 	"context"
+	"os"
+	"time"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/clock"
@@ -14,6 +16,12 @@ import (
 // no bot and its worker fetches no task; /readyz and the log say why.
 func (n *Node) watchClock(ctx context.Context, store *dataplane.Store) {
 	n.clock.Probe = clock.Probe{KV: store.Health(), Key: "clock." + dataplane.EncodeToken(n.cfg.NodeID)}
+	if v := os.Getenv(TestClockOffsetEnv); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			n.log.Warn().Dur("offset", d).Msg("$" + TestClockOffsetEnv + " set: the clock probe reads this node's clock shifted (a test of the clock check; never set it in production)")
+			n.clock.Probe.Now = func() time.Time { return time.Now().Add(d) }
+		}
+	}
 	n.clock.Run(ctx, func(r clock.Reading, off bool) {
 		if off {
 			why, _ := n.clock.Off()
@@ -23,6 +31,12 @@ func (n *Node) watchClock(ctx context.Context, store *dataplane.Store) {
 		n.log.Info().Dur("offset", r.Offset).Msg("this node's clock is within nats.max_clock_skew of JetStream's again")
 	})
 }
+
+// TestClockOffsetEnv, if set to a duration, shifts the clock this node's
+// clock probe reads by it, and nothing else: a node "40 minutes off" for
+// the chaos suite's clock-skew scenario, since one process cannot be
+// given a wall clock of its own. Tests only.
+const TestClockOffsetEnv = "BOTCTL_TEST_CLOCK_OFFSET"
 
 var descClockOffset = desc("clock_offset_seconds", "JetStream's clock minus this node's, last measured (positive: this node is behind); past nats.max_clock_skew the node leads nothing and runs no task.")
 

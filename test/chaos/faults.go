@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/serve"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/nats-io/nats.go"
@@ -424,4 +425,39 @@ func (h *Harness) corruptRecord(r *RoundResult) error {
 		time.Sleep(2 * time.Second)
 	}
 	return fmt.Errorf("no open corrupt_record incident naming %s within 2 minutes of the handover", id)
+}
+
+// clockSkew hands the bot over (SIGTERM the leader), starts that node
+// again with its clock probe shifted by off, waits until it says its clock
+// is off (clock_off), holds it so for d under traffic, then restarts it
+// with its true clock.
+func (h *Harness) clockSkew(r *RoundResult, off, d time.Duration) error {
+	l, err := h.Leader()
+	if err != nil {
+		return err
+	}
+	if err := h.stopNode(r, l.ID); err != nil {
+		return err
+	}
+	links := h.links[l.ID]
+	n, err := h.C.StartNodeWith(l.ID, cluster.NodeOptions{EtcdURL: links.EtcdURLs(), NATSURL: links.NATSURLs(),
+		Env: []string{serve.TestClockOffsetEnv + "=" + off.String()}})
+	if err != nil {
+		return err
+	}
+	r.note("%s restarted with its clock probe %s off", l.ID, off)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if i, err := n.Info(); err == nil && i.Bots[bot].State == "clock_off" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s, %s off, is not clock_off after 2 minutes", l.ID, off)
+		}
+		time.Sleep(time.Second)
+	}
+	r.note("%s: clock_off", l.ID)
+	time.Sleep(d)
+	_, err = h.C.RestartNode(l.ID)
+	return err
 }

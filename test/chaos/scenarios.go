@@ -221,6 +221,13 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "clock-skew", Family: FamProcess,
+		Doc: "SIGTERM the leader and start it again with its clock probe 40 minutes ahead ($BOTCTL_TEST_CLOCK_OFFSET): it must lead nothing and run nothing (state clock_off) while the other two serve; after 60 s it restarts with its true clock",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.clockSkew(r, 40*time.Minute, 60*time.Second)
+		},
+	},
+	{
 		Name: "kill-worker", Family: FamWorker, Smoke: true,
 		Doc: "kill -9 a standby while it computes an answer (found in the task records), restart it 5 s later; the task is redelivered after the ack wait",
 		Fault: func(h *Harness, r *RoundResult) error {
