@@ -83,7 +83,7 @@ func StoreFailed(err error) bool {
 	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, jetstream.ErrKeyNotFound),
 		errors.Is(err, ErrFinished), errors.Is(err, ErrNotFinished), errors.Is(err, ErrSuperseded),
 		errors.Is(err, ErrConversationBusy), errors.Is(err, ErrTransition), errors.Is(err, ErrNoChange),
-		errors.Is(err, ErrPushSuperseded), errors.Is(err, ErrCorruptRecord),
+		errors.Is(err, ErrPushSuperseded), errors.Is(err, ErrCorruptRecord), errors.Is(err, ErrRunningOffQueue),
 		errors.As(err, &syntax), errors.As(err, &typ):
 		return false
 	}

@@ -70,6 +70,23 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	defer release()
 
 	attempt, rec, err := lc.Start(ctx, m, tier, deliveries)
+	if task.StoreFailed(err) {
+		// The tasks bucket did not answer (its stream electing a
+		// leader, a server failing over): not the task's fault, so no
+		// delivery of the queue's few is spent on it (the chaos suite's
+		// churn-tasks-bucket used all five in ten seconds, and the user
+		// got a failure for a question that could be answered). Start
+		// again, patiently; handle's in-progress acks keep the message.
+		w.storeError("record_write", err)
+		w.patiently(ctx, log, "start the task (write its record)", func() error {
+			attempt, rec, err = lc.Start(ctx, m, tier, deliveries)
+			if task.StoreFailed(err) {
+				w.storeError("record_write", err)
+				return err
+			}
+			return nil // an answer: the switch below decides
+		})
+	}
 	switch {
 	case errors.Is(err, task.ErrFinished):
 		log.Info().Err(err).Msg("task already finished; skipping")

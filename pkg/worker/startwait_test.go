@@ -1,0 +1,57 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// While the tasks bucket does not answer, a worker that cannot start a
+// task (its record unwritable) spends none of the queue's deliveries on
+// it: it tries the start again, patiently, and answers once the bucket is
+// back. Found by the chaos suite's churn-tasks-bucket: every delivery was
+// spent in ten seconds of a one-minute fault and the user got a failure
+// notice. Fails on the old code (the queue's two deliveries here are
+// spent and the task given up).
+func TestStartWaitsOutAFailingTasksBucket(t *testing.T) {
+	fault := testenv.StartBucketFault(t)
+	opts := dataplane.Options{TaskMaxDeliver: 2}
+	store := func(url string) *dataplane.Store {
+		nc, err := nats.Connect(url, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := dataplane.Declare(ctx, js, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	botctl, probe := store(fault.URL), store(fault.ProbeURL)
+	fault.Fail(t, probe.Names().TasksBucket)
+	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, 10*time.Millisecond), Store: botctl})
+	m := publish(t, probe, "m1", "alice", "q")
+	time.Sleep(15 * time.Second) // longer than both deliveries' record writes take to time out
+	fault.Heal(t)
+	testwait.Eventually(t, time.Minute, "the task answered once the tasks bucket is back", func() bool {
+		return record(t, probe, m.TaskID).Exec == task.Succeeded
+	})
+	if r := record(t, probe, m.TaskID); r.Deliveries != 1 {
+		t.Fatalf("answered on delivery %d, want 1: the failing bucket spent deliveries", r.Deliveries)
+	}
+}
