@@ -66,8 +66,9 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		if k := n.leading(); k > 0 && !pause.For(ctx, time.Duration(k)*n.cfg.SpreadDelay) {
 			return
 		}
-		// stop ends when the node stops or the gate moves: the graceful
-		// stop. The term itself outlives it (WithTermContext) until lead
+		// stop ends when the node stops, the gate moves or this node's
+		// clock goes off (a candidacy, or a term, of a node whose clock
+		// cannot be trusted ends): the graceful stop. The term itself outlives it (WithTermContext) until lead
 		// resigns, so its lease is renewed until the connection is gone.
 		stop, cancel := context.WithCancelCause(ctx)
 		guardDone := make(chan struct{})
@@ -77,20 +78,32 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 				cancel(errGateMoved)
 			}
 		}()
+		clockDone := make(chan struct{})
+		go func() {
+			defer close(clockDone)
+			if n.waitClockOff(stop) {
+				cancel(errClockOff)
+			}
+		}()
 		term, err := el.Campaign(stop, election.WithTermContext(context.WithoutCancel(stop)))
 		var res leadResult
 		if err == nil {
 			res = n.lead(stop, term, b, log)
 		}
 		gateMoved := errors.Is(context.Cause(stop), errGateMoved)
+		clockOff := errors.Is(context.Cause(stop), errClockOff)
 		cancel(nil)
 		<-guardDone
+		<-clockDone
 
 		switch {
 		case ctx.Err() != nil:
 			return
 		case gateMoved:
 			continue // the loop finds the bot gated
+		case clockOff:
+			log.Error().Msg("this node's clock went off: candidacy or term ended")
+			continue // the loop finds the clock off
 		case err != nil: // the etcd client is closed
 			n.etcdError("campaign")
 			wait(&etcdRetry, "campaign failed: "+err.Error())

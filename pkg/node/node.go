@@ -234,6 +234,29 @@ func (n *Node) clockOff() (string, bool) {
 	return n.cfg.Clock.Off()
 }
 
+// errClockOff ends a candidacy or a term when this node's clock goes off.
+var errClockOff = errors.New("this node's clock is off (nats.max_clock_skew)")
+
+// waitClockOff returns true once Config.Clock says the clock is off,
+// looking every clockRecheck; false when ctx ends first (or no Clock).
+func (n *Node) waitClockOff(ctx context.Context) bool {
+	if n.cfg.Clock == nil {
+		return false
+	}
+	t := time.NewTicker(clockRecheck)
+	defer t.Stop()
+	for {
+		if _, off := n.cfg.Clock.Off(); off {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
 // state is this node's current state of bot.
 func (n *Node) state(bot string) BotState {
 	n.mu.Lock()
