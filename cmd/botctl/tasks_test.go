@@ -10,8 +10,6 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -83,16 +81,7 @@ func TestTasksReleaseWithoutARecord(t *testing.T) {
 // record was not written.
 func TestTasksReleaseWhileTheTasksBucketFails(t *testing.T) {
 	fault := testenv.StartBucketFault(t)
-	nc, err := nats.Connect(fault.ProbeURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	probe, err := dataplane.Declare(context.Background(), js, dataplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, probe := fault.Store(t, fault.ProbeURL, dataplane.Options{})
 	m := publishTask(t, probe, "m1", "bob", false)
 	fault.Fail(t, probe.Names().TasksBucket)
 

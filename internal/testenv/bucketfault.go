@@ -1,12 +1,16 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // BucketFault is an embedded JetStream server on which one KV bucket can
@@ -95,4 +99,27 @@ func (f *BucketFault) users(deny []string) []*server.User {
 		botctl.Permissions = &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}
 	}
 	return []*server.User{botctl, {Username: faultProbe, Password: faultPassword}}
+}
+
+// Store connects to url (URL or ProbeURL) and declares the store with
+// opts; the connection is closed when the test ends. Its error handler is
+// silent: the fault shows as the server's permission violations.
+func (f *BucketFault) Store(t testing.TB, url string, opts dataplane.Options) (*nats.Conn, *dataplane.Store) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := dataplane.Declare(ctx, js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, st
 }

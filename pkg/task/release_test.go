@@ -11,7 +11,6 @@ import (
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -77,26 +76,8 @@ type faultFixture struct {
 
 func newFaultFixture(t *testing.T, opts dataplane.Options) *faultFixture {
 	fault := testenv.StartBucketFault(t)
-	connect := func(url string) (*nats.Conn, *dataplane.Store) {
-		nc, err := nats.Connect(url, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the fault's permission violations
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		st, err := dataplane.Declare(ctx, js, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, st
-	}
-	_, store := connect(fault.URL)
-	pnc, probe := connect(fault.ProbeURL)
+	_, store := fault.Store(t, fault.URL, opts)
+	pnc, probe := fault.Store(t, fault.ProbeURL, opts)
 	env := &testenv.JetStream{Conn: pnc, JS: probe.JetStream(), Store: probe}
 	f := &fixture{t: t, env: env, lc: task.NewLifecycle(probe, "probe", zerolog.Nop()), ctx: context.Background()}
 	return &faultFixture{fixture: f, fault: fault, lc: task.NewLifecycle(store, "n1", zerolog.Nop()), store: store}

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -10,8 +9,6 @@ import (
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // While the tasks bucket does not answer, a worker that cannot start a
@@ -24,25 +21,8 @@ import (
 func TestStartWaitsOutAFailingTasksBucket(t *testing.T) {
 	fault := testenv.StartBucketFault(t)
 	opts := dataplane.Options{TaskMaxDeliver: 2}
-	store := func(url string) *dataplane.Store {
-		nc, err := nats.Connect(url, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		st, err := dataplane.Declare(ctx, js, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	botctl, probe := store(fault.URL), store(fault.ProbeURL)
+	_, botctl := fault.Store(t, fault.URL, opts)
+	_, probe := fault.Store(t, fault.ProbeURL, opts)
 	fault.Fail(t, probe.Names().TasksBucket)
 	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, 10*time.Millisecond), Store: botctl})
 	m := publish(t, probe, "m1", "alice", "q")

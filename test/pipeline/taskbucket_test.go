@@ -13,8 +13,6 @@ import (
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/wecomsim"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // lockWatch polls every conversation's queue message (the conversation's
@@ -78,16 +76,7 @@ func TestTasksBucketFailingLocksNoConversation(t *testing.T) {
 	n := c.startOn("n1", bucket.URL, func(cfg *config.Config) { cfg.Worker.Deadline = deadline })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 
-	nc, err := nats.Connect(bucket.ProbeURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	probe, err := dataplane.Declare(context.Background(), js, dataplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, probe := bucket.Store(t, bucket.ProbeURL, dataplane.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
