@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
@@ -48,7 +47,7 @@ authentication. It listens on loopback only unless --allow-remote is given.`,
 						"Give --allow-remote to listen there anyway (a lab on a trusted network), or run etcd and NATS clusters with TLS (docs/security.md)", l.flag, l.addr, err)
 				}
 			}
-			syncInterval, err := parseSync(natsSync)
+			syncInterval, err := infra.ParseSync(natsSync)
 			if err != nil {
 				return usageErrorf("--nats-sync %q: %v", natsSync, err)
 			}
@@ -90,19 +89,6 @@ authentication. It listens on loopback only unless --allow-remote is given.`,
 	f.StringVar(&natsSync, "nats-sync", "always", `how often JetStream fsyncs: "always" (every write is on disk before it is acknowledged) or an interval such as 2m (nats-server's default; acknowledged writes since the last sync are lost in a power cut)`)
 	f.BoolVar(&allowRemote, "allow-remote", false, "allow listening on a non-loopback address (no TLS, no authentication: trusted networks only)")
 	return cmd
-}
-
-// parseSync reads --nats-sync: "always" is 0 (infra.NATSConfig's
-// fsync-every-write), else a positive duration.
-func parseSync(v string) (time.Duration, error) {
-	if v == "always" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, errors.New(`want "always" or a positive interval such as 2m`)
-	}
-	return d, nil
 }
 
 // checkListen accepts "host:port"; port 0 only if zeroOK.

@@ -115,6 +115,19 @@ func StartNATS(cfg NATSConfig) (*NATS, error) {
 	return &NATS{s: s}, nil
 }
 
+// ParseSync reads a sync interval as flags give it: "always" is 0
+// (NATSConfig.SyncInterval's fsync-every-write), else a positive duration.
+func ParseSync(v string) (time.Duration, error) {
+	if v == "always" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, errors.New(`want "always" or a positive interval such as 2m`)
+	}
+	return d, nil
+}
+
 // SyncAlways reports whether JetStream fsyncs every write (see
 // NATSConfig.SyncInterval).
 func (n *NATS) SyncAlways() bool { return n.s.JetStreamConfig().SyncAlways }

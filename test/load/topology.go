@@ -304,13 +304,9 @@ func natsMain(args []string) error {
 	dir := fs.String("dir", "", "data dir")
 	sync := fs.String("sync", "always", `JetStream sync_interval: "always" or an interval such as 2m`)
 	fs.Parse(args)
-	var interval time.Duration
-	if *sync != "always" {
-		d, err := time.ParseDuration(*sync)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("nats: -sync %q: want always or a positive interval", *sync)
-		}
-		interval = d
+	interval, err := infra.ParseSync(*sync)
+	if err != nil {
+		return fmt.Errorf("nats: -sync %q: %w", *sync, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats-server/v2/server"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -126,16 +127,12 @@ func runNATS(args []string) error {
 		// step around a partition by dialing a discovered server.
 		Cluster: server.ClusterOpts{Name: "botctl-infracluster", Host: "127.0.0.1", Port: *cport, NoAdvertise: true},
 	}
-	switch *sync {
-	case "":
-	case "always":
-		opts.SyncAlways = true
-	default:
-		d, err := time.ParseDuration(*sync)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("nats: -sync %q: want always or a positive interval", *sync)
+	if *sync != "" { // "": nats-server's default
+		d, err := infra.ParseSync(*sync)
+		if err != nil {
+			return fmt.Errorf("nats: -sync %q: %w", *sync, err)
 		}
-		opts.SyncInterval = d
+		opts.SyncAlways, opts.SyncInterval = d == 0, d
 	}
 	if *routes != "" {
 		opts.Routes = server.RoutesFromStr(*routes)
