@@ -46,11 +46,7 @@ type Reading struct {
 // Off reports whether r shows this node's clock more than max off (max 0:
 // never).
 func (r Reading) Off(max time.Duration) bool {
-	off := r.Offset
-	if off < 0 {
-		off = -off
-	}
-	return max > 0 && off-r.Uncertainty > max
+	return max > 0 && r.Offset.Abs()-r.Uncertainty > max
 }
 
 // Probe measures against a KV bucket, writing Key.
@@ -145,10 +141,6 @@ func (w *Watch) Off() (string, bool) {
 	if r.Offset > 0 {
 		dir = "behind"
 	}
-	off := r.Offset
-	if off < 0 {
-		off = -off
-	}
 	return fmt.Sprintf("this node's clock is %s %s JetStream's (more than nats.max_clock_skew %s): fix its time sync (chrony/NTP); until then it campaigns for no bot and runs no task",
-		off.Round(time.Millisecond), dir, w.Max), true
+		r.Offset.Abs().Round(time.Millisecond), dir, w.Max), true
 }
