@@ -53,6 +53,33 @@ type Message struct {
 type Request struct {
 	TaskID   string    `json:"task_id"`
 	Messages []Message `json:"messages"`
+	// Who asked, where: the task's bot, conversation (chat id and
+	// "single" or "group"), user and the question's msgid. Backends that
+	// talk to an agent platform pass them on (its user, its conversation).
+	Bot      string `json:"bot,omitempty"`
+	Chat     string `json:"chat,omitempty"`
+	ChatType string `json:"chat_type,omitempty"`
+	User     string `json:"user,omitempty"`
+	MsgID    string `json:"msgid,omitempty"`
+	// Attachments are the files the user sent with the question, in the
+	// order sent (none for a text message).
+	Attachments []Attachment `json:"attachments,omitempty"`
+}
+
+// Attachment is one file a user sent: what it is and where its bytes
+// are. The bytes themselves never travel in a Request.
+type Attachment struct {
+	Kind string `json:"kind"` // "image", "file", "video" or "voice"
+	Name string `json:"name,omitempty"`
+	MIME string `json:"mime,omitempty"`
+	Size int64  `json:"size"`
+	// Width and Height are an image's pixel size (0 when not an image or
+	// not decodable).
+	Width  int `json:"width,omitempty"`
+	Height int `json:"height,omitempty"`
+	// Path is a local file holding the bytes, readable by this process
+	// (and by an exec backend's command).
+	Path string `json:"path,omitempty"`
 }
 
 // Question is the content of the last user message ("" if there is none).

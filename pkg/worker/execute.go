@@ -118,7 +118,8 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	stopCheck := w.checkCancel(runCtx, m.TaskID, attempt, cancel)
 	defer stopCheck()
 
-	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m)}
+	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m),
+		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
 	// A failed output write is counted; one refused because a later
 	// attempt took over ends the run.
 	outputFailed := func(err error) {
