@@ -95,9 +95,11 @@ func (o *outputWatch) Close() {
 
 // lags matches frames to the writes they show: one lag per frame whose
 // text is an output version (receipts, heartbeats, notes and busy
-// replies match none). inFault are the lags of frames accepted in
-// [from, to); worst says which frame lagged most, and when.
-func (o *outputWatch) lags(ev []wecomsim.RecordedEvent, from, to time.Time) (all, inFault []time.Duration, worst string) {
+// replies match none). inFault are the lags of frames showing output
+// written in [from, to), while the fault was on (from: after botctl
+// worked around it); worst says which frame lagged most, and when,
+// relative to the fault's start.
+func (o *outputWatch) lags(ev []wecomsim.RecordedEvent, fault, from, to time.Time) (all, inFault []time.Duration, worst string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var most time.Duration
@@ -114,9 +116,9 @@ func (o *outputWatch) lags(ev []wecomsim.RecordedEvent, from, to time.Time) (all
 		if d > most {
 			most = d
 			worst = fmt.Sprintf("push lag max %d ms: %s %s finish=%v, written at fault%+.1fs, accepted at fault%+.1fs (fault lasted %.0fs)",
-				d.Milliseconds(), e.Cmd, e.Chat, e.Finish, at.Sub(from).Seconds(), e.At.Sub(from).Seconds(), to.Sub(from).Seconds())
+				d.Milliseconds(), e.Cmd, e.Chat, e.Finish, at.Sub(fault).Seconds(), e.At.Sub(fault).Seconds(), to.Sub(fault).Seconds())
 		}
-		if !e.At.Before(from) && e.At.Before(to) {
+		if !at.Before(from) && at.Before(to) {
 			inFault = append(inFault, d)
 		}
 	}

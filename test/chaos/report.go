@@ -375,7 +375,9 @@ func (rep *Report) pushLagTable(w io.Writer) {
 	fmt.Fprintf(w, "\n## Push lag\n\nA worker's write of an answer's output (`Output.Updated`, seen by a watcher on the output bucket over its own "+
 		"connection to every NATS server) to the simulator's accept of the frame showing exactly that text (`botctl sim --record`), "+
 		"for every frame that shows an output version (progress and final; receipts, heartbeats and notes match none). "+
-		"\"During the fault\" are the frames accepted between the fault's start and its end (for the freeze-* scenarios the whole freeze). "+
+		"\"During the fault\" are the frames showing output written between the fault's start and its end (the freeze-* scenarios: the whole freeze and "+
+		"the wait for a healthy cluster after it; freeze-nats-server: from when the leader left the frozen server, the reconnect, as its proxy saw it; "+
+		"the round's notes say how long that took). "+
 		"Target (bench/push.md): p99 ≤ %s.\n\n", pushLagTarget)
 	fmt.Fprintf(w, "| scenario | frames | p50 ms | p99 ms | max ms | frames during the fault | p99 ms | max ms | p99 within %s |\n|---|---|---|---|---|---|---|---|---|\n", pushLagTarget)
 	for _, s := range rep.sums() {
