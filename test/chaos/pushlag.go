@@ -24,12 +24,15 @@ import (
 // watcher instead.
 const skewSlack = 30 * time.Second
 
-// outputWatch keeps the first write time of every output text it saw
-// (by content hash: a demo answer's text names its question, so equal
-// hashes are the same answer at the same length).
+// outputWatch keeps the write times of every output text it saw (by
+// content hash: a demo answer's text names its question, so equal hashes
+// are the same answer at the same length). The demo answers the same
+// question with the same text, so a task's next attempt (its worker
+// killed) writes texts its first attempt wrote: a frame is timed from
+// the latest write of its text before it was shown.
 type outputWatch struct {
 	mu   sync.Mutex
-	at   map[string]time.Time
+	at   map[string][]time.Time
 	stop func()
 }
 
@@ -59,7 +62,7 @@ func watchOutputs(urls string) (*outputWatch, error) {
 		nc.Close()
 		return nil, err
 	}
-	o := &outputWatch{at: map[string]time.Time{}}
+	o := &outputWatch{at: map[string][]time.Time{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -77,9 +80,7 @@ func watchOutputs(urls string) (*outputWatch, error) {
 			}
 			h := task.Hash(out.Text)
 			o.mu.Lock()
-			if _, ok := o.at[h]; !ok {
-				o.at[h] = at
-			}
+			o.at[h] = append(o.at[h], at)
 			o.mu.Unlock()
 		}
 	}()
@@ -107,11 +108,11 @@ func (o *outputWatch) lags(ev []wecomsim.RecordedEvent, fault, from, to time.Tim
 		if e.Kind != wecomsim.RecordFrame || e.ContentHash == "" {
 			continue
 		}
-		at, ok := o.at[e.ContentHash]
+		at, ok := lastBefore(o.at[e.ContentHash], e.At)
 		if !ok {
 			continue
 		}
-		d := max(e.At.Sub(at), 0)
+		d := e.At.Sub(at)
 		all = append(all, d)
 		if d > most {
 			most = d
@@ -143,4 +144,23 @@ func drainRecording(simHTTP string) ([]wecomsim.RecordedEvent, error) {
 	}
 	err = json.NewDecoder(resp.Body).Decode(&r)
 	return r.Events, err
+}
+
+// lastBefore is the latest of ts not after t. When every write is after
+// t (stamped by a clock a little ahead of the simulator's) it is t: the
+// frame showed the text as soon as it was written. False: ts is empty.
+func lastBefore(ts []time.Time, t time.Time) (time.Time, bool) {
+	if len(ts) == 0 {
+		return time.Time{}, false
+	}
+	var best time.Time
+	for _, x := range ts {
+		if !x.After(t) && x.After(best) {
+			best = x
+		}
+	}
+	if best.IsZero() {
+		return t, true
+	}
+	return best, true
 }
