@@ -182,9 +182,13 @@ func TestHTTPStatusErrors(t *testing.T) {
 		{404, "The requested webhook " + webhookPath + " is not registered.", ErrBadRequest, []string{"HTTP 404", "not registered"}},
 		{401, "invalid token " + testToken, ErrBadRequest, []string{"HTTP 401", "ai.http.token_file"}},
 		{403, "", ErrBadRequest, []string{"HTTP 403", "ai.http.token_file"}},
+		{307, "", ErrBadRequest, []string{"HTTP 307", "redirects are not followed"}},
 	} {
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			s := newWebServer(t, func(w http.ResponseWriter, r *http.Request, got webRequest) {
+				if tc.status == 307 {
+					w.Header().Set("Location", "http://10.0.0.9/elsewhere")
+				}
 				w.WriteHeader(tc.status)
 				write(w, tc.body)
 			})

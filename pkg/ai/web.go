@@ -50,10 +50,13 @@ func newWeb(kind, endpoint, secret, secretKey string, timeout time.Duration, tim
 		return web{}, fmt.Errorf("%s: endpoint is not a URL", kind)
 	}
 	// A transport of its own, not shared with the rest of the node; the
-	// answer's timeout is the context's.
+	// answer's timeout is the context's. Redirects are not followed: a
+	// POST would turn into a GET on 301/302, and the question could be
+	// sent on to plain http; a moved endpoint is configuration to fix.
+	client := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return web{name: kind + ":" + u.Host, endpoint: endpoint, secret: secret, secretKey: secretKey,
-		timeout: timeout, timeoutKey: timeoutKey,
-		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}, nil
+		timeout: timeout, timeoutKey: timeoutKey, client: client}, nil
 }
 
 // statusError is an answer other than 2xx.
@@ -166,6 +169,8 @@ func (w web) classify(ctx, runCtx context.Context, req Request, err error) error
 			return fmt.Errorf("%w: %s: task %s: %s", ErrBackend, w.name, req.TaskID, se)
 		case s >= 400:
 			return fmt.Errorf("%w: %s: task %s: %s", ErrBadRequest, w.name, req.TaskID, se)
+		case s >= 300:
+			return fmt.Errorf("%w: %s: task %s: %s; redirects are not followed: set the URL it points to", ErrBadRequest, w.name, req.TaskID, se)
 		}
 		return fmt.Errorf("%w: %s: task %s: %s", ErrBackend, w.name, req.TaskID, se)
 	}
