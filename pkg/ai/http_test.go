@@ -346,7 +346,7 @@ func TestHTTPConfigErrors(t *testing.T) {
 		says string
 	}{
 		{HTTPConfig{}, "ai.http.url", "required"},
-		{HTTPConfig{URL: "n8n.example.com/webhook"}, "ai.http.url", "not an http(s) URL"},
+		{HTTPConfig{URL: "n8n.example.com" + webhookPath}, "ai.http.url", "not an http(s) URL"},
 		{HTTPConfig{URL: "http://n8n.example.com" + webhookPath}, "ai.http.url", "clear text"},
 		{HTTPConfig{URL: "https://n8n.example.com", Timeout: -1}, "ai.http.timeout", "negative"},
 		{HTTPConfig{URL: "https://n8n.example.com", TokenFile: "/no/such/file"}, "ai.http.token_file", "no such file"},

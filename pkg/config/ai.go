@@ -368,6 +368,9 @@ func (h AIHTTP) validate() error {
 func backendURL(key, raw, example, local, secret string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if key == "ai.http.url" { // a webhook's path may be its secret: not quoted
+			return fmt.Errorf("config key %s: not an http(s) URL such as %s", key, example)
+		}
 		return fmt.Errorf("config key %s: %q is not an http(s) URL such as %s", key, redact.URL(raw), example)
 	}
 	if u.Scheme == "http" && !LoopbackHost(u.Hostname()) {
