@@ -155,10 +155,6 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	backend, err := ai.New(cfg.AI)
-	if err != nil {
-		return err
-	}
 	spool, err := dataplane.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"), dataplane.SpoolMaxEntries(cfg.Spool.MaxEntries), dataplane.SpoolMaxBytes(cfg.Spool.MaxBytes))
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
@@ -262,7 +258,7 @@ func Run(ctx context.Context, o Options) error {
 	store, err := declare(ctx, nc, cfg.NATS, js, dataplane.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	unlock()
 	if err == nil {
-		err = n.start(workCtx, &wg, store, backend)
+		err = n.start(workCtx, &wg, store)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -299,8 +295,14 @@ func Run(ctx context.Context, o Options) error {
 // start binds JetStream and starts what needs it: the lifecycle, the
 // forwarder of the spool, the worker, the dispatcher and the advisory
 // watch; then the inbound path and every term's pusher use them.
-func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store, backend ai.Backend) error {
+func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store) error {
 	cfg, log := n.cfg, n.log
+	// Built here, beside the context bucket where an agent platform's
+	// conversation ids are kept (botctl serve checked cfg.AI at start).
+	backend, err := ai.New(cfg.AI, ai.WithSessions(task.NewSessions(store.Context(), log)))
+	if err != nil {
+		return err
+	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)
 	out := newSpoolOut(store, lc, log, n.leaders)
 	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log,

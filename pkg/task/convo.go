@@ -19,6 +19,10 @@ type Turn struct {
 // Conversation is the multi-turn context of one chat, bounded.
 type Conversation struct {
 	Turns []Turn `json:"turns"`
+	// Sessions are the conversations agent platforms hold for this chat
+	// (session.go): kept beside the turns so that /new, which purges the
+	// record, and the bucket's idle expiry forget them with the rest.
+	Sessions []AgentSession `json:"sessions,omitempty"`
 }
 
 // LoadConversation reads a conversation's context (empty if none).
