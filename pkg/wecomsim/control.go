@@ -24,6 +24,10 @@ type MessageRequest struct {
 	// "image", "file" or "video" (the MediaPart's bytes, served encrypted
 	// at a URL that expires; Text is ignored) or "mixed" (Items).
 	MsgType string `json:"msgtype,omitempty"`
+	// RawMsgType, instead of MsgType, sends this msgtype verbatim with no
+	// content: a message type WeCom may add later, for a bot's
+	// unknown-type handling.
+	RawMsgType string `json:"raw_msgtype,omitempty"`
 	// MediaPart is an image's, file's or video's bytes (media.go).
 	MediaPart
 	// Items are a mixed message's parts, in order.
@@ -272,14 +276,18 @@ func newMessage(req MessageRequest, now time.Time) (*message, error) {
 		msgType = wecom.MsgTypeText
 	}
 	text := req.Text
-	switch msgType {
-	case wecom.MsgTypeText, wecom.MsgTypeVoice:
+	switch {
+	case req.RawMsgType != "" && req.MsgType != "":
+		return nil, invalid("give msgtype or raw_msgtype, not both")
+	case req.RawMsgType != "":
+		msgType = req.RawMsgType
+	case msgType == wecom.MsgTypeText, msgType == wecom.MsgTypeVoice:
 		if text == "" {
 			return nil, invalid("text is required for msgtype %s", msgType)
 		}
-	case wecom.MsgTypeImage, wecom.MsgTypeFile, wecom.MsgTypeVideo:
+	case msgType == wecom.MsgTypeImage, msgType == wecom.MsgTypeFile, msgType == wecom.MsgTypeVideo:
 		text = ""
-	case wecom.MsgTypeMixed:
+	case msgType == wecom.MsgTypeMixed:
 		var parts []string
 		for _, it := range req.Items {
 			if it.MsgType == wecom.MsgTypeText {
