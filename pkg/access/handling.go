@@ -282,6 +282,7 @@ func (h *handling) task(question string, atts []task.Attachment) {
 		opened = rcpt.err == nil || errors.Is(rcpt.err, wecom.ErrAckUnknown)
 	}
 	if opened && (err != nil || out.Busy) {
+		h.dropFiles(atts)
 		h.earlyMissed(rec, rcpt, err)
 		return
 	}
@@ -295,12 +296,14 @@ func (h *handling) task(question string, atts []task.Attachment) {
 	}
 	switch {
 	case err != nil:
+		h.dropFiles(atts)
 		a.count(func(s *Stats) { s.Failed++ })
 		h.log.Error().Err(err).Msg("dispatch failed")
 		// Nothing else will answer it: not held back by the budget.
 		h.replyAnyway(dispatchFailed)
 		return
 	case out.Busy:
+		h.dropFiles(atts)
 		h.busy(rec)
 		return
 	case out.Duplicate:

@@ -145,6 +145,23 @@ func (h *handling) attachments() (atts []task.Attachment, ok bool) {
 	return atts, true
 }
 
+// dropFiles removes the stored files of a message that takes no task
+// (its conversation was busy, or no tier took it), best effort: the
+// store's TTL removes what this misses. Not for a duplicate: its files
+// are the first delivery's task's, under the same keys.
+func (h *handling) dropFiles(atts []task.Attachment) {
+	if len(atts) == 0 || h.js == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
+	defer cancel()
+	for _, a := range atts {
+		if err := h.js.store.Media().Delete(ctx, a.Key); err != nil {
+			h.log.Debug().Err(err).Str("object", a.Key).Msg("file of a message without a task not removed; the media TTL will")
+		}
+	}
+}
+
 // renew gives the rest of the handling a fresh Timeout.
 func (h *handling) renew() {
 	if h.cancel != nil {

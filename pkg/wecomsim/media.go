@@ -59,7 +59,8 @@ type MediaPart struct {
 	// "short_key" (an aeskey of 16 bytes), "padding" (the file encrypted
 	// with a padding byte of 0), "truncate" (the body served stops half
 	// way), "url" (the callback's url is not an http URL), "gone" (the
-	// URL answers 404 at once).
+	// URL answers 404 at once), "stall" (the URL sends nothing until the
+	// client gives up).
 	Fault string `json:"fault,omitempty"`
 }
 
@@ -93,7 +94,7 @@ type MediaInfo struct {
 	Fault     string    `json:"fault,omitempty"`
 }
 
-const mediaFaults = "aeskey, short_key, padding, truncate, url or gone"
+const mediaFaults = "aeskey, short_key, padding, truncate, url, gone or stall"
 
 // servedMedia is one item's bytes and key.
 type servedMedia struct {
@@ -210,7 +211,7 @@ func (s *Server) keepMedia(items []*servedMedia) {
 // prepareMedia reads or generates one item's bytes and encrypts them.
 func (s *Server) prepareMedia(botID, msgid, kind string, p MediaPart, now time.Time) (*servedMedia, error) {
 	switch p.Fault {
-	case "", "aeskey", "short_key", "padding", "truncate", "url", "gone":
+	case "", "aeskey", "short_key", "padding", "truncate", "url", "gone", "stall":
 	default:
 		return nil, invalid("fault %q: want %s", p.Fault, mediaFaults)
 	}
@@ -489,6 +490,10 @@ func (s *Server) httpMedia(w http.ResponseWriter, r *http.Request) {
 		return
 	case expired:
 		writeError(w, http.StatusForbidden, "the media URL expired: WeCom's URLs work for about five minutes")
+		return
+	}
+	if fault == "stall" {
+		<-r.Context().Done() // the client gave up (or the server closed)
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")

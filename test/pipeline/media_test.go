@@ -1,16 +1,20 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // downloads is how many media GETs the simulator served.
@@ -159,4 +163,48 @@ func TestBadMediaRepliesWhyAndLocksNothing(t *testing.T) {
 	if s := n.node.Access.Stats(); s.MediaFailed != 8 {
 		t.Fatalf("media_failed %d, want 8", s.MediaFailed)
 	}
+}
+
+// A download that hangs holds up nobody else: the user who sent it sees
+// the receipt at once, another conversation is answered meanwhile, and
+// the hung one is told it timed out (naming the limit).
+func TestSlowDownloadHoldsUpNoOneElse(t *testing.T) {
+	c := newCluster(t)
+	c.start("n1", func(cfg *config.Config) { cfg.Media.DownloadTimeout = 15 * time.Second })
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	slow := c.postAs(wecomsim.MessageRequest{UserID: "erin", MsgType: "file", MediaPart: wecomsim.MediaPart{Fault: "stall"}})
+	testwait.Eventually(t, waitLong, "erin's receipt", func() bool { return countReplies(c.bot("erin"), slow.MsgID) == 1 })
+	c.post("frank", "meanwhile?")
+	testwait.Eventually(t, waitLong, "frank answered", func() bool { return answered(c.bot("frank"), "meanwhile?") == 1 })
+	// The download cannot have ended yet: it ends at its 15 s timeout,
+	// and frank's answer is what we waited for.
+	for _, e := range c.bot("erin") {
+		if e.ReplyTo == slow.MsgID && e.Finished {
+			t.Fatalf("erin's stream finished before the download's timeout: %q", e.Content)
+		}
+	}
+	if got := c.replyTo("erin", slow.MsgID); !strings.Contains(got, "文件下载超时（超过 15s）") {
+		t.Fatalf("erin's reply %q", got)
+	}
+}
+
+// A message with files in a busy conversation gets the busy reply, and
+// its files do not stay in the media store.
+func TestMediaOfABusyConversationLeavesNoFiles(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = time.Minute })
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	long := c.post("gina", "a long one")
+	testwait.Eventually(t, waitLong, "running", func() bool { return c.record(n, long.MsgID).Exec == task.Running })
+	img := c.postAs(wecomsim.MessageRequest{UserID: "gina", MsgType: "image"})
+	if got := c.replyTo("gina", img.MsgID); !strings.Contains(got, "上一个问题还在处理中") {
+		t.Fatalf("reply to the image %q", got)
+	}
+	if c.downloads() != 1 {
+		t.Fatalf("%d downloads, want 1", c.downloads())
+	}
+	testwait.Eventually(t, waitLong, "no file left for the busy message", func() bool {
+		_, err := n.node.Store.Media().GetInfo(context.Background(), task.ID("b1", img.MsgID)+"/0")
+		return errors.Is(err, jetstream.ErrObjectNotFound)
+	})
 }
