@@ -15,7 +15,8 @@
 // decryptFile): AES-256-CBC, the key the base64-decoded aeskey (32
 // bytes), the IV its first 16 bytes, PKCS#7 padding of 1 to 32 bytes
 // (WeCom pads to a multiple of 32, not of AES's 16), every padding byte
-// checked.
+// checked. An item without an aeskey is taken as sent, unencrypted, as
+// the SDK does (WeCom sends keys in long-connection mode only).
 //
 // What it guarantees: a file is stored only whole, decrypted and within
 // MaxBytes; a failure is an *Error that says which file and why, with the
@@ -193,8 +194,15 @@ var (
 )
 
 // Decrypt decrypts a media body as the official SDK's decryptFile does
-// (see the package doc). The aeskey may come with or without '='.
+// (see the package doc). The aeskey may come with or without '='. body is
+// not changed.
 func Decrypt(body []byte, aeskey string) ([]byte, error) {
+	return decryptInPlace(bytes.Clone(body), aeskey)
+}
+
+// decryptInPlace is Decrypt overwriting body (one copy of a file in
+// memory, not two); the result shares body's array.
+func decryptInPlace(body []byte, aeskey string) ([]byte, error) {
 	key, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(strings.TrimSpace(aeskey), "="))
 	if err != nil || len(key) != 32 {
 		return nil, ErrBadKey
@@ -206,7 +214,7 @@ func Decrypt(body []byte, aeskey string) ([]byte, error) {
 	if err != nil {
 		return nil, ErrBadKey
 	}
-	out := make([]byte, len(body))
+	out := body
 	cipher.NewCBCDecrypter(block, key[:aes.BlockSize]).CryptBlocks(out, body)
 	pad := int(out[len(out)-1])
 	if pad < 1 || pad > 32 || pad > len(out) {
@@ -323,9 +331,14 @@ func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, taskID str
 	default:
 		return fail(ReasonUnreachable, err)
 	}
-	plain, err := Decrypt(body, it.AESKey)
-	if err != nil {
-		return fail(ReasonCorrupt, err)
+	// No aeskey: the bytes are not encrypted (WeCom sends the key in
+	// long-connection mode only; the SDK's downloadFile then returns
+	// the body as it came).
+	plain := body
+	if it.AESKey != "" {
+		if plain, err = decryptInPlace(body, it.AESKey); err != nil {
+			return fail(ReasonCorrupt, err)
+		}
 	}
 	if int64(len(plain)) > f.cfg.MaxBytes {
 		return fail(ReasonTooBig, fmt.Errorf("%d bytes", len(plain)))

@@ -204,3 +204,20 @@ func TestDecryptIsTheSDKs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An item without an aeskey is taken as it comes, as the SDK's
+// downloadFile does (WeCom sends keys in long-connection mode only).
+func TestFetchWithoutAESKeyTakesTheBytesAsSent(t *testing.T) {
+	obs := store(t)
+	raw := []byte("GIF89a plain bytes")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(raw) }))
+	defer srv.Close()
+	atts, err := media.New(media.Config{}).Fetch(context.Background(), obs, "t_raw", []media.Item{{Kind: "image", URL: srv.URL + "/x.gif"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := obs.GetBytes(context.Background(), atts[0].Key)
+	if err != nil || !bytes.Equal(got, raw) || atts[0].MIME != "image/gif" || atts[0].Name != "image-1.gif" {
+		t.Fatalf("stored %q %v as %+v", got, err, atts[0])
+	}
+}
