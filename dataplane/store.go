@@ -92,6 +92,11 @@ type Options struct {
 	// contexts are dropped first. Zero is unlimited.
 	ContextMaxBytes int64
 
+	// MediaTTL is how long the media bucket keeps the bytes of a file a
+	// user sent (media.go): longer than a task waits and runs, retries
+	// included. Default DefaultMediaTTL (24h).
+	MediaTTL time.Duration
+
 	// Logger records given-up tasks and released conversations.
 	// The zero value logs nothing.
 	Logger zerolog.Logger
@@ -156,6 +161,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ContextTTL < 0 {
 		return o, fmt.Errorf("jetstream options: ContextTTL %s: must be positive", o.ContextTTL)
 	}
+	if o.MediaTTL == 0 {
+		o.MediaTTL = DefaultMediaTTL
+	}
+	if o.MediaTTL < time.Minute {
+		return o, fmt.Errorf("jetstream options: MediaTTL %s: must be at least 1m (a task's files must outlive its run)", o.MediaTTL)
+	}
 	if o.ContextMaxBytes < 0 {
 		return o, fmt.Errorf("jetstream options: ContextMaxBytes %d: must be zero (unlimited) or positive", o.ContextMaxBytes)
 	}
@@ -180,6 +191,7 @@ type Names struct {
 	SeenBucket          string // KV of messages handled without a task (busy, commands), e.g. BOTCTL_SEEN
 	HealthBucket        string // KV of per-bot health records and silence baselines, e.g. BOTCTL_HEALTH
 	IncidentsBucket     string // KV of incidents (T1/T2/T3, alerts sent), e.g. BOTCTL_INCIDENTS
+	MediaBucket         string // object store of files users sent, e.g. BOTCTL_MEDIA (stream OBJ_BOTCTL_MEDIA)
 }
 
 // NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
@@ -202,6 +214,7 @@ func NamesFor(prefix string) Names {
 		SeenBucket:          prefix + "_SEEN",
 		HealthBucket:        prefix + "_HEALTH",
 		IncidentsBucket:     prefix + "_INCIDENTS",
+		MediaBucket:         prefix + "_MEDIA",
 	}
 }
 
@@ -215,6 +228,7 @@ type Store struct {
 	workers jetstream.Consumer
 
 	tasks, output, context, watermarks, undelivered, seen, health, incidents jetstream.KeyValue
+	media                                                                    jetstream.ObjectStore
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -452,6 +466,9 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 			return nil, fmt.Errorf("declare bucket %s: %w", b.cfg.Bucket, err)
 		}
 		*b.kv = kv
+	}
+	if s.media, err = declareMedia(ctx, js, n.MediaBucket, opts); err != nil {
+		return nil, fmt.Errorf("declare object store %s: %w", n.MediaBucket, err)
 	}
 	return s, nil
 }

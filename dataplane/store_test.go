@@ -33,6 +33,7 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		SeenBucket:          "BOTCTL_SEEN",
 		HealthBucket:        "BOTCTL_HEALTH",
 		IncidentsBucket:     "BOTCTL_INCIDENTS",
+		MediaBucket:         "BOTCTL_MEDIA",
 	}
 	if n != want {
 		t.Fatalf("Names() = %+v, want %+v", n, want)
@@ -78,6 +79,14 @@ func TestDeclareCreatesEverything(t *testing.T) {
 			t.Errorf("bucket %s: got %s history %d ttl %s, want history %d ttl %s",
 				b.name, status.Bucket(), status.History(), status.TTL(), b.history, b.ttl)
 		}
+	}
+	// The media object store: files users sent, kept a day.
+	ms, err := st.Media().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.Bucket() != "BOTCTL_MEDIA" || ms.TTL() != DefaultMediaTTL || ms.Replicas() != 1 {
+		t.Errorf("media store %s ttl %s replicas %d, want BOTCTL_MEDIA, %s, 1", ms.Bucket(), ms.TTL(), ms.Replicas(), DefaultMediaTTL)
 	}
 }
 

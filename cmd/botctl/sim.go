@@ -22,6 +22,7 @@ type simFlags struct {
 	rateWindow    time.Duration
 	welcomeWindow time.Duration
 	updateWindow  time.Duration
+	mediaLifetime time.Duration
 	relaxReqID    bool
 	record        bool
 }
@@ -53,6 +54,7 @@ a loopback address. See docs/simulator.md.`,
 	fl.DurationVar(&f.rateWindow, "rate-window", wecomsim.DefaultRateWindow, "sliding window of --rate-limit")
 	fl.DurationVar(&f.welcomeWindow, "welcome-window", wecomsim.DefaultWelcomeWindow, "how long after enter_chat a welcome reply is accepted")
 	fl.DurationVar(&f.updateWindow, "update-window", wecomsim.DefaultUpdateWindow, "how long after template_card_event a card update is accepted")
+	fl.DurationVar(&f.mediaLifetime, "media-lifetime", wecomsim.DefaultMediaLifetime, "how long the URL of a media item a user sends works")
 	fl.BoolVar(&f.relaxReqID, "relax-req-id", false, "accept a reply's req_id on any connection of the bot (WeCom binds it to one connection)")
 	fl.BoolVar(&f.record, "record", false, "record callbacks written and frames accepted, with their times, for GET /control/recording (benchmarks; grows with traffic until drained)")
 	return cmd
@@ -72,6 +74,7 @@ func (f simFlags) validate() ([]simBot, error) {
 		{"--rate-window", f.rateWindow},
 		{"--welcome-window", f.welcomeWindow},
 		{"--update-window", f.updateWindow},
+		{"--media-lifetime", f.mediaLifetime},
 	} {
 		if d.v <= 0 {
 			return nil, usageErrorf("%s %v: must be a positive duration such as 30s or 6m", d.name, d.v)
@@ -116,6 +119,7 @@ func runSim(cmd *cobra.Command, f simFlags) error {
 		RateWindow:        f.rateWindow,
 		WelcomeWindow:     f.welcomeWindow,
 		UpdateWindow:      f.updateWindow,
+		MediaLifetime:     f.mediaLifetime,
 		RelaxReqIDBinding: f.relaxReqID,
 		Record:            f.record,
 		Logger:            logger,

@@ -140,6 +140,9 @@ func newTasksShowCmd(cf *clusterFlags) *cobra.Command {
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "task      %s\nbot       %s\nchat      %s (%s), user %s\nmsgid     %s\nreq_id    %s (term %d)\nquestion  %s\nreceived  %s\n",
 				r.ID, r.Bot, r.Chat, r.ChatType, r.User, r.MsgID, r.ReqID, r.TermRev, r.Question, r.Received.Format(time.RFC3339))
+			for _, a := range r.Attachments {
+				fmt.Fprintf(w, "file      %s %q %s, %d bytes%s (%s)\n", a.Kind, a.Name, a.MIME, a.Size, pixels(a), a.Key)
+			}
 			fmt.Fprintf(w, "exec      %s (attempt %d on %s, tier %s)\ndelivery  %s %s\n", r.Exec, r.Attempt, r.Node, r.Tier, r.Delivery, r.DeliveryReason)
 			if r.Error != "" {
 				fmt.Fprintf(w, "error     %s\n", r.Error)
@@ -351,4 +354,12 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// pixels is an image attachment's size for tasks show ("" for others).
+func pixels(a task.Attachment) string {
+	if a.Width == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d×%d", a.Width, a.Height)
 }

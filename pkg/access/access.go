@@ -39,6 +39,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/tally"
 	"github.com/botctl/botctl/pkg/task"
@@ -120,7 +121,10 @@ type Config struct {
 	// Watermark, if set, learns of each message handled to the end.
 	Watermark Watermark
 	// Marks, if set, are the conversations' "may be incomplete" marks.
-	Marks  Marks
+	Marks Marks
+	// Media downloads and stores the files of a message (media.go).
+	// Default: a *media.Fetcher with its defaults (20 MB, 30 s).
+	Media  Media
 	Logger zerolog.Logger
 	// Now is the clock (a test seam). Default time.Now.
 	Now func() time.Time
@@ -174,6 +178,9 @@ type Stats struct {
 	// EarlyReceipts are receipts sent before the queue publish, not after
 	// it (a fresh message in a conversation predicted idle: Config.Idle).
 	EarlyReceipts int64 `json:"early_receipts"`
+	// MediaFailed are messages whose files could not be taken (too big,
+	// expired, corrupt, too slow, JetStream away): the user was told why.
+	MediaFailed int64 `json:"media_failed"`
 	// EarlyMissed are early receipts whose conversation the publish found
 	// busy (or whose dispatch failed): the receipted stream was finished
 	// with the refusal, one send more than a refusal alone.
@@ -212,6 +219,9 @@ func New(cfg Config) (*Access, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Texts.setDefaults()
+	if cfg.Media == nil {
+		cfg.Media = media.New(media.Config{})
+	}
 	a := &Access{
 		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(),
 		users: set(cfg.AllowUsers), chats: set(cfg.AllowChats),
@@ -388,15 +398,23 @@ func (a *Access) screen(m *wecom.MsgCallback) (screening, string) {
 	if !a.allowed(m.From.UserID, m.Conversation(), m.ChatType) {
 		return screenRefused, ""
 	}
-	if m.MsgType != wecom.MsgTypeText && m.MsgType != wecom.MsgTypeVoice && m.MsgType != wecom.MsgTypeMixed {
+	if !supportedType(m.MsgType) {
 		return screenUnsupported, ""
 	}
 	question := strings.TrimSpace(m.PlainText())
+	files := len(media.Items(m)) > 0
+	if strings.HasPrefix(question, "/") && !files {
+		if a.unfit(question) != "" {
+			return screenUnfit, question
+		}
+		return screenCommand, question
+	}
+	question = withQuote(m, question)
 	switch {
+	case question == "" && files: // an image alone: the files are the question
+		return screenTask, question
 	case a.unfit(question) != "":
 		return screenUnfit, question
-	case strings.HasPrefix(question, "/"):
-		return screenCommand, question
 	}
 	return screenTask, question
 }

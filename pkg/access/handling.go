@@ -18,14 +18,15 @@ import (
 // dispatch (the conversation's mutex), the receipt and the record. Its
 // methods are the ways it can answer.
 type handling struct {
-	a     *Access
-	ctx   context.Context
-	term  *election.Term
-	c     *wecom.Conn
-	reqID string
-	m     *wecom.MsgCallback
-	in    arrival
-	log   zerolog.Logger
+	a      *Access
+	ctx    context.Context
+	cancel context.CancelFunc // of a renewed ctx (renew), if any
+	term   *election.Term
+	c      *wecom.Conn
+	reqID  string
+	m      *wecom.MsgCallback
+	in     arrival
+	log    zerolog.Logger
 
 	now     time.Time // the callback read (the task's received time)
 	created time.Time // WeCom's create_time (now if it has none): the inbound watermark's
@@ -53,11 +54,17 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	h := &handling{a: a, ctx: ctx, term: term, c: c, reqID: reqID, m: m, in: in,
 		log: a.log.With().Str("bot", term.Bot).Str("msgid", m.MsgID).Str("req_id", reqID).Logger(),
 		now: in.read.UTC()}
-	if in.early != nil && in.early.p != nil {
+	defer func() {
 		// Every way out gives back the req_id's turn; the receipt's
-		// outcome is read where it matters (after the dispatch).
-		defer in.early.p.Wait(ctx)
-	}
+		// outcome is read where it matters (after the dispatch). The
+		// receipt may be early, or written before a download.
+		if e := h.in.early; e != nil && e.p != nil {
+			e.p.Wait(ctx)
+		}
+		if h.cancel != nil {
+			h.cancel()
+		}
+	}()
 	// Parse and validate what everything after depends on.
 	if !in.valid {
 		a.count(func(s *Stats) { s.Invalid++ })
@@ -86,7 +93,9 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		h.dedupe = readDedupe(ctx, h.js, h.id, reqID, term.Rev, func(d time.Duration) { h.stage("dedupe", d) })
 	}
 	if question, ok := h.checked(); ok {
-		h.task(question)
+		if atts, ok := h.attachments(); ok {
+			h.task(question, atts)
+		}
 	}
 }
 
@@ -191,7 +200,8 @@ func (h *handling) checked() (question string, ok bool) {
 		return "", false
 	case screenUnsupported:
 		a.count(func(s *Stats) { s.Invalid++ })
-		h.answered(fmt.Sprintf(a.cfg.Texts.Unsupported, m.MsgType))
+		h.log.Info().Str("msgtype", clipType(m.MsgType)).Msg("unsupported message type")
+		h.answered(fmt.Sprintf(a.cfg.Texts.Unsupported, clipType(m.MsgType)))
 		return "", false
 	case screenUnfit:
 		a.count(func(s *Stats) { s.Invalid++ })
@@ -247,11 +257,11 @@ func (h *handling) earlyReceipt(e *earlyReceipt) sent {
 // conversation's mutex (tier 1 refuses a second task for the
 // conversation, and that refusal is an answer), then the receipt (unless
 // it went early) and the record.
-func (h *handling) task(question string) {
+func (h *handling) task(question string, atts []task.Attachment) {
 	a, m := h.a, h.m
 	rec := task.New(h.term.Bot, m.MsgID, h.now)
 	rec.ReqID, rec.TermRev, rec.Chat, rec.ChatType, rec.User = h.reqID, h.term.Rev, h.chat, m.ChatType, m.From.UserID
-	rec.Question, rec.StreamID = question, "s-"+h.id
+	rec.Question, rec.StreamID, rec.Attachments = question, "s-"+h.id, atts
 	if a.cfg.Marks != nil && a.cfg.Marks.Marked(h.term.Bot, h.chat) {
 		// Taking the mark tells the user once: never for a duplicate.
 		if h.duplicate() {
@@ -272,6 +282,7 @@ func (h *handling) task(question string) {
 		opened = rcpt.err == nil || errors.Is(rcpt.err, wecom.ErrAckUnknown)
 	}
 	if opened && (err != nil || out.Busy) {
+		h.dropFiles(atts)
 		h.earlyMissed(rec, rcpt, err)
 		return
 	}
@@ -285,12 +296,14 @@ func (h *handling) task(question string) {
 	}
 	switch {
 	case err != nil:
+		h.dropFiles(atts)
 		a.count(func(s *Stats) { s.Failed++ })
 		h.log.Error().Err(err).Msg("dispatch failed")
 		// Nothing else will answer it: not held back by the budget.
 		h.replyAnyway(dispatchFailed)
 		return
 	case out.Busy:
+		h.dropFiles(atts)
 		h.busy(rec)
 		return
 	case out.Duplicate:

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The inbound path's hand-offs, each named for what access asks of it.
@@ -85,4 +87,11 @@ type Metrics interface {
 	// receipt's is the write to the ack read, measured by the
 	// connection).
 	Stage(bot, stage string, d time.Duration)
+}
+
+// Media takes a message's files from WeCom into the media bucket
+// (*media.Fetcher): downloaded, decrypted, bounded, stored as
+// <task id>/<n>. A failure is a *media.Error saying why, for the user.
+type Media interface {
+	Fetch(ctx context.Context, obs jetstream.ObjectStore, taskID string, items []media.Item) ([]task.Attachment, error)
 }

@@ -77,6 +77,8 @@ type Attachment struct {
 	Name string `json:"name,omitempty"`
 	MIME string `json:"mime,omitempty"`
 	Size int64  `json:"size"`
+	// Quoted: part of the message the user quoted, not of the question.
+	Quoted bool `json:"quoted,omitempty"`
 	// Width and Height are an image's pixel size (0 when not an image or
 	// not decodable).
 	Width  int `json:"width,omitempty"`
@@ -86,7 +88,8 @@ type Attachment struct {
 	Path string `json:"path,omitempty"`
 }
 
-// Question is the content of the last user message ("" if there is none).
+// Question is the content of the last user message ("" if there is
+// none; a message of files alone, an image say, has none either).
 func (r Request) Question() string {
 	for i := len(r.Messages) - 1; i >= 0; i-- {
 		if r.Messages[i].Role == RoleUser {
@@ -105,7 +108,7 @@ func (r Request) validate() error {
 			return fmt.Errorf("%w: task %s: message %d has role %q (want system, user or assistant)", ErrBadRequest, r.TaskID, i, m.Role)
 		}
 	}
-	if r.Question() == "" {
+	if r.Question() == "" && len(r.Attachments) == 0 {
 		return fmt.Errorf("%w: task %s: no user message with a question", ErrBadRequest, r.TaskID)
 	}
 	return nil

@@ -66,7 +66,9 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	text := DemoAnswer(req.Question(), b.cfg.Paragraphs, b.cfg.AnswerBytes)
+	// With files, their account comes first; without, the text is
+	// DemoAnswer's alone, byte for byte.
+	text := DemoAttachments(req.Attachments) + DemoAnswer(req.Question(), b.cfg.Paragraphs, b.cfg.AnswerBytes)
 	answerTime := b.answerTime(req.Question())
 	steps := int(answerTime / demoTick)
 	steps = max(1, min(steps, len(text)))

@@ -60,16 +60,30 @@ func newOpenAI(cfg OpenAIConfig, env func(string) (string, bool)) (*openAIBacken
 
 func (b *openAIBackend) Name() string { return KindOpenAI + ":" + b.cfg.Model }
 
-func (b *openAIBackend) params(req Request) openai.ChatCompletionNewParams {
+func (b *openAIBackend) params(req Request) (openai.ChatCompletionNewParams, error) {
 	msgs := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
 	if b.cfg.SystemPrompt != "" {
 		msgs = append(msgs, openai.SystemMessage(b.cfg.SystemPrompt))
 	}
-	for _, m := range req.Messages {
+	last := -1 // the question: the last user message carries the files
+	for i, m := range req.Messages {
+		if m.Role == RoleUser {
+			last = i
+		}
+	}
+	for i, m := range req.Messages {
 		switch m.Role {
 		case RoleSystem:
 			msgs = append(msgs, openai.SystemMessage(m.Content))
 		case RoleUser:
+			if i == last && len(req.Attachments) > 0 {
+				parts, err := userParts(m.Content, req.Attachments)
+				if err != nil {
+					return openai.ChatCompletionNewParams{}, err
+				}
+				msgs = append(msgs, openai.UserMessage(parts))
+				continue
+			}
 			msgs = append(msgs, openai.UserMessage(m.Content))
 		case RoleAssistant:
 			msgs = append(msgs, openai.AssistantMessage(m.Content))
@@ -83,7 +97,7 @@ func (b *openAIBackend) params(req Request) openai.ChatCompletionNewParams {
 	if b.cfg.Temperature > 0 {
 		p.Temperature = openai.Float(b.cfg.Temperature)
 	}
-	return p
+	return p, nil
 }
 
 // Stream sends one streaming chat completion and emits each chunk's content
@@ -96,12 +110,16 @@ func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(strin
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	params, err := b.params(req)
+	if err != nil {
+		return err
+	}
 	runCtx, cancel := context.WithTimeoutCause(ctx, b.cfg.Timeout, errAnswerTimeout)
 	defer cancel()
 
 	// Accept: the SDK says application/json; some proxies buffer
 	// anything but an event stream.
-	stream := b.chat.NewStreaming(runCtx, b.params(req), option.WithHeader("Accept", "text/event-stream"))
+	stream := b.chat.NewStreaming(runCtx, params, option.WithHeader("Accept", "text/event-stream"))
 	defer stream.Close()
 	finish := ""
 	for stream.Next() {

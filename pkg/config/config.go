@@ -52,6 +52,7 @@ type Config struct {
 	Health   Health   `yaml:"health"`
 	Recovery Recovery `yaml:"recovery"`
 	Alert    Alert    `yaml:"alert"`
+	Media    Media    `yaml:"media"`
 	Bots     []Bot    `yaml:"bots"`
 }
 
@@ -299,6 +300,7 @@ func Defaults() Config {
 	c.Health, c.Recovery = healthDefaults()
 	c.Alert = alertDefaults()
 	c.Spool = spoolDefaults()
+	c.Media = mediaDefaults()
 	c.Push.ReplayExpiry = 24 * time.Hour
 	return c
 }
@@ -619,6 +621,7 @@ func (c *Config) Validate() error {
 	c.validateHealth(bad)
 	c.validateAlert(bad)
 	c.validateSpool(bad)
+	c.validateMedia(bad)
 	seen := map[string]bool{}
 	for i, b := range c.Bots {
 		key := fmt.Sprintf("bots[%d]", i)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,6 +60,7 @@ const (
 	maxText     = 4000 // bytes
 	maxUserID   = 64
 	maxBody     = 16 << 10
+	maxImage    = 8 << 20 // an image's bytes, decoded
 	maxSimReply = 4 << 20 // a transcript of long answers
 )
 
@@ -225,10 +227,21 @@ type message struct {
 	Bot  string `json:"bot"`
 	User string `json:"user"`
 	Text string `json:"text"`
+	// Image, if set, is sent with the text: an image message alone, or
+	// with text a mixed message (text, then the image).
+	Image *image `json:"image,omitempty"`
 }
 
-// postMessage is POST /demo/api/messages {"bot","user","text"}: the user
-// sends text to the bot, through the simulator (as WeCom would deliver it).
+// image is an image a demo user attaches.
+type image struct {
+	Base64   string `json:"base64"`
+	Filename string `json:"filename,omitempty"`
+}
+
+// postMessage is POST /demo/api/messages {"bot","user","text","image"?}:
+// the user sends text, an image ({"base64","filename"}) or both (a mixed
+// message) to the bot, through the simulator (as WeCom would deliver it:
+// the image encrypted at a URL that expires).
 func (h *pageAPI) postMessage(w http.ResponseWriter, r *http.Request) {
 	if h.chatOff(w) {
 		return
@@ -247,7 +260,7 @@ func (h *pageAPI) postMessage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var m message
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody+maxImage*4/3+1024))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("body: %v: want {\"bot\":\"demo\",\"user\":\"alice\",\"text\":\"hello\"}", err))
@@ -256,15 +269,29 @@ func (h *pageAPI) postMessage(w http.ResponseWriter, r *http.Request) {
 	if !h.knownBot(w, m.Bot) || !validUser(w, "user", m.User) {
 		return
 	}
+	if m.Image != nil {
+		raw, err := base64.StdEncoding.DecodeString(m.Image.Base64)
+		switch {
+		case err != nil || len(raw) == 0:
+			writeError(w, http.StatusBadRequest, "image.base64: want the image's bytes in standard base64")
+			return
+		case len(raw) > maxImage:
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("image: %d bytes, at most %d", len(raw), maxImage))
+			return
+		case len(m.Image.Filename) > 200 || !utf8.ValidString(m.Image.Filename):
+			writeError(w, http.StatusBadRequest, "image.filename: want valid UTF-8 of at most 200 bytes")
+			return
+		}
+	}
 	switch {
-	case strings.TrimSpace(m.Text) == "":
+	case strings.TrimSpace(m.Text) == "" && m.Image == nil:
 		writeError(w, http.StatusBadRequest, "text is empty: type a question")
 		return
 	case len(m.Text) > maxText || !utf8.ValidString(m.Text):
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("text: want valid UTF-8 of at most %d bytes, got %d bytes", maxText, len(m.Text)))
 		return
 	}
-	body, _ := json.Marshal(map[string]string{"bot_id": m.Bot, "user_id": m.User, "text": m.Text})
+	body, _ := json.Marshal(simMessage(m))
 	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, h.cfg.Sim+"/control/messages", bytes.NewReader(body))
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
@@ -315,4 +342,20 @@ func SimulatorURL(wecomURL string) string {
 		return ""
 	}
 	return "http://" + u.Host
+}
+
+// simMessage is m as the simulator's POST /control/messages takes it.
+func simMessage(m message) map[string]any {
+	out := map[string]any{"bot_id": m.Bot, "user_id": m.User}
+	switch {
+	case m.Image == nil:
+		out["text"] = m.Text
+	case strings.TrimSpace(m.Text) == "":
+		out["msgtype"], out["content_base64"], out["filename"] = "image", m.Image.Base64, m.Image.Filename
+	default:
+		out["msgtype"] = "mixed"
+		out["items"] = []map[string]string{{"msgtype": "text", "text": m.Text},
+			{"msgtype": "image", "content_base64": m.Image.Base64, "filename": m.Image.Filename}}
+	}
+	return out
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/health"
+	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
@@ -194,6 +195,7 @@ func Run(ctx context.Context, o Options) error {
 		Watermark:        watermark{n},
 		Marks:            n.Health,
 		Metrics:          n.obs.metrics,
+		Media:            media.New(media.Config{MaxBytes: cfg.Media.MaxBytes, Timeout: cfg.Media.DownloadTimeout}),
 		Logger:           log,
 	})
 	if err != nil {
@@ -255,7 +257,7 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
 	unlock := declareLock(ctx, o.Etcd, cfg.NATS.Prefix, log)
-	store, err := declare(ctx, nc, cfg.NATS, js, dataplane.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
+	store, err := declare(ctx, nc, cfg.NATS, js, dataplane.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, MediaTTL: cfg.Media.TTL, Logger: log}, log)
 	unlock()
 	if err == nil {
 		err = n.start(workCtx, &wg, store)

@@ -40,6 +40,9 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 			if r.Late && !c.Late {
 				c.Late, changed = true, true
 			}
+			if len(r.Attachments) > 0 && len(c.Attachments) == 0 {
+				c.Attachments, changed = r.Attachments, true
+			}
 			if !r.StreamStart.IsZero() && c.Delivery == Pending {
 				c.PushedHash, c.PushedAt, c.StreamStart = r.PushedHash, r.PushedAt, r.StreamStart
 				for _, t := range r.RecentSends {

@@ -141,6 +141,10 @@ type Record struct {
 	Question string    `json:"question"`
 	StreamID string    `json:"stream_id"`
 	Received time.Time `json:"received"`
+	// Attachments are the files the user sent with the question (images,
+	// files, videos, quoted ones too), stored in the media bucket at
+	// receipt; none for a text message.
+	Attachments []Attachment `json:"attachments,omitempty"`
 	// Late: the message was missed (no connection held the bot, or the
 	// leader that read it died) and found by the gap backfill; the answer
 	// is pushed with a note that it is late.
@@ -198,6 +202,21 @@ type Record struct {
 
 	Updated     time.Time    `json:"updated"`
 	Transitions []Transition `json:"transitions"`
+}
+
+// Attachment is one file a user sent: what it is, and where its bytes
+// are (the media bucket's object Key, dataplane.Store.Media).
+type Attachment struct {
+	Kind string `json:"kind"` // "image", "file" or "video"
+	Name string `json:"name,omitempty"`
+	MIME string `json:"mime,omitempty"`
+	Size int64  `json:"size"`
+	// Width and Height are an image's pixel size (0 when not decodable).
+	Width  int `json:"width,omitempty"`
+	Height int `json:"height,omitempty"`
+	// Quoted: the file is part of the message the user quoted.
+	Quoted bool   `json:"quoted,omitempty"`
+	Key    string `json:"key"`
 }
 
 // ID derives a task's id from its bot and WeCom msgid: the same callback
@@ -284,6 +303,7 @@ func create(ctx context.Context, kv jetstream.KeyValue, r *Record) (uint64, erro
 func (r *Record) clone() *Record {
 	c := *r
 	c.RecentSends = slices.Clone(r.RecentSends)
+	c.Attachments = slices.Clone(r.Attachments)
 	c.Transitions = slices.Clone(r.Transitions)
 	return &c
 }

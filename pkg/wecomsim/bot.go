@@ -26,6 +26,8 @@ type counters struct {
 	LateAcks        int64 // acks sent late by the late_acks fault
 	SubRefusals     int64 // subscribes refused by the refuse_subscribe fault
 	Unsubscribed    int64 // subscriptions ended by the unsubscribe fault
+	MediaDownloads  int64 // media GETs served
+	MediaExpired    int64 // media GETs refused: the URL had expired
 	Frames          map[string]int64
 	Errors          map[int]int64
 }
@@ -68,6 +70,7 @@ type message struct {
 	HistoryMessage
 	at      time.Time
 	msgType string
+	media   *mediaBody // image, file, video, mixed, quote (media.go)
 }
 
 type upload struct {

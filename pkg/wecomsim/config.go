@@ -15,6 +15,7 @@ const (
 	DefaultRateWindow    = 60 * time.Second
 	DefaultWelcomeWindow = 5 * time.Second
 	DefaultUpdateWindow  = 5 * time.Second
+	DefaultMediaLifetime = 5 * time.Minute
 )
 
 // Config tunes the simulator. The zero value of every field means its default.
@@ -48,6 +49,13 @@ type Config struct {
 	// Logger receives one event per connection change, fault and rejected
 	// frame. Secrets are never logged. Default: disabled.
 	Logger zerolog.Logger
+	// MediaLifetime is how long a media item's URL works from its
+	// message's post. Default 5m, as WeCom's ("valid for five minutes").
+	MediaLifetime time.Duration
+	// MediaBaseURL is the base of media URLs in callbacks (e.g.
+	// http://127.0.0.1:8390). Default: the scheme and host the bot's
+	// subscribed connection dialed.
+	MediaBaseURL string
 	// Record, when true, starts the latency recorder at once (see
 	// StartRecording and Recorded). Default false: nothing is recorded.
 	Record bool
@@ -67,6 +75,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("wecomsim: WelcomeWindow %v: must be positive (or 0 for the default %v)", c.WelcomeWindow, DefaultWelcomeWindow)
 	case c.UpdateWindow < 0:
 		return fmt.Errorf("wecomsim: UpdateWindow %v: must be positive (or 0 for the default %v)", c.UpdateWindow, DefaultUpdateWindow)
+	case c.MediaLifetime < 0:
+		return fmt.Errorf("wecomsim: MediaLifetime %v: must be positive (or 0 for the default %v)", c.MediaLifetime, DefaultMediaLifetime)
 	case c.MaxFrameBytes < 0:
 		return fmt.Errorf("wecomsim: MaxFrameBytes %d: must be positive (or 0 for the default %d)", c.MaxFrameBytes, wecom.MaxFrameBytes)
 	}
@@ -89,6 +99,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.UpdateWindow <= 0 {
 		c.UpdateWindow = DefaultUpdateWindow
+	}
+	if c.MediaLifetime <= 0 {
+		c.MediaLifetime = DefaultMediaLifetime
 	}
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = wecom.MaxFrameBytes

@@ -31,6 +31,8 @@ type conn struct {
 	id  uint64
 	ws  *websocket.Conn
 	log zerolog.Logger
+	// base is the scheme and host the client dialed: media URLs point there.
+	base string
 
 	// bot is the bot this connection subscribed as (nil before). Only the
 	// read loop touches it. Whether the subscription is still live is

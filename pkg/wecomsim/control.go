@@ -1,11 +1,10 @@
 package wecomsim
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/botctl/botctl/pkg/wecom"
@@ -22,8 +21,19 @@ type MessageRequest struct {
 	// ChatID is the group chat id; groups only.
 	ChatID string `json:"chat_id,omitempty"`
 	// MsgType is "text" (default), "voice" (Text is the transcription),
-	// "image" or "file" (a fake encrypted URL and aeskey; Text is ignored).
+	// "image", "file" or "video" (the MediaPart's bytes, served encrypted
+	// at a URL that expires; Text is ignored) or "mixed" (Items).
 	MsgType string `json:"msgtype,omitempty"`
+	// RawMsgType, instead of MsgType, sends this msgtype verbatim with no
+	// content: a message type WeCom may add later, for a bot's
+	// unknown-type handling.
+	RawMsgType string `json:"raw_msgtype,omitempty"`
+	// MediaPart is an image's, file's or video's bytes (media.go).
+	MediaPart
+	// Items are a mixed message's parts, in order.
+	Items []MixedPart `json:"items,omitempty"`
+	// Quote is the message the user quotes, if any.
+	Quote *QuotePart `json:"quote,omitempty"`
 	// MsgID, if it names a message already posted to this bot, replays that
 	// message's callback (same msgid, same content, a new req_id): WeCom
 	// redelivering a callback. An unused MsgID names the new message.
@@ -89,6 +99,8 @@ type TranscriptEntry struct {
 	StreamID string `json:"stream_id,omitempty"`
 	// Images is the number of msg_item images on a finished stream.
 	Images int `json:"images,omitempty"`
+	// Media lists a user message's media items (quoted ones included).
+	Media []MediaInfo `json:"media,omitempty"`
 }
 
 // Stats are a bot's totals since the server started.
@@ -112,6 +124,8 @@ type Stats struct {
 	LateAcks             int64            `json:"late_acks"`              // acks sent late by the late_acks fault
 	SubscribeRefusals    int64            `json:"subscribe_refusals"`     // subscribes refused by refuse_subscribe
 	Unsubscribed         int64            `json:"unsubscribed"`           // subscriptions ended by the unsubscribe fault
+	MediaDownloads       int64            `json:"media_downloads"`        // media GETs served
+	MediaExpired         int64            `json:"media_expired"`          // media GETs refused: the URL had expired
 	Revoked              bool             `json:"revoked"`
 	AcksStalled          bool             `json:"acks_stalled"`
 	AcksLate             bool             `json:"acks_late"`
@@ -208,6 +222,11 @@ func (s *Server) PostMessage(req MessageRequest) (MessageResult, error) {
 		if m, err = newMessage(req, now); err != nil {
 			return MessageResult{}, err
 		}
+		var items []*servedMedia
+		if m.media, items, err = s.newMedia(b.id, m.MsgID, req, now); err != nil {
+			return MessageResult{}, err
+		}
+		s.keepMedia(items)
 		b.seq++
 		m.Seq = b.seq
 		b.messages = append(b.messages, m)
@@ -216,7 +235,7 @@ func (s *Server) PostMessage(req MessageRequest) (MessageResult, error) {
 			b.chats[m.Chat] = &chatInfo{key: m.Chat, chatType: m.ChatType}
 		}
 		b.transcripts[m.Chat] = append(b.transcripts[m.Chat], &TranscriptEntry{
-			Seq: m.Seq, From: "user", MsgID: m.MsgID, Kind: m.msgType, Content: m.Text, Finished: true})
+			Seq: m.Seq, From: "user", MsgID: m.MsgID, Kind: m.msgType, Content: m.Text, Finished: true, Media: m.media.infos()})
 	}
 	cb := wecom.MsgCallback{
 		MsgID:      m.MsgID,
@@ -234,11 +253,8 @@ func (s *Server) PostMessage(req MessageRequest) (MessageResult, error) {
 		cb.Text = &wecom.TextContent{Content: m.Text}
 	case wecom.MsgTypeVoice:
 		cb.Voice = &wecom.TextContent{Content: m.Text}
-	case wecom.MsgTypeImage:
-		cb.Image = fakeMedia(m.MsgID)
-	case wecom.MsgTypeFile:
-		cb.File = fakeMedia(m.MsgID)
 	}
+	m.media.fill(&cb, s.mediaBase(b))
 	reqID, delivered := s.deliverLocked(b, wecom.CmdMsgCallback, &pendingReq{kind: reqMsg, chat: m.Chat, msgid: m.MsgID, at: now}, cb, now)
 	if delivered {
 		m.Delivered = true
@@ -260,15 +276,27 @@ func newMessage(req MessageRequest, now time.Time) (*message, error) {
 		msgType = wecom.MsgTypeText
 	}
 	text := req.Text
-	switch msgType {
-	case wecom.MsgTypeText, wecom.MsgTypeVoice:
+	switch {
+	case req.RawMsgType != "" && req.MsgType != "":
+		return nil, invalid("give msgtype or raw_msgtype, not both")
+	case req.RawMsgType != "":
+		msgType = req.RawMsgType
+	case msgType == wecom.MsgTypeText, msgType == wecom.MsgTypeVoice:
 		if text == "" {
 			return nil, invalid("text is required for msgtype %s", msgType)
 		}
-	case wecom.MsgTypeImage, wecom.MsgTypeFile:
+	case msgType == wecom.MsgTypeImage, msgType == wecom.MsgTypeFile, msgType == wecom.MsgTypeVideo:
 		text = ""
+	case msgType == wecom.MsgTypeMixed:
+		var parts []string
+		for _, it := range req.Items {
+			if it.MsgType == wecom.MsgTypeText {
+				parts = append(parts, it.Text)
+			}
+		}
+		text = strings.Join(parts, "\n")
 	default:
-		return nil, invalid("msgtype %q: want text, voice, image or file", msgType)
+		return nil, invalid("msgtype %q: want text, voice, image, file, video or mixed", msgType)
 	}
 	id := req.MsgID
 	if id == "" {
@@ -305,15 +333,6 @@ func chatOf(chatType, chatID, userID string) (string, string, error) {
 		return wecom.ChatGroup, chatID, nil
 	}
 	return "", "", invalid("chat_type %q: want \"single\" or \"group\"", chatType)
-}
-
-func fakeMedia(msgid string) *wecom.MediaContent {
-	var key [32]byte
-	_, _ = rand.Read(key[:])
-	return &wecom.MediaContent{
-		URL:    "https://wecomsim.invalid/media/" + msgid + "?expires=300&encrypted=1",
-		AESKey: base64.RawStdEncoding.EncodeToString(key[:]),
-	}
 }
 
 // deliverLocked writes a callback to the bot's subscribed connection and
@@ -443,6 +462,8 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		LateAcks:             c.LateAcks,
 		SubscribeRefusals:    c.SubRefusals,
 		Unsubscribed:         c.Unsubscribed,
+		MediaDownloads:       c.MediaDownloads,
+		MediaExpired:         c.MediaExpired,
 		Revoked:              b.revoked,
 		AcksStalled:          now.Before(b.stallUntil),
 		AcksLate:             now.Before(b.lateUntil),

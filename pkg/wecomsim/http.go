@@ -15,6 +15,10 @@ import (
 
 const maxControlBody = 1 << 20
 
+// maxMessageBody bounds POST /control/messages, which may carry a file's
+// bytes as base64.
+const maxMessageBody = 64 << 20
+
 func writeError(w http.ResponseWriter, status int, msg string) {
 	httpjson.Write(w, status, map[string]string{"error": msg})
 }
@@ -35,7 +39,11 @@ func writeErr(w http.ResponseWriter, err error) {
 }
 
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxControlBody))
+	return decodeJSONUpTo(w, r, v, maxControlBody)
+}
+
+func decodeJSONUpTo(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	if err := dec.Decode(v); err != nil {
 		msg := fmt.Sprintf("request body is not valid JSON (%v): send a JSON object", err)
 		if errors.Is(err, io.EOF) {
@@ -62,6 +70,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		"/control/bots":       {{http.MethodPost, s.httpAddBot}, {http.MethodGet, s.httpListBots}},
 		"/control/recording":  {{http.MethodGet, s.httpRecording}},
 		"/control/robot":      {{http.MethodGet, s.httpRobotMessages}},
+		"/control/media":      {{http.MethodGet, s.httpMediaList}},
 	}
 	rs, found := routes[r.URL.Path]
 	if !found {
@@ -82,7 +91,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) httpMessages(w http.ResponseWriter, r *http.Request) {
 	var req MessageRequest
-	if !decodeJSON(w, r, &req) {
+	if !decodeJSONUpTo(w, r, &req, maxMessageBody) {
 		return
 	}
 	res, err := s.PostMessage(req)
@@ -210,4 +219,13 @@ func (s *Server) httpListBots(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"bots": out})
+}
+
+func (s *Server) httpMediaList(w http.ResponseWriter, r *http.Request) {
+	items, err := s.Media(r.URL.Query().Get("bot_id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"media": items})
 }

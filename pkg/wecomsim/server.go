@@ -39,8 +39,9 @@ type Server struct {
 	closed  bool
 	httpSrv *http.Server
 
-	rec   recorder // opt-in latency recording (recording.go)
-	robot robots   // the group robot's webhook (robot.go)
+	rec   recorder   // opt-in latency recording (recording.go)
+	robot robots     // the group robot's webhook (robot.go)
+	files mediaFiles // media users sent, served encrypted (media.go)
 
 	wg sync.WaitGroup // one per connection handler
 }
@@ -101,6 +102,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/control/", s.serveControl)
 	mux.HandleFunc("POST /cgi-bin/webhook/send", s.httpRobotSend)
+	mux.HandleFunc("GET /media/{id}", s.httpMedia)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s: the WebSocket is at / and the control API under /control/", r.URL.Path))
@@ -199,6 +201,10 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := newConn(s, id, ws)
+	c.base = "http://" + r.Host
+	if r.TLS != nil {
+		c.base = "https://" + r.Host
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
@@ -120,6 +121,15 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 
 	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m),
 		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
+	atts, cleanup, err := w.attachments(runCtx, m)
+	defer cleanup() // the task's files leave this node with the run
+	if err != nil {
+		// Gone from the store (older than media.ttl): no retry brings
+		// them back. Otherwise JetStream failed: another attempt may read them.
+		why := "the files sent with the question could not be read: " + err.Error()
+		return w.failed(bg, m, attempt, why, !errors.Is(err, media.ErrGone) && !final && ctx.Err() == nil)
+	}
+	req.Attachments = atts
 	// A failed output write is counted; one refused because a later
 	// attempt took over ends the run.
 	outputFailed := func(err error) {
@@ -199,7 +209,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	// Only the attempt that finished the task adds its turn: once.
 	key := dataplane.ConversationKey(m.Bot, m.Chat)
-	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, m.Question, text, w.cfg.ContextTurns, w.cfg.ContextBytes); err != nil {
+	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, turn(m), text, w.cfg.ContextTurns, w.cfg.ContextBytes); err != nil {
 		w.storeError("context_write", err)
 		log.Warn().Err(err).Msg("conversation context not updated")
 	}

@@ -103,6 +103,9 @@ type Config struct {
 	// failing it for a blip would cost the user a whole new attempt, or,
 	// off the queue, the answer. Default 1m.
 	StorePatience time.Duration
+	// MediaDir is where a task's files are copied for its run, one
+	// directory per task, removed after it ("": os.TempDir()).
+	MediaDir string
 	// Lifecycle records every step of a task. Default: one on Store.
 	Lifecycle *task.Lifecycle
 	// Metrics hears of the worker's failed JetStream requests. Default

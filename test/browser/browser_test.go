@@ -14,11 +14,15 @@
 package browser
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	goimage "image"
+	pngenc "image/png"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -181,6 +185,23 @@ func TestDemoPage(t *testing.T) {
 	poll(t, tab, "the streamed answer to finish on the page", answeredJS, q1)
 	poll(t, tab, "the task shown delivered in the live view", `(q) => [...document.querySelectorAll('#tasks tr[data-task]')].some(r => r.textContent.includes(q) && r.textContent.includes("delivered"))`, q1)
 	t.Logf("answer streamed and finished on the page in %s", time.Since(t0).Round(time.Millisecond))
+
+	// An image attached on the page makes the round trip: the simulator
+	// serves it encrypted, the leader downloads it, the answer names it.
+	img := filepath.Join(t.TempDir(), "photo.png")
+	var png bytes.Buffer
+	if err := pngenc.Encode(&png, goimage.NewRGBA(goimage.Rect(0, 0, 32, 16))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img, png.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tab, chromedp.SetUploadFiles(chromedp.CSS("#image"), []string{img}), chromedp.Click(chromedp.CSS("#send"))); err != nil {
+		t.Fatalf("attach an image: %v", err)
+	}
+	poll(t, tab, "the image in the chat", `() => [...document.querySelectorAll('.msg.user[data-kind="image"]')].some(e => e.textContent.includes("photo.png"))`)
+	poll(t, tab, "the answer naming the image", `(want) => [...document.querySelectorAll('.msg.bot[data-finished="true"]')].some(e => e.textContent.includes(want))`,
+		fmt.Sprintf("image photo.png: image/png, %d bytes, 32×16 pixels", png.Len()))
 
 	// The leader stops; the page, served by the standby, shows the
 	// standby leading.

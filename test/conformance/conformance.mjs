@@ -81,6 +81,48 @@ async function main() {
     frame.body?.text?.content === 'hello from conformance' && frame.body?.msgid === sent.msgid,
     JSON.stringify(frame.body));
 
+  // 2b. Media: the SDK's own downloadFile (AES-256-CBC, IV = key[:16],
+  // PKCS#7 to 32 bytes) decrypts what the simulator serves, for sizes on
+  // both sides of a 32-byte boundary, and reads the name.
+  for (const [kind, size] of [['image', 45], ['file', 32], ['file', 33], ['video', 1]]) {
+    const data = Buffer.alloc(size, 0).map((_, i) => (i * 7 + size) & 0xff);
+    const got = waitFor(a, `message.${kind}`);
+    await control('POST', '/control/messages', {
+      bot_id: BOT, user_id: 'carol', msgtype: kind, content_base64: data.toString('base64'), filename: `名字 ${size}.bin`,
+    });
+    const f = await got;
+    const item = f.body?.[kind];
+    let dl = null;
+    let err = '';
+    try {
+      dl = await a.downloadFile(item?.url, item?.aeskey);
+    } catch (e) {
+      err = String(e?.message || e);
+    }
+    check(`SDK downloadFile decrypts a ${size}-byte ${kind} to the bytes sent, with its name`,
+      dl && Buffer.compare(dl.buffer, data) === 0 && dl.filename === `名字 ${size}.bin`,
+      err || `${dl?.buffer?.length} bytes, name ${dl?.filename}`);
+  }
+  const gotMixed = waitFor(a, 'message.mixed');
+  await control('POST', '/control/messages', {
+    bot_id: BOT, user_id: 'carol', msgtype: 'mixed',
+    items: [{ msgtype: 'text', text: 'look' }, { msgtype: 'image', width: 8, height: 8 }],
+    quote: { msgtype: 'file', content_base64: Buffer.from('quoted').toString('base64'), filename: 'q.txt' },
+  });
+  const mf = await gotMixed;
+  const items = mf.body?.mixed?.msg_item || [];
+  const q = mf.body?.quote;
+  let mixedOK = false;
+  try {
+    const img = await a.downloadFile(items[1]?.image?.url, items[1]?.image?.aeskey);
+    const qf = await a.downloadFile(q?.file?.url, q?.file?.aeskey);
+    mixedOK = items[0]?.text?.content === 'look' && img.buffer.subarray(1, 4).toString() === 'PNG' &&
+      q?.msgtype === 'file' && qf.buffer.toString() === 'quoted';
+  } catch (e) {
+    mixedOK = false;
+  }
+  check('mixed message with a quoted file: text, image and quote decrypt with the SDK', mixedOK, JSON.stringify(mf.body));
+
   // 3. Stream a reply: two updates, then finish.
   const streamId = 'conf-stream-1';
   await a.replyStream(frame, streamId, 'partial…', false);

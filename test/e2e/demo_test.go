@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	goimage "image"
+	pngenc "image/png"
 	"io"
 	"net/http"
 	"os"
@@ -133,6 +137,47 @@ func TestServeDemoPrintsThePage(t *testing.T) {
 		}
 		return fmt.Errorf("not answered yet: %+v", tr.Messages)
 	})
+
+	// An image, and a mixed message (text and an image), through the
+	// page: the simulator serves each encrypted, the leader downloads and
+	// decrypts it, and the demo answer names it.
+	var png bytes.Buffer
+	if err := pngenc.Encode(&png, goimage.NewRGBA(goimage.Rect(0, 0, 20, 10))); err != nil {
+		t.Fatal(err)
+	}
+	img := base64.StdEncoding.EncodeToString(png.Bytes())
+	for _, c := range []struct{ user, body, want string }{
+		{"bob", `{"bot":"demo","user":"bob","image":{"base64":"` + img + `","filename":"cat.png"}}`,
+			fmt.Sprintf("You sent 1 file:\n- image cat.png: image/png, %d bytes, 20×10 pixels\n", png.Len())},
+		{"carol", `{"bot":"demo","user":"carol","text":"what is it?","image":{"base64":"` + img + `"}}`,
+			fmt.Sprintf("You sent 1 file:\n- image image.png: image/png, %d bytes, 20×10 pixels\nYou asked: what is it?", png.Len())},
+	} {
+		resp, err := call(http.MethodPost, "api/messages", c.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("post %s's image through the page: %s", c.user, resp.Status)
+		}
+		testwait.NoError(t, 60*time.Second, testwait.Every, c.user+"'s answer naming the image", func() error {
+			var tr struct {
+				Messages []struct {
+					From, Content string
+					Finished      bool
+				}
+			}
+			if err := get("api/transcript?bot=demo&chat="+c.user, &tr); err != nil {
+				return err
+			}
+			for _, m := range tr.Messages {
+				if m.From == "bot" && m.Finished && strings.Contains(m.Content, c.want) {
+					return nil
+				}
+			}
+			return fmt.Errorf("not answered yet: %+v", tr.Messages)
+		})
+	}
 }
 
 func tail(s string, n int) string {

@@ -52,8 +52,9 @@ func TestBadInputClearReplies(t *testing.T) {
 	}{
 		{"empty", wecomsim.MessageRequest{UserID: "alice", Text: "   "}, "请输入你的问题"},
 		{"too long", wecomsim.MessageRequest{UserID: "alice", Text: strings.Repeat("长", 50)}, "100 字节以内"},
-		{"image", wecomsim.MessageRequest{UserID: "alice", MsgType: "image"}, "暂不支持 image"},
-		{"file", wecomsim.MessageRequest{UserID: "alice", MsgType: "file"}, "暂不支持 file"},
+		{"unknown type", wecomsim.MessageRequest{UserID: "alice", RawMsgType: "sticker"}, "暂不支持 sticker"},
+		{"huge unknown type", wecomsim.MessageRequest{UserID: "alice", RawMsgType: strings.Repeat("x", 100000)}, "暂不支持 " + strings.Repeat("x", 32) + "…"},
+		{"broken image", wecomsim.MessageRequest{UserID: "alice", MsgType: "image", MediaPart: wecomsim.MediaPart{Fault: "padding"}}, "图片无法解密"},
 		{"not allowed", wecomsim.MessageRequest{UserID: "mallory", Text: "let me in"}, "没有使用这个机器人的权限"},
 		{"unknown command", wecomsim.MessageRequest{UserID: "bob", Text: "/frobnicate"}, "未知命令 /frobnicate"},
 		{"help", wecomsim.MessageRequest{UserID: "bob", Text: "/help"}, "/stop"},

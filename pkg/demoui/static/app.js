@@ -104,7 +104,8 @@ function renderMessages(msgs) {
   const nodes = [];
   for (const m of msgs) {
     if (m.from === "user") {
-      nodes.push(el("div", { class: "msg user", "data-msgid": m.msgid }, m.content));
+      const files = (m.media || []).map((f) => el("div", { class: "file" }, "🖼 " + f.kind + " " + f.filename + " (" + f.size + " bytes)"));
+      nodes.push(el("div", { class: "msg user", "data-msgid": m.msgid, "data-kind": m.kind }, m.content, ...files));
       continue;
     }
     const { p, s } = track(m);
@@ -136,20 +137,32 @@ function showChatError(msg, from) {
   p.hidden = false;
 }
 
+// base64Of is a file's bytes in standard base64 (an attached image).
+async function base64Of(file) {
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
+}
+
 async function send(ev) {
   ev.preventDefault();
   const text = $("#text").value;
-  if (!text.trim()) return;
+  const file = $("#image").files[0];
+  if (!text.trim() && !file) return;
   const headers = authorized({ "Content-Type": "application/json" });
   $("#send").disabled = true;
   try {
-    const r = await fetch(api + "messages", { method: "POST", headers, body: JSON.stringify({ bot: $("#bot").value, user: chat(), text }) });
+    const msg = { bot: $("#bot").value, user: chat(), text };
+    if (file) msg.image = { base64: await base64Of(file), filename: file.name };
+    const r = await fetch(api + "messages", { method: "POST", headers, body: JSON.stringify(msg) });
     const body = await r.json().catch(() => ({}));
     if (asksToken(r)) throw new Error(body.error || "this node asks for its API token");
     if (!r.ok) throw new Error(body.error || r.statusText);
     if (!body.delivered) showChatError("posted, but no node holds the bot's connection right now: the message waits in WeCom's history for the gap backfill", "send");
     else $("#chat-error").hidden = true;
     $("#text").value = "";
+    $("#image").value = "";
     pollTranscript();
   } catch (e) {
     showChatError(e.message, "send");

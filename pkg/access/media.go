@@ -1,0 +1,196 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/botctl/botctl/pkg/media"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+)
+
+// A message with files (an image, a file, a video, a mixed message's
+// images, a quoted image or file) is handled as any question, with one
+// step more before the dispatch: its files are downloaded, decrypted and
+// stored in the media bucket (pkg/media) while WeCom's URLs still work,
+// and the task carries their references.
+//
+// The download runs on the message's own handling goroutine, so a slow or
+// huge file holds back nothing but its own message: the connection's
+// reader, and every other conversation, go on. The receipt does not wait
+// for it: it is written before the download (as an early receipt is),
+// so the user sees "received" at once; when the download fails, that
+// stream is finished with the reason (too big and the limit, expired,
+// corrupt, too slow), and when the dispatch then finds the conversation
+// busy, with the busy reply. Nothing is dispatched for a failed
+// download: the conversation is not locked, and its next message is
+// answered as usual.
+
+// supportedTypes are the message types that take a task.
+func supportedType(t string) bool {
+	switch t {
+	case wecom.MsgTypeText, wecom.MsgTypeVoice, wecom.MsgTypeMixed, wecom.MsgTypeImage, wecom.MsgTypeFile, wecom.MsgTypeVideo:
+		return true
+	}
+	return false
+}
+
+// clipType is a message type fit to quote in a reply: a callback's
+// msgtype is WeCom's input, a bad one may be long or not UTF-8.
+func clipType(t string) string {
+	t = strings.ToValidUTF8(t, "?")
+	if utf8.RuneCountInString(t) > 32 {
+		t = string([]rune(t)[:32]) + "…"
+	}
+	return t
+}
+
+// maxQuoteBytes bounds the quoted text put before a question.
+const maxQuoteBytes = 1000
+
+// withQuote puts the text of the message m quotes (text, voice, the text
+// parts of a mixed one) before question, as a markdown quote: the model
+// sees what the user is asking about.
+func withQuote(m *wecom.MsgCallback, question string) string {
+	q := m.Quote
+	if q == nil {
+		return question
+	}
+	var text string
+	switch q.MsgType {
+	case wecom.MsgTypeText:
+		if q.Text != nil {
+			text = q.Text.Content
+		}
+	case wecom.MsgTypeVoice:
+		if q.Voice != nil {
+			text = q.Voice.Content
+		}
+	case wecom.MsgTypeMixed:
+		text = (&wecom.MsgCallback{MsgType: wecom.MsgTypeMixed, Mixed: q.Mixed}).PlainText()
+	}
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return question
+	}
+	if len(text) > maxQuoteBytes {
+		cut := maxQuoteBytes
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + "…"
+	}
+	var sb strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		sb.WriteString("> ")
+		sb.WriteString(line)
+		sb.WriteString("\n")
+	}
+	if question != "" {
+		sb.WriteString("\n")
+		sb.WriteString(question)
+	}
+	return strings.TrimSpace(sb.String())
+}
+
+// mediaUnavailable is the reply to a message with files while JetStream
+// is away: there is nowhere to keep them for a worker.
+const mediaUnavailable = "系统正在恢复中，暂时无法接收图片和文件，请稍后重新发送。文字消息不受影响。"
+
+// attachments downloads and stores h's files, if it has any, and returns
+// their references; ok false when the message was answered instead (a
+// duplicate, a failed download, JetStream away).
+func (h *handling) attachments() (atts []task.Attachment, ok bool) {
+	items := media.Items(h.m)
+	if len(items) == 0 {
+		return nil, true
+	}
+	if h.js == nil {
+		h.a.count(func(s *Stats) { s.MediaFailed++ })
+		h.log.Warn().Int("files", len(items)).Msg("message with files while JetStream is away: refused")
+		h.replyAnyway(mediaUnavailable)
+		return nil, false
+	}
+	// A duplicate is not downloaded again (a fresh message cannot be one).
+	if h.duplicate() {
+		return nil, false
+	}
+	if h.in.early == nil {
+		// The receipt before the download, as an early one: the task's
+		// own stream, continued by the pusher or finished below.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
+		e := &earlyReceipt{sent: time.Now()}
+		e.p, e.err = h.c.SendStream(sctx, h.reqID, wecom.Stream{ID: "s-" + h.id, Content: h.a.cfg.Texts.Receipt})
+		cancel()
+		h.in.early = e
+	}
+	t0 := time.Now()
+	atts, err := h.a.cfg.Media.Fetch(context.WithoutCancel(h.ctx), h.js.store.Media(), h.id, items)
+	h.stage("media", time.Since(t0))
+	// The download may have used up the handling's time: what follows
+	// gets its own.
+	h.renew()
+	if err != nil {
+		h.mediaFailed(err)
+		return nil, false
+	}
+	var bytes int64
+	for _, a := range atts {
+		bytes += a.Size
+	}
+	h.log.Info().Int("files", len(atts)).Int64("bytes", bytes).Dur("took", time.Since(t0)).Msg("files stored")
+	return atts, true
+}
+
+// dropFiles removes the stored files of a message that takes no task
+// (its conversation was busy, or no tier took it), best effort: the
+// store's TTL removes what this misses. Not for a duplicate: its files
+// are the first delivery's task's, under the same keys.
+func (h *handling) dropFiles(atts []task.Attachment) {
+	if len(atts) == 0 || h.js == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
+	defer cancel()
+	for _, a := range atts {
+		if err := h.js.store.Media().Delete(ctx, a.Key); err != nil {
+			h.log.Debug().Err(err).Str("object", a.Key).Msg("file of a message without a task not removed; the media TTL will")
+		}
+	}
+}
+
+// renew gives the rest of the handling a fresh Timeout.
+func (h *handling) renew() {
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.ctx, h.cancel = context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
+}
+
+// mediaFailed finishes the receipted stream with why the files could
+// not be taken. No task is dispatched: the conversation stays free.
+func (h *handling) mediaFailed(err error) {
+	a := h.a
+	a.count(func(s *Stats) { s.MediaFailed++ })
+	text := (&media.Error{Reason: media.ReasonUnreachable}).Reply()
+	var me *media.Error
+	if errors.As(err, &me) {
+		text = me.Reply()
+	}
+	h.log.Warn().Err(err).Msg("files not taken; the user is told why")
+	rcpt := h.earlyReceipt(h.in.early)
+	opened := rcpt.err == nil || errors.Is(rcpt.err, wecom.ErrAckUnknown)
+	if rcpt.err == nil {
+		h.spent() // the receipt
+	}
+	h.spent() // the reason (refunded if WeCom refuses it)
+	if opened {
+		h.finishOn("s-"+h.id, text)
+	} else {
+		h.send(text)
+	}
+	h.markSeen()
+}

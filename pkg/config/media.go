@@ -1,0 +1,65 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Media is what botctl does with the files users send (images, files,
+// videos, the images of a mixed message, quoted ones): the leader
+// downloads and decrypts each one when its message arrives (WeCom's URL
+// works for about five minutes), bounded by these keys, and stores it in
+// the media object store for the worker that runs the task.
+type Media struct {
+	// MaxBytes is the largest file accepted, in bytes; a larger one is not
+	// downloaded (or stops being), and the user is told the limit.
+	// Default 20 MB (20971520).
+	MaxBytes int64 `yaml:"max_bytes"`
+	// DownloadTimeout bounds one file's download; a slower one is given
+	// up and the user told. Default 30s.
+	DownloadTimeout time.Duration `yaml:"download_timeout"`
+	// TTL is how long the media object store keeps a file. It must exceed
+	// worker.deadline: a task's files must outlive its run. Default 24h.
+	TTL time.Duration `yaml:"ttl"`
+}
+
+// Defaults of Media.
+const (
+	DefaultMediaMaxBytes        = 20 << 20
+	DefaultMediaDownloadTimeout = 30 * time.Second
+	DefaultMediaTTL             = 24 * time.Hour
+)
+
+func mediaDefaults() Media {
+	return Media{MaxBytes: DefaultMediaMaxBytes, DownloadTimeout: DefaultMediaDownloadTimeout, TTL: DefaultMediaTTL}
+}
+
+var mediaKeys = []Key{
+	{Name: "media.max_bytes", Flag: "media-max-bytes", Usage: "largest file a user may send, in bytes (a larger one is refused with the limit)", set: func(c *Config, s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		c.Media.MaxBytes = n
+		return nil
+	}},
+	{Name: "media.download_timeout", Flag: "media-download-timeout", Usage: "longest download of one file a user sent", set: dur(func(c *Config) *time.Duration { return &c.Media.DownloadTimeout })},
+	{Name: "media.ttl", Flag: "media-ttl", Usage: "how long the media object store keeps a file (more than worker.deadline)", set: dur(func(c *Config) *time.Duration { return &c.Media.TTL })},
+}
+
+func init() { Keys = append(Keys, mediaKeys...) }
+
+// validateMedia checks the media keys.
+func (c *Config) validateMedia(bad func(key, format string, args ...any)) {
+	const maxMax = 1 << 30
+	if c.Media.MaxBytes < 1024 || c.Media.MaxBytes > maxMax {
+		bad("media.max_bytes", "%d: want 1024 to %d bytes (default %d, 20 MB)", c.Media.MaxBytes, maxMax, DefaultMediaMaxBytes)
+	}
+	if c.Media.DownloadTimeout < time.Second || c.Media.DownloadTimeout > 4*time.Minute {
+		bad("media.download_timeout", "%s: want 1s to 4m (WeCom's media URL works for about 5 minutes)", c.Media.DownloadTimeout)
+	}
+	if c.Media.TTL <= c.Worker.Deadline || c.Media.TTL < time.Minute {
+		bad("media.ttl", "%s: want more than worker.deadline (%s), so a task's files outlive its run", c.Media.TTL, c.Worker.Deadline)
+	}
+}

@@ -1,0 +1,46 @@
+package media
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrGone: an attachment is no longer in the media store (older than
+// its TTL, or deleted). Retrying will not bring it back.
+var ErrGone = errors.New("media: attachment no longer stored")
+
+// Materialize copies each attachment from obs into a new directory under
+// dir ("" is os.TempDir()), as <n>-<name>, and returns the files' paths in
+// order and a cleanup that removes the directory. On error nothing is
+// left behind. An attachment missing from the store is ErrGone.
+func Materialize(ctx context.Context, obs jetstream.ObjectStore, dir, taskID string, atts []task.Attachment) ([]string, func(), error) {
+	tmp, err := os.MkdirTemp(dir, "botctl-"+taskID+"-")
+	if err != nil {
+		return nil, func() {}, fmt.Errorf("media: temp dir for task %s: %w", taskID, err)
+	}
+	cleanup := func() { os.RemoveAll(tmp) }
+	paths := make([]string, 0, len(atts))
+	for i, a := range atts {
+		name := safeName(a.Name)
+		if name == "" {
+			name = a.Kind
+		}
+		p := filepath.Join(tmp, strconv.Itoa(i+1)+"-"+name)
+		if err := obs.GetFile(ctx, a.Key, p); err != nil {
+			cleanup()
+			if errors.Is(err, jetstream.ErrObjectNotFound) {
+				return nil, func() {}, fmt.Errorf("%w: %s %q (%s)", ErrGone, a.Kind, a.Name, a.Key)
+			}
+			return nil, func() {}, fmt.Errorf("media: read %s of task %s: %w", a.Key, taskID, err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, cleanup, nil
+}
