@@ -87,12 +87,19 @@ const (
 	ErrCodeStreamExpired = 846608
 	// ErrCodeNotSubscribed: a reply on a connection that is not (or no longer) subscribed.
 	ErrCodeNotSubscribed = 846609
+	// ErrCodeDeviceUnsupported: "device type not supported", a stream frame
+	// to a user whose WeCom client cannot show streams; a markdown push
+	// reaches them (issue 26 cites integrations that fall back so).
+	ErrCodeDeviceUnsupported = 600039
 )
 
 // Limits.
 const (
 	// MaxContentBytes is the largest stream or markdown content, in UTF-8 bytes.
 	MaxContentBytes = 20480
+	// MaxFeedbackIDBytes is the longest stream feedback.id (the official
+	// SDK's ReplyFeedback: "有效长度为 256 字节以内").
+	MaxFeedbackIDBytes = 256
 	// MaxFrameBytes is the largest frame either side accepts (assumed: a
 	// 512 KB media chunk, base64-encoded, must fit).
 	MaxFrameBytes = 1 << 20

@@ -98,6 +98,8 @@ type Stats struct {
 	Kicks           int64  `json:"kicks"`            // connections replaced by a newer subscribe
 	AuthFailures    int64  `json:"auth_failures"`    // subscribes with a wrong or revoked secret
 	QuotaRejections int64  `json:"quota_rejections"` // 45009
+	QuotaDrops      int64  `json:"quota_drops"`      // frames over the quota acked 0 and dropped (drop mode)
+	QuotaMode       string `json:"quota_mode"`       // refuse or drop
 	ExpiredUpdates  int64  `json:"expired_updates"`  // 846608: frame after the stream window
 	InvalidReqIDs   int64  `json:"invalid_req_ids"`  // 846605, incl. late welcome / update
 	Undelivered     int64  `json:"undelivered"`      // callbacks not written: no connection or silence
@@ -156,6 +158,9 @@ type FaultRequest struct {
 	// ErrCode is what refuse_subscribe answers (default 6000, command
 	// conflict; 40001 would be an auth failure, which revoke already plays).
 	ErrCode int `json:"errcode,omitempty"`
+	// Chat is the conversation stream_unsupported applies to (the user id
+	// of a single chat, the group chat id).
+	Chat string `json:"chat,omitempty"`
 }
 
 // BotRequest adds a bot (POST /control/bots).
@@ -177,9 +182,12 @@ const (
 	FaultRefuseSubscribe = "refuse_subscribe"
 	// FaultUnsubscribe ends the subscription but keeps the socket open.
 	FaultUnsubscribe = "unsubscribe"
+	// FaultStreamUnsupported answers every stream frame to one chat with
+	// 600039 (device type not supported) until clear; pushes still land.
+	FaultStreamUnsupported = "stream_unsupported"
 )
 
-const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe or clear"
+const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe, stream_unsupported or clear"
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
@@ -430,10 +438,12 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		Kicks:                c.Kicks,
 		AuthFailures:         c.AuthFailures,
 		QuotaRejections:      c.QuotaRejections,
+		QuotaDrops:           c.QuotaDrops,
 		ExpiredUpdates:       c.ExpiredUpdates,
 		InvalidReqIDs:        c.InvalidReqIDs,
 		Undelivered:          c.Undelivered,
 		Connected:            b.live != nil,
+		QuotaMode:            s.cfg.QuotaMode,
 		Malformed:            c.Malformed,
 		NotSubscribed:        c.NotSubscribed,
 		Oversized:            c.Oversized,
@@ -450,6 +460,9 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		SubscribeRefused:     now.Before(b.refuseUntil),
 		Frames:               make(map[string]int64, len(c.Frames)),
 		Errors:               make(map[string]int64, len(c.Errors)),
+	}
+	if b.quotaMode != "" {
+		st.QuotaMode = b.quotaMode
 	}
 	for k, v := range c.Frames {
 		st.Frames[k] = v
@@ -505,8 +518,10 @@ func (s *Server) History(q HistoryQuery) ([]HistoryMessage, error) {
 //     the current connection is not touched.
 //   - unsubscribe: the subscribed connection loses its subscription but
 //     stays open: every frame but subscribe gets 846609 on it.
-//   - clear: end stall_acks, late_acks, silence and refuse_subscribe now
-//     (acks already delayed still go out late).
+//   - stream_unsupported: every stream frame to Chat is answered 600039
+//     (device type not supported) until clear; pushes to it still land.
+//   - clear: end stall_acks, late_acks, silence, refuse_subscribe and
+//     stream_unsupported now (acks already delayed still go out late).
 func (s *Server) Fault(req FaultRequest) error {
 	b, err := s.needBot(req.BotID)
 	if err != nil {
@@ -565,8 +580,15 @@ func (s *Server) Fault(req FaultRequest) error {
 			b.live = nil
 			b.stats.Unsubscribed++
 		}
+	case FaultStreamUnsupported:
+		if req.Chat == "" {
+			return invalid("chat is required for stream_unsupported: the user id of a single chat or the group chat id")
+		}
+		b.noStream[req.Chat] = true
+		log = log.Str("chat", req.Chat)
 	case FaultClear:
 		b.stallUntil, b.silenceUntil, b.lateUntil, b.refuseUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		clear(b.noStream)
 	case "":
 		return invalid("action is required: %s", faultActions)
 	default:
