@@ -126,7 +126,12 @@ func (h *handling) finishOn(streamID, text string) error {
 	if err != nil {
 		var refused *wecom.AckError
 		if h.a.cfg.Outbound != nil && errors.As(err, &refused) && !errors.Is(err, wecom.ErrAckUnknown) {
-			h.a.cfg.Outbound.Budget(h.term.Bot).Refund(h.chat)
+			if refused.ErrCode == wecom.ErrCodeRateLimited {
+				// WeCom counted more than the budget: lower it, not refund.
+				h.a.cfg.Outbound.Budget(h.term.Bot).Refused(h.chat)
+			} else {
+				h.a.cfg.Outbound.Budget(h.term.Bot).Refund(h.chat)
+			}
 		}
 		h.log.Warn().Err(err).Msg("reply failed")
 	}

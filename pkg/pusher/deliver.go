@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +24,12 @@ const finalReserve = 2
 // reserve (serve writes a running answer's output twice per gap).
 func ProgressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
+}
+
+// progressGap is ProgressGap for budget b: its first cap's window spread
+// over its limit less the reserve.
+func progressGap(b *pace.Budget) time.Duration {
+	return b.Window() / time.Duration(max(b.Limit()-finalReserve, 1))
 }
 
 // StepTimeout bounds one step of one task: a few sends and record writes.
@@ -203,6 +210,9 @@ func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, text 
 	}
 	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})
 	if err != nil {
+		if quotaRefused(err) {
+			return p.quotaRefused(r, err)
+		}
 		if refused(err) {
 			p.cfg.Budget.Refund(r.Chat)
 		}
@@ -296,6 +306,8 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		// stream is finished, not expired.
 		p.count(func(s *Stats) { s.Ambiguous++ })
 		return p.delivered(ctx, r, answer, "final frame applied earlier (ack lost)", 0)
+	case quotaRefused(err):
+		return p.quotaRefused(r, err)
 	case streamGone(code):
 		p.cfg.Budget.Refund(r.Chat)
 		return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
@@ -309,6 +321,26 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 // answer goes by push.
 func streamGone(code int) bool {
 	return code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired
+}
+
+// quotaRefused: WeCom refused a send for the conversation's quota (45009).
+func quotaRefused(err error) bool {
+	return refused(err) && wecom.ErrCodeOf(err) == wecom.ErrCodeRateLimited
+}
+
+// quotaRefused ends a step whose send WeCom refused for the
+// conversation's quota (45009): WeCom counted more sends than the budget
+// did. The send stays counted, the budget lowers the conversation's rate
+// (pace.Budget.Refused), and the step waits for the conversation's next
+// slot. Not an attempt of the task's: the answer is fine, the
+// conversation is busy; a refusal is never what keeps botctl under the
+// quota (WeCom may drop a frame over it without one), the budget is.
+func (p *Pusher) quotaRefused(r *task.Record, err error) (bool, time.Duration) {
+	p.cfg.Budget.Refused(r.Chat)
+	p.count(func(s *Stats) { s.Errors++; s.QuotaRefused++ })
+	wait := max(p.cfg.Budget.Free(r.Chat).Sub(p.cfg.Now()), p.cfg.ScanInterval)
+	p.log.Warn().Err(err).Str("task", r.ID).Str("chat", r.Chat).Dur("retry_in", wait).Msg("WeCom refused a send for the conversation's quota; its budget is lowered")
+	return false, wait
 }
 
 // closeStream ends the stream with the content so far and a note; the full
@@ -327,7 +359,11 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (
 	if err == nil {
 		p.count(func(s *Stats) { s.Frames++; s.Truncated++ })
 	} else {
-		p.cfg.Budget.Refund(r.Chat)
+		if quotaRefused(err) {
+			p.cfg.Budget.Refused(r.Chat)
+		} else {
+			p.cfg.Budget.Refund(r.Chat)
+		}
 		p.log.Info().Err(err).Str("task", r.ID).Msg("closing the stream failed; the answer goes by push anyway")
 	}
 	return p.toPush(ctx, r, why)
@@ -395,6 +431,9 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 			return false, wait
 		}
 		if err := p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, parts[i]); err != nil {
+			if quotaRefused(err) {
+				return p.quotaRefused(r, err)
+			}
 			if refused(err) {
 				p.cfg.Budget.Refund(r.Chat) // refused: not counted by WeCom either
 			}

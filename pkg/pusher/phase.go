@@ -129,7 +129,7 @@ func unseen(r *task.Record, text, hash string) bool { return text != "" && hash 
 // could otherwise use the whole budget and make the final frame wait for
 // the window). The final frame, when it comes, is not held up by this.
 func (p *Pusher) progressWait(r *task.Record, now time.Time) time.Duration {
-	gap := ProgressGap(p.cfg.Budget.Limit())
+	gap := progressGap(p.cfg.Budget)
 	if since := now.Sub(r.PushedAt); since < gap {
 		return gap - since
 	}

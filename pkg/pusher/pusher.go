@@ -240,19 +240,22 @@ const minScanGap = 50 * time.Millisecond
 
 // Stats counts what a pusher did in its term.
 type Stats struct {
-	Frames     int64 `json:"frames"`    // stream frames acked
-	Pushes     int64 `json:"pushes"`    // aibot_send_msg parts acked
-	Delivered  int64 `json:"delivered"` // tasks delivered
-	Truncated  int64 `json:"truncated"` // streams closed before the answer was complete
-	Failed     int64 `json:"failed"`    // deliveries given up
-	Errors     int64 `json:"errors"`    // sends refused or unanswered
-	Ambiguous  int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
-	Throttled  int64 `json:"throttled"` // sends deferred by the budget
-	Held       int64 `json:"held"`      // pushes deferred by the recovery gate (half-open)
-	Stalled    int64 `json:"stalled"`   // steps deferred while the connection's acks were overdue
-	Active     int   `json:"active"`    // tasks being delivered now
-	RebuiltNum int   `json:"rebuilt"`   // active tasks found at term start
-	Resynced   int64 `json:"resynced"`  // undelivered tasks found by the resync, never announced to this pusher
+	Frames    int64 `json:"frames"`    // stream frames acked
+	Pushes    int64 `json:"pushes"`    // aibot_send_msg parts acked
+	Delivered int64 `json:"delivered"` // tasks delivered
+	Truncated int64 `json:"truncated"` // streams closed before the answer was complete
+	Failed    int64 `json:"failed"`    // deliveries given up
+	Errors    int64 `json:"errors"`    // sends refused or unanswered
+	Ambiguous int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
+	Throttled int64 `json:"throttled"` // sends deferred by the budget
+	// QuotaRefused: sends WeCom refused for the conversation's quota
+	// (45009; also counted in Errors): each lowered its budget.
+	QuotaRefused int64 `json:"quota_refused"`
+	Held         int64 `json:"held"`     // pushes deferred by the recovery gate (half-open)
+	Stalled      int64 `json:"stalled"`  // steps deferred while the connection's acks were overdue
+	Active       int   `json:"active"`   // tasks being delivered now
+	RebuiltNum   int   `json:"rebuilt"`  // active tasks found at term start
+	Resynced     int64 `json:"resynced"` // undelivered tasks found by the resync, never announced to this pusher
 }
 
 // Pusher delivers one bot's answers during one term.

@@ -1,0 +1,79 @@
+package pusher_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+// runUntil plays a worker writing ever-changing output for task id until
+// enough holds, then the complete answer.
+func (r *rig) runUntil(id, answer string, enough func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for i := 0; !enough(); i++ {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the running answer never got there: pusher %+v, sim %+v", r.p.Stats(), r.stats())
+		}
+		r.write(id, fmt.Sprintf("working… %d", i), false)
+		time.Sleep(20 * time.Millisecond) // the worker's pace, not a wait for the pusher
+	}
+	r.write(id, answer, true)
+}
+
+// WeCom may drop a frame over the quota without a refusal (acked 0). A
+// long answer's progress frames would pass the hour's cap — the
+// simulator's scaled to 40 so the test runs in seconds, the budget's to 36
+// — but the budget's hourly cap holds progress back, keeping the final
+// frame's room: the user ends with the complete answer. Without the
+// hourly cap the pusher sends on at its minute's rate, the simulator drops
+// every frame past the 40th, the final one too, and the ack says nothing.
+func TestSilentDropNeverLosesTheAnswer(t *testing.T) {
+	r := newRig(t, wecomsim.Config{QuotaMode: wecomsim.QuotaDrop, RateLimit: 1000, HourlyLimit: 40})
+	r.budget = pace.New(600, time.Minute, nil).AndAtMost(36, time.Hour)
+	r.start(pusher.Config{ScanInterval: 20 * time.Millisecond, Heartbeat: time.Hour})
+	rec := r.ask("alice", "tell me everything")
+	answer := "The whole answer, " + strings.Repeat("every word of it, ", 50) + "the end."
+	r.runUntil(rec.ID, answer, func() bool {
+		return r.p.Stats().Throttled >= 3 || r.stats().Frames[wecom.CmdRespondMsg] >= 45
+	})
+	r.waitDelivery(rec.ID, task.Delivered)
+	bot := r.botMessages("alice")
+	if len(bot) != 1 || bot[0].Content != answer || !bot[0].Finished {
+		t.Fatalf("user sees %+v (sim %+v)", bot, r.stats())
+	}
+	if s := r.stats(); s.QuotaDrops != 0 {
+		t.Fatalf("%d frames dropped silently: %+v", s.QuotaDrops, s)
+	}
+}
+
+// A 45009 is not the task's failure: the pusher lowers the conversation's
+// budget and sends again when it has room, and the answer arrives
+// (MaxAttempts 2 would fail the delivery if refusals counted as attempts).
+func TestQuotaRefusalLowersTheBudget(t *testing.T) {
+	r := newRig(t, wecomsim.Config{RateLimit: 5, RateWindow: 2 * time.Second})
+	r.budget = pace.New(100, 2*time.Second, nil).AndAtMost(1000, time.Hour)
+	r.start(pusher.Config{ScanInterval: 20 * time.Millisecond, Heartbeat: time.Hour, MaxAttempts: 2})
+	rec := r.ask("alice", "hi")
+	r.runUntil(rec.ID, "Hello, alice.", func() bool { return r.stats().QuotaRejections >= 2 })
+	r.waitDelivery(rec.ID, task.Delivered)
+	testwait.Eventually(t, waitLong, "the final frame shown", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "Hello, alice." && bot[0].Finished
+	})
+	if s := r.p.Stats(); s.QuotaRefused < 1 || s.Failed != 0 {
+		t.Fatalf("pusher stats %+v", s)
+	}
+	if left := r.budget.Remaining("alice"); left > 50 {
+		t.Fatalf("budget not lowered after 45009: %d sends left of 100", left)
+	}
+}
+
