@@ -317,10 +317,11 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 }
 
 // streamGone: WeCom refused a stream frame because the stream cannot be
-// written any more (an old connection's req_id, or its window over): the
-// answer goes by push.
+// written any more (an old connection's req_id, or its window over) or
+// cannot be shown at all (600039: the user's device does not support
+// streams): the answer goes by markdown push.
 func streamGone(code int) bool {
-	return code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired
+	return code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired || code == wecom.ErrCodeDeviceUnsupported
 }
 
 // quotaRefused: WeCom refused a send for the conversation's quota (45009).

@@ -1,6 +1,7 @@
 package pusher_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -77,3 +78,34 @@ func TestQuotaRefusalLowersTheBudget(t *testing.T) {
 	}
 }
 
+// 600039 (device type not supported) on a stream: that task's answer goes
+// as a markdown push. The receipt already failed with it, as the inbound
+// path would have seen, so the record has no stream begun.
+func TestStreamUnsupportedFallsBackToPush(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	if err := r.sim.Fault(wecomsim.FaultRequest{BotID: "b", Action: wecomsim.FaultStreamUnsupported, Chat: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	r.start(pusher.Config{MaxAttempts: 2})
+	if _, err := r.sim.PostMessage(wecomsim.MessageRequest{BotID: "b", UserID: "alice", Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	in := <-r.msgs
+	err := r.conn.ReplyStream(context.Background(), in.reqID, wecom.Stream{ID: "s-receipt", Content: "已收到"})
+	if wecom.ErrCodeOf(err) != wecom.ErrCodeDeviceUnsupported {
+		t.Fatalf("receipt: %v, want 600039", err)
+	}
+	rec := task.New("b", in.m.MsgID, time.Now())
+	rec.ReqID, rec.TermRev, rec.Chat, rec.ChatType, rec.User, rec.Question = in.reqID, r.term, "alice", "single", "alice", "hi"
+	rec.StreamID = "s-" + rec.ID
+	if _, err := r.lc.Open(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	r.p.NotifyChat(rec.ID, "alice")
+	r.write(rec.ID, "Hello, alice.", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	bot := r.botMessages("alice")
+	if len(bot) != 1 || bot[0].Kind != wecom.MsgTypeMarkdown || !strings.Contains(bot[0].Content, "Hello, alice.") {
+		t.Fatalf("user sees %+v", bot)
+	}
+}
