@@ -268,8 +268,13 @@ func (p *Pusher) markShown(id string, at time.Time) {
 
 // final sends the final frame: never starved (reserve 0), delivered on
 // its ack.
+//
+// An answer too long for one frame is split (Parts): the final frame
+// carries its first part, and the delivery is owed by push from the
+// second (firstPartStreamed).
 func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
 	answer := p.finalText(r, text)
+	parts := Parts(answer, wecom.MaxContentBytes)
 	if wait, ok := p.spend(r.Chat, 0); !ok {
 		return false, wait
 	}
@@ -287,11 +292,14 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		p.cfg.Budget.Refund(r.Chat)
 		return true, 0
 	}
-	err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: answer, Finish: true})
+	err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: parts[0], Finish: true})
 	switch code := wecom.ErrCodeOf(err); {
 	case err == nil:
 		p.count(func(s *Stats) { s.Frames++ })
 		p.lag(r.ID, p.cfg.Now())
+		if len(parts) > 1 {
+			return p.firstPartStreamed(ctx, ir, len(parts))
+		}
 		_, err := p.ledger.deliveredFrom(ctx, ir, irev, answer, "final frame acked", 0)
 		return p.recorded(r.ID, "final frame acked", 0, err)
 	case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
@@ -305,6 +313,9 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		// An earlier final frame whose ack was lost was applied: the
 		// stream is finished, not expired.
 		p.count(func(s *Stats) { s.Ambiguous++ })
+		if len(parts) > 1 {
+			return p.firstPartStreamed(ctx, r, len(parts))
+		}
 		return p.delivered(ctx, r, answer, "final frame applied earlier (ack lost)", 0)
 	case quotaRefused(err):
 		return p.quotaRefused(r, err)
@@ -314,6 +325,22 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 	default:
 		return p.sendFailed(ctx, r, err)
 	}
+}
+
+// firstPartStreamed records that r's stream ended with the first of the
+// n parts of its answer: the delivery is owed by push (truncated), from
+// the second part. Were the count's write lost, the next step pushes
+// from the first (a part seen twice, never one missing).
+func (p *Pusher) firstPartStreamed(ctx context.Context, r *task.Record, n int) (bool, time.Duration) {
+	rec, err := p.ledger.truncate(ctx, r.ID, fmt.Sprintf("answer larger than one frame: part 1 of %d streamed, the rest pushed", n))
+	if err != nil {
+		p.storeError("record_write", err)
+		return false, time.Second
+	}
+	if _, err := p.ledger.partPushed(ctx, rec, 1); err != nil {
+		return p.partNotRecorded(rec, 1, err)
+	}
+	return false, 0
 }
 
 // streamGone: WeCom refused a stream frame because the stream cannot be
@@ -348,9 +375,6 @@ func (p *Pusher) quotaRefused(r *task.Record, err error) (bool, time.Duration) {
 // answer follows by push.
 func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (bool, time.Duration) {
 	why := "stream window closing"
-	if r.Exec.Finished() {
-		why = "answer larger than one frame"
-	}
 	note := p.cfg.TruncatedNote
 	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
 	if wait, ok := p.spend(r.Chat, 0); !ok {
@@ -412,7 +436,7 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 		// no answer in it, says which question it is about: quote it.
 		answer = join(quote(r.Question), answer)
 	}
-	parts := Split(answer, wecom.MaxContentBytes)
+	parts := Parts(answer, wecom.MaxContentBytes)
 	chatType := wecom.ChatTypeSingle
 	if r.ChatType == wecom.ChatGroup {
 		chatType = wecom.ChatTypeGroup

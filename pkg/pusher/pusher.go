@@ -42,13 +42,16 @@
 //   - stream (phases progress, final): the task's stream began on this
 //     term's connection (its req_id is valid here) and its window is open:
 //     progress updates, then the final frame. Delivered when WeCom acks
-//     the final frame.
-//   - push (phase closing or handoff, then parts): the stream's window is closing (the stream is closed with the
-//     content so far and a note; delivery truncated), the answer does not
-//     fit one frame, or the stream began under another term (WeCom rejects
-//     an old connection's req_id, 846605): the complete answer is pushed
-//     with aibot_send_msg as markdown, split at paragraph boundaries, each
-//     part recorded as it is acked. Delivered after the last part.
+//     the final frame. An answer too long for one frame (20,480 bytes) is
+//     split into parts labelled "(1/n)" … "(n/n)" (Parts, the one
+//     splitter): the final frame carries the first, the rest are pushed.
+//   - push (phase closing or handoff, then parts): the stream's window is
+//     closing (the stream is closed with the content so far and a note;
+//     delivery truncated), the stream began under another term (WeCom
+//     rejects an old connection's req_id, 846605), or the user's device
+//     cannot show streams (600039): the complete answer is pushed with
+//     aibot_send_msg as markdown, split by Parts at paragraph boundaries,
+//     each part recorded as it is acked. Delivered after the last part.
 //
 // Every send to a conversation spends its Budget (shared with the inbound
 // path), keeping a reserve so progress updates never starve the final
