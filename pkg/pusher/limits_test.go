@@ -109,3 +109,35 @@ func TestStreamUnsupportedFallsBackToPush(t *testing.T) {
 		t.Fatalf("user sees %+v", bot)
 	}
 }
+
+// A huge answer (issue 26 item 6): more parts than the conversation may
+// receive in one quota window. Every part reaches the user once, in order,
+// labelled, none over the frame limit, none dropped by a simulator that
+// drops what is over its quota without a word: the push waits for the
+// budget between parts.
+func TestHugeAnswerPushedWithinTheQuota(t *testing.T) {
+	r := newRig(t, wecomsim.Config{QuotaMode: wecomsim.QuotaDrop, RateLimit: 6, RateWindow: time.Second})
+	r.budget = pace.New(5, time.Second, nil).AndAtMost(1000, time.Hour)
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "everything, please")
+	var paras []string
+	for i := range 12 {
+		paras = append(paras, fmt.Sprintf("part %d ", i)+strings.Repeat("字", 6000)) // 18 KB: one a part
+	}
+	full := strings.Join(paras, "\n\n")
+	r.write(rec.ID, full, true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	var got []string
+	for _, m := range r.botMessages("alice") {
+		if len(m.Content) > wecom.MaxContentBytes {
+			t.Fatalf("a message of %d bytes", len(m.Content))
+		}
+		got = append(got, m.Content)
+	}
+	if len(got) != 12 || unlabel(t, got) != full {
+		t.Fatalf("the user got %d messages, want the 12 parts once, in order (sim %+v)", len(got), r.stats())
+	}
+	if s := r.stats(); s.QuotaDrops != 0 || s.QuotaRejections != 0 {
+		t.Fatalf("sim %+v", s)
+	}
+}
