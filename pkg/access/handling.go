@@ -226,7 +226,7 @@ func (h *handling) receipt(streamID string) sent {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
 	defer rcancel()
 	t1 := time.Now()
-	err := h.c.ReplyStream(rctx, h.reqID, wecom.Stream{ID: streamID, Content: h.a.cfg.Texts.Receipt})
+	err := h.c.ReplyStream(rctx, h.reqID, wecom.Stream{ID: streamID, Content: h.a.cfg.Texts.Receipt, Feedback: feedbackOf(h.id)})
 	h.stage("receipt_frame", time.Since(t1))
 	return sent{at: h.a.cfg.Now().UTC(), err: err}
 }

@@ -198,6 +198,8 @@ type Record struct {
 
 	Updated     time.Time    `json:"updated"`
 	Transitions []Transition `json:"transitions"`
+	// Feedback is the user's verdict on the answer, if they gave one.
+	Feedback *Feedback `json:"feedback,omitempty"`
 }
 
 // ID derives a task's id from its bot and WeCom msgid: the same callback
@@ -285,6 +287,11 @@ func (r *Record) clone() *Record {
 	c := *r
 	c.RecentSends = slices.Clone(r.RecentSends)
 	c.Transitions = slices.Clone(r.Transitions)
+	if r.Feedback != nil {
+		fb := *r.Feedback
+		fb.Reasons = slices.Clone(fb.Reasons)
+		c.Feedback = &fb
+	}
 	return &c
 }
 

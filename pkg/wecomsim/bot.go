@@ -95,6 +95,7 @@ type bot struct {
 	uploadTimes  []time.Time            // accepted upload inits, oldest first
 	quotaMode    string                 // "" (the server's Config.QuotaMode), QuotaRefuse or QuotaDrop
 	noStream     map[string]bool        // chats whose stream frames get 600039 (stream_unsupported)
+	feedbackIDs  map[string]bool        // feedback.ids accepted on streams' first frames
 	uploads      map[string]*upload
 	media        map[string]bool
 	stallUntil   time.Time
@@ -119,6 +120,7 @@ func newBot(id, secret string) *bot {
 		uploads:     make(map[string]*upload),
 		media:       make(map[string]bool),
 		noStream:    make(map[string]bool),
+		feedbackIDs: make(map[string]bool),
 		stats: counters{
 			Frames: make(map[string]int64),
 			Errors: make(map[int]int64),

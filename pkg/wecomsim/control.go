@@ -53,6 +53,16 @@ type EventRequest struct {
 	ChatID    string `json:"chat_id,omitempty"`
 	EventKey  string `json:"event_key,omitempty"`
 	TaskID    string `json:"task_id,omitempty"`
+	// FeedbackID, for feedback_event, is the feedback.id of the reply the
+	// user judges: one a stream's first frame of this bot carried.
+	FeedbackID string `json:"feedback_id,omitempty"`
+	// FeedbackType, for feedback_event: 1 accurate, 2 inaccurate, 3 the
+	// verdict withdrawn.
+	FeedbackType int `json:"feedback_type,omitempty"`
+	// FeedbackContent and InaccurateReasons, for an inaccurate verdict:
+	// what the user wrote and the reasons ticked.
+	FeedbackContent   string `json:"feedback_content,omitempty"`
+	InaccurateReasons []int  `json:"inaccurate_reasons,omitempty"`
 }
 
 // EventResult says what became of a posted event.
@@ -89,6 +99,9 @@ type TranscriptEntry struct {
 	StreamID string `json:"stream_id,omitempty"`
 	// Images is the number of msg_item images on a finished stream.
 	Images int `json:"images,omitempty"`
+	// FeedbackID is the feedback.id a stream's first frame carried: what
+	// a feedback_event for this reply names.
+	FeedbackID string `json:"feedback_id,omitempty"`
 }
 
 // Stats are a bot's totals since the server started.
@@ -380,6 +393,12 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 	if req.EventType == wecom.EventEnterChat && chatType != wecom.ChatSingle {
 		return EventResult{}, invalid("enter_chat happens only in single chats: drop chat_type/chat_id")
 	}
+	var fb *wecom.FeedbackEvent
+	if req.EventType == wecom.EventFeedback {
+		if fb, err = s.feedbackEvent(b, req); err != nil {
+			return EventResult{}, err
+		}
+	}
 	now := s.now()
 	ev := wecom.EventCallback{
 		MsgID:      newID("msg"),
@@ -388,7 +407,7 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 		ChatType:   chatType,
 		From:       wecom.From{UserID: req.UserID},
 		MsgType:    wecom.MsgTypeEvent,
-		Event:      wecom.Event{EventType: req.EventType, EventKey: req.EventKey, TaskID: req.TaskID},
+		Event:      wecom.Event{EventType: req.EventType, EventKey: req.EventKey, TaskID: req.TaskID, Feedback: fb},
 	}
 	if chatType == wecom.ChatGroup {
 		ev.ChatID = chat

@@ -258,6 +258,10 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 		st.entry = b.addEntry(p.chat, TranscriptEntry{From: "bot", MsgID: newID("reply"), ReplyTo: p.msgid,
 			Kind: body.MsgType, StreamID: s.ID})
 		b.streams[s.ID] = st
+		if s.Feedback != nil {
+			st.entry.FeedbackID = s.Feedback.ID
+			b.feedbackIDs[s.Feedback.ID] = true
+		}
 	}
 	st.entry.Content = s.Content
 	st.entry.Images = len(s.MsgItem)
