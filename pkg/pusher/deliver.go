@@ -211,7 +211,7 @@ func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, text 
 	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})
 	if err != nil {
 		if quotaRefused(err) {
-			return p.quotaRefused(r, err)
+			return p.quotaLowered(r, err)
 		}
 		if refused(err) {
 			p.cfg.Budget.Refund(r.Chat)
@@ -318,7 +318,7 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		}
 		return p.delivered(ctx, r, answer, "final frame applied earlier (ack lost)", 0)
 	case quotaRefused(err):
-		return p.quotaRefused(r, err)
+		return p.quotaLowered(r, err)
 	case streamGone(code):
 		p.cfg.Budget.Refund(r.Chat)
 		return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
@@ -356,14 +356,14 @@ func quotaRefused(err error) bool {
 	return refused(err) && wecom.ErrCodeOf(err) == wecom.ErrCodeRateLimited
 }
 
-// quotaRefused ends a step whose send WeCom refused for the
+// quotaLowered ends a step whose send WeCom refused for the
 // conversation's quota (45009): WeCom counted more sends than the budget
 // did. The send stays counted, the budget lowers the conversation's rate
 // (pace.Budget.Refused), and the step waits for the conversation's next
 // slot. Not an attempt of the task's: the answer is fine, the
 // conversation is busy; a refusal is never what keeps botctl under the
 // quota (WeCom may drop a frame over it without one), the budget is.
-func (p *Pusher) quotaRefused(r *task.Record, err error) (bool, time.Duration) {
+func (p *Pusher) quotaLowered(r *task.Record, err error) (bool, time.Duration) {
 	p.cfg.Budget.Refused(r.Chat)
 	p.count(func(s *Stats) { s.Errors++; s.QuotaRefused++ })
 	wait := max(p.cfg.Budget.Free(r.Chat).Sub(p.cfg.Now()), p.cfg.ScanInterval)
@@ -457,7 +457,7 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 		}
 		if err := p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, parts[i]); err != nil {
 			if quotaRefused(err) {
-				return p.quotaRefused(r, err)
+				return p.quotaLowered(r, err)
 			}
 			if refused(err) {
 				p.cfg.Budget.Refund(r.Chat) // refused: not counted by WeCom either
