@@ -20,6 +20,9 @@ type simFlags struct {
 	streamWindow  time.Duration
 	rateLimit     int
 	rateWindow    time.Duration
+	hourlyLimit   int
+	hourlyWindow  time.Duration
+	quotaMode     string
 	welcomeWindow time.Duration
 	updateWindow  time.Duration
 	mediaLifetime time.Duration
@@ -52,6 +55,9 @@ a loopback address. See docs/simulator.md.`,
 	fl.DurationVar(&f.streamWindow, "stream-window", wecomsim.DefaultStreamWindow, "a stream must finish within this from its first frame")
 	fl.IntVar(&f.rateLimit, "rate-limit", wecomsim.DefaultRateLimit, "frames accepted per conversation per --rate-window")
 	fl.DurationVar(&f.rateWindow, "rate-window", wecomsim.DefaultRateWindow, "sliding window of --rate-limit")
+	fl.IntVar(&f.hourlyLimit, "hourly-limit", wecomsim.DefaultHourlyLimit, "frames accepted per conversation per --hourly-window, beside --rate-limit")
+	fl.DurationVar(&f.hourlyWindow, "hourly-window", wecomsim.DefaultHourlyWindow, "sliding window of --hourly-limit")
+	fl.StringVar(&f.quotaMode, "quota-mode", wecomsim.QuotaRefuse, "what a frame over the quota gets: refuse (errcode 45009) or drop (acked 0, never shown, counted quota_drops)")
 	fl.DurationVar(&f.welcomeWindow, "welcome-window", wecomsim.DefaultWelcomeWindow, "how long after enter_chat a welcome reply is accepted")
 	fl.DurationVar(&f.updateWindow, "update-window", wecomsim.DefaultUpdateWindow, "how long after template_card_event a card update is accepted")
 	fl.DurationVar(&f.mediaLifetime, "media-lifetime", wecomsim.DefaultMediaLifetime, "how long the URL of a media item a user sends works")
@@ -72,6 +78,7 @@ func (f simFlags) validate() ([]simBot, error) {
 	}{
 		{"--stream-window", f.streamWindow},
 		{"--rate-window", f.rateWindow},
+		{"--hourly-window", f.hourlyWindow},
 		{"--welcome-window", f.welcomeWindow},
 		{"--update-window", f.updateWindow},
 		{"--media-lifetime", f.mediaLifetime},
@@ -82,6 +89,12 @@ func (f simFlags) validate() ([]simBot, error) {
 	}
 	if f.rateLimit <= 0 {
 		return nil, usageErrorf("--rate-limit %d: must be a positive number of frames", f.rateLimit)
+	}
+	if f.hourlyLimit <= 0 {
+		return nil, usageErrorf("--hourly-limit %d: must be a positive number of frames", f.hourlyLimit)
+	}
+	if f.quotaMode != wecomsim.QuotaRefuse && f.quotaMode != wecomsim.QuotaDrop {
+		return nil, usageErrorf("--quota-mode %q: want refuse or drop", f.quotaMode)
 	}
 	var bots []simBot
 	seen := make(map[string]bool)
@@ -117,6 +130,9 @@ func runSim(cmd *cobra.Command, f simFlags) error {
 		StreamWindow:      f.streamWindow,
 		RateLimit:         f.rateLimit,
 		RateWindow:        f.rateWindow,
+		HourlyLimit:       f.hourlyLimit,
+		HourlyWindow:      f.hourlyWindow,
+		QuotaMode:         f.quotaMode,
 		WelcomeWindow:     f.welcomeWindow,
 		UpdateWindow:      f.updateWindow,
 		MediaLifetime:     f.mediaLifetime,

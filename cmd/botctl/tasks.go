@@ -150,6 +150,19 @@ func newTasksShowCmd(cf *clusterFlags) *cobra.Command {
 			if out != nil {
 				fmt.Fprintf(w, "output    %d bytes, attempt %d\n", len(out.Text), out.Attempt)
 			}
+			if fb := r.Feedback; fb != nil {
+				fmt.Fprintf(w, "feedback  %s by %s at %s", fb.Kind, fb.User, fb.At.Format(time.RFC3339))
+				if len(fb.Reasons) > 0 {
+					fmt.Fprintf(w, ", reasons %v", fb.Reasons)
+				}
+				if fb.Content != "" {
+					fmt.Fprintf(w, ": %s", oneline.Clip(fb.Content, 200))
+				}
+				if fb.Count > 1 {
+					fmt.Fprintf(w, " (latest of %d)", fb.Count)
+				}
+				fmt.Fprintln(w)
+			}
 			fmt.Fprintln(w, "transitions:")
 			for _, t := range r.Transitions {
 				fmt.Fprintf(w, "  %s  %-8s %s → %s  %s (%s)\n", t.At.Format("15:04:05.000"), t.Dim, t.From, t.To, t.Reason, t.Node)

@@ -367,7 +367,8 @@ func (a *Access) arrive(term *election.Term, c *wecom.Conn, reqID string, m *wec
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(term.Context()), a.cfg.Timeout)
 	defer cancel()
 	e := &earlyReceipt{sent: time.Now()}
-	e.p, e.err = c.SendStream(sctx, reqID, wecom.Stream{ID: "s-" + task.ID(term.Bot, m.MsgID), Content: a.cfg.Texts.Receipt})
+	id := task.ID(term.Bot, m.MsgID)
+	e.p, e.err = c.SendStream(sctx, reqID, wecom.Stream{ID: "s-" + id, Content: a.cfg.Texts.Receipt, Feedback: feedbackOf(id)})
 	in.early = e
 	return in
 }
@@ -419,8 +420,13 @@ func (a *Access) screen(m *wecom.MsgCallback) (screening, string) {
 	return screenTask, question
 }
 
-// HandleEvent answers enter_chat with the welcome text, if one is set.
+// HandleEvent answers enter_chat with the welcome text, if one is set,
+// and records a feedback_event with its task (feedback.go).
 func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback) {
+	if ev.Event.EventType == wecom.EventFeedback {
+		a.feedback(term, ev)
+		return
+	}
 	if ev.Event.EventType != wecom.EventEnterChat || a.cfg.Texts.Welcome == "" {
 		return
 	}

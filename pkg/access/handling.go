@@ -135,7 +135,12 @@ func (h *handling) finishOn(streamID, text string) error {
 	if err != nil {
 		var refused *wecom.AckError
 		if h.a.cfg.Outbound != nil && errors.As(err, &refused) && !errors.Is(err, wecom.ErrAckUnknown) {
-			h.a.cfg.Outbound.Budget(h.term.Bot).Refund(h.chat)
+			if refused.ErrCode == wecom.ErrCodeRateLimited {
+				// WeCom counted more than the budget: lower it, not refund.
+				h.a.cfg.Outbound.Budget(h.term.Bot).Refused(h.chat)
+			} else {
+				h.a.cfg.Outbound.Budget(h.term.Bot).Refund(h.chat)
+			}
 		}
 		h.log.Warn().Err(err).Msg("reply failed")
 	}
@@ -231,7 +236,7 @@ func (h *handling) receipt(streamID string) sent {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
 	defer rcancel()
 	t1 := time.Now()
-	err := h.c.ReplyStream(rctx, h.reqID, wecom.Stream{ID: streamID, Content: h.a.cfg.Texts.Receipt})
+	err := h.c.ReplyStream(rctx, h.reqID, wecom.Stream{ID: streamID, Content: h.a.cfg.Texts.Receipt, Feedback: feedbackOf(h.id)})
 	h.stage("receipt_frame", time.Since(t1))
 	return sent{at: h.a.cfg.Now().UTC(), err: err}
 }

@@ -87,6 +87,9 @@ type Metrics interface {
 	// receipt's is the write to the ack read, measured by the
 	// connection).
 	Stage(bot, stage string, d time.Duration)
+	// Feedback counts a user's verdict on an answer (a feedback_event),
+	// by kind: accurate, inaccurate, canceled or unknown.
+	Feedback(bot, kind string)
 }
 
 // Media takes a message's files from WeCom into the media bucket

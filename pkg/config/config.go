@@ -101,7 +101,11 @@ type Access struct {
 type Push struct {
 	// Budget is frames per minute per conversation, replies and pushes
 	// together. Default 20, under WeCom's 30.
-	Budget       int           `yaml:"budget"`
+	Budget int `yaml:"budget"`
+	// BudgetHourly is frames per hour per conversation, beside Budget.
+	// Default 900, under WeCom's 1,000 (which a frame over may be dropped
+	// for without a refusal).
+	BudgetHourly int           `yaml:"budget_hourly"`
 	StreamWindow time.Duration `yaml:"stream_window"`
 	Heartbeat    time.Duration `yaml:"heartbeat"`
 	// HeartbeatLine is the status line shown after Heartbeat without news,
@@ -293,7 +297,7 @@ func Defaults() Config {
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20, AuditEvery: time.Minute},
 		Worker:   Worker{Slots: DefaultWorkerSlots, LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI:       AI{Kind: AIKindDemo, MaxAnswerBytes: DefaultMaxAnswerBytes},
-		Push: Push{Budget: 20, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
+		Push: Push{Budget: 20, BudgetHourly: 900, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
 		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second},
 	}
@@ -577,6 +581,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Push.Budget < 1 || c.Push.Budget > 30 {
 		bad("push.budget", "%d frames/min: want 1 to 30 (WeCom allows about 30 per conversation; keep a margin)", c.Push.Budget)
+	}
+	if c.Push.BudgetHourly < 1 || c.Push.BudgetHourly > 1000 {
+		bad("push.budget_hourly", "%d frames/h: want 1 to 1000 (WeCom allows 1,000 per conversation an hour; keep a margin)", c.Push.BudgetHourly)
 	}
 	if c.Push.StreamWindow < time.Minute {
 		bad("push.stream_window", "%s: want at least 1m (WeCom's is 6m)", c.Push.StreamWindow)

@@ -81,6 +81,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "push:\n  heartbeat_line: still working\n", want: "push.heartbeat_line"},
 		{yaml: "nats:\n  replicas: 2\n", want: "nats.replicas"},
 		{yaml: "push:\n  budget: 31\n", want: "push.budget"},
+		{yaml: "push:\n  budget_hourly: 1001\n", want: "push.budget_hourly"},
 		{yaml: "ai:\n  kind: oracle\n", want: "ai.kind"},
 		{yaml: "dispatch:\n  fixed_worker: 10.0.0.1\n", want: "dispatch.fixed_worker"},
 	} {

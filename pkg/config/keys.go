@@ -167,6 +167,7 @@ var Keys = []Key{
 	{Name: "access.receipt_text", Flag: "receipt-text", Usage: "the receipt frame's text", set: str(func(c *Config) *string { return &c.Access.ReceiptText })},
 	{Name: "access.welcome_text", Flag: "welcome-text", Usage: "answer to enter_chat (empty: none)", set: str(func(c *Config) *string { return &c.Access.WelcomeText })},
 	{Name: "push.budget", Flag: "push-budget", Usage: "frames per minute per conversation (under WeCom's 30)", set: integer(func(c *Config) *int { return &c.Push.Budget })},
+	{Name: "push.budget_hourly", Flag: "push-budget-hourly", Usage: "frames per hour per conversation (under WeCom's 1,000)", set: integer(func(c *Config) *int { return &c.Push.BudgetHourly })},
 	{Name: "push.stream_window", Flag: "stream-window", Usage: "WeCom's stream window", set: dur(func(c *Config) *time.Duration { return &c.Push.StreamWindow })},
 	{Name: "push.queued_line", Flag: "push-queued-line", Usage: "status line while the task waits for a free worker (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.QueuedLine })},
 	{Name: "push.heartbeat_line", Flag: "push-heartbeat-line", Usage: "status line after push.heartbeat without news (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.HeartbeatLine })},

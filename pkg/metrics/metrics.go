@@ -56,6 +56,7 @@ type Node struct {
 	etcdErrors *prometheus.CounterVec
 	natsErrors *prometheus.CounterVec
 	corrupt    *prometheus.CounterVec
+	feedback   *prometheus.CounterVec
 }
 
 // New makes a node's registry with its instruments, the process and Go
@@ -84,8 +85,10 @@ func New() *Node {
 			Help: "NATS errors of this node's connection, by kind (disconnect, async, request: JetStream requests that failed) and, for requests, op (publish; fetch, ack, remove, hold: the worker's queue requests; record_read, record_write, output_read, output_write, output_watch, watermark_read, watermark_write, context_read, context_write: the pusher's and the worker's reads and writes of the store; scrape: this scrape's reads)."}, []string{"kind", "op"}),
 		corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "corrupt_records_total",
 			Help: "Task records skipped because they do not decode, by bot and where (rebuild: a pusher's term start; push: a pusher's step; spool: the spool's way out, which drops the entry; sweep: the leader's sweep). Each pass that meets one counts it: it rises for as long as the record stays."}, []string{"bot", "where"}),
+		feedback: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "feedback_total",
+			Help: "Users' verdicts on answers (WeCom's feedback_event) this node received, by bot and kind (accurate, inaccurate, canceled: a verdict withdrawn, unknown). Each is recorded with its task: botctl feedback."}, []string{"bot", "kind"}),
 	}
-	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, alertsSent,
+	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, alertsSent,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -108,6 +111,9 @@ func (m *Node) Receipted(bot string, d time.Duration) {
 func (m *Node) Stage(bot, stage string, d time.Duration) {
 	m.stages.WithLabelValues(bot, stage).Observe(d.Seconds())
 }
+
+// Feedback counts a user's verdict on an answer (access.Metrics).
+func (m *Node) Feedback(bot, kind string) { m.feedback.WithLabelValues(bot, kind).Inc() }
 
 // PushLag observes a progress frame's lag (pusher.Metrics).
 func (m *Node) PushLag(bot string, d time.Duration) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +24,12 @@ const finalReserve = 2
 // reserve (serve writes a running answer's output twice per gap).
 func ProgressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
+}
+
+// progressGap is ProgressGap for budget b: its first cap's window spread
+// over its limit less the reserve.
+func progressGap(b *pace.Budget) time.Duration {
+	return b.Window() / time.Duration(max(b.Limit()-finalReserve, 1))
 }
 
 // StepTimeout bounds one step of one task: a few sends and record writes.
@@ -203,6 +210,9 @@ func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, text 
 	}
 	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})
 	if err != nil {
+		if quotaRefused(err) {
+			return p.quotaLowered(r, err)
+		}
 		if refused(err) {
 			p.cfg.Budget.Refund(r.Chat)
 		}
@@ -258,8 +268,13 @@ func (p *Pusher) markShown(id string, at time.Time) {
 
 // final sends the final frame: never starved (reserve 0), delivered on
 // its ack.
+//
+// An answer too long for one frame is split (Parts): the final frame
+// carries its first part, and the delivery is owed by push from the
+// second (firstPartStreamed).
 func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
 	answer := p.finalText(r, text)
+	parts := Parts(answer, wecom.MaxContentBytes)
 	if wait, ok := p.spend(r.Chat, 0); !ok {
 		return false, wait
 	}
@@ -277,11 +292,14 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		p.cfg.Budget.Refund(r.Chat)
 		return true, 0
 	}
-	err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: answer, Finish: true})
+	err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: parts[0], Finish: true})
 	switch code := wecom.ErrCodeOf(err); {
 	case err == nil:
 		p.count(func(s *Stats) { s.Frames++ })
 		p.lag(r.ID, p.cfg.Now())
+		if len(parts) > 1 {
+			return p.firstPartStreamed(ctx, ir, len(parts))
+		}
 		_, err := p.ledger.deliveredFrom(ctx, ir, irev, answer, "final frame acked", 0)
 		return p.recorded(r.ID, "final frame acked", 0, err)
 	case errors.Is(err, wecom.ErrAckUnknown) && !errors.Is(err, wecom.ErrClosed):
@@ -295,7 +313,12 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		// An earlier final frame whose ack was lost was applied: the
 		// stream is finished, not expired.
 		p.count(func(s *Stats) { s.Ambiguous++ })
+		if len(parts) > 1 {
+			return p.firstPartStreamed(ctx, r, len(parts))
+		}
 		return p.delivered(ctx, r, answer, "final frame applied earlier (ack lost)", 0)
+	case quotaRefused(err):
+		return p.quotaLowered(r, err)
 	case streamGone(code):
 		p.cfg.Budget.Refund(r.Chat)
 		return p.toPush(ctx, r, fmt.Sprintf("stream refused (errcode %d); pushing the answer", code))
@@ -304,20 +327,54 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 	}
 }
 
+// firstPartStreamed records that r's stream ended with the first of the
+// n parts of its answer: the delivery is owed by push (truncated), from
+// the second part. Were the count's write lost, the next step pushes
+// from the first (a part seen twice, never one missing).
+func (p *Pusher) firstPartStreamed(ctx context.Context, r *task.Record, n int) (bool, time.Duration) {
+	rec, err := p.ledger.truncate(ctx, r.ID, fmt.Sprintf("answer larger than one frame: part 1 of %d streamed, the rest pushed", n))
+	if err != nil {
+		p.storeError("record_write", err)
+		return false, time.Second
+	}
+	if _, err := p.ledger.partPushed(ctx, rec, 1); err != nil {
+		return p.partNotRecorded(rec, 1, err)
+	}
+	return false, 0
+}
+
 // streamGone: WeCom refused a stream frame because the stream cannot be
-// written any more (an old connection's req_id, or its window over): the
-// answer goes by push.
+// written any more (an old connection's req_id, or its window over) or
+// cannot be shown at all (600039: the user's device does not support
+// streams): the answer goes by markdown push.
 func streamGone(code int) bool {
-	return code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired
+	return code == wecom.ErrCodeInvalidReqID || code == wecom.ErrCodeStreamExpired || code == wecom.ErrCodeDeviceUnsupported
+}
+
+// quotaRefused: WeCom refused a send for the conversation's quota (45009).
+func quotaRefused(err error) bool {
+	return refused(err) && wecom.ErrCodeOf(err) == wecom.ErrCodeRateLimited
+}
+
+// quotaLowered ends a step whose send WeCom refused for the
+// conversation's quota (45009): WeCom counted more sends than the budget
+// did. The send stays counted, the budget lowers the conversation's rate
+// (pace.Budget.Refused), and the step waits for the conversation's next
+// slot. Not an attempt of the task's: the answer is fine, the
+// conversation is busy; a refusal is never what keeps botctl under the
+// quota (WeCom may drop a frame over it without one), the budget is.
+func (p *Pusher) quotaLowered(r *task.Record, err error) (bool, time.Duration) {
+	p.cfg.Budget.Refused(r.Chat)
+	p.count(func(s *Stats) { s.Errors++; s.QuotaRefused++ })
+	wait := max(p.cfg.Budget.Free(r.Chat).Sub(p.cfg.Now()), p.cfg.ScanInterval)
+	p.log.Warn().Err(err).Str("task", r.ID).Str("chat", r.Chat).Dur("retry_in", wait).Msg("WeCom refused a send for the conversation's quota; its budget is lowered")
+	return false, wait
 }
 
 // closeStream ends the stream with the content so far and a note; the full
 // answer follows by push.
 func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (bool, time.Duration) {
 	why := "stream window closing"
-	if r.Exec.Finished() {
-		why = "answer larger than one frame"
-	}
 	note := p.cfg.TruncatedNote
 	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
 	if wait, ok := p.spend(r.Chat, 0); !ok {
@@ -327,7 +384,11 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (
 	if err == nil {
 		p.count(func(s *Stats) { s.Frames++; s.Truncated++ })
 	} else {
-		p.cfg.Budget.Refund(r.Chat)
+		if quotaRefused(err) {
+			p.cfg.Budget.Refused(r.Chat)
+		} else {
+			p.cfg.Budget.Refund(r.Chat)
+		}
 		p.log.Info().Err(err).Str("task", r.ID).Msg("closing the stream failed; the answer goes by push anyway")
 	}
 	return p.toPush(ctx, r, why)
@@ -375,7 +436,7 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 		// no answer in it, says which question it is about: quote it.
 		answer = join(quote(r.Question), answer)
 	}
-	parts := Split(answer, wecom.MaxContentBytes)
+	parts := Parts(answer, wecom.MaxContentBytes)
 	chatType := wecom.ChatTypeSingle
 	if r.ChatType == wecom.ChatGroup {
 		chatType = wecom.ChatTypeGroup
@@ -395,6 +456,9 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 			return false, wait
 		}
 		if err := p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, parts[i]); err != nil {
+			if quotaRefused(err) {
+				return p.quotaLowered(r, err)
+			}
 			if refused(err) {
 				p.cfg.Budget.Refund(r.Chat) // refused: not counted by WeCom either
 			}

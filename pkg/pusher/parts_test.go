@@ -2,6 +2,8 @@ package pusher_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,11 +32,12 @@ func (g *gateFunc) Wait(time.Time) time.Duration {
 	return 0
 }
 
-// longAnswer is an answer pushed in several parts, and those parts.
+// longAnswer is an answer too long for one frame, and its parts: the
+// first the stream's final frame, the rest pushed.
 func longAnswer() (string, []string) {
 	para := strings.Repeat("段", 4000) // 12000 bytes: one paragraph per part
 	full := strings.Join([]string{"one " + para, "two " + para, "three " + para, "four " + para}, "\n\n")
-	return full, pusher.Split(full, wecom.MaxContentBytes)
+	return full, pusher.Parts(full, wecom.MaxContentBytes)
 }
 
 // pushed is the content of every part pushed to chat (markdown), in order.
@@ -88,7 +91,7 @@ func TestAckedPartWhoseCountWasNotWrittenIsNotPushedAgain(t *testing.T) {
 		}),
 	})
 	rec := r.ask("alice", "long")
-	r.write(rec.ID, full, true) // too long for one frame: closed, then pushed
+	r.write(rec.ID, full, true) // too long for one frame: part 1 streamed, the rest pushed
 	r.waitDelivery(rec.ID, task.Delivered)
 	select {
 	case <-writeFailed:
@@ -96,8 +99,8 @@ func TestAckedPartWhoseCountWasNotWrittenIsNotPushedAgain(t *testing.T) {
 		t.Fatal("no record write failed: the test made no fault")
 	}
 	got := r.pushed("alice")
-	if len(got) != len(parts) || strings.Join(got, "\n\n") != full {
-		t.Fatalf("the user got %d pushed parts, want each of the %d once", len(got), len(parts))
+	if !slices.Equal(got, parts[1:]) {
+		t.Fatalf("the user got %d pushed parts, want each of the %d after the streamed first once", len(got), len(parts)-1)
 	}
 	if stored := r.record(rec.ID); stored.PushedParts != len(parts) {
 		t.Fatalf("pushed_parts = %d, want %d", stored.PushedParts, len(parts))
@@ -137,11 +140,101 @@ func TestPartCountFromBeforeARedeliverSkipsNothing(t *testing.T) {
 	}
 	r.waitDelivery(rec.ID, task.Delivered) // reopened by the redeliver: this is its end
 	got := r.pushed("alice")
-	// Parts 1 and 2 of the first push, then every part of the redelivery.
-	if len(got) != len(parts)+2 || strings.Join(got[2:], "\n\n") != full {
+	// Parts 2 and 3 of the first push (its part 1 was the stream's final
+	// frame), then every part of the redelivery.
+	if len(got) != len(parts)+2 || !slices.Equal(got[2:], parts) {
 		t.Fatalf("the user got %d pushed parts, want 2 then all %d again", len(got), len(parts))
 	}
 	if stored := r.record(rec.ID); stored.PushedParts != len(parts) {
 		t.Fatalf("pushed_parts = %d, want %d", stored.PushedParts, len(parts))
 	}
+}
+
+// unlabel checks that parts are labelled "(1/n)" … "(n/n)" in order (a
+// lone part unlabelled) and rebuilds the answer they were cut from at
+// paragraph boundaries.
+func unlabel(t *testing.T, parts []string) string {
+	t.Helper()
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	var texts []string
+	for i, p := range parts {
+		l := fmt.Sprintf("(%d/%d)\n\n", i+1, len(parts))
+		if !strings.HasPrefix(p, l) {
+			t.Fatalf("part %d of %d starts %q, want its label %q", i+1, len(parts), p[:min(len(p), 12)], l)
+		}
+		texts = append(texts, strings.TrimPrefix(p, l))
+	}
+	return strings.Join(texts, "\n\n")
+}
+
+// Parts cuts at paragraphs, each part with its label within the limit;
+// a text that fits is one part, unlabelled; the label's width grows with
+// the count.
+func TestParts(t *testing.T) {
+	if got := pusher.Parts("short", 100); len(got) != 1 || got[0] != "short" {
+		t.Fatalf("Parts of a short text = %q", got)
+	}
+	para := strings.Repeat("x", 40)
+	var paras []string
+	for range 30 {
+		paras = append(paras, para)
+	}
+	full := strings.Join(paras, "\n\n")
+	for _, limit := range []int{60, 100, 2000} {
+		parts := pusher.Parts(full, limit)
+		for i, p := range parts {
+			if len(p) > limit {
+				t.Fatalf("limit %d: part %d is %d bytes", limit, i+1, len(p))
+			}
+		}
+		if got := unlabel(t, parts); got != full {
+			t.Fatalf("limit %d: parts do not rebuild the text", limit)
+		}
+		if limit == 60 && len(parts) != 30 {
+			t.Fatalf("limit 60: %d parts, want 30 (one paragraph each, two-digit labels)", len(parts))
+		}
+	}
+}
+
+// Each path an answer too long for one frame can take reaches the user
+// split into labelled parts that rebuild it: the stream (its final frame
+// the first part, the rest pushed), and the push of an answer whose
+// stream began under another term (the handoff). The window's close is
+// TestWindowTruncatesThenPushesSplit's.
+func TestLongAnswerSplitOnEveryPath(t *testing.T) {
+	full, parts := longAnswer()
+	t.Run("stream", func(t *testing.T) {
+		r := newRig(t, wecomsim.Config{})
+		r.start(pusher.Config{})
+		rec := r.ask("alice", "long")
+		r.write(rec.ID, full, true)
+		r.waitDelivery(rec.ID, task.Delivered)
+		bot := r.botMessages("alice")
+		if len(bot) != len(parts) || bot[0].Kind != "stream" || !bot[0].Finished || bot[0].Content != parts[0] {
+			t.Fatalf("user sees %d messages, the first %+v", len(bot), bot[0].Kind)
+		}
+		var got []string
+		for _, m := range bot {
+			got = append(got, m.Content)
+		}
+		if unlabel(t, got) != full || !slices.Equal(r.pushed("alice"), parts[1:]) {
+			t.Fatal("the stream's part and the pushed ones do not rebuild the answer")
+		}
+		if stored := r.record(rec.ID); stored.PushedParts != len(parts) {
+			t.Fatalf("pushed_parts = %d, want %d", stored.PushedParts, len(parts))
+		}
+	})
+	t.Run("handoff", func(t *testing.T) {
+		r := newRig(t, wecomsim.Config{})
+		rec := r.ask("alice", "long") // its stream on term 1
+		r.connect(2)
+		r.start(pusher.Config{})
+		r.write(rec.ID, full, true)
+		r.waitDelivery(rec.ID, task.Delivered)
+		if got := r.pushed("alice"); !slices.Equal(got, parts) {
+			t.Fatalf("pushed %d parts, want the %d labelled", len(got), len(parts))
+		}
+	})
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/botctl/botctl/pkg/wecom"
 )
 
 // phase is where a task's delivery stands at a step, found from its
@@ -18,9 +17,9 @@ import (
 // step:
 //
 //	progress ── window closing ───────────────────► closing ──► parts
-//	progress ── execution over, fits one frame ───► final
-//	progress ── execution over, too large ────────► closing
+//	progress ── execution over ───────────────────► final
 //	final ───── acked (or applied earlier) ───────► done
+//	final ───── too large: part 1 of n acked ─────► parts (from part 2)
 //	final ───── refused, or outcome unknown ──────► parts
 //	handoff (no stream here, still the stream's) ─► parts
 //	parts ───── every part acked, or expired ─────► done
@@ -36,12 +35,13 @@ const (
 	// there is content the user has not seen or a heartbeat is due,
 	// paced below the budget.
 	progress phase = iota
-	// closing: the stream's window is closing, or the complete answer
-	// does not fit one frame: the stream is closed with the content so
-	// far and a note, and the delivery is owed by push (truncated).
+	// closing: the stream's window is closing: the stream is closed with
+	// the content so far and a note, and the delivery is owed by push
+	// (truncated).
 	closing
-	// final: the execution is over and its answer fits one frame: the
-	// final frame, delivered on its ack.
+	// final: the execution is over: the final frame, delivered on its
+	// ack; an answer too long for one frame is split (Parts), its first
+	// part the final frame, the rest owed by push.
 	final
 	// handoff: the delivery is still the stream's (pending, streaming),
 	// but the stream cannot carry it on this connection: it began under
@@ -65,9 +65,6 @@ func (p *Pusher) phaseOf(r *task.Record, text string, now time.Time) phase {
 		}
 		return parts
 	case r.Exec.Finished():
-		if len(p.finalText(r, text)) > wecom.MaxContentBytes {
-			return closing
-		}
 		return final
 	case p.windowClosing(r, now):
 		return closing
@@ -129,7 +126,7 @@ func unseen(r *task.Record, text, hash string) bool { return text != "" && hash 
 // could otherwise use the whole budget and make the final frame wait for
 // the window). The final frame, when it comes, is not held up by this.
 func (p *Pusher) progressWait(r *task.Record, now time.Time) time.Duration {
-	gap := ProgressGap(p.cfg.Budget.Limit())
+	gap := progressGap(p.cfg.Budget)
 	if since := now.Sub(r.PushedAt); since < gap {
 		return gap - since
 	}

@@ -42,13 +42,16 @@
 //   - stream (phases progress, final): the task's stream began on this
 //     term's connection (its req_id is valid here) and its window is open:
 //     progress updates, then the final frame. Delivered when WeCom acks
-//     the final frame.
-//   - push (phase closing or handoff, then parts): the stream's window is closing (the stream is closed with the
-//     content so far and a note; delivery truncated), the answer does not
-//     fit one frame, or the stream began under another term (WeCom rejects
-//     an old connection's req_id, 846605): the complete answer is pushed
-//     with aibot_send_msg as markdown, split at paragraph boundaries, each
-//     part recorded as it is acked. Delivered after the last part.
+//     the final frame. An answer too long for one frame (20,480 bytes) is
+//     split into parts labelled "(1/n)" … "(n/n)" (Parts, the one
+//     splitter): the final frame carries the first, the rest are pushed.
+//   - push (phase closing or handoff, then parts): the stream's window is
+//     closing (the stream is closed with the content so far and a note;
+//     delivery truncated), the stream began under another term (WeCom
+//     rejects an old connection's req_id, 846605), or the user's device
+//     cannot show streams (600039): the complete answer is pushed with
+//     aibot_send_msg as markdown, split by Parts at paragraph boundaries,
+//     each part recorded as it is acked. Delivered after the last part.
 //
 // Every send to a conversation spends its Budget (shared with the inbound
 // path), keeping a reserve so progress updates never starve the final
@@ -240,19 +243,22 @@ const minScanGap = 50 * time.Millisecond
 
 // Stats counts what a pusher did in its term.
 type Stats struct {
-	Frames     int64 `json:"frames"`    // stream frames acked
-	Pushes     int64 `json:"pushes"`    // aibot_send_msg parts acked
-	Delivered  int64 `json:"delivered"` // tasks delivered
-	Truncated  int64 `json:"truncated"` // streams closed before the answer was complete
-	Failed     int64 `json:"failed"`    // deliveries given up
-	Errors     int64 `json:"errors"`    // sends refused or unanswered
-	Ambiguous  int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
-	Throttled  int64 `json:"throttled"` // sends deferred by the budget
-	Held       int64 `json:"held"`      // pushes deferred by the recovery gate (half-open)
-	Stalled    int64 `json:"stalled"`   // steps deferred while the connection's acks were overdue
-	Active     int   `json:"active"`    // tasks being delivered now
-	RebuiltNum int   `json:"rebuilt"`   // active tasks found at term start
-	Resynced   int64 `json:"resynced"`  // undelivered tasks found by the resync, never announced to this pusher
+	Frames    int64 `json:"frames"`    // stream frames acked
+	Pushes    int64 `json:"pushes"`    // aibot_send_msg parts acked
+	Delivered int64 `json:"delivered"` // tasks delivered
+	Truncated int64 `json:"truncated"` // streams closed before the answer was complete
+	Failed    int64 `json:"failed"`    // deliveries given up
+	Errors    int64 `json:"errors"`    // sends refused or unanswered
+	Ambiguous int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
+	Throttled int64 `json:"throttled"` // sends deferred by the budget
+	// QuotaRefused: sends WeCom refused for the conversation's quota
+	// (45009; also counted in Errors): each lowered its budget.
+	QuotaRefused int64 `json:"quota_refused"`
+	Held         int64 `json:"held"`     // pushes deferred by the recovery gate (half-open)
+	Stalled      int64 `json:"stalled"`  // steps deferred while the connection's acks were overdue
+	Active       int   `json:"active"`   // tasks being delivered now
+	RebuiltNum   int   `json:"rebuilt"`  // active tasks found at term start
+	Resynced     int64 `json:"resynced"` // undelivered tasks found by the resync, never announced to this pusher
 }
 
 // Pusher delivers one bot's answers during one term.

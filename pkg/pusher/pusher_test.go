@@ -360,7 +360,7 @@ func TestWindowTruncatesThenPushesSplit(t *testing.T) {
 		}
 		pushed = append(pushed, m.Content)
 	}
-	if got := strings.Join(pushed, "\n\n"); got != full {
+	if got := unlabel(t, pushed); got != full {
 		t.Fatalf("pushed parts do not rebuild the answer (%d parts, %d bytes vs %d)", len(pushed), len(got), len(full))
 	}
 	if s := r.stats(); s.ExpiredUpdates != 0 || s.QuotaRejections != 0 {

@@ -1,9 +1,45 @@
 package pusher
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
+
+// Parts is the one splitter of every reply too long for one frame (WeCom
+// takes at most wecom.MaxContentBytes): text cut by Split into n parts of
+// at most limit bytes each, its label included, each part but a lone one
+// starting with the label "(i/n)" on a line of its own. The stream's
+// final frame carries the first part and pushes the rest; an answer owed
+// by push (the window closed, another term's stream, a device without
+// streams) is pushed as all n. A text that fits is one part, unlabelled.
+func Parts(text string, limit int) []string {
+	if len(text) <= limit {
+		return []string{text}
+	}
+	for digits := 1; ; digits++ {
+		// The widest label of up to digits-digit counts: "(99/99)\n\n".
+		width := 2*digits + len("(/)\n\n")
+		parts := Split(text, limit-width)
+		if len(parts) < pow10(digits) {
+			for i := range parts {
+				parts[i] = label(i+1, len(parts)) + parts[i]
+			}
+			return parts
+		}
+	}
+}
+
+// label is part i of n's first line.
+func label(i, n int) string { return fmt.Sprintf("(%d/%d)\n\n", i, n) }
+
+func pow10(d int) int {
+	n := 1
+	for range d {
+		n *= 10
+	}
+	return n
+}
 
 // Split cuts text into parts of at most limit bytes, at paragraph
 // boundaries ("\n\n") where it can, else at line ends, else at rune

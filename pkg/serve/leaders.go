@@ -15,7 +15,8 @@ import (
 // path, the spool's forwarder and the worker reach a bot's pusher through
 // it, so none of them holds a pusher that outlived its term.
 type leaders struct {
-	budget int // sends per minute per conversation (push.budget)
+	budget       int // sends per minute per conversation (push.budget)
+	budgetHourly int // sends per hour per conversation (push.budget_hourly)
 
 	mu      sync.Mutex
 	pushers map[string]*pusher.Pusher // bot → the current term's pusher
@@ -23,8 +24,8 @@ type leaders struct {
 	terms   int                       // terms with a pusher running
 }
 
-func newLeaders(budget int) *leaders {
-	return &leaders{budget: budget, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}}
+func newLeaders(budget, budgetHourly int) *leaders {
+	return &leaders{budget: budget, budgetHourly: budgetHourly, pushers: map[string]*pusher.Pusher{}, budgets: map[string]*pace.Budget{}}
 }
 
 // Budget is bot's per-conversation send budget, shared by the inbound
@@ -34,7 +35,7 @@ func (l *leaders) Budget(bot string) *pace.Budget {
 	defer l.mu.Unlock()
 	b := l.budgets[bot]
 	if b == nil {
-		b = pace.New(l.budget, time.Minute, nil)
+		b = pace.New(l.budget, time.Minute, nil).AndAtMost(l.budgetHourly, time.Hour)
 		l.budgets[bot] = b
 	}
 	return b

@@ -108,6 +108,7 @@ func addStats(a, b pusher.Stats) pusher.Stats {
 	a.Errors += b.Errors
 	a.Ambiguous += b.Ambiguous
 	a.Throttled += b.Throttled
+	a.QuotaRefused += b.QuotaRefused
 	a.Held += b.Held
 	return a
 }
@@ -250,7 +251,7 @@ var (
 	descBotState   = desc("bot_state", "1 for this node's current state of the bot (starting, standby, connecting, leader, draining, gated, needs_human, backoff, clock_off, stopped).", "bot", "state")
 	descTerm       = desc("bot_term", "The election revision of the term this node leads the bot in (0: not leading).", "bot")
 	descConnected  = desc("wecom_connected", "1 while the bot's WeCom connection held by this node is open and subscribed.", "bot")
-	descPusher     = desc("pusher_events_total", "The bot's pusher on this node, summed over its terms: frames, pushes, delivered, truncated, failed, errors, ambiguous, throttled (deferred by the per-conversation budget), held (half-open gate), stalled (steps deferred while the connection owed an ack past 500 ms).", "bot", "event")
+	descPusher     = desc("pusher_events_total", "The bot's pusher on this node, summed over its terms: frames, pushes, delivered, truncated, failed, errors, ambiguous, throttled (deferred by the per-conversation budget), quota_refused (45009: each lowered the conversation's budget), held (half-open gate), stalled (steps deferred while the connection owed an ack past 500 ms).", "bot", "event")
 	descActive     = desc("pusher_active_tasks", "Tasks the bot's pusher is delivering now.", "bot")
 	descTasks      = desc("tasks", "Undelivered tasks of the bots this node leads, by execution and delivery state (from the undelivered index; refreshed at most every 10s).", "bot", "exec", "delivery")
 	descSlotsBusy  = desc("worker_slots_busy", "Tasks running on this node's worker.")
@@ -329,7 +330,7 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 		gauge(descActive, float64(active[bot]), bot)
 		s := pstats[bot]
 		for ev, v := range map[string]int64{"frames": s.Frames, "pushes": s.Pushes, "delivered": s.Delivered, "truncated": s.Truncated,
-			"failed": s.Failed, "errors": s.Errors, "ambiguous": s.Ambiguous, "throttled": s.Throttled, "held": s.Held, "stalled": s.Stalled} {
+			"failed": s.Failed, "errors": s.Errors, "ambiguous": s.Ambiguous, "throttled": s.Throttled, "quota_refused": s.QuotaRefused, "held": s.Held, "stalled": s.Stalled} {
 			counter(descPusher, float64(v), bot, ev)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 // (no ping, so systemd restarts the node) while one is held past
 // aliveWithin.
 func TestAliveFollowsWedgedLocks(t *testing.T) {
-	n := &Node{log: zerolog.Nop(), leaders: newLeaders(20)}
+	n := &Node{log: zerolog.Nop(), leaders: newLeaders(20, 900)}
 	o := &observer{n: n}
 	if !o.alive() {
 		t.Fatal("alive() = false with every lock free")

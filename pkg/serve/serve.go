@@ -162,7 +162,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer spool.Close()
 
-	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget), cfg: cfg,
+	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget, cfg.Push.BudgetHourly), cfg: cfg,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
 		clock: &clock.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
 	var history backfill.HistorySource // nil: no gap backfill

@@ -202,6 +202,8 @@ type Record struct {
 
 	Updated     time.Time    `json:"updated"`
 	Transitions []Transition `json:"transitions"`
+	// Feedback is the user's verdict on the answer, if they gave one.
+	Feedback *Feedback `json:"feedback,omitempty"`
 }
 
 // Attachment is one file a user sent: what it is, and where its bytes
@@ -305,6 +307,11 @@ func (r *Record) clone() *Record {
 	c.RecentSends = slices.Clone(r.RecentSends)
 	c.Attachments = slices.Clone(r.Attachments)
 	c.Transitions = slices.Clone(r.Transitions)
+	if r.Feedback != nil {
+		fb := *r.Feedback
+		fb.Reasons = slices.Clone(fb.Reasons)
+		c.Feedback = &fb
+	}
 	return &c
 }
 

@@ -87,12 +87,19 @@ const (
 	ErrCodeStreamExpired = 846608
 	// ErrCodeNotSubscribed: a reply on a connection that is not (or no longer) subscribed.
 	ErrCodeNotSubscribed = 846609
+	// ErrCodeDeviceUnsupported: "device type not supported", a stream frame
+	// to a user whose WeCom client cannot show streams; a markdown push
+	// reaches them (issue 26 cites integrations that fall back so).
+	ErrCodeDeviceUnsupported = 600039
 )
 
 // Limits.
 const (
 	// MaxContentBytes is the largest stream or markdown content, in UTF-8 bytes.
 	MaxContentBytes = 20480
+	// MaxFeedbackIDBytes is the longest stream feedback.id (the official
+	// SDK's ReplyFeedback: "有效长度为 256 字节以内").
+	MaxFeedbackIDBytes = 256
 	// MaxFrameBytes is the largest frame either side accepts (assumed: a
 	// 512 KB media chunk, base64-encoded, must fit).
 	MaxFrameBytes = 1 << 20
@@ -231,7 +238,33 @@ type Event struct {
 	EventType string `json:"eventtype"`
 	EventKey  string `json:"event_key,omitempty"`
 	TaskID    string `json:"task_id,omitempty"`
+	// Feedback is a feedback_event's verdict (event.feedback_event).
+	Feedback *FeedbackEvent `json:"feedback_event,omitempty"`
 }
+
+// FeedbackEvent is a user's verdict on a reply whose first frame carried
+// a feedback.id (event feedback_event). The official SDK 1.0.7 types only
+// the eventtype; the fields are WeCom's callback documentation's, as
+// integrations parse them.
+type FeedbackEvent struct {
+	// ID is the reply's feedback.id.
+	ID string `json:"id"`
+	// Type is FeedbackAccurate, FeedbackInaccurate or FeedbackCanceled.
+	Type int `json:"type"`
+	// Content is what the user wrote (with an inaccurate verdict).
+	Content string `json:"content,omitempty"`
+	// InaccurateReasons are the reasons ticked (codes: 1 unrelated to the
+	// question, 2 incomplete, 3 wrong, 4 wrong data analysis, as
+	// integrations read them).
+	InaccurateReasons []int `json:"inaccurate_reason_list,omitempty"`
+}
+
+// FeedbackEvent.Type values.
+const (
+	FeedbackAccurate   = 1 // thumbs up
+	FeedbackInaccurate = 2 // thumbs down
+	FeedbackCanceled   = 3 // the verdict withdrawn
+)
 
 // EventCallback is the body of aibot_event_callback.
 type EventCallback struct {

@@ -90,5 +90,8 @@ func CheckStream(s *Stream) error {
 	if len(s.MsgItem) > MaxMsgItems {
 		return fmt.Errorf("%w: %d msg_items, limit %d", ErrInvalidFrame, len(s.MsgItem), MaxMsgItems)
 	}
+	if s.Feedback != nil && (s.Feedback.ID == "" || len(s.Feedback.ID) > MaxFeedbackIDBytes || !utf8.ValidString(s.Feedback.ID)) {
+		return fmt.Errorf("%w: feedback.id of %d bytes: want 1 to %d bytes of UTF-8", ErrInvalidFrame, len(s.Feedback.ID), MaxFeedbackIDBytes)
+	}
 	return CheckContent(s.Content)
 }

@@ -3,6 +3,7 @@ package wecomsim
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,11 +71,39 @@ func TestWelcomeTemplateCardAndFeedbackEvent(t *testing.T) {
 		t.Fatalf("transcript %+v", tr)
 	}
 
-	res := h.event(EventRequest{BotID: bot1, UserID: "bob", EventType: wecom.EventFeedback, ChatType: "group", ChatID: "g1"})
+	// Feedback is on a reply whose first frame carried a feedback.id.
+	h.post(MessageRequest{BotID: bot1, UserID: "bob", Text: "q", ChatType: "group", ChatID: "g1"})
+	qReq, _ := c.msgCallback()
+	first := streamBody("s-fb", "answer", true)
+	first.Stream.Feedback = &wecom.Feedback{ID: "fb-1"}
+	wantCode(t, c.call(wecom.CmdRespondMsg, qReq, first), 0)
+	if tr := h.srv.Transcript(bot1, "g1"); len(tr) != 2 || tr[1].FeedbackID != "fb-1" {
+		t.Fatalf("transcript %+v", tr)
+	}
+	for _, bad := range []EventRequest{
+		{BotID: bot1, UserID: "bob", EventType: wecom.EventFeedback, ChatType: "group", ChatID: "g1", FeedbackType: 1},
+		{BotID: bot1, UserID: "bob", EventType: wecom.EventFeedback, ChatType: "group", ChatID: "g1", FeedbackID: "fb-nope", FeedbackType: 1},
+		{BotID: bot1, UserID: "bob", EventType: wecom.EventFeedback, ChatType: "group", ChatID: "g1", FeedbackID: "fb-1", FeedbackType: 4},
+	} {
+		if _, err := h.srv.PostEvent(bad); !errors.Is(err, ErrInvalidRequest) {
+			t.Fatalf("feedback %+v: %v, want an invalid request", bad, err)
+		}
+	}
+	res := h.event(EventRequest{BotID: bot1, UserID: "bob", EventType: wecom.EventFeedback, ChatType: "group", ChatID: "g1",
+		FeedbackID: "fb-1", FeedbackType: wecom.FeedbackInaccurate, FeedbackContent: "too short", InaccurateReasons: []int{2}})
 	fbReq, ev := c.eventCallback()
 	if !res.Delivered || fbReq != res.ReqID || ev.Event.EventType != wecom.EventFeedback || ev.ChatID != "g1" {
 		t.Fatalf("feedback event %+v %+v", res, ev)
 	}
+	if fb := ev.Event.Feedback; fb == nil || fb.ID != "fb-1" || fb.Type != 2 || fb.Content != "too short" || len(fb.InaccurateReasons) != 1 {
+		t.Fatalf("feedback_event body %+v", ev.Event.Feedback)
+	}
+	// A feedback.id over 256 bytes is refused.
+	h.post(MessageRequest{BotID: bot1, UserID: "bob", Text: "q2", ChatType: "group", ChatID: "g1"})
+	q2, _ := c.msgCallback()
+	long := streamBody("s-fb2", "answer", false)
+	long.Stream.Feedback = &wecom.Feedback{ID: strings.Repeat("x", wecom.MaxFeedbackIDBytes+1)}
+	wantCode(t, c.call(wecom.CmdRespondMsg, q2, long), wecom.ErrCodeInvalidParam)
 	// A feedback event cannot be answered with a welcome or an update.
 	wantCode(t, c.call(wecom.CmdRespondWelcomeMsg, fbReq, wecom.WelcomeBody{MsgType: "text", Text: &wecom.TextContent{Content: "x"}}), wecom.ErrCodeInvalidReqID)
 	wantCode(t, c.call(wecom.CmdRespondUpdateMsg, fbReq, wecom.UpdateBody{ResponseType: wecom.ResponseTypeUpdateTemplateCard, TemplateCard: card}), wecom.ErrCodeInvalidReqID)

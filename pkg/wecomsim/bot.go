@@ -14,6 +14,7 @@ type counters struct {
 	Kicks           int64
 	AuthFailures    int64
 	QuotaRejections int64
+	QuotaDrops      int64 // frames over the quota acked 0 and dropped (drop mode)
 	ExpiredUpdates  int64
 	InvalidReqIDs   int64
 	Undelivered     int64
@@ -94,6 +95,10 @@ type bot struct {
 	messages     []*message
 	byMsgID      map[string]*message
 	sent         map[string][]time.Time // conversation → accepted frame times
+	uploadTimes  []time.Time            // accepted upload inits, oldest first
+	quotaMode    string                 // "" (the server's Config.QuotaMode), QuotaRefuse or QuotaDrop
+	noStream     map[string]bool        // chats whose stream frames get 600039 (stream_unsupported)
+	feedbackIDs  map[string]bool        // feedback.ids accepted on streams' first frames
 	uploads      map[string]*upload
 	media        map[string]bool
 	stallUntil   time.Time
@@ -117,26 +122,13 @@ func newBot(id, secret string) *bot {
 		sent:        make(map[string][]time.Time),
 		uploads:     make(map[string]*upload),
 		media:       make(map[string]bool),
+		noStream:    make(map[string]bool),
+		feedbackIDs: make(map[string]bool),
 		stats: counters{
 			Frames: make(map[string]int64),
 			Errors: make(map[int]int64),
 		},
 	}
-}
-
-// quotaOK reports whether conversation chat may accept one more frame at
-// now, pruning times outside the sliding window. Call with mu held.
-func (b *bot) quotaOK(chat string, now time.Time, limit int, window time.Duration) bool {
-	times := b.sent[chat]
-	cut := 0
-	for cut < len(times) && !times[cut].After(now.Add(-window)) {
-		cut++
-	}
-	if cut > 0 {
-		times = append(times[:0:0], times[cut:]...)
-		b.sent[chat] = times
-	}
-	return len(times) < limit
 }
 
 // consume records an accepted frame for chat's quota. Call with mu held.

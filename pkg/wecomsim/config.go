@@ -16,6 +16,14 @@ const (
 	DefaultWelcomeWindow = 5 * time.Second
 	DefaultUpdateWindow  = 5 * time.Second
 	DefaultMediaLifetime = 5 * time.Minute
+	// DefaultHourlyLimit and DefaultHourlyWindow: WeCom's second cap on
+	// one conversation, 1,000 frames an hour.
+	DefaultHourlyLimit  = 1000
+	DefaultHourlyWindow = time.Hour
+	// DefaultUploadRateLimit and DefaultUploadHourlyLimit cap one bot's
+	// uploads per RateWindow and per HourlyWindow.
+	DefaultUploadRateLimit   = 30
+	DefaultUploadHourlyLimit = 1000
 )
 
 // Config tunes the simulator. The zero value of every field means its default.
@@ -30,6 +38,21 @@ type Config struct {
 	RateLimit int
 	// RateWindow is the sliding window RateLimit counts over. Default 60s.
 	RateWindow time.Duration
+	// HourlyLimit is how many frames one conversation accepts per
+	// HourlyWindow, beside RateLimit and shared the same way. Default 1000.
+	HourlyLimit int
+	// HourlyWindow is the sliding window HourlyLimit counts over. Default
+	// 1h; tests shorten it (with RateWindow) to play an hour in seconds.
+	HourlyWindow time.Duration
+	// UploadRateLimit and UploadHourlyLimit cap one bot's uploads
+	// (aibot_upload_media_init) per RateWindow and per HourlyWindow.
+	// Defaults 30 and 1000. Over either: 45009, whatever QuotaMode.
+	UploadRateLimit, UploadHourlyLimit int
+	// QuotaMode is what a frame over the conversation's quota gets:
+	// QuotaRefuse (default: errcode 45009, nothing changes) or QuotaDrop
+	// (acked with errcode 0, never shown, counted quota_drops), as one
+	// integration reports WeCom does. POST /control/quota sets it per bot.
+	QuotaMode string
 	// WelcomeWindow is how long after enter_chat a welcome reply is accepted.
 	// Default 5s.
 	WelcomeWindow time.Duration
@@ -71,6 +94,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("wecomsim: RateLimit %d: must be positive (or 0 for the default %d)", c.RateLimit, DefaultRateLimit)
 	case c.RateWindow < 0:
 		return fmt.Errorf("wecomsim: RateWindow %v: must be positive (or 0 for the default %v)", c.RateWindow, DefaultRateWindow)
+	case c.HourlyLimit < 0:
+		return fmt.Errorf("wecomsim: HourlyLimit %d: must be positive (or 0 for the default %d)", c.HourlyLimit, DefaultHourlyLimit)
+	case c.HourlyWindow < 0:
+		return fmt.Errorf("wecomsim: HourlyWindow %v: must be positive (or 0 for the default %v)", c.HourlyWindow, DefaultHourlyWindow)
+	case c.UploadRateLimit < 0 || c.UploadHourlyLimit < 0:
+		return fmt.Errorf("wecomsim: UploadRateLimit %d, UploadHourlyLimit %d: must be positive (or 0 for the defaults %d, %d)", c.UploadRateLimit, c.UploadHourlyLimit, DefaultUploadRateLimit, DefaultUploadHourlyLimit)
+	case c.QuotaMode != "" && !validQuotaMode(c.QuotaMode):
+		return fmt.Errorf("wecomsim: QuotaMode %q: want %s (or empty for %s)", c.QuotaMode, quotaModes, QuotaRefuse)
 	case c.WelcomeWindow < 0:
 		return fmt.Errorf("wecomsim: WelcomeWindow %v: must be positive (or 0 for the default %v)", c.WelcomeWindow, DefaultWelcomeWindow)
 	case c.UpdateWindow < 0:
@@ -93,6 +124,21 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RateWindow <= 0 {
 		c.RateWindow = DefaultRateWindow
+	}
+	if c.HourlyLimit <= 0 {
+		c.HourlyLimit = DefaultHourlyLimit
+	}
+	if c.HourlyWindow <= 0 {
+		c.HourlyWindow = DefaultHourlyWindow
+	}
+	if c.UploadRateLimit <= 0 {
+		c.UploadRateLimit = DefaultUploadRateLimit
+	}
+	if c.UploadHourlyLimit <= 0 {
+		c.UploadHourlyLimit = DefaultUploadHourlyLimit
+	}
+	if !validQuotaMode(c.QuotaMode) {
+		c.QuotaMode = QuotaRefuse
 	}
 	if c.WelcomeWindow <= 0 {
 		c.WelcomeWindow = DefaultWelcomeWindow

@@ -63,6 +63,16 @@ type EventRequest struct {
 	ChatID    string `json:"chat_id,omitempty"`
 	EventKey  string `json:"event_key,omitempty"`
 	TaskID    string `json:"task_id,omitempty"`
+	// FeedbackID, for feedback_event, is the feedback.id of the reply the
+	// user judges: one a stream's first frame of this bot carried.
+	FeedbackID string `json:"feedback_id,omitempty"`
+	// FeedbackType, for feedback_event: 1 accurate, 2 inaccurate, 3 the
+	// verdict withdrawn.
+	FeedbackType int `json:"feedback_type,omitempty"`
+	// FeedbackContent and InaccurateReasons, for an inaccurate verdict:
+	// what the user wrote and the reasons ticked.
+	FeedbackContent   string `json:"feedback_content,omitempty"`
+	InaccurateReasons []int  `json:"inaccurate_reasons,omitempty"`
 }
 
 // EventResult says what became of a posted event.
@@ -101,6 +111,9 @@ type TranscriptEntry struct {
 	Images int `json:"images,omitempty"`
 	// Media lists a user message's media items (quoted ones included).
 	Media []MediaInfo `json:"media,omitempty"`
+	// FeedbackID is the feedback.id a stream's first frame carried: what
+	// a feedback_event for this reply names.
+	FeedbackID string `json:"feedback_id,omitempty"`
 }
 
 // Stats are a bot's totals since the server started.
@@ -110,6 +123,8 @@ type Stats struct {
 	Kicks           int64  `json:"kicks"`            // connections replaced by a newer subscribe
 	AuthFailures    int64  `json:"auth_failures"`    // subscribes with a wrong or revoked secret
 	QuotaRejections int64  `json:"quota_rejections"` // 45009
+	QuotaDrops      int64  `json:"quota_drops"`      // frames over the quota acked 0 and dropped (drop mode)
+	QuotaMode       string `json:"quota_mode"`       // refuse or drop
 	ExpiredUpdates  int64  `json:"expired_updates"`  // 846608: frame after the stream window
 	InvalidReqIDs   int64  `json:"invalid_req_ids"`  // 846605, incl. late welcome / update
 	Undelivered     int64  `json:"undelivered"`      // callbacks not written: no connection or silence
@@ -170,6 +185,9 @@ type FaultRequest struct {
 	// ErrCode is what refuse_subscribe answers (default 6000, command
 	// conflict; 40001 would be an auth failure, which revoke already plays).
 	ErrCode int `json:"errcode,omitempty"`
+	// Chat is the conversation stream_unsupported applies to (the user id
+	// of a single chat, the group chat id).
+	Chat string `json:"chat,omitempty"`
 }
 
 // BotRequest adds a bot (POST /control/bots).
@@ -191,9 +209,12 @@ const (
 	FaultRefuseSubscribe = "refuse_subscribe"
 	// FaultUnsubscribe ends the subscription but keeps the socket open.
 	FaultUnsubscribe = "unsubscribe"
+	// FaultStreamUnsupported answers every stream frame to one chat with
+	// 600039 (device type not supported) until clear; pushes still land.
+	FaultStreamUnsupported = "stream_unsupported"
 )
 
-const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe or clear"
+const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe, stream_unsupported or clear"
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
@@ -391,6 +412,12 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 	if req.EventType == wecom.EventEnterChat && chatType != wecom.ChatSingle {
 		return EventResult{}, invalid("enter_chat happens only in single chats: drop chat_type/chat_id")
 	}
+	var fb *wecom.FeedbackEvent
+	if req.EventType == wecom.EventFeedback {
+		if fb, err = s.feedbackEvent(b, req); err != nil {
+			return EventResult{}, err
+		}
+	}
 	now := s.now()
 	ev := wecom.EventCallback{
 		MsgID:      newID("msg"),
@@ -399,7 +426,7 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 		ChatType:   chatType,
 		From:       wecom.From{UserID: req.UserID},
 		MsgType:    wecom.MsgTypeEvent,
-		Event:      wecom.Event{EventType: req.EventType, EventKey: req.EventKey, TaskID: req.TaskID},
+		Event:      wecom.Event{EventType: req.EventType, EventKey: req.EventKey, TaskID: req.TaskID, Feedback: fb},
 	}
 	if chatType == wecom.ChatGroup {
 		ev.ChatID = chat
@@ -449,10 +476,12 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		Kicks:                c.Kicks,
 		AuthFailures:         c.AuthFailures,
 		QuotaRejections:      c.QuotaRejections,
+		QuotaDrops:           c.QuotaDrops,
 		ExpiredUpdates:       c.ExpiredUpdates,
 		InvalidReqIDs:        c.InvalidReqIDs,
 		Undelivered:          c.Undelivered,
 		Connected:            b.live != nil,
+		QuotaMode:            s.cfg.QuotaMode,
 		Malformed:            c.Malformed,
 		NotSubscribed:        c.NotSubscribed,
 		Oversized:            c.Oversized,
@@ -471,6 +500,9 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		SubscribeRefused:     now.Before(b.refuseUntil),
 		Frames:               make(map[string]int64, len(c.Frames)),
 		Errors:               make(map[string]int64, len(c.Errors)),
+	}
+	if b.quotaMode != "" {
+		st.QuotaMode = b.quotaMode
 	}
 	for k, v := range c.Frames {
 		st.Frames[k] = v
@@ -526,8 +558,10 @@ func (s *Server) History(q HistoryQuery) ([]HistoryMessage, error) {
 //     the current connection is not touched.
 //   - unsubscribe: the subscribed connection loses its subscription but
 //     stays open: every frame but subscribe gets 846609 on it.
-//   - clear: end stall_acks, late_acks, silence and refuse_subscribe now
-//     (acks already delayed still go out late).
+//   - stream_unsupported: every stream frame to Chat is answered 600039
+//     (device type not supported) until clear; pushes to it still land.
+//   - clear: end stall_acks, late_acks, silence, refuse_subscribe and
+//     stream_unsupported now (acks already delayed still go out late).
 func (s *Server) Fault(req FaultRequest) error {
 	b, err := s.needBot(req.BotID)
 	if err != nil {
@@ -586,8 +620,15 @@ func (s *Server) Fault(req FaultRequest) error {
 			b.live = nil
 			b.stats.Unsubscribed++
 		}
+	case FaultStreamUnsupported:
+		if req.Chat == "" {
+			return invalid("chat is required for stream_unsupported: the user id of a single chat or the group chat id")
+		}
+		b.noStream[req.Chat] = true
+		log = log.Str("chat", req.Chat)
 	case FaultClear:
 		b.stallUntil, b.silenceUntil, b.lateUntil, b.refuseUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		clear(b.noStream)
 	case "":
 		return invalid("action is required: %s", faultActions)
 	default:

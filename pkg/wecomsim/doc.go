@@ -5,13 +5,16 @@
 // WebSocket at "/" and offers a JSON control API under "/control/" to play
 // the users' side (post messages and events), to inject faults (drop,
 // revoke, stall or late acks, silence, refused subscribe, lost
-// subscription) and to read what the users would see
+// subscription, a chat whose device shows no streams), to set what a frame
+// over the quota gets (refused with 45009, or dropped silently) and to read what the users would see
 // (transcripts), what the bots did (stats) and what they were sent (history).
 //
 // Guarantees:
 //   - every rule the simulator knows is enforced on every frame and counted
-//     in Stats; a rejected frame changes nothing the user sees and does not
-//     consume quota;
+//     in Stats; a rejected (or, in drop mode, dropped) frame changes nothing
+//     the user sees and does not consume quota;
+//   - the quota is WeCom's two caps per conversation, a minute's and an
+//     hour's, shared by every reply and push; uploads have their own;
 //   - one connection per bot: a new subscribe kicks the old connection with
 //     disconnected_event, as WeCom does;
 //   - a malformed frame is answered with an error ack (or closes only the

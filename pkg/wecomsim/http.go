@@ -67,6 +67,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		"/control/stats":      {{http.MethodGet, s.httpStats}},
 		"/control/history":    {{http.MethodGet, s.httpHistory}},
 		"/control/faults":     {{http.MethodPost, s.httpFaults}},
+		"/control/quota":      {{http.MethodPost, s.httpQuota}},
 		"/control/bots":       {{http.MethodPost, s.httpAddBot}, {http.MethodGet, s.httpListBots}},
 		"/control/recording":  {{http.MethodGet, s.httpRecording}},
 		"/control/robot":      {{http.MethodGet, s.httpRobotMessages}},

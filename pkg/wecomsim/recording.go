@@ -173,7 +173,7 @@ func (s *Server) recordFrame(botID string, f *wecom.Frame, chat, replyTo string,
 // replyRecorded records an accepted reply (its req_id names the chat and
 // the callback). Call WITHOUT b.mu held.
 func (c *conn) replyRecorded(b *bot, f *wecom.Frame, r result, now time.Time) {
-	if r.code != 0 || !c.s.rec.on.Load() {
+	if r.code != 0 || r.dropped || !c.s.rec.on.Load() {
 		return
 	}
 	var chat, replyTo string
@@ -187,7 +187,7 @@ func (c *conn) replyRecorded(b *bot, f *wecom.Frame, r result, now time.Time) {
 
 // pushRecorded records an accepted aibot_send_msg.
 func (c *conn) pushRecorded(b *bot, f *wecom.Frame, r result, now time.Time) {
-	if r.code != 0 || !c.s.rec.on.Load() {
+	if r.code != 0 || r.dropped || !c.s.rec.on.Load() {
 		return
 	}
 	var body struct {

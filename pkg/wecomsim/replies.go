@@ -21,6 +21,9 @@ type result struct {
 	code int
 	msg  string
 	body any
+	// dropped: acked with errcode 0 but not applied (over the quota in
+	// drop mode); the user never sees it.
+	dropped bool
 }
 
 var accepted = result{}
@@ -143,15 +146,6 @@ func checkMedia(b *bot, msgType string, raw json.RawMessage) (string, result, bo
 	return id, accepted, true
 }
 
-// quotaCheck is the last check before a frame is applied. Call with b.mu held.
-func (c *conn) quotaCheck(b *bot, chat string, now time.Time) (result, bool) {
-	if !b.quotaOK(chat, now, c.s.cfg.RateLimit, c.s.cfg.RateWindow) {
-		b.stats.QuotaRejections++
-		return fail(wecom.ErrCodeRateLimited, "api freq out of limit: at most %d frames per %v per conversation", c.s.cfg.RateLimit, c.s.cfg.RateWindow), false
-	}
-	return accepted, true
-}
-
 // apply runs a frame's rule under the bot's lock, records it for the
 // latency recorder if record is set, then acks it: recorded before the
 // ack, so a bot that has its ack finds the frame in the recording.
@@ -238,6 +232,12 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 	if s.Feedback != nil && st != nil {
 		return fail(wecom.ErrCodeInvalidParam, "stream.feedback is only allowed on the first frame of a stream")
 	}
+	if s.Feedback != nil && (s.Feedback.ID == "" || len(s.Feedback.ID) > wecom.MaxFeedbackIDBytes) {
+		return fail(wecom.ErrCodeInvalidParam, "stream.feedback.id is %d bytes: want 1 to %d bytes of UTF-8", len(s.Feedback.ID), wecom.MaxFeedbackIDBytes)
+	}
+	if b.noStream[p.chat] {
+		return fail(wecom.ErrCodeDeviceUnsupported, "device type not supported: this user's client cannot show stream messages; send markdown with aibot_send_msg")
+	}
 	if st != nil {
 		if st.finished {
 			b.stats.FinishedFrames++
@@ -258,6 +258,10 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 		st.entry = b.addEntry(p.chat, TranscriptEntry{From: "bot", MsgID: newID("reply"), ReplyTo: p.msgid,
 			Kind: body.MsgType, StreamID: s.ID})
 		b.streams[s.ID] = st
+		if s.Feedback != nil {
+			st.entry.FeedbackID = s.Feedback.ID
+			b.feedbackIDs[s.Feedback.ID] = true
+		}
 	}
 	st.entry.Content = s.Content
 	st.entry.Images = len(s.MsgItem)
@@ -450,6 +454,9 @@ func (c *conn) uploadLocked(b *bot, f *wecom.Frame) result {
 		}
 		if body.TotalSize <= 0 || body.TotalSize > int64(body.TotalChunks)*wecom.MaxUploadChunkBytes {
 			return fail(wecom.ErrCodeInvalidParam, "total_size %d: want 1 to %d bytes for %d chunks", body.TotalSize, int64(body.TotalChunks)*wecom.MaxUploadChunkBytes, body.TotalChunks)
+		}
+		if r, ok := c.uploadQuotaCheck(b, c.s.now()); !ok {
+			return r
 		}
 		id := newID("upload")
 		b.uploads[id] = &upload{total: body.TotalChunks, chunks: make(map[int]int)}

@@ -1,0 +1,49 @@
+package pipeline
+
+import (
+	"testing"
+
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+// The first stream frame of an answer carries feedback.id = its task's
+// id; the user's thumbs down on it (WeCom's feedback_event) is recorded
+// with the task and counted in /metrics by bot and kind.
+func TestFeedbackRecordedWithItsTask(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	sent := c.post("alice", "rate me")
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "rate me") == 1 })
+	id := task.ID("b1", sent.MsgID)
+	bot := c.bot("alice")
+	if len(bot) != 1 || bot[0].FeedbackID != id {
+		t.Fatalf("the answer's stream carries feedback.id %q, want the task's id %s", bot[0].FeedbackID, id)
+	}
+	res, err := c.sim.PostEvent(wecomsim.EventRequest{BotID: "b1", UserID: "alice", EventType: wecom.EventFeedback,
+		FeedbackID: id, FeedbackType: wecom.FeedbackInaccurate, FeedbackContent: "too short", InaccurateReasons: []int{2, 3}})
+	if err != nil || !res.Delivered {
+		t.Fatalf("feedback event: %+v, %v", res, err)
+	}
+	testwait.Eventually(t, waitLong, "feedback recorded with the task", func() bool { return c.record(n, sent.MsgID).Feedback != nil })
+	fb := c.record(n, sent.MsgID).Feedback
+	if fb.Kind != "inaccurate" || fb.Content != "too short" || len(fb.Reasons) != 2 || fb.User != "alice" || fb.Count != 1 {
+		t.Fatalf("recorded %+v", fb)
+	}
+	v := value(scrape(t, n.api), "botctl_feedback_total", map[string]string{"bot": "b1", "kind": "inaccurate"})
+	if v == nil || *v != 1 {
+		t.Fatalf("botctl_feedback_total{bot=b1,kind=inaccurate} = %v, want 1", v)
+	}
+	// The user takes it back: the latest verdict is kept, both counted.
+	if _, err := c.sim.PostEvent(wecomsim.EventRequest{BotID: "b1", UserID: "alice", EventType: wecom.EventFeedback,
+		FeedbackID: id, FeedbackType: wecom.FeedbackCanceled}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, waitLong, "second verdict recorded", func() bool {
+		fb := c.record(n, sent.MsgID).Feedback
+		return fb != nil && fb.Count == 2 && fb.Kind == "canceled"
+	})
+}
