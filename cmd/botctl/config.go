@@ -116,6 +116,14 @@ func checkConfig(path string, environ []string) ([]error, string) {
 		errs = append(errs, unjoin(err)...)
 	} else if _, err := ai.New(cfg.AI); err != nil {
 		errs = append(errs, err) // what depends on the machine: the exec command, its dir, the API key's variable
+	} else {
+		for i, b := range cfg.Bots { // and each bot's own backend
+			if s, _ := cfg.BotSettings(b.ID); b.Settings != nil {
+				if _, err := ai.New(s.AI); err != nil {
+					errs = append(errs, fmt.Errorf("bots[%d] (%s): %w", i, b.ID, err))
+				}
+			}
+		}
 	}
 	ec := election.Config{BotID: "x", NodeID: "x", TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin}
 	if err := ec.Validate(); err != nil {

@@ -86,3 +86,11 @@ type Metrics interface {
 	// connection).
 	Stage(bot, stage string, d time.Duration)
 }
+
+// Bots gives each bot's inbound Rules (its allowlists and texts), which
+// change at run time: pkg/serve's per-bot settings. Asked once per
+// message; it must answer from memory and not block. A nil Rules means
+// Config's.
+type Bots interface {
+	Rules(bot string) *Rules
+}

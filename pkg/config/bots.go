@@ -111,10 +111,7 @@ func (c *Config) BotSettings(id string) (BotSettings, error) {
 			continue
 		}
 		out, err := s.Override(b.Settings, false)
-		if err != nil {
-			return s, rekey(err, fmt.Sprintf("bots[%d].", i))
-		}
-		return out, nil
+		return out, rekey(err, fmt.Sprintf("bots[%d].", i)) // with an error: the keys that could be set, set
 	}
 	return s, nil
 }
@@ -237,6 +234,29 @@ func (s BotSettings) Doc() map[string]any {
 
 var durationType = reflect.TypeFor[time.Duration]()
 
+// setByTag sets the field of c at the dotted key (by yaml tags) from a
+// YAML value: a key of the file's bot sections that the key table lacks.
+func (c *Config) setByTag(key string, val any) error {
+	v := reflect.ValueOf(c).Elem()
+	for _, part := range strings.Split(key, ".") {
+		if v.Kind() != reflect.Struct || v.Type() == durationType {
+			return fmt.Errorf("config key %s: unknown", key)
+		}
+		f, ok := fieldByTag(v, part)
+		if !ok {
+			return fmt.Errorf("config key %s: unknown (known here: %s; all keys: %s)", key, strings.Join(tags(v), ", "), knownNames())
+		}
+		v = f
+	}
+	if v.Kind() == reflect.Struct && v.Type() != durationType {
+		return fmt.Errorf("config key %s: want a mapping of %s", key, strings.Join(tags(v), ", "))
+	}
+	if err := setLeaf(v, val); err != nil {
+		return fmt.Errorf("config key %s: %w", key, err)
+	}
+	return nil
+}
+
 // setFields sets doc's keys on the struct v by their yaml tags, and only
 // those: the fields doc does not name keep their values. prefix names
 // the keys in errors; refuse says why a key may not be set ("" if it may).
@@ -246,7 +266,7 @@ func setFields(prefix string, doc map[string]any, v reflect.Value, refuse func(k
 		key := prefix + name
 		f, ok := fieldByTag(v, name)
 		if !ok {
-			errs = append(errs, fmt.Errorf("config key %s: unknown (known in %s: %s)", key, strings.TrimSuffix(prefix, ".")+"", strings.Join(tags(v), ", ")))
+			errs = append(errs, fmt.Errorf("config key %s: unknown (known here: %s)", key, strings.Join(tags(v), ", ")))
 			continue
 		}
 		if f.Kind() == reflect.Struct && f.Type() != durationType {

@@ -154,3 +154,18 @@ func TestSetKey(t *testing.T) {
 		t.Fatalf("a key outside the bot's sections: %v", err)
 	}
 }
+
+// The top level takes every key a bot's entry takes, flag or not
+// (ai.demo.paragraphs, ai.exec.input and ai.openai.timeout have none).
+func TestTopLevelTakesTheBotSectionsKeys(t *testing.T) {
+	cfg, err := Load(writeFile(t, "ai:\n  demo: {paragraphs: 7}\n  exec: {input: json, timeout: 2m}\n  openai: {timeout: 3m}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AI.Demo.Paragraphs != 7 || cfg.AI.Exec.Input != "json" || cfg.AI.Exec.Timeout != 2*time.Minute || cfg.AI.OpenAI.Timeout != 3*time.Minute {
+		t.Fatalf("ai = %+v", cfg.AI)
+	}
+	if _, err := Load(writeFile(t, "ai:\n  demo: {paragrafs: 7}\n"), nil); err == nil || !strings.Contains(err.Error(), "config key ai.demo.paragrafs: unknown") {
+		t.Fatalf("a typo: %v", err)
+	}
+}

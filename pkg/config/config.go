@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -374,6 +375,14 @@ func (c *Config) applyFile(path string) error {
 				continue
 			}
 			k, ok := byName[key]
+			if !ok && slices.Contains(settingsSections, strings.Split(key, ".")[0]) {
+				// A key of the bot sections that has no flag: the same
+				// keys a bot's entry takes (BotSettings), by field.
+				if err := c.setByTag(key, v); err != nil {
+					return fmt.Errorf("config %s: %w", path, err)
+				}
+				continue
+			}
 			if !ok {
 				return fmt.Errorf("config %s: unknown key %s (known: %s)", path, key, knownNames())
 			}
@@ -661,10 +670,10 @@ func (c *Config) Validate() error {
 	errs = append(errs, unjoin(c.TopSettings().Validate())...)
 	for i, b := range c.Bots {
 		s, err := c.BotSettings(b.ID)
-		if err == nil && b.Settings != nil {
-			err = rekey(s.Validate(), fmt.Sprintf("bots[%d].", i))
-		}
 		errs = append(errs, unjoin(err)...)
+		if b.Settings != nil {
+			errs = append(errs, unjoin(rekey(s.Validate(), fmt.Sprintf("bots[%d].", i)))...)
+		}
 	}
 	c.validateHealth(bad)
 	c.validateAlert(bad)

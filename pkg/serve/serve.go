@@ -18,7 +18,6 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/access"
-	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
@@ -81,6 +80,7 @@ type Node struct {
 	Alerter *alert.Alerter
 
 	leaders *leaders // the bots this node leads: budgets and pushers
+	bots    *bots    // every bot's settings now: file and etcd (bots.go)
 	cfg     config.Config
 	log     zerolog.Logger
 	// base is the caller's logger, without the node field: for the
@@ -155,7 +155,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	backend, err := ai.New(cfg.AI)
+	bots, err := newBots(ctx, cfg, o.Etcd, log) // every bot's backend and rules (bots.go)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer spool.Close()
 
-	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget), cfg: cfg,
+	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget), cfg: cfg, bots: bots,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
 		clock: &clock.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
 	var history backfill.HistorySource // nil: no gap backfill
@@ -179,6 +179,7 @@ func Run(ctx context.Context, o Options) error {
 	defer wg.Wait()
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
+	wg.Go(func() { bots.watch(workCtx) })
 
 	// The health monitor outlives the node: the node's graceful stop ends
 	// its terms, and the record of each handover must be written before
@@ -194,6 +195,7 @@ func Run(ctx context.Context, o Options) error {
 		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
 		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
+		Bots:             bots,
 		Outbound:         n.leaders,
 		Watermark:        watermark{n},
 		Marks:            n.Health,
@@ -262,7 +264,7 @@ func Run(ctx context.Context, o Options) error {
 	store, err := declare(ctx, nc, cfg.NATS, js, dataplane.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, Logger: log}, log)
 	unlock()
 	if err == nil {
-		err = n.start(workCtx, &wg, store, backend)
+		err = n.start(workCtx, &wg, store)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -299,7 +301,7 @@ func Run(ctx context.Context, o Options) error {
 // start binds JetStream and starts what needs it: the lifecycle, the
 // forwarder of the spool, the worker, the dispatcher and the advisory
 // watch; then the inbound path and every term's pusher use them.
-func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store, backend ai.Backend) error {
+func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store) error {
 	cfg, log := n.cfg, n.log
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)
 	out := newSpoolOut(store, lc, log, n.leaders)
@@ -311,7 +313,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	w, err := worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
 		Leadership: n.leaders,
-		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, MaxAnswerBytes: cfg.AI.MaxAnswerBytes,
+		Bots:       n.bots, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
 		OutputInterval: outputInterval(cfg),
 		Metrics:        n.obs, Clock: n.clock, Logger: n.base, // worker.New adds node and component
 	})
