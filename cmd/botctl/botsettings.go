@@ -288,12 +288,14 @@ func writeSettingsView(w io.Writer, v botSettingsView) {
 }
 
 func writeYAML(w io.Writer, doc map[string]any) {
-	raw, err := yaml.Marshal(doc)
-	if err != nil {
+	var buf strings.Builder
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
 		fmt.Fprintf(w, "  (%v)\n", err)
 		return
 	}
-	for _, l := range strings.Split(strings.TrimRight(string(raw), "\n"), "\n") {
+	for _, l := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
 		fmt.Fprintln(w, "  "+l)
 	}
 }

@@ -237,11 +237,20 @@ func writeExample(w io.Writer) error {
 	walk(root, "")
 	fmt.Fprint(w, `
 # Bots: id, secret_file (or $BOTCTL_BOT_<ID>_SECRET), owner (named in its
-# incidents and alerts). None here and no wecom.url: demo mode.
+# incidents and alerts), and the bot's own ai, access and memory: the keys of
+# the top-level sections, each overriding the top level's for this bot
+# (botctl bots set changes them at run time; docs/bots.md). None here and no
+# wecom.url: demo mode.
 bots: []
 #  - id: YOUR_BOT_ID
 #    secret_file: /etc/botctl/YOUR_BOT_ID.secret
 #    owner: team-or-person
+#    ai:
+#      openai: {system_prompt: 你是售后客服，回答简短。}
+#    access:
+#      allow_users: [zhangsan, lisi]
+#      busy_text: 上一个问题还在处理中，请稍候。
+#    memory: {turns: 10, idle_expiry: 2h}
 `)
 	return errors.Join(errs...)
 }
