@@ -172,6 +172,36 @@ func (b *bots) refusal(bot string) refusal {
 	return b.refused[bot]
 }
 
+// settingsView is one bot's settings on this node, in GET /status.
+type settingsView struct {
+	// Revision is the etcd override applied (0: the config file's).
+	Revision int64  `json:"revision"`
+	Backend  string `json:"backend"`
+	// RefusedRevision and Refused: the latest override this node did not
+	// apply, and why (the bot kept its settings).
+	RefusedRevision int64  `json:"refused_revision,omitempty"`
+	Refused         string `json:"refused,omitempty"`
+}
+
+// views are the settings of every bot the file or etcd names.
+func (b *bots) views() map[string]settingsView {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := map[string]settingsView{}
+	for bot, st := range b.bots {
+		out[bot] = settingsView{Revision: st.rev, Backend: st.backend.Name()}
+	}
+	for bot, r := range b.refused {
+		v := out[bot]
+		if v.Backend == "" {
+			v.Backend = b.top.backend.Name()
+		}
+		v.RefusedRevision, v.Refused = r.rev, r.why
+		out[bot] = v
+	}
+	return out
+}
+
 // state is bot's settings now.
 func (b *bots) state(bot string) *botState {
 	b.mu.RLock()

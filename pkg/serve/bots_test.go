@@ -211,6 +211,25 @@ func TestBotsSetAppliesOnEveryNodeWithoutRestart(t *testing.T) {
 			r := n.bots.refusal("b1")
 			return r.rev == put.Header.Revision && strings.Contains(r.why, "ai.demo.paragraphs")
 		})
+		// GET /status says so: the revision applied and the one refused.
+		var st struct {
+			Settings map[string]settingsView `json:"settings"`
+		}
+		token, err := n.cfg.API.CallerToken(n.cfg.DataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, n.API+"/status", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if v := st.Settings["b1"]; v.Revision != cur.Rev || v.RefusedRevision != put.Header.Revision || !strings.Contains(v.Refused, "ai.demo.paragraphs") {
+			t.Errorf("%s GET /status settings: %+v, want revision %d applied and %d refused", n.cfg.NodeID, st.Settings, cur.Rev, put.Header.Revision)
+		}
 	}
 	if got := image("u3"); got != "image? text only, please" {
 		t.Fatalf("after a bad override: %q, want the previous settings kept", got)
