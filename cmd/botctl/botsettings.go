@@ -69,6 +69,9 @@ list. --clear removes the override: the file's settings apply again.`,
 			if err != nil {
 				return err
 			}
+			if cf.config == "" && !clear {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: no --config: the change is checked over the defaults (and BOTCTL_*), not over the nodes' file; give --config their file")
+			}
 			cli, err := cf.etcdClient()
 			if err != nil {
 				return err

@@ -317,6 +317,26 @@ func tags(v reflect.Value) []string {
 // float64; a duration is a string such as "10s").
 func setLeaf(f reflect.Value, val any) error {
 	switch {
+	case f.Kind() == reflect.Pointer: // an optional value (nil: not set)
+		if val == nil {
+			f.Set(reflect.Zero(f.Type()))
+			return nil
+		}
+		p := reflect.New(f.Type().Elem())
+		if err := setLeaf(p.Elem(), val); err != nil {
+			return err
+		}
+		f.Set(p)
+	case f.Kind() == reflect.Map && f.Type().Key().Kind() == reflect.String && f.Type().Elem().Kind() == reflect.String:
+		m, ok := val.(map[string]any)
+		if !ok && val != nil {
+			return fmt.Errorf("want a mapping of text, got %v", val)
+		}
+		out := reflect.MakeMapWithSize(f.Type(), len(m))
+		for k, v := range m {
+			out.SetMapIndex(reflect.ValueOf(k).Convert(f.Type().Key()), reflect.ValueOf(scalar(v)).Convert(f.Type().Elem()))
+		}
+		f.Set(out)
 	case f.Type() == durationType:
 		s, ok := val.(string)
 		d, err := time.ParseDuration(s)
@@ -333,7 +353,7 @@ func setLeaf(f reflect.Value, val any) error {
 			return fmt.Errorf("want text, got a list")
 		}
 		f.SetString(scalar(val))
-	case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
+	case f.CanInt():
 		var n int64
 		switch x := val.(type) {
 		case int:
@@ -352,8 +372,31 @@ func setLeaf(f reflect.Value, val any) error {
 		default:
 			return fmt.Errorf("%v is not an integer", val)
 		}
+		if f.OverflowInt(n) {
+			return fmt.Errorf("%d is out of range", n)
+		}
 		f.SetInt(n)
-	case f.Kind() == reflect.Float64:
+	case f.CanUint():
+		var n uint64
+		switch x := val.(type) {
+		case int:
+			if x < 0 {
+				return fmt.Errorf("%d is negative", x)
+			}
+			n = uint64(x)
+		case float64:
+			if x < 0 || x != float64(uint64(x)) {
+				return fmt.Errorf("%v is not a non-negative integer", x)
+			}
+			n = uint64(x)
+		default:
+			return fmt.Errorf("%v is not a non-negative integer", val)
+		}
+		if f.OverflowUint(n) {
+			return fmt.Errorf("%d is out of range", n)
+		}
+		f.SetUint(n)
+	case f.CanFloat():
 		switch x := val.(type) {
 		case int:
 			f.SetFloat(float64(x))
@@ -396,6 +439,11 @@ func docOf(v reflect.Value) any {
 			return nil
 		}
 		return shortDuration(time.Duration(v.Int()))
+	case v.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			return nil
+		}
+		return v.Elem().Interface() // set, even to zero: it says so
 	case v.Kind() == reflect.Struct:
 		m := map[string]any{}
 		for i := 0; i < v.NumField(); i++ {

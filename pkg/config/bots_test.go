@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,32 @@ func TestTopLevelTakesTheBotSectionsKeys(t *testing.T) {
 	}
 	if _, err := Load(writeFile(t, "ai:\n  demo: {paragrafs: 7}\n"), nil); err == nil || !strings.Contains(err.Error(), "config key ai.demo.paragrafs: unknown") {
 		t.Fatalf("a typo: %v", err)
+	}
+}
+
+// Field types a backend's block may use besides text, numbers, durations
+// and lists: an optional number (a pointer: nil is not set) and a
+// mapping of text (headers).
+func TestSettingsFieldTypes(t *testing.T) {
+	var v struct {
+		Temperature *float64          `yaml:"temperature"`
+		MaxTokens   uint32            `yaml:"max_tokens"`
+		Headers     map[string]string `yaml:"headers"`
+	}
+	doc, err := ParseSettings([]byte(`{"ai": {"temperature": 0, "max_tokens": 512, "headers": {"X-A": "1"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setFields("ai.", doc["ai"].(map[string]any), reflect.ValueOf(&v).Elem(), func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if v.Temperature == nil || *v.Temperature != 0 || v.MaxTokens != 512 || v.Headers["X-A"] != "1" {
+		t.Fatalf("%+v", v)
+	}
+	if d := docOf(reflect.ValueOf(v)).(map[string]any); d["temperature"] != 0.0 || d["max_tokens"] != uint32(512) {
+		t.Fatalf("doc %+v", d)
+	}
+	if err := setFields("ai.", map[string]any{"max_tokens": -1}, reflect.ValueOf(&v).Elem(), func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "config key ai.max_tokens") {
+		t.Fatalf("negative max_tokens: %v", err)
 	}
 }
