@@ -34,7 +34,15 @@ type bots struct {
 	prefix string
 	log    zerolog.Logger
 
-	mu      sync.RWMutex
+	// applying is held by apply and bind, each whole: a state built
+	// unbound is never stored after bind gave every state its backend.
+	applying sync.Mutex
+	mu       sync.RWMutex
+	// bound: JetStream is, and backends are built (bind). Before, a bot's
+	// state has its rules (the inbound path runs from the start) and no
+	// backend: a backend may keep state in JetStream (an agent platform's
+	// conversations), and nothing asks for one before the worker starts.
+	bound   bool
 	top     *botState            // a bot neither the file nor etcd names (the demo's)
 	bots    map[string]*botState // bot → its settings now
 	refused map[string]refusal   // bot → its last override not applied, while it is the latest seen
@@ -54,11 +62,11 @@ type botState struct {
 	rev      int64 // the override applied (0: the file's settings)
 }
 
-// newBots builds every configured bot's backend and rules from the file
-// (an error stops the node, as a bad top level does), then applies the
-// overrides etcd holds now, so that the first message is answered with
-// them (etcd not answering within a few seconds: the file's, until the
-// watch reads them).
+// newBots builds every configured bot's rules from the file (an error
+// stops the node, as a bad top level does), then applies the overrides
+// etcd holds now, so that the first message is answered with them (etcd
+// not answering within a few seconds: the file's, until the watch reads
+// them). The backends are built by bind.
 func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log zerolog.Logger) (*bots, error) {
 	b := &bots{cfg: cfg, etcd: cli, prefix: botsettings.DefaultPrefix, log: log.With().Str("component", "bot_settings").Logger(),
 		bots: map[string]*botState{}, refused: map[string]refusal{}}
@@ -91,15 +99,45 @@ func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log z
 	return b, nil
 }
 
-// build makes s's backend (like's, when s's ai section is like's) and
-// rules.
+// bind builds every bot's backend, once JetStream is bound (Node.start,
+// before the worker starts): an error stops the node, naming the bot.
+func (b *bots) bind() error {
+	b.applying.Lock()
+	defer b.applying.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var err error
+	if b.top.backend, err = b.backend(b.top.settings.AI); err != nil {
+		return err
+	}
+	for bot, st := range b.bots {
+		if reflect.DeepEqual(st.settings.AI, b.top.settings.AI) {
+			st.backend = b.top.backend
+		} else if st.backend, err = b.backend(st.settings.AI); err != nil {
+			return fmt.Errorf("bot %s: %w", bot, err)
+		}
+	}
+	b.bound = true
+	return nil
+}
+
+// backend builds one backend: the one place a node makes them.
+func (b *bots) backend(cfg config.AI) (ai.Backend, error) { return ai.New(cfg) }
+
+// build makes s's rules and, once bound, its backend (like's, when s's ai
+// section is like's).
 func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState, error) {
 	st := &botState{settings: s, rev: rev}
-	if like != nil && reflect.DeepEqual(like.settings.AI, s.AI) {
+	b.mu.RLock()
+	bound := b.bound
+	b.mu.RUnlock()
+	switch {
+	case !bound:
+	case like != nil && like.backend != nil && reflect.DeepEqual(like.settings.AI, s.AI):
 		st.backend = like.backend
-	} else {
+	default:
 		var err error
-		if st.backend, err = ai.New(s.AI); err != nil {
+		if st.backend, err = b.backend(s.AI); err != nil {
 			return nil, err
 		}
 	}
@@ -123,6 +161,8 @@ func (b *bots) watch(ctx context.Context) {
 // apply makes o the bot's override: over the file's settings of the bot,
 // checked, built, then swapped in; on any error the bot keeps what it has.
 func (b *bots) apply(o botsettings.Override) {
+	b.applying.Lock()
+	defer b.applying.Unlock()
 	log := b.log.With().Str("bot", o.Bot).Int64("revision", o.Rev).Logger()
 	base, err := b.cfg.BotSettings(o.Bot)
 	if err != nil { // validated at start: not expected
@@ -154,7 +194,7 @@ func (b *bots) apply(o botsettings.Override) {
 	if o.Doc == nil {
 		log.Info().Msg("bot settings override removed: the config file's apply")
 	} else {
-		log.Info().Str("backend", st.backend.Name()).Bool("backend_rebuilt", st.backend != cur.backend).Msg("bot settings applied")
+		log.Info().Str("ai", st.settings.AI.Kind).Bool("backend_rebuilt", st.backend != cur.backend).Msg("bot settings applied")
 	}
 }
 
@@ -175,8 +215,9 @@ func (b *bots) refusal(bot string) refusal {
 // settingsView is one bot's settings on this node, in GET /status.
 type settingsView struct {
 	// Revision is the etcd override applied (0: the config file's).
-	Revision int64  `json:"revision"`
-	Backend  string `json:"backend"`
+	Revision int64 `json:"revision"`
+	// Backend is the bot's ai.kind.
+	Backend string `json:"backend"`
 	// RefusedRevision and Refused: the latest override this node did not
 	// apply, and why (the bot kept its settings).
 	RefusedRevision int64  `json:"refused_revision,omitempty"`
@@ -189,12 +230,12 @@ func (b *bots) views() map[string]settingsView {
 	defer b.mu.RUnlock()
 	out := map[string]settingsView{}
 	for bot, st := range b.bots {
-		out[bot] = settingsView{Revision: st.rev, Backend: st.backend.Name()}
+		out[bot] = settingsView{Revision: st.rev, Backend: st.settings.AI.Kind}
 	}
 	for bot, r := range b.refused {
 		v := out[bot]
 		if v.Backend == "" {
-			v.Backend = b.top.backend.Name()
+			v.Backend = b.top.settings.AI.Kind
 		}
 		v.RefusedRevision, v.Refused = r.rev, r.why
 		out[bot] = v

@@ -155,7 +155,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	bots, err := newBots(ctx, cfg, o.Etcd, log) // every bot's backend and rules (bots.go)
+	bots, err := newBots(ctx, cfg, o.Etcd, log) // every bot's settings and rules (bots.go)
 	if err != nil {
 		return err
 	}
@@ -303,6 +303,9 @@ func Run(ctx context.Context, o Options) error {
 // watch; then the inbound path and every term's pusher use them.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store) error {
 	cfg, log := n.cfg, n.log
+	if err := n.bots.bind(); err != nil { // every bot's backend (bots.go)
+		return err
+	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)
 	out := newSpoolOut(store, lc, log, n.leaders)
 	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log,
