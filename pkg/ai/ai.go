@@ -2,13 +2,17 @@
 // task's conversation and streams the answer back as text deltas, which the
 // worker accumulates, coalesces and writes to the output bucket.
 //
-// Three backends sit behind the one interface:
+// Five backends sit behind the one interface:
 //
 //   - demo: a deterministic, made-up answer spread over a configurable time;
 //     for the simulator, demos and load tests. No model involved.
 //   - exec: a local command (argv, no shell) gets the task on stdin and its
 //     stdout is the answer, streamed as it is produced.
 //   - openai: any OpenAI-compatible chat-completions endpoint, streamed (SSE).
+//   - dify: Dify's chat API, streamed; Dify holds the conversation's memory,
+//     whose id is kept in Sessions.
+//   - http: a generic streaming webhook (n8n, a home-made agent): one JSON
+//     request, the answer as server-sent events or a plain-text body.
 //
 // What a Backend guarantees: emit is called from the goroutine that called
 // Stream, in order, with valid UTF-8 (never half a rune), and never after
@@ -160,6 +164,8 @@ const (
 	KindDemo   = config.AIKindDemo
 	KindExec   = config.AIKindExec
 	KindOpenAI = config.AIKindOpenAI
+	KindDify   = config.AIKindDify
+	KindHTTP   = config.AIKindHTTP
 )
 
 // Config chooses and configures the backend: the "ai" section of the
@@ -172,19 +178,55 @@ type (
 	DemoConfig   = config.AIDemo
 	ExecConfig   = config.AIExec
 	OpenAIConfig = config.AIOpenAI
+	DifyConfig   = config.AIDify
+	HTTPConfig   = config.AIHTTP
 )
+
+// Sessions keeps, for an agent platform that holds a conversation's memory
+// itself (Dify), the platform's id of the conversation it holds for one
+// user of one chat of a bot, per backend (Name). It must be where every
+// node reads it, so that a question answered after a failover continues
+// the same conversation: pkg/task's Sessions keeps it in the chat's
+// conversation record, which /new and the idle expiry forget.
+type Sessions interface {
+	// Session is the id stored, "" when none.
+	Session(ctx context.Context, bot, chat, user, backend string) (string, error)
+	// SetSession stores id ("" forgets it).
+	SetSession(ctx context.Context, bot, chat, user, backend, id string) error
+}
+
+// Option is what New takes besides the configuration: the parts of the
+// node a backend uses.
+type Option func(*options)
+
+type options struct {
+	sessions Sessions
+}
+
+// WithSessions is where the dify backend keeps its conversation ids.
+// Without it (botctl config check), every question starts a new Dify
+// conversation.
+func WithSessions(s Sessions) Option { return func(o *options) { o.sessions = s } }
 
 // New validates cfg, fills in defaults and returns the backend. Errors name
 // the configuration key at fault (ai.kind, ai.exec.command, …).
-func New(cfg Config) (Backend, error) {
+func New(cfg Config, opts ...Option) (Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
 	switch cfg.Kind {
 	case KindDemo:
 		return newDemo(cfg.Demo), nil
 	case KindExec:
 		return newExec(cfg.Exec)
+	case KindDify:
+		return newDify(cfg.Dify, o.sessions)
+	case KindHTTP:
+		return newHTTP(cfg.HTTP)
 	default: // KindOpenAI: Validate knows no other
 		return newOpenAI(cfg.OpenAI, os.LookupEnv)
 	}

@@ -154,6 +154,15 @@ func TestNewConfigErrorsNameTheKey(t *testing.T) {
 		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{Model: "m", APIKeyEnv: "PATH", BaseURL: "localhost:8080"}}, "ai.openai.base_url"},
 		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{Model: "m", APIKeyEnv: "AI_TEST_EMPTY_KEY"}}, "ai.openai.api_key_env"},
 		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{Model: "m", APIKeyEnv: "PATH", Timeout: -1}}, "ai.openai.timeout"},
+		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{Model: "m", APIKeyEnv: "PATH", MaxTokens: -1}}, "ai.openai.max_tokens"},
+		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{Model: "m", APIKeyEnv: "PATH", Temperature: 2.5}}, "ai.openai.temperature"},
+		{Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{Model: "m", APIKeyEnv: "PATH", Temperature: -0.1}}, "ai.openai.temperature"},
+		{Config{Kind: KindDify}, "ai.dify.api_key_file"},
+		{Config{Kind: KindDify, Dify: DifyConfig{APIKeyFile: "/no/such/file"}}, "ai.dify.api_key_file"},
+		{Config{Kind: KindDify, Dify: DifyConfig{APIKeyFile: "/no/such/file", BaseURL: "http://dify.example.com/v1"}}, "ai.dify.base_url"},
+		{Config{Kind: KindHTTP}, "ai.http.url"},
+		{Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: "http://10.0.0.5:5678/webhook/x"}}, "ai.http.url"},
+		{Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: "https://n8n.example.com/webhook/x", TokenFile: "/no/such/file"}}, "ai.http.token_file"},
 	} {
 		b, err := New(tc.cfg)
 		if err == nil {

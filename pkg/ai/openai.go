@@ -75,7 +75,15 @@ func (b *openAIBackend) params(req Request) openai.ChatCompletionNewParams {
 			msgs = append(msgs, openai.AssistantMessage(m.Content))
 		}
 	}
-	return openai.ChatCompletionNewParams{Model: b.cfg.Model, Messages: msgs}
+	p := openai.ChatCompletionNewParams{Model: b.cfg.Model, Messages: msgs}
+	// 0 is "not sent": the model's own limit and default.
+	if b.cfg.MaxTokens > 0 {
+		p.MaxTokens = openai.Int(int64(b.cfg.MaxTokens))
+	}
+	if b.cfg.Temperature > 0 {
+		p.Temperature = openai.Float(b.cfg.Temperature)
+	}
+	return p
 }
 
 // Stream sends one streaming chat completion and emits each chunk's content

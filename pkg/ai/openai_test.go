@@ -362,3 +362,30 @@ func TestOpenAIUnreachable(t *testing.T) {
 		t.Fatalf("Stream: %v, want ErrBackend", err)
 	}
 }
+
+// TestOpenAISamplingOptions: ai.openai.max_tokens and temperature are sent
+// when set, and not at all when 0 (the model's own limit and default).
+func TestOpenAISamplingOptions(t *testing.T) {
+	leakCheck(t)
+	f := newFakeOpenAI(t, func(w http.ResponseWriter, r *http.Request, f *fakeOpenAI) {
+		sseHeaders(w)
+		sendEvent(w, chunkJSON("ok", "stop"))
+		sendEvent(w, "[DONE]")
+	})
+	if err := f.backend(t, OpenAIConfig{MaxTokens: 256, Temperature: 0.3}).Stream(context.Background(), question("q"), newRecorder().emit); err != nil {
+		t.Fatal(err)
+	}
+	c := <-f.requests
+	if c.body["max_tokens"] != float64(256) || c.body["temperature"] != 0.3 {
+		t.Errorf("max_tokens=%v temperature=%v, want 256 and 0.3", c.body["max_tokens"], c.body["temperature"])
+	}
+	if err := f.backend(t, OpenAIConfig{}).Stream(context.Background(), question("q"), newRecorder().emit); err != nil {
+		t.Fatal(err)
+	}
+	c = <-f.requests
+	for _, k := range []string{"max_tokens", "temperature", "max_completion_tokens"} {
+		if v, ok := c.body[k]; ok {
+			t.Errorf("%s = %v sent, want it absent when unset", k, v)
+		}
+	}
+}

@@ -16,6 +16,8 @@ const (
 	AIKindDemo   = "demo"
 	AIKindExec   = "exec"
 	AIKindOpenAI = "openai"
+	AIKindDify   = "dify"
+	AIKindHTTP   = "http"
 )
 
 // The exec backend's input modes (ai.exec.input).
@@ -36,6 +38,10 @@ const (
 	OpenAIDefaultBaseURL   = "https://api.openai.com/v1"
 	OpenAIDefaultAPIKeyEnv = "OPENAI_API_KEY"
 	OpenAIDefaultTimeout   = 10 * time.Minute
+	OpenAIMaxTemperature   = 2
+	DifyDefaultBaseURL     = "https://api.dify.ai/v1"
+	DifyDefaultTimeout     = 10 * time.Minute
+	HTTPDefaultTimeout     = 10 * time.Minute
 )
 
 // Bounds of ai.max_answer_bytes. The limit leaves 64 KiB of NATS's
@@ -48,7 +54,7 @@ const (
 // AI chooses and configures the AI backend (pkg/ai): the "ai" section of the node's
 // configuration. Only the section named by Kind is read.
 type AI struct {
-	// Kind is "demo", "exec" or "openai". Required.
+	// Kind is "demo", "exec", "openai", "dify" or "http". Required.
 	Kind string `yaml:"kind"`
 	// MaxConcurrency is how many answers this node asks of the backend at
 	// once: what the model provider allows (its concurrent-request or
@@ -72,6 +78,8 @@ type AI struct {
 	Demo           AIDemo   `yaml:"demo"`
 	Exec           AIExec   `yaml:"exec"`
 	OpenAI         AIOpenAI `yaml:"openai"`
+	Dify           AIDify   `yaml:"dify"`
+	HTTP           AIHTTP   `yaml:"http"`
 }
 
 // AIDemo configures the demo backend: a deterministic answer, the same
@@ -161,6 +169,67 @@ type AIOpenAI struct {
 	// Answers take minutes: too low cuts long answers (ErrTimeout), too high
 	// holds a worker slot on a stalled stream.
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxTokens, if above 0, is sent as "max_tokens": the most tokens the
+	// model may generate for one answer (an answer cut there ends with
+	// finish_reason "length" and is delivered as it is). 0: not sent, the
+	// model's own limit.
+	MaxTokens int `yaml:"max_tokens"`
+	// Temperature, if above 0, is sent as "temperature" (0 to 2: lower is
+	// more deterministic). 0: not sent, the model's default.
+	Temperature float64 `yaml:"temperature"`
+}
+
+// AIDify configures the dify backend: Dify's chat API (a Chatbot, Agent or
+// Chatflow app), POST <BaseURL>/chat-messages with "response_mode":
+// "streaming". Dify holds the conversation's memory: each WeCom
+// conversation (and, in a group chat, each of its users: Dify ties a
+// conversation to its user) continues the Dify conversation it started,
+// whose id every node reads from the conversation's record (pkg/ai, pkg/task).
+type AIDify struct {
+	// BaseURL is the API root, the part before "/chat-messages".
+	// Default "https://api.dify.ai/v1"; a self-hosted Dify's is
+	// "https://<host>/v1".
+	BaseURL string `yaml:"base_url"`
+	// APIKeyFile is a file holding the app's API key ("app-…"), sent as
+	// "Authorization: Bearer …". Required; read once, when the backend is
+	// created; a file every user may read is refused. The key never
+	// appears in logs, errors or Name.
+	APIKeyFile string `yaml:"api_key_file"`
+	// Timeout bounds one answer, request to message_end. Default 10m.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// APIKey reads the key in APIKeyFile.
+func (d AIDify) APIKey() (string, error) {
+	if d.APIKeyFile == "" {
+		return "", errors.New("config key ai.dify.api_key_file: required (a file holding the Dify app's API key, app-…, mode 600)")
+	}
+	return readSecretFile("ai.dify.api_key_file", d.APIKeyFile)
+}
+
+// AIHTTP configures the http backend: a generic streaming webhook (n8n, a
+// home-made agent). Each question is one POST of a JSON request to URL;
+// the answer streams back as server-sent events or as a plain-text body
+// (docs/ai.md has the wire format, with an example).
+type AIHTTP struct {
+	// URL is the endpoint. Required. Only its host appears in logs, errors
+	// and Name (a webhook's path may be its secret, as n8n's is).
+	URL string `yaml:"url"`
+	// TokenFile, if set, is a file holding a token sent as
+	// "Authorization: Bearer …"; read once, when the backend is created; a
+	// file every user may read is refused. Unset: no Authorization header.
+	TokenFile string `yaml:"token_file"`
+	// Timeout bounds one answer, request to the end of the answer.
+	// Default 10m.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Token reads the token in TokenFile ("" when it is unset).
+func (h AIHTTP) Token() (string, error) {
+	if h.TokenFile == "" {
+		return "", nil
+	}
+	return readSecretFile("ai.http.token_file", h.TokenFile)
 }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -183,10 +252,14 @@ func (a AI) Validate() error {
 		return a.Exec.validate()
 	case AIKindOpenAI:
 		return a.OpenAI.validate()
+	case AIKindDify:
+		return a.Dify.validate()
+	case AIKindHTTP:
+		return a.HTTP.validate()
 	case "":
-		return errors.New(`config key ai.kind: required (one of "demo", "exec", "openai")`)
+		return errors.New(`config key ai.kind: required (one of "demo", "exec", "openai", "dify", "http")`)
 	}
-	return fmt.Errorf(`config key ai.kind: %q is not a backend (want "demo", "exec" or "openai")`, a.Kind)
+	return fmt.Errorf(`config key ai.kind: %q is not a backend (want "demo", "exec", "openai", "dify" or "http")`, a.Kind)
 }
 
 func (d AIDemo) validate() error {
@@ -242,13 +315,8 @@ func ExecEnvWithheld(name string) bool { return strings.HasPrefix(strings.ToUppe
 
 func (o AIOpenAI) validate() error {
 	if o.BaseURL != "" {
-		u, err := url.Parse(o.BaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("config key ai.openai.base_url: %q is not an http(s) URL such as %s", redact.URL(o.BaseURL), OpenAIDefaultBaseURL)
-		}
-		if u.Scheme == "http" && !LoopbackHost(u.Hostname()) {
-			return fmt.Errorf("config key ai.openai.base_url: %s is plain http to another machine: the API key (ai.openai.api_key_env) and every question would cross the network in clear text; "+
-				"use https:// (plain http only to a server on this machine, e.g. http://127.0.0.1:11434/v1)", redact.URL(o.BaseURL))
+		if err := backendURL("ai.openai.base_url", o.BaseURL, OpenAIDefaultBaseURL, "http://127.0.0.1:11434/v1", "the API key (ai.openai.api_key_env)"); err != nil {
+			return err
 		}
 	}
 	if o.Model == "" {
@@ -256,6 +324,58 @@ func (o AIOpenAI) validate() error {
 	}
 	if o.Timeout < 0 {
 		return fmt.Errorf("config key ai.openai.timeout: %s is negative", o.Timeout)
+	}
+	if o.MaxTokens < 0 {
+		return fmt.Errorf("config key ai.openai.max_tokens: %d is negative (0: not sent, the model's own limit)", o.MaxTokens)
+	}
+	if o.Temperature < 0 || o.Temperature > OpenAIMaxTemperature {
+		return fmt.Errorf("config key ai.openai.temperature: %g is out of range: want 0 to %d (0: not sent, the model's default)", o.Temperature, OpenAIMaxTemperature)
+	}
+	return nil
+}
+
+func (d AIDify) validate() error {
+	if d.BaseURL != "" {
+		if err := backendURL("ai.dify.base_url", d.BaseURL, DifyDefaultBaseURL, "http://127.0.0.1/v1", "the API key (ai.dify.api_key_file)"); err != nil {
+			return err
+		}
+	}
+	if d.APIKeyFile == "" {
+		return errors.New("config key ai.dify.api_key_file: required (a file holding the Dify app's API key, app-…, mode 600)")
+	}
+	if d.Timeout < 0 {
+		return fmt.Errorf("config key ai.dify.timeout: %s is negative", d.Timeout)
+	}
+	return nil
+}
+
+func (h AIHTTP) validate() error {
+	if h.URL == "" {
+		return errors.New("config key ai.http.url: required (the agent's endpoint, e.g. https://n8n.example.com/webhook/…)")
+	}
+	if err := backendURL("ai.http.url", h.URL, "https://agent.example.com/answer", "http://127.0.0.1:5678/webhook/…", "the token (ai.http.token_file)"); err != nil {
+		return err
+	}
+	if h.Timeout < 0 {
+		return fmt.Errorf("config key ai.http.timeout: %s is negative", h.Timeout)
+	}
+	return nil
+}
+
+// backendURL checks an AI backend's URL: http(s), with a host, and plain
+// http only to this machine, since the secret and every question would
+// cross the network in clear text.
+func backendURL(key, raw, example, local, secret string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if key == "ai.http.url" { // a webhook's path may be its secret: not quoted
+			return fmt.Errorf("config key %s: not an http(s) URL such as %s", key, example)
+		}
+		return fmt.Errorf("config key %s: %q is not an http(s) URL such as %s", key, redact.URL(raw), example)
+	}
+	if u.Scheme == "http" && !LoopbackHost(u.Hostname()) {
+		return fmt.Errorf("config key %s: %s is plain http to another machine: %s and every question would cross the network in clear text; "+
+			"use https:// (plain http only to a server on this machine, e.g. %s)", key, redact.URL(u.Scheme+"://"+u.Host), secret, local)
 	}
 	return nil
 }

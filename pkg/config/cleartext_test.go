@@ -40,6 +40,12 @@ func TestClearTextCredentialsRefused(t *testing.T) {
 		{"openai key over http to another machine", func(c *Config) {
 			c.AI.Kind, c.AI.OpenAI.Model, c.AI.OpenAI.BaseURL = AIKindOpenAI, "m", "http://llm.internal:8000/v1"
 		}, []string{"config key ai.openai.base_url", "clear text", "https://"}},
+		{"dify key over http to another machine", func(c *Config) {
+			c.AI.Kind, c.AI.Dify.APIKeyFile, c.AI.Dify.BaseURL = AIKindDify, tok, "http://dify.internal/v1"
+		}, []string{"config key ai.dify.base_url", "clear text", "https://"}},
+		{"http token over http to another machine", func(c *Config) {
+			c.AI.Kind, c.AI.HTTP.TokenFile, c.AI.HTTP.URL = AIKindHTTP, tok, "http://10.0.0.9:5678/webhook/6f1c2a9e"
+		}, []string{"config key ai.http.url", "clear text", "https://"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Defaults()
@@ -74,6 +80,12 @@ func TestClearTextCredentialsRefused(t *testing.T) {
 		},
 		"openai to a local server": func(c *Config) {
 			c.AI.Kind, c.AI.OpenAI.Model, c.AI.OpenAI.BaseURL = AIKindOpenAI, "m", "http://127.0.0.1:11434/v1"
+		},
+		"dify to a local server": func(c *Config) {
+			c.AI.Kind, c.AI.Dify.APIKeyFile, c.AI.Dify.BaseURL = AIKindDify, tok, "http://localhost/v1"
+		},
+		"http to a local agent": func(c *Config) {
+			c.AI.Kind, c.AI.HTTP.TokenFile, c.AI.HTTP.URL = AIKindHTTP, tok, "http://127.0.0.1:5678/webhook/6f1c2a9e"
 		},
 	} {
 		c := Defaults()

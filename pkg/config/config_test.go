@@ -224,3 +224,40 @@ func TestWeComURLWithCredentialsRefused(t *testing.T) {
 		t.Fatalf("the production URL: %v", err)
 	}
 }
+
+// TestAIBackendKeys: the dify, http and openai sampling keys are read from
+// the file and the environment, like every key.
+func TestAIBackendKeys(t *testing.T) {
+	p := writeFile(t, `
+ai:
+  kind: dify
+  openai:
+    max_tokens: 512
+    temperature: 0.7
+    timeout: 2m
+  dify:
+    base_url: https://dify.example.com/v1
+    api_key_file: /etc/botctl/dify.key
+    timeout: 3m
+  http:
+    url: https://n8n.example.com/webhook/x
+    token_file: /etc/botctl/n8n.token
+`)
+	cfg, err := Load(p, []string{"BOTCTL_AI_HTTP_TIMEOUT=4m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.AI
+	if a.OpenAI.MaxTokens != 512 || a.OpenAI.Temperature != 0.7 || a.OpenAI.Timeout != 2*time.Minute {
+		t.Errorf("openai %+v", a.OpenAI)
+	}
+	if a.Dify != (AIDify{BaseURL: "https://dify.example.com/v1", APIKeyFile: "/etc/botctl/dify.key", Timeout: 3 * time.Minute}) {
+		t.Errorf("dify %+v", a.Dify)
+	}
+	if a.HTTP != (AIHTTP{URL: "https://n8n.example.com/webhook/x", TokenFile: "/etc/botctl/n8n.token", Timeout: 4 * time.Minute}) {
+		t.Errorf("http %+v", a.HTTP)
+	}
+	if _, err := Load(writeFile(t, "ai:\n  openai:\n    temperature: warm\n"), nil); err == nil || !strings.Contains(err.Error(), "config key ai.openai.temperature") {
+		t.Errorf("a temperature that is no number: %v, want an error naming the key", err)
+	}
+}

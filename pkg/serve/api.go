@@ -83,8 +83,8 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			return
 		}
 		if err := n.Worker.Go(ctx, m, string(dispatch.TierFixed), wg); err != nil {
-			// Bounded by the worker's slots (worker.ErrNoSlot): nothing
-			// was started, so the caller may send the task elsewhere (the
+			// Bounded by the worker's slots (worker.ErrNoSlot) and its
+			// clock (worker.ErrClockOff, named as such): nothing was started, so the caller may send the task elsewhere (the
 			// dispatcher falls back) or again once a running one ends.
 			w.Header().Set("Retry-After", "1")
 			httpjson.WriteIndented(w, http.StatusServiceUnavailable, map[string]string{

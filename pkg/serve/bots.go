@@ -43,6 +43,7 @@ type bots struct {
 	// backend: a backend may keep state in JetStream (an agent platform's
 	// conversations), and nothing asks for one before the worker starts.
 	bound   bool
+	aiOpts  []ai.Option          // bind's: what a backend keeps in JetStream
 	top     *botState            // a bot neither the file nor etcd names (the demo's)
 	bots    map[string]*botState // bot → its settings now
 	refused map[string]refusal   // bot → its last override not applied, while it is the latest seen
@@ -99,13 +100,15 @@ func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log z
 	return b, nil
 }
 
-// bind builds every bot's backend, once JetStream is bound (Node.start,
-// before the worker starts): an error stops the node, naming the bot.
-func (b *bots) bind() error {
+// bind builds every bot's backend with opts, once JetStream is bound
+// (Node.start, before the worker starts): an error stops the node, naming
+// the bot.
+func (b *bots) bind(opts ...ai.Option) error {
 	b.applying.Lock()
 	defer b.applying.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.aiOpts = opts
 	var err error
 	if b.top.backend, err = b.backend(b.top.settings.AI); err != nil {
 		return err
@@ -122,7 +125,7 @@ func (b *bots) bind() error {
 }
 
 // backend builds one backend: the one place a node makes them.
-func (b *bots) backend(cfg config.AI) (ai.Backend, error) { return ai.New(cfg) }
+func (b *bots) backend(cfg config.AI) (ai.Backend, error) { return ai.New(cfg, b.aiOpts...) }
 
 // build makes s's rules and, once bound, its backend (like's, when s's ai
 // section is like's).

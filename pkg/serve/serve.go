@@ -18,6 +18,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/access"
+	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
@@ -303,7 +304,9 @@ func Run(ctx context.Context, o Options) error {
 // watch; then the inbound path and every term's pusher use them.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store) error {
 	cfg, log := n.cfg, n.log
-	if err := n.bots.bind(); err != nil { // every bot's backend (bots.go)
+	// Every bot's backend (bots.go), built beside the context bucket where
+	// an agent platform's conversation ids are kept.
+	if err := n.bots.bind(ai.WithSessions(task.NewSessions(store.Context(), log))); err != nil {
 		return err
 	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)

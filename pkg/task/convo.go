@@ -23,6 +23,10 @@ type Conversation struct {
 	// Updated is when the last exchange was added (zero in contexts
 	// written before it was kept: never idle).
 	Updated time.Time `json:"updated,omitzero"`
+	// Sessions are the conversations agent platforms hold for this chat
+	// (session.go): kept beside the turns so that /new, which purges the
+	// record, and the bucket's idle expiry forget them with the rest.
+	Sessions []AgentSession `json:"sessions,omitempty"`
 }
 
 // Memory bounds a conversation's context: at most Turns turns (0: none

@@ -1,6 +1,10 @@
 package worker_test
 
 import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +14,7 @@ import (
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
+	"github.com/rs/zerolog"
 )
 
 type offClock struct{ off atomic.Bool }
@@ -33,4 +38,28 @@ func TestWorkerWithAClockOffRunsNothing(t *testing.T) {
 	testwait.Eventually(t, waitLong, "the task to run once the clock is right", func() bool {
 		return record(t, env.Store, m.TaskID).Exec == task.Succeeded
 	})
+}
+
+// Off the queue (a fixed worker's POST /v1/exec, the leader's own tier) a
+// clock that is off refuses the task naming the clock, not the slots: the
+// caller (and the operator reading its log) learns why.
+func TestOffQueueWorkRefusedWhileTheClockIsOff(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{})
+	c := &offClock{}
+	c.off.Store(true)
+	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, Backend: demo(t, time.Millisecond), Store: env.Store, Logger: zerolog.Nop(), Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "c1", Question: "q"}
+	err = w.Go(context.Background(), m, "fixed", &wg)
+	if !errors.Is(err, worker.ErrClockOff) || !strings.Contains(err.Error(), "40m off") {
+		t.Fatalf("task on a worker whose clock is off: %v, want ErrClockOff naming the offset", err)
+	}
+	c.off.Store(false)
+	if err := w.Go(context.Background(), m, "fixed", &wg); err != nil {
+		t.Fatalf("task once the clock is right: %v", err)
+	}
 }

@@ -86,8 +86,17 @@ func (w *Worker) acquire(ctx context.Context, queued bool) (release func(), err 
 // ErrNoSlot: every slot of the worker is in use; the task was not started.
 var ErrNoSlot = errors.New("worker: every slot is busy")
 
+// ErrClockOff: this node's clock is too far from JetStream's to run a task
+// (Config.Clock); the task was not started, another node may run it.
+var ErrClockOff = errors.New("worker: this node's clock is off, it runs no task")
+
 // takeSlot holds one slot for a task off the queue (the fetch loop counts it).
 func (w *Worker) takeSlot() (release func(), err error) {
+	if w.cfg.Clock != nil {
+		if why, off := w.cfg.Clock.Off(); off {
+			return nil, fmt.Errorf("%w: %s", ErrClockOff, why)
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.held >= w.slots() {

@@ -28,11 +28,11 @@ func TestChaosSmoke(t *testing.T) {
 		Warmup: 3 * time.Second, After: 6 * time.Second, Settle: 100 * time.Second,
 		Dir: t.TempDir(), Logf: t.Logf,
 	}
-	rep, h := Run(cfg, nil)
-	if rep.Err != "" && h.C != nil {
-		t.Logf("processes:\n%s", h.Dump(40))
+	rep, hs := Run(cfg, nil)
+	if rep.Err != "" && hs.Started() {
+		t.Logf("processes:\n%s", hs.Dump(40))
 	}
-	h.Close(true) // t.TempDir removes it
+	hs.Close(true) // t.TempDir removes it
 	out := os.Getenv("BOTCTL_CHAOS_OUT")
 	if out == "" {
 		out = filepath.Join(t.TempDir(), "chaos-smoke.md")

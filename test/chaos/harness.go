@@ -41,6 +41,10 @@ type Config struct {
 	Takeover      time.Duration // how long to wait for a new subscribe after a fault
 	Freeze        time.Duration // how long the freeze-* scenarios freeze a member (issue 25: 5 minutes)
 	Dir           string        // work dir (binaries, data); "" = a temp dir
+	// Parallel is how many lanes (clusters of their own) run the
+	// scenarios side by side (lanes.go); 0 or 1: one.
+	Parallel      int
+	bin, infraBin string // built once for every lane (Run); "": Start builds
 	Logf          func(format string, args ...any)
 }
 
@@ -106,6 +110,7 @@ type Harness struct {
 	nodeIDs []string
 	links   map[string]*NodeLinks // node id → its proxies
 	logDir  string                // every process's whole log
+	outputs *outputWatch          // output versions, for the push lag
 }
 
 // NodeLinks are one node's fault proxies: one per etcd member and one per
@@ -187,14 +192,16 @@ func Start(cfg Config) (*Harness, error) {
 		h.Cfg.Dir = d
 	}
 	dir := h.Cfg.Dir
-	cfg.Logf("building botctl and infranode into %s", dir)
-	bin, err := cluster.Build(dir)
-	if err != nil {
-		return h, err
-	}
-	infraBin, err := infracluster.Build(dir)
-	if err != nil {
-		return h, err
+	bin, infraBin := cfg.bin, cfg.infraBin
+	var err error
+	if bin == "" || infraBin == "" {
+		cfg.Logf("building botctl and infranode into %s", dir)
+		if bin, err = cluster.Build(dir); err != nil {
+			return h, err
+		}
+		if infraBin, err = infracluster.Build(dir); err != nil {
+			return h, err
+		}
 	}
 	cfg.Logf("starting %d etcd members and %d NATS servers", nodeCount, nodeCount)
 	logDir := filepath.Join(dir, "logs")
@@ -211,6 +218,7 @@ func Start(cfg Config) (*Harness, error) {
 		StartTimeout: 90 * time.Second,
 		External:     &cluster.External{EtcdURLs: h.Infra.EtcdURLs(), NATSURL: h.Infra.NATSURLs()},
 		NodeArgs:     nodeArgs(cfg),
+		SimArgs:      []string{"--record"}, // frames' accept times, for the push lag
 		LogDir:       logDir,
 	})
 	if err != nil {
@@ -231,6 +239,9 @@ func Start(cfg Config) (*Harness, error) {
 	}
 	if _, err := h.C.WaitStable(2 * time.Minute); err != nil {
 		return h, err
+	}
+	if h.outputs, err = watchOutputs(h.Infra.NATSURLs()); err != nil {
+		return h, fmt.Errorf("output watcher: %w", err)
 	}
 	h.Traffic = NewTraffic(h.C, bot, h.Cfg.Users, h.Cfg.Burst, h.Cfg.Think, h.Cfg.Patience, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
 	h.Traffic.demo = ai.DemoConfig{AnswerTime: h.Cfg.AnswerTime, AnswerTimeMax: h.Cfg.AnswerTimeMax}
@@ -255,6 +266,7 @@ const silenceMinWatched = time.Minute
 
 // Close stops every process. The work dir stays if keep.
 func (h *Harness) Close(keep bool) {
+	h.outputs.Close()
 	if h.C != nil {
 		h.C.Close()
 	}
@@ -326,7 +338,10 @@ func (h *Harness) restore() error {
 	if _, err := h.C.WaitStable(2 * time.Minute); err != nil {
 		return err
 	}
-	return nil
+	// Every round starts from a settled JetStream: a fault on a cluster
+	// whose followers still catch up (the first round, seconds after the
+	// buckets were made) is another fault than the one named.
+	return h.Infra.WaitStreamsCurrent(2 * time.Minute)
 }
 
 // RoundResult is one round of one scenario.
@@ -360,7 +375,16 @@ type RoundResult struct {
 	// ExpectFailed are msgids the fault made impossible to answer (every
 	// delivery killed): one failure notice is their correct answer.
 	ExpectFailed map[string]bool
-	Err          string // the round could not run to its end
+	// PushLag: each frame showing an output version, from the worker's
+	// write to the simulator's accept (pushlag.go); PushLagFault: those
+	// accepted while the fault was on.
+	PushLag, PushLagFault []time.Duration
+	// Settled, if set by the fault, is when botctl had worked around it
+	// (freeze-nats-server: the leader left the frozen server); output
+	// written from then on counts in PushLagFault, else from the fault's
+	// start.
+	Settled time.Time
+	Err     string // the round could not run to its end
 }
 
 // note records what the fault did, for the report.
@@ -401,6 +425,9 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		r.Err = err.Error()
 		return r
 	}
+	if _, err := drainRecording(h.C.SimHTTP); err != nil { // the last round's frames
+		r.note("recorder: %v", err)
+	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -409,7 +436,9 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	cfg.Logf("%s: fault", label)
 	burst := make(chan struct{})
 	go func() { defer close(burst); h.Traffic.Burst(label, time.Second) }()
+	faultFrom := time.Now()
 	ferr := s.Fault(h, r)
+	faultTo := time.Now()
 	<-burst
 	sleepCtx(context.Background(), cfg.After)
 	stop()
@@ -465,6 +494,19 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	r.Quota = after.QuotaRejections - before.QuotaRejections
 	r.Expired = after.ExpiredUpdates - before.ExpiredUpdates
 	r.Kicks = after.Kicks - before.Kicks
+	if ev, err := drainRecording(h.C.SimHTTP); err != nil {
+		r.note("recorder: %v (no push lag)", err)
+	} else {
+		var worst string
+		from := faultFrom
+		if !r.Settled.IsZero() {
+			from = r.Settled
+		}
+		r.PushLag, r.PushLagFault, worst = h.outputs.lags(ev, faultFrom, from, faultTo)
+		if worst != "" {
+			r.note("%s", worst)
+		}
+	}
 	if r.Failed() {
 		// The processes' logs, to find the cause (kept with -keep).
 		path := filepath.Join(h.Cfg.Dir, label+".log")

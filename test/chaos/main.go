@@ -74,6 +74,7 @@ func main() {
 	var scen, out string
 	var keep bool
 	flag.IntVar(&cfg.Rounds, "rounds", 10, "rounds per scenario")
+	flag.IntVar(&cfg.Parallel, "parallel", 1, "lanes: clusters of their own (3 etcd, 3 NATS, a simulator, 3 nodes each) that run disjoint sets of scenarios side by side")
 	flag.StringVar(&scen, "scenarios", "", "comma-separated scenarios, or smoke (the smoke subset); default all: "+scenarioNames())
 	flag.IntVar(&cfg.Users, "users", 6, "concurrent conversations (closed-loop users)")
 	flag.IntVar(&cfg.Burst, "burst", 6, "messages, one conversation each, posted over the first second of every fault (0: none)")
@@ -91,8 +92,8 @@ func main() {
 	flag.BoolVar(&keep, "keep", false, "keep the work dir (binaries, data, a failed round's process logs) after the run")
 	flag.StringVar(&cfg.Dir, "dir", "", "work dir (default a new temp dir)")
 	flag.Parse()
-	if cfg.Rounds < 1 || cfg.Users < 1 {
-		fmt.Fprintln(os.Stderr, "chaos: -rounds and -users must be at least 1")
+	if cfg.Rounds < 1 || cfg.Users < 1 || cfg.Parallel < 1 {
+		fmt.Fprintln(os.Stderr, "chaos: -rounds, -users and -parallel must be at least 1")
 		os.Exit(2)
 	}
 	if scen != "" {
@@ -105,8 +106,8 @@ func main() {
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	rep, h := Run(cfg, sigs)
-	h.Close(keep)
+	rep, hs := Run(cfg, sigs)
+	hs.Close(keep)
 	rep.Markdown(os.Stdout)
 	if out != "" {
 		if err := rep.WriteFiles(out); err != nil {
@@ -154,85 +155,4 @@ func selectScenarios(names []string) ([]Scenario, error) {
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-// Run starts the cluster, runs every round and judges the run. stop, if
-// not nil, ends the run early (after the current round). The caller
-// closes the harness (it is returned even when it failed to start, for
-// its Dump).
-func Run(cfg Config, stop <-chan os.Signal) (*Report, *Harness) {
-	cfg.defaults()
-	rep := newReport(cfg)
-	start := time.Now()
-	defer func() { rep.Took = time.Since(start) }()
-	scenarios, err := selectScenarios(cfg.Scenarios)
-	if err != nil {
-		rep.Err = err.Error()
-		return rep, &Harness{}
-	}
-	h, err := Start(cfg)
-	if err != nil {
-		rep.Err = "start: " + err.Error()
-		cfg.Logf("%s\n%s", rep.Err, h.Dump(30))
-		return rep, h
-	}
-	rep.Cfg = h.Cfg
-	// Round by round: a run cut short still has rounds of every scenario.
-	for i := 1; i <= cfg.Rounds; i++ {
-		for _, s := range scenarios {
-			select {
-			case <-stop:
-				rep.Err = "interrupted"
-				return rep, h
-			default:
-			}
-			r := h.RunRound(s, i)
-			rep.Rounds = append(rep.Rounds, r)
-			cfg.Logf("%s round %d: %d delivered, %d answered once (%d busy), %d violations, quota %d, expired %d, kicks %d, takeovers %v %s",
-				s.Name, i, r.Delivered, r.Answered, r.Busy, len(r.Violations), r.Quota, r.Expired, r.Kicks, r.Takeovers, r.Err)
-			for _, v := range r.Violations {
-				cfg.Logf("  %s %s %s %q: %s", v.Invariant, v.User, v.MsgID, v.Question, v.Saw)
-			}
-		}
-	}
-	// Judge the whole run again: an answer may have arrived a second time
-	// after its round was checked.
-	roundOf := map[string]bool{}
-	for _, r := range rep.Rounds {
-		for _, v := range r.Violations {
-			roundOf[v.MsgID+v.Invariant] = true
-		}
-	}
-	expect := map[string]bool{}
-	for _, r := range rep.Rounds {
-		for id := range r.ExpectFailed {
-			expect[id] = true
-		}
-	}
-	j, err := judgeRound(h.C, bot, h.Traffic.Messages(""), h.Traffic.Messages(""), expect)
-	if err != nil {
-		rep.Err = "final check: " + err.Error()
-	}
-	now := map[string]bool{}
-	for _, v := range j.violations {
-		now[v.MsgID+v.Invariant] = true
-		if v.Invariant == InvDuplicate && !roundOf[v.MsgID+v.Invariant] {
-			rep.Late = append(rep.Late, v)
-		}
-	}
-	// A missed message the backfill answered after its round was judged
-	// (the settle wait ran out) was answered: it counts as late, not
-	// missed. Its answer, if twice, is in Late above.
-	for _, r := range rep.Rounds {
-		kept := r.Violations[:0]
-		for _, v := range r.Violations {
-			if v.Invariant == InvMissed && !now[v.MsgID+InvMissed] {
-				r.AnsweredAfter++
-				continue
-			}
-			kept = append(kept, v)
-		}
-		r.Violations = kept
-	}
-	return rep, h
 }

@@ -75,6 +75,7 @@ type scenarioSum struct {
 	takeovers                                        []time.Duration
 	takeoverErrs                                     int
 	errs                                             int
+	pushLag, pushLagFault                            []time.Duration
 }
 
 func (rep *Report) sums() []*scenarioSum {
@@ -116,6 +117,8 @@ func (rep *Report) sums() []*scenarioSum {
 		if r.Err != "" {
 			s.errs++
 		}
+		s.pushLag = append(s.pushLag, r.PushLag...)
+		s.pushLagFault = append(s.pushLagFault, r.PushLagFault...)
 	}
 	return out
 }
@@ -189,6 +192,8 @@ func (rep *Report) Markdown(w io.Writer) {
 			s.expired, s.quota, s.kicks, s.undelivered, s.inv[InvMissed], s.answeredAfter, s.marked, s.failedTold, s.postErrs,
 			pctMS(s.takeovers, .5), pctMS(s.takeovers, .99), pctMS(s.takeovers, 1), len(s.takeovers), s.takeoverErrs)
 	}
+
+	rep.pushLagTable(w)
 
 	var tot = map[string]int64{}
 	for _, r := range rep.Rounds {
@@ -299,7 +304,8 @@ func (rep *Report) WriteFiles(out string) error {
 		return fmt.Errorf("takeover plot: %w", err)
 	}
 	rows := [][]string{{"scenario", "round", "start", "took_ms", "msgs", "delivered", "undelivered", "post_errors", "answered_once", "busy",
-		"lost", "failed", "duplicate", "locked", "missed", "answered_after_round", "marked_incomplete", "failure_told", "expired", "quota_45009", "kicks", "takeovers_ms", "fault", "error"}}
+		"lost", "failed", "duplicate", "locked", "missed", "answered_after_round", "marked_incomplete", "failure_told", "expired", "quota_45009", "kicks", "takeovers_ms",
+		"push_lag_frames", "push_lag_p50_ms", "push_lag_p99_ms", "push_lag_max_ms", "push_lag_fault_frames", "push_lag_fault_p99_ms", "fault", "error"}}
 	for _, r := range rep.Rounds {
 		inv := map[string]int{}
 		for _, v := range r.Violations {
@@ -316,7 +322,9 @@ func (rep *Report) WriteFiles(out string) error {
 		rows = append(rows, []string{r.Scenario, strconv.Itoa(r.Round), r.Start.UTC().Format(time.RFC3339), ms(r.Took),
 			strconv.Itoa(r.Msgs), strconv.Itoa(r.Delivered), strconv.Itoa(r.Undelivered), strconv.Itoa(r.PostErrors), strconv.Itoa(r.Answered), strconv.Itoa(r.Busy),
 			strconv.Itoa(inv[InvLost]), strconv.Itoa(inv[InvFailed]), strconv.Itoa(inv[InvDuplicate]), strconv.Itoa(inv[InvLocked]), strconv.Itoa(inv[InvMissed]), strconv.Itoa(r.AnsweredAfter), strconv.Itoa(r.Marked), strconv.Itoa(r.FailedTold), strconv.Itoa(inv[InvExpired] + int(r.Expired)),
-			strconv.FormatInt(r.Quota, 10), strconv.FormatInt(r.Kicks, 10), strings.Join(tk, ";"), strings.Join(r.Notes, "; "), r.Err})
+			strconv.FormatInt(r.Quota, 10), strconv.FormatInt(r.Kicks, 10), strings.Join(tk, ";"),
+			strconv.Itoa(len(r.PushLag)), pctMS(r.PushLag, .5), pctMS(r.PushLag, .99), pctMS(r.PushLag, 1), strconv.Itoa(len(r.PushLagFault)), pctMS(r.PushLagFault, .99),
+			strings.Join(r.Notes, "; "), r.Err})
 	}
 	if err := writeCSV(base+".csv", rows); err != nil {
 		return err
@@ -355,4 +363,32 @@ func command() string {
 		args[0] = "go run ./test/chaos"
 	}
 	return strings.Join(args, " ")
+}
+
+// pushLagTarget is bench/push.md's target for progress frames (5,000
+// conversations on three nodes).
+const pushLagTarget = 3 * time.Second
+
+// pushLagTable: does output keep reaching users while the fault is on,
+// and how late (pushlag.go says how it is measured).
+func (rep *Report) pushLagTable(w io.Writer) {
+	fmt.Fprintf(w, "\n## Push lag\n\nA worker's write of an answer's output (`Output.Updated`, seen by a watcher on the output bucket over its own "+
+		"connection to every NATS server) to the simulator's accept of the frame showing exactly that text (`botctl sim --record`), "+
+		"for every frame that shows an output version (progress and final; receipts, heartbeats and notes match none). "+
+		"\"During the fault\" are the frames showing output written between the fault's start and its end (the freeze-* scenarios: the whole freeze and "+
+		"the wait for a healthy cluster after it; freeze-nats-server: from when the leader left the frozen server, the reconnect, as its proxy saw it; "+
+		"the round's notes say how long that took). "+
+		"Target (bench/push.md): p99 ≤ %s.\n\n", pushLagTarget)
+	fmt.Fprintf(w, "| scenario | frames | p50 ms | p99 ms | max ms | frames during the fault | p99 ms | max ms | p99 within %s |\n|---|---|---|---|---|---|---|---|---|\n", pushLagTarget)
+	for _, s := range rep.sums() {
+		ok := "–"
+		if len(s.pushLag) > 0 {
+			ok = "yes"
+			if pct(s.pushLag, .99) > pushLagTarget || (len(s.pushLagFault) > 0 && pct(s.pushLagFault, .99) > pushLagTarget) {
+				ok = "**no**"
+			}
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %s | %s | %s |\n", s.name, len(s.pushLag), pctMS(s.pushLag, .5), pctMS(s.pushLag, .99), pctMS(s.pushLag, 1),
+			len(s.pushLagFault), pctMS(s.pushLagFault, .99), pctMS(s.pushLagFault, 1), ok)
+	}
 }

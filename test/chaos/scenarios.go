@@ -283,7 +283,32 @@ var Scenarios = []Scenario{
 			}
 			for i, p := range h.links[n.ID].NATS {
 				if p.Conns() > 0 {
-					return h.freezeMember(r, h.Infra.NATS[i])
+					// The reconnect, seen from outside: the leader's last
+					// connection through its proxy to the frozen server
+					// closes (nats.go declared it stale).
+					frozen := time.Now()
+					stop := make(chan struct{})
+					left := make(chan time.Time, 1)
+					go func() {
+						for p.Conns() > 0 {
+							select {
+							case <-stop:
+								return
+							case <-time.After(50 * time.Millisecond):
+							}
+						}
+						left <- time.Now()
+					}()
+					err := h.freezeMember(r, h.Infra.NATS[i])
+					close(stop)
+					select {
+					case at := <-left:
+						r.Settled = at
+						r.note("the leader left the frozen server %.1fs after it froze", at.Sub(frozen).Seconds())
+					default:
+						r.note("the leader never left the frozen server")
+					}
+					return err
 				}
 			}
 			return fmt.Errorf("leader %s has no open link to any NATS server", n.ID)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -45,6 +46,11 @@ func TestExampleServerConfigsParse(t *testing.T) {
 			t.Errorf("nats %s: name %q jetstream %v cluster %q routes %d tls %v verify %v cluster tls %v system %q",
 				vm, opts.ServerName, opts.JetStream, opts.Cluster.Name, len(opts.Routes), opts.TLSConfig != nil, opts.TLSConfig != nil && opts.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert,
 				opts.Cluster.TLSConfig != nil, opts.SystemAccount)
+		}
+		// A frozen peer's routes close in seconds (docs/operations.md, "A
+		// frozen NATS server"); nats-server's default takes minutes.
+		if opts.Cluster.PingInterval != 2*time.Second || opts.Cluster.MaxPingsOut != 3 {
+			t.Errorf("nats %s: cluster ping_interval %v ping_max %d, want 2s and 3", vm, opts.Cluster.PingInterval, opts.Cluster.MaxPingsOut)
 		}
 
 		eraw, err := os.ReadFile(filepath.Join(dir, "etcd", vm+".conf.yml"))

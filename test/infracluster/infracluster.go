@@ -307,3 +307,49 @@ func freePorts(n int) ([]int, error) {
 	}
 	return out, nil
 }
+
+// WaitStreamsCurrent waits until every JetStream stream (buckets included)
+// has a leader and every replica is current: a cluster that has settled
+// after a start or a fault. A stream created seconds ago may still have
+// followers catching up, and a follower catching up does not stand for
+// leader: freezing the leader then stalls the stream until it thaws.
+func (in *Infra) WaitStreamsCurrent(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	nc, err := nats.Connect(in.NATSURLs(), nats.Timeout(2*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var last error
+	for ctx.Err() == nil {
+		if last = streamsCurrent(ctx, js); last == nil {
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("JetStream streams not current within %v: %v", timeout, last)
+}
+
+func streamsCurrent(ctx context.Context, js jetstream.JetStream) error {
+	l := js.ListStreams(ctx)
+	for si := range l.Info() {
+		c := si.Cluster
+		if c == nil {
+			continue
+		}
+		if c.Leader == "" {
+			return fmt.Errorf("stream %s has no leader", si.Config.Name)
+		}
+		for _, r := range c.Replicas {
+			if !r.Current || r.Offline {
+				return fmt.Errorf("stream %s: replica %s not current (lag %d, offline %v)", si.Config.Name, r.Name, r.Lag, r.Offline)
+			}
+		}
+	}
+	return l.Err()
+}

@@ -125,7 +125,11 @@ func runNATS(args []string) error {
 		// NoAdvertise: a client knows only the URLs it was given, so a
 		// node whose every NATS URL goes through a fault proxy cannot
 		// step around a partition by dialing a discovered server.
-		Cluster: server.ClusterOpts{Name: "botctl-infracluster", Host: "127.0.0.1", Port: *cport, NoAdvertise: true},
+		// The route pings of deploy/example-cluster (docs/operations.md,
+		// "A frozen NATS server"): a frozen peer's routes close within
+		// seconds, not after nats-server's default of minutes.
+		Cluster: server.ClusterOpts{Name: "botctl-infracluster", Host: "127.0.0.1", Port: *cport, NoAdvertise: true,
+			PingInterval: 2 * time.Second, MaxPingsOut: 3},
 	}
 	if *sync != "" { // "": nats-server's default
 		d, err := infra.ParseSync(*sync)
