@@ -241,3 +241,43 @@ func TestBotsSetAppliesOnEveryNodeWithoutRestart(t *testing.T) {
 		testwait.Eventually(t, 30*time.Second, n.cfg.NodeID+" back to the file's", func() bool { return n.bots.Rules("b1").Texts.Unsupported == "file text" })
 	}
 }
+
+// One cluster (two nodes) serves two bots with different backends, each
+// configured in its bot's entry: bd is answered by Dify, bh by an HTTP
+// agent, and each platform hears only its own bot's questions.
+func TestOneClusterServesADifyBotAndAnHTTPBot(t *testing.T) {
+	dify := newAgentServer(t, func(w http.ResponseWriter, body map[string]any, n int) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, `data: {"event": "message", "conversation_id": "c%d", "answer": "dify says %v"}`+"\n\n", n, body["query"])
+		fmt.Fprintf(w, `data: {"event": "message_end", "conversation_id": "c%d"}`+"\n\n", n)
+	})
+	agent := newAgentServer(t, func(w http.ResponseWriter, body map[string]any, n int) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "agent says %v", body["question"])
+	})
+	sim, wecomURL := startSimBots(t, "bd", "bh")
+	e, ns := startEtcd(t), startNATS(t)
+	key := keyFile(t, "app-0123456789")
+	for _, id := range []string{"n1", "n2"} {
+		cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())
+		cfg.NodeID = id
+		cfg.Bots = []config.Bot{
+			{ID: "bd", Secret: "s-bd", Settings: settings(t, fmt.Sprintf("ai: {kind: dify, dify: {base_url: %q, api_key_file: %q}}", dify.srv.URL+"/v1", key))},
+			{ID: "bh", Secret: "s-bh", Settings: settings(t, fmt.Sprintf("ai: {kind: http, http: {url: %q}}\nmemory: {turns: 0}", agent.srv.URL+"/webhook/x"))},
+		}
+		if _, err := startNode(t, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range []string{"bd", "bh"} {
+		testwait.Eventually(t, time.Minute, b+" connected", func() bool { st, _ := sim.Stats(b); return st.Connected })
+		if _, err := sim.PostMessage(wecomsim.MessageRequest{BotID: b, UserID: "ann", Text: "hello " + b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.Eventually(t, time.Minute, "bd answered by Dify", func() bool { return lastFinished(sim, "bd", "ann") == "dify says hello bd" })
+	testwait.Eventually(t, time.Minute, "bh answered by the agent", func() bool { return lastFinished(sim, "bh", "ann") == "agent says hello bh" })
+	if d, a := dify.requests(), agent.requests(); len(d) != 1 || d[0]["query"] != "hello bd" || len(a) != 1 || a[0]["bot"] != "bh" {
+		t.Fatalf("dify heard %v, the agent %v: want each its own bot's question", d, a)
+	}
+}
