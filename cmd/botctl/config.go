@@ -116,6 +116,14 @@ func checkConfig(path string, environ []string) ([]error, string) {
 		errs = append(errs, unjoin(err)...)
 	} else if _, err := ai.New(cfg.AI); err != nil {
 		errs = append(errs, err) // what depends on the machine: the exec command, its dir, the API key's variable
+	} else {
+		for i, b := range cfg.Bots { // and each bot's own backend
+			if s, _ := cfg.BotSettings(b.ID); b.Settings != nil {
+				if _, err := ai.New(s.AI); err != nil {
+					errs = append(errs, fmt.Errorf("bots[%d] (%s): %w", i, b.ID, err))
+				}
+			}
+		}
 	}
 	ec := election.Config{BotID: "x", NodeID: "x", TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin}
 	if err := ec.Validate(); err != nil {
@@ -229,11 +237,20 @@ func writeExample(w io.Writer) error {
 	walk(root, "")
 	fmt.Fprint(w, `
 # Bots: id, secret_file (or $BOTCTL_BOT_<ID>_SECRET), owner (named in its
-# incidents and alerts). None here and no wecom.url: demo mode.
+# incidents and alerts), and the bot's own ai, access and memory: the keys of
+# the top-level sections, each overriding the top level's for this bot
+# (botctl bots set changes them at run time; docs/bots.md). None here and no
+# wecom.url: demo mode.
 bots: []
 #  - id: YOUR_BOT_ID
 #    secret_file: /etc/botctl/YOUR_BOT_ID.secret
 #    owner: team-or-person
+#    ai:
+#      openai: {system_prompt: 你是售后客服，回答简短。}
+#    access:
+#      allow_users: [zhangsan, lisi]
+#      busy_text: 上一个问题还在处理中，请稍候。
+#    memory: {turns: 10, idle_expiry: 2h}
 `)
 	return errors.Join(errs...)
 }

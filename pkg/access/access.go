@@ -30,12 +30,10 @@ package access
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
@@ -93,11 +91,10 @@ type Config struct {
 	Store *dataplane.Store
 	// Dispatch hands a task to compute (required).
 	Dispatch Dispatcher
-	// AllowUsers and AllowChats, when not empty, are the only user ids and
-	// group chat ids served.
+	// AllowUsers, AllowChats, MaxQuestionBytes and Texts are every bot's
+	// Rules (see there), unless Bots gives the bot's own.
 	AllowUsers, AllowChats []string
-	// MaxQuestionBytes refuses longer questions. Default 8000.
-	MaxQuestionBytes int
+	MaxQuestionBytes       int
 	// Parallel bounds messages handled at once. Default 2048: a
 	// handling mostly waits on JetStream (the publish, the record), under
 	// load for a quarter to half a second, so at 500 messages a second
@@ -112,6 +109,8 @@ type Config struct {
 	// few of them. Default 10s.
 	Timeout time.Duration
 	Texts   Texts
+	// Bots, if set, gives each bot's own Rules.
+	Bots Bots
 	// Outbound, if set, is the bots' send budgets and pushers.
 	Outbound Outbound
 	// Metrics, if set, learns how long each receipt and its steps took.
@@ -134,8 +133,7 @@ type Config struct {
 type Access struct {
 	cfg     Config
 	log     zerolog.Logger
-	users   map[string]bool
-	chats   map[string]bool
+	def     *Rules // Config's, for a bot Bots gives none
 	sem     chan struct{}
 	wg      sync.WaitGroup
 	seen    *lru        // msgids being handled or handled (dedupe)
@@ -200,11 +198,9 @@ func New(cfg Config) (*Access, error) {
 	if cfg.Dispatch == nil || cfg.NodeID == "" {
 		return nil, errors.New("access: NodeID and Dispatch are required")
 	}
-	if cfg.MaxQuestionBytes <= 0 {
-		cfg.MaxQuestionBytes = 8000
-	}
-	if cfg.MaxQuestionBytes > wecom.MaxContentBytes {
-		return nil, fmt.Errorf("access: MaxQuestionBytes %d exceeds WeCom's %d", cfg.MaxQuestionBytes, wecom.MaxContentBytes)
+	def, err := NewRules(Rules{AllowUsers: cfg.AllowUsers, AllowChats: cfg.AllowChats, MaxQuestionBytes: cfg.MaxQuestionBytes, Texts: cfg.Texts})
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 2048
@@ -218,13 +214,11 @@ func New(cfg Config) (*Access, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	cfg.Texts.setDefaults()
 	if cfg.Media == nil {
 		cfg.Media = media.New(media.Config{})
 	}
 	a := &Access{
-		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(),
-		users: set(cfg.AllowUsers), chats: set(cfg.AllowChats),
+		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(), def: def,
 		sem: make(chan struct{}, cfg.Parallel), seen: newLRU(cfg.DedupeSize), arrived: newLRU(cfg.DedupeSize),
 		terms: map[*election.Term]*sync.WaitGroup{},
 	}
@@ -358,8 +352,8 @@ func (a *Access) arrive(term *election.Term, c *wecom.Conn, reqID string, m *wec
 		return in
 	}
 	in.fresh = a.fresh(c, m)
-	chat := m.Conversation()
-	if !in.fresh || a.cfg.Outbound == nil || a.inHand.Get(term.Bot+"\x00"+chat) != 1 || !a.takesTask(m) || !a.cfg.Outbound.Idle(term.Bot, chat) {
+	chat, r := m.Conversation(), a.rules(term.Bot)
+	if !in.fresh || a.cfg.Outbound == nil || a.inHand.Get(term.Bot+"\x00"+chat) != 1 || !r.takesTask(m) || !a.cfg.Outbound.Idle(term.Bot, chat) {
 		return in
 	}
 	a.count(func(s *Stats) { s.EarlyReceipts++ })
@@ -368,7 +362,7 @@ func (a *Access) arrive(term *election.Term, c *wecom.Conn, reqID string, m *wec
 	defer cancel()
 	e := &earlyReceipt{sent: time.Now()}
 	id := task.ID(term.Bot, m.MsgID)
-	e.p, e.err = c.SendStream(sctx, reqID, wecom.Stream{ID: "s-" + id, Content: a.cfg.Texts.Receipt, Feedback: feedbackOf(id)})
+	e.p, e.err = c.SendStream(sctx, reqID, wecom.Stream{ID: "s-" + id, Content: r.Texts.Receipt, Feedback: feedbackOf(id)})
 	in.early = e
 	return in
 }
@@ -387,16 +381,16 @@ const (
 )
 
 // takesTask reports whether m would be dispatched as a task.
-func (a *Access) takesTask(m *wecom.MsgCallback) bool {
-	verdict, _ := a.screen(m)
+func (r *Rules) takesTask(m *wecom.MsgCallback) bool {
+	verdict, _ := r.screen(m)
 	return verdict == screenTask
 }
 
 // screen runs those checks on m and returns the trimmed question. arrive
 // and the handling both ask it, so an early receipt never goes to a
 // message the handling then answers without a task.
-func (a *Access) screen(m *wecom.MsgCallback) (screening, string) {
-	if !a.allowed(m.From.UserID, m.Conversation(), m.ChatType) {
+func (r *Rules) screen(m *wecom.MsgCallback) (screening, string) {
+	if !r.allowed(m.From.UserID, m.Conversation(), m.ChatType) {
 		return screenRefused, ""
 	}
 	if !supportedType(m.MsgType) {
@@ -405,7 +399,7 @@ func (a *Access) screen(m *wecom.MsgCallback) (screening, string) {
 	question := strings.TrimSpace(m.PlainText())
 	files := len(media.Items(m)) > 0
 	if strings.HasPrefix(question, "/") && !files {
-		if a.unfit(question) != "" {
+		if r.unfit(question) != "" {
 			return screenUnfit, question
 		}
 		return screenCommand, question
@@ -414,7 +408,7 @@ func (a *Access) screen(m *wecom.MsgCallback) (screening, string) {
 	switch {
 	case question == "" && files: // an image alone: the files are the question
 		return screenTask, question
-	case a.unfit(question) != "":
+	case r.unfit(question) != "":
 		return screenUnfit, question
 	}
 	return screenTask, question
@@ -427,7 +421,8 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 		a.feedback(term, ev)
 		return
 	}
-	if ev.Event.EventType != wecom.EventEnterChat || a.cfg.Texts.Welcome == "" {
+	welcome := a.rules(term.Bot).Texts.Welcome
+	if ev.Event.EventType != wecom.EventEnterChat || welcome == "" {
 		return
 	}
 	done := a.track(term)
@@ -437,7 +432,7 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 		defer func() { <-a.sem }()
 		ctx, cancel := context.WithTimeout(term.Context(), 5*time.Second) // WeCom's welcome window
 		defer cancel()
-		body := &wecom.WelcomeBody{MsgType: wecom.MsgTypeText, Text: &wecom.TextContent{Content: a.cfg.Texts.Welcome}}
+		body := &wecom.WelcomeBody{MsgType: wecom.MsgTypeText, Text: &wecom.TextContent{Content: welcome}}
 		if err := c.ReplyWelcome(ctx, reqID, body); err != nil {
 			a.log.Warn().Err(err).Str("bot", term.Bot).Msg("welcome failed")
 		}
@@ -474,23 +469,6 @@ func (a *Access) refuseLater(ctx context.Context, js *bound, rec *task.Record) e
 // JetStream stream leader election (seconds), short enough that a user
 // whose refusal cannot be recorded still gets it soon.
 const refusePatience = 20 * time.Second
-
-// allowed applies the allowlist to a message of user in chat.
-func (a *Access) allowed(user, chat, chatType string) bool {
-	return (len(a.users) == 0 || a.users[user]) && (chatType != wecom.ChatGroup || len(a.chats) == 0 || a.chats[chat])
-}
-
-// unfit is the reply to a question that cannot be asked (empty, too long,
-// not UTF-8), or "" when it can.
-func (a *Access) unfit(question string) string {
-	switch {
-	case question == "":
-		return a.cfg.Texts.Empty
-	case len(question) > a.cfg.MaxQuestionBytes || !utf8.ValidString(question):
-		return fmt.Sprintf(a.cfg.Texts.TooLong, a.cfg.MaxQuestionBytes)
-	}
-	return ""
-}
 
 // markSeen records that a message was handled without a task.
 func (a *Access) markSeen(ctx context.Context, js *bound, bot, msgid string, created time.Time) {

@@ -14,7 +14,7 @@ import (
 )
 
 // command runs a slash command and returns the reply.
-func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string) string {
+func (a *Access) command(ctx context.Context, js *bound, r *Rules, bot, chat, text string) string {
 	name := strings.Fields(text)[0]
 	// Its own wait: the handling's may be spent on the task bucket's
 	// dedupe read already (a failing bucket answers nothing), and /stop
@@ -23,7 +23,7 @@ func (a *Access) command(ctx context.Context, js *bound, bot, chat, text string)
 	defer cancel()
 	switch name {
 	case "/help":
-		return a.cfg.Texts.Help
+		return r.Texts.Help
 	case "/new":
 		if err := js.store.Context().Purge(ctx, dataplane.ConversationKey(bot, chat)); err != nil {
 			return "清除上下文失败，请稍后再试。"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/botctl/botctl/election"
@@ -27,6 +28,7 @@ type handling struct {
 	m      *wecom.MsgCallback
 	in     arrival
 	log    zerolog.Logger
+	rules  *Rules // the bot's, as the message arrived
 
 	now     time.Time // the callback read (the task's received time)
 	created time.Time // WeCom's create_time (now if it has none): the inbound watermark's
@@ -53,7 +55,7 @@ type sent struct {
 func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback, in arrival) {
 	h := &handling{a: a, ctx: ctx, term: term, c: c, reqID: reqID, m: m, in: in,
 		log: a.log.With().Str("bot", term.Bot).Str("msgid", m.MsgID).Str("req_id", reqID).Logger(),
-		now: in.read.UTC()}
+		now: in.read.UTC(), rules: a.rules(term.Bot)}
 	defer func() {
 		// Every way out gives back the req_id's turn; the receipt's
 		// outcome is read where it matters (after the dispatch). The
@@ -196,32 +198,32 @@ func (h *handling) announce() {
 // content, commands) and otherwise returns the question, ok.
 func (h *handling) checked() (question string, ok bool) {
 	a, m := h.a, h.m
-	verdict, question := a.screen(m)
+	verdict, question := h.rules.screen(m)
 	switch verdict {
 	case screenRefused:
 		a.count(func(s *Stats) { s.Refused++ })
 		h.log.Info().Str("user", m.From.UserID).Str("chat", h.chat).Msg("not on the allowlist; refused")
-		h.answered(a.cfg.Texts.Refused)
+		h.answered(h.rules.Texts.Refused)
 		return "", false
 	case screenUnsupported:
 		a.count(func(s *Stats) { s.Invalid++ })
 		h.log.Info().Str("msgtype", clipType(m.MsgType)).Msg("unsupported message type")
-		h.answered(fmt.Sprintf(a.cfg.Texts.Unsupported, clipType(m.MsgType)))
+		h.answered(unsupported(h.rules.Texts.Unsupported, clipType(m.MsgType)))
 		return "", false
 	case screenUnfit:
 		a.count(func(s *Stats) { s.Invalid++ })
-		h.answered(a.unfit(question))
+		h.answered(h.rules.unfit(question))
 		return "", false
 	case screenCommand:
 		a.count(func(s *Stats) { s.Commands++ })
 		if h.js == nil {
-			h.reply(a.cfg.Texts.Unavailable)
+			h.reply(h.rules.Texts.Unavailable)
 			return "", false
 		}
 		if h.duplicate() { // before the command runs, not only before its reply
 			return "", false
 		}
-		h.answered(a.command(h.ctx, h.js, h.term.Bot, h.chat, question))
+		h.answered(a.command(h.ctx, h.js, h.rules, h.term.Bot, h.chat, question))
 		return "", false
 	}
 	return question, true
@@ -236,7 +238,7 @@ func (h *handling) receipt(streamID string) sent {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
 	defer rcancel()
 	t1 := time.Now()
-	err := h.c.ReplyStream(rctx, h.reqID, wecom.Stream{ID: streamID, Content: h.a.cfg.Texts.Receipt, Feedback: feedbackOf(h.id)})
+	err := h.c.ReplyStream(rctx, h.reqID, wecom.Stream{ID: streamID, Content: h.rules.Texts.Receipt, Feedback: feedbackOf(h.id)})
 	h.stage("receipt_frame", time.Since(t1))
 	return sent{at: h.a.cfg.Now().UTC(), err: err}
 }
@@ -332,7 +334,7 @@ func (h *handling) task(question string, atts []task.Attachment) {
 			a.cfg.Metrics.Receipted(h.term.Bot, rcpt.at.Sub(h.now))
 		}
 		rec.SetDelivery(task.Streaming, "receipt sent", a.cfg.NodeID, rcpt.at)
-		rec.PushedHash, rec.PushedAt = task.Hash(a.cfg.Texts.Receipt), rcpt.at
+		rec.PushedHash, rec.PushedAt = task.Hash(h.rules.Texts.Receipt), rcpt.at
 		rec.StreamStart = rec.PushedAt
 		rec.Sent(rec.PushedAt)
 	} else {
@@ -362,7 +364,7 @@ func (h *handling) task(question string, atts []task.Attachment) {
 func (h *handling) earlyMissed(rec *task.Record, rcpt sent, err error) {
 	a := h.a
 	a.count(func(s *Stats) { s.EarlyMissed++ })
-	text := a.cfg.Texts.Busy
+	text := h.rules.Texts.Busy
 	if err != nil {
 		a.count(func(s *Stats) { s.Failed++ })
 		h.log.Error().Err(err).Msg("dispatch failed after an early receipt")
@@ -393,7 +395,7 @@ func (h *handling) earlyMissed(rec *task.Record, rcpt sent, err error) {
 func (h *handling) busy(rec *task.Record) {
 	a := h.a
 	a.count(func(s *Stats) { s.Busy++ })
-	if h.reply(a.cfg.Texts.Busy) {
+	if h.reply(h.rules.Texts.Busy) {
 		h.markSeen()
 		return
 	}
@@ -406,10 +408,19 @@ func (h *handling) busy(rec *task.Record) {
 		// goes now, over the budget, rather than the user seeing
 		// nothing at all.
 		h.log.Warn().Err(err).Msg("busy refusal held back but not recorded; sent now, over the send budget")
-		h.replyAnyway(a.cfg.Texts.Busy)
+		h.replyAnyway(h.rules.Texts.Busy)
 		h.markSeen()
 		return
 	}
 	a.handled(h.term.Bot, h.created)
 	h.announce() // the pusher steps it now, not at its next resync
+}
+
+// unsupported is the reply to a message of type kind: text with its %s,
+// if it has one, filled in.
+func unsupported(text, kind string) string {
+	if strings.Contains(text, "%s") {
+		return fmt.Sprintf(text, kind)
+	}
+	return text
 }

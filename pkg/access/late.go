@@ -54,7 +54,7 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 	switch {
 	case m.MsgID == "" || m.UserID == "":
 		return fmt.Errorf("history message without msgid or user")
-	case !a.allowed(m.UserID, chat, m.ChatType), a.unfit(question) != "", strings.HasPrefix(question, "/"):
+	case !a.rules(bot).allowed(m.UserID, chat, m.ChatType), a.rules(bot).unfit(question) != "", strings.HasPrefix(question, "/"):
 		a.markSeen(ctx, js, bot, m.MsgID, m.Created)
 		return nil
 	}

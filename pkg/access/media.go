@@ -123,7 +123,7 @@ func (h *handling) attachments() (atts []task.Attachment, ok bool) {
 		// own stream, continued by the pusher or finished below.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
 		e := &earlyReceipt{sent: time.Now()}
-		e.p, e.err = h.c.SendStream(sctx, h.reqID, wecom.Stream{ID: "s-" + h.id, Content: h.a.cfg.Texts.Receipt})
+		e.p, e.err = h.c.SendStream(sctx, h.reqID, wecom.Stream{ID: "s-" + h.id, Content: h.rules.Texts.Receipt, Feedback: feedbackOf(h.id)})
 		cancel()
 		h.in.early = e
 	}

@@ -98,3 +98,11 @@ type Metrics interface {
 type Media interface {
 	Fetch(ctx context.Context, obs jetstream.ObjectStore, taskID string, items []media.Item) ([]task.Attachment, error)
 }
+
+// Bots gives each bot's inbound Rules (its allowlists and texts), which
+// change at run time: pkg/serve's per-bot settings. Asked once per
+// message; it must answer from memory and not block. A nil Rules means
+// Config's.
+type Bots interface {
+	Rules(bot string) *Rules
+}

@@ -198,7 +198,7 @@ func TestDifyConversationSurvivesFailover(t *testing.T) {
 	}
 	// The worker appends the exchange to the same record: the id stays.
 	key := dataplane.ConversationKey("b1", "group1")
-	if err := task.AppendExchange(context.Background(), js.Store.Context(), key, "q2", "a2", 20, 16<<10); err != nil {
+	if err := task.AppendExchange(context.Background(), js.Store.Context(), key, "q2", "a2", task.Memory{Turns: 20, Bytes: 16 << 10}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if conv := ask(node1, "alice", "group1", "q3"); conv != first {

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,6 +47,8 @@ type Config struct {
 	AI       AI       `yaml:"ai"`
 	Dispatch Dispatch `yaml:"dispatch"`
 	Access   Access   `yaml:"access"`
+	Memory   Memory   `yaml:"memory"`
+	Limits   Limits   `yaml:"limits"`
 	Push     Push     `yaml:"push"`
 	Backfill Backfill `yaml:"backfill"`
 	Spool    Spool    `yaml:"spool"`
@@ -88,13 +91,28 @@ type Dispatch struct {
 	FixedWorker string `yaml:"fixed_worker"`
 }
 
-// Access is the leader's inbound path.
+// Access is the leader's inbound path: who may ask, and what users read
+// besides answers. Every key may be set per bot (bots[].access). An empty
+// text is the default one.
 type Access struct {
+	// AllowUsers and AllowChats, when not empty, are the only user ids and
+	// group chat ids served; the others get a polite refusal.
 	AllowUsers       []string `yaml:"allow_users"`
 	AllowChats       []string `yaml:"allow_chats"`
 	MaxQuestionBytes int      `yaml:"max_question_bytes"`
-	ReceiptText      string   `yaml:"receipt_text"`
-	WelcomeText      string   `yaml:"welcome_text"`
+	// ReceiptText is the receipt, the answer stream's first frame.
+	ReceiptText string `yaml:"receipt_text"`
+	// BusyText answers a message sent while the conversation's previous
+	// question is still being answered.
+	BusyText string `yaml:"busy_text"`
+	// UnsupportedText answers a message of a type the bot does not take
+	// (an image, a file); one %s, if any, is the type.
+	UnsupportedText string `yaml:"unsupported_text"`
+	// WelcomeText answers a user who opens the chat ("": none).
+	WelcomeText string `yaml:"welcome_text"`
+	// LateNote starts the answer to a message the bot missed while it had
+	// no connection, answered late by push.
+	LateNote string `yaml:"late_note"`
 }
 
 // Push is the pusher: pacing and WeCom's stream window.
@@ -270,13 +288,17 @@ const (
 // wait.
 const MaxSlots = 8192
 
-// Bot is one WeCom bot's credentials.
+// Bot is one WeCom bot's credentials and what it sets of its own.
 type Bot struct {
 	ID         string `yaml:"id"`
 	Secret     string `yaml:"secret"`
 	SecretFile string `yaml:"secret_file"`
 	// Owner is who answers for the bot: named in its incidents and alerts.
 	Owner string `yaml:"owner"`
+	// Settings are the entry's own sections (ai, access, memory, limits),
+	// as written: each key overrides the top level's for this bot
+	// (Config.BotSettings). Nil: the top level's throughout.
+	Settings map[string]any `yaml:"-"`
 }
 
 // String never shows the secret.
@@ -297,6 +319,7 @@ func Defaults() Config {
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20, AuditEvery: time.Minute},
 		Worker:   Worker{Slots: DefaultWorkerSlots, LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI:       AI{Kind: AIKindDemo, MaxAnswerBytes: DefaultMaxAnswerBytes},
+		Memory:   Memory{Turns: 20, Bytes: 16 << 10, IdleExpiry: dataplane.DefaultContextTTL},
 		Push: Push{Budget: 20, BudgetHourly: 900, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
 		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second},
@@ -358,6 +381,14 @@ func (c *Config) applyFile(path string) error {
 				continue
 			}
 			k, ok := byName[key]
+			if !ok && slices.Contains(settingsSections, strings.Split(key, ".")[0]) {
+				// A key of the bot sections that has no flag: the same
+				// keys a bot's entry takes (BotSettings), by field.
+				if err := c.setByTag(key, v); err != nil {
+					return fmt.Errorf("config %s: %w", path, err)
+				}
+				continue
+			}
 			if !ok {
 				return fmt.Errorf("config %s: unknown key %s (known: %s)", path, key, knownNames())
 			}
@@ -381,7 +412,7 @@ func (c *Config) applyFile(path string) error {
 func (c *Config) fileBots(v any) error {
 	list, ok := v.([]any)
 	if !ok {
-		return errors.New("config key bots: want a list of {id, secret | secret_file}")
+		return errors.New("config key bots: want a list of {id, secret | secret_file, owner, ai, access, memory, limits}")
 	}
 	for i, it := range list {
 		m, ok := it.(map[string]any)
@@ -399,13 +430,33 @@ func (c *Config) fileBots(v any) error {
 				b.SecretFile = scalar(v)
 			case "owner":
 				b.Owner = scalar(v)
+			case "ai", "access", "memory", "limits": // checked by Validate, key by key
+				sub, ok := v.(map[string]any)
+				if !ok && v != nil {
+					return fmt.Errorf("config key bots[%d].%s: want a mapping of the top-level %s section's keys", i, k, k)
+				}
+				if b.Settings == nil {
+					b.Settings = map[string]any{}
+				}
+				b.Settings[k] = sub
 			default:
-				return fmt.Errorf("config key bots[%d].%s: unknown (want id, secret, secret_file, owner)", i, k)
+				return fmt.Errorf("config key bots[%d].%s: unknown (want id, secret, secret_file, owner, ai, access, memory, limits)", i, k)
 			}
 		}
 		c.Bots = append(c.Bots, b)
 	}
 	return nil
+}
+
+// unjoin splits an errors.Join into its errors (nil: none).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // scalar turns a YAML value back into the string form env and flags use.
@@ -622,8 +673,16 @@ func (c *Config) Validate() error {
 			bad("dispatch.fixed_worker", "%q: want http://HOST:PORT of a node's API", redact.URL(c.Dispatch.FixedWorker))
 		}
 	}
-	if err := c.AI.Validate(); err != nil {
-		errs = append(errs, err) // names its key (ai.kind, ai.openai.model, …)
+	// The top level's sections, then every bot's (the file's: its
+	// etcd override is checked when it is set, and again by each node).
+	// Each error names its key (ai.kind, bots[1].ai.openai.model, …).
+	errs = append(errs, unjoin(c.TopSettings().Validate())...)
+	for i, b := range c.Bots {
+		s, err := c.BotSettings(b.ID)
+		errs = append(errs, unjoin(err)...)
+		if b.Settings != nil {
+			errs = append(errs, unjoin(rekey(s.Validate(), fmt.Sprintf("bots[%d].", i)))...)
+		}
 	}
 	c.validateHealth(bad)
 	c.validateAlert(bad)

@@ -134,6 +134,10 @@ type Config struct {
 	// LateNote starts the answer to a message the bot missed (found by the
 	// gap backfill). Default "（抱歉，这条消息因系统故障未能及时回复，以下是迟到的回答）".
 	LateNote string
+	// Notes, if set, gives the bot's late note and busy reply as they are
+	// now (a bot's settings change at run time), over LateNote and
+	// BusyNote.
+	Notes Notes
 	// IncompleteNote starts the answer in a conversation marked "may be
 	// incomplete". Default "（提示：系统故障期间你发送的部分消息可能未被处理；如有问题没有得到回答，请重新发送。）".
 	IncompleteNote string
@@ -180,6 +184,12 @@ type Metrics interface {
 type Gate interface {
 	// Wait is how long to wait before the next push (0: push now).
 	Wait(now time.Time) time.Duration
+}
+
+// Notes are the bot's own notes, asked each time one is shown: quick,
+// from memory, not blocking. An empty note is Config's.
+type Notes interface {
+	Notes(bot string) (late, busy string)
 }
 
 // Health hears every delivery that failed for good: a person must know,

@@ -3,6 +3,7 @@ package pusher
 // What the user reads around an answer: the notes and the quote.
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/botctl/botctl/pkg/task"
@@ -11,12 +12,17 @@ import (
 // finalText is what the user should end up with, once r's execution is
 // over and text is its attempt's output.
 func (p *Pusher) finalText(r *task.Record, text string) string {
+	late, busy := p.cfg.LateNote, p.cfg.BusyNote
+	if p.cfg.Notes != nil {
+		l, b := p.cfg.Notes.Notes(p.cfg.Bot)
+		late, busy = cmp.Or(l, late), cmp.Or(b, busy)
+	}
 	switch r.Exec {
 	case task.Canceled:
 		text = join(text, p.cfg.CanceledNote)
 	case task.Failed:
 		if r.Busy {
-			text = join(text, p.cfg.BusyNote)
+			text = join(text, busy)
 		} else {
 			text = join(text, p.cfg.FailedNote)
 		}
@@ -25,7 +31,7 @@ func (p *Pusher) finalText(r *task.Record, text string) string {
 		text = join(p.cfg.IncompleteNote, text)
 	}
 	if r.Late {
-		return join(p.cfg.LateNote, text)
+		return join(late, text)
 	}
 	return text
 }

@@ -45,7 +45,9 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			Worker    workerView         `json:"worker"`
 			Spool     spoolView          `json:"spool"`
 			Pushers   map[string]botView `json:"pushers"`
-		}{Info: n.Node.Info(), Access: n.Access.Stats(), Pushers: map[string]botView{},
+			// Settings: each bot's settings revision applied here (bots.go).
+			Settings map[string]settingsView `json:"settings"`
+		}{Info: n.Node.Info(), Access: n.Access.Stats(), Pushers: map[string]botView{}, Settings: n.bots.views(),
 			Worker: workerView{Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
 		if n.started() {
 			view.JetStream, view.Dispatch, view.Worker.Busy = true, n.Dispatch.Stats(), n.Worker.Busy()

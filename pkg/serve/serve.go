@@ -82,6 +82,7 @@ type Node struct {
 	Alerter *alert.Alerter
 
 	leaders *leaders // the bots this node leads: budgets and pushers
+	bots    *bots    // every bot's settings now: file and etcd (bots.go)
 	cfg     config.Config
 	log     zerolog.Logger
 	// base is the caller's logger, without the node field: for the
@@ -156,13 +157,17 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	bots, err := newBots(ctx, cfg, o.Etcd, log) // every bot's settings and rules (bots.go)
+	if err != nil {
+		return err
+	}
 	spool, err := dataplane.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"), dataplane.SpoolMaxEntries(cfg.Spool.MaxEntries), dataplane.SpoolMaxBytes(cfg.Spool.MaxBytes))
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
 	}
 	defer spool.Close()
 
-	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget, cfg.Push.BudgetHourly), cfg: cfg,
+	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget, cfg.Push.BudgetHourly), cfg: cfg, bots: bots,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
 		clock: &clock.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
 	var history backfill.HistorySource // nil: no gap backfill
@@ -176,6 +181,7 @@ func Run(ctx context.Context, o Options) error {
 	defer wg.Wait()
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
+	wg.Go(func() { bots.watch(workCtx) })
 
 	// The health monitor outlives the node: the node's graceful stop ends
 	// its terms, and the record of each handover must be written before
@@ -191,6 +197,7 @@ func Run(ctx context.Context, o Options) error {
 		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
 		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
+		Bots:             bots,
 		Outbound:         n.leaders,
 		Watermark:        watermark{n},
 		Marks:            n.Health,
@@ -299,10 +306,9 @@ func Run(ctx context.Context, o Options) error {
 // watch; then the inbound path and every term's pusher use them.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store) error {
 	cfg, log := n.cfg, n.log
-	// Built here, beside the context bucket where an agent platform's
-	// conversation ids are kept (botctl serve checked cfg.AI at start).
-	backend, err := ai.New(cfg.AI, ai.WithSessions(task.NewSessions(store.Context(), log)))
-	if err != nil {
+	// Every bot's backend (bots.go), built beside the context bucket where
+	// an agent platform's conversation ids are kept.
+	if err := n.bots.bind(ai.WithSessions(task.NewSessions(store.Context(), log))); err != nil {
 		return err
 	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)
@@ -315,7 +321,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	w, err := worker.New(worker.Config{
 		NodeID: cfg.NodeID, Slots: cfg.Worker.Slots, LeaderSlots: cfg.Worker.LeaderSlots, AIConcurrency: cfg.AI.MaxConcurrency,
 		Leadership: n.leaders,
-		Backend:    backend, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline, MaxAnswerBytes: cfg.AI.MaxAnswerBytes,
+		Bots:       n.bots, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
 		OutputInterval: outputInterval(cfg),
 		Metrics:        n.obs, Clock: n.clock, Logger: n.base, // worker.New adds node and component
 	})

@@ -39,8 +39,8 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		Bot: term.Bot, NodeID: cfg.NodeID, TermRev: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
-		BusyNote: access.DefaultBusy,
-		Gate:     n.Health.Gate(term.Bot), Health: n.Health, ReplayExpiry: cfg.Push.ReplayExpiry,
+		BusyNote: access.DefaultBusy, Notes: n.bots,
+		Gate: n.Health.Gate(term.Bot), Health: n.Health, ReplayExpiry: cfg.Push.ReplayExpiry,
 		Metrics: n.obs,
 		Logger:  log,
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,10 +20,27 @@ type Turn struct {
 // Conversation is the multi-turn context of one chat, bounded.
 type Conversation struct {
 	Turns []Turn `json:"turns"`
+	// Updated is when the last exchange was added (zero in contexts
+	// written before it was kept: never idle).
+	Updated time.Time `json:"updated,omitzero"`
 	// Sessions are the conversations agent platforms hold for this chat
 	// (session.go): kept beside the turns so that /new, which purges the
 	// record, and the bucket's idle expiry forget them with the rest.
 	Sessions []AgentSession `json:"sessions,omitempty"`
+}
+
+// Memory bounds a conversation's context: at most Turns turns (0: none
+// kept) and Bytes of content, oldest dropped first, forgotten once idle
+// (nothing added) for IdleExpiry (0: never, but for the bucket's TTL).
+type Memory struct {
+	Turns, Bytes int
+	IdleExpiry   time.Duration
+}
+
+// Idle reports whether c was last added to longer than m.IdleExpiry
+// before now: its turns are not used, and the next exchange starts afresh.
+func (c *Conversation) Idle(m Memory, now time.Time) bool {
+	return m.IdleExpiry > 0 && !c.Updated.IsZero() && now.Sub(c.Updated) > m.IdleExpiry
 }
 
 // LoadConversation reads a conversation's context (empty if none).
@@ -41,17 +59,24 @@ func LoadConversation(ctx context.Context, kv jetstream.KeyValue, key string) (*
 	return &c, e.Revision(), nil
 }
 
-// AppendExchange adds a question and its answer, keeping at most maxTurns
-// turns and maxBytes of content (oldest dropped first), with compare-and-set.
-func AppendExchange(ctx context.Context, kv jetstream.KeyValue, key, question, answer string, maxTurns, maxBytes int) error {
+// AppendExchange adds a question and its answer at now, within m (an idle
+// context is dropped first), with compare-and-set. With m.Turns 0 nothing
+// is kept.
+func AppendExchange(ctx context.Context, kv jetstream.KeyValue, key, question, answer string, m Memory, now time.Time) error {
+	if m.Turns <= 0 {
+		return nil
+	}
 	for attempt := 0; attempt < 20; attempt++ {
 		dataplane.CASPause(ctx, attempt)
 		c, rev, err := LoadConversation(ctx, kv, key)
 		if err != nil {
 			return err
 		}
+		if c.Idle(m, now) {
+			c.Turns = nil
+		}
 		c.Turns = append(c.Turns, Turn{"user", question}, Turn{"assistant", answer})
-		c.Turns = bound(c.Turns, maxTurns, maxBytes)
+		c.Turns, c.Updated = bound(c.Turns, m.Turns, m.Bytes), now.UTC()
 		raw, _ := json.Marshal(c)
 		if rev == 0 {
 			_, err = kv.Create(ctx, key, raw)

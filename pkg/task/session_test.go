@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
@@ -35,7 +36,7 @@ func TestSessions(t *testing.T) {
 		}
 	}
 	key := dataplane.ConversationKey("b1", "group")
-	if err := AppendExchange(ctx, env.Store.Context(), key, "q", "a", 20, 1<<14); err != nil {
+	if err := AppendExchange(ctx, env.Store.Context(), key, "q", "a", Memory{Turns: 20, Bytes: 1 << 14}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if get("alice", "dify:a") != "c1" || get("alice", "dify:b") != "c2" || get("bob", "dify:a") != "c3" {

@@ -10,6 +10,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/media"
+	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
@@ -119,7 +120,13 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	stopCheck := w.checkCancel(runCtx, m.TaskID, attempt, cancel)
 	defer stopCheck()
 
-	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m),
+	// The bot's settings as the task starts: a change meanwhile is for the
+	// next task.
+	run := w.cfg.Bots.Run(m.Bot)
+	if run.MaxAnswerBytes <= 0 || run.MaxAnswerBytes > config.MaxAnswerBytesLimit {
+		run.MaxAnswerBytes = DefaultMaxAnswerBytes
+	}
+	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m, run.Memory),
 		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
 	atts, cleanup, err := w.attachments(runCtx, m)
 	defer cleanup() // the task's files leave this node with the run
@@ -138,16 +145,16 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 			cancel(errSuperseded)
 		}
 	}
-	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt), w.cfg.MaxAnswerBytes, w.cfg.TruncatedNote)
+	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt), run.MaxAnswerBytes, w.cfg.TruncatedNote)
 	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
-	err = w.cfg.Backend.Stream(runCtx, req, out.add)
+	err = run.Backend.Stream(runCtx, req, out.add)
 	stopWrites()
 	text := out.text()
 	if errors.Is(err, errAnswerCapped) {
 		// Cut at the cap, with the note: the answer, complete as it is.
 		// Longer would never fit the output bucket, and a rerun would
 		// only be as long again.
-		log.Warn().Int("max_answer_bytes", w.cfg.MaxAnswerBytes).Msg("answer truncated at its cap")
+		log.Warn().Int("max_answer_bytes", run.MaxAnswerBytes).Msg("answer truncated at its cap")
 		err = nil
 	}
 
@@ -176,7 +183,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	case err != nil:
 		out.flush(bg, outputFailed)
 		retry := !errors.Is(err, ai.ErrBadRequest) && !final
-		why := fmt.Sprintf("backend %s: %v", w.cfg.Backend.Name(), err)
+		why := fmt.Sprintf("backend %s: %v", run.Backend.Name(), err)
 		if final && !errors.Is(err, ai.ErrBadRequest) {
 			why = "last attempt failed: " + why
 		}
@@ -209,7 +216,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	// Only the attempt that finished the task adds its turn: once.
 	key := dataplane.ConversationKey(m.Bot, m.Chat)
-	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, turn(m), text, w.cfg.ContextTurns, w.cfg.ContextBytes); err != nil {
+	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, turn(m), text, run.Memory, w.cfg.Now()); err != nil {
 		w.storeError("context_write", err)
 		log.Warn().Err(err).Msg("conversation context not updated")
 	}
@@ -267,10 +274,14 @@ func (w *Worker) failed(ctx context.Context, m task.Message, attempt int, why st
 	return result{action: actGiveUp, err: errors.New(why)}
 }
 
-func (w *Worker) prompt(ctx context.Context, m task.Message) []ai.Message {
+func (w *Worker) prompt(ctx context.Context, m task.Message, mem task.Memory) []ai.Message {
 	var msgs []ai.Message
 	if w.cfg.SystemPrompt != "" {
 		msgs = append(msgs, ai.Message{Role: "system", Content: w.cfg.SystemPrompt})
+	}
+	question := ai.Message{Role: "user", Content: m.Question}
+	if mem.Turns <= 0 { // the bot keeps no context
+		return append(msgs, question)
 	}
 	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
@@ -278,12 +289,12 @@ func (w *Worker) prompt(ctx context.Context, m task.Message) []ai.Message {
 	if ctx.Err() == nil {
 		w.storeError("context_read", err)
 	}
-	if err == nil {
+	if err == nil && !conv.Idle(mem, w.cfg.Now()) {
 		for _, t := range conv.Turns {
 			msgs = append(msgs, ai.Message{Role: t.Role, Content: t.Content})
 		}
 	}
-	return append(msgs, ai.Message{Role: "user", Content: m.Question})
+	return append(msgs, question)
 }
 
 // Causes that end a run early.

@@ -62,8 +62,13 @@ type Config struct {
 	// it has tokens free, so tasks it cannot run stay in the queue for
 	// other nodes. Default 0: no limit beyond Slots.
 	AIConcurrency int
-	Backend       ai.Backend
-	Store         *dataplane.Store
+	// Backend answers every bot's tasks, unless Bots is set.
+	Backend ai.Backend
+	// Bots, if set, gives each task its bot's backend, memory and answer
+	// cap (the bot's settings, which change at run time); Backend,
+	// ContextTurns, ContextBytes and MaxAnswerBytes are then not used.
+	Bots  Bots
+	Store *dataplane.Store
 	// SystemPrompt is prepended to every request, if set.
 	SystemPrompt string
 	// OutputInterval is the least time between two output writes of one
@@ -121,6 +126,29 @@ type Config struct {
 	// Default time.Now.
 	Now func() time.Time
 }
+
+// Bots gives each task what its bot runs it with. Run is asked once, as a
+// task starts: a task keeps what it started with when its bot's settings
+// change. It must be quick and must not block.
+type Bots interface {
+	Run(bot string) BotRun
+}
+
+// BotRun is what a bot's task runs with.
+type BotRun struct {
+	Backend ai.Backend
+	// Memory bounds the conversation context read before the answer and
+	// written after it (Turns 0: none).
+	Memory task.Memory
+	// MaxAnswerBytes caps the answer (Config.MaxAnswerBytes): 0 is
+	// DefaultMaxAnswerBytes.
+	MaxAnswerBytes int
+}
+
+// fixedBots is Config's backend and bounds for every bot (Config.Bots nil).
+type fixedBots struct{ run BotRun }
+
+func (f fixedBots) Run(string) BotRun { return f.run }
 
 // Clock says whether this node's clock is off (pkg/clock's Watch).
 type Clock interface {
@@ -227,8 +255,8 @@ func New(cfg Config) (*Worker, error) {
 	switch {
 	case cfg.NodeID == "":
 		return nil, errors.New("worker: NodeID is required")
-	case cfg.Backend == nil:
-		return nil, errors.New("worker: Backend is required (--ai demo|exec|openai)")
+	case cfg.Backend == nil && cfg.Bots == nil:
+		return nil, errors.New("worker: Backend or Bots is required (--ai demo|exec|openai)")
 	case cfg.Store == nil:
 		return nil, errors.New("worker: Store is required")
 	case cfg.AIConcurrency < 0:
@@ -238,6 +266,10 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
+	}
+	if cfg.Bots == nil {
+		cfg.Bots = fixedBots{BotRun{Backend: cfg.Backend, MaxAnswerBytes: cfg.MaxAnswerBytes,
+			Memory: task.Memory{Turns: cfg.ContextTurns, Bytes: cfg.ContextBytes}}}
 	}
 	w := &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{}, tokenFreed: make(chan struct{}, 1),
 		log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}

@@ -1,0 +1,230 @@
+// Package botsettings keeps each bot's run-time settings in etcd: the
+// override `botctl bots set` writes and every node watches, so that a
+// bot's backend, prompt, allowlists, texts and memory change without a
+// restart.
+//
+// Bot B's override is the key <prefix>settings/B (prefix "/botctl/", the
+// cluster's) and its value a JSON document of the bot sections' keys,
+// the same as a bot's entry in the config file:
+//
+//	{"ai": {"openai": {"system_prompt": "…"}}, "access": {"busy_text": "…"}}
+//
+// Precedence, field by field, lowest first: the config file's top level
+// (after environment and flags), the bot's entry in the file, this
+// override. A key the override does not name keeps the file's value; a
+// key that names a program, a file, a variable or an endpoint is refused
+// here (config.BotSettings.Override): those stay in the file.
+//
+// What is guaranteed: Put stores nothing that fails validation over the
+// base it is given (the bot's settings from the writer's config file) and
+// nothing over a change it did not see (compare-and-set on the key's
+// revision). What is not: that every node's file agrees with the
+// writer's; each node validates the override again over its own file and
+// keeps its previous settings when that fails, saying why in its log.
+package botsettings
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/pause"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Dir is where the overrides live under the cluster's etcd prefix.
+const Dir = "settings/"
+
+// DefaultPrefix is the cluster's etcd prefix (pkg/node's default).
+const DefaultPrefix = "/botctl/"
+
+// Errors a caller acts on.
+var (
+	// ErrInvalid: the document is refused; the error names the key.
+	ErrInvalid = errors.New("bot settings refused")
+	// ErrChanged: the stored override changed since it was read; read
+	// it again and retry.
+	ErrChanged = errors.New("bot settings changed meanwhile")
+)
+
+// Override is one bot's override as stored.
+type Override struct {
+	Bot string
+	// Doc is the document (nil: none stored, or deleted).
+	Doc map[string]any
+	// Rev is the key's modification revision (0: none stored).
+	Rev int64
+}
+
+// Key is bot's override key under prefix.
+func Key(prefix, bot string) string { return prefix + Dir + bot }
+
+// Check applies doc over base as an override from etcd and validates the
+// result: what Put stores and what a node applies. The error names the
+// key (config key ai.demo.paragraphs: …) and wraps ErrInvalid.
+func Check(base config.BotSettings, doc map[string]any) (config.BotSettings, error) {
+	s, err := base.Override(doc, true)
+	if err == nil {
+		err = s.Validate()
+	}
+	if err != nil {
+		return base, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return s, nil
+}
+
+func checkBot(bot string) error {
+	if bot == "" || strings.ContainsAny(bot, "/ \t\n") {
+		return fmt.Errorf("%w: bot %q: want a bot id (letters, digits, '_', '.', '-')", ErrInvalid, bot)
+	}
+	return nil
+}
+
+// Get reads bot's override (Doc nil when none is stored).
+func Get(ctx context.Context, cli *clientv3.Client, prefix, bot string) (Override, error) {
+	if err := checkBot(bot); err != nil {
+		return Override{}, err
+	}
+	resp, err := cli.Get(ctx, Key(prefix, bot))
+	if err != nil {
+		return Override{}, fmt.Errorf("read settings of bot %s: %w", bot, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Override{Bot: bot}, nil
+	}
+	return decode(prefix, resp.Kvs[0].Key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+}
+
+func decode(prefix string, key, value []byte, rev int64) (Override, error) {
+	o := Override{Bot: strings.TrimPrefix(string(key), prefix+Dir), Rev: rev}
+	if err := json.Unmarshal(value, &o.Doc); err != nil {
+		return o, fmt.Errorf("settings of bot %s (%s, revision %d) are not a JSON document: %w", o.Bot, key, rev, err)
+	}
+	if o.Doc == nil {
+		o.Doc = map[string]any{}
+	}
+	return o, nil
+}
+
+// List reads every override stored, and the revision read at; a value
+// that is not a JSON document is returned as an error beside the rest.
+func List(ctx context.Context, cli *clientv3.Client, prefix string) ([]Override, int64, error) {
+	resp, err := cli.Get(ctx, prefix+Dir, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("read bot settings: %w", err)
+	}
+	var out []Override
+	var errs []error
+	for _, kv := range resp.Kvs {
+		o, err := decode(prefix, kv.Key, kv.Value, kv.ModRevision)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, o)
+	}
+	return out, resp.Header.Revision, errors.Join(errs...)
+}
+
+// Put validates doc over base (Check) and stores it as bot's whole
+// override if the key's revision is still rev (0: nothing stored). It
+// returns the new revision. Refused: ErrInvalid (nothing stored) or
+// ErrChanged.
+func Put(ctx context.Context, cli *clientv3.Client, prefix, bot string, doc map[string]any, base config.BotSettings, rev int64) (int64, error) {
+	if err := checkBot(bot); err != nil {
+		return 0, err
+	}
+	if _, err := Check(base, doc); err != nil {
+		return 0, err
+	}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	key := Key(prefix, bot)
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, string(raw))).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("write settings of bot %s: %w", bot, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: bot %s's settings were written by someone else since they were read (revision %d); run the command again", ErrChanged, bot, rev)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Delete removes bot's override: the bot has the file's settings again.
+func Delete(ctx context.Context, cli *clientv3.Client, prefix, bot string) error {
+	if err := checkBot(bot); err != nil {
+		return err
+	}
+	if _, err := cli.Delete(ctx, Key(prefix, bot)); err != nil {
+		return fmt.Errorf("delete settings of bot %s: %w", bot, err)
+	}
+	return nil
+}
+
+// Watch calls apply with every override stored, then with each change
+// (Doc nil: deleted) as etcd reports it, until ctx ends. A watch lost
+// (etcd compacted past it, a member gone) is begun again from a fresh
+// read, in which every override is applied again. A value that is not a
+// JSON document is logged and skipped. apply runs on Watch's goroutine.
+func Watch(ctx context.Context, cli *clientv3.Client, prefix string, apply func(Override), log zerolog.Logger) {
+	dir := prefix + Dir
+	known := map[string]bool{} // bots with an override applied: one gone from a fresh read was deleted meanwhile
+	for wait := time.Second; ctx.Err() == nil; wait = min(2*wait, 30*time.Second) {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		all, rev, err := List(rctx, cli, prefix)
+		cancel()
+		if rev == 0 {
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Dur("retry_in", wait).Msg("bot settings not read from etcd; the config file's apply meanwhile")
+			}
+			pause.For(ctx, wait)
+			continue
+		}
+		if err != nil {
+			log.Error().Err(err).Msg("bot settings skipped")
+		}
+		now := map[string]bool{}
+		for _, o := range all {
+			now[o.Bot] = true
+			apply(o)
+		}
+		for bot := range known {
+			if !now[bot] {
+				apply(Override{Bot: bot, Rev: rev})
+			}
+		}
+		known = now
+		wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if err := wr.Err(); err != nil {
+				log.Warn().Err(err).Msg("bot settings watch lost; reading them again")
+				break
+			}
+			wait = time.Second
+			for _, ev := range wr.Events {
+				bot := strings.TrimPrefix(string(ev.Kv.Key), dir)
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(known, bot)
+					apply(Override{Bot: bot, Rev: ev.Kv.ModRevision})
+					continue
+				}
+				known[bot] = true
+				o, err := decode(prefix, ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision)
+				if err != nil {
+					log.Error().Err(err).Msg("bot settings skipped")
+					continue
+				}
+				apply(o)
+			}
+		}
+		stop()
+		pause.For(ctx, wait)
+	}
+}

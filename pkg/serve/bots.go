@@ -1,0 +1,280 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/botctl/botctl/pkg/access"
+	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/botsettings"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/worker"
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// bots are the settings of every bot on this node as they are now: the
+// config file's (top level, then the bot's entry) under the override in
+// etcd (`botctl bots set`, package botsettings), which the node watches.
+// The worker asks it for a task's backend and memory, the inbound path
+// for a bot's allowlists and texts, the pusher for its notes. A bot's
+// backend is built again only when its ai section changes; a task keeps
+// the backend it started with. An override that fails here (a key this
+// node's file makes invalid, a backend that cannot be built on this
+// machine) is not applied: the bot keeps what it had, and the log says
+// why.
+type bots struct {
+	cfg    config.Config
+	etcd   *clientv3.Client
+	prefix string
+	log    zerolog.Logger
+
+	// applying is held by apply and bind, each whole: a state built
+	// unbound is never stored after bind gave every state its backend.
+	applying sync.Mutex
+	mu       sync.RWMutex
+	// bound: JetStream is, and backends are built (bind). Before, a bot's
+	// state has its rules (the inbound path runs from the start) and no
+	// backend: a backend may keep state in JetStream (an agent platform's
+	// conversations), and nothing asks for one before the worker starts.
+	bound   bool
+	aiOpts  []ai.Option          // bind's: what a backend keeps in JetStream
+	top     *botState            // a bot neither the file nor etcd names (the demo's)
+	bots    map[string]*botState // bot → its settings now
+	refused map[string]refusal   // bot → its last override not applied, while it is the latest seen
+}
+
+// refusal is an override this node did not apply, and why.
+type refusal struct {
+	rev int64
+	why string
+}
+
+// botState is one bot's settings and what is built of them.
+type botState struct {
+	settings config.BotSettings
+	backend  ai.Backend
+	rules    *access.Rules
+	rev      int64 // the override applied (0: the file's settings)
+}
+
+// newBots builds every configured bot's rules from the file (an error
+// stops the node, as a bad top level does), then applies the overrides
+// etcd holds now, so that the first message is answered with them (etcd
+// not answering within a few seconds: the file's, until the watch reads
+// them). The backends are built by bind.
+func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log zerolog.Logger) (*bots, error) {
+	b := &bots{cfg: cfg, etcd: cli, prefix: botsettings.DefaultPrefix, log: log.With().Str("component", "bot_settings").Logger(),
+		bots: map[string]*botState{}, refused: map[string]refusal{}}
+	var err error
+	if b.top, err = b.build(cfg.TopSettings(), nil, 0); err != nil {
+		return nil, err
+	}
+	for i, bot := range cfg.Bots {
+		s, err := cfg.BotSettings(bot.ID)
+		if err != nil {
+			return nil, err
+		}
+		st, err := b.build(s, b.top, 0)
+		if err != nil {
+			return nil, fmt.Errorf("bots[%d] (%s): %w", i, bot.ID, err)
+		}
+		b.bots[bot.ID] = st
+	}
+	if cli != nil {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		all, _, err := botsettings.List(rctx, cli, b.prefix)
+		if err != nil {
+			b.log.Warn().Err(err).Msg("bot settings not all read from etcd at start; the config file's apply until the watch reads them")
+		}
+		for _, o := range all {
+			b.apply(o)
+		}
+	}
+	return b, nil
+}
+
+// bind builds every bot's backend with opts, once JetStream is bound
+// (Node.start, before the worker starts): an error stops the node, naming
+// the bot.
+func (b *bots) bind(opts ...ai.Option) error {
+	b.applying.Lock()
+	defer b.applying.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.aiOpts = opts
+	var err error
+	if b.top.backend, err = b.backend(b.top.settings.AI); err != nil {
+		return err
+	}
+	for bot, st := range b.bots {
+		if reflect.DeepEqual(st.settings.AI, b.top.settings.AI) {
+			st.backend = b.top.backend
+		} else if st.backend, err = b.backend(st.settings.AI); err != nil {
+			return fmt.Errorf("bot %s: %w", bot, err)
+		}
+	}
+	b.bound = true
+	return nil
+}
+
+// backend builds one backend: the one place a node makes them.
+func (b *bots) backend(cfg config.AI) (ai.Backend, error) { return ai.New(cfg, b.aiOpts...) }
+
+// build makes s's rules and, once bound, its backend (like's, when s's ai
+// section is like's).
+func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState, error) {
+	st := &botState{settings: s, rev: rev}
+	b.mu.RLock()
+	bound := b.bound
+	b.mu.RUnlock()
+	switch {
+	case !bound:
+	case like != nil && like.backend != nil && reflect.DeepEqual(like.settings.AI, s.AI):
+		st.backend = like.backend
+	default:
+		var err error
+		if st.backend, err = b.backend(s.AI); err != nil {
+			return nil, err
+		}
+	}
+	a := s.Access
+	rules, err := access.NewRules(access.Rules{AllowUsers: a.AllowUsers, AllowChats: a.AllowChats, MaxQuestionBytes: a.MaxQuestionBytes,
+		Texts: access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText}})
+	if err != nil {
+		return nil, err
+	}
+	st.rules = rules
+	return st, nil
+}
+
+// watch applies every change of the overrides until ctx ends.
+func (b *bots) watch(ctx context.Context) {
+	if b.etcd != nil {
+		botsettings.Watch(ctx, b.etcd, b.prefix, b.apply, b.log)
+	}
+}
+
+// apply makes o the bot's override: over the file's settings of the bot,
+// checked, built, then swapped in; on any error the bot keeps what it has.
+func (b *bots) apply(o botsettings.Override) {
+	b.applying.Lock()
+	defer b.applying.Unlock()
+	log := b.log.With().Str("bot", o.Bot).Int64("revision", o.Rev).Logger()
+	base, err := b.cfg.BotSettings(o.Bot)
+	if err != nil { // validated at start: not expected
+		log.Error().Err(err).Msg("bot settings not applied")
+		return
+	}
+	s := base
+	if o.Doc != nil {
+		if s, err = botsettings.Check(base, o.Doc); err != nil {
+			log.Error().Err(err).Msg("bot settings from etcd refused by this node; the bot keeps its previous settings (botctl bots show --bot " + o.Bot + ")")
+			b.refuse(o, err)
+			return
+		}
+	}
+	cur := b.state(o.Bot)
+	if cur.rev == o.Rev && o.Rev != 0 {
+		return // applied already (read again after a lost watch)
+	}
+	st, err := b.build(s, cur, o.Rev)
+	if err != nil {
+		log.Error().Err(err).Msg("bot settings from etcd not applied: the backend cannot be built on this node; the bot keeps its previous settings")
+		b.refuse(o, err)
+		return
+	}
+	b.mu.Lock()
+	b.bots[o.Bot] = st
+	delete(b.refused, o.Bot)
+	b.mu.Unlock()
+	if o.Doc == nil {
+		log.Info().Msg("bot settings override removed: the config file's apply")
+	} else {
+		log.Info().Str("ai", st.settings.AI.Kind).Bool("backend_rebuilt", st.backend != cur.backend).Msg("bot settings applied")
+	}
+}
+
+func (b *bots) refuse(o botsettings.Override, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refused[o.Bot] = refusal{rev: o.Rev, why: err.Error()}
+}
+
+// refusal is bot's latest override that this node did not apply (rev 0:
+// none; the latest seen applied).
+func (b *bots) refusal(bot string) refusal {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.refused[bot]
+}
+
+// settingsView is one bot's settings on this node, in GET /status.
+type settingsView struct {
+	// Revision is the etcd override applied (0: the config file's).
+	Revision int64 `json:"revision"`
+	// Backend is the bot's ai.kind.
+	Backend string `json:"backend"`
+	// RefusedRevision and Refused: the latest override this node did not
+	// apply, and why (the bot kept its settings).
+	RefusedRevision int64  `json:"refused_revision,omitempty"`
+	Refused         string `json:"refused,omitempty"`
+}
+
+// views are the settings of every bot the file or etcd names.
+func (b *bots) views() map[string]settingsView {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := map[string]settingsView{}
+	for bot, st := range b.bots {
+		out[bot] = settingsView{Revision: st.rev, Backend: st.settings.AI.Kind}
+	}
+	for bot, r := range b.refused {
+		v := out[bot]
+		if v.Backend == "" {
+			v.Backend = b.top.settings.AI.Kind
+		}
+		v.RefusedRevision, v.Refused = r.rev, r.why
+		out[bot] = v
+	}
+	return out
+}
+
+// state is bot's settings now.
+func (b *bots) state(bot string) *botState {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if st := b.bots[bot]; st != nil {
+		return st
+	}
+	return b.top
+}
+
+// Run is what bot's next task runs with (worker.Bots).
+func (b *bots) Run(bot string) worker.BotRun {
+	st := b.state(bot)
+	m := st.settings.Memory
+	return worker.BotRun{Backend: st.backend, MaxAnswerBytes: st.settings.AI.MaxAnswerBytes,
+		Memory: task.Memory{Turns: m.Turns, Bytes: m.Bytes, IdleExpiry: m.IdleExpiry}}
+}
+
+// Rules are bot's allowlists and texts (access.Bots).
+func (b *bots) Rules(bot string) *access.Rules { return b.state(bot).rules }
+
+// Notes are bot's late note and busy reply (pusher.Notes).
+func (b *bots) Notes(bot string) (late, busy string) {
+	a := b.state(bot).settings.Access
+	return a.LateNote, a.BusyText
+}
+
+var (
+	_ worker.Bots  = (*bots)(nil)
+	_ access.Bots  = (*bots)(nil)
+	_ pusher.Notes = (*bots)(nil)
+)
