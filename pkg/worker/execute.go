@@ -9,8 +9,8 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
-	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
