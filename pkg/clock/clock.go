@@ -141,6 +141,14 @@ func (w *Watch) Off() (string, bool) {
 	if r.Offset > 0 {
 		dir = "behind"
 	}
+	// Milliseconds matter near the bound, not past a minute: a node 40
+	// minutes off reads "40m0s", not "39m59.999s" (the probe's round trip).
+	off := r.Offset.Abs()
+	if off >= time.Minute {
+		off = off.Round(time.Second)
+	} else {
+		off = off.Round(time.Millisecond)
+	}
 	return fmt.Sprintf("this node's clock is %s %s JetStream's (more than nats.max_clock_skew %s): fix its time sync (chrony/NTP); until then it campaigns for no bot and runs no task",
-		r.Offset.Abs().Round(time.Millisecond), dir, w.Max), true
+		off, dir, w.Max), true
 }
