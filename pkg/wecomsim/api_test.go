@@ -45,7 +45,7 @@ func TestGoAPIErrors(t *testing.T) {
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	c := Config{}.withDefaults()
 	if c.StreamWindow != 6*time.Minute || c.RateLimit != 30 || c.RateWindow != time.Minute ||
-		c.WelcomeWindow != 5*time.Second || c.UpdateWindow != 5*time.Second || c.MaxFrameBytes != wecom.MaxFrameBytes || c.Now == nil || c.RelaxReqIDBinding {
+		c.WelcomeWindow != 5*time.Second || c.UpdateWindow != 5*time.Second || c.MaxFrameBytes != DefaultMaxFrameBytes || c.Now == nil || c.RelaxReqIDBinding {
 		t.Fatalf("defaults %+v", c)
 	}
 	if err := (Config{}).Validate(); err != nil {

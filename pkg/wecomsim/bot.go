@@ -50,6 +50,9 @@ type pendingReq struct {
 	msgid     string
 	at        time.Time
 	used      bool // welcome / update already accepted
+	// taskID is a template_card_event's task_id: the card an update
+	// replaces must carry it.
+	taskID string
 }
 
 // chatInfo is a conversation a user opened by talking to the bot.
@@ -74,11 +77,6 @@ type message struct {
 	media   *mediaBody // image, file, video, mixed, quote (media.go)
 }
 
-type upload struct {
-	total  int
-	chunks map[int]int // index → decoded bytes
-}
-
 // bot is one bot's state; everything is guarded by mu.
 type bot struct {
 	id     string
@@ -100,7 +98,7 @@ type bot struct {
 	noStream     map[string]bool        // chats whose stream frames get 600039 (stream_unsupported)
 	feedbackIDs  map[string]bool        // feedback.ids accepted on streams' first frames
 	uploads      map[string]*upload
-	media        map[string]bool
+	media        map[string]*UploadInfo // finished uploads by media_id
 	stallUntil   time.Time
 	silenceUntil time.Time
 	lateUntil    time.Time     // late_acks: acks decided before this are delayed…
@@ -121,7 +119,7 @@ func newBot(id, secret string) *bot {
 		byMsgID:     make(map[string]*message),
 		sent:        make(map[string][]time.Time),
 		uploads:     make(map[string]*upload),
-		media:       make(map[string]bool),
+		media:       make(map[string]*UploadInfo),
 		noStream:    make(map[string]bool),
 		feedbackIDs: make(map[string]bool),
 		stats: counters{

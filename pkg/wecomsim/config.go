@@ -24,6 +24,12 @@ const (
 	// uploads per RateWindow and per HourlyWindow.
 	DefaultUploadRateLimit   = 30
 	DefaultUploadHourlyLimit = 1000
+	// DefaultMaxFrameBytes fits the largest frame the official SDK may
+	// send: a finishing stream frame with wecom.MaxMsgItems images of
+	// MaxReplyImageBytes each, base64-encoded (about 134 MiB), plus
+	// wecom.MaxFrameBytes for the rest. WeCom's own limit is not
+	// published; it must take what its SDK documents.
+	DefaultMaxFrameBytes = wecom.MaxMsgItems*4*((MaxReplyImageBytes+2)/3) + wecom.MaxFrameBytes
 )
 
 // Config tunes the simulator. The zero value of every field means its default.
@@ -65,7 +71,7 @@ type Config struct {
 	// reconnect must go out as a proactive push.
 	RelaxReqIDBinding bool
 	// MaxFrameBytes is the largest frame read; a larger one closes the
-	// connection with 1009. Default wecom.MaxFrameBytes.
+	// connection with 1009. Default DefaultMaxFrameBytes.
 	MaxFrameBytes int
 	// Now is the clock every window is measured with. Default time.Now.
 	Now func() time.Time
@@ -109,7 +115,7 @@ func (c Config) Validate() error {
 	case c.MediaLifetime < 0:
 		return fmt.Errorf("wecomsim: MediaLifetime %v: must be positive (or 0 for the default %v)", c.MediaLifetime, DefaultMediaLifetime)
 	case c.MaxFrameBytes < 0:
-		return fmt.Errorf("wecomsim: MaxFrameBytes %d: must be positive (or 0 for the default %d)", c.MaxFrameBytes, wecom.MaxFrameBytes)
+		return fmt.Errorf("wecomsim: MaxFrameBytes %d: must be positive (or 0 for the default %d)", c.MaxFrameBytes, DefaultMaxFrameBytes)
 	}
 	return nil
 }
@@ -150,7 +156,7 @@ func (c Config) withDefaults() Config {
 		c.MediaLifetime = DefaultMediaLifetime
 	}
 	if c.MaxFrameBytes <= 0 {
-		c.MaxFrameBytes = wecom.MaxFrameBytes
+		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -114,6 +114,18 @@ type TranscriptEntry struct {
 	// FeedbackID is the feedback.id a stream's first frame carried: what
 	// a feedback_event for this reply names.
 	FeedbackID string `json:"feedback_id,omitempty"`
+	// ImageMD5 are the MD5s of a finished stream's msg_item images, in
+	// order (each checked against its bytes).
+	ImageMD5 []string `json:"image_md5,omitempty"`
+	// Card is the template card (compact JSON) a stream_with_template_card
+	// stream carried on one of its frames.
+	Card string `json:"card,omitempty"`
+	// Upload is what a media reply or push sends: the upload its media_id
+	// names, reassembled.
+	Upload *UploadInfo `json:"upload,omitempty"`
+	// UserIDs are the users an update_template_card replaces the card for
+	// (none: everyone the card went to).
+	UserIDs []string `json:"userids,omitempty"`
 }
 
 // Stats are a bot's totals since the server started.
@@ -434,7 +446,7 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	reqID, delivered := s.deliverLocked(b, wecom.CmdEventCallback,
-		&pendingReq{kind: reqEvent, eventType: req.EventType, chat: chat, msgid: ev.MsgID, at: now}, ev, now)
+		&pendingReq{kind: reqEvent, eventType: req.EventType, chat: chat, msgid: ev.MsgID, at: now, taskID: req.TaskID}, ev, now)
 	s.log.Debug().Str("bot", b.id).Str("event", req.EventType).Str("req_id", reqID).Bool("delivered", delivered).Msg("user event")
 	return EventResult{MsgID: ev.MsgID, ReqID: reqID, Delivered: delivered}, nil
 }

@@ -2,10 +2,12 @@ package wecomsim
 
 import (
 	"bytes"
+	"crypto/md5"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/botctl/botctl/pkg/wecom"
@@ -87,65 +89,6 @@ func hasCard(raw json.RawMessage) bool {
 	return len(t) > 0 && !bytes.Equal(t, []byte("null")) && t[0] == '{'
 }
 
-// mediaRef is the media part of a reply or push that carries an upload.
-type mediaRef struct {
-	Image *struct {
-		MediaID string `json:"media_id"`
-	} `json:"image"`
-	File *struct {
-		MediaID string `json:"media_id"`
-	} `json:"file"`
-	Voice *struct {
-		MediaID string `json:"media_id"`
-	} `json:"voice"`
-	Video *struct {
-		MediaID string `json:"media_id"`
-	} `json:"video"`
-}
-
-func isMediaType(t string) bool {
-	switch t {
-	case wecom.MsgTypeImage, wecom.MsgTypeFile, wecom.MsgTypeVoice, wecom.MsgTypeVideo:
-		return true
-	}
-	return false
-}
-
-// checkMedia validates a media reply or push: the media_id must come from a
-// finished upload of this bot. Call with b.mu held.
-func checkMedia(b *bot, msgType string, raw json.RawMessage) (string, result, bool) {
-	var m mediaRef
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return "", fail(wecom.ErrCodeInvalidParam, "body is not valid: %v", err), false
-	}
-	var id string
-	switch msgType {
-	case wecom.MsgTypeImage:
-		if m.Image != nil {
-			id = m.Image.MediaID
-		}
-	case wecom.MsgTypeFile:
-		if m.File != nil {
-			id = m.File.MediaID
-		}
-	case wecom.MsgTypeVoice:
-		if m.Voice != nil {
-			id = m.Voice.MediaID
-		}
-	case wecom.MsgTypeVideo:
-		if m.Video != nil {
-			id = m.Video.MediaID
-		}
-	}
-	if id == "" {
-		return "", fail(wecom.ErrCodeInvalidParam, "%s.media_id is required: upload the media first", msgType), false
-	}
-	if !b.media[id] {
-		return "", fail(wecom.ErrCodeInvalidParam, "%s.media_id %s is unknown: finish an upload first", msgType, quote(id)), false
-	}
-	return id, accepted, true
-}
-
 // apply runs a frame's rule under the bot's lock, records it for the
 // latency recorder if record is set, then acks it: recorded before the
 // ack, so a bot that has its ack finds the frame in the recording.
@@ -192,7 +135,7 @@ func (c *conn) respondMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 		return accepted
 	default:
 		if isMediaType(body.MsgType) {
-			id, r, ok := checkMedia(b, body.MsgType, f.Body)
+			info, r, ok := checkMedia(b, body.MsgType, f.Body)
 			if !ok {
 				return r
 			}
@@ -200,8 +143,9 @@ func (c *conn) respondMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 				return r
 			}
 			b.consume(p.chat, now)
+			up := *info
 			b.addEntry(p.chat, TranscriptEntry{From: "bot", MsgID: newID("reply"), ReplyTo: p.msgid,
-				Kind: body.MsgType, Content: id, Finished: true})
+				Kind: body.MsgType, Content: info.MediaID, Upload: &up, Finished: true})
 			return accepted
 		}
 		return fail(wecom.ErrCodeInvalidMsgType, "invalid msgtype %s for aibot_respond_msg: use stream, template_card, stream_with_template_card or uploaded media", quote(body.MsgType))
@@ -216,18 +160,29 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 	if n := len(s.Content); n > wecom.MaxContentBytes {
 		return contentTooLong("stream.content", n)
 	}
-	if body.MsgType == wecom.MsgTypeStreamWithTemplateCard && !hasCard(body.TemplateCard) {
-		return fail(wecom.ErrCodeInvalidParam, "template_card is required (a JSON object) for msgtype stream_with_template_card")
+	// stream_with_template_card: the card may come on the first frame or a
+	// later one, once (the official SDK's replyStreamWithCard: "template_card
+	// 可首次回复，也可在后续回复中发送，但同一个消息只能回复一次").
+	card := body.MsgType == wecom.MsgTypeStreamWithTemplateCard && len(body.TemplateCard) > 0 && !bytes.Equal(bytes.TrimSpace(body.TemplateCard), []byte("null"))
+	if card && !hasCard(body.TemplateCard) {
+		return fail(wecom.ErrCodeInvalidParam, "template_card must be a JSON object")
 	}
 	st := b.streams[s.ID]
 	if st != nil && st.reqID != reqID {
 		return fail(wecom.ErrCodeInvalidParam, "stream.id %s belongs to another req_id: use a new stream id for each reply", quote(s.ID))
+	}
+	if card && st != nil && st.entry.Card != "" {
+		return fail(wecom.ErrCodeInvalidParam, "template_card was already sent on stream %s: a message gets one card", quote(s.ID))
 	}
 	if len(s.MsgItem) > 0 && !s.Finish {
 		return fail(wecom.ErrCodeInvalidParam, "stream.msg_item is only allowed on the finishing frame (finish: true)")
 	}
 	if len(s.MsgItem) > wecom.MaxMsgItems {
 		return fail(wecom.ErrCodeInvalidParam, "stream.msg_item has %d items: at most %d", len(s.MsgItem), wecom.MaxMsgItems)
+	}
+	imageMD5, r := checkMsgItems(s.MsgItem)
+	if r.code != 0 {
+		return r
 	}
 	if s.Feedback != nil && st != nil {
 		return fail(wecom.ErrCodeInvalidParam, "stream.feedback is only allowed on the first frame of a stream")
@@ -265,6 +220,11 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 	}
 	st.entry.Content = s.Content
 	st.entry.Images = len(s.MsgItem)
+	st.entry.ImageMD5 = imageMD5
+	if card {
+		st.entry.Kind = body.MsgType
+		st.entry.Card = cardJSON(body.TemplateCard)
+	}
 	if s.Finish {
 		st.finished = true
 		st.entry.Finished = true
@@ -358,13 +318,22 @@ func (c *conn) respondUpdateLocked(b *bot, f *wecom.Frame, now time.Time) result
 	if !hasCard(body.TemplateCard) {
 		return fail(wecom.ErrCodeInvalidParam, "template_card is required (a JSON object)")
 	}
+	// The official SDK's updateTemplateCard: "task_id 需跟回调收到的 task_id
+	// 一致" (the card's task_id must be the clicked card's).
+	var target struct {
+		TaskID string `json:"task_id"`
+	}
+	_ = json.Unmarshal(body.TemplateCard, &target)
+	if p.taskID != "" && target.TaskID != p.taskID {
+		return fail(wecom.ErrCodeInvalidParam, "template_card.task_id %s: the clicked card's is %s; an update replaces that card", quote(target.TaskID), quote(p.taskID))
+	}
 	if r, ok := c.quotaCheck(b, p.chat, now); !ok {
 		return r
 	}
 	b.consume(p.chat, now)
 	p.used = true
 	b.addEntry(p.chat, TranscriptEntry{From: "bot", MsgID: newID("update"), ReplyTo: p.msgid,
-		Kind: wecom.ResponseTypeUpdateTemplateCard, Content: cardJSON(body.TemplateCard), Finished: true})
+		Kind: wecom.ResponseTypeUpdateTemplateCard, Content: cardJSON(body.TemplateCard), UserIDs: body.UserIDs, Finished: true})
 	return accepted
 }
 
@@ -397,6 +366,7 @@ func (c *conn) sendMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 		return fail(wecom.ErrCodeChatNotFound, "chat not found: no %s %s has talked to this bot", kind, quote(body.ChatID))
 	}
 	var kind, content string
+	var upload *UploadInfo
 	switch body.MsgType {
 	case wecom.MsgTypeMarkdown:
 		if body.Markdown == nil || body.Markdown.Content == "" {
@@ -415,90 +385,52 @@ func (c *conn) sendMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 		if !isMediaType(body.MsgType) {
 			return fail(wecom.ErrCodeInvalidMsgType, "invalid msgtype %s for aibot_send_msg: use markdown, template_card or uploaded media", quote(body.MsgType))
 		}
-		id, r, ok := checkMedia(b, body.MsgType, f.Body)
+		info, r, ok := checkMedia(b, body.MsgType, f.Body)
 		if !ok {
 			return r
 		}
-		kind, content = body.MsgType, id
+		up := *info
+		kind, content, upload = body.MsgType, info.MediaID, &up
 	}
 	if r, ok := c.quotaCheck(b, ch.key, now); !ok {
 		return r
 	}
 	b.consume(ch.key, now)
-	b.addEntry(ch.key, TranscriptEntry{From: "bot", MsgID: newID("push"), Kind: kind, Content: content, Finished: true})
+	b.addEntry(ch.key, TranscriptEntry{From: "bot", MsgID: newID("push"), Kind: kind, Content: content, Upload: upload, Finished: true})
 	return accepted
 }
 
-func (c *conn) upload(b *bot, f *wecom.Frame) {
-	b.mu.Lock()
-	r := c.uploadLocked(b, f)
-	b.mu.Unlock()
-	c.finish(f, r)
-}
+// MaxReplyImageBytes is the largest msg_item image, decoded (the official
+// SDK's ReplyMsgItem: "图片（base64编码前）最大不能超过10M，支持JPG、PNG格式";
+// read as 10 MiB).
+const MaxReplyImageBytes = 10 << 20
 
-func (c *conn) uploadLocked(b *bot, f *wecom.Frame) result {
-	if r, ok := c.checkLive(b); !ok {
-		return r
-	}
-	switch f.Cmd {
-	case wecom.CmdUploadMediaInit:
-		var body wecom.UploadInitBody
-		if err := decodeBody(f.Body, &body); err != nil {
-			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_init: body is not valid: %v", err)
+// checkMsgItems checks a finishing frame's images as the official SDK
+// describes them: msgtype image, base64 of a JPG or PNG of at most
+// MaxReplyImageBytes, and md5 the hex MD5 of those bytes. It returns the
+// images' MD5s, in order, for the transcript.
+func checkMsgItems(items []wecom.ReplyMsgItem) ([]string, result) {
+	var sums []string
+	for i, it := range items {
+		if it.MsgType != wecom.MsgTypeImage || it.Image == nil {
+			return nil, fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d]: want msgtype image with image {base64, md5}", i)
 		}
-		if !isMediaType(body.Type) {
-			return fail(wecom.ErrCodeInvalidParam, "type %s: want image, file, voice or video", quote(body.Type))
-		}
-		if body.TotalChunks < 1 || body.TotalChunks > wecom.MaxUploadChunks {
-			return fail(wecom.ErrCodeInvalidParam, "total_chunks %d: want 1 to %d", body.TotalChunks, wecom.MaxUploadChunks)
-		}
-		if body.TotalSize <= 0 || body.TotalSize > int64(body.TotalChunks)*wecom.MaxUploadChunkBytes {
-			return fail(wecom.ErrCodeInvalidParam, "total_size %d: want 1 to %d bytes for %d chunks", body.TotalSize, int64(body.TotalChunks)*wecom.MaxUploadChunkBytes, body.TotalChunks)
-		}
-		if r, ok := c.uploadQuotaCheck(b, c.s.now()); !ok {
-			return r
-		}
-		id := newID("upload")
-		b.uploads[id] = &upload{total: body.TotalChunks, chunks: make(map[int]int)}
-		return result{body: wecom.UploadInitResult{UploadID: id}}
-	case wecom.CmdUploadMediaChunk:
-		var body wecom.UploadChunkBody
-		if err := decodeBody(f.Body, &body); err != nil {
-			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_chunk: body is not valid: %v", err)
-		}
-		u := b.uploads[body.UploadID]
-		if u == nil {
-			return fail(wecom.ErrCodeInvalidParam, "upload_id %s is unknown: start with aibot_upload_media_init", quote(body.UploadID))
-		}
-		if body.ChunkIndex < 0 || body.ChunkIndex >= u.total {
-			return fail(wecom.ErrCodeInvalidParam, "chunk_index %d: want 0 to %d", body.ChunkIndex, u.total-1)
-		}
-		data, err := base64.StdEncoding.DecodeString(body.Base64Data)
+		data, err := base64.StdEncoding.DecodeString(it.Image.Base64)
 		if err != nil || len(data) == 0 {
-			return fail(wecom.ErrCodeInvalidParam, "base64_data must be non-empty standard base64")
+			return nil, fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d].image.base64 must be non-empty standard base64", i)
 		}
-		if len(data) > wecom.MaxUploadChunkBytes {
-			return fail(wecom.ErrCodeInvalidParam, "chunk is %d bytes decoded: at most %d", len(data), wecom.MaxUploadChunkBytes)
+		if len(data) > MaxReplyImageBytes {
+			return nil, fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d] is %d bytes: at most %d", i, len(data), MaxReplyImageBytes)
 		}
-		u.chunks[body.ChunkIndex] = len(data)
-		return accepted
-	default: // finish
-		var body wecom.UploadFinishBody
-		if err := decodeBody(f.Body, &body); err != nil {
-			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_finish: body is not valid: %v", err)
+		if !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) && !bytes.HasPrefix(data, []byte{0xff, 0xd8, 0xff}) {
+			return nil, fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d] is neither a JPG nor a PNG", i)
 		}
-		u := b.uploads[body.UploadID]
-		if u == nil {
-			return fail(wecom.ErrCodeInvalidParam, "upload_id %s is unknown: start with aibot_upload_media_init", quote(body.UploadID))
+		sum := md5.Sum(data)
+		got := hex.EncodeToString(sum[:])
+		if !strings.EqualFold(it.Image.MD5, got) {
+			return nil, fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d].image.md5 %s: the image's MD5 is %s", i, quote(it.Image.MD5), got)
 		}
-		for i := 0; i < u.total; i++ {
-			if _, got := u.chunks[i]; !got {
-				return fail(wecom.ErrCodeInvalidParam, "chunk %s of %d is missing: send every chunk before finishing", strconv.Itoa(i), u.total)
-			}
-		}
-		delete(b.uploads, body.UploadID)
-		id := newID("media")
-		b.media[id] = true
-		return result{body: wecom.UploadFinishResult{MediaID: id}}
+		sums = append(sums, got)
 	}
+	return sums, accepted
 }

@@ -132,7 +132,7 @@ func TestStreamLifecycle(t *testing.T) {
 	late.Stream.Feedback = &wecom.Feedback{ID: "fb2"}
 	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, late), wecom.ErrCodeInvalidParam)
 	items := streamBody("s1", "Hello!", false)
-	items.Stream.MsgItem = []wecom.ReplyMsgItem{{MsgType: "image"}}
+	items.Stream.MsgItem = []wecom.ReplyMsgItem{replyImage(pngBytes(10))}
 	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, items), wecom.ErrCodeInvalidParam)
 	tooMany := streamBody("s1", "Hello!", true)
 	tooMany.Stream.MsgItem = make([]wecom.ReplyMsgItem, wecom.MaxMsgItems+1)
@@ -145,7 +145,7 @@ func TestStreamLifecycle(t *testing.T) {
 	}
 
 	done := streamBody("s1", "Hello, world", true)
-	done.Stream.MsgItem = []wecom.ReplyMsgItem{{MsgType: "image"}}
+	done.Stream.MsgItem = []wecom.ReplyMsgItem{replyImage(pngBytes(10))}
 	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, done), 0)
 	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, streamBody("s1", "more", true)), wecom.ErrCodeStreamExpired)
 
@@ -319,7 +319,8 @@ func TestRespondMsgTypes(t *testing.T) {
 	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, wecom.RespondBody{MsgType: "template_card", TemplateCard: json.RawMessage(`{"card_type":"button_interaction"}`)}), 0)
 	swtc := streamBody("s1", "thinking", false)
 	swtc.MsgType = wecom.MsgTypeStreamWithTemplateCard
-	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, swtc), wecom.ErrCodeInvalidParam) // card missing
+	swtc.TemplateCard = json.RawMessage(`"text_notice"`)
+	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, swtc), wecom.ErrCodeInvalidParam) // a card is an object
 	swtc.TemplateCard = json.RawMessage(`{"card_type":"text_notice"}`)
 	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, swtc), 0)
 	tr := h.srv.Transcript(bot1, "alice")

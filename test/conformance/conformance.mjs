@@ -3,6 +3,7 @@
 // Prints one line per check and "N passed, N failed" at the end; exits 1 on
 // any failure.
 import { WSClient } from '@wecom/aibot-node-sdk';
+import { runReplies } from './replies.mjs';
 
 const wsUrl = process.argv[2];
 if (!wsUrl) {
@@ -154,6 +155,10 @@ async function main() {
     code = f?.errcode ?? null;
   }
   check('aibot_send_msg with msgtype text is refused with 40008', code === 40008, `errcode ${code}`);
+
+  // 6b. Media uploads and sends, msg_item images, template cards, the
+  // welcome card and a card update (replies.mjs).
+  await runReplies({ a, BOT, control, check, waitFor });
 
   // 7. A second SDK client on the same bot kicks the first.
   const before = await control('GET', `/control/stats?bot_id=${BOT}`);
