@@ -304,7 +304,7 @@ func Defaults() Config {
 		Worker:   Worker{Slots: DefaultWorkerSlots, LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI: AI{Kind: AIKindDemo, MaxAnswerBytes: DefaultMaxAnswerBytes, FirstTokenTimeout: DefaultFirstTokenTimeout,
 			Breaker: AIBreaker{Failures: DefaultBreakerFailures, Cooldown: DefaultBreakerCooldown}},
-		Memory:   Memory{Turns: 20, Bytes: 16 << 10, IdleExpiry: dataplane.DefaultContextTTL},
+		Memory: Memory{Turns: 20, Bytes: 16 << 10, IdleExpiry: dataplane.DefaultContextTTL},
 		Push: Push{Budget: 20, BudgetHourly: 900, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
 		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second},
