@@ -7,8 +7,8 @@ import "slices"
 // answered, which were skipped or failed before it, and why.
 type BackendStep struct {
 	Attempt int    `json:"attempt"`
-	Backend string `json:"backend"`           // its Name: "openai:gpt-4o-mini", "dify:api.dify.ai"
-	Outcome string `json:"outcome"`           // answered, failed (the next was asked), skipped (breaker open), refused, cut, stopped
+	Backend string `json:"backend"`          // its Name: "openai:gpt-4o-mini", "dify:api.dify.ai"
+	Outcome string `json:"outcome"`          // answered, failed (the next was asked), skipped (breaker open), refused, cut, stopped
 	Reason  string `json:"reason,omitempty"` // the failure, the refusal, why it was skipped
 }
 
