@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/botctl/botctl/pkg/config"
 )
 
 // Chain tests run real HTTP servers speaking the backends' APIs: an
@@ -320,5 +324,23 @@ func TestChainAllDown(t *testing.T) {
 	}
 	if got := w.all(); !strings.HasSuffix(got, "b1 recovered by openai:primary") {
 		t.Errorf("watcher heard %q", got)
+	}
+}
+
+// docs/ai.md's fallback example is a valid ai section of three backends.
+func TestFallbackDocExample(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "botctl.yaml")
+	if err := os.WriteFile(p, []byte(docExample(t, "fallback")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.AI.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if bs := cfg.AI.Backends(); len(bs) != 3 || bs[1].OpenAI.Model != "deepseek-chat" || bs[2].Kind != KindHTTP || cfg.AI.FirstTokenTimeout != 30*time.Second {
+		t.Errorf("the example's backends %+v", bs)
 	}
 }
