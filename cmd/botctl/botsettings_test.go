@@ -53,6 +53,9 @@ bots:
 		{"ai.demo.paragraphs=5000", "config key ai.demo.paragraphs: 5000 is out of range"},
 		{"ai.exec.command=[/bin/sh, -c, id]", "config key ai.exec.command: not settable at run time"},
 		{"memory.idle_expiry=soon", "config key memory.idle_expiry: soon is not a duration"},
+		{"ai.fallback=[{kind: smoke}]", `config key ai.fallback[0].kind: "smoke" is not a backend`},
+		{"ai.fallback=[{kind: http, http: {url: https://evil.example.com/x}}]", "config key ai.fallback[0].http.url: not settable at run time"},
+		{"ai.first_token_timeout=-1s", "config key ai.first_token_timeout: -1s"},
 	} {
 		_, stderr, code := runBotctl(t, "bots", "set", "--etcd", etcd, "--config", cfg, "--bot", "b1", "--set", tc.set)
 		if code != 2 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "nothing stored") {
@@ -61,6 +64,16 @@ bots:
 	}
 	if after := show(); after.Revision != v.Revision {
 		t.Fatalf("a refused change was stored: revision %d → %d", v.Revision, after.Revision)
+	}
+
+	// A fallback list and the breaker, at run time, shown back.
+	if _, stderr, code := runBotctl(t, "bots", "set", "--etcd", etcd, "--config", cfg, "--bot", "b1",
+		"--set", "ai.fallback=[{kind: demo, demo: {paragraphs: 1}}]", "--set", "ai.breaker.failures=2"); code != 0 {
+		t.Fatalf("bots set ai.fallback: exit %d: %s", code, stderr)
+	}
+	eff, _ = json.Marshal(show().Effective)
+	if !strings.Contains(string(eff), `"fallback":[{"demo":{"paragraphs":1},"kind":"demo"}]`) || !strings.Contains(string(eff), `"breaker":{"cooldown":"30s","failures":2}`) {
+		t.Fatalf("effective after setting a fallback: %s", eff)
 	}
 
 	// --file replaces the document; --clear removes it.

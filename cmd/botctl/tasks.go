@@ -147,6 +147,16 @@ func newTasksShowCmd(cf *clusterFlags) *cobra.Command {
 			if r.Error != "" {
 				fmt.Fprintf(w, "error     %s\n", r.Error)
 			}
+			if r.AnsweredBy != "" {
+				fmt.Fprintf(w, "answered  by %s\n", r.AnsweredBy)
+			}
+			for _, b := range r.Backends { // each backend asked or skipped, and why
+				fmt.Fprintf(w, "backend   attempt %d: %s %s", b.Attempt, b.Backend, b.Outcome)
+				if b.Reason != "" {
+					fmt.Fprintf(w, ": %s", oneline.Clip(b.Reason, 300))
+				}
+				fmt.Fprintln(w)
+			}
 			if out != nil {
 				fmt.Fprintf(w, "output    %d bytes, attempt %d\n", len(out.Text), out.Attempt)
 			}

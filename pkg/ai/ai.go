@@ -183,6 +183,10 @@ type (
 	OpenAIConfig = config.AIOpenAI
 	DifyConfig   = config.AIDify
 	HTTPConfig   = config.AIHTTP
+	// BackendConfig is one entry of ai.fallback; BreakerConfig is
+	// ai.breaker.
+	BackendConfig = config.AIBackend
+	BreakerConfig = config.AIBreaker
 )
 
 // Sessions keeps, for an agent platform that holds a conversation's memory
@@ -204,15 +208,23 @@ type Option func(*options)
 
 type options struct {
 	sessions Sessions
+	breakers *Breakers
 }
+
+// WithBreakers is the node's circuit breakers, shared by every bot's
+// chain (they are kept per bot and backend). Without it, the chain has
+// breakers of its own.
+func WithBreakers(b *Breakers) Option { return func(o *options) { o.breakers = b } }
 
 // WithSessions is where the dify backend keeps its conversation ids.
 // Without it (botctl config check), every question starts a new Dify
 // conversation.
 func WithSessions(s Sessions) Option { return func(o *options) { o.sessions = s } }
 
-// New validates cfg, fills in defaults and returns the backend. Errors name
-// the configuration key at fault (ai.kind, ai.exec.command, …).
+// New validates cfg, fills in defaults and returns the bot's backends as
+// one: a Chain of ai.kind's backend and each of ai.fallback, under
+// ai.first_token_timeout and ai.breaker. Errors name the configuration
+// key at fault (ai.kind, ai.exec.command, ai.fallback[0].openai.model, …).
 func New(cfg Config, opts ...Option) (Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -221,6 +233,22 @@ func New(cfg Config, opts ...Option) (Backend, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	var links []Backend
+	for i, bc := range cfg.Backends() {
+		b, err := newOne(cfg.With(bc), o)
+		if err != nil {
+			if i > 0 {
+				err = config.FallbackKey(err, i-1)
+			}
+			return nil, err
+		}
+		links = append(links, b)
+	}
+	return newChain(links, cfg, o.breakers), nil
+}
+
+// newOne builds the one backend cfg's kind names.
+func newOne(cfg Config, o options) (Backend, error) {
 	switch cfg.Kind {
 	case KindDemo:
 		return newDemo(cfg.Demo), nil

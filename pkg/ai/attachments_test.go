@@ -26,7 +26,7 @@ func writeFile(t *testing.T, name string, data []byte) string {
 // The demo answer names every file; without files it is DemoAnswer's,
 // byte for byte (the chaos and load tests judge on it).
 func TestDemoNamesAttachments(t *testing.T) {
-	b, err := New(Config{Kind: KindDemo, Demo: DemoConfig{AnswerTime: 10 * time.Millisecond}})
+	b, err := newUnchained(Config{Kind: KindDemo, Demo: DemoConfig{AnswerTime: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

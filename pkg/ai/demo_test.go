@@ -11,7 +11,7 @@ import (
 
 func newDemoForTest(t *testing.T, cfg DemoConfig) Backend {
 	t.Helper()
-	b, err := New(Config{Kind: KindDemo, Demo: cfg})
+	b, err := newUnchained(Config{Kind: KindDemo, Demo: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

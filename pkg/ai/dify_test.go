@@ -123,7 +123,7 @@ func (f *fakeDify) backend(t *testing.T, sessions Sessions, cfg DifyConfig) Back
 	if sessions != nil {
 		opts = append(opts, WithSessions(sessions))
 	}
-	b, err := New(Config{Kind: KindDify, Dify: cfg}, opts...)
+	b, err := newUnchained(Config{Kind: KindDify, Dify: cfg}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestDifyStreamFailures(t *testing.T) {
 
 func TestDifyRefusedTimeoutCancel(t *testing.T) {
 	leakCheck(t)
-	b, err := New(Config{Kind: KindDify, Dify: DifyConfig{BaseURL: refusedURL(t) + "/v1", APIKeyFile: secretFile(t, testDifyKey)}})
+	b, err := newUnchained(Config{Kind: KindDify, Dify: DifyConfig{BaseURL: refusedURL(t) + "/v1", APIKeyFile: secretFile(t, testDifyKey)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestDifyConfigErrors(t *testing.T) {
 			t.Errorf("New(%+v): %v shows the key", tc.cfg, err)
 		}
 	}
-	b, err := New(Config{Kind: KindDify, Dify: DifyConfig{APIKeyFile: secretFile(t, testDifyKey)}})
+	b, err := newUnchained(Config{Kind: KindDify, Dify: DifyConfig{APIKeyFile: secretFile(t, testDifyKey)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 func newExecForTest(t *testing.T, cfg ExecConfig) Backend {
 	t.Helper()
-	b, err := New(Config{Kind: KindExec, Exec: cfg})
+	b, err := newUnchained(Config{Kind: KindExec, Exec: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

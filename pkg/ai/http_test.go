@@ -24,7 +24,7 @@ func httpBackendFor(t *testing.T, s *webServer, cfg HTTPConfig) Backend {
 	if cfg.TokenFile == "" {
 		cfg.TokenFile = secretFile(t, testToken)
 	}
-	b, err := New(Config{Kind: KindHTTP, HTTP: cfg})
+	b, err := newUnchained(Config{Kind: KindHTTP, HTTP: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestHTTPNoToken(t *testing.T) {
 		w.Header().Set("Content-Type", "text/plain")
 		write(w, "ok")
 	})
-	b, err := New(Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: s.srv.URL + "/answer"}})
+	b, err := newUnchained(Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: s.srv.URL + "/answer"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestHTTPCutAndMalformed(t *testing.T) {
 func TestHTTPRefused(t *testing.T) {
 	leakCheck(t)
 	url := refusedURL(t) + webhookPath
-	b, err := New(Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: url, TokenFile: secretFile(t, testToken)}})
+	b, err := newUnchained(Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: url, TokenFile: secretFile(t, testToken)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestHTTPEmitErrorStops(t *testing.T) {
 // TestHTTPNameHoldsNoSecret: Name is the kind and the host: not the
 // webhook's path, not the token.
 func TestHTTPNameHoldsNoSecret(t *testing.T) {
-	b, err := New(Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: "https://n8n.example.com" + webhookPath, TokenFile: secretFile(t, testToken)}})
+	b, err := newUnchained(Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: "https://n8n.example.com" + webhookPath, TokenFile: secretFile(t, testToken)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,7 +164,7 @@ func TestNewConfigErrorsNameTheKey(t *testing.T) {
 		{Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: "http://10.0.0.5:5678/webhook/x"}}, "ai.http.url"},
 		{Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: "https://n8n.example.com/webhook/x", TokenFile: "/no/such/file"}}, "ai.http.token_file"},
 	} {
-		b, err := New(tc.cfg)
+		b, err := newUnchained(tc.cfg)
 		if err == nil {
 			t.Errorf("New(%+v) = %s, want an error naming %s", tc.cfg, b.Name(), tc.key)
 			continue
@@ -177,7 +177,7 @@ func TestNewConfigErrorsNameTheKey(t *testing.T) {
 
 func TestRequestValidation(t *testing.T) {
 	leakCheck(t)
-	b, err := New(Config{Kind: KindDemo, Demo: DemoConfig{AnswerTime: time.Millisecond}})
+	b, err := newUnchained(Config{Kind: KindDemo, Demo: DemoConfig{AnswerTime: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,4 +196,15 @@ func TestRequestValidation(t *testing.T) {
 	if got := q.Question(); got != "second" {
 		t.Errorf("Question() = %q, want the last user message", got)
 	}
+}
+
+// newUnchained is New's one backend without the Chain around it: the
+// backends' own tests see the backend's errors (a cut is ErrBackend),
+// not the chain's (chain_test.go).
+func newUnchained(cfg Config, opts ...Option) (Backend, error) {
+	b, err := New(cfg, opts...)
+	if c, ok := b.(*Chain); ok && len(c.links) == 1 {
+		return c.links[0], err
+	}
+	return b, err
 }

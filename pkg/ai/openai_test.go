@@ -56,7 +56,7 @@ func (f *fakeOpenAI) backend(t *testing.T, cfg OpenAIConfig) Backend {
 	}
 	cfg.APIKeyEnv = "AI_TEST_OPENAI_KEY"
 	t.Setenv("AI_TEST_OPENAI_KEY", testKey)
-	b, err := New(Config{Kind: KindOpenAI, OpenAI: cfg})
+	b, err := newUnchained(Config{Kind: KindOpenAI, OpenAI: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestOpenAIUnreachable(t *testing.T) {
 	url := srv.URL
 	srv.Close()
 	t.Setenv("AI_TEST_OPENAI_KEY", testKey)
-	b, err := New(Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{BaseURL: url + "/v1", Model: "m", APIKeyEnv: "AI_TEST_OPENAI_KEY"}})
+	b, err := newUnchained(Config{Kind: KindOpenAI, OpenAI: OpenAIConfig{BaseURL: url + "/v1", Model: "m", APIKeyEnv: "AI_TEST_OPENAI_KEY"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,6 +80,11 @@ type AI struct {
 	OpenAI         AIOpenAI `yaml:"openai"`
 	Dify           AIDify   `yaml:"dify"`
 	HTTP           AIHTTP   `yaml:"http"`
+	// FirstTokenTimeout, Breaker and Fallback: what happens when the
+	// backend fails (aichain.go).
+	FirstTokenTimeout time.Duration `yaml:"first_token_timeout"`
+	Breaker           AIBreaker     `yaml:"breaker"`
+	Fallback          []AIBackend   `yaml:"fallback"`
 }
 
 // AIDemo configures the demo backend: a deterministic answer, the same
@@ -245,6 +250,11 @@ func (a AI) Validate() error {
 	if a.MaxAnswerBytes < 0 || a.MaxAnswerBytes > MaxAnswerBytesLimit {
 		return fmt.Errorf("config key ai.max_answer_bytes: %d is out of range: want at most %d (0 for the default, %d); a NATS server with a smaller max_payload needs it lower still", a.MaxAnswerBytes, MaxAnswerBytesLimit, DefaultMaxAnswerBytes)
 	}
+	return errors.Join(a.Primary().validate(), a.validateChain())
+}
+
+// validate checks the backend's kind and the section it names.
+func (a AIBackend) validate() error {
 	switch a.Kind {
 	case AIKindDemo:
 		return a.Demo.validate()

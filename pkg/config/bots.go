@@ -83,7 +83,7 @@ var nodeWide = map[string]string{
 func runtimeRefused(key string) string {
 	last := key[strings.LastIndex(key, ".")+1:]
 	switch {
-	case strings.HasPrefix(key, "ai.exec.") && (last == "command" || last == "env" || last == "dir"):
+	case strings.HasSuffix(key, "exec."+last) && (last == "command" || last == "env" || last == "dir"): // ai.exec.*, ai.fallback[i].exec.*
 		return "it names a program, its environment or its directory on every node"
 	case strings.HasSuffix(last, "_file"):
 		return "it names a file on every node"
@@ -251,6 +251,9 @@ func (c *Config) setByTag(key string, val any) error {
 	if v.Kind() == reflect.Struct && v.Type() != durationType {
 		return fmt.Errorf("config key %s: want a mapping of %s", key, strings.Join(tags(v), ", "))
 	}
+	if isStructList(v) {
+		return setStructList(key, val, v, func(string) string { return "" })
+	}
 	if err := setLeaf(v, val); err != nil {
 		return fmt.Errorf("config key %s: %w", key, err)
 	}
@@ -280,6 +283,12 @@ func setFields(prefix string, doc map[string]any, v reflect.Value, refuse func(k
 			}
 			continue
 		}
+		if isStructList(f) {
+			if err := setStructList(key, doc[name], f, refuse); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		if why := refuse(key); why != "" {
 			errs = append(errs, fmt.Errorf("config key %s: %s", key, why))
 			continue
@@ -289,6 +298,39 @@ func setFields(prefix string, doc map[string]any, v reflect.Value, refuse func(k
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isStructList: f is a list of mappings (ai.fallback).
+func isStructList(f reflect.Value) bool {
+	return f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct && f.Type().Elem() != durationType
+}
+
+// setStructList sets the list f from a YAML list of mappings, each entry
+// from its own keys only (key[i].name in errors); the list replaces f's.
+func setStructList(key string, val any, f reflect.Value, refuse func(key string) string) error {
+	if val == nil {
+		f.Set(reflect.Zero(f.Type()))
+		return nil
+	}
+	items, ok := val.([]any)
+	if !ok {
+		return fmt.Errorf("config key %s: want a list of mappings of %s", key, strings.Join(tags(reflect.New(f.Type().Elem()).Elem()), ", "))
+	}
+	out := reflect.MakeSlice(f.Type(), len(items), len(items))
+	var errs []error
+	for i, it := range items {
+		sub, ok := it.(map[string]any)
+		if !ok {
+			errs = append(errs, fmt.Errorf("config key %s[%d]: want a mapping of %s", key, i, strings.Join(tags(out.Index(i)), ", ")))
+			continue
+		}
+		errs = append(errs, setFields(fmt.Sprintf("%s[%d].", key, i), sub, out.Index(i), refuse))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	f.Set(out)
+	return nil
 }
 
 func fieldByTag(v reflect.Value, name string) (reflect.Value, bool) {
@@ -464,6 +506,12 @@ func docOf(v reflect.Value) any {
 	case v.Kind() == reflect.Slice:
 		out := make([]any, v.Len())
 		for i := range out {
+			if e := v.Index(i); e.Kind() == reflect.Struct && e.Type() != durationType {
+				if out[i] = docOf(e); out[i] == nil {
+					out[i] = map[string]any{}
+				}
+				continue
+			}
 			out[i] = v.Index(i).Interface()
 		}
 		return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -42,11 +44,15 @@ type bots struct {
 	// state has its rules (the inbound path runs from the start) and no
 	// backend: a backend may keep state in JetStream (an agent platform's
 	// conversations), and nothing asks for one before the worker starts.
-	bound   bool
-	aiOpts  []ai.Option          // bind's: what a backend keeps in JetStream
-	top     *botState            // a bot neither the file nor etcd names (the demo's)
-	bots    map[string]*botState // bot → its settings now
-	refused map[string]refusal   // bot → its last override not applied, while it is the latest seen
+	bound  bool
+	aiOpts []ai.Option // bind's: what a backend keeps in JetStream
+	// breakers are this node's AI circuit breakers, shared by every
+	// bot's chain (kept per bot and backend); breakerWatch hears them.
+	breakers     *ai.Breakers
+	breakerWatch *breakerWatch
+	top          *botState            // a bot neither the file nor etcd names (the demo's)
+	bots         map[string]*botState // bot → its settings now
+	refused      map[string]refusal   // bot → its last override not applied, while it is the latest seen
 }
 
 // refusal is an override this node did not apply, and why.
@@ -71,6 +77,8 @@ type botState struct {
 func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log zerolog.Logger) (*bots, error) {
 	b := &bots{cfg: cfg, etcd: cli, prefix: botsettings.DefaultPrefix, log: log.With().Str("component", "bot_settings").Logger(),
 		bots: map[string]*botState{}, refused: map[string]refusal{}}
+	b.breakerWatch = &breakerWatch{log: log.With().Str("component", "ai_breakers").Logger()}
+	b.breakers = ai.NewBreakers(b.breakerWatch, nil)
 	var err error
 	if b.top, err = b.build(cfg.TopSettings(), nil, 0); err != nil {
 		return nil, err
@@ -102,13 +110,14 @@ func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log z
 
 // bind builds every bot's backend with opts, once JetStream is bound
 // (Node.start, before the worker starts): an error stops the node, naming
-// the bot.
-func (b *bots) bind(opts ...ai.Option) error {
+// the bot. h hears when all of a bot's backends are down.
+func (b *bots) bind(h *health.Health, opts ...ai.Option) error {
 	b.applying.Lock()
 	defer b.applying.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.aiOpts = opts
+	b.breakerWatch.health.Store(h)
+	b.aiOpts = append(slices.Clip(opts), ai.WithBreakers(b.breakers))
 	var err error
 	if b.top.backend, err = b.backend(b.top.settings.AI); err != nil {
 		return err

@@ -45,7 +45,7 @@ const tasksTTL = 10 * time.Second
 func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 	o := &observer{n: n, nc: nc, etcd: cli, metrics: metrics.New(), conns: map[string]*wecom.Conn{}, retired: map[string]pusher.Stats{},
 		history: &etcdHistory{cli: cli, log: n.log}}
-	o.metrics.Registry.MustRegister(o, o.history, clockCollector{n.clock})
+	o.metrics.Registry.MustRegister(o, o.history, clockCollector{n.clock}, breakerCollector{n.bots}) // breakers: aibackends.go
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
 			o.metrics.NATSError("disconnect", "")
@@ -258,7 +258,7 @@ var (
 	descSlots      = desc("worker_slots", "This node's configured worker slots.")
 	descQueue      = desc("queue_depth", "Tasks in the JetStream work queue: pending (not yet delivered to a worker) and ack_pending (running somewhere).", "state")
 	descSpool      = desc("spool_depth", "Tasks held in this node's local spool until JetStream takes them.")
-	descIncidents  = desc("incidents_open", "Open incidents of each configured bot, by kind (outage, data).", "bot", "kind")
+	descIncidents  = desc("incidents_open", "Open incidents of each configured bot, by kind (outage, data, ai).", "bot", "kind")
 	descDispatch   = desc("dispatch_total", "Dispatch outcomes on this node (queued, busy, duplicates, fixed, local, spooled, failed).", "outcome")
 	descFallbacks  = desc("dispatch_fallbacks_total", "Dispatch fallbacks between tiers (queue→fixed, fixed→local, …).", "path")
 	descInbound    = desc("inbound_total", "Inbound messages on this node by outcome (received, duplicates, refused, invalid, commands, busy, dispatched, failed, suppressed, backfilled, early_receipts, early_missed).", "outcome")
@@ -369,7 +369,7 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 	}
 	incs := incident.NewStore(n.Store.Incidents())
 	for _, b := range n.cfg.Bots {
-		for _, kind := range []incident.Kind{incident.Outage, incident.Data} {
+		for _, kind := range []incident.Kind{incident.Outage, incident.Data, incident.AI} {
 			inc, err := incs.OpenFor(ctx, b.ID, kind)
 			if err != nil {
 				o.metrics.NATSError("request", "scrape")

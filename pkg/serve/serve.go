@@ -308,7 +308,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	cfg, log := n.cfg, n.log
 	// Every bot's backend (bots.go), built beside the context bucket where
 	// an agent platform's conversation ids are kept.
-	if err := n.bots.bind(ai.WithSessions(task.NewSessions(store.Context(), log))); err != nil {
+	if err := n.bots.bind(n.Health, ai.WithSessions(task.NewSessions(store.Context(), log))); err != nil {
 		return err
 	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)

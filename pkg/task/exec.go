@@ -200,13 +200,15 @@ func fence(r *Record, attempt int) error {
 
 // Finish records attempt's answer as complete: text is the whole answer,
 // already in the output bucket under this attempt (the record keeps its
-// hash, so the pusher delivers exactly that text). ErrSuperseded or
+// hash, so the pusher delivers exactly that text); steps are the AI
+// backends asked for it (AnsweredBy, Backends). ErrSuperseded or
 // ErrFinished (canceled meanwhile): the answer is not this task's.
-func (l *Lifecycle) Finish(ctx context.Context, id string, attempt int, text string) (*Record, error) {
+func (l *Lifecycle) Finish(ctx context.Context, id string, attempt int, text string, steps ...BackendStep) (*Record, error) {
 	r, rev, err := updateLoop(ctx, l.store.Tasks(), id, nil, 0, func(r *Record) error {
 		if err := fence(r, attempt); err != nil {
 			return err
 		}
+		r.addBackends(attempt, steps)
 		r.AnswerHash, r.AnswerBytes = Hash(text), len(text)
 		return r.SetExec(Succeeded, fmt.Sprintf("answer complete, %d bytes", len(text)), l.node, l.now().UTC())
 	})
@@ -220,11 +222,13 @@ func (l *Lifecycle) Finish(ctx context.Context, id string, attempt int, text str
 // Fail records that attempt failed. With retry, the task goes back to
 // queued for another attempt (the caller naks its message); without, it
 // is failed for good: its conversation is freed and the user told.
-func (l *Lifecycle) Fail(ctx context.Context, id string, attempt int, reason string, retry bool) (*Record, error) {
+// steps are the AI backends asked for the attempt (Backends).
+func (l *Lifecycle) Fail(ctx context.Context, id string, attempt int, reason string, retry bool, steps ...BackendStep) (*Record, error) {
 	r, err := l.update(ctx, id, func(r *Record) error {
 		if err := fence(r, attempt); err != nil {
 			return err
 		}
+		r.addBackends(attempt, steps)
 		r.Error = reason
 		if retry {
 			return r.SetExec(Queued, fmt.Sprintf("attempt %d failed, will retry: %s", attempt, reason), l.node, l.now().UTC())

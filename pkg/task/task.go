@@ -178,6 +178,11 @@ type Record struct {
 	// attempt that succeeded: the pusher delivers exactly that text.
 	AnswerHash  string `json:"answer_hash,omitempty"`
 	AnswerBytes int    `json:"answer_bytes,omitempty"`
+	// AnsweredBy is the AI backend whose text is the answer of the
+	// attempt that ended last (its Name); Backends is every backend asked
+	// or skipped for each attempt, in order, and why (backends.go).
+	AnsweredBy string        `json:"answered_by,omitempty"`
+	Backends   []BackendStep `json:"backends,omitempty"`
 
 	// Delivery bookkeeping (the pusher's). StreamStart is when the stream's
 	// first frame (the receipt) was accepted: WeCom's window counts from it.
@@ -307,6 +312,7 @@ func (r *Record) clone() *Record {
 	c.RecentSends = slices.Clone(r.RecentSends)
 	c.Attachments = slices.Clone(r.Attachments)
 	c.Transitions = slices.Clone(r.Transitions)
+	c.Backends = slices.Clone(r.Backends)
 	if r.Feedback != nil {
 		fb := *r.Feedback
 		fb.Reasons = slices.Clone(fb.Reasons)

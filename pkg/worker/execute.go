@@ -147,8 +147,11 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt), run.MaxAnswerBytes, w.cfg.TruncatedNote)
 	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
-	err = run.Backend.Stream(runCtx, req, out.add)
+	// The backends asked (a fallback, a breaker's skip) go to the record.
+	streamCtx, route := ai.WithRoute(runCtx)
+	err = run.Backend.Stream(streamCtx, req, out.add)
 	stopWrites()
+	steps := backendSteps(route)
 	text := out.text()
 	if errors.Is(err, errAnswerCapped) {
 		// Cut at the cap, with the note: the answer, complete as it is.
@@ -182,12 +185,14 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		return w.failed(bg, m, attempt, "interrupted: the node is stopping", true)
 	case err != nil:
 		out.flush(bg, outputFailed)
-		retry := !errors.Is(err, ai.ErrBadRequest) && !final
+		// A cut answer (ai.ErrCut: the backend failed after its first
+		// token; the note is in the text) ends as it is, not retried.
+		retry := !errors.Is(err, ai.ErrBadRequest) && !errors.Is(err, ai.ErrCut) && !final
 		why := fmt.Sprintf("backend %s: %v", run.Backend.Name(), err)
-		if final && !errors.Is(err, ai.ErrBadRequest) {
+		if final && !errors.Is(err, ai.ErrBadRequest) && !errors.Is(err, ai.ErrCut) {
 			why = "last attempt failed: " + why
 		}
-		return w.failed(bg, m, attempt, why, retry)
+		return w.failed(bg, m, attempt, why, retry, steps...)
 	}
 	// The complete text is stored under this attempt before the record
 	// says succeeded: the pusher delivers exactly what Finish hashed.
@@ -199,7 +204,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	var done *task.Record
 	err = w.patiently(ctx, log, "record the task succeeded", func() (err error) {
-		done, err = lc.Finish(bg, m.TaskID, attempt, text)
+		done, err = lc.Finish(bg, m.TaskID, attempt, text, steps...)
 		w.storeError("record_write", err)
 		return err
 	})
@@ -254,8 +259,8 @@ func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string,
 }
 
 // failed records attempt's failure and says what becomes of the message.
-func (w *Worker) failed(ctx context.Context, m task.Message, attempt int, why string, retry bool) result {
-	_, err := w.cfg.Lifecycle.Fail(ctx, m.TaskID, attempt, why, retry)
+func (w *Worker) failed(ctx context.Context, m task.Message, attempt int, why string, retry bool, steps ...task.BackendStep) result {
+	_, err := w.cfg.Lifecycle.Fail(ctx, m.TaskID, attempt, why, retry, steps...)
 	w.storeError("record_write", err)
 	switch {
 	case errors.Is(err, task.ErrSuperseded):

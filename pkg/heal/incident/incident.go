@@ -49,6 +49,10 @@ const (
 	// messages unfilled, a task record that does not decode). Closed by a
 	// person's ack.
 	Data Kind = "data"
+	// AI: every AI backend of the bot is failing (their circuit breakers
+	// are all open on a node): questions arrive and get no answer but a
+	// failure. Closed when a backend answers again.
+	AI Kind = "ai"
 )
 
 // State of an incident.
@@ -84,6 +88,7 @@ const (
 	SignalDelivery   = "delivery"       // a final answer could not be delivered, for good
 	SignalBackfill   = "backfill"       // a gap backfill could not fill everything
 	SignalCorrupt    = "corrupt_record" // a task record does not decode: skipped, its task unanswered
+	SignalAIDown     = "ai_down"        // every AI backend of the bot failed, its circuit breakers all open
 )
 
 // Incident is one incident of one bot. Times are UTC; a zero time is "not

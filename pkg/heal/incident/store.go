@@ -47,8 +47,11 @@ func Key(bot, id string) string {
 // open outage and one open data incident (a delivery lost during an outage
 // is a problem of its own, closed by a person).
 func openKey(bot string, kind Kind) string {
-	if kind == Data {
+	switch kind {
+	case Data:
 		return openPrefix + "data." + dataplane.EncodeToken(bot)
+	case AI:
+		return openPrefix + "ai." + dataplane.EncodeToken(bot)
 	}
 	return openPrefix + dataplane.EncodeToken(bot)
 }
@@ -79,10 +82,10 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 	}
 	if inc.ID == "" {
 		inc.ID = NewID(inc.Bot, inc.Detected)
-		if inc.Kind == Data {
-			// An outage and a data incident of one bot may be detected in
-			// the same millisecond: their ids must differ.
-			inc.ID += "-data"
+		if inc.Kind == Data || inc.Kind == AI {
+			// An outage and a data or AI incident of one bot may be
+			// detected in the same millisecond: their ids must differ.
+			inc.ID += "-" + string(inc.Kind)
 		}
 	}
 	if inc.State == "" {
