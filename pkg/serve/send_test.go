@@ -316,3 +316,46 @@ func TestSendAPISharesTheConversationsBudgetWithAnswers(t *testing.T) {
 		t.Errorf("n1 did not count the throttled send")
 	}
 }
+
+// The forward carries the token only where it cannot be read off the
+// network: https, or http to this machine.
+func TestSendForwardsTheTokenOnlyOverHTTPSOrLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"https://10.0.0.11:8401": true,
+		"http://127.0.0.1:8401":  true,
+		"http://[::1]:8401":      true,
+		"http://localhost:8401":  true,
+		"http://10.0.0.11:8401":  false,
+		"10.0.0.11:8401":         false,
+		"":                       false,
+	} {
+		if got := tokenSafe(addr); got != want {
+			t.Errorf("tokenSafe(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// A standby without the cluster's shared api.token_file does not forward
+// (the leader does not know its token): it answers 503 with the leader's
+// address, why, and Retry-After, and nothing is sent.
+func TestSendStandbyWithoutTheSharedTokenSaysWhereTheLeaderIs(t *testing.T) {
+	c := startSendCluster(t, wecomsim.Config{}, func(cfg *config.Config) {
+		if cfg.NodeID == "n2" {
+			cfg.API.TokenFile = ""
+		}
+	})
+	c.talk(t, "alice")
+	token, err := c.n2.cfg.API.CallerToken(c.n2.cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := postSend(t, c.n2.API, token, "b1", markdownTo("alice", "not forwarded"))
+	if call.code != http.StatusServiceUnavailable || call.res.Error != "not the leader; retry at "+c.n1.API || call.res.Leader != c.n1.API ||
+		!strings.Contains(call.res.Reason, "api.token_file") || call.header.Get("Retry-After") == "" {
+		t.Fatalf("a send to a standby without the shared token: %d %s (Retry-After %q), want 503 naming the leader %s and api.token_file",
+			call.code, call.raw, call.header.Get("Retry-After"), c.n1.API)
+	}
+	if pushed(c.sim, "alice", "markdown", "not forwarded") {
+		t.Fatal("a send the standby did not forward was sent")
+	}
+}
