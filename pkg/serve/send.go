@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/botctl/botctl/internal/httpjson"
+	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -109,10 +110,11 @@ const (
 	outcomeNotLeader    sendOutcome = "not_leader"    // 503 from a standby: retry at the leader
 )
 
-// sendCounter counts sends by bot and outcome.
+// newSendCounter registers botctl_api_sends_total on reg: the sends this
+// node answered, by bot (a configured one) and outcome.
 func newSendCounter(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "botctl", Name: "api_sends_total",
-		Help: "Sends of POST /v1/bots/{bot}/messages by bot and outcome: sent, invalid, throttled, quota_refused, refused, unknown, unavailable (on the leader), forwarded, not_leader (on a standby)."},
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "api_sends_total",
+		Help: "Sends of POST /v1/bots/{bot}/messages this node answered, by bot and outcome: sent, invalid, throttled, quota_refused, refused, unknown, unavailable; on a standby also forwarded (the leader's answer relayed) and not_leader."},
 		[]string{"bot", "outcome"})
 	reg.MustRegister(c)
 	return c
