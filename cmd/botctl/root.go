@@ -44,7 +44,7 @@ func newRootCmd() *cobra.Command {
 	})
 	root.PersistentFlags().StringVar(&globals.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	root.PersistentFlags().StringVar(&globals.logFormat, "log-format", "console", "log format: json or console")
-	root.AddCommand(newVersionCmd(), newSimCmd(), newInfraCmd(), newServeCmd(), newStatusCmd(), newBotsCmd(), newTasksCmd(), newIncidentsCmd(), newDrillCmd(), newConfigCmd(), newExecSandboxCmd(), newFeedbackCmd())
+	root.AddCommand(newVersionCmd(), newSimCmd(), newInfraCmd(), newServeCmd(), newStatusCmd(), newBotsCmd(), newTasksCmd(), newIncidentsCmd(), newDrillCmd(), newConfigCmd(), newExecSandboxCmd(), newFeedbackCmd(), newSendCmd())
 	return root
 }
 

@@ -24,7 +24,7 @@ type Config struct {
 	Address string // the node's HTTP API, as other nodes reach it
 	Slots   int
 	Roles   []string // default access, compute
-	// Prefix of the node's etcd keys. Default "/botctl/".
+	// Prefix of the node's etcd keys. Default DefaultPrefix.
 	Prefix string
 	Bots   []config.Bot
 	// WeCom is the connection template: URL and timings. BotID, Secret and
@@ -103,7 +103,7 @@ func (c *Config) setDefaults() {
 		c.Env = "default"
 	}
 	if c.Prefix == "" {
-		c.Prefix = "/botctl/"
+		c.Prefix = DefaultPrefix
 	}
 	if len(c.Roles) == 0 {
 		c.Roles = []string{"access", "compute"}

@@ -18,6 +18,9 @@ import (
 //
 // Election keys live under the election package's prefix.
 const (
+	// DefaultPrefix is Config.Prefix's default.
+	DefaultPrefix = "/botctl/"
+
 	nodesDir  = "nodes/"
 	gateDir   = "gate/"
 	eventsDir = "transitions/" // the key predates the name LeaderEvent; records already in etcd stay readable

@@ -20,7 +20,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// api is the node's HTTP API: status, health, and the exec API of tier 2.
+// api is the node's HTTP API: status, health, the exec API of tier 2 and
+// the shared-connection API (sends as a bot).
 func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client) http.Handler {
 	mux := http.NewServeMux()
 	// Every endpoint is behind the token (api.token_file's, or the one
@@ -62,8 +63,8 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 	if page := n.demoPage(); page != nil {
 		mux.Handle(demoui.Path, page) // the demo's chat and live view, with a simulator only
 	}
-	// Tier 2: the one endpoint that acts. The others are GET only and
-	// change nothing.
+	// Tier 2: one of the two endpoints that act (the other: sends, below).
+	// The rest are GET only and change nothing.
 	mux.Handle("POST "+dispatch.ExecPath, requireToken(n.token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m task.Message
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&m); err != nil || m.TaskID == "" || m.Bot == "" {
@@ -93,6 +94,9 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		}
 		httpjson.WriteIndented(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
 	})))
+	// The shared-connection API: a proactive message as a bot, on the
+	// leader's connection and budget (send.go, docs/api.md).
+	mux.Handle(SendPath, requireToken(n.token, n.sendHandler(newSendCounter(n.obs.metrics.Registry))))
 	return mux
 }
 
