@@ -143,15 +143,31 @@ func (c *Counters) Admit(ctx context.Context, bot, user string, l Limits) (strin
 		over, err := c.admit(ctx, BotKey(bot), l.Bot, "bot.")
 		if err != nil || over != "" {
 			if userCounted { // the message was not admitted: give the user's count back
-				c.update(context.WithoutCancel(ctx), UserKey(bot, user), func(n *count) error {
-					n.Messages, n.MinuteMessages = max(0, n.Messages-1), max(0, n.MinuteMessages-1)
-					return nil
-				})
+				c.Release(context.WithoutCancel(ctx), bot, user, Limits{User: l.User})
 			}
 			return over, err
 		}
 	}
 	return "", nil
+}
+
+// Release takes back one message Admit admitted (its task was not run:
+// the conversation was busy, or the dispatch failed). A message admitted
+// in an earlier minute or day is taken back from the current ones, never
+// below zero.
+func (c *Counters) Release(ctx context.Context, bot, user string, l Limits) error {
+	back := func(n *count) error {
+		n.Messages, n.MinuteMessages = max(0, n.Messages-1), max(0, n.MinuteMessages-1)
+		return nil
+	}
+	var errs []error
+	if l.User.messages() {
+		errs = append(errs, c.update(ctx, UserKey(bot, user), back))
+	}
+	if l.Bot.messages() {
+		errs = append(errs, c.update(ctx, BotKey(bot), back))
+	}
+	return errors.Join(errs...)
 }
 
 // admit checks one scope's limits and counts the message in it.

@@ -11,6 +11,7 @@ import (
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -146,7 +147,8 @@ func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState
 	}
 	a := s.Access
 	rules, err := access.NewRules(access.Rules{AllowUsers: a.AllowUsers, AllowChats: a.AllowChats, MaxQuestionBytes: a.MaxQuestionBytes,
-		Texts: access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText}})
+		Texts:  access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText, Limit: a.LimitText},
+		Limits: limitsOf(s.Limits)})
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +268,14 @@ func (b *bots) Run(bot string) worker.BotRun {
 
 // Rules are bot's allowlists and texts (access.Bots).
 func (b *bots) Rules(bot string) *access.Rules { return b.state(bot).rules }
+
+// limitsOf are a bot's limits as pkg/limits counts them.
+func limitsOf(l config.Limits) limits.Limits {
+	set := func(s config.LimitSet) limits.Set {
+		return limits.Set{MessagesPerMinute: s.MessagesPerMinute, MessagesPerDay: s.MessagesPerDay, TokensPerDay: s.TokensPerDay}
+	}
+	return limits.Limits{User: set(l.User), Bot: set(l.Bot)}
+}
 
 // Notes are bot's late note and busy reply (pusher.Notes).
 func (b *bots) Notes(bot string) (late, busy string) {
