@@ -262,7 +262,7 @@ func (b *bots) state(bot string) *botState {
 func (b *bots) Run(bot string) worker.BotRun {
 	st := b.state(bot)
 	m := st.settings.Memory
-	return worker.BotRun{Backend: st.backend, MaxAnswerBytes: st.settings.AI.MaxAnswerBytes,
+	return worker.BotRun{Backend: st.backend, MaxAnswerBytes: st.settings.AI.MaxAnswerBytes, Limits: limitsOf(st.settings.Limits),
 		Memory: task.Memory{Turns: m.Turns, Bytes: m.Bytes, IdleExpiry: m.IdleExpiry}}
 }
 

@@ -2,14 +2,20 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/limits"
+	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go/jetstream"
@@ -134,4 +140,111 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// usageOpenAI is an OpenAI-compatible server that answers "ok" and
+// reports 60 prompt and 40 completion tokens in the stream's last chunk,
+// as OpenAI does when asked (stream_options.include_usage).
+func usageOpenAI(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			StreamOptions struct {
+				IncludeUsage bool `json:"include_usage"`
+			} `json:"stream_options"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}`+"\n\n")
+		if req.StreamOptions.IncludeUsage {
+			fmt.Fprint(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[],"usage":{"prompt_tokens":60,"completion_tokens":40,"total_tokens":100}}`+"\n\n")
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+// limits.user.tokens_per_day with a backend that reports usage: the
+// tokens of each answer are recorded in its task and counted, and once
+// the day's reach the limit the user's next message is refused. The model
+// metrics are in /metrics by bot and backend, without user labels, and in
+// GET /status.
+func TestUserOverTokensPerDayAndModelMetrics(t *testing.T) {
+	sim, wecomURL := startSimBots(t, "b1")
+	e, ns := startEtcd(t), startNATS(t)
+	t.Setenv("LIMITS_TEST_KEY", "sk-test")
+	cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())
+	cfg.AI = config.AI{Kind: config.AIKindOpenAI, MaxAnswerBytes: config.DefaultMaxAnswerBytes,
+		OpenAI: config.AIOpenAI{BaseURL: usageOpenAI(t), Model: "m", APIKeyEnv: "LIMITS_TEST_KEY"}}
+	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s-b1", Settings: settings(t, "limits: {user: {tokens_per_day: 150}}")}}
+	rn, err := startNode(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, time.Minute, "b1 connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+
+	msgid, answer := ask(t, sim, "ann", "g1", "first")
+	if answer != "ok" {
+		t.Fatalf("first answer %q", answer)
+	}
+	rec, err := rn.Lifecycle.Get(context.Background(), task.ID("b1", msgid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Usage == nil || *rec.Usage != (task.Usage{In: 60, Out: 40}) {
+		t.Errorf("the task's recorded usage %+v, want in 60, out 40", rec.Usage)
+	}
+	if _, answer := ask(t, sim, "ann", "g2", "second"); answer != "ok" { // 100 of 150: admitted
+		t.Fatalf("second answer %q", answer)
+	}
+	msgid, answer = ask(t, sim, "ann", "g3", "third") // 200 of 150
+	if answer != access.DefaultLimit {
+		t.Fatalf("third message answered %q, want the default limit text", answer)
+	}
+	noTask(t, rn, msgid)
+	if _, answer := ask(t, sim, "bob", "g4", "mine"); answer != "ok" {
+		t.Fatalf("another user's answer %q", answer)
+	}
+
+	m := rn.scrape(t)
+	for _, want := range []string{
+		`botctl_limit_refusals_total{bot="b1",limit="user.tokens_per_day"} 1`,
+		`botctl_ai_tokens_total{backend="openai:m",bot="b1",direction="in"} 180`,
+		`botctl_ai_tokens_total{backend="openai:m",bot="b1",direction="out"} 120`,
+		`botctl_ai_first_token_seconds_count{backend="openai:m",bot="b1"} 3`,
+		`botctl_ai_answer_seconds_count{backend="openai:m",bot="b1"} 3`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(m, "botctl_ai_"))
+		}
+	}
+	if strings.Contains(grepLines(m, "botctl_ai_")+grepLines(m, "botctl_limit_"), "user=") {
+		t.Error("a model or limit metric has a user label")
+	}
+	var st struct {
+		Model map[string]metrics.ModelSummary `json:"model"`
+	}
+	getJSON(t, rn, "/status", &st)
+	if s := st.Model["b1"]; s.Calls != 3 || s.Errors != 0 || s.TokensIn != 180 || s.TokensOut != 120 || s.TTFTp99 < s.TTFTp50 {
+		t.Errorf("GET /status model of b1: %+v", s)
+	}
+}
+
+// getJSON GETs path from the node's API with its token into v.
+func getJSON(t *testing.T, rn *runningNode, path string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, rn.API+path, nil)
+	req.Header.Set("Authorization", "Bearer "+rn.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
 }

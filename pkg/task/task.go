@@ -178,6 +178,9 @@ type Record struct {
 	// attempt that succeeded: the pusher delivers exactly that text.
 	AnswerHash  string `json:"answer_hash,omitempty"`
 	AnswerBytes int    `json:"answer_bytes,omitempty"`
+	// Usage is the tokens the backend reported for the task's answers,
+	// every attempt's (usage.go); nil: none reported.
+	Usage *Usage `json:"usage,omitempty"`
 
 	// Delivery bookkeeping (the pusher's). StreamStart is when the stream's
 	// first frame (the receipt) was accepted: WeCom's window counts from it.

@@ -147,7 +147,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt), run.MaxAnswerBytes, w.cfg.TruncatedNote)
 	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
-	err = run.Backend.Stream(runCtx, req, out.add)
+	err = w.stream(runCtx, m, attempt, run, req, out.add) // model.go: metrics, usage
 	stopWrites()
 	text := out.text()
 	if errors.Is(err, errAnswerCapped) {
