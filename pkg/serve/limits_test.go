@@ -16,6 +16,7 @@ import (
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/metrics"
+	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go/jetstream"
@@ -247,4 +248,42 @@ func getJSON(t *testing.T, rn *runningNode, path string, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The counts are in JetStream, not in the leader's memory: a user's day
+// counted by one leader holds after a failover to another node.
+func TestUserLimitHoldsAcrossLeaderChange(t *testing.T) {
+	sim, wecomURL := startSimBots(t, "b1")
+	e, ns := startEtcd(t), startNATS(t)
+	conf := func(id string) config.Config {
+		cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())
+		cfg.NodeID = id
+		cfg.AI.Demo.AnswerTime = 50 * time.Millisecond
+		cfg.Bots = []config.Bot{{ID: "b1", Secret: "s-b1", Settings: settings(t, "limits: {user: {messages_per_day: 2}}")}}
+		return cfg
+	}
+	n1, err := startNode(t, conf("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, time.Minute, "n1 leads b1", func() bool { return n1.Node.Node.Info().Bots["b1"].State == node.StateLeader })
+	testwait.Eventually(t, time.Minute, "b1 connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	ask(t, sim, "ann", "g1", "one")
+	ask(t, sim, "ann", "g2", "two")
+	n2, err := startNode(t, conf("n2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.Stop(); err != nil {
+		t.Fatalf("n1 stopped with %v", err)
+	}
+	testwait.Eventually(t, 2*time.Minute, "n2 leads b1, connected", func() bool {
+		st, _ := sim.Stats("b1")
+		return n2.Node.Node.Info().Bots["b1"].State == node.StateLeader && st.Connected
+	})
+	msgid, answer := ask(t, sim, "ann", "g3", "three")
+	if answer != access.DefaultLimit {
+		t.Fatalf("the user's third message of the day, after the failover, answered %q: want the limit text", answer)
+	}
+	noTask(t, n2, msgid)
 }
