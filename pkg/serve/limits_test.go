@@ -287,3 +287,67 @@ func TestUserLimitHoldsAcrossLeaderChange(t *testing.T) {
 	}
 	noTask(t, n2, msgid)
 }
+
+// A message answered "busy" runs no task and is not counted: the user's
+// next question in a minute limited to two is still answered. A message
+// over the limit in a conversation whose task is running gets the limit
+// text, not the busy reply (the limits are checked before the dispatch).
+func TestBusyIsNotCountedAndLimitBeforeBusy(t *testing.T) {
+	sim, wecomURL := startSimBots(t, "b1")
+	e, ns := startEtcd(t), startNATS(t)
+	cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())
+	cfg.AI.Demo.AnswerTime = 3 * time.Second
+	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s-b1", Settings: settings(t, "limits: {user: {messages_per_minute: 2}}")}}
+	rn, err := startNode(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, time.Minute, "b1 connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	earlyInMinute()
+	post := func(chat, text string) wecomsim.MessageResult {
+		t.Helper()
+		res, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "ann", ChatType: "group", ChatID: chat, Text: text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	running := func(msgid string) {
+		t.Helper()
+		testwait.Eventually(t, time.Minute, msgid+" running", func() bool {
+			r, err := rn.Lifecycle.Get(context.Background(), task.ID("b1", msgid))
+			return err == nil && r.Exec == task.Running
+		})
+	}
+	finished := func(chat, msgid string) string {
+		t.Helper()
+		var out string
+		testwait.Eventually(t, time.Minute, "the final frame to "+msgid, func() bool {
+			for _, e := range sim.Transcript("b1", chat) {
+				if e.From == "bot" && e.Finished && e.ReplyTo == msgid {
+					out = e.Content
+					return true
+				}
+			}
+			return false
+		})
+		return out
+	}
+	first := post("g1", "first") // counted: 1
+	running(first.MsgID)
+	busy := post("g1", "while the first runs") // busy: given back
+	if got := finished("g1", busy.MsgID); got != access.DefaultBusy {
+		t.Fatalf("a message while the conversation's task runs answered %q, want the busy reply", got)
+	}
+	finished("g1", first.MsgID)
+	second := post("g2", "second") // counted: 2
+	running(second.MsgID)
+	third := post("g2", "third") // over, while the second runs: the limit, not busy
+	if got := finished("g2", third.MsgID); got != access.DefaultLimit {
+		t.Fatalf("the third message of the minute, while the conversation's task runs, answered %q: want the limit text", got)
+	}
+	if got := finished("g2", second.MsgID); got == access.DefaultLimit {
+		t.Fatal("the second counted message of the minute refused: the busy one was counted")
+	}
+	noTask(t, rn, third.MsgID)
+}
