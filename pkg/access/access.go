@@ -4,6 +4,7 @@
 // For each message callback, in order: parse and validate → dedupe by msgid
 // → allowlist (polite refusal) → content checks (empty, too long,
 // unsupported type: a clear reply) → commands (/help, /stop, /new, /status)
+// → the bot's limits (limits.go: over one, the limit text and no task)
 // → the conversation mutex, which is the dispatch itself (a busy
 // conversation is told to wait) → the receipt (the first stream frame) →
 // the task record with the raw message context. Workers tolerate a record
