@@ -89,9 +89,11 @@ func (b *openAIBackend) params(req Request) (openai.ChatCompletionNewParams, err
 			msgs = append(msgs, openai.AssistantMessage(m.Content))
 		}
 	}
-	p := openai.ChatCompletionNewParams{Model: b.cfg.Model, Messages: msgs,
+	p := openai.ChatCompletionNewParams{Model: b.cfg.Model, Messages: msgs}
+	if !b.cfg.NoUsage {
 		// The last chunk then carries the answer's usage (usage.go).
-		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}}
+		p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	}
 	// 0 is "not sent": the model's own limit and default.
 	if b.cfg.MaxTokens > 0 {
 		p.MaxTokens = openai.Int(int64(b.cfg.MaxTokens))

@@ -50,6 +50,13 @@ func TestBackendsReportUsage(t *testing.T) {
 	if so, _ := c.body["stream_options"].(map[string]any); so["include_usage"] != true {
 		t.Errorf("openai request's stream_options %v: want include_usage true", c.body["stream_options"])
 	}
+	// ai.openai.no_usage: not asked, for a server that refuses the option.
+	if err := oa.backend(t, OpenAIConfig{NoUsage: true}).Stream(context.Background(), question("q"), newRecorder().emit); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-oa.requests; c.body["stream_options"] != nil {
+		t.Errorf("with no_usage, the request's stream_options %v: want none", c.body["stream_options"])
+	}
 	// Without a meter, reporting does nothing; a backend that reports
 	// nothing is not zero tokens.
 	ReportUsage(context.Background(), Usage{In: 1})

@@ -145,6 +145,7 @@ var Keys = []Key{
 	{Name: "ai.openai.timeout", Flag: "openai-timeout", Usage: "one openai answer, request to last chunk", set: dur(func(c *Config) *time.Duration { return &c.AI.OpenAI.Timeout })},
 	{Name: "ai.openai.max_tokens", Flag: "openai-max-tokens", Usage: "max_tokens sent with each request (0: not sent)", set: integer(func(c *Config) *int { return &c.AI.OpenAI.MaxTokens })},
 	{Name: "ai.openai.temperature", Flag: "openai-temperature", Usage: "temperature sent with each request, 0 to 2 (0: not sent)", set: float(func(c *Config) *float64 { return &c.AI.OpenAI.Temperature })},
+	{Name: "ai.openai.no_usage", Flag: "openai-no-usage", Usage: "do not ask for the answer's token usage (stream_options), for a server that refuses it", set: boolean(func(c *Config) *bool { return &c.AI.OpenAI.NoUsage })},
 	{Name: "ai.dify.base_url", Flag: "dify-base-url", Usage: "Dify API base URL (the part before /chat-messages)", set: str(func(c *Config) *string { return &c.AI.Dify.BaseURL })},
 	{Name: "ai.dify.api_key_file", Flag: "dify-api-key-file", Usage: "file holding the Dify app's API key", set: str(func(c *Config) *string { return &c.AI.Dify.APIKeyFile })},
 	{Name: "ai.dify.timeout", Flag: "dify-timeout", Usage: "one dify answer, request to message_end", set: dur(func(c *Config) *time.Duration { return &c.AI.Dify.Timeout })},
