@@ -234,10 +234,11 @@ func (c *Counters) Read(ctx context.Context, key string) (Use, error) {
 
 var errNoChange = errors.New("no change")
 
-// maxCAS bounds the compare-and-set retries of one change: a bot-wide
-// key under hundreds of messages a second loses some; past this many the
-// change fails (and the message is admitted uncounted).
-const maxCAS = 30
+// maxCAS bounds the compare-and-set retries of one change. Each round of
+// concurrent changes of one key has a winner, so a change of a burst of n
+// at once (a bot-wide key) retries at most n-1 times; past this many the
+// change fails (and access admits the message uncounted).
+const maxCAS = 100
 
 // update applies fn to key's count as of now, by compare-and-set.
 func (c *Counters) update(ctx context.Context, key string, fn func(*count) error) error {
