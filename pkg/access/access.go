@@ -4,6 +4,7 @@
 // For each message callback, in order: parse and validate → dedupe by msgid
 // → allowlist (polite refusal) → content checks (empty, too long,
 // unsupported type: a clear reply) → commands (/help, /stop, /new, /status)
+// → the bot's limits (limits.go: over one, the limit text and no task)
 // → the conversation mutex, which is the dispatch itself (a busy
 // conversation is told to wait) → the receipt (the first stream frame) →
 // the task record with the raw message context. Workers tolerate a record
@@ -37,6 +38,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/tally"
@@ -56,6 +58,7 @@ type Texts struct {
 	Help        string
 	Welcome     string // answer to enter_chat ("" sends none)
 	Unavailable string // a command that needs JetStream while it is away
+	Limit       string // a message over one of the bot's limits (limits.go)
 }
 
 // DefaultReceipt is the receipt frame's text when Texts.Receipt is empty.
@@ -77,6 +80,7 @@ func (t *Texts) setDefaults() {
 	def(&t.TooLong, "问题太长了，请精简到 %d 字节以内再发送。")
 	def(&t.Unsupported, "暂不支持 %s 类型的消息，请发送文字。")
 	def(&t.Unavailable, "系统正在恢复中，暂时无法执行命令，请稍后再试。你的问题仍会被回答。")
+	def(&t.Limit, DefaultLimit)
 	def(&t.Help, "可用命令：\n/help 查看帮助\n/stop 停止正在进行的回答\n/new 开始新的对话（清除上下文）\n/status 查看当前任务")
 }
 
@@ -149,8 +153,9 @@ type Access struct {
 }
 
 type bound struct {
-	store *dataplane.Store
-	lc    *task.Lifecycle
+	store  *dataplane.Store
+	lc     *task.Lifecycle
+	limits *limits.Counters // the limits' counts, in store's bucket
 }
 
 // Bind supplies JetStream to an Access made without it (Config.Store nil).
@@ -158,7 +163,7 @@ func (a *Access) Bind(store *dataplane.Store, lc *task.Lifecycle) {
 	if lc == nil {
 		lc = task.NewLifecycle(store, a.cfg.NodeID, a.cfg.Logger).WithClock(a.cfg.Now)
 	}
-	a.js.Store(&bound{store: store, lc: lc})
+	a.js.Store(&bound{store: store, lc: lc, limits: limits.New(store.Limits(), a.cfg.Now)})
 }
 
 // Stats counts what the inbound path did.
@@ -183,6 +188,9 @@ type Stats struct {
 	// busy (or whose dispatch failed): the receipted stream was finished
 	// with the refusal, one send more than a refusal alone.
 	EarlyMissed int64 `json:"early_missed"`
+	// Limited are messages over one of their bot's limits: refused with
+	// the limit text, no task run (limits.go).
+	Limited int64 `json:"limited"`
 }
 
 // dispatchFailed is the reply to a message no tier could take.

@@ -65,6 +65,9 @@ type httpRequest struct {
 type httpEvent struct {
 	Text string `json:"text"`
 	Done bool   `json:"done"`
+	// Usage, on any line, is what the answer cost (usage.go); the last
+	// one sent counts.
+	Usage *usageObject `json:"usage"`
 }
 
 // newHTTPRequest is req as the webhook reads it: history is every user and
@@ -113,6 +116,9 @@ func (b *httpBackend) Stream(ctx context.Context, req Request, emit func(string)
 	default:
 		return fmt.Errorf("%w: %s: task %s: the answer's Content-Type is %q: want text/event-stream or text/plain (docs/ai.md, \"http\")", ErrBadRequest, b.Name(), req.TaskID, mt)
 	}
+	if out.usage != nil {
+		ReportUsage(ctx, out.usage.usage())
+	}
 	if out.err != nil {
 		return out.err
 	}
@@ -136,6 +142,9 @@ func (b *httpBackend) events(body io.Reader, out *recordEmit) error {
 		var ev httpEvent
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			return fmt.Errorf("%w: %s: a data line is not a JSON object such as {\"text\": \"…\"}: %s", ErrBackend, b.Name(), b.web.bound(data))
+		}
+		if ev.Usage != nil {
+			out.usage = ev.Usage
 		}
 		if err := out.send(ev.Text); err != nil {
 			return err

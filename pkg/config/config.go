@@ -113,6 +113,9 @@ type Access struct {
 	// LateNote starts the answer to a message the bot missed while it had
 	// no connection, answered late by push.
 	LateNote string `yaml:"late_note"`
+	// LimitText answers a message over one of the bot's limits (limits:
+	// section); no task runs.
+	LimitText string `yaml:"limit_text"`
 }
 
 // Push is the pusher: pacing and WeCom's stream window.

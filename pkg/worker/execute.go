@@ -149,7 +149,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
 	// The backends asked (a fallback, a breaker's skip) go to the record.
 	streamCtx, route := ai.WithRoute(runCtx)
-	err = run.Backend.Stream(streamCtx, req, out.add)
+	err = w.stream(streamCtx, m, attempt, run, req, route, out.add) // model.go: metrics, usage
 	stopWrites()
 	steps := backendSteps(route)
 	text := out.text()
