@@ -76,7 +76,13 @@ type message struct {
 
 type upload struct {
 	total  int
-	chunks map[int]int // index → decoded bytes
+	md5    string         // the init's, of the whole
+	chunks map[int][]byte // index → decoded bytes
+	// inflight counts the chunks accepted whose acks are not written
+	// yet: a client that waits for acks never has more in flight than
+	// this shows (wecom.UploadWindow above wecom.UploadWindowAbove
+	// chunks); one that does not is caught when acks are slow.
+	inflight int
 }
 
 // bot is one bot's state; everything is guarded by mu.

@@ -109,6 +109,9 @@ type TranscriptEntry struct {
 	StreamID string `json:"stream_id,omitempty"`
 	// Images is the number of msg_item images on a finished stream.
 	Images int `json:"images,omitempty"`
+	// Card is the template card a stream_with_template_card frame
+	// carried (compact JSON).
+	Card string `json:"card,omitempty"`
 	// Media lists a user message's media items (quoted ones included).
 	Media []MediaInfo `json:"media,omitempty"`
 	// FeedbackID is the feedback.id a stream's first frame carried: what

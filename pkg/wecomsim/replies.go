@@ -2,10 +2,14 @@ package wecomsim
 
 import (
 	"bytes"
+	"crypto/md5"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/botctl/botctl/pkg/wecom"
@@ -229,6 +233,11 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 	if len(s.MsgItem) > wecom.MaxMsgItems {
 		return fail(wecom.ErrCodeInvalidParam, "stream.msg_item has %d items: at most %d", len(s.MsgItem), wecom.MaxMsgItems)
 	}
+	for i, it := range s.MsgItem {
+		if r, ok := checkMsgItem(i, it); !ok {
+			return r
+		}
+	}
 	if s.Feedback != nil && st != nil {
 		return fail(wecom.ErrCodeInvalidParam, "stream.feedback is only allowed on the first frame of a stream")
 	}
@@ -265,12 +274,41 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 	}
 	st.entry.Content = s.Content
 	st.entry.Images = len(s.MsgItem)
+	if hasCard(body.TemplateCard) {
+		st.entry.Card = cardJSON(body.TemplateCard)
+	}
 	if s.Finish {
 		st.finished = true
 		st.entry.Finished = true
 	}
 	return accepted
 }
+
+// checkMsgItem checks item i of a finishing frame's msg_item: an image,
+// standard base64 of a JPG or PNG of at most 10 MB, whose md5 is given.
+func checkMsgItem(i int, it wecom.ReplyMsgItem) (result, bool) {
+	if it.MsgType != wecom.MsgTypeImage || it.Image == nil {
+		return fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d]: msgtype %s: only image items with an image are allowed", i, quote(it.MsgType)), false
+	}
+	data, err := base64.StdEncoding.DecodeString(it.Image.Base64)
+	if err != nil || len(data) == 0 {
+		return fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d].image.base64 must be non-empty standard base64", i), false
+	}
+	if len(data) > maxReplyImageBytes {
+		return fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d]: image is %d bytes: at most %d (10 MB)", i, len(data), maxReplyImageBytes), false
+	}
+	if mt := http.DetectContentType(data); mt != "image/png" && mt != "image/jpeg" {
+		return fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d]: image is %s: only JPG or PNG", i, mt), false
+	}
+	sum := md5.Sum(data)
+	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, it.Image.MD5) {
+		return fail(wecom.ErrCodeInvalidParam, "stream.msg_item[%d].image.md5 %s does not match the image's %s", i, quote(it.Image.MD5), got), false
+	}
+	return accepted, true
+}
+
+// maxReplyImageBytes is the largest msg_item image (the official SDK).
+const maxReplyImageBytes = 10 << 20
 
 // eventReq finds the event req_id a welcome or card update answers, valid
 // only within window after the event and only once.
@@ -431,74 +469,96 @@ func (c *conn) sendMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 
 func (c *conn) upload(b *bot, f *wecom.Frame) {
 	b.mu.Lock()
-	r := c.uploadLocked(b, f)
+	r, u := c.uploadLocked(b, f)
 	b.mu.Unlock()
-	c.finish(f, r)
+	var written func()
+	if u != nil { // a chunk accepted: in flight until its ack is written
+		written = func() {
+			b.mu.Lock()
+			u.inflight--
+			b.mu.Unlock()
+		}
+	}
+	c.ackFor(c.bot, f.Headers.ReqID, r.code, r.msg, r.body, written)
 }
 
-func (c *conn) uploadLocked(b *bot, f *wecom.Frame) result {
+// uploadLocked is an upload command's verdict, and the upload a chunk
+// accepted belongs to (nil otherwise).
+func (c *conn) uploadLocked(b *bot, f *wecom.Frame) (result, *upload) {
 	if r, ok := c.checkLive(b); !ok {
-		return r
+		return r, nil
 	}
 	switch f.Cmd {
 	case wecom.CmdUploadMediaInit:
 		var body wecom.UploadInitBody
 		if err := decodeBody(f.Body, &body); err != nil {
-			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_init: body is not valid: %v", err)
+			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_init: body is not valid: %v", err), nil
 		}
 		if !isMediaType(body.Type) {
-			return fail(wecom.ErrCodeInvalidParam, "type %s: want image, file, voice or video", quote(body.Type))
+			return fail(wecom.ErrCodeInvalidParam, "type %s: want image, file, voice or video", quote(body.Type)), nil
 		}
 		if body.TotalChunks < 1 || body.TotalChunks > wecom.MaxUploadChunks {
-			return fail(wecom.ErrCodeInvalidParam, "total_chunks %d: want 1 to %d", body.TotalChunks, wecom.MaxUploadChunks)
+			return fail(wecom.ErrCodeInvalidParam, "total_chunks %d: want 1 to %d", body.TotalChunks, wecom.MaxUploadChunks), nil
 		}
 		if body.TotalSize <= 0 || body.TotalSize > int64(body.TotalChunks)*wecom.MaxUploadChunkBytes {
-			return fail(wecom.ErrCodeInvalidParam, "total_size %d: want 1 to %d bytes for %d chunks", body.TotalSize, int64(body.TotalChunks)*wecom.MaxUploadChunkBytes, body.TotalChunks)
+			return fail(wecom.ErrCodeInvalidParam, "total_size %d: want 1 to %d bytes for %d chunks", body.TotalSize, int64(body.TotalChunks)*wecom.MaxUploadChunkBytes, body.TotalChunks), nil
 		}
 		if r, ok := c.uploadQuotaCheck(b, c.s.now()); !ok {
-			return r
+			return r, nil
 		}
 		id := newID("upload")
-		b.uploads[id] = &upload{total: body.TotalChunks, chunks: make(map[int]int)}
-		return result{body: wecom.UploadInitResult{UploadID: id}}
+		b.uploads[id] = &upload{total: body.TotalChunks, md5: strings.ToLower(body.MD5), chunks: make(map[int][]byte)}
+		return result{body: wecom.UploadInitResult{UploadID: id}}, nil
 	case wecom.CmdUploadMediaChunk:
 		var body wecom.UploadChunkBody
 		if err := decodeBody(f.Body, &body); err != nil {
-			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_chunk: body is not valid: %v", err)
+			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_chunk: body is not valid: %v", err), nil
 		}
 		u := b.uploads[body.UploadID]
 		if u == nil {
-			return fail(wecom.ErrCodeInvalidParam, "upload_id %s is unknown: start with aibot_upload_media_init", quote(body.UploadID))
+			return fail(wecom.ErrCodeInvalidParam, "upload_id %s is unknown: start with aibot_upload_media_init", quote(body.UploadID)), nil
 		}
 		if body.ChunkIndex < 0 || body.ChunkIndex >= u.total {
-			return fail(wecom.ErrCodeInvalidParam, "chunk_index %d: want 0 to %d", body.ChunkIndex, u.total-1)
+			return fail(wecom.ErrCodeInvalidParam, "chunk_index %d: want 0 to %d", body.ChunkIndex, u.total-1), nil
 		}
 		data, err := base64.StdEncoding.DecodeString(body.Base64Data)
 		if err != nil || len(data) == 0 {
-			return fail(wecom.ErrCodeInvalidParam, "base64_data must be non-empty standard base64")
+			return fail(wecom.ErrCodeInvalidParam, "base64_data must be non-empty standard base64"), nil
 		}
 		if len(data) > wecom.MaxUploadChunkBytes {
-			return fail(wecom.ErrCodeInvalidParam, "chunk is %d bytes decoded: at most %d", len(data), wecom.MaxUploadChunkBytes)
+			return fail(wecom.ErrCodeInvalidParam, "chunk is %d bytes decoded: at most %d", len(data), wecom.MaxUploadChunkBytes), nil
 		}
-		u.chunks[body.ChunkIndex] = len(data)
-		return accepted
+		if u.total > wecom.UploadWindowAbove && u.inflight >= wecom.UploadWindow {
+			return fail(wecom.ErrCodeInvalidParam, "chunk %d sent with %d chunks of this upload still unacked: an upload of more than %d chunks may have at most %d in flight; wait for an ack", body.ChunkIndex, u.inflight, wecom.UploadWindowAbove, wecom.UploadWindow), nil
+		}
+		u.chunks[body.ChunkIndex] = data
+		u.inflight++
+		return accepted, u
 	default: // finish
 		var body wecom.UploadFinishBody
 		if err := decodeBody(f.Body, &body); err != nil {
-			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_finish: body is not valid: %v", err)
+			return fail(wecom.ErrCodeInvalidParam, "aibot_upload_media_finish: body is not valid: %v", err), nil
 		}
 		u := b.uploads[body.UploadID]
 		if u == nil {
-			return fail(wecom.ErrCodeInvalidParam, "upload_id %s is unknown: start with aibot_upload_media_init", quote(body.UploadID))
+			return fail(wecom.ErrCodeInvalidParam, "upload_id %s is unknown: start with aibot_upload_media_init", quote(body.UploadID)), nil
 		}
 		for i := 0; i < u.total; i++ {
 			if _, got := u.chunks[i]; !got {
-				return fail(wecom.ErrCodeInvalidParam, "chunk %s of %d is missing: send every chunk before finishing", strconv.Itoa(i), u.total)
+				return fail(wecom.ErrCodeInvalidParam, "chunk %s of %d is missing: send every chunk before finishing", strconv.Itoa(i), u.total), nil
 			}
+		}
+		h := md5.New()
+		for i := 0; i < u.total; i++ {
+			h.Write(u.chunks[i])
+		}
+		if sum := hex.EncodeToString(h.Sum(nil)); u.md5 != "" && sum != u.md5 {
+			delete(b.uploads, body.UploadID)
+			return fail(wecom.ErrCodeInvalidParam, "md5 %s of the chunks does not match the init's %s: upload again", sum, u.md5), nil
 		}
 		delete(b.uploads, body.UploadID)
 		id := newID("media")
 		b.media[id] = true
-		return result{body: wecom.UploadFinishResult{MediaID: id}}
+		return result{body: wecom.UploadFinishResult{MediaID: id}}, nil
 	}
 }
