@@ -121,6 +121,9 @@ type Config struct {
 	Watermark Watermark
 	// Marks, if set, are the conversations' "may be incomplete" marks.
 	Marks Marks
+	// Cards, if set, answers clicks on the cards of tasks' replies
+	// (cards.go); without, a click is not answered.
+	Cards Cards
 	// Media downloads and stores the files of a message (media.go).
 	// Default: a *media.Fetcher with its defaults (20 MB, 30 s).
 	Media  Media
@@ -415,10 +418,15 @@ func (r *Rules) screen(m *wecom.MsgCallback) (screening, string) {
 }
 
 // HandleEvent answers enter_chat with the welcome text, if one is set,
-// and records a feedback_event with its task (feedback.go).
+// records a feedback_event with its task (feedback.go), and routes a
+// template_card_event to its task's backend (cards.go).
 func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback) {
-	if ev.Event.EventType == wecom.EventFeedback {
+	switch ev.Event.EventType {
+	case wecom.EventFeedback:
 		a.feedback(term, ev)
+		return
+	case wecom.EventTemplateCardEvent:
+		a.cardEvent(term, c, reqID, ev)
 		return
 	}
 	welcome := a.rules(term.Bot).Texts.Welcome

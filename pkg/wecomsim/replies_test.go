@@ -145,7 +145,7 @@ func TestStreamLifecycle(t *testing.T) {
 	}
 
 	done := streamBody("s1", "Hello, world", true)
-	done.Stream.MsgItem = []wecom.ReplyMsgItem{{MsgType: "image"}}
+	done.Stream.MsgItem = wecom.ReplyImages(testPNG)
 	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, done), 0)
 	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, streamBody("s1", "more", true)), wecom.ErrCodeStreamExpired)
 
