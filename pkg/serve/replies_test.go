@@ -1,11 +1,13 @@
 package serve
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
 
@@ -43,4 +45,51 @@ func TestReplyImageOnTheFinishingFrame(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// serve --demo end to end: "card" gets a template card with the final
+// frame and "file" an uploaded file after it; a click on the card
+// (template_card_event, naming the card's task_id) reaches the task's
+// backend, whose updated card replaces it (aibot_respond_update_msg,
+// within the simulator's update window).
+func TestReplyCardAndItsClickAnsweredWithAnUpdate(t *testing.T) {
+	sim, addr := startSimServer(t)
+	e, ns := startEtcd(t), startNATS(t)
+	cfg := nodeConfig(t, "ws://"+addr+"/", e, ns.ClientURL())
+	cfg.AI.Demo.AnswerTime = 200 * time.Millisecond
+	if _, err := startNode(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, time.Minute, "connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	if _, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "bob", Text: "a card and a file please"}); err != nil {
+		t.Fatal(err)
+	}
+	var card struct {
+		TaskID string `json:"task_id"`
+	}
+	testwait.Eventually(t, time.Minute, "the answer with its card, then the file", func() bool {
+		bot := botReplies(sim, "bob")
+		if len(bot) != 2 || !bot[0].Finished || bot[0].Card == "" || bot[1].Kind != "file" {
+			return false
+		}
+		return json.Unmarshal([]byte(bot[0].Card), &card) == nil
+	})
+	if !strings.HasPrefix(card.TaskID, "t_") {
+		t.Fatalf("card task_id %q: want the task's id", card.TaskID)
+	}
+	res, err := sim.PostEvent(wecomsim.EventRequest{BotID: "b1", UserID: "bob", EventType: "template_card_event", EventKey: ai.DemoCardYes, TaskID: card.TaskID})
+	if err != nil || !res.Delivered {
+		t.Fatalf("click: %+v %v", res, err)
+	}
+	testwait.Eventually(t, time.Minute, "the card updated", func() bool {
+		for _, m := range botReplies(sim, "bob") {
+			if m.Kind == "update_template_card" && strings.Contains(m.Content, "You chose: Yes") && strings.Contains(m.Content, card.TaskID) {
+				return true
+			}
+		}
+		return false
+	})
+	if st, _ := sim.Stats("b1"); st.InvalidReqIDs != 0 {
+		t.Fatalf("stats %+v", st)
+	}
 }
