@@ -75,6 +75,7 @@ type message struct {
 }
 
 type upload struct {
+	kind   string // image, file, voice or video
 	total  int
 	md5    string         // the init's, of the whole
 	chunks map[int][]byte // index → decoded bytes

@@ -112,6 +112,10 @@ type TranscriptEntry struct {
 	// Card is the template card a stream_with_template_card frame
 	// carried (compact JSON).
 	Card string `json:"card,omitempty"`
+	// ImageIDs name the images a bot showed (a finishing frame's
+	// msg_item, an uploaded image sent), kept a while for
+	// GET /control/images?id=.
+	ImageIDs []string `json:"image_ids,omitempty"`
 	// Media lists a user message's media items (quoted ones included).
 	Media []MediaInfo `json:"media,omitempty"`
 	// FeedbackID is the feedback.id a stream's first frame carried: what

@@ -205,7 +205,7 @@ func (c *conn) respondMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 			}
 			b.consume(p.chat, now)
 			b.addEntry(p.chat, TranscriptEntry{From: "bot", MsgID: newID("reply"), ReplyTo: p.msgid,
-				Kind: body.MsgType, Content: id, Finished: true})
+				Kind: body.MsgType, Content: id, Finished: true, ImageIDs: c.s.shownIDs(id)})
 			return accepted
 		}
 		return fail(wecom.ErrCodeInvalidMsgType, "invalid msgtype %s for aibot_respond_msg: use stream, template_card, stream_with_template_card or uploaded media", quote(body.MsgType))
@@ -274,6 +274,10 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 	}
 	st.entry.Content = s.Content
 	st.entry.Images = len(s.MsgItem)
+	for _, it := range s.MsgItem { // checked: base64 of an image
+		data, _ := base64.StdEncoding.DecodeString(it.Image.Base64)
+		st.entry.ImageIDs = append(st.entry.ImageIDs, c.s.keepImage(data))
+	}
 	if hasCard(body.TemplateCard) {
 		st.entry.Card = cardJSON(body.TemplateCard)
 	}
@@ -463,7 +467,7 @@ func (c *conn) sendMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 		return r
 	}
 	b.consume(ch.key, now)
-	b.addEntry(ch.key, TranscriptEntry{From: "bot", MsgID: newID("push"), Kind: kind, Content: content, Finished: true})
+	b.addEntry(ch.key, TranscriptEntry{From: "bot", MsgID: newID("push"), Kind: kind, Content: content, Finished: true, ImageIDs: c.s.shownIDs(content)})
 	return accepted
 }
 
@@ -507,7 +511,7 @@ func (c *conn) uploadLocked(b *bot, f *wecom.Frame) (result, *upload) {
 			return r, nil
 		}
 		id := newID("upload")
-		b.uploads[id] = &upload{total: body.TotalChunks, md5: strings.ToLower(body.MD5), chunks: make(map[int][]byte)}
+		b.uploads[id] = &upload{kind: body.Type, total: body.TotalChunks, md5: strings.ToLower(body.MD5), chunks: make(map[int][]byte)}
 		return result{body: wecom.UploadInitResult{UploadID: id}}, nil
 	case wecom.CmdUploadMediaChunk:
 		var body wecom.UploadChunkBody
@@ -559,6 +563,13 @@ func (c *conn) uploadLocked(b *bot, f *wecom.Frame) (result, *upload) {
 		delete(b.uploads, body.UploadID)
 		id := newID("media")
 		b.media[id] = true
+		if u.kind == wecom.MsgTypeImage {
+			var all []byte
+			for i := 0; i < u.total; i++ {
+				all = append(all, u.chunks[i]...)
+			}
+			c.s.shown.keep(id, all)
+		}
 		return result{body: wecom.UploadFinishResult{MediaID: id}}, nil
 	}
 }
