@@ -29,6 +29,7 @@ package access
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -55,6 +56,7 @@ type Texts struct {
 	Unsupported string // %s: the message type
 	Help        string
 	Welcome     string // answer to enter_chat ("" sends none)
+	WelcomeCard string // a template card's JSON answering enter_chat, over Welcome ("" none)
 	Unavailable string // a command that needs JetStream while it is away
 }
 
@@ -429,8 +431,9 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 		a.cardEvent(term, c, reqID, ev)
 		return
 	}
-	welcome := a.rules(term.Bot).Texts.Welcome
-	if ev.Event.EventType != wecom.EventEnterChat || welcome == "" {
+	texts := a.rules(term.Bot).Texts
+	welcome, card := texts.Welcome, texts.WelcomeCard
+	if ev.Event.EventType != wecom.EventEnterChat || welcome == "" && card == "" {
 		return
 	}
 	done := a.track(term)
@@ -441,6 +444,9 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 		ctx, cancel := context.WithTimeout(term.Context(), 5*time.Second) // WeCom's welcome window
 		defer cancel()
 		body := &wecom.WelcomeBody{MsgType: wecom.MsgTypeText, Text: &wecom.TextContent{Content: welcome}}
+		if card != "" {
+			body = &wecom.WelcomeBody{MsgType: wecom.MsgTypeTemplateCard, TemplateCard: json.RawMessage(card)}
+		}
 		if err := c.ReplyWelcome(ctx, reqID, body); err != nil {
 			a.log.Warn().Err(err).Str("bot", term.Bot).Msg("welcome failed")
 		}

@@ -93,3 +93,28 @@ func TestReplyCardAndItsClickAnsweredWithAnUpdate(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A bot's welcome card (access.welcome_card, per bot) answers enter_chat
+// instead of the welcome text.
+func TestWelcomeCard(t *testing.T) {
+	sim, addr := startSimServer(t)
+	e, ns := startEtcd(t), startNATS(t)
+	cfg := nodeConfig(t, "ws://"+addr+"/", e, ns.ClientURL())
+	cfg.Access.WelcomeText = "hello in words"
+	cfg.Bots[0].Settings = settings(t, `access: {welcome_card: '{"card_type":"text_notice","main_title":{"title":"欢迎"}}'}`)
+	if _, err := startNode(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, time.Minute, "connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	if res, err := sim.PostEvent(wecomsim.EventRequest{BotID: "b1", UserID: "cat", EventType: "enter_chat"}); err != nil || !res.Delivered {
+		t.Fatalf("enter_chat: %+v %v", res, err)
+	}
+	testwait.Eventually(t, time.Minute, "the welcome card", func() bool {
+		for _, m := range botReplies(sim, "cat") {
+			if m.Kind == "welcome" && strings.Contains(m.Content, `"card_type":"text_notice"`) {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -196,7 +196,7 @@ func Run(ctx context.Context, o Options) error {
 		NodeID: cfg.NodeID, Dispatch: handOff{n}, Cards: bots,
 		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
-		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
+		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText, WelcomeCard: cfg.Access.WelcomeCard},
 		Bots:             bots,
 		Outbound:         n.leaders,
 		Watermark:        watermark{n},
