@@ -21,8 +21,8 @@ func UploadBudget(now func() time.Time) *pace.Budget {
 	return pace.New(30, time.Minute, now).AndAtMost(1000, time.Hour)
 }
 
-// frameRoom is what a final frame leaves for its envelope and text's
-// escaping: the frame's images and card must fit in the rest.
+// frameRoom is what a final frame leaves for its envelope (headers, the
+// items' JSON): the frame's text, images and card must fit in the rest.
 const frameRoom = 64 << 10
 
 // finalFrame is the final frame of r's answer whose sequence is seq: its
@@ -38,7 +38,7 @@ func (p *Pusher) finalFrame(ctx context.Context, r *task.Record, first string, s
 	if reply == nil {
 		return body, carried, nil
 	}
-	room := wecom.MaxFrameBytes - frameRoom - 2*len(first) - len(reply.Card)
+	room := wecom.MaxFrameBytes - frameRoom - 6*len(first) - len(reply.Card) // 6: the worst escaping of text
 	var images [][]byte
 	for _, it := range seq[1:] {
 		if it.Kind != task.ItemImage {
@@ -83,6 +83,10 @@ func (p *Pusher) object(ctx context.Context, o *task.ReplyObject) ([]byte, error
 func (p *Pusher) pushItem(ctx context.Context, r *task.Record, chatType int, it task.Item, reply *task.Reply) (wait time.Duration, err error) {
 	switch it.Kind {
 	case task.ItemText:
+		if it.Text == "" { // an answer of images or files alone: nothing to say
+			p.cfg.Budget.Refund(r.Chat)
+			return 0, nil
+		}
 		return 0, p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, it.Text)
 	case task.ItemCard:
 		return 0, p.cfg.Conn.SendTemplateCard(ctx, r.Chat, chatType, reply.Card)

@@ -10,7 +10,6 @@ import (
 	"image/png"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
@@ -115,5 +114,41 @@ func TestReplyPushedAfterFailover(t *testing.T) {
 	if s := r.stats(); s.Errors["40058"] != 0 || s.InvalidReqIDs != 0 {
 		t.Fatalf("frames refused: %+v", s)
 	}
-	_ = time.Second
+}
+
+// noisePNG is a PNG of w×w random pixels: about 4·w² bytes, incompressible.
+func noisePNG(w int) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, w, w))
+	x := uint32(2463534242)
+	for i := range img.Pix {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		img.Pix[i] = byte(x)
+	}
+	var b bytes.Buffer
+	_ = png.Encode(&b, img)
+	return b.Bytes()
+}
+
+// Images too large for one frame together (the frame limit, 1 MiB) are
+// not sent in a broken frame: the final frame carries the text, the
+// image is uploaded and sent after it.
+func TestReplyImageTooLargeForTheFrameIsUploaded(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	big := noisePNG(460)
+	if len(big)*4/3 < wecom.MaxFrameBytes-64<<10 {
+		t.Fatalf("the test image is %d bytes: too small to overflow a frame", len(big))
+	}
+	r.writeReply(rec.ID, "A big picture.", [][]byte{big}, nil, "")
+	r.waitDelivery(rec.ID, task.Delivered)
+	bot := r.botMessages("alice")
+	if len(bot) != 2 || bot[0].Content != "A big picture." || bot[0].Images != 0 || bot[1].Kind != "image" || len(bot[1].ImageIDs) != 1 {
+		t.Fatalf("user sees %+v", bot)
+	}
+	if s := r.stats(); s.Errors["40058"] != 0 || s.Oversized != 0 {
+		t.Fatalf("frames refused: %+v", s)
+	}
 }
