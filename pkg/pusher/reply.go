@@ -109,8 +109,15 @@ func (p *Pusher) pushItem(ctx context.Context, r *task.Record, chatType int, it 
 		kind = wecom.MsgTypeImage
 	}
 	id, err := p.cfg.Conn.Upload(ctx, kind, o.Name, data)
-	if err != nil {
-		if refused(err) && !quotaRefused(err) {
+	switch {
+	case quotaRefused(err):
+		// WeCom counted more uploads than the budget did (another
+		// term's): the bot's upload rate is lowered, the item waits.
+		p.cfg.Uploads.Refused(p.cfg.Bot)
+		p.log.Warn().Err(err).Str("task", r.ID).Msg("WeCom refused an upload for the bot's upload cap; its upload budget is lowered")
+		return max(p.cfg.Uploads.Free(p.cfg.Bot).Sub(p.cfg.Now()), p.cfg.ScanInterval), nil
+	case err != nil:
+		if refused(err) {
 			p.cfg.Uploads.Refund(p.cfg.Bot)
 		}
 		return 0, fmt.Errorf("upload %s %q: %w", kind, o.Name, err)

@@ -10,7 +10,9 @@ import (
 	"image/png"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
@@ -150,5 +152,25 @@ func TestReplyImageTooLargeForTheFrameIsUploaded(t *testing.T) {
 	}
 	if s := r.stats(); s.Errors["40058"] != 0 || s.Oversized != 0 {
 		t.Fatalf("frames refused: %+v", s)
+	}
+}
+
+// An upload WeCom refuses for the bot's upload cap (45009) is not a
+// failure of the task: the bot's upload budget is lowered and the file
+// goes when the cap allows.
+func TestReplyUploadOverTheCapWaits(t *testing.T) {
+	r := newRig(t, wecomsim.Config{UploadRateLimit: 1, RateWindow: 2 * time.Second})
+	r.start(pusher.Config{Uploads: pace.New(30, 2*time.Second, nil)})
+	rec := r.ask("alice", "hi")
+	r.writeReply(rec.ID, "Two files.", nil, [][]byte{[]byte("one"), []byte("two")}, "")
+	r.waitDelivery(rec.ID, task.Delivered)
+	var files int
+	for _, m := range r.botMessages("alice") {
+		if m.Kind == "file" {
+			files++
+		}
+	}
+	if s := r.stats(); files != 2 || s.QuotaRejections == 0 || r.record(rec.ID).PushAttempts != 0 {
+		t.Fatalf("files %d, quota rejections %d, push attempts %d", files, s.QuotaRejections, r.record(rec.ID).PushAttempts)
 	}
 }
