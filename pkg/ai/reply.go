@@ -119,6 +119,25 @@ func SendReply(ctx context.Context, r Reply) error {
 	return nil
 }
 
+// ReplyScope is ctx with a sink of its own for one try of a backend (a
+// fallback chain's link): what the backend sends is kept apart, and
+// reaches ctx's sink only when commit is called (the try answered). A
+// backend that failed after sending leaves nothing behind. Without a
+// sink in ctx, ctx is returned and commit does nothing.
+func ReplyScope(ctx context.Context) (scoped context.Context, commit func()) {
+	parent, _ := ctx.Value(replySinkKey{}).(*ReplySink)
+	if parent == nil {
+		return ctx, func() {}
+	}
+	child := &ReplySink{}
+	return WithReplySink(ctx, child), func() {
+		r := child.Reply()
+		parent.mu.Lock()
+		defer parent.mu.Unlock()
+		parent.r.Add(r)
+	}
+}
+
 // Reply is what was sent so far.
 func (s *ReplySink) Reply() Reply {
 	s.mu.Lock()

@@ -58,3 +58,25 @@ func TestCheckCard(t *testing.T) {
 		t.Errorf("got %s %v", got, err)
 	}
 }
+
+// A scoped try's reply reaches the caller only when committed.
+func TestReplyScope(t *testing.T) {
+	sink := &ReplySink{}
+	ctx := WithReplySink(context.Background(), sink)
+	failed, _ := ReplyScope(ctx)
+	_ = SendReply(failed, Reply{Images: []ReplyFile{{Name: "from the failed try"}}})
+	answered, commit := ReplyScope(ctx)
+	_ = SendReply(answered, Reply{Images: []ReplyFile{{Name: "from the answer"}}})
+	if r := sink.Reply(); !r.Empty() {
+		t.Fatalf("before commit: %+v", r)
+	}
+	commit()
+	if r := sink.Reply(); len(r.Images) != 1 || r.Images[0].Name != "from the answer" {
+		t.Fatalf("after commit: %+v", r)
+	}
+	if c, commit := ReplyScope(context.Background()); c.Value(replySinkKey{}) != nil {
+		t.Fatal("a scope without a sink made one")
+	} else {
+		commit()
+	}
+}
