@@ -30,6 +30,7 @@ package access
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -57,6 +58,7 @@ type Texts struct {
 	Unsupported string // %s: the message type
 	Help        string
 	Welcome     string // answer to enter_chat ("" sends none)
+	WelcomeCard string // a template card's JSON answering enter_chat, over Welcome ("" none)
 	Unavailable string // a command that needs JetStream while it is away
 	Limit       string // a message over one of the bot's limits (limits.go)
 }
@@ -125,6 +127,9 @@ type Config struct {
 	Watermark Watermark
 	// Marks, if set, are the conversations' "may be incomplete" marks.
 	Marks Marks
+	// Cards, if set, answers clicks on the cards of tasks' replies
+	// (cards.go); without, a click is not answered.
+	Cards Cards
 	// Media downloads and stores the files of a message (media.go).
 	// Default: a *media.Fetcher with its defaults (20 MB, 30 s).
 	Media  Media
@@ -423,14 +428,20 @@ func (r *Rules) screen(m *wecom.MsgCallback) (screening, string) {
 }
 
 // HandleEvent answers enter_chat with the welcome text, if one is set,
-// and records a feedback_event with its task (feedback.go).
+// records a feedback_event with its task (feedback.go), and routes a
+// template_card_event to its task's backend (cards.go).
 func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback) {
-	if ev.Event.EventType == wecom.EventFeedback {
+	switch ev.Event.EventType {
+	case wecom.EventFeedback:
 		a.feedback(term, ev)
 		return
+	case wecom.EventTemplateCardEvent:
+		a.cardEvent(term, c, reqID, ev)
+		return
 	}
-	welcome := a.rules(term.Bot).Texts.Welcome
-	if ev.Event.EventType != wecom.EventEnterChat || welcome == "" {
+	texts := a.rules(term.Bot).Texts
+	welcome, card := texts.Welcome, texts.WelcomeCard
+	if ev.Event.EventType != wecom.EventEnterChat || welcome == "" && card == "" {
 		return
 	}
 	done := a.track(term)
@@ -441,6 +452,9 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 		ctx, cancel := context.WithTimeout(term.Context(), 5*time.Second) // WeCom's welcome window
 		defer cancel()
 		body := &wecom.WelcomeBody{MsgType: wecom.MsgTypeText, Text: &wecom.TextContent{Content: welcome}}
+		if card != "" {
+			body = &wecom.WelcomeBody{MsgType: wecom.MsgTypeTemplateCard, TemplateCard: json.RawMessage(card)}
+		}
 		if err := c.ReplyWelcome(ctx, reqID, body); err != nil {
 			a.log.Warn().Err(err).Str("bot", term.Bot).Msg("welcome failed")
 		}

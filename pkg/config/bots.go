@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -193,6 +194,9 @@ func (s BotSettings) Validate() error {
 		if n < 0 || n > maxLimit {
 			bad(key, "%d: want 0 (no limit, the default) to %d", n, int64(maxLimit))
 		}
+	}
+	if msg := checkCard(a.WelcomeCard); msg != "" {
+		bad("access.welcome_card", "%s", msg)
 	}
 	m := s.Memory
 	if m.Turns < 0 || m.Turns > 1000 {
@@ -575,4 +579,23 @@ func rekey(err error, prefix string) error {
 		return errors.Join(parts...)
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), "config key ", "config key "+prefix))
+}
+
+// checkCard says what is wrong with a template card's JSON ("" nothing,
+// or no card).
+func checkCard(card string) string {
+	if strings.TrimSpace(card) == "" {
+		return ""
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(card), &obj); err != nil {
+		return fmt.Sprintf("not a JSON object (%v): want a WeCom template card such as {\"card_type\":\"text_notice\",\"main_title\":{\"title\":\"你好\"}}", err)
+	}
+	if _, ok := obj["card_type"]; !ok {
+		return `no "card_type": want text_notice, news_notice, button_interaction, vote_interaction or multiple_interaction`
+	}
+	if len(card) > 16<<10 {
+		return fmt.Sprintf("%d bytes: at most %d", len(card), 16<<10)
+	}
+	return ""
 }

@@ -110,6 +110,9 @@ type Access struct {
 	UnsupportedText string `yaml:"unsupported_text"`
 	// WelcomeText answers a user who opens the chat ("": none).
 	WelcomeText string `yaml:"welcome_text"`
+	// WelcomeCard, a template card's JSON object, answers instead of
+	// WelcomeText ("": none).
+	WelcomeCard string `yaml:"welcome_card"`
 	// LateNote starts the answer to a message the bot missed while it had
 	// no connection, answered late by push.
 	LateNote string `yaml:"late_note"`
