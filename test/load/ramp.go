@@ -119,8 +119,10 @@ type stepResult struct {
 	idle                     map[string]usage // the same processes before the first message
 	idleWall                 time.Duration
 	versions                 int
-	profiles                 map[string]string // role → perf summary
-	subjects                 map[string]int    // NATS messages by kind of subject (-subjects)
+	profiles                 map[string]string   // role → perf summary
+	subjects                 map[string]int      // NATS messages by kind of subject (-subjects)
+	ops                      map[string]*opTally // the same by kind of operation, with bytes (-subjects)
+	harnessWatch             int                 // deliveries to the load harness's own output watch
 	// leaderReceipt is the leader's own receipt histogram
 	// (botctl_receipt_latency_seconds: callback read → WeCom's ack),
 	// scraped at the step's end: botctl's share of the receipt apart
@@ -410,7 +412,12 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	res.usage, res.wall = smp.stop()
 	res.ticks = smp.timeline()
 	if counter != nil {
-		res.subjects = counter.stop()
+		res.subjects, res.ops = counter.stop()
+		if outs != nil {
+			outs.mu.Lock()
+			res.harnessWatch = outs.seen
+			outs.mu.Unlock()
+		}
 	}
 	if leaderAPI != "" {
 		if ev, err := scrapeCounters(leaderAPI, "botctl_pusher_events_total"); err == nil {

@@ -291,6 +291,11 @@ question each, over the simulator's control API. Measured from outside the nodes
 		fmt.Fprintf(&b, "\n## NATS messages, step %d: %s, %d conversations at %.0f/s, %s answers\n\n", i+1, r.label(), r.conversations, r.rate, r.answer)
 		b.WriteString("Counted by a subscriber on `>` in the nodes' account (client publishes, API requests, acks, deliveries to inboxes; not the servers' routes or Raft). The counter adds a delivery per message: this step's timings are not clean.\n\n")
 		b.WriteString(subjectTable(r.subjects, r.answered))
+		if r.ops != nil {
+			fmt.Fprintf(&b, "\n### By operation, with bytes (step %d)\n\n", i+1)
+			b.WriteString("The same messages by kind of operation (KV writes by the headers nats.go sets, acks by their body, a reply named by its request), with bytes on the client connection (subject, reply, headers, payload). The load harness's own watch of the output bucket is taken out.\n\n")
+			b.WriteString(opTable(r.ops, r.answered, map[string]int{"delivery KV_BOTCTL_OUTPUT (watch)": r.harnessWatch}))
+		}
 	}
 	for i, r := range rs {
 		if r.err != "" || r.gen.errors > 0 {
