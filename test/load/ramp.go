@@ -346,7 +346,8 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		res.gen = generate(sim, prefix, st.conversations, st.rate)
 		close(genDone)
 	}()
-	slots := config.Defaults().Worker.LeaderSlots + (st.nodes-1)*config.Defaults().Worker.Slots
+	def := config.Defaults().Derived() // the nodes run on this machine
+	slots := def.Worker.LeaderSlots + (st.nodes-1)*def.Worker.Slots
 	if st.kind == "naive" {
 		slots = st.conversations
 	}

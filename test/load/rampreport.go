@@ -26,7 +26,7 @@ func rampReport(command string, topo topology, natsSync string, rs []*stepResult
 		fmt.Fprintf(&b, "- load average at the end (1, 5, 15 min): %s\n", strings.Join(strings.Fields(string(l))[:3], ", "))
 	}
 	b.WriteString("\n")
-	def := config.Defaults()
+	def := config.Defaults().Derived() // worker.slots as the nodes on this machine derive it
 	state := `one etcd
 (single member) and one NATS server with JetStream (children of the load binary, started by
 ` + "`pkg/infra`" + ` exactly as ` + "`botctl infra`" + ` starts them, but apart so that their CPU and memory are told
@@ -220,7 +220,7 @@ question each, over the simulator's control API. Measured from outside the nodes
 	}
 	if one != nil && three != nil && one.throughput > 0 {
 		fmt.Fprintf(&b, "\n## One node against three\n\n%d conversations at %.0f/s, %s answers (a backlog for one node): one node %.1f answers/s, three nodes %.1f answers/s: **ratio %.2f**. One node leading computes with `worker.leader_slots` (%d); three nodes add two nodes of `worker.slots` (%d each).\n",
-			one.conversations, one.rate, one.answer, one.throughput, three.throughput, three.throughput/one.throughput, config.Defaults().Worker.LeaderSlots, config.Defaults().Worker.Slots)
+			one.conversations, one.rate, one.answer, one.throughput, three.throughput, three.throughput/one.throughput, config.Defaults().Worker.LeaderSlots, config.Defaults().Derived().Worker.Slots)
 	}
 
 	for _, nv := range rs {
