@@ -37,6 +37,7 @@ type OutputWriter struct {
 	attempt int
 	now     func() time.Time // the clock of each write's time (the lifecycle's)
 	rev     uint64           // revision of this writer's last write (0: none yet)
+	tried   bool             // the first write's create was tried
 }
 
 // Output is the fenced output writer of attempt of task id.
@@ -53,6 +54,22 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 	raw, err := encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC()})
 	if err != nil {
 		return err
+	}
+	if !w.tried {
+		// An attempt's first write: usually the task's first attempt,
+		// with no output yet, so create without reading the key first
+		// (one JetStream request less per answer). Only when the key is
+		// there (an earlier or a later attempt's output) is it read below,
+		// to learn whose it is.
+		w.tried = true
+		rev, err := w.kv.Create(ctx, w.id, raw)
+		switch {
+		case err == nil:
+			w.rev = rev
+			return nil
+		case !dataplane.LostCAS(err):
+			return fmt.Errorf("write output of task %s: %w", w.id, err)
+		}
 	}
 	for try := 0; try < 30; try++ {
 		dataplane.CASPause(ctx, try)
