@@ -22,14 +22,46 @@ type opTally struct{ n, bytes int }
 // (the work queue's "workers" consumer, else a watch), and each reply
 // on an inbox named by the request it answers. A reply seen before its
 // request (the two can take different routes) is named "none seen".
+//
+// Who sent it: a request's reply inbox, and a reply's subject, start
+// with the sending connection's inbox prefix ("_INBOX.<id>"); the
+// connection that publishes the task queue's messages is the leader's.
+// Messages with no inbox (acks without confirmation, deliveries, the
+// advisories) are not told apart.
 type opCount struct {
 	mu      sync.Mutex
 	ops     map[string]*opTally
-	pending map[string]string // reply inbox → the kind of its request
+	pending map[string]string         // reply inbox → the kind of its request
+	byConn  map[string]map[string]int // kind → inbox prefix → messages
+	leader  string                    // the inbox prefix of the connection publishing tasks
 }
 
 func newOpCount() *opCount {
-	return &opCount{ops: map[string]*opTally{}, pending: map[string]string{}}
+	return &opCount{ops: map[string]*opTally{}, pending: map[string]string{}, byConn: map[string]map[string]int{}}
+}
+
+// inboxPrefix is "_INBOX.<id>" of an inbox subject, else "".
+func inboxPrefix(s string) string {
+	if !strings.HasPrefix(s, "_INBOX.") {
+		return ""
+	}
+	t := strings.SplitN(s, ".", 3)
+	if len(t) < 3 {
+		return ""
+	}
+	return t[0] + "." + t[1]
+}
+
+// leaderShare is how many of kind's messages the leader's connection
+// sent, and how many any connection was known to send.
+func (c *opCount) leaderShare(kind string) (leader, known int) {
+	for p, n := range c.byConn[kind] {
+		known += n
+		if p == c.leader && p != "" {
+			leader += n
+		}
+	}
+	return leader, known
 }
 
 func (c *opCount) add(m *nats.Msg) {
@@ -48,6 +80,19 @@ func (c *opCount) add(m *nats.Msg) {
 		k = "reply to " + req
 	} else if m.Reply != "" && strings.HasPrefix(m.Reply, "_INBOX.") {
 		c.pending[m.Reply] = k
+	}
+	conn := inboxPrefix(m.Reply)
+	if strings.HasPrefix(m.Subject, "_INBOX.") {
+		conn = inboxPrefix(m.Subject)
+	}
+	if conn != "" {
+		if strings.HasPrefix(k, "publish "+subjectKind("botctl.tasks.x")) {
+			c.leader = conn
+		}
+		if c.byConn[k] == nil {
+			c.byConn[k] = map[string]int{}
+		}
+		c.byConn[k][conn]++
 	}
 	t := c.ops[k]
 	if t == nil {
@@ -107,7 +152,12 @@ func opKind(m *nats.Msg) string {
 		}
 		return "ack " + kind + " " + t[2] + "." + t[3]
 	case strings.HasPrefix(s, "$JS.EVENT."):
-		return "JetStream advisory"
+		// "$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.<stream>.<consumer>":
+		// the advisory's kind and stream.
+		if len(t) > 5 && t[3] == "CONSUMER" || len(t) > 5 && t[3] == "STREAM" {
+			return "JetStream advisory " + strings.Join(t[3:6], ".")
+		}
+		return "JetStream advisory " + strings.Join(t[2:min(len(t), 5)], ".")
 	}
 	return "publish " + subjectKind(s)
 }
@@ -116,21 +166,27 @@ func opKind(m *nats.Msg) string {
 // set, is subtracted from a kind before the division (the load
 // harness's own watch of the output bucket, which botctl does not
 // make; its bytes in proportion) and named in the row.
-func opTable(ops map[string]*opTally, answered int, less map[string]int) string {
+func opTable(c *opCount, answered int, less map[string]int) string {
 	type row struct {
-		k string
-		t opTally
+		k, by string
+		t     opTally
 	}
 	var rows []row
 	var total opTally
-	for k, v := range ops {
+	c.mu.Lock() // the counter's connection may still be draining
+	defer c.mu.Unlock()
+	for k, v := range c.ops {
 		t := *v
+		by := "–"
+		if l, n := c.leaderShare(k); n > 0 {
+			by = fmt.Sprintf("%.0f%%", 100*float64(l)/float64(n))
+		}
 		if l, ok := less[k]; ok && t.n > 0 {
 			t.bytes -= t.bytes * min(l, t.n) / t.n
 			t.n -= min(l, t.n)
 			k += fmt.Sprintf(" (less the load harness's own watch: %d)", l)
 		}
-		rows = append(rows, row{k, t})
+		rows = append(rows, row{k, by, t})
 		total.n += t.n
 		total.bytes += t.bytes
 	}
@@ -147,10 +203,10 @@ func opTable(ops map[string]*opTally, answered int, less map[string]int) string 
 		return fmt.Sprintf("%.1f", float64(v)/float64(answered))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| operation | messages | bytes | per answer | bytes per answer |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| operation | messages | bytes | per answer | bytes per answer | sent by the leader |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s |\n", r.k, r.t.n, r.t.bytes, per(r.t.n), per(r.t.bytes))
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s |\n", r.k, r.t.n, r.t.bytes, per(r.t.n), per(r.t.bytes), r.by)
 	}
-	fmt.Fprintf(&b, "| all | %d | %d | %s | %s |\n", total.n, total.bytes, per(total.n), per(total.bytes))
+	fmt.Fprintf(&b, "| all | %d | %d | %s | %s | |\n", total.n, total.bytes, per(total.n), per(total.bytes))
 	return b.String()
 }

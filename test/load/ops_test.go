@@ -43,4 +43,17 @@ func TestOpKind(t *testing.T) {
 	if n := oc.ops["reply to (none seen: heartbeats, flow control, or a reply ahead of its request)"]; n == nil || n.n != 1 {
 		t.Errorf("second message on the inbox: %+v, want 1 unmatched", n)
 	}
+	// The connection publishing tasks is the leader's: its requests are
+	// told from the others' by their inbox.
+	oc = newOpCount()
+	oc.add(&nats.Msg{Subject: "botctl.tasks.b1.c1", Reply: "_INBOX.L.1"})
+	oc.add(&nats.Msg{Subject: "$KV.BOTCTL_TASKS.k", Reply: "_INBOX.L.2"})
+	oc.add(&nats.Msg{Subject: "$KV.BOTCTL_TASKS.k", Reply: "_INBOX.W.1"})
+	oc.add(&nats.Msg{Subject: "_INBOX.W.1"})
+	if l, n := oc.leaderShare("KV put BOTCTL_TASKS"); l != 1 || n != 2 {
+		t.Errorf("leader's share of the puts: %d of %d, want 1 of 2", l, n)
+	}
+	if l, n := oc.leaderShare("reply to KV put BOTCTL_TASKS"); l != 0 || n != 1 {
+		t.Errorf("leader's share of the replies: %d of %d, want 0 of 1", l, n)
+	}
 }

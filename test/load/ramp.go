@@ -119,10 +119,10 @@ type stepResult struct {
 	idle                     map[string]usage // the same processes before the first message
 	idleWall                 time.Duration
 	versions                 int
-	profiles                 map[string]string   // role → perf summary
-	subjects                 map[string]int      // NATS messages by kind of subject (-subjects)
-	ops                      map[string]*opTally // the same by kind of operation, with bytes (-subjects)
-	harnessWatch             int                 // deliveries to the load harness's own output watch
+	profiles                 map[string]string // role → perf summary
+	subjects                 map[string]int    // NATS messages by kind of subject (-subjects)
+	ops                      *opCount          // the same by kind of operation, with bytes (-subjects)
+	harnessWatch             int               // deliveries to the load harness's own output watch
 	// leaderReceipt is the leader's own receipt histogram
 	// (botctl_receipt_latency_seconds: callback read → WeCom's ack),
 	// scraped at the step's end: botctl's share of the receipt apart

@@ -51,13 +51,11 @@ func countSubjects(url string) (*subjectCount, error) {
 }
 
 // stop ends the count and returns it, by subject and by operation.
-func (c *subjectCount) stop() (map[string]int, map[string]*opTally) {
+func (c *subjectCount) stop() (map[string]int, *opCount) {
 	c.nc.Drain()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.ops.mu.Lock()
-	defer c.ops.mu.Unlock()
-	return c.n, c.ops.ops
+	return c.n, c.ops
 }
 
 // subjectKind maps a subject to its kind: ids, keys and sequence numbers
