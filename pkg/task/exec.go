@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,6 +22,50 @@ import (
 // the receipt), nothing else changes. Every opened task is in the
 // undelivered index until its delivery is final.
 func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
+	cur, err := l.open(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if !cur.Delivery.Finished() {
+		if err := l.store.MarkUndelivered(ctx, cur.Bot, cur.ID); err != nil {
+			// Say so in the record, so that the next Start repairs it.
+			l.update(context.WithoutCancel(ctx), cur.ID, func(r *Record) error {
+				if r.NotIndexed {
+					return ErrNoChange
+				}
+				r.NotIndexed = true
+				return nil
+			})
+			return cur, fmt.Errorf("task %s recorded, not indexed as undelivered (repaired when it starts): %w", cur.ID, err)
+		}
+	}
+	return cur, nil
+}
+
+// openTries bounds open's tries when a create is refused as "exists" and
+// the record is then not found.
+const openTries = 20
+
+// open creates r's record, or merges the leader's fields into the one
+// there. On a replicated bucket a create racing another's (the leader's
+// Open and a worker's Start of the same task) can be refused while the
+// other write is still in flight — nats-server answers "wrong last
+// sequence" before that write is applied — and the read that follows then
+// finds nothing: open tries again, briefly, until the other write has
+// landed (or, if it failed, its own create succeeds). Without this the
+// worker's Start failed and its task waited for a second delivery.
+func (l *Lifecycle) open(ctx context.Context, r *Record) (*Record, error) {
+	for try := 0; ; try++ {
+		dataplane.CASPause(ctx, try)
+		cur, err := l.openOnce(ctx, r)
+		if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) || try >= openTries || ctx.Err() != nil {
+			return cur, err
+		}
+	}
+}
+
+// openOnce is one try of open.
+func (l *Lifecycle) openOnce(ctx context.Context, r *Record) (*Record, error) {
 	cur := r
 	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, jetstream.ErrKeyExists) {
 		cur, err = l.update(ctx, r.ID, func(c *Record) error {
@@ -63,19 +108,6 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 		}
 	} else if err != nil {
 		return nil, err
-	}
-	if !cur.Delivery.Finished() {
-		if err := l.store.MarkUndelivered(ctx, cur.Bot, cur.ID); err != nil {
-			// Say so in the record, so that the next Start repairs it.
-			l.update(context.WithoutCancel(ctx), cur.ID, func(r *Record) error {
-				if r.NotIndexed {
-					return ErrNoChange
-				}
-				r.NotIndexed = true
-				return nil
-			})
-			return cur, fmt.Errorf("task %s recorded, not indexed as undelivered (repaired when it starts): %w", cur.ID, err)
-		}
 	}
 	return cur, nil
 }
