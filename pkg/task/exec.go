@@ -125,7 +125,7 @@ func (l *Lifecycle) openOnce(ctx context.Context, r *Record) (*Record, error) {
 // is alive: that is the copy the spool forwarded to hold the
 // conversation, and Start returns ErrRunningOffQueue, changing nothing.
 func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliveries int) (int, *Record, error) {
-	cur, rev, err := Get(ctx, l.store.Tasks(), m.TaskID)
+	cur, rev, err := l.awaitOpen(ctx, m.TaskID, deliveries)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		if _, err := l.Open(ctx, RecordOf(m)); err != nil {
@@ -184,6 +184,28 @@ func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliverie
 		return 0, r, err
 	}
 	return attempt, r, nil
+}
+
+// openWaitTries is how many more reads a queue task's Start gives the
+// leader's Open (CASPause's growing pauses: about 0.2 s in all) before it
+// opens the record itself.
+var openWaitTries = 8 // a var: a test gives a slow machine more
+
+// awaitOpen reads task id's record for Start. A queue delivery can come
+// before the leader's Open (the leader publishes the task, then writes its
+// record): rather than race it with a create of its own (a create refused
+// while the other is in flight, then merges and re-reads: ten requests or
+// more), the worker reads again a few times; only a record still missing
+// (the leader died between the two) is opened here. Off the queue
+// (deliveries 0) the caller opened it already, or nobody will.
+func (l *Lifecycle) awaitOpen(ctx context.Context, id string, deliveries int) (*Record, uint64, error) {
+	for try := 0; ; try++ {
+		dataplane.CASPause(ctx, try)
+		r, rev, err := Get(ctx, l.store.Tasks(), id)
+		if !errors.Is(err, jetstream.ErrKeyNotFound) || deliveries == 0 || try >= openWaitTries || ctx.Err() != nil {
+			return r, rev, err
+		}
+	}
 }
 
 // runsOffQueue: r's latest attempt runs on a fallback tier (a fixed

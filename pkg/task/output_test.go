@@ -109,26 +109,34 @@ func TestFirstOutputWriteReadsNothing(t *testing.T) {
 }
 
 // countOutputGets counts the reads of the output bucket's keys (direct
-// or through the stream API) that reach f's server; the count it returns
-// includes every read the store's connection sent before the call.
+// or through the stream API) that reach f's server.
 func countOutputGets(t *testing.T, f *fixture) func() int {
+	stream := "KV_" + f.env.Store.Output().Bucket()
+	return countOn(t, f, []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>"}, func(m *nats.Msg) bool {
+		return strings.Contains(m.Subject, "."+stream)
+	})
+}
+
+// countOn counts the messages on subjects that match, as f's server sees
+// them; the count it returns includes every message the store's
+// connection sent before the call.
+func countOn(t *testing.T, f *fixture, subjects []string, match func(*nats.Msg) bool) func() int {
 	t.Helper()
 	nc, err := nats.Connect(f.env.Server.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	stream := "KV_" + f.env.Store.Output().Bucket()
 	var mu sync.Mutex
 	n, marks := 0, 0
-	for _, subj := range []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>", "test.mark"} {
+	for _, subj := range append(subjects, "test.mark") {
 		if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case m.Subject == "test.mark":
 				marks++
-			case strings.Contains(m.Subject, "."+stream):
+			case match(m):
 				n++
 			}
 		}); err != nil {
@@ -140,7 +148,7 @@ func countOutputGets(t *testing.T, f *fixture) func() int {
 	}
 	sent := 0
 	return func() int {
-		// A mark from the store's connection arrives after every request
+		// A mark from the store's connection arrives after every message
 		// it sent before.
 		sent++
 		if err := f.env.Conn.Publish("test.mark", nil); err != nil {
