@@ -345,7 +345,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	wg.Go(func() { tracker.Run(ctx, 2*time.Second) })
 	n.Access.Bind(store, lc)
 	n.Health.Bind(store, lc)
-	n.backfill.Bind(store, n.Access)
+	n.backfill.Bind(store, n.Access, tracker)
 	close(n.ready) // publishes the fields above to the terms and the API
 	wg.Go(func() { n.watchClock(ctx, store) })
 	wg.Go(func() { fwd.Run(ctx) })

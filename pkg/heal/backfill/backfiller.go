@@ -40,6 +40,7 @@ type Backfiller struct {
 	bound chan struct{} // closed by Bind
 	store *dataplane.Store
 	in    Inbound
+	wm    *Tracker // nil: the watermark is not held during a pass
 }
 
 // New returns a Backfiller that waits for Bind.
@@ -47,10 +48,11 @@ func New(opts Options) *Backfiller {
 	return &Backfiller{opts: opts, bound: make(chan struct{})}
 }
 
-// Bind supplies JetStream's store and the inbound path, once JetStream
-// answers. Call it once.
-func (b *Backfiller) Bind(store *dataplane.Store, in Inbound) {
-	b.store, b.in = store, in
+// Bind supplies JetStream's store, the inbound path and the node's
+// watermark tracker (held by each pass), once JetStream answers. Call it
+// once.
+func (b *Backfiller) Bind(store *dataplane.Store, in Inbound, wm *Tracker) {
+	b.store, b.in, b.wm = store, in, wm
 	close(b.bound)
 }
 
@@ -108,6 +110,15 @@ func (b *Backfiller) Pass(ctx context.Context, term *election.Term) (Report, err
 		return Report{}, ctx.Err()
 	}
 	cfg := b.config(log)
+	// The watermark stays where this pass starts until it ends: the
+	// messages it finds missed may wait for their conversation for
+	// minutes, and should this term end first, the next term's pass must
+	// start before them too (Tracker.Hold).
+	finished := false
+	if b.wm != nil {
+		release := b.wm.Hold(term.Bot)
+		defer func() { release(finished) }()
+	}
 	// Where the gap starts is read now, before this connection's own
 	// traffic moves the watermark: read after the delay, a gap longer than
 	// the overlap would lose its older part.
@@ -146,6 +157,7 @@ func (b *Backfiller) Pass(ctx context.Context, term *election.Term) (Report, err
 				log.Info().Interface("backfill", rep).Msg("gap backfill: nothing missed")
 			}
 			// Still deferred after the last pass: not filled.
+			finished = true
 			rep.NotFilled += rep.Deferred
 			rep.Filled = filled
 			return rep, nil

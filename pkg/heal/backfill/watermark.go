@@ -40,16 +40,19 @@ func LoadWatermark(ctx context.Context, store *dataplane.Store, bot string) (Wat
 
 // Tracker keeps the inbound watermarks of a node's bots and writes them
 // (Run): Handled moves a bot's mark forward in memory; a write happens
-// every interval, only forward, and never while the Spool holds a task
-// or cannot say (a task there is not durable in the cluster yet).
+// every interval, only forward, never while the Spool holds a task or
+// cannot say (a task there is not durable in the cluster yet), and not
+// for a bot while a gap backfill pass of it runs (Hold).
 type Tracker struct {
 	Store  *dataplane.Store
 	Node   string
 	Spool  Spool // nil: nothing is ever held back
 	Logger zerolog.Logger
 
-	mu      sync.Mutex
-	pending map[string]time.Time // bot → latest handled, not yet written
+	mu       sync.Mutex
+	pending  map[string]time.Time // bot → latest handled, not yet written
+	held     map[string]int       // bot → passes under way (Hold)
+	flushing sync.Mutex           // locked by a flush: Hold waits for one under way
 }
 
 // Spool is the node's local store-and-forward spool, as the Tracker sees
@@ -101,13 +104,55 @@ func (t *Tracker) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// Hold keeps bot's stored watermark where it is while a gap backfill
+// pass runs, until release. The missed messages a pass finds are older
+// than those this term's connection delivers meanwhile; a watermark moved
+// past them while they wait for their busy conversation (a pass retries
+// for minutes) would start the next term's pass after them, were this
+// term to end first (a kill, a takeover): they would never be answered.
+// release(false), for a pass that did not finish (its term ended), also
+// forgets what was handled meanwhile, so that no later write moves the
+// watermark past what may still be missed; the next leader's pass finds
+// those messages known. A write under way when Hold is called lands
+// before it returns.
+func (t *Tracker) Hold(bot string) (release func(finished bool)) {
+	t.flushing.Lock() // a write under way lands first
+	t.mu.Lock()
+	if t.held == nil {
+		t.held = map[string]int{}
+	}
+	t.held[bot]++
+	t.mu.Unlock()
+	t.flushing.Unlock()
+	var once sync.Once
+	return func(finished bool) {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if t.held[bot]--; t.held[bot] <= 0 {
+				delete(t.held, bot)
+			}
+			if !finished {
+				delete(t.pending, bot)
+			}
+		})
+	}
+}
+
 func (t *Tracker) flush(ctx context.Context) {
 	if t.holding() {
 		return // a spooled message must not fall behind the watermark
 	}
+	t.flushing.Lock()
+	defer t.flushing.Unlock()
 	t.mu.Lock()
-	pending := t.pending
-	t.pending = nil
+	pending := map[string]time.Time{}
+	for bot, created := range t.pending {
+		if t.held[bot] == 0 { // a held bot's mark stays pending
+			pending[bot] = created
+			delete(t.pending, bot)
+		}
+	}
 	t.mu.Unlock()
 	for bot, created := range pending {
 		if err := t.advance(ctx, bot, created); err != nil {

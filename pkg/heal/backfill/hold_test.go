@@ -1,0 +1,148 @@
+package backfill_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/heal/backfill"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/rs/zerolog"
+)
+
+// A message WeCom took while no node held the connection, found by a
+// term's pass but deferred (its conversation busy), is answered by the
+// next term's pass when the first term ends before handing it over, even
+// though that term's connection delivered later messages meanwhile (the
+// chaos run's kill-worker-last-delivery r3: the watermark moved past the
+// deferred messages, and the next leader's pass started after them).
+func TestDeferredMissedMessageSurvivesTheTermsEnd(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{})
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	sim.AddBot("b1", "s1")
+	srv := httptest.NewServer(sim.Handler())
+	defer func() { sim.Close(); srv.Close() }()
+	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Logger: zerolog.Nop()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); tr.Run(ctx, 20*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	watermark := func() time.Time {
+		wm, err := backfill.LoadWatermark(context.Background(), env.Store, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wm.Created
+	}
+
+	// Before the gap: the last message handled 10 s ago.
+	before := time.Now().Add(-10 * time.Second).Truncate(time.Second)
+	tr.Handled("b1", before)
+	testwait.Eventually(t, 30*time.Second, "the watermark before the gap", func() bool { return watermark().Equal(before) })
+	// The gap: u1 asks while no node holds the connection.
+	gap, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "u1", Text: "asked in the gap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Term 1 (node n1): its pass finds the message, u1 is busy: deferred.
+	opts := backfill.Options{Source: src, Overlap: 2 * time.Second, Logger: zerolog.Nop()}
+	first := backfill.New(opts)
+	in1 := &termInbound{busy: "u1"}
+	first.Bind(env.Store, in1, tr)
+	termCtx, endTerm := context.WithCancel(context.Background())
+	passed := make(chan error, 1)
+	go func() {
+		_, err := first.Pass(termCtx, &election.Term{Bot: "b1", Node: "n1", Rev: 1})
+		passed <- err
+	}()
+	testwait.Eventually(t, 30*time.Second, "term 1's pass deferring u1's message", func() bool { return in1.deferrals() > 0 })
+	// Term 1's connection delivers later messages meanwhile, handled to
+	// the end: a minute past the gap, more than the overlap.
+	tr.Handled("b1", time.Now().Add(time.Minute))
+	time.Sleep(300 * time.Millisecond) // many flush rounds
+	// Term 1 ends (its node killed, a takeover) before u1 is free.
+	endTerm()
+	if err := <-passed; !errors.Is(err, context.Canceled) {
+		t.Fatalf("term 1's pass: %v, want its term's end", err)
+	}
+	time.Sleep(300 * time.Millisecond) // flush rounds after the term
+	if wm := watermark(); !wm.Equal(before) {
+		t.Errorf("watermark after term 1 = %s, want it held before the deferred message (%s)", wm, before)
+	}
+
+	// Term 2 (node n2): u1 is free; its pass answers the message.
+	second := backfill.New(opts)
+	in2 := &termInbound{}
+	second.Bind(env.Store, in2, nil)
+	rep, err := second.Pass(context.Background(), &election.Term{Bot: "b1", Node: "n2", Rev: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := in2.handedOver(); rep.Filled != 1 || len(got) != 1 || got[0] != gap.MsgID {
+		t.Fatalf("term 2's pass: %+v, handed over %q; want the gap's message %s", rep, got, gap.MsgID)
+	}
+
+	// A pass that finishes releases the watermark: what was handled
+	// meanwhile is written.
+	third := backfill.New(opts)
+	third.Bind(env.Store, &termInbound{known: map[string]bool{gap.MsgID: true}}, tr)
+	later := time.Now().Add(2 * time.Minute).Truncate(time.Second)
+	tr.Handled("b1", later)
+	if _, err := third.Pass(context.Background(), &election.Term{Bot: "b1", Node: "n1", Rev: 3}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "the watermark after a finished pass", func() bool { return watermark().Equal(later) })
+}
+
+// termInbound is one leader's inbound path: a message of the busy
+// conversation is deferred, any other not known is handed over.
+type termInbound struct {
+	busy  string
+	known map[string]bool
+
+	mu       sync.Mutex
+	late     []string // msgids handed over
+	deferred int
+}
+
+func (in *termInbound) Known(_ context.Context, _, msgid string) (bool, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.known[msgid], nil
+}
+
+func (in *termInbound) Late(_ context.Context, _ string, m backfill.Message) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if m.Chat == in.busy {
+		in.deferred++
+		return backfill.ErrBusy
+	}
+	in.late = append(in.late, m.MsgID)
+	return nil
+}
+
+func (in *termInbound) deferrals() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.deferred
+}
+
+func (in *termInbound) handedOver() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]string(nil), in.late...)
+}
