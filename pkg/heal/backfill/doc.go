@@ -9,9 +9,11 @@
 //   - the inbound Watermark: per bot, the create time of the latest message
 //     the inbound path handled to the end (recorded in JetStream), written
 //     every few seconds and never while the node's spool holds a task (a
-//     spooled message is not durable in the cluster yet). During a
-//     JetStream outage it cannot be written at all, so it stays before the
-//     outage;
+//     spooled message is not durable in the cluster yet), nor while a
+//     pass of the bot runs (Tracker.Hold: the missed messages it defers
+//     must stay within the next term's pass, should this term end first).
+//     During a JetStream outage it cannot be written at all, so it stays
+//     before the outage;
 //   - a pass at the start of every term (Run): the bot's history from the
 //     watermark less Overlap up to the term's start is read from a
 //     HistorySource; every message without a task record (the record is
