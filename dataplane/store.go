@@ -192,6 +192,7 @@ type Names struct {
 	HealthBucket        string // KV of per-bot health records and silence baselines, e.g. BOTCTL_HEALTH
 	IncidentsBucket     string // KV of incidents (T1/T2/T3, alerts sent), e.g. BOTCTL_INCIDENTS
 	MediaBucket         string // object store of files users sent, e.g. BOTCTL_MEDIA (stream OBJ_BOTCTL_MEDIA)
+	LimitsBucket        string // KV of the bots' use counters (pkg/limits), e.g. BOTCTL_LIMITS
 }
 
 // NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
@@ -215,6 +216,7 @@ func NamesFor(prefix string) Names {
 		HealthBucket:        prefix + "_HEALTH",
 		IncidentsBucket:     prefix + "_INCIDENTS",
 		MediaBucket:         prefix + "_MEDIA",
+		LimitsBucket:        prefix + "_LIMITS",
 	}
 }
 
@@ -227,8 +229,8 @@ type Store struct {
 	stream  jetstream.Stream
 	workers jetstream.Consumer
 
-	tasks, output, context, watermarks, undelivered, seen, health, incidents jetstream.KeyValue
-	media                                                                    jetstream.ObjectStore
+	tasks, output, context, watermarks, undelivered, seen, health, incidents, limits jetstream.KeyValue
+	media                                                                            jetstream.ObjectStore
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -454,6 +456,12 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 			History:     1,
 			TTL:         IncidentTTL,
 		}},
+		{&s.limits, jetstream.KeyValueConfig{
+			Bucket:      n.LimitsBucket,
+			Description: "botctl use counters of the per-user and per-bot limits (messages a minute and a day, tokens a day); key = <bot>.user.<user> or <bot>.bot",
+			History:     1,
+			TTL:         LimitsTTL,
+		}},
 	}
 	for _, b := range buckets {
 		b.cfg.Storage = jetstream.FileStorage
@@ -478,6 +486,13 @@ func (s *Store) Health() jetstream.KeyValue { return s.health }
 
 // Incidents is the bucket of incidents (see pkg/heal/incident).
 func (s *Store) Incidents() jetstream.KeyValue { return s.incidents }
+
+// Limits is the bucket of the limits' use counters (see pkg/limits).
+func (s *Store) Limits() jetstream.KeyValue { return s.limits }
+
+// LimitsTTL is how long a use counter is kept after its last write: a
+// counter holds one UTC day, so a day and an hour's margin is enough.
+const LimitsTTL = 25 * time.Hour
 
 // IncidentTTL is how long an incident is kept: a quarter, long enough for
 // `botctl incidents report` over the last 90 days.

@@ -33,6 +33,7 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		SeenBucket:          "BOTCTL_SEEN",
 		HealthBucket:        "BOTCTL_HEALTH",
 		IncidentsBucket:     "BOTCTL_INCIDENTS",
+		LimitsBucket:        "BOTCTL_LIMITS",
 		MediaBucket:         "BOTCTL_MEDIA",
 	}
 	if n != want {

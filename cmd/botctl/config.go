@@ -237,7 +237,7 @@ func writeExample(w io.Writer) error {
 	walk(root, "")
 	fmt.Fprint(w, `
 # Bots: id, secret_file (or $BOTCTL_BOT_<ID>_SECRET), owner (named in its
-# incidents and alerts), and the bot's own ai, access and memory: the keys of
+# incidents and alerts), and the bot's own ai, access, memory and limits: the keys of
 # the top-level sections, each overriding the top level's for this bot
 # (botctl bots set changes them at run time; docs/bots.md). None here and no
 # wecom.url: demo mode.
@@ -251,6 +251,7 @@ bots: []
 #      allow_users: [zhangsan, lisi]
 #      busy_text: 上一个问题还在处理中，请稍候。
 #    memory: {turns: 10, idle_expiry: 2h}
+#    limits: {user: {messages_per_day: 200}}
 `)
 	return errors.Join(errs...)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/heal/incident"
+	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/spf13/cobra"
@@ -45,6 +46,8 @@ type NodeStatus struct {
 	WorkerBusy  *int   `json:"worker_busy,omitempty"`
 	WorkerSlots *int   `json:"worker_slots,omitempty"`
 	Unreachable string `json:"unreachable,omitempty"`
+	// Model is each bot's backend calls on this node since it started.
+	Model map[string]metrics.ModelSummary `json:"model,omitempty"`
 }
 
 // apiClient is how botctl reaches the nodes' APIs: api.ca_file trusted,
@@ -94,8 +97,9 @@ func live(ctx context.Context, hc *http.Client, n *NodeStatus) {
 	}
 	defer resp.Body.Close()
 	var v struct {
-		Spool  struct{ Depth int }       `json:"spool"`
-		Worker struct{ Busy, Slots int } `json:"worker"`
+		Spool  struct{ Depth int }             `json:"spool"`
+		Worker struct{ Busy, Slots int }       `json:"worker"`
+		Model  map[string]metrics.ModelSummary `json:"model"`
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		n.Unreachable = "GET /status: " + resp.Status + ": the node asks for its API token; give --config with its api.token_file " +
@@ -106,7 +110,7 @@ func live(ctx context.Context, hc *http.Client, n *NodeStatus) {
 		n.Unreachable = "GET /status: " + resp.Status
 		return
 	}
-	n.SpoolDepth, n.WorkerBusy, n.WorkerSlots = &v.Spool.Depth, &v.Worker.Busy, &v.Worker.Slots
+	n.SpoolDepth, n.WorkerBusy, n.WorkerSlots, n.Model = &v.Spool.Depth, &v.Worker.Busy, &v.Worker.Slots, v.Model
 }
 
 // BotStatus is one bot across the cluster.
@@ -133,6 +137,57 @@ type BotStatus struct {
 	// Queue is how many of its tasks are in the JetStream work queue
 	// (queued or running: one per busy conversation).
 	Queue *int `json:"queue,omitempty"`
+	// Model is the bot's backend calls on the nodes that answered, summed
+	// (absent when none has made one since it started).
+	Model *ModelStatus `json:"model,omitempty"`
+}
+
+// ModelStatus is a bot's backend calls across the nodes: counts summed;
+// the time to first token's p50 and p99 are the slowest node's (each
+// node's of its latest 512 calls), in milliseconds.
+type ModelStatus struct {
+	Calls     int64 `json:"calls"`
+	Errors    int64 `json:"errors"`
+	TokensIn  int64 `json:"tokens_in"`
+	TokensOut int64 `json:"tokens_out"`
+	TTFTp50   int64 `json:"ttft_p50_ms"`
+	TTFTp99   int64 `json:"ttft_p99_ms"`
+}
+
+// addModel sums each bot's model summary over the nodes.
+func addModel(st *Status) {
+	for i := range st.Bots {
+		b := &st.Bots[i]
+		for _, n := range st.Nodes {
+			s, ok := n.Model[b.ID]
+			if !ok {
+				continue
+			}
+			if b.Model == nil {
+				b.Model = &ModelStatus{}
+			}
+			m := b.Model
+			m.Calls, m.Errors, m.TokensIn, m.TokensOut = m.Calls+s.Calls, m.Errors+s.Errors, m.TokensIn+s.TokensIn, m.TokensOut+s.TokensOut
+			m.TTFTp50, m.TTFTp99 = max(m.TTFTp50, s.TTFTp50), max(m.TTFTp99, s.TTFTp99)
+		}
+	}
+}
+
+// line is the model's status line: "calls 120, errors 2 (1.7%), ttft
+// p50 800ms p99 2.1s, tokens 10234 in / 5120 out".
+func (m *ModelStatus) line() string {
+	s := fmt.Sprintf("calls %d, errors %d", m.Calls, m.Errors)
+	if m.Calls > 0 && m.Errors > 0 {
+		s += fmt.Sprintf(" (%.1f%%)", 100*float64(m.Errors)/float64(m.Calls))
+	}
+	if m.TTFTp99 > 0 {
+		ms := func(n int64) time.Duration { return (time.Duration(n) * time.Millisecond).Round(10 * time.Millisecond) }
+		s += fmt.Sprintf(", ttft p50 %s p99 %s", ms(m.TTFTp50), ms(m.TTFTp99))
+	}
+	if m.TokensIn+m.TokensOut > 0 {
+		s += fmt.Sprintf(", tokens %d in / %d out", m.TokensIn, m.TokensOut)
+	}
+	return s
 }
 
 // addHealth adds each bot's health record, open incidents (outage and
@@ -302,6 +357,7 @@ func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, hist
 		st.Bots = append(st.Bots, b)
 	}
 	sort.Slice(st.Bots, func(i, j int) bool { return st.Bots[i].ID < st.Bots[j].ID })
+	addModel(&st)
 	return st, nil
 }
 
@@ -365,6 +421,16 @@ func printStatus(w io.Writer, st Status) {
 	tw.Flush()
 	if st.HealthError != "" {
 		fmt.Fprintf(w, "\n(health and incidents not shown: %s)\n", st.HealthError)
+	}
+	models := false
+	for _, b := range st.Bots {
+		if b.Model != nil {
+			if !models {
+				fmt.Fprintln(w, "\nmodel, since each node started (ttft: the slowest node's):")
+				models = true
+			}
+			fmt.Fprintf(w, "  %s  %s\n", b.ID, b.Model.line())
+		}
 	}
 	for _, b := range st.Bots {
 		if len(b.Transitions) == 0 {

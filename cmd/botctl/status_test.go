@@ -10,6 +10,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/pkg/heal/incident"
+	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/node"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -108,4 +109,34 @@ func botRow(t *testing.T, out, bot string) string {
 	}
 	t.Fatalf("no row for %s:\n%s", bot, out)
 	return ""
+}
+
+// Each bot's model line sums its calls over the nodes and shows the
+// slowest node's time to first token; a bot no node has called has none.
+func TestStatusModelLine(t *testing.T) {
+	st := Status{
+		Nodes: []NodeStatus{
+			{Model: map[string]metrics.ModelSummary{"b1": {Calls: 100, Errors: 1, TokensIn: 1000, TokensOut: 500, TTFTp50: 800, TTFTp99: 2100}}},
+			{Model: map[string]metrics.ModelSummary{"b1": {Calls: 20, Errors: 1, TTFTp50: 900, TTFTp99: 1500}}},
+			{Unreachable: "GET /status: 503"},
+		},
+		Bots: []BotStatus{{ID: "b1"}, {ID: "b2"}},
+	}
+	addModel(&st)
+	if st.Bots[1].Model != nil {
+		t.Errorf("b2's model %+v, want none", st.Bots[1].Model)
+	}
+	want := ModelStatus{Calls: 120, Errors: 2, TokensIn: 1000, TokensOut: 500, TTFTp50: 900, TTFTp99: 2100}
+	if m := st.Bots[0].Model; m == nil || *m != want {
+		t.Fatalf("b1's model %+v, want %+v", m, want)
+	}
+	var out strings.Builder
+	printStatus(&out, st)
+	if !strings.Contains(out.String(), "  b1  calls 120, errors 2 (1.7%), ttft p50 900ms p99 2.1s, tokens 1000 in / 500 out\n") {
+		t.Errorf("status output lacks b1's model line:\n%s", out.String())
+	}
+	raw, _ := json.Marshal(st.Bots[0])
+	if !strings.Contains(string(raw), `"model":{"calls":120,"errors":2,"tokens_in":1000,"tokens_out":500,"ttft_p50_ms":900,"ttft_p99_ms":2100}`) {
+		t.Errorf("--json's bot: %s", raw)
+	}
 }

@@ -4,6 +4,7 @@
 // For each message callback, in order: parse and validate → dedupe by msgid
 // → allowlist (polite refusal) → content checks (empty, too long,
 // unsupported type: a clear reply) → commands (/help, /stop, /new, /status)
+// → the bot's limits (limits.go: over one, the limit text and no task)
 // → the conversation mutex, which is the dispatch itself (a busy
 // conversation is told to wait) → the receipt (the first stream frame) →
 // the task record with the raw message context. Workers tolerate a record
@@ -29,6 +30,7 @@ package access
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -37,6 +39,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/tally"
@@ -55,7 +58,9 @@ type Texts struct {
 	Unsupported string // %s: the message type
 	Help        string
 	Welcome     string // answer to enter_chat ("" sends none)
+	WelcomeCard string // a template card's JSON answering enter_chat, over Welcome ("" none)
 	Unavailable string // a command that needs JetStream while it is away
+	Limit       string // a message over one of the bot's limits (limits.go)
 }
 
 // DefaultReceipt is the receipt frame's text when Texts.Receipt is empty.
@@ -77,6 +82,7 @@ func (t *Texts) setDefaults() {
 	def(&t.TooLong, "问题太长了，请精简到 %d 字节以内再发送。")
 	def(&t.Unsupported, "暂不支持 %s 类型的消息，请发送文字。")
 	def(&t.Unavailable, "系统正在恢复中，暂时无法执行命令，请稍后再试。你的问题仍会被回答。")
+	def(&t.Limit, DefaultLimit)
 	def(&t.Help, "可用命令：\n/help 查看帮助\n/stop 停止正在进行的回答\n/new 开始新的对话（清除上下文）\n/status 查看当前任务")
 }
 
@@ -121,6 +127,9 @@ type Config struct {
 	Watermark Watermark
 	// Marks, if set, are the conversations' "may be incomplete" marks.
 	Marks Marks
+	// Cards, if set, answers clicks on the cards of tasks' replies
+	// (cards.go); without, a click is not answered.
+	Cards Cards
 	// Media downloads and stores the files of a message (media.go).
 	// Default: a *media.Fetcher with its defaults (20 MB, 30 s).
 	Media  Media
@@ -149,8 +158,9 @@ type Access struct {
 }
 
 type bound struct {
-	store *dataplane.Store
-	lc    *task.Lifecycle
+	store  *dataplane.Store
+	lc     *task.Lifecycle
+	limits *limits.Counters // the limits' counts, in store's bucket
 }
 
 // Bind supplies JetStream to an Access made without it (Config.Store nil).
@@ -158,7 +168,7 @@ func (a *Access) Bind(store *dataplane.Store, lc *task.Lifecycle) {
 	if lc == nil {
 		lc = task.NewLifecycle(store, a.cfg.NodeID, a.cfg.Logger).WithClock(a.cfg.Now)
 	}
-	a.js.Store(&bound{store: store, lc: lc})
+	a.js.Store(&bound{store: store, lc: lc, limits: limits.New(store.Limits(), a.cfg.Now)})
 }
 
 // Stats counts what the inbound path did.
@@ -183,6 +193,9 @@ type Stats struct {
 	// busy (or whose dispatch failed): the receipted stream was finished
 	// with the refusal, one send more than a refusal alone.
 	EarlyMissed int64 `json:"early_missed"`
+	// Limited are messages over one of their bot's limits: refused with
+	// the limit text, no task run (limits.go).
+	Limited int64 `json:"limited"`
 }
 
 // dispatchFailed is the reply to a message no tier could take.
@@ -415,14 +428,20 @@ func (r *Rules) screen(m *wecom.MsgCallback) (screening, string) {
 }
 
 // HandleEvent answers enter_chat with the welcome text, if one is set,
-// and records a feedback_event with its task (feedback.go).
+// records a feedback_event with its task (feedback.go), and routes a
+// template_card_event to its task's backend (cards.go).
 func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback) {
-	if ev.Event.EventType == wecom.EventFeedback {
+	switch ev.Event.EventType {
+	case wecom.EventFeedback:
 		a.feedback(term, ev)
 		return
+	case wecom.EventTemplateCardEvent:
+		a.cardEvent(term, c, reqID, ev)
+		return
 	}
-	welcome := a.rules(term.Bot).Texts.Welcome
-	if ev.Event.EventType != wecom.EventEnterChat || welcome == "" {
+	texts := a.rules(term.Bot).Texts
+	welcome, card := texts.Welcome, texts.WelcomeCard
+	if ev.Event.EventType != wecom.EventEnterChat || welcome == "" && card == "" {
 		return
 	}
 	done := a.track(term)
@@ -433,6 +452,9 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 		ctx, cancel := context.WithTimeout(term.Context(), 5*time.Second) // WeCom's welcome window
 		defer cancel()
 		body := &wecom.WelcomeBody{MsgType: wecom.MsgTypeText, Text: &wecom.TextContent{Content: welcome}}
+		if card != "" {
+			body = &wecom.WelcomeBody{MsgType: wecom.MsgTypeTemplateCard, TemplateCard: json.RawMessage(card)}
+		}
 		if err := c.ReplyWelcome(ctx, reqID, body); err != nil {
 			a.log.Warn().Err(err).Str("bot", term.Bot).Msg("welcome failed")
 		}

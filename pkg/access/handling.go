@@ -39,6 +39,8 @@ type handling struct {
 	// duplicate if it exists), running beside what follows; nil: a fresh
 	// callback, nothing to find.
 	dedupe *dedupeRead
+	// admitted: the message was counted in its bot's limits (limits.go).
+	admitted bool
 }
 
 // recorded reports whether the task bucket has the task: the callback is
@@ -94,7 +96,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	if !in.fresh { // fresh: nothing to find
 		h.dedupe = readDedupe(ctx, h.js, h.id, reqID, term.Rev, func(d time.Duration) { h.stage("dedupe", d) })
 	}
-	if question, ok := h.checked(); ok {
+	if question, ok := h.checked(); ok && !h.limited() {
 		if atts, ok := h.attachments(); ok {
 			h.task(question, atts)
 		}
@@ -281,6 +283,9 @@ func (h *handling) task(question string, atts []task.Attachment) {
 	t0 := time.Now()
 	out, err := a.cfg.Dispatch.DispatchUnless(h.ctx, task.MessageOf(rec), h.recorded)
 	h.stage("dispatch", time.Since(t0))
+	if err != nil || out.Busy {
+		h.unadmit() // no task: the message is not counted in the limits
+	}
 	// Early: written already (arrive), when nothing suggested a refusal.
 	var rcpt sent
 	opened := false // the user's stream shows the receipt (or may)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/wecom"
 )
 
@@ -17,6 +18,9 @@ type Rules struct {
 	// MaxQuestionBytes refuses longer questions. Default 8000.
 	MaxQuestionBytes int
 	Texts            Texts
+	// Limits are the bot's limits on use, checked before a task is
+	// dispatched (limits.go); zero: none.
+	Limits limits.Limits
 
 	users, chats map[string]bool
 }

@@ -90,6 +90,9 @@ type Metrics interface {
 	// Feedback counts a user's verdict on an answer (a feedback_event),
 	// by kind: accurate, inaccurate, canceled or unknown.
 	Feedback(bot, kind string)
+	// LimitRefused counts a message refused over one of its bot's limits,
+	// by the limit's name (limits.UserMessagesPerMinute, …).
+	LimitRefused(bot, limit string)
 }
 
 // Media takes a message's files from WeCom into the media bucket

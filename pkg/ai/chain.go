@@ -224,8 +224,12 @@ func (c *Chain) try(ctx context.Context, b Backend, req Request, emit func(strin
 		})
 		defer timer.Stop()
 	}
+	// A reply this backend sends counts only if its answer does: one that
+	// failed after sending one (then the next backend answered) leaves
+	// nothing of it in the answer.
+	rctx, commitReply := ReplyScope(bctx)
 	var emitted error
-	err := b.Stream(bctx, req, func(d string) error {
+	err := b.Stream(rctx, req, func(d string) error {
 		mu.Lock()
 		if late {
 			mu.Unlock()
@@ -247,6 +251,7 @@ func (c *Chain) try(ctx context.Context, b Backend, req Request, emit func(strin
 	defer mu.Unlock()
 	switch {
 	case err == nil:
+		commitReply()
 		return tried{started: started}
 	case emitted != nil && errors.Is(err, emitted):
 		return tried{err: err, started: started, emitErr: true}

@@ -344,3 +344,30 @@ func TestFallbackDocExample(t *testing.T) {
 		t.Errorf("the example's backends %+v", bs)
 	}
 }
+
+// A backend that sent a reply (a card) and then failed before its first
+// token leaves nothing of it in the answer: the fallback's answer is the
+// answer, and its reply (none) the reply.
+func TestChainFailedBackendsReplyIsDropped(t *testing.T) {
+	leakCheck(t)
+	primary := newWebServer(t, func(w http.ResponseWriter, r *http.Request, got webRequest) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		write(w, `data: {"reply": {"card": {"card_type": "text_notice"}}}`+"\n\n")
+		panic(http.ErrAbortHandler) // the connection cut: no text, no done
+	})
+	_, fb := webhook(t, "from the fallback")
+	c := chain(t, Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: primary.srv.URL + webhookPath, TokenFile: secretFile(t, testToken)},
+		Fallback: []BackendConfig{{Kind: KindHTTP, HTTP: fb}}})
+	sink := &ReplySink{}
+	ctx, route := WithRoute(WithReplySink(context.Background(), sink))
+	var text strings.Builder
+	if err := c.Stream(ctx, botQuestion("hi"), func(d string) error { text.WriteString(d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if text.String() != "from the fallback" || steps(route) != "http:hook failed, http:hook answered" {
+		t.Fatalf("answer %q, route %s", text.String(), steps(route))
+	}
+	if r := sink.Reply(); !r.Empty() {
+		t.Fatalf("the failed backend's reply is in the answer: %+v", r)
+	}
+}

@@ -2,6 +2,7 @@ package ai
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -96,6 +97,13 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 			return err
 		}
 		sent = end
+	}
+	// The rich part, for the words that ask for one (demo_reply.go); a
+	// caller that takes text only (ErrNoReplySink) gets the text.
+	if r := DemoReply(req.Question()); !r.Empty() {
+		if err := SendReply(ctx, r); err != nil && !errors.Is(err, ErrNoReplySink) {
+			return err
+		}
 	}
 	return nil // the last step ends at len(text)
 }

@@ -72,6 +72,10 @@ type difyEvent struct {
 	Status  int    `json:"status"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// message_end's: metadata.usage (usage.go)
+	Metadata struct {
+		Usage *usageObject `json:"usage"`
+	} `json:"metadata"`
 }
 
 // difyUser is the Dify end user: the WeCom user (what Dify ties its
@@ -114,6 +118,9 @@ func (b *difyBackend) Stream(ctx context.Context, req Request, emit func(string)
 	}
 	out := &recordEmit{emit: emit}
 	conv, err = b.events(resp.Body, out, conv)
+	if out.usage != nil {
+		ReportUsage(ctx, out.usage.usage())
+	}
 	if out.err != nil {
 		return out.err
 	}
@@ -185,6 +192,7 @@ func (b *difyBackend) events(body io.Reader, out *recordEmit, conv string) (stri
 				return conv, err
 			}
 		case "message_end":
+			out.usage = ev.Metadata.Usage
 			return conv, nil
 		case "error":
 			return conv, b.eventError(ev)

@@ -58,13 +58,17 @@ type httpRequest struct {
 }
 
 // httpEvent is one data line of an event-stream answer: a delta of text,
-// the end, or both. A line may also carry "reply", a rich reply (cards,
-// images) in the reply result type of the media issue (26), which does
-// not exist yet: it is parsed with the line, whatever its shape, and
-// ignored; so is any other field.
+// the end, or both. A line may also carry "reply", the rich part of the
+// answer (images, files, a card: Reply, docs/ai.md), handed to the caller
+// as it comes (SendReply); several lines' replies add up. Any other field
+// is ignored.
 type httpEvent struct {
-	Text string `json:"text"`
-	Done bool   `json:"done"`
+	Text  string          `json:"text"`
+	Done  bool            `json:"done"`
+	Reply json.RawMessage `json:"reply,omitempty"`
+	// Usage, on any line, is what the answer cost (usage.go); the last
+	// one sent counts.
+	Usage *usageObject `json:"usage"`
 }
 
 // newHTTPRequest is req as the webhook reads it: history is every user and
@@ -107,11 +111,14 @@ func (b *httpBackend) Stream(ctx context.Context, req Request, emit func(string)
 	out := &recordEmit{emit: emit}
 	switch mt := mediaType(resp); mt {
 	case "text/event-stream":
-		err = b.events(resp.Body, out)
+		err = b.events(ctx, resp.Body, out)
 	case "text/plain":
 		err = b.plain(resp.Body, out)
 	default:
 		return fmt.Errorf("%w: %s: task %s: the answer's Content-Type is %q: want text/event-stream or text/plain (docs/ai.md, \"http\")", ErrBadRequest, b.Name(), req.TaskID, mt)
+	}
+	if out.usage != nil {
+		ReportUsage(ctx, out.usage.usage())
 	}
 	if out.err != nil {
 		return out.err
@@ -123,7 +130,7 @@ func (b *httpBackend) Stream(ctx context.Context, req Request, emit func(string)
 }
 
 // events reads an event stream to its {"done": true}.
-func (b *httpBackend) events(body io.Reader, out *recordEmit) error {
+func (b *httpBackend) events(ctx context.Context, body io.Reader, out *recordEmit) error {
 	sse := newSSEReader(body)
 	for {
 		_, data, err := sse.next()
@@ -137,7 +144,13 @@ func (b *httpBackend) events(body io.Reader, out *recordEmit) error {
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			return fmt.Errorf("%w: %s: a data line is not a JSON object such as {\"text\": \"…\"}: %s", ErrBackend, b.Name(), b.web.bound(data))
 		}
+		if ev.Usage != nil {
+			out.usage = ev.Usage
+		}
 		if err := out.send(ev.Text); err != nil {
+			return err
+		}
+		if err := b.reply(ctx, ev.Reply); err != nil {
 			return err
 		}
 		if ev.Done {
@@ -176,4 +189,25 @@ func (b *httpBackend) plain(body io.Reader, out *recordEmit) error {
 		}
 		return nil
 	}
+}
+
+// reply hands a data line's "reply" to the caller. A webhook gives bytes
+// (data, base64), never a path: a path would name a file on this node.
+func (b *httpBackend) reply(ctx context.Context, raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var r Reply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("%w: %s: \"reply\" is not a reply object ({\"images\": [{\"name\", \"data\": base64}], \"files\": […], \"card\": {…}}, docs/ai.md): %v", ErrBackend, b.Name(), err)
+	}
+	for _, f := range append(append([]ReplyFile{}, r.Images...), r.Files...) {
+		if f.Path != "" {
+			return fmt.Errorf("%w: %s: \"reply\" names a path (%q): an http backend sends the bytes as \"data\" (base64)", ErrBackend, b.Name(), f.Path)
+		}
+	}
+	if err := SendReply(ctx, r); err != nil && !errors.Is(err, ErrNoReplySink) {
+		return err
+	}
+	return nil
 }

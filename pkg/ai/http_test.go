@@ -101,9 +101,9 @@ func TestHTTPDocExample(t *testing.T) {
 }
 
 // TestHTTPStreamSplitRunes: a rune split between two writes of the body,
-// inside an event's line or a plain body, still reaches emit whole; a
-// reply object, whatever its shape, is skipped; {"done": true} ends the
-// answer without waiting for the body to end.
+// inside an event's line or a plain body, still reaches emit whole; the
+// replies of several lines add up (the docs' example among them);
+// {"done": true} ends the answer without waiting for the body to end.
 func TestHTTPStreamSplitRunes(t *testing.T) {
 	leakCheck(t)
 	a, b := splitRune("世界")
@@ -113,17 +113,26 @@ func TestHTTPStreamSplitRunes(t *testing.T) {
 			eventStream(w)
 			write(w, `data: {"text": "你好，`+a)
 			write(w, b+`"}`+"\n\n")
-			write(w, `data: {"reply": {"type": "card", "card": {"title": "x"}}}`+"\n\n")
-			write(w, `data: {"reply": "not yet a reply type"}`+"\n\n")
+			write(w, `data: {"reply": {"card": {"card_type": "text_notice"}}}`+"\n\n")
+			write(w, "data: "+oneLine(docExample(t, "http reply"))+"\n\n")
 			write(w, `data: {"text": "！", "done": true}`+"\n\n")
 			s.stall(r) // the body never ends: done is the end
 		})
 		rec := newRecorder()
-		if err := httpBackendFor(t, s, HTTPConfig{}).Stream(context.Background(), question("q"), rec.emit); err != nil {
+		sink := &ReplySink{}
+		if err := httpBackendFor(t, s, HTTPConfig{}).Stream(WithReplySink(context.Background(), sink), question("q"), rec.emit); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Join(rec.all(), "|"); got != "你好，世界|！" {
 			t.Errorf("deltas %q, want 你好，世界|！", got)
+		}
+		r := sink.Reply()
+		if len(r.Images) != 1 || r.Images[0].Name != "chart.png" || len(r.Images[0].Data) == 0 || len(r.Files) != 1 ||
+			r.Files[0].Kind != "file" || string(r.Files[0].Data) != "hello" || !strings.Contains(string(r.Card), "button_interaction") {
+			t.Errorf("reply %+v", r)
+		}
+		if _, err := CheckReplyImage("chart.png", r.Images[0].Data); err != nil {
+			t.Errorf("the docs' image: %v", err)
 		}
 	})
 	t.Run("plain", func(t *testing.T) {
@@ -364,5 +373,32 @@ func TestHTTPConfigErrors(t *testing.T) {
 	// Plain http to this machine is fine.
 	if _, err := New(Config{Kind: KindHTTP, HTTP: HTTPConfig{URL: "http://127.0.0.1:5678" + webhookPath}}); err != nil {
 		t.Errorf("loopback http: %v", err)
+	}
+}
+
+// oneLine is a JSON document on one line (an event's data line).
+func oneLine(doc string) string {
+	var v any
+	if err := json.Unmarshal([]byte(doc), &v); err != nil {
+		panic(err)
+	}
+	raw, _ := json.Marshal(v)
+	return string(raw)
+}
+
+// A "reply" that is not a reply object, or that names a path on this
+// node, fails the answer (ErrBackend) saying what to send instead.
+func TestHTTPReplyRefused(t *testing.T) {
+	leakCheck(t)
+	for _, line := range []string{`{"reply": "a card"}`, `{"reply": {"files": [{"name": "x", "path": "/etc/passwd"}]}}`} {
+		s := newWebServer(t, func(w http.ResponseWriter, r *http.Request, got webRequest) {
+			eventStream(w)
+			write(w, "data: "+line+"\n\n")
+			write(w, `data: {"done": true}`+"\n\n")
+		})
+		err := httpBackendFor(t, s, HTTPConfig{}).Stream(WithReplySink(context.Background(), &ReplySink{}), question("q"), newRecorder().emit)
+		if !errors.Is(err, ErrBackend) || !strings.Contains(err.Error(), "reply") {
+			t.Errorf("%s: %v, want ErrBackend about the reply", line, err)
+		}
 	}
 }

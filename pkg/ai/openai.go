@@ -90,6 +90,10 @@ func (b *openAIBackend) params(req Request) (openai.ChatCompletionNewParams, err
 		}
 	}
 	p := openai.ChatCompletionNewParams{Model: b.cfg.Model, Messages: msgs}
+	if !b.cfg.NoUsage {
+		// The last chunk then carries the answer's usage (usage.go).
+		p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	}
 	// 0 is "not sent": the model's own limit and default.
 	if b.cfg.MaxTokens > 0 {
 		p.MaxTokens = openai.Int(int64(b.cfg.MaxTokens))
@@ -123,6 +127,9 @@ func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(strin
 	defer stream.Close()
 	finish := ""
 	for stream.Next() {
+		if u := stream.Current().Usage; u.JSON.PromptTokens.Valid() || u.JSON.CompletionTokens.Valid() {
+			ReportUsage(ctx, Usage{In: u.PromptTokens, Out: u.CompletionTokens})
+		}
 		for _, c := range stream.Current().Choices {
 			if c.Index != 0 {
 				continue

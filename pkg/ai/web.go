@@ -265,6 +265,8 @@ type recordEmit struct {
 	emit func(string) error
 	err  error
 	any  bool // something was emitted
+	// usage is what the stream said the answer cost, if it did (usage.go).
+	usage *usageObject
 }
 
 func (r *recordEmit) send(d string) error {

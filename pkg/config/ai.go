@@ -182,6 +182,11 @@ type AIOpenAI struct {
 	// Temperature, if above 0, is sent as "temperature" (0 to 2: lower is
 	// more deterministic). 0: not sent, the model's default.
 	Temperature float64 `yaml:"temperature"`
+	// NoUsage stops asking for the answer's usage ("stream_options":
+	// {"include_usage": true}), for a server that refuses the option (an
+	// HTTP 400): its answers then report no tokens (no token metrics, no
+	// token limits). Default false: asked.
+	NoUsage bool `yaml:"no_usage"`
 }
 
 // AIDify configures the dify backend: Dify's chat API (a Chatbot, Agent or

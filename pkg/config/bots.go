@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -55,10 +56,31 @@ type Memory struct {
 // bucket whose values NATS caps at 1 MiB, beside an answer being stored.
 const MemoryMaxBytes = 256 << 10
 
-// Limits are a bot's limits on use (messages and tokens per user and per
-// bot). Reserved: no key yet; the section is here so that a bot's entry
-// and `botctl bots set` take it when the limits come (issue 27 item 4).
-type Limits struct{}
+// Limits protect the operator's bill: a bot's limits on use, per user of
+// the bot (user) and for the bot as a whole (bot). A message over one is
+// answered with access.limit_text and runs no task. 0 is no limit (the
+// default). A day is a UTC day, a minute a calendar minute; the counts are
+// kept in JetStream and shared by every node (pkg/limits).
+type Limits struct {
+	User LimitSet `yaml:"user"`
+	Bot  LimitSet `yaml:"bot"`
+}
+
+// LimitSet is one scope's limits; 0 is none.
+type LimitSet struct {
+	// MessagesPerMinute and MessagesPerDay bound the messages admitted
+	// (questions that run a task; commands and refusals are not counted).
+	MessagesPerMinute int64 `yaml:"messages_per_minute"`
+	MessagesPerDay    int64 `yaml:"messages_per_day"`
+	// TokensPerDay bounds the tokens (in and out) the backend reported for
+	// the day's answers: once reached, the next message is refused. Only a
+	// backend that reports usage counts (openai, dify, http with a usage
+	// object); with another it never refuses.
+	TokensPerDay int64 `yaml:"tokens_per_day"`
+}
+
+// maxLimit bounds every limit: more is no limit worth counting.
+const maxLimit = 1 << 40
 
 // maxQuestionLimit is WeCom's largest message content (wecom.MaxContentBytes,
 // which this package may not import): a longer limit would accept
@@ -159,10 +181,22 @@ func (s BotSettings) Validate() error {
 	if verbs := strings.Count(a.UnsupportedText, "%") - 2*strings.Count(a.UnsupportedText, "%%"); verbs > 1 || verbs == 1 && !strings.Contains(a.UnsupportedText, "%s") {
 		bad("access.unsupported_text", "%q: want at most one %%s (the message type), e.g. \"暂不支持 %%s 类型的消息，请发送文字。\"", a.UnsupportedText)
 	}
-	for key, text := range map[string]string{"access.receipt_text": a.ReceiptText, "access.busy_text": a.BusyText, "access.welcome_text": a.WelcomeText, "access.late_note": a.LateNote} {
+	for key, text := range map[string]string{"access.receipt_text": a.ReceiptText, "access.busy_text": a.BusyText, "access.welcome_text": a.WelcomeText, "access.late_note": a.LateNote, "access.limit_text": a.LimitText} {
 		if len(text) > maxQuestionLimit {
 			bad(key, "%d bytes: at most %d (WeCom's longest message)", len(text), maxQuestionLimit)
 		}
+	}
+	for key, n := range map[string]int64{
+		"limits.user.messages_per_minute": s.Limits.User.MessagesPerMinute, "limits.user.messages_per_day": s.Limits.User.MessagesPerDay,
+		"limits.user.tokens_per_day": s.Limits.User.TokensPerDay, "limits.bot.messages_per_minute": s.Limits.Bot.MessagesPerMinute,
+		"limits.bot.messages_per_day": s.Limits.Bot.MessagesPerDay, "limits.bot.tokens_per_day": s.Limits.Bot.TokensPerDay,
+	} {
+		if n < 0 || n > maxLimit {
+			bad(key, "%d: want 0 (no limit, the default) to %d", n, int64(maxLimit))
+		}
+	}
+	if msg := checkCard(a.WelcomeCard); msg != "" {
+		bad("access.welcome_card", "%s", msg)
 	}
 	m := s.Memory
 	if m.Turns < 0 || m.Turns > 1000 {
@@ -545,4 +579,23 @@ func rekey(err error, prefix string) error {
 		return errors.Join(parts...)
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), "config key ", "config key "+prefix))
+}
+
+// checkCard says what is wrong with a template card's JSON ("" nothing,
+// or no card).
+func checkCard(card string) string {
+	if strings.TrimSpace(card) == "" {
+		return ""
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(card), &obj); err != nil {
+		return fmt.Sprintf("not a JSON object (%v): want a WeCom template card such as {\"card_type\":\"text_notice\",\"main_title\":{\"title\":\"你好\"}}", err)
+	}
+	if _, ok := obj["card_type"]; !ok {
+		return `no "card_type": want text_notice, news_notice, button_interaction, vote_interaction or multiple_interaction`
+	}
+	if len(card) > 16<<10 {
+		return fmt.Sprintf("%d bytes: at most %d", len(card), 16<<10)
+	}
+	return ""
 }

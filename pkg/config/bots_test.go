@@ -89,6 +89,8 @@ func TestBotEntryErrorsNameTheKey(t *testing.T) {
 		{"memory: {turns: lots}", `config key bots[0].memory.turns: "lots" is not an integer`},
 		{"ai: {max_concurrency: 3}", "config key bots[0].ai.max_concurrency: this node's, not a bot's"},
 		{"access: {unsupported_text: '%s and %d'}", "config key bots[0].access.unsupported_text"},
+		{"access: {welcome_card: 'hello'}", "config key bots[0].access.welcome_card: not a JSON object"},
+		{`access: {welcome_card: '{"title": "hi"}'}`, `config key bots[0].access.welcome_card: no "card_type"`},
 		{"limits: {per_user: 3}", "config key bots[0].limits.per_user: unknown"},
 		{"ai: text", "config key bots[0].ai: want a mapping"},
 	} {
@@ -195,5 +197,53 @@ func TestSettingsFieldTypes(t *testing.T) {
 	}
 	if err := setFields("ai.", map[string]any{"max_tokens": -1}, reflect.ValueOf(&v).Elem(), func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "config key ai.max_tokens") {
 		t.Fatalf("negative max_tokens: %v", err)
+	}
+}
+
+// Limits: top level, per bot, from the environment, validated by key.
+func TestLimitsKeys(t *testing.T) {
+	p := writeFile(t, `
+ai: {kind: demo}
+limits:
+  user: {messages_per_minute: 5}
+access:
+  limit_text: slow down
+bots:
+  - id: b1
+    secret: s1
+    limits:
+      bot: {messages_per_day: 1000, tokens_per_day: 200000}
+  - id: b2
+    secret: s2
+    limits:
+      user: {messages_per_day: -1}
+`)
+	cfg, err := Load(p, []string{"BOTCTL_LIMITS_USER_TOKENS_PER_DAY=5000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "config key bots[1].limits.user.messages_per_day: -1: want 0 (no limit, the default)") {
+		t.Fatalf("Validate() = %v, want bots[1].limits.user.messages_per_day named", err)
+	}
+	b1, err := cfg.BotSettings("b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Limits{User: LimitSet{MessagesPerMinute: 5, TokensPerDay: 5000}, Bot: LimitSet{MessagesPerDay: 1000, TokensPerDay: 200000}}
+	if b1.Limits != want || b1.Access.LimitText != "slow down" {
+		t.Fatalf("b1's limits %+v, text %q: want %+v and the top level's text", b1.Limits, b1.Access.LimitText, want)
+	}
+	// At run time, by key.
+	doc := map[string]any{}
+	if err := SetKey(doc, "limits.user.messages_per_day", "20"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b1.Override(doc, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Limits.User.MessagesPerDay != 20 || s.Limits.User.MessagesPerMinute != 5 {
+		t.Fatalf("override: %+v", s.Limits)
 	}
 }

@@ -110,9 +110,15 @@ type Access struct {
 	UnsupportedText string `yaml:"unsupported_text"`
 	// WelcomeText answers a user who opens the chat ("": none).
 	WelcomeText string `yaml:"welcome_text"`
+	// WelcomeCard, a template card's JSON object, answers instead of
+	// WelcomeText ("": none).
+	WelcomeCard string `yaml:"welcome_card"`
 	// LateNote starts the answer to a message the bot missed while it had
 	// no connection, answered late by push.
 	LateNote string `yaml:"late_note"`
+	// LimitText answers a message over one of the bot's limits (limits:
+	// section); no task runs.
+	LimitText string `yaml:"limit_text"`
 }
 
 // Push is the pusher: pacing and WeCom's stream window.

@@ -67,6 +67,17 @@ func integer(f func(*Config) *int) func(*Config, string) error {
 	}
 }
 
+func int64Key(f func(*Config) *int64) func(*Config, string) error {
+	return func(c *Config, s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		*f(c) = n
+		return nil
+	}
+}
+
 // Keys lists every key settable from the environment and flags.
 var Keys = []Key{
 	{Name: "node_id", Flag: "node-id", Usage: "this node's unique id", set: str(func(c *Config) *string { return &c.NodeID })},
@@ -137,6 +148,7 @@ var Keys = []Key{
 	{Name: "ai.openai.timeout", Flag: "openai-timeout", Usage: "one openai answer, request to last chunk", set: dur(func(c *Config) *time.Duration { return &c.AI.OpenAI.Timeout })},
 	{Name: "ai.openai.max_tokens", Flag: "openai-max-tokens", Usage: "max_tokens sent with each request (0: not sent)", set: integer(func(c *Config) *int { return &c.AI.OpenAI.MaxTokens })},
 	{Name: "ai.openai.temperature", Flag: "openai-temperature", Usage: "temperature sent with each request, 0 to 2 (0: not sent)", set: float(func(c *Config) *float64 { return &c.AI.OpenAI.Temperature })},
+	{Name: "ai.openai.no_usage", Flag: "openai-no-usage", Usage: "do not ask for the answer's token usage (stream_options), for a server that refuses it", set: boolean(func(c *Config) *bool { return &c.AI.OpenAI.NoUsage })},
 	{Name: "ai.dify.base_url", Flag: "dify-base-url", Usage: "Dify API base URL (the part before /chat-messages)", set: str(func(c *Config) *string { return &c.AI.Dify.BaseURL })},
 	{Name: "ai.dify.api_key_file", Flag: "dify-api-key-file", Usage: "file holding the Dify app's API key", set: str(func(c *Config) *string { return &c.AI.Dify.APIKeyFile })},
 	{Name: "ai.dify.timeout", Flag: "dify-timeout", Usage: "one dify answer, request to message_end", set: dur(func(c *Config) *time.Duration { return &c.AI.Dify.Timeout })},
@@ -169,9 +181,17 @@ var Keys = []Key{
 	{Name: "access.max_question_bytes", Flag: "max-question-bytes", Usage: "longest question accepted", set: integer(func(c *Config) *int { return &c.Access.MaxQuestionBytes })},
 	{Name: "access.receipt_text", Flag: "receipt-text", Usage: "the receipt frame's text", set: str(func(c *Config) *string { return &c.Access.ReceiptText })},
 	{Name: "access.welcome_text", Flag: "welcome-text", Usage: "answer to enter_chat (empty: none)", set: str(func(c *Config) *string { return &c.Access.WelcomeText })},
+	{Name: "access.welcome_card", Flag: "welcome-card", Usage: "answer to enter_chat as a template card: its JSON object (empty: welcome_text)", set: str(func(c *Config) *string { return &c.Access.WelcomeCard })},
 	{Name: "access.busy_text", Flag: "busy-text", Usage: "answer to a message sent while the conversation's previous one is being answered (empty: the default)", set: str(func(c *Config) *string { return &c.Access.BusyText })},
 	{Name: "access.unsupported_text", Flag: "unsupported-text", Usage: "answer to a message of a type the bot does not take; %s is the type (empty: the default)", set: str(func(c *Config) *string { return &c.Access.UnsupportedText })},
 	{Name: "access.late_note", Flag: "late-note", Usage: "note starting an answer pushed late, to a message missed while no node held the connection (empty: the default)", set: str(func(c *Config) *string { return &c.Access.LateNote })},
+	{Name: "access.limit_text", Flag: "limit-text", Usage: "answer to a message over one of the bot's limits (empty: the default)", set: str(func(c *Config) *string { return &c.Access.LimitText })},
+	{Name: "limits.user.messages_per_minute", Flag: "limit-user-messages-per-minute", Usage: "messages a user may send a bot in a minute (0: no limit)", set: int64Key(func(c *Config) *int64 { return &c.Limits.User.MessagesPerMinute })},
+	{Name: "limits.user.messages_per_day", Flag: "limit-user-messages-per-day", Usage: "messages a user may send a bot in a UTC day (0: no limit)", set: int64Key(func(c *Config) *int64 { return &c.Limits.User.MessagesPerDay })},
+	{Name: "limits.user.tokens_per_day", Flag: "limit-user-tokens-per-day", Usage: "tokens a user's answers may take in a UTC day, where the backend reports usage (0: no limit)", set: int64Key(func(c *Config) *int64 { return &c.Limits.User.TokensPerDay })},
+	{Name: "limits.bot.messages_per_minute", Flag: "limit-bot-messages-per-minute", Usage: "messages a bot takes in a minute from all its users (0: no limit)", set: int64Key(func(c *Config) *int64 { return &c.Limits.Bot.MessagesPerMinute })},
+	{Name: "limits.bot.messages_per_day", Flag: "limit-bot-messages-per-day", Usage: "messages a bot takes in a UTC day from all its users (0: no limit)", set: int64Key(func(c *Config) *int64 { return &c.Limits.Bot.MessagesPerDay })},
+	{Name: "limits.bot.tokens_per_day", Flag: "limit-bot-tokens-per-day", Usage: "tokens a bot's answers may take in a UTC day, where the backend reports usage (0: no limit)", set: int64Key(func(c *Config) *int64 { return &c.Limits.Bot.TokensPerDay })},
 	{Name: "memory.turns", Flag: "memory-turns", Usage: "messages of a conversation kept for multi-turn answers (0: none)", set: integer(func(c *Config) *int { return &c.Memory.Turns })},
 	{Name: "memory.bytes", Flag: "memory-bytes", Usage: "bytes of a conversation's kept messages", set: integer(func(c *Config) *int { return &c.Memory.Bytes })},
 	{Name: "memory.idle_expiry", Flag: "memory-idle-expiry", Usage: "a conversation idle this long starts afresh (at most 24h)", set: dur(func(c *Config) *time.Duration { return &c.Memory.IdleExpiry })},

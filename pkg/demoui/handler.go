@@ -83,18 +83,20 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("GET "+Path+"api/cluster", h.cluster)
 	mux.Handle("GET "+Path+"api/transcript", protect(http.HandlerFunc(h.transcript)))
 	mux.Handle("POST "+Path+"api/messages", protect(http.HandlerFunc(h.postMessage)))
+	mux.Handle("GET "+Path+"api/images", protect(http.HandlerFunc(h.image)))
+	mux.Handle("POST "+Path+"api/clicks", protect(http.HandlerFunc(h.postClick)))
 	mux.HandleFunc(Path+"api/", unknownEndpoint)
 	return mux
 }
 
 // endpoints are the page's API, for the error of a wrong request.
-var endpoints = map[string]string{"config": "GET", "cluster": "GET", "transcript": "GET", "messages": "POST"}
+var endpoints = map[string]string{"config": "GET", "cluster": "GET", "transcript": "GET", "messages": "POST", "images": "GET", "clicks": "POST"}
 
 // unknownEndpoint answers what no route took: a wrong method (405) or a
 // wrong path (404), saying which requests there are.
 func unknownEndpoint(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, Path+"api/")
-	list := "GET api/config, GET api/cluster, GET api/transcript?bot=&chat=, POST api/messages"
+	list := "GET api/config, GET api/cluster, GET api/transcript?bot=&chat=, POST api/messages, GET api/images?id=, POST api/clicks"
 	if m, ok := endpoints[name]; ok {
 		w.Header().Set("Allow", m)
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not supported: use %s", r.Method, r.URL.Path, m))

@@ -46,6 +46,7 @@ func AlertSent(sink, kind, level string, ok bool) {
 // Node is one node's instruments and registry.
 type Node struct {
 	Registry *prometheus.Registry
+	*Model   // the AI backends' calls and the limits (model.go)
 
 	framesIn   *prometheus.CounterVec
 	framesOut  *prometheus.CounterVec
@@ -90,6 +91,7 @@ func New() *Node {
 	}
 	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, alertsSent,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Model = newModel(m.Registry)
 	return m
 }
 

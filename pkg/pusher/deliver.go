@@ -73,8 +73,12 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	// output is never shown. Between two attempts (queued again) nothing
 	// new is shown.
 	text := ""
+	var reply *task.Reply // the rich part of a succeeded answer (images, files, a card)
 	if out := p.output(ctx, rec); out != nil && out.Attempt == rec.Attempt && rec.Exec != task.Queued {
 		text = out.Text
+		if rec.Exec == task.Succeeded {
+			reply = out.Reply
+		}
 	}
 	if rec.Exec == task.Succeeded && rec.AnswerHash != "" && task.Hash(text) != rec.AnswerHash {
 		// The record names an answer this output is not (yet): wait for it.
@@ -90,13 +94,13 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	case closing:
 		return p.closeStream(ctx, rec, text)
 	case final:
-		return p.final(ctx, rec, rev, text, now)
+		return p.final(ctx, rec, rev, text, reply, now)
 	case handoff:
 		// Began under another term, never got a stream, or its window is
 		// over: owed by push.
 		return p.toPush(ctx, rec, fmt.Sprintf("stream began under term %d, this is term %d", rec.TermRev, p.cfg.TermRev))
 	default:
-		return p.pushParts(ctx, rec, text, now)
+		return p.pushParts(ctx, rec, text, reply, now)
 	}
 }
 
@@ -269,12 +273,22 @@ func (p *Pusher) markShown(id string, at time.Time) {
 // final sends the final frame: never starved (reserve 0), delivered on
 // its ack.
 //
-// An answer too long for one frame is split (Parts): the final frame
-// carries its first part, and the delivery is owed by push from the
-// second (firstPartStreamed).
-func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
+// An answer is sent as one sequence (task.Sequence): its text split in
+// parts (Parts), its images, its card, its files. The final frame carries
+// a prefix of it: the first part, and the images (msg_item) and the card
+// (stream_with_template_card) when they fit in one frame (finalFrame).
+// What it does not carry is owed by push from there
+// (firstPartStreamed).
+func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text string, reply *task.Reply, now time.Time) (bool, time.Duration) {
 	answer := p.finalText(r, text)
 	parts := Parts(answer, wecom.MaxContentBytes)
+	seq := task.Sequence(parts, reply)
+	body, carried, err := p.finalFrame(ctx, r, parts[0], seq, reply)
+	if err != nil {
+		p.storeError("media_read", err)
+		p.log.Warn().Err(err).Str("task", r.ID).Msg("the reply's images could not be read; trying again")
+		return false, time.Second
+	}
 	if wait, ok := p.spend(r.Chat, 0); !ok {
 		return false, wait
 	}
@@ -292,13 +306,13 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		p.cfg.Budget.Refund(r.Chat)
 		return true, 0
 	}
-	err = p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: parts[0], Finish: true})
+	err = p.cfg.Conn.Reply(ctx, r.ReqID, body)
 	switch code := wecom.ErrCodeOf(err); {
 	case err == nil:
 		p.count(func(s *Stats) { s.Frames++ })
 		p.lag(r.ID, p.cfg.Now())
-		if len(parts) > 1 {
-			return p.firstPartStreamed(ctx, ir, len(parts))
+		if carried < len(seq) {
+			return p.firstPartStreamed(ctx, ir, carried, len(seq))
 		}
 		_, err := p.ledger.deliveredFrom(ctx, ir, irev, answer, "final frame acked", 0)
 		return p.recorded(r.ID, "final frame acked", 0, err)
@@ -313,8 +327,8 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		// An earlier final frame whose ack was lost was applied: the
 		// stream is finished, not expired.
 		p.count(func(s *Stats) { s.Ambiguous++ })
-		if len(parts) > 1 {
-			return p.firstPartStreamed(ctx, r, len(parts))
+		if carried < len(seq) {
+			return p.firstPartStreamed(ctx, r, carried, len(seq))
 		}
 		return p.delivered(ctx, r, answer, "final frame applied earlier (ack lost)", 0)
 	case quotaRefused(err):
@@ -327,18 +341,18 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 	}
 }
 
-// firstPartStreamed records that r's stream ended with the first of the
-// n parts of its answer: the delivery is owed by push (truncated), from
-// the second part. Were the count's write lost, the next step pushes
-// from the first (a part seen twice, never one missing).
-func (p *Pusher) firstPartStreamed(ctx context.Context, r *task.Record, n int) (bool, time.Duration) {
-	rec, err := p.ledger.truncate(ctx, r.ID, fmt.Sprintf("answer larger than one frame: part 1 of %d streamed, the rest pushed", n))
+// firstPartStreamed records that r's stream ended with the first carried
+// of the n items of its answer's sequence: the delivery is owed by push
+// (truncated), from the next. Were the count's write lost, the next step
+// pushes from the first (an item seen twice, never one missing).
+func (p *Pusher) firstPartStreamed(ctx context.Context, r *task.Record, carried, n int) (bool, time.Duration) {
+	rec, err := p.ledger.truncate(ctx, r.ID, fmt.Sprintf("answer larger than one frame: %d of its %d parts streamed, the rest pushed", carried, n))
 	if err != nil {
 		p.storeError("record_write", err)
 		return false, time.Second
 	}
-	if _, err := p.ledger.partPushed(ctx, rec, 1); err != nil {
-		return p.partNotRecorded(rec, 1, err)
+	if _, err := p.ledger.partPushed(ctx, rec, carried); err != nil {
+		return p.partNotRecorded(rec, carried, err)
 	}
 	return false, 0
 }
@@ -405,7 +419,7 @@ func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, 
 
 // pushParts delivers the complete answer by aibot_send_msg once it is
 // done, from the first part not yet recorded pushed.
-func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now time.Time) (bool, time.Duration) {
+func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, reply *task.Reply, now time.Time) (bool, time.Duration) {
 	if !r.Exec.Finished() {
 		return false, p.cfg.ScanInterval
 	}
@@ -437,6 +451,7 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 		answer = join(quote(r.Question), answer)
 	}
 	parts := Parts(answer, wecom.MaxContentBytes)
+	seq := task.Sequence(parts, reply)
 	chatType := wecom.ChatTypeSingle
 	if r.ChatType == wecom.ChatGroup {
 		chatType = wecom.ChatTypeGroup
@@ -444,7 +459,7 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 	// From the record's count after each write, not one past the part
 	// just sent: another leader's step (a deposed one still in flight)
 	// may have pushed further, and what it counted is not sent again.
-	for r.PushedParts < len(parts) {
+	for r.PushedParts < len(seq) {
 		i := r.PushedParts
 		if p.cfg.Gate != nil {
 			if wait := p.cfg.Gate.Wait(now); wait > 0 {
@@ -455,7 +470,10 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 		if wait, ok := p.spend(r.Chat, 0); !ok {
 			return false, wait
 		}
-		if err := p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, parts[i]); err != nil {
+		if wait, err := p.pushItem(ctx, r, chatType, seq[i], reply); wait > 0 {
+			p.cfg.Budget.Refund(r.Chat) // nothing sent: the upload waits for its cap
+			return false, wait
+		} else if err != nil {
 			if quotaRefused(err) {
 				return p.quotaLowered(r, err)
 			}
@@ -475,7 +493,7 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, now
 		}
 		r = rec
 	}
-	return p.delivered(ctx, r, answer, fmt.Sprintf("%d part(s) pushed", len(parts)), len(parts))
+	return p.delivered(ctx, r, answer, fmt.Sprintf("%d part(s) pushed", len(seq)), len(seq))
 }
 
 // partNotRecorded ends a step whose count of n acked parts of r's answer

@@ -107,6 +107,9 @@ type Config struct {
 	Metrics Metrics
 	// Budget paces every conversation; shared with the inbound path.
 	Budget *pace.Budget
+	// Uploads paces the bot's media uploads (a reply's files, keyed by
+	// the bot) under WeCom's upload caps. Default UploadBudget.
+	Uploads *pace.Budget
 	// ScanInterval is the period of the scan of active tasks. Default 1s.
 	ScanInterval time.Duration
 	// ResyncEvery is the period of the undelivered index read that finds
@@ -245,6 +248,9 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Uploads == nil {
+		c.Uploads = UploadBudget(c.Now)
+	}
 }
 
 // minScanGap coalesces wakes: output writes arrive by the thousand per
@@ -255,6 +261,7 @@ const minScanGap = 50 * time.Millisecond
 type Stats struct {
 	Frames    int64 `json:"frames"`    // stream frames acked
 	Pushes    int64 `json:"pushes"`    // aibot_send_msg parts acked
+	Uploads   int64 `json:"uploads"`   // a reply's files uploaded
 	Delivered int64 `json:"delivered"` // tasks delivered
 	Truncated int64 `json:"truncated"` // streams closed before the answer was complete
 	Failed    int64 `json:"failed"`    // deliveries given up

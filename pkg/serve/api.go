@@ -12,6 +12,7 @@ import (
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/demoui"
 	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/redact"
@@ -48,7 +49,9 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			Pushers   map[string]botView `json:"pushers"`
 			// Settings: each bot's settings revision applied here (bots.go).
 			Settings map[string]settingsView `json:"settings"`
-		}{Info: n.Node.Info(), Access: n.Access.Stats(), Pushers: map[string]botView{}, Settings: n.bots.views(),
+			// Model: each bot's backend calls on this node (model.go).
+			Model map[string]metrics.ModelSummary `json:"model"`
+		}{Info: n.Node.Info(), Access: n.Access.Stats(), Pushers: map[string]botView{}, Settings: n.bots.views(), Model: n.obs.metrics.Summary(),
 			Worker: workerView{Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
 		if n.started() {
 			view.JetStream, view.Dispatch, view.Worker.Busy = true, n.Dispatch.Stats(), n.Worker.Busy()

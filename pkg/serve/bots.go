@@ -13,6 +13,7 @@ import (
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/heal/health"
+	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -155,7 +156,8 @@ func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState
 	}
 	a := s.Access
 	rules, err := access.NewRules(access.Rules{AllowUsers: a.AllowUsers, AllowChats: a.AllowChats, MaxQuestionBytes: a.MaxQuestionBytes,
-		Texts: access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText}})
+		Texts:  access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText, WelcomeCard: a.WelcomeCard, Limit: a.LimitText},
+		Limits: limitsOf(s.Limits)})
 	if err != nil {
 		return nil, err
 	}
@@ -269,12 +271,20 @@ func (b *bots) state(bot string) *botState {
 func (b *bots) Run(bot string) worker.BotRun {
 	st := b.state(bot)
 	m := st.settings.Memory
-	return worker.BotRun{Backend: st.backend, MaxAnswerBytes: st.settings.AI.MaxAnswerBytes,
+	return worker.BotRun{Backend: st.backend, MaxAnswerBytes: st.settings.AI.MaxAnswerBytes, Limits: limitsOf(st.settings.Limits),
 		Memory: task.Memory{Turns: m.Turns, Bytes: m.Bytes, IdleExpiry: m.IdleExpiry}}
 }
 
 // Rules are bot's allowlists and texts (access.Bots).
 func (b *bots) Rules(bot string) *access.Rules { return b.state(bot).rules }
+
+// limitsOf are a bot's limits as pkg/limits counts them.
+func limitsOf(l config.Limits) limits.Limits {
+	set := func(s config.LimitSet) limits.Set {
+		return limits.Set{MessagesPerMinute: s.MessagesPerMinute, MessagesPerDay: s.MessagesPerDay, TokensPerDay: s.TokensPerDay}
+	}
+	return limits.Limits{User: set(l.User), Bot: set(l.Bot)}
+}
 
 // Notes are bot's late note and busy reply (pusher.Notes).
 func (b *bots) Notes(bot string) (late, busy string) {

@@ -261,7 +261,7 @@ var (
 	descIncidents  = desc("incidents_open", "Open incidents of each configured bot, by kind (outage, data, ai).", "bot", "kind")
 	descDispatch   = desc("dispatch_total", "Dispatch outcomes on this node (queued, busy, duplicates, fixed, local, spooled, failed).", "outcome")
 	descFallbacks  = desc("dispatch_fallbacks_total", "Dispatch fallbacks between tiers (queue→fixed, fixed→local, …).", "path")
-	descInbound    = desc("inbound_total", "Inbound messages on this node by outcome (received, duplicates, refused, invalid, commands, busy, dispatched, failed, suppressed, backfilled, early_receipts, early_missed).", "outcome")
+	descInbound    = desc("inbound_total", "Inbound messages on this node by outcome (received, duplicates, refused, invalid, commands, busy, dispatched, failed, suppressed, backfilled, early_receipts, early_missed, limited).", "outcome")
 	descJetStream  = desc("jetstream_bound", "1 once JetStream's streams and buckets are declared on this node.")
 	descNATSUp     = desc("nats_connected", "1 while this node's NATS connection is connected.")
 	descNATSReconn = desc("nats_reconnects_total", "Reconnects of this node's NATS connection.")
@@ -338,7 +338,7 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 	a := n.Access.Stats()
 	for k, v := range map[string]int64{"received": a.Received, "duplicates": a.Duplicates, "refused": a.Refused, "invalid": a.Invalid,
 		"commands": a.Commands, "busy": a.Busy, "dispatched": a.Dispatched, "failed": a.Failed, "suppressed": a.Suppressed, "backfilled": a.Backfilled,
-		"early_receipts": a.EarlyReceipts, "early_missed": a.EarlyMissed} {
+		"early_receipts": a.EarlyReceipts, "early_missed": a.EarlyMissed, "limited": a.Limited} {
 		counter(descInbound, float64(v), k)
 	}
 	if depth, err := n.Spool.Len(); err == nil {

@@ -193,10 +193,10 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { n.Health.Run(healthCtx) })
 
 	n.Access, err = access.New(access.Config{
-		NodeID: cfg.NodeID, Dispatch: handOff{n},
+		NodeID: cfg.NodeID, Dispatch: handOff{n}, Cards: bots,
 		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
-		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText},
+		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText, WelcomeCard: cfg.Access.WelcomeCard},
 		Bots:             bots,
 		Outbound:         n.leaders,
 		Watermark:        watermark{n},

@@ -26,6 +26,9 @@ type Output struct {
 	Text    string    `json:"text"`
 	Attempt int       `json:"attempt"`
 	Updated time.Time `json:"updated"`
+	// Reply is the rich part of the answer (images, files, a card), set
+	// with the attempt's last write, once its text is complete.
+	Reply *Reply `json:"reply,omitempty"`
 }
 
 // OutputWriter writes one attempt's output, fenced: once a later attempt
@@ -37,7 +40,11 @@ type OutputWriter struct {
 	attempt int
 	now     func() time.Time // the clock of each write's time (the lifecycle's)
 	rev     uint64           // revision of this writer's last write (0: none yet)
+	reply   *Reply           // written with every write once set (SetReply)
 }
+
+// SetReply makes every later Write carry reply.
+func (w *OutputWriter) SetReply(reply *Reply) { w.reply = reply }
 
 // Output is the fenced output writer of attempt of task id.
 func (l *Lifecycle) Output(id, bot string, attempt int) *OutputWriter {
@@ -50,7 +57,7 @@ func (l *Lifecycle) Output(id, bot string, attempt int) *OutputWriter {
 // 1 MiB by default); the worker caps an answer so that it does
 // (ai.max_answer_bytes).
 func (w *OutputWriter) Write(ctx context.Context, text string) error {
-	raw, err := encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC()})
+	raw, err := encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC(), Reply: w.reply})
 	if err != nil {
 		return err
 	}

@@ -183,6 +183,9 @@ type Record struct {
 	// or skipped for each attempt, in order, and why (backends.go).
 	AnsweredBy string        `json:"answered_by,omitempty"`
 	Backends   []BackendStep `json:"backends,omitempty"`
+	// Usage is the tokens the backend reported for the task's answers,
+	// every attempt's (usage.go); nil: none reported.
+	Usage *Usage `json:"usage,omitempty"`
 
 	// Delivery bookkeeping (the pusher's). StreamStart is when the stream's
 	// first frame (the receipt) was accepted: WeCom's window counts from it.

@@ -21,6 +21,7 @@ type outFrame struct {
 	closeCode int
 	closeText string
 	rec       *callbackRec // set when recording: recorded once written
+	written   frameWritten // if set, told once the frame is written
 }
 
 // conn is one WebSocket. Its read loop runs in the HTTP handler goroutine;
@@ -57,8 +58,14 @@ type conn struct {
 
 // lateAck is an ack the late_acks fault holds back until due (wall clock).
 type lateAck struct {
-	due  time.Time
-	data []byte
+	due   time.Time
+	frame outFrame
+}
+
+// frameWritten hears that a frame it rode on was written to the socket
+// (an upload's chunk ack: the chunk is no longer in flight).
+type frameWritten interface {
+	written()
 }
 
 func newConn(s *Server, id uint64, ws *websocket.Conn) *conn {
@@ -76,13 +83,13 @@ func newConn(s *Server, id uint64, ws *websocket.Conn) *conn {
 // holdAck queues an ack to be written after delay. Acks keep their order:
 // one fault's delay is the same for all, and a shorter delay set later
 // never lets an ack overtake one held before it.
-func (c *conn) holdAck(data []byte, delay time.Duration) {
+func (c *conn) holdAck(data []byte, delay time.Duration, written frameWritten) {
 	c.lateMu.Lock()
 	due := time.Now().Add(delay)
 	if n := len(c.late); n > 0 && due.Before(c.late[n-1].due) {
 		due = c.late[n-1].due
 	}
-	c.late = append(c.late, lateAck{due: due, data: data})
+	c.late = append(c.late, lateAck{due: due, frame: outFrame{data: data, written: written}})
 	c.lateMu.Unlock()
 	select {
 	case c.lateWake <- struct{}{}:
@@ -101,7 +108,7 @@ func (c *conn) lateLoop(stopped chan<- struct{}) {
 			next = c.late[0]
 		}
 		c.lateMu.Unlock()
-		if next.data == nil {
+		if next.frame.data == nil {
 			select {
 			case <-c.lateWake:
 				continue
@@ -122,7 +129,7 @@ func (c *conn) lateLoop(stopped chan<- struct{}) {
 		c.late[0] = lateAck{}
 		c.late = c.late[1:]
 		c.lateMu.Unlock()
-		if c.enqueue(next.data) {
+		if c.push(next.frame) {
 			c.count(func(st *counters) { st.LateAcks++ })
 		}
 	}
@@ -223,6 +230,9 @@ func (c *conn) writeLoop(stopped chan<- struct{}) {
 				c.abort()
 				return
 			}
+			if f.written != nil {
+				f.written.written()
+			}
 			if f.rec != nil {
 				f.rec.ev.At = c.s.now()
 				c.s.rec.add(f.rec.bot, f.rec.ev)
@@ -305,13 +315,13 @@ func (c *conn) count(f func(*counters)) {
 
 // ack answers a client frame on behalf of the connection's bot.
 func (c *conn) ack(reqID string, code int, msg string, body any) {
-	c.ackFor(c.bot, reqID, code, msg, body)
+	c.ackFor(c.bot, reqID, code, msg, body, nil)
 }
 
 // ackFor answers a client frame attributed to bot b (nil if unknown): the
 // errcode is counted in b's stats, nothing is sent while b's acks are
 // stalled by a fault, and the ack is held back while b's acks are late.
-func (c *conn) ackFor(b *bot, reqID string, code int, msg string, body any) {
+func (c *conn) ackFor(b *bot, reqID string, code int, msg string, body any, written frameWritten) {
 	var delay time.Duration
 	if b != nil {
 		b.mu.Lock()
@@ -345,10 +355,10 @@ func (c *conn) ackFor(b *bot, reqID string, code int, msg string, body any) {
 		return
 	}
 	if delay > 0 {
-		c.holdAck(data, delay)
+		c.holdAck(data, delay, written)
 		return
 	}
-	c.enqueue(data)
+	c.push(outFrame{data: data, written: written})
 }
 
 // knownCmds are the commands a client may send.
@@ -430,7 +440,7 @@ func (c *conn) subscribe(f *wecom.Frame) {
 	}
 	if c.bot != nil && c.bot != b {
 		c.count(func(st *counters) { st.Frames[wecom.CmdSubscribe]++ })
-		c.ackFor(b, f.Headers.ReqID, wecom.ErrCodeInvalidParam, "this connection is already subscribed as bot "+c.bot.id+": open one connection per bot", nil)
+		c.ackFor(b, f.Headers.ReqID, wecom.ErrCodeInvalidParam, "this connection is already subscribed as bot "+c.bot.id+": open one connection per bot", nil, nil)
 		return
 	}
 	now := c.s.now()
@@ -440,7 +450,7 @@ func (c *conn) subscribe(f *wecom.Frame) {
 		b.stats.AuthFailures++
 		b.mu.Unlock()
 		log.Warn().Msg("subscribe refused: wrong or revoked secret")
-		c.ackFor(b, f.Headers.ReqID, wecom.ErrCodeInvalidCredential, "invalid credential: unknown bot_id or wrong secret", nil)
+		c.ackFor(b, f.Headers.ReqID, wecom.ErrCodeInvalidCredential, "invalid credential: unknown bot_id or wrong secret", nil, nil)
 		c.hangUp(websocket.ClosePolicyViolation, "authentication failed")
 		return
 	}
@@ -449,7 +459,7 @@ func (c *conn) subscribe(f *wecom.Frame) {
 		b.stats.SubRefusals++
 		b.mu.Unlock()
 		log.Warn().Int("errcode", code).Msg("subscribe refused by the refuse_subscribe fault")
-		c.ackFor(b, f.Headers.ReqID, code, "subscribe refused, try again later (refuse_subscribe fault)", nil)
+		c.ackFor(b, f.Headers.ReqID, code, "subscribe refused, try again later (refuse_subscribe fault)", nil, nil)
 		c.hangUp(websocket.CloseTryAgainLater, "subscribe refused, try again later")
 		return
 	}

@@ -109,6 +109,10 @@ type TranscriptEntry struct {
 	StreamID string `json:"stream_id,omitempty"`
 	// Images is the number of msg_item images on a finished stream.
 	Images int `json:"images,omitempty"`
+	// ImageIDs name the images a bot showed (a finishing frame's
+	// msg_item, an uploaded image sent), kept a while for
+	// GET /control/images?id=.
+	ImageIDs []string `json:"image_ids,omitempty"`
 	// Media lists a user message's media items (quoted ones included).
 	Media []MediaInfo `json:"media,omitempty"`
 	// FeedbackID is the feedback.id a stream's first frame carried: what

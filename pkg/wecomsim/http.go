@@ -72,6 +72,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		"/control/recording":  {{http.MethodGet, s.httpRecording}},
 		"/control/robot":      {{http.MethodGet, s.httpRobotMessages}},
 		"/control/media":      {{http.MethodGet, s.httpMediaList}},
+		"/control/images":     {{http.MethodGet, s.httpImage}},
 	}
 	rs, found := routes[r.URL.Path]
 	if !found {

@@ -145,7 +145,7 @@ func (c *conn) respondMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 			b.consume(p.chat, now)
 			up := *info
 			b.addEntry(p.chat, TranscriptEntry{From: "bot", MsgID: newID("reply"), ReplyTo: p.msgid,
-				Kind: body.MsgType, Content: info.MediaID, Upload: &up, Finished: true})
+				Kind: body.MsgType, Content: info.MediaID, Upload: &up, Finished: true, ImageIDs: c.s.shownIDs(info.MediaID)})
 			return accepted
 		}
 		return fail(wecom.ErrCodeInvalidMsgType, "invalid msgtype %s for aibot_respond_msg: use stream, template_card, stream_with_template_card or uploaded media", quote(body.MsgType))
@@ -221,6 +221,10 @@ func (c *conn) streamFrame(b *bot, reqID string, p *pendingReq, body *wecom.Resp
 	st.entry.Content = s.Content
 	st.entry.Images = len(s.MsgItem)
 	st.entry.ImageMD5 = imageMD5
+	for _, it := range s.MsgItem { // checked: base64 of an image
+		data, _ := base64.StdEncoding.DecodeString(it.Image.Base64)
+		st.entry.ImageIDs = append(st.entry.ImageIDs, c.s.keepImage(data))
+	}
 	if card {
 		st.entry.Kind = body.MsgType
 		st.entry.Card = cardJSON(body.TemplateCard)
@@ -396,7 +400,7 @@ func (c *conn) sendMsgLocked(b *bot, f *wecom.Frame, now time.Time) result {
 		return r
 	}
 	b.consume(ch.key, now)
-	b.addEntry(ch.key, TranscriptEntry{From: "bot", MsgID: newID("push"), Kind: kind, Content: content, Upload: upload, Finished: true})
+	b.addEntry(ch.key, TranscriptEntry{From: "bot", MsgID: newID("push"), Kind: kind, Content: content, Upload: upload, Finished: true, ImageIDs: c.s.shownIDs(content)})
 	return accepted
 }
 

@@ -42,6 +42,7 @@ type Server struct {
 	rec   recorder   // opt-in latency recording (recording.go)
 	robot robots     // the group robot's webhook (robot.go)
 	files mediaFiles // media users sent, served encrypted (media.go)
+	shown botImages  // images bots showed, for the demo page (botmedia.go)
 
 	wg sync.WaitGroup // one per connection handler
 }

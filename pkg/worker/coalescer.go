@@ -121,3 +121,24 @@ func (c *coalescer) write(ctx context.Context) error {
 	}
 	return nil
 }
+
+// finishWith ends the text with note ("" none) and makes the next write
+// carry reply (nil none): the answer's last write. The note is not
+// counted against the cap: it is a sentence, and the user must read it.
+func (c *coalescer) finishWith(note string, reply *task.Reply) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if note != "" {
+		if c.b.Len() > 0 {
+			c.b.WriteString("\n\n")
+		}
+		c.b.WriteString(note)
+		c.dirty = true
+	}
+	if reply != nil {
+		c.w.SetReply(reply)
+		c.dirty = true
+	}
+}

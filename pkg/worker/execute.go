@@ -147,9 +147,12 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt), run.MaxAnswerBytes, w.cfg.TruncatedNote)
 	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
-	// The backends asked (a fallback, a breaker's skip) go to the record.
+	// The backends asked (a fallback, a breaker's skip) go to the record;
+	// a reply (images, files, a card) the answering backend hands over
+	// goes to the sink.
 	streamCtx, route := ai.WithRoute(runCtx)
-	err = run.Backend.Stream(streamCtx, req, out.add)
+	sink := &ai.ReplySink{}
+	err = w.stream(ai.WithReplySink(streamCtx, sink), m, attempt, run, req, route, out.add) // model.go: metrics, usage
 	stopWrites()
 	steps := backendSteps(route)
 	text := out.text()
@@ -194,6 +197,18 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		}
 		return w.failed(bg, m, attempt, why, retry, steps...)
 	}
+	// The reply's images and files are stored, and named in the output's
+	// last write, before the record says succeeded (reply.go).
+	var reply *task.Reply
+	var note string
+	if err := w.patiently(ctx, log, "store the reply's files", func() (err error) {
+		reply, note, err = w.storeReply(bg, m, attempt, sink.Reply())
+		return err
+	}); err != nil {
+		return w.failed(bg, m, attempt, "reply not stored: "+err.Error(), !final)
+	}
+	out.finishWith(note, reply)
+	text = out.text()
 	// The complete text is stored under this attempt before the record
 	// says succeeded: the pusher delivers exactly what Finish hashed.
 	if err := w.patiently(ctx, log, "store the answer", func() error { return out.flush(bg, outputFailed) }); err != nil {

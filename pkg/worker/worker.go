@@ -27,6 +27,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -143,6 +144,9 @@ type BotRun struct {
 	// MaxAnswerBytes caps the answer (Config.MaxAnswerBytes): 0 is
 	// DefaultMaxAnswerBytes.
 	MaxAnswerBytes int
+	// Limits are the bot's limits: with a token limit, the tokens its
+	// backend reports are counted (model.go).
+	Limits limits.Limits
 }
 
 // fixedBots is Config's backend and bounds for every bot (Config.Bots nil).

@@ -85,7 +85,84 @@ function phase(m) {
 const labels = {
   receipt: "receipt 回执", progress: "progress 进度", heartbeat: "heartbeat 心跳", final: "final 完成",
   truncated: "truncated 截断", expired: "window expired 窗口已过", pushed: "pushed 推送 (aibot_send_msg)",
+  template_card: "card 卡片", update_template_card: "card updated 卡片已更新", image: "image 图片",
+  file: "file 文件", voice: "voice 语音", video: "video 视频",
 };
+
+// images: image id → object URL (or a pending promise), fetched with the
+// token (an <img src> could not send it).
+const images = new Map();
+
+function imageEl(id) {
+  const img = el("img", { class: "reply-image", alt: "image " + id, "data-image": id });
+  let got = images.get(id);
+  if (!got) {
+    got = fetch(api + "images?" + new URLSearchParams({ id }), { headers: authorized({}) })
+      .then((r) => (r.ok ? r.blob() : Promise.reject(new Error(r.statusText))))
+      .then((b) => URL.createObjectURL(b))
+      .catch(() => { images.delete(id); return ""; });
+    images.set(id, got);
+  }
+  Promise.resolve(got).then((u) => { if (u) img.src = u; });
+  return img;
+}
+
+// cardOf is the template card a bot message carries (parsed), or null.
+function cardOf(m) {
+  let raw = m.card;
+  if (!raw && (m.kind === "template_card" || m.kind === "update_template_card" || (m.kind === "welcome" && m.content.startsWith("{")))) raw = m.content;
+  if (!raw) return null;
+  try { return JSON.parse(raw); } catch (e) { return null; }
+}
+
+// cardEl draws a card: titles, text and its buttons; a click sends the
+// bot a template_card_event (through the simulator), as WeCom does.
+function cardEl(card) {
+  const t = card.main_title || {};
+  const buttons = (card.button_list || []).map((b) => {
+    const btn = el("button", { type: "button", class: "card-button", "data-key": b.key || "" }, b.text || b.key || "?");
+    btn.addEventListener("click", () => clickCard(card.task_id, b.key));
+    return btn;
+  });
+  return el("div", { class: "card", "data-card-task": card.task_id || "" },
+    el("div", { class: "card-type" }, "🗂 " + (card.card_type || "card")),
+    t.title ? el("div", { class: "card-title" }, t.title) : null,
+    t.desc ? el("div", { class: "card-desc" }, t.desc) : null,
+    card.sub_title_text ? el("div", { class: "card-desc" }, card.sub_title_text) : null,
+    buttons.length ? el("div", { class: "card-buttons" }, ...buttons) : null);
+}
+
+async function clickCard(taskID, key) {
+  if (!taskID || !key) return;
+  try {
+    const r = await fetch(api + "clicks", { method: "POST", headers: authorized({ "Content-Type": "application/json" }),
+      body: JSON.stringify({ bot: $("#bot").value, user: chat(), task_id: taskID, event_key: key }) });
+    const body = await r.json().catch(() => ({}));
+    if (asksToken(r)) throw new Error(body.error || "this node asks for its API token");
+    if (!r.ok) throw new Error(body.error || r.statusText);
+    pollTranscript();
+  } catch (e) {
+    showChatError(e.message, "send");
+  }
+}
+
+// extras are what a bot message shows beyond its text: its images and
+// its card; media it sent by upload.
+function extras(m) {
+  const out = (m.image_ids || []).map(imageEl);
+  if (m.images && !(m.image_ids || []).length) out.push(el("div", { class: "file" }, "🖼 " + m.images + " image(s)"));
+  const card = cardOf(m);
+  if (card) out.push(cardEl(card));
+  if (["file", "voice", "video"].includes(m.kind)) out.push(el("div", { class: "file" }, "📎 " + m.kind + " (media_id " + m.content + ")"));
+  return out;
+}
+
+// text is what a bot message says in words ("" for a card or media).
+function text(m) {
+  if (cardOf(m) && !m.kind.startsWith("stream")) return "";
+  if (["file", "voice", "video", "image"].includes(m.kind)) return "";
+  return m.content;
+}
 
 function track(m) {
   let s = seen.get(m.msgid);
@@ -112,7 +189,7 @@ function renderMessages(msgs) {
     const timeline = s.phases.map((x) => labels[x.phase].split(" ")[0] + (x.n > 1 ? " ×" + x.n : "") + " " + x.at.toLocaleTimeString("en-GB", { hour12: false }));
     nodes.push(el("div", { class: "msg bot", "data-msgid": m.msgid, "data-phase": p, "data-finished": String(m.finished), "data-kind": m.kind },
       el("div", { class: "meta" }, el("span", { class: "badge " + p }, labels[p] || p), " ", m.kind, m.reply_to ? "" : " · proactive push"),
-      m.content,
+      text(m), ...extras(m),
       el("div", { class: "timeline" }, "seen: " + timeline.join(" → "))));
   }
   box.replaceChildren(...nodes);

@@ -1,0 +1,176 @@
+package pusher_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"image"
+	"image/png"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/pusher"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecom"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+func smallPNG() []byte {
+	var b bytes.Buffer
+	_ = png.Encode(&b, image.NewGray(image.Rect(0, 0, 8, 8)))
+	return b.Bytes()
+}
+
+// writeReply plays a worker whose answer is text with a reply: each
+// object's bytes stored in the media store, then the output and Finish.
+func (r *rig) writeReply(id, text string, images [][]byte, files [][]byte, card string) {
+	r.t.Helper()
+	ctx := context.Background()
+	rec := r.record(id)
+	attempt, _, err := r.lc.Start(ctx, task.MessageOf(rec), "queue", 1)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var reply task.Reply
+	n := 0
+	put := func(kind, name string, data []byte) task.ReplyObject {
+		key := task.ReplyKey(id, attempt, n)
+		n++
+		if _, err := r.js.Store.Media().PutBytes(ctx, key, data); err != nil {
+			r.t.Fatal(err)
+		}
+		sum := md5.Sum(data)
+		return task.ReplyObject{Kind: kind, Name: name, Size: int64(len(data)), MD5: hex.EncodeToString(sum[:]), Key: key}
+	}
+	for _, b := range images {
+		reply.Images = append(reply.Images, put("image", "i.png", b))
+	}
+	for _, b := range files {
+		reply.Files = append(reply.Files, put("file", "f.txt", b))
+	}
+	if card != "" {
+		reply.Card = json.RawMessage(card)
+	}
+	w := r.lc.Output(id, "b", attempt)
+	w.SetReply(&reply)
+	if err := w.Write(ctx, text); err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := r.lc.Finish(ctx, id, attempt, text); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+const testCard = `{"card_type":"button_interaction","task_id":"x","main_title":{"title":"t"},"button_list":[{"text":"ok","key":"k"}]}`
+
+// The final frame carries the images (msg_item) and the card
+// (stream_with_template_card); a file of more than 10 chunks is uploaded
+// with at most 2 chunks in flight (the simulator refuses a third while
+// acks are late) and pushed as a file message.
+func TestReplyImagesCardOnFinalFrameAndFileUploaded(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	big := bytes.Repeat([]byte("0123456789abcdef"), 12*wecom.MaxUploadChunkBytes/16-7) // 12 chunks
+	if err := r.sim.Fault(wecomsim.FaultRequest{BotID: "b", Action: "late_acks", Seconds: 60, DelaySeconds: 0.2}); err != nil {
+		t.Fatal(err)
+	}
+	r.writeReply(rec.ID, "Here it is.", [][]byte{smallPNG(), smallPNG()}, [][]byte{big}, testCard)
+	r.waitDelivery(rec.ID, task.Delivered)
+	bot := r.botMessages("alice")
+	if len(bot) != 2 || bot[0].Content != "Here it is." || !bot[0].Finished || bot[0].Images != 2 || !strings.Contains(bot[0].Card, `"button_interaction"`) ||
+		bot[1].Kind != "file" || !bot[1].Finished {
+		t.Fatalf("user sees %+v", bot)
+	}
+	if s := r.stats(); s.Errors["40058"] != 0 {
+		t.Fatalf("frames refused: %+v", s)
+	}
+	if st := r.p.Stats(); st.Uploads != 1 {
+		t.Fatalf("uploads %d", st.Uploads)
+	}
+}
+
+// After a failover the new leader cannot use the old stream: the whole
+// reply is pushed, in the answer's order: text, images (uploaded), card,
+// files.
+func TestReplyPushedAfterFailover(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.stop() // the leader dies before the answer
+	r.connect(2)
+	r.writeReply(rec.ID, "Late but whole.", [][]byte{smallPNG()}, [][]byte{[]byte("a small file")}, testCard)
+	r.start(pusher.Config{})
+	r.waitDelivery(rec.ID, task.Delivered)
+	var kinds []string
+	for _, m := range r.botMessages("alice") {
+		kinds = append(kinds, m.Kind)
+	}
+	if got := strings.Join(kinds, ","); got != "stream,markdown,image,template_card,file" {
+		t.Fatalf("user sees %s: %+v", got, r.botMessages("alice"))
+	}
+	if s := r.stats(); s.Errors["40058"] != 0 || s.InvalidReqIDs != 0 {
+		t.Fatalf("frames refused: %+v", s)
+	}
+}
+
+// noisePNG is a PNG of w×w random pixels: about 4·w² bytes, incompressible.
+func noisePNG(w int) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, w, w))
+	x := uint32(2463534242)
+	for i := range img.Pix {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		img.Pix[i] = byte(x)
+	}
+	var b bytes.Buffer
+	_ = png.Encode(&b, img)
+	return b.Bytes()
+}
+
+// Images too large for one frame together (the frame limit, 1 MiB) are
+// not sent in a broken frame: the final frame carries the text, the
+// image is uploaded and sent after it.
+func TestReplyImageTooLargeForTheFrameIsUploaded(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	big := noisePNG(460)
+	if len(big)*4/3 < wecom.MaxFrameBytes-64<<10 {
+		t.Fatalf("the test image is %d bytes: too small to overflow a frame", len(big))
+	}
+	r.writeReply(rec.ID, "A big picture.", [][]byte{big}, nil, "")
+	r.waitDelivery(rec.ID, task.Delivered)
+	bot := r.botMessages("alice")
+	if len(bot) != 2 || bot[0].Content != "A big picture." || bot[0].Images != 0 || bot[1].Kind != "image" || len(bot[1].ImageIDs) != 1 {
+		t.Fatalf("user sees %+v", bot)
+	}
+	if s := r.stats(); s.Errors["40058"] != 0 || s.Oversized != 0 {
+		t.Fatalf("frames refused: %+v", s)
+	}
+}
+
+// An upload WeCom refuses for the bot's upload cap (45009) is not a
+// failure of the task: the bot's upload budget is lowered and the file
+// goes when the cap allows.
+func TestReplyUploadOverTheCapWaits(t *testing.T) {
+	r := newRig(t, wecomsim.Config{UploadRateLimit: 1, RateWindow: 2 * time.Second})
+	r.start(pusher.Config{Uploads: pace.New(30, 2*time.Second, nil)})
+	rec := r.ask("alice", "hi")
+	r.writeReply(rec.ID, "Two files.", nil, [][]byte{[]byte("one"), []byte("two")}, "")
+	r.waitDelivery(rec.ID, task.Delivered)
+	var files int
+	for _, m := range r.botMessages("alice") {
+		if m.Kind == "file" {
+			files++
+		}
+	}
+	if s := r.stats(); files != 2 || s.QuotaRejections == 0 || r.record(rec.ID).PushAttempts != 0 {
+		t.Fatalf("files %d, quota rejections %d, push attempts %d", files, s.QuotaRejections, r.record(rec.ID).PushAttempts)
+	}
+}

@@ -1,0 +1,72 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"image"
+	"image/png"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/task"
+)
+
+// replyBackend answers "ok" and sends reply with it.
+type replyBackend struct{ reply ai.Reply }
+
+func (replyBackend) Name() string { return "reply-test" }
+func (b replyBackend) Stream(ctx context.Context, req ai.Request, emit func(string) error) error {
+	if err := emit("ok"); err != nil {
+		return err
+	}
+	return ai.SendReply(ctx, b.reply)
+}
+
+func pngOf(w int) []byte {
+	var b bytes.Buffer
+	_ = png.Encode(&b, image.NewGray(image.Rect(0, 0, w, w)))
+	return b.Bytes()
+}
+
+// A reply WeCom would refuse is not sent broken: a GIF, an image over
+// 10 MB, the 11th image and a card that is not an object are left out,
+// the answer says so, and what is valid is stored and named in the
+// output (with its md5) for the pusher.
+func TestReplyBadItemsLeftOutWithANote(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{})
+	var images []ai.ReplyFile
+	images = append(images, ai.ReplyFile{Name: "a.gif", Data: []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")})
+	images = append(images, ai.ReplyFile{Name: "huge.png", Data: append(pngOf(4), make([]byte, ai.MaxReplyImageBytes)...)})
+	for range 9 {
+		images = append(images, ai.ReplyFile{Data: pngOf(4)})
+	}
+	b := replyBackend{ai.Reply{Images: images, Files: []ai.ReplyFile{{Name: "n.txt", Data: []byte("notes")}}, Card: []byte(`[1]`)}}
+	run(t, env.Store, "w1", b)
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	publishMessage(t, env.Store, m)
+	testwait.Eventually(t, waitLong, "succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+	o := output(env.Store, m.TaskID)
+	for _, want := range []string{"ok\n\n（部分内容未能发送：", "a.gif 不是 JPG 或 PNG 格式", "huge.png 超过 10 MB", "图片最多 10 张", "卡片格式无效"} {
+		if !strings.Contains(o.Text, want) {
+			t.Errorf("answer %q: no %q", o.Text, want)
+		}
+	}
+	if o.Reply == nil || len(o.Reply.Images) != 8 || len(o.Reply.Files) != 1 || o.Reply.Card != nil {
+		t.Fatalf("reply %+v", o.Reply)
+	}
+	got, err := env.Store.Media().GetBytes(context.Background(), o.Reply.Files[0].Key)
+	sum := md5.Sum([]byte("notes"))
+	if err != nil || string(got) != "notes" || o.Reply.Files[0].MD5 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("stored file %q, %v", got, err)
+	}
+	if r := record(t, env.Store, m.TaskID); r.AnswerHash != task.Hash(o.Text) {
+		t.Fatal("the recorded answer is not the text with its note")
+	}
+}
