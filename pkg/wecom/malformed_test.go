@@ -159,5 +159,5 @@ type handlerFuncs struct {
 	ev  func(*wecom.Conn, string, *wecom.EventCallback)
 }
 
-func (h handlerFuncs) Message(c *wecom.Conn, reqID string, m *wecom.MsgCallback) { h.msg(c, reqID, m) }
+func (h handlerFuncs) Message(c *wecom.Conn, reqID string, m *wecom.MsgCallback)  { h.msg(c, reqID, m) }
 func (h handlerFuncs) Event(c *wecom.Conn, reqID string, ev *wecom.EventCallback) { h.ev(c, reqID, ev) }
