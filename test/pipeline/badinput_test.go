@@ -117,9 +117,9 @@ func TestBadInputOfEveryKindIsHarmless(t *testing.T) {
 }
 
 // A message answered without a task (a failed download, an unknown type,
-// a question too long) and redelivered by WeCom after a failover, to a
-// leader whose dedupe memory never saw it: no second reply, no second
-// download.
+// a question too long), and one answered by its task, redelivered by
+// WeCom after a failover to a leader whose dedupe memory never saw them:
+// no second reply, no second download, no second task.
 func TestRedeliveredAfterAFailoverRepliesOnce(t *testing.T) {
 	c := newCluster(t)
 	a := c.start("a", nil)
@@ -133,11 +133,15 @@ func TestRedeliveredAfterAFailoverRepliesOnce(t *testing.T) {
 		{MsgType: "file", MediaPart: wecomsim.MediaPart{Fault: "expired"}},
 		{RawMsgType: "location"},
 		{Text: strings.Repeat("x", 9000)},
+		{Text: "a plain question"},
 	} {
 		req.UserID, req.CreateTime = fmt.Sprintf("user%d", i), old
 		m := c.postAs(req)
 		c.replyTo(req.UserID, m.MsgID)
 		sent = append(sent, m)
+		if req.Text == "a plain question" {
+			testwait.Eventually(t, waitLong, "the question's task delivered", func() bool { return c.record(a, m.MsgID).Delivery == task.Delivered })
+		}
 	}
 	before, _ := c.sim.Stats("b1")
 	a.stop()
@@ -155,6 +159,9 @@ func TestRedeliveredAfterAFailoverRepliesOnce(t *testing.T) {
 		if k := countReplies(c.bot(fmt.Sprintf("user%d", i)), m.MsgID); k != 1 {
 			t.Errorf("message %d: %d replies, want 1: %+v", i, k, c.bot(fmt.Sprintf("user%d", i)))
 		}
+	}
+	if r := c.record(b, sent[3].MsgID); r.Attempt != 1 || r.Exec != task.Succeeded {
+		t.Errorf("the question's task after its redelivery: %+v", r)
 	}
 	after, _ := c.sim.Stats("b1")
 	if after.FinishedStreamFrames != before.FinishedStreamFrames {
