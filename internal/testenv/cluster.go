@@ -35,6 +35,10 @@ func StartNATSCluster(t testing.TB, n int) []string {
 type NATSCluster struct {
 	cports []int
 	ports  []int // client ports, fixed so URLs are known before Start
+	// SyncAlways, set before Start, has JetStream fsync every write, as
+	// botctl's servers do (infra.NATSConfig.SyncInterval): a write is in
+	// flight longer, as in production.
+	SyncAlways bool
 }
 
 // NewNATSCluster picks the ports of an n-server cluster; no server runs
@@ -79,7 +83,7 @@ func (c *NATSCluster) Start(t testing.TB, i int) {
 	}
 	s, err := server.NewServer(&server.Options{
 		ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: c.ports[i], NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir(),
+		JetStream: true, StoreDir: t.TempDir(), SyncAlways: c.SyncAlways,
 		Cluster: server.ClusterOpts{Name: "test-cluster", Host: "127.0.0.1", Port: c.cports[i]},
 		Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 	})

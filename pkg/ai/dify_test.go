@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -413,5 +414,57 @@ func TestDifyConfigErrors(t *testing.T) {
 	}
 	if b.Name() != "dify:api.dify.ai" {
 		t.Errorf("Name() = %q, want dify:api.dify.ai (the default base_url's host)", b.Name())
+	}
+}
+
+// TestDifyDocExample replays docs/ai.md's Dify exchange: with the
+// conversation Dify holds for the user stored, the request botctl sends is
+// the one shown; the stream shown gives the answer and the usage the docs
+// name, and its conversation_id stays stored for the user.
+func TestDifyDocExample(t *testing.T) {
+	leakCheck(t)
+	js := testenv.StartJetStream(t, dataplane.Options{})
+	const conv = "45701982-8118-4bc5-8e9b-dcd85c2b1dd3"
+	sessions := nodeSessions(t, js)
+	f := newFakeDify(t)
+	f.mu.Lock()
+	f.conversations[conv] = "zhangsan"
+	f.mu.Unlock()
+	response := docExample(t, "dify response")
+	f.setAnswer(func(w http.ResponseWriter, _ string, _ map[string]any) {
+		for _, line := range strings.SplitAfter(response, "\n") { // a stream, not one write
+			write(w, line)
+		}
+	})
+	b := f.backend(t, sessions, DifyConfig{})
+	if err := sessions.SetSession(context.Background(), "b1", "group1", "zhangsan", b.Name(), conv); err != nil {
+		t.Fatal(err)
+	}
+	req := Request{TaskID: "t1", Bot: "b1", Chat: "group1", ChatType: "group", User: "zhangsan", MsgID: "m1",
+		Messages: []Message{{Role: RoleUser, Content: "会议改到几点了？"}}}
+	ctx, used := WithUsage(context.Background())
+	rec := newRecorder()
+	if err := b.Stream(ctx, req, rec.emit); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.text(); got != "改到了周三 16:00。" {
+		t.Errorf("answer %q, want the docs' 改到了周三 16:00。", got)
+	}
+	if u, ok := used(); !ok || u != (Usage{In: 1033, Out: 12}) {
+		t.Errorf("usage %+v (reported %v), want the docs' 1033 in, 12 out", u, ok)
+	}
+	var want, sent any
+	if err := json.Unmarshal([]byte(docExample(t, "dify request")), &want); err != nil {
+		t.Fatalf("the documented request is not JSON: %v", err)
+	}
+	got := f.next(t)
+	if err := json.Unmarshal(got.raw, &sent); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sent, want) {
+		t.Errorf("request sent\n%s\nnot the documented one\n%s", got.raw, docExample(t, "dify request"))
+	}
+	if id, err := sessions.Session(context.Background(), "b1", "group1", "zhangsan", b.Name()); err != nil || id != conv {
+		t.Errorf("stored conversation %q (%v), want %q", id, err, conv)
 	}
 }

@@ -255,10 +255,12 @@ type Worker struct {
 	// slots cost memory, not CPU: about 44 KB of heap and stacks per
 	// running task with the demo backend, up to twice that in RSS
 	// (BenchmarkRunningTaskMemory in pkg/worker; a real backend adds its
-	// HTTP stream's buffers). Default 1024 (about 45 MB in use, 90 MB RSS
-	// when full); three nodes with one leading hold 2,304 answers at
-	// once. Lower it only to bound memory; to respect a model provider's
-	// limit, set ai.max_concurrency instead. At most
+	// HTTP stream's buffers). Default 0: derived at start from the
+	// memory this process may use, capped by ai.max_concurrency
+	// (DeriveSlots: half the memory at 256 KiB a slot, so 8,192 on a
+	// 4 GiB machine; three such nodes with one leading hold 16,640
+	// answers at once). Set it only to bound memory below that; to
+	// respect a model provider's limit, set ai.max_concurrency. At most
 	// MaxSlots, so that the sum over nodes stays below the queue's
 	// TaskMaxRunning (65536).
 	Slots int `yaml:"slots"`
@@ -281,8 +283,9 @@ type Worker struct {
 	OutputInterval time.Duration `yaml:"output_interval"`
 }
 
-// Defaults of worker.slots and worker.leader_slots, sized for I/O-bound
-// AI backends: three nodes (one leading) hold 2,304 answers at once.
+// DefaultWorkerSlots is worker.slots when the machine's memory cannot be
+// read (DeriveSlots); DefaultLeaderSlots is worker.leader_slots'
+// default: the leader keeps CPU for its connection and pusher.
 const (
 	DefaultWorkerSlots = 1024
 	DefaultLeaderSlots = 256
@@ -307,7 +310,7 @@ func Defaults() Config {
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second, PulseInterval: time.Second, PulseTimeout: 3 * time.Second,
 			KickLimit: 3, KickWindow: 10 * time.Minute},
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20, AuditEvery: time.Minute},
-		Worker:   Worker{Slots: DefaultWorkerSlots, LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
+		Worker:   Worker{LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI: AI{Kind: AIKindDemo, MaxAnswerBytes: DefaultMaxAnswerBytes, FirstTokenTimeout: DefaultFirstTokenTimeout,
 			Breaker: AIBreaker{Failures: DefaultBreakerFailures, Cooldown: DefaultBreakerCooldown}},
 		Memory: Memory{Turns: 20, Bytes: 16 << 10, IdleExpiry: dataplane.DefaultContextTTL},
@@ -501,8 +504,10 @@ func (c *Config) applyEnv(environ []string) error {
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-// Resolve reads secret files and environment secrets into Bots.
+// Resolve reads secret files and environment secrets into Bots, and
+// derives worker.slots from this machine when it is 0 (DeriveSlots).
 func (c *Config) Resolve(environ []string) error {
+	c.resolveSlots(MachineMemory())
 	env := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -595,7 +600,7 @@ func (c *Config) Validate() error {
 		bad("election.kick_window", "must be positive, got %s", c.Election.KickWindow)
 	}
 	if c.Worker.Slots < 0 || c.Worker.Slots > MaxSlots {
-		bad("worker.slots", "%d: want 0 (the default %d) to %d (the task queue's TaskMaxRunning, 65536, must exceed the sum over nodes)", c.Worker.Slots, DefaultWorkerSlots, MaxSlots)
+		bad("worker.slots", "%d: want 0 (derived from the machine's memory and ai.max_concurrency) to %d (the task queue's TaskMaxRunning, 65536, must exceed the sum over nodes)", c.Worker.Slots, MaxSlots)
 	}
 	if c.Worker.Deadline <= 0 {
 		bad("worker.deadline", "must be positive, got %s", c.Worker.Deadline)

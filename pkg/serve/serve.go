@@ -122,7 +122,7 @@ func (n *Node) Pusher(bot string) *pusher.Pusher { return n.leaders.Pusher(bot) 
 // closed, its callbacks handled, resign), then the worker, the forwarder
 // and the advisory watch stop, then the API, the spool and NATS close.
 func Run(ctx context.Context, o Options) error {
-	cfg := o.Config
+	cfg := o.Config.Derived() // worker.slots 0: from this machine
 	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
 	if err := checkListener(o.Listener, cfg.API.TokenFile); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,6 +22,50 @@ import (
 // the receipt), nothing else changes. Every opened task is in the
 // undelivered index until its delivery is final.
 func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
+	cur, err := l.open(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if !cur.Delivery.Finished() {
+		if err := l.store.MarkUndelivered(ctx, cur.Bot, cur.ID); err != nil {
+			// Say so in the record, so that the next Start repairs it.
+			l.update(context.WithoutCancel(ctx), cur.ID, func(r *Record) error {
+				if r.NotIndexed {
+					return ErrNoChange
+				}
+				r.NotIndexed = true
+				return nil
+			})
+			return cur, fmt.Errorf("task %s recorded, not indexed as undelivered (repaired when it starts): %w", cur.ID, err)
+		}
+	}
+	return cur, nil
+}
+
+// openTries bounds open's tries when a create is refused as "exists" and
+// the record is then not found.
+const openTries = 20
+
+// open creates r's record, or merges the leader's fields into the one
+// there. On a replicated bucket a create racing another's (the leader's
+// Open and a worker's Start of the same task) can be refused while the
+// other write is still in flight — nats-server answers "wrong last
+// sequence" before that write is applied — and the read that follows then
+// finds nothing: open tries again, briefly, until the other write has
+// landed (or, if it failed, its own create succeeds). Without this the
+// worker's Start failed and its task waited for a second delivery.
+func (l *Lifecycle) open(ctx context.Context, r *Record) (*Record, error) {
+	for try := 0; ; try++ {
+		dataplane.CASPause(ctx, try)
+		cur, err := l.openOnce(ctx, r)
+		if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) || try >= openTries || ctx.Err() != nil {
+			return cur, err
+		}
+	}
+}
+
+// openOnce is one try of open.
+func (l *Lifecycle) openOnce(ctx context.Context, r *Record) (*Record, error) {
 	cur := r
 	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, jetstream.ErrKeyExists) {
 		cur, err = l.update(ctx, r.ID, func(c *Record) error {
@@ -64,19 +109,6 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	if !cur.Delivery.Finished() {
-		if err := l.store.MarkUndelivered(ctx, cur.Bot, cur.ID); err != nil {
-			// Say so in the record, so that the next Start repairs it.
-			l.update(context.WithoutCancel(ctx), cur.ID, func(r *Record) error {
-				if r.NotIndexed {
-					return ErrNoChange
-				}
-				r.NotIndexed = true
-				return nil
-			})
-			return cur, fmt.Errorf("task %s recorded, not indexed as undelivered (repaired when it starts): %w", cur.ID, err)
-		}
-	}
 	return cur, nil
 }
 
@@ -93,7 +125,7 @@ func (l *Lifecycle) Open(ctx context.Context, r *Record) (*Record, error) {
 // is alive: that is the copy the spool forwarded to hold the
 // conversation, and Start returns ErrRunningOffQueue, changing nothing.
 func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliveries int) (int, *Record, error) {
-	cur, rev, err := Get(ctx, l.store.Tasks(), m.TaskID)
+	cur, rev, err := l.awaitOpen(ctx, m.TaskID, deliveries)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		if _, err := l.Open(ctx, RecordOf(m)); err != nil {
@@ -152,6 +184,28 @@ func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliverie
 		return 0, r, err
 	}
 	return attempt, r, nil
+}
+
+// openWaitTries is how many more reads a queue task's Start gives the
+// leader's Open (CASPause's growing pauses: about 0.2 s in all) before it
+// opens the record itself.
+var openWaitTries = 8 // a var: a test gives a slow machine more
+
+// awaitOpen reads task id's record for Start. A queue delivery can come
+// before the leader's Open (the leader publishes the task, then writes its
+// record): rather than race it with a create of its own (a create refused
+// while the other is in flight, then merges and re-reads: ten requests or
+// more), the worker reads again a few times; only a record still missing
+// (the leader died between the two) is opened here. Off the queue
+// (deliveries 0) the caller opened it already, or nobody will.
+func (l *Lifecycle) awaitOpen(ctx context.Context, id string, deliveries int) (*Record, uint64, error) {
+	for try := 0; ; try++ {
+		dataplane.CASPause(ctx, try)
+		r, rev, err := Get(ctx, l.store.Tasks(), id)
+		if !errors.Is(err, jetstream.ErrKeyNotFound) || deliveries == 0 || try >= openWaitTries || ctx.Err() != nil {
+			return r, rev, err
+		}
+	}
 }
 
 // runsOffQueue: r's latest attempt runs on a fallback tier (a fixed

@@ -5,3 +5,11 @@ var (
 	Create = create
 	Update = update
 )
+
+// SetOpenWaitTries sets how many reads a queue task's Start gives the
+// leader's Open, until the test ends.
+func SetOpenWaitTries(t interface{ Cleanup(func()) }, n int) {
+	old := openWaitTries
+	openWaitTries = n
+	t.Cleanup(func() { openWaitTries = old })
+}

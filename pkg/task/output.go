@@ -41,6 +41,7 @@ type OutputWriter struct {
 	now     func() time.Time // the clock of each write's time (the lifecycle's)
 	rev     uint64           // revision of this writer's last write (0: none yet)
 	reply   *Reply           // written with every write once set (SetReply)
+	tried   bool             // the first write's create was tried
 }
 
 // SetReply makes every later Write carry reply.
@@ -60,6 +61,22 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 	raw, err := encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC(), Reply: w.reply})
 	if err != nil {
 		return err
+	}
+	if !w.tried {
+		// An attempt's first write: usually the task's first attempt,
+		// with no output yet, so create without reading the key first
+		// (one JetStream request less per answer). Only when the key is
+		// there (an earlier or a later attempt's output) is it read below,
+		// to learn whose it is.
+		w.tried = true
+		rev, err := w.kv.Create(ctx, w.id, raw)
+		switch {
+		case err == nil:
+			w.rev = rev
+			return nil
+		case !dataplane.LostCAS(err):
+			return fmt.Errorf("write output of task %s: %w", w.id, err)
+		}
 	}
 	for try := 0; try < 30; try++ {
 		dataplane.CASPause(ctx, try)

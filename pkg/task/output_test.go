@@ -3,11 +3,17 @@ package task_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/nats-io/nats.go"
 )
 
 // OutputTextBytes is exactly what the text takes in an Output's JSON, and
@@ -51,5 +57,106 @@ func TestOutputTextBytesIsTheStoredLength(t *testing.T) {
 				t.Fatalf("ClipOutputText(%q, %d) = %q: the next byte fits too", s, room, p)
 			}
 		}
+	}
+}
+
+// An attempt's first output write reads nothing: the output bucket's key
+// is created at once (a read of a key that is not there was one request
+// per answer for nothing). A second attempt, whose key exists, still
+// reads it, and is still fenced.
+func TestFirstOutputWriteReadsNothing(t *testing.T) {
+	f := newFixture(t, dataplane.Options{})
+	gets := countOutputGets(t, f)
+	m := f.queue("m1", "alice")
+	a1, _, err := f.lc.Start(f.ctx, m, "queue", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := gets()
+	w1 := f.lc.Output(m.TaskID, "b", a1)
+	for _, s := range []string{"one", "one two", "one two three"} {
+		if err := w1.Write(f.ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := gets() - before; n != 0 {
+		t.Fatalf("three writes of a fresh task's output read the bucket %d times, want 0", n)
+	}
+	if o, _ := task.GetOutput(f.ctx, f.env.Store.Output(), m.TaskID); o == nil || o.Text != "one two three" || o.Attempt != a1 {
+		t.Fatalf("output = %+v", o)
+	}
+
+	// A later attempt finds the key there: it reads it, takes over, and
+	// the earlier attempt's writer is fenced off.
+	a2, _, err := f.lc.Start(f.ctx, m, "fixed", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.lc.Output(m.TaskID, "b", a2).Write(f.ctx, "second"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Write(f.ctx, "one two three four"); !errors.Is(err, task.ErrSuperseded) {
+		t.Fatalf("stale write: %v, want ErrSuperseded", err)
+	}
+	// A fresh writer of the earlier attempt (a worker that restarted it)
+	// is refused too, though its first write tries a create.
+	if err := f.lc.Output(m.TaskID, "b", a1).Write(f.ctx, "again"); !errors.Is(err, task.ErrSuperseded) {
+		t.Fatalf("stale first write: %v, want ErrSuperseded", err)
+	}
+	if o, _ := task.GetOutput(f.ctx, f.env.Store.Output(), m.TaskID); o == nil || o.Text != "second" || o.Attempt != a2 {
+		t.Fatalf("output = %+v", o)
+	}
+}
+
+// countOutputGets counts the reads of the output bucket's keys (direct
+// or through the stream API) that reach f's server.
+func countOutputGets(t *testing.T, f *fixture) func() int {
+	stream := "KV_" + f.env.Store.Output().Bucket()
+	return countOn(t, f, []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>"}, func(m *nats.Msg) bool {
+		return strings.Contains(m.Subject, "."+stream)
+	})
+}
+
+// countOn counts the messages on subjects that match, as f's server sees
+// them; the count it returns includes every message the store's
+// connection sent before the call.
+func countOn(t *testing.T, f *fixture, subjects []string, match func(*nats.Msg) bool) func() int {
+	t.Helper()
+	nc, err := nats.Connect(f.env.Server.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var mu sync.Mutex
+	n, marks := 0, 0
+	for _, subj := range append(subjects, "test.mark") {
+		if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case m.Subject == "test.mark":
+				marks++
+			case match(m):
+				n++
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	return func() int {
+		// A mark from the store's connection arrives after every message
+		// it sent before.
+		sent++
+		if err := f.env.Conn.Publish("test.mark", nil); err != nil {
+			t.Fatal(err)
+		}
+		testwait.Eventually(t, 10*time.Second, "the mark", func() bool { mu.Lock(); defer mu.Unlock(); return marks >= sent })
+		mu.Lock()
+		defer mu.Unlock()
+		return n
 	}
 }

@@ -82,6 +82,24 @@ type incidentRow struct {
 	Signal   string    `json:"signal"`
 	Reason   string    `json:"reason"`
 	Detected time.Time `json:"detected"`
+	Events   []struct {
+		What string `json:"what"`
+	} `json:"events"`
+}
+
+// names reports whether the incident's reason or timeline names s: an
+// incident already open for the bot takes a later fault of its kind into
+// its timeline (its reason names the first).
+func (i incidentRow) names(s string) bool {
+	if strings.Contains(i.Reason, s) {
+		return true
+	}
+	for _, e := range i.Events {
+		if strings.Contains(e.What, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Harness) openIncidents() ([]incidentRow, error) {
@@ -416,8 +434,12 @@ func (h *Harness) corruptRecord(r *RoundResult) error {
 		incs, err := h.openIncidents()
 		if err == nil {
 			for _, i := range incs {
-				if i.Signal == "corrupt_record" && strings.Contains(i.Reason, id) {
-					r.note("data incident %s: %s", i.ID, i.Reason)
+				if i.Signal == "corrupt_record" && i.names(id) {
+					r.note("data incident %s names %s", i.ID, id)
+					// The person paged mends the record (the deferred
+					// delete) and acknowledges: the next round's record
+					// opens an incident of its own.
+					h.cli("incidents", "ack", i.ID, "--by", "chaos", "--note", "the chaos harness removes the corrupt record it put")
 					return nil
 				}
 			}

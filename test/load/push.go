@@ -34,6 +34,7 @@ type outputLog struct {
 	mu   sync.Mutex
 	vers map[string][]version
 	n    int
+	seen int // every entry the watch delivered (-subjects subtracts them)
 }
 
 func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
@@ -61,6 +62,11 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 	go func() {
 		defer close(done)
 		for e := range w.Updates() {
+			if e != nil {
+				l.mu.Lock()
+				l.seen++
+				l.mu.Unlock()
+			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}

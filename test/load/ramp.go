@@ -121,6 +121,8 @@ type stepResult struct {
 	versions                 int
 	profiles                 map[string]string // role → perf summary
 	subjects                 map[string]int    // NATS messages by kind of subject (-subjects)
+	ops                      *opCount          // the same by kind of operation, with bytes (-subjects)
+	harnessWatch             int               // deliveries to the load harness's own output watch
 	// leaderReceipt is the leader's own receipt histogram
 	// (botctl_receipt_latency_seconds: callback read → WeCom's ack),
 	// scraped at the step's end: botctl's share of the receipt apart
@@ -344,7 +346,8 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		res.gen = generate(sim, prefix, st.conversations, st.rate)
 		close(genDone)
 	}()
-	slots := config.Defaults().Worker.LeaderSlots + (st.nodes-1)*config.Defaults().Worker.Slots
+	def := config.Defaults().Derived() // the nodes run on this machine
+	slots := def.Worker.LeaderSlots + (st.nodes-1)*def.Worker.Slots
 	if st.kind == "naive" {
 		slots = st.conversations
 	}
@@ -410,7 +413,12 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	res.usage, res.wall = smp.stop()
 	res.ticks = smp.timeline()
 	if counter != nil {
-		res.subjects = counter.stop()
+		res.subjects, res.ops = counter.stop()
+		if outs != nil {
+			outs.mu.Lock()
+			res.harnessWatch = outs.seen
+			outs.mu.Unlock()
+		}
 	}
 	if leaderAPI != "" {
 		if ev, err := scrapeCounters(leaderAPI, "botctl_pusher_events_total"); err == nil {

@@ -26,7 +26,7 @@ func rampReport(command string, topo topology, natsSync string, rs []*stepResult
 		fmt.Fprintf(&b, "- load average at the end (1, 5, 15 min): %s\n", strings.Join(strings.Fields(string(l))[:3], ", "))
 	}
 	b.WriteString("\n")
-	def := config.Defaults()
+	def := config.Defaults().Derived() // worker.slots as the nodes on this machine derive it
 	state := `one etcd
 (single member) and one NATS server with JetStream (children of the load binary, started by
 ` + "`pkg/infra`" + ` exactly as ` + "`botctl infra`" + ` starts them, but apart so that their CPU and memory are told
@@ -220,7 +220,7 @@ question each, over the simulator's control API. Measured from outside the nodes
 	}
 	if one != nil && three != nil && one.throughput > 0 {
 		fmt.Fprintf(&b, "\n## One node against three\n\n%d conversations at %.0f/s, %s answers (a backlog for one node): one node %.1f answers/s, three nodes %.1f answers/s: **ratio %.2f**. One node leading computes with `worker.leader_slots` (%d); three nodes add two nodes of `worker.slots` (%d each).\n",
-			one.conversations, one.rate, one.answer, one.throughput, three.throughput, three.throughput/one.throughput, config.Defaults().Worker.LeaderSlots, config.Defaults().Worker.Slots)
+			one.conversations, one.rate, one.answer, one.throughput, three.throughput, three.throughput/one.throughput, config.Defaults().Worker.LeaderSlots, config.Defaults().Derived().Worker.Slots)
 	}
 
 	for _, nv := range rs {
@@ -291,6 +291,11 @@ question each, over the simulator's control API. Measured from outside the nodes
 		fmt.Fprintf(&b, "\n## NATS messages, step %d: %s, %d conversations at %.0f/s, %s answers\n\n", i+1, r.label(), r.conversations, r.rate, r.answer)
 		b.WriteString("Counted by a subscriber on `>` in the nodes' account (client publishes, API requests, acks, deliveries to inboxes; not the servers' routes or Raft). The counter adds a delivery per message: this step's timings are not clean.\n\n")
 		b.WriteString(subjectTable(r.subjects, r.answered))
+		if r.ops != nil {
+			fmt.Fprintf(&b, "\n### By operation, with bytes (step %d)\n\n", i+1)
+			b.WriteString("The same messages by kind of operation (KV writes by the headers nats.go sets, acks by their body, a reply named by its request), with bytes on the client connection (subject, reply, headers, payload). The load harness's own watch of the output bucket is taken out. Sent by the leader: the share of the kind's messages whose inbox (a request's reply subject, a reply's subject) is that of the connection publishing the tasks; – where no inbox tells.\n\n")
+			b.WriteString(opTable(r.ops, r.answered, map[string]int{"delivery KV_BOTCTL_OUTPUT (watch)": r.harnessWatch}))
+		}
 	}
 	for i, r := range rs {
 		if r.err != "" || r.gen.errors > 0 {

@@ -18,9 +18,10 @@ import (
 // costs the servers one more delivery per message, so a step counted
 // this way is not a timed one (-subjects is off by default).
 type subjectCount struct {
-	mu sync.Mutex
-	n  map[string]int
-	nc *nats.Conn
+	mu  sync.Mutex
+	n   map[string]int
+	ops *opCount
+	nc  *nats.Conn
 }
 
 func countSubjects(url string) (*subjectCount, error) {
@@ -28,7 +29,7 @@ func countSubjects(url string) (*subjectCount, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &subjectCount{n: map[string]int{}, nc: nc}
+	c := &subjectCount{n: map[string]int{}, ops: newOpCount(), nc: nc}
 	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
 		k := subjectKind(m.Subject)
 		if strings.HasPrefix(m.Reply, "$JS.ACK.") {
@@ -39,6 +40,7 @@ func countSubjects(url string) (*subjectCount, error) {
 		c.mu.Lock()
 		c.n[k]++
 		c.mu.Unlock()
+		c.ops.add(m)
 	})
 	if err != nil {
 		nc.Close()
@@ -48,12 +50,12 @@ func countSubjects(url string) (*subjectCount, error) {
 	return c, nil
 }
 
-// stop ends the count and returns it.
-func (c *subjectCount) stop() map[string]int {
+// stop ends the count and returns it, by subject and by operation.
+func (c *subjectCount) stop() (map[string]int, *opCount) {
 	c.nc.Drain()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.n
+	return c.n, c.ops
 }
 
 // subjectKind maps a subject to its kind: ids, keys and sequence numbers

@@ -128,7 +128,7 @@ func TestMetricsScrape(t *testing.T) {
 		{"botctl_pusher_events_total", map[string]string{"bot": "b1", "event": "throttled"}, ge(0), "present"},
 		{"botctl_inbound_total", map[string]string{"outcome": "received"}, eq(1), "1"},
 		{"botctl_dispatch_total", map[string]string{"outcome": "queued"}, eq(1), "1"},
-		{"botctl_worker_slots", nil, eq(1024), "1024"},
+		{"botctl_worker_slots", nil, eq(float64(config.DeriveSlots(config.MachineMemory(), 0))), "worker.slots derived from this machine"},
 		{"botctl_worker_slots_busy", nil, eq(0), "0"},
 		{"botctl_queue_depth", map[string]string{"state": "pending"}, eq(0), "0"},
 		{"botctl_queue_depth", map[string]string{"state": "ack_pending"}, eq(0), "0"},
