@@ -38,6 +38,20 @@ func hasRecord(ctx context.Context, js *bound, id, reqID string, term int64) boo
 	return r.ReqID != reqID || r.TermRev != term
 }
 
+// answeredWithoutTask reports whether bot's message msgid was answered
+// without a task (a refusal, a command, unfit content, a failed
+// download, a busy reply: markSeen), bounded as hasRecord. Such a message
+// has no record, and a leader whose dedupe memory never saw it (a
+// failover, a restart) would answer WeCom's redelivery a second time.
+// Not this very callback's mark: it is written after its reply, and
+// every reply waits for this read first.
+func answeredWithoutTask(ctx context.Context, js *bound, bot, msgid string) bool {
+	ctx, cancel := context.WithTimeout(ctx, dedupeTimeout)
+	defer cancel()
+	seen, err := js.store.Seen(ctx, bot, msgid)
+	return err == nil && seen
+}
+
 // dedupeRead is the task bucket's answer to "does this callback's task
 // exist already?" (the callback is a duplicate), read beside what
 // follows it on the receipt's path: recorded waits for the answer.
@@ -46,9 +60,11 @@ type dedupeRead struct {
 	dup  bool
 }
 
-// readDedupe starts the read of task id's record (hasRecord) unless
-// JetStream is away (js nil); took learns how long it took.
-func readDedupe(ctx context.Context, js *bound, id, reqID string, term int64, took func(time.Duration)) *dedupeRead {
+// readDedupe starts the read of bot's message msgid's task record
+// (hasRecord), and without one its mark of an answer without a task
+// (answeredWithoutTask), unless JetStream is away (js nil); took learns
+// how long it took.
+func readDedupe(ctx context.Context, js *bound, bot, msgid, reqID string, term int64, took func(time.Duration)) *dedupeRead {
 	r := &dedupeRead{}
 	if js == nil {
 		return r
@@ -57,7 +73,7 @@ func readDedupe(ctx context.Context, js *bound, id, reqID string, term int64, to
 	go func() {
 		defer close(r.done)
 		t0 := time.Now()
-		r.dup = hasRecord(ctx, js, id, reqID, term)
+		r.dup = hasRecord(ctx, js, task.ID(bot, msgid), reqID, term) || answeredWithoutTask(ctx, js, bot, msgid)
 		took(time.Since(t0))
 	}()
 	return r

@@ -94,7 +94,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 	// waits for it, and the dispatch asks it before any tier but the
 	// queue. One JetStream round trip on the receipt's path, not two.
 	if !in.fresh { // fresh: nothing to find
-		h.dedupe = readDedupe(ctx, h.js, h.id, reqID, term.Rev, func(d time.Duration) { h.stage("dedupe", d) })
+		h.dedupe = readDedupe(ctx, h.js, term.Bot, m.MsgID, reqID, term.Rev, func(d time.Duration) { h.stage("dedupe", d) })
 	}
 	if question, ok := h.checked(); ok && !h.limited() {
 		if atts, ok := h.attachments(); ok {

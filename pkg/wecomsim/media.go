@@ -56,18 +56,23 @@ type MediaPart struct {
 	Size int `json:"size,omitempty"`
 	// Fault breaks what the bot downloads, for bad-input tests: "aeskey"
 	// (the callback's aeskey is not the key: the padding comes out wrong),
-	// "short_key" (an aeskey of 16 bytes), "padding" (the file encrypted
+	// "short_key" (an aeskey of 16 bytes), "key_not_base64" (the aeskey is
+	// not base64 at all), "padding" (the file encrypted
 	// with a padding byte of 0), "truncate" (the body served stops half
 	// way), "url" (the callback's url is not an http URL), "gone" (the
-	// URL answers 404 at once), "stall" (the URL sends nothing until the
-	// client gives up).
+	// URL answers 404 at once), "expired" (the URL has expired already:
+	// 403, as every URL past MediaLifetime), "stall" (the URL sends nothing
+	// until the client gives up).
 	Fault string `json:"fault,omitempty"`
 }
 
 // MixedPart is one part of a mixed message: text, or an image.
 type MixedPart struct {
 	MsgType string `json:"msgtype"` // "text" or "image"
-	Text    string `json:"text,omitempty"`
+	// RawMsgType, instead of MsgType, sends this part's msgtype verbatim
+	// with no content: a part type WeCom may add later.
+	RawMsgType string `json:"raw_msgtype,omitempty"`
+	Text       string `json:"text,omitempty"`
 	MediaPart
 }
 
@@ -94,7 +99,7 @@ type MediaInfo struct {
 	Fault     string    `json:"fault,omitempty"`
 }
 
-const mediaFaults = "aeskey, short_key, padding, truncate, url, gone or stall"
+const mediaFaults = "aeskey, short_key, key_not_base64, padding, truncate, url, gone, expired or stall"
 
 // servedMedia is one item's bytes and key.
 type servedMedia struct {
@@ -123,6 +128,7 @@ type mediaBody struct {
 type mixedEntry struct {
 	text string
 	img  *servedMedia // nil for text
+	raw  string       // a raw part's msgtype ("" for text and image)
 }
 
 type quoteEntry struct {
@@ -149,6 +155,13 @@ func (s *Server) newMedia(botID, msgid string, req MessageRequest, now time.Time
 		}
 		out := make([]mixedEntry, 0, len(items))
 		for i, it := range items {
+			if it.RawMsgType != "" {
+				if it.MsgType != "" {
+					return nil, invalid("%s %d: give msgtype or raw_msgtype, not both", where, i)
+				}
+				out = append(out, mixedEntry{raw: it.RawMsgType})
+				continue
+			}
 			switch it.MsgType {
 			case wecom.MsgTypeText:
 				out = append(out, mixedEntry{text: it.Text})
@@ -211,7 +224,7 @@ func (s *Server) keepMedia(items []*servedMedia) {
 // prepareMedia reads or generates one item's bytes and encrypts them.
 func (s *Server) prepareMedia(botID, msgid, kind string, p MediaPart, now time.Time) (*servedMedia, error) {
 	switch p.Fault {
-	case "", "aeskey", "short_key", "padding", "truncate", "url", "gone", "stall":
+	case "", "aeskey", "short_key", "key_not_base64", "padding", "truncate", "url", "gone", "expired", "stall":
 	default:
 		return nil, invalid("fault %q: want %s", p.Fault, mediaFaults)
 	}
@@ -263,6 +276,10 @@ func (s *Server) prepareMedia(botID, msgid, kind string, p MediaPart, now time.T
 		m.sent = base64.RawStdEncoding.EncodeToString(other)
 	case "short_key":
 		m.sent = base64.RawStdEncoding.EncodeToString(key[:16])
+	case "key_not_base64":
+		m.sent = "not base64: " + m.sent[:8] + "!"
+	case "expired":
+		m.Expires = now
 	case "padding":
 		padByte = 0
 	}
@@ -353,6 +370,10 @@ func (m *servedMedia) content(base string) *wecom.MediaContent {
 func mixedContent(items []mixedEntry, base string) *wecom.MixedContent {
 	mc := &wecom.MixedContent{}
 	for _, it := range items {
+		if it.raw != "" {
+			mc.MsgItem = append(mc.MsgItem, wecom.MixedItem{MsgType: it.raw})
+			continue
+		}
 		if it.img != nil {
 			mc.MsgItem = append(mc.MsgItem, wecom.MixedItem{MsgType: wecom.MsgTypeImage, Image: it.img.content(base)})
 		} else {

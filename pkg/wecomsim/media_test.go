@@ -46,6 +46,16 @@ func sdkDecrypt(body []byte, aeskey string) ([]byte, error) {
 	return out[:len(out)-pad], nil
 }
 
+// sdkKey is the error the SDK's key decoding gives aeskey, nil if it is
+// a 32-byte key.
+func sdkKey(aeskey string) error {
+	key, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(aeskey, "="))
+	if err == nil && len(key) != 32 {
+		err = fmt.Errorf("key is %d bytes", len(key))
+	}
+	return err
+}
+
 func download(t *testing.T, u string) (int, []byte, http.Header, error) {
 	t.Helper()
 	resp, err := http.Get(u)
@@ -204,6 +214,23 @@ func TestMediaFaultsBreakTheDownload(t *testing.T) {
 	}
 	if status, _, _, _ := download(t, post("gone").URL); status != http.StatusNotFound {
 		t.Fatalf("gone: %d", status)
+	}
+	if f := post("key_not_base64"); sdkKey(f.AESKey) == nil {
+		t.Fatalf("key_not_base64: aeskey %q decodes", f.AESKey)
+	}
+	if status, _, _, _ := download(t, post("expired").URL); status != http.StatusForbidden {
+		t.Fatalf("expired: %d, want 403", status)
+	}
+	if st := h.stats(bot1); st.MediaExpired != 1 {
+		t.Fatalf("expired: media_expired %d, want 1", st.MediaExpired)
+	}
+	// A mixed part of a type WeCom may add later: sent as it is, no content.
+	h.post(MessageRequest{BotID: bot1, UserID: "alice", MsgType: "mixed", Items: []MixedPart{{MsgType: "text", Text: "look"}, {RawMsgType: "sticker"}}})
+	if _, m := c.msgCallback(); len(m.Mixed.MsgItem) != 2 || m.Mixed.MsgItem[1].MsgType != "sticker" || m.Mixed.MsgItem[1].Text != nil || m.Mixed.MsgItem[1].Image != nil {
+		t.Fatalf("raw mixed part: %+v", m.Mixed)
+	}
+	if _, err := h.srv.PostMessage(MessageRequest{BotID: bot1, UserID: "alice", MsgType: "mixed", Items: []MixedPart{{MsgType: "text", RawMsgType: "x"}}}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("msgtype and raw_msgtype: %v", err)
 	}
 	if _, err := h.srv.PostMessage(MessageRequest{BotID: bot1, UserID: "alice", MsgType: "file", MediaPart: MediaPart{Fault: "nope"}}); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("unknown fault: %v", err)
