@@ -27,33 +27,7 @@ func TestSendReachesTheChatThroughTheLeader(t *testing.T) {
 	simAddr := ln.Addr().String()
 	ln.Close() // the demo's simulator takes the port
 	dir := t.TempDir()
-	out := &lines{seen: make(chan string, 64)}
-	root := newRootCmd()
-	root.SetArgs([]string{"serve", "--demo", "--demo-listen", simAddr, "--listen", "127.0.0.1:0", "--data-dir", dir})
-	root.SetOut(out)
-	root.SetErr(out)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			t.Error("serve did not return within 60 s of its context's end")
-		}
-	}()
-	deadline := time.After(60 * time.Second)
-	for ready := false; !ready; {
-		select {
-		case l := <-out.seen:
-			ready = strings.Contains(l, "serving bots")
-		case err := <-done:
-			t.Fatalf("serve returned before its ready line: %v", err)
-		case <-deadline:
-			t.Fatal("no ready line within 60 s")
-		}
-	}
+	serveUntilReady(t, "serve", "--demo", "--demo-listen", simAddr, "--listen", "127.0.0.1:0", "--data-dir", dir)
 	sim := "http://" + simAddr
 	transcript := func(chat string) string {
 		resp, err := http.Get(sim + "/control/transcript?bot_id=demo&chat=" + url.QueryEscape(chat))
@@ -96,5 +70,38 @@ func TestSendReachesTheChatThroughTheLeader(t *testing.T) {
 	}
 	if _, err := run(t, "send", "--etcd", etcd, "--data-dir", dir, "--bot", "demo", "--chat", "alice"); err == nil {
 		t.Fatal("botctl send without a message succeeded")
+	}
+}
+
+// serveUntilReady runs botctl with args (a serve command) until the test
+// ends, and returns once it has printed its ready line.
+func serveUntilReady(t *testing.T, args ...string) {
+	t.Helper()
+	out := &lines{seen: make(chan string, 64)}
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(out)
+	root.SetErr(out)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Error("serve did not return within 60 s of its context's end")
+		}
+	})
+	deadline := time.After(60 * time.Second)
+	for ready := false; !ready; {
+		select {
+		case l := <-out.seen:
+			ready = strings.Contains(l, "serving bots")
+		case err := <-done:
+			t.Fatalf("serve returned before its ready line: %v", err)
+		case <-deadline:
+			t.Fatal("no ready line within 60 s")
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -19,33 +18,7 @@ import (
 // status says how to give it.
 func TestStatusSendsTheNodesGeneratedToken(t *testing.T) {
 	dir := t.TempDir()
-	out := &lines{seen: make(chan string, 64)}
-	root := newRootCmd()
-	root.SetArgs([]string{"serve", "--demo", "--demo-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--data-dir", dir})
-	root.SetOut(out)
-	root.SetErr(out)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			t.Error("serve did not return within 60 s of its context's end")
-		}
-	}()
-	deadline := time.After(60 * time.Second)
-	for ready := false; !ready; {
-		select {
-		case l := <-out.seen:
-			ready = strings.Contains(l, "serving bots")
-		case err := <-done:
-			t.Fatalf("serve returned before its ready line: %v", err)
-		case <-deadline:
-			t.Fatal("no ready line within 60 s")
-		}
-	}
+	serveUntilReady(t, "serve", "--demo", "--demo-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--data-dir", dir)
 	if _, err := os.Stat(filepath.Join(dir, config.GeneratedTokenFile)); err != nil {
 		t.Fatalf("no token in the data dir: %v", err)
 	}
