@@ -51,10 +51,13 @@ type inbox struct {
 	// announced: a notice arrived; it interrupts a scan waiting for step
 	// slots (scan), so an ending does not wait behind a long round.
 	announced chan struct{}
+	// rewatch: the NATS connection came back (reconnect.go); the output
+	// watch is made again.
+	rewatch chan struct{}
 }
 
 func newInbox() inbox {
-	return inbox{wake: make(chan struct{}, 1), announced: make(chan struct{}, 1)}
+	return inbox{wake: make(chan struct{}, 1), announced: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
 }
 
 func ring(c chan struct{}) {

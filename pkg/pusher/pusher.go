@@ -36,6 +36,12 @@
 //     whose only announcement was lost (a notice sent while the connection
 //     was reconnecting, a refusal recorded with no output to watch).
 //     Without it such a task waited for the next term's rebuild.
+//   - reconnect (reconnect.go): the node's NATS connection came back.
+//     Notices sent while it was away are lost, and the output watch's
+//     consumer may be on the server it left: every active task's record
+//     and output are read again and the watch is made again. Without it
+//     an answer that ended during a NATS server's freeze waited for the
+//     record's refresh (30 s).
 //
 // Where the answer goes:
 //
@@ -276,6 +282,9 @@ type Stats struct {
 	Active       int   `json:"active"`   // tasks being delivered now
 	RebuiltNum   int   `json:"rebuilt"`  // active tasks found at term start
 	Resynced     int64 `json:"resynced"` // undelivered tasks found by the resync, never announced to this pusher
+	// Reconnects: times the NATS connection came back, each making every
+	// active task's record and output stale (reconnect.go).
+	Reconnects int64 `json:"reconnects"`
 }
 
 // Pusher delivers one bot's answers during one term.
@@ -368,6 +377,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { p.watch(ctx, from, known) })
+	wg.Go(func() { p.followReconnects(ctx) })
 	sem := make(chan struct{}, p.cfg.Parallel)
 	t := time.NewTicker(p.cfg.ScanInterval)
 	defer t.Stop()

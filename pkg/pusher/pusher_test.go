@@ -871,3 +871,51 @@ func TestNoticeOfAnUnknownTaskIsDropped(t *testing.T) {
 	r.write(rec.ID, "Hello, bob.", true)
 	r.waitDelivery(rec.ID, task.Delivered)
 }
+
+// An answer that ends while the NATS connection is away loses its notice
+// (core NATS): after the reconnect, the pusher reads every active task's
+// record again, so the final frame goes at once instead of at the
+// record's refresh (30 s). Before, the last frames of answers that ended
+// during a NATS server's freeze reached users 17-23 s late.
+func TestEndingWhoseNoticeWasLostIsShownAfterAReconnect(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "v0", false)
+	testwait.Eventually(t, waitLong, "the first progress frame", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "v0"
+	})
+	// The ending, announced to nobody: as if the notice was published
+	// while the pusher's connection was reconnecting. Its text is the one
+	// shown, so no progress step (whose record write would find the
+	// ending) runs either.
+	if _, err := r.lc.Quiet().Finish(context.Background(), rec.ID, r.runs[rec.ID], "v0"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // several scans: none steps the task
+	if bot := r.botMessages("alice"); len(bot) != 1 || bot[0].Finished {
+		t.Fatalf("the stream finished without a notice or a reconnect (%+v): the test shows nothing", bot)
+	}
+	if err := r.js.Conn.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	// Well under the record's refresh: without the reconnect's reads the
+	// final frame waits for it.
+	testwait.Eventually(t, 12*time.Second, "the final frame after the reconnect", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Finished
+	})
+	r.waitDelivery(rec.ID, task.Delivered)
+	if n := r.p.Stats().Reconnects; n < 1 {
+		t.Fatalf("reconnects %d, want at least 1", n)
+	}
+	// The output watch, made again, follows new output.
+	next := r.ask("bob", "and now?")
+	r.write(next.ID, "w0", false)
+	r.write(next.ID, "w0 w1", true)
+	testwait.Eventually(t, waitLong, "the next answer", func() bool {
+		bot := r.botMessages("bob")
+		return len(bot) > 0 && bot[len(bot)-1].Content == "w0 w1" && bot[len(bot)-1].Finished
+	})
+}

@@ -71,8 +71,19 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 		if known || from > 0 {
 			opt = jetstream.ResumeFromRevision(from + 1)
 		}
-		w, err := p.cfg.Store.Output().WatchAll(ctx, opt)
+		// A reconnect (rewatch) ends this watch: its consumer may be on
+		// the server the connection left (reconnect.go).
+		wctx, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-p.in.rewatch:
+				stop()
+			case <-wctx.Done():
+			}
+		}()
+		w, err := p.cfg.Store.Output().WatchAll(wctx, opt)
 		if err != nil {
+			stop()
 			p.storeError("output_watch", err)
 			pause.For(ctx, time.Second)
 			continue
@@ -92,6 +103,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			p.put(arrival{id: o.TaskID, from: fromWatch, rev: rev, out: o})
 		}
 		w.Stop()
+		stop()
 	}
 }
 

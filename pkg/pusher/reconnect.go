@@ -1,0 +1,56 @@
+package pusher
+
+// Reconnects: what the pusher was told while its NATS connection was away
+// may be lost, so a reconnect makes everything it cached stale.
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// followReconnects calls reconnected each time the node's NATS connection
+// comes back (a server left for another: frozen, killed, restarted), until
+// ctx ends.
+//
+// While the connection was away, a notice (core NATS, published by the
+// worker that ended a task) was lost for good: the ending waited for the
+// record's refresh (refreshEvery, 30 s), so the final frame of an answer
+// that ended during a NATS server's freeze reached the user 20 s late. And
+// the output watch's consumer may live on the server that was left: its
+// ordered consumer notices only after two missed heartbeats (10 s) and is
+// then made again. A reconnect is rare and the reads it costs are one per
+// active task, once.
+func (p *Pusher) followReconnects(ctx context.Context) {
+	nc := p.cfg.Store.JetStream().Conn()
+	back := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(back)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-back:
+			if !ok {
+				return
+			}
+			p.reconnected()
+		}
+	}
+}
+
+// reconnected forgets the cached records and outputs of every active task
+// (each next step reads both), moves them ahead of the scan, and makes the
+// output watch again from the last revision it delivered.
+func (p *Pusher) reconnected() {
+	p.mu.Lock()
+	for _, en := range p.active {
+		en.readAt, en.outAt, en.urgent = time.Time{}, time.Time{}, true
+	}
+	n := len(p.active)
+	p.stats.Reconnects++
+	p.mu.Unlock()
+	ring(p.in.rewatch)
+	p.log.Info().Int("tasks", n).Msg("NATS reconnected: every active task's record and output are read again, the output watch is made again")
+	ring(p.in.wake)
+}
