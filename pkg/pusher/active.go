@@ -7,6 +7,7 @@ package pusher
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,12 @@ type entry struct {
 	chat      string    // the task's conversation ("" until a record or the inbound path names it)
 	missing   time.Time // when a step first found no record (zero: it has one, or none looked)
 	acked     ackedParts
+	// unwritten: frames shown since the record last written (oldest
+	// first, at most shownWriteEvery of them: ledger.shown); rec has them
+	// applied. writtenAt is the PushedAt of the newest written record
+	// this pusher knows.
+	unwritten []task.Frame
+	writtenAt time.Time
 }
 
 // ackedParts is how many parts of the answer pushed under one attempt and
@@ -142,13 +149,48 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 // wrote it since the revision it started from). Never an older revision
 // than the one known: a notice may have brought a newer record while the
 // step was writing.
-func (p *Pusher) remember(id string, rec *task.Record, rev uint64) {
+func (p *Pusher) remember(id string, rec *task.Record, rev uint64) *task.Record {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if en := p.active[id]; en != nil && rev >= en.rev {
-		en.rec, en.rev, en.readAt = rec, rev, p.cfg.Now()
+		rec = p.adopt(en, rec, rev)
 		p.named(en, rec.Chat)
 	}
+	return rec
+}
+
+// adopt caches rec, as stored at rev (read, written, or carried by a
+// notice), with the frames shown since that it lacks applied, and returns
+// what it cached. The caller holds mu.
+func (p *Pusher) adopt(en *entry, rec *task.Record, rev uint64) *task.Record {
+	en.writtenAt = rec.PushedAt
+	en.unwritten = slices.DeleteFunc(en.unwritten, func(f task.Frame) bool { return !f.At.After(rec.PushedAt) })
+	if len(en.unwritten) > 0 {
+		rec = p.cfg.Lifecycle.WithShown(rec, en.unwritten...)
+	}
+	en.rec, en.rev, en.readAt = rec, rev, p.cfg.Now()
+	return rec
+}
+
+// frameShown notes frame f, shown from r (as stored at rev, with the
+// frames not yet written applied), and says whether to write the record
+// now, and with which frames. Not written: the cache holds r with f
+// applied. Written: the first frame of a delivery (the record says the
+// stream began), or shownWriteEvery after the last frame written, or when
+// the cache has moved on from r (its write then starts afresh).
+func (p *Pusher) frameShown(r *task.Record, rev uint64, f task.Frame) (frames []task.Frame, write bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	en := p.active[r.ID]
+	if en == nil {
+		return []task.Frame{f}, true
+	}
+	en.unwritten = append(en.unwritten, f)
+	if r.Delivery != task.Pending && en.rec == r && en.rev == rev && f.At.Sub(en.writtenAt) < shownWriteEvery {
+		en.rec = p.cfg.Lifecycle.WithShown(r, f)
+		return nil, false
+	}
+	return slices.Clone(en.unwritten), true
 }
 
 // forget drops the task's cached record: the next step reads it.

@@ -21,7 +21,7 @@ const finalReserve = 2
 
 // ProgressGap is the least time between two progress frames of a stream
 // at budget frames per minute: a minute spread over the budget less the
-// reserve (serve writes a running answer's output twice per gap).
+// reserve (serve writes a running answer's output a little less often).
 func ProgressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
 }
@@ -142,8 +142,7 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 		p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
 		return nil, 0, true, 0
 	}
-	p.remember(id, rec, rev)
-	return rec, rev, false, 0
+	return p.remember(id, rec, rev), rev, false, 0
 }
 
 // unknownRecordFor is how long a task may have no record before the

@@ -1,6 +1,10 @@
 package pusher
 
-import "time"
+import (
+	"time"
+
+	"github.com/botctl/botctl/pkg/task"
+)
 
 // HoldWatch makes p's output watch wait for hold to close before its
 // consumer is made (a watch made late); call it before Run.
@@ -21,3 +25,10 @@ func (p *Pusher) HasRecord(id string) bool {
 	en := p.active[id]
 	return en != nil && en.rec != nil
 }
+
+// AssumedSends is assumedSends: what a new leader counts as sent to r's
+// conversation.
+func (p *Pusher) AssumedSends(r *task.Record) []time.Time { return p.assumedSends(r) }
+
+// ShownWriteEvery is shownWriteEvery.
+const ShownWriteEvery = shownWriteEvery

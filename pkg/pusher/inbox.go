@@ -104,7 +104,7 @@ func (p *Pusher) put(a arrival) bool {
 		// knows; a notice that comes late (after the delivery, or after
 		// another write of this pusher) never brings an older record back.
 		if a.rec != nil && en.rec != nil && en.rec.Exec == task.Running && a.rev > en.rev {
-			en.rec, en.rev, en.readAt = a.rec, a.rev, now
+			p.adopt(en, a.rec, a.rev)
 		} else {
 			en.rec = nil
 		}
@@ -184,7 +184,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 			continue
 		}
 		// What the previous leader sent in the quota's window counts here.
-		p.cfg.Budget.Seed(r.Chat, r.RecentSends)
+		p.cfg.Budget.Seed(r.Chat, p.assumedSends(r))
 		if r.FinalPending {
 			p.count(func(s *Stats) { s.Ambiguous++ })
 			p.log.Warn().Str("task", r.ID).Msg("final frame sent but not recorded by the previous leader: delivering again (the user may see it twice)")

@@ -8,6 +8,7 @@ package pusher
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/botctl/botctl/pkg/task"
@@ -16,9 +17,16 @@ import (
 type ledger struct{ p *Pusher }
 
 // shown records a progress frame (hash "" for a heartbeat) and caches the
-// record written; a failed write drops the cache.
+// record written; a failed write drops the cache. A frame shown within
+// shownWriteEvery of the last one written is kept in the task's entry
+// instead (the cache holds the record as the user sees it), and goes with
+// the next write.
 func (l ledger) shown(ctx context.Context, r *task.Record, rev uint64, hash string, at time.Time) error {
-	next, nextRev, err := l.p.cfg.Lifecycle.ShownFrom(ctx, r, rev, hash, at)
+	frames, write := l.p.frameShown(r, rev, task.Frame{Hash: hash, At: at})
+	if !write {
+		return nil
+	}
+	next, nextRev, err := l.p.cfg.Lifecycle.ShownFrom(ctx, r, rev, frames...)
 	if err != nil {
 		l.p.forget(r.ID)
 		return err
@@ -26,6 +34,17 @@ func (l ledger) shown(ctx context.Context, r *task.Record, rev uint64, hash stri
 	l.p.remember(r.ID, next, nextRev)
 	return nil
 }
+
+// shownWriteEvery: a stream's progress frames are written to its record
+// at most this often, not each. A record write is a JetStream write
+// replicated to every server, and its ack: one per frame was most of an
+// answer's record writes (bench/ops-per-answer.md). The frames between
+// are kept in the task's entry and go with its next record write, of any
+// kind (task.Lifecycle.ShownFrom applies what the record lacks). What is
+// lost with a term is at most this span of frames at the progress pace,
+// and a new leader counts them as sent (assumedSends): WeCom's quota
+// holds; the user may see one frame's content again, in a pushed answer.
+const shownWriteEvery = 10 * time.Second
 
 func (l ledger) finalIntent(ctx context.Context, r *task.Record, rev uint64) (*task.Record, uint64, error) {
 	l.p.forget(r.ID)
@@ -91,4 +110,21 @@ func (l ledger) sendFailed(ctx context.Context, id string, sendErr error, maxAtt
 func (l ledger) expired(ctx context.Context, id string, owedFor time.Duration) (*task.Record, error) {
 	l.p.forget(id)
 	return l.p.cfg.Lifecycle.Expired(ctx, id, owedFor)
+}
+
+// assumedSends is what r says was sent to its conversation in WeCom's
+// quota window, and the progress frames a previous leader may have sent
+// after the last it wrote (shownWriteEvery: one per progress gap, for that
+// span after the record's PushedAt, up to now). Counting frames that were
+// perhaps never sent errs on the quota's side.
+func (p *Pusher) assumedSends(r *task.Record) []time.Time {
+	sends := slices.Clone(r.RecentSends)
+	if r.Delivery != task.Streaming || r.PushedAt.IsZero() {
+		return sends
+	}
+	gap, now := progressGap(p.cfg.Budget), p.cfg.Now()
+	for t := r.PushedAt.Add(gap); !t.After(r.PushedAt.Add(shownWriteEvery)) && !t.After(now); t = t.Add(gap) {
+		sends = append(sends, t)
+	}
+	return sends
 }

@@ -262,13 +262,10 @@ func TestUnchangedContentSendsNoFrame(t *testing.T) {
 	r.start(pusher.Config{Heartbeat: time.Hour})
 	rec := r.ask("alice", "hi")
 	r.write(rec.ID, "partial", false)
-	deadline := time.Now().Add(waitLong)
-	for r.record(rec.ID).PushedHash != task.Hash("partial") {
-		if time.Now().After(deadline) {
-			t.Fatal("progress not pushed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitLong, "the progress frame", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "partial"
+	})
 	before := r.stats().Frames[wecom.CmdRespondMsg]
 	for range 5 { // the same content, rewritten
 		r.write(rec.ID, "partial", false)
@@ -298,13 +295,10 @@ func TestOutputWrittenBeforeTheWatchExistsIsShown(t *testing.T) {
 	r.write(rec.ID, "partial", false)
 	close(hold)
 	// Well inside the record's 30 s refresh: only the watch can have told.
-	deadline := time.Now().Add(15 * time.Second)
-	for r.record(rec.ID).PushedHash != task.Hash("partial") {
-		if time.Now().After(deadline) {
-			t.Fatal("output written before the watch existed: not shown")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, 15*time.Second, "the output written before the watch existed, shown", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "partial"
+	})
 }
 
 // A worker writing many times a second never makes the pusher exceed the
@@ -378,13 +372,10 @@ func TestFailoverMidStreamCompletesOnce(t *testing.T) {
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
 	r.write(rec.ID, "half of it", false)
-	deadline := time.Now().Add(waitLong)
-	for r.record(rec.ID).PushedHash != task.Hash("half of it") {
-		if time.Now().After(deadline) {
-			t.Fatal("progress not pushed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitLong, "the progress frame", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "half of it"
+	})
 	r.stop() // the leader dies
 	r.connect(2)
 	r.write(rec.ID, "half of it, and the rest.", true)
@@ -918,4 +909,66 @@ func TestEndingWhoseNoticeWasLostIsShownAfterAReconnect(t *testing.T) {
 		bot := r.botMessages("bob")
 		return len(bot) > 0 && bot[len(bot)-1].Content == "w0 w1" && bot[len(bot)-1].Finished
 	})
+}
+
+// Progress frames are written to the record every ShownWriteEvery, not
+// each: the frames between are kept and go with the next write, so the
+// record, once delivered, counts every frame the user was sent.
+func TestProgressFramesAreNotEachWrittenAndNoneIsLost(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "v", false) // started: the worker's last record write until the end
+	var writes atomic.Int64
+	sub, err := r.js.Conn.Subscribe("$KV.BOTCTL_TASKS."+rec.ID, func(*nats.Msg) { writes.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.js.Conn.Flush()
+	text := "v"
+	for i := 0; r.p.Stats().Frames < 5; i++ { // five progress frames
+		if i > 600 {
+			t.Fatalf("%d progress frames in a minute", r.p.Stats().Frames)
+		}
+		text = fmt.Sprintf("%s %d", text, i)
+		r.write(rec.ID, text, false)
+		time.Sleep(100 * time.Millisecond)
+	}
+	sub.Unsubscribe()
+	frames, n := r.p.Stats().Frames, writes.Load()
+	if n >= frames {
+		t.Fatalf("%d record writes for %d progress frames: each written", n, frames)
+	}
+	r.write(rec.ID, text+" done", true)
+	r.waitDelivery(rec.ID, task.Delivered)
+	// The receipt (the rig's, not counted in the record's sends) and the
+	// pusher's frames, the final one included.
+	if got, sent := int64(len(r.record(rec.ID).RecentSends)), r.p.Stats().Frames; got != sent {
+		t.Fatalf("the delivered record counts %d sends; the pusher sent %d frames", got, sent)
+	}
+	t.Logf("%d record writes for %d progress frames", n, frames)
+}
+
+// A new leader counts as sent the frames a previous one may have shown
+// without writing them: one per progress gap, for ShownWriteEvery after
+// the record's last frame, none in the future.
+func TestNewLeaderAssumesTheUnwrittenFramesSent(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	now := time.Now()
+	rec := &task.Record{Delivery: task.Streaming, PushedAt: now.Add(-5 * time.Second), RecentSends: []time.Time{now.Add(-5 * time.Second)}}
+	got := r.p.AssumedSends(rec)
+	gap := pusher.ProgressGap(20)
+	want := 1 + int(5*time.Second/gap) // those up to now
+	if len(got) != want {
+		t.Fatalf("5 s after the last written frame: %d sends assumed, want %d (%v)", len(got), want, got)
+	}
+	rec.PushedAt, rec.RecentSends = now.Add(-50*time.Second), []time.Time{now.Add(-50 * time.Second)}
+	if got, want := len(r.p.AssumedSends(rec)), 1+int(pusher.ShownWriteEvery/gap); got != want {
+		t.Fatalf("50 s after: %d sends assumed, want %d", got, want)
+	}
+	rec.Delivery = task.Truncated
+	if got := r.p.AssumedSends(rec); len(got) != 1 {
+		t.Fatalf("a pushed answer: %d sends assumed, want the recorded one", len(got))
+	}
 }

@@ -11,33 +11,65 @@ import (
 // what the user has seen; a task stays in the undelivered index until its
 // delivery is final.
 
+// Frame is a frame the user was shown: its content's hash ("" for a
+// status line, nothing new) and when it was acked.
+type Frame struct {
+	Hash string
+	At   time.Time
+}
+
 // Shown records a progress frame (or the receipt) the user now sees:
 // its content hash when it changed, and when.
 func (l *Lifecycle) Shown(ctx context.Context, id, hash string, at time.Time) (*Record, error) {
-	return l.update(ctx, id, l.shown(hash, at))
+	return l.update(ctx, id, l.shown([]Frame{{Hash: hash, At: at}}))
 }
 
-// ShownFrom is Shown starting from r as read at revision rev (task.Get):
-// the pusher's step has just read the record, so when nobody wrote it
-// since, recording the frame costs one write and no read. It returns the
-// record and its revision after the write (the pusher keeps both, and its
-// next step needs no read either). r is not changed.
-func (l *Lifecycle) ShownFrom(ctx context.Context, r *Record, rev uint64, hash string, at time.Time) (*Record, uint64, error) {
-	return updateFromRev(ctx, l.store.Tasks(), r, rev, l.shown(hash, at))
+// ShownFrom records frames (oldest first) starting from r as read at
+// revision rev (task.Get): the pusher's step has just read the record, so
+// when nobody wrote it since, recording costs one write and no read. A
+// frame the record already has (not after its PushedAt) is not applied
+// again, so frames kept unwritten (WithShown) go with the next write
+// whatever it starts from; with none left, nothing is written. It returns
+// the record and its revision after the write (the pusher keeps both, and
+// its next step needs no read either). r is not changed.
+func (l *Lifecycle) ShownFrom(ctx context.Context, r *Record, rev uint64, frames ...Frame) (*Record, uint64, error) {
+	return updateFromRev(ctx, l.store.Tasks(), r, rev, l.shown(frames))
 }
 
-func (l *Lifecycle) shown(hash string, at time.Time) func(*Record) error {
+// WithShown is a copy of r with frames applied as ShownFrom writes them,
+// written nowhere: the pusher writes a stream's progress frames every few
+// seconds, not each, and keeps the record as the user sees it meanwhile.
+// r is not changed.
+func (l *Lifecycle) WithShown(r *Record, frames ...Frame) *Record {
+	c := r.clone()
+	_ = l.shown(frames)(c) // only a pending delivery's start can fail, and it cannot
+	return c
+}
+
+func (l *Lifecycle) shown(frames []Frame) func(*Record) error {
 	return func(r *Record) error {
-		r.PushedAt = at
-		r.Sent(at)
-		if hash != "" {
-			r.PushedHash = hash
+		changed := false
+		for _, f := range frames {
+			if !f.At.After(r.PushedAt) {
+				continue // recorded already
+			}
+			changed = true
+			r.PushedAt = f.At
+			r.Sent(f.At)
+			if f.Hash != "" {
+				r.PushedHash = f.Hash
+			}
+			if r.StreamStart.IsZero() {
+				r.StreamStart = f.At
+			}
+			if r.Delivery == Pending {
+				if err := r.SetDelivery(Streaming, "first frame sent", l.node, f.At.UTC()); err != nil {
+					return err
+				}
+			}
 		}
-		if r.StreamStart.IsZero() {
-			r.StreamStart = at
-		}
-		if r.Delivery == Pending {
-			return r.SetDelivery(Streaming, "first frame sent", l.node, at.UTC())
+		if !changed {
+			return ErrNoChange
 		}
 		return nil
 	}

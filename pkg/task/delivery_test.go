@@ -22,7 +22,7 @@ func TestShownFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, next, err := f.lc.ShownFrom(f.ctx, r, rev, "h1", at)
+	got, next, err := f.lc.ShownFrom(f.ctx, r, rev, task.Frame{Hash: "h1", At: at})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,15 +38,63 @@ func TestShownFrom(t *testing.T) {
 
 	// A stale revision: the worker wrote meanwhile (here: the pusher's own
 	// first write); the frame is recorded on top of it, nothing is lost.
-	if _, _, err := f.lc.ShownFrom(f.ctx, r, rev, "h2", at.Add(time.Second)); err != nil {
+	if _, _, err := f.lc.ShownFrom(f.ctx, r, rev, task.Frame{Hash: "h2", At: at.Add(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	stored := f.record(m.TaskID)
 	if stored.PushedHash != "h2" || len(stored.RecentSends) != 2 || stored.Delivery != task.Streaming {
 		t.Fatalf("after a stale ShownFrom: pushed %q, recent sends %d, delivery %s", stored.PushedHash, len(stored.RecentSends), stored.Delivery)
 	}
-	if _, _, err := f.lc.ShownFrom(f.ctx, nil, 0, "h3", at); err == nil {
+	if _, _, err := f.lc.ShownFrom(f.ctx, nil, 0, task.Frame{Hash: "h3", At: at}); err == nil {
 		t.Fatal("ShownFrom with no record read: no error")
+	}
+}
+
+// Frames kept unwritten (WithShown) go with the next write, even one that
+// starts from a stale revision and reads afresh; a frame the record has
+// already is not counted twice; with nothing new, nothing is written.
+func TestShownFramesKeptUnwrittenGoWithTheNextWrite(t *testing.T) {
+	f := newFixture(t, dataplane.Options{})
+	m := f.queue("m1", "u1")
+	at := time.Now()
+	r, rev, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := task.Frame{Hash: "h1", At: at}
+	r, rev, err = f.lc.ShownFrom(f.ctx, r, rev, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := []task.Frame{{Hash: "h2", At: at.Add(time.Second)}, {Hash: "", At: at.Add(2 * time.Second)}}
+	mem := f.lc.WithShown(r, kept...)
+	if mem.PushedHash != "h2" || len(mem.RecentSends) != 3 || !mem.PushedAt.Equal(kept[1].At) || r.PushedHash != "h1" {
+		t.Fatalf("WithShown: pushed %q at %s, %d recent sends; the caller's copy %q", mem.PushedHash, mem.PushedAt, len(mem.RecentSends), r.PushedHash)
+	}
+	if stored := f.record(m.TaskID); stored.PushedHash != "h1" {
+		t.Fatalf("WithShown wrote: stored %q", stored.PushedHash)
+	}
+	// Somebody writes meanwhile: the next write reads afresh and applies
+	// every frame the stored record lacks, once each.
+	e, err := f.env.Store.Tasks().Get(f.ctx, m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.env.Store.Tasks().Put(f.ctx, m.TaskID, e.Value()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.lc.ShownFrom(f.ctx, mem, rev, append([]task.Frame{first}, append(kept, task.Frame{Hash: "h4", At: at.Add(3 * time.Second)})...)...); err != nil {
+		t.Fatal(err)
+	}
+	stored, rev2, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.PushedHash != "h4" || len(stored.RecentSends) != 4 || !stored.PushedAt.Equal(at.Add(3*time.Second)) {
+		t.Fatalf("after the write: pushed %q at %s, %d recent sends (want h4, 4: h1, h2, the status line, h4)", stored.PushedHash, stored.PushedAt, len(stored.RecentSends))
+	}
+	if _, rev3, err := f.lc.ShownFrom(f.ctx, stored, rev2, kept...); err != nil || rev3 != rev2 {
+		t.Fatalf("frames the record has: revision %d → %d (%v), want no write", rev2, rev3, err)
 	}
 }
 

@@ -190,7 +190,11 @@ type Record struct {
 	// Delivery bookkeeping (the pusher's). StreamStart is when the stream's
 	// first frame (the receipt) was accepted: WeCom's window counts from it.
 	// PushedHash and PushedAt say what the user last saw and when, so a new
-	// leader does not resend it. PushedParts counts the parts of the full
+	// leader does not resend it; RecentSends, what the conversation's quota
+	// window holds. A stream's progress frames are written every few
+	// seconds, not each (pkg/pusher's shownWriteEvery, 10 s): the three may
+	// be that far behind, and a new leader counts the frames that may be
+	// missing as sent. PushedParts counts the parts of the full
 	// answer already pushed (aibot_send_msg), so a new leader resumes after
 	// them; PushRound counts the times it was reset (Retry, Redeliver), so
 	// that a count written for an earlier push is refused (PartPushed).

@@ -161,7 +161,9 @@ type owedWork struct {
 
 // awayStream is one stream that was open when the bot went away: shown is
 // the last frame the user saw of it (the record's PushedAt, or its first
-// frame), until the end of what could have been shown on it (the bot's
+// frame; the pusher writes progress frames every 10 s, not each, so
+// PushedAt may be that far behind and a stream counted one status line
+// more), until the end of what could have been shown on it (the bot's
 // return, the answer's end, the stream's truncation or its window,
 // whichever is first).
 type awayStream struct {
