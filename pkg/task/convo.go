@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
@@ -63,14 +64,29 @@ func LoadConversation(ctx context.Context, kv jetstream.KeyValue, key string) (*
 // context is dropped first), with compare-and-set. With m.Turns 0 nothing
 // is kept.
 func AppendExchange(ctx context.Context, kv jetstream.KeyValue, key, question, answer string, m Memory, now time.Time) error {
+	return AppendExchangeFrom(ctx, kv, key, question, answer, m, now, nil, 0)
+}
+
+// AppendExchangeFrom is AppendExchange starting from from, the
+// conversation as LoadConversation read it at rev (the worker read it for
+// the prompt): when nobody wrote it since, the append costs one write and
+// no read. from nil: read first. from is not changed.
+func AppendExchangeFrom(ctx context.Context, kv jetstream.KeyValue, key, question, answer string, m Memory, now time.Time, from *Conversation, rev uint64) error {
 	if m.Turns <= 0 {
 		return nil
 	}
 	for attempt := 0; attempt < 20; attempt++ {
 		dataplane.CASPause(ctx, attempt)
-		c, rev, err := LoadConversation(ctx, kv, key)
-		if err != nil {
-			return err
+		var c *Conversation
+		var err error
+		if attempt == 0 && from != nil {
+			cp := *from
+			cp.Turns, cp.Sessions = slices.Clone(from.Turns), slices.Clone(from.Sessions)
+			c = &cp
+		} else {
+			if c, rev, err = LoadConversation(ctx, kv, key); err != nil {
+				return err
+			}
 		}
 		if c.Idle(m, now) {
 			c.Turns = nil

@@ -126,7 +126,8 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	if run.MaxAnswerBytes <= 0 || run.MaxAnswerBytes > config.MaxAnswerBytesLimit {
 		run.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
-	req := ai.Request{TaskID: m.TaskID, Messages: w.prompt(runCtx, m, run.Memory),
+	prompt, conv := w.prompt(runCtx, m, run.Memory)
+	req := ai.Request{TaskID: m.TaskID, Messages: prompt,
 		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
 	atts, cleanup, err := w.attachments(runCtx, m)
 	defer cleanup() // the task's files leave this node with the run
@@ -236,7 +237,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	}
 	// Only the attempt that finished the task adds its turn: once.
 	key := dataplane.ConversationKey(m.Bot, m.Chat)
-	if err := task.AppendExchange(bg, w.cfg.Store.Context(), key, turn(m), text, run.Memory, w.cfg.Now()); err != nil {
+	if err := task.AppendExchangeFrom(bg, w.cfg.Store.Context(), key, turn(m), text, run.Memory, w.cfg.Now(), conv.c, conv.rev); err != nil {
 		w.storeError("context_write", err)
 		log.Warn().Err(err).Msg("conversation context not updated")
 	}
@@ -294,27 +295,38 @@ func (w *Worker) failed(ctx context.Context, m task.Message, attempt int, why st
 	return result{action: actGiveUp, err: errors.New(why)}
 }
 
-func (w *Worker) prompt(ctx context.Context, m task.Message, mem task.Memory) []ai.Message {
+// readConv is the conversation as the prompt read it, at rev (c nil: not
+// read): the answer's turn is appended from it (task.AppendExchangeFrom),
+// with no second read when nobody wrote it meanwhile.
+type readConv struct {
+	c   *task.Conversation
+	rev uint64
+}
+
+func (w *Worker) prompt(ctx context.Context, m task.Message, mem task.Memory) ([]ai.Message, readConv) {
 	var msgs []ai.Message
 	if w.cfg.SystemPrompt != "" {
 		msgs = append(msgs, ai.Message{Role: "system", Content: w.cfg.SystemPrompt})
 	}
 	question := ai.Message{Role: "user", Content: m.Question}
 	if mem.Turns <= 0 { // the bot keeps no context
-		return append(msgs, question)
+		return append(msgs, question), readConv{}
 	}
 	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
-	conv, _, err := task.LoadConversation(lctx, w.cfg.Store.Context(), dataplane.ConversationKey(m.Bot, m.Chat))
+	conv, rev, err := task.LoadConversation(lctx, w.cfg.Store.Context(), dataplane.ConversationKey(m.Bot, m.Chat))
 	if ctx.Err() == nil {
 		w.storeError("context_read", err)
 	}
-	if err == nil && !conv.Idle(mem, w.cfg.Now()) {
+	if err != nil {
+		return append(msgs, question), readConv{}
+	}
+	if !conv.Idle(mem, w.cfg.Now()) {
 		for _, t := range conv.Turns {
 			msgs = append(msgs, ai.Message{Role: t.Role, Content: t.Content})
 		}
 	}
-	return append(msgs, question)
+	return append(msgs, question), readConv{c: conv, rev: rev}
 }
 
 // Causes that end a run early.
