@@ -113,7 +113,9 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	if rec, rev := p.cached(id); rec != nil {
 		return rec, rev, false, 0
 	}
-	rec, rev, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
+	lctx, unlink := p.linked(ctx)
+	rec, rev, err := task.Get(lctx, p.cfg.Store.Tasks(), id)
+	unlink()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		if p.missingTooLong(id) {
 			// A notice (or an announcement) for an id with no record:

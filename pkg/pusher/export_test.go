@@ -1,6 +1,7 @@
 package pusher
 
 import (
+	"context"
 	"time"
 
 	"github.com/botctl/botctl/pkg/task"
@@ -32,3 +33,10 @@ func (p *Pusher) AssumedSends(r *task.Record) []time.Time { return p.assumedSend
 
 // ShownWriteEvery is shownWriteEvery.
 const ShownWriteEvery = shownWriteEvery
+
+// Linked is linked; Reconnected is reconnected (the NATS connection came
+// back).
+func (p *Pusher) Linked(ctx context.Context) (context.Context, context.CancelFunc) {
+	return p.linked(ctx)
+}
+func (p *Pusher) Reconnected() { p.reconnected() }

@@ -185,7 +185,9 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 		return o
 	}
 	p.mu.Unlock()
-	o, err := task.GetOutput(ctx, p.cfg.Store.Output(), id)
+	lctx, unlink := p.linked(ctx)
+	o, err := task.GetOutput(lctx, p.cfg.Store.Output(), id)
+	unlink()
 	p.storeError("output_read", err)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)

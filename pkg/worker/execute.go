@@ -336,41 +336,6 @@ var (
 	errDeadline   = errors.New("task execution deadline passed")
 )
 
-// cancelCheck is how often a running task's record is re-read, in case an
-// announcement was missed (a reconnecting worker): a /stop whose
-// announcement was lost stops the run within this (the user is told at
-// once either way: the pusher reads the record), and a later attempt's
-// takeover is also found by the fenced output writer at its next write.
-// Each re-read of an R3 bucket is a JetStream API request to its leader,
-// so the period bounds that load: 3,000 running answers make 200 a
-// second at 15 s.
-const cancelCheck = 15 * time.Second
-
-// checkCancel re-reads the record every cancelCheck and ends the run once
-// it says canceled (or finished otherwise: given up), or that a later
-// attempt took over.
-func (w *Worker) checkCancel(ctx context.Context, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
-	return every(ctx, cancelCheck, func(ctx context.Context) bool {
-		gctx, gcancel := context.WithTimeout(ctx, storeCallTimeout)
-		r, err := w.cfg.Lifecycle.Get(gctx, id)
-		gcancel()
-		switch {
-		case err != nil:
-			if ctx.Err() == nil { // not the run ending under the read
-				w.storeError("record_read", err)
-			}
-			return true
-		case r.Exec.Finished():
-			cancel(errCanceled)
-			return false
-		case r.Attempt != attempt:
-			cancel(errSuperseded)
-			return false
-		}
-		return true
-	})
-}
-
 // storeCallTimeout bounds one JetStream call made under a task's run
 // context. That context carries the execution deadline (30 minutes by
 // default), which replaces nats.go's own 5 s request timeout: without

@@ -167,12 +167,19 @@ func TestOutputIsCoalesced(t *testing.T) {
 // /stop marks the record canceled and announces it: the worker stops at
 // once. Without the announcement (a worker that was reconnecting) it still
 // stops, from its periodic re-read of the record.
+// A /stop ends the run: at once when announced; when the announcement was
+// lost (published while the worker's connection was away), at the
+// connection's return, or at the next periodic read of the record.
 func TestStopCancels(t *testing.T) {
-	t.Run("announced", func(t *testing.T) { testStop(t, true) })
-	t.Run("announcement missed", func(t *testing.T) { testStop(t, false) })
+	t.Run("announced", func(t *testing.T) { testStop(t, true, false) })
+	t.Run("announcement lost, then a reconnect", func(t *testing.T) { testStop(t, false, true) })
+	t.Run("announcement lost", func(t *testing.T) {
+		worker.SetCancelCheck(t, 2*time.Second)
+		testStop(t, false, false)
+	})
 }
 
-func testStop(t *testing.T, announce bool) {
+func testStop(t *testing.T, announce, reconnect bool) {
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
@@ -184,6 +191,15 @@ func testStop(t *testing.T, announce bool) {
 	}
 	if _, err := lc.Cancel(context.Background(), m.TaskID, "/stop"); err != nil {
 		t.Fatal(err)
+	}
+	if reconnect {
+		time.Sleep(time.Second) // a negative check needs a window: the lost cancel stops nothing
+		if w.Busy() == 0 {
+			t.Fatal("stopped with no announcement and no reconnect: the test shows nothing")
+		}
+		if err := env.Conn.ForceReconnect(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	testwait.Eventually(t, waitLong, "worker stopped", func() bool { return w.Busy() == 0 })
 	t.Logf("stopped %s after the cancel", time.Since(start))

@@ -1,0 +1,110 @@
+package worker
+
+// The cancel check: a running task's record is read again in case the
+// announcement of its cancellation was lost.
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// cancelCheck is how often a running task's record is re-read, in case an
+// announcement was missed, and a record is also re-read (within
+// reconnectSpread) each time the worker's NATS connection comes back: a
+// core NATS announcement is lost when it is published while the
+// connection is away, rarely otherwise (a slow subscriber dropping it). A
+// /stop whose announcement was lost stops the run within this (the user
+// is told at once either way: the pusher reads the record), and a later
+// attempt's takeover is also found by the fenced output writer at its
+// next write. Each re-read of an R3 bucket is a JetStream API request to
+// its leader: at 15 s (until issue 28) they were four of a one-minute
+// answer's eleven record reads. A var for tests.
+var cancelCheck = time.Minute
+
+// reconnectSpread spreads the re-reads of a reconnect: thousands of
+// running tasks do not ask the bucket's leader at once.
+const reconnectSpread = 5 * time.Second
+
+// followReconnects closes w.back, and makes a new one, each time the NATS
+// connection comes back, until ctx ends.
+func (w *Worker) followReconnects(ctx context.Context) {
+	nc := w.cfg.Store.JetStream().Conn()
+	back := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(back)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-back:
+			if !ok {
+				return
+			}
+			w.mu.Lock()
+			close(w.back)
+			w.back = make(chan struct{})
+			w.mu.Unlock()
+		}
+	}
+}
+
+// reconnected is closed when the NATS connection next comes back.
+func (w *Worker) reconnected() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.back
+}
+
+// checkCancel re-reads the record every cancelCheck, and after each
+// reconnect, and ends the run once the task is canceled or another
+// attempt took it over.
+func (w *Worker) checkCancel(ctx context.Context, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
+	ectx, end := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(cancelCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ectx.Done():
+				return
+			case <-t.C:
+			case <-w.reconnected():
+				select {
+				case <-ectx.Done():
+					return
+				case <-time.After(rand.N(reconnectSpread)):
+				}
+			}
+			if !w.stillOurs(ectx, id, attempt, cancel) {
+				return
+			}
+		}
+	}()
+	return func() { end(); <-done }
+}
+
+// stillOurs reads the record: a canceled task or another attempt's ends
+// the run (false).
+func (w *Worker) stillOurs(ctx context.Context, id string, attempt int, cancel context.CancelCauseFunc) bool {
+	gctx, gcancel := context.WithTimeout(ctx, storeCallTimeout)
+	r, err := w.cfg.Lifecycle.Get(gctx, id)
+	gcancel()
+	switch {
+	case err != nil:
+		if ctx.Err() == nil { // not the run ending under the read
+			w.storeError("record_read", err)
+		}
+		return true
+	case r.Exec.Finished():
+		cancel(errCanceled)
+		return false
+	case r.Attempt != attempt:
+		cancel(errSuperseded)
+		return false
+	}
+	return true
+}
