@@ -146,9 +146,7 @@ func rampSmoke(t *testing.T, stepsSpec string, topo topology) ([]*stepResult, st
 		t.Errorf("report too short: %q", rep)
 	}
 	for _, r := range rs {
-		if r.profile {
-			checkProfiles(t, r, topo, rep)
-		}
+		checkProfiles(t, r, topo, rep) // every smoke step is a "+" step
 	}
 	return rs, rep
 }
