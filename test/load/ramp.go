@@ -120,11 +120,11 @@ type stepResult struct {
 	idle                     map[string]usage // the same processes before the first message
 	idleWall                 time.Duration
 	versions                 int
-	profiles                 map[string]string // role → perf summary
+	profiles                 map[string]string      // role → perf summary
 	pprof                    map[string]pprofResult // role → its CPU and allocation profiles
-	subjects                 map[string]int    // NATS messages by kind of subject (-subjects)
-	ops                      *opCount          // the same by kind of operation, with bytes (-subjects)
-	harnessWatch             int               // deliveries to the load harness's own output watch
+	subjects                 map[string]int         // NATS messages by kind of subject (-subjects)
+	ops                      *opCount               // the same by kind of operation, with bytes (-subjects)
+	harnessWatch             int                    // deliveries to the load harness's own output watch
 	// leaderReceipt is the leader's own receipt histogram
 	// (botctl_receipt_latency_seconds: callback read → WeCom's ack),
 	// scraped at the step's end: botctl's share of the receipt apart
@@ -231,7 +231,7 @@ type rampOpts struct {
 	// profDir gets the pprof profiles of "+" steps (the ramp's -out
 	// BASE-prof); "": DIR/prof in the work dir.
 	profDir string
-	logf   func(string, ...any)
+	logf    func(string, ...any)
 	// self is this program, run as the etcd, NATS and naive-bot
 	// children. The ramp builds it with `go build` (a `go run` binary
 	// has no symbol table, and perf could not name its functions).

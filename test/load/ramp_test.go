@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 // figures are for the benchmark.
 func TestRampSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts real processes (about 40 s)")
+		t.Skip("starts real processes (about 50 s)")
 	}
 	rampSmoke(t, smokeSteps, topologySingle)
 }

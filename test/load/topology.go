@@ -158,14 +158,14 @@ func startDeployment(bin, dir string, o rampOpts, nodes int, answer time.Duratio
 		return d, fmt.Errorf("infra (%s): %w", o.topology, err)
 	}
 	def := config.Defaults().Election
+	// --api-pprof on every node: the profiles of "+" steps (pprof.go); the
+	// handlers cost nothing until one is asked for.
 	d.c, err = proc.Start(proc.Options{
 		Bin: bin, Dir: dir, Bots: []string{rampBot},
 		// The production election settings (the cluster package's own
 		// defaults are short, for tests).
 		TTL: def.TTL, Margin: def.SafetyMargin,
 		SimArgs:      []string{"--record"},
-		// --api-pprof: the profiles of "+" steps (pprof.go); the handlers
-		// cost nothing until one is asked for.
 		NodeArgs:     append([]string{"--ai", "demo", "--demo-answer-time", answer.String(), "--api-pprof", "true"}, o.topology.nodeArgs()...),
 		StartTimeout: 90 * time.Second,
 		External:     &proc.External{EtcdURLs: etcdURLs, NATSURL: natsURL},
