@@ -200,6 +200,8 @@ func (ps *pprofSet) finish() map[string]pprofResult {
 			} else {
 				r.cpuFile = f
 			}
+		} else if len(ps.errs[role]) == 0 {
+			errs = append(errs, "no CPU profile taken")
 		}
 		if a0, a1 := ps.allocs0[role], ps.allocs1[role]; a0 != "" && a1 != "" {
 			f := ps.fileName(ps.out, role, "allocs")
