@@ -188,38 +188,53 @@ func (ps *pprofSet) finish() map[string]pprofResult {
 		return nil
 	}
 	out := map[string]pprofResult{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for role := range ps.roles {
-		var r pprofResult
-		var errs []string
-		if chunks := ps.chunks[role]; len(chunks) > 0 {
-			f := ps.fileName(ps.out, role, "cpu")
-			if err := goPprof(append([]string{"-proto", "-output", f}, chunks...)...); err != nil {
-				errs = append(errs, "merging the CPU profile: "+err.Error())
-			} else if r.cpuTop, err = pprofTop(f, ""); err != nil {
-				errs = append(errs, err.Error())
-			} else {
-				r.cpuFile = f
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := ps.files(role)
+			if r.err != "" {
+				ps.logf("pprof %s: %s", role, r.err)
 			}
-		} else if len(ps.errs[role]) == 0 {
-			errs = append(errs, "no CPU profile taken")
-		}
-		if a0, a1 := ps.allocs0[role], ps.allocs1[role]; a0 != "" && a1 != "" {
-			f := ps.fileName(ps.out, role, "allocs")
-			if err := goPprof("-proto", "-output", f, "-base", a0, a1); err != nil {
-				errs = append(errs, "the window's allocations (-base): "+err.Error())
-			} else if r.allocTop, err = pprofTop(f, "alloc_space"); err != nil {
-				errs = append(errs, err.Error())
-			} else {
-				r.allocFile = f
-			}
-		}
-		r.err = strings.Join(append(ps.errs[role], errs...), "; ")
-		if r.err != "" {
-			ps.logf("pprof %s: %s", role, r.err)
-		}
-		out[role] = r
+			mu.Lock()
+			out[role] = r
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
 	return out
+}
+
+// files writes role's two files and reads their top functions.
+func (ps *pprofSet) files(role string) pprofResult {
+	var r pprofResult
+	var errs []string
+	if chunks := ps.chunks[role]; len(chunks) > 0 {
+		f := ps.fileName(ps.out, role, "cpu")
+		if err := goPprof(append([]string{"-proto", "-output", f}, chunks...)...); err != nil {
+			errs = append(errs, "merging the CPU profile: "+err.Error())
+		} else if r.cpuTop, err = pprofTop(f, ""); err != nil {
+			errs = append(errs, err.Error())
+		} else {
+			r.cpuFile = f
+		}
+	} else if len(ps.errs[role]) == 0 {
+		errs = append(errs, "no CPU profile taken")
+	}
+	if a0, a1 := ps.allocs0[role], ps.allocs1[role]; a0 != "" && a1 != "" {
+		f := ps.fileName(ps.out, role, "allocs")
+		if err := goPprof("-proto", "-output", f, "-base", a0, a1); err != nil {
+			errs = append(errs, "the window's allocations (-base): "+err.Error())
+		} else if r.allocTop, err = pprofTop(f, "alloc_space"); err != nil {
+			errs = append(errs, err.Error())
+		} else {
+			r.allocFile = f
+		}
+	}
+	r.err = strings.Join(append(ps.errs[role], errs...), "; ")
+	return r
 }
 
 // goPprof runs `go tool pprof` with args (symbols are in Go's profiles:
