@@ -42,6 +42,13 @@ type API struct {
 	// CAFile is the PEM CA that signed the other nodes' API certificates,
 	// for tier-2 calls and `botctl status` ("": the system's roots).
 	CAFile string `yaml:"ca_file"`
+	// Pprof mounts Go's profiler (net/http/pprof) under /debug/pprof/ on
+	// the node API, behind the token like every path but /healthz,
+	// /readyz and /metrics: CPU, allocation, heap and goroutine profiles
+	// of a running node, for `go tool pprof` (test/load's ramp takes them
+	// this way). Off by default: a profile names the code and shows how
+	// busy the node is, and a CPU profile costs a little while it runs.
+	Pprof bool `yaml:"pprof"`
 }
 
 func (a API) tlsFiles() tlsFiles {

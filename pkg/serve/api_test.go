@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -65,7 +66,7 @@ func apiNodeLC(t *testing.T, spec apiSpec) (base string, lc *task.Lifecycle) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Node{Worker: w, Store: env.Store, Lifecycle: lc, ready: make(chan struct{}), token: spec.Token, log: zerolog.Nop()}
+	n := &Node{Worker: w, Store: env.Store, Lifecycle: lc, ready: make(chan struct{}), token: spec.Token, log: zerolog.Nop(), cfg: config.Config{API: spec.API}}
 	close(n.ready)
 	n.obs = newObserver(n, env.Conn, nil) // /metrics, /healthz, /readyz (no etcd here: /readyz is not asked)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,6 +90,51 @@ func apiNodeLC(t *testing.T, spec apiSpec) (base string, lc *task.Lifecycle) {
 		wg.Wait()
 	})
 	return url, lc
+}
+
+// api.pprof mounts Go's profiler behind the token: with the token, an
+// allocation profile (gzipped protobuf, what `go tool pprof` reads);
+// without it, 401 on every profiler path; cmdline (argv) is not served.
+// Off, the default, there is no /debug/pprof/ at all.
+func TestPprofIsBehindTheTokenAndOffByDefault(t *testing.T) {
+	on := apiNodeWith(t, apiSpec{Token: testToken, API: config.API{Pprof: true}})
+	off := apiNode(t, testToken)
+	get := func(url, auth string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, body
+	}
+	code, body := get(on+"/debug/pprof/allocs?debug=0", "Bearer "+testToken)
+	if code != http.StatusOK || !bytes.HasPrefix(body, []byte{0x1f, 0x8b}) {
+		t.Fatalf("GET /debug/pprof/allocs?debug=0 with the token: %d, %d bytes starting %q: want 200 and a gzipped profile", code, len(body), body[:min(len(body), 16)])
+	}
+	for _, p := range []string{"/debug/pprof/allocs?debug=0", "/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1", "/debug/pprof/symbol"} {
+		for _, auth := range []string{"", "Bearer wrong-token-0123456789abc"} {
+			if code, _ := get(on+p, auth); code != http.StatusUnauthorized {
+				t.Errorf("GET %s with Authorization %q: %d, want 401", p, auth, code)
+			}
+		}
+	}
+	if code, _ := get(on+"/debug/pprof/cmdline", "Bearer "+testToken); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/cmdline with the token: %d, want 404 (argv is not served)", code)
+	}
+	for _, p := range []string{"/debug/pprof/allocs?debug=0", "/debug/pprof/", "/debug/pprof/profile?seconds=1"} {
+		if code, _ := get(off+p, "Bearer "+testToken); code != http.StatusNotFound {
+			t.Errorf("api.pprof off: GET %s with the token: %d, want 404", p, code)
+		}
+	}
 }
 
 func post(t *testing.T, url, auth string, body []byte) *http.Response {

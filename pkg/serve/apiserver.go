@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync"
@@ -131,4 +132,20 @@ func requireToken(token string, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// pprofRoutes mounts Go's profiler under /debug/pprof/ (api.pprof), every
+// path behind the token: the index and the named profiles (allocs, heap,
+// goroutine, …; ?debug=0 for the protobuf `go tool pprof` reads), a CPU
+// profile (profile?seconds=N: the server's write timeout is stretched by
+// N), the execution trace and symbol lookups. Not cmdline: a test's argv
+// may hold a bot secret (--bot ID:SECRET), and no profile needs it. The
+// handlers are mounted on the API's own mux, never http.DefaultServeMux
+// (where the embedded nats-server's import registers them unguarded).
+func pprofRoutes(mux *http.ServeMux, token string) {
+	mux.Handle("GET /debug/pprof/", requireToken(token, http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/profile", requireToken(token, http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/trace", requireToken(token, http.HandlerFunc(pprof.Trace)))
+	mux.Handle("GET /debug/pprof/symbol", requireToken(token, http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("POST /debug/pprof/symbol", requireToken(token, http.HandlerFunc(pprof.Symbol)))
 }

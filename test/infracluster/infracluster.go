@@ -40,7 +40,11 @@ type Member struct {
 	Name string
 	Args []string // infranode arguments (the same on every restart)
 	URL  string   // client URL
-	Proc *cluster.Proc
+	// ProfURL is where the member serves Go's profiler, with Options.Pprof
+	// ("http://127.0.0.1:P/debug/pprof/"; "" without): an etcd member's
+	// client URL, a NATS server's profiling port.
+	ProfURL string
+	Proc    *cluster.Proc
 }
 
 // Options configure Start.
@@ -66,6 +70,10 @@ type Options struct {
 	// fine where a killed process is the fault (nothing is lost that a
 	// power cut would not take); set "always" where its cost is measured.
 	NATSSync string
+	// Pprof makes every member serve Go's profiler (Member.ProfURL): etcd
+	// on its client URL, nats-server on a profiling port of its own
+	// (ProfPort). Off by default; a profile is only taken when asked for.
+	Pprof bool
 	// LogDir, if set, gets every member's whole stderr (cluster.LogFileName
 	// of its process name, appended across restarts).
 	LogDir string
@@ -98,10 +106,11 @@ func Start(o Options) (*Infra, error) {
 		return in, fmt.Errorf("infracluster: Options.Bin and Options.Dir are required")
 	}
 	size, dir, timeout := o.Size, o.Dir, o.Timeout
-	ports, err := freePorts(4 * size)
+	ports, err := freePorts(5 * size)
 	if err != nil {
 		return in, err
 	}
+	profPorts := ports[4*size:]
 	var initial []string
 	for i := 0; i < size; i++ {
 		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
@@ -112,6 +121,10 @@ func Start(o Options) (*Infra, error) {
 			"-name", name, "-dir", filepath.Join(dir, name),
 			"-client", fmt.Sprintf("127.0.0.1:%d", ports[2*i]), "-peer", fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
 			"-initial-cluster", strings.Join(initial, ","), "-unsafe-no-fsync=" + strconv.FormatBool(!o.EtcdFsync)}})
+		if o.Pprof {
+			m := in.Etcd[i]
+			m.Args, m.ProfURL = append(m.Args, "-pprof"), m.URL+"/debug/pprof/"
+		}
 	}
 	np := ports[2*size:]
 	for i := 0; i < size; i++ {
@@ -125,6 +138,11 @@ func Start(o Options) (*Infra, error) {
 		in.NATS = append(in.NATS, &Member{Name: name, URL: fmt.Sprintf("nats://127.0.0.1:%d", np[2*i]), Args: []string{"nats",
 			"-name", name, "-dir", filepath.Join(dir, "nats-"+name),
 			"-port", strconv.Itoa(np[2*i]), "-cluster-port", strconv.Itoa(np[2*i+1]), "-routes", strings.Join(routes, ","), "-sync", o.NATSSync}})
+		if o.Pprof {
+			m := in.NATS[i]
+			m.Args = append(m.Args, "-prof-port", strconv.Itoa(profPorts[i]))
+			m.ProfURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", profPorts[i])
+		}
 	}
 	// Members of a new cluster wait for each other: start all, then wait.
 	for _, m := range in.Members() {

@@ -34,7 +34,13 @@ func naiveMain(args []string) error {
 	secret := fs.String("secret", "", "bot secret")
 	answer := fs.Duration("answer", 60*time.Second, "how long an answer streams")
 	tick := fs.Duration("tick", time.Second, "how often a conversation's answer so far is sent")
+	prof := fs.Bool("pprof", false, "serve Go's profiler on a loopback port (printed: \"pprof: URL\")")
 	fs.Parse(args)
+	if *prof {
+		if err := servePprof(); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	receipt := "已收到，正在处理…" // botctl's default receipt (pkg/access)

@@ -29,12 +29,13 @@ type step struct {
 	conversations int
 	rate          float64
 	answer        time.Duration
-	profile       bool // perf-record the main processes during the step
+	profile       bool // profile the main processes during the step (perf, pprof)
 }
 
 // parseSteps reads "[naive:|Nnode:]C@R/A,…", e.g. "5000@500/30s",
 // "1node:3000@500/5s", "naive:1000@200/60s". A "+" suffix profiles the
-// step with perf.
+// step: perf from outside, and each process's own CPU and allocation
+// profiles (pprof.go).
 func parseSteps(s string) ([]step, error) {
 	var out []step
 	for _, f := range strings.Split(s, ",") {
@@ -119,10 +120,11 @@ type stepResult struct {
 	idle                     map[string]usage // the same processes before the first message
 	idleWall                 time.Duration
 	versions                 int
-	profiles                 map[string]string // role → perf summary
-	subjects                 map[string]int    // NATS messages by kind of subject (-subjects)
-	ops                      *opCount          // the same by kind of operation, with bytes (-subjects)
-	harnessWatch             int               // deliveries to the load harness's own output watch
+	profiles                 map[string]string      // role → perf summary
+	pprof                    map[string]pprofResult // role → its CPU and allocation profiles
+	subjects                 map[string]int         // NATS messages by kind of subject (-subjects)
+	ops                      *opCount               // the same by kind of operation, with bytes (-subjects)
+	harnessWatch             int                    // deliveries to the load harness's own output watch
 	// leaderReceipt is the leader's own receipt histogram
 	// (botctl_receipt_latency_seconds: callback read → WeCom's ack),
 	// scraped at the step's end: botctl's share of the receipt apart
@@ -225,8 +227,11 @@ type rampOpts struct {
 	grace  time.Duration
 	idle   time.Duration // how long to measure the idle cost before the load
 	tick   time.Duration // the naive bot's ticker
-	profHz int
-	logf   func(string, ...any)
+	profHz int           // perf's sampling frequency; 0: no perf
+	// profDir gets the pprof profiles of "+" steps (the ramp's -out
+	// BASE-prof); "": DIR/prof in the work dir.
+	profDir string
+	logf    func(string, ...any)
 	// self is this program, run as the etcd, NATS and naive-bot
 	// children. The ramp builds it with `go build` (a `go run` binary
 	// has no symbol table, and perf could not name its functions).
@@ -249,6 +254,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	res := &stepResult{step: st, profiles: map[string]string{}}
 	sdir := filepath.Join(dir, fmt.Sprintf("step%d", idx))
 	var pids map[string]int
+	var targets map[string]pprofTarget
 	var sim *simClient
 	var natsURL string
 	var leaderAPI string
@@ -273,7 +279,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 			return res, err
 		}
 		p, err := proc.StartProc("naive bot", o.self, []string{"naive", "-wecom", c.SimWS, "-bot", rampBot, "-secret", "s-" + rampBot,
-			"-answer", st.answer.String(), "-tick", o.tick.String()}, proc.StartOptions{})
+			"-answer", st.answer.String(), "-tick", o.tick.String(), "-pprof"}, proc.StartOptions{})
 		if err != nil {
 			return res, err
 		}
@@ -282,6 +288,11 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 			return res, err
 		}
 		pids = map[string]int{"naive bot": p.Pid(), "sim": c.Sim.Pid()}
+		t, err := childPprof(p)
+		if err != nil {
+			return res, err
+		}
+		targets = map[string]pprofTarget{"naive bot": t}
 		sim = newSimClient(c.SimHTTP)
 	default:
 		d, err := startDeployment(bin, sdir, o, st.nodes, st.answer)
@@ -294,6 +305,9 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 			leaderAPI = n.API
 		}
 		pids = d.procs()
+		if targets, err = d.pprofTargets(); err != nil {
+			return res, err
+		}
 		sim = newSimClient(d.c.SimHTTP)
 		natsURL = d.c.NATSURL
 	}
@@ -325,7 +339,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	}
 
 	var perf *perfSet
-	if st.profile {
+	if st.profile && o.profHz > 0 {
 		perf = startPerf(pids, sdir, o.profHz, o.logf)
 	}
 	var counter *subjectCount
@@ -334,6 +348,10 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		if counter, err = countSubjects(natsURL); err != nil {
 			return res, fmt.Errorf("subject counter: %w", err)
 		}
+	}
+	var prof *pprofSet
+	if st.profile {
+		prof = startPprof(targets, o.profDir, sdir, fmt.Sprintf("step%d", idx), o.logf)
 	}
 	smp := startSampler(pids)
 	prefix := fmt.Sprintf("s%d", idx)
@@ -412,6 +430,9 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	}
 	res.usage, res.wall = smp.stop()
 	res.ticks = smp.timeline()
+	if prof != nil {
+		prof.endWindow()
+	}
 	if counter != nil {
 		res.subjects, res.ops = counter.stop()
 		if outs != nil {
@@ -443,6 +464,9 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 	}
 	if perf != nil {
 		res.profiles = perf.stop()
+	}
+	if prof != nil {
+		res.pprof = prof.finish()
 	}
 	<-genDone                   // it ends by itself, after its n posts
 	time.Sleep(2 * time.Second) // a duplicate would show up here

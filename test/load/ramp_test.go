@@ -1,6 +1,9 @@
 package main
 
 import (
+	"compress/gzip"
+	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -37,18 +40,21 @@ func TestMain(m *testing.M) {
 // TestRampSmoke runs the -smoke ramp (50 conversations at 10/s, 5 s
 // answers, on three real nodes, then the naive bot) and checks that it
 // measured something whole: every conversation answered once, every
-// receipt seen, and the report, CSV and plots written. It asserts no
-// timing: figures are for the benchmark.
+// receipt seen, the report, CSV and plots written, and both steps'
+// profiles ("+") written and in the report. It asserts no timing:
+// figures are for the benchmark.
 func TestRampSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts real processes (about 40 s)")
+		t.Skip("starts real processes (about 50 s)")
 	}
 	rampSmoke(t, smokeSteps, topologySingle)
 }
 
 // smokeStepsR3 is the r3 smoke's ramp: the botctl step of smokeSteps
-// only (the naive bot runs on no etcd and no NATS).
-const smokeStepsR3 = "50@10/5s"
+// only (the naive bot runs on no etcd and no NATS), profiled: an etcd
+// member's and a NATS server's own profilers (infranode -pprof,
+// -prof-port).
+const smokeStepsR3 = "50@10/5s+"
 
 // TestRampSmokeR3 is TestRampSmoke on the production topology (-topology
 // r3): 3 etcd members and 3 NATS servers, the nodes at --nats-replicas 3.
@@ -98,7 +104,10 @@ func rampSmoke(t *testing.T, stepsSpec string, topo topology) ([]*stepResult, st
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := runRamp(steps, rampOpts{grace: 30 * time.Second, idle: time.Second, tick: time.Second, profHz: 99, logf: t.Logf, self: self, topology: topo}, t.TempDir())
+	// No perf (profHz 0): pprof's profiles are what is checked, and the
+	// test should not depend on perf being installed or take its time.
+	profDir := filepath.Join(t.TempDir(), "ramp-prof")
+	rs, err := runRamp(steps, rampOpts{grace: 30 * time.Second, idle: time.Second, tick: time.Second, logf: t.Logf, self: self, topology: topo, profDir: profDir}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +145,87 @@ func rampSmoke(t *testing.T, stepsSpec string, topo topology) ([]*stepResult, st
 	if len(rep) < 1000 {
 		t.Errorf("report too short: %q", rep)
 	}
+	for _, r := range rs {
+		checkProfiles(t, r, topo, rep) // every smoke step is a "+" step
+	}
 	return rs, rep
+}
+
+// checkProfiles checks a "+" step's pprof profiles: one CPU and one
+// allocation profile of each process profiledRole picks, each a whole
+// gzip file, and the report showing each one's top functions.
+func checkProfiles(t *testing.T, r *stepResult, topo topology, rep string) {
+	t.Helper()
+	want := []string{"naive bot"}
+	if r.kind == "botctl" {
+		etcd, nats := etcdRole, natsRole
+		if topo == topologyR3 {
+			etcd, nats = etcdRole+" e1", natsRole+" n1"
+		}
+		want = []string{"leader " + r.leader, etcd, nats}
+		var workers []string
+		for _, role := range r.roles() {
+			if strings.HasPrefix(role, "worker ") {
+				workers = append(workers, role)
+			}
+		}
+		if len(workers) > 0 {
+			want = append(want, workers[0]) // roles() sorts them
+		}
+	}
+	if len(r.pprof) != len(want) {
+		t.Errorf("step %s: profiled %v, want %v", r.spec, sortedKeys(r.pprof), want)
+	}
+	for _, role := range want {
+		p, ok := r.pprof[role]
+		if !ok {
+			t.Errorf("step %s: %s not profiled (profiled: %v)", r.spec, role, sortedKeys(r.pprof))
+			continue
+		}
+		if p.err != "" {
+			t.Errorf("step %s, %s: %s", r.spec, role, p.err)
+		}
+		for _, f := range []string{p.cpuFile, p.allocFile} {
+			if f == "" {
+				t.Errorf("step %s, %s: a profile is missing: %+v", r.spec, role, p)
+				continue
+			}
+			if err := checkGzip(f); err != nil {
+				t.Errorf("step %s, %s: %v", r.spec, role, err)
+			}
+			if !strings.Contains(rep, besideReport(f)) {
+				t.Errorf("report does not name %s", besideReport(f))
+			}
+		}
+		if !strings.Contains(p.cpuTop, "Type: cpu") || !strings.Contains(p.allocTop, "Type: alloc_space") || !strings.Contains(p.allocTop, "flat%") {
+			t.Errorf("step %s, %s: top functions not read:\nCPU:\n%s\nallocations:\n%s", r.spec, role, p.cpuTop, p.allocTop)
+		}
+		if !strings.Contains(rep, p.allocTop) || !strings.Contains(rep, p.cpuTop) {
+			t.Errorf("report lacks %s's tables", role)
+		}
+	}
+	if !strings.Contains(rep, "## Profiles (pprof") || !strings.Contains(rep, "allocated bytes (alloc_space)") {
+		t.Errorf("report has no pprof section:\n%s", rep)
+	}
+}
+
+// checkGzip says whether file is a whole gzip stream (a profile as
+// pprof writes it).
+func checkGzip(file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	n, err := io.Copy(io.Discard, z)
+	if err != nil || n == 0 {
+		return fmt.Errorf("%s: %d bytes unzipped, %v", file, n, err)
+	}
+	return nil
 }
 
 // TestRampReportSumsMembers checks the CPU table on r3 without

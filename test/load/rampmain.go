@@ -18,7 +18,8 @@ import (
 // at 250/s between), the naive baseline at the 1,000-conversation step,
 // and one-node against three-node throughput with a backlog (short
 // answers, so the one-node run stays near a minute). "+" steps are
-// profiled with perf: one below the slots (what a message costs), the top
+// profiled (perf from outside, and each process's own pprof CPU and
+// allocation profiles, written beside the report): one below the slots (what a message costs), the top
 // one (where it breaks) and the naive bot; not the receipt target's step,
 // so that sampling does not touch the figure the target is about.
 //
@@ -28,17 +29,18 @@ import (
 // 120 s answers; with 30 s answers the step takes under three.
 const defaultSteps = "100@10/120s,1000@200/60s,2000@250/60s+,5000@500/30s,10000@500/30s+,naive:1000@200/60s+,1node:2000@500/5s,2000@500/5s"
 
-// smokeSteps are the -smoke ramp: tiny, for the test.
-const smokeSteps = "50@10/5s,naive:50@10/5s"
+// smokeSteps are the -smoke ramp: tiny, for the test; both profiled, so
+// that the test sees every profile written.
+const smokeSteps = "50@10/5s+,naive:50@10/5s+"
 
 func rampMain(args []string) error {
 	fs := flag.NewFlagSet("ramp", flag.ExitOnError)
-	out := fs.String("out", "", "write the Markdown report here (and .csv and -*.png beside it; default stdout, no CSV, no plots)")
-	stepsFlag := fs.String("steps", defaultSteps, "steps, [naive:|Nnode:]CONVERSATIONS@RATE/ANSWER[+], comma-separated (+: profile with perf)")
+	out := fs.String("out", "", "write the Markdown report here (and .csv, -*.png and the + steps' pprof profiles in BASE-prof/ beside it; default stdout, no CSV, no plots, no profile files)")
+	stepsFlag := fs.String("steps", defaultSteps, "steps, [naive:|Nnode:]CONVERSATIONS@RATE/ANSWER[+], comma-separated (+: profile with perf and pprof)")
 	smoke := fs.Bool("smoke", false, "a tiny ramp ("+smokeSteps+"): checks that the ramp works")
 	grace := fs.Duration("grace", 60*time.Second, "a step ends this long after its last answer was due, answered or not")
 	tick := fs.Duration("naive-tick", time.Second, "the naive bot's ticker")
-	hz := fs.Int("perf-hz", 99, "perf sampling frequency of profiled steps")
+	hz := fs.Int("perf-hz", 99, "perf sampling frequency of profiled steps (0: no perf, pprof only)")
 	idle := fs.Duration("idle", 5*time.Second, "measure each step's processes this long with no traffic first (their idle cost)")
 	dirFlag := fs.String("dir", "", "work dir (binaries, data); default a temp dir, removed at the end")
 	topoFlag := fs.String("topology", string(topologySingle), "etcd and NATS under the nodes: single (1 etcd, 1 NATS server, JetStream replicas 1; bench/ramp.md's) or r3 (3 etcd members, 3 NATS servers, --nats-replicas 3: the production topology)")
@@ -58,7 +60,12 @@ func rampMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	results, err := runRamp(steps, rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo, subjects: *subjects, natsSync: *natsSync}, *dirFlag)
+	o := rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo, subjects: *subjects, natsSync: *natsSync}
+	base := strings.TrimSuffix(*out, filepath.Ext(*out))
+	if *out != "" {
+		o.profDir = base + "-prof"
+	}
+	results, err := runRamp(steps, o, *dirFlag)
 	if err != nil && len(results) == 0 {
 		return err
 	}
@@ -67,7 +74,6 @@ func rampMain(args []string) error {
 		fmt.Print(report)
 		return err
 	}
-	base := strings.TrimSuffix(*out, filepath.Ext(*out))
 	if werr := os.MkdirAll(filepath.Dir(*out), 0o755); werr != nil {
 		return werr
 	}
@@ -80,7 +86,7 @@ func rampMain(args []string) error {
 	if werr := rampPlots(base, results); werr != nil {
 		return werr
 	}
-	logf("wrote %s, %s.csv, %s-*.png", *out, base, base)
+	logf("wrote %s, %s.csv, %s-*.png (and the profiles of + steps in %s-prof/)", *out, base, base, base)
 	return err
 }
 
@@ -110,6 +116,9 @@ func runRamp(steps []step, o rampOpts, dir string) ([]*stepResult, error) {
 	}
 	if o.topology == "" {
 		o.topology = topologySingle
+	}
+	if o.profDir == "" {
+		o.profDir = filepath.Join(dir, "prof")
 	}
 	if o.topology == topologyR3 && o.infranode == "" {
 		if o.infranode, err = infracluster.Build(dir); err != nil {

@@ -284,6 +284,7 @@ question each, over the simulator's control API. Measured from outside the nodes
 			}
 		}
 	}
+	b.WriteString(pprofSection(rs))
 	for i, r := range rs {
 		if r.subjects == nil {
 			continue

@@ -109,11 +109,11 @@ func startSingle(self, dir, natsSync string) (etcd, nats *proc.Proc, etcdURL, na
 	if err != nil {
 		return nil, nil, "", "", err
 	}
-	etcd, err = proc.StartProc("etcd", self, []string{"etcd", "-dir", filepath.Join(dir, "etcd"), "-client", addr}, proc.StartOptions{})
+	etcd, err = proc.StartProc("etcd", self, []string{"etcd", "-dir", filepath.Join(dir, "etcd"), "-client", addr, "-pprof"}, proc.StartOptions{})
 	if err != nil {
 		return nil, nil, "", "", err
 	}
-	nats, err = proc.StartProc("nats", self, []string{"nats", "-dir", filepath.Join(dir, "nats"), "-sync", natsSync}, proc.StartOptions{})
+	nats, err = proc.StartProc("nats", self, []string{"nats", "-dir", filepath.Join(dir, "nats"), "-sync", natsSync, "-pprof"}, proc.StartOptions{})
 	if err != nil {
 		etcd.Kill()
 		return nil, nil, "", "", err
@@ -137,7 +137,7 @@ func startSingle(self, dir, natsSync string) (etcd, nats *proc.Proc, etcdURL, na
 func (d *deployment) startInfra(o rampOpts) (etcdURLs []string, natsURL string, err error) {
 	if o.topology == topologyR3 {
 		d.infra, err = infracluster.Start(infracluster.Options{Bin: o.infranode, Dir: filepath.Join(d.dir, "infra"),
-			Size: o.topology.members(), EtcdFsync: true, NATSSync: o.natsSync})
+			Size: o.topology.members(), EtcdFsync: true, NATSSync: o.natsSync, Pprof: true})
 		if err != nil {
 			return nil, "", err
 		}
@@ -158,13 +158,15 @@ func startDeployment(bin, dir string, o rampOpts, nodes int, answer time.Duratio
 		return d, fmt.Errorf("infra (%s): %w", o.topology, err)
 	}
 	def := config.Defaults().Election
+	// --api-pprof on every node: the profiles of "+" steps (pprof.go); the
+	// handlers cost nothing until one is asked for.
 	d.c, err = proc.Start(proc.Options{
 		Bin: bin, Dir: dir, Bots: []string{rampBot},
 		// The production election settings (the cluster package's own
 		// defaults are short, for tests).
 		TTL: def.TTL, Margin: def.SafetyMargin,
 		SimArgs:      []string{"--record"},
-		NodeArgs:     append([]string{"--ai", "demo", "--demo-answer-time", answer.String()}, o.topology.nodeArgs()...),
+		NodeArgs:     append([]string{"--ai", "demo", "--demo-answer-time", answer.String(), "--api-pprof", "true"}, o.topology.nodeArgs()...),
 		StartTimeout: 90 * time.Second,
 		External:     &proc.External{EtcdURLs: etcdURLs, NATSURL: natsURL},
 	})
@@ -246,6 +248,37 @@ func (d *deployment) procs() map[string]int {
 	return out
 }
 
+// pprofTargets are where the deployment's processes serve Go's profiler,
+// by the role names of procs: every node's API (its token), each etcd
+// member and NATS server.
+func (d *deployment) pprofTargets() (map[string]pprofTarget, error) {
+	out := map[string]pprofTarget{}
+	if d.infra != nil {
+		for _, m := range d.infra.Etcd {
+			out[etcdRole+" "+m.Name] = pprofTarget{base: m.ProfURL}
+		}
+		for _, m := range d.infra.NATS {
+			out[natsRole+" "+m.Name] = pprofTarget{base: m.ProfURL}
+		}
+	} else {
+		for role, p := range map[string]*proc.Proc{etcdRole: d.etcd, natsRole: d.nats} {
+			t, err := childPprof(p)
+			if err != nil {
+				return nil, err
+			}
+			out[role] = t
+		}
+	}
+	for _, n := range d.c.Nodes() {
+		role := "worker " + n.ID
+		if n.ID == d.leader {
+			role = "leader " + n.ID
+		}
+		out[role] = pprofTarget{base: n.API + "/debug/pprof/", token: n.Token}
+	}
+	return out, nil
+}
+
 func (d *deployment) close() {
 	if d.c != nil {
 		// Nodes first, with SIGTERM (they resign and flush), then the rest.
@@ -280,7 +313,13 @@ func etcdMain(args []string) error {
 	fs := flag.NewFlagSet("etcd", flag.ExitOnError)
 	dir := fs.String("dir", "", "data dir")
 	client := fs.String("client", "", "client host:port")
+	prof := fs.Bool("pprof", false, "serve Go's profiler on a loopback port (printed: \"pprof: URL\")")
 	fs.Parse(args)
+	if *prof {
+		if err := servePprof(); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	e, err := infra.StartEtcd(ctx, infra.EtcdConfig{DataDir: *dir, ClientAddr: *client, Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
@@ -303,7 +342,13 @@ func natsMain(args []string) error {
 	fs := flag.NewFlagSet("nats", flag.ExitOnError)
 	dir := fs.String("dir", "", "data dir")
 	sync := fs.String("sync", "always", `JetStream sync_interval: "always" or an interval such as 2m`)
+	prof := fs.Bool("pprof", false, "serve Go's profiler on a loopback port (printed: \"pprof: URL\"), as nats-server's ProfPort does")
 	fs.Parse(args)
+	if *prof {
+		if err := servePprof(); err != nil {
+			return err
+		}
+	}
 	interval, err := infra.ParseSync(*sync)
 	if err != nil {
 		return fmt.Errorf("nats: -sync %q: %w", *sync, err)

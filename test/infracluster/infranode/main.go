@@ -5,8 +5,14 @@
 // test/load can read each one's CPU and memory.
 //
 //	infranode etcd -name e1 -dir D -client 127.0.0.1:P -peer 127.0.0.1:Q \
-//	    -initial-cluster e1=http://127.0.0.1:Q,e2=…,e3=… [-unsafe-no-fsync=false]
-//	infranode nats -name n1 -dir D -port P -cluster-port C -routes nats://127.0.0.1:C2,…
+//	    -initial-cluster e1=http://127.0.0.1:Q,e2=…,e3=… [-unsafe-no-fsync=false] [-pprof]
+//	infranode nats -name n1 -dir D -port P -cluster-port C -routes nats://127.0.0.1:C2,… [-prof-port R]
+//
+// -pprof serves Go's profiler on the etcd member's client URL
+// (/debug/pprof/, etcd's --enable-pprof); -prof-port R is nats-server's
+// own profiling port (its ProfPort: /debug/pprof/ on 127.0.0.1:R, -1 any
+// free port), so test/load can take each member's CPU and allocation
+// profiles.
 //
 // Each prints one line to stdout once it serves clients ("etcd ready: …" or
 // "nats ready: …") and stops on SIGTERM or SIGINT. A restart with the same
@@ -63,6 +69,7 @@ func runEtcd(args []string) error {
 	peer := fs.String("peer", "", "peer host:port")
 	initial := fs.String("initial-cluster", "", "name=http://peer,… of every member")
 	noFsync := fs.Bool("unsafe-no-fsync", true, "skip fsync (a killed process loses nothing; a power cut would)")
+	prof := fs.Bool("pprof", false, "serve Go's profiler under /debug/pprof/ on the client URL")
 	fs.Parse(args)
 	if *name == "" || *dir == "" || *client == "" || *peer == "" || *initial == "" {
 		return fmt.Errorf("etcd: -name, -dir, -client, -peer and -initial-cluster are required")
@@ -79,6 +86,7 @@ func runEtcd(args []string) error {
 	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once the data dir has a member
 	cfg.UnsafeNoFsync = *noFsync
 	cfg.EnableGRPCGateway = false
+	cfg.EnablePprof = *prof
 	cfg.LogLevel = "warn"
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
 	cfg.AutoCompactionRetention = "1h"
@@ -111,6 +119,7 @@ func runNATS(args []string) error {
 	cport := fs.Int("cluster-port", 0, "cluster (route) port")
 	routes := fs.String("routes", "", "nats://host:port,… routes to the other servers")
 	sync := fs.String("sync", "", `JetStream sync_interval: "always", an interval such as 2m, or empty for nats-server's default`)
+	profPort := fs.Int("prof-port", 0, "nats-server's profiling port (ProfPort): /debug/pprof/ on 127.0.0.1:PORT; -1 any free port, 0 none")
 	fs.Parse(args)
 	if *name == "" || *dir == "" || *port == 0 || *cport == 0 {
 		return fmt.Errorf("nats: -name, -dir, -port and -cluster-port are required")
@@ -130,6 +139,9 @@ func runNATS(args []string) error {
 		// seconds, not after nats-server's default of minutes.
 		Cluster: server.ClusterOpts{Name: "botctl-infracluster", Host: "127.0.0.1", Port: *cport, NoAdvertise: true,
 			PingInterval: 2 * time.Second, MaxPingsOut: 3},
+		// The profiler listens on Host, loopback; nats-server serves
+		// http.DefaultServeMux there, with net/http/pprof's handlers.
+		ProfPort: *profPort,
 	}
 	if *sync != "" { // "": nats-server's default
 		d, err := infra.ParseSync(*sync)
@@ -150,6 +162,9 @@ func runNATS(args []string) error {
 	defer func() { s.Shutdown(); s.WaitForShutdown() }()
 	if !s.ReadyForConnections(time.Minute) {
 		return fmt.Errorf("nats server %s: not accepting clients after 1m", *name)
+	}
+	if a := s.ProfilerAddr(); a != nil {
+		fmt.Printf("nats profiler: %s http://%s/debug/pprof/\n", *name, a)
 	}
 	fmt.Printf("nats ready: %s %s\n", *name, s.ClientURL())
 	<-stopSignal()
