@@ -15,7 +15,9 @@ import (
 
 // defaultSteps: the issue's ramp (100 → 1,000 → 5,000 → 10,000
 // conversations, 10 → 200 → 500 new messages/s, answers 30–120 s; 2,000
-// at 250/s between), the naive baseline at the 1,000-conversation step,
+// at 250/s between), 1,000, 5,000 and 10,000 at one rate and answer time
+// (issue 28: how cost grows with the conversations), the naive baseline
+// at the 1,000- and the 5,000-conversation steps (issue 28's ratios),
 // and one-node against three-node throughput with a backlog (short
 // answers, so the one-node run stays near a minute). "+" steps are
 // profiled (perf from outside, and each process's own pprof CPU and
@@ -27,7 +29,7 @@ import (
 // with the default slots run 256 + 2×1,024 = 2,304 answers at once, so
 // 10,000 conversations are answered in five rounds, 10 minutes with
 // 120 s answers; with 30 s answers the step takes under three.
-const defaultSteps = "100@10/120s,1000@200/60s,2000@250/60s+,5000@500/30s,10000@500/30s+,naive:1000@200/60s+,1node:2000@500/5s,2000@500/5s"
+const defaultSteps = "100@10/120s,1000@200/60s,2000@250/60s+,1000@500/30s,5000@500/30s,10000@500/30s+,naive:1000@200/60s+,naive:5000@500/30s,1node:2000@500/5s,2000@500/5s"
 
 // smokeSteps are the -smoke ramp: tiny, for the test; both profiled, so
 // that the test sees every profile written.

@@ -262,6 +262,8 @@ question each, over the simulator's control API. Measured from outside the nodes
 		}
 	}
 
+	b.WriteString(costSection(rs))
+
 	for i, r := range rs {
 		if r.kind == "botctl" {
 			b.WriteString(timelineSection(r, i+1))
