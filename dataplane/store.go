@@ -478,6 +478,11 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 	if s.media, err = declareMedia(ctx, js, n.MediaBucket, opts); err != nil {
 		return nil, fmt.Errorf("declare object store %s: %w", n.MediaBucket, err)
 	}
+	// Every bucket's reads and writes end at a reconnect (link.go).
+	l := followLink(js.Conn())
+	for _, b := range buckets {
+		*b.kv = linkedKV{KeyValue: *b.kv, l: l}
+	}
 	return s, nil
 }
 

@@ -113,9 +113,7 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	if rec, rev := p.cached(id); rec != nil {
 		return rec, rev, false, 0
 	}
-	lctx, unlink := p.linked(ctx)
-	rec, rev, err := task.Get(lctx, p.cfg.Store.Tasks(), id)
-	unlink()
+	rec, rev, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		if p.missingTooLong(id) {
 			// A notice (or an announcement) for an id with no record:

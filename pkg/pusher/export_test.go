@@ -1,7 +1,6 @@
 package pusher
 
 import (
-	"context"
 	"time"
 
 	"github.com/botctl/botctl/pkg/task"
@@ -33,10 +32,3 @@ func (p *Pusher) AssumedSends(r *task.Record) []time.Time { return p.assumedSend
 
 // ShownWriteEvery is shownWriteEvery.
 const ShownWriteEvery = shownWriteEvery
-
-// Linked is linked; Reconnected is reconnected (the NATS connection came
-// back).
-func (p *Pusher) Linked(ctx context.Context) (context.Context, context.CancelFunc) {
-	return p.linked(ctx)
-}
-func (p *Pusher) Reconnected() { p.reconnected() }

@@ -22,8 +22,6 @@ type ledger struct{ p *Pusher }
 // instead (the cache holds the record as the user sees it), and goes with
 // the next write.
 func (l ledger) shown(ctx context.Context, r *task.Record, rev uint64, hash string, at time.Time) error {
-	ctx, unlink := l.p.linked(ctx)
-	defer unlink()
 	frames, write := l.p.frameShown(r, rev, task.Frame{Hash: hash, At: at})
 	if !write {
 		return nil
@@ -49,29 +47,21 @@ func (l ledger) shown(ctx context.Context, r *task.Record, rev uint64, hash stri
 const shownWriteEvery = 10 * time.Second
 
 func (l ledger) finalIntent(ctx context.Context, r *task.Record, rev uint64) (*task.Record, uint64, error) {
-	ctx, unlink := l.p.linked(ctx)
-	defer unlink()
 	l.p.forget(r.ID)
 	return l.p.cfg.Lifecycle.FinalIntentFrom(ctx, r, rev)
 }
 
 func (l ledger) deliveredFrom(ctx context.Context, r *task.Record, rev uint64, text, why string, parts int) (*task.Record, error) {
-	ctx, unlink := l.p.linked(ctx)
-	defer unlink()
 	l.p.forget(r.ID)
 	return l.p.cfg.Lifecycle.DeliveredFrom(ctx, r, rev, text, why, parts)
 }
 
 func (l ledger) delivered(ctx context.Context, from *task.Record, text, why string, parts int) (*task.Record, error) {
-	ctx, unlink := l.p.linked(ctx)
-	defer unlink()
 	l.p.forget(from.ID)
 	return l.p.cfg.Lifecycle.Delivered(ctx, from, text, why, parts)
 }
 
 func (l ledger) truncate(ctx context.Context, id, why string) (*task.Record, error) {
-	ctx, unlink := l.p.linked(ctx)
-	defer unlink()
 	l.p.forget(id)
 	return l.p.cfg.Lifecycle.Truncate(ctx, id, why)
 }
@@ -95,8 +85,6 @@ func (l ledger) truncate(ctx context.Context, id, why string) (*task.Record, err
 // redeliver, is fenced by the record (task.Lifecycle.PartPushed: never
 // back, never for another push).
 func (l ledger) partPushed(ctx context.Context, r *task.Record, n int) (*task.Record, error) {
-	ctx, unlink := l.p.linked(ctx)
-	defer unlink()
 	l.p.ackedPart(r, n)
 	l.p.forget(r.ID)
 	return l.p.cfg.Lifecycle.PartPushed(ctx, r, n)
@@ -115,15 +103,11 @@ func (l ledger) acked(r *task.Record) int {
 }
 
 func (l ledger) sendFailed(ctx context.Context, id string, sendErr error, maxAttempts int) (*task.Record, error) {
-	ctx, unlink := l.p.linked(ctx)
-	defer unlink()
 	l.p.forget(id)
 	return l.p.cfg.Lifecycle.SendFailed(ctx, id, sendErr, maxAttempts)
 }
 
 func (l ledger) expired(ctx context.Context, id string, owedFor time.Duration) (*task.Record, error) {
-	ctx, unlink := l.p.linked(ctx)
-	defer unlink()
 	l.p.forget(id)
 	return l.p.cfg.Lifecycle.Expired(ctx, id, owedFor)
 }

@@ -307,12 +307,6 @@ type Pusher struct {
 	// watchHold, when set (a test seam: HoldWatch), holds the output
 	// watch until it closes, before its consumer is made: a watch made late.
 	watchHold <-chan struct{}
-	// link is canceled, and replaced, each time the NATS connection comes
-	// back: the store calls of steps in flight end (reconnect.go).
-	link struct {
-		ctx context.Context
-		end context.CancelFunc
-	}
 }
 
 // New validates cfg.
@@ -330,7 +324,6 @@ func New(cfg Config) (*Pusher, error) {
 	p := &Pusher{cfg: cfg, active: map[string]*entry{}, in: newInbox(),
 		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.TermRev).Str("component", "pusher").Logger()}
 	p.ledger = ledger{p}
-	p.link.ctx, p.link.end = context.WithCancel(context.Background())
 	return p, nil
 }
 

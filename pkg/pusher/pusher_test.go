@@ -972,26 +972,3 @@ func TestNewLeaderAssumesTheUnwrittenFramesSent(t *testing.T) {
 		t.Fatalf("a pushed answer: %d sends assumed, want the recorded one", len(got))
 	}
 }
-
-// A store call in flight when the NATS connection comes back is ended: its
-// request went to the server the connection left, and is never answered;
-// it held the task's step (and its final frame) until the step's timeout.
-// One begun after the reconnect is not.
-func TestStoreCallsInFlightEndAtAReconnect(t *testing.T) {
-	r := newRig(t, wecomsim.Config{})
-	r.start(pusher.Config{})
-	before, unlink := r.p.Linked(context.Background())
-	defer unlink()
-	r.p.Reconnected()
-	select {
-	case <-before.Done():
-	case <-time.After(waitLong):
-		t.Fatal("a store call in flight at the reconnect goes on")
-	}
-	after, unlink2 := r.p.Linked(context.Background())
-	defer unlink2()
-	time.Sleep(100 * time.Millisecond)
-	if after.Err() != nil {
-		t.Fatal("a store call begun after the reconnect was ended")
-	}
-}

@@ -39,26 +39,11 @@ func (p *Pusher) followReconnects(ctx context.Context) {
 	}
 }
 
-// linked is ctx, canceled also when the NATS connection next comes back: a
-// request in flight when the connection left its server is never answered
-// (nats.go does not fail it on a reconnect), and held its step, and so the
-// task's next frame, until the step's timeout: the final frames of answers
-// that ended in the first seconds after a NATS server froze reached users
-// at the freeze's 31st second. Only store calls are linked: a WeCom send
-// is not cut short (a final frame of unknown outcome is sent again).
-func (p *Pusher) linked(ctx context.Context) (context.Context, context.CancelFunc) {
-	p.mu.Lock()
-	link := p.link.ctx
-	p.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(link, cancel)
-	return ctx, func() { stop(); cancel() }
-}
-
 // reconnected forgets the cached records and outputs of every active task
-// (each next step reads both), moves them ahead of the scan, ends the
-// store calls in flight (linked), and makes the output watch again from
-// the last revision it delivered.
+// (each next step reads both), moves them ahead of the scan, and makes the
+// output watch again from the last revision it delivered. (The store
+// calls of steps in flight end at the reconnect too: dataplane's
+// ErrAbandoned.)
 func (p *Pusher) reconnected() {
 	p.mu.Lock()
 	for _, en := range p.active {
@@ -66,10 +51,7 @@ func (p *Pusher) reconnected() {
 	}
 	n := len(p.active)
 	p.stats.Reconnects++
-	end := p.link.end
-	p.link.ctx, p.link.end = context.WithCancel(context.Background())
 	p.mu.Unlock()
-	end()
 	ring(p.in.rewatch)
 	p.log.Info().Int("tasks", n).Msg("NATS reconnected: every active task's record and output are read again, the output watch is made again")
 	ring(p.in.wake)

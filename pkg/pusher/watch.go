@@ -185,9 +185,7 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 		return o
 	}
 	p.mu.Unlock()
-	lctx, unlink := p.linked(ctx)
-	o, err := task.GetOutput(lctx, p.cfg.Store.Output(), id)
-	unlink()
+	o, err := task.GetOutput(ctx, p.cfg.Store.Output(), id)
 	p.storeError("output_read", err)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)
