@@ -196,6 +196,16 @@ func (b *Backfiller) Audit(ctx context.Context, term *election.Term) {
 	log := b.opts.Logger.With().Str("bot", term.Bot).Int64("term", term.Rev).Logger()
 	cfg := b.config(log)
 	from := time.Now() // the term's first pass reads what came before
+	// While messages the audit found wait for their conversation, the
+	// watermark is held, and lowered to the oldest of them: should the
+	// term end first, the next term's pass reads them again (as a pass's
+	// own deferred messages, Pass).
+	var release func(finished bool)
+	defer func() {
+		if release != nil {
+			release(false)
+		}
+	}()
 	for wait := b.opts.AuditEvery; pause.For(ctx, wait); {
 		wait = b.opts.AuditEvery
 		until := time.Now().Add(-auditLag)
@@ -214,6 +224,17 @@ func (b *Backfiller) Audit(ctx context.Context, term *election.Term) {
 			// previous missed one: read again as soon as a pass would
 			// (passRetry), not a whole period later.
 			wait = min(wait, passRetry)
+			if b.wm != nil {
+				if release == nil {
+					release = b.wm.Hold(term.Bot)
+				}
+				if err := b.wm.Lower(ctx, term.Bot, rep.FirstDeferred.Add(-time.Second)); err != nil && ctx.Err() == nil {
+					log.Warn().Err(err).Msg("history audit: watermark not lowered to its deferred messages; the next term may not read them again")
+				}
+			}
+		} else if release != nil {
+			release(true)
+			release = nil
 		}
 		if (rep.Deferred == 0 && rep.NotFilled == 0) || until.Sub(from) > auditMaxWindow {
 			from = until

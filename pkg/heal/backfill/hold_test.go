@@ -146,3 +146,74 @@ func (in *termInbound) handedOver() []string {
 	defer in.mu.Unlock()
 	return append([]string(nil), in.late...)
 }
+
+// The history audit's own deferred messages survive the term's end too:
+// the audit reads behind the live traffic, so the watermark is already
+// past a missed message it finds; while the message waits for its busy
+// conversation the watermark is held and lowered to it, and the next
+// term's pass answers it. Before, the next pass started after it.
+func TestAuditDeferredMessageSurvivesTheTermsEnd(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{})
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	sim.AddBot("b1", "s1")
+	srv := httptest.NewServer(sim.Handler())
+	defer func() { sim.Close(); srv.Close() }()
+	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Logger: zerolog.Nop()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); tr.Run(ctx, 20*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	watermark := func() time.Time {
+		wm, err := backfill.LoadWatermark(context.Background(), env.Store, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wm.Created
+	}
+
+	// A message no connection got (a deaf connection, no incident), and
+	// the live traffic handled well past it.
+	missed, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "u1", Text: "never delivered"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now().Truncate(time.Second)
+	ahead := time.Now().Add(time.Minute).Truncate(time.Second)
+	tr.Handled("b1", ahead)
+	testwait.Eventually(t, 30*time.Second, "the watermark past the missed message", func() bool { return watermark().Equal(ahead) })
+
+	// Term 1's audit finds it (once it is auditLag old), u1 busy: deferred.
+	opts := backfill.Options{Source: src, Overlap: 2 * time.Second, AuditEvery: 200 * time.Millisecond, Logger: zerolog.Nop()}
+	first := backfill.New(opts)
+	in1 := &termInbound{busy: "u1"}
+	first.Bind(env.Store, in1, tr)
+	termCtx, endTerm := context.WithCancel(context.Background())
+	audited := make(chan struct{})
+	go func() { defer close(audited); first.Audit(termCtx, &election.Term{Bot: "b1", Node: "n1", Rev: 1}) }()
+	testwait.Eventually(t, time.Minute, "term 1's audit deferring u1's message", func() bool { return in1.deferrals() > 0 })
+	testwait.Eventually(t, 30*time.Second, "the watermark lowered to the deferred message", func() bool { return watermark().Before(sent) })
+	tr.Handled("b1", ahead.Add(time.Minute)) // more live traffic: held
+	time.Sleep(300 * time.Millisecond)       // many flush rounds
+	endTerm()
+	<-audited
+	time.Sleep(300 * time.Millisecond)
+	if wm := watermark(); !wm.Before(sent) {
+		t.Fatalf("watermark after term 1 = %s, want before the deferred message (%s)", wm, sent)
+	}
+
+	// Term 2: u1 is free; its pass answers the message.
+	second := backfill.New(opts)
+	in2 := &termInbound{}
+	second.Bind(env.Store, in2, nil)
+	rep, err := second.Pass(context.Background(), &election.Term{Bot: "b1", Node: "n2", Rev: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := in2.handedOver(); rep.Filled != 1 || len(got) != 1 || got[0] != missed.MsgID {
+		t.Fatalf("term 2's pass: %+v, handed over %q; want the missed message %s", rep, got, missed.MsgID)
+	}
+}

@@ -53,6 +53,8 @@ type Report struct {
 	Filled    int       `json:"filled"`     // missed, handed over now
 	Deferred  int       `json:"deferred"`   // missed, conversation busy: for a later pass
 	NotFilled int       `json:"not_filled"` // missed, beyond MaxMessages or refused
+	// FirstDeferred is when the oldest deferred message was sent.
+	FirstDeferred time.Time `json:"first_deferred,omitzero"`
 	// Unfilled are the conversations of the messages not filled: they
 	// may be incomplete.
 	Unfilled []string      `json:"unfilled,omitempty"`
@@ -121,6 +123,9 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 		}
 		if err := cfg.Inbound.Late(ctx, bot, m); errors.Is(err, ErrBusy) {
 			rep.Deferred++
+			if rep.FirstDeferred.IsZero() || m.Created.Before(rep.FirstDeferred) {
+				rep.FirstDeferred = m.Created
+			}
 			continue
 		} else if err != nil {
 			rep.unfilled(m.Chat)

@@ -164,6 +164,22 @@ func (t *Tracker) flush(ctx context.Context) {
 
 // advance writes bot's watermark if created is past the stored one.
 func (t *Tracker) advance(ctx context.Context, bot string, created time.Time) error {
+	return t.move(ctx, bot, created, true)
+}
+
+// Lower moves bot's stored watermark back to created if it is past it.
+// The history audit finds missed messages older than what the connection
+// delivered since (it reads behind the live traffic); one that waits for
+// its busy conversation must be read again by the next term's pass
+// should this term end first, and that pass starts at the watermark less
+// the overlap. Call it under Hold, or the next flush moves it on.
+func (t *Tracker) Lower(ctx context.Context, bot string, created time.Time) error {
+	return t.move(ctx, bot, created, false)
+}
+
+// move writes bot's watermark created if it is past the stored one
+// (forward) or before it (back).
+func (t *Tracker) move(ctx context.Context, bot string, created time.Time, forward bool) error {
 	kv := t.Store.Watermarks()
 	for try := range 10 {
 		dataplane.CASPause(ctx, try)
@@ -175,7 +191,7 @@ func (t *Tracker) advance(ctx context.Context, bot string, created time.Time) er
 			return err
 		default:
 			var cur Watermark
-			if json.Unmarshal(e.Value(), &cur) == nil && !created.After(cur.Created) {
+			if json.Unmarshal(e.Value(), &cur) == nil && (forward && !created.After(cur.Created) || !forward && !created.Before(cur.Created)) {
 				return nil
 			}
 			rev = e.Revision()
