@@ -125,13 +125,19 @@ func sameLoad(rs []*stepResult, nv *stepResult) *stepResult {
 	return bc
 }
 
-// rs2answer is the answer time of the 500/s three-node steps (the
-// growth series), the shortest if they differ.
-func rs2answer(rs []*stepResult) (a time.Duration) {
+// rs2answer is the answer time of the growth series: of the 500/s
+// three-node steps, the answer time most of them share (the longest on a
+// tie), so that a backlog step of short answers does not hide the series.
+func rs2answer(rs []*stepResult) time.Duration {
+	count := map[time.Duration]int{}
+	var best time.Duration
 	for _, r := range rs {
-		if r.kind == "botctl" && r.nodes == 3 && r.rate == 500 && (a == 0 || r.answer < a) {
-			a = r.answer
+		if r.kind == "botctl" && r.nodes == 3 && r.rate == 500 {
+			count[r.answer]++
+			if n := count[r.answer]; n > count[best] || n == count[best] && r.answer > best {
+				best = r.answer
+			}
 		}
 	}
-	return a
+	return best
 }

@@ -291,3 +291,23 @@ func TestHistogramQuantile(t *testing.T) {
 		t.Fatalf("empty: %v", got)
 	}
 }
+
+// The growth series is the 500/s three-node steps of the answer time most
+// of them share: the default ramp's backlog step (2000@500/5s) has the
+// shortest answers and must not hide the 1,000/5,000/10,000 series.
+func TestGrowthSeriesIgnoresTheBacklogStep(t *testing.T) {
+	var rs []*stepResult
+	for _, spec := range []string{"1000@500/30s", "5000@500/30s", "10000@500/30s", "2000@500/5s", "1node:2000@500/5s"} {
+		st, err := parseSteps(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, &stepResult{step: st[0], usage: map[string]usage{}})
+	}
+	if got := rs2answer(rs); got != 30*time.Second {
+		t.Fatalf("growth series answer time %s, want 30s", got)
+	}
+	if s := costSection(rs); !strings.Contains(s, "### Growth from 1000 to 10000 conversations") {
+		t.Fatalf("no growth table:\n%s", s)
+	}
+}
