@@ -29,6 +29,9 @@ func allocateInTheWindow() {
 	pprofSink = nil
 }
 
+// spinSink keeps spinInTheWindow's work from being optimized away.
+var spinSink int
+
 //go:noinline
 func spinInTheWindow(d time.Duration) int {
 	n := 0
@@ -64,7 +67,7 @@ func TestPprofSetTakesTheWindowsProfiles(t *testing.T) {
 	allocateBeforeTheWindow()
 	ps := startPprof(targets, out, t.TempDir(), "step2", t.Logf)
 	allocateInTheWindow()
-	spinInTheWindow(2 * time.Second)
+	spinSink = spinInTheWindow(2 * time.Second)
 	ps.endWindow()
 	got := ps.finish()
 	if len(got) != 1 {
