@@ -19,8 +19,12 @@ type Msg struct {
 	MsgID     string
 	Delivered bool // WeCom accepted it and wrote the callback to a connection
 	Probe     bool // posted after the round to check the conversation is not locked
-	PostedAt  time.Time
-	PostErr   string
+	// Reprobed: this probe was refused as busy while the conversation
+	// still answered an earlier message (owedAfter), and a second probe
+	// asked again once that was in: the second one is judged.
+	Reprobed bool
+	PostedAt time.Time
+	PostErr  string
 }
 
 // Traffic is a set of closed-loop users: each posts a message, waits for
@@ -201,4 +205,16 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-tm.C:
 		return true
 	}
+}
+
+// MessagesOf is Messages of round (every round: "") in user's
+// conversation, probes excluded.
+func (t *Traffic) MessagesOf(round, user string) []*Msg {
+	var out []*Msg
+	for _, m := range t.Messages(round) {
+		if m.User == user && !m.Probe {
+			out = append(out, m)
+		}
+	}
+	return out
 }
