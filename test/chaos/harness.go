@@ -479,6 +479,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	for _, p := range probes {
 		if owedAfter(h.C, bot, p) {
 			p.Reprobed = true
+			r.note("%s's probe refused while the conversation still answered an earlier message; probed again once it was in", p.User)
 			own := h.Traffic.MessagesOf(label, p.User)
 			wait := time.Now().Add(cfg.longest() + 45*time.Second)
 			for !allAnswered(h.C, bot, own) && time.Now().Before(wait) {
