@@ -469,22 +469,28 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	for !allAnswered(h.C, bot, probes) && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 	}
-	// A probe refused as busy while its conversation was still answering
-	// an earlier message (a missed one, answered late by the backfill
-	// after the settle ran out: a chain of them in the chased conversation
-	// of kill-worker-last-delivery) shows owed work, not a lock: once the
-	// conversation's messages are all answered, a second probe asks again,
-	// and that one must be answered.
+	// A probe refused as busy while its conversation still owed an answer
+	// to an earlier message (a missed one, answered late by the backfill
+	// once the conversation was free, after the settle ran out: a chain of
+	// them in the chased conversation of kill-worker-last-delivery) shows
+	// owed work, not a lock: once the conversation's messages are all
+	// answered, a second probe asks again, and that one must be answered.
 	var again []*Msg
+	var owed []*Msg
 	for _, p := range probes {
-		if owedAfter(h.C, bot, p) {
+		own := h.Traffic.MessagesOf("", p.User)
+		if refusedBusy(h.C, bot, p) && !allAnswered(h.C, bot, own) {
 			p.Reprobed = true
-			r.note("%s's probe refused while the conversation still answered an earlier message; probed again once it was in", p.User)
-			own := h.Traffic.MessagesOf(label, p.User)
-			wait := time.Now().Add(cfg.longest() + 45*time.Second)
-			for !allAnswered(h.C, bot, own) && time.Now().Before(wait) {
-				time.Sleep(time.Second)
-			}
+			owed = append(owed, own...)
+			r.note("%s's probe refused while the conversation still owed an earlier answer; probed again once it was in", p.User)
+		}
+	}
+	wait := time.Now().Add(cfg.longest() + 45*time.Second)
+	for len(owed) > 0 && !allAnswered(h.C, bot, owed) && time.Now().Before(wait) {
+		time.Sleep(time.Second)
+	}
+	for _, p := range probes {
+		if p.Reprobed {
 			again = append(again, h.Traffic.Post(label, p.User, true))
 		}
 	}

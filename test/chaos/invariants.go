@@ -269,27 +269,12 @@ func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
 	return true
 }
 
-// owedAfter: probe p was refused as busy, and the bot went on answering an
-// earlier message of its conversation after it (a complete answer to
-// another question, later in the transcript than p): the conversation was
-// busy with what it owed, not locked.
-func owedAfter(c *cluster.Cluster, bot string, p *Msg) bool {
+// refusedBusy: probe p was answered with a busy refusal only.
+func refusedBusy(c *cluster.Cluster, bot string, p *Msg) bool {
 	tr, err := c.Transcript(bot, p.User)
-	return err == nil && owedAfterIn(tr, p)
-}
-
-func owedAfterIn(tr []cluster.TranscriptEntry, p *Msg) bool {
-	if v := Judge(tr, p); v.Complete != 0 || v.Busy == 0 {
+	if err != nil {
 		return false
 	}
-	var asked int64 = -1
-	for _, e := range tr {
-		if e.From == "user" && e.MsgID == p.MsgID {
-			asked = e.Seq
-		}
-		if asked >= 0 && e.Seq > asked && e.From == "bot" && e.ReplyTo != p.MsgID && strings.Contains(e.Content, "You asked: ") {
-			return true
-		}
-	}
-	return false
+	v := Judge(tr, p)
+	return v.Complete == 0 && v.Busy > 0
 }

@@ -130,31 +130,3 @@ func TestProbesAskQuickQuestions(t *testing.T) {
 		t.Fatalf("fixed answer time: %q", q)
 	}
 }
-
-// A probe refused as busy while the bot was still answering an earlier
-// message of the conversation after it (a late answer to a missed one)
-// shows owed work, not a lock (the harness then probes again); refused
-// with nothing answered after it, or answered, it does not.
-func TestProbeRefusedWhileTheConversationOwedAnAnswer(t *testing.T) {
-	p := &Msg{User: "u", MsgID: "p1", Question: "chaos x u q #9", Delivered: true, Probe: true}
-	asked := cluster.TranscriptEntry{Seq: 10, From: "user", MsgID: "p1", Content: p.Question, Finished: true}
-	busy := cluster.TranscriptEntry{Seq: 11, From: "bot", ReplyTo: "p1", Kind: "stream", Content: "上一个问题还在处理中，请稍候再问。", Finished: true}
-	late := cluster.TranscriptEntry{Seq: 12, From: "bot", Kind: "markdown", Content: "（抱歉，迟到的回答）\n\n" + ai.DemoAnswer("chaos x u q #7", 3, 0), Finished: true}
-	lateBefore := late
-	lateBefore.Seq = 9
-	answered := cluster.TranscriptEntry{Seq: 11, From: "bot", ReplyTo: "p1", Kind: "stream", Content: ai.DemoAnswer(p.Question, 3, 0), Finished: true}
-	for _, c := range []struct {
-		name string
-		tr   []cluster.TranscriptEntry
-		want bool
-	}{
-		{"refused, a late answer after it", []cluster.TranscriptEntry{asked, busy, late}, true},
-		{"refused, nothing after it: locked", []cluster.TranscriptEntry{asked, busy}, false},
-		{"refused, the late answer before it: locked", []cluster.TranscriptEntry{lateBefore, asked, busy}, false},
-		{"answered", []cluster.TranscriptEntry{asked, answered, late}, false},
-	} {
-		if got := owedAfterIn(c.tr, p); got != c.want {
-			t.Errorf("%s: owedAfter %v, want %v", c.name, got, c.want)
-		}
-	}
-}

@@ -20,7 +20,7 @@ type Msg struct {
 	Delivered bool // WeCom accepted it and wrote the callback to a connection
 	Probe     bool // posted after the round to check the conversation is not locked
 	// Reprobed: this probe was refused as busy while the conversation
-	// still answered an earlier message (owedAfter), and a second probe
+	// still owed an answer to an earlier message, and a second probe
 	// asked again once that was in: the second one is judged.
 	Reprobed bool
 	PostedAt time.Time
