@@ -5,6 +5,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -76,8 +77,8 @@ func linked[T any](l *link, ctx context.Context, call func(context.Context) (T, 
 	bound, abandoned, unbind := l.bind(ctx)
 	defer unbind()
 	v, err := call(bound)
-	if err != nil && abandoned() {
-		return v, ErrAbandoned
+	if err != nil && abandoned() && errors.Is(err, context.Canceled) {
+		return v, ErrAbandoned // ended by the reconnect, not by an answer
 	}
 	return v, err
 }
