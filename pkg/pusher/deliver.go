@@ -21,7 +21,7 @@ const finalReserve = 2
 
 // ProgressGap is the least time between two progress frames of a stream
 // at budget frames per minute: a minute spread over the budget less the
-// reserve (serve writes a running answer's output a little less often).
+// reserve (serve writes a running answer's output twice per gap).
 func ProgressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
 }

@@ -7,18 +7,19 @@ import (
 	"github.com/botctl/botctl/pkg/pusher"
 )
 
-// outputInterval is worker.output_interval, or by default the pusher's
-// progress gap at push.budget and a tenth (3.7 s at 20/min): a version
-// is written only when the pusher can show it. Each version reaches the
-// pusher (its output watch) a gap or more after the frame before, so it
-// goes at once: the text a frame shows was written milliseconds before.
-// At half a gap (the default until issue 28) every other version was
-// never shown, and each costs a replicated write, its ack and a watch
-// delivery: the output bucket is an answer's largest JetStream cost.
+// outputInterval is worker.output_interval, or by default half the
+// pusher's progress gap at push.budget (1.7 s at 20/min). A frame shows
+// the latest version written: at half a gap a frame that the
+// conversation's send budget held back still finds a version at most half
+// a gap old. At the gap and a tenth (3.7 s, tried in issue 28) the
+// writes halved and the push lag fell in the ramp (p99 455 → 55 ms at
+// 1,000 conversations), but in the chaos suite's busy conversations,
+// where frames are often held back, the lag's p99 rose from 1.7 s to
+// 3.5 s, over the 3 s target (bench/chaos-freeze-nats.md): the target
+// wins; worker.output_interval: 3.7s trades it for the writes.
 func outputInterval(cfg config.Config) time.Duration {
 	if cfg.Worker.OutputInterval > 0 {
 		return cfg.Worker.OutputInterval
 	}
-	gap := pusher.ProgressGap(cfg.Push.Budget)
-	return gap + gap/10
+	return pusher.ProgressGap(cfg.Push.Budget) / 2
 }
