@@ -19,13 +19,16 @@ func TestReplicatedBucketsReadFromTheLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	n := st.Names()
-	for bucket, direct := range map[string]bool{n.TasksBucket: false, n.SeenBucket: false, n.IncidentsBucket: false, n.OutputBucket: true} {
+	for bucket, direct := range map[string]bool{n.TasksBucket: false, n.SeenBucket: false, n.IncidentsBucket: false, n.OutputBucket: true, n.ProgressBucket: true} {
 		s, err := js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := s.CachedInfo().Config.AllowDirect; got != direct {
 			t.Errorf("bucket %s: allow_direct %v, want %v", bucket, got, direct)
+		}
+		if got := s.CachedInfo().Config.Replicas; got != 3 {
+			t.Errorf("bucket %s: %d replicas, want 3", bucket, got)
 		}
 	}
 	// A second declare (another node starting) keeps it so, and the

@@ -24,6 +24,13 @@ const (
 	DefaultRecordTTL       = 7 * 24 * time.Hour
 	DefaultContextHistory  = 1
 	DefaultContextTTL      = 24 * time.Hour
+	// ProgressTTL is how long the progress bucket keeps a task's text
+	// after its last write: far longer than a backend streaming an answer
+	// goes quiet, so a live answer's entry never expires, and short
+	// enough that what a crashed worker left there does not stay in the
+	// servers' memory. A finished attempt deletes its entry (the answer
+	// is in the output bucket), so this bounds only what is left behind.
+	ProgressTTL = 15 * time.Minute
 	// WorkersConsumer is the durable pull consumer every worker pulls from.
 	WorkersConsumer = "workers"
 )
@@ -184,7 +191,8 @@ type Names struct {
 	CancelSubjectPrefix string // e.g. botctl.cancel; subjects are <this>.<task id>
 	Consumer            string // durable pull consumer on TaskStream: "workers"
 	TasksBucket         string // KV of task records, e.g. BOTCTL_TASKS (stream KV_BOTCTL_TASKS)
-	OutputBucket        string // KV of per-task output, e.g. BOTCTL_OUTPUT
+	OutputBucket        string // KV of per-task output (an attempt's last write: the answer), e.g. BOTCTL_OUTPUT
+	ProgressBucket      string // KV of answers in progress (memory storage), e.g. BOTCTL_PROGRESS
 	ContextBucket       string // KV of conversation context, e.g. BOTCTL_CONTEXT
 	WatermarksBucket    string // KV of per-bot watermarks, e.g. BOTCTL_WATERMARKS
 	PendingBucket       string // KV index of tasks not yet delivered, e.g. BOTCTL_PENDING
@@ -209,6 +217,7 @@ func NamesFor(prefix string) Names {
 		Consumer:            WorkersConsumer,
 		TasksBucket:         prefix + "_TASKS",
 		OutputBucket:        prefix + "_OUTPUT",
+		ProgressBucket:      prefix + "_PROGRESS",
 		ContextBucket:       prefix + "_CONTEXT",
 		WatermarksBucket:    prefix + "_WATERMARKS",
 		PendingBucket:       prefix + "_PENDING",
@@ -229,8 +238,8 @@ type Store struct {
 	stream  jetstream.Stream
 	workers jetstream.Consumer
 
-	tasks, output, context, watermarks, undelivered, seen, health, incidents, limits jetstream.KeyValue
-	media                                                                            jetstream.ObjectStore
+	tasks, output, progress, context, watermarks, undelivered, seen, health, incidents, limits jetstream.KeyValue
+	media                                                                                      jetstream.ObjectStore
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -405,58 +414,76 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 	// accumulated answer so only the latest matters (a watch resuming from a
 	// watermark sees the latest value of each key changed since), and a
 	// watermark is a single number.
+	//
+	// Every bucket is on disk but one: the progress bucket, whose values
+	// are the texts of answers still being written. Each is rewritten
+	// whole every worker.output_interval and outlived by the attempt's
+	// last write to the output bucket, so losing them (every server of
+	// the bucket restarted at once) loses no answer: a running attempt's
+	// next write puts its text back. In memory a replicated write costs
+	// the servers about half the CPU of one on disk with sync_interval
+	// always (no file write, no fsync, the Raft log in memory), and the
+	// progress writes are most of an answer's writes (issue 28).
 	buckets := []struct {
-		kv  *jetstream.KeyValue
-		cfg jetstream.KeyValueConfig
+		kv     *jetstream.KeyValue
+		cfg    jetstream.KeyValueConfig
+		direct bool // reads answered by any replica (see leaderReads)
 	}{
-		{&s.tasks, jetstream.KeyValueConfig{
+		{kv: &s.tasks, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.TasksBucket,
 			Description: "botctl task records: raw message context, execution and delivery state; key = task id",
 			History:     1,
 			TTL:         opts.RecordTTL,
 		}},
-		{&s.output, jetstream.KeyValueConfig{
+		{kv: &s.output, direct: true, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.OutputBucket,
-			Description: "botctl task output: the accumulated answer, written by workers, watched by the pusher; key = task id",
+			Description: "botctl task output: an attempt's last write, the whole answer (its text in progress is in the progress bucket); key = task id",
 			History:     1,
 			TTL:         opts.RecordTTL,
 		}},
-		{&s.context, jetstream.KeyValueConfig{
+		{kv: &s.progress, direct: true, cfg: jetstream.KeyValueConfig{
+			Bucket:      n.ProgressBucket,
+			Description: "botctl answers in progress, in memory: the text so far of each running attempt, written by workers, watched by the pusher; key = task id",
+			History:     1,
+			TTL:         ProgressTTL,
+			Storage:     jetstream.MemoryStorage,
+		}},
+		{kv: &s.context, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.ContextBucket,
 			Description: "botctl conversation context for multi-turn answers; key = <bot>.<conversation>",
 			History:     uint8(opts.ContextHistory),
 			TTL:         opts.ContextTTL,
 			MaxBytes:    opts.ContextMaxBytes,
 		}},
-		{&s.undelivered, jetstream.KeyValueConfig{
+		{kv: &s.undelivered, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.PendingBucket,
 			Description: "botctl index of tasks not yet delivered, so a new leader finds them without reading every record; key = <bot>.<task id>",
 			History:     1,
 			TTL:         opts.RecordTTL,
 		}},
-		{&s.seen, jetstream.KeyValueConfig{
+		{kv: &s.seen, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.SeenBucket,
 			Description: "botctl messages handled without a task (busy, commands, refusals), so the gap backfill does not answer them again; key = <bot>.<msgid>",
 			History:     1,
 			TTL:         SeenTTL,
 		}},
-		{&s.watermarks, jetstream.KeyValueConfig{
+		{kv: &s.watermarks, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.WatermarksBucket,
 			Description: "botctl per-bot watermarks (pusher revision, last inbound event); key = bot",
 			History:     1,
 		}},
-		{&s.health, jetstream.KeyValueConfig{
+		{kv: &s.health, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.HealthBucket,
 			Description: "botctl per-bot health: the shared record the three signals write (key = bot) and the hour-of-week silence baseline (key = baseline.<bot>)",
 			History:     1,
 		}},
-		{&s.incidents, jetstream.KeyValueConfig{
+		{kv: &s.incidents, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.IncidentsBucket,
 			Description: "botctl incidents: T1/T2/T3, downtime, how each recovered, alerts sent; key = inc.<bot>.<id>, and open.<bot> points at a bot's open incident",
 			History:     1,
 			TTL:         IncidentTTL,
 		}},
-		{&s.limits, jetstream.KeyValueConfig{
+		{kv: &s.limits, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.LimitsBucket,
 			Description: "botctl use counters of the per-user and per-bot limits (messages a minute and a day, tokens a day); key = <bot>.user.<user> or <bot>.bot",
 			History:     1,
@@ -464,14 +491,19 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 		}},
 	}
 	for _, b := range buckets {
-		b.cfg.Storage = jetstream.FileStorage
+		if b.cfg.Storage != jetstream.MemoryStorage {
+			b.cfg.Storage = jetstream.FileStorage
+		}
 		b.cfg.Replicas = opts.Replicas
 		if b.cfg.MaxBytes == 0 {
 			b.cfg.MaxBytes = -1
 		}
-		kv, err := declareBucket(ctx, js, b.cfg, b.kv == &s.output)
+		kv, err := declareBucket(ctx, js, b.cfg, b.direct)
 		if err != nil {
 			return nil, fmt.Errorf("declare bucket %s: %w", b.cfg.Bucket, err)
+		}
+		if b.cfg.Storage == jetstream.MemoryStorage {
+			kv = &memoryKV{KeyValue: kv, js: js, cfg: b.cfg}
 		}
 		*b.kv = kv
 	}
@@ -523,8 +555,13 @@ func (s *Store) Workers() jetstream.Consumer { return s.workers }
 // Tasks returns the bucket of task records, keyed by TaskKey(task id).
 func (s *Store) Tasks() jetstream.KeyValue { return s.tasks }
 
-// Output returns the bucket of per-task output, keyed by TaskKey(task id).
+// Output returns the bucket of per-task output, keyed by TaskKey(task id):
+// each attempt's last write, the answer as it ended.
 func (s *Store) Output() jetstream.KeyValue { return s.output }
+
+// Progress returns the bucket of answers in progress (memory storage),
+// keyed by TaskKey(task id): a running attempt's text so far.
+func (s *Store) Progress() jetstream.KeyValue { return s.progress }
 
 // Context returns the bucket of conversation context, keyed by
 // ConversationKey(bot, conversation).

@@ -27,6 +27,7 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		Consumer:            "workers",
 		TasksBucket:         "BOTCTL_TASKS",
 		OutputBucket:        "BOTCTL_OUTPUT",
+		ProgressBucket:      "BOTCTL_PROGRESS",
 		ContextBucket:       "BOTCTL_CONTEXT",
 		WatermarksBucket:    "BOTCTL_WATERMARKS",
 		PendingBucket:       "BOTCTL_PENDING",
@@ -66,11 +67,15 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		name    string
 		history int64
 		ttl     time.Duration
+		storage jetstream.StorageType
 	}{
-		{st.Tasks(), "BOTCTL_TASKS", 1, 7 * 24 * time.Hour},
-		{st.Output(), "BOTCTL_OUTPUT", 1, 7 * 24 * time.Hour},
-		{st.Context(), "BOTCTL_CONTEXT", 1, 24 * time.Hour},
-		{st.Watermarks(), "BOTCTL_WATERMARKS", 1, 0},
+		{st.Tasks(), "BOTCTL_TASKS", 1, 7 * 24 * time.Hour, jetstream.FileStorage},
+		{st.Output(), "BOTCTL_OUTPUT", 1, 7 * 24 * time.Hour, jetstream.FileStorage},
+		// Answers in progress are in memory (issue 28): rewritten whole
+		// every output interval, outlived by the output bucket's answer.
+		{st.Progress(), "BOTCTL_PROGRESS", 1, ProgressTTL, jetstream.MemoryStorage},
+		{st.Context(), "BOTCTL_CONTEXT", 1, 24 * time.Hour, jetstream.FileStorage},
+		{st.Watermarks(), "BOTCTL_WATERMARKS", 1, 0, jetstream.FileStorage},
 	} {
 		status, err := b.kv.Status(ctx)
 		if err != nil {
@@ -79,6 +84,9 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		if status.Bucket() != b.name || status.History() != b.history || status.TTL() != b.ttl {
 			t.Errorf("bucket %s: got %s history %d ttl %s, want history %d ttl %s",
 				b.name, status.Bucket(), status.History(), status.TTL(), b.history, b.ttl)
+		}
+		if bs, ok := status.(*jetstream.KeyValueBucketStatus); !ok || bs.StreamInfo().Config.Storage != b.storage {
+			t.Errorf("bucket %s: storage %v, want %v", b.name, bs.StreamInfo().Config.Storage, b.storage)
 		}
 	}
 	// The media object store: files users sent, kept a day.

@@ -127,7 +127,7 @@ func newTasksShowCmd(cf *clusterFlags) *cobra.Command {
 		Short: "Show a task: its raw context, both states, every transition, and its output",
 		Args:  exactArgs(1, "TASK_ID"),
 		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *dataplane.Store, r *task.Record) error {
-			out, _ := task.GetOutput(ctx, s.Output(), r.ID)
+			out, _ := task.ReadOutput(ctx, s, r.ID, r.Exec.Finished())
 			if asJSON {
 				// "output" keeps its shape: done is the record's word (the
 				// execution is over and this output is its attempt's).

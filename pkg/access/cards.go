@@ -108,7 +108,7 @@ func (a *Access) cardClick(ctx context.Context, js *bound, bot string, ev *wecom
 	if r.Bot != bot {
 		return CardClick{}, fmt.Errorf("task %s is bot %s's", id, r.Bot)
 	}
-	out, err := task.GetOutput(ctx, js.store.Output(), id)
+	out, err := task.ReadOutput(ctx, js.store, id, true) // the card came with the last write
 	if err != nil {
 		return CardClick{}, err
 	}

@@ -116,7 +116,7 @@ func (p *Pusher) put(a arrival) bool {
 		if en.firstRev == 0 {
 			en.firstRev = a.rev
 		}
-		en.out, en.outHash, en.outAt = a.out, task.Hash(a.out.Text), now
+		en.out, en.outHash, en.outAt, en.outFinal = a.out, task.Hash(a.out.Text), now, false
 	}
 	p.named(en, a.chat)
 	p.mu.Unlock()

@@ -170,10 +170,14 @@ func (r *rig) write(id, text string, done bool) {
 		}
 		attempt, r.runs[id] = a, a
 	}
-	if err := r.lc.Output(id, "b", attempt).Write(ctx, text); err != nil {
+	w := r.lc.Output(id, "b", attempt)
+	if err := w.Write(ctx, text); err != nil {
 		r.t.Fatal(err)
 	}
 	if done {
+		if err := w.Final(ctx, text); err != nil {
+			r.t.Fatal(err)
+		}
 		if _, err := r.lc.Finish(ctx, id, attempt, text); err != nil {
 			r.t.Fatal(err)
 		}
@@ -523,12 +527,21 @@ func TestWatermarkAfterDelivery(t *testing.T) {
 		json.Unmarshal(e.Value(), &w)
 		return w
 	}
+	// The revision of the task's last event in the watched bucket (the
+	// progress bucket): its text in progress, or its deletion by the
+	// attempt's last write.
 	outRev := func(id string) uint64 {
-		e, err := r.js.Store.Output().Get(context.Background(), id)
+		ctx := context.Background()
+		bucket := r.js.Store.Names().ProgressBucket
+		st, err := r.js.Store.JetStream().Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e.Revision()
+		m, err := st.GetLastMsgForSubject(ctx, "$KV."+bucket+"."+id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Sequence
 	}
 	deadline := time.Now().Add(waitLong)
 	for wm().OutputRev < outRev(done.ID) {
@@ -718,7 +731,7 @@ func TestNATSErrorHearsStoreFailuresOnly(t *testing.T) {
 	rec = r.ask("bob", "still there?")
 	r.write(rec.ID, "Working on it", false)
 	r.js.Conn.Close()
-	known := map[string]bool{"record_read": true, "record_write": true, "output_read": true, "output_watch": true,
+	known := map[string]bool{"record_read": true, "record_write": true, "output_read": true, "output_status": true, "output_watch": true,
 		"watermark_read": true, "watermark_write": true}
 	for {
 		select {

@@ -6,6 +6,7 @@ package pusher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
@@ -34,11 +35,29 @@ type Watermark struct {
 // written in between, and a task whose step had already read the record
 // waited for refreshEvery (30 s) to show it. known is false when neither
 // could be read: the watch then begins when its consumer is made.
+//
+// The watched bucket is the progress bucket (memory storage): its
+// revisions begin again when all its servers restart at once, and a
+// watermark written before (or one of the output bucket, which botctl
+// watched before it kept answers in progress apart) can be past its last
+// revision. Such a watermark is not used: the watch begins at the
+// bucket's end, and what it holds is read by the first steps.
 func (p *Pusher) watchFrom(ctx context.Context) (from uint64, known bool) {
-	if wm, ok := p.loadWatermark(ctx); ok {
+	wm, haveWM := p.loadWatermark(ctx)
+	last, ok := p.progressEnd(ctx)
+	switch {
+	case !ok:
+		return wm, haveWM
+	case haveWM && wm <= last:
 		return wm, true
 	}
-	st, err := p.cfg.Store.Output().Status(ctx)
+	return last, true
+}
+
+// progressEnd is the progress bucket's last revision; ok is false when
+// it cannot be read.
+func (p *Pusher) progressEnd(ctx context.Context) (last uint64, ok bool) {
+	st, err := p.cfg.Store.Progress().Status(ctx)
 	if err != nil {
 		p.storeError("output_status", err)
 		return 0, false
@@ -49,9 +68,11 @@ func (p *Pusher) watchFrom(ctx context.Context) (from uint64, known bool) {
 	return 0, false
 }
 
-// watch follows the output bucket from revision from+1 (known false: from
+// watch follows the progress bucket from revision from+1 (known false: from
 // when the consumer is made): new output for the bot's tasks wakes the
-// scan at once instead of at the next tick. The scan alone is enough for
+// scan at once instead of at the next tick. (A finished attempt's answer
+// is in the output bucket, which is read, not watched: one read per
+// answer, against a delivery per version.) The scan alone is enough for
 // correctness (the records are the truth); the watch is for latency.
 func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 	p.mu.Lock()
@@ -67,6 +88,13 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 		p.mu.Lock()
 		from = p.lastRev
 		p.mu.Unlock()
+		if last, ok := p.progressEnd(ctx); ok && last < from && (known || from > 0) {
+			// The bucket began again (watchFrom): follow it from its end.
+			from = last
+			p.mu.Lock()
+			p.lastRev, p.savedWM = min(p.lastRev, last), min(p.savedWM, last)
+			p.mu.Unlock()
+		}
 		opt := jetstream.UpdatesOnly()
 		if known || from > 0 {
 			opt = jetstream.ResumeFromRevision(from + 1)
@@ -81,7 +109,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			case <-wctx.Done():
 			}
 		}()
-		w, err := p.cfg.Store.Output().WatchAll(wctx, opt)
+		w, err := p.cfg.Store.Progress().WatchAll(wctx, opt)
 		if err != nil {
 			stop()
 			p.storeError("output_watch", err)
@@ -89,11 +117,15 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			continue
 		}
 		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // nil: caught up with the watermark
+			if e == nil {
+				continue // caught up with the watermark
 			}
 			rev := e.Revision()
-			o, err := task.DecodeOutput(e.Value())
+			var o *task.Output
+			err := errNotAPut // a deletion: an attempt's last write dropped its text in progress
+			if e.Operation() == jetstream.KeyValuePut {
+				o, err = task.DecodeOutput(e.Value())
+			}
 			if err != nil || o.Bot != p.cfg.Bot {
 				p.mu.Lock()
 				p.lastRev = max(p.lastRev, rev)
@@ -106,6 +138,8 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 		stop()
 	}
 }
+
+var errNotAPut = errors.New("not a put")
 
 func (p *Pusher) watermarkKey() string { return dataplane.BotKey(p.cfg.Bot) }
 
@@ -159,23 +193,22 @@ func (p *Pusher) saveWatermark(ctx context.Context) {
 // hottest path.
 const watchFresh = 2 * time.Second
 
-// current: en's watched output of r's attempt is the one to show. While
-// the answer runs, a fresh copy; once it succeeded, the copy whose hash is
-// the recorded answer's (the worker writes the answer before it records
-// it, so the watch usually has it before the notice of the end arrives:
-// a read of the output bucket less on every final frame). A failed or
-// canceled answer is read. The caller holds mu.
+// current: en's output of r's attempt is the one to show. While the
+// answer runs, a fresh watched copy; once it succeeded, a copy read from
+// the output bucket whose hash is the recorded answer's (a step that
+// read it and must wait, for the pace or a part's ack, reads it once). A
+// failed or canceled answer is read. The caller holds mu.
 func (p *Pusher) current(r *task.Record, en *entry) bool {
 	if !r.Exec.Finished() {
 		return p.cfg.Now().Sub(en.outAt) < watchFresh
 	}
-	return r.Exec == task.Succeeded && r.AnswerHash != "" && en.outHash == r.AnswerHash
+	return r.Exec == task.Succeeded && r.AnswerHash != "" && en.outFinal && en.outHash == r.AnswerHash
 }
 
 // output is the freshest output of r's task: the watched copy while the
 // answer streams and the copy is fresh, or once the execution is over the
-// watched copy that is the answer the record names (its AnswerHash), or a
-// read: the final frame shows exactly the last write.
+// answer the record names (its AnswerHash) read before, or a read: the
+// final frame shows exactly the last write.
 func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 	id := r.ID
 	p.mu.Lock()
@@ -185,13 +218,13 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 		return o
 	}
 	p.mu.Unlock()
-	o, err := task.GetOutput(ctx, p.cfg.Store.Output(), id)
+	o, err := task.ReadOutput(ctx, p.cfg.Store, id, r.Exec.Finished())
 	p.storeError("output_read", err)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)
 		p.mu.Lock()
 		if en := p.active[id]; en != nil {
-			en.out, en.outHash = o, h
+			en.out, en.outHash, en.outFinal = o, h, r.Exec.Finished()
 		}
 		p.mu.Unlock()
 		return o

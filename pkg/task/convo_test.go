@@ -8,6 +8,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/nats-io/nats.go"
 )
 
@@ -29,12 +30,17 @@ func TestAppendExchangeFromReadsOnlyWhenSomebodyWrote(t *testing.T) {
 		defer sub.Unsubscribe()
 	}
 	env.Conn.Flush()
+	// read reads the conversation and waits until the counter has heard
+	// its request: the subscriptions hear it asynchronously, and a count
+	// reset before it arrives would count it against the next step.
 	read := func() (*Conversation, uint64) {
 		t.Helper()
+		before := reads.Load()
 		c, rev, err := LoadConversation(ctx, kv, key)
 		if err != nil {
 			t.Fatal(err)
 		}
+		testwait.Eventually(t, 30*time.Second, "the read's request reaches the counter", func() bool { return reads.Load() > before })
 		return c, rev
 	}
 

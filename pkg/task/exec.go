@@ -222,7 +222,7 @@ func (l *Lifecycle) offQueueAlive(ctx context.Context, r *Record) bool {
 		return false
 	}
 	alive := r.Updated
-	if o, err := GetOutput(ctx, l.store.Output(), r.ID); err == nil && o != nil && o.Attempt == r.Attempt && o.Updated.After(alive) {
+	if o, err := ReadOutput(ctx, l.store, r.ID, false); err == nil && o != nil && o.Attempt == r.Attempt && o.Updated.After(alive) {
 		alive = o.Updated
 	}
 	return l.now().Sub(alive) <= l.offQueueSilence
@@ -434,8 +434,10 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 	} else if msg != nil {
 		return r, fmt.Errorf("%w: %s", ErrConversationBusy, r.Chat)
 	}
-	if err := l.store.Output().Purge(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return r, fmt.Errorf("retry task %s: drop old output: %w", id, err)
+	for _, kv := range []jetstream.KeyValue{l.store.Output(), l.store.Progress()} {
+		if err := kv.Purge(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return r, fmt.Errorf("retry task %s: drop old output: %w", id, err)
+		}
 	}
 	// The record first (a worker that pulls the task must find it queued,
 	// not finished), then the queue.

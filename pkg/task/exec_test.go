@@ -107,16 +107,25 @@ func TestAttemptFencing(t *testing.T) {
 	if _, err := f.lc.Fail(f.ctx, m.TaskID, a1, "boom", false); !errors.Is(err, task.ErrSuperseded) {
 		t.Fatalf("stale fail: %v", err)
 	}
-	if err := w2.Write(f.ctx, "second, complete"); err != nil {
+	if err := w2.Final(f.ctx, "second, complete"); err != nil {
 		t.Fatal(err)
+	}
+	// The earlier attempt's last write is fenced off too, in the output
+	// bucket (its writer never wrote there).
+	if err := w1.Final(f.ctx, "first"); !errors.Is(err, task.ErrSuperseded) {
+		t.Fatalf("stale final write: %v, want ErrSuperseded", err)
 	}
 	r, err = f.lc.Finish(f.ctx, m.TaskID, a2, "second, complete")
 	if err != nil || r.Exec != task.Succeeded || r.AnswerHash != task.Hash("second, complete") {
 		t.Fatalf("finish: %+v %v", r, err)
 	}
 	o, _ := task.GetOutput(f.ctx, f.env.Store.Output(), m.TaskID)
-	if o.Text != "second, complete" || o.Attempt != a2 {
+	if o == nil || o.Text != "second, complete" || o.Attempt != a2 {
 		t.Fatalf("output = %+v", o)
+	}
+	// The last write dropped the attempt's text in progress.
+	if o, err := task.GetOutput(f.ctx, f.env.Store.Progress(), m.TaskID); o != nil || err != nil {
+		t.Fatalf("progress after the last write = %+v, %v; want none", o, err)
 	}
 	if _, _, err := f.lc.Start(f.ctx, m, "queue", 2); !errors.Is(err, task.ErrFinished) {
 		t.Fatalf("start of a finished task: %v", err)
@@ -227,7 +236,11 @@ func TestRetryAndRedeliver(t *testing.T) {
 		t.Fatalf("retry of a queued task: %v", err)
 	}
 	a, _, _ := f.lc.Start(f.ctx, m, "queue", 1)
-	f.lc.Output(m.TaskID, "b", a).Write(f.ctx, "answer")
+	w := f.lc.Output(m.TaskID, "b", a)
+	w.Write(f.ctx, "answ")
+	w.Final(f.ctx, "answer")
+	w = f.lc.Output(m.TaskID, "b", a) // a writer that did not see its last write (its node restarted)
+	w.Write(f.ctx, "answer")
 	f.lc.Finish(f.ctx, m.TaskID, a, "answer")
 	if _, err := f.lc.Retry(f.ctx, m.TaskID, "retry"); !errors.Is(err, task.ErrConversationBusy) {
 		t.Fatalf("retry while its message is still queued: %v", err)
@@ -243,7 +256,10 @@ func TestRetryAndRedeliver(t *testing.T) {
 	if err != nil || r.Exec != task.Queued || !f.locked("alice") || r.AnswerHash != "" {
 		t.Fatalf("retry: %+v %v", r, err)
 	}
-	if o, _ := task.GetOutput(f.ctx, f.env.Store.Output(), m.TaskID); o != nil {
+	if o, _ := task.ReadOutput(f.ctx, f.env.Store, m.TaskID, true); o != nil {
+		t.Fatalf("old output kept: %+v", o)
+	}
+	if o, _ := task.ReadOutput(f.ctx, f.env.Store, m.TaskID, false); o != nil {
 		t.Fatalf("old output kept: %+v", o)
 	}
 	a2, _, err := f.lc.Start(f.ctx, m, "queue", 1)

@@ -16,8 +16,10 @@ import (
 )
 
 // Output is what an attempt has produced for a task: the accumulated
-// answer so far, written to the output bucket under the task's id
-// (coalesced: at most once per worker.output_interval). The pusher watches it. Whether
+// answer so far, written under the task's id, coalesced (at most once per
+// worker.output_interval) to the progress bucket while the attempt runs,
+// and its last write to the output bucket. The pusher watches the
+// progress bucket and reads the answer from the output bucket. Whether
 // the answer is over is the record's to say (Exec.Finished), not the
 // output's: the output is text, and the attempt that wrote it.
 type Output struct {
@@ -32,16 +34,25 @@ type Output struct {
 }
 
 // OutputWriter writes one attempt's output, fenced: once a later attempt
-// of the task has written, Write returns ErrSuperseded and writes nothing,
-// so the user never sees two attempts' text interleaved.
+// of the task has written to a bucket, a write there returns
+// ErrSuperseded and writes nothing, so the user never sees two attempts'
+// text interleaved. Write puts the text so far in the progress bucket
+// (memory: a whole server restart loses it, and the next write puts it
+// back); Final puts the attempt's last text in the output bucket (disk),
+// then deletes the attempt's progress entry.
 type OutputWriter struct {
-	kv      jetstream.KeyValue
-	id, bot string
-	attempt int
-	now     func() time.Time // the clock of each write's time (the lifecycle's)
-	rev     uint64           // revision of this writer's last write (0: none yet)
-	reply   *Reply           // written with every write once set (SetReply)
-	tried   bool             // the first write's create was tried
+	progress, output fencedKey
+	id, bot          string
+	attempt          int
+	now              func() time.Time // the clock of each write's time (the lifecycle's)
+	reply            *Reply           // written with every write once set (SetReply)
+}
+
+// fencedKey is the task's key in one bucket, as one writer wrote it.
+type fencedKey struct {
+	kv    jetstream.KeyValue
+	rev   uint64 // revision of this writer's last write (0: none yet)
+	tried bool   // the first write's create was tried
 }
 
 // SetReply makes every later Write carry reply.
@@ -49,72 +60,109 @@ func (w *OutputWriter) SetReply(reply *Reply) { w.reply = reply }
 
 // Output is the fenced output writer of attempt of task id.
 func (l *Lifecycle) Output(id, bot string, attempt int) *OutputWriter {
-	return &OutputWriter{kv: l.store.Output(), id: id, bot: bot, attempt: attempt, now: l.now}
+	return &OutputWriter{progress: fencedKey{kv: l.store.Progress()}, output: fencedKey{kv: l.store.Output()},
+		id: id, bot: bot, attempt: attempt, now: l.now}
 }
 
-// Write replaces the attempt's output with text. The value stored is the
+// Write replaces the attempt's text in progress with text. The value stored is the
 // Output's JSON: about OutputTextBytes(text) and 200 bytes more, which
-// must stay under the output bucket's largest value (NATS's max_payload,
+// must stay under the buckets' largest value (NATS's max_payload,
 // 1 MiB by default); the worker caps an answer so that it does
 // (ai.max_answer_bytes).
 func (w *OutputWriter) Write(ctx context.Context, text string) error {
-	raw, err := encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC(), Reply: w.reply})
+	raw, err := w.encode(text)
 	if err != nil {
 		return err
 	}
-	if !w.tried {
+	return w.progress.write(ctx, w.id, w.attempt, raw)
+}
+
+// Final writes text as the attempt's output, its answer as it ended, to
+// the output bucket, and then drops the attempt's entry in the progress
+// bucket (a later attempt's is left alone; one not dropped expires after
+// dataplane.ProgressTTL). The pusher reads a finished task's answer from
+// the output bucket.
+func (w *OutputWriter) Final(ctx context.Context, text string) error {
+	raw, err := w.encode(text)
+	if err != nil {
+		return err
+	}
+	if err := w.output.write(ctx, w.id, w.attempt, raw); err != nil {
+		return err
+	}
+	if w.progress.rev > 0 {
+		// Only this writer's own last write: a later attempt's text
+		// in progress stays. A failure costs memory until the TTL.
+		_ = w.progress.kv.Delete(ctx, w.id, jetstream.LastRevision(w.progress.rev))
+		w.progress.rev = 0
+	}
+	return nil
+}
+
+// InProgress reports whether the progress bucket holds a text of this
+// writer's that no Final has followed yet.
+func (w *OutputWriter) InProgress() bool { return w.progress.rev > 0 }
+
+func (w *OutputWriter) encode(text string) ([]byte, error) {
+	return encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC(), Reply: w.reply})
+}
+
+// write puts raw under id in k's bucket unless a later attempt than
+// attempt wrote there (ErrSuperseded).
+func (k *fencedKey) write(ctx context.Context, id string, attempt int, raw []byte) error {
+	if !k.tried {
 		// An attempt's first write: usually the task's first attempt,
 		// with no output yet, so create without reading the key first
 		// (one JetStream request less per answer). Only when the key is
 		// there (an earlier or a later attempt's output) is it read below,
 		// to learn whose it is.
-		w.tried = true
-		rev, err := w.kv.Create(ctx, w.id, raw)
+		k.tried = true
+		rev, err := k.kv.Create(ctx, id, raw)
 		switch {
 		case err == nil:
-			w.rev = rev
+			k.rev = rev
 			return nil
 		case !dataplane.LostCAS(err):
-			return fmt.Errorf("write output of task %s: %w", w.id, err)
+			return fmt.Errorf("write output of task %s: %w", id, err)
 		}
 	}
 	for try := 0; try < 30; try++ {
 		dataplane.CASPause(ctx, try)
-		if w.rev == 0 {
+		if k.rev == 0 {
 			// First write, or another writer came between: read who.
-			e, err := w.kv.Get(ctx, w.id)
+			e, err := k.kv.Get(ctx, id)
 			switch {
 			case errors.Is(err, jetstream.ErrKeyNotFound):
-				rev, err := w.kv.Create(ctx, w.id, raw)
+				rev, err := k.kv.Create(ctx, id, raw)
 				if dataplane.LostCAS(err) {
 					continue
 				}
 				if err != nil {
-					return fmt.Errorf("write output of task %s: %w", w.id, err)
+					return fmt.Errorf("write output of task %s: %w", id, err)
 				}
-				w.rev = rev
+				k.rev = rev
 				return nil
 			case err != nil:
-				return fmt.Errorf("write output of task %s: %w", w.id, err)
+				return fmt.Errorf("write output of task %s: %w", id, err)
 			}
 			cur, err := DecodeOutput(e.Value())
-			if err == nil && cur.Attempt > w.attempt {
-				return fmt.Errorf("%w: output of task %s is attempt %d's, this is %d", ErrSuperseded, w.id, cur.Attempt, w.attempt)
+			if err == nil && cur.Attempt > attempt {
+				return fmt.Errorf("%w: output of task %s is attempt %d's, this is %d", ErrSuperseded, id, cur.Attempt, attempt)
 			}
-			w.rev = e.Revision()
+			k.rev = e.Revision()
 		}
-		rev, err := w.kv.Update(ctx, w.id, raw, w.rev)
+		rev, err := k.kv.Update(ctx, id, raw, k.rev)
 		if dataplane.LostCAS(err) {
-			w.rev = 0
+			k.rev = 0
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("write output of task %s: %w", w.id, err)
+			return fmt.Errorf("write output of task %s: %w", id, err)
 		}
-		w.rev = rev
+		k.rev = rev
 		return nil
 	}
-	return fmt.Errorf("write output of task %s: too many concurrent writers", w.id)
+	return fmt.Errorf("write output of task %s: too many concurrent writers", id)
 }
 
 // encodeOutput is o's JSON without HTML escaping: '<', '>' and '&' (code,
@@ -175,7 +223,25 @@ func storedRune(r rune, size int) int {
 	return size
 }
 
-// GetOutput reads a task's output; (nil, nil) if there is none yet.
+// ReadOutput reads task id's output from the store: while the task runs
+// its text in progress, once it is finished (Exec.Finished) the answer in
+// the output bucket, each falling back to the other bucket when it has
+// none (an attempt that ended without its last write; a worker of an
+// earlier botctl, which wrote every version to the output bucket).
+// (nil, nil) if neither has any.
+func ReadOutput(ctx context.Context, s *dataplane.Store, id string, finished bool) (*Output, error) {
+	first, then := s.Progress(), s.Output()
+	if finished {
+		first, then = then, first
+	}
+	o, err := GetOutput(ctx, first, id)
+	if o != nil || err != nil {
+		return o, err
+	}
+	return GetOutput(ctx, then, id)
+}
+
+// GetOutput reads a task's output from one bucket; (nil, nil) if there is none yet.
 func GetOutput(ctx context.Context, kv jetstream.KeyValue, id string) (*Output, error) {
 	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

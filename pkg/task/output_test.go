@@ -60,7 +60,7 @@ func TestOutputTextBytesIsTheStoredLength(t *testing.T) {
 	}
 }
 
-// An attempt's first output write reads nothing: the output bucket's key
+// An attempt's first output write reads nothing: the progress bucket's key
 // is created at once (a read of a key that is not there was one request
 // per answer for nothing). A second attempt, whose key exists, still
 // reads it, and is still fenced.
@@ -82,7 +82,7 @@ func TestFirstOutputWriteReadsNothing(t *testing.T) {
 	if n := gets() - before; n != 0 {
 		t.Fatalf("three writes of a fresh task's output read the bucket %d times, want 0", n)
 	}
-	if o, _ := task.GetOutput(f.ctx, f.env.Store.Output(), m.TaskID); o == nil || o.Text != "one two three" || o.Attempt != a1 {
+	if o, _ := task.GetOutput(f.ctx, f.env.Store.Progress(), m.TaskID); o == nil || o.Text != "one two three" || o.Attempt != a1 {
 		t.Fatalf("output = %+v", o)
 	}
 
@@ -103,17 +103,17 @@ func TestFirstOutputWriteReadsNothing(t *testing.T) {
 	if err := f.lc.Output(m.TaskID, "b", a1).Write(f.ctx, "again"); !errors.Is(err, task.ErrSuperseded) {
 		t.Fatalf("stale first write: %v, want ErrSuperseded", err)
 	}
-	if o, _ := task.GetOutput(f.ctx, f.env.Store.Output(), m.TaskID); o == nil || o.Text != "second" || o.Attempt != a2 {
+	if o, _ := task.GetOutput(f.ctx, f.env.Store.Progress(), m.TaskID); o == nil || o.Text != "second" || o.Attempt != a2 {
 		t.Fatalf("output = %+v", o)
 	}
 }
 
-// countOutputGets counts the reads of the output bucket's keys (direct
-// or through the stream API) that reach f's server.
+// countOutputGets counts the reads of the progress and output buckets'
+// keys (direct or through the stream API) that reach f's server.
 func countOutputGets(t *testing.T, f *fixture) func() int {
-	stream := "KV_" + f.env.Store.Output().Bucket()
+	streams := []string{"KV_" + f.env.Store.Output().Bucket(), "KV_" + f.env.Store.Progress().Bucket()}
 	return countOn(t, f, []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>"}, func(m *nats.Msg) bool {
-		return strings.Contains(m.Subject, "."+stream)
+		return strings.Contains(m.Subject, "."+streams[0]) || strings.Contains(m.Subject, "."+streams[1])
 	})
 }
 
@@ -158,5 +158,85 @@ func countOn(t *testing.T, f *fixture, subjects []string, match func(*nats.Msg) 
 		mu.Lock()
 		defer mu.Unlock()
 		return n
+	}
+}
+
+// An answer in progress lives in the progress bucket (memory storage);
+// the attempt's last write goes to the output bucket (disk) and drops
+// the progress entry. A finished task's answer is read from the output
+// bucket even once the progress bucket lost everything (all its servers
+// restarted at once), a running one's text falls back to it, and a
+// writer whose progress entry vanished writes again.
+func TestAnswerOnDiskTextInProgressInMemory(t *testing.T) {
+	f := newFixture(t, dataplane.Options{})
+	store := f.env.Store
+	read := func(id string, finished bool) string {
+		t.Helper()
+		o, err := task.ReadOutput(f.ctx, store, id, finished)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o == nil {
+			return "<none>"
+		}
+		return o.Text
+	}
+	m := f.queue("m1", "alice")
+	a, _, err := f.lc.Start(f.ctx, m, "queue", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := f.lc.Output(m.TaskID, "b", a)
+	if err := w.Write(f.ctx, "one"); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(m.TaskID, false); got != "one" {
+		t.Fatalf("running: %q", got)
+	}
+	if got := read(m.TaskID, true); got != "one" {
+		t.Fatalf("finished without a last write: %q, want the text in progress", got)
+	}
+	if o, _ := task.GetOutput(f.ctx, store.Output(), m.TaskID); o != nil {
+		t.Fatalf("text in progress written to the output bucket: %+v", o)
+	}
+	if err := w.Final(f.ctx, "one two"); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := task.GetOutput(f.ctx, store.Progress(), m.TaskID); o != nil {
+		t.Fatalf("the last write left the progress entry: %+v", o)
+	}
+	if got := read(m.TaskID, true); got != "one two" {
+		t.Fatalf("finished: %q", got)
+	}
+	if got := read(m.TaskID, false); got != "one two" {
+		t.Fatalf("running, after the last write: %q", got)
+	}
+
+	// Another task's text in progress, then the progress bucket loses
+	// everything.
+	m2 := f.queue("m2", "bob")
+	a2, _, err := f.lc.Start(f.ctx, m2, "queue", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2 := f.lc.Output(m2.TaskID, "b", a2)
+	if err := w2.Write(f.ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.JetStream().Stream(f.ctx, "KV_"+store.Names().ProgressBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(m.TaskID, true); got != "one two" {
+		t.Fatalf("finished, progress bucket lost: %q", got)
+	}
+	if err := w2.Write(f.ctx, "x y"); err != nil {
+		t.Fatalf("a write after the progress bucket lost its entry: %v", err)
+	}
+	if got := read(m2.TaskID, false); got != "x y" {
+		t.Fatalf("running, written again: %q", got)
 	}
 }

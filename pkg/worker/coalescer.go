@@ -14,6 +14,8 @@ import (
 // interval (and only if it changed), so a backend emitting hundreds of
 // tokens a second costs a few KV writes, and a backend that goes quiet
 // still has its last words written within an interval (writeEvery).
+// Those writes go to the progress bucket; flush, the attempt's last
+// write, goes to the output bucket (task.OutputWriter.Final).
 // Writes go through the attempt's fenced writer; the caller's failed hears
 // of each failed write, periodic or the last (ErrSuperseded ends the run),
 // but not of a periodic write the run's end cut short.
@@ -51,7 +53,7 @@ func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, fail
 	return every(ctx, interval, func(ctx context.Context) bool {
 		wctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 		defer cancel()
-		if err := c.write(wctx); err != nil && ctx.Err() == nil {
+		if err := c.write(wctx, false); err != nil && ctx.Err() == nil {
 			failed(err)
 		}
 		return true
@@ -91,29 +93,36 @@ func (c *coalescer) text() string {
 	return c.b.String()
 }
 
-// flush writes the text if it changed since the last write; failed hears
-// of a failure.
+// flush writes the text as the attempt's last write (the output bucket),
+// unless there is nothing to write: no text since the start, or a last
+// write already made; failed hears of a failure.
 func (c *coalescer) flush(ctx context.Context, failed func(error)) error {
-	err := c.write(ctx)
+	err := c.write(ctx, true)
 	if err != nil {
 		failed(err)
 	}
 	return err
 }
 
-// write writes the text if it changed since the last write.
-func (c *coalescer) write(ctx context.Context) error {
+// write writes the text if it changed since the last write: to the
+// progress bucket, or final to the output bucket (also when it did not
+// change, if only the progress bucket has it).
+func (c *coalescer) write(ctx context.Context, final bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
-	if !c.dirty {
+	if !c.dirty && !(final && c.w.InProgress()) {
 		c.mu.Unlock()
 		return nil
 	}
 	text := c.b.String()
 	c.dirty = false
 	c.mu.Unlock()
-	if err := c.w.Write(ctx, text); err != nil {
+	write := c.w.Write
+	if final {
+		write = c.w.Final
+	}
+	if err := write(ctx, text); err != nil {
 		c.mu.Lock()
 		c.dirty = true
 		c.mu.Unlock()

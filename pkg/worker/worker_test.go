@@ -88,8 +88,9 @@ func record(t *testing.T, store *dataplane.Store, id string) *task.Record {
 	return r
 }
 
+// output is task id's text: in progress, or its attempt's last write.
 func output(store *dataplane.Store, id string) *task.Output {
-	o, _ := task.GetOutput(context.Background(), store.Output(), id)
+	o, _ := task.ReadOutput(context.Background(), store, id, false)
 	if o == nil {
 		return &task.Output{}
 	}
@@ -128,12 +129,14 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 	}
 }
 
-// Output is written coalesced: far fewer writes than deltas.
+// Output is written coalesced: far fewer writes than deltas. The text in
+// progress goes to the progress bucket; the answer, the attempt's last
+// write, to the output bucket, and the progress entry is dropped.
 func TestOutputIsCoalesced(t *testing.T) {
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	run(t, env.Store, "w1", demo(t, time.Second)) // ~20 deltas
 	m := publish(t, env.Store, "m1", "alice", "q")
-	w, err := env.Store.Output().Watch(context.Background(), m.TaskID)
+	w, err := env.Store.Progress().Watch(context.Background(), m.TaskID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +156,16 @@ func TestOutputIsCoalesced(t *testing.T) {
 				// 1 s at 50 ms per write is at most ~21 writes; without
 				// coalescing it would be one per delta (~20 here, far more
 				// for a real model), so bound the count.
-				if writes == 0 || writes > 30 {
-					t.Fatalf("%d output writes for a 1 s answer", writes)
+				if writes < 2 || writes > 30 {
+					t.Fatalf("%d writes of the text in progress for a 1 s answer", writes)
+				}
+				r := record(t, env.Store, m.TaskID)
+				o, err := task.GetOutput(context.Background(), env.Store.Output(), m.TaskID)
+				if err != nil || o == nil || task.Hash(o.Text) != r.AnswerHash {
+					t.Fatalf("the output bucket has %+v (%v), not the recorded answer", o, err)
+				}
+				if p, err := task.GetOutput(context.Background(), env.Store.Progress(), m.TaskID); p != nil || err != nil {
+					t.Fatalf("the progress entry outlived the answer: %+v (%v)", p, err)
 				}
 				return
 			}

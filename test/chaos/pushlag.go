@@ -36,7 +36,7 @@ type outputWatch struct {
 	stop func()
 }
 
-// watchOutputs watches the output bucket over its own connection to
+// watchOutputs watches the progress and output buckets over its own connection to
 // every NATS server of the cluster (not through any node's fault proxy;
 // it reconnects to another server when one freezes or dies).
 func watchOutputs(urls string) (*outputWatch, error) {
@@ -52,40 +52,58 @@ func watchOutputs(urls string) (*outputWatch, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, "BOTCTL_OUTPUT")
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("output bucket: %w", err)
-	}
-	w, err := kv.WatchAll(context.Background(), jetstream.UpdatesOnly())
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
 	o := &outputWatch{at: map[string][]time.Time{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			out, err := task.DecodeOutput(e.Value())
-			if err != nil {
-				continue
-			}
-			seen, at := time.Now(), out.Updated
-			if d := seen.Sub(at); d > skewSlack || d < -skewSlack {
-				at = seen
-			}
-			h := task.Hash(out.Text)
-			o.mu.Lock()
-			o.at[h] = append(o.at[h], at)
-			o.mu.Unlock()
+	var watchers []jetstream.KeyWatcher
+	var wg sync.WaitGroup
+	o.stop = func() {
+		for _, w := range watchers {
+			w.Stop()
 		}
-	}()
-	o.stop = func() { w.Stop(); <-done; nc.Close() }
+		wg.Wait()
+		nc.Close()
+	}
+	// A running attempt writes its text to the progress bucket, its
+	// last write to the output bucket.
+	for _, bucket := range []string{"BOTCTL_PROGRESS", "BOTCTL_OUTPUT"} {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			o.stop()
+			return nil, fmt.Errorf("bucket %s: %w", bucket, err)
+		}
+		w, err := kv.WatchAll(context.Background(), jetstream.UpdatesOnly())
+		if err != nil {
+			o.stop()
+			return nil, err
+		}
+		watchers = append(watchers, w)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.follow(w)
+		}()
+	}
 	return o, nil
+}
+
+// follow records the write time of every text w delivers.
+func (o *outputWatch) follow(w jetstream.KeyWatcher) {
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		out, err := task.DecodeOutput(e.Value())
+		if err != nil {
+			continue
+		}
+		seen, at := time.Now(), out.Updated
+		if d := seen.Sub(at); d > skewSlack || d < -skewSlack {
+			at = seen
+		}
+		h := task.Hash(out.Text)
+		o.mu.Lock()
+		o.at[h] = append(o.at[h], at)
+		o.mu.Unlock()
+	}
 }
 
 func (o *outputWatch) Close() {

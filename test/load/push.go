@@ -28,14 +28,18 @@ type version struct {
 	at   time.Time // Output.Updated: the worker's write time
 }
 
-// outputLog watches the output bucket (its own NATS connection) and keeps
-// every version's hash and write time per task.
+// outputLog watches the progress and output buckets (its own NATS
+// connection) and keeps every version's hash and write time per task.
 type outputLog struct {
 	mu   sync.Mutex
 	vers map[string][]version
 	n    int
-	seen int // every entry the watch delivered (-subjects subtracts them)
+	seen map[string]int // every entry each watch delivered, by -subjects' name of the delivery (subtracted there)
 }
+
+// watchedBuckets: a running attempt writes its text to the progress
+// bucket, its last write to the output bucket.
+var watchedBuckets = []string{"BOTCTL_PROGRESS", "BOTCTL_OUTPUT"}
 
 func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 	nc, err := nats.Connect(url, nats.Name("load output watcher"))
@@ -47,40 +51,53 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	kv, err := js.KeyValue(ctx, "BOTCTL_OUTPUT")
-	if err != nil {
+	l := &outputLog{vers: map[string][]version{}, seen: map[string]int{}}
+	var watchers []jetstream.KeyWatcher
+	var wg sync.WaitGroup
+	stop := func() {
+		for _, w := range watchers {
+			w.Stop()
+		}
+		wg.Wait()
 		nc.Close()
-		return nil, nil, err
 	}
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	l := &outputLog{vers: map[string][]version{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range w.Updates() {
-			if e != nil {
+	for _, bucket := range watchedBuckets {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("bucket %s: %w", bucket, err)
+		}
+		w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		watchers = append(watchers, w)
+		kind := "delivery KV_" + bucket + " (watch)"
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e := range w.Updates() {
+				if e != nil {
+					l.mu.Lock()
+					l.seen[kind]++
+					l.mu.Unlock()
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				o, err := task.DecodeOutput(e.Value())
+				if err != nil {
+					continue
+				}
 				l.mu.Lock()
-				l.seen++
+				l.vers[o.TaskID] = append(l.vers[o.TaskID], version{hash: task.Hash(o.Text), at: o.Updated})
+				l.n++
 				l.mu.Unlock()
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			o, err := task.DecodeOutput(e.Value())
-			if err != nil {
-				continue
-			}
-			l.mu.Lock()
-			l.vers[o.TaskID] = append(l.vers[o.TaskID], version{hash: task.Hash(o.Text), at: o.Updated})
-			l.n++
-			l.mu.Unlock()
-		}
-	}()
-	return l, func() { w.Stop(); <-done; nc.Close() }, nil
+		}()
+	}
+	return l, stop, nil
 }
 
 func hash(s string) string {

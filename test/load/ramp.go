@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,7 +125,7 @@ type stepResult struct {
 	pprof                    map[string]pprofResult // role → its CPU and allocation profiles
 	subjects                 map[string]int         // NATS messages by kind of subject (-subjects)
 	ops                      *opCount               // the same by kind of operation, with bytes (-subjects)
-	harnessWatch             int                    // deliveries to the load harness's own output watch
+	harnessWatch             map[string]int         // deliveries to the load harness's own watches, by kind
 	// leaderReceipt is the leader's own receipt histogram
 	// (botctl_receipt_latency_seconds: callback read → WeCom's ack),
 	// scraped at the step's end: botctl's share of the receipt apart
@@ -437,7 +438,7 @@ func runStep(bin, dir string, idx int, st step, o rampOpts) (*stepResult, error)
 		res.subjects, res.ops = counter.stop()
 		if outs != nil {
 			outs.mu.Lock()
-			res.harnessWatch = outs.seen
+			res.harnessWatch = maps.Clone(outs.seen)
 			outs.mu.Unlock()
 		}
 	}

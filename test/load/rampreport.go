@@ -297,7 +297,7 @@ question each, over the simulator's control API. Measured from outside the nodes
 		if r.ops != nil {
 			fmt.Fprintf(&b, "\n### By operation, with bytes (step %d)\n\n", i+1)
 			b.WriteString("The same messages by kind of operation (KV writes by the headers nats.go sets, acks by their body, a reply named by its request), with bytes on the client connection (subject, reply, headers, payload). The load harness's own watch of the output bucket is taken out. Sent by the leader: the share of the kind's messages whose inbox (a request's reply subject, a reply's subject) is that of the connection publishing the tasks; – where no inbox tells.\n\n")
-			b.WriteString(opTable(r.ops, r.answered, map[string]int{"delivery KV_BOTCTL_OUTPUT (watch)": r.harnessWatch}))
+			b.WriteString(opTable(r.ops, r.answered, r.harnessWatch))
 		}
 	}
 	for i, r := range rs {
