@@ -154,7 +154,7 @@ type judgement struct {
 // expectFailed are msgids the fault made impossible to answer: exactly
 // one failure notice (or, had the fault come too late, one complete
 // answer) is correct for them.
-func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg, expectFailed map[string]bool) (j judgement, err error) {
+func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg, expectFailed map[string]bool) (judgement, error) {
 	trs := map[string][]cluster.TranscriptEntry{}
 	for _, m := range msgs {
 		if _, ok := trs[m.User]; ok {
@@ -162,10 +162,16 @@ func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg, expectFailed m
 		}
 		tr, err := c.Transcript(bot, m.User)
 		if err != nil {
-			return j, fmt.Errorf("transcript of %s: %w", m.User, err)
+			return judgement{}, fmt.Errorf("transcript of %s: %w", m.User, err)
 		}
 		trs[m.User] = tr
 	}
+	return judgeTranscripts(trs, msgs, all, expectFailed), nil
+}
+
+// judgeTranscripts is judgeRound on transcripts already read (trs: user →
+// the transcript of that conversation, one for every user of msgs).
+func judgeTranscripts(trs map[string][]cluster.TranscriptEntry, msgs, all []*Msg, expectFailed map[string]bool) (j judgement) {
 	for _, m := range msgs {
 		if m.PostErr != "" {
 			continue // WeCom never took it: nothing is owed
@@ -226,7 +232,7 @@ func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg, expectFailed m
 			j.violations = append(j.violations, viol)
 		}
 	}
-	return j, nil
+	return j
 }
 
 // unanswered lists the delivered messages of probe's conversation, posted

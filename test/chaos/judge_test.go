@@ -130,3 +130,78 @@ func TestProbesAskQuickQuestions(t *testing.T) {
 		t.Fatalf("fixed answer time: %q", q)
 	}
 }
+
+// The re-probe path, judged from recorded traffic alone: a probe refused
+// as busy while its conversation still owed an earlier answer, probed
+// again (Msg.Reprobed) once that answer was in, is judged by the second
+// probe. Answered, the conversation is not locked; refused again, or
+// never probed again, it is.
+func TestJudgeReprobe(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	const busy = "上一个问题还在处理中，请稍候再问。"
+	trs := map[string][]cluster.TranscriptEntry{}
+	var msgs []*Msg
+	// say records what happened in user's conversation, in order: a user
+	// message, and what the bot answered it (its complete answer, a busy
+	// refusal, nothing).
+	say := func(user string, m *Msg, answer string) *Msg {
+		tr := trs[user]
+		m.User, m.Delivered, m.PostedAt = user, true, t0.Add(time.Duration(len(tr))*time.Second)
+		m.MsgID = fmt.Sprintf("%s-m%d", user, len(tr))
+		tr = append(tr, cluster.TranscriptEntry{Seq: int64(len(tr) + 1), From: "user", MsgID: m.MsgID, Content: m.Question, Finished: true})
+		switch answer {
+		case "answer":
+			answer = ai.DemoAnswer(m.Question, 3, 0)
+		case "busy":
+			answer = busy
+		}
+		if answer != "" {
+			tr = append(tr, cluster.TranscriptEntry{Seq: int64(len(tr) + 1), From: "bot", ReplyTo: m.MsgID, Kind: "stream", Content: answer, Finished: true})
+		}
+		trs[user] = tr
+		msgs = append(msgs, m)
+		return m
+	}
+	q := func(user string, n int) *Msg { return &Msg{Question: fmt.Sprintf("chaos r1 %s q #%d", user, n)} }
+	probe := func(user string, n int, reprobed bool) *Msg {
+		return &Msg{Question: fmt.Sprintf("chaos r1 %s probe #%d.0", user, n), Probe: true, Reprobed: reprobed}
+	}
+	// late appends the complete answer to an earlier message of user's
+	// (the backfill's, after the first probe was refused).
+	late := func(user string, m *Msg) {
+		tr := trs[user]
+		trs[user] = append(tr, cluster.TranscriptEntry{Seq: int64(len(tr) + 1), From: "bot", ReplyTo: m.MsgID, Kind: "stream",
+			Content: ai.DemoAnswer(m.Question, 3, 0), Finished: true})
+	}
+	// ok: the first probe is refused while the first question is still
+	// owed; its answer comes; the second probe is answered.
+	owed := say("ok", q("ok", 1), "")
+	okFirst := say("ok", probe("ok", 2, true), "busy")
+	late("ok", owed)
+	say("ok", probe("ok", 3, false), "answer")
+	// again: the same, but the second probe is refused too.
+	owed = say("again", q("again", 1), "")
+	say("again", probe("again", 2, true), "busy")
+	late("again", owed)
+	againSecond := say("again", probe("again", 3, false), "busy")
+	// once: refused, never probed again.
+	say("once", q("once", 1), "answer")
+	onceFirst := say("once", probe("once", 2, false), "busy")
+
+	j := judgeTranscripts(trs, msgs, msgs, nil)
+	locked := map[string]string{} // msgid → invariant
+	for _, v := range j.violations {
+		locked[v.MsgID] = v.Invariant
+	}
+	if inv, ok := locked[okFirst.MsgID]; ok {
+		t.Errorf("a refused probe re-probed and answered is reported %q: %+v", inv, j.violations)
+	}
+	for _, m := range []*Msg{againSecond, onceFirst} {
+		if locked[m.MsgID] != InvLocked {
+			t.Errorf("%s (%q): %q, want %q: %+v", m.MsgID, m.Question, locked[m.MsgID], InvLocked, j.violations)
+		}
+	}
+	if len(j.violations) != 2 {
+		t.Errorf("%d violations, want 2 (the second refused re-probe, the refused probe never probed again): %+v", len(j.violations), j.violations)
+	}
+}
