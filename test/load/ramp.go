@@ -227,7 +227,7 @@ func (r *stepResult) workers() (cpu time.Duration, rss []int64) {
 type rampOpts struct {
 	grace  time.Duration
 	idle   time.Duration // how long to measure the idle cost before the load
-	tick   time.Duration // the naive bot's ticker
+	tick   time.Duration // the naive bot's -tick (0: naiveTick)
 	profHz int           // perf's sampling frequency; 0: no perf
 	// profDir gets the pprof profiles of "+" steps (the ramp's -out
 	// BASE-prof); "": DIR/prof in the work dir.

@@ -107,7 +107,7 @@ func rampSmoke(t *testing.T, stepsSpec string, topo topology) ([]*stepResult, st
 	// No perf (profHz 0): pprof's profiles are what is checked, and the
 	// test should not depend on perf being installed or take its time.
 	profDir := filepath.Join(t.TempDir(), "ramp-prof")
-	rs, err := runRamp(steps, rampOpts{grace: 30 * time.Second, idle: time.Second, tick: time.Second, logf: t.Logf, self: self, topology: topo, profDir: profDir}, t.TempDir())
+	rs, err := runRamp(steps, rampOpts{grace: 30 * time.Second, idle: time.Second, logf: t.Logf, self: self, topology: topo, profDir: profDir}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func rampMain(args []string) error {
 	stepsFlag := fs.String("steps", defaultSteps, "steps, [naive:|Nnode:]CONVERSATIONS@RATE/ANSWER[+], comma-separated (+: profile with perf and pprof)")
 	smoke := fs.Bool("smoke", false, "a tiny ramp ("+smokeSteps+"): checks that the ramp works")
 	grace := fs.Duration("grace", 60*time.Second, "a step ends this long after its last answer was due, answered or not")
-	tick := fs.Duration("naive-tick", time.Second, "the naive bot's ticker")
+	tick := fs.Duration("naive-tick", naiveTick, "the naive bot's -tick: least time between two progress frames of a conversation (default botctl's progress gap at its default push.budget)")
 	hz := fs.Int("perf-hz", 99, "perf sampling frequency of profiled steps (0: no perf, pprof only)")
 	idle := fs.Duration("idle", 5*time.Second, "measure each step's processes this long with no traffic first (their idle cost)")
 	dirFlag := fs.String("dir", "", "work dir (binaries, data); default a temp dir, removed at the end")
@@ -97,6 +97,9 @@ func rampMain(args []string) error {
 func runRamp(steps []step, o rampOpts, dir string) ([]*stepResult, error) {
 	if o.natsSync == "" {
 		o.natsSync = "always"
+	}
+	if o.tick <= 0 {
+		o.tick = naiveTick
 	}
 	if dir == "" {
 		d, err := os.MkdirTemp("", "botctl-ramp-")

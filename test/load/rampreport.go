@@ -250,7 +250,8 @@ question each, over the simulator's control API. Measured from outside the nodes
 		bcC, bcM, bcR := sum(bc)
 		nvC, nvM, nvR := sum(nv)
 		fmt.Fprintf(&b, "\n## botctl beside the naive bot (same simulator, same load: %d conversations at %.0f/s, %s answers)\n\n", nv.conversations, nv.rate, nv.answer)
-		b.WriteString("The naive bot is one process holding the WeCom connection (the same client, pkg/wecom), a goroutine and a ticker per conversation (each tick, `-naive-tick` = 1 s unless the command says otherwise, it sends the answer so far, the whole answer once the answer time is up), no etcd, no NATS, no record. botctl's figures are its three nodes, etcd and NATS together; neither counts the simulator or the load generator.\n\n")
+		fmt.Fprintf(&b, "The naive bot is one process holding the WeCom connection (the same client, pkg/wecom), a goroutine and a ticker per conversation, no etcd, no NATS, no record. It does the WeCom work botctl does under the same quota: the receipt, the answer streamed from the same demo backend, each tick (`-naive-tick` = %s, botctl's progress gap at its default `push.budget` of %d frames a minute, unless the command says otherwise) the answer so far if it changed, and the whole answer with finish once the answer time is up; a progress frame WeCom refuses is skipped, a final frame refused for the quota (45009) is sent again every %s until it is accepted or the stream's window is over. botctl's figures are its three nodes, etcd and NATS together; neither counts the simulator or the load generator.\n\n",
+			naiveTick.Round(time.Millisecond), config.Defaults().Push.Budget, naiveRetry)
 		b.WriteString("| | receipt p50 | receipt p99 | completion over answer p99 | answered | quota violations | most frames in 60 s | CPU, cores | CPU per message | peak RSS, sum |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range []struct {
 			name    string
