@@ -1,7 +1,8 @@
 package dataplane
 
 // The link: KV calls in flight when the NATS connection leaves its server
-// end at the reconnect.
+// end at the reconnect, and whoever waits for a reconnect hears of it
+// (Store.Reconnected).
 
 import (
 	"context"
@@ -24,7 +25,8 @@ import (
 // frames of answers that ended then reached users that late.
 var ErrAbandoned = fmt.Errorf("request abandoned at a NATS reconnect (the server it went to never answers): %w", nats.ErrTimeout)
 
-// link is canceled, and replaced, each time the connection comes back.
+// link is canceled, and replaced, each time the connection comes back:
+// the one follower of the store's connection's reconnects.
 type link struct {
 	mu  sync.Mutex
 	ctx context.Context
@@ -53,6 +55,41 @@ func followLink(nc *nats.Conn) *link {
 		}
 	}()
 	return l
+}
+
+// Reconnected returns a channel closed when the store's NATS connection
+// next comes back (a server left for another: frozen, killed, restarted;
+// the same status change as nats.go's StatusChanged(CONNECTED)); after
+// each reconnect a fresh channel is handed out.
+//
+// No reconnect is missed between two reads of the channel: the channel
+// closes when the reconnect happens, whether anyone is waiting on it then
+// or not, and stays closed. So a waiter that takes the channel, then does
+// work, then waits on that same channel sees a reconnect that happened
+// during its work. One that acts on each reconnect takes the next channel
+// before it acts (the close, then Reconnected again, then the action):
+// a reconnect during the action then closes the channel it waits on next.
+// Reconnects that follow each other before a waiter takes the next
+// channel close it once: a waiter hears "at least one since you took
+// it", never how many. The channel may also close for a reconnect just
+// before the call that the store heard of a moment late: a waiter may
+// act once more than needed, never once less.
+//
+// The channel is closed at the same moment KV calls in flight end with
+// ErrAbandoned. It never closes once the connection is closed for good
+// (wait on a context beside it), nor on a Store not made by Declare (nil).
+func (s *Store) Reconnected() <-chan struct{} {
+	if s.link == nil {
+		return nil
+	}
+	return s.link.next()
+}
+
+// next is closed at the next reconnect.
+func (l *link) next() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctx.Done()
 }
 
 // bind is ctx, ended also by the next reconnect; abandoned reports

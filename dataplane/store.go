@@ -240,6 +240,8 @@ type Store struct {
 
 	tasks, output, progress, context, watermarks, undelivered, seen, health, incidents, limits jetstream.KeyValue
 	media                                                                                      jetstream.ObjectStore
+
+	link *link // follows the connection's reconnects (link.go)
 }
 
 // declareStream creates the stream, or updates it only if its config
@@ -511,9 +513,9 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 		return nil, fmt.Errorf("declare object store %s: %w", n.MediaBucket, err)
 	}
 	// Every bucket's reads and writes end at a reconnect (link.go).
-	l := followLink(js.Conn())
+	s.link = followLink(js.Conn())
 	for _, b := range buckets {
-		*b.kv = linkedKV{KeyValue: *b.kv, l: l}
+		*b.kv = linkedKV{KeyValue: *b.kv, l: s.link}
 	}
 	return s, nil
 }

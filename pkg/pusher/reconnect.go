@@ -6,13 +6,13 @@ package pusher
 import (
 	"context"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // followReconnects calls reconnected each time the node's NATS connection
 // comes back (a server left for another: frozen, killed, restarted), until
-// ctx ends.
+// ctx ends. The store tells it (dataplane's Store.Reconnected, the one
+// follower of the connection's reconnects); the next channel is taken
+// before reconnected runs, so a reconnect during it is heard too.
 //
 // While the connection was away, a notice (core NATS, published by the
 // worker that ended a task) was lost for good: the ending waited for the
@@ -23,17 +23,13 @@ import (
 // then made again. A reconnect is rare and the reads it costs are one per
 // active task, once.
 func (p *Pusher) followReconnects(ctx context.Context) {
-	nc := p.cfg.Store.JetStream().Conn()
-	back := nc.StatusChanged(nats.CONNECTED)
-	defer nc.RemoveStatusListener(back)
+	back := p.cfg.Store.Reconnected()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-back:
-			if !ok {
-				return
-			}
+		case <-back:
+			back = p.cfg.Store.Reconnected()
 			p.reconnected()
 		}
 	}

@@ -5,10 +5,7 @@ package worker
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // cancelCheck is how often a running task's record is re-read, in case an
@@ -28,63 +25,14 @@ var cancelCheck = time.Minute
 // running tasks do not ask the bucket's leader at once.
 const reconnectSpread = 5 * time.Second
 
-// followReconnects closes w.back, and makes a new one, each time the NATS
-// connection comes back, until ctx ends.
-func (w *Worker) followReconnects(ctx context.Context) {
-	nc := w.cfg.Store.JetStream().Conn()
-	back := nc.StatusChanged(nats.CONNECTED)
-	defer nc.RemoveStatusListener(back)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-back:
-			if !ok {
-				return
-			}
-			w.mu.Lock()
-			close(w.back)
-			w.back = make(chan struct{})
-			w.mu.Unlock()
-		}
-	}
-}
-
-// reconnected is closed when the NATS connection next comes back.
-func (w *Worker) reconnected() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.back
-}
-
 // checkCancel re-reads the record every cancelCheck, and after each
-// reconnect, and ends the run once the task is canceled or another
-// attempt took it over.
+// reconnect of the store's connection (dataplane's Store.Reconnected:
+// one during a re-read is not missed), and ends the run once the task is
+// canceled or another attempt took it over.
 func (w *Worker) checkCancel(ctx context.Context, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
-	ectx, end := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(cancelCheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-ectx.Done():
-				return
-			case <-t.C:
-			case <-w.reconnected():
-				select {
-				case <-ectx.Done():
-					return
-				case <-time.After(rand.N(reconnectSpread)):
-				}
-			}
-			if !w.stillOurs(ectx, id, attempt, cancel) {
-				return
-			}
-		}
-	}()
-	return func() { end(); <-done }
+	return everyOr(ctx, cancelCheck, w.cfg.Store.Reconnected, reconnectSpread, func(ctx context.Context) bool {
+		return w.stillOurs(ctx, id, attempt, cancel)
+	})
 }
 
 // stillOurs reads the record: a canceled task or another attempt's ends

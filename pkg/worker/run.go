@@ -52,7 +52,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe to cancellations: %w", err)
 	}
 	defer sub.Unsubscribe()
-	wg.Go(func() { w.followReconnects(ctx) })
 	cons := w.cfg.Store.Workers()
 	for ctx.Err() == nil {
 		w.mu.Lock()

@@ -251,11 +251,6 @@ type Worker struct {
 	waiting    int // queue tasks waiting for a token
 	waitingAll int // every task waiting for a token, fallback tiers too
 	tokenFreed chan struct{}
-
-	// back is closed, and replaced, each time the NATS connection comes
-	// back (cancelcheck.go): a cancellation announced while it was away
-	// was lost, and every running task's record is read again.
-	back chan struct{}
 }
 
 // New validates cfg.
@@ -280,7 +275,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg.Bots = fixedBots{BotRun{Backend: cfg.Backend, MaxAnswerBytes: cfg.MaxAnswerBytes,
 			Memory: task.Memory{Turns: cfg.ContextTurns, Bytes: cfg.ContextBytes}}}
 	}
-	w := &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{}, tokenFreed: make(chan struct{}, 1), back: make(chan struct{}),
+	w := &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{}, tokenFreed: make(chan struct{}, 1),
 		log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}
 	if cfg.AIConcurrency > 0 {
 		w.tokens = make(chan struct{}, cfg.AIConcurrency)

@@ -18,18 +18,25 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// A message WeCom took while no node held the connection, found by a
-// term's pass but deferred (its conversation busy), is answered by the
-// next term's pass when the first term ends before handing it over, even
-// though that term's connection delivered later messages meanwhile (the
-// chaos run's kill-worker-last-delivery r3: the watermark moved past the
-// deferred messages, and the next leader's pass started after them).
-func TestDeferredMissedMessageSurvivesTheTermsEnd(t *testing.T) {
+// termsRig is what the tests of a deferral outliving its term share: a
+// real JetStream store, the WeCom simulator with bot b1 and its history,
+// and the inbound watermark's tracker (node n1) flushing every 20 ms,
+// each stopped when the test ends.
+type termsRig struct {
+	env *testenv.JetStream
+	sim *wecomsim.Server
+	src *backfill.SimHistory
+	tr  *backfill.Tracker
+	t   *testing.T
+}
+
+func newTermsRig(t *testing.T) *termsRig {
+	t.Helper()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
 	sim.AddBot("b1", "s1")
 	srv := httptest.NewServer(sim.Handler())
-	defer func() { sim.Close(); srv.Close() }()
+	t.Cleanup(func() { sim.Close(); srv.Close() })
 	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -38,14 +45,28 @@ func TestDeferredMissedMessageSurvivesTheTermsEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); tr.Run(ctx, 20*time.Millisecond) }()
-	defer func() { cancel(); <-done }()
-	watermark := func() time.Time {
-		wm, err := backfill.LoadWatermark(context.Background(), env.Store, "b1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return wm.Created
+	t.Cleanup(func() { cancel(); <-done })
+	return &termsRig{env: env, sim: sim, src: src, tr: tr, t: t}
+}
+
+// watermark is b1's inbound watermark as stored.
+func (r *termsRig) watermark() time.Time {
+	wm, err := backfill.LoadWatermark(context.Background(), r.env.Store, "b1")
+	if err != nil {
+		r.t.Fatal(err)
 	}
+	return wm.Created
+}
+
+// A message WeCom took while no node held the connection, found by a
+// term's pass but deferred (its conversation busy), is answered by the
+// next term's pass when the first term ends before handing it over, even
+// though that term's connection delivered later messages meanwhile (the
+// chaos run's kill-worker-last-delivery r3: the watermark moved past the
+// deferred messages, and the next leader's pass started after them).
+func TestDeferredMissedMessageSurvivesTheTermsEnd(t *testing.T) {
+	r := newTermsRig(t)
+	env, sim, src, tr, watermark := r.env, r.sim, r.src, r.tr, r.watermark
 
 	// Before the gap: the last message handled 10 s ago.
 	before := time.Now().Add(-10 * time.Second).Truncate(time.Second)
@@ -153,27 +174,8 @@ func (in *termInbound) handedOver() []string {
 // conversation the watermark is held and lowered to it, and the next
 // term's pass answers it. Before, the next pass started after it.
 func TestAuditDeferredMessageSurvivesTheTermsEnd(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
-	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
-	sim.AddBot("b1", "s1")
-	srv := httptest.NewServer(sim.Handler())
-	defer func() { sim.Close(); srv.Close() }()
-	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Logger: zerolog.Nop()}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); tr.Run(ctx, 20*time.Millisecond) }()
-	defer func() { cancel(); <-done }()
-	watermark := func() time.Time {
-		wm, err := backfill.LoadWatermark(context.Background(), env.Store, "b1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return wm.Created
-	}
+	r := newTermsRig(t)
+	env, sim, src, tr, watermark := r.env, r.sim, r.src, r.tr, r.watermark
 
 	// A message no connection got (a deaf connection, no incident), and
 	// the live traffic handled well past it.
