@@ -74,10 +74,13 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	// new is shown.
 	text := ""
 	var reply *task.Reply // the rich part of a succeeded answer (images, files, a card)
-	if out := p.output(ctx, rec); out != nil && out.Attempt == rec.Attempt && rec.Exec != task.Queued {
-		text = out.Text
-		if rec.Exec == task.Succeeded {
-			reply = out.Reply
+	// A queued one has none to show: it is not read.
+	if rec.Exec != task.Queued {
+		if out := p.output(ctx, rec); out != nil && out.Attempt == rec.Attempt {
+			text = out.Text
+			if rec.Exec == task.Succeeded {
+				reply = out.Reply
+			}
 		}
 	}
 	if rec.Exec == task.Succeeded && rec.AnswerHash != "" && task.Hash(text) != rec.AnswerHash {
