@@ -181,6 +181,7 @@ func (r *rig) write(id, text string, done bool) {
 		if _, err := r.lc.Finish(ctx, id, attempt, text); err != nil {
 			r.t.Fatal(err)
 		}
+		w.Retire(ctx)
 	}
 }
 

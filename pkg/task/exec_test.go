@@ -123,7 +123,8 @@ func TestAttemptFencing(t *testing.T) {
 	if o == nil || o.Text != "second, complete" || o.Attempt != a2 {
 		t.Fatalf("output = %+v", o)
 	}
-	// The last write dropped the attempt's text in progress.
+	// Retire drops the attempt's text in progress after its last write.
+	w2.Retire(f.ctx)
 	if o, err := task.GetOutput(f.ctx, f.env.Store.Progress(), m.TaskID); o != nil || err != nil {
 		t.Fatalf("progress after the last write = %+v, %v; want none", o, err)
 	}

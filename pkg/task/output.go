@@ -38,14 +38,15 @@ type Output struct {
 // ErrSuperseded and writes nothing, so the user never sees two attempts'
 // text interleaved. Write puts the text so far in the progress bucket
 // (memory: a whole server restart loses it, and the next write puts it
-// back); Final puts the attempt's last text in the output bucket (disk),
-// then deletes the attempt's progress entry.
+// back); Final puts the attempt's last text in the output bucket (disk);
+// Retire then deletes the attempt's progress entry.
 type OutputWriter struct {
 	progress, output fencedKey
 	id, bot          string
 	attempt          int
 	now              func() time.Time // the clock of each write's time (the lifecycle's)
 	reply            *Reply           // written with every write once set (SetReply)
+	final            bool             // Final wrote the text last (not Write)
 }
 
 // fencedKey is the task's key in one bucket, as one writer wrote it.
@@ -74,14 +75,16 @@ func (w *OutputWriter) Write(ctx context.Context, text string) error {
 	if err != nil {
 		return err
 	}
-	return w.progress.write(ctx, w.id, w.attempt, raw)
+	if err := w.progress.write(ctx, w.id, w.attempt, raw); err != nil {
+		return err
+	}
+	w.final = false
+	return nil
 }
 
 // Final writes text as the attempt's output, its answer as it ended, to
-// the output bucket, and then drops the attempt's entry in the progress
-// bucket (a later attempt's is left alone; one not dropped expires after
-// dataplane.ProgressTTL). The pusher reads a finished task's answer from
-// the output bucket.
+// the output bucket. The pusher reads a finished task's answer from the
+// output bucket.
 func (w *OutputWriter) Final(ctx context.Context, text string) error {
 	raw, err := w.encode(text)
 	if err != nil {
@@ -90,18 +93,26 @@ func (w *OutputWriter) Final(ctx context.Context, text string) error {
 	if err := w.output.write(ctx, w.id, w.attempt, raw); err != nil {
 		return err
 	}
-	if w.progress.rev > 0 {
-		// Only this writer's own last write: a later attempt's text
-		// in progress stays. A failure costs memory until the TTL.
-		_ = w.progress.kv.Delete(ctx, w.id, jetstream.LastRevision(w.progress.rev))
-		w.progress.rev = 0
-	}
+	w.final = true
 	return nil
+}
+
+// Retire drops the attempt's entry in the progress bucket once Final
+// wrote its text: only this writer's own last write (a later attempt's
+// text in progress stays). It is memory's hygiene, not the answer's
+// path: the worker calls it after the record says the answer is over,
+// and an entry it fails to drop expires after dataplane.ProgressTTL.
+func (w *OutputWriter) Retire(ctx context.Context) {
+	if !w.final || w.progress.rev == 0 {
+		return
+	}
+	_ = w.progress.kv.Delete(ctx, w.id, jetstream.LastRevision(w.progress.rev))
+	w.progress.rev = 0
 }
 
 // InProgress reports whether the progress bucket holds a text of this
 // writer's that no Final has followed yet.
-func (w *OutputWriter) InProgress() bool { return w.progress.rev > 0 }
+func (w *OutputWriter) InProgress() bool { return w.progress.rev > 0 && !w.final }
 
 func (w *OutputWriter) encode(text string) ([]byte, error) {
 	return encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC(), Reply: w.reply})

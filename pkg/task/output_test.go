@@ -202,8 +202,12 @@ func TestAnswerOnDiskTextInProgressInMemory(t *testing.T) {
 	if err := w.Final(f.ctx, "one two"); err != nil {
 		t.Fatal(err)
 	}
+	if o, _ := task.GetOutput(f.ctx, store.Progress(), m.TaskID); o == nil || o.Text != "one" {
+		t.Fatalf("progress before Retire: %+v", o)
+	}
+	w.Retire(f.ctx)
 	if o, _ := task.GetOutput(f.ctx, store.Progress(), m.TaskID); o != nil {
-		t.Fatalf("the last write left the progress entry: %+v", o)
+		t.Fatalf("Retire left the progress entry: %+v", o)
 	}
 	if got := read(m.TaskID, true); got != "one two" {
 		t.Fatalf("finished: %q", got)

@@ -131,6 +131,14 @@ func (c *coalescer) write(ctx context.Context, final bool) error {
 	return nil
 }
 
+// retire drops the attempt's text in progress once its last write is
+// made (task.OutputWriter.Retire).
+func (c *coalescer) retire(ctx context.Context) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.w.Retire(ctx)
+}
+
 // finishWith ends the text with note ("" none) and makes the next write
 // carry reply (nil none): the answer's last write. The note is not
 // counted against the cap: it is a sentence, and the user must read it.

@@ -147,6 +147,13 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		}
 	}
 	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt), run.MaxAnswerBytes, w.cfg.TruncatedNote)
+	// Once the run is over (its record written), its text in progress
+	// is dropped: the answer is in the output bucket.
+	defer func() {
+		rctx, cancel := context.WithTimeout(bg, storeCallTimeout)
+		defer cancel()
+		out.retire(rctx)
+	}()
 	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
 	// The backends asked (a fallback, a breaker's skip) go to the record;
 	// a reply (images, files, a card) the answering backend hands over

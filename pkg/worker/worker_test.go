@@ -164,9 +164,10 @@ func TestOutputIsCoalesced(t *testing.T) {
 				if err != nil || o == nil || task.Hash(o.Text) != r.AnswerHash {
 					t.Fatalf("the output bucket has %+v (%v), not the recorded answer", o, err)
 				}
-				if p, err := task.GetOutput(context.Background(), env.Store.Progress(), m.TaskID); p != nil || err != nil {
-					t.Fatalf("the progress entry outlived the answer: %+v (%v)", p, err)
-				}
+				testwait.Eventually(t, waitLong, "the progress entry dropped after the answer", func() bool {
+					p, err := task.GetOutput(context.Background(), env.Store.Progress(), m.TaskID)
+					return p == nil && err == nil
+				})
 				return
 			}
 		case <-timeout:
