@@ -34,17 +34,28 @@ const staleAfter = time.Second
 // progress gap of a task at most (askFresh). A var for tests.
 var flushWait = 300 * time.Millisecond
 
+// stale: the version of r written at version is older than staleAfter
+// by its stamp (the worker's clock) and, when the watch delivered it, by
+// its arrival (this node's): a worker's clock may be off by up to
+// nats.max_clock_skew, and one behind must not make every frame ask. r
+// must name the node running its attempt. The caller holds mu.
+func (p *Pusher) stale(r *task.Record, en *entry, version, now time.Time) bool {
+	if r.Node == "" || version.IsZero() || now.Sub(version) < staleAfter {
+		return false
+	}
+	watched := en.out != nil && en.out.Updated.Equal(version) && !en.outAt.IsZero()
+	return !watched || now.Sub(en.outAt) >= staleAfter
+}
+
 // askFresh decides, for a progress frame of r about to show new text from
 // the version written at version, whether to ask r's worker for its text
-// first: the version is older than staleAfter, r names the node running
-// its attempt, and no request for the task was made in the last progress
-// gap. It then publishes the request and reports how long the step
-// waits (asked); otherwise the frame goes now.
+// first: the version is stale and no request for the task was made in
+// the last progress gap. It then publishes the request and reports how
+// long the step waits (asked); otherwise the frame goes now.
 func (p *Pusher) askFresh(r *task.Record, version, now time.Time) (wait time.Duration, asked bool) {
-	stale := r.Node != "" && !version.IsZero() && now.Sub(version) >= staleAfter
 	p.mu.Lock()
 	en := p.active[r.ID]
-	if en == nil || !stale || now.Sub(en.flushAt) < progressGap(p.cfg.Budget) {
+	if en == nil || !p.stale(r, en, version, now) || now.Sub(en.flushAt) < progressGap(p.cfg.Budget) {
 		if en != nil {
 			en.flushing = false
 		}

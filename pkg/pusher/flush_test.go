@@ -41,6 +41,41 @@ func TestUnansweredFlushCostsOneWait(t *testing.T) {
 	}
 }
 
+// A version stamped long ago by its worker's clock (one behind this
+// node's, within nats.max_clock_skew) but just delivered by the watch is
+// not stale: it is shown at once, with no flush request (the flush wait
+// is longer than the test waits). Fails when staleness is judged by the
+// stamp alone (checked).
+func TestVersionFromAWorkerClockBehindIsShownWithoutAFlush(t *testing.T) {
+	pusher.SetFlushWait(t, 10*time.Minute)
+	r := newRig(t, wecomsim.Config{})
+	var ahead atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	r.budget = pace.New(20, time.Minute, now)
+	r.start(pusher.Config{Heartbeat: time.Hour, Now: now})
+	rec := r.ask("alice", "hi")
+	ctx := context.Background()
+	attempt, _, err := r.lc.Start(ctx, task.MessageOf(r.record(rec.ID)), "queue", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The progress gap after the receipt passes (not the record's
+	// refresh): the frame is not held, and the watch's arrival is what
+	// steps the task.
+	ahead.Store(int64(10 * time.Second))
+	behind := task.NewLifecycle(r.js.Store, "n1", zerolog.Nop()).WithClock(func() time.Time { return now().Add(-4 * time.Second) })
+	if err := behind.Output(rec.ID, "b", attempt).Write(ctx, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, waitLong, "the version shown", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "v1"
+	})
+	if s := r.p.Stats(); s.Flushes != 0 {
+		t.Fatalf("stats %+v, want no flush", s)
+	}
+}
+
 // heldFrame shows v1, holds the frame of v2 by using the conversation's
 // budget up, then frees it: the clock the budget and the pusher share is
 // moved on by a minute, and the held version is then a minute old by it.
