@@ -21,7 +21,8 @@ const finalReserve = 2
 
 // ProgressGap is the least time between two progress frames of a stream
 // at budget frames per minute: a minute spread over the budget less the
-// reserve (serve writes a running answer's output twice per gap).
+// reserve (serve writes a running answer's output about once per gap:
+// its outputinterval.go).
 func ProgressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
 }
