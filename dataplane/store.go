@@ -189,6 +189,7 @@ type Names struct {
 	// environments sharing an account never hear each other's.
 	NoticeSubjectPrefix string // e.g. botctl.notice; subjects are <this>.<bot>
 	CancelSubjectPrefix string // e.g. botctl.cancel; subjects are <this>.<task id>
+	FlushSubjectPrefix  string // e.g. botctl.flush; subjects are <this>.<node id>, payload a task id: write its text now
 	Consumer            string // durable pull consumer on TaskStream: "workers"
 	TasksBucket         string // KV of task records, e.g. BOTCTL_TASKS (stream KV_BOTCTL_TASKS)
 	OutputBucket        string // KV of per-task output (an attempt's last write: the answer), e.g. BOTCTL_OUTPUT
@@ -214,6 +215,7 @@ func NamesFor(prefix string) Names {
 		TaskSubjectPrefix:   strings.ToLower(prefix) + ".tasks",
 		NoticeSubjectPrefix: strings.ToLower(prefix) + ".notice",
 		CancelSubjectPrefix: strings.ToLower(prefix) + ".cancel",
+		FlushSubjectPrefix:  strings.ToLower(prefix) + ".flush",
 		Consumer:            WorkersConsumer,
 		TasksBucket:         prefix + "_TASKS",
 		OutputBucket:        prefix + "_OUTPUT",

@@ -24,6 +24,7 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		TaskSubjectPrefix:   "botctl.tasks",
 		NoticeSubjectPrefix: "botctl.notice",
 		CancelSubjectPrefix: "botctl.cancel",
+		FlushSubjectPrefix:  "botctl.flush",
 		Consumer:            "workers",
 		TasksBucket:         "BOTCTL_TASKS",
 		OutputBucket:        "BOTCTL_OUTPUT",

@@ -89,6 +89,13 @@ func (n Names) CancelSubject(id string) string {
 	return n.CancelSubjectPrefix + "." + EncodeToken(id)
 }
 
+// FlushSubject is where node's worker hears the pusher's flush requests
+// (payload: a task id whose text in progress to write now), node encoded
+// with EncodeToken.
+func (n Names) FlushSubject(node string) string {
+	return n.FlushSubjectPrefix + "." + EncodeToken(node)
+}
+
 // CancelSubjects matches every CancelSubject.
 func (n Names) CancelSubjects() string { return n.CancelSubjectPrefix + ".*" }
 

@@ -273,14 +273,14 @@ type Worker struct {
 	// Default 30m (three times the AI backends' default timeout).
 	Deadline time.Duration `yaml:"deadline"`
 	// OutputInterval is the least time between two writes of a running
-	// answer to the output bucket. Default 0: half the pusher's progress
-	// gap at push.budget (a minute over the budget less the final frame's
-	// reserve, halved: 1.7 s at 20/min), so that a frame the send budget
-	// held back still shows text at most half a gap old. Every write is
-	// replicated to each server and delivered to the output watchers:
-	// the output bucket is the largest JetStream cost of an answer, and
-	// 3.7 s (the gap and a tenth) halves it at the price of the push
-	// lag's tail (serve's outputInterval says what was measured).
+	// answer to the progress bucket. Default 0: the pusher's progress gap
+	// at push.budget and a tenth (a minute over the budget less the final
+	// frame's reserve, and a tenth: 3.7 s at 20/min), about one write per
+	// frame the pusher may send; a frame the send budget held back asks
+	// the worker for its text first (pkg/pusher's flush.go). Every write
+	// is replicated to each server and delivered to the watchers: the
+	// largest JetStream cost of an answer (serve's outputInterval says
+	// what was measured).
 	OutputInterval time.Duration `yaml:"output_interval"`
 }
 
@@ -607,7 +607,7 @@ func (c *Config) Validate() error {
 		bad("worker.deadline", "must be positive, got %s", c.Worker.Deadline)
 	}
 	if c.Worker.OutputInterval != 0 && (c.Worker.OutputInterval < 100*time.Millisecond || c.Worker.OutputInterval > time.Minute) {
-		bad("worker.output_interval", "%s: want 0 (half the pusher's progress gap at push.budget) or 100ms to 1m", c.Worker.OutputInterval)
+		bad("worker.output_interval", "%s: want 0 (the pusher's progress gap at push.budget and a tenth) or 100ms to 1m", c.Worker.OutputInterval)
 	}
 	if c.Worker.LeaderSlots < 0 || c.Worker.LeaderSlots > MaxSlots {
 		bad("worker.leader_slots", "%d: want 0 (worker.slots) to %d", c.Worker.LeaderSlots, MaxSlots)

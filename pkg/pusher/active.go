@@ -31,6 +31,8 @@ type entry struct {
 	urgent    bool      // a notice came since the last step: the next scan steps it first
 	notBefore time.Time // backoff
 	shownAt   time.Time // when the user last saw something new, for heartbeats
+	flushAt   time.Time // when a step last asked the worker for its text (flush.go)
+	flushing  bool      // a step waits for the version it asked for: its arrival ends the wait
 	chat      string    // the task's conversation ("" until a record or the inbound path names it)
 	missing   time.Time // when a step first found no record (zero: it has one, or none looked)
 	acked     ackedParts

@@ -21,7 +21,8 @@ const finalReserve = 2
 
 // ProgressGap is the least time between two progress frames of a stream
 // at budget frames per minute: a minute spread over the budget less the
-// reserve (serve writes a running answer's output twice per gap).
+// reserve (serve writes a running answer's output about once per gap:
+// its outputinterval.go).
 func ProgressGap(budget int) time.Duration {
 	return time.Minute / time.Duration(max(budget-finalReserve, 1))
 }
@@ -73,11 +74,12 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	// output is never shown. Between two attempts (queued again) nothing
 	// new is shown.
 	text := ""
+	var version time.Time // when text was written
 	var reply *task.Reply // the rich part of a succeeded answer (images, files, a card)
 	// A queued one has none to show: it is not read.
 	if rec.Exec != task.Queued {
 		if out := p.output(ctx, rec); out != nil && out.Attempt == rec.Attempt {
-			text = out.Text
+			text, version = out.Text, out.Updated
 			if rec.Exec == task.Succeeded {
 				reply = out.Reply
 			}
@@ -93,7 +95,7 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	now := p.cfg.Now()
 	switch p.phaseOf(rec, text, now) {
 	case progress:
-		return p.progress(ctx, rec, rev, text, now)
+		return p.progress(ctx, rec, rev, text, version, now)
 	case closing:
 		return p.closeStream(ctx, rec, text)
 	case final:
@@ -199,13 +201,20 @@ func (p *Pusher) lag(id string, shown time.Time) {
 
 // progress shows the open stream's new content, or a heartbeat when
 // nothing new came for a while, paced below the budget (progressWait).
-func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, text string, now time.Time) (bool, time.Duration) {
+// New content from a version written at version that waited too long
+// first asks the worker for its text now (askFresh).
+func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, text string, version, now time.Time) (bool, time.Duration) {
 	changed, heartbeat := p.frameDue(r, text, task.Hash(text), p.shownAt(r.ID), now)
 	if !changed && !heartbeat {
 		return false, min(p.closeAt(r, now).Sub(now), p.cfg.ScanInterval)
 	}
 	if wait := p.progressWait(r, now); wait > 0 {
 		return false, min(wait, p.cfg.ScanInterval)
+	}
+	if changed && p.cfg.Budget.Remaining(r.Chat) > finalReserve {
+		if wait, asked := p.askFresh(r, version, now); asked {
+			return false, wait
+		}
 	}
 	if wait, ok := p.spend(r.Chat, finalReserve); !ok {
 		return false, wait

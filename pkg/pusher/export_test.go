@@ -32,3 +32,11 @@ func (p *Pusher) AssumedSends(r *task.Record) []time.Time { return p.assumedSend
 
 // ShownWriteEvery is shownWriteEvery.
 const ShownWriteEvery = shownWriteEvery
+
+// SetFlushWait sets how long a frame waits for the version it asked for
+// (flushWait) until the test ends.
+func SetFlushWait(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := flushWait
+	flushWait = d
+	t.Cleanup(func() { flushWait = old })
+}

@@ -117,6 +117,12 @@ func (p *Pusher) put(a arrival) bool {
 			en.firstRev = a.rev
 		}
 		en.out, en.outHash, en.outAt, en.outFinal = a.out, task.Hash(a.out.Text), now, false
+		if en.flushing {
+			// The version a step asked for (flush.go), or one as fresh:
+			// the frame goes now, not after its wait.
+			en.flushing, en.notBefore = false, time.Time{}
+			en.poked = en.poked || en.inflight
+		}
 	}
 	p.named(en, a.chat)
 	p.mu.Unlock()

@@ -274,6 +274,9 @@ type Stats struct {
 	Errors    int64 `json:"errors"`    // sends refused or unanswered
 	Ambiguous int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
 	Throttled int64 `json:"throttled"` // sends deferred by the budget
+	// Flushes: requests to a worker for its text now, before a frame
+	// that would show a version older than a second (flush.go).
+	Flushes int64 `json:"flushes"`
 	// QuotaRefused: sends WeCom refused for the conversation's quota
 	// (45009; also counted in Errors): each lowered its budget.
 	QuotaRefused int64 `json:"quota_refused"`

@@ -186,12 +186,14 @@ func (p *Pusher) saveWatermark(ctx context.Context) {
 
 // watchFresh: an output the watch delivered this recently is used as it
 // is, without reading the bucket. While an answer streams, workers write
-// about once a second and the watch delivers each write within
+// about once per progress gap (3.7 s at the default budget: serve's
+// outputinterval.go) and the watch delivers each write within
 // milliseconds, so the copy is the latest; a copy older than this (a
 // quiet answer, or a watch that fell behind or is reconnecting) is read
 // again. It saves one bucket read per progress frame, on the pusher's
-// hottest path.
-const watchFresh = 2 * time.Second
+// hottest path. A little above the default interval: below it, a frame
+// held back between two versions would read the bucket for nothing.
+const watchFresh = 4 * time.Second
 
 // current: en's output of r's attempt is the one to show. While the
 // answer runs, a fresh watched copy; once it succeeded, a copy read from

@@ -108,6 +108,7 @@ func addStats(a, b pusher.Stats) pusher.Stats {
 	a.Errors += b.Errors
 	a.Ambiguous += b.Ambiguous
 	a.Throttled += b.Throttled
+	a.Flushes += b.Flushes
 	a.QuotaRefused += b.QuotaRefused
 	a.Held += b.Held
 	return a
@@ -330,7 +331,7 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 		gauge(descActive, float64(active[bot]), bot)
 		s := pstats[bot]
 		for ev, v := range map[string]int64{"frames": s.Frames, "pushes": s.Pushes, "delivered": s.Delivered, "truncated": s.Truncated,
-			"failed": s.Failed, "errors": s.Errors, "ambiguous": s.Ambiguous, "throttled": s.Throttled, "quota_refused": s.QuotaRefused, "held": s.Held, "stalled": s.Stalled} {
+			"failed": s.Failed, "errors": s.Errors, "ambiguous": s.Ambiguous, "throttled": s.Throttled, "flushes": s.Flushes, "quota_refused": s.QuotaRefused, "held": s.Held, "stalled": s.Stalled} {
 			counter(descPusher, float64(v), bot, ev)
 		}
 	}

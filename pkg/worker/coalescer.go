@@ -35,29 +35,56 @@ type coalescer struct {
 	capped bool
 	dirty  bool
 	wmu    sync.Mutex // one write at a time, in order
+
+	asked chan struct{} // writeNow's request to writeEvery (one pending at most)
 }
 
 func newCoalescer(w *task.OutputWriter, max int, note string) *coalescer {
-	return &coalescer{w: w, max: max, note: note}
+	return &coalescer{w: w, max: max, note: note, asked: make(chan struct{}, 1)}
 }
 
 // errAnswerCapped is add's answer once the text reached the cap: the
 // backend stops, and the answer so far, with the note, is the answer.
 var errAnswerCapped = errors.New("answer reached its cap (ai.max_answer_bytes)")
 
-// writeEvery writes the text each interval, if it changed, until ctx ends
-// or stop is called; failed hears of a write that failed, unless ctx's end
-// cut it short. stop returns once the periodic writes have ended; then
-// flush writes the last.
+// writeEvery writes the text each interval, if it changed, and at once
+// when asked (writeNow: the pusher's flush request), until ctx ends or
+// stop is called; failed hears of a write that failed, unless ctx's end
+// cut it short. One goroutine makes every such write, each bounded by
+// storeCallTimeout: at most one is in flight, and none after stop. stop
+// returns once the periodic writes have ended; then flush writes the last.
 func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, failed func(error)) (stop func()) {
-	return every(ctx, interval, func(ctx context.Context) bool {
-		wctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
-		defer cancel()
-		if err := c.write(wctx, false); err != nil && ctx.Err() == nil {
-			failed(err)
+	ectx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ectx.Done():
+				return
+			case <-t.C:
+			case <-c.asked:
+			}
+			wctx, wcancel := context.WithTimeout(ectx, storeCallTimeout)
+			err := c.write(wctx, false)
+			wcancel()
+			if err != nil && ectx.Err() == nil {
+				failed(err)
+			}
 		}
-		return true
-	})
+	}()
+	return func() { cancel(); <-done }
+}
+
+// writeNow asks writeEvery for a write now (if the text changed since the
+// last); it does not wait for it. Requests while one is pending are one.
+func (c *coalescer) writeNow() {
+	select {
+	case c.asked <- struct{}{}:
+	default:
+	}
 }
 
 func (c *coalescer) add(delta string) error {

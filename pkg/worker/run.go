@@ -52,6 +52,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe to cancellations: %w", err)
 	}
 	defer sub.Unsubscribe()
+	fsub, err := w.subscribeFlush()
+	if err != nil {
+		return err
+	}
+	defer fsub.Unsubscribe()
 	cons := w.cfg.Store.Workers()
 	for ctx.Err() == nil {
 		w.mu.Lock()

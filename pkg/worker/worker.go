@@ -240,6 +240,7 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // task id → cancel of its run
+	outputs map[string]*coalescer              // task id → its run's output, for flush requests
 	held    int                                // slots in use: queue tasks fetched plus tasks started off the queue
 	holding int                                // queue copies held while their task runs off the queue
 
@@ -275,7 +276,8 @@ func New(cfg Config) (*Worker, error) {
 		cfg.Bots = fixedBots{BotRun{Backend: cfg.Backend, MaxAnswerBytes: cfg.MaxAnswerBytes,
 			Memory: task.Memory{Turns: cfg.ContextTurns, Bytes: cfg.ContextBytes}}}
 	}
-	w := &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{}, tokenFreed: make(chan struct{}, 1),
+	w := &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{},
+		outputs: map[string]*coalescer{}, tokenFreed: make(chan struct{}, 1),
 		log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}
 	if cfg.AIConcurrency > 0 {
 		w.tokens = make(chan struct{}, cfg.AIConcurrency)

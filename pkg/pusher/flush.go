@@ -1,0 +1,76 @@
+package pusher
+
+// Flush requests: a progress frame about to show text from a version
+// older than staleAfter first asks the node running the answer for its
+// text now (core NATS, "<Names.FlushSubjectPrefix>.<node id>", the task
+// id as payload: pkg/worker's flush.go), and waits up to flushWait for
+// the watch to bring it. A frame held back by the conversation's send
+// budget (a busy reply, a push, another answer's frames used it) would
+// otherwise show the version that was latest when the hold began, up to
+// a worker.output_interval old when it is finally sent; with the request
+// it shows the worker's text of the moment. It is what lets workers write
+// only about once per progress gap (serve's outputinterval.go).
+
+import (
+	"time"
+
+	"github.com/botctl/botctl/pkg/task"
+)
+
+// staleAfter: a running answer's version this old when its frame is about
+// to be sent is likely not the worker's latest text. The watch delivers a
+// version within milliseconds, and a frame not held back is sent as its
+// version arrives: one older than this waited, for the progress pacing or
+// the conversation's budget, and the backend has likely streamed more
+// since. A second is well above the watch's delay and well below the
+// push lag target (3 s).
+const staleAfter = time.Second
+
+// flushWait is how long a frame waits for the fresher version it asked
+// for; the version's arrival on the watch ends the wait at once (put). A
+// worker that cannot answer (an older botctl, a fixed worker off NATS, a
+// text unchanged since its last write) costs this wait, once per
+// progress gap of a task at most (askFresh). A var for tests.
+var flushWait = 300 * time.Millisecond
+
+// stale: the version of r written at version is older than staleAfter
+// by its stamp (the worker's clock) and, when the watch delivered it, by
+// its arrival (this node's): a worker's clock may be off by up to
+// nats.max_clock_skew, and one behind must not make every frame ask. r
+// must name the node running its attempt. The caller holds mu.
+func (p *Pusher) stale(r *task.Record, en *entry, version, now time.Time) bool {
+	if r.Node == "" || version.IsZero() || now.Sub(version) < staleAfter {
+		return false
+	}
+	watched := en.out != nil && en.out.Updated.Equal(version) && !en.outAt.IsZero()
+	return !watched || now.Sub(en.outAt) >= staleAfter
+}
+
+// askFresh decides, for a progress frame of r about to show new text from
+// the version written at version, whether to ask r's worker for its text
+// first: the version is stale and no request for the task was made in
+// the last progress gap. It then publishes the request and reports how
+// long the step waits (asked); otherwise the frame goes now.
+func (p *Pusher) askFresh(r *task.Record, version, now time.Time) (wait time.Duration, asked bool) {
+	p.mu.Lock()
+	en := p.active[r.ID]
+	if en == nil || !p.stale(r, en, version, now) || now.Sub(en.flushAt) < progressGap(p.cfg.Budget) {
+		if en != nil {
+			en.flushing = false
+		}
+		p.mu.Unlock()
+		return 0, false
+	}
+	en.flushAt, en.flushing = now, true
+	p.stats.Flushes++
+	p.mu.Unlock()
+	subject := p.cfg.Store.Names().FlushSubject(r.Node)
+	if err := p.cfg.Store.JetStream().Conn().Publish(subject, []byte(r.ID)); err != nil {
+		p.log.Debug().Err(err).Str("task", r.ID).Msg("flush request not published; showing the text held")
+		p.mu.Lock()
+		en.flushing = false
+		p.mu.Unlock()
+		return 0, false
+	}
+	return flushWait, true
+}
