@@ -19,7 +19,7 @@ func TestReplicatedBucketsReadFromTheLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	n := st.Names()
-	for bucket, direct := range map[string]bool{n.TasksBucket: false, n.SeenBucket: false, n.IncidentsBucket: false, n.OutputBucket: true, n.ProgressBucket: true} {
+	for bucket, direct := range map[string]bool{n.TasksBucket: false, n.SeenBucket: false, n.IncidentsBucket: false, n.OutputBucket: false, n.ProgressBucket: true} {
 		s, err := js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatal(err)

@@ -316,10 +316,15 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Ke
 // record read right after its create can be "not found", and a CAS
 // update starts from a stale revision (a record created, then updated,
 // loses the update to "key not found"). Without direct gets, reads go to the
-// stream leader, which has every acknowledged write. The output bucket
-// keeps them: it is the hot path (read per progress frame), and the
-// pusher waits for the output the record names anyway. An R1 bucket has
-// one replica: nothing to change.
+// stream leader, which has every acknowledged write. The progress bucket
+// keeps them: it is the hot path (read when the watch's copy is not
+// fresh), and a text in progress a moment old is as good. The output
+// bucket does not since it holds only each attempt's last write: the
+// pusher reads it once per answer, right after the worker's Finish, and a
+// direct get answered by the replica that had not applied the write yet
+// made about one answer in three read it twice and wait (the ramp's
+// message count, 2026-12-05). An R1 bucket has one replica: nothing to
+// change.
 func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
@@ -439,7 +444,7 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 			History:     1,
 			TTL:         opts.RecordTTL,
 		}},
-		{kv: &s.output, direct: true, cfg: jetstream.KeyValueConfig{
+		{kv: &s.output, cfg: jetstream.KeyValueConfig{
 			Bucket:      n.OutputBucket,
 			Description: "botctl task output: an attempt's last write, the whole answer (its text in progress is in the progress bucket); key = task id",
 			History:     1,
