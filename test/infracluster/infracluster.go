@@ -332,6 +332,24 @@ func freePorts(n int) ([]int, error) {
 // followers catching up, and a follower catching up does not stand for
 // leader: freezing the leader then stalls the stream until it thaws.
 func (in *Infra) WaitStreamsCurrent(timeout time.Duration) error {
+	return in.waitJetStream(timeout, "streams", streamsCurrent)
+}
+
+// WaitReplicasCurrent is WaitStreamsCurrent, and then, within the same
+// timeout, every consumer of more than one replica has a leader and every
+// replica current: what a restarted nats-server's /healthz checks before
+// it says ok (the rolling restart docs/operations.md describes).
+func (in *Infra) WaitReplicasCurrent(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if err := in.WaitStreamsCurrent(timeout); err != nil {
+		return err
+	}
+	return in.waitJetStream(time.Until(deadline), "consumers", consumersCurrent)
+}
+
+// waitJetStream polls check over a connection of its own until it
+// passes or timeout; what names the objects checked in the error.
+func (in *Infra) waitJetStream(timeout time.Duration, what string, check func(context.Context, jetstream.JetStream) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	nc, err := nats.Connect(in.NATSURLs(), nats.Timeout(2*time.Second))
@@ -345,12 +363,12 @@ func (in *Infra) WaitStreamsCurrent(timeout time.Duration) error {
 	}
 	var last error
 	for ctx.Err() == nil {
-		if last = streamsCurrent(ctx, js); last == nil {
+		if last = check(ctx, js); last == nil {
 			return nil
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return fmt.Errorf("JetStream streams not current within %v: %v", timeout, last)
+	return fmt.Errorf("JetStream %s not current within %v: %v", what, timeout, last)
 }
 
 func streamsCurrent(ctx context.Context, js jetstream.JetStream) error {
@@ -370,4 +388,44 @@ func streamsCurrent(ctx context.Context, js jetstream.JetStream) error {
 		}
 	}
 	return l.Err()
+}
+
+// consumersCurrent: every consumer of more than one replica has a leader
+// and every replica current. Single-replica consumers (the ordered ones
+// behind KV watches) are skipped: they have no followers, and their
+// clients make them anew when their server goes.
+func consumersCurrent(ctx context.Context, js jetstream.JetStream) error {
+	names := js.StreamNames(ctx)
+	var streams []string
+	for n := range names.Name() {
+		streams = append(streams, n)
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("stream names: %w", err)
+	}
+	for _, sn := range streams {
+		s, err := js.Stream(ctx, sn)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", sn, err)
+		}
+		l := s.ListConsumers(ctx)
+		for ci := range l.Info() {
+			c := ci.Cluster
+			if c == nil || ci.Config.Replicas == 1 {
+				continue
+			}
+			if c.Leader == "" {
+				return fmt.Errorf("consumer %s > %s has no leader", sn, ci.Name)
+			}
+			for _, p := range c.Replicas {
+				if !p.Current || p.Offline {
+					return fmt.Errorf("consumer %s > %s: replica %s not current (lag %d, offline %v)", sn, ci.Name, p.Name, p.Lag, p.Offline)
+				}
+			}
+		}
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("consumers of %s: %w", sn, err)
+		}
+	}
+	return nil
 }
