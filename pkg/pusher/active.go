@@ -18,24 +18,28 @@ import (
 
 // entry is one task of the active set: what this pusher last saw of it.
 type entry struct {
-	out       *task.Output // latest output seen (nil: none yet)
-	firstRev  uint64       // output bucket revision of the first event seen for it (0: none)
-	outHash   string       // task.Hash(out.Text), computed once per output version
-	outAt     time.Time    // when the watch delivered out (zero: out was read, not watched)
-	outFinal  bool         // out was read as a finished task's (the output bucket), not in progress
-	rec       *task.Record // the record as a step last read or wrote it (nil: never, or forgotten)
-	rev       uint64       // rec's revision
-	readAt    time.Time    // when rec was read or written
-	inflight  bool
-	poked     bool      // a notice came while a step was in flight: the next step is not delayed
-	urgent    bool      // a notice came since the last step: the next scan steps it first
-	notBefore time.Time // backoff
-	shownAt   time.Time // when the user last saw something new, for heartbeats
-	flushAt   time.Time // when a step last asked the worker for its text (flush.go)
-	flushing  bool      // a step waits for the version it asked for: its arrival ends the wait
-	chat      string    // the task's conversation ("" until a record or the inbound path names it)
-	missing   time.Time // when a step first found no record (zero: it has one, or none looked)
-	acked     ackedParts
+	out      *task.Output // latest output seen (nil: none yet)
+	firstRev uint64       // output bucket revision of the first event seen for it (0: none)
+	outHash  string       // task.Hash(out.Text), computed once per output version
+	outAt    time.Time    // when the watch delivered out (zero: out was read, not watched)
+	outFinal bool         // out was read as a finished task's (the output bucket), not in progress
+	// runSeen is when a step first found attempt runAttempt running with
+	// no output of it (waiting: the watch brings its first version).
+	runAttempt int
+	runSeen    time.Time
+	rec        *task.Record // the record as a step last read or wrote it (nil: never, or forgotten)
+	rev        uint64       // rec's revision
+	readAt     time.Time    // when rec was read or written
+	inflight   bool
+	poked      bool      // a notice came while a step was in flight: the next step is not delayed
+	urgent     bool      // a notice came since the last step: the next scan steps it first
+	notBefore  time.Time // backoff
+	shownAt    time.Time // when the user last saw something new, for heartbeats
+	flushAt    time.Time // when a step last asked the worker for its text (flush.go)
+	flushing   bool      // a step waits for the version it asked for: its arrival ends the wait
+	chat       string    // the task's conversation ("" until a record or the inbound path names it)
+	missing    time.Time // when a step first found no record (zero: it has one, or none looked)
+	acked      ackedParts
 	// unwritten: frames shown since the record last written (oldest
 	// first, at most shownWriteEvery of them: ledger.shown); rec has them
 	// applied. writtenAt is the PushedAt of the newest written record

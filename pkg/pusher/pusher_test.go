@@ -799,6 +799,57 @@ func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
 	t.Logf("%d record reads for 40 output versions", n)
 }
 
+// reads counts the requests on subjects (API reads of a bucket: direct
+// gets, with or without a key in the subject, and gets through the
+// stream's leader).
+func (r *rig) reads(buckets ...string) *atomic.Int64 {
+	r.t.Helper()
+	var n atomic.Int64
+	for _, b := range buckets {
+		for _, subj := range []string{"$JS.API.DIRECT.GET.KV_" + b, "$JS.API.DIRECT.GET.KV_" + b + ".>", "$JS.API.STREAM.MSG.GET.KV_" + b} {
+			sub, err := r.js.Conn.Subscribe(subj, func(*nats.Msg) { n.Add(1) })
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			r.t.Cleanup(func() { sub.Unsubscribe() })
+		}
+	}
+	if err := r.js.Conn.Flush(); err != nil {
+		r.t.Fatal(err)
+	}
+	return &n
+}
+
+// A running task whose worker has not written yet is not read: its first
+// version comes by the watch, and a read of the two output buckets before
+// it finds nothing (at the ramp's load nine answers in ten began with that
+// pair of reads). Here the pusher first meets the task running (its
+// rebuild at start), steps it a few times, and the first version, watched,
+// is shown with no output read at all.
+func TestRunningTaskWithNothingWrittenIsNotRead(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	rec := r.ask("alice", "hi") // no pusher yet: its rebuild finds the task
+	ctx := context.Background()
+	attempt, _, err := r.lc.Start(ctx, task.MessageOf(r.record(rec.ID)), "queue", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.runs[rec.ID] = attempt
+	records := r.reads("BOTCTL_TASKS")
+	outputs := r.reads("BOTCTL_OUTPUT", "BOTCTL_PROGRESS")
+	r.start(pusher.Config{}) // steps every 100 ms
+	testwait.Eventually(t, waitLong, "the pusher's read of the running task's record", func() bool { return records.Load() > 0 })
+	time.Sleep(500 * time.Millisecond) // a few steps of the running task, nothing written
+	r.write(rec.ID, "v0", false)
+	testwait.Eventually(t, waitLong, "the first version shown", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "v0"
+	})
+	if n := outputs.Load(); n > 0 {
+		t.Fatalf("%d reads of the output buckets before the task's first version", n)
+	}
+}
+
 // A notice that comes late, after the delivery, with the record as it
 // was when the answer finished, sends nothing again: neither when the
 // task is gone from the active set nor when something (here, an output

@@ -207,6 +207,25 @@ func (p *Pusher) current(r *task.Record, en *entry) bool {
 	return r.Exec == task.Succeeded && r.AnswerHash != "" && en.outFinal && en.outHash == r.AnswerHash
 }
 
+// unwritten: r's attempt runs, nothing of it was watched or read, and a
+// step first found it so less than watchFresh ago. Its worker's first
+// version comes by the watch (the coalescer writes within a gap of the
+// attempt's start), so reading both buckets now finds nothing: at the
+// ramp's load nine answers in ten began with that pair of reads. Past
+// watchFresh without a version (a watch behind or reconnecting, a
+// worker of an older version writing to the output bucket) the step
+// reads as before. The caller holds mu.
+func (p *Pusher) unwritten(r *task.Record, en *entry) bool {
+	if r.Exec != task.Running || (en.out != nil && en.out.Attempt == r.Attempt) {
+		return false
+	}
+	now := p.cfg.Now()
+	if en.runAttempt != r.Attempt || en.runSeen.IsZero() {
+		en.runAttempt, en.runSeen = r.Attempt, now
+	}
+	return now.Sub(en.runSeen) < watchFresh
+}
+
 // output is the freshest output of r's task: the watched copy while the
 // answer streams and the copy is fresh, or once the execution is over the
 // answer the record names (its AnswerHash) read before, or a read: the
@@ -218,6 +237,9 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 		o := en.out
 		p.mu.Unlock()
 		return o
+	} else if en != nil && p.unwritten(r, en) {
+		p.mu.Unlock()
+		return nil
 	}
 	p.mu.Unlock()
 	o, err := task.ReadOutput(ctx, p.cfg.Store, id, r.Exec.Finished())
