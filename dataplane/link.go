@@ -92,62 +92,70 @@ func (l *link) next() <-chan struct{} {
 	return l.ctx.Done()
 }
 
-// bind is ctx, ended also by the next reconnect; abandoned reports
-// whether that is what ended it.
-func (l *link) bind(ctx context.Context) (bound context.Context, abandoned func() bool, unbind func()) {
-	l.mu.Lock()
-	lctx := l.ctx
-	l.mu.Unlock()
-	bound, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(lctx, cancel)
-	return bound, func() bool { return lctx.Err() != nil && ctx.Err() == nil }, func() { stop(); cancel() }
-}
-
 // linkedKV is a bucket whose calls (those botctl makes on its hot paths:
-// reads and writes) end with ErrAbandoned at a reconnect.
+// reads and writes) end with ErrAbandoned at a reconnect. Watches are
+// not among them: a watch's context is its subscription's for as long as
+// it runs, not one call's.
 type linkedKV struct {
 	jetstream.KeyValue
 	l *link
 }
 
-func linked[T any](l *link, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
-	bound, abandoned, unbind := l.bind(ctx)
-	defer unbind()
-	v, err := call(bound)
-	if err != nil && abandoned() && errors.Is(err, context.Canceled) {
-		return v, ErrAbandoned // ended by the reconnect, not by an answer
+// call is linkedKV's policy for each call: its context ends also at the
+// next reconnect, and a call so ended returns ErrAbandoned.
+func (l *link) call(ctx context.Context, do func(context.Context) error) error {
+	l.mu.Lock()
+	lctx := l.ctx
+	l.mu.Unlock()
+	bound, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(lctx, cancel)()
+	err := do(bound)
+	if err != nil && lctx.Err() != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+		return ErrAbandoned // ended by the reconnect, not by an answer
 	}
+	return err
+}
+
+// through makes a call that returns a value under a wrapper's policy for
+// each call (link.call here, memoryKV.retry in memorykv.go): each of
+// their methods is this and the bucket's own. The progress bucket has
+// both, the link's around the retry's (Declare).
+func through[T any](ctx context.Context, policy func(context.Context, func(context.Context) error) error, call func(context.Context) (T, error)) (T, error) {
+	var v T
+	err := policy(ctx, func(ctx context.Context) (err error) {
+		v, err = call(ctx)
+		return err
+	})
 	return v, err
 }
 
 func (kv linkedKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	return linked(kv.l, ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return kv.KeyValue.Get(ctx, key) })
+	return through(ctx, kv.l.call, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return kv.KeyValue.Get(ctx, key) })
 }
 
 func (kv linkedKV) GetRevision(ctx context.Context, key string, revision uint64) (jetstream.KeyValueEntry, error) {
-	return linked(kv.l, ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) {
+	return through(ctx, kv.l.call, func(ctx context.Context) (jetstream.KeyValueEntry, error) {
 		return kv.KeyValue.GetRevision(ctx, key, revision)
 	})
 }
 
 func (kv linkedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	return linked(kv.l, ctx, func(ctx context.Context) (uint64, error) { return kv.KeyValue.Put(ctx, key, value) })
+	return through(ctx, kv.l.call, func(ctx context.Context) (uint64, error) { return kv.KeyValue.Put(ctx, key, value) })
 }
 
 func (kv linkedKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	return linked(kv.l, ctx, func(ctx context.Context) (uint64, error) { return kv.KeyValue.Create(ctx, key, value, opts...) })
+	return through(ctx, kv.l.call, func(ctx context.Context) (uint64, error) { return kv.KeyValue.Create(ctx, key, value, opts...) })
 }
 
 func (kv linkedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	return linked(kv.l, ctx, func(ctx context.Context) (uint64, error) { return kv.KeyValue.Update(ctx, key, value, revision) })
+	return through(ctx, kv.l.call, func(ctx context.Context) (uint64, error) { return kv.KeyValue.Update(ctx, key, value, revision) })
 }
 
 func (kv linkedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	_, err := linked(kv.l, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, kv.KeyValue.Delete(ctx, key, opts...) })
-	return err
+	return kv.l.call(ctx, func(ctx context.Context) error { return kv.KeyValue.Delete(ctx, key, opts...) })
 }
 
 func (kv linkedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	_, err := linked(kv.l, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, kv.KeyValue.Purge(ctx, key, opts...) })
-	return err
+	return kv.l.call(ctx, func(ctx context.Context) error { return kv.KeyValue.Purge(ctx, key, opts...) })
 }

@@ -53,74 +53,48 @@ func (m *memoryKV) again(ctx context.Context, err error) bool {
 	return derr == nil
 }
 
-func (m *memoryKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	e, err := m.KeyValue.Get(ctx, key)
+// retry is memoryKV's policy for each call: once more when the bucket
+// was gone and is declared again.
+func (m *memoryKV) retry(ctx context.Context, call func(context.Context) error) error {
+	err := call(ctx)
 	if m.again(ctx, err) {
-		e, err = m.KeyValue.Get(ctx, key)
+		err = call(ctx)
 	}
-	return e, err
+	return err
+}
+
+func (m *memoryKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	return through(ctx, m.retry, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return m.KeyValue.Get(ctx, key) })
 }
 
 func (m *memoryKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	rev, err := m.KeyValue.Put(ctx, key, value)
-	if m.again(ctx, err) {
-		rev, err = m.KeyValue.Put(ctx, key, value)
-	}
-	return rev, err
+	return through(ctx, m.retry, func(ctx context.Context) (uint64, error) { return m.KeyValue.Put(ctx, key, value) })
 }
 
 func (m *memoryKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	rev, err := m.KeyValue.Create(ctx, key, value, opts...)
-	if m.again(ctx, err) {
-		rev, err = m.KeyValue.Create(ctx, key, value, opts...)
-	}
-	return rev, err
+	return through(ctx, m.retry, func(ctx context.Context) (uint64, error) { return m.KeyValue.Create(ctx, key, value, opts...) })
 }
 
 func (m *memoryKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
-	rev, err := m.KeyValue.Update(ctx, key, value, last)
-	if m.again(ctx, err) {
-		rev, err = m.KeyValue.Update(ctx, key, value, last)
-	}
-	return rev, err
+	return through(ctx, m.retry, func(ctx context.Context) (uint64, error) { return m.KeyValue.Update(ctx, key, value, last) })
 }
 
 func (m *memoryKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	err := m.KeyValue.Delete(ctx, key, opts...)
-	if m.again(ctx, err) {
-		err = m.KeyValue.Delete(ctx, key, opts...)
-	}
-	return err
+	return m.retry(ctx, func(ctx context.Context) error { return m.KeyValue.Delete(ctx, key, opts...) })
 }
 
 func (m *memoryKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	err := m.KeyValue.Purge(ctx, key, opts...)
-	if m.again(ctx, err) {
-		err = m.KeyValue.Purge(ctx, key, opts...)
-	}
-	return err
+	return m.retry(ctx, func(ctx context.Context) error { return m.KeyValue.Purge(ctx, key, opts...) })
 }
 
 func (m *memoryKV) Watch(ctx context.Context, keys string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	w, err := m.KeyValue.Watch(ctx, keys, opts...)
-	if m.again(ctx, err) {
-		w, err = m.KeyValue.Watch(ctx, keys, opts...)
-	}
-	return w, err
+	return through(ctx, m.retry, func(ctx context.Context) (jetstream.KeyWatcher, error) { return m.KeyValue.Watch(ctx, keys, opts...) })
 }
 
 func (m *memoryKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	w, err := m.KeyValue.WatchAll(ctx, opts...)
-	if m.again(ctx, err) {
-		w, err = m.KeyValue.WatchAll(ctx, opts...)
-	}
-	return w, err
+	return through(ctx, m.retry, func(ctx context.Context) (jetstream.KeyWatcher, error) { return m.KeyValue.WatchAll(ctx, opts...) })
 }
 
 func (m *memoryKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error) {
-	s, err := m.KeyValue.Status(ctx)
-	if m.again(ctx, err) {
-		s, err = m.KeyValue.Status(ctx)
-	}
-	return s, err
+	return through(ctx, m.retry, func(ctx context.Context) (jetstream.KeyValueStatus, error) { return m.KeyValue.Status(ctx) })
 }

@@ -22,7 +22,7 @@ type entry struct {
 	firstRev uint64       // output bucket revision of the first event seen for it (0: none)
 	outHash  string       // task.Hash(out.Text), computed once per output version
 	outAt    time.Time    // when the watch delivered out (zero: out was read, not watched)
-	outFinal bool         // out was read as a finished task's (the output bucket), not in progress
+	outFinal bool         // out was read as a finished task's, from the output bucket (its attempt's last write)
 	// runSeen is when a step first found attempt runAttempt running with
 	// no output of it (waiting: the watch brings its first version).
 	runAttempt int

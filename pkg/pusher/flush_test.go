@@ -48,23 +48,12 @@ func TestUnansweredFlushCostsOneWait(t *testing.T) {
 // stamp alone (checked).
 func TestVersionFromAWorkerClockBehindIsShownWithoutAFlush(t *testing.T) {
 	pusher.SetFlushWait(t, 10*time.Minute)
-	r := newRig(t, wecomsim.Config{})
-	var ahead atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	r.budget = pace.New(20, time.Minute, now)
-	r.start(pusher.Config{Heartbeat: time.Hour, Now: now})
-	rec := r.ask("alice", "hi")
-	ctx := context.Background()
-	attempt, _, err := r.lc.Start(ctx, task.MessageOf(r.record(rec.ID)), "queue", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newClockRig(t)
 	// The progress gap after the receipt passes (not the record's
 	// refresh): the frame is not held, and the watch's arrival is what
 	// steps the task.
-	ahead.Store(int64(10 * time.Second))
-	behind := task.NewLifecycle(r.js.Store, "n1", zerolog.Nop()).WithClock(func() time.Time { return now().Add(-4 * time.Second) })
-	if err := behind.Output(rec.ID, "b", attempt).Write(ctx, "v1"); err != nil {
+	r.ahead.Store(int64(10 * time.Second))
+	if err := r.version("v1", func() time.Time { return r.now().Add(-4 * time.Second) }); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Eventually(t, waitLong, "the version shown", func() bool {
@@ -76,6 +65,36 @@ func TestVersionFromAWorkerClockBehindIsShownWithoutAFlush(t *testing.T) {
 	}
 }
 
+// clockRig is a rig whose budget and pusher share a clock the test moves
+// on (ahead), with alice's task asked and its attempt started.
+type clockRig struct {
+	*rig
+	ahead   atomic.Int64
+	rec     *task.Record
+	attempt int
+}
+
+func newClockRig(t *testing.T) *clockRig {
+	t.Helper()
+	r := &clockRig{rig: newRig(t, wecomsim.Config{})}
+	r.budget = pace.New(20, time.Minute, r.now)
+	r.start(pusher.Config{Heartbeat: time.Hour, Now: r.now})
+	r.rec = r.ask("alice", "hi")
+	var err error
+	if r.attempt, _, err = r.lc.Start(context.Background(), task.MessageOf(r.record(r.rec.ID)), "queue", 1); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *clockRig) now() time.Time { return time.Now().Add(time.Duration(r.ahead.Load())) }
+
+// version plays the task's worker: it writes text, stamped by clock.
+func (r *clockRig) version(text string, clock func() time.Time) error {
+	lc := task.NewLifecycle(r.js.Store, "n1", zerolog.Nop()).WithClock(clock)
+	return lc.Output(r.rec.ID, "b", r.attempt).Write(context.Background(), text)
+}
+
 // heldFrame shows v1, holds the frame of v2 by using the conversation's
 // budget up, then frees it: the clock the budget and the pusher share is
 // moved on by a minute, and the held version is then a minute old by it.
@@ -84,22 +103,11 @@ func TestVersionFromAWorkerClockBehindIsShownWithoutAFlush(t *testing.T) {
 // checks that it was the only frame after v1 and one request was made.
 func heldFrame(t *testing.T, answer bool) string {
 	t.Helper()
-	r := newRig(t, wecomsim.Config{})
-	var ahead atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	r.budget = pace.New(20, time.Minute, now)
-	r.start(pusher.Config{Heartbeat: time.Hour, Now: now})
-	rec := r.ask("alice", "hi")
-	ctx := context.Background()
-	attempt, _, err := r.lc.Start(ctx, task.MessageOf(r.record(rec.ID)), "queue", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// write writes a version stamped by clock.
+	r := newClockRig(t)
+	rec, now := r.rec, r.now
 	write := func(text string, clock func() time.Time) {
 		t.Helper()
-		lc := task.NewLifecycle(r.js.Store, "n1", zerolog.Nop()).WithClock(clock)
-		if err := lc.Output(rec.ID, "b", attempt).Write(ctx, text); err != nil {
+		if err := r.version(text, clock); err != nil {
 			t.Error(err)
 		}
 	}
@@ -140,7 +148,7 @@ func heldFrame(t *testing.T, answer bool) string {
 		t.Fatal("flush requested while the frame could not be sent")
 	}
 
-	ahead.Store(int64(time.Minute + time.Second)) // the budget's window passes
+	r.ahead.Store(int64(time.Minute + time.Second)) // the budget's window passes
 	testwait.Eventually(t, waitLong, "the held frame sent", func() bool {
 		bot := r.botMessages("alice")
 		return len(bot) == 1 && bot[0].Content != "v1"

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
@@ -172,5 +173,48 @@ func TestReplyUploadOverTheCapWaits(t *testing.T) {
 	}
 	if s := r.stats(); files != 2 || s.QuotaRejections == 0 || r.record(rec.ID).PushAttempts != 0 {
 		t.Fatalf("files %d, quota rejections %d, push attempts %d", files, s.QuotaRejections, r.record(rec.ID).PushAttempts)
+	}
+}
+
+// A succeeded answer's copy read from the progress bucket (its attempt's
+// last write not in the output bucket at that read) is not taken for the
+// last write: a step that must wait reads again, and the final frame
+// carries what the last write brings (here an image). Fails when the
+// copy is kept as the output bucket's (checked).
+func TestAnswerFromTheProgressBucketIsReadAgain(t *testing.T) {
+	r := newClockRig(t)
+	ctx := context.Background()
+	if err := r.version("answer", r.now); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, waitLong, "the text shown", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "answer"
+	})
+	for r.budget.Remaining("alice") > 0 {
+		r.budget.Record("alice")
+	}
+	throttled := r.p.Stats().Throttled
+	if _, err := r.lc.Finish(ctx, r.rec.ID, r.attempt, "answer"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, waitLong, "the final frame held by the budget", func() bool { return r.p.Stats().Throttled > throttled })
+
+	// The last write comes: the same text, and an image.
+	img := smallPNG()
+	key := task.ReplyKey(r.rec.ID, r.attempt, 0)
+	if _, err := r.js.Store.Media().PutBytes(ctx, key, img); err != nil {
+		t.Fatal(err)
+	}
+	sum := md5.Sum(img)
+	w := r.lc.Output(r.rec.ID, "b", r.attempt)
+	w.SetReply(&task.Reply{Images: []task.ReplyObject{{Kind: "image", Name: "i.png", Size: int64(len(img)), MD5: hex.EncodeToString(sum[:]), Key: key}}})
+	if err := w.Final(ctx, "answer"); err != nil {
+		t.Fatal(err)
+	}
+	r.ahead.Store(int64(time.Minute + time.Second)) // the budget's window passes
+	r.waitDelivery(r.rec.ID, task.Delivered)
+	if bot := r.botMessages("alice"); len(bot) != 1 || bot[0].Content != "answer" || !bot[0].Finished || bot[0].Images != 1 {
+		t.Fatalf("user sees %+v, want the answer with its image", bot)
 	}
 }

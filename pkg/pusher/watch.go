@@ -242,13 +242,15 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 		return nil
 	}
 	p.mu.Unlock()
-	o, err := task.ReadOutput(ctx, p.cfg.Store, id, r.Exec.Finished())
+	o, last, err := task.ReadOutputFrom(ctx, p.cfg.Store, id, r.Exec.Finished())
 	p.storeError("output_read", err)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)
 		p.mu.Lock()
 		if en := p.active[id]; en != nil {
-			en.out, en.outHash, en.outFinal = o, h, r.Exec.Finished()
+			// A finished task's copy from the progress bucket (its
+			// attempt's last write not read) is read again next time.
+			en.out, en.outHash, en.outFinal = o, h, r.Exec.Finished() && last
 		}
 		p.mu.Unlock()
 		return o

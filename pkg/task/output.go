@@ -241,15 +241,23 @@ func storedRune(r rune, size int) int {
 // earlier botctl, which wrote every version to the output bucket).
 // (nil, nil) if neither has any.
 func ReadOutput(ctx context.Context, s *dataplane.Store, id string, finished bool) (*Output, error) {
+	o, _, err := ReadOutputFrom(ctx, s, id, finished)
+	return o, err
+}
+
+// ReadOutputFrom is ReadOutput, and whether the output bucket answered
+// (last: an attempt's last write, or an earlier botctl's version) rather
+// than the progress bucket.
+func ReadOutputFrom(ctx context.Context, s *dataplane.Store, id string, finished bool) (o *Output, last bool, err error) {
 	first, then := s.Progress(), s.Output()
 	if finished {
 		first, then = then, first
 	}
-	o, err := GetOutput(ctx, first, id)
-	if o != nil || err != nil {
-		return o, err
+	if o, err = GetOutput(ctx, first, id); o != nil || err != nil {
+		return o, finished, err
 	}
-	return GetOutput(ctx, then, id)
+	o, err = GetOutput(ctx, then, id)
+	return o, !finished, err
 }
 
 // GetOutput reads a task's output from one bucket; (nil, nil) if there is none yet.

@@ -16,6 +16,14 @@ import (
 // subscribeFlush hears this node's flush requests: the running attempt
 // of the task named writes its text now, if it changed since its last
 // write (coalescer.writeNow). A task not running here is ignored.
+//
+// Only Run subscribes, and that covers the tasks run off the queue too
+// (Execute, Go: a fixed worker's exec API, the leader's tier 3): the node
+// (pkg/serve's start) builds its one worker and starts its Run under the
+// same context as both of those as it opens them (a flush request comes
+// for a version over a second old, long after Run subscribed), and there
+// is no other caller. A worker that ran tasks without Run would never
+// hear a flush request, and the pusher would wait its flushWait per gap.
 func (w *Worker) subscribeFlush() (*nats.Subscription, error) {
 	sub, err := w.cfg.Store.JetStream().Conn().Subscribe(w.cfg.Store.Names().FlushSubject(w.cfg.NodeID), func(m *nats.Msg) {
 		w.mu.Lock()
