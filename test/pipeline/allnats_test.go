@@ -2,15 +2,18 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,7 +35,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 	// The ack wait production has: the fault is about the progress
 	// bucket, not about a worker's in-progress acks lost during it.
 	c.ackWait = 30 * time.Second
-	const answerTime, paragraphs = 45 * time.Second, 12
+	const answerTime, paragraphs = 50 * time.Second, 12
 	n := c.startOn("n1", strings.Join(natsc.URLs(), ","), func(cfg *config.Config) {
 		cfg.NATS.Replicas = 3
 		cfg.AI.Demo.AnswerTime = answerTime
@@ -61,6 +64,18 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 		return true
 	})
 
+	// Production's progress bucket has taken many writes when its
+	// servers restart: its revisions then begin again far below the
+	// pusher's watch (and watermark). Another bot's writes take this one
+	// there.
+	for i := range 300 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		raw := fmt.Sprintf(`{"task_id":"t_filler","bot":"other","text":"%d","attempt":1}`, i)
+		if _, err := n.node.Store.Progress().Put(ctx, "t_filler", []byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
 	down := time.Now()
 	for i := range 3 {
 		natsc.Stop(t, i)
@@ -93,6 +108,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 
 	// The progress bucket takes writes again: each running answer's text
 	// in progress is there, written after the restart.
+	written := map[string]time.Time{} // each answer's first progress write seen after the restart
 	for _, u := range users {
 		id := task.ID("b1", sent[u].MsgID)
 		testwait.Eventually(t, 2*waitLong, "text in progress of "+u+" written after the restart", func() bool {
@@ -100,6 +116,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 			defer cancel()
 			o, err := task.GetOutput(ctx, n.node.Store.Progress(), id)
 			if err == nil && o != nil && o.Updated.After(up) {
+				written[u] = o.Updated
 				t.Logf("%s: progress written %s after the restart", u, o.Updated.Sub(up).Round(time.Millisecond))
 				return true
 			}
@@ -134,6 +151,33 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 			t.Fatalf("%s: record %+v", u, r)
 		}
 	}
+	// The answers streamed on after the restart: the pusher followed the
+	// progress bucket again (its watch, begun again at the bucket's new
+	// end), not only at each heartbeat or record refresh (20-30 s apart:
+	// one frame at most in what was left of the answers).
+	for _, u := range users {
+		if k := c.progressFrames(u, sent[u].MsgID, written[u]); k < 3 {
+			t.Errorf("%s saw %d progress frames with new text after the restart's first progress write, want 3 or more (one per progress gap)", u, k)
+		}
+	}
+	// The pusher's watermark followed the bucket: not past its end.
+	var wm pusher.Watermark
+	var end uint64
+	testwait.Eventually(t, waitLong, "the watermark within the progress bucket", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		e, err := n.node.Store.Watermarks().Get(ctx, dataplane.BotKey("b1"))
+		if err != nil || json.Unmarshal(e.Value(), &wm) != nil {
+			return false
+		}
+		st, err := n.node.Store.Progress().Status(ctx)
+		if err != nil {
+			return false
+		}
+		end = st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
+		return wm.OutputRev <= end
+	})
+	t.Logf("watermark %d, progress bucket's last revision %d", wm.OutputRev, end)
 	time.Sleep(time.Second) // a second copy would come now
 	for _, u := range users {
 		if bot := c.bot(u); len(bot) != 1 {
@@ -154,6 +198,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 	}
 	t.Logf("progress frames resumed %s after the restart; all delivered %s after it",
 		resumed.Round(time.Millisecond), time.Since(up).Round(time.Millisecond))
+	n.stop() // before the NATS servers it uses (restarted after it started: their cleanups run first)
 }
 
 // stream is the bot's stream answering msgid in user's chat.
@@ -164,6 +209,19 @@ func (c *cluster) stream(user, msgid string) (wecomsim.TranscriptEntry, bool) {
 		}
 	}
 	return wecomsim.TranscriptEntry{}, false
+}
+
+// progressFrames counts the frames of the stream answering msgid, not
+// its last, accepted after since, each showing more than the one before.
+func (c *cluster) progressFrames(user, msgid string, since time.Time) int {
+	k, shown := 0, 0
+	for _, e := range c.sim.Recorded("b1") {
+		if e.Kind == wecomsim.RecordFrame && e.Chat == user && e.ReplyTo == msgid && !e.Finish &&
+			e.At.After(since) && e.ContentLen > shown {
+			k, shown = k+1, e.ContentLen
+		}
+	}
+	return k
 }
 
 // progressFrameSince reports whether a frame of the stream answering
