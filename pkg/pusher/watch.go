@@ -232,7 +232,9 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 		return o
 	}
 	p.mu.Unlock()
-	o, err := task.ReadOutput(ctx, p.cfg.Store, id, r.Exec.Finished())
+	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
+	o, err := task.ReadOutput(rctx, p.cfg.Store, id, r.Exec.Finished())
+	cancel()
 	p.storeError("output_read", err)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)
