@@ -31,10 +31,13 @@ func StartNATSCluster(t testing.TB, n int) []string {
 
 // NATSCluster is a cluster of n JetStream servers in this process, each
 // configured with every other's route, started one by one with Start: a
-// test can run a cluster with a server not (yet) up.
+// test can run a cluster with a server not (yet) up, and stop one (Stop)
+// and start it again on its ports and store.
 type NATSCluster struct {
-	cports []int
-	ports  []int // client ports, fixed so URLs are known before Start
+	cports  []int
+	ports   []int            // client ports, fixed so URLs are known before Start
+	dirs    []string         // store dirs, fixed at a server's first Start
+	servers []*server.Server // the running ones (nil: not started, or stopped)
 	// SyncAlways, set before Start, has JetStream fsync every write, as
 	// botctl's servers do (infra.NATSConfig.SyncInterval): a write is in
 	// flight longer, as in production.
@@ -45,7 +48,7 @@ type NATSCluster struct {
 // until Start.
 func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
-	c := &NATSCluster{}
+	c := &NATSCluster{dirs: make([]string, n), servers: make([]*server.Server, n)}
 	for range 2 * n {
 		a, err := infra.FreeAddr()
 		if err != nil {
@@ -72,9 +75,16 @@ func (c *NATSCluster) URLs() []string {
 }
 
 // Start starts server i (from 0) and waits until it accepts clients; it is
-// shut down when the test ends.
+// shut down when the test ends. Started again after Stop, it has the
+// store it had: what its file streams held, and its cluster state.
 func (c *NATSCluster) Start(t testing.TB, i int) {
 	t.Helper()
+	if c.servers[i] != nil {
+		t.Fatalf("nats server %d is running", i+1)
+	}
+	if c.dirs[i] == "" {
+		c.dirs[i] = t.TempDir()
+	}
 	var routes []string
 	for j, p := range c.cports {
 		if j != i {
@@ -83,7 +93,7 @@ func (c *NATSCluster) Start(t testing.TB, i int) {
 	}
 	s, err := server.NewServer(&server.Options{
 		ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: c.ports[i], NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir(), SyncAlways: c.SyncAlways,
+		JetStream: true, StoreDir: c.dirs[i], SyncAlways: c.SyncAlways,
 		Cluster: server.ClusterOpts{Name: "test-cluster", Host: "127.0.0.1", Port: c.cports[i]},
 		Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 	})
@@ -91,10 +101,24 @@ func (c *NATSCluster) Start(t testing.TB, i int) {
 		t.Fatal(err)
 	}
 	s.Start()
+	c.servers[i] = s
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	if !s.ReadyForConnections(30 * time.Second) {
 		t.Fatalf("nats server %d not ready", i+1)
 	}
+}
+
+// Stop shuts server i down (as a clean stop of its process does) and
+// waits until it is down; Start brings it back.
+func (c *NATSCluster) Stop(t testing.TB, i int) {
+	t.Helper()
+	s := c.servers[i]
+	if s == nil {
+		t.Fatalf("nats server %d is not running", i+1)
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	c.servers[i] = nil
 }
 
 // DeclareOnCluster connects to the first of urls and declares botctl's

@@ -48,6 +48,16 @@ const StepTimeout = 30 * time.Second
 // the frames already in flight when acks stopped stay ambiguous.
 const ackOverdue = 500 * time.Millisecond
 
+// ReadTimeout bounds one read of a step (the task's record, its output):
+// nats.go's own request timeout, which the step's deadline (StepTimeout)
+// would otherwise replace. A read sent while the bucket's stream has no
+// leader (every NATS server restarted at once, and they are still
+// electing) is never answered; unbounded, it held the task's every step,
+// its progress frames and its final frame, for the rest of StepTimeout:
+// 30 s after the servers came back. Bounded, the step fails, and the next
+// one, a second later, reads again.
+const ReadTimeout = 5 * time.Second
+
 // answerWait is how long a finished task waits for the output its record
 // names to be readable.
 const answerWait = 200 * time.Millisecond
@@ -118,7 +128,9 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	if rec, rev := p.cached(id); rec != nil {
 		return rec, rev, false, 0
 	}
-	rec, rev, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
+	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
+	defer cancel()
+	rec, rev, err := task.Get(rctx, p.cfg.Store.Tasks(), id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		if p.missingTooLong(id) {
 			// A notice (or an announcement) for an id with no record:

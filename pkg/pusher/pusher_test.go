@@ -47,12 +47,18 @@ type received struct {
 
 func newRig(t *testing.T, simCfg wecomsim.Config) *rig {
 	t.Helper()
+	return newRigOn(t, simCfg, testenv.StartJetStream(t, dataplane.Options{}))
+}
+
+// newRigOn is newRig on the store js.
+func newRigOn(t *testing.T, simCfg wecomsim.Config, js *testenv.JetStream) *rig {
+	t.Helper()
 	simCfg.Logger = zerolog.Nop()
 	sim := wecomsim.New(simCfg)
 	sim.AddBot("b", "s")
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(func() { sim.Close(); srv.Close() })
-	r := &rig{t: t, js: testenv.StartJetStream(t, dataplane.Options{}), sim: sim,
+	r := &rig{t: t, js: js, sim: sim,
 		url: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", budget: pace.New(20, time.Minute, nil), runs: map[string]int{}}
 	r.lc = task.NewLifecycle(r.js.Store, "n1", zerolog.Nop())
 	r.connect(1)
@@ -1036,4 +1042,36 @@ func TestNewLeaderAssumesTheUnwrittenFramesSent(t *testing.T) {
 	if got := r.p.AssumedSends(rec); len(got) != 1 {
 		t.Fatalf("a pushed answer: %d sends assumed, want the recorded one", len(got))
 	}
+}
+
+// A read no server answers (its bucket's stream has no leader: every NATS
+// server restarted at once, and they are still electing) ends after
+// ReadTimeout, and the next step reads again: the task's frames wait for
+// the bucket, not for the rest of StepTimeout (30 s).
+func TestUnansweredReadHoldsNoStep(t *testing.T) {
+	bucket := testenv.StartBucketFault(t)
+	nc, store := bucket.Store(t, bucket.URL, dataplane.Options{})
+	r := newRigOn(t, wecomsim.Config{}, &testenv.JetStream{Conn: nc, Store: store})
+	r.start(pusher.Config{})
+	rec := r.ask("alice", "hi")
+	r.write(rec.ID, "v0", false)
+	testwait.Eventually(t, waitLong, "the first progress frame", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "v0"
+	})
+	// The task bucket stops answering, and a reconnect has the pusher
+	// read every active task's record again, as when the servers restart.
+	bucket.Fail(t, store.Names().TasksBucket)
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, waitLong, "the reconnect heard", func() bool { return r.p.Stats().Reconnects > 0 })
+	time.Sleep(2 * time.Second) // the fault's length is the point: the step's read is sent, unanswered
+	bucket.Heal(t)
+	r.write(rec.ID, "v0 v1", false)
+	// Well under StepTimeout: an unbounded read holds the step that long.
+	testwait.Eventually(t, 15*time.Second, "the new text shown once the bucket answers", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "v0 v1"
+	})
 }

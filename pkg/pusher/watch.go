@@ -88,7 +88,19 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 		p.mu.Lock()
 		from = p.lastRev
 		p.mu.Unlock()
-		if last, ok := p.progressEnd(ctx); ok && last < from && (known || from > 0) {
+		last, ok := p.progressEnd(ctx)
+		if !ok && from > 0 {
+			// Whether from is past the bucket's end cannot be told: not
+			// watched blind. After every NATS server restarted at once
+			// the connection is back before the bucket's stream has a
+			// leader again, and comes back empty, its revisions begun
+			// again: a watch resumed after from then waited, silent,
+			// until as many writes had passed (progress frames only at
+			// each heartbeat or record refresh, 20-30 s apart).
+			pause.For(ctx, time.Second)
+			continue
+		}
+		if ok && last < from && (known || from > 0) {
 			// The bucket began again (watchFrom): follow it from its end.
 			from = last
 			p.mu.Lock()
@@ -242,7 +254,9 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 		return nil
 	}
 	p.mu.Unlock()
-	o, last, err := task.ReadOutputFrom(ctx, p.cfg.Store, id, r.Exec.Finished())
+	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
+	o, last, err := task.ReadOutputFrom(rctx, p.cfg.Store, id, r.Exec.Finished())
+	cancel()
 	p.storeError("output_read", err)
 	if err == nil && o != nil {
 		h := task.Hash(o.Text)

@@ -38,9 +38,24 @@ type cluster struct {
 	wsURL   string
 	dir     string
 	sweep   time.Duration // nodes' task sweep interval (0: task.SweepInterval)
+	ackWait time.Duration // nodes' task ack wait (0: 3 s)
 }
 
 func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := newClusterWithoutNATS(t)
+	n, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	c.nats = n
+	return c
+}
+
+// newClusterWithoutNATS is etcd and the simulator; the test runs NATS
+// (a cluster of its own) and starts nodes with startOn.
+func newClusterWithoutNATS(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	addr, _ := infra.FreeAddr()
@@ -51,16 +66,11 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	n, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(dir, "nats"), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
 	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
 	sim.AddBot("b1", "s1")
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(func() { sim.Close(); srv.Close() })
-	return &cluster{t: t, etcd: e, etcdCfg: ecfg, nats: n, sim: sim, wsURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", dir: dir}
+	return &cluster{t: t, etcd: e, etcdCfg: ecfg, sim: sim, wsURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", dir: dir}
 }
 
 type runningNode struct {
@@ -99,12 +109,16 @@ func (c *cluster) startOn(id, natsURL string, mutate func(*config.Config)) *runn
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	ackWait := c.ackWait
+	if ackWait == 0 {
+		ackWait = 3 * time.Second
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *serve.Node, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: natsURL, Listener: ln,
-			TaskAckWait: 3 * time.Second, SweepInterval: c.sweep, Logger: testLogger(), Ready: func(n *serve.Node) { ready <- n }})
+			TaskAckWait: ackWait, SweepInterval: c.sweep, Logger: testLogger(), Ready: func(n *serve.Node) { ready <- n }})
 	}()
 	var n *serve.Node
 	select {
