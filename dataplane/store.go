@@ -320,11 +320,12 @@ func declareBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Ke
 // keeps them: it is the hot path (read when the watch's copy is not
 // fresh), and a text in progress a moment old is as good. The output
 // bucket does not since it holds only each attempt's last write: the
-// pusher reads it once per answer, right after the worker's Finish, and a
-// direct get answered by the replica that had not applied the write yet
-// made about one answer in three read it twice and wait (the ramp's
-// message count, 2026-12-05). An R1 bucket has one replica: nothing to
-// change.
+// pusher reads it once per answer, right after the worker's Finish, and
+// a direct get answered by a replica that had not applied that write yet
+// would find the answer missing and wait (answerWait) to read it again.
+// (The ramp's second output read per answer, first taken for that, was
+// a running task's step reading before its first version: pkg/pusher's
+// unwritten.) An R1 bucket has one replica: nothing to change.
 func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
