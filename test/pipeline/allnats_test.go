@@ -133,7 +133,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 	// showing more than before the fault.
 	testwait.Eventually(t, 2*waitLong, "progress frames after the restart", func() bool {
 		for _, u := range users {
-			if !c.progressFrameSince(u, sent[u].MsgID, up, shown[u]) {
+			if c.progressFrames(u, sent[u].MsgID, up, shown[u]) == 0 {
 				return false
 			}
 		}
@@ -159,7 +159,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 	// end), not only at each heartbeat or record refresh (20-30 s apart:
 	// one frame at most in what was left of the answers).
 	for _, u := range users {
-		k := c.progressFrames(u, sent[u].MsgID, written[u])
+		k := c.progressFrames(u, sent[u].MsgID, written[u], 0)
 		if k < 3 {
 			t.Errorf("%s saw %d progress frames with new text after the restart's first progress write, want 3 or more (one per progress gap)", u, k)
 		}
@@ -216,9 +216,10 @@ func (c *cluster) stream(user, msgid string) (wecomsim.TranscriptEntry, bool) {
 }
 
 // progressFrames counts the frames of the stream answering msgid, not
-// its last, accepted after since, each showing more than the one before.
-func (c *cluster) progressFrames(user, msgid string, since time.Time) int {
-	k, shown := 0, 0
+// its last, accepted after since, each showing more than the one before,
+// the first more than shown bytes (the simulator's recording).
+func (c *cluster) progressFrames(user, msgid string, since time.Time, shown int) int {
+	k := 0
 	for _, e := range c.sim.Recorded("b1") {
 		if e.Kind == wecomsim.RecordFrame && e.Chat == user && e.ReplyTo == msgid && !e.Finish &&
 			e.At.After(since) && e.ContentLen > shown {
@@ -226,17 +227,4 @@ func (c *cluster) progressFrames(user, msgid string, since time.Time) int {
 		}
 	}
 	return k
-}
-
-// progressFrameSince reports whether a frame of the stream answering
-// msgid, not its last, was accepted after since and showed more than
-// shown bytes (the simulator's recording).
-func (c *cluster) progressFrameSince(user, msgid string, since time.Time, shown int) bool {
-	for _, e := range c.sim.Recorded("b1") {
-		if e.Kind == wecomsim.RecordFrame && e.Chat == user && e.ReplyTo == msgid && !e.Finish &&
-			e.At.After(since) && e.ContentLen > shown {
-			return true
-		}
-	}
-	return false
 }
