@@ -31,6 +31,7 @@ type entry struct {
 	rev        uint64       // rec's revision
 	readAt     time.Time    // when rec was read or written
 	inflight   bool
+	touched    bool      // in due.touched: the next scan looks at it (due.go)
 	poked      bool      // a notice came while a step was in flight: the next step is not delayed
 	urgent     bool      // a notice came since the last step: the next scan steps it first
 	notBefore  time.Time // backoff
@@ -105,14 +106,17 @@ func (p *Pusher) Idle(chat string) bool { return p.chats.idle(chat) }
 // scan a thousand times a second at 10,000 conversations, and
 // interrupting for each starved the progress frames (the first try sent
 // a fifth of them).
-func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) (interrupted bool) {
+//
+// all: look at every task (the tick); otherwise only at those that
+// changed or whose wait passed (due.go).
+func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}, all bool) (interrupted bool) {
 	now := p.cfg.Now()
 	p.mu.Lock()
 	// Announced changes (mostly endings: the final frame a user waits
 	// for) go first; a round of thousands of progress and queued steps
 	// would otherwise take the step slots before them.
 	var due, rest []string
-	for id, en := range p.active {
+	p.looks(now, all, func(id string, en *entry) {
 		if !en.inflight && !now.Before(en.notBefore) && p.needsStep(en, now) {
 			en.inflight = true
 			if en.urgent {
@@ -122,7 +126,7 @@ func (p *Pusher) scan(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}
 			}
 			en.urgent = false
 		}
-	}
+	})
 	urgent := len(due)
 	due = append(due, rest...)
 	p.mu.Unlock()
@@ -292,9 +296,13 @@ func (p *Pusher) release(id string, done bool, wait time.Duration) {
 		// without it (a progress frame's step waits a scan interval):
 		// the ending goes now, not a second later.
 		en.poked, en.notBefore = false, time.Time{}
+		p.touch(id, en)
 		return
 	}
 	if wait > 0 {
 		en.notBefore = p.cfg.Now().Add(wait)
+		p.waitUntil(id, en.notBefore)
+		return
 	}
+	p.touch(id, en)
 }

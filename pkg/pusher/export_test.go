@@ -40,3 +40,10 @@ func SetFlushWait(t interface{ Cleanup(func()) }, d time.Duration) {
 	flushWait = d
 	t.Cleanup(func() { flushWait = old })
 }
+
+// Looks is how many tasks the scans looked at (due.go).
+func (p *Pusher) Looks() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.due.looks
+}

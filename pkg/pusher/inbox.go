@@ -54,10 +54,12 @@ type inbox struct {
 	// rewatch: the NATS connection came back (reconnect.go); the output
 	// watch is made again.
 	rewatch chan struct{}
+	// waited: a step's wait ends before the scan's sleep (due.go).
+	waited chan struct{}
 }
 
 func newInbox() inbox {
-	return inbox{wake: make(chan struct{}, 1), announced: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
+	return inbox{wake: make(chan struct{}, 1), announced: make(chan struct{}, 1), rewatch: make(chan struct{}, 1), waited: make(chan struct{}, 1)}
 }
 
 func ring(c chan struct{}) {
@@ -125,6 +127,7 @@ func (p *Pusher) put(a arrival) bool {
 		}
 	}
 	p.named(en, a.chat)
+	p.touch(a.id, en)
 	p.mu.Unlock()
 	ring(p.in.wake)
 	if a.from == fromNotice {

@@ -4,7 +4,8 @@
 //
 // A Pusher runs inside one leader term, for one bot, on that term's
 // connection. It keeps an active set of the tasks it delivers, and scans
-// it every ScanInterval (and soon after anything arrives): for each task
+// it every ScanInterval, and soon after anything arrives or a step's wait
+// ends the tasks it concerns (due.go): for each task
 // it pushes only when there is something new for the user: changed
 // content, a heartbeat when nothing new came for a while, the stream's
 // close before its window ends, the final answer. A task's delivery is a
@@ -116,7 +117,9 @@ type Config struct {
 	// Uploads paces the bot's media uploads (a reply's files, keyed by
 	// the bot) under WeCom's upload caps. Default UploadBudget.
 	Uploads *pace.Budget
-	// ScanInterval is the period of the scan of active tasks. Default 1s.
+	// ScanInterval is the period of the scan of every active task
+	// (between, a scan looks only at the tasks that changed or whose
+	// wait ended: due.go). Default 1s.
 	ScanInterval time.Duration
 	// ResyncEvery is the period of the undelivered index read that finds
 	// tasks whose announcement was lost. Default ResyncEvery (1m).
@@ -303,6 +306,7 @@ type Pusher struct {
 
 	mu      sync.Mutex
 	active  map[string]*entry
+	due     due       // which tasks the next scan looks at (due.go)
 	chats   chatIndex // active tasks per conversation, of those named (Idle)
 	stats   Stats
 	lastRev uint64 // last output revision the watch delivered
@@ -386,8 +390,13 @@ func (p *Pusher) Run(ctx context.Context) error {
 	defer t.Stop()
 	resync := time.NewTicker(p.cfg.ResyncEvery)
 	defer resync.Stop()
+	waits := time.NewTimer(p.cfg.ScanInterval)
+	defer waits.Stop()
+	all := true // the first scan, and each tick's, looks at every task (due.go)
 	for {
-		if p.scan(ctx, &wg, sem) {
+		interrupted := p.scan(ctx, &wg, sem, all)
+		all = false
+		if interrupted {
 			// Interrupted by a notice: scan again at once, after the
 			// periodic work if it is due (never starved by notices).
 			select {
@@ -395,19 +404,44 @@ func (p *Pusher) Run(ctx context.Context) error {
 				p.resync(ctx)
 			case <-t.C:
 				p.saveWatermark(ctx)
+				all = true
 			default:
 			}
 			continue
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-resync.C:
-			p.resync(ctx)
-		case <-t.C:
-			p.saveWatermark(ctx)
-		case <-p.in.wake:
-			pause.For(ctx, minScanGap)
+		for slept := false; !slept; {
+			slept = true
+			waits.Reset(p.untilWait())
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-resync.C:
+				p.resync(ctx)
+			case <-t.C:
+				p.saveWatermark(ctx)
+				all = true
+			case <-waits.C:
+			case <-p.in.waited:
+				slept = false // a step's wait ends sooner than this sleep: sleep again, shorter
+			case <-p.in.wake:
+				pause.For(ctx, minScanGap)
+			}
 		}
 	}
+}
+
+// untilWait is how long the scan may sleep before a step's wait ends
+// (due.go): at least minScanGap, so that thousands of waits ending a
+// moment apart share one scan, and at most ScanInterval (the tick scans
+// then anyway).
+func (p *Pusher) untilWait() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.cfg.Now()
+	d := p.cfg.ScanInterval
+	if at, ok := p.nextWait(); ok {
+		d = min(max(at.Sub(now), minScanGap), d)
+	}
+	p.due.armed = now.Add(d)
+	return d
 }

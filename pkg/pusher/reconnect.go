@@ -46,6 +46,7 @@ func (p *Pusher) reconnected() {
 		en.readAt, en.outAt, en.urgent = time.Time{}, time.Time{}, true
 	}
 	n := len(p.active)
+	p.due.all = true
 	p.stats.Reconnects++
 	p.mu.Unlock()
 	ring(p.in.rewatch)
