@@ -3,7 +3,9 @@ GO        ?= go
 BIN       ?= bin/botctl
 PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
-TESTFLAGS ?= -race -count=1 -timeout 20m
+# -p 4: most packages spend their time waiting on time windows (answers,
+# quotas, TTLs), not on the CPU: four test binaries at once on two cores.
+TESTFLAGS ?= -race -count=1 -timeout 20m -p 4
 
 .PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install
 
