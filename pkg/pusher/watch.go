@@ -121,13 +121,23 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			case <-wctx.Done():
 			}
 		}()
-		w, err := p.cfg.Store.Progress().WatchAll(wctx, opt)
+		// The watch is made under a context that ends only once it is
+		// stopped (its making is bounded by nats.go's API timeout, 5 s),
+		// and wctx's end stops it. Made under wctx, a watch whose
+		// context ended while it was being made was unsubscribed by
+		// nats.go before the handler that closes its channel was set:
+		// the channel never closed, the range below waited for ever,
+		// and Run with it (a term ending right after its start hung).
+		mctx, unmade := context.WithCancel(context.WithoutCancel(wctx))
+		w, err := p.cfg.Store.Progress().WatchAll(mctx, opt)
 		if err != nil {
+			unmade()
 			stop()
 			p.storeError("output_watch", err)
 			pause.For(ctx, time.Second)
 			continue
 		}
+		stopped := context.AfterFunc(wctx, func() { w.Stop() })
 		for e := range w.Updates() {
 			if e == nil {
 				continue // caught up with the watermark
@@ -146,7 +156,9 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			}
 			p.put(arrival{id: o.TaskID, from: fromWatch, rev: rev, out: o})
 		}
+		stopped()
 		w.Stop()
+		unmade()
 		stop()
 	}
 }
