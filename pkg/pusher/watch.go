@@ -27,31 +27,37 @@ type Watermark struct {
 }
 
 // watchFrom fixes where the term's output watch begins, before the
-// rebuild and the first step read anything: the watermark, or on a bucket
-// with none the bucket's last revision now. Every output written after it
-// reaches the watch however late the watch's consumer is made; one
-// written before it is read by the task's first step (en.out is nil). A
-// watch that began "from now" when its consumer was made lost the output
-// written in between, and a task whose step had already read the record
-// waited for refreshEvery (30 s) to show it. known is false when neither
-// could be read: the watch then begins when its consumer is made.
+// rebuild and the first step read anything: after the watermark, or on a
+// bucket with none at the bucket's first revision. Every output written
+// after it reaches the watch however late the watch's consumer is made,
+// and nothing of a task not delivered is before it (Watermark), so the
+// watch hides nothing the first steps would have to read: the first step
+// of a running task with nothing watched waits for the watch (unwritten).
+// A watch that began "from now" when its consumer was made lost the
+// output written in between; one that began at the bucket's last
+// revision lost what the bucket held (a task dispatched, and its worker's
+// text written, before the pusher's start), and a task whose step had
+// read the record waited for refreshEvery (30 s) to show it. known is
+// always true now: the watch resumes after from.
 //
 // The watched bucket is the progress bucket (memory storage): its
 // revisions begin again when all its servers restart at once, and a
 // watermark written before (or one of the output bucket, which botctl
 // watched before it kept answers in progress apart) can be past its last
 // revision. Such a watermark is not used: the watch begins at the
-// bucket's end, and what it holds is read by the first steps.
+// bucket's first revision, as on a bucket with none. The bucket holds at
+// most one text per task (its last), for dataplane.ProgressTTL: a watch
+// from its start, at a bot's first term or after such a restart, costs a
+// delivery per answer in progress, other bots' skipped.
 func (p *Pusher) watchFrom(ctx context.Context) (from uint64, known bool) {
 	wm, haveWM := p.loadWatermark(ctx)
-	last, ok := p.progressEnd(ctx)
-	switch {
-	case !ok:
-		return wm, haveWM
-	case haveWM && wm <= last:
-		return wm, true
+	if !haveWM {
+		return 0, true
 	}
-	return last, true
+	if last, ok := p.progressEnd(ctx); ok && wm > last {
+		return 0, true
+	}
+	return wm, true
 }
 
 // progressEnd is the progress bucket's last revision; ok is false when
@@ -101,10 +107,16 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			continue
 		}
 		if ok && last < from && (known || from > 0) {
-			// The bucket began again (watchFrom): follow it from its end.
-			from = last
+			// The bucket began again (watchFrom): follow it from its
+			// first revision, all it holds. The first events seen of
+			// the active tasks were the old bucket's: each task's next
+			// one is its first here (saveWatermark).
+			from = 0
 			p.mu.Lock()
-			p.lastRev, p.savedWM = min(p.lastRev, last), min(p.savedWM, last)
+			p.lastRev, p.savedWM = 0, 0
+			for _, en := range p.active {
+				en.firstRev = 0
+			}
 			p.mu.Unlock()
 		}
 		opt := jetstream.UpdatesOnly()

@@ -6,11 +6,35 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
+
+// A running answer's text written before the term's pusher began (the
+// inbound path and the worker were quicker than the pusher's start; a
+// bot's first term; a progress bucket begun again) is shown at once, not
+// at the record's refresh (30 s). The first step of a running task with
+// nothing watched does not read the output (it waits for the watch:
+// TestRunningTaskWithNothingWrittenIsNotRead), so the watch must see
+// every text the bucket holds: on a bucket with no watermark it begins at
+// the bucket's first revision, not at its end. Under load in CI the
+// pusher's start lost this race to the test's first write, and
+// TestUnchangedContentSendsNoFrame timed out waiting for its progress
+// frame; this test makes the write come first every time.
+func TestOutputWrittenBeforeThePusherBeganIsShown(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	rec := r.ask("alice", "hi") // no pusher yet: its rebuild finds the task
+	r.write(rec.ID, "partial", false)
+	r.start(pusher.Config{Heartbeat: time.Hour})
+	// Well inside the record's 30 s refresh: only the watch can have told.
+	testwait.Eventually(t, 15*time.Second, "the text written before the pusher began, shown", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "partial"
+	})
+}
 
 // A term that ends while its output watch is being made ends: Run
 // returns. nats.go stops a watch whose context ends in that moment (its
