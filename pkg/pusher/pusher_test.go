@@ -1086,10 +1086,7 @@ func TestScanLooksOnlyAtChangedTasks(t *testing.T) {
 	}
 	for i := range n {
 		user := fmt.Sprintf("u%d", i)
-		testwait.Eventually(t, waitLong, "the first version of "+user, func() bool {
-			bot := r.botMessages(user)
-			return len(bot) > 0 && bot[len(bot)-1].Content == "v0 "+user
-		})
+		testwait.Eventually(t, waitLong, "the first version of "+user, r.lastFrameIs(user, "v0 "+user))
 	}
 	before := r.p.Looks()
 	r.write(ids[0], "v1 u0", true)
@@ -1099,6 +1096,14 @@ func TestScanLooksOnlyAtChangedTasks(t *testing.T) {
 	}
 	if looks := r.p.Looks() - before; looks >= n {
 		t.Fatalf("%d looks at tasks for one ending among %d quiet streams: the scans walked the whole set", looks, n)
+	}
+}
+
+// lastFrameIs reports whether the last frame user got shows text.
+func (r *rig) lastFrameIs(user, text string) func() bool {
+	return func() bool {
+		bot := r.botMessages(user)
+		return len(bot) > 0 && bot[len(bot)-1].Content == text
 	}
 }
 
@@ -1124,8 +1129,5 @@ func TestHeldFrameGoesWhenItsWaitEnds(t *testing.T) {
 	r.start(pusher.Config{ScanInterval: time.Hour})
 	rec := r.askUnannounced("alice", "hi")
 	r.write(rec.ID, "v0", false)
-	testwait.Eventually(t, waitLong, "the version the pace held", func() bool {
-		bot := r.botMessages("alice")
-		return len(bot) > 0 && bot[len(bot)-1].Content == "v0"
-	})
+	testwait.Eventually(t, waitLong, "the version the pace held", r.lastFrameIs("alice", "v0"))
 }
