@@ -359,7 +359,7 @@ func (p *Pusher) storeError(op string, err error) {
 
 // Run delivers until ctx (the term) ends, then waits for sends in flight.
 func (p *Pusher) Run(ctx context.Context) error {
-	from, known := p.watchFrom(ctx)
+	from := p.watchFrom(ctx)
 	// The records are the truth: without them the first scan could miss a
 	// task, so keep trying (JetStream may be recovering) until the term ends.
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
@@ -383,7 +383,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { p.watch(ctx, from, known) })
+	wg.Go(func() { p.watch(ctx, from) })
 	wg.Go(func() { p.followReconnects(ctx) })
 	sem := make(chan struct{}, p.cfg.Parallel)
 	t := time.NewTicker(p.cfg.ScanInterval)

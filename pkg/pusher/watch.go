@@ -37,8 +37,7 @@ type Watermark struct {
 // output written in between; one that began at the bucket's last
 // revision lost what the bucket held (a task dispatched, and its worker's
 // text written, before the pusher's start), and a task whose step had
-// read the record waited for refreshEvery (30 s) to show it. known is
-// always true now: the watch resumes after from.
+// read the record waited for refreshEvery (30 s) to show it.
 //
 // The watched bucket is the progress bucket (memory storage): its
 // revisions begin again when all its servers restart at once, and a
@@ -49,15 +48,15 @@ type Watermark struct {
 // most one text per task (its last), for dataplane.ProgressTTL: a watch
 // from its start, at a bot's first term or after such a restart, costs a
 // delivery per answer in progress, other bots' skipped.
-func (p *Pusher) watchFrom(ctx context.Context) (from uint64, known bool) {
+func (p *Pusher) watchFrom(ctx context.Context) (from uint64) {
 	wm, haveWM := p.loadWatermark(ctx)
 	if !haveWM {
-		return 0, true
+		return 0
 	}
 	if last, ok := p.progressEnd(ctx); ok && wm > last {
-		return 0, true
+		return 0
 	}
-	return wm, true
+	return wm
 }
 
 // progressEnd is the progress bucket's last revision; ok is false when
@@ -74,13 +73,12 @@ func (p *Pusher) progressEnd(ctx context.Context) (last uint64, ok bool) {
 	return 0, false
 }
 
-// watch follows the progress bucket from revision from+1 (known false: from
-// when the consumer is made): new output for the bot's tasks wakes the
+// watch follows the progress bucket from revision from+1: new output for the bot's tasks wakes the
 // scan at once instead of at the next tick. (A finished attempt's answer
 // is in the output bucket, which is read, not watched: one read per
 // answer, against a delivery per version.) The scan alone is enough for
 // correctness (the records are the truth); the watch is for latency.
-func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
+func (p *Pusher) watch(ctx context.Context, from uint64) {
 	p.mu.Lock()
 	p.lastRev, p.savedWM = from, from
 	p.mu.Unlock()
@@ -106,7 +104,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			pause.For(ctx, time.Second)
 			continue
 		}
-		if ok && last < from && (known || from > 0) {
+		if ok && last < from {
 			// The bucket began again (watchFrom): follow it from its
 			// first revision, all it holds. The first events seen of
 			// the active tasks were the old bucket's: each task's next
@@ -119,10 +117,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64, known bool) {
 			}
 			p.mu.Unlock()
 		}
-		opt := jetstream.UpdatesOnly()
-		if known || from > 0 {
-			opt = jetstream.ResumeFromRevision(from + 1)
-		}
+		opt := jetstream.ResumeFromRevision(from + 1)
 		// A reconnect (rewatch) ends this watch: its consumer may be on
 		// the server the connection left (reconnect.go).
 		wctx, stop := context.WithCancel(ctx)
