@@ -3,9 +3,6 @@ GO        ?= go
 BIN       ?= bin/botctl
 PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
-# (-p 4 cut the run to 17.5 min but failed one run in three:
-# TestMessagesDuringHandover's message read as the old leader closed got no
-# receipt under the extra load; the default -p 2 is kept.)
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install
