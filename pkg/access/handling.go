@@ -151,20 +151,25 @@ func (h *handling) finishOn(streamID, text string) error {
 	return err
 }
 
-func (h *handling) send(text string) { h.finishOn("r-"+h.id, text) }
+func (h *handling) send(text string) error { return h.finishOn("r-"+h.id, text) }
 
 // reply answers without a task, and reports whether it was sent (or at
-// least tried). When the conversation's budget runs low the reply is not
-// sent: it would spend the quota the running task's final frame needs (a
-// user who sends many messages at once gets the answer first, not a wall
-// of "please wait").
+// least tried on a connection that stays). When the conversation's budget
+// runs low the reply is not sent: it would spend the quota the running
+// task's final frame needs (a user who sends many messages at once gets
+// the answer first, not a wall of "please wait"). A reply the connection
+// could not carry (it closed: a graceful stop, a kick, the network) is
+// not sent either, and the caller owes it another way: this connection's
+// req_id dies with it.
 func (h *handling) reply(text string) bool {
 	if h.a.cfg.Outbound != nil && !h.a.cfg.Outbound.Budget(h.term.Bot).Take(h.chat, ReplyReserve) {
 		h.a.count(func(s *Stats) { s.Suppressed++ })
 		h.log.Info().Str("chat", h.chat).Msg("reply held back: the conversation's send budget is reserved for its answer")
 		return false
 	}
-	h.send(text)
+	if err := h.send(text); wecom.IsConnectionError(err) {
+		return false
+	}
 	return true
 }
 
@@ -178,7 +183,9 @@ func (h *handling) replyAnyway(text string) {
 }
 
 // answered replies to a message that needs no task, and remembers it was
-// handled (the gap backfill must not answer it again).
+// handled (the gap backfill must not answer it again). A reply the
+// connection could not carry is not owed later, unlike busy's: a late
+// "/help" or refusal helps nobody (Late skips them the same way).
 func (h *handling) answered(text string) {
 	if h.duplicate() {
 		return

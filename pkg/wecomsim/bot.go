@@ -96,6 +96,7 @@ type bot struct {
 	uploadTimes  []time.Time            // accepted upload inits, oldest first
 	quotaMode    string                 // "" (the server's Config.QuotaMode), QuotaRefuse or QuotaDrop
 	noStream     map[string]bool        // chats whose stream frames get 600039 (stream_unsupported)
+	dropOnReply  map[string]bool        // msgids whose first reply drops the connection (drop_on_reply)
 	feedbackIDs  map[string]bool        // feedback.ids accepted on streams' first frames
 	uploads      map[string]*upload
 	media        map[string]*UploadInfo // finished uploads by media_id
@@ -121,6 +122,7 @@ func newBot(id, secret string) *bot {
 		uploads:     make(map[string]*upload),
 		media:       make(map[string]*UploadInfo),
 		noStream:    make(map[string]bool),
+		dropOnReply: make(map[string]bool),
 		feedbackIDs: make(map[string]bool),
 		stats: counters{
 			Frames: make(map[string]int64),

@@ -204,6 +204,10 @@ type FaultRequest struct {
 	// Chat is the conversation stream_unsupported applies to (the user id
 	// of a single chat, the group chat id).
 	Chat string `json:"chat,omitempty"`
+	// MsgID is the message whose callback's first reply drop_on_reply
+	// waits for (a message posted later may name its msgid in advance:
+	// MessageRequest.MsgID).
+	MsgID string `json:"msgid,omitempty"`
 }
 
 // BotRequest adds a bot (POST /control/bots).
@@ -228,9 +232,12 @@ const (
 	// FaultStreamUnsupported answers every stream frame to one chat with
 	// 600039 (device type not supported) until clear; pushes still land.
 	FaultStreamUnsupported = "stream_unsupported"
+	// FaultDropOnReply drops the connection when the first reply to one
+	// message's callback arrives, before that reply is applied.
+	FaultDropOnReply = "drop_on_reply"
 )
 
-const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe, stream_unsupported or clear"
+const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe, stream_unsupported, drop_on_reply or clear"
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
@@ -576,8 +583,13 @@ func (s *Server) History(q HistoryQuery) ([]HistoryMessage, error) {
 //     stays open: every frame but subscribe gets 846609 on it.
 //   - stream_unsupported: every stream frame to Chat is answered 600039
 //     (device type not supported) until clear; pushes to it still land.
-//   - clear: end stall_acks, late_acks, silence, refuse_subscribe and
-//     stream_unsupported now (acks already delayed still go out late).
+//   - drop_on_reply: the first aibot_respond_msg frame replying to the
+//     callback of message MsgID closes the connection as drop does,
+//     unapplied and unacked (the network failing as a reply is sent); one
+//     frame, once.
+//   - clear: end stall_acks, late_acks, silence, refuse_subscribe,
+//     stream_unsupported and drop_on_reply now (acks already delayed still
+//     go out late).
 func (s *Server) Fault(req FaultRequest) error {
 	b, err := s.needBot(req.BotID)
 	if err != nil {
@@ -642,9 +654,16 @@ func (s *Server) Fault(req FaultRequest) error {
 		}
 		b.noStream[req.Chat] = true
 		log = log.Str("chat", req.Chat)
+	case FaultDropOnReply:
+		if req.MsgID == "" {
+			return invalid("msgid is required for drop_on_reply: the message whose reply drops the connection")
+		}
+		b.dropOnReply[req.MsgID] = true
+		log = log.Str("msgid", req.MsgID)
 	case FaultClear:
 		b.stallUntil, b.silenceUntil, b.lateUntil, b.refuseUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 		clear(b.noStream)
+		clear(b.dropOnReply)
 	case "":
 		return invalid("action is required: %s", faultActions)
 	default:

@@ -255,6 +255,53 @@ func TestFaultDrop(t *testing.T) {
 	h.subscribe(bot1, secret1)
 }
 
+// drop_on_reply drops the connection when the named message's first
+// reply comes, without applying it: replies to other messages land, and
+// the fault fires once.
+func TestFaultDropOnReply(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	if code, res := h.httpDo(http.MethodPost, "/control/faults", map[string]any{"bot_id": bot1, "action": "drop_on_reply"}); code != 400 || res["error"] == nil {
+		t.Fatalf("without msgid: %d %v", code, res)
+	}
+	c := h.subscribe(bot1, secret1)
+	if code, res := h.httpDo(http.MethodPost, "/control/faults", map[string]any{"bot_id": bot1, "action": "drop_on_reply", "msgid": "m-doomed"}); code != 200 {
+		t.Fatalf("fault: %d %v", code, res)
+	}
+	other, _ := h.askAndReceive(c, "bob", "hi")
+	wantCode(t, c.call(wecom.CmdRespondMsg, other, streamBody("s1", "for bob", true)), 0)
+	res := h.post(MessageRequest{BotID: bot1, UserID: "alice", Text: "hi", MsgID: "m-doomed"})
+	if !res.Delivered {
+		t.Fatalf("not delivered: %+v", res)
+	}
+	reqID, _ := c.msgCallback()
+	c.send(wecom.CmdRespondMsg, reqID, streamBody("s2", "never shown", true))
+	err := c.closed()
+	var ce *websocket.CloseError
+	if ok := asCloseError(err, &ce); ok && ce.Code != websocket.CloseAbnormalClosure {
+		t.Fatalf("drop_on_reply sent a close frame: %v", err)
+	}
+	for _, f := range c.held {
+		if f.IsAck() && f.Headers.ReqID == reqID {
+			t.Fatalf("the reply that dropped the connection was acked: %+v", f)
+		}
+	}
+	if tr := h.srv.Transcript(bot1, "alice"); len(tr) != 1 {
+		t.Fatalf("alice's transcript %+v: the dropping reply must not be applied", tr)
+	}
+	if st := h.stats(bot1); st.Drops != 1 || st.Connected {
+		t.Fatalf("stats %+v", st)
+	}
+	// Once: the next connection's reply to the same message (a replayed
+	// callback) lands.
+	c = h.subscribe(bot1, secret1)
+	h.post(MessageRequest{BotID: bot1, UserID: "alice", MsgID: "m-doomed"})
+	reqID, _ = c.msgCallback()
+	wantCode(t, c.call(wecom.CmdRespondMsg, reqID, streamBody("s3", "shown", true)), 0)
+}
+
 func TestFaultStallAcks(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	h := newSim(t, Config{})

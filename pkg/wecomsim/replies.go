@@ -103,7 +103,32 @@ func (c *conn) apply(b *bot, f *wecom.Frame, rule func(*bot, *wecom.Frame, time.
 	c.finish(f, r)
 }
 
-func (c *conn) respondMsg(b *bot, f *wecom.Frame) { c.apply(b, f, c.respondMsgLocked, c.replyRecorded) }
+func (c *conn) respondMsg(b *bot, f *wecom.Frame) {
+	if c.dropsOn(b, f) {
+		return
+	}
+	c.apply(b, f, c.respondMsgLocked, c.replyRecorded)
+}
+
+// dropsOn plays drop_on_reply: f replies to a callback whose message the
+// fault names, so the connection drops (as the drop fault) and f is
+// neither applied nor acked.
+func (c *conn) dropsOn(b *bot, f *wecom.Frame) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.reqs[f.Headers.ReqID]
+	if p == nil || !b.dropOnReply[p.msgid] {
+		return false
+	}
+	delete(b.dropOnReply, p.msgid)
+	if b.live == c {
+		b.live = nil
+		b.stats.Drops++
+	}
+	c.log.Info().Str("msgid", p.msgid).Msg("drop_on_reply: connection dropped as the reply came")
+	c.abort()
+	return true
+}
 
 // respondMsgLocked checks in order: subscribed → req_id → body → stream
 // state → quota, and applies the frame only if every check passed.

@@ -395,6 +395,48 @@ func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
 	}
 }
 
+// The network fails just as a busy reply is sent (CI lost one such reply
+// when the old leader closed its connection on SIGTERM): the reply died
+// with its connection, so the refusal is recorded, and the pusher sends
+// it once the bot is connected again, once; the first answer is
+// unaffected.
+func TestBusyReplyCutOffByTheNetworkArrivesLater(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second })
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	c.post("alice", "first")
+	testwait.Eventually(t, waitLong, "first running", func() bool { return n.node.Dispatch.Stats().Queued == 1 })
+	const cut = "m-busy-cut-off"
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultDropOnReply, MsgID: cut}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "alice", Text: "second", MsgID: cut}); err != nil || !r.Delivered {
+		t.Fatalf("second: %+v, %v", r, err)
+	}
+	busy := func() int {
+		k := 0
+		for _, m := range c.bot("alice") {
+			if m.Finished && strings.Contains(m.Content, "还在处理中") {
+				k++
+			}
+		}
+		return k
+	}
+	testwait.Eventually(t, waitLong, "the connection dropped as the busy reply was sent", func() bool {
+		s, _ := c.sim.Stats("b1")
+		return s.Drops == 1
+	})
+	testwait.Eventually(t, waitLong, "the busy reply delivered after all", func() bool { return busy() > 0 })
+	testwait.Eventually(t, waitLong, "first answered", func() bool { return answered(c.bot("alice"), "first") == 1 })
+	time.Sleep(2 * time.Second) // a second busy reply would come now
+	if k := busy(); k != 1 {
+		t.Fatalf("%d busy replies, want 1: %+v", k, c.bot("alice"))
+	}
+	if answered(c.bot("alice"), "second") != 0 {
+		t.Fatal("the refused question was answered")
+	}
+}
+
 // The leader dies mid-answer (no resign): the standby takes over, and the
 // answer reaches the user once, completed by the new leader.
 func TestLeaderKilledMidStream(t *testing.T) {
