@@ -154,7 +154,7 @@ func (h *handling) finishOn(streamID, text string) error {
 func (h *handling) send(text string) error { return h.finishOn("r-"+h.id, text) }
 
 // reply answers without a task, and reports whether it was sent (or at
-// least tried on a connection that stays). When the conversation's budget
+// least written on a connection that stays). When the conversation's budget
 // runs low the reply is not sent: it would spend the quota the running
 // task's final frame needs (a user who sends many messages at once gets
 // the answer first, not a wall of "please wait"). A reply the connection
@@ -167,10 +167,12 @@ func (h *handling) reply(text string) bool {
 		h.log.Info().Str("chat", h.chat).Msg("reply held back: the conversation's send budget is reserved for its answer")
 		return false
 	}
-	if err := h.send(text); wecom.IsConnectionError(err) {
-		return false
-	}
-	return true
+	err := h.send(text)
+	// An ack lost (ErrAckUnknown: timed out, or owed to an earlier frame)
+	// leaves a frame written that WeCom most likely showed: tried, so as
+	// not to show it twice. A closed connection or a connection errcode
+	// leaves it unsent, or unknown at the close: owed.
+	return !wecom.IsConnectionError(err) || errors.Is(err, wecom.ErrAckUnknown)
 }
 
 // replyAnyway sends text whatever the budget says (counted in it): an
