@@ -38,7 +38,7 @@ func TestFeedbackSummaryAndTaskShow(t *testing.T) {
 			t.Fatal(err)
 		}
 		if v.fb != nil {
-			if _, err := lc.Feedback(ctx, v.bot, r.ID, *v.fb); err != nil {
+			if _, err := lc.Feedback(ctx, v.bot, r.ID, "ev-"+v.msgid, *v.fb); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -46,7 +46,7 @@ func TestFeedbackSummaryAndTaskShow(t *testing.T) {
 			first = r.ID
 		}
 	}
-	if _, err := lc.Feedback(ctx, "c", first, task.Feedback{Kind: "accurate"}); err == nil {
+	if _, err := lc.Feedback(ctx, "c", first, "ev-x", task.Feedback{Kind: "accurate"}); err == nil {
 		t.Fatal("feedback of another bot's task recorded")
 	}
 

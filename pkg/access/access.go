@@ -174,7 +174,7 @@ func (a *Access) Bind(store *dataplane.Store, lc *task.Lifecycle) {
 // Stats counts what the inbound path did.
 type Stats struct {
 	Received   int64 `json:"received"`
-	Duplicates int64 `json:"duplicates"`
+	Duplicates int64 `json:"duplicates"` // callbacks delivered again: messages seen, feedback_events counted (feedback.go)
 	Refused    int64 `json:"refused"`
 	Invalid    int64 `json:"invalid"`
 	Commands   int64 `json:"commands"`

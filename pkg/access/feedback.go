@@ -12,6 +12,7 @@ package access
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/botctl/botctl/election"
@@ -29,23 +30,30 @@ func feedbackOf(id string) *wecom.Feedback {
 
 // feedback records a feedback_event with the task its feedback.id names
 // and counts it; a verdict without an id, or for no task of this bot, is
-// logged and counted, not recorded.
+// logged and counted, not recorded. An event its task counted already
+// (WeCom, or a reconnect, delivering it again: the record keeps the
+// msgids it counted) is a duplicate, counted nowhere but in
+// Stats.Duplicates.
 func (a *Access) feedback(term *election.Term, ev *wecom.EventCallback) {
 	fb := ev.Event.Feedback
 	kind := "unknown"
 	if fb != nil {
 		kind = task.FeedbackKind(fb.Type)
 	}
-	if a.cfg.Metrics != nil {
-		a.cfg.Metrics.Feedback(term.Bot, kind)
+	counted := func() {
+		if a.cfg.Metrics != nil {
+			a.cfg.Metrics.Feedback(term.Bot, kind)
+		}
 	}
 	log := a.log.With().Str("bot", term.Bot).Str("msgid", ev.MsgID).Str("kind", kind).Logger()
 	if fb == nil || fb.ID == "" {
+		counted()
 		log.Warn().Msg("feedback_event without a feedback id: counted, not recorded")
 		return
 	}
 	js := a.js.Load()
 	if js == nil {
+		counted()
 		log.Warn().Str("task", fb.ID).Msg("feedback not recorded: JetStream not reachable yet")
 		return
 	}
@@ -58,10 +66,18 @@ func (a *Access) feedback(term *election.Term, ev *wecom.EventCallback) {
 		if ev.CreateTime > 0 {
 			rec.At = time.Unix(ev.CreateTime, 0).UTC()
 		}
-		if _, err := js.lc.Feedback(ctx, term.Bot, fb.ID, rec); err != nil {
+		_, err := js.lc.Feedback(ctx, term.Bot, fb.ID, ev.MsgID, rec)
+		switch {
+		case errors.Is(err, task.ErrFeedbackCounted):
+			a.count(func(s *Stats) { s.Duplicates++ })
+			log.Info().Str("task", fb.ID).Msg("duplicate feedback_event: its task counted it already")
+			return
+		case err != nil:
+			counted()
 			log.Warn().Err(err).Str("task", fb.ID).Msg("feedback not recorded with its task")
 			return
 		}
+		counted()
 		log.Info().Str("task", fb.ID).Msg("feedback recorded")
 	})
 }

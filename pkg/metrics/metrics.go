@@ -87,7 +87,7 @@ func New() *Node {
 		corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "corrupt_records_total",
 			Help: "Task records skipped because they do not decode, by bot and where (rebuild: a pusher's term start; push: a pusher's step; spool: the spool's way out, which drops the entry; sweep: the leader's sweep). Each pass that meets one counts it: it rises for as long as the record stays."}, []string{"bot", "where"}),
 		feedback: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "feedback_total",
-			Help: "Users' verdicts on answers (WeCom's feedback_event) this node received, by bot and kind (accurate, inaccurate, canceled: a verdict withdrawn, unknown). Each is recorded with its task: botctl feedback."}, []string{"bot", "kind"}),
+			Help: "Users' verdicts on answers (WeCom's feedback_event) this node received, by bot and kind (accurate, inaccurate, canceled: a verdict withdrawn, unknown). Each is recorded with its task: botctl feedback; an event delivered again is counted once."}, []string{"bot", "kind"}),
 	}
 	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, alertsSent,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -4,6 +4,8 @@ package task
 var (
 	Create = create
 	Update = update
+	// RecordFeedback is Lifecycle.Feedback on a given task bucket.
+	RecordFeedback = feedback
 )
 
 // SetOpenWaitTries sets how many reads a queue task's Start gives the

@@ -323,6 +323,7 @@ func (r *Record) clone() *Record {
 	if r.Feedback != nil {
 		fb := *r.Feedback
 		fb.Reasons = slices.Clone(fb.Reasons)
+		fb.MsgIDs = slices.Clone(fb.MsgIDs)
 		c.Feedback = &fb
 	}
 	return &c

@@ -72,7 +72,7 @@ func TestWelcomeTemplateCardAndFeedbackEvent(t *testing.T) {
 	}
 
 	// Feedback is on a reply whose first frame carried a feedback.id.
-	h.post(MessageRequest{BotID: bot1, UserID: "bob", Text: "q", ChatType: "group", ChatID: "g1"})
+	qMsg := h.post(MessageRequest{BotID: bot1, UserID: "bob", Text: "q", ChatType: "group", ChatID: "g1"})
 	qReq, _ := c.msgCallback()
 	first := streamBody("s-fb", "answer", true)
 	first.Stream.Feedback = &wecom.Feedback{ID: "fb-1"}
@@ -97,6 +97,22 @@ func TestWelcomeTemplateCardAndFeedbackEvent(t *testing.T) {
 	}
 	if fb := ev.Event.Feedback; fb == nil || fb.ID != "fb-1" || fb.Type != 2 || fb.Content != "too short" || len(fb.InaccurateReasons) != 1 {
 		t.Fatalf("feedback_event body %+v", ev.Event.Feedback)
+	}
+	// Replaying its msgid delivers the same event again with a new req_id;
+	// a message's msgid is no event's.
+	again := h.event(EventRequest{BotID: bot1, MsgID: res.MsgID})
+	againReq, evAgain := c.eventCallback()
+	if !again.Delivered || again.MsgID != res.MsgID || againReq != again.ReqID || againReq == fbReq || evAgain.MsgID != ev.MsgID ||
+		evAgain.CreateTime != ev.CreateTime || evAgain.ChatID != "g1" || evAgain.Event.Feedback == nil || evAgain.Event.Feedback.ID != "fb-1" ||
+		evAgain.Event.Feedback.Content != "too short" {
+		t.Fatalf("replayed event %+v %+v, want %+v again", again, evAgain, ev)
+	}
+	named := h.event(EventRequest{BotID: bot1, UserID: "bob", EventType: wecom.EventEnterChat, MsgID: "ev-named"})
+	if _, evNamed := c.eventCallback(); named.MsgID != "ev-named" || evNamed.MsgID != "ev-named" {
+		t.Fatalf("event posted with an unused msgid: %+v %+v", named, evNamed)
+	}
+	if _, err := h.srv.PostEvent(EventRequest{BotID: bot1, MsgID: qMsg.MsgID}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("replay of a message's msgid as an event: %v, want an invalid request", err)
 	}
 	// A feedback.id over 256 bytes is refused.
 	h.post(MessageRequest{BotID: bot1, UserID: "bob", Text: "q2", ChatType: "group", ChatID: "g1"})

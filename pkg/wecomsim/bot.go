@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/botctl/botctl/pkg/wecom"
 )
 
 // counters are a bot's totals since the start; Stats is their JSON view.
@@ -55,6 +57,13 @@ type pendingReq struct {
 	taskID string
 }
 
+// event is a user action posted (PostEvent): its callback, sent again as
+// it was when the event is replayed.
+type event struct {
+	chat string // transcript key, as pendingReq's
+	cb   wecom.EventCallback
+}
+
 // chatInfo is a conversation a user opened by talking to the bot.
 type chatInfo struct {
 	key      string
@@ -92,6 +101,7 @@ type bot struct {
 	streams      map[string]*stream
 	messages     []*message
 	byMsgID      map[string]*message
+	events       map[string]*event      // events posted, by msgid (a replay sends one again)
 	sent         map[string][]time.Time // conversation → accepted frame times
 	uploadTimes  []time.Time            // accepted upload inits, oldest first
 	quotaMode    string                 // "" (the server's Config.QuotaMode), QuotaRefuse or QuotaDrop
@@ -118,6 +128,7 @@ func newBot(id, secret string) *bot {
 		transcripts: make(map[string][]*TranscriptEntry),
 		streams:     make(map[string]*stream),
 		byMsgID:     make(map[string]*message),
+		events:      make(map[string]*event),
 		sent:        make(map[string][]time.Time),
 		uploads:     make(map[string]*upload),
 		media:       make(map[string]*UploadInfo),

@@ -73,6 +73,11 @@ type EventRequest struct {
 	// what the user wrote and the reasons ticked.
 	FeedbackContent   string `json:"feedback_content,omitempty"`
 	InaccurateReasons []int  `json:"inaccurate_reasons,omitempty"`
+	// MsgID, if it names an event already posted to this bot, replays that
+	// event's callback (same msgid, same content and create_time, a new
+	// req_id; the fields above but bot_id are then ignored): WeCom
+	// delivering an event again. An unused MsgID names the new event.
+	MsgID string `json:"msgid,omitempty"`
 }
 
 // EventResult says what became of a posted event.
@@ -413,11 +418,23 @@ func (s *Server) deliverLocked(b *bot, cmd string, p *pendingReq, body any, now 
 }
 
 // PostEvent plays a user action (enter_chat, template_card_event,
-// feedback_event…), written as aibot_event_callback.
+// feedback_event…), written as aibot_event_callback; or replays an event
+// posted before (req.MsgID).
 func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 	b, err := s.needBot(req.BotID)
 	if err != nil {
 		return EventResult{}, err
+	}
+	if req.MsgID != "" {
+		b.mu.Lock()
+		e, message := b.events[req.MsgID], b.byMsgID[req.MsgID] != nil
+		b.mu.Unlock()
+		switch {
+		case e != nil:
+			return s.deliverEvent(b, e), nil
+		case message:
+			return EventResult{}, invalid("msgid %s names a message of this bot, not an event: post it to /control/messages to replay it", quote(req.MsgID))
+		}
 	}
 	if req.UserID == "" {
 		return EventResult{}, invalid("user_id is required")
@@ -441,25 +458,42 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 			return EventResult{}, err
 		}
 	}
-	now := s.now()
-	ev := wecom.EventCallback{
-		MsgID:      newID("msg"),
-		CreateTime: now.Unix(),
+	id := req.MsgID
+	if id == "" {
+		id = newID("msg")
+	}
+	e := &event{chat: chat, cb: wecom.EventCallback{
+		MsgID:      id,
+		CreateTime: s.now().Unix(),
 		AIBotID:    b.id,
 		ChatType:   chatType,
 		From:       wecom.From{UserID: req.UserID},
 		MsgType:    wecom.MsgTypeEvent,
 		Event:      wecom.Event{EventType: req.EventType, EventKey: req.EventKey, TaskID: req.TaskID, Feedback: fb},
-	}
+	}}
 	if chatType == wecom.ChatGroup {
-		ev.ChatID = chat
+		e.cb.ChatID = chat
 	}
 	b.mu.Lock()
+	if b.events[id] != nil { // posted meanwhile with this msgid: replayed, as if it had been seen above
+		e = b.events[id]
+	}
+	b.events[id] = e
+	b.mu.Unlock()
+	return s.deliverEvent(b, e), nil
+}
+
+// deliverEvent writes e's callback, with a new req_id, to b's
+// subscribed connection.
+func (s *Server) deliverEvent(b *bot, e *event) EventResult {
+	now := s.now()
+	b.mu.Lock()
 	defer b.mu.Unlock()
+	ev := e.cb.Event
 	reqID, delivered := s.deliverLocked(b, wecom.CmdEventCallback,
-		&pendingReq{kind: reqEvent, eventType: req.EventType, chat: chat, msgid: ev.MsgID, at: now, taskID: req.TaskID}, ev, now)
-	s.log.Debug().Str("bot", b.id).Str("event", req.EventType).Str("req_id", reqID).Bool("delivered", delivered).Msg("user event")
-	return EventResult{MsgID: ev.MsgID, ReqID: reqID, Delivered: delivered}, nil
+		&pendingReq{kind: reqEvent, eventType: ev.EventType, chat: e.chat, msgid: e.cb.MsgID, at: now, taskID: ev.TaskID}, e.cb, now)
+	s.log.Debug().Str("bot", b.id).Str("event", ev.EventType).Str("msgid", e.cb.MsgID).Str("req_id", reqID).Bool("delivered", delivered).Msg("user event")
+	return EventResult{MsgID: e.cb.MsgID, ReqID: reqID, Delivered: delivered}
 }
 
 // Transcript is what chat (a user id for a single chat, a group chat id)

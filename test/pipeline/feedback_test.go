@@ -33,10 +33,8 @@ func TestFeedbackRecordedWithItsTask(t *testing.T) {
 	if fb.Kind != "inaccurate" || fb.Content != "too short" || len(fb.Reasons) != 2 || fb.User != "alice" || fb.Count != 1 {
 		t.Fatalf("recorded %+v", fb)
 	}
-	v := value(scrape(t, n.api), "botctl_feedback_total", map[string]string{"bot": "b1", "kind": "inaccurate"})
-	if v == nil || *v != 1 {
-		t.Fatalf("botctl_feedback_total{bot=b1,kind=inaccurate} = %v, want 1", v)
-	}
+	// Counted once recorded (a duplicate is not): wait for it.
+	testwait.Eventually(t, waitLong, "feedback counted", func() bool { return feedbackTotal(t, n, "inaccurate") == 1 })
 	// The user takes it back: the latest verdict is kept, both counted.
 	if _, err := c.sim.PostEvent(wecomsim.EventRequest{BotID: "b1", UserID: "alice", EventType: wecom.EventFeedback,
 		FeedbackID: id, FeedbackType: wecom.FeedbackCanceled}); err != nil {
@@ -46,4 +44,45 @@ func TestFeedbackRecordedWithItsTask(t *testing.T) {
 		fb := c.record(n, sent.MsgID).Feedback
 		return fb != nil && fb.Count == 2 && fb.Kind == "canceled"
 	})
+}
+
+// A feedback_event delivered twice (WeCom sending it again: the same
+// msgid, a new req_id) is recorded and counted once: the task record
+// keeps the msgids it counted, the second delivery is a duplicate.
+func TestFeedbackEventDeliveredTwiceCountedOnce(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", nil)
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	sent := c.post("alice", "rate me twice")
+	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "rate me twice") == 1 })
+	id := task.ID("b1", sent.MsgID)
+	first, err := c.sim.PostEvent(wecomsim.EventRequest{BotID: "b1", UserID: "alice", EventType: wecom.EventFeedback,
+		FeedbackID: id, FeedbackType: wecom.FeedbackAccurate})
+	if err != nil || !first.Delivered {
+		t.Fatalf("feedback event: %+v, %v", first, err)
+	}
+	testwait.Eventually(t, waitLong, "feedback recorded with the task", func() bool { return c.record(n, sent.MsgID).Feedback != nil })
+	testwait.Eventually(t, waitLong, "feedback counted", func() bool { return feedbackTotal(t, n, "accurate") == 1 })
+	dups := n.node.Access.Stats().Duplicates
+	again, err := c.sim.PostEvent(wecomsim.EventRequest{BotID: "b1", MsgID: first.MsgID})
+	if err != nil || !again.Delivered || again.MsgID != first.MsgID || again.ReqID == first.ReqID {
+		t.Fatalf("the event delivered again: %+v, %v (first %+v)", again, err, first)
+	}
+	testwait.Eventually(t, waitLong, "the second delivery taken for a duplicate", func() bool { return n.node.Access.Stats().Duplicates > dups })
+	if fb := c.record(n, sent.MsgID).Feedback; fb.Kind != "accurate" || fb.Count != 1 || len(fb.MsgIDs) != 1 || fb.MsgIDs[0] != first.MsgID {
+		t.Fatalf("recorded %+v after the event twice, want it once", fb)
+	}
+	if v := feedbackTotal(t, n, "accurate"); v != 1 {
+		t.Fatalf("botctl_feedback_total{bot=b1,kind=accurate} = %v after the event twice, want 1", v)
+	}
+}
+
+// feedbackTotal is n's botctl_feedback_total of bot b1 and kind (0 when
+// none was counted).
+func feedbackTotal(t *testing.T, n *runningNode, kind string) float64 {
+	t.Helper()
+	if v := value(scrape(t, n.api), "botctl_feedback_total", map[string]string{"bot": "b1", "kind": kind}); v != nil {
+		return *v
+	}
+	return 0
 }
