@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/gorilla/websocket"
 )
 
 // MessageRequest plays a user sending a message (POST /control/messages).
@@ -192,57 +191,11 @@ type HistoryMessage struct {
 	Delivered  bool   `json:"delivered"`
 }
 
-// FaultRequest injects a fault (POST /control/faults).
-type FaultRequest struct {
-	BotID string `json:"bot_id"`
-	// Action is drop, revoke, restore, stall_acks, late_acks, silence,
-	// refuse_subscribe, unsubscribe or clear.
-	Action string `json:"action"`
-	// Seconds is how long stall_acks, late_acks, silence or
-	// refuse_subscribe last.
-	Seconds float64 `json:"seconds,omitempty"`
-	// DelaySeconds is how late late_acks sends each ack (required for it).
-	DelaySeconds float64 `json:"delay_seconds,omitempty"`
-	// ErrCode is what refuse_subscribe answers (default 6000, command
-	// conflict; 40001 would be an auth failure, which revoke already plays).
-	ErrCode int `json:"errcode,omitempty"`
-	// Chat is the conversation stream_unsupported applies to (the user id
-	// of a single chat, the group chat id).
-	Chat string `json:"chat,omitempty"`
-	// MsgID is the message whose callback's first reply drop_on_reply
-	// waits for (a message posted later may name its msgid in advance:
-	// MessageRequest.MsgID).
-	MsgID string `json:"msgid,omitempty"`
-}
-
 // BotRequest adds a bot (POST /control/bots).
 type BotRequest struct {
 	BotID  string `json:"bot_id"`
 	Secret string `json:"secret"`
 }
-
-// Fault actions.
-const (
-	FaultDrop      = "drop"
-	FaultRevoke    = "revoke"
-	FaultRestore   = "restore"
-	FaultStallAcks = "stall_acks"
-	FaultLateAcks  = "late_acks"
-	FaultSilence   = "silence"
-	FaultClear     = "clear"
-	// FaultRefuseSubscribe answers subscribes with a non-auth errcode.
-	FaultRefuseSubscribe = "refuse_subscribe"
-	// FaultUnsubscribe ends the subscription but keeps the socket open.
-	FaultUnsubscribe = "unsubscribe"
-	// FaultStreamUnsupported answers every stream frame to one chat with
-	// 600039 (device type not supported) until clear; pushes still land.
-	FaultStreamUnsupported = "stream_unsupported"
-	// FaultDropOnReply drops the connection when the first reply to one
-	// message's callback arrives, before that reply is applied.
-	FaultDropOnReply = "drop_on_reply"
-)
-
-const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe, stream_unsupported, drop_on_reply or clear"
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
@@ -598,111 +551,4 @@ func (s *Server) History(q HistoryQuery) ([]HistoryMessage, error) {
 		}
 	}
 	return out, nil
-}
-
-// Fault injects a fault for one bot.
-//   - drop: close the subscribed connection at once, no close frame and no
-//     disconnected_event (a network drop).
-//   - revoke: the secret stops working: the subscribed connection is closed
-//     (1008) and subscribes fail until restore.
-//   - restore: undo revoke.
-//   - stall_acks: for Seconds, frames are processed but no ack is sent.
-//   - late_acks: for Seconds, frames are processed at once but each ack is
-//     sent DelaySeconds (wall clock) late, in order; callbacks are not held.
-//   - silence: for Seconds, callbacks are not delivered (recorded undelivered).
-//   - refuse_subscribe: for Seconds, a subscribe with the right secret is
-//     answered ErrCode (default 6000) and the connection closed (1013);
-//     the current connection is not touched.
-//   - unsubscribe: the subscribed connection loses its subscription but
-//     stays open: every frame but subscribe gets 846609 on it.
-//   - stream_unsupported: every stream frame to Chat is answered 600039
-//     (device type not supported) until clear; pushes to it still land.
-//   - drop_on_reply: the first aibot_respond_msg frame replying to the
-//     callback of message MsgID closes the connection as drop does,
-//     unapplied and unacked (the network failing as a reply is sent); one
-//     frame, once.
-//   - clear: end stall_acks, late_acks, silence, refuse_subscribe,
-//     stream_unsupported and drop_on_reply now (acks already delayed still
-//     go out late).
-func (s *Server) Fault(req FaultRequest) error {
-	b, err := s.needBot(req.BotID)
-	if err != nil {
-		return err
-	}
-	now := s.now()
-	dur := time.Duration(req.Seconds * float64(time.Second))
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	log := s.log.Info().Str("bot", b.id).Str("fault", req.Action)
-	switch req.Action {
-	case FaultStallAcks, FaultLateAcks, FaultSilence, FaultRefuseSubscribe:
-		if req.Seconds <= 0 {
-			return invalid("seconds must be positive for %s (how long the fault lasts)", req.Action)
-		}
-		log = log.Float64("seconds", req.Seconds)
-	}
-	switch req.Action {
-	case FaultDrop:
-		if b.live != nil {
-			b.live.abort()
-			b.live = nil
-			b.stats.Drops++
-		}
-	case FaultRevoke:
-		b.revoked = true
-		if b.live != nil {
-			b.live.enqueueClose(websocket.ClosePolicyViolation, "bot secret revoked")
-			b.live = nil
-		}
-	case FaultRestore:
-		b.revoked = false
-	case FaultStallAcks:
-		b.stallUntil = now.Add(dur)
-	case FaultSilence:
-		b.silenceUntil = now.Add(dur)
-	case FaultLateAcks:
-		if req.DelaySeconds <= 0 {
-			return invalid("delay_seconds must be positive for late_acks (how late each ack is sent)")
-		}
-		b.lateUntil = now.Add(dur)
-		b.lateDelay = time.Duration(req.DelaySeconds * float64(time.Second))
-		log = log.Float64("delay_seconds", req.DelaySeconds)
-	case FaultRefuseSubscribe:
-		code := req.ErrCode
-		switch {
-		case code == 0:
-			code = wecom.ErrCodeCommandConflict
-		case code == wecom.ErrCodeInvalidCredential:
-			return invalid("errcode %d is the auth failure: use the revoke fault for it", code)
-		}
-		b.refuseUntil, b.refuseCode = now.Add(dur), code
-		log = log.Int("errcode", code)
-	case FaultUnsubscribe:
-		if b.live != nil {
-			b.live = nil
-			b.stats.Unsubscribed++
-		}
-	case FaultStreamUnsupported:
-		if req.Chat == "" {
-			return invalid("chat is required for stream_unsupported: the user id of a single chat or the group chat id")
-		}
-		b.noStream[req.Chat] = true
-		log = log.Str("chat", req.Chat)
-	case FaultDropOnReply:
-		if req.MsgID == "" {
-			return invalid("msgid is required for drop_on_reply: the message whose reply drops the connection")
-		}
-		b.dropOnReply[req.MsgID] = true
-		log = log.Str("msgid", req.MsgID)
-	case FaultClear:
-		b.stallUntil, b.silenceUntil, b.lateUntil, b.refuseUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-		clear(b.noStream)
-		clear(b.dropOnReply)
-	case "":
-		return invalid("action is required: %s", faultActions)
-	default:
-		return invalid("unknown fault action %q: want %s", req.Action, faultActions)
-	}
-	log.Msg("fault injected")
-	return nil
 }
