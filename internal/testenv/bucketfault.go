@@ -34,8 +34,8 @@ type BucketFault struct {
 	// URL is botctl's (the connections the fault applies to), credentials
 	// in it.
 	URL string
-	// ProbeURL is a user the fault never applies to, for the test's own
-	// reads of what botctl left.
+	// ProbeURL is another user's, straight to the server: the fault never
+	// applies to it, for the test's own reads of what botctl left.
 	ProbeURL string
 
 	mu   sync.Mutex

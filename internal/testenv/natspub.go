@@ -22,7 +22,9 @@ const maxPubLine = 1 << 20
 //	HPUB <subject> [reply-to] <#header bytes> <#total bytes>\r\n<headers and payload>\r\n
 //
 // drop is asked once per frame, when its line is complete, so a frame is
-// kept or dropped whole however its bytes are split across reads.
+// kept or dropped whole however its bytes are split across reads. The
+// server never learns of a dropped frame: a client in verbose mode (nats.go
+// is not, by default) misses its +OK.
 type pubFilter struct {
 	drop func(subject string) bool
 
