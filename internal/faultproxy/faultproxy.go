@@ -11,6 +11,10 @@
 //   - CutAll: every current connection is closed at once (both sides see a
 //     reset or EOF); new connections are forwarded as usual.
 //
+// WithClientFilter has a proxy rewrite what clients send, to fail one part of
+// a protocol while the rest keeps working (internal/testenv's BucketFault
+// drops one NATS bucket's publishes this way).
+//
 // Close stops the proxy and waits for all of its goroutines.
 package faultproxy
 
@@ -30,6 +34,9 @@ type Proxy struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// clientFilter makes each connection's filter of its client's bytes;
+	// nil forwards them untouched.
+	clientFilter func() func(p []byte) []byte
 
 	mu sync.Mutex
 	// flowing is closed while bytes are forwarded; while blackholed it is
@@ -52,9 +59,24 @@ type link struct {
 	server net.Conn
 }
 
+// Option configures a Proxy made by New.
+type Option func(*Proxy)
+
+// WithClientFilter passes every connection's bytes from its client through a
+// filter before they reach the target: newFilter makes one for each
+// connection, and the filter returns what to forward of the bytes just read
+// (possibly none, possibly held bytes from earlier reads). A filter is called
+// by one goroutine at a time, in the order the bytes arrived, so it may keep
+// state across reads (a protocol parser's), and the slice it returns may be
+// its own buffer, reused once the bytes are written. Bytes from the target
+// are forwarded untouched.
+func WithClientFilter(newFilter func() func(p []byte) []byte) Option {
+	return func(p *Proxy) { p.clientFilter = newFilter }
+}
+
 // New listens on listenAddr ("127.0.0.1:0" picks a free port; see Addr) and
 // forwards to targetAddr.
-func New(listenAddr, targetAddr string) (*Proxy, error) {
+func New(listenAddr, targetAddr string, opts ...Option) (*Proxy, error) {
 	ln, err := net.Listen("tcp", listenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: listen %s: %w", listenAddr, err)
@@ -63,6 +85,9 @@ func New(listenAddr, targetAddr string) (*Proxy, error) {
 	flowing := make(chan struct{})
 	close(flowing)
 	p := &Proxy{ln: ln, target: targetAddr, ctx: ctx, cancel: cancel, flowing: flowing, links: map[*link]struct{}{}}
+	for _, o := range opts {
+		o(p)
+	}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -184,16 +209,20 @@ func (p *Proxy) serve(l *link) {
 		return
 	default:
 	}
+	var filter func([]byte) []byte
+	if p.clientFilter != nil {
+		filter = p.clientFilter()
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(l, s, l.client) }()
-	go func() { defer wg.Done(); p.pipe(l, l.client, s) }()
+	go func() { defer wg.Done(); p.pipe(l, s, l.client, filter) }()
+	go func() { defer wg.Done(); p.pipe(l, l.client, s, nil) }()
 	wg.Wait()
 }
 
-// pipe copies src to dst while the proxy is not blackholed. Any error ends
-// the whole link.
-func (p *Proxy) pipe(l *link, dst, src net.Conn) {
+// pipe copies src to dst while the proxy is not blackholed, through filter
+// if it is not nil. Any error ends the whole link.
+func (p *Proxy) pipe(l *link, dst, src net.Conn, filter func([]byte) []byte) {
 	defer l.close()
 	buf := make([]byte, 32*1024)
 	for {
@@ -206,8 +235,14 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 			if !p.waitFlowing(l) {
 				return
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+			out := buf[:n]
+			if filter != nil {
+				out = filter(out)
+			}
+			if len(out) > 0 {
+				if _, werr := dst.Write(out); werr != nil {
+					return
+				}
 			}
 		}
 		if err != nil {

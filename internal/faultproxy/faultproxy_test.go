@@ -225,3 +225,37 @@ func TestTargetDown(t *testing.T) {
 		t.Fatalf("read with target down: %v, want EOF or reset", err)
 	}
 }
+
+// A client filter sees the client's bytes before the target does; the
+// target's bytes come back untouched.
+func TestClientFilter(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	echo := newEchoServer(t)
+	dropX := func() func([]byte) []byte {
+		var out []byte
+		return func(p []byte) []byte {
+			out = out[:0]
+			for _, b := range p {
+				if b != 'x' {
+					out = append(out, b)
+				}
+			}
+			return out
+		}
+	}
+	p, err := New("127.0.0.1:0", echo.ln.Addr().String(), WithClientFilter(dropX))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, r := dial(t, p.Addr())
+	if _, err := io.WriteString(c, "xxx"); err != nil { // filtered to nothing: no write
+		t.Fatal(err)
+	}
+	if got, err := roundTrip(c, r, "axbx", 10*time.Second); err != nil || got != "ab" {
+		t.Fatalf("round trip through the filter = %q, %v; want %q", got, err, "ab")
+	}
+	c.Close()
+	p.Close()
+	echo.Close()
+}
