@@ -1,0 +1,150 @@
+package pipeline
+
+// The network fails exactly as botctl sends the first reply to a message
+// (the simulator's drop_on_reply fault): the frame is neither applied nor
+// acked, the callback's req_id dies with the connection. What the user
+// gets afterwards, on every path but the busy reply's
+// (TestBusyReplyCutOffByTheNetworkArrivesLater).
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecomsim"
+)
+
+// answers counts the complete answers to question the user sees, however
+// sent (the stream's final frame, or pushed, with a note or not).
+func answers(entries []wecomsim.TranscriptEntry, question string) int {
+	k := 0
+	for _, e := range entries {
+		if e.Finished && strings.Contains(e.Content, "You asked: "+question) {
+			k++
+		}
+	}
+	return k
+}
+
+// dropOnReply arms drop_on_reply for msgid.
+func (c *cluster) dropOnReply(msgid string) {
+	c.t.Helper()
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultDropOnReply, MsgID: msgid}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// drops is how many connections a fault dropped.
+func (c *cluster) drops() int64 {
+	s, _ := c.sim.Stats("b1")
+	return s.Drops
+}
+
+// postWithID posts text from user under msgid and checks it was delivered.
+func (c *cluster) postWithID(user, msgid, text string) {
+	c.t.Helper()
+	if r := c.postAs(wecomsim.MessageRequest{UserID: user, Text: text, MsgID: msgid}); !r.Delivered {
+		c.t.Fatalf("%s not delivered: %+v", msgid, r)
+	}
+}
+
+// answeredOnceAfterTheDrop checks what every case of a cut-off frame
+// ends with: the connection dropped once and came back, question is
+// answered exactly once (nothing more comes a while later), msgid's task
+// is recorded delivered, no stream is left open, and WeCom's quota held.
+// receiptShown: the receipt was applied before the drop, and its stream
+// may stay at the receipt (nothing can finish it: its req_id died with
+// the connection).
+func (c *cluster) answeredOnceAfterTheDrop(n *runningNode, user, msgid, question string, receiptShown bool) {
+	c.t.Helper()
+	testwait.Eventually(c.t, waitLong, "the connection dropped as the frame was sent", func() bool { return c.drops() == 1 })
+	testwait.Eventually(c.t, waitLong, "connected again", c.connected)
+	testwait.Eventually(c.t, waitLong, "answered", func() bool { return answers(c.bot(user), question) >= 1 })
+	testwait.Eventually(c.t, waitLong, "recorded delivered", func() bool { return c.record(n, msgid).Delivery == task.Delivered })
+	time.Sleep(2 * time.Second) // a second answer would come now
+	if k := answers(c.bot(user), question); k != 1 {
+		c.t.Fatalf("answered %d times, want once: %+v", k, c.bot(user))
+	}
+	for _, e := range c.bot(user) {
+		if !e.Finished && !(receiptShown && e.ReplyTo == msgid && strings.Contains(e.Content, "已收到")) {
+			c.t.Fatalf("a stream left open: %+v", c.bot(user))
+		}
+	}
+	if s, _ := c.sim.Stats("b1"); s.QuotaRejections != 0 || s.Drops != 1 {
+		c.t.Fatalf("quota rejections %d, drops %d (want 0, 1)", s.QuotaRejections, s.Drops)
+	}
+}
+
+// The receipt, a question's first reply, is the frame the network cuts
+// off: whether it went early (arrive) or after the dispatch, the task
+// runs, and its answer, which can no longer continue a stream the user
+// never saw on a req_id that died with the connection, is pushed once the
+// node is connected again: once, the record delivered, under the quota.
+func TestReceiptCutOffByTheNetworkAnswerPushedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		early bool
+	}{{"early receipt", true}, {"receipt after the dispatch", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			n := c.start("n1", nil)
+			testwait.Eventually(t, waitLong, "leader connected", c.connected)
+			if tc.early {
+				awaitFresh(t, c, n)
+			}
+			const cut = "m-receipt-cut-off"
+			c.dropOnReply(cut)
+			c.postWithID("alice", cut, "is my answer lost?")
+			c.answeredOnceAfterTheDrop(n, "alice", cut, "is my answer lost?", false)
+			if s := n.node.Access.Stats(); (s.EarlyReceipts == 1) != tc.early || s.Dispatched != 1 {
+				t.Fatalf("access stats %+v, want early receipt %v, one task", s, tc.early)
+			}
+			if r := c.record(n, cut); !r.StreamStart.IsZero() {
+				t.Fatalf("the record carries a receipt the user never saw: %+v", r)
+			}
+		})
+	}
+}
+
+// Two nodes: the leader's connection drops on the receipt. Whichever node
+// holds the bot next (the leader reconnecting, or the standby taking
+// over), the answer arrives once.
+func TestReceiptCutOffOnTheLeaderOfTwoAnswerOnce(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a", nil)
+	testwait.Eventually(t, waitLong, "a connected", c.connected)
+	b := c.start("b", nil)
+	const cut = "m-leader-receipt-cut-off"
+	c.dropOnReply(cut)
+	c.postWithID("alice", cut, "and with a standby?")
+	c.answeredOnceAfterTheDrop(a, "alice", cut, "and with a standby?", false)
+	if r := c.record(b, cut); r.Delivery != task.Delivered {
+		t.Fatalf("the standby reads %+v", r)
+	}
+}
+
+// The frame after the receipt (the answer's next frame: with the demo's
+// short answer, usually its final one) is cut off. drop_on_reply fires on
+// the first reply to a message, which is always the receipt (a
+// stream_unsupported chat still gets its receipt frame, refused only once
+// applied, so it cannot move the fault past it): it is armed once the
+// receipt is shown, so the next frame replying to the message is the one
+// that drops. The stream's req_id died with the connection: the answer
+// is pushed, once (the stream stays at the receipt: nothing can finish
+// it without its req_id).
+func TestFrameAfterTheReceiptCutOffAnswerOnce(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 3 * time.Second })
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	const msgid = "m-after-receipt-cut-off"
+	c.postWithID("alice", msgid, "and after the receipt?")
+	testwait.Eventually(t, waitLong, "receipt shown", func() bool {
+		s, ok := c.stream("alice", msgid)
+		return ok && strings.Contains(s.Content, "已收到")
+	})
+	c.dropOnReply(msgid)
+	c.answeredOnceAfterTheDrop(n, "alice", msgid, "and after the receipt?", true)
+}
