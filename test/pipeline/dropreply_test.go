@@ -7,6 +7,8 @@ package pipeline
 // (TestBusyReplyCutOffByTheNetworkArrivesLater).
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -147,4 +149,131 @@ func TestFrameAfterTheReceiptCutOffAnswerOnce(t *testing.T) {
 	})
 	c.dropOnReply(msgid)
 	c.answeredOnceAfterTheDrop(n, "alice", msgid, "and after the receipt?", true)
+}
+
+// A reply that needs no task (a command's, the allowlist's refusal) is
+// the frame the network cuts off. It is not owed later (a late "/help"
+// or refusal helps nobody: handling.go answered), but the message is
+// marked handled (the seen bucket), so neither the gap backfill nor the
+// health monitor takes it for missed; nothing is answered twice, and the
+// conversation's next message is answered as usual.
+func TestReplyWithoutTaskCutOffNotOwedButHandled(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) {
+		c.withBackfill(cfg)
+		cfg.Access.AllowUsers = []string{"alice"}
+	})
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	for i, tc := range []struct{ user, msgid, text string }{
+		{"alice", "m-help-cut-off", "/help"},
+		{"mallory", "m-refusal-cut-off", "let me in"},
+	} {
+		c.dropOnReply(tc.msgid)
+		c.postWithID(tc.user, tc.msgid, tc.text)
+		testwait.Eventually(t, waitLong, tc.text+": the connection dropped as its reply was sent", func() bool { return c.drops() == int64(i+1) })
+		testwait.Eventually(t, waitLong, "connected again", c.connected)
+		testwait.Eventually(t, waitLong, tc.text+": marked handled", func() bool {
+			seen, err := n.node.Store.Seen(context.Background(), "b1", tc.msgid)
+			return err == nil && seen
+		})
+	}
+	// The conversations go on: alice's next question is answered, and
+	// mallory's next message refused, once each.
+	next := c.post("alice", "after the help")
+	testwait.Eventually(t, waitLong, "alice's next question answered", func() bool { return answers(c.bot("alice"), "after the help") == 1 })
+	again := c.post("mallory", "let me in now")
+	if got := c.replyTo("mallory", again.MsgID); !strings.Contains(got, "没有使用这个机器人的权限") {
+		t.Fatalf("mallory's next message got %q", got)
+	}
+	time.Sleep(3 * time.Second) // a late reply to a cut-off message, or a second answer, would come now
+	for _, user := range []string{"alice", "mallory"} {
+		for _, e := range c.bot(user) {
+			if e.ReplyTo == "m-help-cut-off" || e.ReplyTo == "m-refusal-cut-off" || strings.Contains(e.Content, "/stop") {
+				t.Fatalf("a cut-off reply was sent later: %+v", c.bot(user))
+			}
+		}
+	}
+	if k := countReplies(c.bot("alice"), next.MsgID); k != 1 {
+		t.Fatalf("alice's next question got %d replies: %+v", k, c.bot("alice"))
+	}
+	if k := countReplies(c.bot("mallory"), again.MsgID); k != 1 || len(c.bot("mallory")) != 1 {
+		t.Fatalf("mallory sees %+v, want one refusal", c.bot("mallory"))
+	}
+	if s := n.node.Access.Stats(); s.Commands != 1 || s.Refused != 2 || s.Dispatched != 1 || s.Backfilled != 0 {
+		t.Fatalf("access stats %+v", s)
+	}
+	if s, _ := c.sim.Stats("b1"); s.QuotaRejections != 0 {
+		t.Fatalf("quota rejections %d", s.QuotaRejections)
+	}
+}
+
+// An early receipt whose dispatch then finds the conversation busy: its
+// stream is finished with the busy reply (earlyMissed), and that frame is
+// the one the network cuts off. drop_on_reply fires on a message's first
+// reply, the early receipt itself; so acks come late (late_acks), which
+// holds the handling on the receipt's ack after the receipt is shown,
+// and the fault is armed then: the busy frame is the next reply. The
+// refusal is recorded (refuseLater) and the pusher sends it once the
+// bot is connected again, once; nothing runs the refused question.
+func TestEarlyReceiptsBusyFinishCutOffArrivesLater(t *testing.T) {
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) {
+		cfg.Worker.Slots, cfg.Worker.LeaderSlots = 1, 1
+		cfg.AI.Demo.AnswerTime = time.Minute
+	})
+	awaitFresh(t, c, n)
+	c.post("bob", "takes the only slot")
+	testwait.Eventually(t, waitLong, "bob's task running", func() bool { return n.node.Worker.Busy() == 1 })
+	// Alice's conversation gets a task straight on the queue, which the
+	// pusher does not know of: her message gets an early receipt, and
+	// the publish then finds her conversation busy.
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	stray := task.New("b1", "stray", time.Now().UTC())
+	stray.Chat, stray.ChatType, stray.User, stray.Question = "alice", "single", "alice", "queued elsewhere"
+	raw, err := json.Marshal(task.MessageOf(stray))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.node.Store.PublishTask(ctx, "b1", "alice", "stray", raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultLateAcks, Seconds: 10, DelaySeconds: 3}); err != nil {
+		t.Fatal(err)
+	}
+	const msgid = "m-early-busy-cut-off"
+	c.postWithID("alice", msgid, "refused")
+	testwait.Eventually(t, waitLong, "early receipt shown", func() bool {
+		s, ok := c.stream("alice", msgid)
+		return ok && strings.Contains(s.Content, "已收到")
+	})
+	c.dropOnReply(msgid)
+	testwait.Eventually(t, waitLong, "the connection dropped as the busy reply was sent", func() bool { return c.drops() == 1 })
+	testwait.Eventually(t, waitLong, "connected again", c.connected)
+	busy := func() int {
+		k := 0
+		for _, e := range c.bot("alice") {
+			if e.Finished && strings.Contains(e.Content, "还在处理中") {
+				k++
+			}
+		}
+		return k
+	}
+	testwait.Eventually(t, waitLong, "the busy reply delivered after all", func() bool { return busy() > 0 })
+	time.Sleep(2 * time.Second) // a second busy reply would come now
+	if k := busy(); k != 1 {
+		t.Fatalf("%d busy replies, want 1: %+v", k, c.bot("alice"))
+	}
+	if s := n.node.Access.Stats(); s.EarlyMissed != 1 || s.Busy != 1 {
+		t.Fatalf("access stats %+v, want alice's early receipt missed: busy", s)
+	}
+	if answers(c.bot("alice"), "refused") != 0 {
+		t.Fatal("the refused question was answered")
+	}
+	if r := c.record(n, msgid); r.Exec == task.Running || r.Exec == task.Succeeded {
+		t.Fatalf("the refused question ran: %+v", r)
+	}
+	if st, _ := c.sim.Stats("b1"); st.QuotaRejections != 0 {
+		t.Fatalf("quota rejections %d", st.QuotaRejections)
+	}
 }
