@@ -25,12 +25,16 @@ import (
 //     aibot_respond_update_msg, aibot_send_msg). At is when it was accepted,
 //     just before its ack was queued.
 //
-// Rejected frames are not recorded (Stats counts them).
+// Rejected frames are not recorded (Stats counts them), but for one: a
+// third kind, "dropped", is the reply the drop_on_reply fault cut off (At
+// is when it came, the connection dropped; it was not applied), so a test
+// can tell which of a message's frames the network took.
 
 // Recorded event kinds.
 const (
 	RecordCallback = "callback"
 	RecordFrame    = "frame"
+	RecordDropped  = "dropped"
 )
 
 // RecordedEvent is one recorded event.
@@ -123,7 +127,13 @@ type callbackRec struct {
 // recordFrame records an accepted frame of bot b. chat and replyTo come
 // from the frame's req_id (replies) or body (pushes).
 func (s *Server) recordFrame(botID string, f *wecom.Frame, chat, replyTo string, at time.Time) {
-	e := RecordedEvent{Kind: RecordFrame, Cmd: f.Cmd, ReqID: f.Headers.ReqID, Chat: chat, ReplyTo: replyTo, At: at}
+	s.recordFrameAs(RecordFrame, botID, f, chat, replyTo, at)
+}
+
+// recordFrameAs records frame f as an event of kind (RecordFrame or
+// RecordDropped).
+func (s *Server) recordFrameAs(kind, botID string, f *wecom.Frame, chat, replyTo string, at time.Time) {
+	e := RecordedEvent{Kind: kind, Cmd: f.Cmd, ReqID: f.Headers.ReqID, Chat: chat, ReplyTo: replyTo, At: at}
 	var content string
 	switch f.Cmd {
 	case wecom.CmdRespondMsg:

@@ -92,3 +92,26 @@ func TestRecordingCallbacksAndAcceptedFrames(t *testing.T) {
 		t.Fatal("StartRecording")
 	}
 }
+
+// The reply drop_on_reply cut off is recorded as "dropped" (not applied,
+// so never as a frame), with what it would have shown.
+func TestRecordingDroppedReply(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{Record: true})
+	defer h.close()
+	c := h.subscribe(bot1, secret1)
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultDropOnReply, MsgID: "m-doomed"}); err != nil {
+		t.Fatal(err)
+	}
+	h.post(MessageRequest{BotID: bot1, UserID: "alice", Text: "hi", MsgID: "m-doomed"})
+	reqID, _ := c.msgCallback()
+	c.send(wecom.CmdRespondMsg, reqID, streamBody("s1", "never shown", true))
+	c.closed()
+	h.waitFor("dropped reply recorded", func() bool { return len(h.srv.Recorded(bot1)) == 2 })
+	ev := h.srv.Recorded(bot1)
+	d := ev[1]
+	if ev[0].Kind != RecordCallback || d.Kind != RecordDropped || d.ReplyTo != "m-doomed" || d.Chat != "alice" ||
+		d.StreamID != "s1" || !d.Finish || d.ContentLen != len("never shown") || d.ContentHash != contentHash("never shown") {
+		t.Fatalf("recorded %+v", ev)
+	}
+}

@@ -127,6 +127,9 @@ func (c *conn) dropsOn(b *bot, f *wecom.Frame) bool {
 	}
 	c.log.Info().Str("msgid", p.msgid).Msg("drop_on_reply: connection dropped as the reply came")
 	c.abort()
+	if c.s.rec.on.Load() {
+		c.s.recordFrameAs(RecordDropped, b.id, f, p.chat, p.msgid, c.s.now())
+	}
 	return true
 }
 

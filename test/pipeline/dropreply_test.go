@@ -128,27 +128,35 @@ func TestReceiptCutOffOnTheLeaderOfTwoAnswerOnce(t *testing.T) {
 	}
 }
 
-// The frame after the receipt (the answer's next frame: with the demo's
-// short answer, usually its final one) is cut off. drop_on_reply fires on
-// the first reply to a message, which is always the receipt (a
-// stream_unsupported chat still gets its receipt frame, refused only once
-// applied, so it cannot move the fault past it): it is armed once the
-// receipt is shown, so the next frame replying to the message is the one
-// that drops. The stream's req_id died with the connection: the answer
-// is pushed, once (the stream stays at the receipt: nothing can finish
-// it without its req_id).
-func TestFrameAfterTheReceiptCutOffAnswerOnce(t *testing.T) {
+// The final frame, the first reply after the receipt, is cut off.
+// drop_on_reply fires on the first reply to a message, which is always
+// the receipt (a stream_unsupported chat still gets its receipt frame,
+// refused only once applied, so it cannot move the fault past it).
+// So acks come late (late_acks): the receipt is shown at once but its
+// ack, which the req_id's next frame waits for, comes 3 s later; the
+// fault is armed then, and the short answer, complete by the time the
+// pusher has the req_id's turn, goes as the final frame: that is the
+// frame that drops. The stream's req_id died with the connection: the
+// answer is pushed, once (the stream stays at the receipt: nothing can
+// finish it without its req_id).
+func TestFinalFrameCutOffAnswerPushedOnce(t *testing.T) {
 	c := newCluster(t)
-	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 3 * time.Second })
+	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 100 * time.Millisecond })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
-	const msgid = "m-after-receipt-cut-off"
-	c.postWithID("alice", msgid, "and after the receipt?")
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultLateAcks, Seconds: 10, DelaySeconds: 3}); err != nil {
+		t.Fatal(err)
+	}
+	const msgid = "m-final-cut-off"
+	c.postWithID("alice", msgid, "and the final frame?")
 	testwait.Eventually(t, waitLong, "receipt shown", func() bool {
 		s, ok := c.stream("alice", msgid)
 		return ok && strings.Contains(s.Content, "已收到")
 	})
 	c.dropOnReply(msgid)
-	c.answeredOnceAfterTheDrop(n, "alice", msgid, "and after the receipt?", true)
+	c.answeredOnceAfterTheDrop(n, "alice", msgid, "and the final frame?", true)
+	if r := c.record(n, msgid); !r.FinalPending {
+		t.Fatalf("no final frame was sent on the stream (the cut-off frame was another): %+v", r)
+	}
 }
 
 // A reply that needs no task (a command's, the allowlist's refusal) is
