@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
@@ -37,6 +38,23 @@ func (c *cluster) dropOnReply(msgid string) {
 	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultDropOnReply, MsgID: msgid}); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// dropped is the frame drop_on_reply cut off, replying to msgid (the
+// simulator records it when recording: c.sim.StartRecording).
+func (c *cluster) dropped(msgid string) wecomsim.RecordedEvent {
+	c.t.Helper()
+	var d wecomsim.RecordedEvent
+	testwait.Eventually(c.t, waitLong, "the cut-off frame recorded", func() bool {
+		for _, e := range c.sim.Recorded("b1") {
+			if e.Kind == wecomsim.RecordDropped && e.ReplyTo == msgid {
+				d = e
+				return true
+			}
+		}
+		return false
+	})
+	return d
 }
 
 // drops is how many connections a fault dropped.
@@ -97,10 +115,14 @@ func TestReceiptCutOffByTheNetworkAnswerPushedOnce(t *testing.T) {
 			if tc.early {
 				awaitFresh(t, c, n)
 			}
+			c.sim.StartRecording()
 			const cut = "m-receipt-cut-off"
 			c.dropOnReply(cut)
 			c.postWithID("alice", cut, "is my answer lost?")
 			c.answeredOnceAfterTheDrop(n, "alice", cut, "is my answer lost?", false)
+			if d := c.dropped(cut); d.Finish || d.ContentHash != task.Hash(access.DefaultReceipt) {
+				t.Fatalf("the cut-off frame %+v is not the receipt", d)
+			}
 			if s := n.node.Access.Stats(); (s.EarlyReceipts == 1) != tc.early || s.Dispatched != 1 {
 				t.Fatalf("access stats %+v, want early receipt %v, one task", s, tc.early)
 			}
@@ -119,10 +141,14 @@ func TestReceiptCutOffOnTheLeaderOfTwoAnswerOnce(t *testing.T) {
 	a := c.start("a", nil)
 	testwait.Eventually(t, waitLong, "a connected", c.connected)
 	b := c.start("b", nil)
+	c.sim.StartRecording()
 	const cut = "m-leader-receipt-cut-off"
 	c.dropOnReply(cut)
 	c.postWithID("alice", cut, "and with a standby?")
 	c.answeredOnceAfterTheDrop(a, "alice", cut, "and with a standby?", false)
+	if d := c.dropped(cut); d.Finish || d.ContentHash != task.Hash(access.DefaultReceipt) {
+		t.Fatalf("the cut-off frame %+v is not the receipt", d)
+	}
 	if r := c.record(b, cut); r.Delivery != task.Delivered {
 		t.Fatalf("the standby reads %+v", r)
 	}
@@ -143,6 +169,7 @@ func TestFinalFrameCutOffAnswerPushedOnce(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 100 * time.Millisecond })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	c.sim.StartRecording()
 	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultLateAcks, Seconds: 10, DelaySeconds: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +181,8 @@ func TestFinalFrameCutOffAnswerPushedOnce(t *testing.T) {
 	})
 	c.dropOnReply(msgid)
 	c.answeredOnceAfterTheDrop(n, "alice", msgid, "and the final frame?", true)
-	if r := c.record(n, msgid); !r.FinalPending {
-		t.Fatalf("no final frame was sent on the stream (the cut-off frame was another): %+v", r)
+	if d := c.dropped(msgid); !d.Finish || d.ContentHash != c.record(n, msgid).AnswerHash {
+		t.Fatalf("the cut-off frame %+v is not the answer's final frame: the test proves nothing", d)
 	}
 }
 
@@ -172,6 +199,7 @@ func TestReplyWithoutTaskCutOffNotOwedButHandled(t *testing.T) {
 		cfg.Access.AllowUsers = []string{"alice"}
 	})
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	c.sim.StartRecording()
 	for i, tc := range []struct{ user, msgid, text string }{
 		{"alice", "m-help-cut-off", "/help"},
 		{"mallory", "m-refusal-cut-off", "let me in"},
@@ -180,6 +208,9 @@ func TestReplyWithoutTaskCutOffNotOwedButHandled(t *testing.T) {
 		c.postWithID(tc.user, tc.msgid, tc.text)
 		testwait.Eventually(t, waitLong, tc.text+": the connection dropped as its reply was sent", func() bool { return c.drops() == int64(i+1) })
 		testwait.Eventually(t, waitLong, "connected again", c.connected)
+		if d := c.dropped(tc.msgid); !d.Finish || d.StreamID != "r-"+task.ID("b1", tc.msgid) {
+			t.Fatalf("the cut-off frame %+v is not %s's reply", d, tc.text)
+		}
 		testwait.Eventually(t, waitLong, tc.text+": marked handled", func() bool {
 			seen, err := n.node.Store.Seen(context.Background(), "b1", tc.msgid)
 			return err == nil && seen
@@ -246,6 +277,7 @@ func TestEarlyReceiptsBusyFinishCutOffArrivesLater(t *testing.T) {
 	if _, err := n.node.Store.PublishTask(ctx, "b1", "alice", "stray", raw); err != nil {
 		t.Fatal(err)
 	}
+	c.sim.StartRecording()
 	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultLateAcks, Seconds: 10, DelaySeconds: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +290,9 @@ func TestEarlyReceiptsBusyFinishCutOffArrivesLater(t *testing.T) {
 	c.dropOnReply(msgid)
 	testwait.Eventually(t, waitLong, "the connection dropped as the busy reply was sent", func() bool { return c.drops() == 1 })
 	testwait.Eventually(t, waitLong, "connected again", c.connected)
+	if d := c.dropped(msgid); !d.Finish || d.StreamID != "s-"+task.ID("b1", msgid) || d.ContentHash != task.Hash(access.DefaultBusy) {
+		t.Fatalf("the cut-off frame %+v is not the early receipt's stream finished busy: the test proves nothing", d)
+	}
 	busy := func() int {
 		k := 0
 		for _, e := range c.bot("alice") {
