@@ -247,14 +247,28 @@ func TestReplyWithoutTaskCutOffNotOwedButHandled(t *testing.T) {
 }
 
 // An early receipt whose dispatch then finds the conversation busy: its
-// stream is finished with the busy reply (earlyMissed), and that frame is
-// the one the network cuts off. drop_on_reply fires on a message's first
-// reply, the early receipt itself; so acks come late (late_acks), which
-// holds the handling on the receipt's ack after the receipt is shown,
-// and the fault is armed then: the busy frame is the next reply. The
-// refusal is recorded (refuseLater) and the pusher sends it once the
-// bot is connected again, once; nothing runs the refused question.
+// stream is finished with the busy reply (earlyMissed), and the network
+// cuts off the busy frame, or the early receipt itself. drop_on_reply
+// fires on a message's first reply, the early receipt; to reach the busy
+// frame, acks come late (late_acks), which holds the handling on the
+// receipt's ack after the receipt is shown, and the fault is armed then:
+// the busy frame is the next reply. Either way the refusal is owed
+// (recorded by refuseLater, or sent by busy's own way) and the user gets
+// it once the bot is connected again, once; nothing runs the refused
+// question.
 func TestEarlyReceiptsBusyFinishCutOffArrivesLater(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		busyFrame   bool // the busy frame is cut off (else the early receipt)
+		earlyMissed int64
+	}{{"the busy frame", true, 1}, {"the early receipt", false, -1}} {
+		t.Run(tc.name, func(t *testing.T) { earlyReceiptOfBusyCutOff(t, tc.busyFrame, tc.earlyMissed) })
+	}
+}
+
+// earlyReceiptOfBusyCutOff is TestEarlyReceiptsBusyFinishCutOffArrivesLater's
+// case; earlyMissed is the access stat wanted (-1: either).
+func earlyReceiptOfBusyCutOff(t *testing.T, busyFrame bool, earlyMissed int64) {
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) {
 		cfg.Worker.Slots, cfg.Worker.LeaderSlots = 1, 1
@@ -278,20 +292,29 @@ func TestEarlyReceiptsBusyFinishCutOffArrivesLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.sim.StartRecording()
-	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultLateAcks, Seconds: 10, DelaySeconds: 3}); err != nil {
-		t.Fatal(err)
-	}
 	const msgid = "m-early-busy-cut-off"
-	c.postWithID("alice", msgid, "refused")
-	testwait.Eventually(t, waitLong, "early receipt shown", func() bool {
-		s, ok := c.stream("alice", msgid)
-		return ok && strings.Contains(s.Content, "已收到")
-	})
-	c.dropOnReply(msgid)
-	testwait.Eventually(t, waitLong, "the connection dropped as the busy reply was sent", func() bool { return c.drops() == 1 })
+	if busyFrame {
+		if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultLateAcks, Seconds: 10, DelaySeconds: 3}); err != nil {
+			t.Fatal(err)
+		}
+		c.postWithID("alice", msgid, "refused")
+		testwait.Eventually(t, waitLong, "early receipt shown", func() bool {
+			s, ok := c.stream("alice", msgid)
+			return ok && strings.Contains(s.Content, "已收到")
+		})
+		c.dropOnReply(msgid)
+	} else {
+		c.dropOnReply(msgid)
+		c.postWithID("alice", msgid, "refused")
+	}
+	testwait.Eventually(t, waitLong, "the connection dropped as the frame was sent", func() bool { return c.drops() == 1 })
 	testwait.Eventually(t, waitLong, "connected again", c.connected)
-	if d := c.dropped(msgid); !d.Finish || d.StreamID != "s-"+task.ID("b1", msgid) || d.ContentHash != task.Hash(access.DefaultBusy) {
-		t.Fatalf("the cut-off frame %+v is not the early receipt's stream finished busy: the test proves nothing", d)
+	want, text := task.Hash(access.DefaultReceipt), "the early receipt"
+	if busyFrame {
+		want, text = task.Hash(access.DefaultBusy), "the early receipt's stream finished busy"
+	}
+	if d := c.dropped(msgid); d.ContentHash != want || d.Finish != busyFrame || d.StreamID != "s-"+task.ID("b1", msgid) {
+		t.Fatalf("the cut-off frame %+v is not %s: the test proves nothing", d, text)
 	}
 	busy := func() int {
 		k := 0
@@ -307,8 +330,8 @@ func TestEarlyReceiptsBusyFinishCutOffArrivesLater(t *testing.T) {
 	if k := busy(); k != 1 {
 		t.Fatalf("%d busy replies, want 1: %+v", k, c.bot("alice"))
 	}
-	if s := n.node.Access.Stats(); s.EarlyMissed != 1 || s.Busy != 1 {
-		t.Fatalf("access stats %+v, want alice's early receipt missed: busy", s)
+	if s := n.node.Access.Stats(); s.EarlyReceipts != 2 || s.Busy != 1 || earlyMissed >= 0 && s.EarlyMissed != earlyMissed {
+		t.Fatalf("access stats %+v, want alice's early receipt refused busy", s)
 	}
 	if answers(c.bot("alice"), "refused") != 0 {
 		t.Fatal("the refused question was answered")
