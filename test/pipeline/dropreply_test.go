@@ -149,7 +149,7 @@ func TestReceiptCutOffOnTheLeaderOfTwoAnswerOnce(t *testing.T) {
 	if d := c.dropped(cut); d.Finish || d.ContentHash != task.Hash(access.DefaultReceipt) {
 		t.Fatalf("the cut-off frame %+v is not the receipt", d)
 	}
-	if r := c.record(b, cut); r.Delivery != task.Delivered {
+	if r := c.record(b, cut); r.Delivery != task.Delivered || !r.StreamStart.IsZero() {
 		t.Fatalf("the standby reads %+v", r)
 	}
 }
