@@ -27,6 +27,7 @@ import (
 // answer reaches its user complete, once, within WeCom's quota; no task
 // stays behind in the queue.
 func TestAllNATSServersRestartMidAnswer(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	natsc := testenv.NewNATSCluster(t, 3)
 	for i := range 3 {
 		natsc.Start(t, i)

@@ -173,6 +173,7 @@ func answeredLate(entries []wecomsim.TranscriptEntry, question string) int {
 // is not refused long after the fact: the backfill comes back to it and
 // answers it once the conversation is free.
 func TestMissedMessageOfBusyConversationAnsweredAfterIt(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	c := newCluster(t)
 	slow := func(cfg *config.Config) { c.withBackfill(cfg); cfg.AI.Demo.AnswerTime = 6 * time.Second }
 	a := c.start("a", slow)

@@ -83,6 +83,7 @@ func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
 // once acks flow again, and every answer in flight is delivered, with no
 // delivery attempt spent on what was the connection's fault.
 func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) {
 		cfg.AI.Demo.AnswerTime = 3 * time.Second

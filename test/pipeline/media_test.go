@@ -121,6 +121,7 @@ func mustMedia(t *testing.T, c *cluster, msgid string) [][]byte {
 // Bad media gets a reply naming why (and the limit), creates no task, and
 // leaves the conversation free: the user's next question is answered.
 func TestBadMediaRepliesWhyAndLocksNothing(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.Media.MaxBytes = 2048 })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)

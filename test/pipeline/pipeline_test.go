@@ -333,6 +333,7 @@ func TestBusyConversationRefused(t *testing.T) {
 // every held-back message gets its busy reply later, once, as the final
 // frame of its own stream; and the quota is never exceeded.
 func TestBusyRepliesPastTheBudgetArriveLaterOnce(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -370,6 +371,7 @@ func TestBusyRepliesPastTheBudgetArriveLaterOnce(t *testing.T) {
 // user saw nothing). Every message gets exactly one busy reply, and
 // WeCom's quota holds.
 func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -525,6 +527,7 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 // without a single 45009 (it counts the old leader's sends from the task
 // records, and waits for them to leave WeCom's window).
 func TestNewLeaderRespectsPreviousLeadersQuota(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	c := newCluster(t)
 	long := func(cfg *config.Config) {
 		cfg.AI.Demo.AnswerTime = 3 * time.Second

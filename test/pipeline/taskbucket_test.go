@@ -60,6 +60,7 @@ func (w *lockWatch) oldest() time.Duration {
 // no record; once the bucket answers, the endings owed are written and
 // every conversation takes and answers a new question.
 func TestTasksBucketFailingLocksNoConversation(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	const (
 		deadline = 10 * time.Second
 		sweep    = 2 * time.Second
