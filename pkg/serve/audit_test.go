@@ -17,6 +17,7 @@ import (
 // sim-silence, with answers of 5–60 s). The audit finds them in the
 // history and answers them, late.
 func TestHistoryAuditAnswersWhatADeafConnectionMissed(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (quotas, elections, audits): beside the other long tests
 	sim, addr := startSimServer(t)
 	e, ns := startEtcd(t), startNATS(t)
 	cfg := nodeConfig(t, "ws://"+addr+"/", e, ns.ClientURL())

@@ -122,6 +122,7 @@ func TestDeclareLockSerializes(t *testing.T) {
 // group had elected before the third server joined). The wait says what
 // it waits for, and the declare succeeds once the server is up.
 func TestDeclareWaitsForEnoughServersToPlaceReplicas(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (quotas, elections, audits): beside the other long tests
 	c := testenv.NewNATSCluster(t, 3)
 	c.Start(t, 0)
 	c.Start(t, 1)

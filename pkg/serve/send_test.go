@@ -267,6 +267,7 @@ func TestSendAPIRefusesBadRequests(t *testing.T) {
 // between a send's count and its arrival), a send past the budget is
 // answered 429 with Retry-After at once, and the answer still ends.
 func TestSendAPISharesTheConversationsBudgetWithAnswers(t *testing.T) {
+	t.Parallel() // mostly waiting on time windows (quotas, elections, audits): beside the other long tests
 	const budget = 10
 	c := startSendCluster(t, wecomsim.Config{RateLimit: budget + 1}, func(cfg *config.Config) {
 		cfg.Push.Budget = budget
