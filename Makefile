@@ -3,7 +3,10 @@ GO        ?= go
 BIN       ?= bin/botctl
 PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
-TESTFLAGS ?= -race -count=1 -timeout 20m
+# -p 3: the long packages (test/pipeline, test/e2e, pkg/serve) spend most of
+# their time waiting on time windows (answers, quotas, TTLs), so three test
+# binaries at once on two cores keep the CI run near 20 minutes.
+TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
 
 .PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install
 
