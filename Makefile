@@ -7,6 +7,9 @@ PKGS      ?= ./...
 # their time waiting on time windows (answers, quotas, TTLs), so three test
 # binaries at once on two cores keep the CI run near 20 minutes.
 TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
+# go test starts test binaries in the order given: the longest packages
+# first, so the run does not end waiting on one of them alone.
+TESTPKGS  ?= $(if $(filter ./...,$(PKGS)),./test/pipeline ./test/e2e ./pkg/serve) $(PKGS)
 
 .PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install
 
@@ -25,7 +28,7 @@ test:
 	bash scripts/check-tracked.sh
 	$(MAKE) lint
 	bash scripts/ensure-chromium.sh
-	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(PKGS)
+	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
 	$(MAKE) chaos-smoke
 	$(MAKE) conformance
 
