@@ -3,14 +3,7 @@ GO        ?= go
 BIN       ?= bin/botctl
 PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
-# -p 3: the long packages (test/pipeline, test/e2e, pkg/serve) spend most of
-# their time waiting on time windows (answers, quotas, TTLs), so three test
-# binaries at once on two cores: the clean-clone CI run took 17.2 min
-# (2026-12-05; 24.7 with -p 2).
-TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
-# go test starts test binaries in the order given: the longest packages
-# first, so the run does not end waiting on one of them alone.
-TESTPKGS  ?= $(if $(filter ./...,$(PKGS)),./test/pipeline ./test/e2e ./pkg/serve) $(PKGS)
+TESTFLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install
 
@@ -29,7 +22,7 @@ test:
 	bash scripts/check-tracked.sh
 	$(MAKE) lint
 	bash scripts/ensure-chromium.sh
-	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
+	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(PKGS)
 	$(MAKE) chaos-smoke
 	$(MAKE) conformance
 
