@@ -5,6 +5,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,10 +60,22 @@ func newCluster(t *testing.T) *cluster {
 func newClusterWithoutNATS(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
-	addr, _ := infra.FreeAddr()
-	peer, _ := infra.FreeAddr() // fixed, so that restartEtcd brings the same member back
-	ecfg := infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), ClientAddr: addr, PeerAddr: peer, Logger: zerolog.Nop()}
-	e, err := infra.StartEtcd(context.Background(), ecfg)
+	// A free port may be taken between FreeAddr's close and etcd's bind
+	// (seen in CI with other test binaries beside this one): tried again
+	// with other ports, as testenv.StartEtcd does.
+	var (
+		e    *infra.Etcd
+		ecfg infra.EtcdConfig
+		err  error
+	)
+	for i := range 5 {
+		addr, _ := infra.FreeAddr()
+		peer, _ := infra.FreeAddr() // fixed, so that restartEtcd brings the same member back
+		ecfg = infra.EtcdConfig{DataDir: filepath.Join(dir, fmt.Sprintf("etcd%d", i)), ClientAddr: addr, PeerAddr: peer, Logger: zerolog.Nop()}
+		if e, err = infra.StartEtcd(context.Background(), ecfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
