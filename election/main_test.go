@@ -28,19 +28,14 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(dir)
-		addr, err := infra.FreeAddr()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		e, err := infra.StartEtcd(ctx, infra.EtcdConfig{DataDir: dir, ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
+		e, ecfg, err := infra.StartEtcdOnFreePorts(ctx, infra.EtcdConfig{DataDir: dir, UnsafeNoFsync: true, Logger: zerolog.Nop()})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		etcdAddr = addr
+		etcdAddr = ecfg.ClientAddr
 		code := m.Run()
 		e.Close()
 		if code == 0 {

@@ -132,11 +132,7 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 
 	endpoints := cfg.Etcd.Endpoints
 	if len(endpoints) == 0 {
-		addr, err := infra.FreeAddr()
-		if err != nil {
-			return err
-		}
-		e, err := infra.StartEtcd(ctx, infra.EtcdConfig{DataDir: cfg.DataDir, ClientAddr: addr, Logger: logger})
+		e, _, err := infra.StartEtcdOnFreePorts(ctx, infra.EtcdConfig{DataDir: cfg.DataDir, Logger: logger})
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
 		}

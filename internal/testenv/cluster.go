@@ -49,11 +49,11 @@ type NATSCluster struct {
 func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	c := &NATSCluster{dirs: make([]string, n), servers: make([]*server.Server, n)}
-	for range 2 * n {
-		a, err := infra.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
+	addrs, err := infra.FreeAddrs(2 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
 		_, p, _ := net.SplitHostPort(a)
 		port, _ := strconv.Atoi(p)
 		if len(c.cports) < n {

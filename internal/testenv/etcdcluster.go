@@ -24,15 +24,12 @@ func StartEtcdCluster(t testing.TB, n int) []string {
 	}
 	ms := make([]member, n)
 	var initial []string
+	addrs, err := infra.FreeAddrs(2 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range ms {
-		c, err := infra.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := infra.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, p := addrs[2*i], addrs[2*i+1]
 		ms[i] = member{name: fmt.Sprintf("m%d", i+1), client: url.URL{Scheme: "http", Host: c}, peer: url.URL{Scheme: "http", Host: p}}
 		initial = append(initial, ms[i].name+"="+ms[i].peer.String())
 	}

@@ -25,11 +25,7 @@ func StartSecured(t testing.TB) *Secured {
 	ca := NewCA(t)
 	etcdCert, etcdKey := ca.Issue(t, "etcd")
 	natsCert, natsKey := ca.Issue(t, "nats")
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true,
+	e, _, err := infra.StartEtcdOnFreePorts(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), UnsafeNoFsync: true,
 		CertFile: etcdCert, KeyFile: etcdKey, ClientCAFile: ca.CAFile, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

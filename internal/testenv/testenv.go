@@ -5,8 +5,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
-	"syscall"
 	"testing"
 	"time"
 
@@ -59,26 +57,10 @@ func StartJetStream(t testing.TB, opts dataplane.Options) *JetStream {
 // test ends.
 func StartEtcd(t testing.TB) *infra.Etcd {
 	t.Helper()
-	// A free port is free when FreeAddr closes it, not necessarily when
-	// etcd binds it: another test's or process's outgoing connection may
-	// take it in between (seen in CI beside other suites). A port taken
-	// so is tried again with another, a few times.
-	var err error
-	for range 5 {
-		var addr string
-		if addr, err = infra.FreeAddr(); err != nil {
-			t.Fatal(err)
-		}
-		var e *infra.Etcd
-		e, err = infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
-		if err == nil {
-			t.Cleanup(e.Close)
-			return e
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
+	e, _, err := infra.StartEtcdOnFreePorts(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), UnsafeNoFsync: true, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal(err)
-	return nil
+	t.Cleanup(e.Close)
+	return e
 }

@@ -35,11 +35,7 @@ func TestEtcdTLSClientCertAndPassword(t *testing.T) {
 	ca := testenv.NewCA(t)
 	srvCert, srvKey := ca.Issue(t, "etcd-server")
 	cliCert, cliKey := ca.Issue(t, "botctl-node")
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true,
+	e, _, err := infra.StartEtcdOnFreePorts(context.Background(), infra.EtcdConfig{DataDir: t.TempDir(), UnsafeNoFsync: true,
 		CertFile: srvCert, KeyFile: srvKey, ClientCAFile: ca.CAFile, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

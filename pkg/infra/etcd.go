@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -26,7 +27,7 @@ type EtcdConfig struct {
 	DataDir string
 	// ClientAddr is the "host:port" clients connect to, e.g.
 	// "127.0.0.1:2379". Required; port 0 is refused because etcd cannot
-	// report the port it got (use FreeAddr in tests).
+	// report the port it got (StartEtcdOnFreePorts picks one).
 	ClientAddr string
 	// PeerAddr is the raft peer "host:port". A single node never talks to
 	// peers, but etcd still listens there. Default: a free port on the
@@ -66,7 +67,7 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 		return nil, fmt.Errorf("start etcd: ClientAddr %q: %w", cfg.ClientAddr, err)
 	}
 	if port <= 0 {
-		return nil, fmt.Errorf("start etcd: ClientAddr %q: need a fixed port (etcd cannot report a random one; see FreeAddr)", cfg.ClientAddr)
+		return nil, fmt.Errorf("start etcd: ClientAddr %q: need a fixed port (etcd cannot report a random one; see StartEtcdOnFreePorts)", cfg.ClientAddr)
 	}
 	peer := cfg.PeerAddr
 	if peer == "" {
@@ -159,7 +160,32 @@ func (e *Etcd) Close() {
 
 func freeAddrOn(host string) (string, error) {
 	if host == "" || host == "0.0.0.0" || host == "::" {
-		return FreeAddr()
+		host = "127.0.0.1"
 	}
-	return freeAddrHost(host)
+	addrs, err := freeAddrs(host, 1)
+	if err != nil {
+		return "", err
+	}
+	return addrs[0], nil
+}
+
+// StartEtcdOnFreePorts starts a single-node etcd as StartEtcd does, on
+// free loopback ports it picks for ClientAddr and PeerAddr (cfg's are
+// ignored). A port another process takes between the pick and etcd's
+// bind makes it try again with other ports, up to five times. It returns
+// the config that started, whose fixed ports start the same member again.
+func StartEtcdOnFreePorts(ctx context.Context, cfg EtcdConfig) (*Etcd, EtcdConfig, error) {
+	var err error
+	for range 5 {
+		var addrs []string
+		if addrs, err = FreeAddrs(2); err != nil {
+			return nil, cfg, fmt.Errorf("start etcd: %w", err)
+		}
+		cfg.ClientAddr, cfg.PeerAddr = addrs[0], addrs[1]
+		var e *Etcd
+		if e, err = StartEtcd(ctx, cfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return e, cfg, err
+		}
+	}
+	return nil, cfg, err
 }

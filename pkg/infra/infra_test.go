@@ -2,6 +2,10 @@ package infra
 
 import (
 	"context"
+	"errors"
+	"net"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,7 +84,83 @@ func TestEtcdPortTaken(t *testing.T) {
 		e2.Close()
 		t.Fatal("second etcd on the same client port started, want an error")
 	}
+	// StartEtcdOnFreePorts tries other ports on exactly this error.
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("error %v is not EADDRINUSE", err)
+	}
 	t.Logf("error (expected): %v", err)
+}
+
+// A member started on ports StartEtcdOnFreePorts picked starts again from
+// the config it returned, with its data.
+func TestEtcdOnFreePortsRestarts(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, cfg, err := StartEtcdOnFreePorts(ctx, EtcdConfig{DataDir: t.TempDir(), ClientAddr: "ignored", UnsafeNoFsync: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClientAddr == "ignored" || cfg.PeerAddr == "" || cfg.ClientAddr == cfg.PeerAddr {
+		t.Fatalf("picked client %q peer %q, want two fixed ports", cfg.ClientAddr, cfg.PeerAddr)
+	}
+	put := func(e *Etcd, k string) {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		if _, err := cli.Put(ctx, k, "v"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d keys", k, resp.Count)
+		if k == "second" && resp.Count != 2 {
+			t.Fatalf("after restart %d keys, want 2 (the first kept)", resp.Count)
+		}
+	}
+	put(e, "first")
+	e.Close()
+	e, err = StartEtcd(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if got := e.Endpoints()[0]; got != "http://"+cfg.ClientAddr {
+		t.Fatalf("endpoint %s after restart, want http://%s", got, cfg.ClientAddr)
+	}
+	put(e, "second")
+}
+
+func TestFreeAddrsBelowTheEphemeralRange(t *testing.T) {
+	start := ephemeralStart()
+	addrs, err := FreeAddrs(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if seen[a] {
+			t.Fatalf("%s twice in %v", a, addrs)
+		}
+		seen[a] = true
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(p)
+		if start-minPickedPort >= 1000 && (port < minPickedPort || port >= start) {
+			t.Fatalf("port %d outside [%d, %d)", port, minPickedPort, start)
+		}
+		l, err := net.Listen("tcp", a) // free again once returned
+		if err != nil {
+			t.Fatalf("listen on %s: %v", a, err)
+		}
+		l.Close()
+	}
 }
 
 func TestNATSJetStream(t *testing.T) {

@@ -39,11 +39,7 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), ClientAddr: addr, Logger: zerolog.Nop()})
+	e, _, err := infra.StartEtcdOnFreePorts(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

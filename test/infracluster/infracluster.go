@@ -14,7 +14,6 @@ package infracluster
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -306,22 +306,17 @@ func (in *Infra) Dump(lines int) string {
 	return b.String()
 }
 
-// freePorts holds n listeners open at once so the ports differ.
+// freePorts returns n distinct free ports (infra.FreeAddrs).
 func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var out []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+	addrs, err := infra.FreeAddrs(n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(addrs))
+	for i, a := range addrs {
+		if out[i], err = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:]); err != nil {
 			return nil, err
 		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
 }

@@ -49,11 +49,7 @@ func newCluster() (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{dir: dir}
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	c.etcd, err = infra.StartEtcd(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), ClientAddr: addr, Logger: zerolog.Nop()})
+	c.etcd, _, err = infra.StartEtcdOnFreePorts(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), Logger: zerolog.Nop()})
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}

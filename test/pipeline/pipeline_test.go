@@ -5,7 +5,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -60,22 +58,8 @@ func newCluster(t *testing.T) *cluster {
 func newClusterWithoutNATS(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
-	// A free port may be taken between FreeAddr's close and etcd's bind
-	// (seen in CI with other test binaries beside this one): tried again
-	// with other ports, as testenv.StartEtcd does.
-	var (
-		e    *infra.Etcd
-		ecfg infra.EtcdConfig
-		err  error
-	)
-	for i := range 5 {
-		addr, _ := infra.FreeAddr()
-		peer, _ := infra.FreeAddr() // fixed, so that restartEtcd brings the same member back
-		ecfg = infra.EtcdConfig{DataDir: filepath.Join(dir, fmt.Sprintf("etcd%d", i)), ClientAddr: addr, PeerAddr: peer, Logger: zerolog.Nop()}
-		if e, err = infra.StartEtcd(context.Background(), ecfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
-	}
+	// ecfg's ports are fixed, so that restartEtcd brings the same member back.
+	e, ecfg, err := infra.StartEtcdOnFreePorts(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,18 +15,14 @@ import (
 
 func startEtcd(t *testing.T) string {
 	t.Helper()
-	addr, err := infra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e, err := infra.StartEtcd(ctx, infra.EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
+	e, cfg, err := infra.StartEtcdOnFreePorts(ctx, infra.EtcdConfig{DataDir: t.TempDir(), UnsafeNoFsync: true, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	return addr
+	return cfg.ClientAddr
 }
 
 func etcdClient(t *testing.T, addr string) *clientv3.Client {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/botctl/botctl/pkg/infra"
 )
 
 // RepoRoot is the directory of the botctl go.mod (found with `go env GOMOD`).
@@ -51,15 +52,10 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 	return bin, nil
 }
 
-// FreePort returns "127.0.0.1:P" for a port that was free a moment ago.
-func FreePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// FreePort returns "127.0.0.1:P" for a port that was free a moment ago
+// (infra.FreeAddr: below the ephemeral range, so that no connection takes
+// it before the process meant for it binds it).
+func FreePort() (string, error) { return infra.FreeAddr() }
 
 // Line is one line of a process's output and when it was read.
 type Line struct {
