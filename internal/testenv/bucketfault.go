@@ -11,7 +11,6 @@ import (
 	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // BucketFault is an embedded JetStream server on which one KV bucket can
@@ -122,15 +121,7 @@ func (f *BucketFault) denied(subject string) bool {
 // causes to the test's output.
 func (f *BucketFault) Store(t testing.TB, url string, opts dataplane.Options) (*nats.Conn, *dataplane.Store) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := Connect(t, url, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := dataplane.Declare(ctx, js, opts)

@@ -18,18 +18,13 @@ import (
 // probe beforehand).
 func kvs(t *testing.T, u string) (*nats.Conn, jetstream.KeyValue, jetstream.KeyValue) {
 	t.Helper()
-	nc, err := nats.Connect(u, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := Connect(t, u, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var kv [2]jetstream.KeyValue
+	var (
+		kv  [2]jetstream.KeyValue
+		err error
+	)
 	for i, bucket := range []string{"FAILED", "OTHER"} {
 		if kv[i], err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket}); err != nil {
 			t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -126,15 +125,7 @@ func (c *NATSCluster) Stop(t testing.TB, i int) {
 // leader (a minute at most). The connection is closed when the test ends.
 func DeclareOnCluster(t testing.TB, urls []string, opts dataplane.Options) (*dataplane.Store, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(urls[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := Connect(t, urls[0])
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for {

@@ -34,7 +34,21 @@ func StartJetStream(t testing.TB, opts dataplane.Options) *JetStream {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, js := Connect(t, srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := dataplane.Declare(ctx, js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &JetStream{Server: srv, Conn: nc, JS: js, Store: store, DataDir: dir}
+}
+
+// Connect connects to the NATS server at url with opts, closed when the
+// test ends, and returns the connection and its JetStream context.
+func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +57,7 @@ func StartJetStream(t testing.TB, opts dataplane.Options) *JetStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	store, err := dataplane.Declare(ctx, js, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &JetStream{Server: srv, Conn: nc, JS: js, Store: store, DataDir: dir}
+	return nc, js
 }
 
 // StartEtcd starts a single-member embedded etcd on a free loopback port

@@ -8,7 +8,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -270,27 +269,7 @@ func TestEarlyReceiptsBusyFinishCutOffArrivesLater(t *testing.T) {
 // case; earlyMissed is the access stat wanted (-1: either).
 func earlyReceiptOfBusyCutOff(t *testing.T, busyFrame bool, earlyMissed int64) {
 	c := newCluster(t)
-	n := c.start("n1", func(cfg *config.Config) {
-		cfg.Worker.Slots, cfg.Worker.LeaderSlots = 1, 1
-		cfg.AI.Demo.AnswerTime = time.Minute
-	})
-	awaitFresh(t, c, n)
-	c.post("bob", "takes the only slot")
-	testwait.Eventually(t, waitLong, "bob's task running", func() bool { return n.node.Worker.Busy() == 1 })
-	// Alice's conversation gets a task straight on the queue, which the
-	// pusher does not know of: her message gets an early receipt, and
-	// the publish then finds her conversation busy.
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	stray := task.New("b1", "stray", time.Now().UTC())
-	stray.Chat, stray.ChatType, stray.User, stray.Question = "alice", "single", "alice", "queued elsewhere"
-	raw, err := json.Marshal(task.MessageOf(stray))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.node.Store.PublishTask(ctx, "b1", "alice", "stray", raw); err != nil {
-		t.Fatal(err)
-	}
+	n := busyUnannounced(t, c)
 	c.sim.StartRecording()
 	const msgid = "m-early-busy-cut-off"
 	if busyFrame {

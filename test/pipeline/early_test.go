@@ -57,31 +57,7 @@ func TestEarlyReceiptThenAnswer(t *testing.T) {
 // the refused question, and the user is not left at "received".
 func TestEarlyReceiptOfABusyConversationFinishedBusy(t *testing.T) {
 	c := newCluster(t)
-	n := c.start("n1", func(cfg *config.Config) {
-		cfg.Worker.Slots, cfg.Worker.LeaderSlots = 1, 1
-		cfg.AI.Demo.AnswerTime = time.Minute
-	})
-	awaitFresh(t, c, n)
-	c.post("bob", "takes the only slot")
-	testwait.Eventually(t, waitLong, "bob's task running", func() bool { return n.node.Worker.Busy() == 1 })
-
-	// Alice's conversation gets a task straight on the queue: no record,
-	// no announcement, so the pusher does not know of it.
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	stray := task.New("b1", "stray", time.Now().UTC())
-	stray.Chat, stray.ChatType, stray.User, stray.Question = "alice", "single", "alice", "queued elsewhere"
-	raw, err := json.Marshal(task.MessageOf(stray))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.node.Store.PublishTask(ctx, "b1", "alice", "stray", raw); err != nil {
-		t.Fatal(err)
-	}
-	if !n.node.Pusher("b1").Idle("alice") {
-		t.Fatal("the pusher knows of the stray task: the test proves nothing")
-	}
-
+	n := busyUnannounced(t, c)
 	q := c.post("alice", "refused")
 	testwait.Eventually(t, waitLong, "the stream finished", func() bool {
 		for _, e := range c.bot("alice") {
@@ -104,6 +80,38 @@ func TestEarlyReceiptOfABusyConversationFinishedBusy(t *testing.T) {
 	if st, _ := c.sim.Stats("b1"); st.QuotaRejections != 0 {
 		t.Fatalf("quota rejections %d", st.QuotaRejections)
 	}
+}
+
+// busyUnannounced starts one node with one worker slot, which bob's
+// minute-long task takes, and puts a task for alice's conversation
+// straight on the queue: no record, no announcement, so the pusher does
+// not know of it. Alice's next message gets an early receipt (her
+// conversation looks idle), and its publish then finds her conversation
+// busy.
+func busyUnannounced(t *testing.T, c *cluster) *runningNode {
+	t.Helper()
+	n := c.start("n1", func(cfg *config.Config) {
+		cfg.Worker.Slots, cfg.Worker.LeaderSlots = 1, 1
+		cfg.AI.Demo.AnswerTime = time.Minute
+	})
+	awaitFresh(t, c, n)
+	c.post("bob", "takes the only slot")
+	testwait.Eventually(t, waitLong, "bob's task running", func() bool { return n.node.Worker.Busy() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	stray := task.New("b1", "stray", time.Now().UTC())
+	stray.Chat, stray.ChatType, stray.User, stray.Question = "alice", "single", "alice", "queued elsewhere"
+	raw, err := json.Marshal(task.MessageOf(stray))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.node.Store.PublishTask(ctx, "b1", "alice", "stray", raw); err != nil {
+		t.Fatal(err)
+	}
+	if !n.node.Pusher("b1").Idle("alice") {
+		t.Fatal("the pusher knows of the stray task: the test proves nothing")
+	}
+	return n
 }
 
 // A message the gap backfill took (its callback never came) is answered
