@@ -5,10 +5,11 @@ PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
 # -p 3: the long packages (test/pipeline, test/e2e, pkg/serve) spend most of
 # their time waiting on time windows (answers, quotas, TTLs), so three test
-# binaries at once on two cores keep the CI run near 20 minutes. Harnesses
-# pick the ports of servers that cannot listen on port 0 below the kernel's
-# ephemeral range (infra.FreeAddrs), so that no other binary's connection
-# takes them first.
+# binaries at once on two cores keep the CI run near 20 minutes. A server
+# that cannot listen on port 0 (etcd) is started again on other ports when
+# another binary took its port first (EADDRINUSE), or given ports from
+# below the kernel's ephemeral range (infra.FreeAddrs), where no
+# connection's source port lands.
 TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
 # go test starts test binaries in the order given: the longest packages
 # first, so the run does not end waiting on one of them alone.

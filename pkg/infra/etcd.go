@@ -162,7 +162,7 @@ func freeAddrOn(host string) (string, error) {
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
-	addrs, err := freeAddrs(host, 1)
+	addrs, err := ephemeralAddrs(host, 1)
 	if err != nil {
 		return "", err
 	}
@@ -170,15 +170,18 @@ func freeAddrOn(host string) (string, error) {
 }
 
 // StartEtcdOnFreePorts starts a single-node etcd as StartEtcd does, on
-// free loopback ports it picks for ClientAddr and PeerAddr (cfg's are
-// ignored). A port another process takes between the pick and etcd's
-// bind makes it try again with other ports, up to five times. It returns
-// the config that started, whose fixed ports start the same member again.
+// free loopback ports of the kernel's ephemeral range it picks for
+// ClientAddr and PeerAddr (cfg's are ignored). A port another process
+// takes between the pick and etcd's bind (a connection's source port, a
+// listener on port 0) makes it try again with other ports, up to five
+// times. It returns the config that started. Its ports are ephemeral
+// ones: once the member stops, any connection may take them, so a test
+// that restarts the member on the same ports picks them with FreeAddrs.
 func StartEtcdOnFreePorts(ctx context.Context, cfg EtcdConfig) (*Etcd, EtcdConfig, error) {
 	var err error
 	for range 5 {
 		var addrs []string
-		if addrs, err = FreeAddrs(2); err != nil {
+		if addrs, err = ephemeralAddrs("127.0.0.1", 2); err != nil {
 			return nil, cfg, fmt.Errorf("start etcd: %w", err)
 		}
 		cfg.ClientAddr, cfg.PeerAddr = addrs[0], addrs[1]

@@ -9,16 +9,21 @@ import (
 	"strings"
 )
 
-// FreeAddr returns "127.0.0.1:P" for a TCP port that was free a moment ago.
-// The port is released before FreeAddr returns, so it is meant for tests
-// and for servers (such as embedded etcd) that cannot listen on port 0 and
-// report the port they got.
+// FreeAddr returns "127.0.0.1:P" for a TCP port that was free a moment ago,
+// for tests and their harnesses: servers (such as embedded etcd, or a
+// NATS cluster's routes) that cannot listen on port 0 and report the port
+// they got. The port is released before FreeAddr returns.
 //
 // P is drawn at random from below the kernel's ephemeral range (see
 // FreeAddrs), so neither an outgoing connection nor another listener on
 // port 0 can be given it between FreeAddr's close and the caller's bind;
 // only another process picking the same port at random in that moment
 // can take it. Callers that can start again on EADDRINUSE should.
+//
+// Not for a production listener: below the ephemeral range are the
+// registered ports other services on the machine may be configured to
+// use (StartEtcdOnFreePorts takes its ports from the ephemeral range and
+// retries instead).
 func FreeAddr() (string, error) {
 	addrs, err := freeAddrs("127.0.0.1", 1)
 	if err != nil {
@@ -76,6 +81,27 @@ func listenFree(host string, hi int) (net.Listener, error) {
 		}
 	}
 	return net.Listen("tcp", net.JoinHostPort(host, "0"))
+}
+
+// ephemeralAddrs returns n distinct free ports on host from the kernel's
+// ephemeral range (listen on port 0), each held until all are found.
+func ephemeralAddrs(host string, n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	out := make([]string, 0, n)
+	for len(out) < n {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		lns = append(lns, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
 }
 
 // ephemeralStart is the first port of the kernel's ephemeral range:

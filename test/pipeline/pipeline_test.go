@@ -5,6 +5,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,8 +60,25 @@ func newCluster(t *testing.T) *cluster {
 func newClusterWithoutNATS(t *testing.T) *cluster {
 	t.Helper()
 	dir := t.TempDir()
-	// ecfg's ports are fixed, so that restartEtcd brings the same member back.
-	e, ecfg, err := infra.StartEtcdOnFreePorts(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), Logger: zerolog.Nop()})
+	// restartEtcd brings the same member back on the same ports, so they
+	// come from FreeAddrs (below the ephemeral range: no connection takes
+	// them while the member is stopped). One taken between the pick and
+	// etcd's bind is tried again with others.
+	var (
+		e    *infra.Etcd
+		ecfg infra.EtcdConfig
+		err  error
+	)
+	for range 5 {
+		var addrs []string
+		if addrs, err = infra.FreeAddrs(2); err != nil {
+			t.Fatal(err)
+		}
+		ecfg = infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), ClientAddr: addrs[0], PeerAddr: addrs[1], Logger: zerolog.Nop()}
+		if e, err = infra.StartEtcd(context.Background(), ecfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
