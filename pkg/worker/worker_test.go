@@ -88,9 +88,20 @@ func record(t *testing.T, store *dataplane.Store, id string) *task.Record {
 	return r
 }
 
-// output is task id's text: in progress, or its attempt's last write.
-func output(store *dataplane.Store, id string) *task.Output {
-	o, _ := task.ReadOutput(context.Background(), store, id, false)
+// output is task id's text in progress (or, with none, its attempt's
+// last write): for a task still running.
+func output(store *dataplane.Store, id string) *task.Output { return readOutput(store, id, false) }
+
+// answer is finished task id's answer: its attempt's last write, in the
+// output bucket, read as the pusher reads a finished task's. Not output:
+// the worker drops its text in progress only after the record says the
+// task is finished, so a read of the progress bucket just then finds a
+// version older than the answer (seen under load: the answer without its
+// last lines, or without its truncation note).
+func answer(store *dataplane.Store, id string) *task.Output { return readOutput(store, id, true) }
+
+func readOutput(store *dataplane.Store, id string, finished bool) *task.Output {
+	o, _ := task.ReadOutput(context.Background(), store, id, finished)
 	if o == nil {
 		return &task.Output{}
 	}
@@ -108,7 +119,7 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 		t.Fatalf("record = %+v", r)
 	}
 	// The output is the answer the record names, written by its attempt.
-	o := output(env.Store, m.TaskID)
+	o := answer(env.Store, m.TaskID)
 	if !strings.HasPrefix(o.Text, "You asked: what is botctl?") || o.Attempt != 1 || task.Hash(o.Text) != r.AnswerHash || r.AnswerBytes != len(o.Text) {
 		t.Fatalf("output = %+v, record answer %s/%d", o, r.AnswerHash, r.AnswerBytes)
 	}
@@ -434,7 +445,7 @@ func TestAttemptsAreFenced(t *testing.T) {
 		t.Fatalf("record = %s attempt %d on %s", r.Exec, r.Attempt, r.Node)
 	}
 	testwait.Eventually(t, waitLong, "the slow attempt stopped", func() bool { return slow.Busy() == 0 })
-	o := output(env.Store, m.TaskID)
+	o := answer(env.Store, m.TaskID)
 	if o.Attempt != 2 || task.Hash(o.Text) != r.AnswerHash {
 		t.Fatalf("output is attempt %d's (%q), the record's answer is attempt 2's", o.Attempt, o.Text)
 	}
@@ -567,7 +578,7 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 	if r := record(t, env.Store, m.TaskID); r.Exec != task.Succeeded {
 		t.Fatalf("record %s (%q), want succeeded", r.Exec, r.Error)
 	}
-	if o := output(env.Store, m.TaskID); o.Text != "the answer" {
+	if o := answer(env.Store, m.TaskID); o.Text != "the answer" {
 		t.Fatalf("output %q", o.Text)
 	}
 }
