@@ -589,17 +589,23 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 // go: it holds the copy until the attempt off the queue ends, then acks
 // it. Before, the spool dropped the entry of a task a fallback tier had
 // started, and the conversation took a second question while the first
-// was still being answered.
+// was still being answered. The answer off the queue ends when the test
+// says (a gate), not after a while: a 4 s answer had to outlast the
+// test's waits for the copy to be fetched and held.
 func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
-	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: demo(t, 4*time.Second), Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
+	offQueue := &recorder{name: "answered off the queue", gate: make(chan struct{})}
+	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: offQueue, Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var once sync.Once
+	finish := func() { once.Do(func() { close(offQueue.gate) }) }
+	defer finish() // before wg.Wait, when the test ends early
 	if err := leader.Go(context.Background(), m, "local", &wg); err != nil {
 		t.Fatal(err)
 	}
@@ -614,6 +620,7 @@ func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	if free(t, env.Store, "alice", "m2") {
 		t.Fatal("a second question was queued while the first ran off the queue")
 	}
+	finish()
 	testwait.Eventually(t, waitLong, "answered off the queue", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
 	if r := record(t, env.Store, m.TaskID); r.Attempt != 1 || r.Node != "leader" {
 		t.Fatalf("record: attempt %d on %s, want attempt 1 on leader (the copy must not run it again)", r.Attempt, r.Node)
