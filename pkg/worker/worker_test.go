@@ -426,10 +426,13 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 // Two attempts of one task at once (a fallback tier and the queue, or a
 // redelivery while a stalled worker lives): the later one takes over, the
 // earlier one's writes are refused and it stops; the user's text is one
-// attempt's, and the conversation context gets the turn once.
+// attempt's, and the conversation context gets the turn once. The slow
+// attempt's answer would take a minute: it is still writing when the
+// fast one takes over, however slow the machine (a 3 s answer had to
+// outlast the wait for its first write and the fast attempt's start).
 func TestAttemptsAreFenced(t *testing.T) {
 	env := testenv.StartJetStream(t, dataplane.Options{})
-	slow := run(t, env.Store, "slow", demo(t, 3*time.Second))
+	slow := run(t, env.Store, "slow", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "attempt 1 writing", func() bool { return output(env.Store, m.TaskID).Attempt == 1 && output(env.Store, m.TaskID).Text != "" })
 
