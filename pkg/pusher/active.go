@@ -285,6 +285,9 @@ func (p *Pusher) release(id string, done bool, wait time.Duration) {
 	}
 	if done {
 		delete(p.active, id)
+		if p.doneInResync != nil {
+			p.doneInResync[id] = true
+		}
 		if en.chat != "" {
 			p.chats.Add(en.chat, -1)
 		}

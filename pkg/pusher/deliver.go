@@ -485,7 +485,10 @@ func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, rep
 	for r.PushedParts < len(seq) {
 		i := r.PushedParts
 		if p.cfg.Gate != nil {
-			if wait := p.cfg.Gate.Wait(now); wait > 0 {
+			// Asked with the time now, not the step's start: a gate
+			// paces the pushes as they go, and a step's reads may have
+			// taken a while (recovery.Gate.latest).
+			if wait := p.cfg.Gate.Wait(p.cfg.Now()); wait > 0 {
 				p.count(func(s *Stats) { s.Held++ })
 				return false, wait
 			}

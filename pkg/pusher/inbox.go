@@ -80,6 +80,10 @@ func (p *Pusher) put(a arrival) bool {
 	p.mu.Lock()
 	now := p.cfg.Now()
 	en := p.active[a.id]
+	if en == nil && a.from == fromResync && p.doneInResync[a.id] {
+		p.mu.Unlock()
+		return false // its delivery ended as the resync read: not lost, not back
+	}
 	added := en == nil
 	if added {
 		en = &entry{shownAt: now}
@@ -214,7 +218,23 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 // while the connection was reconnecting, a refusal recorded with no output
 // to watch). Without it such a task waited for the next term's rebuild:
 // the user got nothing meanwhile. Records are read by the steps, not here.
+//
+// A task whose delivery ends while the index is read (it leaves the index,
+// then the active set) may still be in what the read returns: it is not
+// put back. Before, it was, and counted resynced (never announced) though
+// it was just delivered, and stepped once more for nothing; at scale,
+// with deliveries ending all the time, every resync miscounted some. (A
+// task dropped then for another reason, no record or a corrupt one, stays
+// in the index: the next resync finds it.)
 func (p *Pusher) resync(ctx context.Context) {
+	p.mu.Lock()
+	p.doneInResync = map[string]bool{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.doneInResync = nil
+		p.mu.Unlock()
+	}()
 	ids, err := p.cfg.Store.UndeliveredTasks(ctx, p.cfg.Bot)
 	if err != nil {
 		p.storeError("record_read", err)

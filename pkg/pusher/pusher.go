@@ -311,6 +311,10 @@ type Pusher struct {
 	stats   Stats
 	lastRev uint64 // last output revision the watch delivered
 	savedWM uint64 // watermark last written
+	// doneInResync: the tasks whose delivery ended while a resync read
+	// the undelivered index (nil: no resync reading). Its read may
+	// predate their leaving the index: they are not put back (resync).
+	doneInResync map[string]bool
 	// watchHold, when set (a test seam: HoldWatch), holds the output
 	// watch until it closes, before its consumer is made: a watch made late.
 	watchHold <-chan struct{}

@@ -47,7 +47,7 @@ func TestAnswerOverTheCapIsTruncatedAndStoredOnce(t *testing.T) {
 	if r.Exec != task.Succeeded || r.Attempt != 1 || backend.calls.Load() != 1 {
 		t.Fatalf("record %s after %d attempts (%d answers asked; error %q), want succeeded after one", r.Exec, r.Attempt, backend.calls.Load(), r.Error)
 	}
-	o := output(env.Store, m.TaskID)
+	o := answer(env.Store, m.TaskID)
 	note := "\n\n" + worker.DefaultTruncatedNote
 	body, ok := strings.CutSuffix(o.Text, note)
 	if !ok {
@@ -77,7 +77,7 @@ func TestAnswerCapConfigured(t *testing.T) {
 	runWith(t, worker.Config{NodeID: "w1", Backend: b, Store: env.Store, MaxAnswerBytes: 1000, TruncatedNote: "[cut]"})
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "task succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
-	text := output(env.Store, m.TaskID).Text
+	text := answer(env.Store, m.TaskID).Text
 	body, ok := strings.CutSuffix(text, "\n\n[cut]")
 	if !ok || task.OutputTextBytes(body) > 1000 || task.OutputTextBytes(body) < 990 {
 		t.Fatalf("stored %q", text)

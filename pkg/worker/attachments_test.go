@@ -43,7 +43,7 @@ func TestAttachmentsReachTheBackendAndLeaveWithTheRun(t *testing.T) {
 		Attachments: []task.Attachment{{Kind: "file", Name: "../../etc/notes.txt", MIME: "text/plain", Size: 16, Key: task.ID("b", "m1") + "/0"}}}
 	publishMessage(t, env.Store, m)
 	testwait.Eventually(t, waitLong, "succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
-	if o := output(env.Store, m.TaskID); o.Text != "the file's bytes" {
+	if o := answer(env.Store, m.TaskID); o.Text != "the file's bytes" {
 		t.Fatalf("the backend read %q", o.Text)
 	}
 	// Removed after the run: the record says succeeded a moment before

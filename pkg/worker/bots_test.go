@@ -107,7 +107,7 @@ func TestEachTaskRunsWithItsBotsSettings(t *testing.T) {
 	if p := none.last(); len(p) != 1 || p[0].Content != "second" {
 		t.Errorf("bot none's second prompt: %+v, want the question alone", p)
 	}
-	if o := output(env.Store, task.ID("none", "none-2")); o.Text != "none" {
+	if o := answer(env.Store, task.ID("none", "none-2")); o.Text != "none" {
 		t.Errorf("bot none answered %q by the wrong backend", o.Text)
 	}
 	// Two hours later (idle past the bot's hour) the conversation starts afresh.
@@ -125,11 +125,11 @@ func TestEachTaskRunsWithItsBotsSettings(t *testing.T) {
 	bots.set("keep", worker.BotRun{Backend: keep, Memory: task.Memory{Turns: 20, Bytes: 16 << 10}})
 	close(slow.gate)
 	succeeded(id)
-	if o := output(env.Store, id); o.Text != "slow" {
+	if o := answer(env.Store, id); o.Text != "slow" {
 		t.Errorf("a running task's answer: %q, want the backend it started with", o.Text)
 	}
 	succeeded(publishFor(t, env.Store, "keep", "keep-5", "bob", "q2"))
-	if o := output(env.Store, task.ID("keep", "keep-5")); o.Text != "keep" {
+	if o := answer(env.Store, task.ID("keep", "keep-5")); o.Text != "keep" {
 		t.Errorf("the next task's answer: %q, want the new backend's", o.Text)
 	}
 }

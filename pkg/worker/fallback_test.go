@@ -43,7 +43,7 @@ func TestFallbackShownInTheRecord(t *testing.T) {
 	if s := r.Backends[1]; s != (task.BackendStep{Attempt: 1, Backend: "demo", Outcome: "answered"}) {
 		t.Errorf("second step %+v", s)
 	}
-	if o := output(env.Store, m.TaskID); !strings.HasPrefix(o.Text, "You asked: what is botctl?") {
+	if o := answer(env.Store, m.TaskID); !strings.HasPrefix(o.Text, "You asked: what is botctl?") {
 		t.Errorf("output %q", o.Text)
 	}
 }
@@ -77,6 +77,6 @@ func TestCutAnswerEndsWithTheNote(t *testing.T) {
 		t.Fatalf("record: attempt %d, error %q, answered by %q, backends %+v", r.Attempt, r.Error, r.AnsweredBy, r.Backends)
 	}
 	want := "half of an answer\n\n" + fmt.Sprintf(ai.CutNote, name)
-	testwait.Eventually(t, waitLong, "output with the note", func() bool { return output(env.Store, m.TaskID).Text == want })
+	testwait.Eventually(t, waitLong, "output with the note", func() bool { return answer(env.Store, m.TaskID).Text == want })
 	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
 }

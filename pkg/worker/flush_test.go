@@ -95,7 +95,7 @@ func TestFlushRequestWritesTheTextNow(t *testing.T) {
 	}
 	close(b.deltas)
 	testwait.Eventually(t, waitLong, "task succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
-	if o := output(env.Store, m.TaskID); o.Text != "Hello, alice." {
+	if o := answer(env.Store, m.TaskID); o.Text != "Hello, alice." {
 		t.Fatalf("answer %q", o.Text)
 	}
 }

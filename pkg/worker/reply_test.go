@@ -52,7 +52,7 @@ func TestReplyBadItemsLeftOutWithANote(t *testing.T) {
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	publishMessage(t, env.Store, m)
 	testwait.Eventually(t, waitLong, "succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
-	o := output(env.Store, m.TaskID)
+	o := answer(env.Store, m.TaskID)
 	for _, want := range []string{"ok\n\n（部分内容未能发送：", "a.gif 不是 JPG 或 PNG 格式", "huge.png 超过 10 MB", "图片最多 10 张", "卡片格式无效"} {
 		if !strings.Contains(o.Text, want) {
 			t.Errorf("answer %q: no %q", o.Text, want)

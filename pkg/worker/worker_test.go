@@ -88,9 +88,20 @@ func record(t *testing.T, store *dataplane.Store, id string) *task.Record {
 	return r
 }
 
-// output is task id's text: in progress, or its attempt's last write.
-func output(store *dataplane.Store, id string) *task.Output {
-	o, _ := task.ReadOutput(context.Background(), store, id, false)
+// output is task id's text in progress (or, with none, its attempt's
+// last write): for a task still running.
+func output(store *dataplane.Store, id string) *task.Output { return readOutput(store, id, false) }
+
+// answer is finished task id's answer: its attempt's last write, in the
+// output bucket, read as the pusher reads a finished task's. Not output:
+// the worker drops its text in progress only after the record says the
+// task is finished, so a read of the progress bucket just then finds a
+// version older than the answer (seen under load: the answer without its
+// last lines, or without its truncation note).
+func answer(store *dataplane.Store, id string) *task.Output { return readOutput(store, id, true) }
+
+func readOutput(store *dataplane.Store, id string, finished bool) *task.Output {
+	o, _ := task.ReadOutput(context.Background(), store, id, finished)
 	if o == nil {
 		return &task.Output{}
 	}
@@ -108,7 +119,7 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 		t.Fatalf("record = %+v", r)
 	}
 	// The output is the answer the record names, written by its attempt.
-	o := output(env.Store, m.TaskID)
+	o := answer(env.Store, m.TaskID)
 	if !strings.HasPrefix(o.Text, "You asked: what is botctl?") || o.Attempt != 1 || task.Hash(o.Text) != r.AnswerHash || r.AnswerBytes != len(o.Text) {
 		t.Fatalf("output = %+v, record answer %s/%d", o, r.AnswerHash, r.AnswerBytes)
 	}
@@ -415,10 +426,13 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 // Two attempts of one task at once (a fallback tier and the queue, or a
 // redelivery while a stalled worker lives): the later one takes over, the
 // earlier one's writes are refused and it stops; the user's text is one
-// attempt's, and the conversation context gets the turn once.
+// attempt's, and the conversation context gets the turn once. The slow
+// attempt's answer would take a minute: it is still writing when the
+// fast one takes over, however slow the machine (a 3 s answer had to
+// outlast the wait for its first write and the fast attempt's start).
 func TestAttemptsAreFenced(t *testing.T) {
 	env := testenv.StartJetStream(t, dataplane.Options{})
-	slow := run(t, env.Store, "slow", demo(t, 3*time.Second))
+	slow := run(t, env.Store, "slow", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "attempt 1 writing", func() bool { return output(env.Store, m.TaskID).Attempt == 1 && output(env.Store, m.TaskID).Text != "" })
 
@@ -434,7 +448,7 @@ func TestAttemptsAreFenced(t *testing.T) {
 		t.Fatalf("record = %s attempt %d on %s", r.Exec, r.Attempt, r.Node)
 	}
 	testwait.Eventually(t, waitLong, "the slow attempt stopped", func() bool { return slow.Busy() == 0 })
-	o := output(env.Store, m.TaskID)
+	o := answer(env.Store, m.TaskID)
 	if o.Attempt != 2 || task.Hash(o.Text) != r.AnswerHash {
 		t.Fatalf("output is attempt %d's (%q), the record's answer is attempt 2's", o.Attempt, o.Text)
 	}
@@ -567,7 +581,7 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 	if r := record(t, env.Store, m.TaskID); r.Exec != task.Succeeded {
 		t.Fatalf("record %s (%q), want succeeded", r.Exec, r.Error)
 	}
-	if o := output(env.Store, m.TaskID); o.Text != "the answer" {
+	if o := answer(env.Store, m.TaskID); o.Text != "the answer" {
 		t.Fatalf("output %q", o.Text)
 	}
 }
@@ -578,17 +592,23 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 // go: it holds the copy until the attempt off the queue ends, then acks
 // it. Before, the spool dropped the entry of a task a fallback tier had
 // started, and the conversation took a second question while the first
-// was still being answered.
+// was still being answered. The answer off the queue ends when the test
+// says (a gate), not after a while: a 4 s answer had to outlast the
+// test's waits for the copy to be fetched and held.
 func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
-	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: demo(t, 4*time.Second), Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
+	offQueue := &recorder{name: "answered off the queue", gate: make(chan struct{})}
+	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: offQueue, Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var once sync.Once
+	finish := func() { once.Do(func() { close(offQueue.gate) }) }
+	defer finish() // before wg.Wait, when the test ends early
 	if err := leader.Go(context.Background(), m, "local", &wg); err != nil {
 		t.Fatal(err)
 	}
@@ -603,6 +623,7 @@ func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	if free(t, env.Store, "alice", "m2") {
 		t.Fatal("a second question was queued while the first ran off the queue")
 	}
+	finish()
 	testwait.Eventually(t, waitLong, "answered off the queue", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
 	if r := record(t, env.Store, m.TaskID); r.Attempt != 1 || r.Node != "leader" {
 		t.Fatalf("record: attempt %d on %s, want attempt 1 on leader (the copy must not run it again)", r.Attempt, r.Node)

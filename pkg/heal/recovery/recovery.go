@@ -102,6 +102,12 @@ type Gate struct {
 	mu      sync.Mutex
 	phase   Phase
 	limiter *rate.Limiter
+	// latest is the latest time a push asked at (Wait). The pusher's
+	// steps run at once and each asks with the time it began, so asks
+	// come out of order; rate.Limiter moves its clock back to an earlier
+	// ask's time, and the next push then went early (the drain ran faster
+	// than its rate). An earlier ask is taken as asked at latest.
+	latest time.Time
 }
 
 // Phase reports the gate's phase.
@@ -132,6 +138,10 @@ const holdRetry = time.Second
 func (g *Gate) Wait(now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if now.Before(g.latest) {
+		now = g.latest
+	}
+	g.latest = now
 	switch g.phase {
 	case PhaseProbing:
 		return holdRetry

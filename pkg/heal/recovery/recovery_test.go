@@ -129,3 +129,26 @@ func TestGateRates(t *testing.T) {
 		t.Fatalf("%d more pushes at the same instant", within)
 	}
 }
+
+// Asks out of order (the pusher's steps run at once, each asking with the
+// time it began) never let a push through before the drain rate allows:
+// at 2/s, after a push at now, an ask stamped earlier is held, and so is
+// one at now+350ms. Before, the earlier ask moved the limiter's clock
+// back and the push at now+350ms went, 150 ms early.
+func TestGateAsksOutOfOrderKeepTheRate(t *testing.T) {
+	var g Gate
+	g.set(PhaseObserving, 2)
+	now := time.Now()
+	if d := g.Wait(now); d != 0 {
+		t.Fatalf("first push waits %s", d)
+	}
+	if d := g.Wait(now.Add(-200 * time.Millisecond)); d <= 0 {
+		t.Fatal("a push asked with an earlier time went at once")
+	}
+	if d := g.Wait(now.Add(350 * time.Millisecond)); d <= 0 {
+		t.Fatal("a push 350 ms after the last one went, at 2/s (the earlier ask moved the limiter's clock back)")
+	}
+	if d := g.Wait(now.Add(500 * time.Millisecond)); d != 0 {
+		t.Fatalf("a push 500 ms after the last one waits %s, at 2/s", d)
+	}
+}
