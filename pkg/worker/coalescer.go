@@ -18,7 +18,7 @@ import (
 // write, goes to the output bucket (task.OutputWriter.Final).
 // Writes go through the attempt's fenced writer; the caller's failed hears
 // of each failed write, periodic or the last (ErrSuperseded ends the run),
-// but not of a periodic write the run's end cut short.
+// but not of a periodic write the run's end (its context) cut short.
 //
 // The text is capped: once it would take more than max bytes in the
 // output bucket (task.OutputTextBytes), it is cut there, between runes,
@@ -53,8 +53,16 @@ var errAnswerCapped = errors.New("answer reached its cap (ai.max_answer_bytes)")
 // cut it short. One goroutine makes every such write, each bounded by
 // storeCallTimeout: at most one is in flight, and none after stop. stop
 // returns once the periodic writes have ended; then flush writes the last.
+//
+// stop lets a write in flight end; it does not cut it short. A write cut
+// short by its context may still be applied by the server, and its
+// revision is then unknown to the writer: the attempt's Retire, a delete
+// at the revision the writer knows, failed ("wrong last sequence"), and
+// the text in progress stayed until dataplane.ProgressTTL. The stream's
+// end comes right after its last delta, so a periodic write was often in
+// flight then (TestOutputIsCoalesced).
 func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, failed func(error)) (stop func()) {
-	ectx, cancel := context.WithCancel(ctx)
+	stopping := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -62,20 +70,28 @@ func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, fail
 		defer t.Stop()
 		for {
 			select {
-			case <-ectx.Done():
+			case <-ctx.Done():
+				return
+			case <-stopping:
 				return
 			case <-t.C:
 			case <-c.asked:
 			}
-			wctx, wcancel := context.WithTimeout(ectx, storeCallTimeout)
+			select {
+			case <-stopping:
+				return // stop and a tick at once: no write after stop
+			default:
+			}
+			wctx, wcancel := context.WithTimeout(ctx, storeCallTimeout)
 			err := c.write(wctx, false)
 			wcancel()
-			if err != nil && ectx.Err() == nil {
+			if err != nil && ctx.Err() == nil {
 				failed(err)
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	var once sync.Once
+	return func() { once.Do(func() { close(stopping) }); <-done }
 }
 
 // writeNow asks writeEvery for a write now (if the text changed since the
