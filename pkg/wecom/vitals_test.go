@@ -76,7 +76,10 @@ func TestAcksOverdue(t *testing.T) {
 	e := newEnv(t, wecomsim.Config{})
 	ch, h := msgChan(10)
 	cfg := e.config()
-	cfg.AckTimeout = 2 * time.Second
+	// Long enough that a loaded machine's stall between the stalled
+	// frame's write and the check "not overdue for a minute" below does
+	// not reach it (the frame would then have timed out: overdue whatever d).
+	cfg.AckTimeout = 5 * time.Second
 	c := e.dial(cfg, h)
 	ctx := context.Background()
 	if c.AcksOverdue(0) {
