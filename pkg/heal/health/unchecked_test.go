@@ -47,12 +47,15 @@ func (e *env) dataIncidents() []incident.Incident {
 func TestUncheckedGapPagesAndMarks(t *testing.T) {
 	e := start(t, options{health: func(c *health.Config) {
 		c.Backfill = history{pass: noHistory}
-		c.Overlap = time.Second // the look-back for active conversations
+		// The look-back for active conversations: carol's, written just
+		// before the drop, must fall inside it on a loaded machine too,
+		// and olga's, written the sleep below before hers, outside.
+		c.Overlap = 3 * time.Second
 		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 1, ProbeInterval: 100 * time.Millisecond, Observe: 500 * time.Millisecond}
 	}})
 	e.waitOnline()
 	e.converse("olga")
-	time.Sleep(2500 * time.Millisecond) // olga's answer is older than the look-back before the gap
+	time.Sleep(6 * time.Second) // olga's answer is older than the look-back before the gap
 	e.converse("carol")
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRefuseSubscribe, Seconds: 2})
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
