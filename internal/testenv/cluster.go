@@ -3,8 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,13 +46,11 @@ type NATSCluster struct {
 func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	c := &NATSCluster{dirs: make([]string, n), servers: make([]*server.Server, n)}
-	addrs, err := infra.FreeAddrs(2 * n)
+	ports, err := infra.FreePorts(2 * n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range addrs {
-		_, p, _ := net.SplitHostPort(a)
-		port, _ := strconv.Atoi(p)
+	for _, port := range ports {
 		if len(c.cports) < n {
 			c.cports = append(c.cports, port)
 		} else {

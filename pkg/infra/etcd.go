@@ -176,12 +176,19 @@ func freeAddrOn(host string) (string, error) {
 // listener on port 0) makes it try again with other ports, up to five
 // times. It returns the config that started. Its ports are ephemeral
 // ones: once the member stops, any connection may take them, so a test
-// that restarts the member on the same ports picks them with FreeAddrs.
+// that restarts the member on the same ports picks them with
+// StartEtcdOnPicked(ctx, cfg, FreeAddrs).
 func StartEtcdOnFreePorts(ctx context.Context, cfg EtcdConfig) (*Etcd, EtcdConfig, error) {
+	return StartEtcdOnPicked(ctx, cfg, func(n int) ([]string, error) { return ephemeralAddrs("127.0.0.1", n) })
+}
+
+// StartEtcdOnPicked is StartEtcdOnFreePorts with the ports pick returns
+// (two: ClientAddr, then PeerAddr), picked again on EADDRINUSE.
+func StartEtcdOnPicked(ctx context.Context, cfg EtcdConfig, pick func(n int) ([]string, error)) (*Etcd, EtcdConfig, error) {
 	var err error
 	for range 5 {
 		var addrs []string
-		if addrs, err = ephemeralAddrs("127.0.0.1", 2); err != nil {
+		if addrs, err = pick(2); err != nil {
 			return nil, cfg, fmt.Errorf("start etcd: %w", err)
 		}
 		cfg.ClientAddr, cfg.PeerAddr = addrs[0], addrs[1]

@@ -50,16 +50,22 @@ func FreeAddrs(n int) ([]string, error) { return freeAddrs("127.0.0.1", n) }
 const minPickedPort = 10000
 
 func freeAddrs(host string, n int) ([]string, error) {
+	hi := ephemeralStart()
+	return holdAddrs(n, func() (net.Listener, error) { return listenFree(host, hi) })
+}
+
+// holdAddrs returns the addresses of n listeners listen opens, each held
+// until all are open, so that no two are the same.
+func holdAddrs(n int, listen func() (net.Listener, error)) ([]string, error) {
 	var lns []net.Listener
 	defer func() {
 		for _, l := range lns {
 			l.Close()
 		}
 	}()
-	hi := ephemeralStart()
 	out := make([]string, 0, n)
 	for len(out) < n {
-		l, err := listenFree(host, hi)
+		l, err := listen()
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
@@ -86,22 +92,7 @@ func listenFree(host string, hi int) (net.Listener, error) {
 // ephemeralAddrs returns n distinct free ports on host from the kernel's
 // ephemeral range (listen on port 0), each held until all are found.
 func ephemeralAddrs(host string, n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for len(out) < n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
+	return holdAddrs(n, func() (net.Listener, error) { return net.Listen("tcp", net.JoinHostPort(host, "0")) })
 }
 
 // ephemeralStart is the first port of the kernel's ephemeral range:
@@ -125,15 +116,30 @@ func ephemeralStart() int {
 
 // FreePort is FreeAddr's port number.
 func FreePort() (int, error) {
-	addr, err := FreeAddr()
+	ports, err := FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	_, p, err := net.SplitHostPort(addr)
+	return ports[0], nil
+}
+
+// FreePorts is FreeAddrs' port numbers.
+func FreePorts(n int) ([]int, error) {
+	addrs, err := FreeAddrs(n)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return strconv.Atoi(p)
+	ports := make([]int, n)
+	for i, a := range addrs {
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, err
+		}
+		if ports[i], err = strconv.Atoi(p); err != nil {
+			return nil, err
+		}
+	}
+	return ports, nil
 }
 
 // splitAddr checks that addr is "host:port" with a numeric port.

@@ -106,7 +106,7 @@ func Start(o Options) (*Infra, error) {
 		return in, fmt.Errorf("infracluster: Options.Bin and Options.Dir are required")
 	}
 	size, dir, timeout := o.Size, o.Dir, o.Timeout
-	ports, err := freePorts(5 * size)
+	ports, err := infra.FreePorts(5 * size)
 	if err != nil {
 		return in, err
 	}
@@ -304,21 +304,6 @@ func (in *Infra) Dump(lines int) string {
 		}
 	}
 	return b.String()
-}
-
-// freePorts returns n distinct free ports (infra.FreeAddrs).
-func freePorts(n int) ([]int, error) {
-	addrs, err := infra.FreeAddrs(n)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int, len(addrs))
-	for i, a := range addrs {
-		if out[i], err = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:]); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
 
 // WaitStreamsCurrent waits until every JetStream stream (buckets included)

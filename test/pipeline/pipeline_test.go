@@ -5,7 +5,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,23 +60,8 @@ func newClusterWithoutNATS(t *testing.T) *cluster {
 	dir := t.TempDir()
 	// restartEtcd brings the same member back on the same ports, so they
 	// come from FreeAddrs (below the ephemeral range: no connection takes
-	// them while the member is stopped). One taken between the pick and
-	// etcd's bind is tried again with others.
-	var (
-		e    *infra.Etcd
-		ecfg infra.EtcdConfig
-		err  error
-	)
-	for range 5 {
-		var addrs []string
-		if addrs, err = infra.FreeAddrs(2); err != nil {
-			t.Fatal(err)
-		}
-		ecfg = infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), ClientAddr: addrs[0], PeerAddr: addrs[1], Logger: zerolog.Nop()}
-		if e, err = infra.StartEtcd(context.Background(), ecfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
-	}
+	// them while the member is stopped).
+	e, ecfg, err := infra.StartEtcdOnPicked(context.Background(), infra.EtcdConfig{DataDir: filepath.Join(dir, "etcd"), Logger: zerolog.Nop()}, infra.FreeAddrs)
 	if err != nil {
 		t.Fatal(err)
 	}
