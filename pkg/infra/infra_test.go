@@ -118,6 +118,36 @@ func TestEtcdOnFreePorts(t *testing.T) {
 	}
 }
 
+// A picked port another process holds (EADDRINUSE at etcd's bind) makes
+// StartEtcdOnPicked pick again, and the member starts on the new ports.
+func TestEtcdOnPickedRetriesATakenPort(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	picks := 0
+	pick := func(n int) ([]string, error) {
+		picks++
+		addrs, err := FreeAddrs(n)
+		if picks == 1 && err == nil {
+			addrs[0] = held.Addr().String() // taken between the pick and the bind
+		}
+		return addrs, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, cfg, err := StartEtcdOnPicked(ctx, EtcdConfig{DataDir: t.TempDir(), UnsafeNoFsync: true, Logger: zerolog.Nop()}, pick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if picks != 2 || cfg.ClientAddr == held.Addr().String() {
+		t.Fatalf("%d picks, client %s (held: %s), want a second pick", picks, cfg.ClientAddr, held.Addr())
+	}
+}
+
 func TestFreeAddrsBelowTheEphemeralRange(t *testing.T) {
 	start := ephemeralStart()
 	addrs, err := FreeAddrs(20)
