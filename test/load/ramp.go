@@ -248,6 +248,9 @@ type rampOpts struct {
 	// natsSync is every NATS server's JetStream sync_interval: "always"
 	// (botctl's default and production examples') or an interval.
 	natsSync string
+	// nodeArgs are extra flags for every botctl node (-node-args): an
+	// experiment off the default configuration, named in the report.
+	nodeArgs []string
 }
 
 // runStep starts a fresh deployment for st, drives it and measures it.

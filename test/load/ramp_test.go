@@ -141,7 +141,7 @@ func rampSmoke(t *testing.T, stepsSpec string, topo topology) ([]*stepResult, st
 			t.Errorf("%s not written: %v", f, err)
 		}
 	}
-	rep := rampReport("test", topo, "always", rs)
+	rep := rampReport("test", topo, "always", nil, rs)
 	if len(rep) < 1000 {
 		t.Errorf("report too short: %q", rep)
 	}
@@ -240,7 +240,7 @@ func TestRampReportSumsMembers(t *testing.T) {
 	for _, m := range []string{"n1", "n2", "n3"} {
 		r.usage["nats "+m] = usage{CPU: 2 * time.Second, PeakRSS: 50 * 1024}
 	}
-	rep := rampReport("test", topologyR3, "always", []*stepResult{r})
+	rep := rampReport("test", topologyR3, "always", nil, []*stepResult{r})
 	// etcd: 3 s over 10 s, 300 ms per message, 600 MB (300 MB the largest);
 	// NATS: 6 s, 600 ms per message, 150 MB (50 MB).
 	for _, want := range []string{"| 0.30 (0.00) | 300.0 (300.0) | 600 MB (300 MB) | 0.60 (0.00) | 600.0 (600.0) | 150 MB (50 MB) |",
@@ -249,9 +249,26 @@ func TestRampReportSumsMembers(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, rep)
 		}
 	}
-	single := rampReport("test", topologySingle, "always", nil)
+	single := rampReport("test", topologySingle, "always", nil, nil)
 	if !strings.Contains(single, "- topology: single: 1 etcd member, 1 NATS server, JetStream replicas 1") || !strings.Contains(single, "`nats.replicas` 1") {
 		t.Errorf("single report does not state its topology:\n%s", single)
+	}
+}
+
+// TestRampReportNamesNodeArgs: a ramp run with -node-args is not on the
+// default configuration, and its report says so, with a command a reader
+// can paste again.
+func TestRampReportNamesNodeArgs(t *testing.T) {
+	if rep := rampReport("test", topologyR3, "always", nil, nil); strings.Contains(rep, "not the default configuration") {
+		t.Errorf("a default run's report says it is not on the default configuration:\n%s", rep)
+	}
+	rep := rampReport("test", topologyR3, "always", []string{"--worker-output-interval", "1m"}, nil)
+	if !strings.Contains(rep, "**not the default configuration**: every botctl node also ran with `--worker-output-interval 1m`") {
+		t.Errorf("report does not name the extra node flags:\n%s", rep)
+	}
+	got := shellJoin([]string{"-node-args", "--worker-output-interval 1m", "-idle", "it's", ""})
+	if want := `-node-args '--worker-output-interval 1m' -idle 'it'\''s' ''`; got != want {
+		t.Errorf("shellJoin = %s, want %s", got, want)
 	}
 }
 

@@ -47,13 +47,14 @@ func rampMain(args []string) error {
 	dirFlag := fs.String("dir", "", "work dir (binaries, data); default a temp dir, removed at the end")
 	topoFlag := fs.String("topology", string(topologySingle), "etcd and NATS under the nodes: single (1 etcd, 1 NATS server, JetStream replicas 1; bench/ramp.md's) or r3 (3 etcd members, 3 NATS servers, --nats-replicas 3: the production topology)")
 	natsSync := fs.String("nats-sync", "always", `every NATS server's JetStream sync_interval: "always" (botctl's default) or an interval such as 2m (nats-server's default), to measure what fsyncing every write costs`)
+	nodeArgs := fs.String("node-args", "", "extra flags for every botctl node, space-separated (an experiment: the report then says the nodes do not run the default configuration)")
 	subjects := fs.Bool("subjects", false, "count each botctl step's NATS messages by kind of subject (a subscriber on \">\": the step's timings are not clean)")
 	fs.Parse(args)
 	topo, err := parseTopology(*topoFlag)
 	if err != nil {
 		return err
 	}
-	command := strings.TrimSpace("go run ./test/load ramp " + strings.Join(args, " "))
+	command := strings.TrimSpace("go run ./test/load ramp " + shellJoin(args))
 	if *smoke {
 		*stepsFlag = smokeSteps
 		*grace = 30 * time.Second
@@ -62,7 +63,7 @@ func rampMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	o := rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo, subjects: *subjects, natsSync: *natsSync}
+	o := rampOpts{grace: *grace, idle: *idle, tick: *tick, profHz: *hz, logf: logf, topology: topo, subjects: *subjects, natsSync: *natsSync, nodeArgs: strings.Fields(*nodeArgs)}
 	base := strings.TrimSuffix(*out, filepath.Ext(*out))
 	if *out != "" {
 		o.profDir = base + "-prof"
@@ -71,7 +72,7 @@ func rampMain(args []string) error {
 	if err != nil && len(results) == 0 {
 		return err
 	}
-	report := rampReport(command, topo, *natsSync, results)
+	report := rampReport(command, topo, *natsSync, o.nodeArgs, results)
 	if *out == "" {
 		fmt.Print(report)
 		return err
@@ -182,3 +183,16 @@ func strconvI(i int) string      { return fmt.Sprint(i) }
 func f1(v float64) string        { return fmt.Sprintf("%.1f", v) }
 func f3(v float64) string        { return fmt.Sprintf("%.3f", v) }
 func msf(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+// shellJoin joins args for a command line a reader can paste: an argument
+// with a space or a quote in it is single-quoted.
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = a
+		if a == "" || strings.ContainsAny(a, " \t'\"$") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}

@@ -13,7 +13,7 @@ import (
 
 // rampReport is the Markdown report of a ramp whose botctl steps ran on
 // topo.
-func rampReport(command string, topo topology, natsSync string, rs []*stepResult) string {
+func rampReport(command string, topo topology, natsSync string, nodeArgs []string, rs []*stepResult) string {
 	var b strings.Builder
 	title := "Load ramp: three real nodes, default configuration"
 	if topo == topologyR3 {
@@ -22,6 +22,9 @@ func rampReport(command string, topo topology, natsSync string, rs []*stepResult
 	b.WriteString(header(title, command))
 	fmt.Fprintf(&b, "- topology: %s\n", topo.describe())
 	fmt.Fprintf(&b, "- JetStream sync_interval of every NATS server: %s\n", natsSync)
+	if len(nodeArgs) > 0 {
+		fmt.Fprintf(&b, "- **not the default configuration**: every botctl node also ran with `%s`\n", strings.Join(nodeArgs, " "))
+	}
 	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Fprintf(&b, "- load average at the end (1, 5, 15 min): %s\n", strings.Join(strings.Fields(string(l))[:3], ", "))
 	}

@@ -166,7 +166,7 @@ func startDeployment(bin, dir string, o rampOpts, nodes int, answer time.Duratio
 		// defaults are short, for tests).
 		TTL: def.TTL, Margin: def.SafetyMargin,
 		SimArgs:      []string{"--record"},
-		NodeArgs:     append([]string{"--ai", "demo", "--demo-answer-time", answer.String(), "--api-pprof", "true"}, o.topology.nodeArgs()...),
+		NodeArgs:     append([]string{"--ai", "demo", "--demo-answer-time", answer.String(), "--api-pprof", "true"}, append(o.topology.nodeArgs(), o.nodeArgs...)...),
 		StartTimeout: 90 * time.Second,
 		External:     &proc.External{EtcdURLs: etcdURLs, NATSURL: natsURL},
 	})
