@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,8 +31,9 @@ type EtcdConfig struct {
 	// report the port it got (StartEtcdOnFreePorts picks one).
 	ClientAddr string
 	// PeerAddr is the raft peer "host:port". A single node never talks to
-	// peers, but etcd still listens there. Default: a free port on the
-	// ClientAddr host.
+	// peers, but etcd still listens there. Default: a free port of the
+	// ephemeral range on the ClientAddr host, picked again (up to five
+	// times) when another process takes it before etcd binds it.
 	PeerAddr string
 	// StartTimeout bounds the wait for the member to be ready. Default
 	// DefaultEtcdStartTimeout; a slow disk needs more.
@@ -69,15 +71,34 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	if port <= 0 {
 		return nil, fmt.Errorf("start etcd: ClientAddr %q: need a fixed port (etcd cannot report a random one; see StartEtcdOnFreePorts)", cfg.ClientAddr)
 	}
-	peer := cfg.PeerAddr
-	if peer == "" {
-		if peer, err = freeAddrOn(host); err != nil {
+	if cfg.PeerAddr != "" {
+		if _, _, err := splitAddr(cfg.PeerAddr); err != nil {
+			return nil, fmt.Errorf("start etcd: PeerAddr %q: %w", cfg.PeerAddr, err)
+		}
+		return startEtcd(ctx, cfg, cfg.PeerAddr)
+	}
+	// A peer port of our own pick another process took before etcd bound
+	// it (the ephemeral range is every connection's): pick again. A taken
+	// ClientAddr is the caller's to fix, and is returned at once.
+	for range 5 {
+		var peer string
+		if peer, err = pickPeer(host); err != nil {
 			return nil, fmt.Errorf("start etcd: %w", err)
 		}
+		var e *Etcd
+		if e, err = startEtcd(ctx, cfg, peer); err == nil || !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), peer) {
+			return e, err
+		}
 	}
-	if _, _, err := splitAddr(peer); err != nil {
-		return nil, fmt.Errorf("start etcd: PeerAddr %q: %w", peer, err)
-	}
+	return nil, err
+}
+
+// pickPeer picks StartEtcd's peer address when the config gives none (a
+// variable for the test that takes the first pick).
+var pickPeer = freeAddrOn
+
+// startEtcd is StartEtcd with its peer address chosen.
+func startEtcd(ctx context.Context, cfg EtcdConfig, peer string) (*Etcd, error) {
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
 		timeout = DefaultEtcdStartTimeout

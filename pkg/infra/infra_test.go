@@ -148,6 +148,41 @@ func TestEtcdOnPickedRetriesATakenPort(t *testing.T) {
 	}
 }
 
+// StartEtcd picks the peer port itself when the config gives none (botctl
+// infra, botctl serve's embedded etcd given a client port): a pick another
+// process took before etcd bound it is picked again, not a failed start.
+func TestEtcdPicksThePeerAgainWhenTaken(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	picks := 0
+	pickPeer = func(host string) (string, error) {
+		picks++
+		if picks == 1 {
+			return held.Addr().String(), nil // taken between the pick and the bind
+		}
+		return freeAddrOn(host)
+	}
+	defer func() { pickPeer = freeAddrOn }()
+	client, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, err := StartEtcd(ctx, EtcdConfig{DataDir: t.TempDir(), ClientAddr: client, UnsafeNoFsync: true, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatalf("start with the first peer pick taken: %v", err)
+	}
+	defer e.Close()
+	if picks != 2 {
+		t.Fatalf("%d peer picks, want 2", picks)
+	}
+}
+
 func TestFreeAddrsBelowTheEphemeralRange(t *testing.T) {
 	start := ephemeralStart()
 	addrs, err := FreeAddrs(20)
