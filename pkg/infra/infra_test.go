@@ -122,11 +122,7 @@ func TestEtcdOnFreePorts(t *testing.T) {
 // StartEtcdOnPicked pick again, and the member starts on the new ports.
 func TestEtcdOnPickedRetriesATakenPort(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	held, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
+	held := holdPort(t)
 	picks := 0
 	pick := func(n int) ([]string, error) {
 		picks++
@@ -153,11 +149,7 @@ func TestEtcdOnPickedRetriesATakenPort(t *testing.T) {
 // process took before etcd bound it is picked again, not a failed start.
 func TestEtcdPicksThePeerAgainWhenTaken(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	held, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
+	held := holdPort(t)
 	picks := 0
 	pickPeer = func(host string) (string, error) {
 		picks++
@@ -181,6 +173,18 @@ func TestEtcdPicksThePeerAgainWhenTaken(t *testing.T) {
 	if picks != 2 {
 		t.Fatalf("%d peer picks, want 2", picks)
 	}
+}
+
+// holdPort listens on a loopback port until the test ends: a port another
+// process took between a pick and etcd's bind.
+func holdPort(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 func TestFreeAddrsBelowTheEphemeralRange(t *testing.T) {
