@@ -725,6 +725,15 @@ func TestNoFinalFrameIntoAStalledLink(t *testing.T) {
 // while it works: a whole delivery with JetStream up is heard by no one
 // (a key not found at term start is not a failure); with the NATS
 // connection gone mid-answer, the next step's record read is.
+//
+// How soon depends on whether the pusher had read the running record
+// before the close: if not, the next step reads it and fails at once
+// (0.2-0.5 s for the whole test, 38 runs under a CPU hog); if so, the
+// record is cached and the read comes after the next progress frame's
+// record write (at most ShownWriteEvery, 10 s, after the last one) fails
+// and drops the cache: 9.2 s from the close, measured with a 1 s pause
+// before it. waitLong (30 s) bounds the gap between two ops heard, so that
+// slow path keeps a 3x margin whatever the load.
 func TestNATSErrorHearsStoreFailuresOnly(t *testing.T) {
 	r := newRig(t, wecomsim.Config{})
 	ops := make(chan string, 1024)
