@@ -129,8 +129,11 @@ func (c *conn) lateLoop(stopped chan<- struct{}) {
 		c.late[0] = lateAck{}
 		c.late = c.late[1:]
 		c.lateMu.Unlock()
-		if c.push(next.frame) {
-			c.count(func(st *counters) { st.LateAcks++ })
+		// Counted before the push: a client that has read the ack finds it
+		// in the stats (counted after, a stats read could miss it).
+		c.count(func(st *counters) { st.LateAcks++ })
+		if !c.push(next.frame) {
+			c.count(func(st *counters) { st.LateAcks-- }) // dropped with the connection
 		}
 	}
 }

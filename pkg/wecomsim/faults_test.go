@@ -54,6 +54,55 @@ func TestFaultLateAcks(t *testing.T) {
 	}
 }
 
+// A late ack is in the stats before it is on the wire: a client that has
+// read it and then reads the stats finds it counted. The test holds the
+// bot's lock (the stats' lock) from before the ack is due: an ack that
+// arrives meanwhile must already be counted.
+func TestFaultLateAckCountedBeforeSent(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.subscribe(bot1, secret1)
+	reqID, _ := h.askAndReceive(c, "alice", "hi")
+	const delay = time.Second
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultLateAcks, Seconds: 30, DelaySeconds: delay.Seconds()}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.srv.bot(bot1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.send(wecom.CmdRespondMsg, reqID, streamBody("s1", "final", true))
+	h.waitFor("the ack held back", func() bool {
+		b.mu.Lock()
+		live := b.live
+		b.mu.Unlock()
+		if live == nil {
+			return false
+		}
+		live.lateMu.Lock()
+		defer live.lateMu.Unlock()
+		return len(live.late) == 1
+	})
+	b.mu.Lock()
+	select {
+	case f := <-c.in:
+		counted := b.stats.LateAcks
+		b.mu.Unlock()
+		if !f.IsAck() || counted != 1 {
+			t.Fatalf("frame %+v arrived with late_acks %d, want the ack counted (1)", f, counted)
+		}
+	case <-time.After(delay + 2*time.Second):
+		// Counting waits for the lock, and the ack for the count.
+		b.mu.Unlock()
+		wantCode(t, c.next("the late ack", func(f wecom.Frame) bool { return f.IsAck() }), 0)
+	}
+	if st := h.stats(bot1); st.LateAcks != 1 {
+		t.Fatalf("late_acks %d after the ack, want 1", st.LateAcks)
+	}
+}
+
 // refuse_subscribe: a subscribe with the right secret gets the fault's
 // errcode (not 40001) and close 1013; the live connection is untouched;
 // after the window subscribes work again.

@@ -270,10 +270,6 @@ func (s *Server) prepareMedia(botID, msgid, kind string, p MediaPart, now time.T
 	}
 	padByte := -1
 	switch p.Fault {
-	case "aeskey":
-		other := make([]byte, 32)
-		_, _ = rand.Read(other)
-		m.sent = base64.RawStdEncoding.EncodeToString(other)
 	case "short_key":
 		m.sent = base64.RawStdEncoding.EncodeToString(key[:16])
 	case "key_not_base64":
@@ -284,7 +280,34 @@ func (s *Server) prepareMedia(botID, msgid, kind string, p MediaPart, now time.T
 		padByte = 0
 	}
 	m.body = encryptMedia(key, plain, padByte)
+	if p.Fault == "aeskey" {
+		m.sent = base64.RawStdEncoding.EncodeToString(wrongKey(m.body))
+	}
 	return m, nil
+}
+
+// wrongKey is a key that body was not encrypted with and whose decryption
+// of body ends in a padding length out of range (0 or above 32): any other
+// key would decrypt to a valid-looking padding about once in 256 (a last
+// byte of 1), and the file would pass as garbage instead of failing.
+func wrongKey(body []byte) []byte {
+	for {
+		k := make([]byte, 32)
+		_, _ = rand.Read(k)
+		block, err := aes.NewCipher(k)
+		if err != nil {
+			panic(err) // 32-byte keys only: a bug here
+		}
+		prev := k[:aes.BlockSize] // the IV, for a body of one block
+		if len(body) >= 2*aes.BlockSize {
+			prev = body[len(body)-2*aes.BlockSize : len(body)-aes.BlockSize]
+		}
+		last := make([]byte, aes.BlockSize)
+		block.Decrypt(last, body[len(body)-aes.BlockSize:])
+		if pad := last[aes.BlockSize-1] ^ prev[aes.BlockSize-1]; pad == 0 || pad > 32 {
+			return k
+		}
+	}
 }
 
 // EncryptMedia is what WeCom does to a file before serving it: AES-256-CBC

@@ -186,6 +186,23 @@ func TestMediaGeneratedKindsMixedAndQuote(t *testing.T) {
 	}
 }
 
+// The aeskey fault's key never decrypts the body: a random wrong key
+// alone let about one file in 256 through as garbage (a last byte of 1 is
+// valid padding). 2,000 tries caught that with a chance of 1-(255/256)^2000,
+// above 99.9%.
+func TestMediaFaultAESKeyNeverDecrypts(t *testing.T) {
+	s := New(Config{})
+	for i := range 2000 {
+		m, err := s.prepareMedia(bot1, "m", wecom.MsgTypeFile, MediaPart{Size: 1 + i%100, Fault: "aeskey"}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sdkDecrypt(m.body, m.sent); err == nil {
+			t.Fatalf("try %d: the wrong aeskey decrypted a body of %d bytes", i, m.Size)
+		}
+	}
+}
+
 func TestMediaFaultsBreakTheDownload(t *testing.T) {
 	h := newSim(t, Config{})
 	defer h.close()
