@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -80,17 +80,39 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	// A peer port of our own pick another process took before etcd bound
 	// it (the ephemeral range is every connection's): pick again. A taken
 	// ClientAddr is the caller's to fix, and is returned at once.
-	for range 5 {
-		var peer string
-		if peer, err = pickPeer(host); err != nil {
-			return nil, fmt.Errorf("start etcd: %w", err)
+	return retryTaken(func() (*Etcd, string, error) {
+		peer, err := pickPeer(host)
+		if err != nil {
+			return nil, "", fmt.Errorf("start etcd: %w", err)
 		}
+		e, err := startEtcd(ctx, cfg, peer)
+		return e, peer, err
+	})
+}
+
+// retryTaken calls start up to five times while it fails because another
+// process holds one of the addresses it picked (ours; "" for any address):
+// each call picks anew. Any other outcome is returned at once.
+func retryTaken(start func() (e *Etcd, ours string, err error)) (*Etcd, error) {
+	var err error
+	for range 5 {
 		var e *Etcd
-		if e, err = startEtcd(ctx, cfg, peer); err == nil || !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), peer) {
+		var ours string
+		if e, ours, err = start(); err == nil || !addrTaken(err, ours) {
 			return e, err
 		}
 	}
 	return nil, err
+}
+
+// addrTaken reports whether err is a listen failing on EADDRINUSE, at addr
+// unless addr is "".
+func addrTaken(err error, addr string) bool {
+	var op *net.OpError
+	if !errors.Is(err, syscall.EADDRINUSE) || !errors.As(err, &op) {
+		return false
+	}
+	return addr == "" || (op.Addr != nil && op.Addr.String() == addr)
 }
 
 // pickPeer picks StartEtcd's peer address when the config gives none (a
@@ -206,17 +228,14 @@ func StartEtcdOnFreePorts(ctx context.Context, cfg EtcdConfig) (*Etcd, EtcdConfi
 // StartEtcdOnPicked is StartEtcdOnFreePorts with the ports pick returns
 // (two: ClientAddr, then PeerAddr), picked again on EADDRINUSE.
 func StartEtcdOnPicked(ctx context.Context, cfg EtcdConfig, pick func(n int) ([]string, error)) (*Etcd, EtcdConfig, error) {
-	var err error
-	for range 5 {
-		var addrs []string
-		if addrs, err = pick(2); err != nil {
-			return nil, cfg, fmt.Errorf("start etcd: %w", err)
+	e, err := retryTaken(func() (*Etcd, string, error) {
+		addrs, err := pick(2)
+		if err != nil {
+			return nil, "", fmt.Errorf("start etcd: %w", err)
 		}
 		cfg.ClientAddr, cfg.PeerAddr = addrs[0], addrs[1]
-		var e *Etcd
-		if e, err = StartEtcd(ctx, cfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-			return e, cfg, err
-		}
-	}
-	return nil, cfg, err
+		e, err := StartEtcd(ctx, cfg)
+		return e, "", err
+	})
+	return e, cfg, err
 }
