@@ -155,7 +155,7 @@ func completionMain(args []string) error {
 	before := fs.Bool("before", true, "also run the old defaults (worker.slots 8, leader_slots 4) for comparison")
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up on a run this long after the last answer was due")
 	fs.Parse(args)
-	command := strings.TrimSpace("go run ./test/load completion " + strings.Join(args, " "))
+	command := strings.TrimSpace("go run ./test/load completion " + shellJoin(args))
 
 	def := config.Defaults().Worker
 	runs := []struct {

@@ -331,7 +331,7 @@ func pushMain(args []string) error {
 	rate := fs.Float64("rate", 200, "messages per second while the conversations start (open loop)")
 	profile := fs.String("cpuprofile", "", "write the leader process's CPU profile of the last run here")
 	fs.Parse(args)
-	command := strings.TrimSpace("go run ./test/load push " + strings.Join(args, " "))
+	command := strings.TrimSpace("go run ./test/load push " + shellJoin(args))
 
 	var res []pushResult
 	for _, f := range strings.Split(*convFlag, ",") {

@@ -285,7 +285,7 @@ func receiptMain(args []string) error {
 	scaleTasks := fs.Int("scale-tasks", 60, "tasks of each worker-scaling run (0: skip)")
 	scaleAnswer := fs.Duration("scale-answer", 2*time.Second, "demo answer time of the worker-scaling runs")
 	fs.Parse(args)
-	command := "go run ./test/load receipt " + strings.Join(args, " ")
+	command := "go run ./test/load receipt " + shellJoin(args)
 
 	var rows []receiptRow
 	for _, r := range strings.Split(*ratesFlag, ",") {
