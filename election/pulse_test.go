@@ -262,9 +262,13 @@ func TestPulseWriteCost(t *testing.T) {
 	t.Logf("pulse cost per led bot: %.2f writes/s (%d pulses, %d etcd revisions in %s; interval %s); request %d bytes (key %d, value %d: %s)",
 		perSec, n, revs, elapsed.Round(time.Millisecond), e.cfg.PulseInterval, proto.Size(req), len(e.pulseKey), len(val), val)
 	// Other tests share this etcd, so revisions are an upper bound; the
-	// pulses seen must match the interval.
-	if want := window.Seconds() / e.cfg.PulseInterval.Seconds(); float64(n) < want-2 || float64(n) > want+2 {
-		t.Fatalf("%d pulses in %s, want about %.0f", n, elapsed, want)
+	// pulses seen must not outrun the interval (the cost), and must keep
+	// coming. The lower bound is half the interval's count: a loaded
+	// machine can stall the pulse writer for seconds, which is the
+	// deposition tests' subject, not this one's.
+	want := elapsed.Seconds() / e.cfg.PulseInterval.Seconds()
+	if float64(n) > want+2 || float64(n) < want/2 {
+		t.Fatalf("%d pulses in %s, want about %.0f", n, elapsed.Round(time.Millisecond), want)
 	}
 }
 
