@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +21,12 @@ import (
 // timed recording of the pushes shows. Each push is checked against the
 // drain's start, the one bound a loaded machine cannot break: a delay
 // only makes a push later. (Measured between the first and the last push,
-// with slack, a first push slowed down on its way shrank the span.)
+// with slack, a first push slowed down on its way shrank the span.) The
+// drain's start is when the last probe's ack came back, read in the
+// recovery's own goroutine before it opens the gate: its note after the
+// gate opened ("observing for") could be read late, the recovery's
+// goroutine stalled past a held push's next try, which then went before
+// it.
 func TestHalfOpenBacklogDrainsAtHalfTheNormalRate(t *testing.T) {
 	const (
 		n          = 6
@@ -40,20 +44,13 @@ func TestHalfOpenBacklogDrainsAtHalfTheNormalRate(t *testing.T) {
 	r.sim.StartRecording()
 
 	var gate recovery.Gate
-	var mu sync.Mutex
-	var observing time.Time // when the drain began
+	probed := &timedProbes{Conn: r.conn}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	cfg := recovery.Config{Probes: 3, ProbeInterval: 500 * time.Millisecond, Observe: time.Minute, DrainFactor: 0.5}
 	go func() {
 		defer close(done)
-		recovery.HalfOpen(ctx, cfg, r.conn, &gate, normalRate, func(s string) {
-			if strings.Contains(s, "observing for") {
-				mu.Lock()
-				observing = time.Now()
-				mu.Unlock()
-			}
-		})
+		recovery.HalfOpen(ctx, cfg, probed, &gate, normalRate, func(string) {})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	r.start(pusher.Config{Gate: &gate})
@@ -74,12 +71,15 @@ func TestHalfOpenBacklogDrainsAtHalfTheNormalRate(t *testing.T) {
 	if len(pushes) != n {
 		t.Fatalf("%d pushes recorded, want %d", len(pushes), n)
 	}
-	mu.Lock()
-	began := observing
-	mu.Unlock()
+	// The gate opens after the last probe is acked (no canary here): no
+	// push can go before.
+	began, probes := probed.last()
+	if probes != cfg.Probes {
+		t.Fatalf("%d probes acked, want %d", probes, cfg.Probes)
+	}
 	// Held while probing: the first push comes after the drain began
 	// (50 ms of slack for the two clocks' readers).
-	if began.IsZero() || pushes[0].Before(began.Add(-50*time.Millisecond)) {
+	if pushes[0].Before(began.Add(-50 * time.Millisecond)) {
 		t.Fatalf("first push at %s, before the drain began at %s", pushes[0].Format("15:04:05.000"), began.Format("15:04:05.000"))
 	}
 	// The drain's limiter (one push at once, then one per 1/drain) lets
@@ -101,4 +101,29 @@ func TestHalfOpenBacklogDrainsAtHalfTheNormalRate(t *testing.T) {
 	if held := r.p.Stats().Held; held == 0 {
 		t.Fatal("no push was held by the gate")
 	}
+}
+
+// timedProbes is the recovery's connection, noting when its last acked
+// probe returned.
+type timedProbes struct {
+	*wecom.Conn
+	mu     sync.Mutex
+	at     time.Time
+	probes int
+}
+
+func (c *timedProbes) Probe(ctx context.Context, timeout time.Duration) error {
+	err := c.Conn.Probe(ctx, timeout)
+	if err == nil {
+		c.mu.Lock()
+		c.at, c.probes = time.Now(), c.probes+1
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *timedProbes) last() (time.Time, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at, c.probes
 }
