@@ -156,6 +156,10 @@ func heldFrame(t *testing.T, answer bool) string {
 	if n := r.stats().Frames[wecom.CmdRespondMsg] - frames; n != 1 {
 		t.Fatalf("%d frames after v1, want 1 (none of a version it did not show last)", n)
 	}
+	// The request reaches the test's worker on a goroutine of its own:
+	// unanswered, the frame went after the pusher's wait, which does not
+	// wait for the request to be heard.
+	testwait.Eventually(t, waitLong, "the flush request heard", func() bool { return asked.Load() > 0 })
 	if n := asked.Load(); n != 1 {
 		t.Fatalf("%d flush requests, want 1", n)
 	}
