@@ -119,7 +119,13 @@ func countOutputGets(t *testing.T, f *fixture) func() int {
 
 // countOn counts the messages on subjects that match, as f's server sees
 // them; the count it returns includes every message the store's
-// connection sent before the call.
+// connection sent before the call. Every subscription feeds one channel,
+// which the connection's reader fills in the order the messages came and
+// one goroutine counts: with a goroutine per subscription (nc.Subscribe),
+// the mark's could count it before another had counted a message that
+// came first (a create heard 0 times, want once). The mark's subject is
+// this counter's own: on a shared one, the marks of another counter of
+// the test (TestStartWaitsForTheLeadersOpen's gets) were taken for its.
 func countOn(t *testing.T, f *fixture, subjects []string, match func(*nats.Msg) bool) func() int {
 	t.Helper()
 	nc, err := nats.Connect(f.env.Server.ClientURL())
@@ -129,29 +135,42 @@ func countOn(t *testing.T, f *fixture, subjects []string, match func(*nats.Msg) 
 	t.Cleanup(nc.Close)
 	var mu sync.Mutex
 	n, marks := 0, 0
-	for _, subj := range append(subjects, "test.mark") {
-		if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case m.Subject == "test.mark":
-				marks++
-			case match(m):
-				n++
-			}
-		}); err != nil {
+	heard := make(chan *nats.Msg, 1<<16)
+	mark := nats.NewInbox()
+	for _, subj := range append(subjects, mark) {
+		if _, err := nc.ChanSubscribe(subj, heard); err != nil {
 			t.Fatal(err)
 		}
 	}
+	stop, counted := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(counted)
+		for {
+			select {
+			case <-stop:
+				return
+			case m := <-heard:
+				mu.Lock()
+				switch {
+				case m.Subject == mark:
+					marks++
+				case match(m):
+					n++
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-counted })
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	sent := 0
 	return func() int {
 		// A mark from the store's connection arrives after every message
-		// it sent before.
+		// it sent before, and is counted after them.
 		sent++
-		if err := f.env.Conn.Publish("test.mark", nil); err != nil {
+		if err := f.env.Conn.Publish(mark, nil); err != nil {
 			t.Fatal(err)
 		}
 		testwait.Eventually(t, 10*time.Second, "the mark", func() bool { mu.Lock(); defer mu.Unlock(); return marks >= sent })
