@@ -53,18 +53,20 @@ func TestAppendExchangeFromReadsOnlyWhenSomebodyWrote(t *testing.T) {
 		t.Fatalf("%d reads for an append from a fresh read", n)
 	}
 	c, rev = read()
-	// Another answer of the chat is appended meanwhile: the stale start is
-	// read again, and neither turn is lost.
+	// Another answer of the chat is appended meanwhile (its one read
+	// counted before the count is reset): the stale start is read again,
+	// and neither turn is lost. The read again is awaited, not looked for
+	// at once: the counter hears it after the append has returned.
+	before := reads.Load()
 	if err := AppendExchange(ctx, kv, key, "q2", "a2", mem, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	testwait.Eventually(t, 30*time.Second, "the other append's read reaches the counter", func() bool { return reads.Load() > before })
 	reads.Store(0)
 	if err := AppendExchangeFrom(ctx, kv, key, "q3", "a3", mem, time.Now(), c, rev); err != nil {
 		t.Fatal(err)
 	}
-	if n := reads.Load(); n == 0 {
-		t.Fatal("a stale start was not read again")
-	}
+	testwait.Eventually(t, 30*time.Second, "the stale start read again", func() bool { return reads.Load() > 0 })
 	got, _ := read()
 	if len(got.Turns) != 6 || got.Turns[0].Content != "q1" || got.Turns[2].Content != "q2" || got.Turns[4].Content != "q3" {
 		t.Fatalf("turns %+v, want q1 a1 q2 a2 q3 a3", got.Turns)
