@@ -15,7 +15,7 @@ TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
 # first, so the run does not end waiting on one of them alone.
 TESTPKGS  ?= $(if $(filter ./...,$(PKGS)),./test/pipeline ./test/e2e ./pkg/serve) $(PKGS)
 
-.PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install
+.PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install fuzz
 
 all: build
 
@@ -35,6 +35,12 @@ test:
 	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
 	$(MAKE) chaos-smoke
 	$(MAKE) conformance
+
+# Every fuzz target for FUZZTIME each (default 30s; scripts/fuzz.sh); a
+# failing input is saved under the package's testdata/fuzz/, where make
+# test runs it as a seed from then on.
+fuzz:
+	bash scripts/fuzz.sh
 
 # Binary, systemd unit and config on this machine (scripts/install.sh;
 # idempotent; a changed config is kept unless INSTALL_FLAGS=--force).
