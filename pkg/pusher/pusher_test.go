@@ -608,7 +608,13 @@ func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
 	r.write(rec.ID, "an answer nobody waits for any more", true)
 	// The pusher comes back a day later (its clock: the bot was away).
 	r.start(pusher.Config{Now: func() time.Time { return time.Now().Add(25 * time.Hour) },
-		Health: failedFunc(func(rec *task.Record, err error) { failed <- rec })})
+		// The first call is kept; another must not block the pusher.
+		Health: failedFunc(func(rec *task.Record, err error) {
+			select {
+			case failed <- rec:
+			default:
+			}
+		})})
 	r.waitDelivery(rec.ID, task.DeliveryFailed)
 	got := r.record(rec.ID)
 	if !strings.HasPrefix(got.DeliveryReason, task.ExpiredPrefix) {
