@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -67,26 +68,21 @@ func TestEtcdRefusesRandomPort(t *testing.T) {
 	}
 }
 
+// A client port already taken is EADDRINUSE from StartEtcd. The port is
+// one the test itself holds (a listener), not one picked free and left
+// open: another process could take that one before the test's own
+// member bound it, and the test failed for the wrong reason.
 func TestEtcdPortTaken(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	addr, err := FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	e, err := StartEtcd(ctx, EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	e2, err := StartEtcd(ctx, EtcdConfig{DataDir: t.TempDir(), ClientAddr: addr, UnsafeNoFsync: true, Logger: zerolog.Nop()})
+	held := holdPort(t)
+	e, err := StartEtcd(context.Background(), EtcdConfig{DataDir: t.TempDir(), ClientAddr: held.Addr().String(), UnsafeNoFsync: true, Logger: zerolog.Nop()})
 	if err == nil {
-		e2.Close()
-		t.Fatal("second etcd on the same client port started, want an error")
+		e.Close()
+		t.Fatal("etcd on a client port taken started, want an error")
 	}
 	// StartEtcdOnFreePorts tries other ports on exactly this error.
-	if !errors.Is(err, syscall.EADDRINUSE) {
-		t.Fatalf("error %v is not EADDRINUSE", err)
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), held.Addr().String()) {
+		t.Fatalf("error %v is not EADDRINUSE on %s", err, held.Addr())
 	}
 	t.Logf("error (expected): %v", err)
 }

@@ -45,16 +45,26 @@ func (h *graceHooks) unblockAtCleanup(t *testing.T) {
 }
 
 // WorkOnConn waits for its context to end, reports it, and returns when
-// released.
+// released. Once released it need not report: a report nobody receives
+// (a second WorkOnConn, the report channel full) would block the node for
+// good and hang the test's cleanup.
 func (h *graceHooks) WorkOnConn(ctx context.Context, _ *election.Term, conn *wecom.Conn) {
 	<-ctx.Done()
-	h.leadingStopped <- conn
+	select {
+	case h.leadingStopped <- conn:
+	case <-h.releaseLeading:
+	}
 	<-h.releaseLeading
 }
 
-// Drain reports it started and returns when released (or at its deadline).
+// Drain reports it started and returns when released (or at its deadline),
+// reported or not (as WorkOnConn).
 func (h *graceHooks) Drain(ctx context.Context, term *election.Term) {
-	h.drainStarted <- term
+	select {
+	case h.drainStarted <- term:
+	case <-h.releaseDrain:
+	case <-ctx.Done():
+	}
 	select {
 	case <-h.releaseDrain:
 	case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -607,7 +608,13 @@ func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
 	r.write(rec.ID, "an answer nobody waits for any more", true)
 	// The pusher comes back a day later (its clock: the bot was away).
 	r.start(pusher.Config{Now: func() time.Time { return time.Now().Add(25 * time.Hour) },
-		Health: failedFunc(func(rec *task.Record, err error) { failed <- rec })})
+		// The first call is kept; another must not block the pusher.
+		Health: failedFunc(func(rec *task.Record, err error) {
+			select {
+			case failed <- rec:
+			default:
+			}
+		})})
 	r.waitDelivery(rec.ID, task.DeliveryFailed)
 	got := r.record(rec.ID)
 	if !strings.HasPrefix(got.DeliveryReason, task.ExpiredPrefix) {
@@ -817,23 +824,91 @@ func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
 
 // reads counts the requests on subjects (API reads of a bucket: direct
 // gets, with or without a key in the subject, and gets through the
-// stream's leader).
-func (r *rig) reads(buckets ...string) *atomic.Int64 {
+// stream's leader) that the store's connection (the pusher's and the
+// rig's worker's) sends. Every subscription feeds one channel, which the
+// connection's reader fills in the order the requests came, and one
+// goroutine counts: with a goroutine per subscription (Subscribe), a read
+// made before Store(0) could be counted after it (the ending's reads
+// included the progress's).
+func (r *rig) reads(buckets ...string) *readCount {
 	r.t.Helper()
-	var n atomic.Int64
+	c := &readCount{r: r, mark: nats.NewInbox()}
+	heard := make(chan *nats.Msg, 1<<16)
+	subjects := []string{c.mark}
 	for _, b := range buckets {
-		for _, subj := range []string{"$JS.API.DIRECT.GET.KV_" + b, "$JS.API.DIRECT.GET.KV_" + b + ".>", "$JS.API.STREAM.MSG.GET.KV_" + b} {
-			sub, err := r.js.Conn.Subscribe(subj, func(*nats.Msg) { n.Add(1) })
-			if err != nil {
-				r.t.Fatal(err)
-			}
-			r.t.Cleanup(func() { sub.Unsubscribe() })
-		}
+		subjects = append(subjects, "$JS.API.DIRECT.GET.KV_"+b, "$JS.API.DIRECT.GET.KV_"+b+".>", "$JS.API.STREAM.MSG.GET.KV_"+b)
 	}
+	for _, subj := range subjects {
+		sub, err := r.js.Conn.ChanSubscribe(subj, heard)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.t.Cleanup(func() { sub.Unsubscribe() })
+	}
+	stop, counted := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(counted)
+		for {
+			select {
+			case <-stop:
+				return
+			case m := <-heard:
+				c.mu.Lock()
+				if m.Subject == c.mark {
+					c.marks++
+				} else {
+					c.n++
+				}
+				c.mu.Unlock()
+			}
+		}
+	}()
+	r.t.Cleanup(func() { close(stop); <-counted })
 	if err := r.js.Conn.Flush(); err != nil {
 		r.t.Fatal(err)
 	}
-	return &n
+	return c
+}
+
+// readCount is a count of reads (rig.reads).
+type readCount struct {
+	r     *rig
+	mark  string
+	mu    sync.Mutex
+	n     int64
+	marks int
+	sent  int
+}
+
+// settle waits until every read the store's connection sent before the
+// call is counted: a mark it sends after them is counted after them.
+func (c *readCount) settle() {
+	c.r.t.Helper()
+	c.sent++
+	sent := c.sent
+	if err := c.r.js.Conn.Publish(c.mark, nil); err != nil {
+		c.r.t.Fatal(err)
+	}
+	testwait.Eventually(c.r.t, waitLong, "the reads' mark", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.marks >= sent })
+}
+
+// Load is the count, with every read sent before the call.
+func (c *readCount) Load() int64 {
+	c.r.t.Helper()
+	c.settle()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// Store sets the count to n after every read sent before the call is
+// counted.
+func (c *readCount) Store(n int64) {
+	c.r.t.Helper()
+	c.settle()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = n
 }
 
 // A running task whose worker has not written yet is not read: its first

@@ -45,8 +45,11 @@ func TestCancelInEveryState(t *testing.T) {
 			t.Fatalf("%s after cancel: exec %s, locked %v", m.Chat, r.Exec, f.locked(m.Chat))
 		}
 		c, err := cancels.NextMsg(5 * time.Second)
-		if id, _ := f.env.Store.Names().CanceledTask(c.Subject); err != nil || id != m.TaskID {
-			t.Fatalf("cancel announcement: %v %v", c, err)
+		if err != nil {
+			t.Fatalf("%s's cancel announcement: %v", m.Chat, err)
+		}
+		if id, _ := f.env.Store.Names().CanceledTask(c.Subject); id != m.TaskID {
+			t.Fatalf("cancel announcement on %s, want task %s", c.Subject, m.TaskID)
 		}
 		n, err := notices.NextMsg(5 * time.Second)
 		if err != nil || string(n.Data) != m.TaskID {

@@ -46,12 +46,14 @@ func (f *fixture) olderThan(chat string, d time.Duration) {
 // A queue message whose record never landed, older than the deadline, is
 // given up by the sweep: the record is made from the message and failed
 // (the user is told), and the conversation is freed. A younger one is
-// left to the worker that opens it.
+// left to the worker that opens it. The young message is swept with a
+// deadline of an hour: with the second, a stall of over a second between
+// the publish and the sweep (a loaded machine) made it old.
 func TestSweepGivesUpAQueueMessageWithoutRecordPastTheDeadline(t *testing.T) {
 	f := newFixture(t, dataplane.Options{})
 	const deadline = time.Second
 	m := f.publishOnly("m1", "alice")
-	if res, err := f.lc.Sweep(f.ctx, "b", deadline, 0); err != nil || res.Deadline != 0 || !f.locked("alice") {
+	if res, err := f.lc.Sweep(f.ctx, "b", time.Hour, 0); err != nil || res.Deadline != 0 || !f.locked("alice") {
 		t.Fatalf("young message: %+v %v, locked %v", res, err, f.locked("alice"))
 	}
 	f.olderThan("alice", deadline)

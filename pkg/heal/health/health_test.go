@@ -484,30 +484,45 @@ func (e *env) postUntil(done func() bool) {
 	}
 }
 
-// watchPhases samples gate's phase every 20 ms until the test ends; the
-// function it returns fails the test unless each of want was seen.
-func watchPhases(t *testing.T, gate *recovery.Gate) func(want ...recovery.Phase) {
-	var phases sync.Map
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				phases.Store(gate.Phase(), true)
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
-	return func(want ...recovery.Phase) {
-		t.Helper()
-		for _, p := range want {
-			if _, ok := phases.Load(p); !ok {
-				t.Fatalf("gate never %s", p)
-			}
+// phaseWatch reads a gate's phase each time Health reads its clock (it
+// is Health's Now). The recovery's notes of its steps are stamped with
+// that clock in the recovery's own goroutine, as each step begins, so the
+// phase is read at each of them (not sampled from another goroutine every
+// 20 ms: the probing lasts about 400 ms, and a sampler scheduled late
+// could miss it).
+type phaseWatch struct {
+	mu   sync.Mutex
+	gate *recovery.Gate
+	seen map[recovery.Phase]bool
+}
+
+func newPhaseWatch() *phaseWatch { return &phaseWatch{seen: map[recovery.Phase]bool{}} }
+
+// now is Health's clock.
+func (w *phaseWatch) now() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gate != nil {
+		w.seen[w.gate.Phase()] = true
+	}
+	return time.Now()
+}
+
+// watch starts reading gate's phase.
+func (w *phaseWatch) watch(gate *recovery.Gate) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gate = gate
+}
+
+// saw fails t unless each of want was seen.
+func (w *phaseWatch) saw(t *testing.T, want ...recovery.Phase) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range want {
+		if !w.seen[p] {
+			t.Fatalf("gate never %s (seen %v)", p, w.seen)
 		}
 	}
 }
@@ -517,13 +532,15 @@ func watchPhases(t *testing.T, gate *recovery.Gate) func(want ...recovery.Phase)
 // held, then drained below its normal rate for the observation window)
 // before it is online and the incident closes.
 func TestLongSilenceGoesHalfOpen(t *testing.T) {
+	phases := newPhaseWatch()
 	e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
 		silenceLimits(c)
 		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 3, ProbeInterval: 200 * time.Millisecond, Observe: 2 * time.Second}
+		c.Now = phases.now
 	}})
 	e.waitOnline()
 	gate := e.h.Gate(bot)
-	seen := watchPhases(t, gate)
+	phases.watch(gate)
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultSilence, Seconds: 6})
 	e.waitSilenceIncident()
 	testwait.Eventually(t, waitLong, "the silence over", func() bool { return !e.stats().Silenced })
@@ -532,7 +549,7 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 	if i.Signal != incident.SignalSilence || !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
 		t.Fatalf("a long silence was not half-open for the observation window:\n%s", dump(i))
 	}
-	seen(recovery.PhaseProbing, recovery.PhaseObserving)
+	phases.saw(t, recovery.PhaseProbing, recovery.PhaseObserving)
 	if gate.Phase() != recovery.PhaseOnline {
 		t.Fatalf("gate %s after recovery", gate.Phase())
 	}
@@ -545,19 +562,21 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 // held while the probes run, then drains below the normal rate during the
 // observation window, then the bot is online and the incident closes.
 func TestHalfOpenAfterALongOutage(t *testing.T) {
+	phases := newPhaseWatch()
 	e := start(t, options{health: func(c *health.Config) {
 		c.Recovery = recovery.Config{Threshold: time.Second, Probes: 3, ProbeInterval: 200 * time.Millisecond, Observe: 2 * time.Second}
+		c.Now = phases.now
 	}})
 	e.waitOnline()
 	gate := e.h.Gate(bot)
-	seen := watchPhases(t, gate)
+	phases.watch(gate)
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRefuseSubscribe, Seconds: 2})
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
 	i := e.waitClosed(1)
 	if !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
 		t.Fatalf("not half-open for the observation window:\n%s", dump(i))
 	}
-	seen(recovery.PhaseProbing, recovery.PhaseObserving)
+	phases.saw(t, recovery.PhaseProbing, recovery.PhaseObserving)
 	if gate.Phase() != recovery.PhaseOnline {
 		t.Fatalf("gate %s after recovery", gate.Phase())
 	}
