@@ -44,7 +44,16 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	c := newClusterWithoutNATS(t)
-	n, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
+	// restartNATS brings NATS back on the same port, so it comes from
+	// FreeAddr, as etcd's do: in the ephemeral range (a port 0 listen's),
+	// another process's listen on port 0 could be given it while NATS is
+	// down, most likely when NATS had no clients at its close (no
+	// TIME_WAIT keeps such a listen off it).
+	addr, err := infra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: addr, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
