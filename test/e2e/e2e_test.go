@@ -316,6 +316,13 @@ func TestMessagesDuringHandover(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
+	// The poster ends before the test does, also when the test fails
+	// early: posting on into the cluster's teardown reported its refused
+	// posts as errors, and once the test had ended panicked (Fail in
+	// goroutine after the test completed), ending every later test.
+	var posterOnce sync.Once
+	stopPosting := func() { posterOnce.Do(func() { close(stop); <-done }) }
+	defer stopPosting()
 
 	// waitPosts waits until n more messages were posted, so that every
 	// phase (before, during and after each handover) has traffic.
@@ -354,8 +361,7 @@ func TestMessagesDuringHandover(t *testing.T) {
 	}
 	waitStable(t, c)
 	waitPosts(15)
-	close(stop)
-	<-done
+	stopPosting()
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -48,14 +48,13 @@ func tail(s string, n int) string {
 
 // startDuringOutage stops NATS, starts node n1 with mutate (it campaigns,
 // connects and receives without JetStream, keeping tasks in its spool)
-// and returns NATS's URL and a channel that yields the node once it has
-// bound JetStream after restartNATS.
-func (c *cluster) startDuringOutage(mutate func(*config.Config)) (string, chan *runningNode) {
+// and returns NATS's URL and the node, whose ready waits for it to bind
+// JetStream after restartNATS.
+func (c *cluster) startDuringOutage(mutate func(*config.Config)) (string, *launchedNode) {
 	c.t.Helper()
 	natsURL := c.nats.ClientURL()
 	c.nats.Close()
-	started := make(chan *runningNode, 1)
-	go func() { started <- c.start("n1", mutate) }()
+	started := c.launchOn("n1", natsURL, mutate)
 	testwait.Eventually(c.t, waitLong, "leader connected without NATS", c.connected)
 	return natsURL, started
 }
@@ -83,12 +82,7 @@ func TestSpoolFullRefusesAndExpiredIsToldToResend(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // past spool.expiry: a precondition, not a measurement
 	c.restartNATS(natsURL)
-	var n *runningNode
-	select {
-	case n = <-started:
-	case <-time.After(2 * waitLong):
-		t.Fatal("node never bound JetStream after NATS came back")
-	}
+	n := started.ready(2 * waitLong) // bound JetStream after NATS came back
 	var told string
 	testwait.Eventually(t, waitLong, "alice told to resend", func() bool {
 		for _, m := range c.bot("alice") {
@@ -120,10 +114,6 @@ func TestTaskForwardedLateFromTheSpoolSaysSo(t *testing.T) {
 	testwait.Eventually(t, waitLong, "receipt", func() bool { return len(c.bot("alice")) > 0 })
 	time.Sleep(2 * time.Second) // past spool.late_after: a precondition
 	c.restartNATS(natsURL)
-	select {
-	case <-started:
-	case <-time.After(2 * waitLong):
-		t.Fatal("node never bound JetStream after NATS came back")
-	}
+	started.ready(2 * waitLong) // bound JetStream after NATS came back
 	testwait.Eventually(t, waitLong, "answered late", func() bool { return answeredLate(c.bot("alice"), "asked during the outage") == 1 })
 }

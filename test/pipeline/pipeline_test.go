@@ -44,7 +44,16 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	c := newClusterWithoutNATS(t)
-	n, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
+	// restartNATS brings NATS back on the same port, so it comes from
+	// FreeAddr, as etcd's do: in the ephemeral range (a port 0 listen's),
+	// another process's listen on port 0 could be given it while NATS is
+	// down, most likely when NATS had no clients at its close (no
+	// TIME_WAIT keeps such a listen off it).
+	addr, err := infra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := infra.StartNATS(infra.NATSConfig{DataDir: filepath.Join(c.dir, "nats"), Addr: addr, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +95,28 @@ func (c *cluster) start(id string, mutate func(*config.Config)) *runningNode {
 }
 
 // startOn starts a node that reaches NATS at natsURL (a fault proxy of
-// its own, to cut one node off while the others reach NATS).
+// its own, to cut one node off while the others reach NATS) and returns
+// once it is ready.
 func (c *cluster) startOn(id, natsURL string, mutate func(*config.Config)) *runningNode {
+	c.t.Helper()
+	return c.launchOn(id, natsURL, mutate).ready(waitLong)
+}
+
+// launchedNode is a node launchOn started, not yet seen ready.
+type launchedNode struct {
+	c      *cluster
+	id     string
+	cfg    config.Config
+	r      *runningNode // its node set by ready
+	readyc chan *serve.Node
+	done   chan error // Run's result, put back by whoever reads it
+}
+
+// launchOn starts a node as startOn does and returns at once: the node
+// may become ready only after something the test does (NATS coming
+// back), so the test waits for it with ready, on its own goroutine, from
+// then on. The node is stopped when the test ends, ready or not.
+func (c *cluster) launchOn(id, natsURL string, mutate func(*config.Config)) *launchedNode {
 	c.t.Helper()
 	cfg := config.Defaults()
 	cfg.NodeID, cfg.DataDir = id, filepath.Join(c.dir, id)
@@ -114,38 +143,50 @@ func (c *cluster) startOn(id, natsURL string, mutate func(*config.Config)) *runn
 		ackWait = 3 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *serve.Node, 1)
+	readyc := make(chan *serve.Node, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: natsURL, Listener: ln,
-			TaskAckWait: ackWait, SweepInterval: c.sweep, Logger: testLogger(), Ready: func(n *serve.Node) { ready <- n }})
+			TaskAckWait: ackWait, SweepInterval: c.sweep, Logger: testLogger(), Ready: func(n *serve.Node) { readyc <- n }})
 	}()
-	var n *serve.Node
-	select {
-	case n = <-ready:
-	case err := <-done:
-		c.t.Fatalf("node %s: %v", id, err)
-	case <-time.After(waitLong):
-		c.t.Fatal("node not ready")
-	}
-	token, err := cfg.API.CallerToken(cfg.DataDir)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	var once sync.Once
-	r := &runningNode{node: n, api: "http://" + ln.Addr().String(), token: token, stop: func() {
+	r := &runningNode{api: "http://" + ln.Addr().String(), stop: func() {
 		once.Do(func() {
 			cancel()
 			select {
-			case <-done:
+			case err := <-done:
+				done <- err
 			case <-time.After(waitLong):
 				c.t.Error("node did not stop")
 			}
 			cli.Close()
 		})
 	}}
+	// Stopped at the end even if never ready; once ready, ready registers
+	// the stop again (a no-op the second time), so that it runs before the
+	// cleanups of what the test started meanwhile (NATS brought back).
 	c.t.Cleanup(r.stop)
-	return r
+	return &launchedNode{c: c, id: id, cfg: cfg, r: r, readyc: readyc, done: done}
+}
+
+// ready waits up to within, from now, for the node to be ready.
+func (l *launchedNode) ready(within time.Duration) *runningNode {
+	l.c.t.Helper()
+	select {
+	case l.r.node = <-l.readyc:
+	case err := <-l.done:
+		l.done <- err
+		l.c.t.Fatalf("node %s: %v", l.id, err)
+	case <-time.After(within):
+		l.c.t.Fatalf("node %s not ready within %s", l.id, within)
+	}
+	token, err := l.cfg.API.CallerToken(l.cfg.DataDir)
+	if err != nil {
+		l.c.t.Fatal(err)
+	}
+	l.r.token = token
+	l.c.t.Cleanup(l.r.stop)
+	return l.r
 }
 
 // busyReplies counts the finished busy replies to msgid in user's chat.
@@ -574,8 +615,7 @@ func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
 	c := newCluster(t)
 	natsURL := c.nats.ClientURL()
 	c.nats.Close()
-	started := make(chan *runningNode, 1)
-	go func() { started <- c.start("n1", nil) }()
+	started := c.launchOn("n1", natsURL, nil) // ready once NATS is back
 	testwait.Eventually(t, waitLong, "leader connected without NATS", c.connected)
 	sent := c.post("alice", "asked during the outage")
 	testwait.Eventually(t, waitLong, "receipt", func() bool {
@@ -587,12 +627,7 @@ func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
 		t.Fatalf("second message while the first is spooled: %q", got)
 	}
 	c.restartNATS(natsURL)
-	var n *runningNode
-	select {
-	case n = <-started:
-	case <-time.After(2 * waitLong):
-		t.Fatal("node never bound JetStream after NATS came back")
-	}
+	n := started.ready(2 * waitLong) // bound JetStream after NATS came back
 	testwait.Eventually(t, waitLong, "answered", func() bool { return answered(c.bot("alice"), "asked during the outage") == 1 })
 	if r := c.record(n, sent.MsgID); r.Exec != task.Succeeded {
 		t.Fatalf("record = %+v", r)
