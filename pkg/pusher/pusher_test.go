@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/internal/natscount"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/pace"
@@ -809,7 +809,7 @@ func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
 	}
 	// The ending: the worker's Finish reads the record once; its notice
 	// carries the record, so the pusher reads it no more.
-	reads.Store(0)
+	reads.Reset()
 	r.write(rec.ID, text+" done", true)
 	testwait.Eventually(t, waitLong, "the final frame", func() bool {
 		bot := r.botMessages("alice")
@@ -822,93 +822,18 @@ func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
 	t.Logf("%d record reads for 40 output versions", n)
 }
 
-// reads counts the requests on subjects (API reads of a bucket: direct
-// gets, with or without a key in the subject, and gets through the
-// stream's leader) that the store's connection (the pusher's and the
-// rig's worker's) sends. Every subscription feeds one channel, which the
-// connection's reader fills in the order the requests came, and one
-// goroutine counts: with a goroutine per subscription (Subscribe), a read
-// made before Store(0) could be counted after it (the ending's reads
-// included the progress's).
-func (r *rig) reads(buckets ...string) *readCount {
+// reads counts the requests (API reads of the buckets: direct gets, with
+// or without a key in the subject, and gets through the stream's leader)
+// that the store's connection (the pusher's and the rig's worker's)
+// sends, in the order it sent them (natscount): a read made before a
+// Reset is never counted after it.
+func (r *rig) reads(buckets ...string) *natscount.Counter {
 	r.t.Helper()
-	c := &readCount{r: r, mark: nats.NewInbox()}
-	heard := make(chan *nats.Msg, 1<<16)
-	subjects := []string{c.mark}
+	var subjects []string
 	for _, b := range buckets {
 		subjects = append(subjects, "$JS.API.DIRECT.GET.KV_"+b, "$JS.API.DIRECT.GET.KV_"+b+".>", "$JS.API.STREAM.MSG.GET.KV_"+b)
 	}
-	for _, subj := range subjects {
-		sub, err := r.js.Conn.ChanSubscribe(subj, heard)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		r.t.Cleanup(func() { sub.Unsubscribe() })
-	}
-	stop, counted := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(counted)
-		for {
-			select {
-			case <-stop:
-				return
-			case m := <-heard:
-				c.mu.Lock()
-				if m.Subject == c.mark {
-					c.marks++
-				} else {
-					c.n++
-				}
-				c.mu.Unlock()
-			}
-		}
-	}()
-	r.t.Cleanup(func() { close(stop); <-counted })
-	if err := r.js.Conn.Flush(); err != nil {
-		r.t.Fatal(err)
-	}
-	return c
-}
-
-// readCount is a count of reads (rig.reads).
-type readCount struct {
-	r     *rig
-	mark  string
-	mu    sync.Mutex
-	n     int64
-	marks int
-	sent  int
-}
-
-// settle waits until every read the store's connection sent before the
-// call is counted: a mark it sends after them is counted after them.
-func (c *readCount) settle() {
-	c.r.t.Helper()
-	c.sent++
-	sent := c.sent
-	if err := c.r.js.Conn.Publish(c.mark, nil); err != nil {
-		c.r.t.Fatal(err)
-	}
-	testwait.Eventually(c.r.t, waitLong, "the reads' mark", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.marks >= sent })
-}
-
-// Load is the count, with every read sent before the call.
-func (c *readCount) Load() int64 {
-	c.r.t.Helper()
-	c.settle()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// Store sets the count to n after every read sent before the call is
-// counted.
-func (c *readCount) Store(n int64) {
-	c.r.t.Helper()
-	c.settle()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n = n
+	return natscount.New(r.t, r.js.Conn, r.js.Conn, subjects, nil)
 }
 
 // A running task whose worker has not written yet is not read: its first

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/botctl/botctl/dataplane"
-	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/internal/natscount"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
 )
@@ -118,14 +116,8 @@ func countOutputGets(t *testing.T, f *fixture) func() int {
 }
 
 // countOn counts the messages on subjects that match, as f's server sees
-// them; the count it returns includes every message the store's
-// connection sent before the call. Every subscription feeds one channel,
-// which the connection's reader fills in the order the messages came and
-// one goroutine counts: with a goroutine per subscription (nc.Subscribe),
-// the mark's could count it before another had counted a message that
-// came first (a create heard 0 times, want once). The mark's subject is
-// this counter's own: on a shared one, the marks of another counter of
-// the test (TestStartWaitsForTheLeadersOpen's gets) were taken for its.
+// them, on a connection of its own; the count it returns includes every
+// message the store's connection sent before the call (natscount).
 func countOn(t *testing.T, f *fixture, subjects []string, match func(*nats.Msg) bool) func() int {
 	t.Helper()
 	nc, err := nats.Connect(f.env.Server.ClientURL())
@@ -133,51 +125,7 @@ func countOn(t *testing.T, f *fixture, subjects []string, match func(*nats.Msg) 
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	var mu sync.Mutex
-	n, marks := 0, 0
-	heard := make(chan *nats.Msg, 1<<16)
-	mark := nats.NewInbox()
-	for _, subj := range append(subjects, mark) {
-		if _, err := nc.ChanSubscribe(subj, heard); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop, counted := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(counted)
-		for {
-			select {
-			case <-stop:
-				return
-			case m := <-heard:
-				mu.Lock()
-				switch {
-				case m.Subject == mark:
-					marks++
-				case match(m):
-					n++
-				}
-				mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-counted })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	sent := 0
-	return func() int {
-		// A mark from the store's connection arrives after every message
-		// it sent before, and is counted after them.
-		sent++
-		if err := f.env.Conn.Publish(mark, nil); err != nil {
-			t.Fatal(err)
-		}
-		testwait.Eventually(t, 10*time.Second, "the mark", func() bool { mu.Lock(); defer mu.Unlock(); return marks >= sent })
-		mu.Lock()
-		defer mu.Unlock()
-		return n
-	}
+	return natscount.New(t, nc, f.env.Conn, subjects, match).Load
 }
 
 // An answer in progress lives in the progress bucket (memory storage);
