@@ -6,6 +6,6 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The embedded servers and BucketFault's proxy: every goroutine ends with
-// the test that started it.
+// The embedded server and each Counter's goroutine end with the test
+// that started them.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
