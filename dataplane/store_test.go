@@ -3,10 +3,10 @@ package dataplane
 import (
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/natscount"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -285,29 +285,14 @@ func TestDeclareLeavesARightConsumerAlone(t *testing.T) {
 	nc, js := connect(t, srv)
 	opts := Options{TaskAckWait: 45 * time.Second}
 	declare(t, js, opts)
-	var mu sync.Mutex
-	var creates []string
-	sub, err := nc.Subscribe("$JS.API.CONSUMER.>", func(m *nats.Msg) {
-		if strings.Contains(m.Subject, ".CREATE.") {
-			mu.Lock()
-			creates = append(creates, m.Subject)
-			mu.Unlock()
-		}
+	// Counted in the order nc sent them (natscount): a create the second
+	// Declare sent is counted before Load returns, not left in the
+	// subscription's queue.
+	creates := natscount.New(t, nc, nc, []string{"$JS.API.CONSUMER.>"}, func(m *nats.Msg) bool {
+		return strings.Contains(m.Subject, ".CREATE.")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	declare(t, js, opts)
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(creates) != 0 {
-		t.Fatalf("second Declare with the same options sent %v", creates)
+	if n := creates.Load(); n != 0 {
+		t.Fatalf("second Declare with the same options sent %d consumer creates", n)
 	}
 }
