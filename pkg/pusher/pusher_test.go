@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1000,12 +999,9 @@ func TestProgressFramesAreNotEachWrittenAndNoneIsLost(t *testing.T) {
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
 	r.write(rec.ID, "v", false) // started: the worker's last record write until the end
-	var writes atomic.Int64
-	sub, err := r.js.Conn.Subscribe("$KV.BOTCTL_TASKS."+rec.ID, func(*nats.Msg) { writes.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.js.Conn.Flush()
+	// The record's writes, every one the store's connection sent before
+	// Load counted (natscount); the frames read after it.
+	writes := natscount.New(t, r.js.Conn, r.js.Conn, []string{"$KV.BOTCTL_TASKS." + rec.ID}, nil)
 	text := "v"
 	for i := 0; r.p.Stats().Frames < 5; i++ { // five progress frames
 		if i > 600 {
@@ -1015,8 +1011,8 @@ func TestProgressFramesAreNotEachWrittenAndNoneIsLost(t *testing.T) {
 		r.write(rec.ID, text, false)
 		time.Sleep(100 * time.Millisecond)
 	}
-	sub.Unsubscribe()
-	frames, n := r.p.Stats().Frames, writes.Load()
+	n := int64(writes.Load())
+	frames := r.p.Stats().Frames
 	if n >= frames {
 		t.Fatalf("%d record writes for %d progress frames: each written", n, frames)
 	}
