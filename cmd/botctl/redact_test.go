@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/rs/zerolog"
 )
@@ -74,15 +74,15 @@ func (p *botctlProcess) output() string {
 	return p.out.String()
 }
 
-// closedAddr is a loopback address nothing listens on.
+// closedAddr is a loopback address nothing listens on: a port below the
+// ephemeral range (infra.FreeAddr), so no listen on port 0 and no
+// outgoing connection's source port is given it after it is closed.
 func closedAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := infra.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	return addr
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/infra"
 	"go.uber.org/goleak"
 )
 
@@ -208,12 +209,12 @@ func TestCloseWhileBlackholed(t *testing.T) {
 
 func TestTargetDown(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Free a moment ago and below the ephemeral range (infra.FreeAddr), so
+	// no listen on port 0 and no connection's source port is given it now.
+	target, err := infra.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := ln.Addr().String()
-	ln.Close()
 	p, err := New("127.0.0.1:0", target)
 	if err != nil {
 		t.Fatal(err)

@@ -95,7 +95,7 @@ func TestDeclareLockSerializes(t *testing.T) {
 	defer cli.Close()
 	ctx := context.Background()
 	unlock := declareLock(ctx, cli, "", zerolog.Nop())
-	second := make(chan func())
+	second := make(chan func(), 1) // buffered: the goroutine ends even if the test has given up on it
 	go func() { second <- declareLock(ctx, cli, "", zerolog.Nop()) }()
 	select {
 	case <-second:

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,9 +22,10 @@ import (
 func rawServer(t *testing.T, frames ...any) string {
 	t.Helper()
 	release := make(chan struct{})
-	serverDone := make(chan struct{})
+	var handlers sync.WaitGroup // the handlers that started; none if no client connected
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer close(serverDone)
+		handlers.Add(1)
+		defer handlers.Done()
 		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -61,7 +63,9 @@ func rawServer(t *testing.T, frames ...any) string {
 		}()
 		<-release
 	}))
-	t.Cleanup(func() { close(release); <-serverDone; srv.Close() })
+	// srv.Close returns once each request has ended or been hijacked (after
+	// its handler's Add), so handlers.Wait waits only for handlers that ran.
+	t.Cleanup(func() { close(release); srv.Close(); handlers.Wait() })
 	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/"
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,33 +28,61 @@ func TestSystemdNotifyAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	got := make(chan string, 64)
+	// The reader queues every datagram without bound and never waits on
+	// the test: a reader stalled on a full channel stops reading, the
+	// socket's queue (net.unix.max_dgram_qlen, 10 by default) fills, and
+	// botctl's notify writes block; after a failure it stayed blocked
+	// for good. It ends when the deferred conn.Close ends its Read.
+	var (
+		mu     sync.Mutex
+		queue  []string
+		closed bool
+	)
+	arrived := make(chan struct{}, 1)
 	go func() {
 		buf := make([]byte, 4096)
 		for {
 			n, err := conn.Read(buf)
+			mu.Lock()
 			if err != nil {
-				close(got)
+				closed = true
+			} else {
+				queue = append(queue, string(buf[:n]))
+			}
+			mu.Unlock()
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			if err != nil {
 				return
 			}
-			got <- string(buf[:n])
 		}
 	}()
 	next := func(want string) {
 		t.Helper()
 		deadline := time.After(30 * time.Second)
 		for {
-			select {
-			case s, ok := <-got:
-				if !ok {
-					t.Fatalf("notify socket closed before %s", want)
-				}
+			mu.Lock()
+			for len(queue) > 0 {
+				s := queue[0]
+				queue = queue[1:]
 				if s == want {
+					mu.Unlock()
 					return
 				}
 				if want == "READY=1" {
+					mu.Unlock()
 					t.Fatalf("first datagram %q, want READY=1", s)
 				}
+			}
+			gone := closed
+			mu.Unlock()
+			if gone {
+				t.Fatalf("notify socket closed before %s", want)
+			}
+			select {
+			case <-arrived:
 			case <-deadline:
 				t.Fatalf("no %s on the notify socket", want)
 			}
