@@ -460,15 +460,7 @@ func TestAckStallNeverCreditedAndCostsNoAttempt(t *testing.T) {
 }
 
 func TestSplit(t *testing.T) {
-	for _, tc := range []struct {
-		text  string
-		limit int
-	}{
-		{"a\n\nb\n\nc", 4},
-		{"aaaa\nbbbb\ncccc", 9},
-		{strings.Repeat("字", 10), 7},
-		{"short", 100},
-	} {
+	for _, tc := range splitSeeds { // FuzzSplit's, which checks more
 		parts := pusher.Split(tc.text, tc.limit)
 		for _, p := range parts {
 			if len(p) > tc.limit || !strings.Contains(tc.text, p) {
