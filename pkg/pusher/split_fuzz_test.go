@@ -9,7 +9,8 @@ import (
 )
 
 // splitSeeds are texts the splitters meet: paragraphs, lines, wide runes,
-// and bytes that are not UTF-8 (an exec backend's raw stdout).
+// and bytes that are not UTF-8 (which answers do not carry today: the
+// output bucket's JSON replaces them).
 var splitSeeds = []struct {
 	text  string
 	limit int
