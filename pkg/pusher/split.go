@@ -81,8 +81,9 @@ func lastCut(s, sep string) int {
 
 // runeCut is the largest index ≤ limit that is a rune boundary of s: at
 // most utf8.UTFMax-1 bytes back in UTF-8. Where no byte that far back
-// starts a character (s is not UTF-8 there), there is no character to cut inside, and it is limit itself: backing
-// further could reach 0, and Split would cut nothing, forever.
+// starts a character (s is not UTF-8 there), there is no character to
+// cut inside, and it is limit itself: backing further could reach 0, and
+// Split would cut nothing, forever.
 func runeCut(s string, limit int) int {
 	for i := limit; i >= 0 && i > limit-utf8.UTFMax; i-- {
 		if utf8.RuneStart(s[i]) {
