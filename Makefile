@@ -15,12 +15,22 @@ TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
 # first, so the run does not end waiting on one of them alone.
 TESTPKGS  ?= $(if $(filter ./...,$(PKGS)),./test/pipeline ./test/e2e ./pkg/serve) $(PKGS)
 
+# The build stamps the version (the latest v* tag reachable, as git describe
+# says it: v0.5.0 on a tagged commit, v0.5.0-3-gabc1234 after it; "dev"
+# without a tag), the commit and the commit's date (UTC), so two builds of
+# one commit carry the same bytes. `botctl version` prints them.
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' 2>/dev/null)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE      ?= $(shell TZ=UTC git log -1 --date=format-local:%Y-%m-%d --format=%cd 2>/dev/null)
+BUILDINFO := github.com/botctl/botctl/pkg/buildinfo
+LDFLAGS   ?= -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT) -X $(BUILDINFO).Date=$(DATE)
+
 .PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install fuzz
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/botctl
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/botctl
 
 # The test command of README.md and .ci/run. The browser test
 # (test/browser) needs Chromium: installed here when missing (Debian's

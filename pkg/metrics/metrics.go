@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -90,9 +91,19 @@ func New() *Node {
 			Help: "Users' verdicts on answers (WeCom's feedback_event) this node received, by bot and kind (accurate, inaccurate, canceled: a verdict withdrawn, unknown). Each is recorded with its task: botctl feedback; an event delivered again is counted once."}, []string{"bot", "kind"}),
 	}
 	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, alertsSent,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		buildInfo(buildinfo.Get()), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Model = newModel(m.Registry)
 	return m
+}
+
+// buildInfo is botctl_build_info{version,commit,goversion}, always 1: the
+// build a node runs, to join with any other series (a rolling upgrade
+// shows as two versions at once).
+func buildInfo(in buildinfo.Info) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
+		Help:        "Always 1; its labels name the build this node runs: version (\"dev\" for a development build), commit, goversion.",
+		ConstLabels: prometheus.Labels{"version": in.Version, "commit": in.Commit, "goversion": in.Go}},
+		func() float64 { return 1 })
 }
 
 // FrameIn counts a callback read (wecom.FrameObserver).

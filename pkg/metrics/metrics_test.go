@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -62,5 +63,16 @@ func TestRegistriesArePerNode(t *testing.T) {
 	alert := `botctl_alerts_sent_total{kind="open",level="auto",result="failed",sink="webhook"} 1`
 	if !strings.Contains(ta, alert) || !strings.Contains(tb, alert) {
 		t.Errorf("AlertsSent not on both registries")
+	}
+}
+
+// Every registry says which build its node runs.
+func TestBuildInfo(t *testing.T) {
+	rec := httptest.NewRecorder()
+	metrics.New().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	in := buildinfo.Get()
+	want := `botctl_build_info{commit="` + in.Commit + `",goversion="` + in.Go + `",version="` + in.Version + `"} 1`
+	if !strings.Contains(rec.Body.String(), want+"\n") {
+		t.Fatalf("/metrics lacks %s", want)
 	}
 }
