@@ -38,9 +38,9 @@ const (
 // Options shape what Declare creates. The zero value is the default of
 // every field; a field left zero takes its default.
 type Options struct {
-	// Prefix names everything: the stream <Prefix>_TASKS, the buckets
-	// <Prefix>_TASKS, <Prefix>_OUTPUT, <Prefix>_CONTEXT, <Prefix>_WATERMARKS
-	// and the subjects <prefix>.tasks.> (lower case). Letters, digits, '_'
+	// Prefix names everything: the stream <Prefix>_TASKS, the buckets and
+	// the object store <Prefix>_<NAME> (NamesFor lists them all) and the
+	// subjects <prefix>.tasks.> and the like (lower case). Letters, digits, '_'
 	// and '-'. Two deployments sharing one NATS account need two prefixes.
 	// Default "BOTCTL".
 	Prefix string

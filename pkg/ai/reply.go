@@ -87,7 +87,8 @@ func (r Reply) Empty() bool {
 }
 
 // ErrNoReplySink: SendReply was called where nobody collects replies (a
-// caller of Stream that takes text only, such as botctl ask).
+// caller of Stream that takes text only, such as the load test's naive
+// bot; the worker always collects them).
 var ErrNoReplySink = errors.New("ai: no reply sink in this context")
 
 type replySinkKey struct{}
