@@ -59,6 +59,7 @@ type Node struct {
 	natsErrors *prometheus.CounterVec
 	corrupt    *prometheus.CounterVec
 	feedback   *prometheus.CounterVec
+	incidents  *prometheus.HistogramVec
 }
 
 // New makes a node's registry with its instruments, the process and Go
@@ -89,8 +90,11 @@ func New() *Node {
 			Help: "Task records skipped because they do not decode, by bot and where (rebuild: a pusher's term start; push: a pusher's step; spool: the spool's way out, which drops the entry; sweep: the leader's sweep). Each pass that meets one counts it: it rises for as long as the record stays."}, []string{"bot", "where"}),
 		feedback: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "feedback_total",
 			Help: "Users' verdicts on answers (WeCom's feedback_event) this node received, by bot and kind (accurate, inaccurate, canceled: a verdict withdrawn, unknown). Each is recorded with its task: botctl feedback; an event delivered again is counted once."}, []string{"bot", "kind"}),
+		incidents: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "incident_seconds",
+			Help:    "Spans of the incidents this node closed, by bot, kind (outage, data, ai) and span: t1 (drop to detected), t2 (detected to the first action), t3 (recovered to data complete). A span the incident does not have is not observed.",
+			Buckets: []float64{1, 3, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"bot", "kind", "span"}),
 	}
-	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, alertsSent,
+	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, m.incidents, alertsSent,
 		buildInfo(buildinfo.Get()), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Model = newModel(m.Registry)
 	return m
@@ -104,6 +108,16 @@ func buildInfo(in buildinfo.Info) prometheus.Collector {
 		Help:        "Always 1; its labels name the build this node runs: version (\"dev\" for a development build), commit, goversion.",
 		ConstLabels: prometheus.Labels{"version": in.Version, "commit": in.Commit, "goversion": in.Go}},
 		func() float64 { return 1 })
+}
+
+// IncidentClosed observes a closed incident's spans
+// (health.IncidentMetrics); a zero span is one it does not have.
+func (m *Node) IncidentClosed(bot, kind string, t1, t2, t3 time.Duration) {
+	for span, d := range map[string]time.Duration{"t1": t1, "t2": t2, "t3": t3} {
+		if d > 0 {
+			m.incidents.WithLabelValues(bot, kind, span).Observe(d.Seconds())
+		}
+	}
 }
 
 // FrameIn counts a callback read (wecom.FrameObserver).

@@ -76,3 +76,25 @@ func TestBuildInfo(t *testing.T) {
 		t.Fatalf("/metrics lacks %s", want)
 	}
 }
+
+// A closed incident's spans are observed by name; a span it does not have
+// (0) is not.
+func TestIncidentClosed(t *testing.T) {
+	m := metrics.New()
+	m.IncidentClosed("b1", "outage", 2*time.Second, 500*time.Millisecond, 0)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, line := range []string{
+		`botctl_incident_seconds_sum{bot="b1",kind="outage",span="t1"} 2`,
+		`botctl_incident_seconds_count{bot="b1",kind="outage",span="t2"} 1`,
+		`botctl_incident_seconds_bucket{bot="b1",kind="outage",span="t2",le="1"} 1`,
+	} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %s", line)
+		}
+	}
+	if strings.Contains(body, `span="t3"`) {
+		t.Error("a span the incident lacks was observed")
+	}
+}
