@@ -46,7 +46,7 @@ func AlertSent(sink, kind, level string, ok bool) {
 
 // Node is one node's instruments and registry.
 type Node struct {
-	Registry *prometheus.Registry
+	Registry *Registry
 	*Model   // the AI backends' calls and the limits (model.go)
 
 	framesIn   *prometheus.CounterVec
@@ -66,7 +66,7 @@ type Node struct {
 // runtime collectors, and AlertsSent.
 func New() *Node {
 	m := &Node{
-		Registry: prometheus.NewRegistry(),
+		Registry: NewRegistry(),
 		framesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "wecom_frames_in_total",
 			Help: "Callback frames read from WeCom, by bot and cmd."}, []string{"bot", "cmd"}),
 		framesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "wecom_frames_out_total",

@@ -98,3 +98,14 @@ func TestIncidentClosed(t *testing.T) {
 		t.Error("a span the incident lacks was observed")
 	}
 }
+
+// The registry names every family its collectors describe, counted or
+// not.
+func TestRegistryNames(t *testing.T) {
+	names := strings.Join(metrics.New().Registry.Names(), " ")
+	for _, want := range []string{"botctl_wecom_frames_in_total", "botctl_incident_seconds", "botctl_build_info", "botctl_ai_first_token_seconds", "go_goroutines", "process_cpu_seconds_total"} {
+		if !strings.Contains(" "+names+" ", " "+want+" ") {
+			t.Errorf("Names() lacks %s: %s", want, names)
+		}
+	}
+}
