@@ -2,6 +2,9 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -85,7 +88,81 @@ func TestNodeStartsWithAnOverrideItCannotBuild(t *testing.T) {
 	if got, want := demoQuestion(t, sim, "ann", "how do tides work"), ai.DemoAnswer("how do tides work", 2, 0); got != want {
 		t.Fatalf("b1 answered %q, want the file's demo answer %q", got, want)
 	}
+	checkRefusalShown(t, n, rev)
+
+	// Cleared: the file's settings, and nothing refused any more.
+	if err := botsettings.Delete(context.Background(), cli, botsettings.DefaultPrefix, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "the refusal gone", func() bool { return n.bots.refusal("b1").rev == 0 })
+	if rd := readyz(t, n); len(rd.Warnings) != 0 {
+		t.Errorf("/readyz warnings with no override: %q", rd.Warnings)
+	}
+	if m := n.scrape(t); !strings.Contains(m, `botctl_bot_settings_refused{bot="b1"} 0`) {
+		t.Errorf("/metrics with no override lacks botctl_bot_settings_refused{bot=\"b1\"} 0")
+	}
+}
+
+// checkRefusalShown checks that n shows b1's override of revision rev as
+// refused for OPENAI_API_KEY, b1 served with the file's settings: in GET
+// /status, as a warning of /readyz (which stays ready) and in the metric.
+func checkRefusalShown(t *testing.T, n *runningNode, rev int64) {
+	t.Helper()
+	id := n.cfg.NodeID
 	if r := n.bots.refusal("b1"); r.rev != rev || !strings.Contains(r.why, "OPENAI_API_KEY") {
-		t.Errorf("refusal %+v, want revision %d refused naming OPENAI_API_KEY", r, rev)
+		t.Errorf("%s: refusal %+v, want revision %d refused naming OPENAI_API_KEY", id, r, rev)
+	}
+	var st struct {
+		Settings map[string]settingsView `json:"settings"`
+	}
+	getStatus(t, n, &st)
+	if v := st.Settings["b1"]; v.Revision != 0 || v.Backend != config.AIKindDemo || v.RefusedRevision != rev || !strings.Contains(v.Refused, "OPENAI_API_KEY") {
+		t.Errorf("%s: GET /status settings of b1: %+v, want the file's demo and revision %d refused", id, v, rev)
+	}
+	testwait.Eventually(t, time.Minute, id+" ready", func() bool { return readyz(t, n).Ready })
+	rd := readyz(t, n)
+	if len(rd.Warnings) != 1 || !strings.Contains(rd.Warnings[0], "bot b1:") || !strings.Contains(rd.Warnings[0], fmt.Sprintf("revision %d", rev)) ||
+		!strings.Contains(rd.Warnings[0], "OPENAI_API_KEY") || !strings.Contains(rd.Warnings[0], "config file's settings") {
+		t.Errorf("%s: /readyz warnings %q, want one naming b1, revision %d, OPENAI_API_KEY and the file's settings", id, rd.Warnings, rev)
+	}
+	if m := n.scrape(t); !strings.Contains(m, `botctl_bot_settings_refused{bot="b1"} 1`) {
+		t.Errorf("%s: /metrics lacks botctl_bot_settings_refused{bot=\"b1\"} 1", id)
+	}
+}
+
+// readyz reads n's GET /readyz.
+func readyz(t *testing.T, n *runningNode) Readiness {
+	t.Helper()
+	resp, err := http.Get(n.API + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rd Readiness
+	if err := json.NewDecoder(resp.Body).Decode(&rd); err != nil {
+		t.Fatal(err)
+	}
+	if rd.Ready != (resp.StatusCode == http.StatusOK) {
+		t.Errorf("/readyz: %s with ready %v", resp.Status, rd.Ready)
+	}
+	return rd
+}
+
+// getStatus reads n's GET /status into v.
+func getStatus(t *testing.T, n *runningNode, v any) {
+	t.Helper()
+	token, err := n.cfg.API.CallerToken(n.cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, n.API+"/status", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
 	}
 }
