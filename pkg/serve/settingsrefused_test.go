@@ -166,3 +166,64 @@ func getStatus(t *testing.T, n *runningNode, v any) {
 		t.Fatal(err)
 	}
 }
+
+// A cluster whose override of b1 cannot be built on any node survives a
+// restart of every node: each running node refuses the override, each
+// node started again comes up with b1 on the file's settings, and b1
+// keeps answering.
+func TestEveryNodeRestartsWithAnOverrideNoneCanBuild(t *testing.T) {
+	withoutOpenAIKey(t)
+	sim, addr := startSimServer(t)
+	e, ns := startEtcd(t), startNATS(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var cfgs []config.Config
+	var nodes []*runningNode
+	for _, id := range []string{"n1", "n2", "n3"} {
+		cfg := refusedConfig(t, id, "ws://"+addr+"/", e, ns.ClientURL())
+		n, err := startNode(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs, nodes = append(cfgs, cfg), append(nodes, n)
+	}
+	testwait.Eventually(t, time.Minute, "b1 connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	want := func(q string) string { return ai.DemoAnswer(q, 2, 0) }
+	if got := demoQuestion(t, sim, "u1", "before the override"); got != want("before the override") {
+		t.Fatalf("b1 answered %q before the override", got)
+	}
+
+	rev := putOverride(t, cli, "b1", unbuildable)
+	for _, n := range nodes {
+		testwait.Eventually(t, 30*time.Second, n.cfg.NodeID+" refused the override", func() bool { return n.bots.refusal("b1").rev == rev })
+	}
+	if got := demoQuestion(t, sim, "u2", "while it is refused"); got != want("while it is refused") {
+		t.Fatalf("b1 answered %q while the override is refused", got)
+	}
+
+	// Every node stopped, then every node started again (a deploy, a
+	// power cycle).
+	for _, n := range nodes {
+		if err := n.Stop(); err != nil {
+			t.Fatalf("%s stopped with %v", n.cfg.NodeID, err)
+		}
+	}
+	nodes = nodes[:0]
+	for _, cfg := range cfgs {
+		n, err := startNode(t, cfg)
+		if err != nil {
+			t.Fatalf("%s did not start again with the override in etcd: %v", cfg.NodeID, err)
+		}
+		nodes = append(nodes, n)
+	}
+	testwait.Eventually(t, time.Minute, "b1 connected again", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	if got := demoQuestion(t, sim, "u3", "after every node restarted"); got != want("after every node restarted") {
+		t.Fatalf("b1 answered %q after the restart, want the file's demo answer", got)
+	}
+	for _, n := range nodes {
+		checkRefusalShown(t, n, rev)
+	}
+}
