@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -43,7 +44,8 @@ the override is checked over that bot's settings in it before it is
 stored, and a bad one is refused with its key named (nothing stored).`
 
 const botsSetChecksHelp = `Before it stores anything, 'bots set' builds the bot's AI backend from the
-result here, on this machine, as a node would (a dry run): a backend that
+result here, on this machine, as a node would (a dry run), when the
+override changes the ai section of --config's settings: a backend that
 cannot be built (an API key variable not set, a key file not there, a
 program not found) is refused, naming what is missing. Run it with the
 nodes' environment (their EnvironmentFile), or give --force. It also
@@ -150,16 +152,20 @@ list. --clear removes the override: the file's settings apply again.
 
 // checkSet is what 'bots set' checks before it stores doc as bot's
 // override over base, besides what botsettings.Put checks: the bot's
-// backend can be built here (a dry run of what each node does), and a
-// registered node serves the bot. The error says nothing was stored.
+// backend can be built here (a dry run of what each node does: only when
+// the override changes the ai section, a node otherwise keeping the
+// backend it built of its file), and a registered node serves the bot.
+// The error says nothing was stored.
 func checkSet(ctx context.Context, cli *clientv3.Client, bot string, doc map[string]any, base config.BotSettings) error {
 	s, err := botsettings.Check(base, doc)
 	if err != nil {
 		return usageError{fmt.Errorf("bot %s: %w; nothing stored, the bot keeps its settings", bot, err)}
 	}
-	if _, err := ai.New(s.AI); err != nil {
-		return usageError{fmt.Errorf("bot %s: the AI backend of these settings cannot be built on this machine: %w; nothing stored, the bot keeps its settings "+
-			"(a node without it would refuse the override too: run bots set with the nodes' environment and --config, or give --force to store it anyway)", bot, err)}
+	if !reflect.DeepEqual(s.AI, base.AI) { // else the file's backend, which the nodes built already
+		if _, err := ai.New(s.AI); err != nil {
+			return usageError{fmt.Errorf("bot %s: the AI backend of these settings cannot be built on this machine: %w; nothing stored, the bot keeps its settings "+
+				"(a node without it would refuse the override too: run bots set with the nodes' environment and --config, or give --force to store it anyway)", bot, err)}
+		}
 	}
 	nodes, err := node.Nodes(ctx, cli, prefix)
 	if err != nil {

@@ -253,4 +253,13 @@ func TestBotsSetChecksBeforeItStoresAndStatusShowsARefusal(t *testing.T) {
 		!strings.Contains(out, "OPENAI_API_KEY") || !strings.Contains(out, "serves the bot with the config file's settings") {
 		t.Errorf("status does not show the refusal:\n%s", out)
 	}
+
+	// An override that leaves the file's ai section as it is builds no
+	// backend here: the nodes built the file's already. (This file's
+	// openai backend could not be built here.)
+	cfg := write(t, "ai: {kind: openai, openai: {model: m}}\nbots: [{id: demo, secret: s}]\n")
+	doc := write(t, "access: {busy_text: wait}\n")
+	if _, stderr, code := runBotctl(t, "bots", "set", "--etcd", etcd, "--config", cfg, "--bot", "demo", "--file", doc); code != 0 || stored("demo") == rev {
+		t.Errorf("bots set of texts only over a file whose backend this machine cannot build: exit %d, %s; want it stored", code, stderr)
+	}
 }
