@@ -144,7 +144,8 @@ type Readiness struct {
 	Bots      map[string]string `json:"bots"`      // bots this node leads: "subscribed" or why not
 	Reasons   []string          `json:"reasons,omitempty"`
 	// Warnings do not make the node unready: e.g. an etcd that does not
-	// compact its history (it works until its space quota is full).
+	// compact its history (it works until its space quota is full), a
+	// bot's override this node refuses (the bot is served all the same).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
