@@ -45,7 +45,8 @@ const tasksTTL = 10 * time.Second
 func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 	o := &observer{n: n, nc: nc, etcd: cli, metrics: metrics.New(), conns: map[string]*wecom.Conn{}, retired: map[string]pusher.Stats{},
 		history: &etcdHistory{cli: cli, log: n.log}}
-	o.metrics.Registry.MustRegister(o, o.history, clockCollector{n.clock}, breakerCollector{n.bots}) // breakers: aibackends.go
+	o.metrics.Registry.MustRegister(o, o.history, clockCollector{n.clock}, breakerCollector{n.bots}, // breakers: aibackends.go
+		settingsCollector{n.bots}) // refused overrides: settingsrefused.go
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
 			o.metrics.NATSError("disconnect", "")
@@ -143,7 +144,8 @@ type Readiness struct {
 	Bots      map[string]string `json:"bots"`      // bots this node leads: "subscribed" or why not
 	Reasons   []string          `json:"reasons,omitempty"`
 	// Warnings do not make the node unready: e.g. an etcd that does not
-	// compact its history (it works until its space quota is full).
+	// compact its history (it works until its space quota is full), a
+	// bot's override this node refuses (the bot is served all the same).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -196,6 +198,7 @@ func (o *observer) readiness(ctx context.Context) Readiness {
 			rd.Warnings = append(rd.Warnings, w)
 		}
 	}
+	rd.Warnings = append(rd.Warnings, o.n.bots.warnings()...) // overrides refused: the bots are served all the same
 	sort.Strings(rd.Reasons)
 	rd.Ready = len(rd.Reasons) == 0
 	return rd
