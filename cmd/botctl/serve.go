@@ -30,7 +30,6 @@ func newServeCmd() *cobra.Command {
 		demo        bool
 		demoListen  string
 		allowRemote bool
-		keyFlags    = map[string]*string{}
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -56,8 +55,10 @@ docs/security.md.`,
 				return usageError{err}
 			}
 			for _, k := range config.Keys {
+				// The global flags (--log-level) are here too: cobra
+				// merges the root's persistent flags into the command's.
 				if f := cmd.Flags().Lookup(k.Flag); f != nil && f.Changed {
-					if err := k.Set(&cfg, *keyFlags[k.Flag]); err != nil {
+					if err := k.Set(&cfg, f.Value.String()); err != nil {
 						return usageErrorf("--%s: %v", k.Flag, err)
 					}
 				}
@@ -85,6 +86,7 @@ docs/security.md.`,
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
+			logger = newLogger(cfg.Log.Level, cfg.Log.Format, os.Stderr, stderrColour())
 			if _, err := ai.New(cfg.AI); err != nil {
 				return usageError{err} // what depends on the machine: the exec command, its dir, the API key's variable
 			}
@@ -98,7 +100,10 @@ docs/security.md.`,
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "YAML config file")
 	for _, k := range config.Keys {
-		keyFlags[k.Flag] = f.String(k.Flag, "", fmt.Sprintf("%s (config key %s, env %s)", k.Usage, k.Name, k.Env()))
+		if globalKeyFlags[k.Flag] {
+			continue
+		}
+		f.String(k.Flag, "", fmt.Sprintf("%s (config key %s, env %s)", k.Usage, k.Name, k.Env()))
 	}
 	f.StringArrayVar(&bots, "bot", nil, "bot as ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable; ID:SECRET puts the secret in argv: tests only)")
 	f.BoolVar(&demo, "demo", false, "start an in-process WeCom simulator (default when no bots and no --wecom-url are given)")
