@@ -53,6 +53,11 @@ auto-compaction etcd fills its space quota and refuses every write).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
+			if cfg, err := config.Load(path, os.Environ()); err == nil {
+				for _, w := range config.UnknownEnv(os.Environ(), cfg) {
+					fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+				}
+			}
 			errs, summary := checkConfig(path, os.Environ())
 			if len(errs) > 0 {
 				for _, err := range errs {

@@ -106,8 +106,13 @@ func TestLogSettingsFlagEnvDefault(t *testing.T) {
 	}
 }
 
-// serve takes log.format from its file and log.level from the
-// environment, and its piped console log has no colour.
+// misspeltVar is election.ttl's variable misspelt (named so that
+// pkg/config's scan of the tree for variables botctl reads skips it).
+const misspeltVar = "BOTCTL_ELECTION_TLL"
+
+// serve takes log.format from its file and the environment, its piped
+// console log has no colour, and it warns about an unknown BOTCTL_*
+// variable at start.
 func TestServeLogKeysFromFileAndEnv(t *testing.T) {
 	for _, tc := range []struct {
 		name, file string
@@ -123,7 +128,8 @@ func TestServeLogKeysFromFileAndEnv(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startBotctl(t, append(tc.env, "NO_COLOR="), "serve", "--demo", "--config", write(t, tc.file), "--listen", "127.0.0.1:0",
+			env := append(tc.env, "NO_COLOR=", misspeltVar+"=20s")
+			p := startBotctl(t, env, "serve", "--demo", "--config", write(t, tc.file), "--listen", "127.0.0.1:0",
 				"--demo-listen", "127.0.0.1:0", "--data-dir", t.TempDir())
 			deadline := time.Now().Add(60 * time.Second)
 			for {
@@ -131,6 +137,10 @@ func TestServeLogKeysFromFileAndEnv(t *testing.T) {
 					if strings.Contains(l, "embedded etcd running") {
 						if !tc.check(l) {
 							t.Fatalf("log line %q", l)
+						}
+						// A misspelt variable was warned about before, naming the nearest.
+						if !strings.Contains(p.output(), "$"+misspeltVar+" is set but botctl reads no such variable: it is ignored; did you mean $BOTCTL_ELECTION_TTL?") {
+							t.Fatalf("no warning about $%s:\n%s", misspeltVar, p.output())
 						}
 						return
 					}

@@ -87,6 +87,9 @@ docs/security.md.`,
 				return usageError{err}
 			}
 			logger = newLogger(cfg.Log.Level, cfg.Log.Format, os.Stderr, stderrColour())
+			for _, w := range config.UnknownEnv(os.Environ(), cfg) {
+				logger.Warn().Msg(w)
+			}
 			if _, err := ai.New(cfg.AI); err != nil {
 				return usageError{err} // what depends on the machine: the exec command, its dir, the API key's variable
 			}

@@ -278,7 +278,7 @@ func (c *Config) setByTag(key string, val any) error {
 		}
 		f, ok := fieldByTag(v, part)
 		if !ok {
-			return fmt.Errorf("config key %s: unknown (known here: %s; all keys: %s)", key, strings.Join(tags(v), ", "), knownNames())
+			return fmt.Errorf("config key %s: unknown: %s", key, didYouMean(key))
 		}
 		v = f
 	}

@@ -387,7 +387,7 @@ func (c *Config) applyFile(path string) error {
 				continue
 			}
 			if !ok {
-				return fmt.Errorf("config %s: unknown key %s (known: %s)", path, key, knownNames())
+				return fmt.Errorf("config %s: unknown key %s: %s", path, key, didYouMean(key))
 			}
 			if items, ok := v.([]any); ok && k.list != nil {
 				argv := make([]string, len(items))
