@@ -261,13 +261,12 @@ bots: []
 	return errors.Join(errs...)
 }
 
-// defaultValue finds the field of cfg at the dotted YAML path name and
-// renders it as YAML that the key's parser reads back.
-func defaultValue(cfg config.Config, name string) (string, bool) {
+// fieldAt is the field of cfg at the dotted YAML path name.
+func fieldAt(cfg config.Config, name string) (reflect.Value, bool) {
 	v := reflect.ValueOf(cfg)
 	for _, part := range strings.Split(name, ".") {
 		if v.Kind() != reflect.Struct {
-			return "", false
+			return reflect.Value{}, false
 		}
 		found := false
 		for i := 0; i < v.NumField(); i++ {
@@ -278,8 +277,18 @@ func defaultValue(cfg config.Config, name string) (string, bool) {
 			}
 		}
 		if !found {
-			return "", false
+			return reflect.Value{}, false
 		}
+	}
+	return v, true
+}
+
+// defaultValue finds the field of cfg at the dotted YAML path name and
+// renders it as YAML that the key's parser reads back.
+func defaultValue(cfg config.Config, name string) (string, bool) {
+	v, ok := fieldAt(cfg, name)
+	if !ok {
+		return "", false
 	}
 	switch x := v.Interface().(type) {
 	case time.Duration:

@@ -102,11 +102,11 @@ docs/security.md.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "YAML config file")
+	defaults := config.Defaults()
 	for _, k := range config.Keys {
-		if globalKeyFlags[k.Flag] {
-			continue
+		if !globalKeyFlags[k.Flag] {
+			addKeyFlag(f, k, defaults)
 		}
-		f.String(k.Flag, "", fmt.Sprintf("%s (config key %s, env %s)", k.Usage, k.Name, k.Env()))
 	}
 	f.StringArrayVar(&bots, "bot", nil, "bot as ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable; ID:SECRET puts the secret in argv: tests only)")
 	f.BoolVar(&demo, "demo", false, "start an in-process WeCom simulator (default when no bots and no --wecom-url are given)")
