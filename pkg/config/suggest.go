@@ -70,13 +70,16 @@ func Nearest(name string, candidates []string) (string, bool) {
 }
 
 // didYouMean ends an error about the unknown key name: the nearest known
-// key, or where every key is listed.
+// key, or where every key is listed. (rekey puts a bot's prefix on both
+// keys: bots[2].ai.openai.modle, did you mean bots[2].ai.openai.model?)
 func didYouMean(name string) string {
 	if k, ok := Nearest(name, keyNames()); ok {
-		return fmt.Sprintf("did you mean %s?", k)
+		return didYouMeanText + k + "?"
 	}
 	return "no key is near it ('botctl config example' prints every key)"
 }
+
+const didYouMeanText = "did you mean "
 
 // editDistance is the Levenshtein distance of a and b, by byte (keys and
 // variable names are ASCII).
