@@ -53,10 +53,9 @@ auto-compaction etcd fills its space quota and refuses every write).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
-			if cfg, err := config.Load(path, os.Environ()); err == nil {
-				for _, w := range config.UnknownEnv(os.Environ(), cfg) {
-					fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
-				}
+			cfg, _ := config.Load(path, os.Environ()) // its errors are checkConfig's
+			for _, w := range config.UnknownEnv(os.Environ(), cfg) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
 			}
 			errs, summary := checkConfig(path, os.Environ())
 			if len(errs) > 0 {
