@@ -1,4 +1,5 @@
-# botctl: every target works on a clean clone (Go 1.26 and, for conformance, npm).
+# botctl: every target works on a clean clone (Go 1.26 and, for conformance, Node.js 18+ and npm;
+# make test checks what it needs first: scripts/check-prereqs.sh).
 GO        ?= go
 BIN       ?= bin/botctl
 PKGS      ?= ./...
@@ -37,8 +38,12 @@ build:
 # package), and required, so a machine without it fails instead of
 # skipping the demo page's test. The chaos smoke runs after the package
 # tests, not beside them: it starts ten processes of its own. First,
-# scripts/check-tracked.sh: no tracked file over 2 MB or executable binary.
+# scripts/check-prereqs.sh: Go, gcc (the race detector), Node.js and npm
+# (conformance) and Chromium, each missing one named with its install
+# command; then scripts/check-tracked.sh: no tracked file over 2 MB or
+# executable binary.
 test:
+	bash scripts/check-prereqs.sh
 	bash scripts/check-tracked.sh
 	$(MAKE) lint
 	bash scripts/ensure-chromium.sh

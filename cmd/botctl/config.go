@@ -53,6 +53,10 @@ auto-compaction etcd fills its space quota and refuses every write).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
+			cfg, _ := config.Load(path, os.Environ()) // its errors are checkConfig's
+			for _, w := range config.UnknownEnv(os.Environ(), cfg) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+			}
 			errs, summary := checkConfig(path, os.Environ())
 			if len(errs) > 0 {
 				for _, err := range errs {
@@ -256,13 +260,12 @@ bots: []
 	return errors.Join(errs...)
 }
 
-// defaultValue finds the field of cfg at the dotted YAML path name and
-// renders it as YAML that the key's parser reads back.
-func defaultValue(cfg config.Config, name string) (string, bool) {
+// fieldAt is the field of cfg at the dotted YAML path name.
+func fieldAt(cfg config.Config, name string) (reflect.Value, bool) {
 	v := reflect.ValueOf(cfg)
 	for _, part := range strings.Split(name, ".") {
 		if v.Kind() != reflect.Struct {
-			return "", false
+			return reflect.Value{}, false
 		}
 		found := false
 		for i := 0; i < v.NumField(); i++ {
@@ -273,8 +276,18 @@ func defaultValue(cfg config.Config, name string) (string, bool) {
 			}
 		}
 		if !found {
-			return "", false
+			return reflect.Value{}, false
 		}
+	}
+	return v, true
+}
+
+// defaultValue finds the field of cfg at the dotted YAML path name and
+// renders it as YAML that the key's parser reads back.
+func defaultValue(cfg config.Config, name string) (string, bool) {
+	v, ok := fieldAt(cfg, name)
+	if !ok {
+		return "", false
 	}
 	switch x := v.Interface().(type) {
 	case time.Duration:

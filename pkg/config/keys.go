@@ -7,15 +7,6 @@ import (
 	"time"
 )
 
-// knownNames lists every key, for the error about an unknown one.
-func knownNames() string {
-	names := []string{"bots"}
-	for _, k := range Keys {
-		names = append(names, k.Name)
-	}
-	return strings.Join(names, ", ")
-}
-
 // Key is one configuration key: its name, its environment variable, and how
 // a string sets it. Flags use the same table (package cmd/botctl).
 type Key struct {
