@@ -51,7 +51,7 @@ func TestDashboardAndDocsNameExposedMetrics(t *testing.T) {
 		} `json:"templating"`
 		Panels []struct {
 			Type, Title, Description string
-			Datasource               *struct{ Type, UID string } `json:"datasource"`
+			Datasource               *struct{ Type, UID string }    `json:"datasource"`
 			Targets                  []struct{ Expr, RefID string } `json:"targets"`
 		} `json:"panels"`
 	}
