@@ -162,7 +162,7 @@ func Retryable(err error) bool {
 // to tell its timeout (ErrTimeout) from the caller's context ending.
 var errAnswerTimeout = errors.New("ai: backend timeout")
 
-// Kinds of backend: config.AIKinds, each built by its line of kinds.
+// Kinds of backend: config.AIKinds, each built by its line in kinds.go.
 const (
 	KindDemo   = config.AIKindDemo
 	KindExec   = config.AIKindExec
