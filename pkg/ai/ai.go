@@ -2,7 +2,8 @@
 // task's conversation and streams the answer back as text deltas, which the
 // worker accumulates, coalesces and writes to the output bucket.
 //
-// Five backends sit behind the one interface:
+// Five backends sit behind the one interface, each a file of its own and
+// a line of kinds.go:
 //
 //   - demo: a deterministic, made-up answer spread over a configurable time;
 //     for the simulator, demos and load tests. No model involved.
@@ -34,7 +35,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/botctl/botctl/pkg/config"
 )
@@ -162,7 +162,7 @@ func Retryable(err error) bool {
 // to tell its timeout (ErrTimeout) from the caller's context ending.
 var errAnswerTimeout = errors.New("ai: backend timeout")
 
-// Kinds of backend.
+// Kinds of backend: config.AIKinds, each built by its line in kinds.go.
 const (
 	KindDemo   = config.AIKindDemo
 	KindExec   = config.AIKindExec
@@ -245,20 +245,4 @@ func New(cfg Config, opts ...Option) (Backend, error) {
 		links = append(links, b)
 	}
 	return newChain(links, cfg, o.breakers), nil
-}
-
-// newOne builds the one backend cfg's kind names.
-func newOne(cfg Config, o options) (Backend, error) {
-	switch cfg.Kind {
-	case KindDemo:
-		return newDemo(cfg.Demo), nil
-	case KindExec:
-		return newExec(cfg.Exec)
-	case KindDify:
-		return newDify(cfg.Dify, o.sessions)
-	case KindHTTP:
-		return newHTTP(cfg.HTTP)
-	default: // KindOpenAI: Validate knows no other
-		return newOpenAI(cfg.OpenAI, os.LookupEnv)
-	}
 }

@@ -111,8 +111,10 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 // DemoAnswer is the demo backend's whole answer to question: the line
 // "You asked: <question>", a blank line, then paragraphs numbered "1. ",
 // "2. "… separated by blank lines, at least answerBytes long. The text
-// depends only on its arguments.
+// depends only on its arguments; bytes of question that are not UTF-8
+// are quoted as U+FFFD.
 func DemoAnswer(question string, paragraphs, answerBytes int) string {
+	question = strings.ToValidUTF8(question, "\uFFFD")
 	paragraphs = max(paragraphs, 1)
 	topic := demoTopic(question)
 	h := fnv.New64a()
