@@ -45,7 +45,7 @@ const tasksTTL = 10 * time.Second
 func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 	o := &observer{n: n, nc: nc, etcd: cli, metrics: metrics.New(), conns: map[string]*wecom.Conn{}, retired: map[string]pusher.Stats{},
 		history: &etcdHistory{cli: cli, log: n.log}}
-	o.metrics.Registry.MustRegister(o, o.history, clockCollector{n.clock}, breakerCollector{n.bots}) // breakers: aibackends.go
+	o.metrics.Registry.MustRegister(o, o.history, skewCollector{n.skew}, breakerCollector{n.bots}) // breakers: aibackends.go
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
 			o.metrics.NATSError("disconnect", "")
@@ -188,7 +188,7 @@ func (o *observer) readiness(ctx context.Context) Readiness {
 			rd.Reasons = append(rd.Reasons, "bot "+bot+": "+rd.Bots[bot])
 		}
 	}
-	if why, off := o.n.clock.Off(); off {
+	if why, off := o.n.skew.Off(); off {
 		rd.Reasons = append(rd.Reasons, why)
 	}
 	if rd.Etcd == "ok" {

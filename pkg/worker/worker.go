@@ -117,11 +117,11 @@ type Config struct {
 	// Metrics hears of the worker's failed JetStream requests. Default
 	// nil: nobody counts them.
 	Metrics Metrics
-	// Clock, if set, says when this node's clock is too far off to be
-	// trusted (pkg/clock): the worker then fetches no task from the queue
+	// Skew, if set, says when this node's clock is too far off to be
+	// trusted (pkg/skew): the worker then fetches no task from the queue
 	// (other nodes run them; the times it would write are compared with
 	// theirs).
-	Clock  Clock
+	Skew   Skew
 	Logger zerolog.Logger
 	// Now is the clock of the default Lifecycle's records (a test seam).
 	// Default time.Now.
@@ -154,8 +154,8 @@ type fixedBots struct{ run BotRun }
 
 func (f fixedBots) Run(string) BotRun { return f.run }
 
-// Clock says whether this node's clock is off (pkg/clock's Watch).
-type Clock interface {
+// Skew says whether this node's clock is off (pkg/skew's Watch).
+type Skew interface {
 	Off() (why string, off bool)
 }
 

@@ -1,4 +1,4 @@
-// Package clock bounds how far this node's clock may be from the data
+// Package skew bounds how far this node's clock may be from the data
 // plane's.
 //
 // Nodes compare times written by other nodes with their own: a task's
@@ -22,7 +22,7 @@
 // whose own clocks disagree move the reference between stream leaders
 // (run NTP on them too); a node never measured (JetStream unreachable) is
 // not Off.
-package clock
+package skew
 
 import (
 	"context"
