@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
@@ -96,6 +97,9 @@ type Config struct {
 	// trusted (pkg/skew): the node then campaigns for no bot.
 	Skew   Skew
 	Logger zerolog.Logger
+	// Clock is what the node's recheck of Skew waits on. Default
+	// clock.Real.
+	Clock clock.Clock
 }
 
 func (c *Config) setDefaults() {
@@ -243,7 +247,7 @@ func (n *Node) waitClockOff(ctx context.Context) bool {
 	if n.cfg.Skew == nil {
 		return false
 	}
-	t := time.NewTicker(clockRecheck)
+	t := clock.Or(n.cfg.Clock).NewTicker(clockRecheck)
 	defer t.Stop()
 	for {
 		if _, off := n.cfg.Skew.Off(); off {
@@ -252,7 +256,7 @@ func (n *Node) waitClockOff(ctx context.Context) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/httpjson"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/metrics"
@@ -210,7 +211,7 @@ func (o *observer) notify(ctx context.Context) {
 	} else if ok {
 		o.n.log.Info().Msg("told systemd: READY=1")
 	}
-	sdnotify.RunWatchdog(ctx, sdnotify.WatchdogInterval(), o.alive)
+	sdnotify.RunWatchdog(ctx, clock.Real, sdnotify.WatchdogInterval(), o.alive)
 	if ctx.Err() != nil {
 		sdnotify.Notify(sdnotify.Stopping)
 	}
@@ -235,12 +236,12 @@ func (o *observer) alive() bool {
 		o.mu.Unlock() //lint:ignore SA2001 the lock is taken only to see that it can be
 		close(done)
 	}()
-	t := time.NewTimer(aliveWithin)
+	t := clock.Real.NewTimer(aliveWithin)
 	defer t.Stop()
 	select {
 	case <-done:
 		return true
-	case <-t.C:
+	case <-t.C():
 		o.n.log.Error().Dur("within", aliveWithin).Msg("node wedged (its locks not free): no watchdog ping")
 		return false
 	}

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -84,6 +85,7 @@ type Watch struct {
 	Probe    Probe
 	Max      time.Duration // nats.max_clock_skew; 0 turns the check off
 	Interval time.Duration // default a minute
+	Clock    clock.Clock   // what Run waits on between readings; default clock.Real
 
 	mu  sync.Mutex
 	r   Reading
@@ -113,10 +115,8 @@ func (w *Watch) Run(ctx context.Context, onChange func(r Reading, off bool)) {
 				onChange(r, off)
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(ctx, w.Clock, every) {
 			return
-		case <-time.After(every):
 		}
 	}
 }

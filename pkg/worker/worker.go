@@ -26,6 +26,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/task"
@@ -126,6 +127,9 @@ type Config struct {
 	// Now is the clock of the default Lifecycle's records (a test seam).
 	// Default time.Now.
 	Now func() time.Time
+	// Clock is what the worker's polls, keep-alives, cancel checks and
+	// output writes wait on. Default clock.Real.
+	Clock clock.Clock
 }
 
 // Bots gives each task what its bot runs it with. Run is asked once, as a
@@ -331,3 +335,6 @@ func (w *Worker) storeError(op string, err error) {
 		w.natsError(op)
 	}
 }
+
+// clock is what the worker waits on (Config.Clock).
+func (w *Worker) clock() clock.Clock { return clock.Or(w.cfg.Clock) }
