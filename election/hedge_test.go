@@ -41,7 +41,7 @@ func TestHedge(t *testing.T) {
 		}
 		return i, nil
 	})
-	c.BlockUntil(1)
+	c.AwaitWaiters(t, 1)
 	c.Step(after - time.Millisecond)
 	if n.Load() != 1 {
 		t.Fatalf("%d attempts before the hedge's delay passed, want 1", n.Load())
@@ -71,7 +71,7 @@ func TestHedge(t *testing.T) {
 			return i, nil
 		}
 	})
-	c.BlockUntil(1)
+	c.AwaitWaiters(t, 1)
 	c.Step(after)
 	if r := <-res; r.err != nil || r.v != 3 {
 		t.Fatalf("hang, fail: %d, %v; want the third's answer", r.v, r.err)
@@ -89,7 +89,7 @@ func TestHedge(t *testing.T) {
 		return 0, ctx.Err()
 	})
 	for range hedgeAttempts - 1 {
-		c.BlockUntil(1)
+		c.AwaitWaiters(t, 1)
 		c.Step(after)
 	}
 	for i := 0; i < 10; i++ { // the hedge's timer is not armed again

@@ -20,8 +20,11 @@
 package fakeclock
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/botctl/botctl/pkg/clock"
@@ -149,11 +152,36 @@ func (c *Clock) HasWaiters() bool { return c.Waiters() > 0 }
 // BlockUntil returns once at least n timers, tickers, AfterFuncs and
 // sleeps wait on the clock: the code under test has reached its waits, and
 // a Step now is seen by them.
-func (c *Clock) BlockUntil(n int) {
+func (c *Clock) BlockUntil(n int) { _ = c.BlockUntilContext(context.Background(), n) }
+
+// BlockUntilContext is BlockUntil, or an error once ctx ends first.
+func (c *Clock) BlockUntilContext(ctx context.Context, n int) error {
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.changed.Broadcast()
+	})
+	defer stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(c.waiters) < n {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("fakeclock: %d waiting, not %d: %w", len(c.waiters), n, err)
+		}
 		c.changed.Wait()
+	}
+	return nil
+}
+
+// AwaitWaiters is BlockUntil(n) for a test: if the code under test does
+// not reach its n waits within a minute (it ended, or waits on something
+// else), the test fails saying so instead of hanging.
+func (c *Clock) AwaitWaiters(t testing.TB, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.BlockUntilContext(ctx, n); err != nil {
+		t.Fatalf("the code under test never waited on the clock: %v", err)
 	}
 }
 

@@ -1,6 +1,9 @@
 package fakeclock
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,5 +161,21 @@ func TestBlockUntilThenStep(t *testing.T) {
 	<-done
 	if c.Waiters() != 0 {
 		t.Fatalf("%d waiters after both waits ended", c.Waiters())
+	}
+}
+
+// A wait for waiters that never come ends with its context, saying how
+// many there were.
+func TestBlockUntilContextEnds(t *testing.T) {
+	c := New(t0)
+	c.NewTimer(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := c.BlockUntilContext(ctx, 2)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1 waiting, not 2") {
+		t.Fatalf("err %v, want the deadline and the count", err)
+	}
+	if err := c.BlockUntilContext(context.Background(), 1); err != nil {
+		t.Fatal(err)
 	}
 }

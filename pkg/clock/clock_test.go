@@ -23,7 +23,7 @@ func TestSleep(t *testing.T) {
 	f := fakeclock.New(time.Now())
 	done := make(chan bool)
 	go func() { done <- clock.Sleep(context.Background(), f, time.Hour) }()
-	f.BlockUntil(1)
+	f.AwaitWaiters(t, 1)
 	f.Step(time.Hour)
 	if !<-done {
 		t.Fatal("a sleep that ran its course reported an ended context")
@@ -34,7 +34,7 @@ func TestSleep(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { done <- clock.Sleep(ctx, f, time.Hour) }()
-	f.BlockUntil(1)
+	f.AwaitWaiters(t, 1)
 	cancel()
 	if <-done {
 		t.Fatal("a sleep whose context ended reported the whole hour passed")
