@@ -32,23 +32,29 @@ func TestHedge(t *testing.T) {
 
 	// The first hangs: the second answers, started once after passed.
 	c := fakeclock.New(time.Now())
+	t0 := c.Now()
 	var n atomic.Int32
+	var second atomic.Int64 // when the second attempt started, after t0
 	res := hedged(ctx, c, after, func(ctx context.Context) (int32, error) {
 		i := n.Add(1)
 		if i == 1 {
 			<-ctx.Done()
 			return 0, ctx.Err()
 		}
+		second.Store(int64(c.Since(t0)))
 		return i, nil
 	})
-	c.AwaitWaiters(t, 1)
-	c.Step(after - time.Millisecond)
-	if n.Load() != 1 {
-		t.Fatalf("%d attempts before the hedge's delay passed, want 1", n.Load())
+	select {
+	case r := <-res:
+		t.Fatalf("hanging first attempt: answered %d, %v before the clock moved", r.v, r.err)
+	case <-c.Waiting(t, 1):
 	}
-	c.Step(time.Millisecond)
+	c.Step(after)
 	if r := <-res; r.err != nil || r.v != 2 {
 		t.Fatalf("hanging first attempt: %d, %v; want the second's answer", r.v, r.err)
+	}
+	if at := time.Duration(second.Load()); at != after {
+		t.Fatalf("the second attempt started %s after the first, want %s", at, after)
 	}
 
 	// The first fails at once: its error, no second attempt.
@@ -88,12 +94,17 @@ func TestHedge(t *testing.T) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	})
-	for range hedgeAttempts - 1 {
+	for range hedgeAttempts { // the last step passes the delay after the last attempt
 		c.AwaitWaiters(t, 1)
 		c.Step(after)
 	}
-	for i := 0; i < 10; i++ { // the hedge's timer is not armed again
-		c.Step(time.Hour)
+	// The hedge waits on the clock no more (a negative check: armed again,
+	// its timer would wait within microseconds).
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := c.BlockUntilContext(wctx, 1)
+	wcancel()
+	if err == nil {
+		t.Fatalf("the hedge still waits on the clock after its %d attempts", hedgeAttempts)
 	}
 	cancel()
 	if r := <-res; !errors.Is(r.err, context.Canceled) || n.Load() != hedgeAttempts {

@@ -173,6 +173,21 @@ func (c *Clock) BlockUntilContext(ctx context.Context, n int) error {
 	return nil
 }
 
+// Waiting is closed once at least n wait on the clock (BlockUntil on its
+// own goroutine, which ends with the test): a test selects on it and on
+// the code's outcome to see which came first.
+func (c *Clock) Waiting(t testing.TB, n int) <-chan struct{} {
+	ch := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		if c.BlockUntilContext(ctx, n) == nil {
+			close(ch)
+		}
+	}()
+	return ch
+}
+
 // AwaitWaiters is BlockUntil(n) for a test: if the code under test does
 // not reach its n waits within a minute (it ended, or waits on something
 // else), the test fails saying so instead of hanging.

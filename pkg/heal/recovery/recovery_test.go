@@ -90,11 +90,10 @@ func TestHalfOpenSequence(t *testing.T) {
 	}
 	clk.AwaitWaiters(t, 1) // observing
 	clk.Step(cfg.Observe - time.Millisecond)
-	clk.AwaitWaiters(t, 1)
 	select {
 	case r := <-done:
 		t.Fatalf("online before the observation window passed: %+v, %v", r.res, r.err)
-	default:
+	case <-clk.Waiting(t, 1):
 	}
 	clk.Step(time.Millisecond)
 	r := <-done
@@ -126,7 +125,11 @@ func TestHalfOpenStopsAtAFailedProbe(t *testing.T) {
 	var g Gate
 	clk := fakeclock.New(time.Now())
 	done := halfOpen(Config{Probes: 5, ProbeInterval: time.Millisecond, Clock: clk}, conn, &g, 0, func(string) {})
-	clk.AwaitWaiters(t, 1)
+	select {
+	case r := <-done:
+		t.Fatalf("ended before the second probe's interval passed: %v after %d probes", r.err, conn.probeCount())
+	case <-clk.Waiting(t, 1):
+	}
 	clk.Step(time.Millisecond)
 	r := <-done
 	if !errors.Is(r.err, ErrProbeFailed) || conn.probeCount() != 2 || len(conn.canary) != 0 {
