@@ -1,8 +1,8 @@
 // Package houserules checks the shape of the repository that docs/map.md
 // describes, so that it cannot drift back by accident: files of one
 // concept, a message's way through named seams rather than func-typed
-// fields, wiring kept small, and a configuration that describes the
-// parts without depending on them.
+// fields, wiring kept small, a configuration that describes the parts
+// without depending on them, and time waited on through one clock.
 package houserules
 
 import (
