@@ -184,6 +184,9 @@ func TestWaitsGoThroughTheClock(t *testing.T) {
 		}
 		name := "" // the time package's name in f
 		for _, imp := range f.Imports {
+			if path := strings.Trim(imp.Path.Value, `"`); strings.HasPrefix(path, "k8s.io/utils/clock") {
+				t.Errorf("%s imports %s: import botctl's pkg/clock, which names its types", p, path)
+			}
 			if strings.Trim(imp.Path.Value, `"`) == "time" {
 				name = "time"
 				if imp.Name != nil {
