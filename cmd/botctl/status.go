@@ -15,6 +15,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/oneline"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/heal/incident"
@@ -338,7 +339,7 @@ func newStatusCmd() *cobra.Command {
 			if !watch {
 				return once()
 			}
-			return watchStatus(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), interval, asJSON, once)
+			return watchStatus(cmd.Context(), clock.Real, cmd.OutOrStdout(), cmd.ErrOrStderr(), interval, asJSON, once)
 		},
 	}
 	cf.registerEtcd(cmd)

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 )
 
@@ -209,7 +210,12 @@ type Option func(*options)
 type options struct {
 	sessions Sessions
 	breakers *Breakers
+	clock    clock.Clock
 }
+
+// WithClock is what the first-token timeout and the demo backend's pace
+// wait on. Without it, clock.Real.
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithBreakers is the node's circuit breakers, shared by every bot's
 // chain (they are kept per bot and backend). Without it, the chain has
@@ -244,5 +250,7 @@ func New(cfg Config, opts ...Option) (Backend, error) {
 		}
 		links = append(links, b)
 	}
-	return newChain(links, cfg, o.breakers), nil
+	c := newChain(links, cfg, o.breakers)
+	c.clock = o.clock
+	return c, nil
 }

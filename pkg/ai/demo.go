@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 )
 
@@ -20,7 +21,8 @@ const (
 )
 
 type demoBackend struct {
-	cfg DemoConfig
+	cfg   DemoConfig
+	clock clock.Clock // nil: clock.Real
 }
 
 // newDemo builds the demo backend of a validated cfg
@@ -74,17 +76,18 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 	steps := int(answerTime / demoTick)
 	steps = max(1, min(steps, len(text)))
 
-	start := time.Now()
-	timer := time.NewTimer(time.Hour)
+	clk := clock.Or(b.clock)
+	start := clk.Now()
+	timer := clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	sent := 0
 	for k := 1; k <= steps; k++ {
 		due := start.Add(time.Duration(int64(answerTime) * int64(k) / int64(steps)))
-		timer.Reset(time.Until(due))
+		timer.Reset(due.Sub(clk.Now()))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-timer.C:
+		case <-timer.C():
 		}
 		end := len(text) * k / steps
 		for end < len(text) && !utf8.RuneStart(text[end]) {

@@ -14,7 +14,7 @@ import (
 // every backend keeps (contract_test.go) checks. A new backend is a file
 // of its own and a line here (and its section in pkg/config).
 var kinds = []kind{
-	{name: KindDemo, build: buildFunc(func(c Config, _ options) (Backend, error) { return newDemo(c.Demo), nil }), reply: true},
+	{name: KindDemo, build: buildFunc(func(c Config, o options) (Backend, error) { d := newDemo(c.Demo); d.clock = o.clock; return d, nil }), reply: true},
 	{name: KindExec, build: buildFunc(func(c Config, _ options) (Backend, error) { return newExec(c.Exec) }), upstream: true},
 	{name: KindOpenAI, build: buildFunc(func(c Config, _ options) (Backend, error) { return newOpenAI(c.OpenAI, os.LookupEnv) }), upstream: true, usage: true},
 	{name: KindDify, build: buildFunc(func(c Config, o options) (Backend, error) { return newDify(c.Dify, o.sessions) }), upstream: true, usage: true},

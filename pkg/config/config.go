@@ -190,7 +190,7 @@ type NATS struct {
 	PingInterval time.Duration `yaml:"ping_interval"`
 	// MaxClockSkew bounds how far this node's clock may be from
 	// JetStream's (the time its stream leader stamps on what it stores,
-	// pkg/clock): nodes compare the times others wrote (deadlines, send
+	// pkg/skew): nodes compare the times others wrote (deadlines, send
 	// windows) with their own, so a node off by more campaigns for no bot
 	// and runs no task until its time sync is fixed. Default 5s; 0 turns
 	// the check off.

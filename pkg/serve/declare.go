@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/nats-io/nats.go"
@@ -111,12 +112,8 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstre
 		default:
 			log.Warn().Err(err).Dur("retry_in", wait).Msg("JetStream unreachable: receiving into the local spool until it answers")
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, clock.Real, wait) {
 			return nil, ctx.Err()
-		case <-t.C:
 		}
 	}
 }

@@ -154,7 +154,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		defer cancel()
 		out.retire(rctx)
 	}()
-	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
+	stopWrites := out.writeEvery(runCtx, w.clock(), w.cfg.OutputInterval, outputFailed)
 	defer w.tracked(m.TaskID, out)() // the pusher's flush requests (flush.go)
 	// The backends asked (a fallback, a breaker's skip) go to the record;
 	// a reply (images, files, a card) the answering backend hands over

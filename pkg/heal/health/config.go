@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/recovery"
 	"github.com/rs/zerolog"
@@ -63,6 +64,11 @@ type Config struct {
 	// steps, marks); a test seam. Default time.Now.
 	Now    func() time.Time
 	Logger zerolog.Logger
+	// Clock is what the monitor's tick and the waits for replays, the
+	// trailing pass, a handover's record and an acknowledgement wait on,
+	// and the half-open recovery's unless Recovery has its own. Default
+	// clock.Real.
+	Clock clock.Clock
 }
 
 // Backfiller reads a bot's message history to find and answer what no connection received.

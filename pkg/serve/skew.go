@@ -6,25 +6,25 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
-	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/skew"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// watchClock measures this node's clock against JetStream's every minute
-// (pkg/clock) until ctx ends, in the health bucket under clock.<node>:
+// watchSkew measures this node's clock against JetStream's every minute
+// (pkg/skew) until ctx ends, in the health bucket under clock.<node>:
 // while it is more than nats.max_clock_skew off, the node campaigns for
 // no bot and its worker fetches no task; /readyz and the log say why.
-func (n *Node) watchClock(ctx context.Context, store *dataplane.Store) {
-	n.clock.Probe = clock.Probe{KV: store.Health(), Key: "clock." + dataplane.EncodeToken(n.cfg.NodeID)}
+func (n *Node) watchSkew(ctx context.Context, store *dataplane.Store) {
+	n.skew.Probe = skew.Probe{KV: store.Health(), Key: "clock." + dataplane.EncodeToken(n.cfg.NodeID)}
 	if v := os.Getenv(TestClockOffsetEnv); v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
 			n.log.Warn().Dur("offset", d).Msg("$" + TestClockOffsetEnv + " set: the clock probe reads this node's clock shifted (a test of the clock check; never set it in production)")
-			n.clock.Probe.Now = func() time.Time { return time.Now().Add(d) }
+			n.skew.Probe.Now = func() time.Time { return time.Now().Add(d) }
 		}
 	}
-	n.clock.Run(ctx, func(r clock.Reading, off bool) {
+	n.skew.Run(ctx, func(r skew.Reading, off bool) {
 		if off {
-			why, _ := n.clock.Off()
+			why, _ := n.skew.Off()
 			n.log.Error().Dur("offset", r.Offset).Dur("uncertainty", r.Uncertainty).Msg(why)
 			return
 		}
@@ -40,12 +40,12 @@ const TestClockOffsetEnv = "BOTCTL_TEST_CLOCK_OFFSET"
 
 var descClockOffset = desc("clock_offset_seconds", "JetStream's clock minus this node's, last measured (positive: this node is behind); past nats.max_clock_skew the node leads nothing and runs no task.")
 
-// clockCollector is the clock's reading in /metrics (none before the first).
-type clockCollector struct{ w *clock.Watch }
+// skewCollector is the clock's reading in /metrics (none before the first).
+type skewCollector struct{ w *skew.Watch }
 
-func (c clockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descClockOffset }
+func (c skewCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descClockOffset }
 
-func (c clockCollector) Collect(ch chan<- prometheus.Metric) {
+func (c skewCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.w == nil {
 		return
 	}

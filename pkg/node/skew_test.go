@@ -10,8 +10,8 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
-	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/skew"
 )
 
 // A node whose clock is 40 minutes off JetStream's leads nothing: it
@@ -21,15 +21,15 @@ import (
 func TestNodeFortyMinutesOffLeadsNothing(t *testing.T) {
 	c := newCluster(t, "b1")
 	js := testenv.StartJetStream(t, dataplane.Options{})
-	w := &clock.Watch{Max: 5 * time.Second, Probe: clock.Probe{KV: js.Store.Health(), Key: "clock.off",
+	w := &skew.Watch{Max: 5 * time.Second, Probe: skew.Probe{KV: js.Store.Health(), Key: "clock.off",
 		Now: func() time.Time { return time.Now().Add(40 * time.Minute) }}}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	measured := make(chan struct{})
-	go w.Run(ctx, func(clock.Reading, bool) { close(measured) })
+	go w.Run(ctx, func(skew.Reading, bool) { close(measured) })
 	<-measured
 
-	off := c.startWith("off", "default", c.etcd.Endpoints(), c.bots, func(cfg *node.Config) { cfg.Clock = w })
+	off := c.startWith("off", "default", c.etcd.Endpoints(), c.bots, func(cfg *node.Config) { cfg.Skew = w })
 	testwait.Eventually(t, waitLong, "the skewed node to hold back", func() bool { return state(off, "b1") == node.StateClockOff })
 	if r := off.n.Status()["b1"].Reason; !strings.Contains(r, "40m") || !strings.Contains(r, "nats.max_clock_skew") {
 		t.Fatalf("clock_off reason %q does not say how far off and which key", r)
@@ -41,9 +41,9 @@ func TestNodeFortyMinutesOffLeadsNothing(t *testing.T) {
 	}
 }
 
-type flagClock struct{ off atomic.Bool }
+type flagSkew struct{ off atomic.Bool }
 
-func (c *flagClock) Off() (string, bool) { return "40m off (a test)", c.off.Load() }
+func (c *flagSkew) Off() (string, bool) { return "40m off (a test)", c.off.Load() }
 
 // A node whose clock goes off while it leads hands the bot over, and while
 // it waits as a candidate it does not win either; once its clock is right
@@ -52,8 +52,8 @@ func (c *flagClock) Off() (string, bool) { return "40m off (a test)", c.off.Load
 // stayed in the queue (and would have led).
 func TestClockGoingOffEndsTermAndCandidacy(t *testing.T) {
 	c := newCluster(t, "b1")
-	ck := &flagClock{}
-	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, func(cfg *node.Config) { cfg.Clock = ck })
+	ck := &flagSkew{}
+	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, func(cfg *node.Config) { cfg.Skew = ck })
 	c.leaderOf("b1", a)
 	b := c.start("b", "default", c.etcd.Endpoints(), c.bots)
 	ck.off.Store(true)

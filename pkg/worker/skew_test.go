@@ -17,18 +17,18 @@ import (
 	"github.com/rs/zerolog"
 )
 
-type offClock struct{ off atomic.Bool }
+type offSkew struct{ off atomic.Bool }
 
-func (c *offClock) Off() (string, bool) { return "40m off", c.off.Load() }
+func (c *offSkew) Off() (string, bool) { return "40m off", c.off.Load() }
 
 // A worker whose node's clock is off fetches no task: the record it would
 // write (started, deadline) would be compared with other nodes' clocks
 // (issue 25 item 10). Once the clock is right it runs the task.
 func TestWorkerWithAClockOffRunsNothing(t *testing.T) {
 	env := testenv.StartJetStream(t, dataplane.Options{})
-	c := &offClock{}
+	c := &offSkew{}
 	c.off.Store(true)
-	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, 10*time.Millisecond), Store: env.Store, Clock: c})
+	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, 10*time.Millisecond), Store: env.Store, Skew: c})
 	m := publish(t, env.Store, "m1", "alice", "q")
 	time.Sleep(3 * time.Second) // a negative check: several fetch rounds
 	if r := record(t, env.Store, m.TaskID); r.Attempt != 0 {
@@ -45,9 +45,9 @@ func TestWorkerWithAClockOffRunsNothing(t *testing.T) {
 // caller (and the operator reading its log) learns why.
 func TestOffQueueWorkRefusedWhileTheClockIsOff(t *testing.T) {
 	env := testenv.StartJetStream(t, dataplane.Options{})
-	c := &offClock{}
+	c := &offSkew{}
 	c.off.Store(true)
-	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, Backend: demo(t, time.Millisecond), Store: env.Store, Logger: zerolog.Nop(), Clock: c})
+	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, Backend: demo(t, time.Millisecond), Store: env.Store, Logger: zerolog.Nop(), Skew: c})
 	if err != nil {
 		t.Fatal(err)
 	}
