@@ -105,7 +105,8 @@ type Options struct {
 	// included. Default DefaultMediaTTL (24h).
 	MediaTTL time.Duration
 
-	// Logger records given-up tasks and released conversations.
+	// Logger records given-up tasks, released conversations and, as
+	// warnings, the deployed settings Declare kept over these options.
 	// The zero value logs nothing.
 	Logger zerolog.Logger
 }
