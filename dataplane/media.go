@@ -20,16 +20,11 @@ const DefaultMediaTTL = 24 * time.Hour
 // MediaTTL.
 func (s *Store) Media() jetstream.ObjectStore { return s.media }
 
-// declareMedia creates the media object store if it is missing, or
-// updates it when its TTL or replicas differ from opts.
-func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, opts Options) (jetstream.ObjectStore, error) {
-	cfg := jetstream.ObjectStoreConfig{
-		Bucket:      bucket,
-		Description: "botctl files users sent (images, files, videos), stored at receipt for the worker that runs the task; name = <task id>/<n>",
-		TTL:         opts.MediaTTL,
-		Storage:     jetstream.FileStorage,
-		Replicas:    opts.Replicas,
-	}
+// declareMedia creates the media object store if it is missing. On one
+// that exists it keeps the deployed replicas and limits (keepStream) and
+// adds each difference from opts to found.
+func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, opts Options, found *[]Mismatch) (jetstream.ObjectStore, error) {
+	cfg := mediaConfig(bucket, opts)
 	obs, err := js.ObjectStore(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		obs, err = js.CreateObjectStore(ctx, cfg)
@@ -45,8 +40,31 @@ func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, op
 	if err != nil {
 		return nil, err
 	}
-	if st.TTL() != cfg.TTL || st.Replicas() != cfg.Replicas {
-		return js.UpdateObjectStore(ctx, cfg)
+	if bs, ok := st.(*jetstream.ObjectBucketStatus); ok {
+		want := mediaStream(cfg)
+		*found = append(*found, keepStream(bs.StreamInfo().Config, &want, mediaKeys)...)
 	}
 	return obs, nil
 }
+
+// mediaConfig is the media object store as declareMedia creates it.
+func mediaConfig(bucket string, opts Options) jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{
+		Bucket:      bucket,
+		Description: "botctl files users sent (images, files, videos), stored at receipt for the worker that runs the task; name = <task id>/<n>",
+		TTL:         opts.MediaTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    opts.Replicas,
+	}
+}
+
+// mediaStream is the part of the media object store's stream that
+// keepStream compares, as nats.go creates it.
+func mediaStream(cfg jetstream.ObjectStoreConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: "OBJ_" + cfg.Bucket, Replicas: cfg.Replicas, Storage: cfg.Storage,
+		MaxAge: cfg.TTL, MaxBytes: cfg.MaxBytes}
+}
+
+// mediaKeys name the configuration keys of the media object store's
+// settings.
+var mediaKeys = map[string]string{"replicas": "nats.replicas", "max-age": "media.ttl"}

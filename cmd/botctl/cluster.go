@@ -208,17 +208,10 @@ func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
 	nc := js.Conn()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
-	// Declare is idempotent and changes nothing on a running deployment,
-	// given the deployment's options. The replica count is the nodes'
-	// (nats.replicas of their config), which this command's config may
-	// not repeat: a deployment that exists keeps its own. (With the
-	// default, 1, every CLI command scaled an R3 deployment down to R1,
-	// and each node restart scaled it back up.)
-	replicas := n.Replicas
-	if st, err := js.Stream(ctx, dataplane.NamesFor(n.Prefix).TaskStream); err == nil {
-		replicas = st.CachedInfo().Config.Replicas
-	}
-	s, err := dataplane.Declare(ctx, js, dataplane.Options{Prefix: n.Prefix, Replicas: replicas})
+	// Declare creates what is missing and changes no deployed replicas or
+	// limits: a deployment that exists keeps its own, whatever this
+	// command's config says.
+	s, err := dataplane.Declare(ctx, js, dataplane.Options{Prefix: n.Prefix, Replicas: n.Replicas})
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", n.Prefix, err)

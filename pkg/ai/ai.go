@@ -56,7 +56,11 @@ type Message struct {
 // Request is one task's input: the conversation's recent turns with the
 // user's question last.
 type Request struct {
-	TaskID   string    `json:"task_id"`
+	TaskID string `json:"task_id"`
+	// Attempt is the worker's attempt at the task, from 1 (0: unknown).
+	// An answer is at least once: a task is tried again after a failure
+	// or a lost worker, with the same TaskID.
+	Attempt  int       `json:"attempt,omitempty"`
 	Messages []Message `json:"messages"`
 	// Who asked, where: the task's bot, conversation (chat id and
 	// "single" or "group"), user and the question's msgid. Backends that

@@ -76,8 +76,11 @@ const jsErrNoPeers jetstream.ErrorCode = 10005
 // progress in the log) until it succeeds or ctx ends: the node serves in
 // the meantime, spooling what it receives. It gives up if nc is closed:
 // nats.go closes a connection that a server refused twice with the same
-// authorization error, and no wait fixes the credentials.
-func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstream.JetStream, opts dataplane.Options, log zerolog.Logger) (*dataplane.Store, error) {
+// authorization error, and no wait fixes the credentials. ackWait, if
+// set, overrides the task queue's ack wait (tests); the warnings of a
+// deployment that keeps its own settings go to log.
+func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstream.JetStream, opts dataplane.Options, ackWait time.Duration, log zerolog.Logger) (*dataplane.Store, error) {
+	opts.TaskAckWait, opts.Logger = ackWait, log
 	for wait := time.Second; ; wait = min(2*wait, 15*time.Second) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		store, err := dataplane.Declare(dctx, js, opts)

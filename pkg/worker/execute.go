@@ -127,7 +127,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		run.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
 	prompt, conv := w.prompt(runCtx, m, run.Memory)
-	req := ai.Request{TaskID: m.TaskID, Messages: prompt,
+	req := ai.Request{TaskID: m.TaskID, Attempt: attempt, Messages: prompt,
 		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
 	atts, cleanup, err := w.attachments(runCtx, m)
 	defer cleanup() // the task's files leave this node with the run
