@@ -58,6 +58,12 @@ func script(t *testing.T, mode, out string, args ...string) (string, error) {
 	return string(out2), err
 }
 
+// cleanups are the directories of the builds shared between tests,
+// removed when the test binary exits.
+var cleanups []string
+
+func goarch() string { return runtime.GOARCH }
+
 var (
 	firstOnce sync.Once
 	firstDir  string
@@ -72,6 +78,7 @@ func first(t *testing.T) string {
 	firstOnce.Do(func() {
 		firstDir, firstErr = os.MkdirTemp("", "botctl-release")
 		if firstErr == nil {
+			cleanups = append(cleanups, firstDir)
 			firstOut, firstErr = script(t, "release", firstDir, "--version", version)
 		}
 	})
@@ -83,8 +90,8 @@ func first(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if firstDir != "" {
-		os.RemoveAll(firstDir)
+	for _, dir := range cleanups {
+		os.RemoveAll(dir)
 	}
 	os.Exit(code)
 }
