@@ -15,8 +15,8 @@
 //     .revision, .created, .source, .licenses, .title, .description
 //
 // The layout names the image botctl:<version> (podman load makes it
-// localhost/botctl:<version>). Every time in it is --epoch (the commit's time), so two runs with the
-// same inputs write the same bytes.
+// localhost/botctl:<version>). Every time in it is --epoch (the commit's
+// time), so two runs with the same inputs write the same bytes.
 package main
 
 import (
