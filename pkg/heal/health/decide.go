@@ -12,7 +12,8 @@ import (
 // The monitor's decisions, apart from its effects: what one tick of a
 // connection's vitals makes suspicious, whether and when to probe, what the
 // probe's answer and the history make of a suspicion, and when the record
-// and the baseline are written. Every function here reads no clock, does
+// and the baseline are written; and, for the observer, the incident a new
+// leader finds (takeover) and when a bot back goes half-open. Every function here reads no clock, does
 // no I/O and starts nothing: its time is the now it is given, so each is
 // tested as a table of single steps (decide_test.go).
 
@@ -303,4 +304,37 @@ func (w *watch) settle(now time.Time, s sight) settlement {
 		w.lastSave, st.save = now, true
 	}
 	return st
+}
+
+// takeover is the incident a leader finds as it dials bot at now, from the
+// bot's record (when no outage incident is open): a holder whose record
+// still says it is connected, without a handover, vanished without a word
+// (a crash, kill -9, a hang or a partition): down since the record's last
+// evidence (its last write, if it has none); a handover that no node took
+// over for longer than threshold is an outage since the handover. nil:
+// neither.
+func takeover(now time.Time, bot string, rec Record, threshold time.Duration, node string, term int64) *incident.Incident {
+	switch {
+	case (rec.State == Online || rec.State == Degraded || rec.State == HalfOpen) && !rec.Handover:
+		dropped := rec.LastEvidence()
+		if dropped.IsZero() {
+			dropped = rec.Updated
+		}
+		return &incident.Incident{Bot: bot, Signal: incident.SignalTakeover, Level: incident.Auto,
+			Reason: fmt.Sprintf("node %s (term %d) stopped holding the bot without a word (a crash, kill -9, a hang or a partition); node %s took over",
+				rec.Node, rec.TermRev, node),
+			Dropped: dropped, Detected: now, TermRev: term}
+	case rec.Handover && now.Sub(rec.Since) > threshold:
+		return &incident.Incident{Bot: bot, Signal: incident.SignalTakeover, Level: incident.Auto,
+			Reason:  fmt.Sprintf("no node held the bot for %s after node %s handed it over", now.Sub(rec.Since).Round(time.Second), rec.Node),
+			Dropped: rec.Since, Detected: now, TermRev: term}
+	}
+	return nil
+}
+
+// halfOpenAfter: a bot back at now after an outage since dropped goes
+// half-open when the outage lasted at least threshold
+// (Recovery.Threshold); a shorter one is online at once.
+func halfOpenAfter(dropped, now time.Time, threshold time.Duration) bool {
+	return now.Sub(dropped) >= threshold
 }

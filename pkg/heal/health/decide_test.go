@@ -499,3 +499,107 @@ func TestRecordEveryRecordInterval(t *testing.T) {
 		t.Fatalf("saved at %v, want [1m0s 2m0s]", saved)
 	}
 }
+
+// TestDropIsOneIncidentClosedAutomatically, its timing: an end the
+// connection saw happen is its own detection (dropped is now, T1 zero);
+// an end inferred from missing acks dates back to the last evidence, and
+// one the monitor closed, to what the monitor knew.
+func TestClassify(t *testing.T) {
+	now := at(time.Minute)
+	v := fresh()
+	v.LastAckOK = at(40 * time.Second)
+	cause := &closeCause{signal: incident.SignalSilence, reason: "no callback for 9s; deaf", dropped: at(30 * time.Second)}
+	cases := []struct {
+		name    string
+		reason  wecom.CloseReason
+		err     error
+		termErr error
+		cause   *closeCause
+		signal  string
+		why     string
+		dropped time.Time
+	}{
+		{name: "a drop (network): now", reason: wecom.ReasonNetwork, err: errors.New("EOF"), signal: incident.SignalConnection, why: "EOF", dropped: now},
+		{name: "kicked: now", reason: wecom.ReasonKicked, signal: incident.SignalConnection, why: "kicked", dropped: now},
+		{name: "leadership lost: now", reason: wecom.ReasonClosedByUs, termErr: errors.New("lease expired"), signal: incident.SignalConnection, why: "leadership lost: lease expired", dropped: now},
+		{name: "heartbeats unacked: the last evidence", reason: wecom.ReasonHeartbeatLost, err: errors.New("2 missed"), signal: incident.SignalProbe, why: "heartbeats unacked: 2 missed", dropped: at(40 * time.Second)},
+		{name: "frames unacked: the last evidence", reason: wecom.ReasonAckTimeouts, err: errors.New("3 timeouts"), signal: incident.SignalOutbound, why: "frames unacked: 3 timeouts", dropped: at(40 * time.Second)},
+		{name: "closed by the monitor: its cause", reason: wecom.ReasonUnhealthy, cause: cause, signal: incident.SignalSilence, why: cause.reason, dropped: at(30 * time.Second)},
+		{name: "closed as unhealthy without a cause: the last evidence", reason: wecom.ReasonUnhealthy, err: errors.New("half-open: probe failed"), signal: incident.SignalProbe, why: "half-open", dropped: at(40 * time.Second)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			signal, why, dropped := classify(c.reason, c.err, c.termErr, v, c.cause, now)
+			if signal != c.signal || !strings.Contains(why, c.why) || !dropped.Equal(c.dropped) {
+				t.Errorf("classify = %s %q %v, want %s %q %v", signal, why, dropped, c.signal, c.why, c.dropped)
+			}
+		})
+	}
+}
+
+// TestTakeoverOfAVanishedLeaderIsAnIncident and
+// TestGracefulHandoverIsNotAnIncident, as decisions: a record left online
+// is an outage since its last evidence; a handover is none unless nobody
+// took over within the threshold.
+func TestTakeover(t *testing.T) {
+	now := at(time.Minute)
+	threshold := 30 * time.Second
+	online := Record{Bot: "b1", State: Online, Node: "ghost", TermRev: 7, Since: at(0),
+		LastProbeOK: now.Add(-4 * time.Second), LastInbound: now.Add(-9 * time.Second), Updated: now.Add(-3 * time.Second)}
+	cases := []struct {
+		name    string
+		rec     func(*Record)
+		dropped time.Time // zero: no incident
+		reason  string
+	}{
+		{name: "left online: down since its last evidence", dropped: now.Add(-4 * time.Second), reason: "node ghost (term 7) stopped holding the bot without a word"},
+		{name: "left degraded: the same", rec: func(r *Record) { r.State = Degraded }, dropped: now.Add(-4 * time.Second)},
+		{name: "left half-open: the same", rec: func(r *Record) { r.State = HalfOpen }, dropped: now.Add(-4 * time.Second)},
+		{name: "left online without evidence: since its last write",
+			rec: func(r *Record) { r.LastProbeOK, r.LastInbound = time.Time{}, time.Time{} }, dropped: now.Add(-3 * time.Second)},
+		{name: "offline (its end recorded): none", rec: func(r *Record) { r.State = Offline }},
+		{name: "a bot never seen: none", rec: func(r *Record) { *r = Record{Bot: "b1"} }},
+		{name: "a handover just now: none", rec: func(r *Record) { r.State, r.Handover, r.Since = Offline, true, now.Add(-time.Second) }},
+		{name: "a handover taken over exactly at the threshold: none",
+			rec: func(r *Record) { r.State, r.Handover, r.Since = Offline, true, now.Add(-threshold) }},
+		{name: "a handover nobody took over for longer than the threshold: down since the handover",
+			rec:     func(r *Record) { r.State, r.Handover, r.Since = Offline, true, now.Add(-threshold-ms) },
+			dropped: now.Add(-threshold - ms), reason: "no node held the bot for 30s after node ghost handed it over"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := online
+			if c.rec != nil {
+				c.rec(&rec)
+			}
+			inc := takeover(now, "b1", rec, threshold, "n2", 8)
+			if c.dropped.IsZero() {
+				if inc != nil {
+					t.Fatalf("incident %+v, want none", *inc)
+				}
+				return
+			}
+			if inc == nil {
+				t.Fatal("no incident")
+			}
+			if inc.Signal != incident.SignalTakeover || inc.Bot != "b1" || inc.TermRev != 8 || !inc.Detected.Equal(now) ||
+				!inc.Dropped.Equal(c.dropped) || !strings.Contains(inc.Reason, c.reason) {
+				t.Fatalf("incident %+v, want takeover dropped %v (%q)", *inc, c.dropped, c.reason)
+			}
+		})
+	}
+}
+
+// TestHalfOpenAfterALongOutage and TestLongSilenceGoesHalfOpen, their
+// threshold: an outage of at least Recovery.Threshold goes half-open.
+func TestHalfOpenAfter(t *testing.T) {
+	threshold := 30 * time.Second
+	for _, c := range []struct {
+		down time.Duration
+		want bool
+	}{{0, false}, {threshold - ms, false}, {threshold, true}, {time.Hour, true}} {
+		if got := halfOpenAfter(t0, t0.Add(c.down), threshold); got != c.want {
+			t.Errorf("down %s: half-open %v, want %v", c.down, got, c.want)
+		}
+	}
+}

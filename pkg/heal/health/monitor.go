@@ -225,7 +225,8 @@ type closeCause struct {
 // bot was last known fine. An end the connection saw happen (a read error,
 // a kick) is its own detection: dropped is now. An end inferred from
 // silence (heartbeats or acks missing) dates back to the last evidence.
-func classify(reason wecom.CloseReason, err error, term *election.Term, v wecom.Vitals, cause *closeCause, now time.Time) (signal, why string, dropped time.Time) {
+// termErr is why the connection's term ended, if it did.
+func classify(reason wecom.CloseReason, err, termErr error, v wecom.Vitals, cause *closeCause, now time.Time) (signal, why string, dropped time.Time) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -244,8 +245,8 @@ func classify(reason wecom.CloseReason, err error, term *election.Term, v wecom.
 		return incident.SignalConnection, "kicked: another connection subscribed with this bot's credentials (outside this cluster, if no node of it took over)", now
 	case wecom.ReasonClosedByUs:
 		why := "leadership lost"
-		if err := term.Err(); err != nil {
-			why += ": " + err.Error()
+		if termErr != nil {
+			why += ": " + termErr.Error()
 		}
 		return incident.SignalConnection, why, now
 	}
