@@ -75,7 +75,7 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 					h.log.Info().Str("bot", b.id).Str("baseline_note", j.note).Msg("silence alarm refuted")
 					h.writeRecord(b, bd, nil, now, func(r *Record) { r.BaselineNote = j.note })
 				}
-				continue
+				continue // a judged silence ends the tick: what settle writes waits for the next
 			case pv.degrade != "":
 				h.writeRecord(b, bd, conn, now, func(r *Record) {
 					if r.State == Online {
