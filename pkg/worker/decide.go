@@ -46,11 +46,12 @@ type ending struct {
 	final bool
 	// offQueue: a fallback tier ran it; there is no queue message.
 	offQueue bool
-	// now and deadline (stepAnswer): the execution deadline, counted from
-	// the first attempt, and the time the answer's end was seen.
-	now, deadline time.Time
-	limit         time.Duration // Config.Deadline, named in the reason
-	backend       string        // the bot's backend, named in the reason
+	// started and now (stepAnswer): when the task's first attempt
+	// started (the record's Started), and when the answer's end was seen.
+	// The execution deadline is limit after started.
+	started, now time.Time
+	limit        time.Duration // Config.Deadline
+	backend      string        // the bot's backend, named in the reason
 }
 
 // recording is what an ending writes to the task's record.
@@ -143,9 +144,10 @@ func decideAnswer(e ending) verdict {
 		return verdict{flush: true, res: result{action: actAck}, note: "task canceled"}
 	case errors.Is(e.stopped, errSuperseded):
 		return verdict{res: result{action: actLeave, err: task.ErrSuperseded}}
-	case errors.Is(e.stopped, errDeadline) || !e.now.Before(e.deadline):
-		// The run's context says so, or now does (the two agree but for
-		// the context's timer's latency): the task is failed however many
+	case errors.Is(e.stopped, errDeadline) || !e.now.Before(e.started.Add(e.limit)):
+		// Past the execution deadline, counted from the first attempt:
+		// the run's context says so, or now does (the two agree but for
+		// the context's timer's latency). The task is failed however many
 		// attempts remain, and its conversation freed.
 		why := fmt.Sprintf("execution deadline %s passed without an answer", e.limit)
 		return verdict{flush: true, record: recordGiveUp, why: why, res: result{action: actGiveUp, err: errors.New(why)}}

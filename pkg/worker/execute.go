@@ -106,10 +106,9 @@ type attempt struct {
 	log        zerolog.Logger
 	bg         context.Context // the worker's context without its end: the record's last writes
 
-	n        int       // the attempt's number (start)
-	started  time.Time // the task's first attempt's start: the deadline counts from it
-	deadline time.Time
-	cancel   context.CancelCauseFunc // ends the run (watch)
+	n       int                     // the attempt's number (start)
+	started time.Time               // the task's first attempt's start: the deadline counts from it
+	cancel  context.CancelCauseFunc // ends the run (watch)
 
 	out   *coalescer         // the attempt's text (openOutput)
 	steps []task.BackendStep // the backends the run asked (answer)
@@ -196,8 +195,8 @@ func (a *attempt) start(ctx context.Context) error {
 func (a *attempt) watch(ctx context.Context) (runCtx context.Context, end func()) {
 	w, id := a.w, a.m.TaskID
 	runCtx, cancel := context.WithCancelCause(ctx)
-	a.cancel, a.deadline = cancel, a.started.Add(w.cfg.Deadline)
-	runCtx, cancelDeadline := context.WithDeadlineCause(runCtx, a.deadline, errDeadline)
+	a.cancel = cancel
+	runCtx, cancelDeadline := context.WithDeadlineCause(runCtx, a.started.Add(w.cfg.Deadline), errDeadline)
 	w.mu.Lock()
 	w.running[id] = cancel
 	w.mu.Unlock()
@@ -268,10 +267,10 @@ func (a *attempt) answer(runCtx context.Context, run BotRun, req ai.Request) err
 }
 
 // answered is the answer's ending: how the run ended (runCtx's cause),
-// whether the node is stopping (ctx), and the deadline with now.
+// whether the node is stopping (ctx), and the times of the deadline.
 func (a *attempt) answered(ctx, runCtx context.Context, run BotRun, err error) ending {
 	return ending{step: stepAnswer, err: err, stopped: context.Cause(runCtx), nodeStopping: ctx.Err() != nil,
-		now: a.w.cfg.Now(), deadline: a.deadline, backend: run.Backend.Name()}
+		started: a.started, now: a.w.cfg.Now(), backend: run.Backend.Name()}
 }
 
 // storeReply stores the reply's images and files (patiently: the answer
