@@ -161,10 +161,9 @@ func (a *attempt) settle(e ending) (res result, over bool) {
 // start makes the record say running under a new attempt. When the tasks
 // bucket does not answer (its stream electing a leader, a server failing
 // over), that is not the task's fault, so no delivery of the queue's few
-// is spent on it (the chaos suite's churn-tasks-bucket used all five in
-// ten seconds, and the user got a failure for a question that could be
-// answered): Start is asked again, patiently; handle's in-progress acks
-// keep the message. Any other answer is settle's.
+// is spent on it: Start is asked again, patiently (StorePatience), while
+// handle's in-progress acks keep the message. Any other answer is
+// settle's.
 func (a *attempt) start(ctx context.Context) error {
 	n, rec, err := a.lc.Start(ctx, a.m, a.tier, a.deliveries)
 	if task.StoreFailed(err) {
