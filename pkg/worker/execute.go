@@ -161,7 +161,9 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	// goes to the sink.
 	streamCtx, route := ai.WithRoute(runCtx)
 	sink := &ai.ReplySink{}
-	err = w.stream(ai.WithReplySink(streamCtx, sink), m, attempt, run, req, route, out.add) // model.go: metrics, usage
+	// Its thinking is stored with the text (the pusher shows it or not).
+	streamCtx = ai.WithThinking(ai.WithReplySink(streamCtx, sink), out.think)
+	err = w.stream(streamCtx, m, attempt, run, req, route, out.add) // model.go: metrics, usage
 	stopWrites()
 	steps := backendSteps(route)
 	text := out.text()
