@@ -68,4 +68,3 @@ func TestThinkingIsCapped(t *testing.T) {
 		t.Fatalf("text %q, thinking of %d bytes ending %q", o.Text, task.OutputTextBytes(o.Thinking), o.Thinking[max(0, len(o.Thinking)-12):])
 	}
 }
-
