@@ -123,7 +123,7 @@ func (p *Pusher) put(a arrival) bool {
 			en.firstRev = a.rev
 		}
 		en.out, en.outAt, en.outFinal = a.out, now, false
-		en.outHash, en.viewHash = p.hashes(a.out)
+		en.outHash, en.view, en.viewHash = p.hashes(a.out)
 		if en.flushing {
 			// The version a step asked for (flush.go), or one as fresh:
 			// the frame goes now, not after its wait.

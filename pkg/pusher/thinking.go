@@ -56,14 +56,14 @@ func (p *Pusher) view(out *task.Output) string {
 	return withThinking(p.thinkingOf(out), out.Text, MaxThinkingShown)
 }
 
-// hashes are task.Hash of out's text and of its view (one hash when the
-// view is the text).
-func (p *Pusher) hashes(out *task.Output) (text, view string) {
-	text = task.Hash(out.Text)
-	if v := p.view(out); v != out.Text {
-		return text, task.Hash(v)
+// hashes are task.Hash of out's text, its view and the view's hash (the
+// text and its hash when no thinking is shown).
+func (p *Pusher) hashes(out *task.Output) (textHash, view, viewHash string) {
+	textHash, view = task.Hash(out.Text), p.view(out)
+	if view == out.Text {
+		return textHash, out.Text, textHash
 	}
-	return text, text
+	return textHash, view, task.Hash(view)
 }
 
 // withThinking is text after the block of thinking's last limit bytes
