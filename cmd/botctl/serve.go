@@ -83,6 +83,9 @@ docs/security.md.`,
 			}
 			if demo && len(cfg.Bots) == 0 {
 				cfg.Bots = []config.Bot{{ID: demoBot, Secret: demoBot + "-secret"}}
+				if cfg.AI.ShowThinking == "" {
+					cfg.AI.ShowThinking = config.ShowThinkingOn // the demo bot's thinking, folded as WeCom shows it
+				}
 			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -159,6 +160,9 @@ func newTasksShowCmd(cf *clusterFlags) *cobra.Command {
 			}
 			if out != nil {
 				fmt.Fprintf(w, "output    %d bytes, attempt %d\n", len(out.Text), out.Attempt)
+				if out.Thinking != "" { // stored whatever ai.show_thinking says; --json has it whole
+					fmt.Fprintf(w, "thinking  %d bytes, %d tool steps: %s\n", len(out.Thinking), strings.Count(out.Tools, "\n"), oneline.Clip(strings.TrimSpace(out.Thinking), 200))
+				}
 			}
 			if fb := r.Feedback; fb != nil {
 				fmt.Fprintf(w, "feedback  %s by %s at %s", fb.Kind, fb.User, fb.At.Format(time.RFC3339))

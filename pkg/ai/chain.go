@@ -216,11 +216,12 @@ func (c *Chain) try(ctx context.Context, b Backend, req Request, emit func(strin
 	defer cancel(nil)
 	var mu sync.Mutex
 	started, late := false, false
+	thought := false // it handed on thinking (thinking.go): not silent, though not answering yet
 	if c.firstToken > 0 {
 		timer := clock.Or(c.clock).AfterFunc(c.firstToken, func() {
 			mu.Lock()
 			defer mu.Unlock()
-			if !started {
+			if !started && !thought {
 				late = true
 				cancel(errFirstToken)
 			}
@@ -231,6 +232,21 @@ func (c *Chain) try(ctx context.Context, b Backend, req Request, emit func(strin
 	// failed after sending one (then the next backend answered) leaves
 	// nothing of it in the answer.
 	rctx, commitReply := ReplyScope(bctx)
+	// A backend that thinks is not silent: a reasoning model's thinking
+	// before its first token of the answer stops the first-token timeout.
+	sink, _ := ctx.Value(thinkingKey{}).(func(Thought))
+	rctx = WithThinking(rctx, func(t Thought) {
+		mu.Lock()
+		if late {
+			mu.Unlock()
+			return
+		}
+		thought = true
+		mu.Unlock()
+		if sink != nil {
+			sink(t)
+		}
+	})
 	var emitted error
 	err := b.Stream(rctx, req, func(d string) error {
 		mu.Lock()

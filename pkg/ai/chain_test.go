@@ -176,6 +176,65 @@ func TestChainFirstTokenTimeoutFallsBack(t *testing.T) {
 	}
 }
 
+// A backend that thinks is not silent: a reasoning model's thinking
+// before the answer's first token stops ai.first_token_timeout, and it
+// answers, not the fallback.
+func TestChainThinkingIsNotSilence(t *testing.T) {
+	leakCheck(t)
+	answer, gone := make(chan struct{}), make(chan struct{})
+	f := newFakeOpenAI(t, func(w http.ResponseWriter, r *http.Request, f *fakeOpenAI) {
+		sseHeaders(w)
+		sendEvent(w, `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"test-model","choices":[{"index":0,"delta":{"content":"","reasoning_content":"hmm"},"finish_reason":null}]}`)
+		select {
+		case <-r.Context().Done():
+			close(gone)
+			return
+		case <-answer:
+		}
+		sendEvent(w, chunkJSON("thought through", ""))
+		sendEvent(w, chunkJSON("", "stop"))
+		sendEvent(w, "[DONE]")
+	})
+	_, hcfg := webhook(t, "in time")
+	clk := fakeclock.New(time.Now())
+	c := chain(t, Config{Kind: KindOpenAI, OpenAI: openAIAt(t, f.srv.URL), FirstTokenTimeout: time.Second,
+		Fallback: []BackendConfig{{Kind: KindHTTP, HTTP: hcfg}}}, WithClock(clk))
+	ctx, route := WithRoute(context.Background())
+	thought := make(chan string, 10)
+	ctx = WithThinking(ctx, func(t Thought) { thought <- t.Text })
+	rec := newRecorder()
+	done := make(chan error, 1)
+	go func() { done <- c.Stream(ctx, botQuestion("q"), rec.emit) }()
+	clk.AwaitWaiters(t, 1) // the primary's first-token timeout
+	select {
+	case th := <-thought:
+		if th != "hmm" {
+			t.Errorf("thinking %q", th)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no thinking")
+	}
+	clk.Step(time.Second)
+	// The timeout's function runs apart: give it a moment to give the
+	// primary up (it must not), then let the primary answer.
+	select {
+	case <-gone:
+	case <-time.After(time.Second):
+	}
+	close(answer)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no answer")
+	}
+	if rec.text() != "thought through" || steps(route) != "openai:primary answered" {
+		t.Errorf("answer %q, route %q", rec.text(), steps(route))
+	}
+}
+
 // A refusal (4xx) is the answer: the fallback is not asked.
 func TestChainRefusalDoesNotFallBack(t *testing.T) {
 	leakCheck(t)

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // The contract every backend keeps (the package comment and Backend), run
@@ -29,6 +31,11 @@ type script struct {
 	end    ending
 	usage  *Usage // sent at the end, where the protocol carries it
 	reply  *Reply // sent with the answer, where the protocol carries it
+	// thinking is the model's reasoning, each piece sent apart before the
+	// answer, and tool a tool's start and end after it, where the
+	// protocol carries them.
+	thinking []string
+	tool     string
 }
 
 type ending int
@@ -181,6 +188,54 @@ var contractCases = []struct {
 			t.Errorf("Stream without a reply sink: %v", err)
 		}
 	}},
+	{"thinking", func(t *testing.T, k kind, fake contractFake) {
+		p := fake(t, script{thinking: []string{"Let me ", "think 你好."}, tool: "search", pieces: []string{"the answer"}}, 0)
+		var rec thinkingRecorder
+		text := newRecorder()
+		if err := p.b.Stream(WithThinking(context.Background(), rec.sink), p.req, text.emit); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(text.text(), "Let me") {
+			t.Errorf("the answer %q holds the thinking", text.text())
+		}
+		switch got := rec.text.String(); {
+		case !k.thinking && got != "":
+			t.Errorf("thinking %q; kinds.go says %s sends none", got, k.name)
+		case k.thinking && p.echo && got == "":
+			t.Errorf("no thinking; kinds.go says %s sends it", k.name)
+		case k.thinking && !p.echo && got != "Let me think 你好.":
+			t.Errorf("thinking %q, want %q", got, "Let me think 你好.")
+		}
+		want := []ToolStep{{"search", ToolStarted}, {"search", ToolDone}}
+		if p.echo {
+			want = []ToolStep{{DemoTool, ToolStarted}, {DemoTool, ToolDone}}
+		}
+		switch {
+		case !k.tools && len(rec.steps) > 0:
+			t.Errorf("tool steps %v; kinds.go says %s sends none", rec.steps, k.name)
+		case k.tools && !slices.Equal(rec.steps, want):
+			t.Errorf("tool steps %v, want %v", rec.steps, want)
+		}
+		// Without a sink the answer is the same.
+		answerIs(t, p, "the answer")
+	}},
+}
+
+// thinkingRecorder is a thinking sink (WithThinking) that keeps what it got.
+type thinkingRecorder struct {
+	text  strings.Builder
+	steps []ToolStep
+}
+
+func (r *thinkingRecorder) sink(t Thought) {
+	if t.Tool != nil {
+		r.steps = append(r.steps, *t.Tool)
+		return
+	}
+	if !utf8.ValidString(t.Text) || t.Text == "" {
+		panic(fmt.Sprintf("thinking delta %q is empty or not UTF-8", t.Text))
+	}
+	r.text.WriteString(t.Text)
 }
 
 // needUpstream skips a case a kind without an upstream cannot meet.
@@ -248,15 +303,18 @@ func writeLine(w http.ResponseWriter, line string, split bool) {
 	write(w, b)
 }
 
-// playEvents answers with an event stream: a data line per piece (by
-// event), then end (a failure before any piece: status 503 by refuse).
+// playEvents answers with an event stream: the data lines pre, a data
+// line per piece (by event), then end (a failure before any piece: status 503 by refuse).
 func playEvents(w http.ResponseWriter, r *http.Request, release <-chan struct{}, s script,
-	event func(piece string) string, end string, refuse func(w http.ResponseWriter)) {
+	pre []string, event func(piece string) string, end string, refuse func(w http.ResponseWriter)) {
 	if s.end == endFail && len(s.pieces) == 0 {
 		refuse(w)
 		return
 	}
 	eventStream(w)
+	for _, line := range pre {
+		write(w, "data: "+line+"\n\n")
+	}
 	for _, p := range s.pieces {
 		writeLine(w, "data: "+event(p)+"\n\n", s.split)
 	}
@@ -329,8 +387,14 @@ func playOpenAI(t *testing.T, s script, timeout time.Duration) played {
 			s.usage.In, s.usage.Out, s.usage.Total())
 	}
 	end += "data: [DONE]\n\n"
+	var pre []string
+	for i, th := range s.thinking { // reasoning_content, or reasoning as OpenRouter names it
+		key := []string{"reasoning_content", "reasoning"}[i%2]
+		pre = append(pre, `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"test-model","choices":[{"index":0,"delta":{"content":"","`+
+			key+`":`+jsonRaw(th)+`},"finish_reason":null}]}`)
+	}
 	f := newFakeOpenAI(t, func(w http.ResponseWriter, r *http.Request, f *fakeOpenAI) {
-		playEvents(w, r, f.release, s, chunk, end, func(w http.ResponseWriter) { apiError(w, 503, "overloaded") })
+		playEvents(w, r, f.release, s, pre, chunk, end, func(w http.ResponseWriter) { apiError(w, 503, "overloaded") })
 	})
 	return played{b: f.backend(t, OpenAIConfig{Timeout: timeout}), req: question("q")}
 }
@@ -343,9 +407,22 @@ func playDify(t *testing.T, s script, timeout time.Duration) played {
 	if s.usage != nil {
 		end = fmt.Sprintf(`data: {"event":"message_end","conversation_id":"c1","metadata":{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}}`+"\n\n", s.usage.In, s.usage.Out)
 	}
+	// One thought, sent again as it grows, then with its tool and its
+	// tool's result.
+	var pre []string
+	thought := ""
+	for _, th := range s.thinking {
+		thought += th
+		pre = append(pre, `{"event":"agent_thought","conversation_id":"c1","id":"t1","position":1,"thought":`+jsonRaw(thought)+`,"tool":"","observation":""}`)
+	}
+	if s.tool != "" {
+		pre = append(pre,
+			`{"event":"agent_thought","conversation_id":"c1","id":"t1","position":1,"thought":`+jsonRaw(thought)+`,"tool":`+jsonRaw(s.tool)+`,"tool_input":"{}","observation":""}`,
+			`{"event":"agent_thought","conversation_id":"c1","id":"t1","position":1,"thought":`+jsonRaw(thought)+`,"tool":`+jsonRaw(s.tool)+`,"tool_input":"{}","observation":"found"}`)
+	}
 	var srv *webServer
 	srv = newWebServer(t, func(w http.ResponseWriter, r *http.Request, _ webRequest) {
-		playEvents(w, r, srv.release, s, message, end, func(w http.ResponseWriter) { difyRefuse(w, 503, "unavailable", "overloaded") })
+		playEvents(w, r, srv.release, s, pre, message, end, func(w http.ResponseWriter) { difyRefuse(w, 503, "unavailable", "overloaded") })
 	})
 	b, err := newUnchained(Config{Kind: KindDify, Dify: DifyConfig{BaseURL: srv.srv.URL + "/v1", APIKeyFile: secretFile(t, testDifyKey), Timeout: timeout}})
 	if err != nil {
@@ -368,9 +445,16 @@ func playHTTP(t *testing.T, s script, timeout time.Duration) played {
 		t.Fatal(err)
 	}
 	end := "data: " + string(raw) + "\n\n"
+	var pre []string
+	for _, th := range s.thinking {
+		pre = append(pre, `{"thinking":`+jsonRaw(th)+`}`)
+	}
+	if s.tool != "" {
+		pre = append(pre, `{"tool":{"name":`+jsonRaw(s.tool)+`,"status":"started"}}`, `{"tool":{"name":`+jsonRaw(s.tool)+`,"status":"done"}}`)
+	}
 	var srv *webServer
 	srv = newWebServer(t, func(w http.ResponseWriter, r *http.Request, _ webRequest) {
-		playEvents(w, r, srv.release, s, text, end, func(w http.ResponseWriter) { http.Error(w, "overloaded", http.StatusServiceUnavailable) })
+		playEvents(w, r, srv.release, s, pre, text, end, func(w http.ResponseWriter) { http.Error(w, "overloaded", http.StatusServiceUnavailable) })
 	})
 	return played{b: httpBackendFor(t, srv, HTTPConfig{Timeout: timeout}), req: question("q")}
 }

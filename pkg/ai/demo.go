@@ -76,6 +76,12 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 	steps := int(answerTime / demoTick)
 	steps = max(1, min(steps, len(text)))
 
+	// Its thinking, all at once before the answer: a sink shows it folded
+	// (thinking.go), at no cost in time.
+	Think(ctx, DemoThinking(req.Question()))
+	ThinkTool(ctx, ToolStep{Name: DemoTool, Status: ToolStarted})
+	ThinkTool(ctx, ToolStep{Name: DemoTool, Status: ToolDone})
+
 	clk := clock.Or(b.clock)
 	start := clk.Now()
 	timer := clk.NewTimer(time.Hour)
@@ -109,6 +115,15 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 		}
 	}
 	return nil // the last step ends at len(text)
+}
+
+// DemoTool is the tool the demo backend says it calls (its thinking).
+const DemoTool = "demo_search"
+
+// DemoThinking is the demo backend's reasoning about question: one
+// sentence naming the question's topic, depending on question alone.
+func DemoThinking(question string) string {
+	return "The question is about " + demoTopic(strings.ToValidUTF8(question, "\uFFFD")) + "; I will look it up, then answer in a few short paragraphs."
 }
 
 // DemoAnswer is the demo backend's whole answer to question: the line

@@ -72,6 +72,13 @@ type difyEvent struct {
 	Status  int    `json:"status"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// agent_thought's: the thought so far and the tool it calls, the
+	// tool's result once it returned (observation); one thought (ID) is
+	// sent again as it grows.
+	ID          string `json:"id"`
+	Thought     string `json:"thought"`
+	Tool        string `json:"tool"`
+	Observation string `json:"observation"`
 	// message_end's: metadata.usage (usage.go)
 	Metadata struct {
 		Usage *usageObject `json:"usage"`
@@ -117,7 +124,7 @@ func (b *difyBackend) Stream(ctx context.Context, req Request, emit func(string)
 		return fmt.Errorf("%w: %s: task %s: the answer's Content-Type is %q, not an event stream: check ai.dify.base_url (Dify's API root, e.g. %s)", ErrBadRequest, b.Name(), req.TaskID, mt, config.DifyDefaultBaseURL)
 	}
 	out := &recordEmit{emit: emit}
-	conv, err = b.events(resp.Body, out, conv)
+	conv, err = b.events(ctx, resp.Body, out, conv)
 	if out.usage != nil {
 		ReportUsage(ctx, out.usage.usage())
 	}
@@ -159,8 +166,9 @@ func conversationGone(err error) bool {
 
 // events reads the stream to its message_end and returns the
 // conversation's id as the stream gave it.
-func (b *difyBackend) events(body io.Reader, out *recordEmit, conv string) (string, error) {
+func (b *difyBackend) events(ctx context.Context, body io.Reader, out *recordEmit, conv string) (string, error) {
 	sse := newSSEReader(body)
+	thoughts := difyThoughts{}
 	for {
 		_, data, err := sse.next()
 		if errors.Is(err, io.EOF) {
@@ -191,6 +199,8 @@ func (b *difyBackend) events(body io.Reader, out *recordEmit, conv string) (stri
 			if err := out.send(ev.Answer); err != nil {
 				return conv, err
 			}
+		case "agent_thought":
+			thoughts.add(ctx, ev)
 		case "message_end":
 			out.usage = ev.Metadata.Usage
 			return conv, nil
@@ -218,4 +228,49 @@ func (b *difyBackend) eventError(ev difyEvent) error {
 		return fmt.Errorf("%w: %s: %s", ErrBadRequest, b.Name(), msg)
 	}
 	return fmt.Errorf("%w: %s: %s", ErrBackend, b.Name(), msg)
+}
+
+// difyThoughts turns agent_thought events, each the whole of one thought
+// (id) as it stands, into thinking: the part of a thought's text not yet
+// handed on, and a tool's start (a tool named, no observation yet) and
+// end (an observation), each once. Dify names several tools called at
+// once in one "tool", separated by ';'.
+type difyThoughts map[string]*difyThought
+
+type difyThought struct {
+	text         string // the thought's text handed on
+	started, end bool
+}
+
+func (d difyThoughts) add(ctx context.Context, ev difyEvent) {
+	t := d[ev.ID]
+	if t == nil {
+		t = &difyThought{}
+		d[ev.ID] = t
+	}
+	switch {
+	case strings.HasPrefix(ev.Thought, t.text):
+		Think(ctx, ev.Thought[len(t.text):])
+	case ev.Thought != "": // rewritten, not grown: the new text on a line of its own
+		Think(ctx, "\n"+ev.Thought)
+	}
+	if ev.Thought != "" {
+		t.text = ev.Thought
+	}
+	if ev.Tool == "" {
+		return
+	}
+	status := ""
+	switch {
+	case ev.Observation != "" && !t.end:
+		status, t.started, t.end = ToolDone, true, true
+	case ev.Observation == "" && !t.started:
+		status, t.started = ToolStarted, true
+	}
+	if status == "" {
+		return
+	}
+	for _, name := range strings.Split(ev.Tool, ";") {
+		ThinkTool(ctx, ToolStep{Name: name, Status: status})
+	}
 }

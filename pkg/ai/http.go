@@ -71,6 +71,10 @@ type httpEvent struct {
 	// Usage, on any line, is what the answer cost (usage.go); the last
 	// one sent counts.
 	Usage *usageObject `json:"usage"`
+	// Thinking is a delta of the agent's reasoning, Tool a step of one
+	// of its tools (thinking.go): shown folded before the answer.
+	Thinking string    `json:"thinking,omitempty"`
+	Tool     *ToolStep `json:"tool,omitempty"`
 }
 
 // newHTTPRequest is req as the webhook reads it: history is every user and
@@ -165,6 +169,10 @@ func (b *httpBackend) events(ctx context.Context, body io.Reader, out *recordEmi
 		}
 		if ev.Usage != nil {
 			out.usage = ev.Usage
+		}
+		Think(ctx, ev.Thinking)
+		if ev.Tool != nil {
+			ThinkTool(ctx, *ev.Tool)
 		}
 		if err := out.send(ev.Text); err != nil {
 			return err

@@ -14,11 +14,11 @@ import (
 // every backend keeps (contract_test.go) checks. A new backend is a file
 // of its own and a line here (and its section in pkg/config).
 var kinds = []kind{
-	{name: KindDemo, build: buildFunc(func(c Config, o options) (Backend, error) { d := newDemo(c.Demo); d.clock = o.clock; return d, nil }), reply: true},
+	{name: KindDemo, build: buildFunc(func(c Config, o options) (Backend, error) { d := newDemo(c.Demo); d.clock = o.clock; return d, nil }), reply: true, thinking: true, tools: true},
 	{name: KindExec, build: buildFunc(func(c Config, _ options) (Backend, error) { return newExec(c.Exec) }), upstream: true},
-	{name: KindOpenAI, build: buildFunc(func(c Config, _ options) (Backend, error) { return newOpenAI(c.OpenAI, os.LookupEnv) }), upstream: true, usage: true},
-	{name: KindDify, build: buildFunc(func(c Config, o options) (Backend, error) { return newDify(c.Dify, o.sessions) }), upstream: true, usage: true},
-	{name: KindHTTP, build: buildFunc(func(c Config, _ options) (Backend, error) { return newHTTP(c.HTTP) }), upstream: true, usage: true, reply: true},
+	{name: KindOpenAI, build: buildFunc(func(c Config, _ options) (Backend, error) { return newOpenAI(c.OpenAI, os.LookupEnv) }), upstream: true, usage: true, thinking: true},
+	{name: KindDify, build: buildFunc(func(c Config, o options) (Backend, error) { return newDify(c.Dify, o.sessions) }), upstream: true, usage: true, thinking: true, tools: true},
+	{name: KindHTTP, build: buildFunc(func(c Config, _ options) (Backend, error) { return newHTTP(c.HTTP) }), upstream: true, usage: true, reply: true, thinking: true, tools: true},
 }
 
 // kind is one kind of backend.
@@ -30,6 +30,8 @@ type kind struct {
 	upstream bool
 	usage    bool // it reports what an answer cost (ReportUsage)
 	reply    bool // it can send a rich reply (SendReply)
+	thinking bool // it hands on the model's reasoning (Think)
+	tools    bool // it hands on an agent's tool steps (ThinkTool)
 }
 
 // builder builds one backend from a configuration validated by

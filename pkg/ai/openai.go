@@ -2,6 +2,7 @@ package ai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/botctl/botctl/pkg/config"
@@ -134,6 +136,9 @@ func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(strin
 			if c.Index != 0 {
 				continue
 			}
+			if r := openAIReasoning(c.Delta.JSON.ExtraFields); r != "" {
+				Think(ctx, r)
+			}
 			if c.Delta.Content != "" {
 				// The SDK passes a server's bytes on as they are: those
 				// that are not UTF-8 become U+FFFD here.
@@ -203,4 +208,22 @@ func (b *openAIBackend) redact(s string) string {
 		s = strings.ToValidUTF8(s[:openAIMaxErrorText], "") + "…"
 	}
 	return s
+}
+
+// openAIReasoning is a delta's reasoning, which the API's schema lacks
+// and compatible servers send beside content: reasoning_content
+// (DeepSeek, Qwen, vLLM), or reasoning (OpenRouter, Ollama). "" when
+// neither is a non-empty string.
+func openAIReasoning(extra map[string]respjson.Field) string {
+	for _, key := range []string{"reasoning_content", "reasoning"} {
+		f, ok := extra[key]
+		if !ok || f.Raw() == "" || f.Raw() == "null" {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal([]byte(f.Raw()), &s); err == nil && s != "" {
+			return s
+		}
+	}
+	return ""
 }

@@ -78,18 +78,34 @@ type AI struct {
 	// The worker enforces it (worker.Config.MaxAnswerBytes). Default
 	// DefaultMaxAnswerBytes (512 KiB: about 26 WeCom messages, pushed in
 	// parts; 0 means it too); at most MaxAnswerBytesLimit.
-	MaxAnswerBytes int      `yaml:"max_answer_bytes"`
-	Demo           AIDemo   `yaml:"demo"`
-	Exec           AIExec   `yaml:"exec"`
-	OpenAI         AIOpenAI `yaml:"openai"`
-	Dify           AIDify   `yaml:"dify"`
-	HTTP           AIHTTP   `yaml:"http"`
+	MaxAnswerBytes int `yaml:"max_answer_bytes"`
+	// ShowThinking is what the user reads of the backend's thinking (its
+	// model's reasoning, its agent's tool steps: pkg/ai's Think and
+	// ThinkTool), shown folded in a <think> block before the answer:
+	// ShowThinkingOn (both), ShowThinkingTools (the tool steps alone) or
+	// ShowThinkingOff (none). Default off: reasoning is long, and a
+	// model's may say what its operator would rather not show. Whatever
+	// it says, the thinking is stored with the task's output (botctl
+	// tasks show --json). YAML's true and false are these words.
+	ShowThinking string   `yaml:"show_thinking"`
+	Demo         AIDemo   `yaml:"demo"`
+	Exec         AIExec   `yaml:"exec"`
+	OpenAI       AIOpenAI `yaml:"openai"`
+	Dify         AIDify   `yaml:"dify"`
+	HTTP         AIHTTP   `yaml:"http"`
 	// FirstTokenTimeout, Breaker and Fallback: what happens when the
 	// backend fails (aichain.go).
 	FirstTokenTimeout time.Duration `yaml:"first_token_timeout"`
 	Breaker           AIBreaker     `yaml:"breaker"`
 	Fallback          []AIBackend   `yaml:"fallback"`
 }
+
+// The values of ai.show_thinking ("" is ShowThinkingOff).
+const (
+	ShowThinkingOn    = "true"
+	ShowThinkingTools = "tools"
+	ShowThinkingOff   = "false"
+)
 
 // AIDemo configures the demo backend: a deterministic answer, the same
 // for the same question and settings, streamed evenly over AnswerTime. It
@@ -258,6 +274,11 @@ func (a AI) Validate() error {
 	}
 	if a.MaxAnswerBytes < 0 || a.MaxAnswerBytes > MaxAnswerBytesLimit {
 		return fmt.Errorf("config key ai.max_answer_bytes: %d is out of range: want at most %d (0 for the default, %d); a NATS server with a smaller max_payload needs it lower still", a.MaxAnswerBytes, MaxAnswerBytesLimit, DefaultMaxAnswerBytes)
+	}
+	switch a.ShowThinking {
+	case "", ShowThinkingOn, ShowThinkingTools, ShowThinkingOff:
+	default:
+		return fmt.Errorf("config key ai.show_thinking: %q: want true (the model's reasoning and its tool steps, folded before the answer), tools (the tool steps alone) or false (none, the default)", a.ShowThinking)
 	}
 	return errors.Join(a.Primary().validate(), a.validateChain())
 }

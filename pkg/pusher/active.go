@@ -21,6 +21,8 @@ type entry struct {
 	out      *task.Output // latest output seen (nil: none yet)
 	firstRev uint64       // output bucket revision of the first event seen for it (0: none)
 	outHash  string       // task.Hash(out.Text), computed once per output version
+	view     string       // view(out): what a progress frame shows (thinking.go), once per output version
+	viewHash string       // task.Hash(view)
 	outAt    time.Time    // when the watch delivered out (zero: out was read, not watched)
 	outFinal bool         // out was read as a finished task's, from the output bucket (its attempt's last write)
 	// runSeen is when a step first found attempt runAttempt running with
@@ -259,9 +261,9 @@ func (p *Pusher) needsStep(en *entry, now time.Time) bool {
 	if r == nil || now.Sub(en.readAt) >= refreshEvery || r.Exec.Finished() {
 		return true // a read, the final frame, or the push of the answer
 	}
-	text, hash := "", ""
+	text, hash := "", "" // as a progress frame shows it (view)
 	if en.out != nil {
-		text, hash = en.out.Text, en.outHash
+		text, hash = en.view, en.viewHash
 	}
 	switch p.phaseOf(r, text, now) {
 	case progress:

@@ -83,13 +83,14 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	// Only the text of the record's attempt counts: a superseded attempt's
 	// output is never shown. Between two attempts (queued again) nothing
 	// new is shown.
-	text := ""
+	text, view := "", ""  // view: text after the thinking's block, as a progress frame shows it
+	var out *task.Output  // the attempt's output (nil: none to show)
 	var version time.Time // when text was written
 	var reply *task.Reply // the rich part of a succeeded answer (images, files, a card)
 	// A queued one has none to show: it is not read.
 	if rec.Exec != task.Queued {
-		if out := p.output(ctx, rec); out != nil && out.Attempt == rec.Attempt {
-			text, version = out.Text, out.Updated
+		if o := p.output(ctx, rec); o != nil && o.Attempt == rec.Attempt {
+			out, text, view, version = o, o.Text, p.view(o), o.Updated
 			if rec.Exec == task.Succeeded {
 				reply = out.Reply
 			}
@@ -105,11 +106,11 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	now := p.cfg.Now()
 	switch p.phaseOf(rec, text, now) {
 	case progress:
-		return p.progress(ctx, rec, rev, text, version, now)
+		return p.progress(ctx, rec, rev, view, version, now)
 	case closing:
-		return p.closeStream(ctx, rec, text)
+		return p.closeStream(ctx, rec, view)
 	case final:
-		return p.final(ctx, rec, rev, text, reply, now)
+		return p.final(ctx, rec, rev, text, out, reply, now)
 	case handoff:
 		// Began under another term, never got a stream, or its window is
 		// over: owed by push.
@@ -302,11 +303,11 @@ func (p *Pusher) markShown(id string, at time.Time) {
 // (stream_with_template_card) when they fit in one frame (finalFrame).
 // What it does not carry is owed by push from there
 // (firstPartStreamed).
-func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text string, reply *task.Reply, now time.Time) (bool, time.Duration) {
+func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text string, out *task.Output, reply *task.Reply, now time.Time) (bool, time.Duration) {
 	answer := p.finalText(r, text)
 	parts := Parts(answer, wecom.MaxContentBytes)
 	seq := task.Sequence(parts, reply)
-	body, carried, err := p.finalFrame(ctx, r, parts[0], seq, reply)
+	body, carried, err := p.finalFrame(ctx, r, p.finalWithThinking(out, parts[0], wecom.MaxContentBytes), seq, reply)
 	if err != nil {
 		p.storeError("media_read", err)
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("the reply's images could not be read; trying again")

@@ -122,7 +122,8 @@ func (p *Pusher) put(a arrival) bool {
 		if en.firstRev == 0 {
 			en.firstRev = a.rev
 		}
-		en.out, en.outHash, en.outAt, en.outFinal = a.out, task.Hash(a.out.Text), now, false
+		en.out, en.outAt, en.outFinal = a.out, now, false
+		en.outHash, en.view, en.viewHash = p.hashes(a.out)
 		if en.flushing {
 			// The version a step asked for (flush.go), or one as fresh:
 			// the frame goes now, not after its wait.

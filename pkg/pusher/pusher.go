@@ -156,6 +156,9 @@ type Config struct {
 	// now (a bot's settings change at run time), over LateNote and
 	// BusyNote.
 	Notes Notes
+	// Thinking, if set, says what the bot shows of a backend's thinking
+	// (thinking.go), as it is now; nil shows none.
+	Thinking Thinking
 	// IncompleteNote starts the answer in a conversation marked "may be
 	// incomplete". Default "（提示：系统故障期间你发送的部分消息可能未被处理；如有问题没有得到回答，请重新发送。）".
 	IncompleteNote string

@@ -166,6 +166,13 @@ func (r *rig) ask(user, text string) *task.Record {
 // answer is complete (written first, then recorded, as a worker does).
 func (r *rig) write(id, text string, done bool) {
 	r.t.Helper()
+	r.writeThinking(id, text, "", "", done)
+}
+
+// writeThinking is write with the backend's thinking and tool lines
+// (task.Output's Thinking and Tools).
+func (r *rig) writeThinking(id, text, thinking, tools string, done bool) {
+	r.t.Helper()
 	ctx := context.Background()
 	attempt := r.runs[id]
 	if attempt == 0 {
@@ -177,6 +184,7 @@ func (r *rig) write(id, text string, done bool) {
 		attempt, r.runs[id] = a, a
 	}
 	w := r.lc.Output(id, "b", attempt)
+	w.SetThinking(thinking, tools)
 	if err := w.Write(ctx, text); err != nil {
 		r.t.Fatal(err)
 	}

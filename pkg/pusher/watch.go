@@ -278,12 +278,12 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 	cancel()
 	p.storeError("output_read", err)
 	if err == nil && o != nil {
-		h := task.Hash(o.Text)
+		h, v, vh := p.hashes(o)
 		p.mu.Lock()
 		if en := p.active[id]; en != nil {
 			// A finished task's copy from the progress bucket (its
 			// attempt's last write not read) is read again next time.
-			en.out, en.outHash, en.outFinal = o, h, r.Exec.Finished() && last
+			en.out, en.outHash, en.view, en.viewHash, en.outFinal = o, h, v, vh, r.Exec.Finished() && last
 		}
 		p.mu.Unlock()
 		return o

@@ -337,8 +337,12 @@ func (b *bots) Notes(bot string) (late, busy string) {
 	return a.LateNote, a.BusyText
 }
 
+// ShowThinking is bot's ai.show_thinking (pusher.Thinking).
+func (b *bots) ShowThinking(bot string) string { return b.state(bot).settings.AI.ShowThinking }
+
 var (
-	_ worker.Bots  = (*bots)(nil)
-	_ access.Bots  = (*bots)(nil)
-	_ pusher.Notes = (*bots)(nil)
+	_ worker.Bots     = (*bots)(nil)
+	_ access.Bots     = (*bots)(nil)
+	_ pusher.Notes    = (*bots)(nil)
+	_ pusher.Thinking = (*bots)(nil)
 )

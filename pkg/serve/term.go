@@ -40,7 +40,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 		Bot: term.Bot, NodeID: cfg.NodeID, TermRev: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
 		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote, HandoverNote: cfg.Push.HandoverNote,
-		BusyNote: access.DefaultBusy, Notes: n.bots,
+		BusyNote: access.DefaultBusy, Notes: n.bots, Thinking: n.bots,
 		Gate: n.Health.Gate(term.Bot), Health: n.Health, ReplayExpiry: cfg.Push.ReplayExpiry,
 		Metrics: n.obs,
 		Logger:  log,

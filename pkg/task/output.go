@@ -31,7 +31,21 @@ type Output struct {
 	// Reply is the rich part of the answer (images, files, a card), set
 	// with the attempt's last write, once its text is complete.
 	Reply *Reply `json:"reply,omitempty"`
+	// Thinking is what the model reasoned on its way to the answer so
+	// far, each tool step a line of its own ("🔧 search: done"); Tools
+	// is those tool lines alone. Both at most MaxThinkingBytes as
+	// stored (OutputTextBytes). Written with the text (the pusher shows
+	// them folded before it, per the bot's ai.show_thinking); a node that
+	// does not know them ignores them.
+	Thinking string `json:"thinking,omitempty"`
+	Tools    string `json:"tools,omitempty"`
 }
+
+// MaxThinkingBytes bounds Output's Thinking, and its Tools, as stored
+// (OutputTextBytes): with the text at its largest
+// (config.MaxAnswerBytesLimit) the Output stays under NATS's max_payload
+// of 1 MiB.
+const MaxThinkingBytes = 16 << 10
 
 // OutputWriter writes one attempt's output, fenced: once a later attempt
 // of the task has written to a bucket, a write there returns
@@ -46,6 +60,7 @@ type OutputWriter struct {
 	attempt          int
 	now              func() time.Time // the clock of each write's time (the lifecycle's)
 	reply            *Reply           // written with every write once set (SetReply)
+	thinking, tools  string           // written with every write (SetThinking)
 	final            bool             // Final wrote the text last (not Write)
 }
 
@@ -58,6 +73,10 @@ type fencedKey struct {
 
 // SetReply makes every later Write carry reply.
 func (w *OutputWriter) SetReply(reply *Reply) { w.reply = reply }
+
+// SetThinking makes every later write carry thinking and tools (Output's
+// Thinking and Tools).
+func (w *OutputWriter) SetThinking(thinking, tools string) { w.thinking, w.tools = thinking, tools }
 
 // Output is the fenced output writer of attempt of task id.
 func (l *Lifecycle) Output(id, bot string, attempt int) *OutputWriter {
@@ -115,7 +134,8 @@ func (w *OutputWriter) Retire(ctx context.Context) {
 func (w *OutputWriter) InProgress() bool { return w.progress.rev > 0 && !w.final }
 
 func (w *OutputWriter) encode(text string) ([]byte, error) {
-	return encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC(), Reply: w.reply})
+	return encodeOutput(Output{TaskID: w.id, Bot: w.bot, Text: text, Attempt: w.attempt, Updated: w.now().UTC(), Reply: w.reply,
+		Thinking: w.thinking, Tools: w.tools})
 }
 
 // write puts raw under id in k's bucket unless a later attempt than

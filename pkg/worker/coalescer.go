@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/task"
 )
@@ -33,9 +34,12 @@ type coalescer struct {
 	mu     sync.Mutex
 	b      strings.Builder
 	stored int // task.OutputTextBytes of b
-	capped bool
-	dirty  bool
-	wmu    sync.Mutex // one write at a time, in order
+	// thinking and tools: the backend's thinking (think), written with
+	// the text, each at most task.MaxThinkingBytes as stored.
+	thinking, tools clipped
+	capped          bool
+	dirty           bool
+	wmu             sync.Mutex // one write at a time, in order
 
 	asked chan struct{} // writeNow's request to writeEvery (one pending at most)
 }
@@ -124,6 +128,56 @@ func (c *coalescer) add(delta string) error {
 	return errAnswerCapped
 }
 
+// think adds a piece of the backend's thinking (ai.WithThinking's
+// sink): a delta of reasoning, or a tool step as a line of its own in
+// both the thinking and the tools. Past task.MaxThinkingBytes the rest
+// is dropped (one "…" says so); the answer goes on.
+func (c *coalescer) think(t ai.Thought) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.Tool == nil {
+		c.dirty = c.thinking.add(t.Text) || c.dirty
+		return
+	}
+	line := t.Tool.Line()
+	c.dirty = c.thinking.add(lineOf(c.thinking.b.String(), line)) || c.dirty
+	c.dirty = c.tools.add(lineOf(c.tools.b.String(), line)) || c.dirty
+}
+
+// lineOf is line as it follows text: on a line of its own, ended.
+func lineOf(text, line string) string {
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		return "\n" + line + "\n"
+	}
+	return line + "\n"
+}
+
+// clipped is a text kept to task.MaxThinkingBytes as stored.
+type clipped struct {
+	b      strings.Builder
+	stored int
+	full   bool
+}
+
+// add appends s, or what fits of it and "…"; it reports whether the
+// text changed.
+func (k *clipped) add(s string) bool {
+	if k.full || s == "" {
+		return false
+	}
+	room := task.MaxThinkingBytes - len("…") - k.stored // "…" always fits after
+	if n := task.OutputTextBytes(s); n <= room {
+		k.b.WriteString(s)
+		k.stored += n
+		return true
+	}
+	fits, n := task.ClipOutputText(s, room)
+	k.b.WriteString(fits + "…")
+	k.stored += n + len("…")
+	k.full = true
+	return true
+}
+
 // truncated reports whether the text was cut at the cap.
 func (c *coalescer) truncated() bool {
 	c.mu.Lock()
@@ -160,6 +214,7 @@ func (c *coalescer) write(ctx context.Context, final bool) error {
 		return nil
 	}
 	text := c.b.String()
+	c.w.SetThinking(c.thinking.b.String(), c.tools.b.String())
 	c.dirty = false
 	c.mu.Unlock()
 	write := c.w.Write

@@ -255,7 +255,9 @@ func (a *attempt) answer(runCtx context.Context, run BotRun, req ai.Request) err
 	stopWrites := a.out.writeEvery(runCtx, a.w.clock(), a.w.cfg.OutputInterval, a.outputFailed)
 	streamCtx, route := ai.WithRoute(runCtx)
 	sink := &ai.ReplySink{}
-	err := a.w.stream(ai.WithReplySink(streamCtx, sink), a.m, a.n, run, req, route, a.out.add)
+	// Its thinking is stored with the text (the pusher shows it or not).
+	streamCtx = ai.WithThinking(ai.WithReplySink(streamCtx, sink), a.out.think)
+	err := a.w.stream(streamCtx, a.m, a.n, run, req, route, a.out.add)
 	stopWrites()
 	a.steps, a.sent = backendSteps(route), sink.Reply()
 	if errors.Is(err, errAnswerCapped) {

@@ -157,11 +157,30 @@ function extras(m) {
   return out;
 }
 
-// text is what a bot message says in words ("" for a card or media).
+// thinking splits a stream's content as WeCom shows it: a <think>…</think>
+// block at its head is the backend's thinking, folded; the rest is the
+// answer. {thinking: null} when there is no block.
+function thinking(content) {
+  const open = "<think>", close = "</think>";
+  const end = content.indexOf(close);
+  if (!content.startsWith(open) || end < 0) return { thinking: null, rest: content };
+  return { thinking: content.slice(open.length, end), rest: content.slice(end + close.length).replace(/^\n+/, "") };
+}
+
+// thinkingEl is the folded thinking of a stream's content, or null.
+function thinkingEl(m) {
+  if (!m.kind.startsWith("stream")) return null;
+  const t = thinking(m.content).thinking;
+  if (t === null) return null;
+  return el("details", { class: "thinking" }, el("summary", {}, "💭 thinking 思考"), el("div", { class: "thinking-text" }, t));
+}
+
+// text is what a bot message says in words ("" for a card or media),
+// its thinking left out (thinkingEl).
 function text(m) {
   if (cardOf(m) && !m.kind.startsWith("stream")) return "";
   if (["file", "voice", "video", "image"].includes(m.kind)) return "";
-  return m.content;
+  return m.kind.startsWith("stream") ? thinking(m.content).rest : m.content;
 }
 
 function track(m) {
@@ -189,7 +208,7 @@ function renderMessages(msgs) {
     const timeline = s.phases.map((x) => labels[x.phase].split(" ")[0] + (x.n > 1 ? " ×" + x.n : "") + " " + x.at.toLocaleTimeString("en-GB", { hour12: false }));
     nodes.push(el("div", { class: "msg bot", "data-msgid": m.msgid, "data-phase": p, "data-finished": String(m.finished), "data-kind": m.kind },
       el("div", { class: "meta" }, el("span", { class: "badge " + p }, labels[p] || p), " ", m.kind, m.reply_to ? "" : " · proactive push"),
-      text(m), ...extras(m),
+      thinkingEl(m), text(m), ...extras(m),
       el("div", { class: "timeline" }, "seen: " + timeline.join(" → "))));
   }
   box.replaceChildren(...nodes);
