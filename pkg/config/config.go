@@ -11,7 +11,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"github.com/botctl/botctl/pkg/clusterkey"
 	"net"
 	"net/url"
 	"os"
@@ -60,17 +59,6 @@ type Config struct {
 	Log      Log      `yaml:"log"`
 	Secrets  Secrets  `yaml:"secrets"`
 	Bots     []Bot    `yaml:"bots"`
-}
-
-// Secrets is how this node opens the secrets kept in etcd (the bot
-// registry's, `botctl bots add`).
-type Secrets struct {
-	// KeyFile is the cluster key: 64 hexadecimal characters (32 random
-	// bytes, `openssl rand -hex 32`), the same file on every node, mode
-	// 600 (pkg/clusterkey). Unset: the node serves the config file's bots
-	// only and refuses those of the registry, saying so. Set, it must be
-	// a valid key file, checked at start.
-	KeyFile string `yaml:"key_file"`
 }
 
 // Backfill is the gap backfill: messages a bot missed (no connection, a
@@ -585,11 +573,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateSecurity(bad, &errs)
-	if c.Secrets.KeyFile != "" {
-		if _, err := clusterkey.Load(c.Secrets.KeyFile); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if c.WeCom.URL != "" {
 		if u, err := url.Parse(c.WeCom.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
 			bad("wecom.url", "%q: want ws:// or wss:// (production: wss://openws.work.weixin.qq.com)", redact.URL(c.WeCom.URL))
