@@ -27,7 +27,8 @@ sealed under their key. The secret is read from --secret-file, never from
 the command line, and never printed.
 
 A bot in both the config file and the registry is served as the file says:
-the file's entry wins. Nodes do not yet serve the registry's bots
+the file's entry wins. A node serves the registry's bots it finds at its
+start; it does not yet pick up a bot added, removed or changed while it runs
 (docs/bots.md, "Bots as data").`
 
 // registryKey is the cluster key of --config and the environment

@@ -22,8 +22,9 @@
 // of one id: one wins, the other gets ErrExists); RotateSecret acts only
 // on the record it read (compare-and-set on its revision), so a change
 // made meanwhile is not lost silently. What is
-// not: that a node serves the bots of the registry; see docs/bots.md,
-// "Bots as data", for what nodes do with it today.
+// not: that a node picks up a change of the registry while it runs; a
+// node reads it at its start (WithRegistry). See docs/bots.md, "Bots as
+// data".
 package fleet
 
 import (
