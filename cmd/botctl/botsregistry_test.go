@@ -162,3 +162,52 @@ bots:
 		}
 	}
 }
+
+// bots show says where each bot is defined: the file, the registry, or
+// both (the file's entry wins); a registered bot's effective settings are
+// its record's over --config's top level.
+func TestBotsShowSource(t *testing.T) {
+	t.Setenv("BOTCTL_SECRETS_KEY_FILE", secretFile(t, "cluster.key", strings.Repeat("3c", 32)))
+	e := testenv.StartEtcd(t)
+	etcd := strings.Join(e.Endpoints(), ",")
+	cfg := write(t, `
+access: {busy_text: top busy}
+bots:
+  - id: filebot
+    secret: s
+`)
+	for _, bot := range []string{"regbot", "filebot"} {
+		_, stderr, code := runBotctl(t, "bots", "add", "--etcd", etcd, "--config", cfg, "--bot", bot, "--secret-file", secretFile(t, bot, "secret-"+bot),
+			"--settings", secretFile(t, bot+".yaml", "access: {busy_text: "+bot+" busy}"))
+		if code != 0 {
+			t.Fatalf("bots add %s: exit %d\n%s", bot, code, stderr)
+		}
+	}
+	out, stderr, code := runBotctl(t, "bots", "show", "--etcd", etcd, "--config", cfg, "--json")
+	if code != 0 {
+		t.Fatalf("bots show: exit %d\n%s", code, stderr)
+	}
+	var views []botSettingsView
+	if err := json.Unmarshal([]byte(out), &views); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got := map[string]botSettingsView{}
+	for _, v := range views {
+		got[v.Bot] = v
+	}
+	busy := func(v botSettingsView) any { a, _ := v.Effective["access"].(map[string]any); return a["busy_text"] }
+	if len(views) != 2 || got["filebot"].Source != "config+registry" || got["regbot"].Source != "registry" ||
+		busy(got["regbot"]) != "regbot busy" || busy(got["filebot"]) != "top busy" {
+		t.Errorf("bots show --json:\n%s", out)
+	}
+	out, _, _ = runBotctl(t, "bots", "show", "--etcd", etcd, "--config", cfg)
+	if !strings.Contains(out, "bot filebot: defined in --config and in the bot registry") || !strings.Contains(out, "the file's entry wins") ||
+		!strings.Contains(out, "bot regbot: defined in the bot registry") {
+		t.Errorf("bots show:\n%s", out)
+	}
+	out, _, _ = runBotctl(t, "bots", "show", "--etcd", etcd, "--config", cfg, "--bot", "regbot", "--json")
+	var one botSettingsView
+	if err := json.Unmarshal([]byte(out), &one); err != nil || one.Source != "registry" || busy(one) != "regbot busy" {
+		t.Errorf("bots show --bot regbot --json: %v\n%s", err, out)
+	}
+}
