@@ -14,6 +14,7 @@ import (
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/fleet"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -232,6 +233,10 @@ func fileSettings(path, bot string) (config.BotSettings, []string, error) {
 // botSettingsView is one bot in 'bots show --json'.
 type botSettingsView struct {
 	Bot string `json:"bot"`
+	// Source is where the bot is defined: "config" (--config's bots),
+	// "registry" (the bot registry in etcd), "config+registry" (both:
+	// the file's entry wins), or "" (neither: an override alone).
+	Source string `json:"source"`
 	// Key is the override's etcd key.
 	Key string `json:"key"`
 	// Revision is the override's etcd revision (0: none stored).
@@ -257,9 +262,12 @@ func newBotsShowCmd() *cobra.Command {
 		Short: "Show a bot's settings: its override in etcd and what it runs with",
 		Long: botsSettingsHelp + `
 
-Without --bot: every bot of --config and every bot with an override. --json
-prints one object ({"bot", "key", "revision", "override", "effective",
-"error"}) with --bot, else an array of them.`,
+Without --bot: every bot of --config, of the bot registry in etcd and with an
+override. "source" says where the bot is defined: config, registry, or
+config+registry (the file's entry wins); a registered bot's effective settings
+are --config's top level under its record's settings, then the override.
+--json prints one object ({"bot", "source", "key", "revision", "override",
+"effective", "error"}) with --bot, else an array of them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, ids, err := fileSettings(cf.config, "")
@@ -302,7 +310,16 @@ prints one object ({"bot", "key", "revision", "override", "effective",
 }
 
 func showSettings(ctx context.Context, cli *clientv3.Client, path, bot string, ids []string) ([]botSettingsView, error) {
+	inFile := map[string]bool{}
+	for _, id := range ids {
+		inFile[id] = true
+	}
+	registered, err := registeredBots(ctx, cli, bot)
+	if err != nil {
+		return nil, err
+	}
 	overrides := map[string]botsettings.Override{}
+	fromFile := len(ids)
 	if bot != "" {
 		o, err := botsettings.Get(ctx, cli, prefix, bot)
 		if err != nil {
@@ -320,12 +337,22 @@ func showSettings(ctx context.Context, cli *clientv3.Client, path, bot string, i
 				ids = append(ids, o.Bot)
 			}
 		}
+		for id := range registered {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids[fromFile:]) // the file's order, then the others by id
 	}
 	var views []botSettingsView
 	for _, id := range ids {
 		o := overrides[id]
-		v := botSettingsView{Bot: id, Key: botsettings.Key(prefix, id), Revision: o.Rev, Override: o.Doc}
+		rec, isReg := registered[id]
+		v := botSettingsView{Bot: id, Source: botSource(inFile[id], isReg), Key: botsettings.Key(prefix, id), Revision: o.Rev, Override: o.Doc}
 		base, _, err := fileSettings(path, id)
+		if err == nil && isReg && !inFile[id] && len(rec.Settings) > 0 {
+			base, err = botsettings.Check(base, rec.Settings) // the record's sections, as a file entry's
+		}
 		s := base
 		if err == nil && o.Doc != nil {
 			s, err = botsettings.Check(base, o.Doc)
@@ -339,7 +366,54 @@ func showSettings(ctx context.Context, cli *clientv3.Client, path, bot string, i
 	return views, nil
 }
 
+// registeredBots are the bot registry's records: bot's alone when set.
+func registeredBots(ctx context.Context, cli *clientv3.Client, bot string) (map[string]fleet.Bot, error) {
+	out := map[string]fleet.Bot{}
+	if bot != "" {
+		b, err := fleet.Get(ctx, cli, prefix, bot)
+		if errors.Is(err, fleet.ErrNotFound) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[bot] = b
+		return out, nil
+	}
+	all, _, err := fleet.List(ctx, cli, prefix)
+	if err != nil && all == nil {
+		return nil, err
+	}
+	for _, b := range all {
+		out[b.ID] = b
+	}
+	return out, nil
+}
+
+// botSource is botSettingsView.Source.
+func botSource(inFile, registered bool) string {
+	switch {
+	case inFile && registered:
+		return "config+registry"
+	case inFile:
+		return "config"
+	case registered:
+		return "registry"
+	}
+	return ""
+}
+
 func writeSettingsView(w io.Writer, v botSettingsView) {
+	switch v.Source {
+	case "config":
+		fmt.Fprintf(w, "bot %s: defined in --config\n", v.Bot)
+	case "registry":
+		fmt.Fprintf(w, "bot %s: defined in the bot registry (%s; botctl bots list)\n", v.Bot, fleet.Key(prefix, v.Bot))
+	case "config+registry":
+		fmt.Fprintf(w, "bot %s: defined in --config and in the bot registry (%s): the file's entry wins\n", v.Bot, fleet.Key(prefix, v.Bot))
+	default:
+		fmt.Fprintf(w, "bot %s: defined in neither --config nor the bot registry\n", v.Bot)
+	}
 	if v.Override == nil {
 		fmt.Fprintf(w, "bot %s: no override in etcd (%s): the config file's settings\n", v.Bot, v.Key)
 	} else {

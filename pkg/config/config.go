@@ -57,6 +57,7 @@ type Config struct {
 	Alert    Alert    `yaml:"alert"`
 	Media    Media    `yaml:"media"`
 	Log      Log      `yaml:"log"`
+	Secrets  Secrets  `yaml:"secrets"`
 	Bots     []Bot    `yaml:"bots"`
 }
 

@@ -153,6 +153,7 @@ func TestDeployExampleLoads(t *testing.T) {
 	os.WriteFile(filepath.Join(etc, "YOUR_BOT_ID.secret"), []byte("s"), 0o600)
 	os.WriteFile(filepath.Join(etc, "api.token"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
 	os.WriteFile(filepath.Join(etc, "nats.password"), []byte("pw\n"), 0o600)
+	os.WriteFile(filepath.Join(etc, "cluster.key"), []byte(strings.Repeat("ab", 32)+"\n"), 0o600)
 	os.WriteFile(filepath.Join(etc, "wecom_robot.url"), []byte("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k\n"), 0o600)
 	raw, err := os.ReadFile("../../deploy/botctl.example.yaml")
 	if err != nil {
@@ -171,7 +172,7 @@ func TestDeployExampleLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.NodeID != "node-a" || len(cfg.Etcd.Endpoints) != 3 || cfg.AI.Kind != "openai" || cfg.Push.Budget != 20 || cfg.Bots[0].Secret != "s" ||
-		cfg.Bots[0].Owner != "ops-oncall" || cfg.Election.PulseTimeout != 3*time.Second || cfg.Alert.WeComRobotURLFile == "" {
+		cfg.Bots[0].Owner != "ops-oncall" || cfg.Election.PulseTimeout != 3*time.Second || cfg.Alert.WeComRobotURLFile == "" || cfg.Secrets.KeyFile != filepath.Join(etc, "cluster.key") {
 		t.Fatalf("example read as %+v", cfg)
 	}
 }
@@ -261,5 +262,42 @@ ai:
 	}
 	if _, err := Load(writeFile(t, "ai:\n  openai:\n    temperature: warm\n"), nil); err == nil || !strings.Contains(err.Error(), "config key ai.openai.temperature") {
 		t.Errorf("a temperature that is no number: %v, want an error naming the key", err)
+	}
+}
+
+// secrets.key_file is set by YAML and by BOTCTL_SECRETS_KEY_FILE (which
+// wins), and checked at start: a file that is not a cluster key is
+// refused naming the key and the file; unset is valid.
+func TestSecretsKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "cluster.key")
+	os.WriteFile(good, []byte(strings.Repeat("0f", 32)), 0o600)
+	bad := filepath.Join(dir, "bad.key")
+	os.WriteFile(bad, []byte("not a key"), 0o600)
+	p := writeFile(t, "secrets: {key_file: "+bad+"}\n")
+	cfg, err := Load(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Secrets.KeyFile != bad {
+		t.Fatalf("from YAML: %q", cfg.Secrets.KeyFile)
+	}
+	err = cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "config key secrets.key_file") || !strings.Contains(err.Error(), bad) {
+		t.Errorf("a bad key file: %v, want an error naming secrets.key_file and %s", err, bad)
+	}
+	cfg, err = Load(p, []string{"BOTCTL_SECRETS_KEY_FILE=" + good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Secrets.KeyFile != good {
+		t.Errorf("from the environment: %q, want %q", cfg.Secrets.KeyFile, good)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a good key file: %v", err)
+	}
+	cfg, _ = Load("", nil)
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("unset: %v", err)
 	}
 }

@@ -101,6 +101,7 @@ var Keys = []Key{
 	{Name: "api.key_file", Flag: "api-key-file", Usage: "the node API certificate's key (PEM)", set: str(func(c *Config) *string { return &c.API.KeyFile })},
 	{Name: "api.ca_file", Flag: "api-ca-file", Usage: "CA (PEM) of the other nodes' API certificates (tier 2, botctl status)", set: str(func(c *Config) *string { return &c.API.CAFile })},
 	{Name: "api.pprof", Flag: "api-pprof", Usage: "serve Go's profiler (net/http/pprof) under /debug/pprof/ on the node API, behind its token (true or false)", set: boolean(func(c *Config) *bool { return &c.API.Pprof })},
+	{Name: "secrets.key_file", Flag: "secrets-key-file", Usage: "the cluster key (64 hex characters, openssl rand -hex 32; the same file on every node) under which the bot registry's secrets are sealed (unset: the registry's bots are not served)", set: str(func(c *Config) *string { return &c.Secrets.KeyFile })},
 	{Name: "wecom.url", Flag: "wecom-url", Usage: "WeCom WebSocket URL", set: str(func(c *Config) *string { return &c.WeCom.URL })},
 	{Name: "wecom.heartbeat_interval", Flag: "wecom-heartbeat", Usage: "WeCom ping period", set: dur(func(c *Config) *time.Duration { return &c.WeCom.HeartbeatInterval })},
 	{Name: "wecom.max_ack_timeouts", Flag: "wecom-max-ack-timeouts", Usage: "ack timeouts in a row that tear the connection down (0: 3)", set: integer(func(c *Config) *int { return &c.WeCom.MaxAckTimeouts })},

@@ -390,9 +390,10 @@ func natsServer(raw string) (host string, secure bool) {
 	return u.Hostname(), u.Scheme == "tls"
 }
 
-// validateSecurity checks the etcd, nats and api keys, and the rules that
+// validateSecurity checks the secrets, etcd, nats and api keys, and the rules that
 // keep secrets off the wire in clear text.
 func (c *Config) validateSecurity(bad func(key, format string, args ...any), errs *[]error) {
+	c.validateSecrets(errs)
 	// etcd
 	etls := c.Etcd.tlsFiles()
 	if len(c.Etcd.Endpoints) == 0 {

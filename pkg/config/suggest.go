@@ -13,7 +13,6 @@ import (
 // as unknown. Bot secrets (BOTCTL_BOT_<ID>_SECRET) are matched apart.
 var NonKeyEnv = []string{
 	"BOTCTL_TASK_ID",           // set by the exec AI backend for its command
-	"BOTCTL_SECRETS_KEY_FILE",  // reserved: the key file of secrets kept at rest
 	"BOTCTL_TEST_CLOCK_OFFSET", // chaos tests: shifts the node's clock probe
 	"BOTCTL_TEST_LOG",          // tests: show the nodes' logs
 	"BOTCTL_TEST_RUN_MAIN",     // cmd/botctl's tests: run main in a child

@@ -19,8 +19,10 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
+	"github.com/botctl/botctl/pkg/fleet"
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/health"
@@ -108,6 +110,17 @@ func (n *Node) Budget(bot string) *pace.Budget { return n.leaders.Budget(bot) }
 // Pusher is bot's pusher while this node leads it, else nil.
 func (n *Node) Pusher(bot string) *pusher.Pusher { return n.leaders.Pusher(bot) }
 
+// running is the config the node runs with, and its logger: worker.slots
+// 0 derived from this machine, and the bots of the file, then those of
+// the bot registry in etcd that this node serves (the file's entry wins;
+// fleet.WithRegistry).
+func (o Options) running(ctx context.Context) (config.Config, zerolog.Logger) {
+	cfg := o.Config.Derived()
+	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
+	cfg.Bots = fleet.WithRegistry(ctx, o.Etcd, botsettings.DefaultPrefix, cfg, log)
+	return cfg, log
+}
+
 // Run runs the node until ctx ends; it returns after every term is
 // resigned, every connection closed and every goroutine ended.
 //
@@ -122,8 +135,7 @@ func (n *Node) Pusher(bot string) *pusher.Pusher { return n.leaders.Pusher(bot) 
 // closed, its callbacks handled, resign), then the worker, the forwarder
 // and the advisory watch stop, then the API, the spool and NATS close.
 func Run(ctx context.Context, o Options) error {
-	cfg := o.Config.Derived() // worker.slots 0: from this machine
-	log := o.Logger.With().Str("node", cfg.NodeID).Logger()
+	cfg, log := o.running(ctx)
 	if err := checkListener(o.Listener, cfg.API.TokenFile); err != nil {
 		return err
 	}
