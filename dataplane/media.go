@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,40 +14,141 @@ import (
 // enough that users' files do not pile up.
 const DefaultMediaTTL = 24 * time.Hour
 
+// DefaultMediaMaxBytes is Options.MediaMaxBytes's default: 4 GiB, a fifth
+// of a 20 GB JetStream store. A task's files are deleted once its
+// delivery is final, so the store holds the files of tasks in flight,
+// and the TTL's backstop.
+const DefaultMediaMaxBytes = 4 << 30
+
 // Media is the object store of the files users sent (images, files,
-// videos): the leader stores each one when its message arrives (WeCom's
-// URL works for minutes only), and the worker that runs the task reads it,
-// on whichever node. Objects are named <task id>/<n>, and expire after
-// MediaTTL.
+// videos) and of the images and files of replies: the leader stores each
+// one when its message arrives (WeCom's URL works for minutes only), and
+// the worker that runs the task reads it, on whichever node. Objects are
+// named <task id>/<n> (task.ReplyKey: reply/<task id>/<attempt>/<n>), are
+// deleted when the task's delivery is final (DeleteMedia), and expire
+// after MediaTTL whatever happens.
+//
+// The store holds at most MediaMaxBytes: a write past it is refused
+// (MediaFull) and keeps nothing, and no other stream or bucket is
+// touched by it.
 func (s *Store) Media() jetstream.ObjectStore { return s.media }
 
+// MediaMaxBytes is the media store's bound (Options.MediaMaxBytes).
+func (s *Store) MediaMaxBytes() int64 { return s.opts.MediaMaxBytes }
+
+// MediaBytes is what the media store holds now, in bytes (its stream's
+// size on the server that answered).
+func (s *Store) MediaBytes(ctx context.Context) (int64, error) {
+	st, err := s.media.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("media store status: %w", err)
+	}
+	return int64(st.Size()), nil
+}
+
+// maxBytesDescription is nats-server's ErrMaxBytes, the description of a
+// JSStreamStoreFailedF (10077) refusal by a stream's MaxBytes under
+// DiscardNew (see busyDescription for why the code alone says nothing).
+const maxBytesDescription = "maximum bytes exceeded"
+
+// MediaFull reports whether err, from a write to the media store, is the
+// store's bound (MediaMaxBytes) refusing it: the store is full until
+// objects are deleted or expire. Nothing of the refused object is kept.
+func MediaFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStoreFailed && apiErr.Description == maxBytesDescription
+}
+
+// DeleteMedia deletes the media objects named keys, each one's bytes
+// first and then its name: a full store (MediaFull) refuses the small
+// deletion marker the name's deletion writes, but not the purge of the
+// bytes that makes room for it. A key not stored (deleted already,
+// expired) is no error. It returns the first other error, after trying
+// every key.
+func (s *Store) DeleteMedia(ctx context.Context, keys ...string) error {
+	var first error
+	for _, key := range keys {
+		if err := s.deleteMedia(ctx, key); err != nil && first == nil {
+			first = fmt.Errorf("delete media object %s: %w", key, err)
+		}
+	}
+	return first
+}
+
+func (s *Store) deleteMedia(ctx context.Context, key string) error {
+	info, err := s.media.GetInfo(ctx, key)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if info.NUID != "" {
+		if err := s.mediaStream.Purge(ctx, jetstream.WithPurgeSubject(mediaChunks(s.names.MediaBucket, info.NUID))); err != nil {
+			return err
+		}
+	}
+	if err := s.media.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return err
+	}
+	return nil
+}
+
+// errCodeInsufficientStorage is nats-server's
+// JSStorageResourcesExceededErr: the servers cannot reserve a stream's
+// MaxBytes.
+const errCodeInsufficientStorage jetstream.ErrorCode = 10047
+
 // declareMedia creates the media object store if it is missing, or
-// updates it when its TTL or replicas differ from opts.
-func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, opts Options) (jetstream.ObjectStore, error) {
+// updates it when its TTL, bound or replicas differ from opts.
+func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, opts Options) (jetstream.ObjectStore, jetstream.Stream, error) {
 	cfg := jetstream.ObjectStoreConfig{
 		Bucket:      bucket,
-		Description: "botctl files users sent (images, files, videos), stored at receipt for the worker that runs the task; name = <task id>/<n>",
+		Description: "botctl files users sent (images, files, videos), stored at receipt for the worker that runs the task, and replies' images and files; name = <task id>/<n> or reply/<task id>/<attempt>/<n>",
 		TTL:         opts.MediaTTL,
+		MaxBytes:    opts.MediaMaxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    opts.Replicas,
 	}
-	obs, err := js.ObjectStore(ctx, bucket)
+	obs, err := declareObjectStore(ctx, js, cfg)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInsufficientStorage {
+		return nil, nil, fmt.Errorf("its bound of %d bytes cannot be reserved on the JetStream servers (%w): lower media.max_store_bytes, or give JetStream more storage (max_file_store)", cfg.MaxBytes, err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := js.Stream(ctx, mediaStream(bucket))
+	if err != nil {
+		return nil, nil, err
+	}
+	return obs, st, nil
+}
+
+func declareObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	obs, err := js.ObjectStore(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		obs, err = js.CreateObjectStore(ctx, cfg)
 		if err == nil || !errors.Is(err, jetstream.ErrBucketExists) {
 			return obs, err
 		}
-		obs, err = js.ObjectStore(ctx, bucket)
+		obs, err = js.ObjectStore(ctx, cfg.Bucket)
 	}
 	if err != nil {
 		return nil, err
 	}
-	st, err := obs.Status(ctx)
+	st, err := js.Stream(ctx, mediaStream(cfg.Bucket))
 	if err != nil {
 		return nil, err
 	}
-	if st.TTL() != cfg.TTL || st.Replicas() != cfg.Replicas {
+	have := st.CachedInfo().Config
+	if have.MaxAge != cfg.TTL || have.Replicas != cfg.Replicas || have.MaxBytes != cfg.MaxBytes || have.Description != cfg.Description {
 		return js.UpdateObjectStore(ctx, cfg)
 	}
 	return obs, nil
 }
+
+// mediaStream is the stream behind the object store bucket, and
+// mediaChunks the subject of one object's bytes (nats.go's layout).
+func mediaStream(bucket string) string       { return "OBJ_" + bucket }
+func mediaChunks(bucket, nuid string) string { return "$O." + bucket + ".C." + nuid }

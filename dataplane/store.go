@@ -104,6 +104,13 @@ type Options struct {
 	// included. Default DefaultMediaTTL (24h).
 	MediaTTL time.Duration
 
+	// MediaMaxBytes bounds the media bucket (its stream's MaxBytes, with
+	// DiscardNew): a file that would pass it is refused (MediaFull) and
+	// nothing of it is kept, while every other stream goes on. JetStream
+	// reserves it on each server. Default DefaultMediaMaxBytes (4 GiB);
+	// the media bucket is never unbounded.
+	MediaMaxBytes int64
+
 	// Logger records given-up tasks and released conversations.
 	// The zero value logs nothing.
 	Logger zerolog.Logger
@@ -174,6 +181,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MediaTTL < time.Minute {
 		return o, fmt.Errorf("jetstream options: MediaTTL %s: must be at least 1m (a task's files must outlive its run)", o.MediaTTL)
 	}
+	if o.MediaMaxBytes == 0 {
+		o.MediaMaxBytes = DefaultMediaMaxBytes
+	}
+	if o.MediaMaxBytes < 0 {
+		return o, fmt.Errorf("jetstream options: MediaMaxBytes %d: must be positive (the media bucket is always bounded)", o.MediaMaxBytes)
+	}
 	if o.ContextMaxBytes < 0 {
 		return o, fmt.Errorf("jetstream options: ContextMaxBytes %d: must be zero (unlimited) or positive", o.ContextMaxBytes)
 	}
@@ -242,6 +255,7 @@ type Store struct {
 
 	tasks, output, progress, context, watermarks, undelivered, seen, health, incidents, limits jetstream.KeyValue
 	media                                                                                      jetstream.ObjectStore
+	mediaStream                                                                                jetstream.Stream // media's stream, for DeleteMedia's purges
 
 	link *link // follows the connection's reconnects (link.go)
 }
@@ -517,7 +531,7 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 		}
 		*b.kv = kv
 	}
-	if s.media, err = declareMedia(ctx, js, n.MediaBucket, opts); err != nil {
+	if s.media, s.mediaStream, err = declareMedia(ctx, js, n.MediaBucket, opts); err != nil {
 		return nil, fmt.Errorf("declare object store %s: %w", n.MediaBucket, err)
 	}
 	// Every bucket's reads and writes end at a reconnect (link.go).

@@ -224,6 +224,7 @@ func TestDeclareRejectsBadOptions(t *testing.T) {
 		{Options{ContextTTL: -1}, "ContextTTL"},
 		{Options{RecordTTL: -1}, "RecordTTL"},
 		{Options{ContextMaxBytes: -5}, "ContextMaxBytes"},
+		{Options{MediaMaxBytes: -1}, "MediaMaxBytes"},
 	} {
 		// No server needed: options are checked before any request.
 		_, err := Declare(ctxT(t), nil, tc.opts)
