@@ -6,10 +6,12 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,7 +22,9 @@ import (
 // store under the attempt's keys (task.ReplyKey). It returns what the
 // output carries (nil: nothing to send), and a note for the user naming
 // what was left out: a reply WeCom would refuse is never sent broken,
-// and what is valid in it is still sent. An error is the store failing:
+// and what is valid in it is still sent. An image or file the media store
+// refuses for its bound (media.max_store_bytes) is left out with a note:
+// the text is still delivered. An error is the store failing otherwise:
 // another try may succeed.
 func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r ai.Reply) (*task.Reply, string, error) {
 	if r.Empty() {
@@ -35,6 +39,12 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 		sum := md5.Sum(data)
 		meta := jetstream.ObjectMeta{Name: key, Description: kind + " " + name}
 		if _, err := w.cfg.Store.Media().Put(ctx, meta, bytes.NewReader(data)); err != nil {
+			// A refused put may leave the object's name behind
+			// (nats.go publishes it beside the bytes).
+			w.cfg.Store.DeleteMedia(ctx, key)
+			if dataplane.MediaFull(err) {
+				return task.ReplyObject{}, errMediaFull
+			}
 			return task.ReplyObject{}, fmt.Errorf("store reply %s %q of task %s: %w", kind, name, m.TaskID, err)
 		}
 		return task.ReplyObject{Kind: kind, Name: name, MIME: mime, Size: int64(len(data)), MD5: hex.EncodeToString(sum[:]), Key: key}, nil
@@ -61,6 +71,10 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 			continue
 		}
 		obj, err := put(task.ItemImage, name, mime, data)
+		if errors.Is(err, errMediaFull) {
+			left = append(left, fmt.Sprintf("图片 %s 未能保存（存储空间已满）", name))
+			continue
+		}
 		if err != nil {
 			return nil, "", err
 		}
@@ -92,6 +106,10 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 			mime = http.DetectContentType(data)
 		}
 		obj, err := put(kind, name, mime, data)
+		if errors.Is(err, errMediaFull) {
+			left = append(left, fmt.Sprintf("文件 %s 未能保存（存储空间已满）", name))
+			continue
+		}
 		if err != nil {
 			return nil, "", err
 		}
@@ -115,6 +133,9 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 	}
 	return &out, note, nil
 }
+
+// errMediaFull: the media store refused a reply's object for its bound.
+var errMediaFull = errors.New("media store full")
 
 // replyName is f's name, or a made-up one ("image-1").
 func replyName(f ai.ReplyFile, kind string, i int) string {

@@ -70,3 +70,31 @@ func TestReplyBadItemsLeftOutWithANote(t *testing.T) {
 		t.Fatal("the recorded answer is not the text with its note")
 	}
 }
+
+// A reply's image or file the media store refuses for its bound
+// (media.max_store_bytes) is left out with a note, and what fits is
+// stored: the answer is delivered, not retried until the store empties.
+func TestReplyOverAFullStoreLeftOutWithANote(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{MediaMaxBytes: 64 << 10})
+	b := replyBackend{ai.Reply{
+		Images: []ai.ReplyFile{{Name: "small.png", Data: pngOf(4)}},
+		Files:  []ai.ReplyFile{{Name: "big.bin", Data: make([]byte, 100<<10)}},
+	}}
+	run(t, env.Store, "w1", b)
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	publishMessage(t, env.Store, m)
+	testwait.Eventually(t, waitLong, "succeeded", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+	if r := record(t, env.Store, m.TaskID); r.Attempt != 1 {
+		t.Fatalf("attempt %d, want the first to succeed", r.Attempt)
+	}
+	o := answer(env.Store, m.TaskID)
+	if !strings.Contains(o.Text, "big.bin 未能保存（存储空间已满）") {
+		t.Errorf("answer %q: no note of the file left out", o.Text)
+	}
+	if o.Reply == nil || len(o.Reply.Images) != 1 || len(o.Reply.Files) != 0 {
+		t.Fatalf("reply %+v, want the image alone", o.Reply)
+	}
+	if _, err := env.Store.Media().GetInfo(context.Background(), task.ReplyKey(m.TaskID, 1, 1)); err == nil {
+		t.Fatal("the refused file's name is stored")
+	}
+}
