@@ -1,0 +1,186 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The media store filled to its bound (media.max_store_bytes) while
+// users keep asking questions: a file sent then is refused and its user
+// told storage is full, with no task; every question is answered, once;
+// once room is made the same file is taken, answered, and deleted from
+// the store after its delivery.
+func TestMediaStoreFullTextGoesOn(t *testing.T) {
+	const bound = 1 << 20
+	sim, wecomURL := startSimBots(t, "b1")
+	e, ns := startEtcd(t), startNATS(t)
+	cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())
+	cfg.AI.Demo.AnswerTime = 50 * time.Millisecond
+	cfg.Media.MaxBytes, cfg.Media.MaxStoreBytes = 256<<10, bound
+	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s-b1"}}
+	rn, err := startNode(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, time.Minute, "b1 connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	ctx := context.Background()
+
+	// Text traffic throughout: four users, each asking in turn.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	asked := map[string]string{} // msgid → chat, of the questions answered
+	var unanswered []string
+	for u := range 4 {
+		wg.Go(func() {
+			user := "talker" + strconv.Itoa(u)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				q := fmt.Sprintf("question %d of %s", i, user)
+				msgid, ok := askQuietly(sim, user, q)
+				mu.Lock()
+				if ok {
+					asked[msgid] = user
+				} else {
+					unanswered = append(unanswered, q)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+
+	// Other tasks' files fill the store to its bound.
+	var filler []string
+	for i := 0; ; i++ {
+		if i == 64 {
+			t.Fatalf("the media store took %d files of 64 KiB under a bound of 1 MiB", i)
+		}
+		key := "t_other" + strconv.Itoa(i) + "/0"
+		if _, err := rn.Store.Media().PutBytes(ctx, key, make([]byte, 64<<10)); err != nil {
+			if !dataplane.MediaFull(err) {
+				t.Fatalf("filling the media store: %v", err)
+			}
+			rn.Store.DeleteMedia(ctx, key) // a refused put's name
+			break
+		}
+		filler = append(filler, key)
+	}
+	used, err := rn.Store.MediaBytes(ctx)
+	if err != nil || used > bound || used < bound-80<<10 {
+		t.Fatalf("media store holds %d bytes (%v), want the bound %d nearly", used, err, bound)
+	}
+	if !strings.Contains(rn.scrape(t), fmt.Sprintf("botctl_media_store_bytes %d", used)) {
+		t.Errorf("botctl_media_store_bytes is not %d", used)
+	}
+
+	// A file now: refused, its user told, no task.
+	file := wecomsim.MessageRequest{BotID: "b1", UserID: "sender", MsgType: "file", MediaPart: wecomsim.MediaPart{Size: 100 << 10, Filename: "report.txt"}}
+	res, err := sim.PostMessage(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := finalReply(t, sim, "sender", res.MsgID)
+	if !strings.Contains(refusal, "存储空间已满") {
+		t.Fatalf("the file's reply %q, want storage full", refusal)
+	}
+	if _, err := rn.Lifecycle.Get(ctx, task.ID("b1", res.MsgID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("task record of the refused file: %v, want none", err)
+	}
+
+	// Questions keep being answered while the store is full.
+	mu.Lock()
+	before := len(asked)
+	mu.Unlock()
+	testwait.Eventually(t, 2*time.Minute, "ten more questions answered with the store full", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(asked) >= before+10
+	})
+
+	// Room made: the same file is taken, answered and, once delivered,
+	// deleted.
+	if err := rn.Store.DeleteMedia(ctx, filler...); err != nil {
+		t.Fatal(err)
+	}
+	file.MsgID = ""
+	res, err = sim.PostMessage(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := finalReply(t, sim, "sender", res.MsgID); !strings.Contains(got, "report.txt") {
+		t.Fatalf("the file's answer once there is room: %q", got)
+	}
+	testwait.Eventually(t, time.Minute, "the delivered file deleted", func() bool {
+		used, err := rn.Store.MediaBytes(ctx)
+		return err == nil && used < 16<<10
+	})
+
+	close(stop)
+	wg.Wait()
+	if len(unanswered) > 0 {
+		t.Errorf("questions not answered within a minute: %q", unanswered)
+	}
+	for msgid, chat := range asked {
+		n := 0
+		for _, e := range sim.Transcript("b1", chat) {
+			if e.From == "bot" && e.Finished && e.ReplyTo == msgid {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("question %s answered %d times", msgid, n)
+		}
+	}
+}
+
+// finalReply is the finished reply to msgid in user's single chat.
+func finalReply(t *testing.T, sim *wecomsim.Server, user, msgid string) (content string) {
+	t.Helper()
+	testwait.Eventually(t, time.Minute, "a reply to "+msgid, func() bool {
+		for _, e := range sim.Transcript("b1", user) {
+			if e.From == "bot" && e.Finished && e.ReplyTo == msgid {
+				content = e.Content
+				return true
+			}
+		}
+		return false
+	})
+	return content
+}
+
+// askQuietly posts text from user in their single chat and waits up to
+// a minute for its answer (ok); msgid "": it could not be posted. For a
+// goroutine of a test: it never fails the test itself.
+func askQuietly(sim *wecomsim.Server, user, text string) (msgid string, ok bool) {
+	res, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: user, Text: text})
+	if err != nil {
+		return "", false
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		for _, e := range sim.Transcript("b1", user) {
+			if e.From == "bot" && e.Finished && e.ReplyTo == res.MsgID {
+				return res.MsgID, true
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return res.MsgID, false
+}
