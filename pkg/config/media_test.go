@@ -42,3 +42,43 @@ media:
 		}
 	}
 }
+
+// limits.user.bytes_per_day and limits.bot.bytes_per_day are read from
+// the file and a bot's settings, and a negative one is refused naming
+// its key.
+func TestBytesPerDayLimitKeys(t *testing.T) {
+	p := writeFile(t, `
+limits:
+  user: {bytes_per_day: 50000000}
+bots:
+  - id: b1
+    secret: s
+    limits:
+      bot: {bytes_per_day: 900000000}
+`)
+	cfg, err := Load(p, []string{"BOTCTL_LIMITS_BOT_BYTES_PER_DAY=700000000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Limits.User.BytesPerDay != 50000000 || cfg.Limits.Bot.BytesPerDay != 700000000 {
+		t.Fatalf("read limits %+v", cfg.Limits)
+	}
+	s, err := cfg.BotSettings("b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Limits.User.BytesPerDay != 50000000 || s.Limits.Bot.BytesPerDay != 900000000 {
+		t.Fatalf("b1's limits %+v", s.Limits)
+	}
+	for key, set := range map[string]func(*Config){
+		"limits.user.bytes_per_day": func(c *Config) { c.Limits.User.BytesPerDay = -1 },
+		"limits.bot.bytes_per_day":  func(c *Config) { c.Limits.Bot.BytesPerDay = -1 },
+	} {
+		cfg := Defaults()
+		cfg.Bots = []Bot{{ID: "b1", Secret: "s"}}
+		set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "config key "+key) {
+			t.Errorf("%s -1: %v, want an error naming the key", key, err)
+		}
+	}
+}

@@ -184,3 +184,48 @@ func askQuietly(sim *wecomsim.Server, user, text string) (msgid string, ok bool)
 	}
 	return res.MsgID, false
 }
+
+// limits.user.bytes_per_day and limits.bot.bytes_per_day: a file that
+// would pass a day's bytes is refused, its user told which limit, with
+// no task; text goes on, and other users' files are taken up to the
+// bot's bytes.
+func TestFileBytesPerDayLimits(t *testing.T) {
+	sim, rn := limitsNode(t, "{user: {bytes_per_day: 150000}, bot: {bytes_per_day: 250000}}")
+	send := func(user string) (msgid, reply string) {
+		t.Helper()
+		res, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: user, MsgType: "file", MediaPart: wecomsim.MediaPart{Size: 100 << 10, Filename: "notes.txt"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.MsgID, finalReply(t, sim, user, res.MsgID)
+	}
+	if _, got := send("alice"); !strings.Contains(got, "notes.txt") {
+		t.Fatalf("alice's first file (100 KiB of 150000 bytes): %q", got)
+	}
+	msgid, got := send("alice")
+	if !strings.Contains(got, "你今天发送的图片和文件已达上限（146 KB）") {
+		t.Fatalf("alice's second file (200 KiB of 150000 bytes): %q, want the user's limit", got)
+	}
+	if _, err := rn.Lifecycle.Get(context.Background(), task.ID("b1", msgid)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("task record of the refused file: %v, want none", err)
+	}
+	res, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "alice", Text: "and a question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := finalReply(t, sim, "alice", res.MsgID); strings.Contains(got, "上限") {
+		t.Fatalf("alice's text after her files' limit: %q", got)
+	}
+	if _, got := send("bob"); !strings.Contains(got, "notes.txt") {
+		t.Fatalf("bob's file (the bot at 200 KiB of 250000 bytes): %q", got)
+	}
+	if _, got := send("carol"); !strings.Contains(got, "今天接收的图片和文件已达上限") {
+		t.Fatalf("carol's file (the bot at 300 KiB of 250000 bytes): %q, want the bot's limit", got)
+	}
+	m := rn.scrape(t)
+	for _, want := range []string{`botctl_limit_refusals_total{bot="b1",limit="user.bytes_per_day"} 1`, `botctl_limit_refusals_total{bot="b1",limit="bot.bytes_per_day"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics: no %s", want)
+		}
+	}
+}
