@@ -113,7 +113,7 @@ func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, op
 	obs, err := declareObjectStore(ctx, js, cfg)
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInsufficientStorage {
-		return nil, nil, fmt.Errorf("its bound of %d bytes cannot be reserved on the JetStream servers (%w): lower media.max_store_bytes, or give JetStream more storage (max_file_store)", cfg.MaxBytes, err)
+		return nil, nil, fmt.Errorf("its bound of %d bytes cannot be reserved on the JetStream servers beside what is reserved already (media.reserve_bytes: %d) (%w): lower media.max_store_bytes, or give JetStream more storage (max_file_store)", cfg.MaxBytes, opts.ReserveBytes, err)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +151,50 @@ func TestMediaBoundIsReserved(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "media.max_store_bytes") {
 		t.Fatalf("a media bound of 128 MiB on 64 MiB of storage: %v, want an error naming media.max_store_bytes", err)
 	}
+	// ReserveBytes keeps storage from the media bound for the others.
+	_, err = Declare(ctx, js, Options{MediaMaxBytes: 40 << 20, ReserveBytes: 32 << 20, Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "media.max_store_bytes") || !strings.Contains(err.Error(), "media.reserve_bytes") {
+		t.Fatalf("a media bound of 40 MiB and 32 MiB reserved on 64 MiB of storage: %v, want an error naming both keys", err)
+	}
+	if _, err := Declare(ctx, js, Options{MediaMaxBytes: 40 << 20, ReserveBytes: 16 << 20, Logger: testLogger(t)}); err != nil {
+		t.Fatalf("a media bound of 40 MiB and 16 MiB reserved on 64 MiB of storage: %v", err)
+	}
+	st, err := js.Stream(ctx, "BOTCTL_RESERVE")
+	if err != nil || st.CachedInfo().Config.MaxBytes != 16<<20 {
+		t.Fatalf("reservation stream: %v", err)
+	}
+	_, err = Declare(ctx, js, Options{MediaMaxBytes: 40 << 20, ReserveBytes: 100 << 20, Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "media.reserve_bytes") {
+		t.Fatalf("100 MiB reserved on 64 MiB of storage: %v, want an error naming media.reserve_bytes", err)
+	}
 	if _, err := Declare(ctx, js, Options{MediaMaxBytes: 16 << 20, Logger: testLogger(t)}); err != nil {
-		t.Fatalf("a media bound of 16 MiB on 64 MiB of storage: %v", err)
+		t.Fatalf("a media bound of 16 MiB on 64 MiB of storage, nothing reserved: %v", err)
+	}
+	if _, err := js.Stream(ctx, "BOTCTL_RESERVE"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("reservation stream with ReserveBytes 0: %v, want it removed", err)
+	}
+}
+
+// A tool that opens a deployment with Deployed's options keeps the
+// nodes' media TTL, bound and reservation (a default Declare would set
+// the bound back to 4 GiB and remove the reservation).
+func TestDeployedKeepsTheMediaBound(t *testing.T) {
+	leakCheck(t)
+	s := startServer(t)
+	_, js := connect(t, s)
+	want := Options{Prefix: "BOTCTL", Replicas: 1, MediaTTL: 2 * time.Hour, MediaMaxBytes: 8 << 20, ReserveBytes: 4 << 20}
+	declare(t, js, want)
+	ctx := ctxT(t)
+	got := Deployed(ctx, js, "BOTCTL")
+	if got.Prefix != want.Prefix || got.Replicas != want.Replicas || got.MediaTTL != want.MediaTTL || got.MediaMaxBytes != want.MediaMaxBytes || got.ReserveBytes != want.ReserveBytes {
+		t.Fatalf("Deployed = %+v, want %+v", got, want)
+	}
+	declare(t, js, got)
+	media, err := js.Stream(ctx, "OBJ_BOTCTL_MEDIA")
+	if err != nil || media.CachedInfo().Config.MaxBytes != 8<<20 {
+		t.Fatalf("media bound after a tool's Declare: %v", err)
+	}
+	if _, err := js.Stream(ctx, "BOTCTL_RESERVE"); err != nil {
+		t.Fatalf("reservation after a tool's Declare: %v", err)
 	}
 }

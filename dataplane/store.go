@@ -111,6 +111,14 @@ type Options struct {
 	// the media bucket is never unbounded.
 	MediaMaxBytes int64
 
+	// ReserveBytes is JetStream storage kept from the media store for the
+	// task queue and the buckets: declared as the MaxBytes of an empty
+	// stream (ReserveStream) before the media store, so that a server
+	// whose storage cannot hold MediaMaxBytes beside it refuses the media
+	// store at start (reserve.go). Zero: no reservation (the stream is
+	// removed).
+	ReserveBytes int64
+
 	// Logger records given-up tasks and released conversations.
 	// The zero value logs nothing.
 	Logger zerolog.Logger
@@ -187,6 +195,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MediaMaxBytes < 0 {
 		return o, fmt.Errorf("jetstream options: MediaMaxBytes %d: must be positive (the media bucket is always bounded)", o.MediaMaxBytes)
 	}
+	if o.ReserveBytes < 0 {
+		return o, fmt.Errorf("jetstream options: ReserveBytes %d: must be zero (no reservation) or positive", o.ReserveBytes)
+	}
 	if o.ContextMaxBytes < 0 {
 		return o, fmt.Errorf("jetstream options: ContextMaxBytes %d: must be zero (unlimited) or positive", o.ContextMaxBytes)
 	}
@@ -215,6 +226,7 @@ type Names struct {
 	IncidentsBucket     string // KV of incidents (T1/T2/T3, alerts sent), e.g. BOTCTL_INCIDENTS
 	MediaBucket         string // object store of files users sent, e.g. BOTCTL_MEDIA (stream OBJ_BOTCTL_MEDIA)
 	LimitsBucket        string // KV of the bots' use counters (pkg/limits), e.g. BOTCTL_LIMITS
+	ReserveStream       string // empty stream whose MaxBytes reserves storage for all but media (reserve.go), e.g. BOTCTL_RESERVE
 }
 
 // NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
@@ -241,6 +253,7 @@ func NamesFor(prefix string) Names {
 		IncidentsBucket:     prefix + "_INCIDENTS",
 		MediaBucket:         prefix + "_MEDIA",
 		LimitsBucket:        prefix + "_LIMITS",
+		ReserveStream:       prefix + "_RESERVE",
 	}
 }
 
@@ -530,6 +543,9 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 			kv = &memoryKV{KeyValue: kv, js: js, cfg: b.cfg}
 		}
 		*b.kv = kv
+	}
+	if err := declareReserve(ctx, js, n, opts); err != nil {
+		return nil, fmt.Errorf("declare stream %s: %w", n.ReserveStream, err)
 	}
 	if s.media, s.mediaStream, err = declareMedia(ctx, js, n.MediaBucket, opts); err != nil {
 		return nil, fmt.Errorf("declare object store %s: %w", n.MediaBucket, err)

@@ -209,16 +209,17 @@ func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	// Declare is idempotent and changes nothing on a running deployment,
-	// given the deployment's options. The replica count is the nodes'
-	// (nats.replicas of their config), which this command's config may
-	// not repeat: a deployment that exists keeps its own. (With the
-	// default, 1, every CLI command scaled an R3 deployment down to R1,
+	// given the deployment's options. The replica count, the media
+	// store's TTL and bound and the reservation are the nodes' (their
+	// config), which this command's config may not repeat: a deployment
+	// that exists keeps its own (dataplane.Deployed). (With the default
+	// replicas, 1, every CLI command scaled an R3 deployment down to R1,
 	// and each node restart scaled it back up.)
-	replicas := n.Replicas
-	if st, err := js.Stream(ctx, dataplane.NamesFor(n.Prefix).TaskStream); err == nil {
-		replicas = st.CachedInfo().Config.Replicas
+	opts := dataplane.Deployed(ctx, js, n.Prefix)
+	if opts.Replicas == 0 {
+		opts.Replicas = n.Replicas
 	}
-	s, err := dataplane.Declare(ctx, js, dataplane.Options{Prefix: n.Prefix, Replicas: replicas})
+	s, err := dataplane.Declare(ctx, js, opts)
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", n.Prefix, err)

@@ -31,6 +31,12 @@ type Media struct {
 	// (max_file_store) less this. Default 4 GiB (4294967296); always
 	// bounded.
 	MaxStoreBytes int64 `yaml:"max_store_bytes"`
+	// ReserveBytes is JetStream storage kept from the media store for the
+	// task queue and the buckets: each server sets it aside beside
+	// max_store_bytes, and one whose storage (max_file_store) cannot hold
+	// both refuses them at start (botctl does not start, naming these
+	// keys). 0: nothing set aside. Default 1 GiB (1073741824).
+	ReserveBytes int64 `yaml:"reserve_bytes"`
 }
 
 // Defaults of Media.
@@ -39,10 +45,11 @@ const (
 	DefaultMediaDownloadTimeout = 30 * time.Second
 	DefaultMediaTTL             = 24 * time.Hour
 	DefaultMediaMaxStoreBytes   = 4 << 30
+	DefaultMediaReserveBytes    = 1 << 30
 )
 
 func mediaDefaults() Media {
-	return Media{MaxBytes: DefaultMediaMaxBytes, DownloadTimeout: DefaultMediaDownloadTimeout, TTL: DefaultMediaTTL, MaxStoreBytes: DefaultMediaMaxStoreBytes}
+	return Media{MaxBytes: DefaultMediaMaxBytes, DownloadTimeout: DefaultMediaDownloadTimeout, TTL: DefaultMediaTTL, MaxStoreBytes: DefaultMediaMaxStoreBytes, ReserveBytes: DefaultMediaReserveBytes}
 }
 
 var mediaKeys = []Key{
@@ -61,6 +68,14 @@ var mediaKeys = []Key{
 			return fmt.Errorf("%q is not an integer", s)
 		}
 		c.Media.MaxStoreBytes = n
+		return nil
+	}},
+	{Name: "media.reserve_bytes", Flag: "media-reserve-bytes", Usage: "JetStream storage kept from the media store for the task queue and buckets (0: none); a server that cannot hold it beside media.max_store_bytes refuses both at start", set: func(c *Config, s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		c.Media.ReserveBytes = n
 		return nil
 	}},
 	{Name: "media.ttl", Flag: "media-ttl", Usage: "how long the media object store keeps a file (more than worker.deadline)", set: dur(func(c *Config) *time.Duration { return &c.Media.TTL })},
@@ -82,5 +97,8 @@ func (c *Config) validateMedia(bad func(key, format string, args ...any)) {
 	}
 	if c.Media.MaxStoreBytes < c.Media.MaxBytes {
 		bad("media.max_store_bytes", "%d: want at least media.max_bytes (%d), so the largest file fits; the store is always bounded (default %d, 4 GiB)", c.Media.MaxStoreBytes, c.Media.MaxBytes, DefaultMediaMaxStoreBytes)
+	}
+	if c.Media.ReserveBytes < 0 {
+		bad("media.reserve_bytes", "%d: want 0 (nothing set aside) or more bytes (default %d, 1 GiB)", c.Media.ReserveBytes, DefaultMediaReserveBytes)
 	}
 }

@@ -33,6 +33,18 @@ media:
 	if _, err := Load(writeFile(t, "media:\n  max_store_bytes: lots\n"), nil); err == nil || !strings.Contains(err.Error(), "media.max_store_bytes") {
 		t.Fatalf("a word as media.max_store_bytes: %v, want an error naming the key", err)
 	}
+	if d := Defaults(); d.Media.ReserveBytes != 1<<30 {
+		t.Fatalf("default media.reserve_bytes = %d, want 1 GiB", d.Media.ReserveBytes)
+	}
+	if cfg, err := Load(p, []string{"BOTCTL_MEDIA_RESERVE_BYTES=0"}); err != nil || cfg.Media.ReserveBytes != 0 {
+		t.Fatalf("media.reserve_bytes 0 from the environment: %d, %v", cfg.Media.ReserveBytes, err)
+	}
+	bad := Defaults()
+	bad.Bots = []Bot{{ID: "b1", Secret: "s"}}
+	bad.Media.ReserveBytes = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "config key media.reserve_bytes") {
+		t.Errorf("media.reserve_bytes -1: %v, want an error naming the key", err)
+	}
 	for _, n := range []int64{0, -1, DefaultMediaMaxBytes - 1} {
 		cfg := Defaults()
 		cfg.Bots = []Bot{{ID: "b1", Secret: "s"}}

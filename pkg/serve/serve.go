@@ -264,7 +264,7 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
 	unlock := declareLock(ctx, o.Etcd, cfg.NATS.Prefix, log)
-	store, err := declare(ctx, nc, cfg.NATS, js, dataplane.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, MediaTTL: cfg.Media.TTL, MediaMaxBytes: cfg.Media.MaxStoreBytes, Logger: log}, log)
+	store, err := declare(ctx, nc, cfg.NATS, js, dataplane.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, MediaTTL: cfg.Media.TTL, MediaMaxBytes: cfg.Media.MaxStoreBytes, ReserveBytes: cfg.Media.ReserveBytes, Logger: log}, log)
 	unlock()
 	if err == nil {
 		err = n.start(workCtx, &wg, store)
