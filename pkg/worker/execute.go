@@ -221,6 +221,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	// The complete text is stored under this attempt before the record
 	// says succeeded: the pusher delivers exactly what Finish hashed.
 	if err := w.patiently(ctx, log, "store the answer", func() error { return out.flush(bg, outputFailed) }); err != nil {
+		w.dropReply(bg, m.TaskID, reply)
 		if errors.Is(err, task.ErrSuperseded) {
 			return result{action: actLeave, err: err}
 		}
@@ -234,8 +235,10 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	})
 	switch {
 	case errors.Is(err, task.ErrSuperseded):
+		w.dropReply(bg, m.TaskID, reply)
 		return result{action: actLeave, err: err}
 	case errors.Is(err, task.ErrFinished):
+		w.dropReply(bg, m.TaskID, reply)
 		return result{action: actAck} // canceled or given up meanwhile: that stands
 	case err != nil:
 		return result{action: actRetry, err: err}

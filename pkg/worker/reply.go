@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/botctl/botctl/dataplane"
@@ -26,16 +27,23 @@ import (
 // refuses for its bound (media.max_store_bytes) is left out with a note:
 // the text is still delivered. An error is the store failing otherwise:
 // another try may succeed.
-func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r ai.Reply) (*task.Reply, string, error) {
+func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r ai.Reply) (_ *task.Reply, _ string, err error) {
 	if r.Empty() {
 		return nil, "", nil
 	}
 	var out task.Reply
 	var left []string
 	n := 0
+	var stored []string
+	defer func() {
+		if err != nil { // what this call stored is no one's
+			w.cfg.Store.DeleteMedia(context.WithoutCancel(ctx), stored...)
+		}
+	}()
 	put := func(kind, name, mime string, data []byte) (task.ReplyObject, error) {
 		key := task.ReplyKey(m.TaskID, attempt, n)
 		n++
+		stored = append(stored, key)
 		sum := md5.Sum(data)
 		meta := jetstream.ObjectMeta{Name: key, Description: kind + " " + name}
 		if _, err := w.cfg.Store.Media().Put(ctx, meta, bytes.NewReader(data)); err != nil {
@@ -132,6 +140,24 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 		return nil, note, nil
 	}
 	return &out, note, nil
+}
+
+// dropReply deletes the objects of reply, stored by an attempt that will
+// not be delivered (its answer not stored, the attempt superseded, the
+// task finished otherwise meanwhile): the next attempt stores its own,
+// under its own keys. Never for an attempt whose Finish may have been
+// recorded. Best effort: media.ttl removes what this misses.
+func (w *Worker) dropReply(ctx context.Context, id string, reply *task.Reply) {
+	if reply == nil {
+		return
+	}
+	var keys []string
+	for _, o := range slices.Concat(reply.Images, reply.Files) {
+		keys = append(keys, o.Key)
+	}
+	if err := w.cfg.Store.DeleteMedia(ctx, keys...); err != nil {
+		w.log.Info().Err(err).Str("task", id).Msg("an undelivered attempt's reply files not all deleted; media.ttl removes them")
+	}
 }
 
 // errMediaFull: the media store refused a reply's object for its bound.

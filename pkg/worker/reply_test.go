@@ -16,6 +16,7 @@ import (
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/botctl/botctl/pkg/worker"
 )
 
 // replyBackend answers "ok" and sends reply with it.
@@ -96,5 +97,30 @@ func TestReplyOverAFullStoreLeftOutWithANote(t *testing.T) {
 	}
 	if _, err := env.Store.Media().GetInfo(context.Background(), task.ReplyKey(m.TaskID, 1, 1)); err == nil {
 		t.Fatal("the refused file's name is stored")
+	}
+}
+
+// A reply stored by an attempt that is not delivered (its answer could
+// not be stored: the output bucket does not answer) leaves the media
+// store with the attempt: each attempt stores its own under its own keys,
+// and the store does not keep the others' for media.ttl.
+func TestUndeliveredAttemptsReplyDeleted(t *testing.T) {
+	fault := testenv.StartBucketFault(t)
+	opts := dataplane.Options{TaskMaxDeliver: 2}
+	_, botctl := fault.Store(t, fault.URL, opts)
+	_, probe := fault.Store(t, fault.ProbeURL, opts)
+	fault.Fail(t, probe.Names().OutputBucket)
+	b := replyBackend{ai.Reply{Images: []ai.ReplyFile{{Name: "a.png", Data: pngOf(4)}}}}
+	runWith(t, worker.Config{NodeID: "w1", Backend: b, Store: botctl, StorePatience: 300 * time.Millisecond})
+	m := publish(t, probe, "m1", "alice", "q")
+	testwait.Eventually(t, 2*time.Minute, "the task failed for its unstorable answer", func() bool {
+		r := record(t, probe, m.TaskID)
+		return r.Exec == task.Failed && r.Attempt >= 2
+	})
+	r := record(t, probe, m.TaskID)
+	for a := 1; a <= r.Attempt; a++ {
+		if _, err := probe.Media().GetInfo(context.Background(), task.ReplyKey(m.TaskID, a, 0)); err == nil {
+			t.Errorf("attempt %d's reply image is still stored", a)
+		}
 	}
 }
