@@ -24,7 +24,8 @@
 // sentence to tell the user. What it does not: that the bytes are what
 // the name says (the MIME type is sniffed from the bytes first, the
 // name's extension second), or that a stored file outlives the store's
-// TTL.
+// TTL or its task's delivery (the pusher deletes a task's files once its
+// delivery is final).
 package media
 
 import (

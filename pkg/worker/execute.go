@@ -132,7 +132,8 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	atts, cleanup, err := w.attachments(runCtx, m)
 	defer cleanup() // the task's files leave this node with the run
 	if err != nil {
-		// Gone from the store (older than media.ttl): no retry brings
+		// Gone from the store (older than media.ttl, or deleted once the
+		// task's delivery was final: an operator's retry): no retry brings
 		// them back. Otherwise JetStream failed: another attempt may read them.
 		why := "the files sent with the question could not be read: " + err.Error()
 		return w.failed(bg, m, attempt, why, !errors.Is(err, media.ErrGone) && !final && ctx.Err() == nil)
