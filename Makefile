@@ -1,4 +1,5 @@
-# botctl: every target works on a clean clone (Go 1.26 and, for conformance, npm).
+# botctl: every target works on a clean clone (Go 1.26 and, for conformance, Node.js 18+ and npm;
+# make test checks what it needs first: scripts/check-prereqs.sh).
 GO        ?= go
 BIN       ?= bin/botctl
 PKGS      ?= ./...
@@ -15,20 +16,34 @@ TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
 # first, so the run does not end waiting on one of them alone.
 TESTPKGS  ?= $(if $(filter ./...,$(PKGS)),./test/pipeline ./test/e2e ./pkg/serve) $(PKGS)
 
+# The build stamps the version (the latest v* tag reachable, as git describe
+# says it: v0.5.0 on a tagged commit, v0.5.0-3-gabc1234 after it; "dev"
+# without a tag), the commit and the commit's date (UTC), so two builds of
+# one commit carry the same bytes. `botctl version` prints them.
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' 2>/dev/null)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE      ?= $(shell TZ=UTC git log -1 --date=format-local:%Y-%m-%d --format=%cd 2>/dev/null)
+BUILDINFO := github.com/botctl/botctl/pkg/buildinfo
+LDFLAGS   ?= -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT) -X $(BUILDINFO).Date=$(DATE)
+
 .PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install fuzz
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/botctl
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/botctl
 
 # The test command of README.md and .ci/run. The browser test
 # (test/browser) needs Chromium: installed here when missing (Debian's
 # package), and required, so a machine without it fails instead of
 # skipping the demo page's test. The chaos smoke runs after the package
 # tests, not beside them: it starts ten processes of its own. First,
-# scripts/check-tracked.sh: no tracked file over 2 MB or executable binary.
+# scripts/check-prereqs.sh: Go, gcc (the race detector), Node.js and npm
+# (conformance) and Chromium, each missing one named with its install
+# command; then scripts/check-tracked.sh: no tracked file over 2 MB or
+# executable binary.
 test:
+	bash scripts/check-prereqs.sh
 	bash scripts/check-tracked.sh
 	$(MAKE) lint
 	bash scripts/ensure-chromium.sh

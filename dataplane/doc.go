@@ -12,7 +12,9 @@
 // # What is guaranteed
 //
 // Declare is idempotent (create or update, never delete): every node calls
-// it at start, in any order, any number of times.
+// it at start, in any order, any number of times. It never changes the
+// replicas or limits of what is deployed: a node whose options differ
+// keeps the deployment's values and logs each difference (Mismatch).
 //
 // A conversation has at most one task in the queue, queued or running: the
 // stream keeps one message per subject <prefix>.tasks.<bot>.<conversation>

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/rs/zerolog"
 )
 
@@ -47,6 +48,8 @@ type ForwarderConfig struct {
 	// Logger records failed drains (one line per failure streak) and
 	// recoveries. The zero value logs nothing.
 	Logger zerolog.Logger
+	// Clock is what the backoff and the poll wait on. Default clock.Real.
+	Clock clock.Clock
 }
 
 // Forwarder drains a spool into JetStream whenever JetStream takes tasks
@@ -107,7 +110,7 @@ func (f *Forwarder) Kick() {
 // stays in the spool. Close the spool only after Run has returned.
 func (f *Forwarder) Run(ctx context.Context) error {
 	log := f.cfg.Logger
-	timer := time.NewTimer(0)
+	timer := clock.Or(f.cfg.Clock).NewTimer(0)
 	defer timer.Stop()
 	var backoff time.Duration // > 0 while failing
 	for {
@@ -115,7 +118,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-f.kick:
-		case <-timer.C:
+		case <-timer.C():
 		}
 		n, err := f.cfg.Spool.Drain(ctx, f.publish)
 		if ctx.Err() != nil {
@@ -152,7 +155,7 @@ func (f *Forwarder) publish(ctx context.Context, e SpoolEntry) error {
 
 // resetTimer sets t to fire after d, whatever its state (Go 1.23+ timers
 // drop a stale value on Reset).
-func resetTimer(t *time.Timer, d time.Duration) {
+func resetTimer(t clock.Timer, d time.Duration) {
 	t.Stop()
 	t.Reset(d)
 }

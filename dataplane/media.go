@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // DefaultMediaTTL is Options.MediaTTL's default: a day, far longer than a
@@ -33,7 +35,8 @@ const DefaultMediaMaxBytes = 4 << 30
 // touched by it.
 func (s *Store) Media() jetstream.ObjectStore { return s.media }
 
-// MediaMaxBytes is the media store's bound (Options.MediaMaxBytes).
+// MediaMaxBytes is the media store's bound: the deployed one (Declare
+// keeps it, or applies Options.MediaMaxBytes to a store that had none).
 func (s *Store) MediaMaxBytes() int64 { return s.opts.MediaMaxBytes }
 
 // MediaBytes is what the media store holds now, in bytes (its stream's
@@ -99,18 +102,14 @@ func (s *Store) deleteMedia(ctx context.Context, key string) error {
 // MaxBytes.
 const errCodeInsufficientStorage jetstream.ErrorCode = 10047
 
-// declareMedia creates the media object store if it is missing, or
-// updates it when its TTL, bound or replicas differ from opts.
-func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, opts Options) (jetstream.ObjectStore, jetstream.Stream, error) {
-	cfg := jetstream.ObjectStoreConfig{
-		Bucket:      bucket,
-		Description: "botctl files users sent (images, files, videos), stored at receipt for the worker that runs the task, and replies' images and files; name = <task id>/<n> or reply/<task id>/<attempt>/<n>",
-		TTL:         opts.MediaTTL,
-		MaxBytes:    opts.MediaMaxBytes,
-		Storage:     jetstream.FileStorage,
-		Replicas:    opts.Replicas,
-	}
-	obs, err := declareObjectStore(ctx, js, cfg)
+// declareMedia creates the media object store if it is missing. On one
+// that exists it keeps the deployed replicas and limits (keepMedia), adds
+// each difference from opts to found, and sets opts' media settings to
+// the deployed ones. It updates the store only for its description, or
+// to bound a store deployed without a bound.
+func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, opts *Options, found *[]Mismatch) (jetstream.ObjectStore, jetstream.Stream, error) {
+	cfg := mediaConfig(bucket, *opts)
+	obs, err := declareObjectStore(ctx, js, &cfg, opts.Logger, found)
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInsufficientStorage {
 		return nil, nil, fmt.Errorf("its bound of %d bytes cannot be reserved on the JetStream servers beside what is reserved already (media.reserve_bytes: %d) (%w): lower media.max_store_bytes, or give JetStream more storage (max_file_store)", cfg.MaxBytes, opts.ReserveBytes, err)
@@ -118,17 +117,21 @@ func declareMedia(ctx context.Context, js jetstream.JetStream, bucket string, op
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := js.Stream(ctx, mediaStream(bucket))
+	st, err := js.Stream(ctx, mediaStream(cfg).Name)
 	if err != nil {
 		return nil, nil, err
 	}
+	opts.MediaTTL, opts.MediaMaxBytes = cfg.TTL, cfg.MaxBytes
 	return obs, st, nil
 }
 
-func declareObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+// declareObjectStore creates the object store of cfg if it is missing,
+// or keeps the deployed one's settings in cfg (keepMedia) and updates it
+// where they differ (a description, a bound it had none of).
+func declareObjectStore(ctx context.Context, js jetstream.JetStream, cfg *jetstream.ObjectStoreConfig, log zerolog.Logger, found *[]Mismatch) (jetstream.ObjectStore, error) {
 	obs, err := js.ObjectStore(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		obs, err = js.CreateObjectStore(ctx, cfg)
+		obs, err = js.CreateObjectStore(ctx, *cfg)
 		if err == nil || !errors.Is(err, jetstream.ErrBucketExists) {
 			return obs, err
 		}
@@ -137,18 +140,63 @@ func declareObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstre
 	if err != nil {
 		return nil, err
 	}
-	st, err := js.Stream(ctx, mediaStream(cfg.Bucket))
+	st, err := js.Stream(ctx, mediaStream(*cfg).Name)
 	if err != nil {
 		return nil, err
 	}
 	have := st.CachedInfo().Config
-	if have.MaxAge != cfg.TTL || have.Replicas != cfg.Replicas || have.MaxBytes != cfg.MaxBytes || have.Description != cfg.Description {
-		return js.UpdateObjectStore(ctx, cfg)
+	mismatches, bounded := keepMedia(have, cfg)
+	*found = append(*found, mismatches...)
+	if bounded {
+		log.Warn().Str("stream", have.Name).Str("setting", "max-bytes").Str("key", mediaKeys["max-bytes"]).
+			Int64("deployed", have.MaxBytes).Int64("applied", cfg.MaxBytes).
+			Msg(have.Name + ": deployed without a bound; media.max_store_bytes is applied (the one deployed setting a node changes: a store without a bound can fill the servers' storage)")
+	}
+	if bounded || have.Description != cfg.Description {
+		return js.UpdateObjectStore(ctx, *cfg)
 	}
 	return obs, nil
 }
 
-// mediaStream is the stream behind the object store bucket, and
-// mediaChunks the subject of one object's bytes (nats.go's layout).
-func mediaStream(bucket string) string       { return "OBJ_" + bucket }
+// keepMedia is keepStream for the media object store: cfg takes the
+// deployed replicas and limits, but for one. A store deployed without a
+// bound (MaxBytes -1, every store of a botctl that did not bound it)
+// takes cfg's bound instead, which is then no mismatch: bounded says so.
+// A deployed bound that differs from cfg's is kept, as any limit.
+func keepMedia(have jetstream.StreamConfig, cfg *jetstream.ObjectStoreConfig) (found []Mismatch, bounded bool) {
+	want := mediaStream(*cfg)
+	bound := want.MaxBytes
+	found = keepStream(have, &want, mediaKeys)
+	if have.MaxBytes <= 0 && bound > 0 {
+		found = slices.DeleteFunc(found, func(m Mismatch) bool { return m.Setting == "max-bytes" })
+		want.MaxBytes, bounded = bound, true
+	}
+	cfg.Replicas, cfg.Storage, cfg.TTL, cfg.MaxBytes = want.Replicas, want.Storage, want.MaxAge, want.MaxBytes
+	return found, bounded
+}
+
+// mediaConfig is the media object store as declareMedia creates it.
+func mediaConfig(bucket string, opts Options) jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{
+		Bucket:      bucket,
+		Description: "botctl files users sent (images, files, videos), stored at receipt for the worker that runs the task, and replies' images and files; name = <task id>/<n> or reply/<task id>/<attempt>/<n>",
+		TTL:         opts.MediaTTL,
+		MaxBytes:    opts.MediaMaxBytes,
+		Storage:     jetstream.FileStorage,
+		Replicas:    opts.Replicas,
+	}
+}
+
+// mediaStream is the part of the media object store's stream that
+// keepStream compares, as nats.go creates it.
+func mediaStream(cfg jetstream.ObjectStoreConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: "OBJ_" + cfg.Bucket, Replicas: cfg.Replicas, Storage: cfg.Storage,
+		MaxAge: cfg.TTL, MaxBytes: cfg.MaxBytes}
+}
+
+// mediaChunks is the subject of one object's bytes (nats.go's layout).
 func mediaChunks(bucket, nuid string) string { return "$O." + bucket + ".C." + nuid }
+
+// mediaKeys name the configuration keys of the media object store's
+// settings.
+var mediaKeys = map[string]string{"replicas": "nats.replicas", "max-age": "media.ttl", "max-bytes": "media.max_store_bytes"}

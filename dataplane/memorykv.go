@@ -49,7 +49,8 @@ func (m *memoryKV) again(ctx context.Context, err error) bool {
 		return true
 	}
 	m.declared = time.Now()
-	_, derr := declareBucketConfig(ctx, m.js, m.cfg)
+	var kept []Mismatch // found at Declare already
+	_, derr := declareBucketConfig(ctx, m.js, m.cfg, &kept)
 	return derr == nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -317,10 +318,5 @@ func CASPause(ctx context.Context, n int) {
 	if n == 0 {
 		return
 	}
-	t := time.NewTimer(time.Duration(min(n, 20)) * 5 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	pause.For(ctx, time.Duration(min(n, 20))*5*time.Millisecond)
 }

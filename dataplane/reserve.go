@@ -25,35 +25,29 @@ import (
 // write against the storage used, not set aside), bound the queue or the
 // buckets themselves, or see storage taken outside JetStream.
 
-// declareReserve creates or updates the reservation stream, or removes it
-// when opts.ReserveBytes is zero.
-func declareReserve(ctx context.Context, js jetstream.JetStream, n Names, opts Options) error {
-	if opts.ReserveBytes == 0 {
-		err := js.DeleteStream(ctx, n.ReserveStream)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil
-		}
-		return err
-	}
-	cfg := jetstream.StreamConfig{
-		Name:        n.ReserveStream,
-		Description: "botctl: no messages; its MaxBytes sets aside storage for the task queue and the buckets, so that the media store's bound cannot take it",
-		Subjects:    []string{strings.TrimSuffix(n.TaskSubjectPrefix, ".tasks") + ".reserve"},
-		Storage:     jetstream.FileStorage,
-		Replicas:    opts.Replicas,
-		MaxBytes:    opts.ReserveBytes,
-		MaxMsgs:     1,
-		Discard:     jetstream.DiscardNew,
-	}
+// declareReserve creates the reservation stream if it is missing and
+// opts.ReserveBytes asks for one. On one that exists it keeps the
+// deployed replicas and bound, as every deployed limit (Mismatch), adds
+// each difference to found and sets opts.ReserveBytes to the deployed
+// bound. (A reservation the configuration no longer asks for is removed
+// with the nats CLI: nats stream rm <prefix>_RESERVE.)
+func declareReserve(ctx context.Context, js jetstream.JetStream, n Names, opts *Options, found *[]Mismatch) error {
+	cfg := reserveConfig(n, *opts)
 	st, err := js.Stream(ctx, cfg.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if opts.ReserveBytes == 0 {
+			return nil
+		}
 		_, err = js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			err = nil // another node created it first
 		}
 	case err == nil:
-		if have := st.CachedInfo().Config; have.MaxBytes != cfg.MaxBytes || have.Replicas != cfg.Replicas {
+		have := st.CachedInfo().Config
+		*found = append(*found, keepReserve(have, &cfg, opts.ReserveBytes)...)
+		opts.ReserveBytes = cfg.MaxBytes
+		if have.Description != cfg.Description {
 			_, err = js.UpdateStream(ctx, cfg)
 		}
 	}
@@ -64,26 +58,31 @@ func declareReserve(ctx context.Context, js jetstream.JetStream, n Names, opts O
 	return err
 }
 
-// Deployed is the options the deployment of prefix was declared with, as
-// far as its streams tell (replicas, the media store's TTL and bound, the
-// reservation), for a tool that opens it with Declare: given them,
-// Declare changes nothing. What a stream does not tell (missing, or
-// unreadable) is left zero: the default.
-func Deployed(ctx context.Context, js jetstream.JetStream, prefix string) Options {
-	o := Options{Prefix: prefix}
-	n := NamesFor(prefix)
-	if st, err := js.Stream(ctx, n.TaskStream); err == nil {
-		o.Replicas = st.CachedInfo().Config.Replicas
+// reserveConfig is the reservation stream as declareReserve creates it.
+func reserveConfig(n Names, opts Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        n.ReserveStream,
+		Description: "botctl: no messages; its MaxBytes sets aside storage for the task queue and the buckets, so that the media store's bound cannot take it",
+		Subjects:    []string{strings.TrimSuffix(n.TaskSubjectPrefix, ".tasks") + ".reserve"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    opts.Replicas,
+		MaxBytes:    opts.ReserveBytes,
+		MaxMsgs:     1,
+		Discard:     jetstream.DiscardNew,
 	}
-	if st, err := js.Stream(ctx, mediaStream(n.MediaBucket)); err == nil {
-		c := st.CachedInfo().Config
-		o.MediaTTL = c.MaxAge
-		if c.MaxBytes > 0 {
-			o.MediaMaxBytes = c.MaxBytes
-		}
+}
+
+// reserveKeys name the configuration keys of the reservation's settings.
+var reserveKeys = map[string]string{"replicas": "nats.replicas", "max-bytes": "media.reserve_bytes"}
+
+// keepReserve is keepStream for the reservation stream. A reserve of
+// zero (media.reserve_bytes 0) asks for no reservation: with one
+// deployed, that is a mismatch of its bound, the deployed one kept.
+func keepReserve(have jetstream.StreamConfig, want *jetstream.StreamConfig, reserve int64) []Mismatch {
+	if reserve > 0 {
+		return keepStream(have, want, reserveKeys)
 	}
-	if st, err := js.Stream(ctx, n.ReserveStream); err == nil {
-		o.ReserveBytes = st.CachedInfo().Config.MaxBytes
-	}
-	return o
+	want.MaxBytes = have.MaxBytes
+	found := keepStream(have, want, reserveKeys)
+	return append(found, Mismatch{Stream: have.Name, Setting: "max-bytes", Key: reserveKeys["max-bytes"], Deployed: fmt.Sprint(have.MaxBytes), Wanted: "0"})
 }

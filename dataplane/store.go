@@ -38,16 +38,17 @@ const (
 // Options shape what Declare creates. The zero value is the default of
 // every field; a field left zero takes its default.
 type Options struct {
-	// Prefix names everything: the stream <Prefix>_TASKS, the buckets
-	// <Prefix>_TASKS, <Prefix>_OUTPUT, <Prefix>_CONTEXT, <Prefix>_WATERMARKS
-	// and the subjects <prefix>.tasks.> (lower case). Letters, digits, '_'
+	// Prefix names everything: the stream <Prefix>_TASKS, the buckets and
+	// the object store <Prefix>_<NAME> (NamesFor lists them all) and the
+	// subjects <prefix>.tasks.> and the like (lower case). Letters, digits, '_'
 	// and '-'. Two deployments sharing one NATS account need two prefixes.
 	// Default "BOTCTL".
 	Prefix string
 
 	// Replicas of the stream, its consumer and every bucket: 1 for the
-	// embedded server, 3 (or 5) on a NATS cluster. Raising it on an existing
-	// deployment is an update the server performs in place. Default 1.
+	// embedded server, 3 (or 5) on a NATS cluster. Declare creates with
+	// it and never changes a deployed one (see Mismatch): an operator
+	// scales a deployment with the nats CLI. Default 1.
 	Replicas int
 
 	// DuplicateWindow is how long the task stream remembers a msgid: a task
@@ -108,18 +109,20 @@ type Options struct {
 	// DiscardNew): a file that would pass it is refused (MediaFull) and
 	// nothing of it is kept, while every other stream goes on. JetStream
 	// reserves it on each server. Default DefaultMediaMaxBytes (4 GiB);
-	// the media bucket is never unbounded.
+	// the media bucket is never unbounded: Declare keeps a deployed
+	// bound, but bounds a store deployed without one (keepMedia).
 	MediaMaxBytes int64
 
 	// ReserveBytes is JetStream storage kept from the media store for the
 	// task queue and the buckets: declared as the MaxBytes of an empty
 	// stream (ReserveStream) before the media store, so that a server
 	// whose storage cannot hold MediaMaxBytes beside it refuses the media
-	// store at start (reserve.go). Zero: no reservation (the stream is
-	// removed).
+	// store at start (reserve.go). Zero: no reservation is created (one
+	// deployed is kept).
 	ReserveBytes int64
 
-	// Logger records given-up tasks and released conversations.
+	// Logger records given-up tasks, released conversations and, as
+	// warnings, the deployed settings Declare kept over these options.
 	// The zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -270,6 +273,8 @@ type Store struct {
 	media                                                                                      jetstream.ObjectStore
 	mediaStream                                                                                jetstream.Stream // media's stream, for DeleteMedia's purges
 
+	mismatches []Mismatch // deployed settings kept over opts (see Mismatch)
+
 	link *link // follows the connection's reconnects (link.go)
 }
 
@@ -280,7 +285,10 @@ type Store struct {
 // it under (the race detector catches it), so a config that is already
 // right is left alone, and a lost creation race is not followed by an
 // update.
-func declareStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+//
+// On a stream that exists, the deployed replicas and limits are kept and
+// each difference is added to found (keepStream).
+func declareStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, found *[]Mismatch) (jetstream.Stream, error) {
 	st, err := js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = js.CreateStream(ctx, cfg)
@@ -293,6 +301,7 @@ func declareStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.St
 		return nil, err
 	}
 	have := st.CachedInfo().Config
+	*found = append(*found, keepStream(have, &cfg, replicasKey)...)
 	if have.Description == cfg.Description && slices.Equal(have.Subjects, cfg.Subjects) &&
 		have.Retention == cfg.Retention && have.Storage == cfg.Storage && have.Replicas == cfg.Replicas &&
 		have.MaxMsgsPerSubject == cfg.MaxMsgsPerSubject && have.Discard == cfg.Discard &&
@@ -309,13 +318,14 @@ func declareStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.St
 // on node restarts was not a needless update: a CLI command had scaled
 // the consumer down to R1, fixed in cmd/botctl; the node's update back to
 // R3 came while the stream was still scaling up.)
-func declareConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+func declareConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig, found *[]Mismatch) (jetstream.Consumer, error) {
 	c, err := st.Consumer(ctx, cfg.Durable)
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, err
 	}
 	if err == nil {
 		have := c.CachedInfo().Config
+		*found = append(*found, keepConsumer(st.CachedInfo().Config.Name, have, &cfg)...)
 		if have.Description == cfg.Description && have.DeliverPolicy == cfg.DeliverPolicy && have.AckPolicy == cfg.AckPolicy &&
 			have.AckWait == cfg.AckWait && have.MaxDeliver == cfg.MaxDeliver && have.MaxAckPending == cfg.MaxAckPending &&
 			have.Replicas == cfg.Replicas {
@@ -326,11 +336,12 @@ func declareConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.Con
 }
 
 // declareBucket is declareStream for a KV bucket: created if missing,
-// updated only if a field botctl sets differs. Unless direct, a
-// replicated bucket is read from its stream leader only (see leaderReads).
-func declareBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, direct bool) (jetstream.KeyValue, error) {
-	kv, err := declareBucketConfig(ctx, js, cfg)
-	if err != nil || direct || cfg.Replicas <= 1 {
+// updated only if a field botctl sets differs, its deployed replicas and
+// limits kept (keepBucket). Unless direct, a replicated bucket is read
+// from its stream leader only (see leaderReads).
+func declareBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, direct bool, found *[]Mismatch) (jetstream.KeyValue, error) {
+	kv, err := declareBucketConfig(ctx, js, cfg, found)
+	if err != nil || direct {
 		return kv, err
 	}
 	return leaderReads(ctx, js, cfg.Bucket, kv)
@@ -359,7 +370,7 @@ func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string, kv 
 		return nil, err
 	}
 	c := st.CachedInfo().Config
-	if !c.AllowDirect {
+	if !c.AllowDirect || c.Replicas <= 1 {
 		return kv, nil
 	}
 	c.AllowDirect = false
@@ -369,7 +380,7 @@ func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string, kv 
 	return js.KeyValue(ctx, bucket) // a handle caches the stream's config
 }
 
-func declareBucketConfig(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+func declareBucketConfig(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, found *[]Mismatch) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
@@ -387,6 +398,7 @@ func declareBucketConfig(ctx context.Context, js jetstream.JetStream, cfg jetstr
 	}
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		have := bs.StreamInfo().Config
+		*found = append(*found, keepBucket(have, &cfg)...)
 		if have.Description == cfg.Description && have.MaxMsgsPerSubject == int64(cfg.History) &&
 			have.MaxAge == cfg.TTL && have.MaxBytes == cfg.MaxBytes && have.Storage == cfg.Storage &&
 			have.Replicas == cfg.Replicas {
@@ -396,11 +408,21 @@ func declareBucketConfig(ctx context.Context, js jetstream.JetStream, cfg jetstr
 	return js.UpdateKeyValue(ctx, cfg)
 }
 
-// Declare creates, or updates to match opts, the task stream, its workers
-// consumer and the four buckets, and returns a Store bound to them. It is
-// idempotent: on a deployment already declared with the same opts (a second
-// call, a restart, another node starting) it changes nothing. Stored tasks,
-// records and consumer state are kept across calls.
+// Declare creates what is missing of the task stream, its workers
+// consumer, the buckets and the object store, with opts, and returns a
+// Store bound to them. It is idempotent: on a deployment already declared
+// with the same opts (a second call, a restart, another node starting) it
+// changes nothing. Stored tasks, records and consumer state are kept
+// across calls.
+//
+// On what exists it keeps the deployed replicas and limits, whatever opts
+// asks (see Mismatch): it logs each difference as a warning naming the
+// configuration key, Store.Mismatches returns them, and Store.Options
+// holds the deployed values of the task stream, its consumer, the media
+// store and the reservation. It updates only what no option sets (a
+// description, the subjects), and one limit: a media store deployed
+// without a bound takes opts.MediaMaxBytes, logged as a warning (a store
+// without a bound can fill the servers' storage and stop every bot).
 //
 // An option the server cannot change in place (the task stream's retention,
 // for one) fails with the server's error; nothing is deleted to make it fit.
@@ -412,130 +434,17 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 	n := NamesFor(opts.Prefix)
 	s := &Store{js: js, opts: opts, names: n}
 
-	s.stream, err = declareStream(ctx, js, jetstream.StreamConfig{
-		Name:        n.TaskStream,
-		Description: "botctl tasks: one per conversation at a time; a second is refused (the conversation mutex)",
-		Subjects:    []string{n.TaskSubjectPrefix + ".*.*"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    opts.Replicas,
-		// The conversation mutex: at most one message per conversation
-		// subject, and the server refuses the next one (err_code 10077,
-		// "maximum messages per subject exceeded") instead of replacing it.
-		MaxMsgsPerSubject:    1,
-		Discard:              jetstream.DiscardNew,
-		DiscardNewPerSubject: true,
-		// Idempotent dispatch: the WeCom msgid is the message id.
-		Duplicates: opts.DuplicateWindow,
-	})
+	s.stream, err = declareStream(ctx, js, s.taskStreamConfig(), &s.mismatches)
 	if err != nil {
 		return nil, fmt.Errorf("declare stream %s: %w", n.TaskStream, err)
 	}
-
-	s.workers, err = declareConsumer(ctx, s.stream, jetstream.ConsumerConfig{
-		Durable:       n.Consumer,
-		Description:   "botctl workers pull tasks here, on every node",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       opts.TaskAckWait,
-		MaxDeliver:    opts.TaskMaxDeliver,
-		MaxAckPending: opts.TaskMaxRunning,
-		Replicas:      opts.Replicas,
-	})
+	s.workers, err = declareConsumer(ctx, s.stream, s.workersConfig(), &s.mismatches)
 	if err != nil {
 		return nil, fmt.Errorf("declare consumer %s on %s: %w", n.Consumer, n.TaskStream, err)
 	}
-
-	// History 1 everywhere but the context bucket: a task record carries its
-	// own transition log (state, reason, time), the output value is the
-	// accumulated answer so only the latest matters (a watch resuming from a
-	// watermark sees the latest value of each key changed since), and a
-	// watermark is a single number.
-	//
-	// Every bucket is on disk but one: the progress bucket, whose values
-	// are the texts of answers still being written. Each is rewritten
-	// whole every worker.output_interval and outlived by the attempt's
-	// last write to the output bucket, so losing them (every server of
-	// the bucket restarted at once) loses no answer: a running attempt's
-	// next write puts its text back. In memory a replicated write costs
-	// the servers about half the CPU of one on disk with sync_interval
-	// always (no file write, no fsync, the Raft log in memory), and the
-	// progress writes are most of an answer's writes (issue 28).
-	buckets := []struct {
-		kv     *jetstream.KeyValue
-		cfg    jetstream.KeyValueConfig
-		direct bool // reads answered by any replica (see leaderReads)
-	}{
-		{kv: &s.tasks, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.TasksBucket,
-			Description: "botctl task records: raw message context, execution and delivery state; key = task id",
-			History:     1,
-			TTL:         opts.RecordTTL,
-		}},
-		{kv: &s.output, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.OutputBucket,
-			Description: "botctl task output: an attempt's last write, the whole answer (its text in progress is in the progress bucket); key = task id",
-			History:     1,
-			TTL:         opts.RecordTTL,
-		}},
-		{kv: &s.progress, direct: true, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.ProgressBucket,
-			Description: "botctl answers in progress, in memory: the text so far of each running attempt, written by workers, watched by the pusher; key = task id",
-			History:     1,
-			TTL:         ProgressTTL,
-			Storage:     jetstream.MemoryStorage,
-		}},
-		{kv: &s.context, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.ContextBucket,
-			Description: "botctl conversation context for multi-turn answers; key = <bot>.<conversation>",
-			History:     uint8(opts.ContextHistory),
-			TTL:         opts.ContextTTL,
-			MaxBytes:    opts.ContextMaxBytes,
-		}},
-		{kv: &s.undelivered, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.PendingBucket,
-			Description: "botctl index of tasks not yet delivered, so a new leader finds them without reading every record; key = <bot>.<task id>",
-			History:     1,
-			TTL:         opts.RecordTTL,
-		}},
-		{kv: &s.seen, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.SeenBucket,
-			Description: "botctl messages handled without a task (busy, commands, refusals), so the gap backfill does not answer them again; key = <bot>.<msgid>",
-			History:     1,
-			TTL:         SeenTTL,
-		}},
-		{kv: &s.watermarks, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.WatermarksBucket,
-			Description: "botctl per-bot watermarks (pusher revision, last inbound event); key = bot",
-			History:     1,
-		}},
-		{kv: &s.health, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.HealthBucket,
-			Description: "botctl per-bot health: the shared record the three signals write (key = bot) and the hour-of-week silence baseline (key = baseline.<bot>)",
-			History:     1,
-		}},
-		{kv: &s.incidents, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.IncidentsBucket,
-			Description: "botctl incidents: T1/T2/T3, downtime, how each recovered, alerts sent; key = inc.<bot>.<id>, and open.<bot> points at a bot's open incident",
-			History:     1,
-			TTL:         IncidentTTL,
-		}},
-		{kv: &s.limits, cfg: jetstream.KeyValueConfig{
-			Bucket:      n.LimitsBucket,
-			Description: "botctl use counters of the per-user and per-bot limits (messages a minute and a day, tokens a day); key = <bot>.user.<user> or <bot>.bot",
-			History:     1,
-			TTL:         LimitsTTL,
-		}},
-	}
+	buckets := s.bucketSpecs()
 	for _, b := range buckets {
-		if b.cfg.Storage != jetstream.MemoryStorage {
-			b.cfg.Storage = jetstream.FileStorage
-		}
-		b.cfg.Replicas = opts.Replicas
-		if b.cfg.MaxBytes == 0 {
-			b.cfg.MaxBytes = -1
-		}
-		kv, err := declareBucket(ctx, js, b.cfg, b.direct)
+		kv, err := declareBucket(ctx, js, b.cfg, b.direct, &s.mismatches)
 		if err != nil {
 			return nil, fmt.Errorf("declare bucket %s: %w", b.cfg.Bucket, err)
 		}
@@ -544,12 +453,13 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 		}
 		*b.kv = kv
 	}
-	if err := declareReserve(ctx, js, n, opts); err != nil {
+	if err := declareReserve(ctx, js, n, &s.opts, &s.mismatches); err != nil {
 		return nil, fmt.Errorf("declare stream %s: %w", n.ReserveStream, err)
 	}
-	if s.media, s.mediaStream, err = declareMedia(ctx, js, n.MediaBucket, opts); err != nil {
+	if s.media, s.mediaStream, err = declareMedia(ctx, js, n.MediaBucket, &s.opts, &s.mismatches); err != nil {
 		return nil, fmt.Errorf("declare object store %s: %w", n.MediaBucket, err)
 	}
+	s.keepDeployed()
 	// Every bucket's reads and writes end at a reconnect (link.go).
 	s.link = followLink(js.Conn())
 	for _, b := range buckets {
@@ -557,6 +467,24 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 	}
 	return s, nil
 }
+
+// keepDeployed sets the store's options to the deployed task stream's and
+// consumer's (workers keep tasks alive within the deployed ack wait), and
+// logs each mismatch.
+func (s *Store) keepDeployed() {
+	s.opts.Replicas = s.stream.CachedInfo().Config.Replicas
+	s.opts.DuplicateWindow = s.stream.CachedInfo().Config.Duplicates
+	c := s.workers.CachedInfo().Config
+	s.opts.TaskAckWait, s.opts.TaskMaxDeliver, s.opts.TaskMaxRunning = c.AckWait, c.MaxDeliver, c.MaxAckPending
+	for _, m := range s.mismatches {
+		s.opts.Logger.Warn().Str("stream", m.Stream).Str("setting", m.Setting).Str("key", m.Key).
+			Str("deployed", m.Deployed).Str("wanted", m.Wanted).Msg(m.String())
+	}
+}
+
+// Mismatches returns the shared settings of the deployment that differ
+// from the options Declare was given, each kept as deployed.
+func (s *Store) Mismatches() []Mismatch { return slices.Clone(s.mismatches) }
 
 // Health is the bucket of per-bot health records and silence baselines.
 func (s *Store) Health() jetstream.KeyValue { return s.health }

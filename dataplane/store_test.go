@@ -195,18 +195,55 @@ func snapshot(t *testing.T, st *Store) declared {
 	return d
 }
 
-func TestDeclareUpdatesConsumer(t *testing.T) {
+// A node whose options differ from the deployment's limits leaves them
+// as deployed: the consumer's ack wait and deliveries, the buckets' TTL,
+// history and size, the object store's TTL, the duplicate window. Each
+// difference is reported, and the store works with the deployed values.
+func TestDeclareKeepsDeployedLimits(t *testing.T) {
 	leakCheck(t)
 	srv := startServer(t)
 	_, js := connect(t, srv)
-	declare(t, js, Options{})
-	st := declare(t, js, Options{TaskAckWait: time.Minute, TaskMaxDeliver: 9})
-	ci, err := st.Workers().Info(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
+	first := declare(t, js, Options{})
+	before := snapshot(t, first)
+	ctx := ctxT(t)
+	media := func() time.Duration {
+		s, err := js.Stream(ctx, "OBJ_"+first.Names().MediaBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.MaxAge
 	}
-	if ci.Config.AckWait != time.Minute || ci.Config.MaxDeliver != 9 {
-		t.Fatalf("after re-Declare: AckWait %s MaxDeliver %d, want 1m and 9", ci.Config.AckWait, ci.Config.MaxDeliver)
+	mediaTTL := media()
+
+	st := declare(t, js, Options{TaskAckWait: time.Minute, TaskMaxDeliver: 9, TaskMaxRunning: 10, DuplicateWindow: time.Minute,
+		RecordTTL: time.Hour, ContextHistory: 5, ContextTTL: time.Hour, ContextMaxBytes: 1 << 20, MediaTTL: time.Hour})
+	after := snapshot(t, st)
+	if !reflect.DeepEqual(after, before) {
+		t.Errorf("a node with other limits changed the deployment:\n got %+v\nwant %+v", after, before)
+	}
+	if got := media(); got != mediaTTL {
+		t.Errorf("media object store's max age %s, want the deployed %s", got, mediaTTL)
+	}
+	if o := st.Options(); o.TaskAckWait != DefaultTaskAckWait || o.TaskMaxDeliver != DefaultTaskMaxDeliver {
+		t.Errorf("Options(): ack wait %s, max deliver %d: want the deployed %s and %d", o.TaskAckWait, o.TaskMaxDeliver, DefaultTaskAckWait, DefaultTaskMaxDeliver)
+	}
+	found := map[string]string{}
+	for _, m := range st.Mismatches() {
+		found[m.Stream+" "+m.Setting] = m.Key
+	}
+	n := first.Names()
+	for want, key := range map[string]string{
+		n.TaskStream + "/workers wait": "", n.TaskStream + "/workers max-deliver": "", n.TaskStream + "/workers max-pending": "",
+		n.TaskStream + " dupe-window": "", "KV_" + n.TasksBucket + " max-age": "", "KV_" + n.ContextBucket + " max-msgs-per-subject": "",
+		"KV_" + n.ContextBucket + " max-age": "", "KV_" + n.ContextBucket + " max-bytes": "", "OBJ_" + n.MediaBucket + " max-age": "media.ttl",
+	} {
+		got, ok := found[want]
+		if !ok || got != key {
+			t.Errorf("mismatch %q: reported %v with key %q, want key %q", want, ok, got, key)
+		}
+	}
+	if read, err := Mismatches(ctx, js, Options{MediaTTL: time.Hour}); err != nil || len(read) != 1 || read[0].Key != "media.ttl" {
+		t.Errorf("Mismatches with media.ttl 1h = %v, %v: want the one of media.ttl", read, err)
 	}
 }
 

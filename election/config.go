@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/rs/zerolog"
 )
 
@@ -137,6 +138,9 @@ type Config struct {
 	// Logger receives one line per term start and end and warnings about
 	// failing etcd requests.
 	Logger zerolog.Logger
+	// Clock is what the renewal watchdog, the pulse and its timeout, and
+	// the hedge's delay wait on. Default clock.Real.
+	Clock clock.Clock
 }
 
 // withDefaults fills zero fields.
@@ -174,6 +178,7 @@ func (c Config) withDefaults() Config {
 	if c.HedgeAfter == 0 {
 		c.HedgeAfter = min(c.PulseInterval/2, c.RetryPeriod)
 	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/rs/zerolog"
 )
 
@@ -15,7 +16,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{Prefix: DefaultPrefix, LegacyPrefix: DefaultLegacyPrefix, BotID: "b", NodeID: "n", TTL: 20 * time.Second,
 		SafetyMargin: 5 * time.Second, RenewDeadline: 15 * time.Second,
 		RenewInterval: 20 * time.Second / 3, RetryPeriod: 2 * time.Second, HedgeAfter: 500 * time.Millisecond,
-		PulsePrefix: DefaultPulsePrefix, PulseInterval: time.Second, PulseTimeout: 3 * time.Second}
+		PulsePrefix: DefaultPulsePrefix, PulseInterval: time.Second, PulseTimeout: 3 * time.Second, Clock: clock.Real}
 	c.Logger, want.Logger = zerologNop, zerologNop
 	if fmt.Sprint(c) != fmt.Sprint(want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)

@@ -3,6 +3,8 @@ package election
 import (
 	"context"
 	"time"
+
+	"github.com/botctl/botctl/pkg/clock"
 )
 
 // A frozen etcd member (a stopped process, a link that drops packets)
@@ -29,7 +31,7 @@ const hedgeAttempts = 3
 // before after is returned as it is: the caller's own retry decides).
 // try must return when its context ends; the others' contexts end when
 // hedge returns.
-func hedge[T any](ctx context.Context, after time.Duration, try func(context.Context) (T, error)) (T, error) {
+func hedge[T any](ctx context.Context, clk clock.Clock, after time.Duration, try func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -47,11 +49,11 @@ func hedge[T any](ctx context.Context, after time.Duration, try func(context.Con
 		}()
 	}
 	start()
-	timer := time.NewTimer(after)
+	timer := clk.NewTimer(after)
 	defer timer.Stop()
 	for {
 		select {
-		case <-timer.C:
+		case <-timer.C():
 			if started < hedgeAttempts {
 				start()
 				timer.Reset(after)

@@ -77,21 +77,21 @@ func (e *Elector) putPulse(ctx context.Context, key string, rev int64, lease cli
 func (t *Term) pulse() {
 	defer t.wg.Done()
 	cfg := t.e.cfg
-	tick := time.NewTicker(cfg.PulseInterval)
+	tick := cfg.Clock.NewTicker(cfg.PulseInterval)
 	defer tick.Stop()
 	failing := 0
 	for {
 		select {
 		case <-t.ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
 		if t.e.held(t.ctx) != nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(t.ctx, cfg.PulseTimeout)
 		// errPulseNotOurs is an answer, not a failure: it ends the hedge.
-		notOurs, err := hedge(ctx, cfg.HedgeAfter, func(ctx context.Context) (bool, error) {
+		notOurs, err := hedge(ctx, cfg.Clock, cfg.HedgeAfter, func(ctx context.Context) (bool, error) {
 			err := t.e.putPulse(ctx, t.Key, t.Rev, t.Lease)
 			if errors.Is(err, errPulseNotOurs) {
 				return true, nil
@@ -202,7 +202,7 @@ func (e *Elector) watchLeader(ctx context.Context, own clientv3.LeaseID) error {
 	}
 	lastMove := time.Now()
 	pulseCh := e.cli.Watch(wctx, e.pulseKey, clientv3.WithRev(from))
-	timer := time.NewTimer(timeout)
+	timer := e.cfg.Clock.NewTimer(timeout)
 	defer timer.Stop()
 	for {
 		if e.held(ctx) != nil { // tests: this node is the slow one
@@ -231,7 +231,7 @@ func (e *Elector) watchLeader(ctx context.Context, own clientv3.LeaseID) error {
 				}
 			}
 			timer.Reset(time.Until(lastMove.Add(timeout)))
-		case <-timer.C:
+		case <-timer.C():
 			changed, err := e.confirmAndDepose(ctx, leader, &pulseRev, lastMove, timeout)
 			if err != nil || changed {
 				return err

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -43,7 +44,7 @@ type Term struct {
 
 	mu        sync.Mutex
 	lastRenew time.Time   // send time of the last successful renewal probe
-	watchdog  *time.Timer // fires RenewDeadline after lastRenew
+	watchdog  clock.Timer // fires RenewDeadline after lastRenew
 }
 
 func newTerm(parent context.Context, e *Elector, sess *concurrency.Session, el *concurrency.Election, start time.Time) *Term {
@@ -61,7 +62,7 @@ func newTerm(parent context.Context, e *Elector, sess *concurrency.Session, el *
 		watchFrom: el.Header().Revision,
 	}
 	t.mu.Lock()
-	t.watchdog = time.AfterFunc(time.Until(start.Add(e.cfg.RenewDeadline)), t.renewDeadlinePassed)
+	t.watchdog = e.cfg.Clock.AfterFunc(time.Until(start.Add(e.cfg.RenewDeadline)), t.renewDeadlinePassed)
 	t.mu.Unlock()
 	t.log.Info().Str("key", t.Key).Msg("became leader")
 	t.wg.Add(4)
@@ -267,7 +268,7 @@ func (t *Term) renew() {
 		deadline := t.lastRenew.Add(cfg.RenewDeadline)
 		t.mu.Unlock()
 		ctx, cancel := context.WithDeadline(t.ctx, deadline)
-		probe, err := hedge(ctx, cfg.HedgeAfter, func(ctx context.Context) (renewal, error) {
+		probe, err := hedge(ctx, cfg.Clock, cfg.HedgeAfter, func(ctx context.Context) (renewal, error) {
 			sent := time.Now()
 			resp, err := t.e.cli.KeepAliveOnce(ctx, t.Lease)
 			switch {

@@ -1,5 +1,7 @@
 #!/bin/sh
-# install.sh: place botctl's binary, systemd units and configuration on
+# install.sh: place botctl's binary, systemd units, configuration and
+# documentation (README.md and docs/*.md in /usr/share/doc/botctl, where
+# the units' Documentation= lines point, as a package puts them) on
 # this machine. Idempotent: running it again changes nothing that is
 # already in place; a configuration that differs from the one given is
 # never overwritten without --force (the old one is then kept as .bak).
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
 	--cluster) cluster=1 ;;
 	--no-systemctl) systemctl=0 ;;
 	--force) force=1 ;;
-	-h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
 	*) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -66,6 +68,9 @@ if [ "$cluster" = 1 ]; then
 	place "$here/deploy/example-cluster/nats-server.service" "$root/etc/systemd/system/nats-server.service" 0644
 	place "$here/deploy/example-cluster/botctl.service.d/cluster.conf" "$root/etc/systemd/system/botctl.service.d/cluster.conf" 0644
 fi
+for doc in "$here/README.md" "$here"/docs/*.md; do
+	place "$doc" "$root/usr/share/doc/botctl/$(basename "$doc")" 0644
+done
 
 # The configuration is the operator's: never silently replaced.
 dest=$root/etc/botctl/botctl.yaml

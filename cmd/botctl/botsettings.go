@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
+	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/node"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.yaml.in/yaml/v3"
@@ -40,6 +43,17 @@ at run time: they stay in the config file. Give --config the nodes' file:
 the override is checked over that bot's settings in it before it is
 stored, and a bad one is refused with its key named (nothing stored).`
 
+const botsSetChecksHelp = `Before it stores anything, 'bots set' builds the bot's AI backend from the
+result here, on this machine, as a node would (a dry run), when the
+override changes the ai section of --config's settings: a backend that
+cannot be built (an API key variable not set, a key file not there, a
+program not found) is refused, naming what is missing. Run it with the
+nodes' environment (their EnvironmentFile), or give --force. It also
+refuses a bot that no registered node serves (a typo in --bot), unless
+--force. A node that cannot apply an override it receives keeps serving
+the bot with what it had (at start: the config file's settings) and says
+so in 'botctl status', /readyz's warnings and botctl_bot_settings_refused.`
+
 func newBotsSetCmd() *cobra.Command {
 	var (
 		cf    clusterFlags
@@ -47,16 +61,19 @@ func newBotsSetCmd() *cobra.Command {
 		file  string
 		sets  []string
 		clear bool
+		force bool
 	)
 	cmd := &cobra.Command{
-		Use:   "set --bot ID [--file FILE|-] [--set KEY=VALUE]... | --clear",
+		Use:   "set --bot ID [--file FILE|-] [--set KEY=VALUE]... [--force] | --clear",
 		Short: "Change a bot's settings at run time: its override in etcd, checked before it is stored",
 		Long: botsSettingsHelp + `
 
 --file replaces the stored override with FILE's document ("-": stdin);
 --set KEY=VALUE (repeatable) sets one key, over --file's document or, without
 --file, over the stored one (the rest stays). VALUE is YAML: [a, b] is a
-list. --clear removes the override: the file's settings apply again.`,
+list. --clear removes the override: the file's settings apply again.
+
+` + botsSetChecksHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bot == "" {
@@ -108,6 +125,11 @@ list. --clear removes the override: the file's settings apply again.`,
 					return usageErrorf("--set: %v", err)
 				}
 			}
+			if !force {
+				if err := checkSet(ctx, cli, bot, doc, base); err != nil {
+					return err
+				}
+			}
 			rev, err := botsettings.Put(ctx, cli, prefix, bot, doc, base, cur.Rev)
 			if errors.Is(err, botsettings.ErrInvalid) {
 				return usageError{fmt.Errorf("bot %s: %w; nothing stored, the bot keeps its settings", bot, err)}
@@ -124,7 +146,48 @@ list. --clear removes the override: the file's settings apply again.`,
 	cmd.Flags().StringVar(&file, "file", "", `the override document, YAML or JSON ("-": stdin); replaces the stored one`)
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "KEY=VALUE: set one key (e.g. ai.openai.system_prompt=…); repeatable")
 	cmd.Flags().BoolVar(&clear, "clear", false, "remove the override: the config file's settings apply again")
+	cmd.Flags().BoolVar(&force, "force", false, "store the override even when its backend cannot be built on this machine or no registered node serves the bot")
 	return cmd
+}
+
+// checkSet is what 'bots set' checks before it stores doc as bot's
+// override over base, besides what botsettings.Put checks: the bot's
+// backend can be built here (a dry run of what each node does: only when
+// the override changes the ai section, a node otherwise keeping the
+// backend it built of its file), and a registered node serves the bot.
+// The error says nothing was stored.
+func checkSet(ctx context.Context, cli *clientv3.Client, bot string, doc map[string]any, base config.BotSettings) error {
+	s, err := botsettings.Check(base, doc)
+	if err != nil {
+		return usageError{fmt.Errorf("bot %s: %w; nothing stored, the bot keeps its settings", bot, err)}
+	}
+	if !reflect.DeepEqual(s.AI, base.AI) { // else the file's backend, which the nodes built already
+		if _, err := ai.New(s.AI); err != nil {
+			return usageError{fmt.Errorf("bot %s: the AI backend of these settings cannot be built on this machine: %w; nothing stored, the bot keeps its settings "+
+				"(a node without it would refuse the override too: run bots set with the nodes' environment and --config, or give --force to store it anyway)", bot, err)}
+		}
+	}
+	nodes, err := node.Nodes(ctx, cli, prefix)
+	if err != nil {
+		return err
+	}
+	var serving []string
+	for _, n := range nodes {
+		if _, ok := n.Bots[bot]; ok {
+			return nil
+		}
+		var ids []string
+		for id := range n.Bots {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		serving = append(serving, fmt.Sprintf("%s serves %s", n.ID, strings.Join(ids, ", ")))
+	}
+	registered := "no node is registered"
+	if len(serving) > 0 {
+		registered = "registered: " + strings.Join(serving, "; ")
+	}
+	return usageError{fmt.Errorf("bot %s: no registered node serves it (%s); nothing stored: check --bot, or give --force to store it for nodes yet to serve it", bot, registered)}
 }
 
 func readSettings(stdin io.Reader, file string) (map[string]any, error) {

@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/compaction"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/redact"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 )
@@ -32,7 +34,7 @@ func newConfigCmd() *cobra.Command {
 }
 
 func newConfigCheckCmd() *cobra.Command {
-	var online bool
+	var online, deployed bool
 	cmd := &cobra.Command{
 		Use:   "check FILE",
 		Short: "Load and validate FILE as 'botctl serve --config FILE' would (with this environment's BOTCTL_* variables and secret files)",
@@ -44,7 +46,12 @@ one-line summary on stdout. Nothing is contacted (etcd, NATS, WeCom),
 unless --etcd is given: then the configured etcd cluster is asked how far
 its history reaches, and a cluster that does not compact it is a warning
 on stderr (botctl writes once a second per led bot; without
-auto-compaction etcd fills its space quota and refuses every write).`,
+auto-compaction etcd fills its space quota and refuses every write).
+With --nats, the configured NATS (nats.url) is asked for the deployed
+streams, buckets and object store of nats.prefix, and each shared setting
+that differs from what FILE asks (nats.replicas, media.ttl) is an error
+naming its key: a node started with FILE keeps the deployed value, not
+the file's (docs/jetstream.md says how to change a deployed one).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("want one FILE: botctl config check FILE")
@@ -53,6 +60,10 @@ auto-compaction etcd fills its space quota and refuses every write).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
+			cfg, _ := config.Load(path, os.Environ()) // its errors are checkConfig's
+			for _, w := range config.UnknownEnv(os.Environ(), cfg) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+			}
 			errs, summary := checkConfig(path, os.Environ())
 			if len(errs) > 0 {
 				for _, err := range errs {
@@ -62,12 +73,18 @@ auto-compaction etcd fills its space quota and refuses every write).`,
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), summary)
 			if online {
-				return checkCompaction(cmd, path)
+				if err := checkCompaction(cmd, path); err != nil {
+					return err
+				}
+			}
+			if deployed {
+				return checkDeployed(cmd, path)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&online, "etcd", false, "also ask the configured etcd whether it compacts its history (a warning if not)")
+	cmd.Flags().BoolVar(&deployed, "nats", false, "also ask the configured NATS whether its deployed streams and buckets match the file's nats.replicas and media.ttl (an error per difference)")
 	return cmd
 }
 
@@ -97,6 +114,47 @@ func checkCompaction(cmd *cobra.Command, path string) error {
 	if w := h.Warning(); w != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
 	}
+	return nil
+}
+
+// checkDeployed is config check --nats: each shared setting of the
+// deployed data plane that differs from the file's is an error naming its
+// key (the node would keep the deployed value); one that no key sets
+// (changed with the nats CLI, or by another botctl version) is a warning.
+func checkDeployed(cmd *cobra.Command, path string) error {
+	cfg, err := config.Load(path, os.Environ())
+	if err != nil {
+		return err
+	}
+	if cfg.NATS.URL == "" {
+		fmt.Fprintln(cmd.OutOrStdout(), "NATS: embedded (a single server this node declares itself: nothing shared to compare)")
+		return nil
+	}
+	f := clusterFlags{config: path, timeout: 10 * time.Second}
+	js, _, err := f.jetStream()
+	if err != nil {
+		return err
+	}
+	defer js.Conn().Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	defer cancel()
+	found, err := dataplane.Mismatches(ctx, js, cfg.DataPlane())
+	if err != nil {
+		return fmt.Errorf("read the deployed streams and buckets (prefix %s): %w", cfg.NATS.Prefix, err)
+	}
+	errs := 0
+	for _, m := range found {
+		if m.Key == "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+m.String())
+			continue
+		}
+		errs++
+		fmt.Fprintf(cmd.ErrOrStderr(), "config key %s: %s\n", m.Key, m)
+	}
+	if errs > 0 {
+		return fmt.Errorf("config %s: %d setting(s) differ from the deployed data plane", path, errs)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "NATS %s: the deployed streams and buckets match nats.replicas, media.ttl, media.max_store_bytes and media.reserve_bytes\n", redact.URL(cfg.NATS.URL))
 	return nil
 }
 
@@ -256,13 +314,12 @@ bots: []
 	return errors.Join(errs...)
 }
 
-// defaultValue finds the field of cfg at the dotted YAML path name and
-// renders it as YAML that the key's parser reads back.
-func defaultValue(cfg config.Config, name string) (string, bool) {
+// fieldAt is the field of cfg at the dotted YAML path name.
+func fieldAt(cfg config.Config, name string) (reflect.Value, bool) {
 	v := reflect.ValueOf(cfg)
 	for _, part := range strings.Split(name, ".") {
 		if v.Kind() != reflect.Struct {
-			return "", false
+			return reflect.Value{}, false
 		}
 		found := false
 		for i := 0; i < v.NumField(); i++ {
@@ -273,8 +330,18 @@ func defaultValue(cfg config.Config, name string) (string, bool) {
 			}
 		}
 		if !found {
-			return "", false
+			return reflect.Value{}, false
 		}
+	}
+	return v, true
+}
+
+// defaultValue finds the field of cfg at the dotted YAML path name and
+// renders it as YAML that the key's parser reads back.
+func defaultValue(cfg config.Config, name string) (string, bool) {
+	v, ok := fieldAt(cfg, name)
+	if !ok {
+		return "", false
 	}
 	switch x := v.Interface().(type) {
 	case time.Duration:

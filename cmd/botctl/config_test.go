@@ -170,3 +170,13 @@ func TestConfigCheckRefusesClearTextCredentials(t *testing.T) {
 		}
 	}
 }
+
+// config check warns about a BOTCTL_* variable botctl does not read,
+// naming the nearest, and still passes a good file.
+func TestConfigCheckWarnsAboutUnknownVariable(t *testing.T) {
+	t.Setenv(misspeltVar, "20s")
+	_, stderr, code := runBotctl(t, "config", "check", write(t, "node_id: n1\n"))
+	if code != 0 || !strings.Contains(stderr, "warning: $"+misspeltVar+" is set but botctl reads no such variable: it is ignored; did you mean $BOTCTL_ELECTION_TTL?") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +31,6 @@ func newServeCmd() *cobra.Command {
 		demo        bool
 		demoListen  string
 		allowRemote bool
-		keyFlags    = map[string]*string{}
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -56,8 +56,10 @@ docs/security.md.`,
 				return usageError{err}
 			}
 			for _, k := range config.Keys {
+				// The global flags (--log-level) are here too: cobra
+				// merges the root's persistent flags into the command's.
 				if f := cmd.Flags().Lookup(k.Flag); f != nil && f.Changed {
-					if err := k.Set(&cfg, *keyFlags[k.Flag]); err != nil {
+					if err := k.Set(&cfg, f.Value.String()); err != nil {
 						return usageErrorf("--%s: %v", k.Flag, err)
 					}
 				}
@@ -85,6 +87,10 @@ docs/security.md.`,
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
+			logger = newLogger(cfg.Log.Level, cfg.Log.Format, os.Stderr, stderrColour())
+			for _, w := range config.UnknownEnv(os.Environ(), cfg) {
+				logger.Warn().Msg(w)
+			}
 			if _, err := ai.New(cfg.AI); err != nil {
 				return usageError{err} // what depends on the machine: the exec command, its dir, the API key's variable
 			}
@@ -97,8 +103,11 @@ docs/security.md.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "YAML config file")
+	defaults := config.Defaults()
 	for _, k := range config.Keys {
-		keyFlags[k.Flag] = f.String(k.Flag, "", fmt.Sprintf("%s (config key %s, env %s)", k.Usage, k.Name, k.Env()))
+		if !globalKeyFlags[k.Flag] {
+			addKeyFlag(f, k, defaults)
+		}
 	}
 	f.StringArrayVar(&bots, "bot", nil, "bot as ID with $BOTCTL_BOT_<ID>_SECRET set (repeatable; ID:SECRET puts the secret in argv: tests only)")
 	f.BoolVar(&demo, "demo", false, "start an in-process WeCom simulator (default when no bots and no --wecom-url are given)")
@@ -216,14 +225,28 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 			fmt.Fprintf(out, "botctl node %s serving bots [%s]; API %s://%s/status; etcd %s; AI %s\n",
 				cfg.NodeID, strings.Join(ids, " "), scheme, ln.Addr(), strings.Join(redact.URLs(endpoints), ","), cfg.AI.Kind)
 			if demoui.SimulatorURL(cfg.WeCom.URL) != "" {
-				// The page's chat asks for the API token: the link carries it
-				// in its fragment (never sent to the server), read here from
-				// its file so that the token itself is never printed.
-				fmt.Fprintf(out, "demo page: open \"%s://%s%s#token=$(cat %s)\" to chat as a WeCom user and watch the cluster (leader, nodes, tasks, incidents)\n",
-					scheme, ln.Addr(), demoui.Path, apiTokenPath(cfg))
+				fmt.Fprintln(out, demoPageLine(cfg, fmt.Sprintf("%s://%s%s", scheme, ln.Addr(), demoui.Path)))
 			}
 		},
 	})
+}
+
+// demoPageLine tells where the demo page is. The page's chat needs the
+// node API's token: the link carries it in its fragment, which a browser
+// never sends to the server, so that the link opens as printed. Only the
+// token the node generated for itself is printed so (a demo's, in its data
+// dir); the token of api.token_file, the operator's, is never printed: the
+// link then reads it from its file in the shell.
+func demoPageLine(cfg config.Config, page string) string {
+	const what = "to chat as a WeCom user and watch the cluster (leader, nodes, tasks, incidents)"
+	if cfg.API.TokenFile == "" {
+		if raw, err := os.ReadFile(apiTokenPath(cfg)); err == nil {
+			if tok := strings.TrimSpace(string(raw)); tok != "" {
+				return fmt.Sprintf("demo page: open %s#token=%s %s", page, url.QueryEscape(tok), what)
+			}
+		}
+	}
+	return fmt.Sprintf("demo page: open \"%s#token=$(cat %s)\" %s", page, apiTokenPath(cfg), what)
 }
 
 // apiTokenPath is where the node API's token is: api.token_file, else the

@@ -6,12 +6,14 @@ import (
 	"crypto/x509"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/pkg/config"
 )
 
 // With api.cert_file the ready line names the API as https://, the
@@ -22,8 +24,9 @@ func TestServeReadyLineNamesHTTPS(t *testing.T) {
 	cert, key := ca.Issue(t, "node-a")
 	out := &lines{seen: make(chan string, 64)}
 	root := newRootCmd()
+	dataDir := t.TempDir()
 	root.SetArgs([]string{"serve", "--demo", "--demo-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0",
-		"--data-dir", t.TempDir(), "--api-cert-file", cert, "--api-key-file", key})
+		"--data-dir", dataDir, "--api-cert-file", cert, "--api-key-file", key})
 	root.SetOut(out)
 	root.SetErr(out)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -52,13 +55,17 @@ func TestServeReadyLineNamesHTTPS(t *testing.T) {
 				api = m[1]
 			}
 			if strings.HasPrefix(l, "demo page: open ") {
-				if !strings.HasPrefix(l, `demo page: open "https://`) {
+				if !strings.HasPrefix(l, `demo page: open https://`) {
 					t.Fatalf("demo line %q, want https://", l)
 				}
-				// The link takes the API token from its file: the line
-				// names the file, never the token.
-				if !strings.Contains(l, "#token=$(cat ") || !strings.Contains(l, "api.token)") {
-					t.Fatalf("demo line %q, want a link reading its token from the data dir's api.token", l)
+				// The link opens as printed: the token the node generated
+				// in its data dir is in its fragment.
+				tok, err := os.ReadFile(filepath.Join(dataDir, "api.token"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(l, "/demo/#token="+strings.TrimSpace(string(tok))+" ") || strings.Contains(l, "$(") {
+					t.Fatalf("demo line %q, want a link with the data dir's token in its fragment", l)
 				}
 				demoLine = true
 			}
@@ -84,5 +91,30 @@ func TestServeReadyLineNamesHTTPS(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s/healthz: %s", api, resp.Status)
+	}
+}
+
+// The demo page's link opens as printed with the token the node
+// generated; an operator's api.token_file is never printed, the link
+// reads it in the shell.
+func TestDemoPageLine(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "api.token"), []byte("0123abcd\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Defaults()
+	cfg.DataDir = dir
+	got := demoPageLine(cfg, "http://127.0.0.1:8391/demo/")
+	if want := "demo page: open http://127.0.0.1:8391/demo/#token=0123abcd to chat"; !strings.HasPrefix(got, want) {
+		t.Fatalf("line %q, want it to start %q", got, want)
+	}
+	own := filepath.Join(dir, "operator.token")
+	if err := os.WriteFile(own, []byte("operator-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.API.TokenFile = own
+	got = demoPageLine(cfg, "http://127.0.0.1:8391/demo/")
+	if strings.Contains(got, "operator-secret") || !strings.Contains(got, `#token=$(cat `+own+`)"`) {
+		t.Fatalf("line %q: want the operator's token read from its file, never printed", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/oneline"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/heal/incident"
@@ -48,6 +49,16 @@ type NodeStatus struct {
 	Unreachable string `json:"unreachable,omitempty"`
 	// Model is each bot's backend calls on this node since it started.
 	Model map[string]metrics.ModelSummary `json:"model,omitempty"`
+	// settings are each bot's settings on this node (GET /status's),
+	// shown per bot (BotStatus.SettingsRefused).
+	settings map[string]liveSettings
+}
+
+// liveSettings is one bot's settings on a node, as its GET /status says.
+type liveSettings struct {
+	Revision        int64  `json:"revision"`
+	RefusedRevision int64  `json:"refused_revision"`
+	Refused         string `json:"refused"`
 }
 
 // apiClient is how botctl reaches the nodes' APIs: api.ca_file trusted,
@@ -97,9 +108,10 @@ func live(ctx context.Context, hc *http.Client, n *NodeStatus) {
 	}
 	defer resp.Body.Close()
 	var v struct {
-		Spool  struct{ Depth int }             `json:"spool"`
-		Worker struct{ Busy, Slots int }       `json:"worker"`
-		Model  map[string]metrics.ModelSummary `json:"model"`
+		Spool    struct{ Depth int }             `json:"spool"`
+		Worker   struct{ Busy, Slots int }       `json:"worker"`
+		Model    map[string]metrics.ModelSummary `json:"model"`
+		Settings map[string]liveSettings         `json:"settings"`
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		n.Unreachable = "GET /status: " + resp.Status + ": the node asks for its API token; give --config with its api.token_file " +
@@ -110,7 +122,7 @@ func live(ctx context.Context, hc *http.Client, n *NodeStatus) {
 		n.Unreachable = "GET /status: " + resp.Status
 		return
 	}
-	n.SpoolDepth, n.WorkerBusy, n.WorkerSlots, n.Model = &v.Spool.Depth, &v.Worker.Busy, &v.Worker.Slots, v.Model
+	n.SpoolDepth, n.WorkerBusy, n.WorkerSlots, n.Model, n.settings = &v.Spool.Depth, &v.Worker.Busy, &v.Worker.Slots, v.Model, v.Settings
 }
 
 // BotStatus is one bot across the cluster.
@@ -140,6 +152,46 @@ type BotStatus struct {
 	// Model is the bot's backend calls on the nodes that answered, summed
 	// (absent when none has made one since it started).
 	Model *ModelStatus `json:"model,omitempty"`
+	// SettingsRefused: the nodes that refuse the bot's latest override in
+	// etcd (botctl bots set), each serving the bot with the settings it
+	// had; absent when every node that answered applied it.
+	SettingsRefused []SettingsRefusal `json:"settings_refused,omitempty"`
+}
+
+// SettingsRefusal is one node's refusal of a bot's override.
+type SettingsRefusal struct {
+	Node string `json:"node"`
+	// Revision is the override refused, Reason why.
+	Revision int64  `json:"revision"`
+	Reason   string `json:"reason"`
+	// Serving is the override the node serves the bot with (0: the
+	// config file's settings).
+	Serving int64 `json:"serving"`
+}
+
+// addRefused adds to each bot the nodes that refuse its override; a bot
+// no node registers but one refuses is added.
+func addRefused(st *Status) {
+	at := map[string]int{}
+	for i, b := range st.Bots {
+		at[b.ID] = i
+	}
+	for _, n := range st.Nodes {
+		for bot, v := range n.settings {
+			if v.RefusedRevision == 0 {
+				continue
+			}
+			i, ok := at[bot]
+			if !ok {
+				i = len(st.Bots)
+				at[bot] = i
+				st.Bots = append(st.Bots, BotStatus{ID: bot, Nodes: map[string]node.BotStatus{}, Transitions: []node.LeaderEvent{}})
+			}
+			st.Bots[i].SettingsRefused = append(st.Bots[i].SettingsRefused,
+				SettingsRefusal{Node: n.ID, Revision: v.RefusedRevision, Reason: v.Refused, Serving: v.Revision})
+		}
+	}
+	sort.Slice(st.Bots, func(i, j int) bool { return st.Bots[i].ID < st.Bots[j].ID })
 }
 
 // ModelStatus is a bot's backend calls across the nodes: counts summed;
@@ -287,7 +339,7 @@ func newStatusCmd() *cobra.Command {
 			if !watch {
 				return once()
 			}
-			return watchStatus(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), interval, asJSON, once)
+			return watchStatus(cmd.Context(), clock.Real, cmd.OutOrStdout(), cmd.ErrOrStderr(), interval, asJSON, once)
 		},
 	}
 	cf.registerEtcd(cmd)
@@ -356,7 +408,7 @@ func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, hist
 		}
 		st.Bots = append(st.Bots, b)
 	}
-	sort.Slice(st.Bots, func(i, j int) bool { return st.Bots[i].ID < st.Bots[j].ID })
+	addRefused(&st) // sorts the bots
 	addModel(&st)
 	return st, nil
 }
@@ -430,6 +482,19 @@ func printStatus(w io.Writer, st Status) {
 				models = true
 			}
 			fmt.Fprintf(w, "  %s  %s\n", b.ID, b.Model.line())
+		}
+	}
+	for _, b := range st.Bots {
+		if len(b.SettingsRefused) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, settings override in etcd refused (botctl bots show --bot %s; fix or clear it):\n", b.ID, b.ID)
+		for _, r := range b.SettingsRefused {
+			serving := "the config file's settings"
+			if r.Serving != 0 {
+				serving = fmt.Sprintf("the override of revision %d", r.Serving)
+			}
+			fmt.Fprintf(w, "  %s  revision %d refused: %s; serves the bot with %s\n", r.Node, r.Revision, oneline.Clip(r.Reason, 200), serving)
 		}
 	}
 	for _, b := range st.Bots {

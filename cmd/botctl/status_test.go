@@ -140,3 +140,46 @@ func TestStatusModelLine(t *testing.T) {
 		t.Errorf("--json's bot: %s", raw)
 	}
 }
+
+// A bot's override refused by nodes is shown per node with what each
+// serves the bot with; a bot no node registers but one refuses is added;
+// a node that applied it adds nothing.
+func TestStatusSettingsRefused(t *testing.T) {
+	st := Status{
+		Nodes: []NodeStatus{
+			{Info: node.Info{ID: "n1"}, settings: map[string]liveSettings{"b1": {Revision: 0, RefusedRevision: 12, Refused: "config key ai.openai.api_key_env: environment variable OPENAI_API_KEY is not set"}}},
+			{Info: node.Info{ID: "n2"}, settings: map[string]liveSettings{"b1": {Revision: 9, RefusedRevision: 12, Refused: "config key ai.dify.api_key_file: not there"},
+				"b9": {RefusedRevision: 20, Refused: "why"}}},
+			{Info: node.Info{ID: "n3"}, settings: map[string]liveSettings{"b1": {Revision: 12}}},
+		},
+		Bots: []BotStatus{{ID: "b2"}, {ID: "b1"}},
+	}
+	addRefused(&st)
+	if len(st.Bots) != 3 || st.Bots[0].ID != "b1" || st.Bots[1].ID != "b2" || st.Bots[2].ID != "b9" {
+		t.Fatalf("bots %+v, want b1, b2, b9", st.Bots)
+	}
+	want := []SettingsRefusal{{Node: "n1", Revision: 12, Reason: "config key ai.openai.api_key_env: environment variable OPENAI_API_KEY is not set", Serving: 0},
+		{Node: "n2", Revision: 12, Reason: "config key ai.dify.api_key_file: not there", Serving: 9}}
+	if got := st.Bots[0].SettingsRefused; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("b1's settings_refused %+v, want %+v", got, want)
+	}
+	if st.Bots[1].SettingsRefused != nil {
+		t.Errorf("b2's settings_refused %+v, want none", st.Bots[1].SettingsRefused)
+	}
+	var out strings.Builder
+	printStatus(&out, st)
+	for _, line := range []string{
+		"b1, settings override in etcd refused (botctl bots show --bot b1; fix or clear it):\n",
+		"  n1  revision 12 refused: config key ai.openai.api_key_env: environment variable OPENAI_API_KEY is not set; serves the bot with the config file's settings\n",
+		"  n2  revision 12 refused: config key ai.dify.api_key_file: not there; serves the bot with the override of revision 9\n",
+		"  n2  revision 20 refused: why;",
+	} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("status output lacks %q:\n%s", line, out.String())
+		}
+	}
+	raw, _ := json.Marshal(st.Bots[0])
+	if !strings.Contains(string(raw), `"settings_refused":[{"node":"n1","revision":12,"reason":"config key ai.openai.api_key_env: environment variable OPENAI_API_KEY is not set","serving":0},`) {
+		t.Errorf("--json's bot: %s", raw)
+	}
+}

@@ -1,8 +1,8 @@
 // Package houserules checks the shape of the repository that docs/map.md
 // describes, so that it cannot drift back by accident: files of one
 // concept, a message's way through named seams rather than func-typed
-// fields, wiring kept small, and a configuration that describes the
-// parts without depending on them.
+// fields, wiring kept small, a configuration that describes the parts
+// without depending on them, and time waited on through one clock.
 package houserules
 
 import (
@@ -154,5 +154,59 @@ func TestConfigImportsNoPart(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// timeWaits are the time package's functions that wait on the machine's
+// clock, which a test cannot step.
+var timeWaits = map[string]bool{"NewTimer": true, "NewTicker": true, "After": true, "AfterFunc": true, "Sleep": true, "Tick": true}
+
+// Production code waits through pkg/clock, so that a test can step time
+// instead of sleeping; only pkg/clock (the real clock) and pkg/pause
+// touch the time package's timers.
+func TestWaitsGoThroughTheClock(t *testing.T) {
+	var dirs []string
+	for _, d := range []string{"cmd", "pkg", "election", "dataplane", "jetstream"} {
+		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
+			dirs = append(dirs, d)
+		}
+	}
+	fset := token.NewFileSet()
+	for _, p := range goFiles(t, dirs...) {
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if strings.HasPrefix(rel, "pkg/clock/") || strings.HasPrefix(rel, "pkg/pause/") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "" // the time package's name in f
+		for _, imp := range f.Imports {
+			if path := strings.Trim(imp.Path.Value, `"`); strings.HasPrefix(path, "k8s.io/utils/clock") {
+				t.Errorf("%s imports %s: import botctl's pkg/clock, which names its types", p, path)
+			}
+			if strings.Trim(imp.Path.Value, `"`) == "time" {
+				name = "time"
+				if imp.Name != nil {
+					name = imp.Name.Name
+				}
+			}
+		}
+		if name == "" || name == "_" {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == name && x.Obj == nil && timeWaits[sel.Sel.Name] {
+				t.Errorf("%s: time.%s waits on the machine's clock: wait through a clock.Clock (pkg/clock; a Clock field, nil meaning clock.Real) so that tests can step it",
+					fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
 	}
 }

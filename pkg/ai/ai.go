@@ -2,7 +2,8 @@
 // task's conversation and streams the answer back as text deltas, which the
 // worker accumulates, coalesces and writes to the output bucket.
 //
-// Five backends sit behind the one interface:
+// Five backends sit behind the one interface, each a file of its own and
+// a line of kinds.go:
 //
 //   - demo: a deterministic, made-up answer spread over a configurable time;
 //     for the simulator, demos and load tests. No model involved.
@@ -34,8 +35,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 )
 
@@ -55,7 +56,11 @@ type Message struct {
 // Request is one task's input: the conversation's recent turns with the
 // user's question last.
 type Request struct {
-	TaskID   string    `json:"task_id"`
+	TaskID string `json:"task_id"`
+	// Attempt is the worker's attempt at the task, from 1 (0: unknown).
+	// An answer is at least once: a task is tried again after a failure
+	// or a lost worker, with the same TaskID.
+	Attempt  int       `json:"attempt,omitempty"`
 	Messages []Message `json:"messages"`
 	// Who asked, where: the task's bot, conversation (chat id and
 	// "single" or "group"), user and the question's msgid. Backends that
@@ -162,7 +167,7 @@ func Retryable(err error) bool {
 // to tell its timeout (ErrTimeout) from the caller's context ending.
 var errAnswerTimeout = errors.New("ai: backend timeout")
 
-// Kinds of backend.
+// Kinds of backend: config.AIKinds, each built by its line in kinds.go.
 const (
 	KindDemo   = config.AIKindDemo
 	KindExec   = config.AIKindExec
@@ -209,7 +214,12 @@ type Option func(*options)
 type options struct {
 	sessions Sessions
 	breakers *Breakers
+	clock    clock.Clock
 }
+
+// WithClock is what the first-token timeout and the demo backend's pace
+// wait on. Without it, clock.Real.
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithBreakers is the node's circuit breakers, shared by every bot's
 // chain (they are kept per bot and backend). Without it, the chain has
@@ -244,21 +254,7 @@ func New(cfg Config, opts ...Option) (Backend, error) {
 		}
 		links = append(links, b)
 	}
-	return newChain(links, cfg, o.breakers), nil
-}
-
-// newOne builds the one backend cfg's kind names.
-func newOne(cfg Config, o options) (Backend, error) {
-	switch cfg.Kind {
-	case KindDemo:
-		return newDemo(cfg.Demo), nil
-	case KindExec:
-		return newExec(cfg.Exec)
-	case KindDify:
-		return newDify(cfg.Dify, o.sessions)
-	case KindHTTP:
-		return newHTTP(cfg.HTTP)
-	default: // KindOpenAI: Validate knows no other
-		return newOpenAI(cfg.OpenAI, os.LookupEnv)
-	}
+	c := newChain(links, cfg, o.breakers)
+	c.clock = o.clock
+	return c, nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/botctl/botctl/pkg/clock"
 )
 
 // Chain is a bot's backends in the order they are tried (ai.kind's,
@@ -33,6 +35,7 @@ type Chain struct {
 	links      []Backend
 	names      []string
 	firstToken time.Duration // 0: no first-token timeout
+	clock      clock.Clock   // nil: clock.Real
 	policy     BreakerPolicy
 	breakers   *Breakers
 }
@@ -214,7 +217,7 @@ func (c *Chain) try(ctx context.Context, b Backend, req Request, emit func(strin
 	var mu sync.Mutex
 	started, late := false, false
 	if c.firstToken > 0 {
-		timer := time.AfterFunc(c.firstToken, func() {
+		timer := clock.Or(c.clock).AfterFunc(c.firstToken, func() {
 			mu.Lock()
 			defer mu.Unlock()
 			if !started {

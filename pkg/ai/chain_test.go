@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/fakeclock"
 	"github.com/botctl/botctl/pkg/config"
 )
 
@@ -137,7 +138,8 @@ func TestChainCutMidStreamEndsWithTheNote(t *testing.T) {
 }
 
 // A primary that sends its headers and then nothing is given up at
-// ai.first_token_timeout, and the fallback answers.
+// ai.first_token_timeout, and the fallback answers. The timeout is the
+// chain's clock's, stepped by the test.
 func TestChainFirstTokenTimeoutFallsBack(t *testing.T) {
 	leakCheck(t)
 	f := newFakeOpenAI(t, func(w http.ResponseWriter, r *http.Request, f *fakeOpenAI) {
@@ -149,12 +151,22 @@ func TestChainFirstTokenTimeoutFallsBack(t *testing.T) {
 		}
 	})
 	_, hcfg := webhook(t, "in time")
+	clk := fakeclock.New(time.Now())
 	c := chain(t, Config{Kind: KindOpenAI, OpenAI: openAIAt(t, f.srv.URL), FirstTokenTimeout: time.Second,
-		Fallback: []BackendConfig{{Kind: KindHTTP, HTTP: hcfg}}})
+		Fallback: []BackendConfig{{Kind: KindHTTP, HTTP: hcfg}}}, WithClock(clk))
 	ctx, route := WithRoute(context.Background())
 	rec := newRecorder()
-	if err := c.Stream(ctx, botQuestion("q"), rec.emit); err != nil {
-		t.Fatal(err)
+	done := make(chan error, 1)
+	go func() { done <- c.Stream(ctx, botQuestion("q"), rec.emit) }()
+	clk.AwaitWaiters(t, 1) // the primary's first-token timeout
+	clk.Step(time.Second)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no answer a minute after the first-token timeout passed")
 	}
 	if rec.text() != "in time" || steps(route) != "openai:primary failed, http:hook answered" {
 		t.Errorf("answer %q, route %q", rec.text(), steps(route))

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 )
 
@@ -20,7 +21,8 @@ const (
 )
 
 type demoBackend struct {
-	cfg DemoConfig
+	cfg   DemoConfig
+	clock clock.Clock // nil: clock.Real
 }
 
 // newDemo builds the demo backend of a validated cfg
@@ -74,17 +76,18 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 	steps := int(answerTime / demoTick)
 	steps = max(1, min(steps, len(text)))
 
-	start := time.Now()
-	timer := time.NewTimer(time.Hour)
+	clk := clock.Or(b.clock)
+	start := clk.Now()
+	timer := clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	sent := 0
 	for k := 1; k <= steps; k++ {
 		due := start.Add(time.Duration(int64(answerTime) * int64(k) / int64(steps)))
-		timer.Reset(time.Until(due))
+		timer.Reset(due.Sub(clk.Now()))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-timer.C:
+		case <-timer.C():
 		}
 		end := len(text) * k / steps
 		for end < len(text) && !utf8.RuneStart(text[end]) {
@@ -111,8 +114,10 @@ func (b *demoBackend) Stream(ctx context.Context, req Request, emit func(string)
 // DemoAnswer is the demo backend's whole answer to question: the line
 // "You asked: <question>", a blank line, then paragraphs numbered "1. ",
 // "2. "… separated by blank lines, at least answerBytes long. The text
-// depends only on its arguments.
+// depends only on its arguments; bytes of question that are not UTF-8
+// are quoted as U+FFFD.
 func DemoAnswer(question string, paragraphs, answerBytes int) string {
+	question = strings.ToValidUTF8(question, "\uFFFD")
 	paragraphs = max(paragraphs, 1)
 	topic := demoTopic(question)
 	h := fnv.New64a()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/botctl/botctl/pkg/config"
@@ -103,7 +105,7 @@ func (b *httpBackend) Stream(ctx context.Context, req Request, emit func(string)
 	}
 	runCtx, cancel := context.WithTimeoutCause(ctx, b.web.timeout, errAnswerTimeout)
 	defer cancel()
-	resp, err := b.web.post(runCtx, newHTTPRequest(req), "text/event-stream, text/plain")
+	resp, err := b.web.postWith(runCtx, newHTTPRequest(req), "text/event-stream, text/plain", httpHeader(req))
 	if err != nil {
 		return b.web.classify(ctx, runCtx, req, err)
 	}
@@ -127,6 +129,23 @@ func (b *httpBackend) Stream(ctx context.Context, req Request, emit func(string)
 		return b.web.classify(ctx, runCtx, req, err)
 	}
 	return nil
+}
+
+// httpHeader is what the http backend adds to its POST so that a webhook
+// with side effects can act once per task: Idempotency-Key is the task id,
+// the same on every attempt (a retry, a redelivery to another node), and
+// X-Botctl-Attempt the attempt's number (from 1; absent when unknown). An
+// answer is at least once: a webhook that did its side effect and failed
+// to answer is asked again under the same key.
+func httpHeader(req Request) http.Header {
+	h := http.Header{}
+	if req.TaskID != "" {
+		h.Set("Idempotency-Key", req.TaskID)
+	}
+	if req.Attempt > 0 {
+		h.Set("X-Botctl-Attempt", strconv.Itoa(req.Attempt))
+	}
+	return h
 }
 
 // events reads an event stream to its {"done": true}.
@@ -207,7 +226,7 @@ func (b *httpBackend) reply(ctx context.Context, raw json.RawMessage) error {
 		}
 	}
 	if err := SendReply(ctx, r); err != nil && !errors.Is(err, ErrNoReplySink) {
-		return err
+		return fmt.Errorf("%s: %w", b.Name(), err) // ErrReplyTooLarge: the stream stops here
 	}
 	return nil
 }

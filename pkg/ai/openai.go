@@ -135,7 +135,9 @@ func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(strin
 				continue
 			}
 			if c.Delta.Content != "" {
-				if err := emit(c.Delta.Content); err != nil {
+				// The SDK passes a server's bytes on as they are: those
+				// that are not UTF-8 become U+FFFD here.
+				if err := emit(strings.ToValidUTF8(c.Delta.Content, "\uFFFD")); err != nil {
 					return err
 				}
 			}

@@ -69,7 +69,19 @@ const (
 	MaxReplyFiles = 5
 	// MaxCardBytes bounds a card's JSON.
 	MaxCardBytes = 16 << 10
+	// MaxReplyBytes bounds the bytes one answer's reply holds while its
+	// backend streams (every image's and file's Data, and the card): the
+	// most WeCom takes, each image and file at its limit.
+	MaxReplyBytes = MaxReplyImages*MaxReplyImageBytes + MaxReplyFiles*MaxReplyFileBytes + MaxCardBytes
 )
+
+// ErrReplyTooLarge: a backend sent more than one answer carries (over
+// MaxReplyImages images, MaxReplyFiles files or MaxReplyBytes). SendReply
+// refuses it as it comes, keeping nothing of it, so that a backend
+// streaming replies without end fails at once instead of filling the
+// worker's memory. It wraps ErrBadRequest: the same backend would send
+// as much again, so the task is not retried.
+var ErrReplyTooLarge = fmt.Errorf("%w: the reply is more than one answer carries", ErrBadRequest)
 
 // Add merges r2 into r: images and files appended, r2's card (if any)
 // replacing r's.
@@ -87,7 +99,8 @@ func (r Reply) Empty() bool {
 }
 
 // ErrNoReplySink: SendReply was called where nobody collects replies (a
-// caller of Stream that takes text only, such as botctl ask).
+// caller of Stream that takes text only, such as the load test's naive
+// bot; the worker always collects them).
 var ErrNoReplySink = errors.New("ai: no reply sink in this context")
 
 type replySinkKey struct{}
@@ -107,7 +120,9 @@ func WithReplySink(ctx context.Context, sink *ReplySink) context.Context {
 
 // SendReply hands r to the caller of Stream; call it from within Stream.
 // ErrNoReplySink when the caller does not take replies: the text alone is
-// the answer then.
+// the answer then. ErrReplyTooLarge when what was sent and r together
+// exceed one answer's limits: r is not kept, and the backend fails its
+// Stream with that error.
 func SendReply(ctx context.Context, r Reply) error {
 	sink, _ := ctx.Value(replySinkKey{}).(*ReplySink)
 	if sink == nil {
@@ -115,7 +130,29 @@ func SendReply(ctx context.Context, r Reply) error {
 	}
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
-	sink.r.Add(r)
+	next := sink.r // Add appends past sink.r's length only: sink.r is unchanged if next is refused
+	next.Add(r)
+	if err := next.fits(); err != nil {
+		return err
+	}
+	sink.r = next
+	return nil
+}
+
+// fits refuses a reply over one answer's limits with ErrReplyTooLarge.
+func (r Reply) fits() error {
+	size := len(r.Card)
+	for _, f := range append(append([]ReplyFile{}, r.Images...), r.Files...) {
+		size += len(f.Data)
+	}
+	switch {
+	case len(r.Images) > MaxReplyImages:
+		return fmt.Errorf("%w: %d images, at most %d", ErrReplyTooLarge, len(r.Images), MaxReplyImages)
+	case len(r.Files) > MaxReplyFiles:
+		return fmt.Errorf("%w: %d files, at most %d", ErrReplyTooLarge, len(r.Files), MaxReplyFiles)
+	case size > MaxReplyBytes:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrReplyTooLarge, size, MaxReplyBytes)
+	}
 	return nil
 }
 

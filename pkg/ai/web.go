@@ -80,6 +80,11 @@ func (e *statusError) Error() string {
 // post sends body as JSON and returns the response to a 2xx; any other
 // status is a *statusError, its body read (bounded) and closed.
 func (w web) post(ctx context.Context, body any, accept string) (*http.Response, error) {
+	return w.postWith(ctx, body, accept, nil)
+}
+
+// postWith is post with header's fields added to the request.
+func (w web) postWith(ctx context.Context, body any, accept string, header http.Header) (*http.Response, error) {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: encode the request: %v", ErrBadRequest, w.name, err)
@@ -90,6 +95,9 @@ func (w web) post(ctx context.Context, body any, accept string) (*http.Response,
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", accept)
+	for k, v := range header {
+		hreq.Header[k] = v
+	}
 	if w.secret != "" {
 		hreq.Header.Set("Authorization", "Bearer "+w.secret)
 	}

@@ -19,8 +19,11 @@
 // base it is given (the bot's settings from the writer's config file) and
 // nothing over a change it did not see (compare-and-set on the key's
 // revision). What is not: that every node's file agrees with the
-// writer's; each node validates the override again over its own file and
-// keeps its previous settings when that fails, saying why in its log.
+// writer's; each node validates the override again over its own file (and
+// builds its backend on its own machine) and, when that fails, keeps
+// serving the bot with its previous settings (at start: the file's),
+// saying why in its log and its status. What etcd holds never stops a
+// node.
 package botsettings
 
 import (

@@ -11,7 +11,11 @@ import (
 	"github.com/botctl/botctl/pkg/redact"
 )
 
-// The AI backends (ai.kind).
+// The AI backends: ai.kind's values. Each has a section of its own, the
+// key named as the kind, in AIBackend and AI; sections lists them, and
+// AIKinds (every message naming the kinds) is read from there. pkg/ai
+// builds each kind from one line of its kinds.go, which its tests hold to
+// AIKinds.
 const (
 	AIKindDemo   = "demo"
 	AIKindExec   = "exec"
@@ -54,7 +58,7 @@ const (
 // AI chooses and configures the AI backend (pkg/ai): the "ai" section of the node's
 // configuration. Only the section named by Kind is read.
 type AI struct {
-	// Kind is "demo", "exec", "openai", "dify" or "http". Required.
+	// Kind is one of AIKinds. Required.
 	Kind string `yaml:"kind"`
 	// MaxConcurrency is how many answers this node asks of the backend at
 	// once: what the model provider allows (its concurrent-request or
@@ -258,23 +262,58 @@ func (a AI) Validate() error {
 	return errors.Join(a.Primary().validate(), a.validateChain())
 }
 
+// aiSection is one backend's section of the ai keys.
+type aiSection interface{ validate() error }
+
+// aiKindSection is a kind and its section of one AIBackend.
+type aiKindSection struct {
+	kind    string
+	section aiSection
+}
+
+// sections are b's sections by kind, in the order the kinds are named to
+// users: the one list of the kinds in this package (AIKinds).
+func (b AIBackend) sections() []aiKindSection {
+	return []aiKindSection{
+		{AIKindDemo, b.Demo},
+		{AIKindExec, b.Exec},
+		{AIKindOpenAI, b.OpenAI},
+		{AIKindDify, b.Dify},
+		{AIKindHTTP, b.HTTP},
+	}
+}
+
+// AIKinds are ai.kind's values, in the order they are named to users.
+func AIKinds() []string {
+	var kinds []string
+	for _, s := range (AIBackend{}).sections() {
+		kinds = append(kinds, s.kind)
+	}
+	return kinds
+}
+
+// aiKindList is the kinds, each formatted by verb (%s, %q), separated by
+// sep, the last by last: `"demo", "exec" or "http"`.
+func aiKindList(verb, sep, last string) string {
+	kinds := AIKinds()
+	q := make([]string, len(kinds))
+	for i, k := range kinds {
+		q[i] = fmt.Sprintf(verb, k)
+	}
+	return strings.Join(q[:len(q)-1], sep) + last + q[len(q)-1]
+}
+
 // validate checks the backend's kind and the section it names.
 func (a AIBackend) validate() error {
-	switch a.Kind {
-	case AIKindDemo:
-		return a.Demo.validate()
-	case AIKindExec:
-		return a.Exec.validate()
-	case AIKindOpenAI:
-		return a.OpenAI.validate()
-	case AIKindDify:
-		return a.Dify.validate()
-	case AIKindHTTP:
-		return a.HTTP.validate()
-	case "":
-		return errors.New(`config key ai.kind: required (one of "demo", "exec", "openai", "dify", "http")`)
+	if a.Kind == "" {
+		return fmt.Errorf("config key ai.kind: required (one of %s)", aiKindList("%q", ", ", ", "))
 	}
-	return fmt.Errorf(`config key ai.kind: %q is not a backend (want "demo", "exec", "openai", "dify" or "http")`, a.Kind)
+	for _, s := range a.sections() {
+		if s.kind == a.Kind {
+			return s.section.validate()
+		}
+	}
+	return fmt.Errorf("config key ai.kind: %q is not a backend (want %s)", a.Kind, aiKindList("%q", ", ", " or "))
 }
 
 func (d AIDemo) validate() error {

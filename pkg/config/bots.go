@@ -285,7 +285,7 @@ func (c *Config) setByTag(key string, val any) error {
 		}
 		f, ok := fieldByTag(v, part)
 		if !ok {
-			return fmt.Errorf("config key %s: unknown (known here: %s; all keys: %s)", key, strings.Join(tags(v), ", "), knownNames())
+			return fmt.Errorf("config key %s: unknown: %s", key, didYouMean(key))
 		}
 		v = f
 	}
@@ -310,7 +310,7 @@ func setFields(prefix string, doc map[string]any, v reflect.Value, refuse func(k
 		key := prefix + name
 		f, ok := fieldByTag(v, name)
 		if !ok {
-			errs = append(errs, fmt.Errorf("config key %s: unknown (known here: %s)", key, strings.Join(tags(v), ", ")))
+			errs = append(errs, fmt.Errorf("config key %s: unknown: %s", key, didYouMean(key)))
 			continue
 		}
 		if f.Kind() == reflect.Struct && f.Type() != durationType {
@@ -585,7 +585,8 @@ func rekey(err error, prefix string) error {
 		}
 		return errors.Join(parts...)
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), "config key ", "config key "+prefix))
+	msg := strings.ReplaceAll(err.Error(), "config key ", "config key "+prefix)
+	return errors.New(strings.ReplaceAll(msg, didYouMeanText, didYouMeanText+prefix))
 }
 
 // checkCard says what is wrong with a template card's JSON ("" nothing,

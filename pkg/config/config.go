@@ -56,6 +56,7 @@ type Config struct {
 	Recovery Recovery `yaml:"recovery"`
 	Alert    Alert    `yaml:"alert"`
 	Media    Media    `yaml:"media"`
+	Log      Log      `yaml:"log"`
 	Bots     []Bot    `yaml:"bots"`
 }
 
@@ -189,7 +190,7 @@ type NATS struct {
 	PingInterval time.Duration `yaml:"ping_interval"`
 	// MaxClockSkew bounds how far this node's clock may be from
 	// JetStream's (the time its stream leader stamps on what it stores,
-	// pkg/clock): nodes compare the times others wrote (deadlines, send
+	// pkg/skew): nodes compare the times others wrote (deadlines, send
 	// windows) with their own, so a node off by more campaigns for no bot
 	// and runs no task until its time sync is fixed. Default 5s; 0 turns
 	// the check off.
@@ -323,6 +324,7 @@ func Defaults() Config {
 	c.Alert = alertDefaults()
 	c.Spool = spoolDefaults()
 	c.Media = mediaDefaults()
+	c.Log = logDefaults()
 	c.Push.ReplayExpiry = 24 * time.Hour
 	return c
 }
@@ -385,7 +387,7 @@ func (c *Config) applyFile(path string) error {
 				continue
 			}
 			if !ok {
-				return fmt.Errorf("config %s: unknown key %s (known: %s)", path, key, knownNames())
+				return fmt.Errorf("config %s: unknown key %s: %s", path, key, didYouMean(key))
 			}
 			if items, ok := v.([]any); ok && k.list != nil {
 				argv := make([]string, len(items))
@@ -670,6 +672,7 @@ func (c *Config) Validate() error {
 	c.validateAlert(bad)
 	c.validateSpool(bad)
 	c.validateMedia(bad)
+	c.validateLog(bad)
 	seen := map[string]bool{}
 	for i, b := range c.Bots {
 		key := fmt.Sprintf("bots[%d]", i)

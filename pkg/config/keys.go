@@ -7,15 +7,6 @@ import (
 	"time"
 )
 
-// knownNames lists every key, for the error about an unknown one.
-func knownNames() string {
-	names := []string{"bots"}
-	for _, k := range Keys {
-		names = append(names, k.Name)
-	}
-	return strings.Join(names, ", ")
-}
-
 // Key is one configuration key: its name, its environment variable, and how
 // a string sets it. Flags use the same table (package cmd/botctl).
 type Key struct {
@@ -125,7 +116,7 @@ var Keys = []Key{
 	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot", set: integer(func(c *Config) *int { return &c.Worker.LeaderSlots })},
 	{Name: "worker.output_interval", Flag: "worker-output-interval", Usage: "least time between two output writes of a running answer (0: the pusher's progress gap at push.budget and a tenth, 3.7s at 20/min)", set: dur(func(c *Config) *time.Duration { return &c.Worker.OutputInterval })},
 	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
-	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: demo, exec, openai, dify or http", set: str(func(c *Config) *string { return &c.AI.Kind })},
+	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: " + aiKindList("%s", ", ", " or "), set: str(func(c *Config) *string { return &c.AI.Kind })},
 	{Name: "ai.max_concurrency", Flag: "ai-max-concurrency", Usage: "answers asked of the AI backend at once on this node (0: no limit beyond worker.slots; set, it also caps worker.slots' derived default)", set: integer(func(c *Config) *int { return &c.AI.MaxConcurrency })},
 	{Name: "ai.max_answer_bytes", Flag: "ai-max-answer-bytes", Usage: "longest answer stored, in bytes as stored (JSON-escaped); a longer one is cut there with a note, and delivered once", set: integer(func(c *Config) *int { return &c.AI.MaxAnswerBytes })},
 	{Name: "ai.first_token_timeout", Flag: "ai-first-token-timeout", Usage: "a backend that has said nothing this long has failed: the next of ai.fallback is asked (0: off)", set: dur(func(c *Config) *time.Duration { return &c.AI.FirstTokenTimeout })},

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
@@ -48,6 +49,9 @@ type EtcdConfig struct {
 	// Logger receives etcd's warnings and errors (its info lines are
 	// dropped).
 	Logger zerolog.Logger
+	// Clock is what the wait for the member to be ready counts on.
+	// Default clock.Real.
+	Clock clock.Clock
 }
 
 // Etcd is a running embedded etcd member.
@@ -168,7 +172,7 @@ func startEtcd(ctx context.Context, cfg EtcdConfig, peer string) (*Etcd, error) 
 		return nil, fmt.Errorf("start etcd on %s (data dir %s): %w", cfg.ClientAddr, dir, err)
 	}
 	m := &Etcd{e: e, endpoints: []string{clientURL.String()}, closing: closing}
-	timer := time.NewTimer(timeout)
+	timer := clock.Or(cfg.Clock).NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
@@ -177,7 +181,7 @@ func startEtcd(ctx context.Context, cfg EtcdConfig, peer string) (*Etcd, error) 
 		err = fmt.Errorf("start etcd on %s: %w", cfg.ClientAddr, err)
 	case <-e.Server.StopNotify():
 		err = fmt.Errorf("start etcd on %s: server stopped before it was ready", cfg.ClientAddr)
-	case <-timer.C:
+	case <-timer.C():
 		err = fmt.Errorf("start etcd on %s: not ready after %s (slow disk, or data dir %s from another cluster?)", cfg.ClientAddr, timeout, dir)
 	case <-ctx.Done():
 		err = fmt.Errorf("start etcd on %s: %w", cfg.ClientAddr, ctx.Err())

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -45,7 +46,7 @@ func AlertSent(sink, kind, level string, ok bool) {
 
 // Node is one node's instruments and registry.
 type Node struct {
-	Registry *prometheus.Registry
+	Registry *Registry
 	*Model   // the AI backends' calls and the limits (model.go)
 
 	framesIn   *prometheus.CounterVec
@@ -58,13 +59,14 @@ type Node struct {
 	natsErrors *prometheus.CounterVec
 	corrupt    *prometheus.CounterVec
 	feedback   *prometheus.CounterVec
+	incidents  *prometheus.HistogramVec
 }
 
 // New makes a node's registry with its instruments, the process and Go
 // runtime collectors, and AlertsSent.
 func New() *Node {
 	m := &Node{
-		Registry: prometheus.NewRegistry(),
+		Registry: NewRegistry(),
 		framesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "wecom_frames_in_total",
 			Help: "Callback frames read from WeCom, by bot and cmd."}, []string{"bot", "cmd"}),
 		framesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "wecom_frames_out_total",
@@ -88,11 +90,34 @@ func New() *Node {
 			Help: "Task records skipped because they do not decode, by bot and where (rebuild: a pusher's term start; push: a pusher's step; spool: the spool's way out, which drops the entry; sweep: the leader's sweep). Each pass that meets one counts it: it rises for as long as the record stays."}, []string{"bot", "where"}),
 		feedback: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "feedback_total",
 			Help: "Users' verdicts on answers (WeCom's feedback_event) this node received, by bot and kind (accurate, inaccurate, canceled: a verdict withdrawn, unknown). Each is recorded with its task: botctl feedback; an event delivered again is counted once."}, []string{"bot", "kind"}),
+		incidents: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "incident_seconds",
+			Help:    "Spans of the incidents this node closed, by bot, kind (outage, data, ai) and span: t1 (drop to detected), t2 (detected to the first action), t3 (recovered to data complete). A span the incident does not have is not observed.",
+			Buckets: []float64{1, 3, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"bot", "kind", "span"}),
 	}
-	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, alertsSent,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, m.incidents, alertsSent,
+		buildInfo(buildinfo.Get()), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Model = newModel(m.Registry)
 	return m
+}
+
+// buildInfo is botctl_build_info{version,commit,goversion}, always 1: the
+// build a node runs, to join with any other series (a rolling upgrade
+// shows as two versions at once).
+func buildInfo(in buildinfo.Info) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
+		Help:        "Always 1; its labels name the build this node runs: version (\"dev\" for a development build), commit, goversion.",
+		ConstLabels: prometheus.Labels{"version": in.Version, "commit": in.Commit, "goversion": in.Go}},
+		func() float64 { return 1 })
+}
+
+// IncidentClosed observes a closed incident's spans
+// (health.IncidentMetrics); a zero span is one it does not have.
+func (m *Node) IncidentClosed(bot, kind string, t1, t2, t3 time.Duration) {
+	for span, d := range map[string]time.Duration{"t1": t1, "t2": t2, "t3": t3} {
+		if d > 0 {
+			m.incidents.WithLabelValues(bot, kind, span).Observe(d.Seconds())
+		}
+	}
 }
 
 // FrameIn counts a callback read (wecom.FrameObserver).

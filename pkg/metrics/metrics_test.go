@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -62,5 +63,49 @@ func TestRegistriesArePerNode(t *testing.T) {
 	alert := `botctl_alerts_sent_total{kind="open",level="auto",result="failed",sink="webhook"} 1`
 	if !strings.Contains(ta, alert) || !strings.Contains(tb, alert) {
 		t.Errorf("AlertsSent not on both registries")
+	}
+}
+
+// Every registry says which build its node runs.
+func TestBuildInfo(t *testing.T) {
+	rec := httptest.NewRecorder()
+	metrics.New().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	in := buildinfo.Get()
+	want := `botctl_build_info{commit="` + in.Commit + `",goversion="` + in.Go + `",version="` + in.Version + `"} 1`
+	if !strings.Contains(rec.Body.String(), want+"\n") {
+		t.Fatalf("/metrics lacks %s", want)
+	}
+}
+
+// A closed incident's spans are observed by name; a span it does not have
+// (0) is not.
+func TestIncidentClosed(t *testing.T) {
+	m := metrics.New()
+	m.IncidentClosed("b1", "outage", 2*time.Second, 500*time.Millisecond, 0)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, line := range []string{
+		`botctl_incident_seconds_sum{bot="b1",kind="outage",span="t1"} 2`,
+		`botctl_incident_seconds_count{bot="b1",kind="outage",span="t2"} 1`,
+		`botctl_incident_seconds_bucket{bot="b1",kind="outage",span="t2",le="1"} 1`,
+	} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %s", line)
+		}
+	}
+	if strings.Contains(body, `span="t3"`) {
+		t.Error("a span the incident lacks was observed")
+	}
+}
+
+// The registry names every family its collectors describe, counted or
+// not.
+func TestRegistryNames(t *testing.T) {
+	names := strings.Join(metrics.New().Registry.Names(), " ")
+	for _, want := range []string{"botctl_wecom_frames_in_total", "botctl_incident_seconds", "botctl_build_info", "botctl_ai_first_token_seconds", "go_goroutines", "process_cpu_seconds_total"} {
+		if !strings.Contains(" "+names+" ", " "+want+" ") {
+			t.Errorf("Names() lacks %s: %s", want, names)
+		}
 	}
 }

@@ -73,10 +73,10 @@ type TermHooks interface {
 	Drain(ctx context.Context, term *election.Term)
 }
 
-// Clock says whether this node's clock is off (pkg/clock's Watch), and
+// Skew says whether this node's clock is off (pkg/skew's Watch), and
 // why: other nodes compare the times it writes with theirs, so such a
 // node leads nothing.
-type Clock interface {
+type Skew interface {
 	Off() (why string, off bool)
 }
 

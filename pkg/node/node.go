@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
@@ -92,10 +93,13 @@ type Config struct {
 	Health Observer
 	// Metrics, if set, counts the node's failed etcd requests.
 	Metrics Metrics
-	// Clock, if set, says when this node's clock is too far off to be
-	// trusted (pkg/clock): the node then campaigns for no bot.
-	Clock  Clock
+	// Skew, if set, says when this node's clock is too far off to be
+	// trusted (pkg/skew): the node then campaigns for no bot.
+	Skew   Skew
 	Logger zerolog.Logger
+	// Clock is what the node's recheck of Skew waits on. Default
+	// clock.Real.
+	Clock clock.Clock
 }
 
 func (c *Config) setDefaults() {
@@ -226,33 +230,33 @@ func (n *Node) leading() int {
 // clockRecheck is how often a node whose clock is off looks again.
 const clockRecheck = 10 * time.Second
 
-// clockOff: Config.Clock says this node's clock is not to be trusted.
+// clockOff: Config.Skew says this node's clock is not to be trusted.
 func (n *Node) clockOff() (string, bool) {
-	if n.cfg.Clock == nil {
+	if n.cfg.Skew == nil {
 		return "", false
 	}
-	return n.cfg.Clock.Off()
+	return n.cfg.Skew.Off()
 }
 
 // errClockOff ends a candidacy or a term when this node's clock goes off.
 var errClockOff = errors.New("this node's clock is off (nats.max_clock_skew)")
 
-// waitClockOff returns true once Config.Clock says the clock is off,
-// looking every clockRecheck; false when ctx ends first (or no Clock).
+// waitClockOff returns true once Config.Skew says the clock is off,
+// looking every clockRecheck; false when ctx ends first (or no Skew).
 func (n *Node) waitClockOff(ctx context.Context) bool {
-	if n.cfg.Clock == nil {
+	if n.cfg.Skew == nil {
 		return false
 	}
-	t := time.NewTicker(clockRecheck)
+	t := clock.Or(n.cfg.Clock).NewTicker(clockRecheck)
 	defer t.Stop()
 	for {
-		if _, off := n.cfg.Clock.Off(); off {
+		if _, off := n.cfg.Skew.Off(); off {
 			return true
 		}
 		select {
 		case <-ctx.Done():
 			return false
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

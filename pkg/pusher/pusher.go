@@ -89,6 +89,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
@@ -172,6 +173,9 @@ type Config struct {
 	Logger zerolog.Logger
 	// Now is the clock (a test seam). Default time.Now.
 	Now func() time.Time
+	// Clock is what the scan's ticks and sleeps wait on. Default
+	// clock.Real.
+	Clock clock.Clock
 }
 
 // Metrics hears what the pusher measures, for the node's metrics. Its
@@ -390,11 +394,12 @@ func (p *Pusher) Run(ctx context.Context) error {
 	wg.Go(func() { p.watch(ctx, from) })
 	wg.Go(func() { p.followReconnects(ctx) })
 	sem := make(chan struct{}, p.cfg.Parallel)
-	t := time.NewTicker(p.cfg.ScanInterval)
+	clk := clock.Or(p.cfg.Clock)
+	t := clk.NewTicker(p.cfg.ScanInterval)
 	defer t.Stop()
-	resync := time.NewTicker(p.cfg.ResyncEvery)
+	resync := clk.NewTicker(p.cfg.ResyncEvery)
 	defer resync.Stop()
-	waits := time.NewTimer(p.cfg.ScanInterval)
+	waits := clk.NewTimer(p.cfg.ScanInterval)
 	defer waits.Stop()
 	all := true // the first scan, and each tick's, looks at every task (due.go)
 	for {
@@ -404,9 +409,9 @@ func (p *Pusher) Run(ctx context.Context) error {
 			// Interrupted by a notice: scan again at once, after the
 			// periodic work if it is due (never starved by notices).
 			select {
-			case <-resync.C:
+			case <-resync.C():
 				p.resync(ctx)
-			case <-t.C:
+			case <-t.C():
 				p.saveWatermark(ctx)
 				all = true
 			default:
@@ -419,12 +424,12 @@ func (p *Pusher) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-resync.C:
+			case <-resync.C():
 				p.resync(ctx)
-			case <-t.C:
+			case <-t.C():
 				p.saveWatermark(ctx)
 				all = true
-			case <-waits.C:
+			case <-waits.C():
 			case <-p.in.waited:
 				slept = false // a step's wait ends sooner than this sleep: sleep again, shorter
 			case <-p.in.wake:

@@ -12,6 +12,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/botctl/botctl/pkg/clock"
 )
 
 // States a service sends (sd_notify(3)).
@@ -63,21 +65,21 @@ func WatchdogInterval() time.Duration {
 	return time.Duration(usec) * time.Microsecond / 2
 }
 
-// RunWatchdog sends Watchdog every interval while alive reports true,
+// RunWatchdog sends Watchdog every interval of clk (nil: clock.Real) while alive reports true,
 // until ctx ends. A node that stops answering (alive false, or the
 // process hung) stops pinging, and systemd restarts it after WatchdogSec.
 // interval <= 0: returns at once.
-func RunWatchdog(ctx context.Context, interval time.Duration, alive func() bool) {
+func RunWatchdog(ctx context.Context, clk clock.Clock, interval time.Duration, alive func() bool) {
 	if interval <= 0 {
 		return
 	}
-	t := time.NewTicker(interval)
+	t := clock.Or(clk).NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			if alive == nil || alive() {
 				Notify(Watchdog)
 			}

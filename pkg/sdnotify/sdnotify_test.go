@@ -72,7 +72,7 @@ func TestWatchdogPings(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); sdnotify.RunWatchdog(ctx, iv, func() bool { return true }) }()
+	go func() { defer close(done); sdnotify.RunWatchdog(ctx, nil, iv, func() bool { return true }) }()
 	for range 2 {
 		if got := read(t, conn); got != "WATCHDOG=1" {
 			t.Fatalf("got %q, want WATCHDOG=1", got)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/botctl/botctl/pkg/buildinfo"
 	"net/http"
 	"sync"
 
@@ -41,6 +42,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		}
 		view := struct {
 			node.Info
+			Build     buildinfo.Info     `json:"build"`     // the binary: version, commit, build date, Go, platform
 			JetStream bool               `json:"jetstream"` // bound: false while the node only spools
 			Access    access.Stats       `json:"access"`
 			Dispatch  dispatch.Stats     `json:"dispatch"`
@@ -51,7 +53,7 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			Settings map[string]settingsView `json:"settings"`
 			// Model: each bot's backend calls on this node (model.go).
 			Model map[string]metrics.ModelSummary `json:"model"`
-		}{Info: n.Node.Info(), Access: n.Access.Stats(), Pushers: map[string]botView{}, Settings: n.bots.views(), Model: n.obs.metrics.Summary(),
+		}{Info: n.Node.Info(), Build: buildinfo.Get(), Access: n.Access.Stats(), Pushers: map[string]botView{}, Settings: n.bots.views(), Model: n.obs.metrics.Summary(),
 			Worker: workerView{Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
 		if n.started() {
 			view.JetStream, view.Dispatch, view.Worker.Busy = true, n.Dispatch.Stats(), n.Worker.Busy()

@@ -29,8 +29,10 @@ import (
 // backend is built again only when its ai section changes; a task keeps
 // the backend it started with. An override that fails here (a key this
 // node's file makes invalid, a backend that cannot be built on this
-// machine) is not applied: the bot keeps what it had, and the log says
-// why.
+// machine) is not applied: the bot keeps what it had (at start: the
+// file's settings), the log says why, and the refusal is shown (GET
+// /status, /readyz's warnings, botctl_bot_settings_refused). What etcd
+// holds never stops a node.
 type bots struct {
 	cfg    config.Config
 	etcd   *clientv3.Client
@@ -110,8 +112,12 @@ func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log z
 }
 
 // bind builds every bot's backend with opts, once JetStream is bound
-// (Node.start, before the worker starts): an error stops the node, naming
-// the bot. h hears when all of a bot's backends are down.
+// (Node.start, before the worker starts). What etcd holds never stops the
+// node: a bot whose override's backend cannot be built here runs with the
+// config file's settings, and the override is recorded as refused
+// (refusal, views). Only a backend of the file's own settings that cannot
+// be built stops the node, naming the bot. h hears when all of a bot's
+// backends are down.
 func (b *bots) bind(h *health.Health, opts ...ai.Option) error {
 	b.applying.Lock()
 	defer b.applying.Unlock()
@@ -126,12 +132,45 @@ func (b *bots) bind(h *health.Health, opts ...ai.Option) error {
 	for bot, st := range b.bots {
 		if reflect.DeepEqual(st.settings.AI, b.top.settings.AI) {
 			st.backend = b.top.backend
-		} else if st.backend, err = b.backend(st.settings.AI); err != nil {
+			continue
+		}
+		if st.backend, err = b.backend(st.settings.AI); err == nil {
+			continue
+		}
+		if st.rev == 0 {
 			return fmt.Errorf("bot %s: %w", bot, err)
 		}
+		file, ferr := b.fileState(bot)
+		if ferr != nil {
+			return fmt.Errorf("bot %s: %w", bot, ferr)
+		}
+		b.bots[bot] = file
+		b.refused[bot] = refusal{rev: st.rev, why: err.Error()}
+		b.log.Error().Err(err).Str("bot", bot).Int64("revision", st.rev).
+			Msg("bot settings from etcd not applied at start: the backend cannot be built on this node; the bot runs with the config file's settings (botctl bots show --bot " + bot + ")")
 	}
 	b.bound = true
 	return nil
+}
+
+// fileState is bot's state of the config file's settings, its backend
+// built (top's when the ai sections are the same); b.mu is held by the
+// caller, which has set aiOpts.
+func (b *bots) fileState(bot string) (*botState, error) {
+	s, err := b.cfg.BotSettings(bot)
+	if err != nil {
+		return nil, err
+	}
+	st, err := b.rules(s, 0)
+	if err != nil {
+		return nil, err
+	}
+	if reflect.DeepEqual(s.AI, b.top.settings.AI) {
+		st.backend = b.top.backend
+	} else if st.backend, err = b.backend(s.AI); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // backend builds one backend: the one place a node makes them.
@@ -140,7 +179,10 @@ func (b *bots) backend(cfg config.AI) (ai.Backend, error) { return ai.New(cfg, b
 // build makes s's rules and, once bound, its backend (like's, when s's ai
 // section is like's).
 func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState, error) {
-	st := &botState{settings: s, rev: rev}
+	st, err := b.rules(s, rev)
+	if err != nil {
+		return nil, err
+	}
 	b.mu.RLock()
 	bound := b.bound
 	b.mu.RUnlock()
@@ -149,11 +191,15 @@ func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState
 	case like != nil && like.backend != nil && reflect.DeepEqual(like.settings.AI, s.AI):
 		st.backend = like.backend
 	default:
-		var err error
 		if st.backend, err = b.backend(s.AI); err != nil {
 			return nil, err
 		}
 	}
+	return st, nil
+}
+
+// rules is s's state without a backend: its rules made.
+func (b *bots) rules(s config.BotSettings, rev int64) (*botState, error) {
 	a := s.Access
 	rules, err := access.NewRules(access.Rules{AllowUsers: a.AllowUsers, AllowChats: a.AllowChats, MaxQuestionBytes: a.MaxQuestionBytes,
 		Texts:  access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText, WelcomeCard: a.WelcomeCard, Limit: a.LimitText},
@@ -161,8 +207,7 @@ func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState
 	if err != nil {
 		return nil, err
 	}
-	st.rules = rules
-	return st, nil
+	return &botState{settings: s, rev: rev, rules: rules}, nil
 }
 
 // watch applies every change of the overrides until ctx ends.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/nats-io/nats.go"
@@ -75,8 +76,11 @@ const jsErrNoPeers jetstream.ErrorCode = 10005
 // progress in the log) until it succeeds or ctx ends: the node serves in
 // the meantime, spooling what it receives. It gives up if nc is closed:
 // nats.go closes a connection that a server refused twice with the same
-// authorization error, and no wait fixes the credentials.
-func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstream.JetStream, opts dataplane.Options, log zerolog.Logger) (*dataplane.Store, error) {
+// authorization error, and no wait fixes the credentials. ackWait, if
+// set, overrides the task queue's ack wait (tests); the warnings of a
+// deployment that keeps its own settings go to log.
+func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstream.JetStream, opts dataplane.Options, ackWait time.Duration, log zerolog.Logger) (*dataplane.Store, error) {
+	opts.TaskAckWait, opts.Logger = ackWait, log
 	for wait := time.Second; ; wait = min(2*wait, 15*time.Second) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		store, err := dataplane.Declare(dctx, js, opts)
@@ -111,12 +115,8 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstre
 		default:
 			log.Warn().Err(err).Dur("retry_in", wait).Msg("JetStream unreachable: receiving into the local spool until it answers")
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, clock.Real, wait) {
 			return nil, ctx.Err()
-		case <-t.C:
 		}
 	}
 }

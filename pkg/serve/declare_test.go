@@ -152,7 +152,7 @@ func TestDeclareWaitsForEnoughServersToPlaceReplicas(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		st, err := declare(ctx, nc, config.NATS{}, js, dataplane.Options{Replicas: 3}, log)
+		st, err := declare(ctx, nc, config.NATS{}, js, dataplane.Options{Replicas: 3}, 0, log)
 		done <- result{st, err}
 	}()
 	select {

@@ -25,6 +25,7 @@ func (n *Node) healthConfig() health.Config {
 			Canary: r.CanaryChat, CanaryGroup: r.CanaryGroup, Observe: r.Observe, DrainFactor: r.DrainFactor},
 		Backfill: n.backfill,
 		Overlap:  cfg.Backfill.Overlap,
+		Metrics:  n.obs.metrics,
 		Logger:   n.log,
 	}
 }

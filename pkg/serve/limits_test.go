@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/botctl/botctl/pkg/buildinfo"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -224,9 +225,13 @@ func TestUserOverTokensPerDayAndModelMetrics(t *testing.T) {
 		t.Error("a model or limit metric has a user label")
 	}
 	var st struct {
+		Build buildinfo.Info                  `json:"build"`
 		Model map[string]metrics.ModelSummary `json:"model"`
 	}
 	getJSON(t, rn, "/status", &st)
+	if in := buildinfo.Get(); st.Build != in {
+		t.Errorf("GET /status build %+v, want %+v", st.Build, in)
+	}
 	if s := st.Model["b1"]; s.Calls != 3 || s.Errors != 0 || s.TokensIn != 180 || s.TokensOut != 120 || s.TTFTp99 < s.TTFTp50 {
 		t.Errorf("GET /status model of b1: %+v", s)
 	}

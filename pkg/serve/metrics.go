@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/httpjson"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/metrics"
@@ -45,7 +46,8 @@ const tasksTTL = 10 * time.Second
 func newObserver(n *Node, nc *nats.Conn, cli *clientv3.Client) *observer {
 	o := &observer{n: n, nc: nc, etcd: cli, metrics: metrics.New(), conns: map[string]*wecom.Conn{}, retired: map[string]pusher.Stats{},
 		history: &etcdHistory{cli: cli, log: n.log}}
-	o.metrics.Registry.MustRegister(o, o.history, clockCollector{n.clock}, breakerCollector{n.bots}) // breakers: aibackends.go
+	o.metrics.Registry.MustRegister(o, o.history, skewCollector{n.skew}, breakerCollector{n.bots}, // breakers: aibackends.go
+		settingsCollector{n.bots}) // refused overrides: settingsrefused.go
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
 			o.metrics.NATSError("disconnect", "")
@@ -143,7 +145,8 @@ type Readiness struct {
 	Bots      map[string]string `json:"bots"`      // bots this node leads: "subscribed" or why not
 	Reasons   []string          `json:"reasons,omitempty"`
 	// Warnings do not make the node unready: e.g. an etcd that does not
-	// compact its history (it works until its space quota is full).
+	// compact its history (it works until its space quota is full), a
+	// bot's override this node refuses (the bot is served all the same).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -188,7 +191,7 @@ func (o *observer) readiness(ctx context.Context) Readiness {
 			rd.Reasons = append(rd.Reasons, "bot "+bot+": "+rd.Bots[bot])
 		}
 	}
-	if why, off := o.n.clock.Off(); off {
+	if why, off := o.n.skew.Off(); off {
 		rd.Reasons = append(rd.Reasons, why)
 	}
 	if rd.Etcd == "ok" {
@@ -196,6 +199,7 @@ func (o *observer) readiness(ctx context.Context) Readiness {
 			rd.Warnings = append(rd.Warnings, w)
 		}
 	}
+	rd.Warnings = append(rd.Warnings, o.n.bots.warnings()...) // overrides refused: the bots are served all the same
 	sort.Strings(rd.Reasons)
 	rd.Ready = len(rd.Reasons) == 0
 	return rd
@@ -210,7 +214,7 @@ func (o *observer) notify(ctx context.Context) {
 	} else if ok {
 		o.n.log.Info().Msg("told systemd: READY=1")
 	}
-	sdnotify.RunWatchdog(ctx, sdnotify.WatchdogInterval(), o.alive)
+	sdnotify.RunWatchdog(ctx, clock.Real, sdnotify.WatchdogInterval(), o.alive)
 	if ctx.Err() != nil {
 		sdnotify.Notify(sdnotify.Stopping)
 	}
@@ -235,12 +239,12 @@ func (o *observer) alive() bool {
 		o.mu.Unlock() //lint:ignore SA2001 the lock is taken only to see that it can be
 		close(done)
 	}()
-	t := time.NewTimer(aliveWithin)
+	t := clock.Real.NewTimer(aliveWithin)
 	defer t.Stop()
 	select {
 	case <-done:
 		return true
-	case <-t.C:
+	case <-t.C():
 		o.n.log.Error().Dur("within", aliveWithin).Msg("node wedged (its locks not free): no watchdog ping")
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/wecom"
 )
 
@@ -63,10 +64,8 @@ func (n *Node) sendHere(ctx context.Context, conn *wecom.Conn, bot string, req S
 				"not sent: conversation %s has spent its send budget (push.budget %d a minute, push.budget_hourly %d an hour, shared with the bot's answers there); its next slot frees in %s: retry then",
 				req.Chat, n.cfg.Push.Budget, n.cfg.Push.BudgetHourly, wait.Round(time.Second))
 		}
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(ctx, clock.Real, wait) {
 			return fail(http.StatusServiceUnavailable, outcomeUnavailable, time.Second, "not sent: the request ended while it waited for the conversation's send budget")
-		case <-time.After(wait):
 		}
 	}
 

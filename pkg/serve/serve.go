@@ -19,7 +19,6 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
-	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/heal/alert"
@@ -30,6 +29,7 @@ import (
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/redact"
+	"github.com/botctl/botctl/pkg/skew"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/worker"
@@ -96,7 +96,7 @@ type Node struct {
 	token    string       // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
 	apiCli   *http.Client // tier 2's client: api.ca_file trusted
 	obs      *observer    // metrics, liveness, readiness, sd_notify (metrics.go)
-	clock    *clock.Watch // this node's clock against JetStream's (clock.go)
+	skew     *skew.Watch  // this node's clock against JetStream's (skew.go)
 
 	sweep time.Duration // Options.SweepInterval
 }
@@ -169,7 +169,7 @@ func Run(ctx context.Context, o Options) error {
 
 	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget, cfg.Push.BudgetHourly), cfg: cfg, bots: bots,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
-		clock: &clock.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
+		skew: &skew.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
 	var history backfill.HistorySource // nil: no gap backfill
 	if cfg.Backfill.HistoryURL != "" {
 		history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
@@ -220,7 +220,7 @@ func Run(ctx context.Context, o Options) error {
 		Hooks:   termHooks{n},
 		Health:  n.Health,
 		Metrics: n.obs.metrics,
-		Clock:   n.clock,
+		Skew:    n.skew,
 		Logger:  n.base, // node.New adds the node field
 	})
 	if err != nil {
@@ -264,7 +264,7 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
 	unlock := declareLock(ctx, o.Etcd, cfg.NATS.Prefix, log)
-	store, err := declare(ctx, nc, cfg.NATS, js, dataplane.Options{Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas, TaskAckWait: o.TaskAckWait, MediaTTL: cfg.Media.TTL, MediaMaxBytes: cfg.Media.MaxStoreBytes, ReserveBytes: cfg.Media.ReserveBytes, Logger: log}, log)
+	store, err := declare(ctx, nc, cfg.NATS, js, cfg.DataPlane(), o.TaskAckWait, log)
 	unlock()
 	if err == nil {
 		err = n.start(workCtx, &wg, store)
@@ -323,7 +323,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 		Leadership: n.leaders,
 		Bots:       n.bots, Store: store, Lifecycle: lc, Deadline: cfg.Worker.Deadline,
 		OutputInterval: outputInterval(cfg),
-		Metrics:        n.obs, Clock: n.clock, Logger: n.base, // worker.New adds node and component
+		Metrics:        n.obs, Skew: n.skew, Logger: n.base, // worker.New adds node and component
 	})
 	if err != nil {
 		return err
@@ -347,7 +347,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	n.Health.Bind(store, lc)
 	n.backfill.Bind(store, n.Access, tracker)
 	close(n.ready) // publishes the fields above to the terms and the API
-	wg.Go(func() { n.watchClock(ctx, store) })
+	wg.Go(func() { n.watchSkew(ctx, store) })
 	wg.Go(func() { fwd.Run(ctx) })
 	fwd.Kick() // what was spooled before JetStream answered
 	wg.Go(func() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/rs/zerolog"
 )
 
@@ -37,6 +38,7 @@ type Lifecycle struct {
 	offQueueSilence time.Duration
 	// sweepEvery: see WithSweepInterval.
 	sweepEvery time.Duration
+	timers     clock.Clock // what RunSweep and WatchMaxDeliveries wait on (WithTimers; nil: clock.Real)
 	// owed are the endings this node still has to write: tasks whose
 	// queue message was removed while their record could not say so
 	// (release.go). Shared by every copy of the lifecycle.
@@ -113,6 +115,15 @@ func (l *Lifecycle) WithClock(now func() time.Time) *Lifecycle {
 	c := *l
 	c.now = now
 	return &c
+}
+
+// WithTimers returns a copy of l whose periodic work (RunSweep's rounds,
+// WatchMaxDeliveries' retries) waits on c. Transitions are stamped by
+// WithClock's now, not by c.
+func (l *Lifecycle) WithTimers(c clock.Clock) *Lifecycle {
+	cp := *l
+	cp.timers = c
+	return &cp
 }
 
 // Quiet returns a copy of l that announces nothing on core NATS: no

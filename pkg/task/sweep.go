@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -234,13 +235,13 @@ const SweepInterval = time.Minute
 // WithSweepInterval's) until ctx (the leader's term) ends. A failed round
 // is logged and retried the next round.
 func (l *Lifecycle) RunSweep(ctx context.Context, bot string, deadline, grace time.Duration) {
-	t := time.NewTicker(l.sweepEvery)
+	t := clock.Or(l.timers).NewTicker(l.sweepEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		res, err := l.Sweep(ctx, bot, deadline, grace)
 		if err != nil && ctx.Err() == nil {
@@ -292,7 +293,7 @@ func (l *Lifecycle) WatchMaxDeliveries(ctx context.Context) error {
 		return fmt.Errorf("subscribe to the queue's max-deliveries advisories: %w", err)
 	}
 	defer sub.Unsubscribe()
-	retry := time.NewTicker(AdvisoryRetry)
+	retry := clock.Or(l.timers).NewTicker(AdvisoryRetry)
 	defer retry.Stop()
 	later := make(map[uint64]maxDeliveriesAdvisory) // by stream sequence
 	for {
@@ -308,7 +309,7 @@ func (l *Lifecycle) WatchMaxDeliveries(ctx context.Context) error {
 				later[a.StreamSeq] = a
 				l.log.Warn().Err(err).Uint64("seq", a.StreamSeq).Dur("retry_in", AdvisoryRetry).Msg("task past its last delivery not given up yet; retrying")
 			}
-		case <-retry.C:
+		case <-retry.C():
 			for seq, a := range later {
 				if err := l.maxDelivered(ctx, a); err != nil {
 					break // still failing: the next tick

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/botctl/botctl/pkg/clock"
 )
 
 // acks is what the connection is owed: per req_id, the turn (frames of one
@@ -331,12 +333,12 @@ func (p *Pending) Wait(ctx context.Context) (*Frame, error) {
 
 func (p *Pending) wait(ctx context.Context) (f *Frame, err error) {
 	c := p.c
-	t := time.NewTimer(c.cfg.AckTimeout - time.Since(p.written))
+	t := clock.Or(c.cfg.Clock).NewTimer(c.cfg.AckTimeout - time.Since(p.written))
 	defer t.Stop()
 	select {
 	case a := <-p.w:
 		f, p.ackedAt = a.f, a.at
-	case <-t.C:
+	case <-t.C():
 		p.stopWaiting()
 		c.acks.lastTimeout.Store(time.Now().UnixNano())
 		c.vitals.failed(true)

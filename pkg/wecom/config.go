@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/rs/zerolog"
 )
@@ -60,6 +61,9 @@ type Config struct {
 	// sent with its outcome (for metrics; called on the hot path, so it
 	// must not block).
 	Frames FrameObserver
+	// Clock is what heartbeats, ack timeouts and probe pings wait on.
+	// Default clock.Real.
+	Clock clock.Clock
 }
 
 // FrameObserver learns of frames on a connection. Errcode is the ack's

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
@@ -289,13 +290,13 @@ func isDisconnected(body json.RawMessage) bool {
 
 func (c *Conn) heartbeat() {
 	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	t := clock.Or(c.cfg.Clock).NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-c.end.closing:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		// Checked before the next ping, as the official SDK does: after
 		// MaxMissedPings unacked pings the connection is dead.

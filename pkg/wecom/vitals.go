@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/botctl/botctl/pkg/clock"
 )
 
 // Vitals are a connection's signs of life, for the health monitor: when it
@@ -111,7 +113,7 @@ func (c *Conn) Probe(ctx context.Context, timeout time.Duration) error {
 	if err := c.write(raw); err != nil {
 		return err
 	}
-	t := time.NewTimer(timeout)
+	t := clock.Or(c.cfg.Clock).NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case f := <-w:
@@ -119,7 +121,7 @@ func (c *Conn) Probe(ctx context.Context, timeout time.Duration) error {
 			return &AckError{Cmd: CmdPing, ReqID: id, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
 		}
 		return nil
-	case <-t.C:
+	case <-t.C():
 		return fmt.Errorf("%w: probe ping (req_id %s) not acked within %s", ErrAckTimeout, id, timeout)
 	case <-ctx.Done():
 		return ctx.Err()

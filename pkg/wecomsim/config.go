@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
 )
@@ -75,6 +76,9 @@ type Config struct {
 	MaxFrameBytes int
 	// Now is the clock every window is measured with. Default time.Now.
 	Now func() time.Time
+	// Clock is what the late_acks fault's held-back acks wait on (they are
+	// due by the wall clock, not by Now). Default clock.Real.
+	Clock clock.Clock
 	// Logger receives one event per connection change, fault and rejected
 	// frame. Secrets are never logged. Default: disabled.
 	Logger zerolog.Logger

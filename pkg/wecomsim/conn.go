@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
@@ -85,7 +86,7 @@ func newConn(s *Server, id uint64, ws *websocket.Conn) *conn {
 // never lets an ack overtake one held before it.
 func (c *conn) holdAck(data []byte, delay time.Duration, written frameWritten) {
 	c.lateMu.Lock()
-	due := time.Now().Add(delay)
+	due := clock.Or(c.s.cfg.Clock).Now().Add(delay)
 	if n := len(c.late); n > 0 && due.Before(c.late[n-1].due) {
 		due = c.late[n-1].due
 	}
@@ -116,10 +117,10 @@ func (c *conn) lateLoop(stopped chan<- struct{}) {
 				return
 			}
 		}
-		if wait := time.Until(next.due); wait > 0 {
-			t := time.NewTimer(wait)
+		if wait := next.due.Sub(clock.Or(c.s.cfg.Clock).Now()); wait > 0 {
+			t := clock.Or(c.s.cfg.Clock).NewTimer(wait)
 			select {
-			case <-t.C:
+			case <-t.C():
 			case <-c.done:
 				t.Stop()
 				return

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -61,12 +62,12 @@ var errAnswerCapped = errors.New("answer reached its cap (ai.max_answer_bytes)")
 // the text in progress stayed until dataplane.ProgressTTL. The stream's
 // end comes right after its last delta, so a periodic write was often in
 // flight then (TestOutputIsCoalesced).
-func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, failed func(error)) (stop func()) {
+func (c *coalescer) writeEvery(ctx context.Context, clk clock.Clock, interval time.Duration, failed func(error)) (stop func()) {
 	stopping := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(interval)
+		t := clk.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
@@ -74,7 +75,7 @@ func (c *coalescer) writeEvery(ctx context.Context, interval time.Duration, fail
 				return
 			case <-stopping:
 				return
-			case <-t.C:
+			case <-t.C():
 			case <-c.asked:
 			}
 			select {

@@ -5,13 +5,14 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/pause"
 )
 
-// every runs fn each period on its own goroutine until fn returns false,
+// every runs fn each period of clk on its own goroutine until fn returns false,
 // ctx ends, or stop is called; stop returns once the goroutine has ended.
-func every(ctx context.Context, period time.Duration, fn func(context.Context) bool) (stop func()) {
-	return everyOr(ctx, period, nil, 0, fn)
+func every(ctx context.Context, clk clock.Clock, period time.Duration, fn func(context.Context) bool) (stop func()) {
+	return everyOr(ctx, clk, period, nil, 0, fn)
 }
 
 // everyOr is every, and also runs fn soon after each event: when the
@@ -20,13 +21,13 @@ func every(ctx context.Context, period time.Duration, fn func(context.Context) b
 // asked again before that pause, so an event during it or during fn is
 // not missed (next's channel must stay closed once closed, as
 // dataplane's Store.Reconnected's does). A nil next is every.
-func everyOr(ctx context.Context, period time.Duration, next func() <-chan struct{}, spread time.Duration,
+func everyOr(ctx context.Context, clk clock.Clock, period time.Duration, next func() <-chan struct{}, spread time.Duration,
 	fn func(context.Context) bool) (stop func()) {
 	ectx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(period)
+		t := clk.NewTicker(period)
 		defer t.Stop()
 		var event <-chan struct{} // nil: never
 		if next != nil {
@@ -36,7 +37,7 @@ func everyOr(ctx context.Context, period time.Duration, next func() <-chan struc
 			select {
 			case <-ectx.Done():
 				return
-			case <-t.C:
+			case <-t.C():
 			case <-event:
 				event = next()
 				if spread > 0 && !pause.For(ectx, rand.N(spread)) {

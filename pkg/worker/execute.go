@@ -127,14 +127,13 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		run.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
 	prompt, conv := w.prompt(runCtx, m, run.Memory)
-	req := ai.Request{TaskID: m.TaskID, Messages: prompt,
+	req := ai.Request{TaskID: m.TaskID, Attempt: attempt, Messages: prompt,
 		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
 	atts, cleanup, err := w.attachments(runCtx, m)
 	defer cleanup() // the task's files leave this node with the run
 	if err != nil {
-		// Gone from the store (older than media.ttl, or deleted once the
-		// task's delivery was final: an operator's retry): no retry brings
-		// them back. Otherwise JetStream failed: another attempt may read them.
+		// Gone (past media.ttl, or deleted when its delivery was final: an operator's
+		// retry): no retry brings them back. Else JetStream failed: another attempt may.
 		why := "the files sent with the question could not be read: " + err.Error()
 		return w.failed(bg, m, attempt, why, !errors.Is(err, media.ErrGone) && !final && ctx.Err() == nil)
 	}
@@ -155,7 +154,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		defer cancel()
 		out.retire(rctx)
 	}()
-	stopWrites := out.writeEvery(runCtx, w.cfg.OutputInterval, outputFailed)
+	stopWrites := out.writeEvery(runCtx, w.clock(), w.cfg.OutputInterval, outputFailed)
 	defer w.tracked(m.TaskID, out)() // the pusher's flush requests (flush.go)
 	// The backends asked (a fallback, a breaker's skip) go to the record;
 	// a reply (images, files, a card) the answering backend hands over
@@ -222,11 +221,10 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	// The complete text is stored under this attempt before the record
 	// says succeeded: the pusher delivers exactly what Finish hashed.
 	if err := w.patiently(ctx, log, "store the answer", func() error { return out.flush(bg, outputFailed) }); err != nil {
-		w.dropReply(bg, m.TaskID, reply)
 		if errors.Is(err, task.ErrSuperseded) {
-			return result{action: actLeave, err: err}
+			return w.dropReply(bg, m.TaskID, reply, result{action: actLeave, err: err})
 		}
-		return w.failed(bg, m, attempt, "answer not stored: "+err.Error(), !final)
+		return w.dropReply(bg, m.TaskID, reply, w.failed(bg, m, attempt, "answer not stored: "+err.Error(), !final))
 	}
 	var done *task.Record
 	err = w.patiently(ctx, log, "record the task succeeded", func() (err error) {
@@ -236,11 +234,9 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 	})
 	switch {
 	case errors.Is(err, task.ErrSuperseded):
-		w.dropReply(bg, m.TaskID, reply)
-		return result{action: actLeave, err: err}
+		return w.dropReply(bg, m.TaskID, reply, result{action: actLeave, err: err})
 	case errors.Is(err, task.ErrFinished):
-		w.dropReply(bg, m.TaskID, reply)
-		return result{action: actAck} // canceled or given up meanwhile: that stands
+		return w.dropReply(bg, m.TaskID, reply, result{action: actAck}) // canceled or given up meanwhile: that stands
 	case err != nil:
 		return result{action: actRetry, err: err}
 	}

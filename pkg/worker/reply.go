@@ -146,10 +146,11 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 // not be delivered (its answer not stored, the attempt superseded, the
 // task finished otherwise meanwhile): the next attempt stores its own,
 // under its own keys. Never for an attempt whose Finish may have been
-// recorded. Best effort: media.ttl removes what this misses.
-func (w *Worker) dropReply(ctx context.Context, id string, reply *task.Reply) {
+// recorded. Best effort: media.ttl removes what this misses. It returns
+// r, the attempt's result.
+func (w *Worker) dropReply(ctx context.Context, id string, reply *task.Reply, r result) result {
 	if reply == nil {
-		return
+		return r
 	}
 	var keys []string
 	for _, o := range slices.Concat(reply.Images, reply.Files) {
@@ -158,6 +159,7 @@ func (w *Worker) dropReply(ctx context.Context, id string, reply *task.Reply) {
 	if err := w.cfg.Store.DeleteMedia(ctx, keys...); err != nil {
 		w.log.Info().Err(err).Str("task", id).Msg("an undelivered attempt's reply files not all deleted; media.ttl removes them")
 	}
+	return r
 }
 
 // errMediaFull: the media store refused a reply's object for its bound.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
@@ -64,13 +65,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		free := min(w.slots()-held, w.freeTokens())
 		if free <= 0 {
+			t := w.clock().NewTimer(time.Second)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return nil
 			case <-freed:
 			case <-w.tokenFreed:
-			case <-time.After(time.Second): // slots may have grown (leadership ended)
+			case <-t.C(): // slots may have grown (leadership ended)
 			}
+			t.Stop()
 			continue
 		}
 		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(2*time.Second))
@@ -128,7 +132,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, fetched <-chan s
 	}
 	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Int("delivery", deliveries).Logger()
 
-	stopAlive := keepAlive(ctx, msg, w.cfg.Store.Options().TaskAckWait/3)
+	stopAlive := keepAlive(ctx, w.clock(), msg, w.cfg.Store.Options().TaskAckWait/3)
 	res := w.execute(ctx, m, "queue", deliveries, w.cfg.Store.FinalDelivery(msg))
 	for res.action == actHold {
 		if res = w.hold(ctx, m, log, res.err); res.action == actRun {
@@ -244,11 +248,11 @@ func (w *Worker) hold(ctx context.Context, m task.Message, log zerolog.Logger, w
 const offQueuePoll = 2 * time.Second
 
 // keepAlive sends in-progress acks every period until stopped.
-func keepAlive(ctx context.Context, msg jetstream.Msg, period time.Duration) (stop func()) {
+func keepAlive(ctx context.Context, clk clock.Clock, msg jetstream.Msg, period time.Duration) (stop func()) {
 	if period <= 0 {
 		period = 10 * time.Second
 	}
-	return every(ctx, period, func(context.Context) bool { msg.InProgress(); return true })
+	return every(ctx, clk, period, func(context.Context) bool { msg.InProgress(); return true })
 }
 
 // ackTimeout bounds one confirmed ack.

@@ -7,12 +7,12 @@ import (
 )
 
 // slots is how many slots the worker uses now: LeaderSlots while this
-// node leads a bot, else Slots; none while Config.Clock says the clock is
+// node leads a bot, else Slots; none while Config.Skew says the clock is
 // off.
 func (w *Worker) slots() int {
-	if w.cfg.Clock != nil {
-		if _, off := w.cfg.Clock.Off(); off {
-			return 0 // see Config.Clock
+	if w.cfg.Skew != nil {
+		if _, off := w.cfg.Skew.Off(); off {
+			return 0 // see Config.Skew
 		}
 	}
 	if w.cfg.Leadership != nil && w.cfg.LeaderSlots > 0 && w.cfg.Leadership.LeadsAny() {
@@ -87,13 +87,13 @@ func (w *Worker) acquire(ctx context.Context, queued bool) (release func(), err 
 var ErrNoSlot = errors.New("worker: every slot is busy")
 
 // ErrClockOff: this node's clock is too far from JetStream's to run a task
-// (Config.Clock); the task was not started, another node may run it.
+// (Config.Skew); the task was not started, another node may run it.
 var ErrClockOff = errors.New("worker: this node's clock is off, it runs no task")
 
 // takeSlot holds one slot for a task off the queue (the fetch loop counts it).
 func (w *Worker) takeSlot() (release func(), err error) {
-	if w.cfg.Clock != nil {
-		if why, off := w.cfg.Clock.Off(); off {
+	if w.cfg.Skew != nil {
+		if why, off := w.cfg.Skew.Off(); off {
 			return nil, fmt.Errorf("%w: %s", ErrClockOff, why)
 		}
 	}

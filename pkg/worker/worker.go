@@ -26,6 +26,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/task"
@@ -117,15 +118,18 @@ type Config struct {
 	// Metrics hears of the worker's failed JetStream requests. Default
 	// nil: nobody counts them.
 	Metrics Metrics
-	// Clock, if set, says when this node's clock is too far off to be
-	// trusted (pkg/clock): the worker then fetches no task from the queue
+	// Skew, if set, says when this node's clock is too far off to be
+	// trusted (pkg/skew): the worker then fetches no task from the queue
 	// (other nodes run them; the times it would write are compared with
 	// theirs).
-	Clock  Clock
+	Skew   Skew
 	Logger zerolog.Logger
 	// Now is the clock of the default Lifecycle's records (a test seam).
 	// Default time.Now.
 	Now func() time.Time
+	// Clock is what the worker's polls, keep-alives, cancel checks and
+	// output writes wait on. Default clock.Real.
+	Clock clock.Clock
 }
 
 // Bots gives each task what its bot runs it with. Run is asked once, as a
@@ -154,8 +158,8 @@ type fixedBots struct{ run BotRun }
 
 func (f fixedBots) Run(string) BotRun { return f.run }
 
-// Clock says whether this node's clock is off (pkg/clock's Watch).
-type Clock interface {
+// Skew says whether this node's clock is off (pkg/skew's Watch).
+type Skew interface {
 	Off() (why string, off bool)
 }
 
@@ -331,3 +335,6 @@ func (w *Worker) storeError(op string, err error) {
 		w.natsError(op)
 	}
 }
+
+// clock is what the worker waits on (Config.Clock).
+func (w *Worker) clock() clock.Clock { return clock.Or(w.cfg.Clock) }

@@ -2,7 +2,7 @@
 // systemd-analyze verify, scripts/install.sh is idempotent and never
 // overwrites a changed configuration without --force,
 // scripts/gen-certs.sh makes certificates the CA verifies, every rule of
-// deploy/prometheus-rules.yml says what it means and what to do, and no
+// deploy/prometheus-rules.yml says what it means and links to what to do, and no
 // example in README.md, docs/, deploy/ or scripts/ puts a secret in argv.
 package deploy
 
@@ -145,7 +145,7 @@ func install(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
-// install.sh places binary, units and config; a second run changes
+// install.sh places binary, units, config and docs; a second run changes
 // nothing; a changed config is refused without --force and replaced
 // (the old one kept) with it.
 func TestInstallIdempotent(t *testing.T) {
@@ -169,6 +169,7 @@ func TestInstallIdempotent(t *testing.T) {
 	if !strings.Contains(out, "ok: node vm1") {
 		t.Errorf("the installed config was not checked:\n%s", out)
 	}
+	checkDocsInstalled(t, root)
 	out, err = install(t, base...)
 	if err != nil || !strings.Contains(out, "nothing to do") || strings.Contains(out, "installed  ") {
 		t.Fatalf("second install changed something: %v\n%s", err, out)
@@ -194,6 +195,52 @@ func TestInstallIdempotent(t *testing.T) {
 	}
 	if raw, _ := os.ReadFile(dest); !strings.Contains(string(raw), "node_id: vm1") {
 		t.Fatalf("config not replaced with --force: %q", raw)
+	}
+}
+
+// checkDocsInstalled: README.md and every docs/*.md are in
+// /usr/share/doc/botctl under root, as the repository has them, and every
+// file:// page a unit of deploy/ names in Documentation= is there.
+func checkDocsInstalled(t *testing.T, root string) {
+	t.Helper()
+	r := repo(t)
+	docs, err := filepath.Glob(filepath.Join(r, "docs", "*.md"))
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs/*.md: %v", err)
+	}
+	for _, src := range append(docs, filepath.Join(r, "README.md")) {
+		want, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, "usr", "share", "doc", "botctl", filepath.Base(src))
+		if got, err := os.ReadFile(dst); err != nil || string(got) != string(want) {
+			t.Errorf("%s not installed as %s (%v)", filepath.Base(src), dst, err)
+		}
+	}
+	units, _ := filepath.Glob(filepath.Join(r, "deploy", "*.service"))
+	sockets, _ := filepath.Glob(filepath.Join(r, "deploy", "*.socket"))
+	pages := 0
+	for _, u := range append(units, sockets...) {
+		raw, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^Documentation=(.*)$`).FindAllStringSubmatch(string(raw), -1) {
+			for _, uri := range strings.Fields(m[1]) {
+				path, ok := strings.CutPrefix(uri, "file://")
+				if !ok {
+					continue
+				}
+				pages++
+				if _, err := os.Stat(filepath.Join(root, path)); err != nil {
+					t.Errorf("%s: Documentation=%s names a file install.sh does not install", filepath.Base(u), uri)
+				}
+			}
+		}
+	}
+	if pages == 0 {
+		t.Error("no unit of deploy/ names a file:// page in Documentation=: this check checks nothing")
 	}
 }
 

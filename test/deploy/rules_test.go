@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -30,9 +31,11 @@ type ruleFile struct {
 
 // deploy/prometheus-rules.yml parses as a rule file; every rule has an
 // alert name, an expression, a valid "for", and says what it means
-// (description) and what to do (runbook); it asks only for metrics
-// docs/operations.md documents, and the docs' alert table lists each rule
-// with the same expression. promtool, where installed, checks it too.
+// (summary, description) and links to what to do (runbook_url: a heading
+// of docs/operations.md as installed in /usr/share/doc/botctl), and has no
+// other annotation; it asks only for metrics docs/operations.md documents,
+// and the docs' alert table lists each rule with the same expression.
+// promtool, where installed, checks it too.
 func TestPrometheusRules(t *testing.T) {
 	r := repo(t)
 	path := filepath.Join(r, "deploy", "prometheus-rules.yml")
@@ -51,6 +54,7 @@ func TestPrometheusRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs := string(docsRaw)
+	anchors := headingAnchors(docs)
 	// The metrics table's rows start "| `botctl_…`", a row may name
 	// several in its first cell.
 	documented := map[string]bool{}
@@ -88,9 +92,22 @@ func TestPrometheusRules(t *testing.T) {
 					t.Errorf("%s: for %q: %v", name, rule.For, err)
 				}
 			}
-			for _, a := range []string{"summary", "description", "runbook"} {
+			for _, a := range []string{"summary", "description", "runbook_url"} {
 				if strings.TrimSpace(rule.Annotations[a]) == "" {
-					t.Errorf("%s: no %s annotation (what it means, what to do)", name, a)
+					t.Errorf("%s: no %s annotation (what it means, where to read what to do)", name, a)
+				}
+			}
+			for a := range rule.Annotations {
+				if a != "summary" && a != "description" && a != "runbook_url" {
+					t.Errorf("%s: annotation %q: want only summary, description and runbook_url", name, a)
+				}
+			}
+			if u := rule.Annotations["runbook_url"]; u != "" {
+				page, anchor, ok := strings.Cut(u, "#")
+				if page != runbookPage || !ok {
+					t.Errorf("%s: runbook_url %q: want %s#ANCHOR", name, u, runbookPage)
+				} else if !anchors[anchor] {
+					t.Errorf("%s: runbook_url %q: docs/operations.md has no heading with anchor #%s", name, u, anchor)
 				}
 			}
 			for _, m := range metric.FindAllString(rule.Expr, -1) {
@@ -113,6 +130,10 @@ func TestPrometheusRules(t *testing.T) {
 		t.Fatal("no rules")
 	}
 
+	if !anchors["prometheus-alerts-what-each-means-what-to-do"] {
+		t.Error("headingAnchors does not find the alerts section's anchor: the runbook_url check checks nothing")
+	}
+
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Log("promtool not found: the expressions' syntax is not checked here")
@@ -121,4 +142,38 @@ func TestPrometheusRules(t *testing.T) {
 	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
+}
+
+// runbookPage is docs/operations.md where scripts/install.sh (and a
+// package) installs it, and where botctl.service's Documentation= points.
+const runbookPage = "file:///usr/share/doc/botctl/operations.md"
+
+// headingAnchors returns the anchors of md's headings as GitHub makes
+// them: lower case, punctuation but '-' and '_' dropped, spaces as '-'.
+// Repeated headings' "-1" suffixes are not made: a runbook links to a
+// heading that is unique.
+func headingAnchors(md string) map[string]bool {
+	anchors := map[string]bool{}
+	inFence := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inFence = !inFence
+			continue
+		}
+		if inFence || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		text := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(text) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		anchors[b.String()] = true
+	}
+	return anchors
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -74,7 +75,7 @@ func (a *Alerter) Run(ctx context.Context) error {
 		l.boxes = append(l.boxes, o)
 	}
 	defer func() {
-		t := time.AfterFunc(a.cfg.Timeout, stopSends)
+		t := clock.Or(a.cfg.Clock).AfterFunc(a.cfg.Timeout, stopSends)
 		for _, o := range l.boxes {
 			o.stop()
 		}
@@ -95,7 +96,7 @@ func (a *Alerter) Run(ctx context.Context) error {
 	a.log.Info().Dur("window", a.cfg.Window).Dur("escalate_after", a.cfg.EscalateAfter).
 		Dur("flap_window", a.cfg.FlapWindow).Dur("synthetic", a.cfg.Synthetic).Int("sinks", len(l.boxes)).Msg("alerter running")
 
-	tick := time.NewTicker(a.cfg.Tick)
+	tick := clock.Or(a.cfg.Clock).NewTicker(a.cfg.Tick)
 	defer tick.Stop()
 	loaded := false
 	for {
@@ -120,7 +121,7 @@ func (a *Alerter) Run(ctx context.Context) error {
 			if loaded && len(w.Updates()) == 0 {
 				l.evaluate(ctx)
 			}
-		case <-tick.C:
+		case <-tick.C():
 			if loaded {
 				l.evaluate(ctx)
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/rs/zerolog"
 )
 
@@ -71,6 +72,9 @@ type Config struct {
 	// Tick is how often the time rules (window, escalation, flapping,
 	// synthetic) are checked. Default 1s.
 	Tick time.Duration
+	// Clock is what the tick, the sinks' retries, the election's retry
+	// and the sends' grace at the end wait on. Default clock.Real.
+	Clock clock.Clock
 	// Logger receives one line per alert sent, retried, given up or
 	// dropped. URLs in it are redacted.
 	Logger zerolog.Logger

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -42,10 +43,7 @@ func RunElected(ctx context.Context, cli *clientv3.Client, prefix string, nodeID
 			break
 		}
 		log.Warn().Err(err).Dur("retry_in", electionRetry).Msg("alerter term over; campaigning again")
-		select {
-		case <-ctx.Done():
-		case <-time.After(electionRetry):
-		}
+		clock.Sleep(ctx, a.cfg.Clock, electionRetry)
 	}
 	return nil
 }

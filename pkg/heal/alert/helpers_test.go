@@ -25,19 +25,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wait bounds every wait for an event: generous, for a loaded 2-core box.
 const wait = 30 * time.Second
 
-// clock is the injected time of the rules.
-type clock struct {
+// ruleClock is the injected time of the rules.
+type ruleClock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)} }
+func newClock() *ruleClock { return &ruleClock{t: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)} }
 
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *ruleClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
-func (c *clock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
+func (c *ruleClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
 
-func (c *clock) Add(d time.Duration) time.Time {
+func (c *ruleClock) Add(d time.Duration) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
@@ -92,7 +92,7 @@ func (r *receiver) expect(t *testing.T, kind Kind, level incident.Level) Alert {
 type fixture struct {
 	env   *testenv.JetStream
 	store *incident.Store
-	clock *clock
+	clock *ruleClock
 	rcv   *receiver
 	n     int // barrier count
 }

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/rs/zerolog"
 )
 
@@ -92,14 +92,10 @@ func (o *outbox) deliver(ctx context.Context, a Alert) {
 		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).
 			Bool("rate_limited", errors.Is(err, ErrRateLimited)).Msg("alert not sent, will retry")
 		o.c.retries.Add(1)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, o.cfg.Clock, backoff) {
 			n := o.c.dropped.Add(1)
 			log.Error().Int64("dropped_total", n).Msg("alert dropped: alerter stopped while retrying")
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, o.cfg.MaxBackoff)
 	}

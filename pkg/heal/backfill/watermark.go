@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -48,6 +49,7 @@ type Tracker struct {
 	Node   string
 	Spool  Spool // nil: nothing is ever held back
 	Logger zerolog.Logger
+	Clock  clock.Clock // what Run's interval waits on; nil: clock.Real
 
 	mu       sync.Mutex
 	pending  map[string]time.Time // bot → latest handled, not yet written
@@ -89,7 +91,7 @@ func (t *Tracker) Handled(bot string, created time.Time) {
 // Run writes the watermarks every interval until ctx ends, and once more
 // then.
 func (t *Tracker) Run(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
+	tick := clock.Or(t.Clock).NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -98,7 +100,7 @@ func (t *Tracker) Run(ctx context.Context, interval time.Duration) {
 			t.flush(fctx)
 			cancel()
 			return
-		case <-tick.C:
+		case <-tick.C():
 			t.flush(ctx)
 		}
 	}

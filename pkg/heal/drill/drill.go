@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
@@ -92,6 +93,9 @@ type Config struct {
 	// Progress, if set, gets one line per step.
 	Progress io.Writer
 	Client   *http.Client
+	// Clock is what the drill's polls and traffic wait on. Default
+	// clock.Real.
+	Clock clock.Clock
 }
 
 func (c *Config) setDefaults() {
@@ -205,10 +209,8 @@ func New(ctx context.Context, cfg Config) (*Drill, error) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w: bot %s has never connected to the simulator at %s: its nodes use another WeCom URL (wecom.url); drills run only against `botctl sim`", ErrNotSimulator, cfg.Bot, cfg.Sim)
 		}
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(ctx, cfg.Clock, 200*time.Millisecond) {
 			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
 		}
 		if err := d.get(ctx, "/control/stats?bot_id="+url.QueryEscape(cfg.Bot), &st); err != nil {
 			return nil, fmt.Errorf("%w: %s stopped answering GET /control/stats (%v)", ErrNotSimulator, cfg.Sim, err)
@@ -539,7 +541,7 @@ type traffic struct {
 type sentMsg struct{ user, msgid string }
 
 func (t *traffic) run(ctx context.Context) {
-	tick := time.NewTicker(t.d.cfg.Interval)
+	tick := clock.Or(t.d.cfg.Clock).NewTicker(t.d.cfg.Interval)
 	defer tick.Stop()
 	for k := 1; ; k++ {
 		user := fmt.Sprintf("drill-%d-r%d-%d", time.Now().Unix()%100000, t.round, k)
@@ -553,7 +555,7 @@ func (t *traffic) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/task"
@@ -100,12 +101,8 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 		if len(held) == 0 {
 			break
 		}
-		t := time.NewTimer(replayPoll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, h.cfg.Clock, replayPoll) {
 			return // the term ended: the next one replays what is left
-		case <-t.C:
 		}
 	}
 	now := h.now()
@@ -127,12 +124,8 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 // is when the gap itself was reconciled), and what it finds is added to
 // the incident's backfill counts.
 func (h *Health) trailingPass(ctx context.Context, bd *binding, b *botState, term *election.Term, id string, recovered time.Time) {
-	t := time.NewTimer(time.Until(recovered.Add(h.cfg.Overlap)))
-	select {
-	case <-ctx.Done():
-		t.Stop()
+	if !clock.Sleep(ctx, h.cfg.Clock, time.Until(recovered.Add(h.cfg.Overlap))) {
 		return
-	case <-t.C:
 	}
 	rep, err := h.cfg.Backfill.Pass(ctx, term)
 	if err != nil || ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/recovery"
 	"github.com/rs/zerolog"
@@ -56,10 +57,18 @@ type Config struct {
 	// (incident.Replay.DroppedStatusLines). Defaults 20s and 6m, the
 	// pusher's.
 	StatusLineEvery, StreamWindow time.Duration
+	// Metrics hears of each incident this node closes, once, with its
+	// spans (botctl_incident_seconds). Nil: none.
+	Metrics IncidentMetrics
 	// Now is the clock of every time Health records (detection, incident
 	// steps, marks); a test seam. Default time.Now.
 	Now    func() time.Time
 	Logger zerolog.Logger
+	// Clock is what the monitor's tick and the waits for replays, the
+	// trailing pass, a handover's record and an acknowledgement wait on,
+	// and the half-open recovery's unless Recovery has its own. Default
+	// clock.Real.
+	Clock clock.Clock
 }
 
 // Backfiller reads a bot's message history to find and answer what no connection received.
@@ -106,3 +115,10 @@ func (c *Config) setDefaults() {
 // source is configured: an outage's gap is marked and told instead of
 // filled, and the outbound signal judges a silence.
 var ErrNoHistory = backfill.ErrNoHistory
+
+// IncidentMetrics is told of each incident this node closes, once: its
+// bot, kind (outage, data, ai), and T1, T2, T3 (0 where the incident has
+// no such span: a data incident is never down).
+type IncidentMetrics interface {
+	IncidentClosed(bot, kind string, t1, t2, t3 time.Duration)
+}

@@ -28,7 +28,11 @@ func (h *Health) halfOpen(ctx context.Context, bd *binding, b *botState, conn *w
 		rate = b.baseline.SendRate
 	}
 	b.mu.Unlock()
-	res, err := recovery.HalfOpen(ctx, h.cfg.Recovery, conn, &b.gate, rate, note)
+	rc := h.cfg.Recovery
+	if rc.Clock == nil {
+		rc.Clock = h.cfg.Clock
+	}
+	res, err := recovery.HalfOpen(ctx, rc, conn, &b.gate, rate, note)
 	now := h.now()
 	if errors.Is(err, recovery.ErrProbeFailed) {
 		b.mu.Lock()

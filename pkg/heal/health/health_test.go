@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -267,7 +268,8 @@ func dump(i incident.Incident) string {
 // is the first action, and the incident closes when the data is complete,
 // without a person. One incident, recorded from start to end.
 func TestDropIsOneIncidentClosedAutomatically(t *testing.T) {
-	e := start(t, options{})
+	closed := &closedSpans{}
+	e := start(t, options{health: func(c *health.Config) { c.Metrics = closed }})
 	e.waitOnline()
 	if r := e.record(); r.Node != "n1" || r.Incident != "" {
 		t.Fatalf("record before: %+v", r)
@@ -287,6 +289,30 @@ func TestDropIsOneIncidentClosedAutomatically(t *testing.T) {
 	if n := len(e.incidents()); n != 1 {
 		t.Fatalf("%d incidents for one drop", n)
 	}
+	// The close is told to Metrics once, with the incident's spans.
+	want := fmt.Sprintf("%s outage t1=%s t2=%s t3=%s", bot, i.T1(), i.T2(), i.T3())
+	testwait.Eventually(t, 10*time.Second, "the close told to Metrics", func() bool { return len(closed.all()) > 0 })
+	if got := closed.all(); len(got) != 1 || got[0] != want {
+		t.Fatalf("Metrics heard %q, want once %q", got, want)
+	}
+}
+
+// closedSpans records what health.IncidentMetrics hears.
+type closedSpans struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (c *closedSpans) IncidentClosed(bot, kind string, t1, t2, t3 time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = append(c.seen, fmt.Sprintf("%s %s t1=%s t2=%s t3=%s", bot, kind, t1, t2, t3))
+}
+
+func (c *closedSpans) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.seen...)
 }
 
 // A revoked secret: one incident at level human, and the node stops

@@ -63,6 +63,9 @@ func (h *Health) updateIncidentID(ctx context.Context, bd *binding, bot, id stri
 	if err == nil && cur.State == incident.Closed {
 		h.log.Info().Str("bot", bot).Str("incident", id).Str("method", string(cur.Method)).
 			Dur("t1", cur.T1()).Dur("t2", cur.T2()).Dur("t3", cur.T3()).Dur("downtime", cur.Downtime(cur.Closed)).Msg("incident closed")
+		if h.cfg.Metrics != nil {
+			h.cfg.Metrics.IncidentClosed(bot, string(cur.Kind), cur.T1(), cur.T2(), cur.T3())
+		}
 	}
 	return cur
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/wecom"
 )
@@ -17,7 +18,7 @@ const baselineSave = time.Minute
 // monitor watches one connection of b until it ends: it learns the
 // baseline, flushes the record, and probes when a signal looks wrong.
 func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.Conn, b *botState) {
-	t := time.NewTicker(h.cfg.Tick)
+	t := clock.Or(h.cfg.Clock).NewTicker(h.cfg.Tick)
 	defer t.Stop()
 	var (
 		last, lastProbe, lastFlush, lastSave  time.Time
@@ -36,7 +37,7 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 			return
 		case <-conn.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		now := h.now()
 		v := conn.Vitals()

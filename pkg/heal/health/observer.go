@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/wecom"
 )
@@ -225,11 +226,11 @@ func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 		// JetStream that does not answer costs a false incident, not a
 		// stuck shutdown.
 		defer func() {
-			t := time.NewTimer(handoverWrite)
+			t := clock.Or(h.cfg.Clock).NewTimer(handoverWrite)
 			defer t.Stop()
 			select {
 			case <-written:
-			case <-t.C:
+			case <-t.C():
 				h.log.Warn().Str("bot", b.id).Msg("handover not recorded in time; the next leader may report a takeover")
 			}
 		}()
@@ -336,9 +337,10 @@ func (h *Health) AuthHold(ctx context.Context, bot string, retry time.Duration) 
 	b.mu.Lock()
 	failed := b.authFailed
 	b.mu.Unlock()
-	t := time.NewTicker(2 * time.Second)
+	clk := clock.Or(h.cfg.Clock)
+	t := clk.NewTicker(2 * time.Second)
 	defer t.Stop()
-	deadline := time.NewTimer(retry)
+	deadline := clk.NewTimer(retry)
 	defer deadline.Stop()
 	for {
 		inc, err := bd.incidents.OpenFor(ctx, bot, incident.Outage)
@@ -351,10 +353,10 @@ func (h *Health) AuthHold(ctx context.Context, bot string, retry time.Duration) 
 		select {
 		case <-ctx.Done():
 			return true
-		case <-deadline.C:
+		case <-deadline.C():
 			h.log.Info().Str("bot", bot).Dur("after", retry).Msg("no acknowledgement yet: trying the credentials again (a refusal of seconds must not hold the bot)")
 			return true
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

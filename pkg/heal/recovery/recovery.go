@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/wecom"
 	"golang.org/x/time/rate"
 )
@@ -55,6 +56,10 @@ type Config struct {
 	// Default 1.
 	DrainFactor  float64
 	MinDrainRate float64
+	// Clock is what the probes' spacing and the observation wait on, and
+	// what Result's Observed and Online are read from. Default
+	// clock.Real.
+	Clock clock.Clock
 }
 
 func (c *Config) setDefaults() {
@@ -183,12 +188,13 @@ var ErrProbeFailed = errors.New("recovery: probe failed")
 // ends; the gate is open again whenever it returns.
 func HalfOpen(ctx context.Context, cfg Config, conn Conn, g *Gate, normalRate float64, note func(string)) (Result, error) {
 	cfg.setDefaults()
+	clk := clock.Or(cfg.Clock)
 	defer g.set(PhaseOnline, 0)
 	g.set(PhaseProbing, 0)
 	var res Result
 	note(fmt.Sprintf("half-open: %d probes %s apart before any customer's backlog", cfg.Probes, cfg.ProbeInterval))
 	for i := 0; i < cfg.Probes; i++ {
-		if i > 0 && !sleep(ctx, conn.Done(), cfg.ProbeInterval) {
+		if i > 0 && !sleep(ctx, clk, conn.Done(), cfg.ProbeInterval) {
 			return res, context.Cause(ctx)
 		}
 		if err := conn.Probe(ctx, 0); err != nil {
@@ -211,27 +217,27 @@ func HalfOpen(ctx context.Context, cfg Config, conn Conn, g *Gate, normalRate fl
 	res.DrainRate = max(normalRate*cfg.DrainFactor, cfg.MinDrainRate)
 	g.set(PhaseObserving, res.DrainRate)
 	note(fmt.Sprintf("half-open: %d probes acked, canary %v; observing for %s, backlog drains at %.2f pushes/s", res.Probes, res.Canary, cfg.Observe, res.DrainRate))
-	start := time.Now()
-	if !sleep(ctx, conn.Done(), cfg.Observe) {
-		res.Observed = time.Since(start)
+	start := clk.Now()
+	if !sleep(ctx, clk, conn.Done(), cfg.Observe) {
+		res.Observed = clk.Since(start)
 		return res, errors.New("recovery: connection ended while observing")
 	}
-	res.Observed = time.Since(start)
-	res.Online = time.Now().UTC()
+	res.Observed = clk.Since(start)
+	res.Online = clk.Now().UTC()
 	note(fmt.Sprintf("online after half-open (observed %s)", res.Observed.Round(time.Second)))
 	return res, nil
 }
 
-// sleep waits d; false if ctx or done ended first.
-func sleep(ctx context.Context, done <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleep waits d on clk; false if ctx or done ended first.
+func sleep(ctx context.Context, clk clock.Clock, done <-chan struct{}, d time.Duration) bool {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-done:
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }

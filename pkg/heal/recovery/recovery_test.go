@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/botctl/botctl/internal/fakeclock"
 )
 
 // fakeConn is a connection whose probes and pushes are scripted: the unit
@@ -38,29 +40,78 @@ func (c *fakeConn) SendMarkdown(_ context.Context, chat string, _ int, _ string)
 
 func (c *fakeConn) Done() <-chan struct{} { return c.done }
 
+func (c *fakeConn) probeCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.probes
+}
+
+// halfOpen runs HalfOpen on a goroutine; its outcome arrives on the
+// channel.
+func halfOpen(cfg Config, conn *fakeConn, g *Gate, rate float64, note func(string)) <-chan halfOpenResult {
+	out := make(chan halfOpenResult, 1)
+	go func() {
+		res, err := HalfOpen(context.Background(), cfg, conn, g, rate, note)
+		out <- halfOpenResult{res, err}
+	}()
+	return out
+}
+
+type halfOpenResult struct {
+	res Result
+	err error
+}
+
 // The gate's phase is read at each of the recovery's notes, which it
-// makes as each step begins (not sampled from another goroutine every
-// 5 ms: the probing lasts 20 ms, and a sampler scheduled late on a loaded
-// machine missed it).
+// makes as each step begins (not sampled from another goroutine: a
+// sampler scheduled late on a loaded machine missed the probing). Time
+// moves only as the test steps it: the probes are ProbeInterval apart and
+// the bot is online only once the whole observation window has passed.
 func TestHalfOpenSequence(t *testing.T) {
 	conn := &fakeConn{done: make(chan struct{})}
 	var g Gate
+	clk := fakeclock.New(time.Now())
+	var mu sync.Mutex
 	var notes []string
-	cfg := Config{Probes: 3, ProbeInterval: 10 * time.Millisecond, Canary: "ops", Observe: 300 * time.Millisecond}
+	cfg := Config{Probes: 3, ProbeInterval: 10 * time.Millisecond, Canary: "ops", Observe: 300 * time.Millisecond, Clock: clk}
 	got := map[Phase]bool{}
-	res, err := HalfOpen(context.Background(), cfg, conn, &g, 10, func(s string) {
+	done := halfOpen(cfg, conn, &g, 10, func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
 		notes = append(notes, s)
 		got[g.Phase()] = true
 	})
+	for i := 1; i < 3; i++ {
+		clk.AwaitWaiters(t, 1) // waiting for probe i+1
+		if n := conn.probeCount(); n != i {
+			t.Fatalf("%d probes before the interval passed, want %d", n, i)
+		}
+		clk.Step(cfg.ProbeInterval)
+	}
+	clk.AwaitWaiters(t, 1) // observing
+	clk.Step(cfg.Observe - time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("online before the observation window passed: %+v, %v", r.res, r.err)
+	case <-clk.Waiting(t, 1):
+	}
+	clk.Step(time.Millisecond)
+	r := <-done
+	res, err := r.res, r.err
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Probes != 3 || !res.Canary || len(conn.canary) != 1 || conn.canary[0] != "ops" || res.Online.IsZero() {
 		t.Fatalf("result %+v, canary pushes %v", res, conn.canary)
 	}
+	if res.Observed != cfg.Observe || !res.Online.Equal(clk.Now()) {
+		t.Fatalf("observed %s until %v, want %s until the clock's %v", res.Observed, res.Online, cfg.Observe, clk.Now())
+	}
 	if res.DrainRate != 5 {
 		t.Fatalf("drain rate %g, want half of 10", res.DrainRate)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if !got[PhaseProbing] || !got[PhaseObserving] || g.Phase() != PhaseOnline {
 		t.Fatalf("phases seen %v, now %s", got, g.Phase())
 	}
@@ -72,9 +123,20 @@ func TestHalfOpenSequence(t *testing.T) {
 func TestHalfOpenStopsAtAFailedProbe(t *testing.T) {
 	conn := &fakeConn{done: make(chan struct{}), fail: 2}
 	var g Gate
-	_, err := HalfOpen(context.Background(), Config{Probes: 5, ProbeInterval: time.Millisecond}, conn, &g, 0, func(string) {})
-	if !errors.Is(err, ErrProbeFailed) || conn.probes != 2 || len(conn.canary) != 0 {
-		t.Fatalf("err %v after %d probes, canary %v", err, conn.probes, conn.canary)
+	clk := fakeclock.New(time.Now())
+	done := halfOpen(Config{Probes: 5, ProbeInterval: time.Millisecond, Clock: clk}, conn, &g, 0, func(string) {})
+	select {
+	case r := <-done:
+		t.Fatalf("ended before the second probe's interval passed: %v after %d probes", r.err, conn.probeCount())
+	case <-clk.Waiting(t, 1):
+	}
+	clk.Step(time.Millisecond)
+	r := <-done
+	if !errors.Is(r.err, ErrProbeFailed) || conn.probeCount() != 2 || len(conn.canary) != 0 {
+		t.Fatalf("err %v after %d probes, canary %v", r.err, conn.probeCount(), conn.canary)
+	}
+	if clk.HasWaiters() {
+		t.Fatal("a failed recovery left a timer waiting")
 	}
 	if g.Phase() != PhaseOnline {
 		t.Fatal("gate left closed after a failed recovery")

@@ -85,6 +85,7 @@ type Node struct {
 	WeComURL string
 	NATSURL  string   // as given to StartNodeWith ("" = the cluster's)
 	Bots     []string // as given to StartNodeWith (nil = every bot)
+	Bin      string   // as given to StartNodeWith ("" = Options.Bin)
 	Proc     *Proc
 }
 
@@ -189,7 +190,11 @@ func (c *Cluster) start(name string, args []string, o StartOptions) (*Proc, erro
 	if c.Opts.LogDir != "" && o.LogFile == "" {
 		o.LogFile = filepath.Join(c.Opts.LogDir, LogFileName(name))
 	}
-	p, err := StartProc(name, c.Opts.Bin, args, o)
+	bin := c.Opts.Bin
+	if o.Bin != "" {
+		bin = o.Bin
+	}
+	p, err := StartProc(name, bin, args, o)
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +264,7 @@ type NodeOptions struct {
 	NATSURL  string   // "" means the cluster's NATS
 	Env      []string // added to the node's environment
 	Bots     []string // the bots it serves, of Options.Bots; nil means every one
+	Bin      string   // the botctl binary it runs; "" means Options.Bin
 }
 
 // StartNodeWith is StartNode with per-node endpoints.
@@ -293,7 +299,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 		args = append(args, "--backfill-history-url", "http"+strings.TrimPrefix(strings.TrimSuffix(c.SimWS, "/"), "ws"))
 	}
 	args = append(args, c.Opts.NodeArgs...)
-	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{Env: o.Env})
+	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{Env: o.Env, Bin: o.Bin})
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +319,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 		p.Kill()
 		return nil, fmt.Errorf("node %s: its API token: %w", id, err)
 	}
-	n := &Node{ID: id, API: m[1], Token: strings.TrimSpace(string(token)), EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Proc: p}
+	n := &Node{ID: id, API: m[1], Token: strings.TrimSpace(string(token)), EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Bin: o.Bin, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
@@ -340,7 +346,7 @@ func (c *Cluster) RestartNode(id string) (*Node, error) {
 		return nil, fmt.Errorf("no node %s", id)
 	}
 	n.Proc.Kill()
-	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL, Bots: n.Bots})
+	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL, Bots: n.Bots, Bin: n.Bin})
 }
 
 // Node is the latest process of node id (nil if never started).
@@ -515,8 +521,9 @@ func (c *Cluster) Transcript(bot, chat string) ([]TranscriptEntry, error) {
 
 // NodeInfo is the part of a node's GET /status the tests use.
 type NodeInfo struct {
-	ID   string `json:"id"`
-	Bots map[string]struct {
+	ID      string `json:"id"`
+	Version string `json:"version"`
+	Bots    map[string]struct {
 		State string `json:"state"`
 		Term  int64  `json:"term"`
 	} `json:"bots"`
