@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // The media store filled to its bound (media.max_store_bytes) while
@@ -245,4 +247,49 @@ func gaugeValue(scrape, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// A node started on a deployment whose media store has no bound (made by
+// a botctl before the bound) bounds it at media.max_store_bytes, keeping
+// its files, says so in its log, and reports the bound on /metrics.
+func TestNodeBoundsAnUnboundedMediaStore(t *testing.T) {
+	_, wecomURL := startSimBots(t, "b1")
+	e, ns := startEtcd(t), startNATS(t)
+	_, js := testenv.Connect(t, ns.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "BOTCTL_MEDIA", TTL: 24 * time.Hour, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.PutBytes(ctx, "t_before/0", []byte("stored before the upgrade")); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())
+	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s-b1"}}
+	var mu sync.Mutex
+	var logged strings.Builder
+	rn, err := startNodeLogged(t, cfg, zerolog.New(lineWriter(func(l string) { mu.Lock(); logged.WriteString(l); mu.Unlock() })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "OBJ_BOTCTL_MEDIA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.MaxBytes != config.DefaultMediaMaxStoreBytes || c.Discard != jetstream.DiscardNew {
+		t.Fatalf("media stream after the node started: MaxBytes %d, discard %v; want media.max_store_bytes' default %d and DiscardNew", c.MaxBytes, c.Discard, int64(config.DefaultMediaMaxStoreBytes))
+	}
+	if got := gaugeValue(rn.scrape(t), "botctl_media_store_max_bytes"); got != config.DefaultMediaMaxStoreBytes {
+		t.Errorf("botctl_media_store_max_bytes %g, want %d", got, int64(config.DefaultMediaMaxStoreBytes))
+	}
+	if got, err := rn.Store.Media().GetBytes(ctx, "t_before/0"); err != nil || string(got) != "stored before the upgrade" {
+		t.Errorf("the file stored before the upgrade: %q, %v", got, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if s := logged.String(); !strings.Contains(s, "deployed without a bound; media.max_store_bytes is applied") {
+		t.Errorf("the node's log does not say the bound was applied:\n%s", s)
+	}
 }
