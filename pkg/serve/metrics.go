@@ -264,7 +264,7 @@ var (
 	descQueue      = desc("queue_depth", "Tasks in the JetStream work queue: pending (not yet delivered to a worker) and ack_pending (running somewhere).", "state")
 	descSpool      = desc("spool_depth", "Tasks held in this node's local spool until JetStream takes them.")
 	descMedia      = desc("media_store_bytes", "Bytes the media object store holds now (the same store for every node): users' files of tasks in flight and replies' images and files.")
-	descMediaMax   = desc("media_store_max_bytes", "The media object store's bound (media.max_store_bytes): past it a file is refused and its user told storage is full.")
+	descMediaMax   = desc("media_store_max_bytes", "The media object store's bound as deployed (media.max_store_bytes, unless the deployment keeps another): past it a file is refused and its user told storage is full.")
 	descIncidents  = desc("incidents_open", "Open incidents of each configured bot, by kind (outage, data, ai).", "bot", "kind")
 	descDispatch   = desc("dispatch_total", "Dispatch outcomes on this node (queued, busy, duplicates, fixed, local, spooled, failed).", "outcome")
 	descFallbacks  = desc("dispatch_fallbacks_total", "Dispatch fallbacks between tiers (queue→fixed, fixed→local, …).", "path")
