@@ -26,7 +26,7 @@ DATE      ?= $(shell TZ=UTC git log -1 --date=format-local:%Y-%m-%d --format=%cd
 BUILDINFO := github.com/botctl/botctl/pkg/buildinfo
 LDFLAGS   ?= -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT) -X $(BUILDINFO).Date=$(DATE)
 
-.PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install fuzz
+.PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install fuzz release release-check image
 
 all: build
 
@@ -50,6 +50,28 @@ test:
 	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
 	$(MAKE) chaos-smoke
 	$(MAKE) conformance
+
+# The release artifacts of this commit in dist/ (scripts/release.sh):
+# botctl_<V>_linux_{amd64,arm64}.tar.gz, botctl_<V>_{amd64,arm64}.deb, the
+# SBOM botctl_<V>_sbom.cdx.json and SHA256SUMS, the same bytes from every
+# build of the commit. VERSION must be vMAJOR.MINOR.PATCH; the tree must be
+# committed. Tag the commit with VERSION (git tag v0.5.0) and add its
+# CHANGELOG.md entry first.
+release:
+	bash scripts/release.sh release --version '$(VERSION)' --out dist
+
+# The OCI image (both architectures, one index) in dist/botctl_<V>_oci.tar,
+# built without a daemon and without pulling anything; load it with
+# podman load -i, push it with crane push or skopeo copy.
+IMAGE_VERSION ?= $(or $(VERSION),v0.0.0-dev)
+image:
+	bash scripts/release.sh image --version '$(IMAGE_VERSION)' --out dist
+
+# The release tests with the arm64 cross builds (make test does amd64 only):
+# two release builds of this commit are byte-identical, the .deb installs
+# and purges on this machine (as root), the image is what it should be.
+release-check:
+	BOTCTL_RELEASE_ALL_ARCH=1 $(GO) test -count=1 -timeout 30m -v ./test/release
 
 # Every fuzz target for FUZZTIME each (default 30s; scripts/fuzz.sh); a
 # failing input is saved under the package's testdata/fuzz/, where make
@@ -120,4 +142,4 @@ conformance: build
 	bash test/conformance/run.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

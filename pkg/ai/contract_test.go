@@ -370,7 +370,7 @@ func playHTTP(t *testing.T, s script, timeout time.Duration) played {
 	end := "data: " + string(raw) + "\n\n"
 	var srv *webServer
 	srv = newWebServer(t, func(w http.ResponseWriter, r *http.Request, _ webRequest) {
-		playEvents(w, r, srv.release, s, text, end, func(w http.ResponseWriter) { http.Error(w, "overloaded", 503) })
+		playEvents(w, r, srv.release, s, text, end, func(w http.ResponseWriter) { http.Error(w, "overloaded", http.StatusServiceUnavailable) })
 	})
 	return played{b: httpBackendFor(t, srv, HTTPConfig{Timeout: timeout}), req: question("q")}
 }

@@ -141,6 +141,9 @@ type Push struct {
 	QueuedLine string `yaml:"queued_line"`
 	// TruncatedNote ends a stream closed before its window ends.
 	TruncatedNote string `yaml:"truncated_note"`
+	// HandoverNote ends a stream a stopping leader closes: the next
+	// leader cannot continue it, and pushes the complete answer.
+	HandoverNote string `yaml:"handover_note"`
 	// ReplayExpiry: a complete answer still owed by push this long after
 	// it was computed (the bot was away that long) is not sent late; its
 	// delivery fails for good and a person is told (a data incident).
@@ -317,7 +320,8 @@ func Defaults() Config {
 			Breaker: AIBreaker{Failures: DefaultBreakerFailures, Cooldown: DefaultBreakerCooldown}},
 		Memory: Memory{Turns: 20, Bytes: 16 << 10, IdleExpiry: dataplane.DefaultContextTTL},
 		Push: Push{Budget: 20, BudgetHourly: 900, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
-			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）"},
+			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）",
+			HandoverNote: "（服务切换中，完整回答稍后单独发送）"},
 		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second},
 	}
 	c.Health, c.Recovery = healthDefaults()

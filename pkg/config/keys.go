@@ -195,6 +195,7 @@ var Keys = []Key{
 	{Name: "push.queued_line", Flag: "push-queued-line", Usage: "status line while the task waits for a free worker (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.QueuedLine })},
 	{Name: "push.heartbeat_line", Flag: "push-heartbeat-line", Usage: "status line after push.heartbeat without news (minutes, seconds)", set: str(func(c *Config) *string { return &c.Push.HeartbeatLine })},
 	{Name: "push.truncated_note", Flag: "push-truncated-note", Usage: "note ending a stream closed before its window ends", set: str(func(c *Config) *string { return &c.Push.TruncatedNote })},
+	{Name: "push.handover_note", Flag: "push-handover-note", Usage: "note ending a stream a stopping leader closes (the complete answer follows by push)", set: str(func(c *Config) *string { return &c.Push.HandoverNote })},
 	{Name: "nats.replicas", Flag: "nats-replicas", Usage: "replicas of streams and buckets (1 embedded, 3 on a cluster)", set: integer(func(c *Config) *int { return &c.NATS.Replicas })},
 	{Name: "push.heartbeat", Flag: "push-heartbeat", Usage: "status line after this long without news", set: dur(func(c *Config) *time.Duration { return &c.Push.Heartbeat })},
 }

@@ -416,8 +416,10 @@ func (p *Pusher) quotaLowered(r *task.Record, err error) (bool, time.Duration) {
 // closeStream ends the stream with the content so far and a note; the full
 // answer follows by push.
 func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (bool, time.Duration) {
-	why := "stream window closing"
-	note := p.cfg.TruncatedNote
+	why, note := "stream window closing", p.cfg.TruncatedNote
+	if p.handingOver.Load() {
+		why, note = "handover: the leader stopped", p.cfg.HandoverNote
+	}
 	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
 	if wait, ok := p.spend(r.Chat, 0); !ok {
 		return false, wait

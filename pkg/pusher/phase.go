@@ -35,9 +35,9 @@ const (
 	// there is content the user has not seen or a heartbeat is due,
 	// paced below the budget.
 	progress phase = iota
-	// closing: the stream's window is closing: the stream is closed with
-	// the content so far and a note, and the delivery is owed by push
-	// (truncated).
+	// closing: the stream's window is closing, or this node hands the bot
+	// over (Handover): the stream is closed with the content so far and a
+	// note, and the delivery is owed by push (truncated).
 	closing
 	// final: the execution is over: the final frame, delivered on its
 	// ack; an answer too long for one frame is split (Parts), its first
@@ -66,7 +66,7 @@ func (p *Pusher) phaseOf(r *task.Record, text string, now time.Time) phase {
 		return parts
 	case r.Exec.Finished():
 		return final
-	case p.windowClosing(r, now):
+	case p.windowClosing(r, now), p.handingOver.Load():
 		return closing
 	}
 	return progress

@@ -86,6 +86,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
@@ -139,6 +140,10 @@ type Config struct {
 	StreamWindow, Margin time.Duration
 	// TruncatedNote ends a stream closed before the answer was complete.
 	TruncatedNote string
+	// HandoverNote ends a stream closed by Handover: this node hands the
+	// bot over, and the next leader cannot continue the stream.
+	// Default "（服务切换中，完整回答稍后单独发送）".
+	HandoverNote string
 	// CanceledNote and FailedNote end answers that were stopped or failed.
 	CanceledNote, FailedNote string
 	// BusyNote is the answer of a task refused late as busy (Record.Busy):
@@ -234,6 +239,9 @@ func (c *Config) setDefaults() {
 	if c.TruncatedNote == "" {
 		c.TruncatedNote = "（回答较长，完整内容稍后单独发送）"
 	}
+	if c.HandoverNote == "" {
+		c.HandoverNote = "（服务切换中，完整回答稍后单独发送）"
+	}
 	if c.CanceledNote == "" {
 		c.CanceledNote = "（已停止）"
 	}
@@ -322,6 +330,9 @@ type Pusher struct {
 	// watchHold, when set (a test seam: HoldWatch), holds the output
 	// watch until it closes, before its consumer is made: a watch made late.
 	watchHold <-chan struct{}
+	// handingOver: Handover runs; every stream still open is closed
+	// (phaseOf).
+	handingOver atomic.Bool
 }
 
 // New validates cfg.

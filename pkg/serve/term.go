@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/access"
@@ -38,7 +39,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	p, err = pusher.New(pusher.Config{
 		Bot: term.Bot, NodeID: cfg.NodeID, TermRev: term.Rev, Conn: conn, Store: n.Store, Lifecycle: n.Lifecycle,
 		Budget: n.Budget(term.Bot), StreamWindow: cfg.Push.StreamWindow, Heartbeat: cfg.Push.Heartbeat,
-		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote,
+		HeartbeatLine: cfg.Push.HeartbeatLine, QueuedLine: cfg.Push.QueuedLine, TruncatedNote: cfg.Push.TruncatedNote, HandoverNote: cfg.Push.HandoverNote,
 		BusyNote: access.DefaultBusy, Notes: n.bots,
 		Gate: n.Health.Gate(term.Bot), Health: n.Health, ReplayExpiry: cfg.Push.ReplayExpiry,
 		Metrics: n.obs,
@@ -56,5 +57,28 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	if err := p.Run(ctx); err != nil {
 		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
 	}
+	n.handover(ctx, term, conn, p)
 	wg.Wait()
+}
+
+// handoverWithin bounds the closing of a term's open streams at a
+// graceful stop: the node holds the bot (and its lease) meanwhile.
+const handoverWithin = 5 * time.Second
+
+// handover closes the streams still open on conn when the term's work
+// ended by a graceful stop (the term and the connection still this
+// node's): the next leader cannot continue them (pusher.Handover). After
+// a lost term or a closed connection there is nothing to write on.
+func (n *Node) handover(ctx context.Context, term *election.Term, conn *wecom.Conn, p *pusher.Pusher) {
+	if term.Err() != nil {
+		return
+	}
+	select {
+	case <-conn.Done():
+		return
+	default:
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handoverWithin)
+	defer cancel()
+	p.Handover(hctx)
 }

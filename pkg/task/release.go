@@ -141,7 +141,7 @@ func (l *Lifecycle) end(ctx context.Context, m Message, reason string, how endin
 			return "already " + string(r.Exec), nil
 		}
 	case endDeadline:
-		if !l.pastDeadline(r, deadline, l.now()) {
+		if !pastDeadline(r, deadline, l.now()) {
 			return "running", nil
 		}
 		r, err = l.GiveUp(ctx, r.ID, reason, nil)
@@ -152,16 +152,6 @@ func (l *Lifecycle) end(ctx context.Context, m Message, reason string, how endin
 		return "", err
 	}
 	return opened + string(r.Exec), nil
-}
-
-// pastDeadline: r's execution is not over deadline after its first
-// attempt began (or after it was received, if none began).
-func (l *Lifecycle) pastDeadline(r *Record, deadline time.Duration, now time.Time) bool {
-	since := r.Started
-	if since.IsZero() {
-		since = r.Received
-	}
-	return !r.Exec.Finished() && deadline > 0 && now.Sub(since) > deadline
 }
 
 // maxOwed bounds the endings a node keeps owing; past it one more is

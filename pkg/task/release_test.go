@@ -48,7 +48,9 @@ func (f *fixture) olderThan(chat string, d time.Duration) {
 // (the user is told), and the conversation is freed. A younger one is
 // left to the worker that opens it. The young message is swept with a
 // deadline of an hour: with the second, a stall of over a second between
-// the publish and the sweep (a loaded machine) made it old.
+// the publish and the sweep (a loaded machine) made it old. The exact
+// times (just before, at, just after the deadline; on the server's clock)
+// are TestDecideQueued's.
 func TestSweepGivesUpAQueueMessageWithoutRecordPastTheDeadline(t *testing.T) {
 	f := newFixture(t, dataplane.Options{})
 	const deadline = time.Second

@@ -53,178 +53,192 @@ type SweepResult struct {
 // be written, is removed regardless. The bot's leader runs it
 // periodically; it is safe to run anywhere, any number of times. An error
 // is the first step that failed; the round went on past it.
+//
+// What to do with each message and task is decided by decideQueued and
+// decideUndelivered (sweepselect.go); Sweep reads their inputs and
+// performs what they say.
 func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.Duration) (SweepResult, error) {
-	var res SweepResult
-	now := l.now()
-	why := fmt.Sprintf("execution deadline %s passed without an answer", deadline)
-	pastDeadline := func(r *Record) bool { return l.pastDeadline(r, deadline, now) }
-	giveUp := func(r *Record) error {
-		if _, err := l.GiveUp(ctx, r.ID, why, nil); err != nil {
-			return err
-		}
-		res.Deadline++
-		l.log.Warn().Str("task", r.ID).Str("bot", bot).Str("exec", string(r.Exec)).Msg(why + "; given up")
-		return nil
-	}
-	var first error // the first failed step; the round goes on
-	fail := func(err error) {
-		if first == nil {
-			first = err
-		}
-	}
-	// failing is the tasks bucket's error once a read or write of it
-	// failed this round: the rest of the round asks it nothing more and
-	// goes by the queue messages' age alone, so a round waits for one
-	// timeout of a failing bucket, not one per conversation.
-	var failing error
-	remove := func(msg *jetstream.RawStreamMsg, task, what string) {
-		if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil {
-			fail(err)
-			return
-		}
-		res.Abandoned++
-		l.log.Warn().Str("task", task).Str("bot", bot).Uint64("seq", msg.Sequence).Msg(what)
-	}
-	// abandon frees a conversation held past the deadline by the
-	// message of a task whose record cannot be read: none landed, or
-	// the bucket fails. The record is made from the message and failed
-	// if the bucket answers; otherwise the ending is owed.
-	abandon := func(msg *jetstream.RawStreamMsg, m Message) {
-		if failing == nil {
-			rec, err := l.end(ctx, m, why, endDeadline, deadline)
-			switch {
-			case err == nil && rec == "running":
-				return // its record landed meanwhile: a worker runs it
-			case err == nil:
-				res.Deadline++
-				l.log.Warn().Str("task", m.TaskID).Str("bot", bot).Str("record", rec).Msg(why + "; its queue message had no record; given up")
-				if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil { // GiveUp's own removal may have failed
-					fail(err)
-				}
-				return
-			case StoreFailed(err):
-				failing = err
-			}
-		}
-		l.owe(m, why, endDeadline, deadline)
-		remove(msg, m.TaskID, "queue message past the deadline with no record that can be written removed; conversation freed")
-	}
-
+	s := &sweepRound{l: l, bot: bot, now: l.now(), rules: sweepRules{deadline: deadline, grace: grace},
+		why: fmt.Sprintf("execution deadline %s passed without an answer", deadline)}
 	q, err := l.store.ListQueue(ctx, bot)
 	if err != nil {
-		return res, err
+		return s.res, err
 	}
-	convs, serverNow := q.Conversations, q.ServerTime
-	if serverNow.IsZero() {
-		serverNow = now // a server that does not say: this clock
-	}
-	res.Queued = len(convs)
-	checked := make(map[string]bool, len(convs)) // records read here are not read again below
-	for _, conv := range convs {
+	s.res.Queued = len(q.Conversations)
+	checked := make(map[string]bool, len(q.Conversations)) // records read here are not read again below
+	for _, conv := range q.Conversations {
 		msg, err := l.store.ConversationTask(ctx, bot, conv)
 		if err != nil || msg == nil {
 			continue
 		}
-		// The message's age, on the server's clock.
-		age := serverNow.Sub(msg.Time)
-		stale := deadline > 0 && age > deadline
-		var m Message
-		if err := json.Unmarshal(msg.Data, &m); err != nil || m.TaskID == "" {
-			res.Unknown++
-			if stale {
-				remove(msg, "", "unreadable queue message past the deadline removed; conversation freed")
-			}
-			continue // the worker that pulls it terminates it
-		}
-		if failing != nil {
-			if stale {
-				abandon(msg, m)
-			}
-			continue
-		}
-		r, _, err := Get(ctx, l.store.Tasks(), m.TaskID)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || StoreFailed(err) {
-			// No record (every write of it failed so far), or none to
-			// read: a worker opens it from the message, unless the
-			// message is past the deadline.
-			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-				failing = err
-			}
-			if stale {
-				abandon(msg, m)
-			}
-			continue
-		}
-		if errors.Is(err, ErrCorruptRecord) {
-			// Its task can never start (Start reads the record first):
-			// skipped and reported, and its message removed once past
-			// the deadline, so it holds its conversation no longer.
-			res.Corrupt++
+		m, in, err := s.readQueued(ctx, msg)
+		if in.read == recordFound || in.read == recordCorrupt {
 			checked[m.TaskID] = true
-			l.Corrupt(bot, m.TaskID, CorruptAtSweep, err)
-			if stale {
-				remove(msg, m.TaskID, "queue message of a task whose record does not decode removed past the execution deadline; conversation freed")
-			}
-			continue
 		}
-		if err != nil {
-			fail(err)
-			continue
-		}
-		checked[r.ID] = true
-		switch {
-		case r.Exec.Finished() && now.Sub(r.execChanged()) > grace && age > grace:
-			if err := l.store.RemoveTask(ctx, msg.Sequence); err != nil {
-				fail(err)
-				continue
-			}
-			res.Released++
-			l.log.Info().Str("task", r.ID).Str("bot", bot).Str("exec", string(r.Exec)).Msg("queue message of a finished task removed; conversation freed")
-		case pastDeadline(r):
-			if err := giveUp(r); err != nil {
-				// The record cannot say so now; the next round does
-				// (from the undelivered index). The conversation is
-				// freed now.
-				fail(err)
-				if StoreFailed(err) {
-					failing = err
-				}
-				remove(msg, r.ID, "queue message of a task past the deadline removed, its record not written; conversation freed")
-			}
-		}
+		s.doQueued(ctx, decideQueued(s.now, q.ServerTime, s.rules, in), msg, m, in.rec, err)
 	}
-	if failing != nil {
-		fail(failing)
-		return res, first // the rest needs the tasks bucket
+	if s.failing != nil {
+		s.fail(s.failing)
+		return s.res, s.first // the rest needs the tasks bucket
 	}
 
 	// Tasks off the queue (fixed worker, the leader's own) end too.
 	ids, err := l.store.UndeliveredTasks(ctx, bot)
 	if err != nil {
-		fail(err)
-		return res, first
+		s.fail(err)
+		return s.res, s.first
 	}
 	for _, id := range ids {
 		if checked[id] {
 			continue
 		}
 		r, _, err := Get(ctx, l.store.Tasks(), id)
-		if errors.Is(err, ErrCorruptRecord) {
-			res.Corrupt++
+		read := readOf(err)
+		if read == recordFound {
+			s.res.Undelivered++
+		}
+		switch decideUndelivered(s.now, s.rules, read, r) {
+		case sweepCorrupt:
+			s.res.Corrupt++
 			l.Corrupt(bot, id, CorruptAtSweep, err)
-		}
-		if err != nil {
-			continue
-		}
-		res.Undelivered++
-		if pastDeadline(r) {
-			if err := giveUp(r); err != nil {
-				fail(err)
+		case sweepGiveUp:
+			if err := s.giveUp(ctx, r); err != nil {
+				s.fail(err)
 			}
 		}
 	}
-	res.Owed = l.settleOwed(ctx, bot)
-	return res, first
+	s.res.Owed = l.settleOwed(ctx, bot)
+	return s.res, s.first
+}
+
+// sweepRound is one round of Sweep: its settings, what it did and what
+// failed.
+type sweepRound struct {
+	l     *Lifecycle
+	bot   string
+	now   time.Time
+	rules sweepRules
+	why   string // the reason written in the records of tasks given up
+	res   SweepResult
+	first error // the first failed step; the round goes on
+	// failing is the tasks bucket's error once a read or write of it
+	// failed this round: the rest of the round asks it nothing more and
+	// goes by the queue messages' age alone, so a round waits for one
+	// timeout of a failing bucket, not one per conversation.
+	failing error
+}
+
+func (s *sweepRound) fail(err error) {
+	if s.first == nil {
+		s.first = err
+	}
+}
+
+// readQueued reads what decideQueued needs of queue message msg: the task
+// it carries and, unless the bucket fails, its record. The error is the
+// record read's.
+func (s *sweepRound) readQueued(ctx context.Context, msg *jetstream.RawStreamMsg) (Message, queued, error) {
+	in := queued{sent: msg.Time}
+	var m Message
+	if err := json.Unmarshal(msg.Data, &m); err != nil || m.TaskID == "" {
+		return m, in, nil
+	}
+	in.task = m.TaskID
+	if s.failing != nil {
+		in.read = recordFailing
+		return m, in, nil
+	}
+	r, _, err := Get(ctx, s.l.store.Tasks(), m.TaskID)
+	in.rec, in.read = r, readOf(err)
+	switch in.read {
+	case recordFailing:
+		s.failing = err
+	case recordError:
+		s.fail(err)
+	}
+	return m, in, err
+}
+
+// doQueued performs a, decided for queue message msg of task m (record r
+// when read; err: the record read's error).
+func (s *sweepRound) doQueued(ctx context.Context, a sweepAction, msg *jetstream.RawStreamMsg, m Message, r *Record, err error) {
+	switch a {
+	case sweepUnreadable, sweepRemoveUnreadable:
+		s.res.Unknown++
+		if a == sweepRemoveUnreadable {
+			s.remove(ctx, msg, "", "unreadable queue message past the deadline removed; conversation freed")
+		}
+	case sweepCorrupt, sweepRemoveCorrupt:
+		// Its task can never start (Start reads the record first).
+		s.res.Corrupt++
+		s.l.Corrupt(s.bot, m.TaskID, CorruptAtSweep, err)
+		if a == sweepRemoveCorrupt {
+			s.remove(ctx, msg, m.TaskID, "queue message of a task whose record does not decode removed past the execution deadline; conversation freed")
+		}
+	case sweepAbandon:
+		s.abandon(ctx, msg, m)
+	case sweepRelease:
+		if err := s.l.store.RemoveTask(ctx, msg.Sequence); err != nil {
+			s.fail(err)
+			return
+		}
+		s.res.Released++
+		s.l.log.Info().Str("task", r.ID).Str("bot", s.bot).Str("exec", string(r.Exec)).Msg("queue message of a finished task removed; conversation freed")
+	case sweepGiveUp:
+		if err := s.giveUp(ctx, r); err != nil {
+			// The record cannot say so now; the next round does (from
+			// the undelivered index). The conversation is freed now.
+			s.fail(err)
+			if StoreFailed(err) {
+				s.failing = err
+			}
+			s.remove(ctx, msg, r.ID, "queue message of a task past the deadline removed, its record not written; conversation freed")
+		}
+	}
+}
+
+func (s *sweepRound) giveUp(ctx context.Context, r *Record) error {
+	if _, err := s.l.GiveUp(ctx, r.ID, s.why, nil); err != nil {
+		return err
+	}
+	s.res.Deadline++
+	s.l.log.Warn().Str("task", r.ID).Str("bot", s.bot).Str("exec", string(r.Exec)).Msg(s.why + "; given up")
+	return nil
+}
+
+// remove removes queue message msg of task (what: the log's message).
+func (s *sweepRound) remove(ctx context.Context, msg *jetstream.RawStreamMsg, task, what string) {
+	if err := s.l.store.RemoveTask(ctx, msg.Sequence); err != nil {
+		s.fail(err)
+		return
+	}
+	s.res.Abandoned++
+	s.l.log.Warn().Str("task", task).Str("bot", s.bot).Uint64("seq", msg.Sequence).Msg(what)
+}
+
+// abandon frees a conversation held past the deadline by the message of a
+// task whose record cannot be read: none landed, or the bucket fails. The
+// record is made from the message and failed if the bucket answers;
+// otherwise the ending is owed.
+func (s *sweepRound) abandon(ctx context.Context, msg *jetstream.RawStreamMsg, m Message) {
+	if s.failing == nil {
+		rec, err := s.l.end(ctx, m, s.why, endDeadline, s.rules.deadline)
+		switch {
+		case err == nil && rec == "running":
+			return // its record landed meanwhile: a worker runs it
+		case err == nil:
+			s.res.Deadline++
+			s.l.log.Warn().Str("task", m.TaskID).Str("bot", s.bot).Str("record", rec).Msg(s.why + "; its queue message had no record; given up")
+			if err := s.l.store.RemoveTask(ctx, msg.Sequence); err != nil { // GiveUp's own removal may have failed
+				s.fail(err)
+			}
+			return
+		case StoreFailed(err):
+			s.failing = err
+		}
+	}
+	s.l.owe(m, s.why, endDeadline, s.rules.deadline)
+	s.remove(ctx, msg, m.TaskID, "queue message past the deadline with no record that can be written removed; conversation freed")
 }
 
 // SweepInterval is how often a bot's leader runs the sweep (RunSweep) by
@@ -251,16 +265,6 @@ func (l *Lifecycle) RunSweep(ctx context.Context, bot string, deadline, grace ti
 			l.log.Info().Str("bot", bot).Interface("sweep", res).Msg("task sweep")
 		}
 	}
-}
-
-// execChanged is when the execution dimension last changed.
-func (r *Record) execChanged() time.Time {
-	for i := len(r.Transitions) - 1; i >= 0; i-- {
-		if r.Transitions[i].Dim == "exec" {
-			return r.Transitions[i].At
-		}
-	}
-	return r.Received
 }
 
 // maxDeliveriesAdvisory is the part of the server's advisory we read.

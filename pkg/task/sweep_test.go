@@ -1,18 +1,22 @@
 package task_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/internal/fakeclock"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/task"
 )
 
 // The sweep removes the queue message of a finished task (an ack that was
 // lost) and gives up tasks past the execution deadline, on the queue or
-// off it.
+// off it. The exact times of these rules are TestDecideQueued's and
+// TestDecideUndelivered's.
 func TestSweep(t *testing.T) {
 	f := newFixture(t, dataplane.Options{})
 	clock := time.Now()
@@ -91,7 +95,8 @@ func (c *corruptions) of(id, where string) int {
 // of ending the round there (before, it returned the decode error and the
 // tasks after it were never looked at), gives up the others past their
 // deadline, and once the corrupt task's message is past the deadline
-// removes it: its task can never start, its conversation is freed.
+// removes it: its task can never start, its conversation is freed. The
+// exact times are TestDecideQueued's.
 func TestSweepSkipsACorruptRecord(t *testing.T) {
 	f := newFixture(t, dataplane.Options{})
 	clock := time.Now()
@@ -116,6 +121,7 @@ func TestSweepSkipsACorruptRecord(t *testing.T) {
 	// Past the deadline: the queue message's age is read on the server's
 	// clock, so the deadline shrinks rather than this clock moving.
 	clock = clock.Add(2 * time.Hour)
+	f.olderThan("alice", time.Millisecond)
 	res, err = lc.Sweep(f.ctx, "b", time.Millisecond, 0)
 	if err != nil {
 		t.Fatalf("sweep: %v", err)
@@ -130,5 +136,31 @@ func TestSweepSkipsACorruptRecord(t *testing.T) {
 	}
 	if n := heard.of(bad.TaskID, task.CorruptAtSweep); n != 2 {
 		t.Fatalf("the corrupt record reported %d times over two sweeps, want 2 (once per round)", n)
+	}
+}
+
+// RunSweep's rounds wait on the lifecycle's clock (WithTimers): once the
+// clock has been stepped one sweep interval on, a round runs and gives up
+// a task past its deadline; RunSweep ends with its context.
+func TestRunSweepRoundsOnTheClock(t *testing.T) {
+	f := newFixture(t, dataplane.Options{})
+	stuck := f.queue("m1", "alice")
+	// Its attempt began two hours ago.
+	twoHoursAgo := f.lc.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) })
+	if _, _, err := twoHoursAgo.Start(f.ctx, stuck, "queue", 1); err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeclock.New(time.Now())
+	lc := f.lc.WithTimers(clk).WithSweepInterval(time.Hour) // never within the test on a real clock
+	ctx, cancel := context.WithCancel(f.ctx)
+	ended := make(chan struct{})
+	go func() { defer close(ended); lc.RunSweep(ctx, "b", time.Hour, 0) }()
+	defer func() { cancel(); <-ended }()
+
+	clk.AwaitWaiters(t, 1)
+	clk.Step(time.Hour)
+	testwait.Eventually(t, time.Minute, "alice's conversation freed by a round", func() bool { return !f.locked("alice") })
+	if r := f.record(stuck.TaskID); r.Exec != task.Failed || !strings.Contains(r.Error, "deadline") {
+		t.Fatalf("stuck task: %s %q", r.Exec, r.Error)
 	}
 }

@@ -22,7 +22,7 @@ func (w *Worker) attachments(ctx context.Context, m task.Message) ([]ai.Attachme
 	}
 	gctx, cancel := context.WithTimeout(ctx, storeCallTimeout*time.Duration(len(m.Attachments)))
 	defer cancel()
-	paths, cleanup, err := media.Materialize(gctx, w.cfg.Store.Media(), w.cfg.MediaDir, m.TaskID, m.Attachments)
+	paths, cleanup, err := media.Materialize(gctx, w.buckets.Media(), w.cfg.MediaDir, m.TaskID, m.Attachments)
 	if err != nil {
 		return nil, cleanup, err
 	}

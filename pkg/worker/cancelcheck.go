@@ -30,7 +30,7 @@ const reconnectSpread = 5 * time.Second
 // one during a re-read is not missed), and ends the run once the task is
 // canceled or another attempt took it over.
 func (w *Worker) checkCancel(ctx context.Context, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {
-	return everyOr(ctx, w.clock(), cancelCheck, w.cfg.Store.Reconnected, reconnectSpread, func(ctx context.Context) bool {
+	return everyOr(ctx, w.clock(), cancelCheck, w.buckets.Reconnected, reconnectSpread, func(ctx context.Context) bool {
 		return w.stillOurs(ctx, id, attempt, cancel)
 	})
 }

@@ -3,14 +3,12 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
@@ -46,211 +44,292 @@ func (w *Worker) Go(ctx context.Context, m task.Message, tier string, wg *sync.W
 
 // execute runs one attempt of a task and records how it ended. final says
 // no other attempt will follow if this one fails (the queue's last
-// delivery, or a fallback tier).
+// delivery, or a fallback tier); deliveries is the queue's count, 0 off
+// the queue. The attempt is a sequence of steps; each step's end goes
+// through settle, where decide (decide.go) says whether the attempt goes
+// on and, if not, what becomes of the record and of the queue message.
 func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliveries int, final bool) result {
-	lc := w.cfg.Lifecycle
-	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Logger()
-	bg := context.WithoutCancel(ctx)
-
+	a := w.newAttempt(ctx, m, tier, deliveries, final)
 	// The AI concurrency token is taken before the task starts: while it
 	// waits the record stays queued (the user is told so) and handle's
 	// in-progress acks keep the queue message.
 	release, err := w.acquire(ctx, deliveries > 0)
-	if err != nil {
-		if final { // no attempt follows: end the task rather than lock its conversation
-			why := "the node stopped while the task waited for an AI concurrency token on its last delivery"
-			_, gerr := lc.GiveUp(bg, m.TaskID, why, nil)
-			w.storeError("record_write", gerr)
-			log.Warn().Msg(why)
-			if deliveries == 0 { // a fallback tier: no queue message
-				return result{action: actAck, err: errors.New(why)}
-			}
-			return result{action: actGiveUp, err: errors.New(why)}
-		}
-		return result{action: actRetry, err: err}
+	if res, over := a.settle(ending{step: stepToken, err: err}); over {
+		return res
 	}
 	defer release()
+	if res, over := a.settle(ending{step: stepStart, err: a.start(ctx)}); over {
+		return res
+	}
+	runCtx, endRun := a.watch(ctx)
+	defer endRun()
+	run := w.botRun(m.Bot)
+	prompt, conv := w.prompt(runCtx, m, run.Memory)
+	atts, cleanup, err := w.attachments(runCtx, m)
+	defer cleanup() // the task's files leave this node with the run
+	if res, over := a.settle(ending{step: stepFiles, err: err, nodeStopping: ctx.Err() != nil}); over {
+		return res
+	}
+	req := ai.Request{TaskID: m.TaskID, Attempt: a.n, Messages: prompt, Attachments: atts,
+		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
+	defer a.openOutput(run)()
+	err = a.answer(runCtx, run, req)
+	if res, over := a.settle(a.answered(ctx, runCtx, run, err)); over {
+		return res
+	}
+	// The answer's last writes, in this order: the reply's files stored
+	// and named in the output (reply.go), the complete text stored under
+	// this attempt, then the record's "succeeded", which hashes that text:
+	// the pusher delivers exactly what Finish hashed.
+	if res, over := a.settle(ending{step: stepReply, err: a.storeReply(ctx)}); over {
+		return res
+	}
+	if res, over := a.settle(ending{step: stepStore, err: a.storeAnswer(ctx)}); over {
+		return res
+	}
+	done, err := a.recordSucceeded(ctx)
+	if res, over := a.settle(ending{step: stepFinish, err: err}); over {
+		return res
+	}
+	a.succeeded(done, run, conv)
+	return result{action: actAck}
+}
 
-	attempt, rec, err := lc.Start(ctx, m, tier, deliveries)
+// attempt is one run of a task on this worker: what its steps share.
+type attempt struct {
+	w          *Worker
+	lc         Lifecycle
+	m          task.Message
+	tier       string
+	deliveries int  // the queue's count; 0: off the queue
+	final      bool // no attempt follows if this one fails
+	log        zerolog.Logger
+	bg         context.Context // the worker's context without its end: the record's last writes
+
+	n       int                     // the attempt's number (start)
+	started time.Time               // the task's first attempt's start: the deadline counts from it
+	cancel  context.CancelCauseFunc // ends the run (watch)
+
+	out   *coalescer         // the attempt's text (openOutput)
+	steps []task.BackendStep // the backends the run asked (answer)
+	sent  ai.Reply           // what the backend handed over beside the text (answer)
+	reply *task.Reply        // the reply's objects stored (storeReply)
+}
+
+func (w *Worker) newAttempt(ctx context.Context, m task.Message, tier string, deliveries int, final bool) *attempt {
+	return &attempt{w: w, lc: w.cfg.Lifecycle, m: m, tier: tier, deliveries: deliveries, final: final,
+		log: w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Logger(), bg: context.WithoutCancel(ctx)}
+}
+
+// settle is the end of one of the attempt's steps: decide says whether the
+// attempt goes on; if not (over), settle does what decide says of the
+// output, the record and the log, and returns what becomes of the queue
+// message.
+func (a *attempt) settle(e ending) (res result, over bool) {
+	e.final, e.offQueue, e.limit = a.final, a.deliveries == 0, a.w.cfg.Deadline
+	v := decide(e)
+	if v.goOn {
+		return result{}, false
+	}
+	if v.flush {
+		a.out.flush(a.bg, a.outputFailed)
+	}
+	if v.note != "" {
+		a.log.Info().Err(e.err).Msg(v.note)
+	}
+	switch v.record {
+	case recordGiveUp:
+		_, err := a.lc.GiveUp(a.bg, a.m.TaskID, v.why, nil)
+		a.w.storeError("record_write", err)
+		a.log.Warn().Msg(v.why)
+	case recordFail:
+		var steps []task.BackendStep
+		if v.steps {
+			steps = a.steps
+		}
+		_, err := a.lc.Fail(a.bg, a.m.TaskID, a.n, v.why, v.retry, steps...)
+		a.w.storeError("record_write", err)
+		res := failOutcome(err, v.retry, v.why)
+		if res.action == actGiveUp {
+			a.log.Error().Str("reason", v.why).Msg("task failed")
+		}
+		return res, true
+	}
+	return v.res, true
+}
+
+// start makes the record say running under a new attempt. When the tasks
+// bucket does not answer (its stream electing a leader, a server failing
+// over), that is not the task's fault, so no delivery of the queue's few
+// is spent on it: Start is asked again, patiently (StorePatience), while
+// handle's in-progress acks keep the message. Any other answer is
+// settle's.
+func (a *attempt) start(ctx context.Context) error {
+	n, rec, err := a.lc.Start(ctx, a.m, a.tier, a.deliveries)
 	if task.StoreFailed(err) {
-		// The tasks bucket did not answer (its stream electing a
-		// leader, a server failing over): not the task's fault, so no
-		// delivery of the queue's few is spent on it (the chaos suite's
-		// churn-tasks-bucket used all five in ten seconds, and the user
-		// got a failure for a question that could be answered). Start
-		// again, patiently; handle's in-progress acks keep the message.
-		w.storeError("record_write", err)
-		w.patiently(ctx, log, "start the task (write its record)", func() error {
-			attempt, rec, err = lc.Start(ctx, m, tier, deliveries)
+		a.w.storeError("record_write", err)
+		a.w.patiently(ctx, a.log, "start the task (write its record)", func() error {
+			n, rec, err = a.lc.Start(ctx, a.m, a.tier, a.deliveries)
 			if task.StoreFailed(err) {
-				w.storeError("record_write", err)
+				a.w.storeError("record_write", err)
 				return err
 			}
-			return nil // an answer: the switch below decides
+			return nil // an answer: settle decides
 		})
 	}
-	switch {
-	case errors.Is(err, task.ErrFinished):
-		log.Info().Err(err).Msg("task already finished; skipping")
-		return result{action: actAck}
-	case errors.Is(err, task.ErrRunningOffQueue):
-		return result{action: actHold, err: err}
-	case err != nil:
-		w.storeError("record_write", err)
-		return result{action: actRetry, err: err}
+	if err != nil {
+		a.w.storeError("record_write", err)
+		return err
 	}
-	log = log.With().Int("attempt", attempt).Logger()
+	a.n, a.started = n, rec.Started
+	a.log = a.log.With().Int("attempt", n).Logger()
+	return nil
+}
 
-	// /stop (or an operator's cancel) marks the record canceled and
-	// announces it; the record is re-read now and then in case the
-	// announcement was missed. The execution deadline counts from the
-	// first attempt.
+// watch is the run's context, until end: /stop (or an operator's cancel)
+// marks the record canceled and announces it, and the record is re-read
+// now and then in case the announcement was missed (cancelcheck.go); a
+// later attempt's takeover ends it too; and so does the execution
+// deadline, counted from the first attempt.
+func (a *attempt) watch(ctx context.Context) (runCtx context.Context, end func()) {
+	w, id := a.w, a.m.TaskID
 	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	runCtx, cancelDeadline := context.WithDeadlineCause(runCtx, rec.Started.Add(w.cfg.Deadline), errDeadline)
-	defer cancelDeadline()
+	a.cancel = cancel
+	runCtx, cancelDeadline := context.WithDeadlineCause(runCtx, a.started.Add(w.cfg.Deadline), errDeadline)
 	w.mu.Lock()
-	w.running[m.TaskID] = cancel
+	w.running[id] = cancel
 	w.mu.Unlock()
-	defer func() {
+	stopCheck := w.checkCancel(runCtx, id, a.n, cancel)
+	return runCtx, func() {
+		stopCheck()
 		w.mu.Lock()
-		delete(w.running, m.TaskID)
+		delete(w.running, id)
 		w.mu.Unlock()
-	}()
-	stopCheck := w.checkCancel(runCtx, m.TaskID, attempt, cancel)
-	defer stopCheck()
+		cancelDeadline()
+		cancel(nil)
+	}
+}
 
-	// The bot's settings as the task starts: a change meanwhile is for the
-	// next task.
-	run := w.cfg.Bots.Run(m.Bot)
+// botRun is the bot's settings as its task starts (a change meanwhile is
+// for the next task), its answer cap within bounds.
+func (w *Worker) botRun(bot string) BotRun {
+	run := w.cfg.Bots.Run(bot)
 	if run.MaxAnswerBytes <= 0 || run.MaxAnswerBytes > config.MaxAnswerBytesLimit {
 		run.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
-	prompt, conv := w.prompt(runCtx, m, run.Memory)
-	req := ai.Request{TaskID: m.TaskID, Attempt: attempt, Messages: prompt,
-		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
-	atts, cleanup, err := w.attachments(runCtx, m)
-	defer cleanup() // the task's files leave this node with the run
-	if err != nil {
-		// Gone (past media.ttl, or deleted when its delivery was final: an operator's
-		// retry): no retry brings them back. Else JetStream failed: another attempt may.
-		why := "the files sent with the question could not be read: " + err.Error()
-		return w.failed(bg, m, attempt, why, !errors.Is(err, media.ErrGone) && !final && ctx.Err() == nil)
-	}
-	req.Attachments = atts
-	// A failed output write is counted; one refused because a later
-	// attempt took over ends the run.
-	outputFailed := func(err error) {
-		w.storeError("output_write", err)
-		if errors.Is(err, task.ErrSuperseded) {
-			cancel(errSuperseded)
-		}
-	}
-	out := newCoalescer(lc.Output(m.TaskID, m.Bot, attempt), run.MaxAnswerBytes, w.cfg.TruncatedNote)
-	// Once the run is over (its record written), its text in progress
-	// is dropped: the answer is in the output bucket.
-	defer func() {
-		rctx, cancel := context.WithTimeout(bg, storeCallTimeout)
+	return run
+}
+
+// openOutput makes the attempt's text: a coalescer writing through the
+// attempt's fenced writer, which answers the pusher's flush requests
+// (flush.go). close, once the run is over (its record written), drops
+// its text in progress: the answer is in the output bucket.
+func (a *attempt) openOutput(run BotRun) (close func()) {
+	a.out = newCoalescer(a.lc.Output(a.m.TaskID, a.m.Bot, a.n), run.MaxAnswerBytes, a.w.cfg.TruncatedNote)
+	untrack := a.w.tracked(a.m.TaskID, a.out)
+	return func() {
+		untrack()
+		rctx, cancel := context.WithTimeout(a.bg, storeCallTimeout)
 		defer cancel()
-		out.retire(rctx)
-	}()
-	stopWrites := out.writeEvery(runCtx, w.clock(), w.cfg.OutputInterval, outputFailed)
-	defer w.tracked(m.TaskID, out)() // the pusher's flush requests (flush.go)
-	// The backends asked (a fallback, a breaker's skip) go to the record;
-	// a reply (images, files, a card) the answering backend hands over
-	// goes to the sink.
+		a.out.retire(rctx)
+	}
+}
+
+// outputFailed hears of a failed output write: counted; one refused
+// because a later attempt took over ends the run.
+func (a *attempt) outputFailed(err error) {
+	a.w.storeError("output_write", err)
+	if errors.Is(err, task.ErrSuperseded) {
+		a.cancel(errSuperseded)
+	}
+}
+
+// answer asks the bot's backend (model.go: the call's metrics and usage),
+// its text written as it comes, coalesced. The backends asked (a
+// fallback, a breaker's skip) go to the record; a reply (images, files, a
+// card) the answering backend hands over goes to the sink. An answer cut
+// at its cap, with the note, is the answer, complete as it is: longer
+// would never fit the output bucket, and a rerun would only be as long
+// again.
+func (a *attempt) answer(runCtx context.Context, run BotRun, req ai.Request) error {
+	stopWrites := a.out.writeEvery(runCtx, a.w.clock(), a.w.cfg.OutputInterval, a.outputFailed)
 	streamCtx, route := ai.WithRoute(runCtx)
 	sink := &ai.ReplySink{}
-	err = w.stream(ai.WithReplySink(streamCtx, sink), m, attempt, run, req, route, out.add) // model.go: metrics, usage
+	err := a.w.stream(ai.WithReplySink(streamCtx, sink), a.m, a.n, run, req, route, a.out.add)
 	stopWrites()
-	steps := backendSteps(route)
-	text := out.text()
+	a.steps, a.sent = backendSteps(route), sink.Reply()
 	if errors.Is(err, errAnswerCapped) {
-		// Cut at the cap, with the note: the answer, complete as it is.
-		// Longer would never fit the output bucket, and a rerun would
-		// only be as long again.
-		log.Warn().Int("max_answer_bytes", run.MaxAnswerBytes).Msg("answer truncated at its cap")
-		err = nil
+		a.log.Warn().Int("max_answer_bytes", run.MaxAnswerBytes).Msg("answer truncated at its cap")
+		return nil
 	}
+	return err
+}
 
-	cause := context.Cause(runCtx)
-	switch {
-	case errors.Is(cause, errCanceled):
-		out.flush(bg, outputFailed) // what came before the stop stays on the user's screen
-		log.Info().Msg("task canceled")
-		return result{action: actAck}
-	case errors.Is(cause, errSuperseded):
-		return result{action: actLeave, err: task.ErrSuperseded}
-	case errors.Is(cause, errDeadline):
-		out.flush(bg, outputFailed)
-		why := fmt.Sprintf("execution deadline %s passed without an answer", w.cfg.Deadline)
-		_, gerr := lc.GiveUp(bg, m.TaskID, why, nil)
-		w.storeError("record_write", gerr)
-		log.Warn().Msg(why)
-		return result{action: actGiveUp, err: errors.New(why)}
-	case err != nil && ctx.Err() != nil:
-		out.flush(bg, outputFailed)
-		if final {
-			why := "the node stopped during the task's last attempt"
-			return w.failed(bg, m, attempt, why, false)
-		}
-		return w.failed(bg, m, attempt, "interrupted: the node is stopping", true)
-	case err != nil:
-		out.flush(bg, outputFailed)
-		// A cut answer (ai.ErrCut: the backend failed after its first
-		// token; the note is in the text) ends as it is, not retried.
-		retry := !errors.Is(err, ai.ErrBadRequest) && !errors.Is(err, ai.ErrCut) && !final
-		why := fmt.Sprintf("backend %s: %v", run.Backend.Name(), err)
-		if final && !errors.Is(err, ai.ErrBadRequest) && !errors.Is(err, ai.ErrCut) {
-			why = "last attempt failed: " + why
-		}
-		return w.failed(bg, m, attempt, why, retry, steps...)
-	}
-	// The reply's images and files are stored, and named in the output's
-	// last write, before the record says succeeded (reply.go).
-	var reply *task.Reply
+// answered is the answer's ending: how the run ended (runCtx's cause),
+// whether the node is stopping (ctx), and the times of the deadline.
+func (a *attempt) answered(ctx, runCtx context.Context, run BotRun, err error) ending {
+	return ending{step: stepAnswer, err: err, stopped: context.Cause(runCtx), nodeStopping: ctx.Err() != nil,
+		started: a.started, now: a.w.cfg.Now(), backend: run.Backend.Name()}
+}
+
+// storeReply stores the reply's images and files (patiently: the answer
+// is in hand) and makes the output's last write carry them, with a note
+// naming what was left out.
+func (a *attempt) storeReply(ctx context.Context) error {
 	var note string
-	if err := w.patiently(ctx, log, "store the reply's files", func() (err error) {
-		reply, note, err = w.storeReply(bg, m, attempt, sink.Reply())
-		return err
-	}); err != nil {
-		return w.failed(bg, m, attempt, "reply not stored: "+err.Error(), !final)
-	}
-	out.finishWith(note, reply)
-	text = out.text()
-	// The complete text is stored under this attempt before the record
-	// says succeeded: the pusher delivers exactly what Finish hashed.
-	if err := w.patiently(ctx, log, "store the answer", func() error { return out.flush(bg, outputFailed) }); err != nil {
-		if errors.Is(err, task.ErrSuperseded) {
-			return w.dropReply(bg, m.TaskID, reply, result{action: actLeave, err: err})
-		}
-		return w.dropReply(bg, m.TaskID, reply, w.failed(bg, m, attempt, "answer not stored: "+err.Error(), !final))
-	}
-	var done *task.Record
-	err = w.patiently(ctx, log, "record the task succeeded", func() (err error) {
-		done, err = lc.Finish(bg, m.TaskID, attempt, text, steps...)
-		w.storeError("record_write", err)
+	err := a.w.patiently(ctx, a.log, "store the reply's files", func() (err error) {
+		a.reply, note, err = a.w.storeReply(a.bg, a.m, a.n, a.sent)
 		return err
 	})
-	switch {
-	case errors.Is(err, task.ErrSuperseded):
-		return w.dropReply(bg, m.TaskID, reply, result{action: actLeave, err: err})
-	case errors.Is(err, task.ErrFinished):
-		return w.dropReply(bg, m.TaskID, reply, result{action: actAck}) // canceled or given up meanwhile: that stands
-	case err != nil:
-		return result{action: actRetry, err: err}
+	if err == nil {
+		a.out.finishWith(note, a.reply)
 	}
-	if deliveries == 0 {
-		lc.FreeConversation(bg, done, "finished on tier "+tier)
+	return err
+}
+
+// storeAnswer writes the complete text as the attempt's last write (the
+// output bucket), patiently. An answer not stored will not be delivered:
+// its reply's objects are deleted.
+func (a *attempt) storeAnswer(ctx context.Context) error {
+	err := a.w.patiently(ctx, a.log, "store the answer", func() error { return a.out.flush(a.bg, a.outputFailed) })
+	if err != nil {
+		a.w.dropReply(a.bg, a.m.TaskID, a.reply)
 	}
-	// Only the attempt that finished the task adds its turn: once.
-	key := dataplane.ConversationKey(m.Bot, m.Chat)
-	if err := task.AppendExchangeFrom(bg, w.cfg.Store.Context(), key, turn(m), text, run.Memory, w.cfg.Now(), conv.c, conv.rev); err != nil {
-		w.storeError("context_write", err)
-		log.Warn().Err(err).Msg("conversation context not updated")
+	return err
+}
+
+// recordSucceeded makes the record say succeeded, with the answer's hash
+// (patiently). Refused (the attempt superseded, the task finished
+// meanwhile), the answer will not be delivered: its reply's objects are
+// deleted. After any other error Finish may have been recorded, and they
+// are kept.
+func (a *attempt) recordSucceeded(ctx context.Context) (done *task.Record, err error) {
+	text := a.out.text()
+	err = a.w.patiently(ctx, a.log, "record the task succeeded", func() (err error) {
+		done, err = a.lc.Finish(a.bg, a.m.TaskID, a.n, text, a.steps...)
+		a.w.storeError("record_write", err)
+		return err
+	})
+	if errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished) {
+		a.w.dropReply(a.bg, a.m.TaskID, a.reply)
 	}
-	log.Info().Int("bytes", len(text)).Bool("truncated", out.truncated()).Msg("task succeeded")
-	return result{action: actAck}
+	return done, err
+}
+
+// succeeded is what follows the record's "succeeded": off the queue, the
+// conversation freed (no queue ack will); and the conversation's context
+// gets the turn, once: only the attempt that finished the task adds it.
+func (a *attempt) succeeded(done *task.Record, run BotRun, conv readConv) {
+	if a.deliveries == 0 {
+		a.lc.FreeConversation(a.bg, done, "finished on tier "+a.tier)
+	}
+	text := a.out.text()
+	key := dataplane.ConversationKey(a.m.Bot, a.m.Chat)
+	if err := task.AppendExchangeFrom(a.bg, a.w.buckets.Context(), key, turn(a.m), text, run.Memory, a.w.cfg.Now(), conv.c, conv.rev); err != nil {
+		a.w.storeError("context_write", err)
+		a.log.Warn().Err(err).Msg("conversation context not updated")
+	}
+	a.log.Info().Int("bytes", len(text)).Bool("truncated", a.out.truncated()).Msg("task succeeded")
 }
 
 // patiently runs fn until it succeeds, fails for good (the attempt was
@@ -282,27 +361,6 @@ func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string,
 	return err
 }
 
-// failed records attempt's failure and says what becomes of the message.
-func (w *Worker) failed(ctx context.Context, m task.Message, attempt int, why string, retry bool, steps ...task.BackendStep) result {
-	_, err := w.cfg.Lifecycle.Fail(ctx, m.TaskID, attempt, why, retry, steps...)
-	w.storeError("record_write", err)
-	switch {
-	case errors.Is(err, task.ErrSuperseded):
-		return result{action: actLeave, err: err}
-	case errors.Is(err, task.ErrFinished):
-		return result{action: actAck}
-	case err != nil && retry:
-		return result{action: actRetry, err: err}
-	case err != nil:
-		// Not recorded: let the queue deliver it again (or the sweep end it).
-		return result{action: actRetry, err: fmt.Errorf("%s; and not recorded: %w", why, err)}
-	case retry:
-		return result{action: actRetry, err: errors.New(why)}
-	}
-	w.log.Error().Str("task", m.TaskID).Str("reason", why).Msg("task failed")
-	return result{action: actGiveUp, err: errors.New(why)}
-}
-
 // readConv is the conversation as the prompt read it, at rev (c nil: not
 // read): the answer's turn is appended from it (task.AppendExchangeFrom),
 // with no second read when nobody wrote it meanwhile.
@@ -322,7 +380,7 @@ func (w *Worker) prompt(ctx context.Context, m task.Message, mem task.Memory) ([
 	}
 	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
-	conv, rev, err := task.LoadConversation(lctx, w.cfg.Store.Context(), dataplane.ConversationKey(m.Bot, m.Chat))
+	conv, rev, err := task.LoadConversation(lctx, w.buckets.Context(), dataplane.ConversationKey(m.Bot, m.Chat))
 	if ctx.Err() == nil {
 		w.storeError("context_read", err)
 	}

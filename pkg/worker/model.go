@@ -79,10 +79,10 @@ func (w *Worker) recordUsage(ctx context.Context, m task.Message, attempt int, l
 		w.storeError("record_write", err)
 		log.Debug().Err(err).Msg("usage not recorded in the task's record")
 	}
-	if !l.Tokens() || w.cfg.Store == nil {
+	if !l.Tokens() || w.buckets == nil {
 		return
 	}
-	if err := limits.New(w.cfg.Store.Limits(), w.cfg.Now).AddTokens(rctx, m.Bot, m.User, u.Total(), l); err != nil {
+	if err := limits.New(w.buckets.Limits(), w.cfg.Now).AddTokens(rctx, m.Bot, m.User, u.Total(), l); err != nil {
 		log.Warn().Err(err).Msg("tokens not counted in the bot's limits")
 	}
 }

@@ -37,7 +37,7 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 	var stored []string
 	defer func() {
 		if err != nil { // what this call stored is no one's
-			w.cfg.Store.DeleteMedia(context.WithoutCancel(ctx), stored...)
+			w.buckets.DeleteMedia(context.WithoutCancel(ctx), stored...)
 		}
 	}()
 	put := func(kind, name, mime string, data []byte) (task.ReplyObject, error) {
@@ -46,10 +46,10 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 		stored = append(stored, key)
 		sum := md5.Sum(data)
 		meta := jetstream.ObjectMeta{Name: key, Description: kind + " " + name}
-		if _, err := w.cfg.Store.Media().Put(ctx, meta, bytes.NewReader(data)); err != nil {
+		if _, err := w.buckets.Media().Put(ctx, meta, bytes.NewReader(data)); err != nil {
 			// A refused put may leave the object's name behind
 			// (nats.go publishes it beside the bytes).
-			w.cfg.Store.DeleteMedia(ctx, key)
+			w.buckets.DeleteMedia(ctx, key)
 			if dataplane.MediaFull(err) {
 				return task.ReplyObject{}, errMediaFull
 			}
@@ -146,20 +146,18 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 // not be delivered (its answer not stored, the attempt superseded, the
 // task finished otherwise meanwhile): the next attempt stores its own,
 // under its own keys. Never for an attempt whose Finish may have been
-// recorded. Best effort: media.ttl removes what this misses. It returns
-// r, the attempt's result.
-func (w *Worker) dropReply(ctx context.Context, id string, reply *task.Reply, r result) result {
+// recorded. Best effort: media.ttl removes what this misses.
+func (w *Worker) dropReply(ctx context.Context, id string, reply *task.Reply) {
 	if reply == nil {
-		return r
+		return
 	}
 	var keys []string
 	for _, o := range slices.Concat(reply.Images, reply.Files) {
 		keys = append(keys, o.Key)
 	}
-	if err := w.cfg.Store.DeleteMedia(ctx, keys...); err != nil {
+	if err := w.buckets.DeleteMedia(ctx, keys...); err != nil {
 		w.log.Info().Err(err).Str("task", id).Msg("an undelivered attempt's reply files not all deleted; media.ttl removes them")
 	}
-	return r
 }
 
 // errMediaFull: the media store refused a reply's object for its bound.

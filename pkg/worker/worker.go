@@ -113,8 +113,9 @@ type Config struct {
 	// MediaDir is where a task's files are copied for its run, one
 	// directory per task, removed after it ("": os.TempDir()).
 	MediaDir string
-	// Lifecycle records every step of a task. Default: one on Store.
-	Lifecycle *task.Lifecycle
+	// Lifecycle records every step of a task (a *task.Lifecycle).
+	// Default: one on Store.
+	Lifecycle Lifecycle
 	// Metrics hears of the worker's failed JetStream requests. Default
 	// nil: nobody counts them.
 	Metrics Metrics
@@ -239,8 +240,9 @@ func (c *Config) setDefaults() {
 
 // Worker pulls and runs tasks.
 type Worker struct {
-	cfg Config
-	log zerolog.Logger
+	cfg     Config
+	log     zerolog.Logger
+	buckets Buckets // Config.Store: what an attempt reads and writes beside its record
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // task id → cancel of its run
@@ -280,7 +282,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg.Bots = fixedBots{BotRun{Backend: cfg.Backend, MaxAnswerBytes: cfg.MaxAnswerBytes,
 			Memory: task.Memory{Turns: cfg.ContextTurns, Bytes: cfg.ContextBytes}}}
 	}
-	w := &Worker{cfg: cfg, running: map[string]context.CancelCauseFunc{},
+	w := &Worker{cfg: cfg, buckets: cfg.Store, running: map[string]context.CancelCauseFunc{},
 		outputs: map[string]*coalescer{}, tokenFreed: make(chan struct{}, 1),
 		log: cfg.Logger.With().Str("node", cfg.NodeID).Str("component", "worker").Logger()}
 	if cfg.AIConcurrency > 0 {

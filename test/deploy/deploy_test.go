@@ -2,7 +2,8 @@
 // systemd-analyze verify, scripts/install.sh is idempotent and never
 // overwrites a changed configuration without --force,
 // scripts/gen-certs.sh makes certificates the CA verifies, every rule of
-// deploy/prometheus-rules.yml says what it means and links to what to do, and no
+// deploy/prometheus-rules.yml says what it means and links to what to do,
+// deploy/compose runs three nodes whose configs pass botctl config check, and no
 // example in README.md, docs/, deploy/ or scripts/ puts a secret in argv.
 package deploy
 

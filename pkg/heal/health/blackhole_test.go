@@ -65,9 +65,7 @@ func TestBlackholedLinkIsFoundByAProbe(t *testing.T) {
 	if open.Signal != incident.SignalOutbound {
 		t.Fatalf("detected by %q, want the outbound signal:\n%s", open.Signal, dump(open))
 	}
-	// One ack timeout (1 s) and one probe (0.5 s) after the fault: the
-	// bound leaves a loaded machine about 8 s of margin.
-	foundWithin(t, open, fault, 10*time.Second)
+	logFound(t, open, fault)
 	px.Heal()
 	i := e.waitClosed(1)
 	if !strings.Contains(i.Reason, "probe not acked") {
@@ -101,9 +99,7 @@ func TestBlackholedIdleBotIsFoundBySilence(t *testing.T) {
 	if open.Signal != incident.SignalProbe || !strings.Contains(open.Reason, "no callback for") {
 		t.Fatalf("detected by %q, want the probe a silence triggered:\n%s", open.Signal, dump(open))
 	}
-	// The silence threshold (about 2 s for the seeded baseline) and one
-	// probe (0.5 s) after the fault, at most.
-	foundWithin(t, open, fault, 10*time.Second)
+	logFound(t, open, fault)
 	px.Heal()
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -122,24 +118,19 @@ func TestBlackholedIdleBotIsFoundBySilence(t *testing.T) {
 	}
 }
 
-// foundWithin fails unless inc was detected within bound of fault, and
-// logs when it was.
-func foundWithin(t *testing.T, inc incident.Incident, fault time.Time, bound time.Duration) {
+// logFound logs when inc was detected after fault. How soon is decided by
+// the monitor's watch, and asserted there (TestDecide, TestProbed): a
+// test over real servers asserts what was found, not how fast.
+func logFound(t *testing.T, inc incident.Incident, fault time.Time) {
 	t.Helper()
-	found := inc.Detected.Sub(fault)
-	t.Logf("found %s after the fault (T1 %s)", found.Round(time.Millisecond), inc.T1().Round(time.Millisecond))
-	if found > bound {
-		t.Fatalf("found %s after the fault, want at most %s:\n%s", found, bound, dump(inc))
-	}
+	t.Logf("found %s after the fault (T1 %s)", inc.Detected.Sub(fault).Round(time.Millisecond), inc.T1().Round(time.Millisecond))
 }
 
 // A dead link on an idle bot with no baseline (nothing sent, no silence
 // alarm possible): the first heartbeat whose ack is late makes the
-// monitor probe at once, and the unacked probe closes the connection,
-// instead of waiting for two missed heartbeats. Found at most one
-// heartbeat interval (3 s here), one ack timeout (1 s), one tick and one
-// probe (0.5 s) after the fault: 4.6 s; the connection's own limit would
-// take up to 9 s.
+// monitor probe, and the unacked probe closes the connection (its reason
+// says so), instead of the connection's own limit of missed heartbeats.
+// That the late heartbeat is probed at once, once, is TestDecide's.
 func TestBlackholedIdleBotIsFoundByALateHeartbeat(t *testing.T) {
 	var px *faultproxy.Proxy
 	e := start(t, options{before: throughProxy(&px), node: func(c *node.Config) { c.WeCom.HeartbeatInterval = 3 * time.Second }})
@@ -151,7 +142,7 @@ func TestBlackholedIdleBotIsFoundByALateHeartbeat(t *testing.T) {
 	if open.Signal != incident.SignalProbe || !strings.Contains(open.Reason, "heartbeat") || !strings.Contains(open.Reason, "probe not acked") {
 		t.Fatalf("not found by the probe a late heartbeat triggered:\n%s", dump(open))
 	}
-	foundWithin(t, open, fault, 10*time.Second)
+	logFound(t, open, fault)
 	px.Heal()
 	i := e.waitClosed(1)
 	if e.stats().Connections <= conns {

@@ -264,9 +264,10 @@ func dump(i incident.Incident) string {
 	return string(raw)
 }
 
-// A dropped connection: found at once (the socket says so), the reconnect
-// is the first action, and the incident closes when the data is complete,
-// without a person. One incident, recorded from start to end.
+// A dropped connection: the reconnect is the first action, and the
+// incident closes when the data is complete, without a person. One
+// incident, recorded from start to end. That a drop is found at once (the
+// socket says so: dropped is its detection) is TestClassify's.
 func TestDropIsOneIncidentClosedAutomatically(t *testing.T) {
 	closed := &closedSpans{}
 	e := start(t, options{health: func(c *health.Config) { c.Metrics = closed }})
@@ -281,9 +282,6 @@ func TestDropIsOneIncidentClosedAutomatically(t *testing.T) {
 	}
 	if i.FirstAction.IsZero() || !strings.HasPrefix(i.ActedBy, "auto: reconnect") || i.Recovered.IsZero() || i.DataComplete.IsZero() || i.HalfOpen {
 		t.Fatalf("incident steps:\n%s", dump(i))
-	}
-	if i.T1() > 5*time.Second {
-		t.Fatalf("T1 = %s for a drop the socket reports at once", i.T1())
 	}
 	e.waitOnline()
 	if n := len(e.incidents()); n != 1 {
@@ -372,11 +370,12 @@ func TestBriefAuthRefusalHealsWithoutAPerson(t *testing.T) {
 	e.waitOnline()
 }
 
-// A link that stops answering without closing (acks stalled): the first
-// frame that times out makes the monitor probe at once; the probe is not
-// acked either, and the connection is replaced well before two missed
-// heartbeats would have told: about one ack timeout (1 s here) plus one
-// probe (0.5 s) after the fault.
+// A link that stops answering without closing (acks stalled): the frame
+// that times out makes the monitor probe; the probe is not acked either,
+// and the connection is replaced (heartbeats are an hour apart here: only
+// the probe could find it). When it probes (at the first tick that sees the
+// frame fail) and what an unacked probe decides are TestDecide's and
+// TestProbed's.
 func TestDeadLinkIsFoundByAProbe(t *testing.T) {
 	e := start(t, options{node: func(c *node.Config) { c.WeCom.HeartbeatInterval = time.Hour }})
 	e.waitOnline()
@@ -393,13 +392,7 @@ func TestDeadLinkIsFoundByAProbe(t *testing.T) {
 	if e.stats().Connections <= conns {
 		t.Fatal("no new connection")
 	}
-	// Heartbeats are an hour apart here: only the probe could find it.
-	// The bound leaves a loaded machine about 8 s of margin.
-	found := i.Detected.Sub(fault)
-	t.Logf("found %s after the fault (T1 %s)", found.Round(time.Millisecond), i.T1().Round(time.Millisecond))
-	if found > 10*time.Second {
-		t.Fatalf("found %s after the fault, want at most 10s:\n%s", found, dump(i))
-	}
+	logFound(t, i, fault)
 }
 
 // seedBaseline gives the current hour of the week a busy baseline: a
@@ -556,7 +549,9 @@ func (w *phaseWatch) saw(t *testing.T, want ...recovery.Phase) {
 // A silence longer than the recovery threshold is an outage like a drop:
 // when callbacks arrive again the bot is half-open (probes, the backlog
 // held, then drained below its normal rate for the observation window)
-// before it is online and the incident closes.
+// before it is online and the incident closes. The threshold is
+// TestHalfOpenAfter's; that the bot is online only once the observation
+// window has passed is recovery's TestHalfOpenSequence.
 func TestLongSilenceGoesHalfOpen(t *testing.T) {
 	phases := newPhaseWatch()
 	e := start(t, options{before: seedBaseline, health: func(c *health.Config) {
@@ -572,8 +567,8 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 	testwait.Eventually(t, waitLong, "the silence over", func() bool { return !e.stats().Silenced })
 	e.postUntil(func() bool { all := e.incidents(); return len(all) == 1 && !all[0].Recovered.IsZero() })
 	i := e.waitClosed(1)
-	if i.Signal != incident.SignalSilence || !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
-		t.Fatalf("a long silence was not half-open for the observation window:\n%s", dump(i))
+	if i.Signal != incident.SignalSilence || !i.HalfOpen || i.Online.Before(i.Recovered) {
+		t.Fatalf("a long silence was not half-open:\n%s", dump(i))
 	}
 	phases.saw(t, recovery.PhaseProbing, recovery.PhaseObserving)
 	if gate.Phase() != recovery.PhaseOnline {
@@ -587,6 +582,8 @@ func TestLongSilenceGoesHalfOpen(t *testing.T) {
 // After an outage longer than the threshold: half-open. The backlog is
 // held while the probes run, then drains below the normal rate during the
 // observation window, then the bot is online and the incident closes.
+// When (the threshold, the window) is TestHalfOpenAfter's and recovery's
+// TestHalfOpenSequence.
 func TestHalfOpenAfterALongOutage(t *testing.T) {
 	phases := newPhaseWatch()
 	e := start(t, options{health: func(c *health.Config) {
@@ -599,8 +596,8 @@ func TestHalfOpenAfterALongOutage(t *testing.T) {
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRefuseSubscribe, Seconds: 2})
 	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
 	i := e.waitClosed(1)
-	if !i.HalfOpen || i.Online.Before(i.Recovered.Add(2*time.Second)) {
-		t.Fatalf("not half-open for the observation window:\n%s", dump(i))
+	if !i.HalfOpen || i.Online.Before(i.Recovered) {
+		t.Fatalf("not half-open:\n%s", dump(i))
 	}
 	phases.saw(t, recovery.PhaseProbing, recovery.PhaseObserving)
 	if gate.Phase() != recovery.PhaseOnline {
@@ -609,18 +606,20 @@ func TestHalfOpenAfterALongOutage(t *testing.T) {
 }
 
 // A leader that vanished without a word leaves the record saying it is
-// online; the next leader finds that as it takes over.
+// online; the next leader finds that as it takes over, down since the
+// record's last evidence (TestTakeover has the rule's cases).
 func TestTakeoverOfAVanishedLeaderIsAnIncident(t *testing.T) {
+	lastProbe := time.Now().Add(-4 * time.Second)
 	e := start(t, options{before: func(e *env) {
 		r := health.Record{Bot: bot, State: health.Online, Node: "ghost", TermRev: 7, Since: time.Now().Add(-time.Minute),
-			LastProbeOK: time.Now().Add(-4 * time.Second), Updated: time.Now().Add(-4 * time.Second)}
+			LastProbeOK: lastProbe, Updated: lastProbe}
 		raw, _ := json.Marshal(r)
 		if _, err := e.js.Store.Health().Put(context.Background(), "bot."+bot, raw); err != nil {
 			e.t.Fatal(err)
 		}
 	}})
 	i := e.waitClosed(1)
-	if i.Signal != incident.SignalTakeover || !strings.Contains(i.Reason, "ghost") || i.T1() < 3*time.Second {
+	if i.Signal != incident.SignalTakeover || !strings.Contains(i.Reason, "ghost") || !i.Dropped.Equal(lastProbe) {
 		t.Fatalf("incident:\n%s", dump(i))
 	}
 	e.waitOnline()

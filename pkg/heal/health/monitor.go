@@ -3,7 +3,6 @@ package health
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/botctl/botctl/election"
@@ -16,21 +15,16 @@ import (
 const baselineSave = time.Minute
 
 // monitor watches one connection of b until it ends: it learns the
-// baseline, flushes the record, and probes when a signal looks wrong.
+// baseline, flushes the record, and probes when a signal looks wrong. What
+// to do and when is decided by a watch (decide.go); monitor performs it.
 func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.Conn, b *botState) {
 	t := clock.Or(h.cfg.Clock).NewTicker(h.cfg.Tick)
 	defer t.Stop()
+	w := newWatch(h.cfg.watchRules(), h.now())
 	var (
-		last, lastProbe, lastFlush, lastSave  time.Time
-		seenCallbacks, seenOK, seenUnanswered int64
-		refutedUntil                          time.Time // the current silence was refuted: no alarm before this
-		bl                                    *Baseline // this connection's (loaded from the bucket once bound)
-		loaded                                bool
-		degraded                              string // why the record says degraded
+		bl     *Baseline // this connection's (loaded from the bucket once bound)
+		loaded bool
 	)
-	last = h.now()
-	lastFlush = last
-	lastSave = last
 	for {
 		select {
 		case <-ctx.Done():
@@ -39,190 +33,146 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 			return
 		case <-t.C():
 		}
-		now := h.now()
-		v := conn.Vitals()
-		events := v.Callbacks - seenCallbacks
-		sends := v.AckedOK - seenOK
-		seenCallbacks, seenOK = v.Callbacks, v.AckedOK
-		if events > 0 {
-			refutedUntil = time.Time{}
-		}
-		// A silence incident waits for the first callback on a connection
-		// after it (on whichever node reconnected).
-		if v.Callbacks > 0 {
-			b.mu.Lock()
-			silent := b.silent
-			b.silent = false
-			b.mu.Unlock()
-			if silent {
-				h.post(b, func(ctx context.Context) { h.heard(ctx, b, term, conn, now) })
-			}
-		}
-
-		bd := h.binding()
-		if !loaded && bd != nil {
-			// Each connection starts from the saved baseline: another node
-			// may have led (and learnt) since this one last did.
-			if saved, err := loadBaseline(ctx, bd.kv, b.id); err == nil {
-				b.mu.Lock()
-				if bl != nil {
-					// Learnt before JetStream was bound: keep it.
-					*saved = mergeBaselines(saved, bl)
-				}
-				b.baseline, b.baselineLoaded, bl = saved, true, saved
-				b.mu.Unlock()
-				loaded = true
-			}
-		}
-		if bl == nil {
-			bl = &Baseline{}
-			b.mu.Lock()
-			b.baseline = bl
-			b.mu.Unlock()
-		}
-		// Learn only while healthy: an outage's silence is not traffic.
+		now, v, bd := h.now(), conn.Vitals(), h.binding()
+		bl, loaded = h.adoptBaseline(ctx, bd, b, bl, loaded)
 		b.mu.Lock()
-		waitingSilence := b.silent
+		s := sight{v: v, silent: b.silent, baseline: *bl, bound: bd != nil, loaded: loaded}
 		b.mu.Unlock()
-		healthy := degraded == "" && v.FailedInARow == 0 && !waitingSilence
-		if healthy {
-			dt := now.Sub(last)
+
+		p := w.decide(now, s)
+		if p.heard && b.endSilence() {
+			h.post(b, func(ctx context.Context) { h.heard(ctx, b, term, conn, now) })
+		}
+		if p.learn != nil {
 			b.mu.Lock()
-			bl.Observe(now, h.cfg.Location, dt, events)
-			if dt > 0 {
-				bl.ObserveSends(float64(sends) / dt.Seconds())
-			}
+			p.learn.apply(bl, now, h.cfg.Location)
 			b.mu.Unlock()
 		}
-		last = now
-
-		// What looks wrong, most specific first.
-		var suspicion, signal string
-		if v.Unanswered > seenUnanswered {
-			seenUnanswered = v.Unanswered
-			suspicion, signal = fmt.Sprintf("a frame went unanswered (%d on this connection)", v.Unanswered), incident.SignalOutbound
-		} else if v.FailedInARow > 0 && v.LastAckFail.After(lastProbe) {
-			suspicion, signal = fmt.Sprintf("%d frames refused in a row", v.FailedInARow), incident.SignalOutbound
-		} else if v.PingLate && v.LastPing.After(lastProbe) {
-			// An idle bot's only traffic is the heartbeat: its first late
-			// ack is probed at once (once per heartbeat), instead of
-			// waiting for the connection's MaxMissedPings.
-			suspicion, signal = fmt.Sprintf("the heartbeat sent %s ago is not acked", now.Sub(v.LastPing).Round(100*time.Millisecond)), incident.SignalProbe
-		}
-		heardAt := v.Connected
-		if v.LastCallback.After(heardAt) {
-			heardAt = v.LastCallback
-		}
-		b.mu.Lock()
-		thr, opinion := bl.Threshold(now, h.cfg.Location, h.cfg.Limits)
-		b.mu.Unlock()
-		silentFor := now.Sub(heardAt)
-		if suspicion == "" && opinion && now.After(refutedUntil) && silentFor > thr {
-			suspicion, signal = fmt.Sprintf("no callback for %s (the baseline allows %s at this hour)", silentFor.Round(time.Second), thr.Round(time.Second)), incident.SignalSilence
-		}
-
-		if suspicion != "" && now.Sub(lastProbe) >= h.cfg.ProbeEvery {
-			lastProbe = now
+		if sp := p.probe; sp != nil {
 			err := conn.Probe(ctx, h.cfg.ProbeTimeout)
-			switch {
-			case ctx.Err() != nil || conn.Reason() != wecom.ReasonNone:
+			if ctx.Err() != nil || conn.Reason() != wecom.ReasonNone {
 				return // the connection's end is its own event
-			case err != nil:
-				// The link is dead, whatever raised the suspicion. A
-				// silence incident means a deaf connection (probes
-				// answered, callbacks missing) and recovers only when
-				// callbacks arrive again; a dead link recovers when a new
-				// connection subscribes, as any dropped one does (an idle
-				// bot may get no callback for hours).
-				if signal == incident.SignalSilence {
-					signal = incident.SignalProbe
-				}
-				h.closeSick(b, conn, signal, suspicion+"; probe not acked: "+err.Error(), v.LastEvidence())
-				return
-			case signal == incident.SignalProbe:
-				// The heartbeat's ack was late, the probe's was not: a slow
-				// moment, not a dead link.
-				h.log.Info().Str("bot", b.id).Str("reason", suspicion).Msg("late heartbeat ack; the probe was acked")
-			case signal == incident.SignalSilence:
-				verdict, why := h.judgeSilence(ctx, b.id, heardAt, now, v)
-				if verdict == unknown {
-					refutedUntil = now.Add(thr)
-					h.log.Warn().Str("bot", b.id).Str("reason", suspicion+"; "+why).Msg("silence not judged")
-					continue
-				}
-				if verdict == quiet {
-					refutedUntil = now.Add(thr)
-					note := fmt.Sprintf("%s, but %s: a baseline problem, not an incident", suspicion, why)
-					h.log.Info().Str("bot", b.id).Str("baseline_note", note).Msg("silence alarm refuted")
-					if bd != nil {
-						h.post(b, func(ctx context.Context) {
-							h.setRecord(ctx, bd, b.id, now, func(r *Record) { r.BaselineNote = note })
-						})
-					}
-					continue
-				}
-				if h.silenceActed(ctx, b) {
-					refutedUntil = now.Add(thr) // reconnected once for this incident already: wait for traffic
-					continue
-				}
-				h.closeSick(b, conn, incident.SignalSilence, suspicion+"; "+why, heardAt.UTC())
-				return
-			default:
-				// Frames fail but the link answers: degraded, not down.
-				if degraded != suspicion {
-					degraded = suspicion
-					if bd != nil {
-						h.post(b, func(ctx context.Context) {
-							if !h.current(b, conn) {
-								return
-							}
-							h.setRecord(ctx, bd, b.id, now, func(r *Record) {
-								if r.State == Online {
-									r.State = Degraded
-								}
-								r.Reason, r.LastFailure = suspicion, suspicion
-							})
-						})
-					}
-				}
 			}
-		}
-		if degraded != "" && v.FailedInARow == 0 && v.LastAckOK.After(v.LastAckFail) {
-			degraded = ""
-			if bd != nil {
-				h.post(b, func(ctx context.Context) {
-					if !h.current(b, conn) {
-						return
+			pv := w.probed(*sp, err)
+			switch {
+			case pv.close != nil:
+				h.closeSick(b, conn, *pv.close)
+				return
+			case pv.late:
+				h.log.Info().Str("bot", b.id).Str("reason", sp.reason).Msg("late heartbeat ack; the probe was acked")
+			case pv.judge:
+				since, until := sp.missedSpan(now)
+				n, herr := h.missed(ctx, b.id, since, until)
+				verdict, why := judgeSilence(now, h.cfg.Refute, s.v, n, herr)
+				j := w.judged(now, *sp, verdict, why, verdict == deaf && h.silenceActed(ctx, b))
+				switch {
+				case j.close != nil:
+					h.closeSick(b, conn, *j.close)
+					return
+				case j.unjudged:
+					h.log.Warn().Str("bot", b.id).Str("reason", sp.reason+"; "+why).Msg("silence not judged")
+				case j.note != "":
+					h.log.Info().Str("bot", b.id).Str("baseline_note", j.note).Msg("silence alarm refuted")
+					h.writeRecord(b, bd, nil, now, func(r *Record) { r.BaselineNote = j.note })
+				}
+				continue // a judged silence ends the tick: what settle writes waits for the next
+			case pv.degrade != "":
+				h.writeRecord(b, bd, conn, now, func(r *Record) {
+					if r.State == Online {
+						r.State = Degraded
 					}
-					h.setRecord(ctx, bd, b.id, now, func(r *Record) {
-						if r.State == Degraded {
-							r.State, r.Reason = Online, ""
-						}
-					})
+					r.Reason, r.LastFailure = pv.degrade, pv.degrade
 				})
 			}
 		}
-		if bd != nil && now.Sub(lastFlush) >= h.cfg.RecordInterval {
-			lastFlush = now
-			h.post(b, func(ctx context.Context) {
-				if !h.current(b, conn) {
-					return
+		st := w.settle(now, s)
+		if st.online {
+			h.writeRecord(b, bd, conn, now, func(r *Record) {
+				if r.State == Degraded {
+					r.State, r.Reason = Online, ""
 				}
-				h.setRecord(ctx, bd, b.id, now, func(r *Record) { stamp(r, v) })
 			})
 		}
-		if bd != nil && loaded && now.Sub(lastSave) >= baselineSave {
-			lastSave = now
-			b.mu.Lock()
-			snapshot := *bl
-			b.mu.Unlock()
-			h.post(b, func(ctx context.Context) {
-				if err := saveBaseline(ctx, bd.kv, b.id, &snapshot); err != nil && ctx.Err() == nil {
-					h.log.Debug().Err(err).Str("bot", b.id).Msg("baseline not saved")
-				}
-			})
+		if st.flush {
+			h.writeRecord(b, bd, conn, now, func(r *Record) { stamp(r, s.v) })
+		}
+		if st.save {
+			h.saveBaseline(b, bd, bl)
 		}
 	}
+}
+
+// adoptBaseline returns the baseline the connection learns into: the
+// saved one once JetStream is bound (read once; what was learnt before
+// is added to it), a fresh one until then. loaded: it is the saved one.
+func (h *Health) adoptBaseline(ctx context.Context, bd *binding, b *botState, bl *Baseline, loaded bool) (*Baseline, bool) {
+	if !loaded && bd != nil {
+		// Each connection starts from the saved baseline: another node
+		// may have led (and learnt) since this one last did.
+		if saved, err := loadBaseline(ctx, bd.kv, b.id); err == nil {
+			b.mu.Lock()
+			if bl != nil {
+				// Learnt before JetStream was bound: keep it.
+				*saved = mergeBaselines(saved, bl)
+			}
+			b.baseline, b.baselineLoaded = saved, true
+			b.mu.Unlock()
+			return saved, true
+		}
+	}
+	if bl == nil {
+		bl = &Baseline{}
+		b.mu.Lock()
+		b.baseline = bl
+		b.mu.Unlock()
+	}
+	return bl, loaded
+}
+
+// endSilence claims b's silence for the connection that hears callbacks:
+// true for the one caller that ends it.
+func (b *botState) endSilence() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	silent := b.silent
+	b.silent = false
+	return silent
+}
+
+// missed asks the history how many of bot's messages created in
+// [since, until) were never handled (ErrNoHistory without a history
+// source).
+func (h *Health) missed(ctx context.Context, bot string, since, until time.Time) (int, error) {
+	if h.cfg.Backfill == nil {
+		return 0, ErrNoHistory
+	}
+	return h.cfg.Backfill.Missed(ctx, bot, since, until)
+}
+
+// writeRecord posts a write of b's record at now (none while JetStream is
+// unbound). With conn, only while conn is still b's connection.
+func (h *Health) writeRecord(b *botState, bd *binding, conn *wecom.Conn, now time.Time, fn func(*Record)) {
+	if bd == nil {
+		return
+	}
+	h.post(b, func(ctx context.Context) {
+		if conn != nil && !h.current(b, conn) {
+			return
+		}
+		h.setRecord(ctx, bd, b.id, now, fn)
+	})
+}
+
+// saveBaseline posts a save of a snapshot of bl.
+func (h *Health) saveBaseline(b *botState, bd *binding, bl *Baseline) {
+	b.mu.Lock()
+	snapshot := *bl
+	b.mu.Unlock()
+	h.post(b, func(ctx context.Context) {
+		if err := saveBaseline(ctx, bd.kv, b.id, &snapshot); err != nil && ctx.Err() == nil {
+			h.log.Debug().Err(err).Str("bot", b.id).Msg("baseline not saved")
+		}
+	})
 }
 
 // mergeBaselines adds what fresh learnt to saved's counts.
@@ -238,43 +188,6 @@ func mergeBaselines(saved, fresh *Baseline) Baseline {
 	return out
 }
 
-type silenceVerdict int
-
-const (
-	quiet   silenceVerdict = iota // the users are quiet
-	deaf                          // the server no longer delivers to this connection
-	unknown                       // cannot tell now (the history or the task store unreadable)
-)
-
-// judgeSilence cross-checks a silence the baseline finds suspicious (the
-// probe was acked, so the link is up). The history, where there is one,
-// decides: messages created since the last callback and never handled mean
-// a deaf connection, none mean quiet users. Without a history, the
-// outbound signal decides: a frame acked within Refute says the
-// connection works, so the silence is quiet users (a baseline problem);
-// otherwise it is deaf.
-func (h *Health) judgeSilence(ctx context.Context, bot string, heardAt, now time.Time, v wecom.Vitals) (silenceVerdict, string) {
-	if h.cfg.Backfill != nil {
-		// Messages of the last seconds may be in the handlers still. Any
-		// error but ErrNoHistory (the history or the task store could not
-		// be read): the silence is not judged now; reconnecting WeCom
-		// would not mend either.
-		n, err := h.cfg.Backfill.Missed(ctx, bot, heardAt.Add(-time.Second), now.Add(-2*time.Second))
-		switch {
-		case err == nil && n > 0:
-			return deaf, fmt.Sprintf("the history has %d message(s) since then that never arrived: the server no longer delivers to this connection", n)
-		case err == nil:
-			return quiet, "the history has no message since then: the users are quiet"
-		case !errors.Is(err, ErrNoHistory):
-			return unknown, "the history could not be checked (" + err.Error() + "): not judged now"
-		}
-	}
-	if !v.LastAckOK.IsZero() && now.Sub(v.LastAckOK) < h.cfg.Refute {
-		return quiet, fmt.Sprintf("a frame was acked %s ago and the probe was acked", now.Sub(v.LastAckOK).Round(time.Second))
-	}
-	return deaf, "the probe was acked and no frame was acked recently: the server no longer delivers to this connection"
-}
-
 // current reports whether conn is still b's connection on this node.
 func (h *Health) current(b *botState, conn *wecom.Conn) bool {
 	b.mu.Lock()
@@ -283,12 +196,12 @@ func (h *Health) current(b *botState, conn *wecom.Conn) bool {
 }
 
 // closeSick closes conn as unhealthy, leaving the cause for Ended.
-func (h *Health) closeSick(b *botState, conn *wecom.Conn, signal, reason string, dropped time.Time) {
+func (h *Health) closeSick(b *botState, conn *wecom.Conn, cause closeCause) {
 	b.mu.Lock()
-	b.cause = &closeCause{signal: signal, reason: reason, dropped: dropped}
+	b.cause = &cause
 	b.mu.Unlock()
-	h.log.Warn().Str("bot", b.id).Str("signal", signal).Str("reason", reason).Msg("connection unhealthy: closing it to reconnect")
-	conn.CloseUnhealthy(errors.New(reason))
+	h.log.Warn().Str("bot", b.id).Str("signal", cause.signal).Str("reason", cause.reason).Msg("connection unhealthy: closing it to reconnect")
+	conn.CloseUnhealthy(errors.New(cause.reason))
 }
 
 // silenceActed reports whether b's open incident is a silence incident
@@ -312,7 +225,8 @@ type closeCause struct {
 // bot was last known fine. An end the connection saw happen (a read error,
 // a kick) is its own detection: dropped is now. An end inferred from
 // silence (heartbeats or acks missing) dates back to the last evidence.
-func classify(reason wecom.CloseReason, err error, term *election.Term, v wecom.Vitals, cause *closeCause, now time.Time) (signal, why string, dropped time.Time) {
+// termErr is why the connection's term ended, if it did.
+func classify(reason wecom.CloseReason, err, termErr error, v wecom.Vitals, cause *closeCause, now time.Time) (signal, why string, dropped time.Time) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -331,8 +245,8 @@ func classify(reason wecom.CloseReason, err error, term *election.Term, v wecom.
 		return incident.SignalConnection, "kicked: another connection subscribed with this bot's credentials (outside this cluster, if no node of it took over)", now
 	case wecom.ReasonClosedByUs:
 		why := "leadership lost"
-		if err := term.Err(); err != nil {
-			why += ": " + err.Error()
+		if termErr != nil {
+			why += ": " + termErr.Error()
 		}
 		return incident.SignalConnection, why, now
 	}

@@ -39,20 +39,8 @@ func (h *Health) Dialing(term *election.Term) {
 			return
 		}
 		if inc == nil {
-			switch {
-			case (rec.State == Online || rec.State == Degraded || rec.State == HalfOpen) && !rec.Handover:
-				dropped := rec.LastEvidence()
-				if dropped.IsZero() {
-					dropped = rec.Updated
-				}
-				inc = h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: incident.SignalTakeover, Level: incident.Auto,
-					Reason: fmt.Sprintf("node %s (term %d) stopped holding the bot without a word (a crash, kill -9, a hang or a partition); node %s took over",
-						rec.Node, rec.TermRev, h.cfg.NodeID),
-					Dropped: dropped, Detected: now, TermRev: term.Rev})
-			case rec.Handover && now.Sub(rec.Since) > h.cfg.Recovery.Threshold:
-				inc = h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: incident.SignalTakeover, Level: incident.Auto,
-					Reason:  fmt.Sprintf("no node held the bot for %s after node %s handed it over", now.Sub(rec.Since).Round(time.Second), rec.Node),
-					Dropped: rec.Since, Detected: now, TermRev: term.Rev})
+			if found := takeover(now, b.id, rec, h.cfg.Recovery.Threshold, h.cfg.NodeID, term.Rev); found != nil {
+				inc = h.open(ctx, bd, *found)
 			}
 		}
 		if inc == nil {
@@ -164,7 +152,7 @@ func (h *Health) connected(ctx context.Context, b *botState, term *election.Term
 		b.mu.Unlock()
 	}
 	if inc != nil && inc.Signal != incident.SignalSilence {
-		halfOpen = now.Sub(inc.Dropped) >= h.cfg.Recovery.Threshold
+		halfOpen = halfOpenAfter(inc.Dropped, now, h.cfg.Recovery.Threshold)
 		inc = h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 			i.Acted(now, fmt.Sprintf("auto: reconnect by node %s", h.cfg.NodeID))
 			i.Recovered, i.State = now, incident.Recovering
@@ -260,7 +248,7 @@ func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 				Stringer("reason", reason).Msg("connection of a superseded term ended: a handover, not an incident")
 			return
 		}
-		signal, why, dropped := classify(reason, cerr, term, v, cause, now)
+		signal, why, dropped := classify(reason, cerr, term.Err(), v, cause, now)
 		if signal == incident.SignalSilence {
 			b.mu.Lock()
 			b.silent = true
@@ -377,7 +365,7 @@ func (h *Health) heard(ctx context.Context, b *botState, term *election.Term, co
 	}
 	// Half-open runs on the connection that heard: one already closed
 	// has no recovery to run (its end is the next event).
-	halfOpen := now.Sub(inc.Dropped) >= h.cfg.Recovery.Threshold && h.current(b, conn)
+	halfOpen := halfOpenAfter(inc.Dropped, now, h.cfg.Recovery.Threshold) && h.current(b, conn)
 	inc = h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 		i.Recovered, i.State = now, incident.Recovering
 		i.Online = now

@@ -1,0 +1,15 @@
+// The image builder of scripts/release.sh, a module of its own so that
+// go-containerregistry stays out of botctl's module graph (and its
+// THIRD_PARTY_NOTICES.md).
+module github.com/botctl/botctl/scripts/ociimage
+
+go 1.26.0
+
+require github.com/google/go-containerregistry v0.22.1
+
+require (
+	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+)
