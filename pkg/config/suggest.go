@@ -21,6 +21,9 @@ var NonKeyEnv = []string{
 	"BOTCTL_CHROMIUM",          // the browser test's Chromium
 	"BOTCTL_CHAOS",             // make chaos-smoke
 	"BOTCTL_CHAOS_OUT",         // the chaos smoke's report file
+	"BOTCTL_RELEASE_ALL_ARCH",  // make release-check: test/release builds every architecture
+	"BOTCTL_IMAGE",             // deploy/compose: the image its nodes run
+	"BOTCTL_DEMO_SECRET",       // deploy/compose: the simulated bot's secret
 }
 
 // keyNames is every key the file takes, sorted: the key table's, bots,
