@@ -152,9 +152,35 @@ func Mismatches(ctx context.Context, js jetstream.JetStream, opts Options) ([]Mi
 			return nil, err
 		}
 	}
-	media := mediaConfig(s.names.MediaBucket, opts)
-	if err := compare(mediaStream(media), mediaKeys); err != nil {
+	reserve := reserveConfig(s.names, opts)
+	have, err := deployedStream(ctx, js, reserve.Name)
+	if err != nil {
 		return nil, err
 	}
+	if have != nil {
+		found = append(found, keepReserve(*have, &reserve, opts.ReserveBytes)...)
+	}
+	media := mediaConfig(s.names.MediaBucket, opts)
+	if have, err = deployedStream(ctx, js, mediaStream(media).Name); err != nil {
+		return nil, err
+	}
+	if have != nil {
+		mismatches, _ := keepMedia(*have, &media) // a store without a bound is bounded at start: no mismatch
+		found = append(found, mismatches...)
+	}
 	return found, nil
+}
+
+// deployedStream is the config of the deployed stream name, or nil if
+// there is none.
+func deployedStream(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamConfig, error) {
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read stream %s: %w", name, err)
+	}
+	c := st.CachedInfo().Config
+	return &c, nil
 }

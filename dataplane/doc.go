@@ -14,7 +14,10 @@
 // Declare is idempotent (create or update, never delete): every node calls
 // it at start, in any order, any number of times. It never changes the
 // replicas or limits of what is deployed: a node whose options differ
-// keeps the deployment's values and logs each difference (Mismatch).
+// keeps the deployment's values and logs each difference (Mismatch). One
+// limit is set where none is: a media store deployed without a bound takes
+// Options.MediaMaxBytes (logged), so that files never fill the storage the
+// queue and the buckets need.
 //
 // A conversation has at most one task in the queue, queued or running: the
 // stream keeps one message per subject <prefix>.tasks.<bot>.<conversation>

@@ -105,6 +105,22 @@ type Options struct {
 	// included. Default DefaultMediaTTL (24h).
 	MediaTTL time.Duration
 
+	// MediaMaxBytes bounds the media bucket (its stream's MaxBytes, with
+	// DiscardNew): a file that would pass it is refused (MediaFull) and
+	// nothing of it is kept, while every other stream goes on. JetStream
+	// reserves it on each server. Default DefaultMediaMaxBytes (4 GiB);
+	// the media bucket is never unbounded: Declare keeps a deployed
+	// bound, but bounds a store deployed without one (keepMedia).
+	MediaMaxBytes int64
+
+	// ReserveBytes is JetStream storage kept from the media store for the
+	// task queue and the buckets: declared as the MaxBytes of an empty
+	// stream (ReserveStream) before the media store, so that a server
+	// whose storage cannot hold MediaMaxBytes beside it refuses the media
+	// store at start (reserve.go). Zero: no reservation is created (one
+	// deployed is kept).
+	ReserveBytes int64
+
 	// Logger records given-up tasks, released conversations and, as
 	// warnings, the deployed settings Declare kept over these options.
 	// The zero value logs nothing.
@@ -176,6 +192,15 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MediaTTL < time.Minute {
 		return o, fmt.Errorf("jetstream options: MediaTTL %s: must be at least 1m (a task's files must outlive its run)", o.MediaTTL)
 	}
+	if o.MediaMaxBytes == 0 {
+		o.MediaMaxBytes = DefaultMediaMaxBytes
+	}
+	if o.MediaMaxBytes < 0 {
+		return o, fmt.Errorf("jetstream options: MediaMaxBytes %d: must be positive (the media bucket is always bounded)", o.MediaMaxBytes)
+	}
+	if o.ReserveBytes < 0 {
+		return o, fmt.Errorf("jetstream options: ReserveBytes %d: must be zero (no reservation) or positive", o.ReserveBytes)
+	}
 	if o.ContextMaxBytes < 0 {
 		return o, fmt.Errorf("jetstream options: ContextMaxBytes %d: must be zero (unlimited) or positive", o.ContextMaxBytes)
 	}
@@ -204,6 +229,7 @@ type Names struct {
 	IncidentsBucket     string // KV of incidents (T1/T2/T3, alerts sent), e.g. BOTCTL_INCIDENTS
 	MediaBucket         string // object store of files users sent, e.g. BOTCTL_MEDIA (stream OBJ_BOTCTL_MEDIA)
 	LimitsBucket        string // KV of the bots' use counters (pkg/limits), e.g. BOTCTL_LIMITS
+	ReserveStream       string // empty stream whose MaxBytes reserves storage for all but media (reserve.go), e.g. BOTCTL_RESERVE
 }
 
 // NamesFor returns the names for prefix ("" is DefaultPrefix). It does not
@@ -230,6 +256,7 @@ func NamesFor(prefix string) Names {
 		IncidentsBucket:     prefix + "_INCIDENTS",
 		MediaBucket:         prefix + "_MEDIA",
 		LimitsBucket:        prefix + "_LIMITS",
+		ReserveStream:       prefix + "_RESERVE",
 	}
 }
 
@@ -244,6 +271,7 @@ type Store struct {
 
 	tasks, output, progress, context, watermarks, undelivered, seen, health, incidents, limits jetstream.KeyValue
 	media                                                                                      jetstream.ObjectStore
+	mediaStream                                                                                jetstream.Stream // media's stream, for DeleteMedia's purges
 
 	mismatches []Mismatch // deployed settings kept over opts (see Mismatch)
 
@@ -390,8 +418,11 @@ func declareBucketConfig(ctx context.Context, js jetstream.JetStream, cfg jetstr
 // On what exists it keeps the deployed replicas and limits, whatever opts
 // asks (see Mismatch): it logs each difference as a warning naming the
 // configuration key, Store.Mismatches returns them, and Store.Options
-// holds the deployed values of the task stream and its consumer. It
-// updates only what no option sets (a description, the subjects).
+// holds the deployed values of the task stream, its consumer, the media
+// store and the reservation. It updates only what no option sets (a
+// description, the subjects), and one limit: a media store deployed
+// without a bound takes opts.MediaMaxBytes, logged as a warning (a store
+// without a bound can fill the servers' storage and stop every bot).
 //
 // An option the server cannot change in place (the task stream's retention,
 // for one) fails with the server's error; nothing is deleted to make it fit.
@@ -422,7 +453,10 @@ func Declare(ctx context.Context, js jetstream.JetStream, opts Options) (*Store,
 		}
 		*b.kv = kv
 	}
-	if s.media, err = declareMedia(ctx, js, n.MediaBucket, opts, &s.mismatches); err != nil {
+	if err := declareReserve(ctx, js, n, &s.opts, &s.mismatches); err != nil {
+		return nil, fmt.Errorf("declare stream %s: %w", n.ReserveStream, err)
+	}
+	if s.media, s.mediaStream, err = declareMedia(ctx, js, n.MediaBucket, &s.opts, &s.mismatches); err != nil {
 		return nil, fmt.Errorf("declare object store %s: %w", n.MediaBucket, err)
 	}
 	s.keepDeployed()

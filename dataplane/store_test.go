@@ -37,6 +37,7 @@ func TestDeclareCreatesEverything(t *testing.T) {
 		IncidentsBucket:     "BOTCTL_INCIDENTS",
 		LimitsBucket:        "BOTCTL_LIMITS",
 		MediaBucket:         "BOTCTL_MEDIA",
+		ReserveStream:       "BOTCTL_RESERVE",
 	}
 	if n != want {
 		t.Fatalf("Names() = %+v, want %+v", n, want)
@@ -261,6 +262,8 @@ func TestDeclareRejectsBadOptions(t *testing.T) {
 		{Options{ContextTTL: -1}, "ContextTTL"},
 		{Options{RecordTTL: -1}, "RecordTTL"},
 		{Options{ContextMaxBytes: -5}, "ContextMaxBytes"},
+		{Options{MediaMaxBytes: -1}, "MediaMaxBytes"},
+		{Options{ReserveBytes: -1}, "ReserveBytes"},
 	} {
 		// No server needed: options are checked before any request.
 		_, err := Declare(ctxT(t), nil, tc.opts)

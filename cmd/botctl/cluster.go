@@ -146,15 +146,23 @@ func newEtcdClient(ec config.Etcd) (*clientv3.Client, error) {
 	return cli, nil
 }
 
-// natsConfig returns the nats section to connect with: --nats, else
-// nats.url of --config or $BOTCTL_NATS_URL, else the embedded NATS
-// recorded in --data-dir; --nats-prefix over nats.prefix.
+// natsConfig returns the nats section to connect with (see
+// clusterConfig).
 func (f *clusterFlags) natsConfig() (config.NATS, error) {
+	cfg, err := f.clusterConfig()
+	return cfg.NATS, err
+}
+
+// clusterConfig returns the configuration of --config, its nats section
+// the one to connect with: --nats, else nats.url of --config or
+// $BOTCTL_NATS_URL, else the embedded NATS recorded in --data-dir;
+// --nats-prefix over nats.prefix.
+func (f *clusterFlags) clusterConfig() (config.Config, error) {
 	cfg, err := config.Load(f.config, os.Environ())
 	if err != nil {
-		return config.NATS{}, usageError{err}
+		return cfg, usageError{err}
 	}
-	n := cfg.NATS
+	n := &cfg.NATS
 	if f.natsPrefix != "" {
 		n.Prefix = f.natsPrefix
 	}
@@ -164,11 +172,11 @@ func (f *clusterFlags) natsConfig() (config.NATS, error) {
 	if n.URL == "" {
 		raw, err := os.ReadFile(filepath.Join(f.dataDir, natsURLFile))
 		if err != nil {
-			return n, usageErrorf("no NATS to ask: give --nats nats://HOST:PORT (or --config), or --data-dir of a running 'botctl serve' with embedded NATS")
+			return cfg, usageErrorf("no NATS to ask: give --nats nats://HOST:PORT (or --config), or --data-dir of a running 'botctl serve' with embedded NATS")
 		}
 		n.URL = strings.TrimSpace(string(raw))
 	}
-	return n, nil
+	return cfg, nil
 }
 
 // jetStream connects to the NATS of natsConfig; the caller closes the
@@ -178,43 +186,54 @@ func (f *clusterFlags) jetStream() (jetstream.JetStream, config.NATS, error) {
 	if err != nil {
 		return nil, n, err
 	}
+	js, err := f.connect(n)
+	return js, n, err
+}
+
+// connect connects to the NATS of n; the caller closes the connection.
+func (f *clusterFlags) connect(n config.NATS) (jetstream.JetStream, error) {
 	opts, err := n.Options()
 	if err != nil {
-		return nil, n, usageError{err}
+		return nil, usageError{err}
 	}
 	u := redact.URL(n.URL)
 	nc, err := nats.Connect(n.URL, append(opts, nats.Timeout(f.timeout), nats.Name("botctl tasks"))...)
 	if refused := n.RefusedError(err); refused != nil {
-		return nil, n, fmt.Errorf("NATS at %s: %w", u, redact.Error(refused))
+		return nil, fmt.Errorf("NATS at %s: %w", u, redact.Error(refused))
 	}
 	if err != nil {
-		return nil, n, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
+		return nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, n, err
+		return nil, err
 	}
-	return js, n, nil
+	return js, nil
 }
 
-// store connects to the NATS of natsConfig and opens the declared streams
-// and buckets of the prefix; the caller calls the returned close.
+// store connects to the NATS of clusterConfig and opens the declared
+// streams and buckets of the prefix; the caller calls the returned close.
 func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
-	js, n, err := f.jetStream()
+	cfg, err := f.clusterConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := f.connect(cfg.NATS)
 	if err != nil {
 		return nil, nil, err
 	}
 	nc := js.Conn()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
-	// Declare creates what is missing and changes no deployed replicas or
-	// limits: a deployment that exists keeps its own, whatever this
-	// command's config says.
-	s, err := dataplane.Declare(ctx, js, dataplane.Options{Prefix: n.Prefix, Replicas: n.Replicas})
+	// Declare creates what is missing, as a node of this config would, and
+	// changes no deployed replicas or limits (the media store's bound and
+	// the reservation among them): a deployment that exists keeps its own,
+	// whatever this command's config says.
+	s, err := dataplane.Declare(ctx, js, cfg.DataPlane())
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", n.Prefix, err)
+		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", cfg.NATS.Prefix, err)
 	}
 	return s, nc.Close, nil
 }

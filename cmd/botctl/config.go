@@ -154,7 +154,7 @@ func checkDeployed(cmd *cobra.Command, path string) error {
 	if errs > 0 {
 		return fmt.Errorf("config %s: %d setting(s) differ from the deployed data plane", path, errs)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "NATS %s: the deployed streams and buckets match nats.replicas and media.ttl\n", redact.URL(cfg.NATS.URL))
+	fmt.Fprintf(cmd.OutOrStdout(), "NATS %s: the deployed streams and buckets match nats.replicas, media.ttl, media.max_store_bytes and media.reserve_bytes\n", redact.URL(cfg.NATS.URL))
 	return nil
 }
 

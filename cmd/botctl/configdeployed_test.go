@@ -30,9 +30,15 @@ func TestConfigCheckComparesDeployedDataPlane(t *testing.T) {
 		}
 	}
 
+	p = write(t, fmt.Sprintf("nats:\n  url: %s\nmedia:\n  ttl: 2h\n  max_store_bytes: 1073741824\n", url))
+	_, stderr, code = runBotctl(t, "config", "check", "--nats", p)
+	if want := "config key media.max_store_bytes: OBJ_BOTCTL_MEDIA: max-bytes is 4294967296 deployed, this node's media.max_store_bytes asks 1073741824"; code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("another media bound: exit %d, stderr lacks %q:\n%s", code, want, stderr)
+	}
+
 	p = write(t, fmt.Sprintf("nats:\n  url: %s\nmedia:\n  ttl: 2h\n", url))
 	out, stderr, code := runBotctl(t, "config", "check", "--nats", p)
-	if code != 0 || !strings.Contains(out, "match nats.replicas and media.ttl") {
+	if code != 0 || !strings.Contains(out, "match nats.replicas, media.ttl, media.max_store_bytes and media.reserve_bytes") {
 		t.Fatalf("a file matching the deployment: exit %d\n%s%s", code, out, stderr)
 	}
 	if _, _, code := runBotctl(t, "config", "check", write(t, fmt.Sprintf("nats:\n  url: %s\n  replicas: 3\n", url))); code != 0 {

@@ -41,6 +41,9 @@ type handling struct {
 	dedupe *dedupeRead
 	// admitted: the message was counted in its bot's limits (limits.go).
 	admitted bool
+	// admittedBytes: the bytes of the message's files counted in its
+	// bot's byte limits (media.go), given back when it runs no task.
+	admittedBytes int64
 }
 
 // recorded reports whether the task bucket has the task: the callback is

@@ -3,10 +3,12 @@ package access
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
@@ -127,6 +129,10 @@ func (h *handling) attachments() (atts []task.Attachment, ok bool) {
 		cancel()
 		h.in.early = e
 	}
+	// A user (or bot) at its day's bytes is not downloaded for.
+	if h.overBytes(0) {
+		return nil, false
+	}
 	t0 := time.Now()
 	atts, err := h.a.cfg.Media.Fetch(context.WithoutCancel(h.ctx), h.js.store.Media(), h.id, items)
 	h.stage("media", time.Since(t0))
@@ -140,6 +146,10 @@ func (h *handling) attachments() (atts []task.Attachment, ok bool) {
 	var bytes int64
 	for _, a := range atts {
 		bytes += a.Size
+	}
+	if h.overBytes(bytes) {
+		h.dropFiles(atts)
+		return nil, false
 	}
 	h.log.Info().Int("files", len(atts)).Int64("bytes", bytes).Dur("took", time.Since(t0)).Msg("files stored")
 	return atts, true
@@ -155,12 +165,62 @@ func (h *handling) dropFiles(atts []task.Attachment) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
 	defer cancel()
-	for _, a := range atts {
-		if err := h.js.store.Media().Delete(ctx, a.Key); err != nil {
-			h.log.Debug().Err(err).Str("object", a.Key).Msg("file of a message without a task not removed; the media TTL will")
+	keys := make([]string, len(atts))
+	for i, a := range atts {
+		keys[i] = a.Key
+	}
+	if err := h.js.store.DeleteMedia(ctx, keys...); err != nil {
+		h.log.Debug().Err(err).Msg("files of a message without a task not all removed; the media TTL will")
+	}
+	if h.admittedBytes > 0 {
+		if err := h.js.limits.ReleaseBytes(ctx, h.term.Bot, h.m.From.UserID, h.admittedBytes, h.rules.Limits); err != nil {
+			h.log.Warn().Err(err).Msg("limits: the bytes of files that ran no task still counted")
 		}
+		h.admittedBytes = 0
 	}
 }
+
+// overBytes counts n bytes of the message's files against its bot's
+// byte limits (limits.bytes_per_day; n 0: are any more admitted?) and
+// reports whether the message was refused for them: its user told, no
+// task, the conversation free. As with every limit, when the counts
+// cannot be read or written the files are admitted.
+func (h *handling) overBytes(n int64) bool {
+	l := h.rules.Limits
+	if !l.Bytes() {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
+	over, err := h.js.limits.AdmitBytes(lctx, h.term.Bot, h.m.From.UserID, n, l)
+	cancel()
+	if err != nil {
+		h.log.Warn().Err(err).Msg("limits: files' bytes not counted (JetStream): admitted")
+		return false
+	}
+	if over == "" {
+		h.admittedBytes += n
+		return false
+	}
+	a := h.a
+	a.count(func(s *Stats) { s.Limited++ })
+	if a.cfg.Metrics != nil {
+		a.cfg.Metrics.LimitRefused(h.term.Bot, over)
+	}
+	h.log.Info().Str("user", h.m.From.UserID).Str("limit", over).Int64("bytes", n).Msg("files over a byte limit; refused, no task")
+	text := botBytesLimitText
+	if over == limits.UserBytesPerDay {
+		text = fmt.Sprintf(userBytesLimitText, media.FormatBytes(l.User.BytesPerDay))
+	}
+	h.filesRefused(text)
+	return true
+}
+
+// The replies to files over a byte limit (limits.user.bytes_per_day,
+// limits.bot.bytes_per_day).
+const (
+	userBytesLimitText = "抱歉，你今天发送的图片和文件已达上限（%s），未能接收。请明天再发送；文字消息不受影响。"
+	botBytesLimitText  = "抱歉，今天接收的图片和文件已达上限，未能接收。请明天再发送；文字消息不受影响。"
+)
 
 // renew gives the rest of the handling a fresh Timeout.
 func (h *handling) renew() {
@@ -181,6 +241,14 @@ func (h *handling) mediaFailed(err error) {
 		text = me.Reply()
 	}
 	h.log.Warn().Err(err).Msg("files not taken; the user is told why")
+	h.filesRefused(text)
+}
+
+// filesRefused finishes the receipted stream of a message whose files
+// were not taken with text (why). No task is dispatched, and the message
+// is taken back out of its bot's message counts.
+func (h *handling) filesRefused(text string) {
+	h.unadmit()
 	rcpt := h.earlyReceipt(h.in.early)
 	opened := rcpt.err == nil || errors.Is(rcpt.err, wecom.ErrAckUnknown)
 	if rcpt.err == nil {

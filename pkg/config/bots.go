@@ -77,6 +77,12 @@ type LimitSet struct {
 	// backend that reports usage counts (openai, dify, http with a usage
 	// object); with another it never refuses.
 	TokensPerDay int64 `yaml:"tokens_per_day"`
+	// BytesPerDay bounds the bytes of the files (images, files, videos)
+	// sent in a UTC day, counted as each message's files are stored: a
+	// message whose files would pass it is refused, its user told, and
+	// text messages go on. It keeps one user, or one bot, from filling
+	// the media store (media.max_store_bytes) for everyone.
+	BytesPerDay int64 `yaml:"bytes_per_day"`
 }
 
 // maxLimit bounds every limit: more is no limit worth counting.
@@ -190,6 +196,7 @@ func (s BotSettings) Validate() error {
 		"limits.user.messages_per_minute": s.Limits.User.MessagesPerMinute, "limits.user.messages_per_day": s.Limits.User.MessagesPerDay,
 		"limits.user.tokens_per_day": s.Limits.User.TokensPerDay, "limits.bot.messages_per_minute": s.Limits.Bot.MessagesPerMinute,
 		"limits.bot.messages_per_day": s.Limits.Bot.MessagesPerDay, "limits.bot.tokens_per_day": s.Limits.Bot.TokensPerDay,
+		"limits.user.bytes_per_day": s.Limits.User.BytesPerDay, "limits.bot.bytes_per_day": s.Limits.Bot.BytesPerDay,
 	} {
 		if n < 0 || n > maxLimit {
 			bad(key, "%d: want 0 (no limit, the default) to %d", n, int64(maxLimit))

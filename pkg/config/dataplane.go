@@ -6,7 +6,9 @@ import "github.com/botctl/botctl/dataplane"
 // options a node declares its streams and buckets with (dataplane.Declare),
 // and those `botctl config check --nats` compares with the deployed ones.
 // Declare creates what is missing with them and keeps a deployed value that
-// differs, reporting it under the key named in dataplane.Mismatch.
+// differs, reporting it under the key named in dataplane.Mismatch (but for
+// a media store deployed without a bound, which takes media.max_store_bytes).
 func (c Config) DataPlane() dataplane.Options {
-	return dataplane.Options{Prefix: c.NATS.Prefix, Replicas: c.NATS.Replicas, MediaTTL: c.Media.TTL}
+	return dataplane.Options{Prefix: c.NATS.Prefix, Replicas: c.NATS.Replicas, MediaTTL: c.Media.TTL,
+		MediaMaxBytes: c.Media.MaxStoreBytes, ReserveBytes: c.Media.ReserveBytes}
 }

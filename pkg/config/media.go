@@ -22,6 +22,21 @@ type Media struct {
 	// TTL is how long the media object store keeps a file. It must exceed
 	// worker.deadline: a task's files must outlive its run. Default 24h.
 	TTL time.Duration `yaml:"ttl"`
+	// MaxStoreBytes bounds the media object store, in bytes (its
+	// stream's MaxBytes, with DiscardNew): past it a file is refused and
+	// its user told storage is full, while text messages, the task queue
+	// and every bucket go on. JetStream reserves the bound on each server
+	// at start (a server that cannot hold it refuses, and botctl does not
+	// start); what the other streams have is JetStream's storage
+	// (max_file_store) less this. Default 4 GiB (4294967296); always
+	// bounded.
+	MaxStoreBytes int64 `yaml:"max_store_bytes"`
+	// ReserveBytes is JetStream storage kept from the media store for the
+	// task queue and the buckets: each server sets it aside beside
+	// max_store_bytes, and one whose storage (max_file_store) cannot hold
+	// both refuses them at start (botctl does not start, naming these
+	// keys). 0: nothing set aside. Default 1 GiB (1073741824).
+	ReserveBytes int64 `yaml:"reserve_bytes"`
 }
 
 // Defaults of Media.
@@ -29,10 +44,12 @@ const (
 	DefaultMediaMaxBytes        = 20 << 20
 	DefaultMediaDownloadTimeout = 30 * time.Second
 	DefaultMediaTTL             = 24 * time.Hour
+	DefaultMediaMaxStoreBytes   = 4 << 30
+	DefaultMediaReserveBytes    = 1 << 30
 )
 
 func mediaDefaults() Media {
-	return Media{MaxBytes: DefaultMediaMaxBytes, DownloadTimeout: DefaultMediaDownloadTimeout, TTL: DefaultMediaTTL}
+	return Media{MaxBytes: DefaultMediaMaxBytes, DownloadTimeout: DefaultMediaDownloadTimeout, TTL: DefaultMediaTTL, MaxStoreBytes: DefaultMediaMaxStoreBytes, ReserveBytes: DefaultMediaReserveBytes}
 }
 
 var mediaKeys = []Key{
@@ -45,6 +62,22 @@ var mediaKeys = []Key{
 		return nil
 	}},
 	{Name: "media.download_timeout", Flag: "media-download-timeout", Usage: "longest download of one file a user sent", set: dur(func(c *Config) *time.Duration { return &c.Media.DownloadTimeout })},
+	{Name: "media.max_store_bytes", Flag: "media-max-store-bytes", Usage: "bytes the media object store holds at most; past it a file is refused and its user told storage is full (text goes on)", set: func(c *Config, s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		c.Media.MaxStoreBytes = n
+		return nil
+	}},
+	{Name: "media.reserve_bytes", Flag: "media-reserve-bytes", Usage: "JetStream storage kept from the media store for the task queue and buckets (0: none); a server that cannot hold it beside media.max_store_bytes refuses both at start", set: func(c *Config, s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		c.Media.ReserveBytes = n
+		return nil
+	}},
 	{Name: "media.ttl", Flag: "media-ttl", Usage: "how long the media object store keeps a file (more than worker.deadline)", set: dur(func(c *Config) *time.Duration { return &c.Media.TTL })},
 }
 
@@ -61,5 +94,11 @@ func (c *Config) validateMedia(bad func(key, format string, args ...any)) {
 	}
 	if c.Media.TTL <= c.Worker.Deadline || c.Media.TTL < time.Minute {
 		bad("media.ttl", "%s: want more than worker.deadline (%s), so a task's files outlive its run", c.Media.TTL, c.Worker.Deadline)
+	}
+	if c.Media.MaxStoreBytes < c.Media.MaxBytes {
+		bad("media.max_store_bytes", "%d: want at least media.max_bytes (%d), so the largest file fits; the store is always bounded (default %d, 4 GiB)", c.Media.MaxStoreBytes, c.Media.MaxBytes, DefaultMediaMaxStoreBytes)
+	}
+	if c.Media.ReserveBytes < 0 {
+		bad("media.reserve_bytes", "%d: want 0 (nothing set aside) or more bytes (default %d, 1 GiB)", c.Media.ReserveBytes, DefaultMediaReserveBytes)
 	}
 }

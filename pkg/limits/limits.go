@@ -1,7 +1,8 @@
 // Package limits keeps the limits that protect the operator's bill: per
-// user of a bot and per bot, messages a minute and a day and tokens a
-// day. The bot's leader admits a message (Counters.Admit) before its task
-// is published; the worker adds the tokens a backend reported
+// user of a bot and per bot, messages a minute and a day, tokens a day and
+// bytes of files a day. The bot's leader admits a message (Counters.Admit)
+// before its task is published, and its files' bytes (Counters.AdmitBytes)
+// once they are downloaded; the worker adds the tokens a backend reported
 // (Counters.AddTokens) once an answer ends.
 //
 // Where the counts live, and why: in a JetStream KV bucket
@@ -48,6 +49,9 @@ type Set struct {
 	MessagesPerMinute int64
 	MessagesPerDay    int64
 	TokensPerDay      int64
+	// BytesPerDay bounds the bytes of the files sent in a UTC day, as
+	// stored in the media store (AdmitBytes).
+	BytesPerDay int64
 }
 
 func (s Set) messages() bool { return s.MessagesPerMinute > 0 || s.MessagesPerDay > 0 }
@@ -64,6 +68,10 @@ func (l Limits) Any() bool { return l.User.any() || l.Bot.any() }
 // Tokens says whether answers' tokens are counted (a token limit is set).
 func (l Limits) Tokens() bool { return l.User.TokensPerDay > 0 || l.Bot.TokensPerDay > 0 }
 
+// Bytes says whether the bytes of the files users send are counted (a
+// byte limit is set). A message without files is never counted for them.
+func (l Limits) Bytes() bool { return l.User.BytesPerDay > 0 || l.Bot.BytesPerDay > 0 }
+
 // The limits by name: the refusal's reason in logs and the {limit} label
 // of botctl_limit_refusals_total, the config keys without "limits.".
 const (
@@ -73,6 +81,8 @@ const (
 	BotMessagesPerMinute  = "bot.messages_per_minute"
 	BotMessagesPerDay     = "bot.messages_per_day"
 	BotTokensPerDay       = "bot.tokens_per_day"
+	UserBytesPerDay       = "user.bytes_per_day"
+	BotBytesPerDay        = "bot.bytes_per_day"
 )
 
 // count is one key's value: a scope's use in the current UTC day and
@@ -81,6 +91,7 @@ type count struct {
 	Day            string `json:"day"`             // "2006-01-02", UTC
 	Messages       int64  `json:"messages"`        // admitted messages in Day
 	Tokens         int64  `json:"tokens"`          // tokens reported in Day (in and out)
+	Bytes          int64  `json:"bytes,omitempty"` // bytes of files admitted in Day (AdmitBytes)
 	Minute         int64  `json:"minute"`          // Unix minute of MinuteMessages
 	MinuteMessages int64  `json:"minute_messages"` // admitted messages in Minute
 }
@@ -197,6 +208,70 @@ func (c *Counters) admit(ctx context.Context, key string, s Set, scope string) (
 	return over, err
 }
 
+// AdmitBytes counts n bytes of files user sent bot against l's
+// BytesPerDay and returns "" when they are admitted, or the name of the
+// limit they are over (UserBytesPerDay, BotBytesPerDay): then nothing is
+// counted. Files are admitted only if, counted, they leave each day's
+// bytes at most its limit; n 0 asks whether any more are (before a
+// download) and counts nothing. An error admits and counts nothing; the
+// caller decides (access admits).
+func (c *Counters) AdmitBytes(ctx context.Context, bot, user string, n int64, l Limits) (string, error) {
+	var userCounted bool
+	if l.User.BytesPerDay > 0 {
+		over, err := c.admitBytes(ctx, UserKey(bot, user), n, l.User.BytesPerDay, UserBytesPerDay)
+		if err != nil || over != "" {
+			return over, err
+		}
+		userCounted = n > 0
+	}
+	if l.Bot.BytesPerDay > 0 {
+		over, err := c.admitBytes(ctx, BotKey(bot), n, l.Bot.BytesPerDay, BotBytesPerDay)
+		if err != nil || over != "" {
+			if userCounted {
+				c.ReleaseBytes(context.WithoutCancel(ctx), bot, user, n, Limits{User: l.User})
+			}
+			return over, err
+		}
+	}
+	return "", nil
+}
+
+func (c *Counters) admitBytes(ctx context.Context, key string, n, limit int64, name string) (over string, err error) {
+	err = c.update(ctx, key, func(x *count) error {
+		if x.Bytes >= limit || x.Bytes+n > limit {
+			over = name
+			return errOver
+		}
+		over = ""
+		if n == 0 {
+			return errNoChange
+		}
+		x.Bytes += n
+		return nil
+	})
+	if errors.Is(err, errOver) || errors.Is(err, errNoChange) {
+		err = nil
+	}
+	return over, err
+}
+
+// ReleaseBytes takes back n bytes AdmitBytes admitted (the files' message
+// ran no task), from the current day's counts, never below zero.
+func (c *Counters) ReleaseBytes(ctx context.Context, bot, user string, n int64, l Limits) error {
+	if n <= 0 {
+		return nil
+	}
+	back := func(x *count) error { x.Bytes = max(0, x.Bytes-n); return nil }
+	var errs []error
+	if l.User.BytesPerDay > 0 {
+		errs = append(errs, c.update(ctx, UserKey(bot, user), back))
+	}
+	if l.Bot.BytesPerDay > 0 {
+		errs = append(errs, c.update(ctx, BotKey(bot), back))
+	}
+	return errors.Join(errs...)
+}
+
 // AddTokens adds n tokens (a task's, in and out) to the day's counts of
 // user and of bot, in the scopes l has a token limit for.
 func (c *Counters) AddTokens(ctx context.Context, bot, user string, n int64, l Limits) error {
@@ -219,6 +294,7 @@ type Use struct {
 	Day            string `json:"day"`
 	Messages       int64  `json:"messages"`
 	Tokens         int64  `json:"tokens"`
+	Bytes          int64  `json:"bytes"`
 	MinuteMessages int64  `json:"minute_messages"`
 }
 
@@ -229,7 +305,7 @@ func (c *Counters) Read(ctx context.Context, key string) (Use, error) {
 		return Use{}, err
 	}
 	n = n.at(c.now())
-	return Use{Day: n.Day, Messages: n.Messages, Tokens: n.Tokens, MinuteMessages: n.MinuteMessages}, nil
+	return Use{Day: n.Day, Messages: n.Messages, Tokens: n.Tokens, Bytes: n.Bytes, MinuteMessages: n.MinuteMessages}, nil
 }
 
 var errNoChange = errors.New("no change")

@@ -150,3 +150,56 @@ func TestTokensPerDay(t *testing.T) {
 		t.Fatal("a counter written for a bot without limits")
 	}
 }
+
+func admitBytes(t *testing.T, c *Counters, user string, n int64, l Limits) string {
+	t.Helper()
+	over, err := c.AdmitBytes(context.Background(), "b1", user, n, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return over
+}
+
+// Files are admitted while, counted, they leave a day's bytes at most
+// the limit, per user and per bot; a refusal counts nothing (a bot's
+// refusal gives the user's count back), a release gives bytes back, and
+// a new UTC day starts from zero.
+func TestBytesPerDay(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{})
+	clk := &clock{t: time.Date(2026, 12, 4, 23, 0, 0, 0, time.UTC)}
+	c := New(env.Store.Limits(), clk.now)
+	l := Limits{User: Set{BytesPerDay: 1000}, Bot: Set{BytesPerDay: 1500}}
+	if !l.Bytes() || l.Any() {
+		t.Fatalf("Bytes %v Any %v: a byte limit alone counts files, not every message", l.Bytes(), l.Any())
+	}
+
+	if over := admitBytes(t, c, "alice", 600, l); over != "" {
+		t.Fatalf("600 of 1000: over %s", over)
+	}
+	if over := admitBytes(t, c, "alice", 500, l); over != UserBytesPerDay {
+		t.Fatalf("1100 of 1000: %q, want %s", over, UserBytesPerDay)
+	}
+	if over := admitBytes(t, c, "alice", 400, l); over != "" {
+		t.Fatalf("exactly 1000 of 1000: over %s", over)
+	}
+	if over := admitBytes(t, c, "alice", 0, l); over != UserBytesPerDay {
+		t.Fatalf("any more at the limit: %q, want %s", over, UserBytesPerDay)
+	}
+	// The bot has 500 left: bob's 600 are over it, and not counted as his.
+	if over := admitBytes(t, c, "bob", 600, l); over != BotBytesPerDay {
+		t.Fatalf("bot at 1600 of 1500: %q, want %s", over, BotBytesPerDay)
+	}
+	if use, _ := c.Read(context.Background(), UserKey("b1", "bob")); use.Bytes != 0 {
+		t.Fatalf("bob's bytes after the bot's refusal: %d, want 0", use.Bytes)
+	}
+	if err := c.ReleaseBytes(context.Background(), "b1", "alice", 400, l); err != nil {
+		t.Fatal(err)
+	}
+	if over := admitBytes(t, c, "bob", 500, l); over != "" {
+		t.Fatalf("bot at 1100 of 1500 after a release: over %s", over)
+	}
+	clk.set(clk.now().Add(time.Hour)) // the next UTC day
+	if over := admitBytes(t, c, "alice", 1000, l); over != "" {
+		t.Fatalf("a new day: over %s", over)
+	}
+}

@@ -19,11 +19,13 @@
 // the SDK does (WeCom sends keys in long-connection mode only).
 //
 // What it guarantees: a file is stored only whole, decrypted and within
-// MaxBytes; a failure is an *Error that says which file and why, with the
+// MaxBytes; a file the media store refuses for its bound is ReasonFull,
+// and nothing of its message is kept; a failure is an *Error that says which file and why, with the
 // sentence to tell the user. What it does not: that the bytes are what
 // the name says (the MIME type is sniffed from the bytes first, the
 // name's extension second), or that a stored file outlives the store's
-// TTL.
+// TTL or its task's delivery (the pusher deletes a task's files once its
+// delivery is final).
 package media
 
 import (
@@ -48,6 +50,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/nats-io/nats.go/jetstream"
@@ -135,6 +138,7 @@ const (
 	ReasonTooBig      Reason = "too_big"     // over MaxBytes
 	ReasonCorrupt     Reason = "corrupt"     // does not decrypt: bad aeskey, bad padding, truncated body
 	ReasonStore       Reason = "store"       // the media store did not take it
+	ReasonFull        Reason = "store_full"  // the media store is at its bound (media.max_store_bytes)
 )
 
 // Error is a file that could not be taken.
@@ -182,6 +186,8 @@ func (e *Error) Reply() string {
 		return fmt.Sprintf("抱歉，%s无法解密（数据不完整或密钥无效），未能接收。请重新发送。", what)
 	case ReasonStore:
 		return fmt.Sprintf("抱歉，%s暂时无法保存，未能接收。请稍后重新发送。", what)
+	case ReasonFull:
+		return fmt.Sprintf("抱歉，文件存储空间已满，%s未能接收。请稍后重新发送；文字消息不受影响。", what)
 	}
 	return fmt.Sprintf("抱歉，%s下载失败，未能接收。请稍后重新发送。", what)
 }
@@ -348,6 +354,12 @@ func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, taskID str
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.Timeout)
 	defer scancel()
 	if _, err := obs.PutBytes(sctx, a.Key, plain); err != nil {
+		// A refused put may leave the object's name behind (nats.go
+		// publishes it beside the bytes, and purges only the bytes).
+		_ = obs.Delete(sctx, a.Key)
+		if dataplane.MediaFull(err) {
+			return fail(ReasonFull, err)
+		}
 		return fail(ReasonStore, err)
 	}
 	return a, nil

@@ -221,3 +221,36 @@ func TestFetchWithoutAESKeyTakesTheBytesAsSent(t *testing.T) {
 		t.Fatalf("stored %q %v as %+v", got, err, atts[0])
 	}
 }
+
+// A file the media store refuses for its bound (media.max_store_bytes)
+// is ReasonFull, its user told storage is full, and nothing of its
+// message stays stored: not the files before it, not its own name. A file
+// that fits is taken as before.
+func TestFetchIntoAFullStoreSaysSo(t *testing.T) {
+	s := newSim(t, wecomsim.Config{})
+	env := testenv.StartJetStream(t, dataplane.Options{MediaMaxBytes: 64 << 10})
+	obs := env.Store.Media()
+	f := media.New(media.Config{MaxBytes: 1 << 20})
+	ctx := context.Background()
+
+	small := s.callback(t, wecomsim.MessageRequest{MsgType: "image"})
+	big := s.callback(t, wecomsim.MessageRequest{MsgType: "file", MediaPart: wecomsim.MediaPart{Size: 100 << 10}})
+	_, err := f.Fetch(ctx, obs, "t_full", append(media.Items(&small), media.Items(&big)...))
+	var me *media.Error
+	if !errors.As(err, &me) || me.Reason != media.ReasonFull || !strings.Contains(me.Reply(), "存储空间已满") {
+		t.Fatalf("a file past the store's bound: %v (reply %q), want %s saying storage is full", err, replyOf(me), media.ReasonFull)
+	}
+	if _, err := obs.GetInfo(ctx, "t_full/1"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Fatalf("the refused file's name stayed stored: %v", err)
+	}
+	objs, err := obs.List(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		t.Fatal(err)
+	}
+	if len(objs) != 0 {
+		t.Fatalf("%d objects stored after the refusal, want none: %+v", len(objs), objs[0])
+	}
+	if _, err := f.Fetch(ctx, obs, "t_fits", media.Items(&small)); err != nil {
+		t.Fatalf("a file that fits, after the refusal: %v", err)
+	}
+}

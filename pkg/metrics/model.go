@@ -47,7 +47,7 @@ func newModel(reg prometheus.Registerer) *Model {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "ai_tokens_total",
 			Help: "Tokens the backend reported (openai, dify, http with a usage object), by bot, backend and direction (in: the prompt, out: the answer)."}, []string{"bot", "backend", "direction"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "limit_refusals_total",
-			Help: "Messages refused over a limit (no task run, the user told), by bot and limit (user.messages_per_minute, user.messages_per_day, user.tokens_per_day, bot.…)."}, []string{"bot", "limit"}),
+			Help: "Messages refused over a limit (no task run, the user told), by bot and limit (user.messages_per_minute, user.messages_per_day, user.tokens_per_day, user.bytes_per_day, bot.…)."}, []string{"bot", "limit"}),
 		bots: map[string]*modelBot{},
 	}
 	reg.MustRegister(m.firstToken, m.answer, m.errors, m.tokens, m.refusals)

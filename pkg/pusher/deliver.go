@@ -106,18 +106,23 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 	now := p.cfg.Now()
 	switch p.phaseOf(rec, text, now) {
 	case progress:
-		return p.progress(ctx, rec, rev, view, version, now)
+		done, wait = p.progress(ctx, rec, rev, view, version, now)
 	case closing:
-		return p.closeStream(ctx, rec, view)
+		done, wait = p.closeStream(ctx, rec, view)
 	case final:
-		return p.final(ctx, rec, rev, text, out, reply, now)
+		done, wait = p.final(ctx, rec, rev, text, out, reply, now)
 	case handoff:
 		// Began under another term, never got a stream, or its window is
 		// over: owed by push.
-		return p.toPush(ctx, rec, fmt.Sprintf("stream began under term %d, this is term %d", rec.TermRev, p.cfg.TermRev))
+		done, wait = p.toPush(ctx, rec, fmt.Sprintf("stream began under term %d, this is term %d", rec.TermRev, p.cfg.TermRev))
 	default:
-		return p.pushParts(ctx, rec, text, reply, now)
+		done, wait = p.pushParts(ctx, rec, text, reply, now)
 	}
+	if done {
+		// Each phase is done only when the delivery is final.
+		p.dropMedia(ctx, rec, reply)
+	}
+	return done, wait
 }
 
 // record is task id's record for a step, at revision rev: the cached one

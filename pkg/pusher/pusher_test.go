@@ -134,6 +134,13 @@ func (r *rig) startWith(cfg pusher.Config, prepare func(*pusher.Pusher)) {
 // ask plays the inbound path: a user message, the receipt frame, the record.
 func (r *rig) ask(user, text string) *task.Record {
 	r.t.Helper()
+	return r.askWithFiles(user, text, nil)
+}
+
+// askWithFiles is ask of a message that came with files (stored by the
+// caller under atts' keys).
+func (r *rig) askWithFiles(user, text string, atts []task.Attachment) *task.Record {
+	r.t.Helper()
 	if _, err := r.sim.PostMessage(wecomsim.MessageRequest{BotID: "b", UserID: user, Text: text}); err != nil {
 		r.t.Fatal(err)
 	}
@@ -147,6 +154,7 @@ func (r *rig) ask(user, text string) *task.Record {
 	rec := task.New("b", in.m.MsgID, now)
 	rec.ReqID, rec.TermRev, rec.Chat, rec.ChatType, rec.User, rec.Question = in.reqID, r.term, user, "single", user, text
 	rec.StreamID = "s-" + rec.ID
+	rec.Attachments = atts
 	if err := r.conn.ReplyStream(context.Background(), in.reqID, wecom.Stream{ID: rec.StreamID, Content: "已收到，正在处理…"}); err != nil {
 		r.t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/botctl/botctl/pkg/pace"
@@ -124,4 +125,30 @@ func (p *Pusher) pushItem(ctx context.Context, r *task.Record, chatType int, it 
 	}
 	p.count(func(s *Stats) { s.Uploads++ })
 	return 0, p.cfg.Conn.SendMedia(ctx, r.Chat, chatType, kind, id)
+}
+
+// dropMedia deletes r's files (the user's) and reply's images and files
+// from the media store, once r's delivery is final: the store holds the
+// files of tasks in flight, not a day of them. media.ttl removes what
+// this misses (a failed delete, a leader gone between the delivery and
+// this, an earlier attempt's reply). A task retried or redelivered by an
+// operator afterwards finds its files gone, as after media.ttl: its run
+// fails saying so, a reply's file is sent as a line saying it expired.
+func (p *Pusher) dropMedia(ctx context.Context, r *task.Record, reply *task.Reply) {
+	var keys []string
+	for _, a := range r.Attachments {
+		keys = append(keys, a.Key)
+	}
+	if reply != nil {
+		for _, o := range slices.Concat(reply.Images, reply.Files) {
+			keys = append(keys, o.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if err := p.cfg.Store.DeleteMedia(ctx, keys...); err != nil {
+		p.storeError("media_delete", err)
+		p.log.Info().Err(err).Str("task", r.ID).Msg("a delivered task's files not all deleted; media.ttl removes them")
+	}
 }

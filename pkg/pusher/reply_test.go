@@ -218,3 +218,38 @@ func TestAnswerFromTheProgressBucketIsReadAgain(t *testing.T) {
 		t.Fatalf("user sees %+v, want the answer with its image", bot)
 	}
 }
+
+// Once a task's delivery is final its files leave the media store: the
+// user's (the record's attachments) and its reply's images and files.
+// Another task's stay.
+func TestDeliveredTaskMediaDeleted(t *testing.T) {
+	r := newRig(t, wecomsim.Config{})
+	r.start(pusher.Config{})
+	ctx := context.Background()
+	obs := r.js.Store.Media()
+	// The message's id is known only once it arrives: the user's file
+	// is stored under a key of the test's, as the record names it.
+	for _, key := range []string{"user-file/0", "another-task/0"} {
+		if _, err := obs.PutBytes(ctx, key, []byte("the user's csv")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := r.askWithFiles("alice", "what is in it?", []task.Attachment{{Kind: "file", Name: "a.csv", Size: 14, Key: "user-file/0"}})
+	r.writeReply(rec.ID, "Here it is.", [][]byte{smallPNG()}, [][]byte{[]byte("a small file")}, "")
+	r.waitDelivery(rec.ID, task.Delivered)
+	gone := []string{"user-file/0", task.ReplyKey(rec.ID, 1, 0), task.ReplyKey(rec.ID, 1, 1)}
+	testwait.Eventually(t, waitLong, "the delivered task's files deleted", func() bool {
+		for _, key := range gone {
+			if _, err := obs.GetInfo(ctx, key); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := obs.GetInfo(ctx, "another-task/0"); err != nil {
+		t.Fatalf("another task's file: %v", err)
+	}
+	if kinds := r.botMessages("alice"); len(kinds) != 2 || kinds[0].Images != 1 || kinds[1].Kind != "file" {
+		t.Fatalf("user sees %+v", kinds)
+	}
+}

@@ -326,7 +326,7 @@ func (b *bots) Rules(bot string) *access.Rules { return b.state(bot).rules }
 // limitsOf are a bot's limits as pkg/limits counts them.
 func limitsOf(l config.Limits) limits.Limits {
 	set := func(s config.LimitSet) limits.Set {
-		return limits.Set{MessagesPerMinute: s.MessagesPerMinute, MessagesPerDay: s.MessagesPerDay, TokensPerDay: s.TokensPerDay}
+		return limits.Set{MessagesPerMinute: s.MessagesPerMinute, MessagesPerDay: s.MessagesPerDay, TokensPerDay: s.TokensPerDay, BytesPerDay: s.BytesPerDay}
 	}
 	return limits.Limits{User: set(l.User), Bot: set(l.Bot)}
 }

@@ -263,6 +263,8 @@ var (
 	descSlots      = desc("worker_slots", "This node's configured worker slots.")
 	descQueue      = desc("queue_depth", "Tasks in the JetStream work queue: pending (not yet delivered to a worker) and ack_pending (running somewhere).", "state")
 	descSpool      = desc("spool_depth", "Tasks held in this node's local spool until JetStream takes them.")
+	descMedia      = desc("media_store_bytes", "Bytes the media object store holds now (the same store for every node): users' files of tasks in flight and replies' images and files.")
+	descMediaMax   = desc("media_store_max_bytes", "The media object store's bound as deployed (media.max_store_bytes, unless the deployment keeps another): past it a file is refused and its user told storage is full.")
 	descIncidents  = desc("incidents_open", "Open incidents of each configured bot, by kind (outage, data, ai).", "bot", "kind")
 	descDispatch   = desc("dispatch_total", "Dispatch outcomes on this node (queued, busy, duplicates, fixed, local, spooled, failed).", "outcome")
 	descFallbacks  = desc("dispatch_fallbacks_total", "Dispatch fallbacks between tiers (queue→fixed, fixed→local, …).", "path")
@@ -279,7 +281,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 // Describe implements prometheus.Collector.
 func (o *observer) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descBotState, descTerm, descConnected, descPusher, descActive, descTasks,
-		descSlotsBusy, descSlots, descQueue, descSpool, descIncidents, descDispatch, descFallbacks, descInbound, descJetStream,
+		descSlotsBusy, descSlots, descQueue, descSpool, descMedia, descMediaMax, descIncidents, descDispatch, descFallbacks, descInbound, descJetStream,
 		descNATSUp, descNATSReconn} {
 		ch <- d
 	}
@@ -369,6 +371,12 @@ func (o *observer) Collect(ch chan<- prometheus.Metric) {
 	if ci, err := n.Store.Workers().Info(ctx); err == nil {
 		gauge(descQueue, float64(ci.NumPending), "pending")
 		gauge(descQueue, float64(ci.NumAckPending), "ack_pending")
+	} else {
+		o.metrics.NATSError("request", "scrape")
+	}
+	gauge(descMediaMax, float64(n.Store.MediaMaxBytes()))
+	if used, err := n.Store.MediaBytes(ctx); err == nil {
+		gauge(descMedia, float64(used))
 	} else {
 		o.metrics.NATSError("request", "scrape")
 	}

@@ -109,7 +109,8 @@ func decide(e ending) verdict {
 		}
 		return verdict{res: result{action: actRetry, err: e.err}}
 	case stepFiles:
-		// Gone from the store (older than media.ttl): no retry brings
+		// Gone from the store (older than media.ttl, or deleted once the
+		// task's delivery was final: an operator's retry): no retry brings
 		// them back. Otherwise JetStream failed: another attempt may read them.
 		retry := !errors.Is(e.err, media.ErrGone) && !e.final && !e.nodeStopping
 		return fail("the files sent with the question could not be read: "+e.err.Error(), retry)

@@ -290,13 +290,21 @@ func (a *attempt) storeReply(ctx context.Context) error {
 }
 
 // storeAnswer writes the complete text as the attempt's last write (the
-// output bucket), patiently.
+// output bucket), patiently. An answer not stored will not be delivered:
+// its reply's objects are deleted.
 func (a *attempt) storeAnswer(ctx context.Context) error {
-	return a.w.patiently(ctx, a.log, "store the answer", func() error { return a.out.flush(a.bg, a.outputFailed) })
+	err := a.w.patiently(ctx, a.log, "store the answer", func() error { return a.out.flush(a.bg, a.outputFailed) })
+	if err != nil {
+		a.w.dropReply(a.bg, a.m.TaskID, a.reply)
+	}
+	return err
 }
 
 // recordSucceeded makes the record say succeeded, with the answer's hash
-// (patiently).
+// (patiently). Refused (the attempt superseded, the task finished
+// meanwhile), the answer will not be delivered: its reply's objects are
+// deleted. After any other error Finish may have been recorded, and they
+// are kept.
 func (a *attempt) recordSucceeded(ctx context.Context) (done *task.Record, err error) {
 	text := a.out.text()
 	err = a.w.patiently(ctx, a.log, "record the task succeeded", func() (err error) {
@@ -304,6 +312,9 @@ func (a *attempt) recordSucceeded(ctx context.Context) (done *task.Record, err e
 		a.w.storeError("record_write", err)
 		return err
 	})
+	if errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished) {
+		a.w.dropReply(a.bg, a.m.TaskID, a.reply)
+	}
 	return done, err
 }
 

@@ -6,10 +6,13 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
+	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,21 +23,36 @@ import (
 // store under the attempt's keys (task.ReplyKey). It returns what the
 // output carries (nil: nothing to send), and a note for the user naming
 // what was left out: a reply WeCom would refuse is never sent broken,
-// and what is valid in it is still sent. An error is the store failing:
+// and what is valid in it is still sent. An image or file the media store
+// refuses for its bound (media.max_store_bytes) is left out with a note:
+// the text is still delivered. An error is the store failing otherwise:
 // another try may succeed.
-func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r ai.Reply) (*task.Reply, string, error) {
+func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r ai.Reply) (_ *task.Reply, _ string, err error) {
 	if r.Empty() {
 		return nil, "", nil
 	}
 	var out task.Reply
 	var left []string
 	n := 0
+	var stored []string
+	defer func() {
+		if err != nil { // what this call stored is no one's
+			w.buckets.DeleteMedia(context.WithoutCancel(ctx), stored...)
+		}
+	}()
 	put := func(kind, name, mime string, data []byte) (task.ReplyObject, error) {
 		key := task.ReplyKey(m.TaskID, attempt, n)
 		n++
+		stored = append(stored, key)
 		sum := md5.Sum(data)
 		meta := jetstream.ObjectMeta{Name: key, Description: kind + " " + name}
-		if _, err := w.cfg.Store.Media().Put(ctx, meta, bytes.NewReader(data)); err != nil {
+		if _, err := w.buckets.Media().Put(ctx, meta, bytes.NewReader(data)); err != nil {
+			// A refused put may leave the object's name behind
+			// (nats.go publishes it beside the bytes).
+			w.buckets.DeleteMedia(ctx, key)
+			if dataplane.MediaFull(err) {
+				return task.ReplyObject{}, errMediaFull
+			}
 			return task.ReplyObject{}, fmt.Errorf("store reply %s %q of task %s: %w", kind, name, m.TaskID, err)
 		}
 		return task.ReplyObject{Kind: kind, Name: name, MIME: mime, Size: int64(len(data)), MD5: hex.EncodeToString(sum[:]), Key: key}, nil
@@ -61,6 +79,10 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 			continue
 		}
 		obj, err := put(task.ItemImage, name, mime, data)
+		if errors.Is(err, errMediaFull) {
+			left = append(left, fmt.Sprintf("图片 %s 未能保存（存储空间已满）", name))
+			continue
+		}
 		if err != nil {
 			return nil, "", err
 		}
@@ -92,6 +114,10 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 			mime = http.DetectContentType(data)
 		}
 		obj, err := put(kind, name, mime, data)
+		if errors.Is(err, errMediaFull) {
+			left = append(left, fmt.Sprintf("文件 %s 未能保存（存储空间已满）", name))
+			continue
+		}
 		if err != nil {
 			return nil, "", err
 		}
@@ -115,6 +141,27 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 	}
 	return &out, note, nil
 }
+
+// dropReply deletes the objects of reply, stored by an attempt that will
+// not be delivered (its answer not stored, the attempt superseded, the
+// task finished otherwise meanwhile): the next attempt stores its own,
+// under its own keys. Never for an attempt whose Finish may have been
+// recorded. Best effort: media.ttl removes what this misses.
+func (w *Worker) dropReply(ctx context.Context, id string, reply *task.Reply) {
+	if reply == nil {
+		return
+	}
+	var keys []string
+	for _, o := range slices.Concat(reply.Images, reply.Files) {
+		keys = append(keys, o.Key)
+	}
+	if err := w.buckets.DeleteMedia(ctx, keys...); err != nil {
+		w.log.Info().Err(err).Str("task", id).Msg("an undelivered attempt's reply files not all deleted; media.ttl removes them")
+	}
+}
+
+// errMediaFull: the media store refused a reply's object for its bound.
+var errMediaFull = errors.New("media store full")
 
 // replyName is f's name, or a made-up one ("image-1").
 func replyName(f ai.ReplyFile, kind string, i int) string {

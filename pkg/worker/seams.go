@@ -52,8 +52,11 @@ type Buckets interface {
 	// Context is the conversations' context bucket (task.LoadConversation,
 	// task.AppendExchangeFrom).
 	Context() jetstream.KeyValue
-	// Media is the object store of the task's files.
+	// Media is the object store of the task's files and its reply's.
 	Media() jetstream.ObjectStore
+	// DeleteMedia deletes media objects, also from a full store (a
+	// reply's objects an attempt stored but will not deliver).
+	DeleteMedia(ctx context.Context, keys ...string) error
 	// Limits is the bucket of the bots' and users' counts (limits.New).
 	Limits() jetstream.KeyValue
 	// Reconnected's channel closes when the store's connection comes

@@ -133,6 +133,8 @@ func TestMetricsScrape(t *testing.T) {
 		{"botctl_queue_depth", map[string]string{"state": "pending"}, eq(0), "0"},
 		{"botctl_queue_depth", map[string]string{"state": "ack_pending"}, eq(0), "0"},
 		{"botctl_spool_depth", nil, eq(0), "0"},
+		{"botctl_media_store_bytes", nil, ge(0), "present"},
+		{"botctl_media_store_max_bytes", nil, eq(float64(config.DefaultMediaMaxStoreBytes)), "media.max_store_bytes"},
 		{"botctl_incidents_open", map[string]string{"bot": "b1", "kind": "outage"}, eq(0), "0"},
 		{"botctl_incidents_open", map[string]string{"bot": "b1", "kind": "data"}, eq(0), "0"},
 		{"botctl_alerts_sent_total", map[string]string{"sink": "webhook", "kind": "open", "level": "human", "result": "ok"}, ge(1), ">= 1"},
