@@ -419,6 +419,12 @@ func (p *Pusher) quotaLowered(r *task.Record, err error) (bool, time.Duration) {
 func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (bool, time.Duration) {
 	why, note := "stream window closing", p.cfg.TruncatedNote
 	if p.handingOver.Load() {
+		if p.answerWritten(ctx, r) {
+			// Complete, its record not written yet: closing the stream
+			// with it and the note, then pushing it, would show the whole
+			// answer twice. It is left to its final frame or push.
+			return false, 0
+		}
 		why, note = "handover: the leader stopped", p.cfg.HandoverNote
 	}
 	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
@@ -437,6 +443,16 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (
 		p.log.Info().Err(err).Str("task", r.ID).Msg("closing the stream failed; the answer goes by push anyway")
 	}
 	return p.toPush(ctx, r, why)
+}
+
+// answerWritten: r's attempt has written its last output (the complete
+// answer, in the output bucket) though r does not say it finished yet.
+// A read that fails says no: the stream is closed as when it is running.
+func (p *Pusher) answerWritten(ctx context.Context, r *task.Record) bool {
+	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
+	defer cancel()
+	o, err := task.GetOutput(rctx, p.cfg.Store.Output(), r.ID)
+	return err == nil && o != nil && o.Attempt == r.Attempt
 }
 
 // toPush marks the delivery truncated: the complete answer is owed by push.
