@@ -417,14 +417,16 @@ func (p *Pusher) quotaLowered(r *task.Record, err error) (bool, time.Duration) {
 // closeStream ends the stream with the content so far and a note; the full
 // answer follows by push.
 func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (bool, time.Duration) {
+	if p.answerWritten(ctx, r) {
+		// Complete, its record not written yet (a worker between its
+		// last write and Finish): closing the stream with it and the
+		// note, then pushing it, would show the whole answer twice. Its
+		// final frame follows once the record says so (after a handover,
+		// the next leader's push).
+		return false, answerWait
+	}
 	why, note := "stream window closing", p.cfg.TruncatedNote
 	if p.handingOver.Load() {
-		if p.answerWritten(ctx, r) {
-			// Complete, its record not written yet: closing the stream
-			// with it and the note, then pushing it, would show the whole
-			// answer twice. It is left to its final frame or push.
-			return false, 0
-		}
 		why, note = "handover: the leader stopped", p.cfg.HandoverNote
 	}
 	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
