@@ -24,7 +24,7 @@ import (
 func answers(entries []wecomsim.TranscriptEntry, question string) int {
 	k := 0
 	for _, e := range entries {
-		if e.Finished && strings.Contains(e.Content, "You asked: "+question) {
+		if e.Finished && strings.Contains(e.Content, "You asked: "+question) && !cutShort(e) {
 			k++
 		}
 	}
