@@ -228,18 +228,24 @@ func (c *conn) writeLoop(stopped chan<- struct{}) {
 				c.ws.Close()
 				return
 			}
+			// A callback is recorded before its write starts: the client
+			// may read it and reply before this goroutine runs again, and
+			// the reply's event must come after the callback's.
+			if f.rec != nil {
+				f.rec.ev.At = c.s.now()
+				c.s.rec.add(f.rec.bot, f.rec.ev)
+			}
 			_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if err := c.ws.WriteMessage(websocket.TextMessage, f.data); err != nil {
+				if f.rec != nil {
+					c.s.rec.retract(f.rec.bot, f.rec.ev)
+				}
 				c.log.Debug().Err(err).Msg("write failed, closing")
 				c.abort()
 				return
 			}
 			if f.written != nil {
 				f.written.written()
-			}
-			if f.rec != nil {
-				f.rec.ev.At = c.s.now()
-				c.s.rec.add(f.rec.bot, f.rec.ev)
 			}
 		}
 	}

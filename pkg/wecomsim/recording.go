@@ -18,8 +18,9 @@ import (
 // per callback written and per frame accepted.
 //
 // Two kinds of events are recorded per bot, timed with Config.Now:
-//   - "callback": a callback frame written to a connection (At is when the
-//     WebSocket write returned);
+//   - "callback": a callback frame written to a connection (At is when its
+//     WebSocket write began; one whose write failed is not kept), so it
+//     always comes before the events of replies to it;
 //   - "frame": a frame from the bot that was ACCEPTED (errcode 0) and shows
 //     something to a user (aibot_respond_msg, aibot_respond_welcome_msg,
 //     aibot_respond_update_msg, aibot_send_msg). At is when it was accepted,
@@ -71,6 +72,20 @@ func (r *recorder) add(bot string, e RecordedEvent) {
 	}
 	r.events[bot] = append(r.events[bot], e)
 	r.mu.Unlock()
+}
+
+// retract forgets the last event of bot equal to e (a callback whose
+// write failed).
+func (r *recorder) retract(bot string, e RecordedEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := r.events[bot]
+	for i := len(ev) - 1; i >= 0; i-- {
+		if ev[i] == e {
+			r.events[bot] = append(ev[:i:i], ev[i+1:]...)
+			return
+		}
+	}
 }
 
 // StartRecording turns the recorder on (Config.Record turns it on from
