@@ -167,16 +167,12 @@ func conversationGone(err error) bool {
 // events reads the stream to its message_end and returns the
 // conversation's id as the stream gave it.
 func (b *difyBackend) events(ctx context.Context, body io.Reader, out *recordEmit, conv string) (string, error) {
-	sse := newSSEReader(body)
 	thoughts := difyThoughts{}
-	for {
-		_, data, err := sse.next()
-		if errors.Is(err, io.EOF) {
-			return conv, fmt.Errorf("%w: %s: the stream ended before message_end", ErrBackend, b.Name())
-		}
+	for e, err := range sseEvents(body) {
 		if err != nil {
 			return conv, err
 		}
+		data := e.Data
 		var ev difyEvent
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			return conv, fmt.Errorf("%w: %s: a data line is not a JSON event: %s", ErrBackend, b.Name(), b.web.bound(data))
@@ -208,6 +204,7 @@ func (b *difyBackend) events(ctx context.Context, body io.Reader, out *recordEmi
 			return conv, b.eventError(ev)
 		}
 	}
+	return conv, fmt.Errorf("%w: %s: the stream ended before message_end", ErrBackend, b.Name())
 }
 
 // eventError classifies an error event by its status as an HTTP refusal

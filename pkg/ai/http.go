@@ -154,15 +154,11 @@ func httpHeader(req Request) http.Header {
 
 // events reads an event stream to its {"done": true}.
 func (b *httpBackend) events(ctx context.Context, body io.Reader, out *recordEmit) error {
-	sse := newSSEReader(body)
-	for {
-		_, data, err := sse.next()
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: %s: the event stream ended before {\"done\": true}", ErrBackend, b.Name())
-		}
+	for e, err := range sseEvents(body) {
 		if err != nil {
 			return err
 		}
+		data := e.Data
 		var ev httpEvent
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			return fmt.Errorf("%w: %s: a data line is not a JSON object such as {\"text\": \"…\"}: %s", ErrBackend, b.Name(), b.web.bound(data))
@@ -184,6 +180,7 @@ func (b *httpBackend) events(ctx context.Context, body io.Reader, out *recordEmi
 			return nil
 		}
 	}
+	return fmt.Errorf("%w: %s: the event stream ended before {\"done\": true}", ErrBackend, b.Name())
 }
 
 // plain emits a text/plain body as it comes, holding back a rune split

@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"mime"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	sse "github.com/tmaxmax/go-sse"
 )
 
 // What the dify and http backends share: one POST with a bearer secret,
@@ -24,9 +27,9 @@ const (
 	webMaxErrorBody = 4 << 10
 	// webMaxErrorText bounds the server's message quoted in an error.
 	webMaxErrorText = 300
-	// sseMaxLine bounds one line of an event stream: a data line is one
+	// sseMaxEvent bounds one event of an event stream: an event is one
 	// delta, far below it; a longer one is a broken server, not an answer.
-	sseMaxLine = 1 << 20
+	sseMaxEvent = 1 << 20
 	// sessionCallTimeout bounds one read or write of a Sessions store.
 	sessionCallTimeout = 10 * time.Second
 )
@@ -186,7 +189,7 @@ func (w web) classify(ctx, runCtx context.Context, req Request, err error) error
 		return err // classified where it was found
 	}
 	if errors.Is(err, bufio.ErrTooLong) {
-		return fmt.Errorf("%w: %s: task %s: a line of the event stream is longer than %d bytes", ErrBackend, w.name, req.TaskID, sseMaxLine)
+		return fmt.Errorf("%w: %s: task %s: an event of the event stream is longer than %d bytes", ErrBackend, w.name, req.TaskID, sseMaxEvent)
 	}
 	// A *url.Error's text holds the whole URL: keep its operation and cause.
 	msg := err.Error()
@@ -224,47 +227,26 @@ func (w web) bound(s string) string {
 	return s
 }
 
-// sseReader reads a text/event-stream line by line. Both backends' servers
-// send one JSON object per data line, so each data line is returned as
-// it comes (a multi-line data field is not joined). Comments, id and
-// retry are skipped.
-type sseReader struct {
-	sc    *bufio.Scanner
-	event string // the event field in force, until the blank line ending the event
-}
-
-func newSSEReader(r io.Reader) *sseReader {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), sseMaxLine)
-	return &sseReader{sc: sc}
-}
-
-// next is the next data line's payload and the event field in force; io.EOF
-// at the end of the stream, or the read's error (a cut connection:
-// io.ErrUnexpectedEOF; a line too long: bufio.ErrTooLong).
-func (s *sseReader) next() (event, data string, err error) {
-	for s.sc.Scan() {
-		line := s.sc.Text()
-		if line == "" {
-			s.event = ""
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "event":
-			s.event = value
-		case "data":
-			return s.event, value, nil
+// sseEvents reads a text/event-stream as the HTML specification's
+// event-stream interpretation does (go-sse's reader): lines end in LF, CR
+// or CRLF; a leading BOM is dropped; an event's data lines are joined with
+// LF and the event is dispatched only at the blank line ending it (a
+// pending event at the end of the stream is discarded); comments, id and
+// retry are not events. An event without data (Dify's "event: ping") is
+// not yielded. The sequence ends at the stream's end; a read error is
+// yielded once (a cut connection: io.ErrUnexpectedEOF; an event longer
+// than sseMaxEvent: bufio.ErrTooLong).
+func sseEvents(r io.Reader) iter.Seq2[sse.Event, error] {
+	return func(yield func(sse.Event, error) bool) {
+		for ev, err := range sse.Read(r, &sse.ReadConfig{MaxEventSize: sseMaxEvent}) {
+			if err == nil && ev.Data == "" {
+				continue
+			}
+			if !yield(ev, err) || err != nil {
+				return
+			}
 		}
 	}
-	if err := s.sc.Err(); err != nil {
-		return "", "", err
-	}
-	return "", "", io.EOF
 }
 
 // recordEmit wraps emit so that the caller can tell emit's error, which
