@@ -39,6 +39,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pause"
@@ -59,6 +60,7 @@ type Texts struct {
 	Help        string
 	Welcome     string // answer to enter_chat ("" sends none)
 	WelcomeCard string // a template card's JSON answering enter_chat, over Welcome ("" none)
+	Version     string // the version reported for enter_check_update; default botctl's
 	Unavailable string // a command that needs JetStream while it is away
 	Limit       string // a message over one of the bot's limits (limits.go)
 }
@@ -76,6 +78,7 @@ func (t *Texts) setDefaults() {
 		}
 	}
 	def(&t.Receipt, DefaultReceipt)
+	def(&t.Version, buildinfo.Get().Version)
 	def(&t.Busy, DefaultBusy)
 	def(&t.Refused, "抱歉，你没有使用这个机器人的权限。如需开通，请联系管理员。")
 	def(&t.Empty, "请输入你的问题。")
@@ -438,6 +441,9 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 	case wecom.EventTemplateCardEvent:
 		a.cardEvent(term, c, reqID, ev)
 		return
+	case wecom.EventEnterCheckUpdate:
+		a.reportVersion(term, c, reqID)
+		return
 	}
 	texts := a.rules(term.Bot).Texts
 	welcome, card := texts.Welcome, texts.WelcomeCard
@@ -457,6 +463,24 @@ func (a *Access) HandleEvent(term *election.Term, c *wecom.Conn, reqID string, e
 		}
 		if err := c.ReplyWelcome(ctx, reqID, body); err != nil {
 			a.log.Warn().Err(err).Str("bot", term.Bot).Msg("welcome failed")
+		}
+	})
+}
+
+// reportVersion answers enter_check_update with the version the bot's
+// rules give, as the official plugin answers it (ww_ai_robot_enter_event,
+// {"version": …}, within the event window).
+func (a *Access) reportVersion(term *election.Term, c *wecom.Conn, reqID string) {
+	version := a.rules(term.Bot).Texts.Version
+	done := a.track(term)
+	a.sem <- struct{}{} // events share the bound with messages
+	a.wg.Go(func() {
+		defer done()
+		defer func() { <-a.sem }()
+		ctx, cancel := context.WithTimeout(term.Context(), 5*time.Second) // the event's window
+		defer cancel()
+		if err := c.ReplyVersion(ctx, reqID, version); err != nil {
+			a.log.Warn().Err(err).Str("bot", term.Bot).Msg("version report failed")
 		}
 	})
 }

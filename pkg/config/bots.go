@@ -202,6 +202,9 @@ func (s BotSettings) Validate() error {
 			bad(key, "%d: want 0 (no limit, the default) to %d", n, int64(maxLimit))
 		}
 	}
+	if v := a.ReportedVersion; len(v) > 64 || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		bad("access.reported_version", "%q: want at most 64 bytes without spaces or control characters, e.g. \"1.2.0\" (empty: botctl's version)", v)
+	}
 	if msg := checkCard(a.WelcomeCard); msg != "" {
 		bad("access.welcome_card", "%s", msg)
 	}

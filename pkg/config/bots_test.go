@@ -89,6 +89,8 @@ func TestBotEntryErrorsNameTheKey(t *testing.T) {
 		{"memory: {turns: lots}", `config key bots[0].memory.turns: "lots" is not an integer`},
 		{"ai: {max_concurrency: 3}", "config key bots[0].ai.max_concurrency: this node's, not a bot's"},
 		{"access: {unsupported_text: '%s and %d'}", "config key bots[0].access.unsupported_text"},
+		{"access: {reported_version: 1.0 beta}", "config key bots[0].access.reported_version"},
+		{"access: {reported_version: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx}", "config key bots[0].access.reported_version: \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\": want at most 64 bytes"},
 		{"access: {welcome_card: 'hello'}", "config key bots[0].access.welcome_card: not a JSON object"},
 		{`access: {welcome_card: '{"title": "hi"}'}`, `config key bots[0].access.welcome_card: no "card_type"`},
 		{"limits: {per_user: 3}", "config key bots[0].limits.per_user: unknown"},

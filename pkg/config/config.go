@@ -115,6 +115,9 @@ type Access struct {
 	// WelcomeCard, a template card's JSON object, answers instead of
 	// WelcomeText ("": none).
 	WelcomeCard string `yaml:"welcome_card"`
+	// ReportedVersion is the version the bot reports when WeCom asks
+	// (enter_check_update); "" reports botctl's own version.
+	ReportedVersion string `yaml:"reported_version"`
 	// LateNote starts the answer to a message the bot missed while it had
 	// no connection, answered late by push.
 	LateNote string `yaml:"late_note"`

@@ -175,6 +175,7 @@ var Keys = []Key{
 	{Name: "access.max_question_bytes", Flag: "max-question-bytes", Usage: "longest question accepted", set: integer(func(c *Config) *int { return &c.Access.MaxQuestionBytes })},
 	{Name: "access.receipt_text", Flag: "receipt-text", Usage: "the receipt frame's text", set: str(func(c *Config) *string { return &c.Access.ReceiptText })},
 	{Name: "access.welcome_text", Flag: "welcome-text", Usage: "answer to enter_chat (empty: none)", set: str(func(c *Config) *string { return &c.Access.WelcomeText })},
+	{Name: "access.reported_version", Flag: "reported-version", Usage: "the version the bot reports when WeCom asks (enter_check_update); empty: botctl's version", set: str(func(c *Config) *string { return &c.Access.ReportedVersion })},
 	{Name: "access.welcome_card", Flag: "welcome-card", Usage: "answer to enter_chat as a template card: its JSON object (empty: welcome_text)", set: str(func(c *Config) *string { return &c.Access.WelcomeCard })},
 	{Name: "access.busy_text", Flag: "busy-text", Usage: "answer to a message sent while the conversation's previous one is being answered (empty: the default)", set: str(func(c *Config) *string { return &c.Access.BusyText })},
 	{Name: "access.unsupported_text", Flag: "unsupported-text", Usage: "answer to a message of a type the bot does not take; %s is the type (empty: the default)", set: str(func(c *Config) *string { return &c.Access.UnsupportedText })},

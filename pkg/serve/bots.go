@@ -202,7 +202,7 @@ func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState
 func (b *bots) rules(s config.BotSettings, rev int64) (*botState, error) {
 	a := s.Access
 	rules, err := access.NewRules(access.Rules{AllowUsers: a.AllowUsers, AllowChats: a.AllowChats, MaxQuestionBytes: a.MaxQuestionBytes,
-		Texts:  access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText, WelcomeCard: a.WelcomeCard, Limit: a.LimitText},
+		Texts:  access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText, WelcomeCard: a.WelcomeCard, Limit: a.LimitText, Version: a.ReportedVersion},
 		Limits: limitsOf(s.Limits)})
 	if err != nil {
 		return nil, err

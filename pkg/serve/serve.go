@@ -208,7 +208,7 @@ func Run(ctx context.Context, o Options) error {
 		NodeID: cfg.NodeID, Dispatch: handOff{n}, Cards: bots,
 		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
-		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText, WelcomeCard: cfg.Access.WelcomeCard},
+		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText, WelcomeCard: cfg.Access.WelcomeCard, Version: cfg.Access.ReportedVersion},
 		Bots:             bots,
 		Outbound:         n.leaders,
 		Watermark:        watermark{n},

@@ -15,6 +15,9 @@ const (
 	CmdRespondMsg        = "aibot_respond_msg"
 	CmdRespondWelcomeMsg = "aibot_respond_welcome_msg"
 	CmdRespondUpdateMsg  = "aibot_respond_update_msg"
+	// CmdEnterEventReply answers enter_check_update with the version the
+	// bot reports (the official plugin's reply; same req_id as the event).
+	CmdEnterEventReply   = "ww_ai_robot_enter_event"
 	CmdSendMsg           = "aibot_send_msg"
 	CmdUploadMediaInit   = "aibot_upload_media_init"
 	CmdUploadMediaChunk  = "aibot_upload_media_chunk"
@@ -30,6 +33,9 @@ const (
 	EventTemplateCardEvent = "template_card_event"
 	EventFeedback          = "feedback_event"
 	EventDisconnected      = "disconnected_event"
+	// EventEnterCheckUpdate asks the bot for its version: answered with
+	// CmdEnterEventReply.
+	EventEnterCheckUpdate = "enter_check_update"
 )
 
 // Message types of aibot_msg_callback and of reply bodies.
@@ -311,6 +317,12 @@ type RespondBody struct {
 	MsgType      string          `json:"msgtype"`
 	Stream       *Stream         `json:"stream,omitempty"`
 	TemplateCard json.RawMessage `json:"template_card,omitempty"`
+}
+
+// EnterEventBody is the body of ww_ai_robot_enter_event: the version the
+// bot reports when WeCom asks (enter_check_update).
+type EnterEventBody struct {
+	Version string `json:"version"`
 }
 
 // WelcomeBody is the body of aibot_respond_welcome_msg (text or template card).

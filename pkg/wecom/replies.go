@@ -43,6 +43,16 @@ func (c *Conn) ReplyWelcome(ctx context.Context, reqID string, body *WelcomeBody
 	return err
 }
 
+// ReplyVersion answers an enter_check_update event with the version the
+// bot reports.
+func (c *Conn) ReplyVersion(ctx context.Context, reqID, version string) error {
+	if version == "" {
+		return fmt.Errorf("%w: ww_ai_robot_enter_event without a version", ErrInvalidFrame)
+	}
+	_, err := c.Do(ctx, CmdEnterEventReply, reqID, &EnterEventBody{Version: version})
+	return err
+}
+
 // UpdateTemplateCard answers a template_card_event (within 5 s of it).
 func (c *Conn) UpdateTemplateCard(ctx context.Context, reqID string, body *UpdateBody) error {
 	_, err := c.Do(ctx, CmdRespondUpdateMsg, reqID, body)

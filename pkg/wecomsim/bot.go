@@ -116,6 +116,7 @@ type bot struct {
 	lateDelay    time.Duration // …by this much (wall clock)
 	refuseUntil  time.Time     // refuse_subscribe: subscribes before this are refused…
 	refuseCode   int           // …with this errcode
+	version      string        // the version the bot last reported (ww_ai_robot_enter_event)
 	stats        counters
 }
 

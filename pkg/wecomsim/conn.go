@@ -378,6 +378,7 @@ var knownCmds = map[string]bool{
 	wecom.CmdRespondMsg:        true,
 	wecom.CmdRespondWelcomeMsg: true,
 	wecom.CmdRespondUpdateMsg:  true,
+	wecom.CmdEnterEventReply:   true,
 	wecom.CmdSendMsg:           true,
 	wecom.CmdUploadMediaInit:   true,
 	wecom.CmdUploadMediaChunk:  true,
@@ -421,6 +422,8 @@ func (c *conn) handle(data []byte) {
 		c.respondWelcome(b, &f)
 	case wecom.CmdRespondUpdateMsg:
 		c.respondUpdate(b, &f)
+	case wecom.CmdEnterEventReply:
+		c.apply(b, &f, c.enterEventReplyLocked, nil)
 	case wecom.CmdSendMsg:
 		c.sendMsg(b, &f)
 	case wecom.CmdUploadMediaInit, wecom.CmdUploadMediaChunk, wecom.CmdUploadMediaFinish:

@@ -166,8 +166,9 @@ type Stats struct {
 	AcksLate             bool             `json:"acks_late"`
 	Silenced             bool             `json:"silenced"`
 	SubscribeRefused     bool             `json:"subscribe_refused"`
-	Frames               map[string]int64 `json:"frames"` // frames received, by cmd, rejected ones included
-	Errors               map[string]int64 `json:"errors"` // error acks decided, by errcode
+	ReportedVersion      string           `json:"reported_version,omitempty"` // the version the bot last reported for enter_check_update
+	Frames               map[string]int64 `json:"frames"`                     // frames received, by cmd, rejected ones included
+	Errors               map[string]int64 `json:"errors"`                     // error acks decided, by errcode
 }
 
 // HistoryQuery selects user messages; zero fields do not filter.
@@ -394,7 +395,7 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 	}
 	switch req.EventType {
 	case "":
-		return EventResult{}, invalid("eventtype is required: enter_chat, template_card_event or feedback_event")
+		return EventResult{}, invalid("eventtype is required: enter_chat, enter_check_update, template_card_event or feedback_event")
 	case wecom.EventDisconnected:
 		return EventResult{}, invalid("disconnected_event is sent by the server itself when a connection is replaced: subscribe a second connection instead")
 	}
@@ -508,6 +509,7 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		AcksLate:             now.Before(b.lateUntil),
 		Silenced:             now.Before(b.silenceUntil),
 		SubscribeRefused:     now.Before(b.refuseUntil),
+		ReportedVersion:      b.version,
 		Frames:               make(map[string]int64, len(c.Frames)),
 		Errors:               make(map[string]int64, len(c.Errors)),
 	}

@@ -327,6 +327,31 @@ func (c *conn) respondWelcomeLocked(b *bot, f *wecom.Frame, now time.Time) resul
 	return accepted
 }
 
+// enterEventReplyLocked takes the version a bot reports for an
+// enter_check_update: once per event, within the welcome window (the
+// window is assumed: WeCom documents none), a non-empty version. It is
+// shown to no user and costs no quota.
+func (c *conn) enterEventReplyLocked(b *bot, f *wecom.Frame, now time.Time) result {
+	if r, ok := c.checkLive(b); !ok {
+		return r
+	}
+	p, r, ok := c.eventReq(b, f, now, wecom.EventEnterCheckUpdate, c.s.cfg.WelcomeWindow, "version reply",
+		"a version was already reported for this enter_check_update")
+	if !ok {
+		return r
+	}
+	var body wecom.EnterEventBody
+	if err := decodeBody(f.Body, &body); err != nil {
+		return fail(wecom.ErrCodeInvalidParam, "ww_ai_robot_enter_event: body is not valid: %v", err)
+	}
+	if body.Version == "" || len(body.Version) > 64 {
+		return fail(wecom.ErrCodeInvalidParam, "ww_ai_robot_enter_event: version is required, at most 64 bytes: send {\"version\": \"1.2.3\"}")
+	}
+	p.used = true
+	b.version = body.Version
+	return accepted
+}
+
 func (c *conn) respondUpdate(b *bot, f *wecom.Frame) {
 	c.apply(b, f, c.respondUpdateLocked, c.replyRecorded)
 }

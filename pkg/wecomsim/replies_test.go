@@ -429,3 +429,41 @@ func TestUpload(t *testing.T) {
 	wantCode(t, c.call(wecom.CmdSendMsg, "", map[string]any{"chatid": "alice", "msgtype": "image", "image": map[string]string{"media_id": fin.MediaID}}), 0)
 	wantCode(t, c.call(wecom.CmdSendMsg, "", map[string]any{"chatid": "alice", "msgtype": "image", "image": map[string]string{"media_id": "nope"}}), wecom.ErrCodeInvalidParam)
 }
+
+// enter_check_update is answered with ww_ai_robot_enter_event and the
+// bot's version: once per event, a version required, inside the window;
+// the version is what Stats reports.
+func TestEnterCheckUpdateVersionReply(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{WelcomeWindow: 5 * time.Second})
+	defer h.close()
+
+	c := h.subscribe(bot1, secret1)
+	h.event(EventRequest{BotID: bot1, UserID: "alice", EventType: wecom.EventEnterCheckUpdate})
+	reqID, ev := c.eventCallback()
+	if ev.Event.EventType != wecom.EventEnterCheckUpdate {
+		t.Fatalf("event %+v", ev)
+	}
+	// Not a welcome's answer, nor a message's; a version is required.
+	wantCode(t, c.call(wecom.CmdRespondWelcomeMsg, reqID, wecom.WelcomeBody{MsgType: "text", Text: &wecom.TextContent{Content: "hi"}}), wecom.ErrCodeInvalidReqID)
+	msgReq, _ := h.askAndReceive(c, "alice", "hi")
+	wantCode(t, c.call(wecom.CmdEnterEventReply, msgReq, wecom.EnterEventBody{Version: "1.0.0"}), wecom.ErrCodeInvalidReqID)
+	wantCode(t, c.call(wecom.CmdEnterEventReply, reqID, wecom.EnterEventBody{}), wecom.ErrCodeInvalidParam)
+	wantCode(t, c.call(wecom.CmdEnterEventReply, reqID, wecom.EnterEventBody{Version: "0.5.0"}), 0)
+	wantCode(t, c.call(wecom.CmdEnterEventReply, reqID, wecom.EnterEventBody{Version: "0.5.1"}), wecom.ErrCodeInvalidReqID) // once
+	if st := h.stats(bot1); st.ReportedVersion != "0.5.0" {
+		t.Fatalf("reported version %q, want 0.5.0", st.ReportedVersion)
+	}
+
+	// Too late.
+	h.event(EventRequest{BotID: bot1, UserID: "bob", EventType: wecom.EventEnterCheckUpdate})
+	late, _ := c.eventCallback()
+	h.clock.Advance(5*time.Second + time.Millisecond)
+	wantCode(t, c.call(wecom.CmdEnterEventReply, late, wecom.EnterEventBody{Version: "9.9.9"}), wecom.ErrCodeInvalidReqID)
+	if st := h.stats(bot1); st.ReportedVersion != "0.5.0" {
+		t.Fatalf("reported version %q after a late reply, want 0.5.0", st.ReportedVersion)
+	}
+	if tr := h.srv.Transcript(bot1, "alice"); len(tr) != 1 { // the question and nothing else
+		t.Fatalf("a version reply is shown to no user: transcript %+v", tr)
+	}
+}
