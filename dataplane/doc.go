@@ -57,6 +57,8 @@
 // more: ReleaseConversation or ReleaseQueued (`botctl tasks release`, or
 // `nats stream rmm`) frees it; package task's max-deliveries watch and
 // sweep do so themselves, even when the task's record cannot be written.
+// A last delivery that was never run (it reached a worker that was
+// stopping) is not nak'd but requeued with fresh deliveries (Requeue).
 //
 // Order is kept per spool and per stream, not across tiers: while a node's
 // spool is not empty, the node must spool new tasks too (see Spool).

@@ -168,6 +168,44 @@ func (s *Store) GiveUp(ctx context.Context, msg jetstream.Msg, reason string) er
 	return nil
 }
 
+// Requeue puts msg's task back in its conversation's queue as a new
+// message with all its deliveries ahead of it, for a delivery that was
+// never run (its worker was stopping when it came): a Nak would spend the
+// delivery, and on the last one the task would be given up unrun.
+//
+// The conversation holds one message at a time, so msg is deleted first,
+// then the same subject, body and headers are published under the
+// message id "<msgid>#requeued-<seq>" (a retried Requeue of one message
+// is stored once). Between the two the conversation is free: a new task
+// published there meanwhile wins, and the copy is refused with
+// ErrConversationBusy. On any error the copy may not be queued; the task
+// record still says where the task is, and the sweep ends it as it ends
+// any task whose queue message is gone.
+func (s *Store) Requeue(ctx context.Context, msg jetstream.Msg) (PublishResult, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return PublishResult{}, fmt.Errorf("requeue task: %w", err)
+	}
+	seq := meta.Sequence.Stream
+	if err := s.deleteTask(ctx, seq); err != nil {
+		return PublishResult{}, fmt.Errorf("requeue task %s seq %d: delete: %w", msg.Subject(), seq, err)
+	}
+	dup := nats.NewMsg(msg.Subject())
+	dup.Data = msg.Data()
+	for k, v := range msg.Headers() {
+		if k != nats.MsgIdHdr {
+			dup.Header[k] = v
+		}
+	}
+	ack, err := s.js.PublishMsg(ctx, dup,
+		jetstream.WithMsgID(fmt.Sprintf("%s#requeued-%d", msg.Headers().Get(nats.MsgIdHdr), seq)),
+		jetstream.WithExpectStream(s.names.TaskStream))
+	if err != nil {
+		return PublishResult{}, fmt.Errorf("requeue task %s seq %d: publish: %w", msg.Subject(), seq, classify(ctx, err))
+	}
+	return PublishResult{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
 // deleteTask removes the task at seq; one already gone is not an error.
 func (s *Store) deleteTask(ctx context.Context, seq uint64) error {
 	err := s.stream.DeleteMsg(ctx, seq)

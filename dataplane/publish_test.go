@@ -421,3 +421,46 @@ func TestReleaseConversation(t *testing.T) {
 		t.Fatalf("bob after releasing alice: %v, want ErrConversationBusy", err)
 	}
 }
+
+// Requeue puts a task on its last delivery back with fresh deliveries:
+// same subject, body and headers, the conversation still taken by it, and
+// a second Requeue of the same message stores nothing more.
+func TestRequeueGivesFreshDeliveries(t *testing.T) {
+	leakCheck(t)
+	srv := startServer(t)
+	_, js := connect(t, srv)
+	ctx := ctxT(t)
+	st := declare(t, js, Options{TaskMaxDeliver: 1})
+
+	if _, err := st.PublishTask(ctx, "bot", "alice", "m1", []byte(`{"task_id":"t1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	last := fetchOne(t, st)
+	if !st.FinalDelivery(last) {
+		t.Fatal("not the last delivery")
+	}
+	res, err := st.Requeue(ctx, last)
+	if err != nil || res.Duplicate {
+		t.Fatalf("Requeue: %+v %v", res, err)
+	}
+	_, err = st.PublishTask(ctx, "bot", "alice", "m2", nil)
+	assertOnlyBusy(t, err)
+	if again, err := st.Requeue(ctx, last); err != nil || !again.Duplicate {
+		t.Fatalf("second Requeue: %+v %v, want a duplicate", again, err)
+	}
+	info, err := st.TaskStream().Info(ctx)
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("task stream holds %d messages (%v), want 1", info.State.Msgs, err)
+	}
+
+	fresh := fetchOne(t, st)
+	meta, err := fresh.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.NumDelivered != 1 || meta.Sequence.Stream != res.Seq || fresh.Subject() != last.Subject() ||
+		string(fresh.Data()) != `{"task_id":"t1"}` || fresh.Headers().Get(nats.MsgIdHdr) != "m1#requeued-1" {
+		t.Fatalf("requeued message: delivered %d, seq %d (want %d), subject %s, data %s, headers %v",
+			meta.NumDelivered, meta.Sequence.Stream, res.Seq, fresh.Subject(), fresh.Data(), fresh.Headers())
+	}
+}

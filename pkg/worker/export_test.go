@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // SetCancelCheck sets how often a running task's record is re-read
 // (cancelCheck) until the test ends.
@@ -9,3 +13,7 @@ func SetCancelCheck(t interface{ Cleanup(func()) }, d time.Duration) {
 	cancelCheck = d
 	t.Cleanup(func() { cancelCheck = old })
 }
+
+// HandBack hands msg back as Run does with a message delivered after the
+// stop began.
+func HandBack(w *Worker, msg jetstream.Msg) { w.handBack(msg) }

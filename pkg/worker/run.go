@@ -34,7 +34,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() {
 		close(fetched)
 		for _, msg := range late {
-			msg.Nak()
+			w.handBack(msg)
 		}
 	}()
 	sub, err := w.cfg.Store.JetStream().Conn().Subscribe(w.cfg.Store.Names().CancelSubjects(), func(m *nats.Msg) {
@@ -114,6 +114,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// handBack returns a message delivered after the stop began, unrun: nak'd
+// for another delivery, or, on its last delivery (where a nak would have
+// it given up without ever running), requeued with fresh deliveries.
+func (w *Worker) handBack(msg jetstream.Msg) {
+	if !w.cfg.Store.FinalDelivery(msg) {
+		msg.Nak()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout)
+	defer cancel()
+	if _, err := w.cfg.Store.Requeue(ctx, msg); err != nil {
+		w.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("a task on its last delivery, fetched as the worker stopped, was not requeued; the sweep ends it")
+	}
+}
+
+// handBackTimeout bounds requeueing one message on the way out.
+const handBackTimeout = 5 * time.Second
 
 // handle runs one queue message to its end: acked when the task needs
 // nothing more, nak'd for another attempt, terminated when it can never

@@ -736,3 +736,33 @@ func TestNATSErrorHearsTaskWriteFailures(t *testing.T) {
 		t.Fatalf("NATSError heard %v, want output_write (the answer not stored) and record_write (its failure not recorded)", heard)
 	}
 }
+
+// A message delivered as its worker stops is handed back unrun. On its
+// last delivery a nak would spend it, and the MAX_DELIVERIES watch would
+// give the task up without it ever running: it is requeued with fresh
+// deliveries instead, and the next worker answers it.
+func TestLateLastDeliveryIsRequeuedNotGivenUp(t *testing.T) {
+	env, doomedStore, _ := lastDeliveryRig(t)
+	m := publish(t, env.Store, "m1", "alice", "q")
+	batch, err := doomedStore.Workers().Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := <-batch.Messages()
+	if msg == nil || !doomedStore.FinalDelivery(msg) {
+		t.Fatal("the stopping worker pulled no message on its last delivery")
+	}
+	stopping := run(t, doomedStore, "stopping", demo(t, time.Minute))
+	stopping.stop()
+	worker.HandBack(stopping.Worker, msg)
+
+	run(t, env.Store, "w2", demo(t, 100*time.Millisecond))
+	testwait.Eventually(t, waitLong, "answered by w2", func() bool {
+		r, _, err := task.Get(context.Background(), env.Store.Tasks(), m.TaskID)
+		return err == nil && r.Exec.Finished()
+	})
+	if r := record(t, env.Store, m.TaskID); r.Exec != task.Succeeded || r.Node != "w2" {
+		t.Fatalf("record %s on %s (%q), want succeeded on w2", r.Exec, r.Node, r.Error)
+	}
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+}
