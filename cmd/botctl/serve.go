@@ -13,6 +13,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/buildinfo"
+	"github.com/botctl/botctl/pkg/compaction"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/demoui"
 	"github.com/botctl/botctl/pkg/infra"
@@ -207,6 +208,16 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 		return err
 	}
 	defer cli.Close()
+	if len(cfg.Etcd.Endpoints) > 0 && cfg.Etcd.CompactRetention > 0 {
+		// An external etcd may not compact itself; the embedded one does.
+		cctx, stopCompacting := context.WithCancel(ctx)
+		compacted := make(chan struct{})
+		go func() {
+			defer close(compacted)
+			compaction.Compactor{Client: cli, Retention: cfg.Etcd.CompactRetention, Log: logger.With().Str("component", "compaction").Logger()}.Run(cctx)
+		}()
+		defer func() { stopCompacting(); <-compacted }()
+	}
 	natsOpts, err := cfg.NATS.Options()
 	if err != nil {
 		return usageError{err}

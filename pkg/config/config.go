@@ -155,25 +155,6 @@ type Push struct {
 	ReplayExpiry time.Duration `yaml:"replay_expiry"`
 }
 
-// Etcd is the control plane. No endpoints: an embedded single-node etcd in
-// DataDir (loopback, no TLS, no users: none of the keys below apply).
-type Etcd struct {
-	Endpoints   []string      `yaml:"endpoints"`
-	DialTimeout time.Duration `yaml:"dial_timeout"`
-	// CAFile is the PEM CA that signed the members' certificates ("": the
-	// system's roots). Any of the TLS keys needs https:// endpoints.
-	CAFile string `yaml:"ca_file"`
-	// CertFile and KeyFile are this node's client certificate and key, for
-	// members started with --client-cert-auth. Both or neither.
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	// Username and PasswordFile authenticate to etcd's RBAC (etcdctl auth
-	// enable); the password is read from the file, never from argv. Both
-	// or neither; over http:// only to a loopback endpoint.
-	Username     string `yaml:"username"`
-	PasswordFile string `yaml:"password_file"`
-}
-
 // NATS is the data plane. No URL: an embedded NATS server in DataDir
 // (loopback, no TLS, no users: none of the TLS and credential keys apply).
 type NATS struct {
@@ -314,7 +295,7 @@ func Defaults() Config {
 		Env:     "default",
 		DataDir: "data",
 		Listen:  "127.0.0.1:8391",
-		Etcd:    Etcd{DialTimeout: 5 * time.Second},
+		Etcd:    Etcd{DialTimeout: 5 * time.Second, CompactRetention: time.Hour},
 		WeCom:   WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second, PulseInterval: time.Second, PulseTimeout: 3 * time.Second,
 			KickLimit: 3, KickWindow: 10 * time.Minute},
@@ -559,14 +540,7 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "%q: want HOST:PORT (%v)", c.Listen, err)
 	}
-	for i, e := range c.Etcd.Endpoints {
-		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad(fmt.Sprintf("etcd.endpoints[%d]", i), "%q: want http://HOST:PORT or https://HOST:PORT", redact.URL(e))
-		}
-	}
-	if c.Etcd.DialTimeout <= 0 {
-		bad("etcd.dial_timeout", "must be positive, got %s", c.Etcd.DialTimeout)
-	}
+	c.Etcd.validate(bad)
 	if c.NATS.URL != "" {
 		// A cluster is several URLs, comma-separated (as nats.Connect takes them).
 		for _, one := range strings.Split(c.NATS.URL, ",") {

@@ -64,6 +64,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "election:\n  ttl: soon\n", want: "ttl"},
 		{env: "BOTCTL_WECOM_ACK_TIMEOUT=fast", want: "wecom.ack_timeout"},
 		{yaml: "etcd:\n  endpoints: [localhost:2379]\n", want: "etcd.endpoints[0]"},
+		{yaml: "etcd:\n  compact_retention: 30s\n", want: "etcd.compact_retention: 30s: want 0"},
 		{yaml: "nats:\n  url: http://x:4222\n", want: "nats.url"},
 		{yaml: "wecom:\n  url: https://x\n", want: "wecom.url"},
 		{yaml: "listen: nope\n", want: "listen"},

@@ -80,6 +80,7 @@ var Keys = []Key{
 		return nil
 	}},
 	{Name: "etcd.dial_timeout", Flag: "etcd-dial-timeout", Usage: "etcd dial timeout", set: dur(func(c *Config) *time.Duration { return &c.Etcd.DialTimeout })},
+	{Name: "etcd.compact_retention", Flag: "etcd-compact-retention", Usage: "history kept when nodes compact an external etcd themselves (0: they do not)", set: dur(func(c *Config) *time.Duration { return &c.Etcd.CompactRetention })},
 	{Name: "etcd.ca_file", Flag: "etcd-ca-file", Usage: "CA (PEM) of the etcd members' certificates", set: str(func(c *Config) *string { return &c.Etcd.CAFile })},
 	{Name: "etcd.cert_file", Flag: "etcd-cert-file", Usage: "client certificate (PEM) for etcd", set: str(func(c *Config) *string { return &c.Etcd.CertFile })},
 	{Name: "etcd.key_file", Flag: "etcd-key-file", Usage: "client key (PEM) for etcd", set: str(func(c *Config) *string { return &c.Etcd.KeyFile })},
