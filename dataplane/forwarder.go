@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/rs/zerolog"
 )
 
@@ -37,8 +38,9 @@ type ForwarderConfig struct {
 	// marked Late, for Publish to have its user told the answer is late.
 	// 0: never marked. Below Expiry.
 	LateAfter time.Duration
-	// MinBackoff is the wait before the first retry after a failed drain;
-	// each further failure doubles it up to MaxBackoff. Shorter finds
+	// MinBackoff is the step of the first retry after a failed drain;
+	// each further failure doubles it up to MaxBackoff (each wait is
+	// drawn between half and all of its step: pkg/retry). Shorter finds
 	// JetStream back sooner but costs a failed publish (up to its timeout)
 	// per try. Defaults 200ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
@@ -112,7 +114,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	log := f.cfg.Logger
 	timer := clock.Or(f.cfg.Clock).NewTimer(0)
 	defer timer.Stop()
-	var backoff time.Duration // > 0 while failing
+	backoff, failing := retry.New(f.cfg.MinBackoff, f.cfg.MaxBackoff), false
 	for {
 		select {
 		case <-ctx.Done():
@@ -125,19 +127,18 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			if backoff == 0 {
-				backoff = f.cfg.MinBackoff
+			if !failing {
+				failing = true
 				log.Warn().Err(err).Int("forwarded", n).Msg("spool: JetStream does not take tasks; retrying with backoff")
-			} else {
-				backoff = min(2*backoff, f.cfg.MaxBackoff)
 			}
-			resetTimer(timer, backoff)
+			resetTimer(timer, backoff.Next())
 			continue
 		}
-		if backoff > 0 || n > 0 {
+		if failing || n > 0 {
 			log.Info().Int("forwarded", n).Msg("spool drained")
 		}
-		backoff = 0
+		failing = false
+		backoff.Reset()
 		resetTimer(timer, f.cfg.Poll)
 	}
 }

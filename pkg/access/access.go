@@ -42,7 +42,7 @@ import (
 	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/media"
-	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/botctl/botctl/pkg/tally"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
@@ -498,17 +498,16 @@ func (a *Access) refuseLater(ctx context.Context, js *bound, rec *task.Record) e
 	}
 	const why = "busy: the conversation's earlier question was still being answered; the reply waited for the send budget"
 	ctx = context.WithoutCancel(ctx)
-	until := time.Now().Add(refusePatience) // wall time: cfg.Now may be a test's clock
-	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 4*time.Second) {
+	// Waited on the real clock: cfg.Now may be a test's.
+	return retry.Until(ctx, nil, retry.New(250*time.Millisecond, 4*time.Second), refusePatience, func() error {
 		tctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+		defer cancel()
 		_, err := js.lc.Refused(tctx, task.MessageOf(rec), why, true)
-		cancel()
-		if err == nil || !time.Now().Add(wait).Before(until) {
-			return err
+		if err != nil {
+			a.log.Debug().Err(err).Str("task", rec.ID).Msg("busy refusal not recorded yet; retrying")
 		}
-		a.log.Debug().Err(err).Str("task", rec.ID).Dur("retry_in", wait).Msg("busy refusal not recorded yet; retrying")
-		pause.For(ctx, wait)
-	}
+		return err
+	}, nil)
 }
 
 // refusePatience is how long refuseLater keeps trying: longer than a

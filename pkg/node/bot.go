@@ -8,6 +8,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/retry"
 )
 
 // botLoop is one bot's life on this node, until ctx ends.
@@ -19,14 +20,13 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		return
 	}
 	defer n.setState(b.ID, StateStopped, "node stopping", 0)
-	// retry paces terms that did not give a stable connection; etcdRetry
+	// termRetry paces terms that did not give a stable connection; etcdRetry
 	// paces the loop's own etcd errors, and resets once etcd answers.
-	retry := backoff{base: n.cfg.Backoff, max: n.cfg.BackoffMax}
-	etcdRetry := backoff{base: n.cfg.Backoff, max: n.cfg.BackoffMax}
+	termRetry, etcdRetry := retry.New(n.cfg.Backoff, n.cfg.BackoffMax), retry.New(n.cfg.Backoff, n.cfg.BackoffMax)
 	authWait := n.cfg.AuthBackoff
 	kicks, humanWait := foreignKicks{limit: n.cfg.KickLimit, window: n.cfg.KickWindow}, n.cfg.AuthBackoff
-	wait := func(bo *backoff, reason string) {
-		d := bo.next()
+	wait := func(bo *retry.Backoff, reason string) {
+		d := bo.Next()
 		n.setState(b.ID, StateBackoff, reason, 0)
 		log.Info().Str("reason", reason).Dur("retry_in", d).Msg("backing off before campaigning again")
 		pause.For(ctx, d)
@@ -42,11 +42,11 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 			if ctx.Err() == nil {
 				n.etcdError("gate")
 				log.Warn().Err(err).Msg("env gate unreadable; retrying")
-				wait(&etcdRetry, "env gate unreadable: "+err.Error())
+				wait(etcdRetry, "env gate unreadable: "+err.Error())
 			}
 			continue
 		}
-		etcdRetry.reset()
+		etcdRetry.Reset()
 		if gate != n.cfg.Env {
 			n.setState(b.ID, StateGated, gatedReason(b.ID, gate, n.cfg.Env), 0)
 			log.Info().Str("gate", gate).Str("env", n.cfg.Env).Str("reason", gatedReason(b.ID, gate, n.cfg.Env)).Msg("bot gated to another env; not campaigning")
@@ -106,7 +106,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 			continue // the loop finds the clock off
 		case err != nil: // the etcd client is closed
 			n.etcdError("campaign")
-			wait(&etcdRetry, "campaign failed: "+err.Error())
+			wait(etcdRetry, "campaign failed: "+err.Error())
 			continue
 		case res.kicked && n.kicked(ctx, b.ID, &res, &kicks, &humanWait, log):
 			continue // needs_human: waited
@@ -129,7 +129,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		if res.connected {
 			authWait = n.cfg.AuthBackoff
 			if res.held >= n.cfg.StableTerm {
-				retry.reset()
+				termRetry.Reset()
 				if !res.kicked {
 					kicks.reset()
 					humanWait = n.cfg.AuthBackoff
@@ -141,6 +141,6 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		}
 		// Not a stable connection (or kicked): never a tight loop. The term
 		// is resigned already, so another node may try meanwhile.
-		wait(&retry, res.reason)
+		wait(termRetry, res.reason)
 	}
 }

@@ -93,6 +93,7 @@ import (
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/nats-io/nats.go"
@@ -384,11 +385,12 @@ func (p *Pusher) Run(ctx context.Context) error {
 	from := p.watchFrom(ctx)
 	// The records are the truth: without them the first scan could miss a
 	// task, so keep trying (JetStream may be recovering) until the term ends.
-	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+	for backoff := retry.New(time.Second, 30*time.Second); ; {
 		err := p.rebuild(ctx)
 		if err == nil {
 			break
 		}
+		wait := backoff.Next()
 		p.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot read task records to rebuild the active set; retrying")
 		pause.For(ctx, wait)
 		if ctx.Err() != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/redact"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -81,7 +82,8 @@ const jsErrNoPeers jetstream.ErrorCode = 10005
 // deployment that keeps its own settings go to log.
 func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstream.JetStream, opts dataplane.Options, ackWait time.Duration, log zerolog.Logger) (*dataplane.Store, error) {
 	opts.TaskAckWait, opts.Logger = ackWait, log
-	for wait := time.Second; ; wait = min(2*wait, 15*time.Second) {
+	for backoff := retry.New(time.Second, 15*time.Second); ; {
+		wait := backoff.Next()
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		store, err := dataplane.Declare(dctx, js, opts)
 		cancel()

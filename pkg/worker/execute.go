@@ -9,7 +9,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -336,31 +336,23 @@ func (a *attempt) succeeded(done *task.Record, run BotRun, conv readConv) {
 
 // patiently runs fn until it succeeds, fails for good (the attempt was
 // superseded, the task finished meanwhile), or StorePatience has passed
-// since the first failure, or ctx ends (the node stops: the queue, or the
+// since the first try, or ctx ends (the node stops: the queue, or the
 // sweep, takes it from there); it returns fn's last error.
 func (w *Worker) patiently(ctx context.Context, log zerolog.Logger, what string, fn func() error) error {
 	settled := func(err error) bool {
 		return err == nil || errors.Is(err, task.ErrSuperseded) || errors.Is(err, task.ErrFinished)
 	}
-	err := fn()
-	if settled(err) {
+	tries := 0
+	return retry.Until(ctx, w.clock(), retry.New(250*time.Millisecond, 5*time.Second), w.cfg.StorePatience, func() error {
+		err := fn()
+		switch tries++; {
+		case tries == 1 && !settled(err):
+			log.Warn().Err(err).Dur("patience", w.cfg.StorePatience).Msgf("could not %s; retrying while JetStream recovers", what)
+		case tries > 1 && err == nil:
+			log.Info().Msgf("%s: done after retrying", what)
+		}
 		return err
-	}
-	log.Warn().Err(err).Dur("patience", w.cfg.StorePatience).Msgf("could not %s; retrying while JetStream recovers", what)
-	until := time.Now().Add(w.cfg.StorePatience)
-	for wait := 250 * time.Millisecond; time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
-		pause.For(ctx, min(wait, time.Until(until)))
-		if ctx.Err() != nil {
-			return err
-		}
-		if err = fn(); settled(err) {
-			if err == nil {
-				log.Info().Msgf("%s: done after retrying", what)
-			}
-			return err
-		}
-	}
-	return err
+	}, settled)
 }
 
 // readConv is the conversation as the prompt read it, at rev (c nil: not
