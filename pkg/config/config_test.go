@@ -54,6 +54,9 @@ func TestEmptyFileIsDefaults(t *testing.T) {
 	if cfg.Election.TTL != 20*time.Second {
 		t.Fatalf("ttl = %s", cfg.Election.TTL)
 	}
+	if strings.Join(cfg.Alert.WeComRobotLevels, ",") != "auto,human" || strings.Join(cfg.Alert.WebhookLevels, ",") != "auto,human" {
+		t.Fatalf("alert levels = %v, %v; want every level by default", cfg.Alert.WeComRobotLevels, cfg.Alert.WebhookLevels)
+	}
 }
 
 func TestErrorsNameTheKey(t *testing.T) {
@@ -84,6 +87,9 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "push:\n  budget_hourly: 1001\n", want: "push.budget_hourly"},
 		{yaml: "ai:\n  kind: oracle\n", want: "ai.kind"},
 		{yaml: "dispatch:\n  fixed_worker: 10.0.0.1\n", want: "dispatch.fixed_worker"},
+		{yaml: "alert:\n  wecom_robot_levels: [page]\n", want: "alert.wecom_robot_levels"},
+		{yaml: "alert:\n  webhook_levels: []\n", want: "alert.webhook_levels"},
+		{env: "BOTCTL_ALERT_WEBHOOK_LEVELS=auto,urgent", want: "alert.webhook_levels"},
 	} {
 		var env []string
 		if tc.env != "" {
@@ -172,7 +178,7 @@ func TestDeployExampleLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.NodeID != "node-a" || len(cfg.Etcd.Endpoints) != 3 || cfg.AI.Kind != "openai" || cfg.Push.Budget != 20 || cfg.Bots[0].Secret != "s" ||
-		cfg.Bots[0].Owner != "ops-oncall" || cfg.Election.PulseTimeout != 3*time.Second || cfg.Alert.WeComRobotURLFile == "" || cfg.Secrets.KeyFile != filepath.Join(etc, "cluster.key") {
+		cfg.Bots[0].Owner != "ops-oncall" || cfg.Election.PulseTimeout != 3*time.Second || cfg.Alert.WeComRobotURLFile == "" || strings.Join(cfg.Alert.WeComRobotLevels, ",") != "human" || strings.Join(cfg.Alert.WebhookLevels, ",") != "auto,human" || cfg.Secrets.KeyFile != filepath.Join(etc, "cluster.key") {
 		t.Fatalf("example read as %+v", cfg)
 	}
 }
