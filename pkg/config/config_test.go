@@ -77,6 +77,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "worker:\n  slots: 100000\n", want: "worker.slots"},
 		{yaml: "worker:\n  leader_slots: 9000\n", want: "worker.leader_slots"},
 		{env: "BOTCTL_WORKER_LEADER_SLOTS=-2", want: "worker.leader_slots"},
+		{yaml: "worker:\n  leader_slots: -1\n", want: "worker.leader_slots"},
+		{yaml: "worker:\n  leader_slots: every\n", want: "worker.leader_slots"},
 		{yaml: "worker:\n  output_interval: 10ms\n", want: "worker.output_interval"},
 		{env: "BOTCTL_WORKER_OUTPUT_INTERVAL=2h", want: "worker.output_interval"},
 		{yaml: "ai:\n  max_concurrency: -1\n", want: "ai.max_concurrency"},
@@ -305,5 +307,32 @@ func TestSecretsKeyFile(t *testing.T) {
 	cfg, _ = Load("", nil)
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("unset: %v", err)
+	}
+}
+
+// worker.leader_slots: 0 is "the leader runs no answers", "all" is "as
+// many as worker.slots"; both are valid.
+func TestLeaderSlotsZeroAndAll(t *testing.T) {
+	for _, c := range []struct {
+		yaml, env string
+		want      int
+	}{
+		{yaml: "worker:\n  leader_slots: 0\n", want: 0},
+		{yaml: "worker:\n  leader_slots: all\n", want: LeaderSlotsAll},
+		{env: "BOTCTL_WORKER_LEADER_SLOTS=all", want: LeaderSlotsAll},
+		{yaml: "worker:\n  leader_slots: 12\n", want: 12},
+		{yaml: "", want: DefaultLeaderSlots},
+	} {
+		var env []string
+		if c.env != "" {
+			env = []string{c.env}
+		}
+		cfg, err := Load(writeFile(t, c.yaml), env)
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err != nil || cfg.Worker.LeaderSlots != c.want {
+			t.Errorf("yaml %q env %q: leader_slots %d, %v; want %d", c.yaml, c.env, cfg.Worker.LeaderSlots, err, c.want)
+		}
 	}
 }
