@@ -300,11 +300,6 @@ const (
 	DefaultLeaderSlots = 256
 )
 
-// LeaderSlotsAll is worker.leader_slots "all": a leader uses as many
-// slots as worker.slots. A word in the file, not a number: 0 means no
-// answers at all, and a negative count would read as a typo.
-const LeaderSlotsAll = -1
-
 // MaxSlots bounds worker.slots and worker.leader_slots: eight nodes at
 // the most stay below the task queue's TaskMaxRunning (65536), which
 // every running task holds one of; past it slots sit idle while tasks
