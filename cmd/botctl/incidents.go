@@ -292,7 +292,7 @@ func newIncidentsReportCmd(cf *clusterFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "report [--bot ID] [--since 7d] [--json]",
-		Short: "Per bot: median and p90 of T1, T2, T3, the self-heal rate and the downtime",
+		Short: "Per bot: median and p90 of T1, T2 (automatic step and a person's ack apart), T3, the self-heal rate (and over 30 days) and the downtime",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			now := time.Now()
@@ -300,12 +300,16 @@ func newIncidentsReportCmd(cf *clusterFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			since := flt.Since
+			if monthFrom := now.Add(-incident.Month); !flt.Since.IsZero() && monthFrom.Before(flt.Since) {
+				flt.Since = monthFrom // the month's self-heal rate reads a month back
+			}
 			return cf.incidents(cmd, func(ctx context.Context, s *incident.Store) error {
 				all, err := s.List(ctx, flt)
 				if err != nil {
 					return err
 				}
-				rep := incident.Summarize(all, now)
+				rep := incident.Summarize(all, since, now)
 				if asJSON {
 					if rep == nil {
 						rep = []incident.Report{}
@@ -313,10 +317,11 @@ func newIncidentsReportCmd(cf *clusterFlags) *cobra.Command {
 					return printJSON(cmd.OutOrStdout(), map[string]any{"bots": rep})
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "BOT\tINCIDENTS\tOPEN\tT1 p50/p90\tT2 p50/p90\tT3 p50/p90\tSELF-HEAL\tDOWNTIME")
+				fmt.Fprintln(tw, "BOT\tINCIDENTS\tOPEN\tT1 p50/p90\tT2 AUTO p50/p90\tT2 ACK p50/p90\tT3 p50/p90\tSELF-HEAL\tSELF-HEAL 30d\tDOWNTIME")
 				for _, r := range rep {
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%.0f%% (%d/%d)\t%s\n", r.Bot, r.Incidents, r.Open,
-						pair(r.T1), pair(r.T2), pair(r.T3), 100*r.SelfHealRate, r.SelfHealed, r.Incidents,
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f%% (%d/%d)\t%.0f%% (%d/%d)\t%s\n", r.Bot, r.Incidents, r.Open,
+						pair(r.T1), pair(r.T2Auto), pair(r.T2Human), pair(r.T3), 100*r.SelfHealRate, r.SelfHealed, r.Incidents,
+						100*r.SelfHealMonth, r.MonthSelfHealed, r.MonthIncidents,
 						(time.Duration(r.DowntimeSeconds * float64(time.Second))).Round(time.Millisecond))
 				}
 				if len(rep) == 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +114,33 @@ func TestIncidentsJSONTimesAndAck(t *testing.T) {
 	out, err = run(t, append([]string{"incidents", "ack", outage.ID, "--by", "bob"}, nats...)...)
 	if err != nil || out != "incident "+outage.ID+" acknowledged by bob (state closed)\n" {
 		t.Errorf("incidents ack: %v %q", err, out)
+	}
+
+	// The report: the outage's automatic step (2 ms) and the two acks
+	// (about an hour after detection) apart; the month's self-heal rate
+	// (the outage healed by itself, the data incident needed alice) even
+	// over a --since that leaves both out.
+	for _, c := range []struct {
+		since     string
+		incidents int
+	}{{"7d", 2}, {"30m", 0}} {
+		out, err = run(t, append([]string{"incidents", "report", "--json", "--since", c.since}, nats...)...)
+		var rep struct {
+			Bots []incident.Report `json:"bots"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Bots) != 1 {
+			t.Fatalf("incidents report --since %s: %v\n%s", c.since, err, out)
+		}
+		r := rep.Bots[0]
+		if r.Incidents != c.incidents || r.MonthIncidents != 2 || r.MonthSelfHealed != 1 || r.SelfHealMonth != 0.5 {
+			t.Errorf("report --since %s: %d incidents, month %d/%d (%g)\n%s", c.since, r.Incidents, r.MonthSelfHealed, r.MonthIncidents, r.SelfHealMonth, out)
+		}
+		if c.incidents == 2 && (r.T2Auto.N != 1 || r.T2Auto.Max != 0.002 || r.T2Human.N != 2 || r.T2Human.Median < 3000) {
+			t.Errorf("report T2 auto %+v, human %+v: want the 2 ms reconnect apart from the acks an hour on\n%s", r.T2Auto, r.T2Human, out)
+		}
+	}
+	out, err = run(t, append([]string{"incidents", "report"}, nats...)...)
+	if err != nil || !strings.Contains(out, "T2 AUTO") || !strings.Contains(out, "T2 ACK") || !strings.Contains(out, "SELF-HEAL 30d") {
+		t.Errorf("incidents report: %v\n%s", err, out)
 	}
 }

@@ -20,6 +20,12 @@ type Alert struct {
 	// a file instead.
 	WebhookURL     string `yaml:"webhook_url"`
 	WebhookURLFile string `yaml:"webhook_url_file"`
+	// WeComRobotLevels and WebhookLevels are the alert levels each sink
+	// receives: auto (botctl is fixing it), human (a person must act),
+	// or both (the default). The synthetic alert reaches every sink
+	// whatever its levels. A group that pages people takes [human].
+	WeComRobotLevels []string `yaml:"wecom_robot_levels"`
+	WebhookLevels    []string `yaml:"webhook_levels"`
 	// Window merges outages of several bots (default 60s); EscalateAfter
 	// escalates an automatic recovery still failing (default 5m);
 	// FlapWindow damps a flapping bot (default 10m); Synthetic is the
@@ -31,13 +37,21 @@ type Alert struct {
 }
 
 func alertDefaults() Alert {
-	return Alert{Window: 60 * time.Second, EscalateAfter: 5 * time.Minute, FlapWindow: 10 * time.Minute, Synthetic: 24 * time.Hour}
+	return Alert{WeComRobotLevels: []string{"auto", "human"}, WebhookLevels: []string{"auto", "human"}, Window: 60 * time.Second, EscalateAfter: 5 * time.Minute, FlapWindow: 10 * time.Minute, Synthetic: 24 * time.Hour}
 }
 
 var alertKeys = []Key{
 	{Name: "alert.wecom_robot_url_file", Flag: "alert-wecom-robot-url-file", Usage: "file holding the WeCom group robot webhook URL alerts go to", set: str(func(c *Config) *string { return &c.Alert.WeComRobotURLFile })},
 	{Name: "alert.webhook_url", Flag: "alert-webhook-url", Usage: "generic JSON webhook alerts go to", set: str(func(c *Config) *string { return &c.Alert.WebhookURL })},
 	{Name: "alert.webhook_url_file", Flag: "alert-webhook-url-file", Usage: "file holding the generic JSON webhook URL", set: str(func(c *Config) *string { return &c.Alert.WebhookURLFile })},
+	{Name: "alert.wecom_robot_levels", Flag: "alert-wecom-robot-levels", Usage: "alert levels the WeCom group robot receives: auto, human, or both, comma-separated (a YAML list in the file)", set: func(c *Config, s string) error {
+		c.Alert.WeComRobotLevels = splitList(s)
+		return nil
+	}, list: func(c *Config, items []string) { c.Alert.WeComRobotLevels = items }},
+	{Name: "alert.webhook_levels", Flag: "alert-webhook-levels", Usage: "alert levels the JSON webhook receives: auto, human, or both, comma-separated (a YAML list in the file)", set: func(c *Config, s string) error {
+		c.Alert.WebhookLevels = splitList(s)
+		return nil
+	}, list: func(c *Config, items []string) { c.Alert.WebhookLevels = items }},
 	{Name: "alert.window", Flag: "alert-window", Usage: "outages of several bots within this become one merged alert", set: dur(func(c *Config) *time.Duration { return &c.Alert.Window })},
 	{Name: "alert.escalate_after", Flag: "alert-escalate-after", Usage: "an automatic recovery still failing after this pages a person", set: dur(func(c *Config) *time.Duration { return &c.Alert.EscalateAfter })},
 	{Name: "alert.flap_window", Flag: "alert-flap-window", Usage: "a flapping bot gets one summary alert per this", set: dur(func(c *Config) *time.Duration { return &c.Alert.FlapWindow })},
@@ -102,6 +116,18 @@ func (c *Config) validateAlert(bad func(key, format string, args ...any)) {
 			checkURL("alert.webhook_url_file", strings.TrimSpace(string(raw)))
 		}
 	}
+	checkLevels := func(key string, levels []string) {
+		if len(levels) == 0 {
+			bad(key, "is empty: give auto, human or both (remove the sink to send it nothing)")
+		}
+		for _, l := range levels {
+			if l != "auto" && l != "human" {
+				bad(key, "%q is not a level: use auto (botctl is fixing it), human (a person must act), or both", l)
+			}
+		}
+	}
+	checkLevels("alert.wecom_robot_levels", a.WeComRobotLevels)
+	checkLevels("alert.webhook_levels", a.WebhookLevels)
 	if a.Window <= 0 {
 		bad("alert.window", "must be positive, got %s", a.Window)
 	}

@@ -116,3 +116,8 @@ func (c *Config) resolveSlots(memory uint64) {
 		c.Worker.Slots = DeriveSlots(memory, c.AI.MaxConcurrency)
 	}
 }
+
+// LeaderSlotsAll is worker.leader_slots "all": a leader uses as many
+// slots as worker.slots. A word in the file, not a number: 0 means no
+// answers at all, and a negative count would read as a typo.
+const LeaderSlotsAll = -1

@@ -255,7 +255,10 @@ type Worker struct {
 	Slots int `yaml:"slots"`
 	// LeaderSlots is Slots while this node holds a bot's connection: the
 	// leader keeps CPU headroom for its connection and pusher. Default
-	// 256 (never more than Slots).
+	// 256 (never more than Slots). 0: the leader runs no answers (the
+	// single entry stays light; other nodes compute, and a task the
+	// leader would run itself while the queue is away waits in the
+	// spool). LeaderSlotsAll, written "all": as many as Slots.
 	LeaderSlots int `yaml:"leader_slots"`
 	// Deadline bounds a task's execution from its first attempt: past it
 	// the task is failed, its conversation freed and the user told.
@@ -593,8 +596,8 @@ func (c *Config) Validate() error {
 	if c.Worker.OutputInterval != 0 && (c.Worker.OutputInterval < 100*time.Millisecond || c.Worker.OutputInterval > time.Minute) {
 		bad("worker.output_interval", "%s: want 0 (the pusher's progress gap at push.budget and a tenth) or 100ms to 1m", c.Worker.OutputInterval)
 	}
-	if c.Worker.LeaderSlots < 0 || c.Worker.LeaderSlots > MaxSlots {
-		bad("worker.leader_slots", "%d: want 0 (worker.slots) to %d", c.Worker.LeaderSlots, MaxSlots)
+	if (c.Worker.LeaderSlots < 0 && c.Worker.LeaderSlots != LeaderSlotsAll) || c.Worker.LeaderSlots > MaxSlots {
+		bad("worker.leader_slots", "%d: want 0 (the leader runs no answers) to %d, or all (as many as worker.slots)", c.Worker.LeaderSlots, MaxSlots)
 	}
 	if c.Push.Budget < 1 || c.Push.Budget > 30 {
 		bad("push.budget", "%d frames/min: want 1 to 30 (WeCom allows about 30 per conversation; keep a margin)", c.Push.Budget)

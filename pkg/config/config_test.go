@@ -54,6 +54,9 @@ func TestEmptyFileIsDefaults(t *testing.T) {
 	if cfg.Election.TTL != 20*time.Second {
 		t.Fatalf("ttl = %s", cfg.Election.TTL)
 	}
+	if strings.Join(cfg.Alert.WeComRobotLevels, ",") != "auto,human" || strings.Join(cfg.Alert.WebhookLevels, ",") != "auto,human" {
+		t.Fatalf("alert levels = %v, %v; want every level by default", cfg.Alert.WeComRobotLevels, cfg.Alert.WebhookLevels)
+	}
 }
 
 func TestErrorsNameTheKey(t *testing.T) {
@@ -75,6 +78,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "worker:\n  slots: 100000\n", want: "worker.slots"},
 		{yaml: "worker:\n  leader_slots: 9000\n", want: "worker.leader_slots"},
 		{env: "BOTCTL_WORKER_LEADER_SLOTS=-2", want: "worker.leader_slots"},
+		{yaml: "worker:\n  leader_slots: -1\n", want: "worker.leader_slots"},
+		{yaml: "worker:\n  leader_slots: every\n", want: "worker.leader_slots"},
 		{yaml: "worker:\n  output_interval: 10ms\n", want: "worker.output_interval"},
 		{env: "BOTCTL_WORKER_OUTPUT_INTERVAL=2h", want: "worker.output_interval"},
 		{yaml: "ai:\n  max_concurrency: -1\n", want: "ai.max_concurrency"},
@@ -85,6 +90,9 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "push:\n  budget_hourly: 1001\n", want: "push.budget_hourly"},
 		{yaml: "ai:\n  kind: oracle\n", want: "ai.kind"},
 		{yaml: "dispatch:\n  fixed_worker: 10.0.0.1\n", want: "dispatch.fixed_worker"},
+		{yaml: "alert:\n  wecom_robot_levels: [page]\n", want: "alert.wecom_robot_levels"},
+		{yaml: "alert:\n  webhook_levels: []\n", want: "alert.webhook_levels"},
+		{env: "BOTCTL_ALERT_WEBHOOK_LEVELS=auto,urgent", want: "alert.webhook_levels"},
 	} {
 		var env []string
 		if tc.env != "" {
@@ -173,7 +181,7 @@ func TestDeployExampleLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.NodeID != "node-a" || len(cfg.Etcd.Endpoints) != 3 || cfg.AI.Kind != "openai" || cfg.Push.Budget != 20 || cfg.Bots[0].Secret != "s" ||
-		cfg.Bots[0].Owner != "ops-oncall" || cfg.Election.PulseTimeout != 3*time.Second || cfg.Alert.WeComRobotURLFile == "" || cfg.Secrets.KeyFile != filepath.Join(etc, "cluster.key") {
+		cfg.Bots[0].Owner != "ops-oncall" || cfg.Election.PulseTimeout != 3*time.Second || cfg.Alert.WeComRobotURLFile == "" || strings.Join(cfg.Alert.WeComRobotLevels, ",") != "human" || strings.Join(cfg.Alert.WebhookLevels, ",") != "auto,human" || cfg.Secrets.KeyFile != filepath.Join(etc, "cluster.key") {
 		t.Fatalf("example read as %+v", cfg)
 	}
 }
@@ -300,5 +308,32 @@ func TestSecretsKeyFile(t *testing.T) {
 	cfg, _ = Load("", nil)
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("unset: %v", err)
+	}
+}
+
+// worker.leader_slots: 0 is "the leader runs no answers", "all" is "as
+// many as worker.slots"; both are valid.
+func TestLeaderSlotsZeroAndAll(t *testing.T) {
+	for _, c := range []struct {
+		yaml, env string
+		want      int
+	}{
+		{yaml: "worker:\n  leader_slots: 0\n", want: 0},
+		{yaml: "worker:\n  leader_slots: all\n", want: LeaderSlotsAll},
+		{env: "BOTCTL_WORKER_LEADER_SLOTS=all", want: LeaderSlotsAll},
+		{yaml: "worker:\n  leader_slots: 12\n", want: 12},
+		{yaml: "", want: DefaultLeaderSlots},
+	} {
+		var env []string
+		if c.env != "" {
+			env = []string{c.env}
+		}
+		cfg, err := Load(writeFile(t, c.yaml), env)
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err != nil || cfg.Worker.LeaderSlots != c.want {
+			t.Errorf("yaml %q env %q: leader_slots %d, %v; want %d", c.yaml, c.env, cfg.Worker.LeaderSlots, err, c.want)
+		}
 	}
 }

@@ -58,6 +58,20 @@ func integer(f func(*Config) *int) func(*Config, string) error {
 	}
 }
 
+// leaderSlots reads worker.leader_slots: a count (0: none) or "all".
+func leaderSlots(c *Config, s string) error {
+	if s == "all" {
+		c.Worker.LeaderSlots = LeaderSlotsAll
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q: want a count of slots (0: the leader runs no answers) or all (as many as worker.slots)", s)
+	}
+	c.Worker.LeaderSlots = n
+	return nil
+}
+
 func int64Key(f func(*Config) *int64) func(*Config, string) error {
 	return func(c *Config, s string) error {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -115,7 +129,7 @@ var Keys = []Key{
 	{Name: "election.kick_limit", Flag: "election-kick-limit", Usage: "kicks by a connection outside the cluster, within election.kick_window, that mark the bot needs_human", set: integer(func(c *Config) *int { return &c.Election.KickLimit })},
 	{Name: "election.kick_window", Flag: "election-kick-window", Usage: "the window election.kick_limit counts kicks in", set: dur(func(c *Config) *time.Duration { return &c.Election.KickWindow })},
 	{Name: "worker.slots", Flag: "worker-slots", Usage: "concurrent tasks on this node (0: derived from the memory this process may use, 256 KiB a slot for half of it, at most 8192 and no more than ai.max_concurrency)", set: integer(func(c *Config) *int { return &c.Worker.Slots })},
-	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot", set: integer(func(c *Config) *int { return &c.Worker.LeaderSlots })},
+	{Name: "worker.leader_slots", Flag: "worker-leader-slots", Usage: "concurrent tasks while this node leads a bot: 0 runs no answers on the leader, all as many as worker.slots", set: leaderSlots},
 	{Name: "worker.output_interval", Flag: "worker-output-interval", Usage: "least time between two output writes of a running answer (0: the pusher's progress gap at push.budget and a tenth, 3.7s at 20/min)", set: dur(func(c *Config) *time.Duration { return &c.Worker.OutputInterval })},
 	{Name: "worker.deadline", Flag: "task-deadline", Usage: "a task not answered this long after its first attempt is failed and the user told", set: dur(func(c *Config) *time.Duration { return &c.Worker.Deadline })},
 	{Name: "ai.kind", Flag: "ai", Usage: "AI backend: " + aiKindList("%s", ", ", " or "), set: str(func(c *Config) *string { return &c.AI.Kind })},

@@ -8,8 +8,13 @@
 // for the connection's end (by its Done event), the term's end or a stop →
 // close the connection, wait for it to be gone → drain (TermHooks.Drain) →
 // resign → back off if the term was not a stable connection → campaign
-// again. A term's connection is always gone before the term is released, so
-// the next leader never overlaps with it, and handlers never stack up: each
+// again. A blip of a stable connection (keepTerm: the link, missed
+// heartbeats or acks, the health monitor closing a sick link) is
+// reconnected under the same term instead, after the drain, its lease
+// still valid: resigning would queue this node behind every standby. A
+// term's connection is always gone before the term is released (and
+// before the term's next connection is dialed), so the next leader never
+// overlaps with it, and handlers never stack up: each
 // connection has its own, the next connection is dialed only after the
 // previous one's Done, and the previous term's callbacks have been drained.
 //

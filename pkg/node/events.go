@@ -17,7 +17,7 @@ type LeaderEvent struct {
 	At      time.Time `json:"at"`
 	Bot     string    `json:"bot"`
 	Node    string    `json:"node"`
-	Event   string    `json:"event"` // "leading", "connected", "lost", "auth_failed"…
+	Event   string    `json:"event"` // "leading", "connected", "reconnecting" (a blip, same term), "lost", "auth_failed"…
 	Reason  string    `json:"reason,omitempty"`
 	TermRev int64     `json:"term,omitempty"`
 }

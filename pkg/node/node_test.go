@@ -386,3 +386,47 @@ func transitionsOf(c *cluster, bot string) []node.LeaderEvent {
 	trs, _ := node.LeaderEvents(context.Background(), c.admin, "/botctl/", bot, 50)
 	return trs
 }
+
+// A WeCom blip after a stable connection: the leader reconnects under the
+// same term (its lease is valid: no other node can lead meanwhile), so
+// the standby waiting in the election's queue does not take the bot for
+// a blip. Three drops, the same holder and term each time.
+func TestBlipKeepsTheTermAndTheHolder(t *testing.T) {
+	c := newCluster(t, "b1")
+	// Every connection counts as stable: the time rule is keepTerm's
+	// table test's; this one is about the term and the holder.
+	stable := func(cfg *node.Config) { cfg.StableTerm = time.Nanosecond }
+	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, stable)
+	c.leaderOf("b1", a)
+	b := c.startWith("b", "default", c.etcd.Endpoints(), c.bots, stable)
+	testwait.Eventually(t, waitLong, "b a standby", func() bool { return state(b, "b1") == node.StateStandby })
+	before, err := election.Leader(context.Background(), c.admin, "", "b1")
+	if err != nil || before.Node != "a" {
+		t.Fatalf("leader %+v, %v; want a", before, err)
+	}
+	for k := range 3 {
+		conns := c.stats("b1").Connections
+		if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: wecomsim.FaultDrop}); err != nil {
+			t.Fatal(err)
+		}
+		testwait.Eventually(t, waitLong, fmt.Sprintf("drop %d: reconnected", k+1), func() bool {
+			s := c.stats("b1")
+			return s.Connections > conns && s.Connected
+		})
+		if i := c.leaderOf("b1", a, b); i != 0 {
+			t.Fatalf("drop %d: node %d leads, want a: transitions %+v", k+1, i, transitionsOf(c, "b1"))
+		}
+		after, err := election.Leader(context.Background(), c.admin, "", "b1")
+		if err != nil || after.Node != "a" || after.Rev != before.Rev {
+			t.Fatalf("drop %d: leader %+v, %v; want a in term %d", k+1, after, err, before.Rev)
+		}
+	}
+	for _, tr := range transitionsOf(c, "b1") {
+		if tr.Node == "b" && tr.Event == "leading" {
+			t.Fatalf("b led after a blip: %+v", transitionsOf(c, "b1"))
+		}
+	}
+	if k := c.stats("b1").Kicks; k != 0 {
+		t.Fatalf("%d kicks", k)
+	}
+}

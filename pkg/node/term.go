@@ -18,15 +18,19 @@ type leadResult struct {
 	kicked     bool
 	held       time.Duration // how long the connection lasted
 	reason     string
-	term       int64      // the term's revision
-	kickOrigin kickOrigin // who kicked, if kicked
-	kickDetail string     // the evidence kickOrigin was decided on
+	term       int64             // the term's revision
+	kickOrigin kickOrigin        // who kicked, if kicked
+	kickDetail string            // the evidence kickOrigin was decided on
+	closed     wecom.CloseReason // why the connection ended, if it was up
 }
 
 // lead is one term: verify, connect, wait for the end, close, drain,
 // resign. The connection is closed and gone, and what it delivered
 // drained, before the term is resigned. stop ending is a graceful stop (see
-// the package comment); the term ending is lost leadership.
+// the package comment); the term ending is lost leadership. A blip of a
+// stable connection (keepTerm) is reconnected under the same term, as
+// often as it happens, so the standbys waiting in the election's queue do
+// not take the bot for a blip; a reconnect that fails ends the term.
 func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log zerolog.Logger) (res leadResult) {
 	log = log.With().Int64("term", term.Rev).Logger()
 	res.term = term.Rev
@@ -45,7 +49,43 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	dctx, cancelDial := context.WithCancel(term.Context())
 	defer cancelDial()
 	defer context.AfterFunc(stop, cancelDial)()
+	for {
+		res = n.connect(stop, dctx, term, b, log)
+		if !keepTerm(res, term.Err(), stop.Err(), n.cfg.StableTerm) {
+			return res
+		}
+		log.Info().Str("reason", res.reason).Dur("held", res.held).Msg("a blip after a stable connection: reconnecting under the same term")
+		n.setState(b.ID, StateConnecting, "reconnecting under the same term: "+res.reason, term.Rev)
+		n.leaderEvent(b.ID, "reconnecting", res.reason, term.Rev)
+	}
+}
 
+// keepTerm decides, once a connection of a term has ended and been
+// drained, whether the node reconnects under the same term rather than
+// resign: the connection held at least stable and then ended by itself
+// (the network, missed heartbeats or acks, or the health monitor closing
+// a sick link), the term is still valid (its lease renewed: no other node
+// can lead meanwhile) and the node is not stopping. Resigning instead
+// would put this node's new candidacy behind every standby's, so a
+// standby would lead after every blip. A kick, a connection WeCom no
+// longer counts as subscribed (another connection fought over the bot),
+// a refused subscribe, a full callback queue (this node is overloaded) or
+// a connection shorter than stable go through the election as before.
+func keepTerm(res leadResult, termErr, stopErr error, stable time.Duration) bool {
+	if !res.connected || res.kicked || res.authFailed || termErr != nil || stopErr != nil || res.held < stable {
+		return false
+	}
+	switch res.closed {
+	case wecom.ReasonNetwork, wecom.ReasonHeartbeatLost, wecom.ReasonAckTimeouts, wecom.ReasonUnhealthy:
+		return true
+	}
+	return false
+}
+
+// connect is one connection of a term: verify, dial, wait for its end,
+// close, drain.
+func (n *Node) connect(stop, dctx context.Context, term *election.Term, b config.Bot, log zerolog.Logger) (res leadResult) {
+	res.term = term.Rev
 	// A linearizable read right before connecting: a node that was paused
 	// or partitioned and lost leadership finds out here and never connects.
 	vctx, cancel := context.WithTimeout(dctx, 5*time.Second)
@@ -136,6 +176,7 @@ func (n *Node) lead(stop context.Context, term *election.Term, b config.Bot, log
 	stopWork()
 	<-workDone
 	res.held = time.Since(connected)
+	res.closed = conn.Reason()
 	switch conn.Reason() {
 	case wecom.ReasonClosedByUs:
 		if err := term.Err(); err != nil {

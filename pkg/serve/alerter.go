@@ -18,10 +18,10 @@ func (n *Node) newAlerter(store *dataplane.Store) (*alert.Alerter, error) {
 	}
 	var sinks []alert.Sink
 	if robot != "" {
-		sinks = append(sinks, countSends(alert.NewWeComRobot(robot)))
+		sinks = append(sinks, alert.SubscribeNames(countSends(alert.NewWeComRobot(robot)), cfg.Alert.WeComRobotLevels))
 	}
 	if webhook != "" {
-		sinks = append(sinks, countSends(alert.NewWebhook(webhook)))
+		sinks = append(sinks, alert.SubscribeNames(countSends(alert.NewWebhook(webhook)), cfg.Alert.WebhookLevels))
 	}
 	if len(sinks) == 0 {
 		n.log.Warn().Msg("no alert sink (alert.wecom_robot_url_file, alert.webhook_url): incidents are recorded (botctl incidents) but nobody is paged")

@@ -365,6 +365,9 @@ func (p *Pending) wait(ctx context.Context) (f *Frame, err error) {
 	}
 	if f.ErrCode != ErrCodeOK {
 		c.vitals.failed(false)
+		if f.ErrCode == ErrCodeRateLimited {
+			c.vitals.rateLimited.Add(1)
+		}
 		return f, &AckError{Cmd: p.cmd, ReqID: p.reqID, ErrCode: f.ErrCode, ErrMsg: f.ErrMsg}
 	}
 	c.vitals.ok()

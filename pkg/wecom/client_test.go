@@ -398,6 +398,10 @@ func TestServerErrcodesSurfaceAsAckErrors(t *testing.T) {
 	if err := c.SendMarkdown(ctx, "alice", 0, "push"); wecom.ErrCodeOf(err) != wecom.ErrCodeRateLimited {
 		t.Fatalf("over quota: %v, want errcode %d", err, wecom.ErrCodeRateLimited)
 	}
+	// The connection counts it (the half-open observation reads it).
+	if v := c.Vitals(); v.RateLimited != 1 {
+		t.Fatalf("Vitals.RateLimited = %d after one 45009, want 1", v.RateLimited)
+	}
 
 	// A text push is refused.
 	e.post("bob", "q2")

@@ -32,6 +32,9 @@ type Vitals struct {
 	// Unanswered counts frames that timed out or whose ack may have been
 	// an earlier frame's (late acks), over the connection's life.
 	Unanswered int64
+	// RateLimited counts frames refused with errcode 45009 (WeCom's
+	// quota) over the connection's life.
+	RateLimited int64
 }
 
 // LastEvidence is the latest moment the connection was known to work:
@@ -50,6 +53,7 @@ type vitals struct {
 	connected, callback, pingAck, ackOK, ackFail atomic.Int64 // unix ns
 	pingSent                                     atomic.Int64 // unix ns
 	inARow, unanswered, callbacks, okCount       atomic.Int64
+	rateLimited                                  atomic.Int64
 }
 
 func (v *vitals) ok() {
@@ -80,6 +84,7 @@ func (c *Conn) Vitals() Vitals {
 		Connected: unixTime(v.connected.Load()), LastCallback: unixTime(v.callback.Load()), Callbacks: v.callbacks.Load(),
 		LastPingAck: unixTime(v.pingAck.Load()), LastPing: unixTime(v.pingSent.Load()), LastAckOK: unixTime(v.ackOK.Load()), AckedOK: v.okCount.Load(),
 		LastAckFail: unixTime(v.ackFail.Load()), FailedInARow: v.inARow.Load(), Unanswered: v.unanswered.Load(),
+		RateLimited: v.rateLimited.Load(),
 	}
 	out.PingLate = !out.LastPing.IsZero() && !out.LastPingAck.After(out.LastPing) && time.Since(out.LastPing) > c.cfg.AckTimeout
 	return out

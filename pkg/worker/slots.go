@@ -7,15 +7,15 @@ import (
 )
 
 // slots is how many slots the worker uses now: LeaderSlots while this
-// node leads a bot, else Slots; none while Config.Skew says the clock is
-// off.
+// node leads a bot (0: none), else Slots; none while Config.Skew says the
+// clock is off.
 func (w *Worker) slots() int {
 	if w.cfg.Skew != nil {
 		if _, off := w.cfg.Skew.Off(); off {
 			return 0 // see Config.Skew
 		}
 	}
-	if w.cfg.Leadership != nil && w.cfg.LeaderSlots > 0 && w.cfg.Leadership.LeadsAny() {
+	if w.cfg.Leadership != nil && w.cfg.LeaderSlots != LeaderSlotsAll && w.cfg.Leadership.LeadsAny() {
 		return min(w.cfg.LeaderSlots, w.cfg.Slots)
 	}
 	return w.cfg.Slots

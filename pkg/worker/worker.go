@@ -48,13 +48,14 @@ type Config struct {
 	// push.queued_line) while the model could take more. The sum over
 	// all nodes must stay below the queue's TaskMaxRunning (65536).
 	Slots int
-	// LeaderSlots, if set, is how many slots to use while Leadership says
-	// this node leads a bot: the access node keeps headroom for its
-	// connection and pusher. Default 0: Slots (serve passes its own
-	// default, DefaultLeaderSlots).
+	// LeaderSlots is how many slots to use while Leadership says this
+	// node leads a bot (at most Slots): the access node keeps headroom
+	// for its connection and pusher. 0: none, the leader runs no task
+	// (off the queue or locally: ErrNoSlot). LeaderSlotsAll: Slots.
+	// Serve passes worker.leader_slots (default DefaultLeaderSlots).
 	LeaderSlots int
 	// Leadership tells whether LeaderSlots apply. Default nil: they never
-	// do, the worker uses Slots.
+	// do, the worker uses Slots (LeaderSlots is then ignored).
 	Leadership Leadership
 	// AIConcurrency bounds how many tasks call the AI backend at once on
 	// this node (what the model provider allows, divided among nodes).
@@ -193,6 +194,8 @@ type Metrics interface {
 const (
 	DefaultSlots       = config.DefaultWorkerSlots
 	DefaultLeaderSlots = config.DefaultLeaderSlots
+	// LeaderSlotsAll as Config.LeaderSlots: as many as Slots while leading.
+	LeaderSlotsAll = config.LeaderSlotsAll
 )
 
 // Defaults of the answer cap (Config.MaxAnswerBytes, TruncatedNote).
@@ -270,6 +273,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, errors.New("worker: Backend or Bots is required (--ai demo|exec|openai)")
 	case cfg.Store == nil:
 		return nil, errors.New("worker: Store is required")
+	case cfg.LeaderSlots < 0 && cfg.LeaderSlots != LeaderSlotsAll:
+		return nil, fmt.Errorf("worker: LeaderSlots %d: must be 0 (the leader runs no task) or more, or LeaderSlotsAll", cfg.LeaderSlots)
 	case cfg.AIConcurrency < 0:
 		return nil, fmt.Errorf("worker: AIConcurrency %d: must be 0 (no limit) or more", cfg.AIConcurrency)
 	case cfg.MaxAnswerBytes > config.MaxAnswerBytesLimit:

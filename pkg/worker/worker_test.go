@@ -532,6 +532,49 @@ func TestLeaderSlotsWhileLeading(t *testing.T) {
 	}
 }
 
+// worker.leader_slots 0: a node leading a bot runs no task, neither off
+// the queue nor locally, while a follower on the same queue runs them
+// all; LeaderSlotsAll gives the leader every slot.
+func TestLeaderWithZeroSlotsRunsNoTask(t *testing.T) {
+	env := testenv.StartJetStream(t, dataplane.Options{})
+	l := &leading{}
+	l.v.Store(true)
+	leader := runWith(t, worker.Config{NodeID: "leader", Slots: 4, LeaderSlots: 0, Leadership: l, Backend: demo(t, 50*time.Millisecond), Store: env.Store})
+	runWith(t, worker.Config{NodeID: "follower", Slots: 4, LeaderSlots: 0, Leadership: &leading{}, Backend: demo(t, 50*time.Millisecond), Store: env.Store})
+	var msgs []task.Message
+	for i := range 6 {
+		msgs = append(msgs, publish(t, env.Store, fmt.Sprint("m", i), fmt.Sprint("c", i), "q"))
+	}
+	for _, m := range msgs {
+		testwait.Eventually(t, waitLong, "task "+m.TaskID+" answered", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+		if r := record(t, env.Store, m.TaskID); r.Node != "follower" || r.Attempt != 1 {
+			t.Fatalf("task %s ran on %s (attempt %d), want the follower only", m.TaskID, r.Node, r.Attempt)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	local := task.Message{TaskID: task.ID("b", "local"), Bot: "b", MsgID: "local", Chat: "cl", Question: "q"}
+	if err := leader.Go(ctx, local, "local", &wg); !errors.Is(err, worker.ErrNoSlot) {
+		t.Fatalf("a local task on a leader with no slots: %v, want ErrNoSlot", err)
+	}
+
+	all, err := worker.New(worker.Config{NodeID: "w-all", Slots: 2, LeaderSlots: worker.LeaderSlotsAll, Leadership: l,
+		Backend: demo(t, time.Minute), Store: env.Store, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		m := task.Message{TaskID: task.ID("b", fmt.Sprint("a", i)), Bot: "b", MsgID: fmt.Sprint("a", i), Chat: fmt.Sprint("ca", i), Question: "q"}
+		if err := all.Go(ctx, m, "local", &wg); err != nil {
+			t.Fatalf("task %d of 2 on a leader with every slot: %v", i+1, err)
+		}
+	}
+	if _, err := worker.New(worker.Config{NodeID: "w", LeaderSlots: -2, Backend: demo(t, time.Second), Store: env.Store}); err == nil {
+		t.Fatal("LeaderSlots -2 accepted")
+	}
+}
+
 // blip answers, then takes JetStream away for longer than a request's
 // timeout (its NATS server stops and comes back on the same address and
 // data, 7 s later): a cluster failing over just as an answer ends.

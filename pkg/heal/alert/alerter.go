@@ -216,7 +216,7 @@ func (l *loop) emit(ctx context.Context, now time.Time, p plan) {
 	l.send(p.alert(now, l.cfg))
 }
 
-// send queues al to every sink.
+// send queues al to every sink subscribed to its level.
 func (l *loop) send(al Alert) {
 	ev := l.log.Info().Str("alert", al.ID).Str("kind", string(al.Kind)).Str("alert_level", string(al.Level)).Int("instances", len(al.Instances))
 	bots := make([]string, 0, len(al.Instances))
@@ -235,7 +235,9 @@ func (l *loop) send(al Alert) {
 	}
 	ev.Msg("alert raised")
 	for _, o := range l.boxes {
-		o.enqueue(al)
+		if o.levels.wants(al) {
+			o.enqueue(al)
+		}
 	}
 }
 

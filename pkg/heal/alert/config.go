@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/rs/zerolog"
 )
 
@@ -61,7 +62,8 @@ type Config struct {
 	// negative value) turns it off: a config key's "0 = off" maps to
 	// SyntheticOff, since a zero field takes the default.
 	Synthetic time.Duration
-	// Sinks receive every alert. At least one.
+	// Sinks receive every alert of the levels they subscribe to
+	// (Subscribe; every level by default). At least one.
 	Sinks []Sink
 	// Owners names who answers for a bot when its incident has no Owner.
 	Owners map[string]string
@@ -155,6 +157,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	for k, s := range cfg.Sinks {
 		if s == nil {
 			return bad(fmt.Sprintf("Sinks[%d]", k), "is nil")
+		}
+		for _, l := range levelsOf(s) {
+			if l != incident.Auto && l != incident.Human {
+				return bad(fmt.Sprintf("Sinks[%d]", k), "subscribes to level %q: use incident.Auto or incident.Human", l)
+			}
 		}
 	}
 	return cfg, nil

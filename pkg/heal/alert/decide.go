@@ -47,6 +47,12 @@ func recovered(inc *incident.Incident) bool {
 	return !inc.Recovered.IsZero() || inc.State == incident.Closed
 }
 
+// healed: an automatic incident recovered before any alert named it
+// (its open waits for the merge window; escalation needs it still down).
+func healed(inc *incident.Incident) bool {
+	return !NeedsHuman(inc) && recovered(inc) && !alerted(inc, KindOpen, KindMerged, KindEscalated)
+}
+
 func stale(inc *incident.Incident, now time.Time) bool {
 	return inc.State == incident.Closed && !inc.Closed.IsZero() && now.Sub(inc.Closed) > staleAfter
 }
@@ -55,7 +61,8 @@ func stale(inc *incident.Incident, now time.Time) bool {
 // function of the incidents and their recorded alerts only, so a new
 // alerter rebuilds its state from the bucket and decides the same.
 //
-// Order: opens (human at once, auto after the merge window), escalations,
+// Order: opens (human at once, auto after the merge window if still down:
+// an automatic incident healed by then sends nothing), escalations,
 // flapping summaries, recoveries.
 func decide(now time.Time, cfg *Config, all map[string]*incident.Incident) []plan {
 	byBot := map[string][]*incident.Incident{}
@@ -163,6 +170,10 @@ func walkBot(now time.Time, cfg *Config, list []*incident.Incident) (opens []pla
 		case openAlerted(inc) || stale(inc, now):
 		case NeedsHuman(inc):
 			opens = append(opens, plan{kind: KindOpen, level: incident.Human, id: "open-" + inc.ID, incs: []*incident.Incident{inc}})
+		case healed(inc):
+			// A blip that healed before anything was said about it is
+			// noise: no open, and so no recovered. It still anchors the
+			// bot's flap window, so repeated blips are summarized.
 		default:
 			candidates = append(candidates, inc)
 		}

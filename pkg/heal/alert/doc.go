@@ -14,6 +14,10 @@
 //
 //   - One alert per incident when it opens and one when it recovers
 //     (Recovered set, or closed); at most one of each kind per incident.
+//     An auto incident that recovered before its open alert was due
+//     (healed within the merge window) sends nothing at all.
+//   - Each sink receives the levels it subscribes to (Subscribe); the
+//     synthetic alert reaches every sink.
 //   - Auto incidents wait up to Config.Window: MergeMin or more bots down
 //     within it become one merged alert, raised to human, naming the
 //     likely common cause. Human incidents never wait (those decided

@@ -22,16 +22,17 @@ type counters struct{ sent, givenUp, dropped, retries atomic.Int64 }
 
 // outbox is one sink's bounded queue and the one goroutine that drains it.
 type outbox struct {
-	sink Sink
-	cfg  *Config
-	log  zerolog.Logger
-	c    *counters
-	q    chan Alert
-	wg   sync.WaitGroup
+	sink   Sink
+	levels Levels // what the sink subscribed to (Subscribe)
+	cfg    *Config
+	log    zerolog.Logger
+	c      *counters
+	q      chan Alert
+	wg     sync.WaitGroup
 }
 
 func newOutbox(s Sink, cfg *Config, log zerolog.Logger, c *counters) *outbox {
-	return &outbox{sink: s, cfg: cfg, log: log.With().Str("sink", s.Name()).Logger(), c: c, q: make(chan Alert, cfg.QueueSize)}
+	return &outbox{sink: s, levels: levelsOf(s), cfg: cfg, log: log.With().Str("sink", s.Name()).Logger(), c: c, q: make(chan Alert, cfg.QueueSize)}
 }
 
 // start drains the queue until stop; ctx bounds the sends in flight.

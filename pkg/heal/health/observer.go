@@ -178,7 +178,17 @@ func (h *Health) connected(ctx context.Context, b *botState, term *election.Term
 			r.Incident = inc.ID
 		}
 	})
-	tctx := term.Context()
+	// Bound to this connection, not only the term: a term may reconnect
+	// after a blip (pkg/node), and the next connection's compensation
+	// must not run beside this one's.
+	tctx, endConn := context.WithCancel(term.Context())
+	h.wg.Go(func() {
+		defer endConn()
+		select {
+		case <-conn.Done():
+		case <-tctx.Done():
+		}
+	})
 	if halfOpen && inc != nil {
 		id := inc.ID
 		h.wg.Go(func() { h.halfOpen(tctx, bd, b, conn, id) })

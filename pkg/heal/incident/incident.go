@@ -5,6 +5,8 @@
 //
 //	T1 = Detected − Dropped       (drop → detected)
 //	T2 = FirstAction − Detected   (detected → an automatic step or a person's ack)
+//	     reported apart: T2Auto (detected → the first automatic step) and
+//	     T2Human (detected → a person's first acknowledgement)
 //	T3 = DataComplete − Recovered (back → outbound replayed and inbound backfilled)
 //
 // Incidents live in JetStream KV (dataplane.Store.Incidents), so they are
@@ -22,6 +24,7 @@ package incident
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -117,7 +120,8 @@ type Incident struct {
 	Method       Method    `json:"method,omitempty"`       // set when closed
 	HalfOpen     bool      `json:"half_open,omitempty"`    // the recovery went through half-open
 	AckedBy      string    `json:"acked_by,omitempty"`     //
-	AckedAt      time.Time `json:"acked_at,omitzero"`      //
+	AckedAt      time.Time `json:"acked_at,omitzero"`      // the latest ack
+	FirstAck     time.Time `json:"first_ack,omitzero"`     // a person's first ack (T2Human)
 	Incomplete   []string  `json:"incomplete,omitempty"`   // conversations marked "may be incomplete"
 
 	Replay   Replay   `json:"replay"`
@@ -192,6 +196,33 @@ func (i *Incident) T1() time.Duration { return span(i.Dropped, i.Detected) }
 
 // T2 is detected → first action (0 until acted).
 func (i *Incident) T2() time.Duration { return span(i.Detected, i.FirstAction) }
+
+// T2Auto is detected → the first automatic step; false when the first
+// action was not automatic (a person's ack came first, or none yet).
+func (i *Incident) T2Auto() (time.Duration, bool) {
+	if i.FirstAction.IsZero() || !strings.HasPrefix(i.ActedBy, "auto") {
+		return 0, false
+	}
+	return i.T2(), true
+}
+
+// T2Human is detected → a person's first acknowledgement, whether or not
+// botctl acted before; false when nobody acknowledged it. An incident
+// written before FirstAck existed takes its first action if that was a
+// person's, else its latest ack.
+func (i *Incident) T2Human() (time.Duration, bool) {
+	at := i.FirstAck
+	if at.IsZero() && strings.HasPrefix(i.ActedBy, "human") {
+		at = i.FirstAction
+	}
+	if at.IsZero() {
+		at = i.AckedAt
+	}
+	if at.IsZero() {
+		return 0, false
+	}
+	return span(i.Detected, at), true
+}
 
 // T3 is recovered → data complete (0 until complete).
 func (i *Incident) T3() time.Duration { return span(i.Recovered, i.DataComplete) }

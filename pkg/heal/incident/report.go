@@ -12,14 +12,26 @@ type Report struct {
 	Incidents int    `json:"incidents"`
 	Open      int    `json:"open"`
 	Outages   int    `json:"outages"`
-	// T1, T2, T3 over the incidents that have them, in seconds.
-	T1 Spread `json:"t1"`
-	T2 Spread `json:"t2"`
-	T3 Spread `json:"t3"`
+	// T1, T2, T3 over the incidents that have them, in seconds. T2 is
+	// every first action together; T2Auto is detected → the first
+	// automatic step (the incidents botctl acted on first), T2Human
+	// detected → a person's first acknowledgement (the incidents acked,
+	// whether or not botctl acted before).
+	T1      Spread `json:"t1"`
+	T2      Spread `json:"t2"`
+	T2Auto  Spread `json:"t2_auto"`
+	T2Human Spread `json:"t2_human"`
+	T3      Spread `json:"t3"`
 	// SelfHealRate is closed without a person / all (open ones count as not
 	// healed yet). 1 when there are none.
 	SelfHealRate float64 `json:"self_heal_rate"`
 	SelfHealed   int     `json:"self_healed"`
+	// SelfHealMonth is the self-heal rate over the incidents detected in
+	// the Month before now, whatever the report's since (1 when there are
+	// none); MonthIncidents and MonthSelfHealed are its counts.
+	SelfHealMonth   float64 `json:"self_heal_rate_month"`
+	MonthIncidents  int     `json:"month_incidents"`
+	MonthSelfHealed int     `json:"month_self_healed"`
 	// DowntimeSeconds is the outages' total (an open one up to now).
 	DowntimeSeconds float64 `json:"downtime_seconds"`
 }
@@ -47,8 +59,15 @@ func SpreadOf(ds []time.Duration) Spread {
 	return Spread{N: len(ds), Median: q(0.5), P90: q(0.9), Max: ds[len(ds)-1].Seconds()}
 }
 
-// Summarize reports per bot, sorted by bot.
-func Summarize(all []Incident, now time.Time) []Report {
+// Month is the window of Report.SelfHealMonth: the design's self-heal
+// rate is over a month.
+const Month = 30 * 24 * time.Hour
+
+// Summarize reports per bot, sorted by bot: the spreads, counts and
+// downtime over the incidents detected at or after since (zero: all of
+// them), the month's self-heal rate over those detected within Month
+// before now. all should hold both.
+func Summarize(all []Incident, since, now time.Time) []Report {
 	by := map[string][]Incident{}
 	for _, i := range all {
 		by[i.Bot] = append(by[i.Bot], i)
@@ -60,37 +79,61 @@ func Summarize(all []Incident, now time.Time) []Report {
 	slices.Sort(bots)
 	var out []Report
 	for _, b := range bots {
-		r := Report{Bot: b}
-		var t1, t2, t3 []time.Duration
-		var down time.Duration
-		for _, i := range by[b] {
-			r.Incidents++
-			if i.State != Closed {
-				r.Open++
-			} else if i.Method == MethodAuto {
-				r.SelfHealed++
-			}
-			if i.Kind == Outage {
-				r.Outages++
-				down += i.Downtime(now)
-			}
-			if !i.Dropped.IsZero() && !i.Detected.IsZero() {
-				t1 = append(t1, i.T1())
-			}
-			if !i.FirstAction.IsZero() {
-				t2 = append(t2, i.T2())
-			}
-			if !i.DataComplete.IsZero() && !i.Recovered.IsZero() {
-				t3 = append(t3, i.T3())
-			}
-		}
-		r.T1, r.T2, r.T3 = SpreadOf(t1), SpreadOf(t2), SpreadOf(t3)
-		r.SelfHealRate = 1
-		if r.Incidents > 0 {
-			r.SelfHealRate = float64(r.SelfHealed) / float64(r.Incidents)
-		}
-		r.DowntimeSeconds = down.Seconds()
-		out = append(out, r)
+		out = append(out, summarizeBot(b, by[b], since, now))
 	}
 	return out
+}
+
+func summarizeBot(bot string, list []Incident, since, now time.Time) Report {
+	r := Report{Bot: bot}
+	var t1, t2, t2a, t2h, t3 []time.Duration
+	var down time.Duration
+	monthFrom := now.Add(-Month)
+	for _, i := range list {
+		healed := i.State == Closed && i.Method == MethodAuto
+		if !i.Detected.Before(monthFrom) {
+			r.MonthIncidents++
+			if healed {
+				r.MonthSelfHealed++
+			}
+		}
+		if i.Detected.Before(since) {
+			continue
+		}
+		r.Incidents++
+		if i.State != Closed {
+			r.Open++
+		} else if healed {
+			r.SelfHealed++
+		}
+		if i.Kind == Outage {
+			r.Outages++
+			down += i.Downtime(now)
+		}
+		if !i.Dropped.IsZero() && !i.Detected.IsZero() {
+			t1 = append(t1, i.T1())
+		}
+		if !i.FirstAction.IsZero() {
+			t2 = append(t2, i.T2())
+		}
+		if d, ok := i.T2Auto(); ok {
+			t2a = append(t2a, d)
+		}
+		if d, ok := i.T2Human(); ok {
+			t2h = append(t2h, d)
+		}
+		if !i.DataComplete.IsZero() && !i.Recovered.IsZero() {
+			t3 = append(t3, i.T3())
+		}
+	}
+	r.T1, r.T2, r.T2Auto, r.T2Human, r.T3 = SpreadOf(t1), SpreadOf(t2), SpreadOf(t2a), SpreadOf(t2h), SpreadOf(t3)
+	rate := func(healed, n int) float64 {
+		if n == 0 {
+			return 1
+		}
+		return float64(healed) / float64(n)
+	}
+	r.SelfHealRate, r.SelfHealMonth = rate(r.SelfHealed, r.Incidents), rate(r.MonthSelfHealed, r.MonthIncidents)
+	r.DowntimeSeconds = down.Seconds()
+	return r
 }

@@ -311,6 +311,9 @@ func (s *Store) Ack(ctx context.Context, id, who, note string) (*Incident, error
 	now := time.Now().UTC()
 	return s.Update(ctx, inc.Bot, inc.ID, func(i *Incident) error {
 		i.AckedBy, i.AckedAt = who, now
+		if i.FirstAck.IsZero() {
+			i.FirstAck = now
+		}
 		i.Acted(now, "human: "+who)
 		if note != "" {
 			i.Note(now, "", "acknowledged by %s: %s", who, note)

@@ -12,7 +12,13 @@
 //     Config.DrainFactor (one half) of the bot's normal rate, learnt from
 //     its own traffic (never below MinDrainRate, so a quiet bot drains).
 //     A connection that fails meanwhile ends the recovery; the next
-//     connection starts it again.
+//     connection starts it again. WeCom's quota is heard meanwhile: a
+//     look (every Config.QuotaCheck) that finds frames refused with 45009
+//     halves the drain rate, and the Config.QuotaStrikes-th such look
+//     fails the window: the backlog is held again for Config.QuotaHold
+//     and the sequence starts over from the probes, at the halved rate,
+//     on the same connection (the connection is fine: the quota is
+//     WeCom's, and a new connection would not reset it).
 //  3. Online: the gate opens.
 //
 // Live conversation (receipts and streamed replies to new messages) is not
@@ -56,6 +62,17 @@ type Config struct {
 	// Default 1.
 	DrainFactor  float64
 	MinDrainRate float64
+	// QuotaCheck is how often the observation looks for frames refused
+	// with 45009 (the connection's Vitals.RateLimited). Default 1s:
+	// refusals found in one look are one strike (frames in flight
+	// together are refused together). QuotaStrikes is the strike that
+	// fails the window (default 2: the first halves the rate, the second
+	// fails). QuotaHold is how long the backlog is held after a failed
+	// window before the probes start over. Default 1m, WeCom's quota
+	// being counted per minute.
+	QuotaCheck   time.Duration
+	QuotaStrikes int
+	QuotaHold    time.Duration
 	// Clock is what the probes' spacing and the observation wait on, and
 	// what Result's Observed and Online are read from. Default
 	// clock.Real.
@@ -83,6 +100,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MinDrainRate <= 0 {
 		c.MinDrainRate = 1
+	}
+	if c.QuotaCheck <= 0 {
+		c.QuotaCheck = time.Second
+	}
+	if c.QuotaStrikes <= 0 {
+		c.QuotaStrikes = 2
+	}
+	if c.QuotaHold <= 0 {
+		c.QuotaHold = time.Minute
 	}
 }
 
@@ -123,6 +149,19 @@ func (g *Gate) Phase() Phase {
 		return PhaseOnline
 	}
 	return g.phase
+}
+
+// slow sets the drain rate of an observing gate to limit.
+func (g *Gate) slow(limit float64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.limiter == nil:
+	case g.latest.IsZero(): // nothing asked yet: a fresh limiter
+		g.limiter = rate.NewLimiter(rate.Limit(limit), 1)
+	default:
+		g.limiter.SetLimitAt(g.latest, rate.Limit(limit))
+	}
 }
 
 func (g *Gate) set(p Phase, limit float64) {
@@ -166,6 +205,9 @@ type Conn interface {
 	Probe(ctx context.Context, timeout time.Duration) error
 	SendMarkdown(ctx context.Context, chatID string, chatType int, content string) error
 	Done() <-chan struct{}
+	// Vitals are the connection's signs of life; the observation reads
+	// RateLimited.
+	Vitals() wecom.Vitals
 }
 
 // Result is what a recovery did.
@@ -176,6 +218,10 @@ type Result struct {
 	Observed    time.Duration `json:"observed"`     //
 	Online      time.Time     `json:"online"`       // zero if it did not get there
 	FailedProbe string        `json:"failed_probe"` // why probing failed, if it did
+	// QuotaStrikes counts the observation's looks that found frames
+	// refused with 45009; FailedWindows the windows they failed.
+	QuotaStrikes  int `json:"quota_strikes,omitempty"`
+	FailedWindows int `json:"failed_windows,omitempty"`
 }
 
 // ErrProbeFailed: a probe or the canary push failed: the connection is not
@@ -184,22 +230,48 @@ var ErrProbeFailed = errors.New("recovery: probe failed")
 
 // HalfOpen runs the sequence on conn. normalRate is the bot's normal
 // outbound rate (pushes/s); note hears each step for the incident's
-// timeline. It returns when the bot is online, the connection ends, or ctx
-// ends; the gate is open again whenever it returns.
+// timeline. It returns when the bot is online, the connection ends, a
+// probe fails, or ctx ends; the gate is open again whenever it returns.
 func HalfOpen(ctx context.Context, cfg Config, conn Conn, g *Gate, normalRate float64, note func(string)) (Result, error) {
 	cfg.setDefaults()
 	clk := clock.Or(cfg.Clock)
 	defer g.set(PhaseOnline, 0)
-	g.set(PhaseProbing, 0)
 	var res Result
+	res.DrainRate = max(normalRate*cfg.DrainFactor, cfg.MinDrainRate)
+	for {
+		g.set(PhaseProbing, 0)
+		if err := probe(ctx, cfg, clk, conn, &res, note); err != nil {
+			return res, err
+		}
+		g.set(PhaseObserving, res.DrainRate)
+		note(fmt.Sprintf("half-open: %d probes acked, canary %v; observing for %s, backlog drains at %.2f pushes/s", res.Probes, res.Canary, cfg.Observe, res.DrainRate))
+		online, err := observe(ctx, cfg, clk, conn, g, &res, note)
+		if err != nil || online {
+			return res, err
+		}
+		res.FailedWindows++
+		g.set(PhaseProbing, 0)
+		note(fmt.Sprintf("half-open: WeCom refused frames for its quota (45009) %d times: the window failed; backlog held for %s, then probes again at %.2f pushes/s", cfg.QuotaStrikes, cfg.QuotaHold, res.DrainRate))
+		if !sleep(ctx, clk, conn.Done(), cfg.QuotaHold) {
+			if ctx.Err() != nil {
+				return res, context.Cause(ctx)
+			}
+			return res, errors.New("recovery: connection ended while the backlog was held for the quota")
+		}
+	}
+}
+
+// probe is the low-risk step: the probes, then the canary push.
+func probe(ctx context.Context, cfg Config, clk clock.Clock, conn Conn, res *Result, note func(string)) error {
 	note(fmt.Sprintf("half-open: %d probes %s apart before any customer's backlog", cfg.Probes, cfg.ProbeInterval))
+	res.Probes, res.Canary = 0, false
 	for i := 0; i < cfg.Probes; i++ {
 		if i > 0 && !sleep(ctx, clk, conn.Done(), cfg.ProbeInterval) {
-			return res, context.Cause(ctx)
+			return context.Cause(ctx)
 		}
 		if err := conn.Probe(ctx, 0); err != nil {
 			res.FailedProbe = err.Error()
-			return res, fmt.Errorf("%w: probe %d of %d: %v", ErrProbeFailed, i+1, cfg.Probes, err)
+			return fmt.Errorf("%w: probe %d of %d: %v", ErrProbeFailed, i+1, cfg.Probes, err)
 		}
 		res.Probes++
 	}
@@ -210,22 +282,78 @@ func HalfOpen(ctx context.Context, cfg Config, conn Conn, g *Gate, normalRate fl
 		}
 		if err := conn.SendMarkdown(ctx, cfg.Canary, chatType, cfg.CanaryText); err != nil {
 			res.FailedProbe = "canary push: " + err.Error()
-			return res, fmt.Errorf("%w: canary push to %s: %v", ErrProbeFailed, cfg.Canary, err)
+			return fmt.Errorf("%w: canary push to %s: %v", ErrProbeFailed, cfg.Canary, err)
 		}
 		res.Canary = true
 	}
-	res.DrainRate = max(normalRate*cfg.DrainFactor, cfg.MinDrainRate)
-	g.set(PhaseObserving, res.DrainRate)
-	note(fmt.Sprintf("half-open: %d probes acked, canary %v; observing for %s, backlog drains at %.2f pushes/s", res.Probes, res.Canary, cfg.Observe, res.DrainRate))
+	return nil
+}
+
+// observe waits out the observation window, looking at WeCom's quota
+// refusals every QuotaCheck (trial.look decides). true: the window
+// passed, the bot is online (res.Online set); false with no error: the
+// quota failed the window.
+func observe(ctx context.Context, cfg Config, clk clock.Clock, conn Conn, g *Gate, res *Result, note func(string)) (bool, error) {
 	start := clk.Now()
-	if !sleep(ctx, clk, conn.Done(), cfg.Observe) {
-		res.Observed = clk.Since(start)
-		return res, errors.New("recovery: connection ended while observing")
+	t := trial{rate: res.DrainRate, seen: conn.Vitals().RateLimited}
+	for {
+		left := cfg.Observe - clk.Since(start)
+		if left <= 0 {
+			break
+		}
+		if !sleep(ctx, clk, conn.Done(), min(left, cfg.QuotaCheck)) {
+			res.Observed = clk.Since(start)
+			return false, errors.New("recovery: connection ended while observing")
+		}
+		next, v := t.look(conn.Vitals().RateLimited, cfg.QuotaStrikes)
+		if v != quotaQuiet {
+			res.QuotaStrikes++
+			res.DrainRate = next.rate
+		}
+		switch v {
+		case quotaSlowed:
+			g.slow(next.rate)
+			note(fmt.Sprintf("half-open: WeCom refused %d frames for its quota (45009): backlog drain halved to %.2f pushes/s", next.seen-t.seen, next.rate))
+		case quotaFailed:
+			res.Observed = clk.Since(start)
+			return false, nil
+		}
+		t = next
 	}
 	res.Observed = clk.Since(start)
 	res.Online = clk.Now().UTC()
 	note(fmt.Sprintf("online after half-open (observed %s)", res.Observed.Round(time.Second)))
-	return res, nil
+	return true, nil
+}
+
+// trial is an observation window facing WeCom's quota: the drain rate,
+// the looks that found refusals, the refusals counted so far.
+type trial struct {
+	rate    float64
+	strikes int
+	seen    int64
+}
+
+// quotaVerdict is what one look decides.
+type quotaVerdict int
+
+const (
+	quotaQuiet  quotaVerdict = iota // no new refusal: go on
+	quotaSlowed                     // new refusals: drain at half the rate
+	quotaFailed                     // the strikes-th look with refusals: the window fails (rate halved for the next)
+)
+
+// look is the decision of one look, given the connection's count of
+// frames refused with 45009 now. Pure: the table of steps is its test.
+func (t trial) look(refused int64, strikes int) (trial, quotaVerdict) {
+	if refused <= t.seen {
+		return t, quotaQuiet
+	}
+	t.seen, t.strikes, t.rate = refused, t.strikes+1, t.rate/2
+	if t.strikes >= strikes {
+		return t, quotaFailed
+	}
+	return t, quotaSlowed
 }
 
 // sleep waits d on clk; false if ctx or done ended first.

@@ -3,11 +3,14 @@ package recovery
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/internal/fakeclock"
+	"github.com/botctl/botctl/pkg/wecom"
 )
 
 // fakeConn is a connection whose probes and pushes are scripted: the unit
@@ -19,7 +22,11 @@ type fakeConn struct {
 	fail   int // the probe number that fails (0: none)
 	canary []string
 	done   chan struct{}
+	// refused is the connection's count of frames refused with 45009.
+	refused atomic.Int64
 }
+
+func (c *fakeConn) Vitals() wecom.Vitals { return wecom.Vitals{RateLimited: c.refused.Load()} }
 
 func (c *fakeConn) Probe(context.Context, time.Duration) error {
 	c.mu.Lock()
@@ -203,5 +210,103 @@ func TestGateAsksOutOfOrderKeepTheRate(t *testing.T) {
 	}
 	if d := g.Wait(now.Add(500 * time.Millisecond)); d != 0 {
 		t.Fatalf("a push 500 ms after the last one waits %s, at 2/s", d)
+	}
+}
+
+// One look of the observation at WeCom's quota refusals, as a table of
+// single steps: no new refusal changes nothing; new ones (however many
+// in one look) halve the rate, and the strikes-th look with new ones
+// fails the window.
+func TestQuotaLook(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		in      trial
+		refused int64
+		strikes int
+		want    trial
+		verdict quotaVerdict
+	}{
+		{"quiet", trial{rate: 4, seen: 3}, 3, 2, trial{rate: 4, seen: 3}, quotaQuiet},
+		{"first refusal halves", trial{rate: 4, seen: 3}, 4, 2, trial{rate: 2, strikes: 1, seen: 4}, quotaSlowed},
+		{"a burst in one look is one strike", trial{rate: 4}, 5, 2, trial{rate: 2, strikes: 1, seen: 5}, quotaSlowed},
+		{"repeated fails the window", trial{rate: 2, strikes: 1, seen: 5}, 6, 2, trial{rate: 1, strikes: 2, seen: 6}, quotaFailed},
+		{"quiet after a strike keeps the halved rate", trial{rate: 2, strikes: 1, seen: 5}, 5, 2, trial{rate: 2, strikes: 1, seen: 5}, quotaQuiet},
+		{"three strikes allowed", trial{rate: 2, strikes: 1, seen: 5}, 6, 3, trial{rate: 1, strikes: 2, seen: 6}, quotaSlowed},
+		{"strikes 1: the first fails", trial{rate: 8}, 1, 1, trial{rate: 4, strikes: 1, seen: 1}, quotaFailed},
+	} {
+		got, v := c.in.look(c.refused, c.strikes)
+		if got != c.want || v != c.verdict {
+			t.Errorf("%s: look = %+v, %d; want %+v, %d", c.name, got, v, c.want, c.verdict)
+		}
+	}
+}
+
+// A 45009 while observing halves the backlog's drain rate; a second one
+// fails the window: the backlog is held again for QuotaHold, the probes
+// run again on the same connection, and the next window drains at the
+// rate halved once more. Time moves only as the test steps it.
+func TestHalfOpenQuotaSlowsThenHolds(t *testing.T) {
+	conn := &fakeConn{done: make(chan struct{})}
+	var g Gate
+	clk := fakeclock.New(time.Now())
+	notes := make(chan string, 100)
+	cfg := Config{Probes: 1, Observe: 10 * time.Second, QuotaCheck: time.Second, QuotaHold: time.Minute, Clock: clk}
+	done := halfOpen(cfg, conn, &g, 10, func(s string) { notes <- s })
+	waitNote := func(part string) {
+		t.Helper()
+		for {
+			select {
+			case n := <-notes:
+				if strings.Contains(n, part) {
+					return
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("no note saying %q", part)
+			}
+		}
+	}
+	waitNote("observing for 10s, backlog drains at 5.00")
+	clk.AwaitWaiters(t, 1)
+	conn.refused.Add(1)
+	clk.Step(time.Second)
+	waitNote("drain halved to 2.50")
+	if g.Phase() != PhaseObserving {
+		t.Fatalf("phase %s after one refusal, want observing", g.Phase())
+	}
+	// At 2.5 pushes/s, the push after one that goes now waits 400 ms.
+	if now := clk.Now(); g.Wait(now) != 0 || g.Wait(now) < 300*time.Millisecond {
+		t.Fatal("the backlog still drains at the rate before the refusal")
+	}
+	clk.AwaitWaiters(t, 1)
+	clk.Step(time.Second) // a quiet look
+	clk.AwaitWaiters(t, 1)
+	conn.refused.Add(2)
+	clk.Step(time.Second)
+	waitNote("the window failed")
+	if g.Phase() != PhaseProbing || g.Wait(clk.Now()) <= 0 {
+		t.Fatalf("phase %s after the second refusal, want the backlog held", g.Phase())
+	}
+	clk.AwaitWaiters(t, 1)
+	clk.Step(time.Minute - time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("ended while held: %+v %v", r.res, r.err)
+	case <-clk.Waiting(t, 1):
+	}
+	if conn.probeCount() != 1 {
+		t.Fatalf("%d probes before the hold ended", conn.probeCount())
+	}
+	clk.Step(time.Millisecond)
+	waitNote("observing for 10s, backlog drains at 1.25")
+	for range 10 {
+		clk.AwaitWaiters(t, 1)
+		clk.Step(time.Second)
+	}
+	r := <-done
+	if r.err != nil || r.res.Online.IsZero() || r.res.FailedWindows != 1 || r.res.QuotaStrikes != 2 || r.res.DrainRate != 1.25 || conn.probeCount() != 2 {
+		t.Fatalf("result %+v, %v after %d probes", r.res, r.err, conn.probeCount())
+	}
+	if g.Phase() != PhaseOnline || clk.HasWaiters() {
+		t.Fatalf("phase %s, waiters %d after online", g.Phase(), clk.Waiters())
 	}
 }
