@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/rs/zerolog"
 )
 
@@ -62,7 +63,8 @@ func (o *outbox) stop() {
 	o.wg.Wait()
 }
 
-// deliver tries a up to MaxAttempts times with exponential backoff.
+// deliver tries a up to MaxAttempts times with exponential backoff (each
+// wait between half and all of its step: pkg/retry).
 func (o *outbox) deliver(ctx context.Context, a Alert) {
 	log := o.log.With().Str("alert", a.ID).Str("kind", string(a.Kind)).Str("alert_level", string(a.Level)).Logger()
 	if ctx.Err() != nil {
@@ -70,7 +72,7 @@ func (o *outbox) deliver(ctx context.Context, a Alert) {
 		log.Error().Int64("dropped_total", n).Msg("alert dropped: alerter stopped before sending it")
 		return
 	}
-	backoff := o.cfg.Backoff
+	backoff := retry.New(o.cfg.Backoff, o.cfg.MaxBackoff)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 		err := o.sink.Send(actx, a)
@@ -90,14 +92,14 @@ func (o *outbox) deliver(ctx context.Context, a Alert) {
 			log.Error().Err(err).Int("attempt", attempt).Msg("alert given up: attempts exhausted")
 			return
 		}
-		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).
+		wait := backoff.Next()
+		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).
 			Bool("rate_limited", errors.Is(err, ErrRateLimited)).Msg("alert not sent, will retry")
 		o.c.retries.Add(1)
-		if !clock.Sleep(ctx, o.cfg.Clock, backoff) {
+		if !clock.Sleep(ctx, o.cfg.Clock, wait) {
 			n := o.c.dropped.Add(1)
 			log.Error().Int64("dropped_total", n).Msg("alert dropped: alerter stopped while retrying")
 			return
 		}
-		backoff = min(2*backoff, o.cfg.MaxBackoff)
 	}
 }

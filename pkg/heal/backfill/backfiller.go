@@ -8,6 +8,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/rs/zerolog"
 )
 
@@ -133,7 +134,9 @@ func (b *Backfiller) Pass(ctx context.Context, term *election.Term) (Report, err
 	// recorded by now, and is skipped as known.
 	until := time.Now()
 	filled := 0
-	for wait, passes := time.Second, 0; ; {
+	backoff := retry.New(time.Second, 30*time.Second)
+	for passes := 0; ; {
+		var wait time.Duration
 		var rep Report
 		var err error
 		if since.IsZero() {
@@ -164,8 +167,8 @@ func (b *Backfiller) Pass(ctx context.Context, term *election.Term) (Report, err
 		case ctx.Err() != nil:
 			return rep, ctx.Err()
 		default:
+			wait = backoff.Next()
 			log.Warn().Err(err).Dur("retry_in", wait).Msg("gap backfill failed; retrying")
-			wait = min(2*wait, 30*time.Second)
 		}
 		if !pause.For(ctx, wait) {
 			return rep, ctx.Err()
