@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/schema"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -189,7 +190,7 @@ func (s *Spool) Append(e SpoolEntry) error {
 	if e.Spooled.IsZero() {
 		e.Spooled = time.Now().UTC()
 	}
-	data, err := json.Marshal(e)
+	data, err := schema.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("spool task %s: %w", e.MsgID, err)
 	}

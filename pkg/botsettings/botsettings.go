@@ -36,6 +36,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -145,7 +146,7 @@ func Put(ctx context.Context, cli *clientv3.Client, prefix, bot string, doc map[
 	if _, err := Check(base, doc); err != nil {
 		return 0, err
 	}
-	raw, err := json.Marshal(doc)
+	raw, err := schema.Marshal(doc)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

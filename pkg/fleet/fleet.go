@@ -38,6 +38,7 @@ import (
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/clusterkey"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -142,7 +143,7 @@ func Add(ctx context.Context, cli *clientv3.Client, prefix string, b Bot) (int64
 	if err := CheckID(b.ID); err != nil {
 		return 0, err
 	}
-	raw, err := json.Marshal(b)
+	raw, err := schema.Marshal(b)
 	if err != nil {
 		return 0, fmt.Errorf("encode bot %s: %w", b.ID, err)
 	}
@@ -233,7 +234,7 @@ func RotateSecret(ctx context.Context, cli *clientv3.Client, prefix string, k *c
 		return Bot{}, err
 	}
 	b.Secret, b.Updated = sealed, now.UTC()
-	raw, err := json.Marshal(b)
+	raw, err := schema.Marshal(b)
 	if err != nil {
 		return Bot{}, fmt.Errorf("encode bot %s: %w", bot, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -93,7 +94,7 @@ func AppendExchangeFrom(ctx context.Context, kv jetstream.KeyValue, key, questio
 		}
 		c.Turns = append(c.Turns, Turn{"user", question}, Turn{"assistant", answer})
 		c.Turns, c.Updated = bound(c.Turns, m.Turns, m.Bytes), now.UTC()
-		raw, _ := json.Marshal(c)
+		raw, _ := schema.Marshal(c)
 		if rev == 0 {
 			_, err = kv.Create(ctx, key, raw)
 		} else {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go"
 )
 
@@ -58,7 +59,7 @@ func NoticeMsg(names dataplane.Names, r *Record, rev uint64) *nats.Msg {
 	m := nats.NewMsg(names.NoticeSubject(r.Bot))
 	m.Data = []byte(r.ID)
 	if rev > 0 {
-		if raw, err := json.Marshal(r); err == nil {
+		if raw, err := schema.Marshal(r); err == nil {
 			m.Header.Set(noticeRecordHeader, base64.StdEncoding.EncodeToString(raw))
 			m.Header.Set(noticeRevHeader, strconv.FormatUint(rev, 10))
 		}

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -205,7 +206,7 @@ func encodeOutput(o Output) ([]byte, error) {
 	if err := enc.Encode(o); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return schema.Stamp(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }
 
 // OutputTextBytes is how many bytes text takes in the output bucket, as
