@@ -367,3 +367,22 @@ func leaderInfo(kv *mvccpb.KeyValue) LeaderInfo {
 }
 
 func leaseHex(id clientv3.LeaseID) string { return fmt.Sprintf("%x", int64(id)) }
+
+// Candidates lists the nodes in the bot's election queue, in the order
+// they lead: the leader first, then each waiting candidate as it joined
+// (the candidate keys' CreateRevision). One read; a candidate whose value
+// names no node is listed by its value.
+func (e *Elector) Candidates(ctx context.Context) ([]string, error) {
+	resp, err := e.cli.Get(ctx, e.name+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("read the candidates of %s: %w", e.name, err)
+	}
+	out := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, leaderInfo(kv).Node)
+	}
+	return out, nil
+}
+
+// Key is the bot's election prefix, under which each candidate's key lies.
+func (e *Elector) Key() string { return e.name }
