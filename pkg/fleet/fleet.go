@@ -173,9 +173,16 @@ func Get(ctx context.Context, cli *clientv3.Client, prefix, bot string) (Bot, er
 	return decode(prefix, resp.Kvs[0].Key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
 }
 
-// decode reads a stored record; its errors never quote the value.
+// Kind names a bot's registry record in a schema.NewerError.
+const Kind = "bot record"
+
+// decode reads a stored record; its errors never quote the value. A
+// record a newer botctl wrote is an error that wraps schema.ErrNewer.
 func decode(prefix string, key, value []byte, rev int64) (Bot, error) {
 	id := strings.TrimPrefix(string(key), prefix+Dir)
+	if err := schema.Check(Kind, value); err != nil {
+		return Bot{ID: id, Rev: rev}, fmt.Errorf("bot %s (%s, revision %d) not read: %w", id, key, rev, err)
+	}
 	var b Bot
 	if err := json.Unmarshal(value, &b); err != nil {
 		return Bot{ID: id, Rev: rev}, fmt.Errorf("bot %s (%s, revision %d) is not a bot record: %v", id, key, rev, jsonProblem(err))
