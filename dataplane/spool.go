@@ -36,6 +36,9 @@ var (
 	corruptBucket = []byte("corrupt") // entries that no longer decode, kept for an operator
 )
 
+// KindSpoolEntry names a spool entry in a schema.NewerError.
+const KindSpoolEntry = "spool entry"
+
 // SpoolEntry is one received task waiting for JetStream.
 type SpoolEntry struct {
 	Bot          string    `json:"bot"`
@@ -302,7 +305,9 @@ func (s *Spool) Drain(ctx context.Context, publish PublishFunc) (int, error) {
 
 // first returns the oldest entry. An entry that does not decode is moved
 // to the corrupt bucket (where an operator can read it) rather than
-// blocking every entry behind it.
+// blocking every entry behind it. An entry a newer botctl wrote (the
+// spool of a node rolled back) is an error wrapping schema.ErrNewer: it
+// and every entry behind it stay, in their order, for that version.
 func (s *Spool) first() (key []byte, size int, e SpoolEntry, ok bool, err error) {
 	for {
 		var bad bool
@@ -312,6 +317,9 @@ func (s *Spool) first() (key []byte, size int, e SpoolEntry, ok bool, err error)
 				return nil
 			}
 			key, size, ok = append([]byte(nil), k...), len(v), true
+			if err := schema.Check(KindSpoolEntry, v); err != nil {
+				return fmt.Errorf("entry %d not forwarded: %w", binary.BigEndian.Uint64(k), err)
+			}
 			if json.Unmarshal(v, &e) != nil {
 				bad = true
 			}
