@@ -295,6 +295,9 @@ func GetOutput(ctx context.Context, kv jetstream.KeyValue, id string) (*Output, 
 
 // DecodeOutput parses a value of the output bucket.
 func DecodeOutput(raw []byte) (*Output, error) {
+	if err := schema.Check(KindOutput, raw); err != nil {
+		return nil, err
+	}
 	var o Output
 	if err := json.Unmarshal(raw, &o); err != nil {
 		return nil, fmt.Errorf("corrupt output: %w", err)

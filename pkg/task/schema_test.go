@@ -2,6 +2,7 @@ package task_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"strconv"
 	"testing"
@@ -71,5 +72,57 @@ func TestNewerRecordsAreLeftAsWritten(t *testing.T) {
 	}
 	if e, err := f.env.Store.Tasks().Get(f.ctx, m.TaskID); err != nil || e.Revision() != rev {
 		t.Fatalf("the newer record was written over: %v, revision %d want %d", err, e.Revision(), rev)
+	}
+}
+
+// A conversation's context a newer botctl wrote is not used and not
+// written over: the exchange is not appended (the error names both
+// versions) and the value stays as it was.
+func TestNewerConversationIsNotWrittenOver(t *testing.T) {
+	f := newFixture(t, dataplane.Options{})
+	kv := f.env.Store.Context()
+	key := dataplane.ConversationKey("b", "alice")
+	mem := task.Memory{Turns: 10}
+	if err := task.AppendExchange(f.ctx, kv, key, "q1", "a1", mem, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(f.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Put(f.ctx, key, newer(t, e.Value()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := task.LoadConversation(f.ctx, kv, key); !errors.Is(err, schema.ErrNewer) {
+		t.Fatalf("LoadConversation: %v, want schema.ErrNewer", err)
+	}
+	if err := task.AppendExchange(f.ctx, kv, key, "q2", "a2", mem, time.Now()); !errors.Is(err, schema.ErrNewer) {
+		t.Fatalf("AppendExchange: %v, want schema.ErrNewer", err)
+	}
+	if e, err := kv.Get(f.ctx, key); err != nil || e.Revision() != rev {
+		t.Fatalf("the newer context was written over: %v", err)
+	}
+}
+
+// A notice whose record a newer botctl wrote carries no record to use:
+// the pusher reads the bucket, where Get refuses it. Output likewise.
+func TestNewerNoticeAndOutputAreNotRead(t *testing.T) {
+	r := task.New("b", "m1", time.Now())
+	msg := task.NoticeMsg(dataplane.Names{}, r, 7)
+	if _, rec, _ := task.NoticeOf(msg); rec == nil {
+		t.Fatal("this version's notice record not read")
+	}
+	raw, _ := schema.Marshal(r)
+	msg.Header.Set("Botctl-Record", base64.StdEncoding.EncodeToString(newer(t, raw)))
+	if id, rec, rev := task.NoticeOf(msg); id != r.ID || rec != nil || rev != 0 {
+		t.Fatalf("a newer notice record read: %v %d", rec, rev)
+	}
+	out, _ := schema.Marshal(task.Output{TaskID: r.ID, Text: "x"})
+	if _, err := task.DecodeOutput(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := task.DecodeOutput(newer(t, out)); !errors.Is(err, schema.ErrNewer) {
+		t.Fatalf("DecodeOutput of a newer output: %v", err)
 	}
 }

@@ -288,8 +288,10 @@ func allowed[T comparable](next []T, to T) bool {
 // The kinds of record this package refuses when a newer botctl wrote them
 // (schema.Check).
 const (
-	KindRecord  = "task record"
-	KindMessage = "task message"
+	KindRecord       = "task record"
+	KindMessage      = "task message"
+	KindOutput       = "task output"
+	KindConversation = "conversation context"
 )
 
 // ErrCorruptRecord: the bucket holds a value under the task's key that is
