@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -127,21 +129,42 @@ func (n *Node) campaign(stop context.Context, el *election.Elector, log zerolog.
 
 // waitNewer returns true once stepBack says this node should leave el's
 // queue, false when ctx ends. It decides at once, and again at each change
-// of the node registry or of the queue.
+// of the bot's queue and at each node that joins the registry or changes
+// build (the registry's other rewrites, a bot's state, are not read), so a
+// standby costs one read of its queue per change that may matter.
 func (n *Node) waitNewer(ctx context.Context, el *election.Elector) bool {
+	dir := n.cfg.Prefix + nodesDir
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		nodes := n.cli.Watch(wctx, n.cfg.Prefix+nodesDir, clientv3.WithPrefix())
-		queue := n.cli.Watch(wctx, el.Key()+"/", clientv3.WithPrefix())
-		for ok := true; ok && ctx.Err() == nil; {
-			if n.shouldStepBack(ctx, el) {
+		builds, rev, err := n.builds(wctx)
+		if err != nil {
+			cancel()
+			pause.For(ctx, time.Second)
+			continue
+		}
+		nodes := n.cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		queue := n.cli.Watch(wctx, el.Key()+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		for decide, ok := true, true; ok && ctx.Err() == nil; {
+			if decide && n.shouldStepBack(wctx, el, builds) {
 				cancel()
 				return true
 			}
 			var wr clientv3.WatchResponse
 			select {
 			case wr, ok = <-nodes:
+				decide = false
+				for _, ev := range wr.Events {
+					id := strings.TrimPrefix(string(ev.Kv.Key), dir)
+					if ev.Type == clientv3.EventTypeDelete {
+						delete(builds, id) // a node gone makes no one step back
+						continue
+					}
+					if b, known := buildOf(ev.Kv.Value); known && b != builds[id] {
+						builds[id], decide = b, true
+					}
+				}
 			case wr, ok = <-queue:
+				decide = true
 			}
 			ok = ok && wr.Err() == nil
 		}
@@ -151,22 +174,42 @@ func (n *Node) waitNewer(ctx context.Context, el *election.Elector) bool {
 	return false
 }
 
-// shouldStepBack reads the registry and el's queue and asks stepBack; a
-// failed read decides nothing.
-func (n *Node) shouldStepBack(ctx context.Context, el *election.Elector) bool {
+// builds reads every registered node's build, and the revision read at.
+func (n *Node) builds(ctx context.Context) (map[string]Build, int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	infos, err := Nodes(rctx, n.cli, n.cfg.Prefix)
+	resp, err := n.cli.Get(rctx, n.cfg.Prefix+nodesDir, clientv3.WithPrefix())
 	if err != nil {
-		return false
+		return nil, 0, err
 	}
+	out := make(map[string]Build, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if b, ok := buildOf(kv.Value); ok {
+			out[strings.TrimPrefix(string(kv.Key), n.cfg.Prefix+nodesDir)] = b
+		}
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// buildOf is the build a registry entry states; false if it does not decode.
+func buildOf(value []byte) (Build, bool) {
+	var in struct {
+		Version string `json:"version"`
+	}
+	if json.Unmarshal(value, &in) != nil {
+		return Build{}, false
+	}
+	return Build{Schema: schema.Of(value), Release: in.Version}, true
+}
+
+// shouldStepBack reads el's queue and asks stepBack; a failed read
+// decides nothing.
+func (n *Node) shouldStepBack(ctx context.Context, el *election.Elector, builds map[string]Build) bool {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	queue, err := el.Candidates(rctx)
 	if err != nil {
 		return false
-	}
-	builds := make(map[string]Build, len(infos))
-	for _, in := range infos {
-		builds[in.ID] = Build{Schema: in.Schema, Release: in.Version}
 	}
 	return stepBack(n.cfg.NodeID, queue, builds)
 }

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -32,12 +31,9 @@ const (
 // Info is what a node registers: the service discovery record other nodes
 // and operators read.
 type Info struct {
-	ID      string `json:"id"`
-	Address string `json:"address"`
-	Version string `json:"version"`
-	// Schema is the schema version of the node's records (its entry's
-	// "v"; 0: a release before versions), read by Nodes.
-	Schema  int                  `json:"-"`
+	ID      string               `json:"id"`
+	Address string               `json:"address"`
+	Version string               `json:"version"`
 	Env     string               `json:"env"`
 	Slots   int                  `json:"slots"`
 	Roles   []string             `json:"roles"`
@@ -85,7 +81,6 @@ func Nodes(ctx context.Context, cli *clientv3.Client, prefix string) ([]Info, er
 		if err := json.Unmarshal(kv.Value, &in); err != nil {
 			continue
 		}
-		in.Schema = schema.Of(kv.Value)
 		out = append(out, in)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
