@@ -70,6 +70,7 @@ func TestRollingUpgradeMovesEachBotOnce(t *testing.T) {
 	if first == "n1" {
 		want = 3 // its leader rolled while no newer node waited
 	}
+	t.Logf("b1: first leader %s, %d connections", first, s.Connections)
 	if s.Connections != want {
 		t.Errorf("b1 connected %d times (first leader %s), want %d: it moved to a node that was rolled next", s.Connections, first, want)
 	}
