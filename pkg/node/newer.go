@@ -24,8 +24,8 @@ type Build struct {
 }
 
 // Newer reports whether a is a newer build than b: a higher schema
-// version, or the same one and a higher release version. Builds that are
-// not releases (dev) are newer than none on their release version alone.
+// version, or the same one and a higher release version. A build that is
+// not a release (dev) is ordered by its schema version alone.
 func (a Build) Newer(b Build) bool {
 	if a.Schema != b.Schema {
 		return a.Schema > b.Schema
