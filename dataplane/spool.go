@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/schema"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -34,6 +35,9 @@ var (
 	spoolBucket   = []byte("tasks")
 	corruptBucket = []byte("corrupt") // entries that no longer decode, kept for an operator
 )
+
+// KindSpoolEntry names a spool entry in a schema.NewerError.
+const KindSpoolEntry = "spool entry"
 
 // SpoolEntry is one received task waiting for JetStream.
 type SpoolEntry struct {
@@ -189,7 +193,7 @@ func (s *Spool) Append(e SpoolEntry) error {
 	if e.Spooled.IsZero() {
 		e.Spooled = time.Now().UTC()
 	}
-	data, err := json.Marshal(e)
+	data, err := schema.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("spool task %s: %w", e.MsgID, err)
 	}
@@ -301,7 +305,9 @@ func (s *Spool) Drain(ctx context.Context, publish PublishFunc) (int, error) {
 
 // first returns the oldest entry. An entry that does not decode is moved
 // to the corrupt bucket (where an operator can read it) rather than
-// blocking every entry behind it.
+// blocking every entry behind it. An entry a newer botctl wrote (the
+// spool of a node rolled back) is an error wrapping schema.ErrNewer: it
+// and every entry behind it stay, in their order, for that version.
 func (s *Spool) first() (key []byte, size int, e SpoolEntry, ok bool, err error) {
 	for {
 		var bad bool
@@ -311,6 +317,9 @@ func (s *Spool) first() (key []byte, size int, e SpoolEntry, ok bool, err error)
 				return nil
 			}
 			key, size, ok = append([]byte(nil), k...), len(v), true
+			if err := schema.Check(KindSpoolEntry, v); err != nil {
+				return fmt.Errorf("entry %d not forwarded: %w", binary.BigEndian.Uint64(k), err)
+			}
 			if json.Unmarshal(v, &e) != nil {
 				bad = true
 			}

@@ -1,14 +1,18 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/pkg/schema"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -272,5 +276,41 @@ func TestSpoolHoldsConversation(t *testing.T) {
 	}
 	if sp.Holds("bot", "user001") {
 		t.Fatal("still held after forwarding")
+	}
+}
+
+// An entry a newer botctl wrote (a node rolled back onto its spool) is
+// not forwarded, nor anything behind it: Drain names both versions and
+// every entry stays, in order, for a node of that version.
+func TestSpoolLeavesANewerEntry(t *testing.T) {
+	leakCheck(t)
+	sp := openSpool(t, filepath.Join(t.TempDir(), "spool.db"))
+	for i := range 2 {
+		if err := sp.Append(entry(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := []byte(`{"v":` + strconv.Itoa(schema.Version) + `,`)
+	if err := sp.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(spoolBucket)
+		v := b.Get(seqKey(1))
+		if !bytes.HasPrefix(v, own) {
+			return fmt.Errorf("entry not stamped: %.30s", v)
+		}
+		return b.Put(seqKey(1), append([]byte(`{"v":`+strconv.Itoa(schema.Version+1)+`,`), v[len(own):]...))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	n, err := sp.Drain(context.Background(), func(_ context.Context, e SpoolEntry) error {
+		got = append(got, e.MsgID)
+		return nil
+	})
+	want := "spool entry has schema version " + strconv.Itoa(schema.Version+1) + ", this node knows up to " + strconv.Itoa(schema.Version)
+	if n != 0 || len(got) != 0 || !errors.Is(err, schema.ErrNewer) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Drain = %d, %v, %v; want nothing forwarded and %q", n, got, err, want)
+	}
+	if l := spoolLen(t, sp); l != 2 {
+		t.Fatalf("%d entries left, want 2", l)
 	}
 }

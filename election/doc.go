@@ -187,6 +187,19 @@
 // the same in reverse, but old nodes do not yield to new ones: stop new
 // nodes before starting old ones.
 //
+// # Which candidate leads next
+//
+// The queue is served strictly in the order candidates joined; this
+// package never reorders it. A caller that wants another order leaves and
+// joins again: Campaign's context ending withdraws the candidacy (its key
+// deleted with its lease), and the next Campaign joins at the back.
+// Candidates lists the queue as it stands. pkg/node does exactly that to
+// give a graceful handover to a node on a newer botctl during a rolling
+// upgrade (pkg/node's "The newer node first"); every guarantee above holds
+// throughout, since a withdrawal changes only the withdrawing candidate.
+// The candidate values carry a schema version ("v", pkg/schema); a value
+// without one (an older botctl) reads as before.
+//
 // # What is not guaranteed
 //
 // This is not fencing. WeCom accepts no fencing token, so nothing stops a

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -190,7 +191,7 @@ func (e *Elector) campaignOnce(ctx, termParent context.Context) (*Term, error) {
 	}
 	defer context.AfterFunc(sess.Ctx(), stopWaiting)()
 	el := concurrency.NewElection(sess, e.name)
-	candidate, _ := json.Marshal(value{Node: e.cfg.NodeID, PulseMS: e.pulseMS()})
+	candidate, _ := schema.Marshal(value{Node: e.cfg.NodeID, PulseMS: e.pulseMS()})
 	// While we wait in the queue, the leader's pulse is watched: a leader
 	// whose pulse stops is deposed (see pulse.go).
 	wctx, stopWatching := context.WithCancel(cctx)
@@ -223,7 +224,7 @@ func (e *Elector) campaignOnce(ctx, termParent context.Context) (*Term, error) {
 	// The leader's value says since when it leads. Proclaim is
 	// owner-checked: it fails if our key vanished while we waited.
 	since := start.UTC().Truncate(time.Millisecond)
-	val, _ := json.Marshal(value{Node: e.cfg.NodeID, Since: &since, PulseMS: e.pulseMS()})
+	val, _ := schema.Marshal(value{Node: e.cfg.NodeID, Since: &since, PulseMS: e.pulseMS()})
 	if err := el.Proclaim(rctx, string(val)); err != nil {
 		e.release(sess)
 		return nil, fmt.Errorf("proclaim leader of %s: %w", e.name, err)
@@ -366,3 +367,22 @@ func leaderInfo(kv *mvccpb.KeyValue) LeaderInfo {
 }
 
 func leaseHex(id clientv3.LeaseID) string { return fmt.Sprintf("%x", int64(id)) }
+
+// Candidates lists the nodes in the bot's election queue, in the order
+// they lead: the leader first, then each waiting candidate as it joined
+// (the candidate keys' CreateRevision). One read; a candidate whose value
+// names no node is listed by its value.
+func (e *Elector) Candidates(ctx context.Context) ([]string, error) {
+	resp, err := e.cli.Get(ctx, e.name+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("read the candidates of %s: %w", e.name, err)
+	}
+	out := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, leaderInfo(kv).Node)
+	}
+	return out, nil
+}
+
+// Key is the bot's election prefix, under which each candidate's key lies.
+func (e *Elector) Key() string { return e.name }

@@ -2,12 +2,12 @@ package election
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -49,7 +49,7 @@ func (e *Elector) pulseMS() int64 {
 // pulseTxn is one pulse of the term whose key is key, created at rev,
 // bound to lease.
 func (e *Elector) pulseTxn(ctx context.Context, key string, rev int64, lease clientv3.LeaseID) clientv3.Txn {
-	val, _ := json.Marshal(pulseValue{Node: e.cfg.NodeID, TermRev: rev})
+	val, _ := schema.Marshal(pulseValue{Node: e.cfg.NodeID, TermRev: rev})
 	return e.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpPut(e.pulseKey, string(val), clientv3.WithLease(lease)))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 )
@@ -30,8 +31,8 @@ func hasRecord(ctx context.Context, js *bound, id, reqID string, term int64) boo
 	defer cancel()
 	r, _, err := task.Get(ctx, js.store.Tasks(), id)
 	switch {
-	case errors.Is(err, task.ErrCorruptRecord):
-		return true // a record, unreadable: not this callback's
+	case errors.Is(err, task.ErrCorruptRecord), errors.Is(err, schema.ErrNewer):
+		return true // a record, unreadable here: not this callback's
 	case err != nil:
 		return false
 	}

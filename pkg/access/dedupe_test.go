@@ -3,11 +3,13 @@ package access
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -51,5 +53,13 @@ func TestDedupeReadTellsThisCallbacksRecordFromADuplicates(t *testing.T) {
 	}
 	if !hasRecord(ctx, js, "t_corrupt", "req-1", 7) {
 		t.Error("an unreadable record: not a duplicate")
+	}
+	// A record a newer botctl wrote: the task exists, so a duplicate.
+	newer := `{"v":` + strconv.Itoa(schema.Version+1) + `,"id":"t_newer","req_id":"req-1","term":7}`
+	if _, err := env.Store.Tasks().Put(ctx, "t_newer", []byte(newer)); err != nil {
+		t.Fatal(err)
+	}
+	if !hasRecord(ctx, js, "t_newer", "req-1", 7) {
+		t.Error("a newer botctl's record: not a duplicate")
 	}
 }

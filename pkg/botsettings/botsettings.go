@@ -36,6 +36,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -105,33 +106,51 @@ func Get(ctx context.Context, cli *clientv3.Client, prefix, bot string) (Overrid
 
 func decode(prefix string, key, value []byte, rev int64) (Override, error) {
 	o := Override{Bot: strings.TrimPrefix(string(key), prefix+Dir), Rev: rev}
+	if err := schema.Check(Kind, value); err != nil {
+		return o, fmt.Errorf("settings of bot %s (%s, revision %d) not applied: %w", o.Bot, key, rev, err)
+	}
 	if err := json.Unmarshal(value, &o.Doc); err != nil {
 		return o, fmt.Errorf("settings of bot %s (%s, revision %d) are not a JSON document: %w", o.Bot, key, rev, err)
 	}
 	if o.Doc == nil {
 		o.Doc = map[string]any{}
 	}
+	delete(o.Doc, schema.Field) // the format's version, not a setting
 	return o, nil
 }
 
+// Kind names a bot's settings in a schema.NewerError.
+const Kind = "bot settings"
+
 // List reads every override stored, and the revision read at; a value
-// that is not a JSON document is returned as an error beside the rest.
+// that is not a JSON document, or that a newer botctl wrote
+// (schema.ErrNewer), is returned as an error beside the rest.
 func List(ctx context.Context, cli *clientv3.Client, prefix string) ([]Override, int64, error) {
+	out, _, rev, err := list(ctx, cli, prefix)
+	return out, rev, err
+}
+
+// list is List, and the bots whose override a newer botctl wrote.
+func list(ctx context.Context, cli *clientv3.Client, prefix string) ([]Override, []string, int64, error) {
 	resp, err := cli.Get(ctx, prefix+Dir, clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, fmt.Errorf("read bot settings: %w", err)
+		return nil, nil, 0, fmt.Errorf("read bot settings: %w", err)
 	}
 	var out []Override
+	var newer []string
 	var errs []error
 	for _, kv := range resp.Kvs {
 		o, err := decode(prefix, kv.Key, kv.Value, kv.ModRevision)
+		if errors.Is(err, schema.ErrNewer) {
+			newer = append(newer, o.Bot)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		out = append(out, o)
 	}
-	return out, resp.Header.Revision, errors.Join(errs...)
+	return out, newer, resp.Header.Revision, errors.Join(errs...)
 }
 
 // Put validates doc over base (Check) and stores it as bot's whole
@@ -145,7 +164,7 @@ func Put(ctx context.Context, cli *clientv3.Client, prefix, bot string, doc map[
 	if _, err := Check(base, doc); err != nil {
 		return 0, err
 	}
-	raw, err := json.Marshal(doc)
+	raw, err := schema.Marshal(doc)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -175,13 +194,14 @@ func Delete(ctx context.Context, cli *clientv3.Client, prefix, bot string) error
 // (Doc nil: deleted) as etcd reports it, until ctx ends. A watch lost
 // (etcd compacted past it, a member gone) is begun again from a fresh
 // read, in which every override is applied again. A value that is not a
-// JSON document is logged and skipped. apply runs on Watch's goroutine.
+// JSON document, or that a newer botctl wrote, is logged and skipped (the
+// bot keeps the override it had). apply runs on Watch's goroutine.
 func Watch(ctx context.Context, cli *clientv3.Client, prefix string, apply func(Override), log zerolog.Logger) {
 	dir := prefix + Dir
 	known := map[string]bool{} // bots with an override applied: one gone from a fresh read was deleted meanwhile
 	for wait := time.Second; ctx.Err() == nil; wait = min(2*wait, 30*time.Second) {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		all, rev, err := List(rctx, cli, prefix)
+		all, newer, rev, err := list(rctx, cli, prefix)
 		cancel()
 		if rev == 0 {
 			if ctx.Err() == nil {
@@ -194,6 +214,11 @@ func Watch(ctx context.Context, cli *clientv3.Client, prefix string, apply func(
 			log.Error().Err(err).Msg("bot settings skipped")
 		}
 		now := map[string]bool{}
+		for _, bot := range newer {
+			if known[bot] {
+				now[bot] = true // its override stays as applied: not a deletion
+			}
+		}
 		for _, o := range all {
 			now[o.Bot] = true
 			apply(o)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/redact"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -193,7 +194,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, m task.Message) (Outcome, err
 // task.ErrFinished and removes it, so it costs a queue message, not an
 // answer. The caller, which knows dup's answer, sends nothing for it.
 func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup func() bool) (Outcome, error) {
-	payload, err := json.Marshal(m)
+	payload, err := schema.Marshal(m)
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/clusterkey"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -142,7 +143,7 @@ func Add(ctx context.Context, cli *clientv3.Client, prefix string, b Bot) (int64
 	if err := CheckID(b.ID); err != nil {
 		return 0, err
 	}
-	raw, err := json.Marshal(b)
+	raw, err := schema.Marshal(b)
 	if err != nil {
 		return 0, fmt.Errorf("encode bot %s: %w", b.ID, err)
 	}
@@ -172,9 +173,16 @@ func Get(ctx context.Context, cli *clientv3.Client, prefix, bot string) (Bot, er
 	return decode(prefix, resp.Kvs[0].Key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
 }
 
-// decode reads a stored record; its errors never quote the value.
+// Kind names a bot's registry record in a schema.NewerError.
+const Kind = "bot record"
+
+// decode reads a stored record; its errors never quote the value. A
+// record a newer botctl wrote is an error that wraps schema.ErrNewer.
 func decode(prefix string, key, value []byte, rev int64) (Bot, error) {
 	id := strings.TrimPrefix(string(key), prefix+Dir)
+	if err := schema.Check(Kind, value); err != nil {
+		return Bot{ID: id, Rev: rev}, fmt.Errorf("bot %s (%s, revision %d) not read: %w", id, key, rev, err)
+	}
 	var b Bot
 	if err := json.Unmarshal(value, &b); err != nil {
 		return Bot{ID: id, Rev: rev}, fmt.Errorf("bot %s (%s, revision %d) is not a bot record: %v", id, key, rev, jsonProblem(err))
@@ -233,7 +241,7 @@ func RotateSecret(ctx context.Context, cli *clientv3.Client, prefix string, k *c
 		return Bot{}, err
 	}
 	b.Secret, b.Updated = sealed, now.UTC()
-	raw, err := json.Marshal(b)
+	raw, err := schema.Marshal(b)
 	if err != nil {
 		return Bot{}, fmt.Errorf("encode bot %s: %w", bot, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/clusterkey"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -212,5 +214,39 @@ func TestListSkipsBadValue(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), Key(prefix, "b2")) || strings.Contains(err.Error(), secret) {
 		t.Errorf("bad value: %v", err)
+	}
+}
+
+// A record a newer botctl wrote is not read: Get and List name both
+// versions and the key, and List still returns the rest.
+func TestNewerRecordNotRead(t *testing.T) {
+	cli := client(t)
+	ctx := context.Background()
+	k := key(t, 1)
+	for _, id := range []string{"b1", "b2"} {
+		b, _ := New(k, id, "", "", nil, config.Defaults().TopSettings(), []byte(secret), time.Now())
+		if _, err := Add(ctx, cli, prefix, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := cli.Get(ctx, Key(prefix, "b2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := `{"v":` + strconv.Itoa(schema.Version) + `,`
+	raw := string(resp.Kvs[0].Value)
+	if !strings.HasPrefix(raw, own) {
+		t.Fatalf("record not stamped: %.30s", raw)
+	}
+	if _, err := cli.Put(ctx, Key(prefix, "b2"), `{"v":`+strconv.Itoa(schema.Version+1)+`,`+raw[len(own):]); err != nil {
+		t.Fatal(err)
+	}
+	want := "bot record has schema version " + strconv.Itoa(schema.Version+1) + ", this node knows up to " + strconv.Itoa(schema.Version)
+	if _, err := Get(ctx, cli, prefix, "b2"); !errors.Is(err, schema.ErrNewer) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), secret) {
+		t.Fatalf("Get: %v, want %q", err, want)
+	}
+	all, _, err := List(ctx, cli, prefix)
+	if len(all) != 1 || all[0].ID != "b1" || !errors.Is(err, schema.ErrNewer) || !strings.Contains(err.Error(), Key(prefix, "b2")) {
+		t.Fatalf("List: %v, %v", all, err)
 	}
 }

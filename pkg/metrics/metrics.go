@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/buildinfo"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -94,7 +95,7 @@ func New() *Node {
 			Help:    "Spans of the incidents this node closed, by bot, kind (outage, data, ai) and span: t1 (drop to detected), t2 (detected to the first action), t3 (recovered to data complete). A span the incident does not have is not observed.",
 			Buckets: []float64{1, 3, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"bot", "kind", "span"}),
 	}
-	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, m.incidents, alertsSent,
+	m.Registry.MustRegister(m.framesIn, m.framesOut, m.receipt, m.stages, m.pushLag, m.terms, m.etcdErrors, m.natsErrors, m.corrupt, m.feedback, m.incidents, alertsSent, schema.Newer,
 		buildInfo(buildinfo.Get()), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Model = newModel(m.Registry)
 	return m

@@ -85,7 +85,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 				cancel(errClockOff)
 			}
 		}()
-		term, err := el.Campaign(stop, election.WithTermContext(context.WithoutCancel(stop)))
+		term, err := n.campaign(stop, el, log)
 		var res leadResult
 		if err == nil {
 			res = n.lead(stop, term, b, log)

@@ -49,6 +49,35 @@
 // refuses and the node backs off with that reason in its state, never
 // connecting over it.
 //
+// # The newer node first
+//
+// During a rolling upgrade a graceful handover goes to a node already on
+// the newer build when one is waiting, so that a roll moves each bot once.
+// The election queue is etcd's (first joined, first to lead), and nothing
+// reorders it; instead a standby leaves it and joins again at the back
+// when a live node of a newer build waits behind it (stepBack, decided on
+// each change of the node registry or of the bot's queue). Newer is the
+// registry entry's schema version ("v"; none: a release before versions),
+// then its release version; two builds that are not releases (dev) are
+// not ordered. What this guarantees:
+//
+//   - a leader is never moved by it: only a waiting candidate gives up
+//     its place, and a term that Campaign handed over is kept whatever
+//     was decided meanwhile (one won in that instant, before it was
+//     handed over, is withdrawn before any connect, as any candidacy);
+//   - a standby steps back at most once per newer node that joins behind
+//     it, so the queue settles (the newest builds first) after one step
+//     per older standby, with no ping-pong between two nodes;
+//   - a step back is a candidacy ended and begun again (one lease and two
+//     key writes); a node that cannot read the registry or the queue does
+//     not step back.
+//
+// What it does not: a leader stopped while no newer node waits hands over
+// to an older one (roll the standbys first and the leaders last, and the
+// bot moves once); a node of a release before this rule (5071c48) keeps
+// its place, so a queue with such a node ahead of a newer one settles only
+// as those nodes are rolled.
+//
 // # Backoff
 //
 // Every way through the loop that is not a stable connection waits before

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -41,7 +42,7 @@ func LeaderEvents(ctx context.Context, cli *clientv3.Client, prefix, bot string,
 
 func putLeaderEvent(ctx context.Context, cli *clientv3.Client, prefix string, tr LeaderEvent) error {
 	dir := prefix + eventsDir + tr.Bot + "/"
-	raw, _ := json.Marshal(tr)
+	raw, _ := schema.Marshal(tr)
 	if _, err := cli.Put(ctx, fmt.Sprintf("%s%020d", dir, tr.At.UnixNano()), string(raw)); err != nil {
 		return err
 	}

@@ -2,10 +2,10 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -45,7 +45,7 @@ func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.Le
 		return
 	}
 	put := func() error {
-		raw, _ := json.Marshal(n.Info())
+		raw, _ := schema.Marshal(n.Info())
 		_, err := n.cli.Put(kctx, key, string(raw), clientv3.WithLease(lease))
 		return err
 	}

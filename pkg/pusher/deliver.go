@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/pace"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/nats-io/nats.go/jetstream"
@@ -147,6 +148,12 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 			return nil, 0, true, 0
 		}
 		return nil, 0, false, time.Second // the inbound path is still writing it
+	}
+	if errors.Is(err, schema.ErrNewer) {
+		// A newer botctl's task: a leader of that version delivers it.
+		// Out of the active set, as a corrupt record is.
+		p.log.Warn().Err(err).Str("task", id).Msg("task left for a leader of a newer botctl")
+		return nil, 0, true, 0
 	}
 	if errors.Is(err, task.ErrCorruptRecord) {
 		// Out of the active set, not stepped again every second: the

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -180,6 +181,12 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id) // expired with its record
+			continue
+		}
+		if errors.Is(err, schema.ErrNewer) {
+			// A newer botctl's task, left in the index for a leader of
+			// that version; the bot's other tasks do not wait for it.
+			p.log.Warn().Err(err).Str("task", id).Msg("task left for a leader of a newer botctl")
 			continue
 		}
 		if errors.Is(err, task.ErrCorruptRecord) {

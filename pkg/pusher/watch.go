@@ -11,6 +11,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -205,7 +206,7 @@ func (p *Pusher) saveWatermark(ctx context.Context) {
 	if !advance {
 		return
 	}
-	raw, _ := json.Marshal(Watermark{OutputRev: wm, Node: p.cfg.NodeID, TermRev: p.cfg.TermRev, Updated: p.cfg.Now().UTC()})
+	raw, _ := schema.Marshal(Watermark{OutputRev: wm, Node: p.cfg.NodeID, TermRev: p.cfg.TermRev, Updated: p.cfg.Now().UTC()})
 	if _, err := p.cfg.Store.Watermarks().Put(ctx, p.watermarkKey(), raw); err != nil {
 		p.storeError("watermark_write", err)
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -44,7 +45,9 @@ func (c *Conversation) Idle(m Memory, now time.Time) bool {
 	return m.IdleExpiry > 0 && !c.Updated.IsZero() && now.Sub(c.Updated) > m.IdleExpiry
 }
 
-// LoadConversation reads a conversation's context (empty if none).
+// LoadConversation reads a conversation's context (empty if none). A
+// context a newer botctl wrote is an error wrapping schema.ErrNewer, so
+// AppendExchange and SetSession do not write over it.
 func LoadConversation(ctx context.Context, kv jetstream.KeyValue, key string) (*Conversation, uint64, error) {
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -52,6 +55,10 @@ func LoadConversation(ctx context.Context, kv jetstream.KeyValue, key string) (*
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("read conversation %s: %w", key, err)
+	}
+	if err := schema.Check(KindConversation, e.Value()); err != nil {
+		// Neither used nor written over: the answer goes without it.
+		return nil, 0, fmt.Errorf("conversation %s: %w", key, err)
 	}
 	var c Conversation
 	if err := json.Unmarshal(e.Value(), &c); err != nil {
@@ -93,7 +100,7 @@ func AppendExchangeFrom(ctx context.Context, kv jetstream.KeyValue, key, questio
 		}
 		c.Turns = append(c.Turns, Turn{"user", question}, Turn{"assistant", answer})
 		c.Turns, c.Updated = bound(c.Turns, m.Turns, m.Bytes), now.UTC()
-		raw, _ := json.Marshal(c)
+		raw, _ := schema.Marshal(c)
 		if rev == 0 {
 			_, err = kv.Create(ctx, key, raw)
 		} else {

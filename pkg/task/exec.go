@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -464,7 +465,7 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 	if err := l.store.MarkUndelivered(ctx, r.Bot, r.ID); err != nil {
 		return r, err
 	}
-	raw, _ := json.Marshal(MessageOf(r))
+	raw, _ := schema.Marshal(MessageOf(r))
 	msgid := fmt.Sprintf("%s#retry-%d", r.MsgID, l.now().UnixNano())
 	if _, err := l.store.PublishTask(ctx, r.Bot, r.Chat, msgid, raw); err != nil {
 		why := "retry not queued: " + err.Error()

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go"
 )
 
@@ -58,7 +59,7 @@ func NoticeMsg(names dataplane.Names, r *Record, rev uint64) *nats.Msg {
 	m := nats.NewMsg(names.NoticeSubject(r.Bot))
 	m.Data = []byte(r.ID)
 	if rev > 0 {
-		if raw, err := json.Marshal(r); err == nil {
+		if raw, err := schema.Marshal(r); err == nil {
 			m.Header.Set(noticeRecordHeader, base64.StdEncoding.EncodeToString(raw))
 			m.Header.Set(noticeRevHeader, strconv.FormatUint(rev, 10))
 		}
@@ -68,7 +69,8 @@ func NoticeMsg(names dataplane.Names, r *Record, rev uint64) *nats.Msg {
 
 // NoticeOf reads a notice (Names.NoticeSubject): the task id, and the record as
 // written at revision rev when the notice carries it (nil, 0: read it). A
-// record whose header does not decode, or names another task, is ignored.
+// record whose header does not decode, names another task, or was written
+// by a newer botctl, is ignored.
 func NoticeOf(m *nats.Msg) (id string, r *Record, rev uint64) {
 	id = string(m.Data)
 	if m.Header == nil {
@@ -81,6 +83,9 @@ func NoticeOf(m *nats.Msg) (id string, r *Record, rev uint64) {
 	rev, err = strconv.ParseUint(m.Header.Get(noticeRevHeader), 10, 64)
 	if err != nil || rev == 0 {
 		return id, nil, 0
+	}
+	if schema.Of(raw) > schema.Version {
+		return id, nil, 0 // read from the bucket, where Get refuses it
 	}
 	var rec Record
 	if err := json.Unmarshal(raw, &rec); err != nil || rec.ID != id {

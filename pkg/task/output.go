@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -205,7 +206,7 @@ func encodeOutput(o Output) ([]byte, error) {
 	if err := enc.Encode(o); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return schema.Stamp(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }
 
 // OutputTextBytes is how many bytes text takes in the output bucket, as
@@ -294,6 +295,9 @@ func GetOutput(ctx context.Context, kv jetstream.KeyValue, id string) (*Output, 
 
 // DecodeOutput parses a value of the output bucket.
 func DecodeOutput(raw []byte) (*Output, error) {
+	if err := schema.Check(KindOutput, raw); err != nil {
+		return nil, err
+	}
 	var o Output
 	if err := json.Unmarshal(raw, &o); err != nil {
 		return nil, fmt.Errorf("corrupt output: %w", err)

@@ -2,10 +2,10 @@ package task
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -86,7 +86,7 @@ func (s *Sessions) set(ctx context.Context, key string, session AgentSession) er
 			kept = kept[len(kept)-maxSessions:]
 		}
 		c.Sessions = kept
-		raw, _ := json.Marshal(c)
+		raw, _ := schema.Marshal(c)
 		if rev == 0 {
 			_, err = s.kv.Create(ctx, key, raw)
 		} else {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -44,6 +45,9 @@ type SweepResult struct {
 	Abandoned int `json:"abandoned"`
 	Owed      int `json:"owed"`    // owed endings written (see release.go)
 	Corrupt   int `json:"corrupt"` // tasks skipped: their record does not decode (Corrupt)
+	// Newer: queue messages and records left alone because a newer
+	// botctl wrote them (schema.ErrNewer); a node of that version sweeps them.
+	Newer int `json:"newer,omitempty"`
 }
 
 // Sweep checks bot's queue and undelivered tasks once (see above): tasks
@@ -71,7 +75,16 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 		if err != nil || msg == nil {
 			continue
 		}
+		if err := schema.Check(KindMessage, msg.Data); err != nil {
+			s.newer(err)
+			continue
+		}
 		m, in, err := s.readQueued(ctx, msg)
+		if errors.Is(err, schema.ErrNewer) {
+			checked[m.TaskID] = true
+			s.newer(err)
+			continue
+		}
 		if in.read == recordFound || in.read == recordCorrupt {
 			checked[m.TaskID] = true
 		}
@@ -93,6 +106,10 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 			continue
 		}
 		r, _, err := Get(ctx, l.store.Tasks(), id)
+		if errors.Is(err, schema.ErrNewer) {
+			s.newer(err)
+			continue
+		}
 		read := readOf(err)
 		if read == recordFound {
 			s.res.Undelivered++
@@ -128,6 +145,13 @@ type sweepRound struct {
 	failing error
 }
 
+// newer leaves a message or record a newer botctl wrote for a node of
+// that version, and says so.
+func (s *sweepRound) newer(err error) {
+	s.res.Newer++
+	s.l.log.Warn().Err(err).Str("bot", s.bot).Msg("sweep leaves a record it does not understand")
+}
+
 func (s *sweepRound) fail(err error) {
 	if s.first == nil {
 		s.first = err
@@ -149,6 +173,9 @@ func (s *sweepRound) readQueued(ctx context.Context, msg *jetstream.RawStreamMsg
 		return m, in, nil
 	}
 	r, _, err := Get(ctx, s.l.store.Tasks(), m.TaskID)
+	if errors.Is(err, schema.ErrNewer) {
+		return m, in, err // left alone (Sweep)
+	}
 	in.rec, in.read = r, readOf(err)
 	switch in.read {
 	case recordFailing:
@@ -340,6 +367,12 @@ func (l *Lifecycle) maxDelivered(ctx context.Context, a maxDeliveriesAdvisory) e
 	}
 	if err != nil {
 		return err
+	}
+	if err := schema.Check(KindMessage, msg.Data); err != nil {
+		// Its task is a newer botctl's to end: the message stays (no
+		// longer delivered) until a node of that version sweeps it.
+		l.log.Warn().Err(err).Uint64("seq", a.StreamSeq).Msg("task past its last delivery left for a newer node")
+		return nil
 	}
 	reason := fmt.Sprintf("its queue message was delivered %d times without finishing (a worker died or stopped on its last delivery)", a.Deliveries)
 	var m Message

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -72,6 +73,7 @@ var ErrTransition = errors.New("task: transition not allowed")
 // StoreFailed reports whether err, from a lifecycle operation or a read or
 // write of the task, output or context bucket, is JetStream failing
 // (unreachable, a timeout, an API error) rather than an answer: a
+// record a newer botctl wrote (schema.ErrNewer), a
 // lifecycle sentinel (the task finished, superseded, busy, a transition
 // not allowed, nothing to change), a key not found, a value that does not
 // decode, or the caller's own context canceled. The pusher and the worker
@@ -84,6 +86,7 @@ func StoreFailed(err error) bool {
 		errors.Is(err, ErrFinished), errors.Is(err, ErrNotFinished), errors.Is(err, ErrSuperseded),
 		errors.Is(err, ErrConversationBusy), errors.Is(err, ErrTransition), errors.Is(err, ErrNoChange),
 		errors.Is(err, ErrPushSuperseded), errors.Is(err, ErrCorruptRecord), errors.Is(err, ErrRunningOffQueue),
+		errors.Is(err, schema.ErrNewer),
 		errors.As(err, &syntax), errors.As(err, &typ):
 		return false
 	}
@@ -282,15 +285,29 @@ func allowed[T comparable](next []T, to T) bool {
 	return false
 }
 
+// The kinds of record this package refuses when a newer botctl wrote them
+// (schema.Check).
+const (
+	KindRecord       = "task record"
+	KindMessage      = "task message"
+	KindOutput       = "task output"
+	KindConversation = "conversation context"
+)
+
 // ErrCorruptRecord: the bucket holds a value under the task's key that is
 // not a record. The task exists; what it says is unknown.
 var ErrCorruptRecord = errors.New("corrupt record")
 
 // Get reads a record and its KV revision. Errors wrap the bucket's
-// (jetstream.ErrKeyNotFound: no such task) or ErrCorruptRecord.
+// (jetstream.ErrKeyNotFound: no such task), ErrCorruptRecord, or
+// schema.ErrNewer: a record a newer botctl wrote, which no step of this
+// node reads further or writes over (every change goes through Get).
 func Get(ctx context.Context, kv jetstream.KeyValue, id string) (*Record, uint64, error) {
 	e, err := kv.Get(ctx, id)
 	if err != nil {
+		return nil, 0, fmt.Errorf("task %s: %w", id, err)
+	}
+	if err := schema.Check(KindRecord, e.Value()); err != nil {
 		return nil, 0, fmt.Errorf("task %s: %w", id, err)
 	}
 	var r Record
@@ -302,7 +319,7 @@ func Get(ctx context.Context, kv jetstream.KeyValue, id string) (*Record, uint64
 
 // create stores a new record; jetstream.ErrKeyExists if the task exists.
 func create(ctx context.Context, kv jetstream.KeyValue, r *Record) (uint64, error) {
-	raw, err := json.Marshal(r)
+	raw, err := schema.Marshal(r)
 	if err != nil {
 		return 0, err
 	}
@@ -378,7 +395,7 @@ func updateLoop(ctx context.Context, kv jetstream.KeyValue, id string, r *Record
 			}
 			return r, rev, err
 		}
-		raw, err := json.Marshal(r)
+		raw, err := schema.Marshal(r)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -137,6 +138,11 @@ const handBackTimeout = 5 * time.Second
 // nothing more, nak'd for another attempt, terminated when it can never
 // run again, left alone when a later attempt holds it.
 func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, fetched <-chan struct{}) {
+	if err := schema.Check(task.KindMessage, msg.Data()); err != nil {
+		w.unreserve()
+		w.passNewer(msg, err)
+		return
+	}
 	var m task.Message
 	if err := json.Unmarshal(msg.Data(), &m); err != nil || m.TaskID == "" {
 		w.unreserve()
@@ -180,6 +186,20 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, fetched <-chan s
 		}
 	case actLeave:
 		log.Info().Err(res.err).Msg("a later attempt holds the task; leaving its message alone")
+	}
+}
+
+// passNewer hands a task message a newer botctl wrote back to the queue
+// untouched, for a node of that version: not acked, not terminated, its
+// record not read or written. It comes back after RetryDelay, to whichever
+// worker fetches it then; each pass counts as one of the task's
+// deliveries (TaskMaxDeliver), so a queue with no newer worker ends it as
+// a task whose deliveries ran out, ended by a newer node (task.Sweep and
+// WatchMaxDeliveries leave it alone here).
+func (w *Worker) passNewer(msg jetstream.Msg, err error) {
+	w.log.Warn().Err(err).Str("subject", msg.Subject()).Dur("retry_in", w.cfg.RetryDelay).Msg("task message left for a newer node")
+	if nerr := msg.NakWithDelay(w.cfg.RetryDelay); nerr != nil {
+		w.log.Warn().Err(nerr).Msg("nak failed; the task is redelivered after the ack wait")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/heal/incident"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -63,7 +64,7 @@ func (l *loop) synthetic(ctx context.Context, now time.Time) {
 	}
 	kv := l.a.store.KV()
 	rec := SyntheticRecord{At: now, ID: "synthetic-" + now.Format("20060102T150405Z"), Node: l.cfg.NodeID}
-	raw, _ := json.Marshal(rec)
+	raw, _ := schema.Marshal(rec)
 	var rev uint64
 	var err error
 	if l.synthRev == 0 {

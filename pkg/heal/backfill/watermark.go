@@ -10,6 +10,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -198,7 +199,7 @@ func (t *Tracker) move(ctx context.Context, bot string, created time.Time, forwa
 			}
 			rev = e.Revision()
 		}
-		raw, _ := json.Marshal(Watermark{Created: created, Node: t.Node, Updated: time.Now().UTC()})
+		raw, _ := schema.Marshal(Watermark{Created: created, Node: t.Node, Updated: time.Now().UTC()})
 		if rev == 0 {
 			_, err = kv.Create(ctx, watermarkKey(bot), raw)
 		} else {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -120,7 +121,7 @@ func loadBaseline(ctx context.Context, kv jetstream.KeyValue, bot string) (*Base
 }
 
 func saveBaseline(ctx context.Context, kv jetstream.KeyValue, bot string, b *Baseline) error {
-	raw, err := json.Marshal(b)
+	raw, err := schema.Marshal(b)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -37,7 +38,7 @@ func markKey(bot, chat string) string {
 func MarkIncomplete(ctx context.Context, kv jetstream.KeyValue, bot string, chats []string, why string, now time.Time) error {
 	var errs []error
 	for _, chat := range chats {
-		raw, _ := json.Marshal(Mark{Bot: bot, Chat: chat, Why: why, At: now.UTC()})
+		raw, _ := schema.Marshal(Mark{Bot: bot, Chat: chat, Why: why, At: now.UTC()})
 		if _, err := kv.Put(ctx, markKey(bot, chat), raw); err != nil {
 			errs = append(errs, fmt.Errorf("mark conversation %s of bot %s incomplete: %w", chat, bot, err))
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -130,7 +131,7 @@ func update(ctx context.Context, kv jetstream.KeyValue, bot string, now time.Tim
 			r.Since = now
 		}
 		r.Bot, r.Updated = bot, now
-		raw, err := json.Marshal(r)
+		raw, err := schema.Marshal(r)
 		if err != nil {
 			return r, err
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -91,7 +92,7 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 	if inc.State == "" {
 		inc.State = Open
 	}
-	raw, err := json.Marshal(inc)
+	raw, err := schema.Marshal(inc)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +224,7 @@ func (s *Store) Update(ctx context.Context, bot, id string, fn func(*Incident) e
 		if err := fn(cur); err != nil {
 			return cur, err
 		}
-		raw, err := json.Marshal(cur)
+		raw, err := schema.Marshal(cur)
 		if err != nil {
 			return nil, err
 		}

@@ -52,6 +52,23 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 	return bin, nil
 }
 
+// BuildVersion compiles ./cmd/botctl from the working tree into dir/name,
+// stamped with version as make build stamps a release: two builds of the
+// code under test that other nodes see as an older and a newer release.
+func BuildVersion(dir, version, name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/botctl/botctl/pkg/buildinfo.Version="+version, "-o", bin, "./cmd/botctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", version, err, out)
+	}
+	return bin, nil
+}
+
 // BuildCommit compiles ./cmd/botctl as it was at commit (a hash or a ref
 // of the repository's history) into dir/name, from a copy of that commit's
 // tree (git archive), stamped with version as make build stamps a release.
