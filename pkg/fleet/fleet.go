@@ -21,10 +21,10 @@
 // What is guaranteed: Add creates a record only where none is (two adds
 // of one id: one wins, the other gets ErrExists); RotateSecret acts only
 // on the record it read (compare-and-set on its revision), so a change
-// made meanwhile is not lost silently. What is
-// not: that a node picks up a change of the registry while it runs; a
-// node reads it at its start (WithRegistry). See docs/bots.md, "Bots as
-// data".
+// made meanwhile is not lost silently. A node reads the registry at its
+// start (WithRegistry), then follows its changes while it runs
+// (Follower): a bot added is campaigned for, a bot removed drained and
+// dropped, each within a few seconds. See docs/bots.md, "Bots as data".
 package fleet
 
 import (

@@ -24,10 +24,8 @@ type Change struct {
 // is applied again and a bot gone meanwhile is applied as removed. A
 // value that is not a record is logged (never its content) and skipped:
 // the bot keeps the record last applied.
-// apply runs on Watch's goroutine, in the order of the changes.
-//
-// Nothing calls it yet: nodes read the registry at their start only
-// (WithRegistry); serving the changes while a node runs is not built.
+// apply runs on Watch's goroutine, in the order of the changes. A
+// running node follows the registry with it (Follower).
 func Watch(ctx context.Context, cli *clientv3.Client, prefix string, apply func(Change), log zerolog.Logger) {
 	dir := prefix + Dir
 	known := map[string]bool{} // bots applied: one gone from a fresh read was removed meanwhile
