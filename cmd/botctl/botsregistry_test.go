@@ -113,7 +113,7 @@ bots:
 		t.Errorf("list: %s", out)
 	}
 
-	run(0, "bots", "rotate-secret", "--config", cfg, "--bot", "b1", "--secret-file", secretFile(t, "b1.new", rotated))
+	run(0, "bots", "rotate-secret", "--config", cfg, "--bot", "b1", "--secret-file", secretFile(t, "b1.new", rotated), "--wait", "1s")
 	if s := opened("b1"); s != rotated {
 		t.Errorf("after rotate-secret the secret opens to %q", s)
 	}

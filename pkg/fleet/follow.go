@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/botctl/botctl/pkg/clusterkey"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -22,10 +24,17 @@ type (
 	// term), Drop ends it, as a graceful stop ends a term, and Refuse ends
 	// it and shows the bot refused, with why, in the node's status. The
 	// channels are closed once the loop has ended.
+	//
+	// Prove asks the node, if it holds the bot's connection (ok), to prove
+	// a rotated secret by a subscribe after the connection's work has
+	// drained; the outcome is nil (in use) or the error of the subscribe
+	// (errors.Is wecom.ErrAuthFailed: WeCom refused it, and the connection
+	// held is kept).
 	Node interface {
 		Serve(b config.Bot) error
 		Drop(bot string) <-chan struct{}
 		Refuse(bot, why string) <-chan struct{}
+		Prove(bot, secret string) (outcome <-chan error, ok bool)
 	}
 	// Settings keeps a served bot's own settings on the node (its rules,
 	// its backend): Serve before the bot's loop starts, Drop after it
@@ -127,7 +136,47 @@ func (f *Follower) apply(ctx context.Context, c Change) {
 		f.remove(ctx, bot, "registered for env "+c.Bot.Env+", this node's is "+f.Config.Env)
 	default:
 		f.serve(out[0])
+		if r := c.Bot.Rotation; r != nil && r.State == RotationPending {
+			f.prove(ctx, c.Bot, out[0].Secret)
+		}
 	}
+}
+
+// prove has the rotated secret of rec proved where this node holds the
+// bot's connection, and records the outcome in the registry: proved, or
+// refused with WeCom's error and the secret before restored (every node
+// then serves the bot with it again). Another outcome (the term ended
+// first, WeCom not reached) leaves the rotation pending: the bot's next
+// term connects with the new secret.
+func (f *Follower) prove(ctx context.Context, rec Bot, secret string) {
+	outcome, ok := f.Node.Prove(rec.ID, secret)
+	if !ok {
+		return // another node holds the connection, or none does
+	}
+	f.wg.Go(func() {
+		log := f.Logger.With().Str("bot", rec.ID).Logger()
+		var err error
+		select {
+		case err = <-outcome:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil && !errors.Is(err, wecom.ErrAuthFailed) {
+			log.Warn().Err(err).Msg("the bot's new secret was not proved; the rotation stays pending, and the bot's next term connects with it")
+			return
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		defer cancel()
+		if serr := SettleRotation(wctx, f.Client, f.Prefix, rec, f.Config.NodeID, err, time.Now()); serr != nil {
+			log.Error().Err(serr).AnErr("outcome", err).Msg("the outcome of the bot's secret rotation is not recorded")
+			return
+		}
+		if err != nil {
+			log.Error().Err(err).Msg("rotate-secret refused by WeCom: the bot keeps its connection and its old secret (restored in the registry); give the secret WeCom's console shows and rotate again")
+			return
+		}
+		log.Info().Msg("rotate-secret proved: the bot's connection uses the new secret")
+	})
 }
 
 // serve serves b, or gives it its record's new secret and settings.

@@ -23,6 +23,7 @@ type loop struct {
 	index  int                     // its place in the start's spread
 	cancel context.CancelCauseFunc // nil until Run starts it
 	done   chan struct{}           // closed when the loop has ended
+	prove  chan proof              // the secrets to prove on the connection held (Prove)
 	// refused, once set, is why the bot is shown refused after its loop
 	// ends (Refuse).
 	refused string
@@ -45,7 +46,7 @@ func (n *Node) Serve(b config.Bot) error {
 		l.bot = b
 		return nil
 	}
-	l := &loop{bot: b, index: len(n.loops), done: make(chan struct{})}
+	l := &loop{bot: b, index: len(n.loops), done: make(chan struct{}), prove: make(chan proof, 1)}
 	n.loops[b.ID] = l
 	if _, ok := n.status[b.ID]; !ok || n.status[b.ID].State == StateRefused {
 		n.status[b.ID] = BotStatus{State: StateStarting, Since: time.Now().UTC()}

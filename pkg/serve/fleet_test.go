@@ -216,3 +216,63 @@ func TestNodeWithAnotherKeyRefusesEncryptedBot(t *testing.T) {
 		t.Fatal("b1's answer is empty")
 	}
 }
+
+// rotate stores secret as bot's new one (as botctl bots rotate-secret
+// does) and waits for the leader's outcome.
+func (c *fleetCluster) rotate(t *testing.T, k *clusterkey.Key, bot, secret string) fleet.Bot {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := fleet.RotateSecret(ctx, c.cli, botsettings.DefaultPrefix, k, bot, []byte(secret), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := fleet.AwaitRotation(ctx, c.cli, botsettings.DefaultPrefix, bot, b.Rev)
+	if err != nil {
+		t.Fatalf("rotation of %s not settled: %v (last %+v)", bot, err, out.Rotation)
+	}
+	return out
+}
+
+// rotate-secret with the secret WeCom now has is proved by the leader
+// without a restart: its new connection replaces the old one (one kick,
+// its own), and the bot answers. With a wrong secret, WeCom's refusal is
+// recorded in the registry, the old secret restored there, and the
+// connection held is kept (no kick): the bot answers on.
+func TestRotateSecretAtRunTime(t *testing.T) {
+	k := clusterKey(t, 1)
+	c := startFleet(t, 10*time.Millisecond, k, k)
+	c.add(t, k, "reg")
+	testwait.Eventually(t, time.Minute, "reg led", func() bool { return c.leader("reg") != nil })
+	c.ask(t, "reg", "before")
+	if err := c.sim.SetSecret("reg", "s2-reg"); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := c.sim.Stats("reg")
+
+	b := c.rotate(t, k, "reg", "s2-reg")
+	if b.Rotation.State != fleet.RotationProved {
+		t.Fatalf("rotation to the right secret: %+v, want proved", b.Rotation)
+	}
+	st, _ := c.sim.Stats("reg")
+	if !st.Connected || st.Kicks != before.Kicks+1 || st.AuthFailures != before.AuthFailures {
+		t.Errorf("after the rotation: connected %v, kicks %d (before %d), auth failures %d, want one kick by the new connection", st.Connected, st.Kicks, before.Kicks, st.AuthFailures)
+	}
+	c.ask(t, "reg", "after the rotation")
+
+	b = c.rotate(t, k, "reg", "not-the-secret")
+	if b.Rotation.State != fleet.RotationRefused || !strings.Contains(b.Rotation.Error, "authentication failed: errcode") {
+		t.Fatalf("rotation to a wrong secret: %+v, want refused with WeCom's error", b.Rotation)
+	}
+	if strings.Contains(b.Rotation.Error, "not-the-secret") {
+		t.Error("the refusal holds the secret")
+	}
+	if s, err := b.OpenSecret(k); err != nil || s != "s2-reg" {
+		t.Errorf("the registry's secret after the refusal: %v, want the old one kept", err)
+	}
+	after, _ := c.sim.Stats("reg")
+	if !after.Connected || after.Kicks != st.Kicks || after.AuthFailures != st.AuthFailures+1 {
+		t.Errorf("after the refused rotation: connected %v, kicks %d (before %d), auth failures %d: want the holder kept", after.Connected, after.Kicks, st.Kicks, after.AuthFailures)
+	}
+	c.ask(t, "reg", "after the refusal")
+}
