@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -24,6 +26,26 @@ type fleetCluster struct {
 	sim   *wecomsim.Server
 	cli   *clientv3.Client
 	nodes []*runningNode
+
+	mu   sync.Mutex
+	logs [][]string // each node's log lines
+}
+
+// logged counts node i's log lines holding every one of parts.
+func (c *fleetCluster) logged(i int, parts ...string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := 0
+	for _, l := range c.logs[i] {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			k++
+		}
+	}
+	return k
 }
 
 // startFleet starts the nodes, node i with keys[i] as its cluster key
@@ -32,7 +54,7 @@ func startFleet(t *testing.T, answerTime time.Duration, keys ...*clusterkey.Key)
 	t.Helper()
 	sim, wecomURL := startSimBots(t, "b1", "reg", "enc")
 	e, ns := startEtcd(t), startNATS(t)
-	c := &fleetCluster{sim: sim, cli: etcdClient(t, e)}
+	c := &fleetCluster{sim: sim, cli: etcdClient(t, e), logs: make([][]string, len(keys))}
 	for i, k := range keys {
 		cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())
 		cfg.NodeID = []string{"n1", "n2"}[i]
@@ -42,7 +64,8 @@ func startFleet(t *testing.T, answerTime time.Duration, keys ...*clusterkey.Key)
 		if k != nil {
 			cfg.Secrets.KeyFile = k.File()
 		}
-		n, err := startNode(t, cfg)
+		log := zerolog.New(lineWriter(func(l string) { c.mu.Lock(); c.logs[i] = append(c.logs[i], l); c.mu.Unlock() }))
+		n, err := startNodeLogged(t, cfg, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,6 +224,22 @@ func TestNodeWithAnotherKeyRefusesEncryptedBot(t *testing.T) {
 	})
 	if !strings.Contains(why, other.File()) || strings.Contains(why, "s-enc") {
 		t.Errorf("n2's reason %q, want the key file %s named (and no secret)", why, other.File())
+	}
+	// A change of the record (its secret sealed again) is read again:
+	// still refused, not logged again.
+	since := c.nodes[1].Node.Node.Info().Bots["enc"].Since
+	if _, err := fleet.RotateSecret(context.Background(), c.cli, botsettings.DefaultPrefix, k, "enc", []byte("s-enc"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "n2 refuses enc again", func() bool {
+		st := c.nodes[1].Node.Node.Info().Bots["enc"]
+		return st.State == node.StateRefused && st.Since.After(since)
+	})
+	if k := c.logged(1, "registered bot not served", `"bot":"enc"`, other.File()); k != 1 {
+		t.Errorf("n2 logged its refusal of enc %d times, want once", k)
+	}
+	if k := c.logged(1, "s-enc"); k != 0 {
+		t.Error("n2's log holds enc's secret")
 	}
 	testwait.Eventually(t, time.Minute, "enc led by n1", func() bool { return c.nodes[0].Pusher("enc") != nil })
 	if got := c.ask(t, "enc", "hello enc"); got == "" {
