@@ -31,6 +31,10 @@ type Decoder[T any] func(key, value []byte, rev int64) (T, error)
 // readTimeout bounds Watch's fresh reads.
 const readTimeout = 10 * time.Second
 
+// listed runs between a fresh read and the watch that follows it: a
+// seam for tests, which compact etcd past the read there.
+var listed = func() {}
+
 // List reads every record under dir, in key order, and the revision read
 // at; the values decode refuses are returned as one error beside the
 // rest. A failed read: rev 0 and etcd's error, unwrapped (the caller
@@ -93,6 +97,7 @@ func Watch[T any](ctx context.Context, cli *clientv3.Client, dir string, decode 
 			}
 		}
 		known = now
+		listed()
 		wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for wr := range cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 			if err := wr.Err(); err != nil {
