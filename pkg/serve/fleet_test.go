@@ -138,6 +138,7 @@ func TestBotAddedAtRunTimeIsLed(t *testing.T) {
 	})
 	t.Logf("both nodes campaign for reg %s after bots add", time.Since(added).Round(time.Millisecond))
 	testwait.Eventually(t, time.Minute, "reg connected", func() bool { st, _ := c.sim.Stats("reg"); return st.Connected })
+	t.Logf("reg led %s after bots add", time.Since(added).Round(time.Millisecond))
 	if got := c.ask(t, "reg", "hello reg"); got == "" {
 		t.Fatal("reg's answer is empty")
 	}
