@@ -281,14 +281,24 @@ func (c *fleetCluster) rotate(t *testing.T, k *clusterkey.Key, bot, secret strin
 // connection held is kept (no kick): the bot answers on.
 func TestRotateSecretAtRunTime(t *testing.T) {
 	k := clusterKey(t, 1)
-	c := startFleet(t, 10*time.Millisecond, k, k)
+	c := startFleet(t, 2*time.Second, k, k)
 	c.add(t, k, "reg")
 	testwait.Eventually(t, time.Minute, "reg led", func() bool { return c.leader("reg") != nil })
+	lead := c.leader("reg")
 	c.ask(t, "reg", "before")
 	if err := c.sim.SetSecret("reg", "s2-reg"); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := c.sim.Stats("reg")
+	// An answer being written while the secret is rotated: its stream is
+	// closed with the handover note, and the answer follows by push.
+	if _, err := c.sim.PostMessage(wecomsim.MessageRequest{BotID: "reg", UserID: "bob", Text: "in flight"}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "the answer owed", func() bool {
+		ids, _ := lead.Store.UndeliveredTasks(context.Background(), "reg")
+		return len(ids) == 1
+	})
 
 	b := c.rotate(t, k, "reg", "s2-reg")
 	if b.Rotation.State != fleet.RotationProved {
@@ -299,6 +309,17 @@ func TestRotateSecretAtRunTime(t *testing.T) {
 		t.Errorf("after the rotation: connected %v, kicks %d (before %d), auth failures %d, want one kick by the new connection", st.Connected, st.Kicks, before.Kicks, st.AuthFailures)
 	}
 	c.ask(t, "reg", "after the rotation")
+	testwait.Eventually(t, time.Minute, "every answer delivered", func() bool {
+		for _, r := range botRecords(t, lead, "reg") {
+			if r.Delivery != task.Delivered {
+				return false
+			}
+		}
+		return true
+	})
+	if recs := botRecords(t, lead, "reg"); len(recs) != 3 {
+		t.Errorf("%d task records of reg, want 3", len(recs))
+	}
 
 	b = c.rotate(t, k, "reg", "not-the-secret")
 	if b.Rotation.State != fleet.RotationRefused || !strings.Contains(b.Rotation.Error, "authentication failed: errcode") {
