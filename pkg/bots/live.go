@@ -356,10 +356,31 @@ func (b *Live) Breakers() *ai.Breakers { return b.breakers }
 
 // Serve gives a bot served from now on (the bot registry's, added at run
 // time: pkg/fleet) its settings: its record's sections over the config
-// file's top level, built, before its loop starts. A bot it has already
-// keeps what it runs with (its override in etcd among it) unless its
-// record's sections changed. On an error nothing changes.
+// file's top level, built, then its override in etcd (botctl bots set)
+// if it has one, before its loop starts. A bot it has already keeps what
+// it runs with unless its record's sections changed. On an error nothing
+// changes.
 func (b *Live) Serve(bot config.Bot) error {
+	rebuilt, err := b.serve(bot)
+	if err != nil || !rebuilt || b.etcd == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	o, err := botsettings.Get(ctx, b.etcd, b.prefix, bot.ID)
+	if err != nil {
+		b.log.Warn().Err(err).Str("bot", bot.ID).Msg("bot settings override not read: the registry's settings apply until the watch reads it")
+		return nil
+	}
+	if o.Doc != nil {
+		b.apply(o)
+	}
+	return nil
+}
+
+// serve is Serve without the override: rebuilt says the bot's state was
+// made anew of the file's and the record's settings.
+func (b *Live) serve(bot config.Bot) (rebuilt bool, err error) {
 	b.applying.Lock()
 	defer b.applying.Unlock()
 	cfg := b.cfg
@@ -370,26 +391,23 @@ func (b *Live) Serve(bot config.Bot) error {
 	} else {
 		cfg.Bots = append(cfg.Bots, bot)
 	}
-	b.mu.RLock()
-	_, has := b.bots[bot.ID]
-	b.mu.RUnlock()
-	if has && i >= 0 && reflect.DeepEqual(b.cfg.Bots[i].Settings, bot.Settings) {
+	if i >= 0 && reflect.DeepEqual(b.cfg.Bots[i].Settings, bot.Settings) {
 		b.cfg = cfg // its secret, owner: nothing is built of them here
-		return nil
+		return false, nil
 	}
 	s, err := cfg.BotSettings(bot.ID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	st, err := b.build(s, b.top, 0)
 	if err != nil {
-		return err
+		return false, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.cfg = cfg
 	b.bots[bot.ID] = st
-	return nil
+	return true, nil
 }
 
 // Drop forgets a bot no longer served (its loop ended): from then on it

@@ -24,9 +24,12 @@ type loop struct {
 	cancel context.CancelCauseFunc // nil until Run starts it
 	done   chan struct{}           // closed when the loop has ended
 	prove  chan proof              // the secrets to prove on the connection held (Prove)
-	// refused, once set, is why the bot is shown refused after its loop
-	// ends (Refuse).
+	// ending: Drop or Refuse ended the loop; refused, once set, is why
+	// the bot is shown refused after it ends; again is the bot served
+	// again meanwhile (Serve), whose loop starts once this one has ended.
+	ending  bool
 	refused string
+	again   *config.Bot
 }
 
 // Serve makes this node campaign for b from now on, beside the bots it
@@ -42,11 +45,20 @@ func (n *Node) Serve(b config.Bot) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if l := n.loops[b.ID]; l != nil {
+	switch l := n.loops[b.ID]; {
+	case l != nil && l.ending:
+		l.again = &b
+	case l != nil:
 		l.bot = b
-		return nil
+	default:
+		n.addLocked(b, len(n.loops))
 	}
-	l := &loop{bot: b, index: len(n.loops), done: make(chan struct{}), prove: make(chan proof, 1)}
+	return nil
+}
+
+// addLocked makes b's loop, started if Run runs; n.mu is held.
+func (n *Node) addLocked(b config.Bot, index int) {
+	l := &loop{bot: b, index: index, done: make(chan struct{}), prove: make(chan proof, 1)}
 	n.loops[b.ID] = l
 	if _, ok := n.status[b.ID]; !ok || n.status[b.ID].State == StateRefused {
 		n.status[b.ID] = BotStatus{State: StateStarting, Since: time.Now().UTC()}
@@ -55,7 +67,6 @@ func (n *Node) Serve(b config.Bot) error {
 		l.index = 0 // added at run time: nothing to spread against
 		n.startLocked(l)
 	}
-	return nil
 }
 
 // Drop ends bot's loop on this node (ErrRemoved) and forgets the bot once
@@ -80,7 +91,7 @@ func (n *Node) end(bot, refused string) <-chan struct{} {
 		close(done)
 		return done
 	}
-	l.refused = refused
+	l.ending, l.refused, l.again = true, refused, nil
 	l.cancel(ErrRemoved)
 	return l.done
 }
@@ -126,7 +137,11 @@ func (n *Node) startLocked(l *loop) {
 		n.mu.Lock()
 		if errors.Is(context.Cause(ctx), ErrRemoved) && n.loops[b.ID] == l {
 			delete(n.loops, b.ID)
-			n.forgetLocked(b.ID, l.refused)
+			if l.again != nil {
+				n.addLocked(*l.again, 0)
+			} else {
+				n.forgetLocked(b.ID, l.refused)
+			}
 		}
 		n.mu.Unlock()
 	})

@@ -33,6 +33,17 @@ func TestServeAndDropWhileRunning(t *testing.T) {
 			t.Fatalf("round %d: b still in the status", round)
 		}
 	}
+	// Served again while its loop is still ending: served once it has.
+	if err := r.n.Serve(c.bots[1]); err != nil {
+		t.Fatal(err)
+	}
+	c.leaderOf("b", r)
+	done := r.n.Drop("b")
+	if err := r.n.Serve(c.bots[1]); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	c.leaderOf("b", r)
 	if state(r, "a") != node.StateLeader {
 		t.Error("a lost meanwhile")
 	}

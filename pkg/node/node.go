@@ -187,8 +187,7 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 		if _, err := election.New(cli, n.electionConfig(b.ID)); err != nil {
 			return nil, fmt.Errorf("node: bot %s: %w", b.ID, err)
 		}
-		n.status[b.ID] = BotStatus{State: StateStarting, Since: time.Now().UTC()}
-		n.loops[b.ID] = &loop{bot: b, index: i, done: make(chan struct{}), prove: make(chan proof, 1)}
+		n.addLocked(b, i)
 	}
 	return n, nil
 }

@@ -131,6 +131,10 @@ func (c *fleetCluster) leader(bot string) *runningNode {
 func TestBotAddedAtRunTimeIsLed(t *testing.T) {
 	k := clusterKey(t, 1)
 	c := startFleet(t, 10*time.Millisecond, k, k)
+	// Its bots set override, written before the bot is added, applies.
+	if _, err := botsettings.Put(context.Background(), c.cli, botsettings.DefaultPrefix, "reg", settings(t, "access: {unsupported_text: 'reg: text only'}"), config.Defaults().TopSettings(), 0); err != nil {
+		t.Fatal(err)
+	}
 	added := time.Now()
 	c.add(t, k, "reg")
 	testwait.Eventually(t, 5*time.Second, "both nodes campaigning for reg", func() bool {
@@ -141,6 +145,11 @@ func TestBotAddedAtRunTimeIsLed(t *testing.T) {
 	t.Logf("reg led %s after bots add", time.Since(added).Round(time.Millisecond))
 	if got := c.ask(t, "reg", "hello reg"); got == "" {
 		t.Fatal("reg's answer is empty")
+	}
+	for _, n := range c.nodes {
+		if got := n.bots.Rules("reg").Texts.Unsupported; got != "reg: text only" {
+			t.Errorf("%s: reg's unsupported_text %q, want its override's", n.cfg.NodeID, got)
+		}
 	}
 }
 
