@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/botctl/botctl/internal/oneline"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"io"
 	"os"
@@ -318,14 +319,21 @@ func writeRegistry(w io.Writer, views []registryView) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BOT\tENV\tOWNER\tSEALED UNDER\tSETTINGS\tUPDATED\tNOTE")
 	for _, v := range views {
-		settings, note := "-", ""
+		settings := "-"
 		if len(v.Settings) > 0 {
 			settings = "own"
 		}
+		var notes []string
 		if v.InConfig {
-			note = "also in --config: the file's entry wins"
+			notes = append(notes, "also in --config: the file's entry wins")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Bot, dash(v.Env), dash(v.Owner), v.SealedUnder, settings, v.Updated.Format(time.RFC3339), note)
+		switch v.Rotation {
+		case fleet.RotationPending:
+			notes = append(notes, "new secret not proved yet")
+		case fleet.RotationRefused:
+			notes = append(notes, "last rotate-secret refused by WeCom ("+oneline.Clip(v.RotationError, 120)+"): the old secret is kept")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Bot, dash(v.Env), dash(v.Owner), v.SealedUnder, settings, v.Updated.Format(time.RFC3339), strings.Join(notes, "; "))
 	}
 	tw.Flush()
 }
