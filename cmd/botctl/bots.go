@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/spf13/cobra"
@@ -38,25 +39,20 @@ the new env takes over.`,
 			if bot == "" || env == "" {
 				return usageErrorf("--bot and --env are required")
 			}
-			cli, err := cf.etcdClient()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			old, err := node.Gate(ctx, cli, prefix, bot)
-			if err != nil {
-				return err
-			}
-			if err := node.SetGate(ctx, cli, prefix, bot, env); err != nil {
-				return usageError{err}
-			}
-			if old == "" {
-				old = "(unclaimed)"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "bot %s: gate %s → %s\n", bot, old, env)
-			return nil
+			return cf.onEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				old, err := node.Gate(ctx, cli, prefix, bot)
+				if err != nil {
+					return err
+				}
+				if err := node.SetGate(ctx, cli, prefix, bot, env); err != nil {
+					return usageError{err}
+				}
+				if old == "" {
+					old = "(unclaimed)"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "bot %s: gate %s → %s\n", bot, old, env)
+				return nil
+			})
 		},
 	}
 	cf.registerEtcd(cmd)

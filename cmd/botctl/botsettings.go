@@ -90,56 +90,51 @@ list. --clear removes the override: the file's settings apply again.
 			if cf.config == "" && !clear {
 				fmt.Fprintln(cmd.ErrOrStderr(), "note: no --config: the change is checked over the defaults (and BOTCTL_*), not over the nodes' file; give --config their file")
 			}
-			cli, err := cf.etcdClient()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			if clear {
-				if err := botsettings.Delete(ctx, cli, prefix, bot); err != nil {
+			return cf.onEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				if clear {
+					if err := botsettings.Delete(ctx, cli, prefix, bot); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "bot %s: override removed; every node applies the config file's settings within seconds\n", bot)
+					return nil
+				}
+				cur, err := botsettings.Get(ctx, cli, prefix, bot)
+				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "bot %s: override removed; every node applies the config file's settings within seconds\n", bot)
+				doc := cur.Doc
+				if file != "" {
+					if doc, err = readSettings(cmd.InOrStdin(), file); err != nil {
+						return usageError{err}
+					}
+				}
+				if doc == nil {
+					doc = map[string]any{}
+				}
+				for _, kv := range sets {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok {
+						return usageErrorf("--set %q: want KEY=VALUE, e.g. --set access.busy_text=请稍候", kv)
+					}
+					if err := config.SetKey(doc, k, v); err != nil {
+						return usageErrorf("--set: %v", err)
+					}
+				}
+				if !force {
+					if err := checkSet(ctx, cli, bot, doc, base); err != nil {
+						return err
+					}
+				}
+				rev, err := botsettings.Put(ctx, cli, prefix, bot, doc, base, cur.Rev)
+				if errors.Is(err, botsettings.ErrInvalid) {
+					return usageError{fmt.Errorf("bot %s: %w; nothing stored, the bot keeps its settings", bot, err)}
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "bot %s: override stored at revision %d (%s); every node applies it within seconds\n", bot, rev, botsettings.Key(prefix, bot))
 				return nil
-			}
-			cur, err := botsettings.Get(ctx, cli, prefix, bot)
-			if err != nil {
-				return err
-			}
-			doc := cur.Doc
-			if file != "" {
-				if doc, err = readSettings(cmd.InOrStdin(), file); err != nil {
-					return usageError{err}
-				}
-			}
-			if doc == nil {
-				doc = map[string]any{}
-			}
-			for _, kv := range sets {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok {
-					return usageErrorf("--set %q: want KEY=VALUE, e.g. --set access.busy_text=请稍候", kv)
-				}
-				if err := config.SetKey(doc, k, v); err != nil {
-					return usageErrorf("--set: %v", err)
-				}
-			}
-			if !force {
-				if err := checkSet(ctx, cli, bot, doc, base); err != nil {
-					return err
-				}
-			}
-			rev, err := botsettings.Put(ctx, cli, prefix, bot, doc, base, cur.Rev)
-			if errors.Is(err, botsettings.ErrInvalid) {
-				return usageError{fmt.Errorf("bot %s: %w; nothing stored, the bot keeps its settings", bot, err)}
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "bot %s: override stored at revision %d (%s); every node applies it within seconds\n", bot, rev, botsettings.Key(prefix, bot))
-			return nil
+			})
 		},
 	}
 	cf.registerEtcd(cmd)
@@ -274,33 +269,28 @@ are --config's top level under its record's settings, then the override.
 			if err != nil {
 				return err
 			}
-			cli, err := cf.etcdClient()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			views, err := showSettings(ctx, cli, cf.config, bot, ids)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if bot != "" {
-					return enc.Encode(views[0])
+			return cf.onEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				views, err := showSettings(ctx, cli, cf.config, bot, ids)
+				if err != nil {
+					return err
 				}
-				return enc.Encode(views)
-			}
-			for i, v := range views {
-				if i > 0 {
-					fmt.Fprintln(out)
+				out := cmd.OutOrStdout()
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					if bot != "" {
+						return enc.Encode(views[0])
+					}
+					return enc.Encode(views)
 				}
-				writeSettingsView(out, v)
-			}
-			return nil
+				for i, v := range views {
+					if i > 0 {
+						fmt.Fprintln(out)
+					}
+					writeSettingsView(out, v)
+				}
+				return nil
+			})
 		},
 	}
 	cf.registerEtcd(cmd)

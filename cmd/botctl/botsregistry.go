@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/botctl/botctl/internal/oneline"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"io"
 	"os"
 	"strings"
@@ -98,27 +100,22 @@ endpoint (those stay in the config file).`,
 			if err != nil {
 				return usageError{fmt.Errorf("%w; nothing stored", err)}
 			}
-			cli, err := cf.etcdClient()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			rev, err := fleet.Add(ctx, cli, prefix, b)
-			if errors.Is(err, fleet.ErrExists) {
-				return usageError{err}
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "bot %s: registered at revision %d (%s), its secret sealed under cluster key %s\n", bot, rev, fleet.Key(prefix, bot), k.ID())
-			for _, fb := range cfg.Bots {
-				if fb.ID == bot {
-					fmt.Fprintf(cmd.ErrOrStderr(), "note: bot %s is also in --config's bots: a node whose file lists it serves it as the file says (the file's entry wins)\n", bot)
+			return cf.onEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				rev, err := fleet.Add(ctx, cli, prefix, b)
+				if errors.Is(err, fleet.ErrExists) {
+					return usageError{err}
 				}
-			}
-			return nil
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "bot %s: registered at revision %d (%s), its secret sealed under cluster key %s\n", bot, rev, fleet.Key(prefix, bot), k.ID())
+				for _, fb := range cfg.Bots {
+					if fb.ID == bot {
+						fmt.Fprintf(cmd.ErrOrStderr(), "note: bot %s is also in --config's bots: a node whose file lists it serves it as the file says (the file's entry wins)\n", bot)
+					}
+				}
+				return nil
+			})
 		},
 	}
 	cf.registerEtcd(cmd)
@@ -159,21 +156,16 @@ Its task records stay where they are ('botctl tasks'); its settings override
 			if bot == "" {
 				return usageErrorf("--bot is required")
 			}
-			cli, err := cf.etcdClient()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			if _, err := fleet.Remove(ctx, cli, prefix, bot); err != nil {
-				if errors.Is(err, fleet.ErrNotFound) || errors.Is(err, fleet.ErrInvalid) {
-					return usageError{err}
+			return cf.onEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				if _, err := fleet.Remove(ctx, cli, prefix, bot); err != nil {
+					if errors.Is(err, fleet.ErrNotFound) || errors.Is(err, fleet.ErrInvalid) {
+						return usageError{err}
+					}
+					return err
 				}
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "bot %s: removed from the registry (%s)\n", bot, fleet.Key(prefix, bot))
-			return nil
+				fmt.Fprintf(cmd.OutOrStdout(), "bot %s: removed from the registry (%s)\n", bot, fleet.Key(prefix, bot))
+				return nil
+			})
 		},
 	}
 	cf.registerEtcd(cmd)
@@ -185,15 +177,26 @@ func newBotsRotateSecretCmd() *cobra.Command {
 	var (
 		cf              clusterFlags
 		bot, secretFile string
+		wait            time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "rotate-secret --bot ID --secret-file F",
+		Use:   "rotate-secret --bot ID --secret-file F [--wait D]",
 		Short: "Replace a registered bot's secret, sealed under the cluster key",
 		Long: botsRegistryHelp + `
 
 The record's other fields stay. The new secret is sealed under --config's
 cluster key: rotate-secret also moves a secret sealed under an older key to
-the current one.`,
+the current one.
+
+The node that leads the bot proves the new secret without a gap: its work on
+the connection finishes (streams open are closed with the handover note, the
+answers follow by push), then a second connection subscribes with the new
+secret. WeCom accepts it: the new connection replaces the old one. WeCom
+refuses it: the old connection stays (a failed subscribe does not kick it),
+the old secret is restored in the registry, and rotate-secret fails with
+WeCom's error. It waits --wait (default 30s; 0: not at all) for the outcome;
+when no node leads the bot, none proves it, and the bot's next term connects
+with the new secret.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bot == "" {
@@ -207,27 +210,23 @@ the current one.`,
 			if err != nil {
 				return err
 			}
-			cli, err := cf.etcdClient()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			b, err := fleet.RotateSecret(ctx, cli, prefix, k, bot, secret, time.Now())
-			if err != nil {
-				if errors.Is(err, fleet.ErrNotFound) || errors.Is(err, fleet.ErrInvalid) || errors.Is(err, fleet.ErrChanged) {
-					return usageError{err}
+			return cf.onEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				b, err := fleet.RotateSecret(ctx, cli, prefix, k, bot, secret, time.Now())
+				if err != nil {
+					if errors.Is(err, fleet.ErrNotFound) || errors.Is(err, fleet.ErrInvalid) || errors.Is(err, fleet.ErrChanged) {
+						return usageError{err}
+					}
+					return err
 				}
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "bot %s: secret replaced at revision %d, sealed under cluster key %s\n", bot, b.Rev, k.ID())
-			return nil
+				fmt.Fprintf(cmd.OutOrStdout(), "bot %s: secret replaced at revision %d, sealed under cluster key %s\n", bot, b.Rev, k.ID())
+				return awaitRotation(cmd, cli, bot, b.Rev, wait)
+			})
 		},
 	}
 	cf.registerEtcd(cmd)
 	cmd.Flags().StringVar(&bot, "bot", "", "bot id")
 	cmd.Flags().StringVar(&secretFile, "secret-file", "", "file holding the bot's new WeCom secret")
+	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for the leader to prove the new secret (0: do not wait)")
 	return cmd
 }
 
@@ -241,10 +240,14 @@ type registryView struct {
 	// Settings are the record's own sections (null: the top level's).
 	Settings map[string]any `json:"settings,omitempty"`
 	// InConfig says --config's bots list it too: there, the file's entry wins.
-	InConfig bool      `json:"in_config"`
-	Created  time.Time `json:"created"`
-	Updated  time.Time `json:"updated"`
-	Revision int64     `json:"revision"`
+	InConfig bool `json:"in_config"`
+	// Rotation is the latest rotate-secret's state (pending, proved,
+	// refused) and RotationError WeCom's refusal.
+	Rotation      string    `json:"rotation,omitempty"`
+	RotationError string    `json:"rotation_error,omitempty"`
+	Created       time.Time `json:"created"`
+	Updated       time.Time `json:"updated"`
+	Revision      int64     `json:"revision"`
 }
 
 func newBotsListCmd() *cobra.Command {
@@ -258,48 +261,49 @@ func newBotsListCmd() *cobra.Command {
 		Long: botsRegistryHelp + `
 
 --json prints an array of {"bot", "env", "owner", "sealed_under", "settings",
-"in_config", "created", "updated", "revision"}. With --config, in_config says
-the file lists the bot too (its entry wins).`,
+"in_config", "rotation", "rotation_error", "created", "updated",
+"revision"}. With --config, in_config says the file lists the bot too (its
+entry wins); rotation is the latest rotate-secret's state (pending, proved,
+refused) and rotation_error WeCom's refusal.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := config.Load(cf.config, os.Environ())
 			if err != nil {
 				return usageError{err}
 			}
-			cli, err := cf.etcdClient()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			bots, _, listErr := fleet.List(ctx, cli, prefix)
-			if listErr != nil && bots == nil {
-				return listErr
-			}
-			inFile := map[string]bool{}
-			for _, b := range cfg.Bots {
-				inFile[b.ID] = true
-			}
-			views := []registryView{}
-			for _, b := range bots {
-				views = append(views, registryView{Bot: b.ID, Env: b.Env, Owner: b.Owner, SealedUnder: b.Secret.KeyID, Settings: b.Settings,
-					InConfig: inFile[b.ID], Created: b.Created, Updated: b.Updated, Revision: b.Rev})
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(views); err != nil {
-					return err
+			return cf.onEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				bots, _, listErr := fleet.List(ctx, cli, prefix)
+				if listErr != nil && bots == nil {
+					return listErr
 				}
-			} else {
-				writeRegistry(out, views)
-			}
-			if listErr != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "skipped: %v\n", listErr)
-			}
-			return nil
+				inFile := map[string]bool{}
+				for _, b := range cfg.Bots {
+					inFile[b.ID] = true
+				}
+				views := []registryView{}
+				for _, b := range bots {
+					v := registryView{Bot: b.ID, Env: b.Env, Owner: b.Owner, SealedUnder: b.Secret.KeyID, Settings: b.Settings,
+						InConfig: inFile[b.ID], Created: b.Created, Updated: b.Updated, Revision: b.Rev}
+					if r := b.Rotation; r != nil {
+						v.Rotation, v.RotationError = r.State, r.Error
+					}
+					views = append(views, v)
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					if err := enc.Encode(views); err != nil {
+						return err
+					}
+				} else {
+					writeRegistry(out, views)
+				}
+				if listErr != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "skipped: %v\n", listErr)
+				}
+				return nil
+			})
 		},
 	}
 	cf.registerEtcd(cmd)
@@ -315,14 +319,21 @@ func writeRegistry(w io.Writer, views []registryView) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BOT\tENV\tOWNER\tSEALED UNDER\tSETTINGS\tUPDATED\tNOTE")
 	for _, v := range views {
-		settings, note := "-", ""
+		settings := "-"
 		if len(v.Settings) > 0 {
 			settings = "own"
 		}
+		var notes []string
 		if v.InConfig {
-			note = "also in --config: the file's entry wins"
+			notes = append(notes, "also in --config: the file's entry wins")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Bot, dash(v.Env), dash(v.Owner), v.SealedUnder, settings, v.Updated.Format(time.RFC3339), note)
+		switch v.Rotation {
+		case fleet.RotationPending:
+			notes = append(notes, "new secret not proved yet")
+		case fleet.RotationRefused:
+			notes = append(notes, "last rotate-secret refused by WeCom ("+oneline.Clip(v.RotationError, 120)+"): the old secret is kept")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Bot, dash(v.Env), dash(v.Owner), v.SealedUnder, settings, v.Updated.Format(time.RFC3339), strings.Join(notes, "; "))
 	}
 	tw.Flush()
 }
@@ -332,4 +343,28 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// awaitRotation reports the outcome of bot's rotation stored at rev, as
+// the node that leads the bot records it, waiting at most wait.
+func awaitRotation(cmd *cobra.Command, cli *clientv3.Client, bot string, rev int64, wait time.Duration) error {
+	out := cmd.OutOrStdout()
+	if wait <= 0 {
+		fmt.Fprintf(out, "bot %s: not waiting for the new secret to be proved (see botctl bots list)\n", bot)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+	defer cancel()
+	b, err := fleet.AwaitRotation(ctx, cli, prefix, bot, rev)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintf(out, "bot %s: no node proved the new secret within %s (does a node lead the bot? botctl status): the rotation stays pending, and the bot's next term connects with it\n", bot, wait)
+		return nil
+	case err != nil:
+		return err
+	case b.Rotation.State == fleet.RotationRefused:
+		return fmt.Errorf("bot %s: WeCom refused the new secret (node %s): %s; the bot keeps its connection and its old secret: give the secret WeCom's admin console shows, then rotate again", bot, b.Rotation.Node, b.Rotation.Error)
+	}
+	fmt.Fprintf(out, "bot %s: the new secret is proved by node %s: the bot's connection uses it\n", bot, b.Rotation.Node)
+	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/clusterkey"
+	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/fleet"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -113,9 +116,15 @@ bots:
 		t.Errorf("list: %s", out)
 	}
 
-	run(0, "bots", "rotate-secret", "--config", cfg, "--bot", "b1", "--secret-file", secretFile(t, "b1.new", rotated))
+	// No node leads b1: nobody proves the new secret, which stays pending.
+	if out := run(0, "bots", "rotate-secret", "--config", cfg, "--bot", "b1", "--secret-file", secretFile(t, "b1.new", rotated), "--wait", "1s"); !strings.Contains(out, "no node proved the new secret within 1s") {
+		t.Errorf("rotate-secret with no leader: %s", out)
+	}
 	if s := opened("b1"); s != rotated {
 		t.Errorf("after rotate-secret the secret opens to %q", s)
+	}
+	if out := run(0, "bots", "list", "--config", cfg); !strings.Contains(out, "new secret not proved yet") {
+		t.Errorf("list after rotate-secret: %s", out)
 	}
 
 	// Refusals: each exits 2 and says what to fix; nothing is stored.
@@ -209,5 +218,82 @@ bots:
 	var one botSettingsView
 	if err := json.Unmarshal([]byte(out), &one); err != nil || one.Source != "registry" || busy(one) != "regbot busy" {
 		t.Errorf("bots show --bot regbot --json: %v\n%s", err, out)
+	}
+}
+
+// rotate-secret waits for the outcome the leader records (here written as
+// a node does, fleet.SettleRotation): proved, it says so; refused, it
+// fails with WeCom's error and says the old secret is kept.
+func TestRotateSecretReportsTheLeadersOutcome(t *testing.T) {
+	t.Setenv("BOTCTL_SECRETS_KEY_FILE", "") // restored when the test ends
+	os.Unsetenv("BOTCTL_SECRETS_KEY_FILE")
+	e := testenv.StartEtcd(t)
+	keyFile := secretFile(t, "cluster.key", strings.Repeat("6b", 32)+"\n")
+	k, err := clusterkey.Load(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := write(t, "secrets: {key_file: "+keyFile+"}\n")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	b, err := fleet.New(k, "b1", "", "", nil, config.Defaults().TopSettings(), []byte("old-secret"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleet.Add(ctx, cli, "/botctl/", b); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		secret  string
+		refusal error
+		code    int
+		says    string
+	}{
+		{"new-secret", nil, 0, "the new secret is proved by node n1"},
+		{"wrong-secret", errors.New("wecom: bot b1: authentication failed: errcode 40001: invalid credential"), 1,
+			"WeCom refused the new secret (node n1): wecom: bot b1: authentication failed: errcode 40001"},
+	} {
+		before, err := fleet.Get(ctx, cli, "/botctl/", "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			out  string
+			code int
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, stderr, code := runBotctl(t, "bots", "rotate-secret", "--config", cfg, "--etcd", strings.Join(e.Endpoints(), ","),
+				"--bot", "b1", "--secret-file", secretFile(t, "new", tc.secret), "--wait", "30s")
+			done <- result{out + stderr, code}
+		}()
+		var pending fleet.Bot
+		testwait.Eventually(t, 30*time.Second, "the rotation stored", func() bool {
+			select {
+			case r := <-done:
+				t.Fatalf("rotate-secret ended before the outcome: exit %d\n%s", r.code, r.out)
+			default:
+			}
+			pending, err = fleet.Get(ctx, cli, "/botctl/", "b1")
+			return err == nil && pending.Rev != before.Rev
+		})
+		if err := fleet.SettleRotation(ctx, cli, "/botctl/", pending, "n1", tc.refusal, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.code != tc.code || !strings.Contains(r.out, tc.says) {
+			t.Errorf("refusal %v: exit %d, want %d, saying %q:\n%s", tc.refusal, r.code, tc.code, tc.says, r.out)
+		}
+		after, err := fleet.Get(ctx, cli, "/botctl/", "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, err := after.OpenSecret(k); err != nil || s != "new-secret" {
+			t.Errorf("refusal %v: the secret after it opens to %q, %v; want the one proved", tc.refusal, s, err)
+		}
 	}
 }

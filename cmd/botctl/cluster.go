@@ -237,3 +237,17 @@ func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
 	}
 	return s, nc.Close, nil
 }
+
+// onEtcd runs fn with a client of the etcd of etcdClient and a context of
+// --timeout, and closes the client: the preamble of a command that reads
+// or writes etcd once.
+func (f *clusterFlags) onEtcd(cmd *cobra.Command, fn func(ctx context.Context, cli *clientv3.Client) error) error {
+	cli, err := f.etcdClient()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
+	return fn(ctx, cli)
+}

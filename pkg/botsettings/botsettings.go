@@ -32,10 +32,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/etcdkv"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -126,31 +125,16 @@ const Kind = "bot settings"
 // that is not a JSON document, or that a newer botctl wrote
 // (schema.ErrNewer), is returned as an error beside the rest.
 func List(ctx context.Context, cli *clientv3.Client, prefix string) ([]Override, int64, error) {
-	out, _, rev, err := list(ctx, cli, prefix)
+	out, rev, err := etcdkv.List(ctx, cli, prefix+Dir, decoder(prefix))
+	if rev == 0 {
+		return nil, 0, fmt.Errorf("read bot settings: %w", err)
+	}
 	return out, rev, err
 }
 
-// list is List, and the bots whose override a newer botctl wrote.
-func list(ctx context.Context, cli *clientv3.Client, prefix string) ([]Override, []string, int64, error) {
-	resp, err := cli.Get(ctx, prefix+Dir, clientv3.WithPrefix())
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("read bot settings: %w", err)
-	}
-	var out []Override
-	var newer []string
-	var errs []error
-	for _, kv := range resp.Kvs {
-		o, err := decode(prefix, kv.Key, kv.Value, kv.ModRevision)
-		if errors.Is(err, schema.ErrNewer) {
-			newer = append(newer, o.Bot)
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, o)
-	}
-	return out, newer, resp.Header.Revision, errors.Join(errs...)
+// decoder is decode for the overrides under prefix.
+func decoder(prefix string) etcdkv.Decoder[Override] {
+	return func(key, value []byte, rev int64) (Override, error) { return decode(prefix, key, value, rev) }
 }
 
 // Put validates doc over base (Check) and stores it as bot's whole
@@ -193,66 +177,15 @@ func Delete(ctx context.Context, cli *clientv3.Client, prefix, bot string) error
 // Watch calls apply with every override stored, then with each change
 // (Doc nil: deleted) as etcd reports it, until ctx ends. A watch lost
 // (etcd compacted past it, a member gone) is begun again from a fresh
-// read, in which every override is applied again. A value that is not a
-// JSON document, or that a newer botctl wrote, is logged and skipped (the
-// bot keeps the override it had). apply runs on Watch's goroutine.
+// read, in which every override is applied again and one gone meanwhile
+// is applied as deleted. A value that is not a JSON document is logged
+// and skipped (etcdkv.Watch). apply runs on Watch's goroutine.
 func Watch(ctx context.Context, cli *clientv3.Client, prefix string, apply func(Override), log zerolog.Logger) {
-	dir := prefix + Dir
-	known := map[string]bool{} // bots with an override applied: one gone from a fresh read was deleted meanwhile
-	for wait := time.Second; ctx.Err() == nil; wait = min(2*wait, 30*time.Second) {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		all, newer, rev, err := list(rctx, cli, prefix)
-		cancel()
-		if rev == 0 {
-			if ctx.Err() == nil {
-				log.Warn().Err(err).Dur("retry_in", wait).Msg("bot settings not read from etcd; the config file's apply meanwhile")
-			}
-			pause.For(ctx, wait)
-			continue
+	etcdkv.Watch(ctx, cli, prefix+Dir, decoder(prefix), func(o Override) string { return o.Bot }, func(ev etcdkv.Event[Override]) {
+		if ev.Deleted {
+			apply(Override{Bot: ev.Name, Rev: ev.Rev})
+			return
 		}
-		if err != nil {
-			log.Error().Err(err).Msg("bot settings skipped")
-		}
-		now := map[string]bool{}
-		for _, bot := range newer {
-			if known[bot] {
-				now[bot] = true // its override stays as applied: not a deletion
-			}
-		}
-		for _, o := range all {
-			now[o.Bot] = true
-			apply(o)
-		}
-		for bot := range known {
-			if !now[bot] {
-				apply(Override{Bot: bot, Rev: rev})
-			}
-		}
-		known = now
-		wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-			if err := wr.Err(); err != nil {
-				log.Warn().Err(err).Msg("bot settings watch lost; reading them again")
-				break
-			}
-			wait = time.Second
-			for _, ev := range wr.Events {
-				bot := strings.TrimPrefix(string(ev.Kv.Key), dir)
-				if ev.Type == clientv3.EventTypeDelete {
-					delete(known, bot)
-					apply(Override{Bot: bot, Rev: ev.Kv.ModRevision})
-					continue
-				}
-				known[bot] = true
-				o, err := decode(prefix, ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision)
-				if err != nil {
-					log.Error().Err(err).Msg("bot settings skipped")
-					continue
-				}
-				apply(o)
-			}
-		}
-		stop()
-		pause.For(ctx, wait)
-	}
+		apply(ev.Record)
+	}, "bot settings", log)
 }

@@ -21,10 +21,10 @@
 // What is guaranteed: Add creates a record only where none is (two adds
 // of one id: one wins, the other gets ErrExists); RotateSecret acts only
 // on the record it read (compare-and-set on its revision), so a change
-// made meanwhile is not lost silently. What is
-// not: that a node picks up a change of the registry while it runs; a
-// node reads it at its start (WithRegistry). See docs/bots.md, "Bots as
-// data".
+// made meanwhile is not lost silently. A node reads the registry at its
+// start (WithRegistry), then follows its changes while it runs
+// (Follower): a bot added is campaigned for, a bot removed drained and
+// dropped, each within a few seconds. See docs/bots.md, "Bots as data".
 package fleet
 
 import (
@@ -38,6 +38,7 @@ import (
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/clusterkey"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/etcdkv"
 	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -72,8 +73,35 @@ type Bot struct {
 	Secret  clusterkey.Sealed `json:"secret"`
 	Created time.Time         `json:"created"`
 	Updated time.Time         `json:"updated"`
+	// Rotation is the outcome of the latest rotate-secret; nil: none.
+	Rotation *Rotation `json:"rotation,omitempty"`
 	// Rev is the key's modification revision (not stored).
 	Rev int64 `json:"-"`
+}
+
+// The states of a Rotation.
+const (
+	// RotationPending: the new secret is stored, not yet proved by a
+	// subscribe on the node that leads the bot.
+	RotationPending = "pending"
+	// RotationProved: WeCom accepted it; the bot's connection uses it.
+	RotationProved = "proved"
+	// RotationRefused: WeCom refused it (Error); the old secret is back
+	// in Secret, and the connection held was kept.
+	RotationRefused = "refused"
+)
+
+// Rotation is a rotate-secret's course: pending, then proved or refused
+// by the node that leads the bot (Node, At).
+type Rotation struct {
+	State string `json:"state"`
+	// Previous is the secret before, sealed, while pending: what a refusal
+	// restores.
+	Previous *clusterkey.Sealed `json:"previous,omitempty"`
+	// Error is WeCom's refusal (never a secret).
+	Error string    `json:"error,omitempty"`
+	Node  string    `json:"node,omitempty"`
+	At    time.Time `json:"at"`
 }
 
 // String names the bot and the key its secret is sealed under, never the
@@ -211,26 +239,23 @@ func jsonProblem(err error) string {
 // List reads every record, sorted by id, and the revision read at; a
 // value that is not a record is returned as an error beside the rest.
 func List(ctx context.Context, cli *clientv3.Client, prefix string) ([]Bot, int64, error) {
-	resp, err := cli.Get(ctx, prefix+Dir, clientv3.WithPrefix())
-	if err != nil {
+	out, rev, err := etcdkv.List(ctx, cli, prefix+Dir, decoder(prefix))
+	if rev == 0 {
 		return nil, 0, fmt.Errorf("read the bot registry: %w", err)
 	}
-	var out []Bot
-	var errs []error
-	for _, kv := range resp.Kvs {
-		b, err := decode(prefix, kv.Key, kv.Value, kv.ModRevision)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, b)
-	}
-	return out, resp.Header.Revision, errors.Join(errs...)
+	return out, rev, err
+}
+
+// decoder is decode for the records under prefix.
+func decoder(prefix string) etcdkv.Decoder[Bot] {
+	return func(key, value []byte, rev int64) (Bot, error) { return decode(prefix, key, value, rev) }
 }
 
 // RotateSecret seals secret under k as bot's new secret, if its record is
 // still the one read (ErrChanged otherwise), and returns the record
-// stored. The record's other fields are kept.
+// stored. The record's other fields are kept; its Rotation is pending,
+// the secret before kept in it, until the node that leads the bot proves
+// the new one (SettleRotation).
 func RotateSecret(ctx context.Context, cli *clientv3.Client, prefix string, k *clusterkey.Key, bot string, secret []byte, now time.Time) (Bot, error) {
 	b, err := Get(ctx, cli, prefix, bot)
 	if err != nil {
@@ -240,7 +265,12 @@ func RotateSecret(ctx context.Context, cli *clientv3.Client, prefix string, k *c
 	if err != nil {
 		return Bot{}, err
 	}
+	prev := b.Secret
+	if b.Rotation != nil && b.Rotation.State == RotationPending && b.Rotation.Previous != nil {
+		prev = *b.Rotation.Previous // the last secret proved or kept, not one never proved
+	}
 	b.Secret, b.Updated = sealed, now.UTC()
+	b.Rotation = &Rotation{State: RotationPending, Previous: &prev, At: now.UTC()}
 	raw, err := schema.Marshal(b)
 	if err != nil {
 		return Bot{}, fmt.Errorf("encode bot %s: %w", bot, err)

@@ -88,7 +88,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		term, err := n.campaign(stop, el, log)
 		var res leadResult
 		if err == nil {
-			res = n.lead(stop, term, b, log)
+			res = n.lead(stop, term, n.served(b), log)
 		}
 		gateMoved := errors.Is(context.Cause(stop), errGateMoved)
 		clockOff := errors.Is(context.Cause(stop), errClockOff)

@@ -157,6 +157,11 @@ type Node struct {
 	// records are leader event writes in flight (they never hold up the
 	// loop: a failover must not wait for an operator's record).
 	records sync.WaitGroup
+	// loops are the bots this node serves, each with its loop (fleet.go);
+	// runCtx is Run's context while Run runs (nil before it and after).
+	loops  map[string]*loop
+	runCtx context.Context
+	loopWG sync.WaitGroup
 }
 
 // New validates cfg (every bot's election config included).
@@ -176,12 +181,13 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 		log:    cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
 		status: map[string]BotStatus{},
 		dirty:  make(chan struct{}, 1),
+		loops:  map[string]*loop{},
 	}
-	for _, b := range cfg.Bots {
+	for i, b := range cfg.Bots {
 		if _, err := election.New(cli, n.electionConfig(b.ID)); err != nil {
 			return nil, fmt.Errorf("node: bot %s: %w", b.ID, err)
 		}
-		n.status[b.ID] = BotStatus{State: StateStarting, Since: time.Now().UTC()}
+		n.addLocked(b, i)
 	}
 	return n, nil
 }
@@ -306,22 +312,28 @@ const (
 	RevokeTimeout = 2 * time.Second
 )
 
-// Run registers the node and runs every bot's loop until ctx ends. On the
-// way out every term is resigned after its connection is closed, and the
-// registration is removed. It returns nil after a clean stop.
+// Run registers the node and runs every bot's loop until ctx ends (those
+// of Config.Bots, and those Serve adds meanwhile). On the way out every
+// term is resigned after its connection is closed, and the registration
+// is removed. It returns nil after a clean stop.
 func (n *Node) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
 	regCtx, stopReg := context.WithCancel(context.WithoutCancel(ctx))
 	regDone := make(chan struct{})
 	go func() {
 		defer close(regDone)
 		n.register(regCtx)
 	}()
-	for i, b := range n.cfg.Bots {
-		wg.Go(func() { n.botLoop(ctx, i, b) })
+	n.mu.Lock()
+	n.runCtx = ctx
+	for _, l := range n.loops {
+		n.startLocked(l)
 	}
+	n.mu.Unlock()
 	<-ctx.Done()
-	wg.Wait()
+	n.mu.Lock()
+	n.runCtx = nil // Serve from now on starts nothing
+	n.mu.Unlock()
+	n.loopWG.Wait()
 	n.records.Wait()
 	stopReg()
 	<-regDone

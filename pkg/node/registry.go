@@ -59,6 +59,7 @@ const (
 	StateBackoff    BotState = "backoff"     // waiting before campaigning again
 	StateClockOff   BotState = "clock_off"   // this node's clock is off JetStream's by more than nats.max_clock_skew: not campaigning
 	StateStopped    BotState = "stopped"
+	StateRefused    BotState = "refused" // a registered bot this node will not serve (no or another cluster key…): see the reason
 )
 
 // BotStatus is one node's view of one bot.

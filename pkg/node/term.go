@@ -82,26 +82,13 @@ func keepTerm(res leadResult, termErr, stopErr error, stable time.Duration) bool
 	return false
 }
 
-// connect is one connection of a term: verify, dial, wait for its end,
-// close, drain.
+// connect is one connection of a term: verify, dial, hold it (the term's
+// work on it, a new secret proved on the way) until its end, close,
+// drain.
 func (n *Node) connect(stop, dctx context.Context, term *election.Term, b config.Bot, log zerolog.Logger) (res leadResult) {
 	res.term = term.Rev
-	// A linearizable read right before connecting: a node that was paused
-	// or partitioned and lost leadership finds out here and never connects.
-	vctx, cancel := context.WithTimeout(dctx, 5*time.Second)
-	err := term.Verify(vctx)
-	cancel()
-	if errors.Is(err, election.ErrLegacyLeader) {
-		// A rolling upgrade: a node of an older botctl holds the bot in
-		// the old layout, which it alone sees. It keeps the bot until it
-		// stops; this node resigns and backs off meanwhile.
-		res.reason = "an older botctl node holds the bot (old election layout); waiting for it to stop: " + err.Error()
-		log.Warn().Err(err).Msg("won the election but an old-layout leader holds the bot; not connecting")
-		return res
-	}
-	if err != nil {
-		res.reason = "leadership not confirmed: " + err.Error()
-		log.Warn().Err(err).Msg("won the election but could not confirm it; not connecting")
+	if reason, ok := n.verify(dctx, term, log); !ok {
+		res.reason = reason
 		return res
 	}
 
@@ -140,36 +127,7 @@ func (n *Node) connect(stop, dctx context.Context, term *election.Term, b config
 	n.leaderEvent(b.ID, "connected", "", term.Rev)
 	log.Info().Msg("leading: WeCom connection up")
 
-	workCtx, stopWork := context.WithCancel(term.Context())
-	defer stopWork()
-	workDone := make(chan struct{})
-	go func() {
-		defer close(workDone)
-		if n.cfg.Hooks != nil {
-			n.cfg.Hooks.WorkOnConn(workCtx, term, conn)
-		}
-	}()
-	select {
-	case <-conn.Done():
-	case <-term.Done():
-		// Leadership lost or in doubt. No lock, no identity: close at once.
-		conn.Close()
-	case <-stop.Done():
-		// A graceful stop: the term is still ours and renewed until we
-		// resign. Let WorkOnConn finish its writes in flight on the open
-		// connection (each bounded by the ack timeout), then close; but
-		// losing the term meanwhile closes at once.
-		log.Info().AnErr("why", context.Cause(stop)).Msg("stopping gracefully: draining before resigning")
-		stopWork()
-		select {
-		case <-workDone:
-		case <-term.Done():
-		case <-conn.Done():
-		}
-		conn.Close()
-	}
-	// The connection's end is its event, not Close returning.
-	<-conn.Done()
+	conn, stopWork, workDone := n.hold(stop, term, conn, log)
 	if h != nil {
 		h.Ended(term, conn, conn.Reason() == wecom.ReasonClosedByUs && term.Err() == nil)
 	}
@@ -181,8 +139,10 @@ func (n *Node) connect(stop, dctx context.Context, term *election.Term, b config
 	case wecom.ReasonClosedByUs:
 		if err := term.Err(); err != nil {
 			res.reason = "term ended: " + err.Error()
+		} else if cause := context.Cause(stop); cause != nil {
+			res.reason = "stopped: " + cause.Error()
 		} else {
-			res.reason = "stopped: " + context.Cause(stop).Error()
+			res.reason = "closed by this node"
 		}
 	case wecom.ReasonKicked:
 		res.kicked = true
@@ -195,6 +155,78 @@ func (n *Node) connect(stop, dctx context.Context, term *election.Term, b config
 	n.setState(b.ID, StateDraining, "connection ended: "+res.reason, term.Rev)
 	n.drain(term, log)
 	return res
+}
+
+// verify is the linearizable read right before connecting: a node that
+// was paused or partitioned and lost leadership finds out here and never
+// connects. Not ok: why.
+func (n *Node) verify(ctx context.Context, term *election.Term, log zerolog.Logger) (string, bool) {
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := term.Verify(vctx)
+	cancel()
+	if errors.Is(err, election.ErrLegacyLeader) {
+		// A rolling upgrade: a node of an older botctl holds the bot in
+		// the old layout, which it alone sees. It keeps the bot until it
+		// stops; this node resigns and backs off meanwhile.
+		log.Warn().Err(err).Msg("won the election but an old-layout leader holds the bot; not connecting")
+		return "an older botctl node holds the bot (old election layout); waiting for it to stop: " + err.Error(), false
+	}
+	if err != nil {
+		log.Warn().Err(err).Msg("won the election but could not confirm it; not connecting")
+		return "leadership not confirmed: " + err.Error(), false
+	}
+	return "", true
+}
+
+// hold runs the term's work on conn (TermHooks.WorkOnConn) until the
+// connection ends, the term ends (closed at once) or stop ends (the
+// graceful stop: the work finishes its writes, then the connection is
+// closed); it returns once the connection is gone, its work asked to end
+// (done closes when it has). A new secret to prove (Prove) is handled on
+// the way (rekey): the work on the old connection finishes first, as at
+// a graceful stop, then the new secret subscribes; accepted, the new
+// connection replaces the old one (which WeCom kicks) and the work starts
+// again on it; refused, the work starts again on the old one, which WeCom
+// kept.
+func (n *Node) hold(stop context.Context, term *election.Term, conn *wecom.Conn, log zerolog.Logger) (*wecom.Conn, context.CancelFunc, chan struct{}) {
+	proofs := n.proofs(term.Bot)
+	for {
+		workCtx, stopWork := context.WithCancel(term.Context())
+		workDone := make(chan struct{})
+		go func(conn *wecom.Conn) {
+			defer close(workDone)
+			if n.cfg.Hooks != nil {
+				n.cfg.Hooks.WorkOnConn(workCtx, term, conn)
+			}
+		}(conn)
+		select {
+		case <-conn.Done():
+		case <-term.Done():
+			// Leadership lost or in doubt. No lock, no identity: close at once.
+			conn.Close()
+		case <-stop.Done():
+			// A graceful stop: the term is still ours and renewed until we
+			// resign. Let WorkOnConn finish its writes in flight on the open
+			// connection (each bounded by the ack timeout), then close; but
+			// losing the term meanwhile closes at once.
+			log.Info().AnErr("why", context.Cause(stop)).Msg("stopping gracefully: draining before resigning")
+			stopWork()
+			select {
+			case <-workDone:
+			case <-term.Done():
+			case <-conn.Done():
+			}
+			conn.Close()
+		case p := <-proofs:
+			stopWork() // workCtx ends: the work returns
+			<-workDone
+			conn = n.rekey(stop, term, conn, p, log)
+			continue
+		}
+		// The connection's end is its event, not Close returning.
+		<-conn.Done()
+		return conn, stopWork, workDone
+	}
 }
 
 // drain waits for TermHooks.Drain, bounded by DrainTimeout: the callbacks the

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"github.com/botctl/botctl/pkg/bots"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,13 +22,15 @@ import (
 // refusing connections, failed once with ai.breaker.failures 1, is open
 // (2) and the answer fell back to the next backend.
 func TestBreakerMetrics(t *testing.T) {
-	b := &bots{breakerWatch: &breakerWatch{log: zerolog.Nop()}}
-	b.breakers = ai.NewBreakers(b.breakerWatch, nil)
+	b, err := bots.New(context.Background(), config.Defaults(), nil, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
 	backend, err := ai.New(ai.Config{Kind: ai.KindHTTP, HTTP: ai.HTTPConfig{URL: dead.URL + "/answer"},
 		Breaker:  ai.BreakerConfig{Failures: 1, Cooldown: time.Hour},
-		Fallback: []ai.BackendConfig{{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: time.Millisecond}}}}, ai.WithBreakers(b.breakers))
+		Fallback: []ai.BackendConfig{{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: time.Millisecond}}}}, ai.WithBreakers(b.Breakers()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/botctl/botctl/pkg/bots"
 	"github.com/botctl/botctl/pkg/buildinfo"
 	"net/http"
 	"sync"
@@ -49,11 +50,11 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 			Worker    workerView         `json:"worker"`
 			Spool     spoolView          `json:"spool"`
 			Pushers   map[string]botView `json:"pushers"`
-			// Settings: each bot's settings revision applied here (bots.go).
-			Settings map[string]settingsView `json:"settings"`
+			// Settings: each bot's settings revision applied here (pkg/bots).
+			Settings map[string]bots.View `json:"settings"`
 			// Model: each bot's backend calls on this node (model.go).
 			Model map[string]metrics.ModelSummary `json:"model"`
-		}{Info: n.Node.Info(), Build: buildinfo.Get(), Access: n.Access.Stats(), Pushers: map[string]botView{}, Settings: n.bots.views(), Model: n.obs.metrics.Summary(),
+		}{Info: n.Node.Info(), Build: buildinfo.Get(), Access: n.Access.Stats(), Pushers: map[string]botView{}, Settings: n.bots.Views(), Model: n.obs.metrics.Summary(),
 			Worker: workerView{Slots: n.cfg.Worker.Slots}, Spool: spoolView{Depth: depth}}
 		if n.started() {
 			view.JetStream, view.Dispatch, view.Worker.Busy = true, n.Dispatch.Stats(), n.Worker.Busy()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/botctl/botctl/pkg/bots"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -210,12 +211,12 @@ func TestBotsSetAppliesOnEveryNodeWithoutRestart(t *testing.T) {
 	}
 	for _, n := range nodes {
 		testwait.Eventually(t, 30*time.Second, n.cfg.NodeID+" refused the bad override", func() bool {
-			r := n.bots.refusal("b1")
-			return r.rev == put.Header.Revision && strings.Contains(r.why, "ai.demo.paragraphs")
+			r := n.bots.Refusal("b1")
+			return r.Rev == put.Header.Revision && strings.Contains(r.Why, "ai.demo.paragraphs")
 		})
 		// GET /status says so: the revision applied and the one refused.
 		var st struct {
-			Settings map[string]settingsView `json:"settings"`
+			Settings map[string]bots.View `json:"settings"`
 		}
 		token, err := n.cfg.API.CallerToken(n.cfg.DataDir)
 		if err != nil {

@@ -199,7 +199,7 @@ func (o *observer) readiness(ctx context.Context) Readiness {
 			rd.Warnings = append(rd.Warnings, w)
 		}
 	}
-	rd.Warnings = append(rd.Warnings, o.n.bots.warnings()...) // overrides refused: the bots are served all the same
+	rd.Warnings = append(rd.Warnings, o.n.bots.Warnings()...) // overrides refused: the bots are served all the same
 	sort.Strings(rd.Reasons)
 	rd.Ready = len(rd.Reasons) == 0
 	return rd
@@ -288,7 +288,7 @@ func (o *observer) Describe(ch chan<- *prometheus.Desc) {
 }
 
 var botStates = []node.BotState{node.StateStarting, node.StateStandby, node.StateConnecting, node.StateLeader, node.StateDraining,
-	node.StateGated, node.StateNeedsHuman, node.StateBackoff, node.StateClockOff, node.StateStopped}
+	node.StateGated, node.StateNeedsHuman, node.StateBackoff, node.StateClockOff, node.StateStopped, node.StateRefused}
 
 // Collect implements prometheus.Collector: the node's state, now.
 func (o *observer) Collect(ch chan<- prometheus.Metric) {

@@ -15,6 +15,7 @@ import (
 	"github.com/botctl/botctl/pkg/clusterkey"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/fleet"
+	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -85,8 +86,8 @@ func TestRegisteredBotsServedAtStart(t *testing.T) {
 		testwait.Eventually(t, time.Minute, b+" answered", func() bool { return lastFinished(sim, b, "ann") != "" })
 	}
 	bots := n.Node.Node.Info().Bots
-	if _, ok := bots["wrong"]; ok || len(bots) != 2 {
-		t.Errorf("the node campaigns for %v, want b1 and reg only", bots)
+	if st := bots["wrong"]; st.State != node.StateRefused || len(bots) != 3 || n.Node.Node.Serves("wrong") {
+		t.Errorf("the node's bots: %v, want b1 and reg served, wrong refused", bots)
 	}
 	mu.Lock()
 	defer mu.Unlock()

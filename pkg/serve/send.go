@@ -253,15 +253,9 @@ func (r SendRequest) body() *wecom.SendMsgBody {
 	return b
 }
 
-// configured reports whether bot is one of this node's bots.
-func (n *Node) configured(bot string) bool {
-	for _, b := range n.cfg.Bots {
-		if b.ID == bot {
-			return true
-		}
-	}
-	return false
-}
+// configured reports whether bot is one of this node's bots (the config
+// file's, or the bot registry's it serves now).
+func (n *Node) configured(bot string) bool { return n.Node.Serves(bot) }
 
 func (n *Node) botIDs() []string {
 	ids := make([]string, len(n.cfg.Bots))

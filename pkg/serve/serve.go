@@ -19,6 +19,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
+	"github.com/botctl/botctl/pkg/bots"
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
@@ -83,8 +84,8 @@ type Node struct {
 	// (nil: no sink configured).
 	Alerter *alert.Alerter
 
-	leaders *leaders // the bots this node leads: budgets and pushers
-	bots    *bots    // every bot's settings now: file and etcd (bots.go)
+	leaders *leaders   // the bots this node leads: budgets and pushers
+	bots    *bots.Live // every bot's settings now: file, registry and etcd (pkg/bots)
 	cfg     config.Config
 	log     zerolog.Logger
 	// base is the caller's logger, without the node field: for the
@@ -169,7 +170,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	bots, err := newBots(ctx, cfg, o.Etcd, log) // every bot's settings and rules (bots.go)
+	live, err := bots.New(ctx, cfg, o.Etcd, log) // every bot's settings and rules
 	if err != nil {
 		return err
 	}
@@ -179,7 +180,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer spool.Close()
 
-	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget, cfg.Push.BudgetHourly), cfg: cfg, bots: bots,
+	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget, cfg.Push.BudgetHourly), cfg: cfg, bots: live,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
 		skew: &skew.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
 	var history backfill.HistorySource // nil: no gap backfill
@@ -193,7 +194,6 @@ func Run(ctx context.Context, o Options) error {
 	defer wg.Wait()
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
-	wg.Go(func() { bots.watch(workCtx) })
 
 	// The health monitor outlives the node: the node's graceful stop ends
 	// its terms, and the record of each handover must be written before
@@ -205,11 +205,11 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { n.Health.Run(healthCtx) })
 
 	n.Access, err = access.New(access.Config{
-		NodeID: cfg.NodeID, Dispatch: handOff{n}, Cards: bots,
+		NodeID: cfg.NodeID, Dispatch: handOff{n}, Cards: live,
 		AllowUsers: cfg.Access.AllowUsers, AllowChats: cfg.Access.AllowChats,
 		MaxQuestionBytes: cfg.Access.MaxQuestionBytes,
 		Texts:            access.Texts{Receipt: cfg.Access.ReceiptText, Welcome: cfg.Access.WelcomeText, WelcomeCard: cfg.Access.WelcomeCard, Version: cfg.Access.ReportedVersion},
-		Bots:             bots,
+		Bots:             live,
 		Outbound:         n.leaders,
 		Watermark:        watermark{n},
 		Marks:            n.Health,
@@ -273,6 +273,7 @@ func Run(ctx context.Context, o Options) error {
 		stopNode()
 	})
 	go func() { nodeDone <- n.Node.Run(nodeCtx) }() // resigns every term after closing its connection
+	n.follow(workCtx, &wg, o)                       // bots and their settings changed at run time (fleet.go)
 	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
 
 	unlock := declareLock(ctx, o.Etcd, cfg.NATS.Prefix, log)
@@ -318,9 +319,9 @@ func Run(ctx context.Context, o Options) error {
 // watch; then the inbound path and every term's pusher use them.
 func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store) error {
 	cfg, log := n.cfg, n.log
-	// Every bot's backend (bots.go), built beside the context bucket where
+	// Every bot's backend (pkg/bots), built beside the context bucket where
 	// an agent platform's conversation ids are kept.
-	if err := n.bots.bind(n.Health, ai.WithSessions(task.NewSessions(store.Context(), log))); err != nil {
+	if err := n.bots.Bind(n.Health, ai.WithSessions(task.NewSessions(store.Context(), log))); err != nil {
 		return err
 	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)

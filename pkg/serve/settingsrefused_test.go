@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/botctl/botctl/pkg/bots"
 	"net/http"
 	"os"
 	"strings"
@@ -94,7 +95,7 @@ func TestNodeStartsWithAnOverrideItCannotBuild(t *testing.T) {
 	if err := botsettings.Delete(context.Background(), cli, botsettings.DefaultPrefix, "b1"); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, 30*time.Second, "the refusal gone", func() bool { return n.bots.refusal("b1").rev == 0 })
+	testwait.Eventually(t, 30*time.Second, "the refusal gone", func() bool { return n.bots.Refusal("b1").Rev == 0 })
 	if rd := readyz(t, n); len(rd.Warnings) != 0 {
 		t.Errorf("/readyz warnings with no override: %q", rd.Warnings)
 	}
@@ -109,11 +110,11 @@ func TestNodeStartsWithAnOverrideItCannotBuild(t *testing.T) {
 func checkRefusalShown(t *testing.T, n *runningNode, rev int64) {
 	t.Helper()
 	id := n.cfg.NodeID
-	if r := n.bots.refusal("b1"); r.rev != rev || !strings.Contains(r.why, "OPENAI_API_KEY") {
+	if r := n.bots.Refusal("b1"); r.Rev != rev || !strings.Contains(r.Why, "OPENAI_API_KEY") {
 		t.Errorf("%s: refusal %+v, want revision %d refused naming OPENAI_API_KEY", id, r, rev)
 	}
 	var st struct {
-		Settings map[string]settingsView `json:"settings"`
+		Settings map[string]bots.View `json:"settings"`
 	}
 	getStatus(t, n, &st)
 	if v := st.Settings["b1"]; v.Revision != 0 || v.Backend != config.AIKindDemo || v.RefusedRevision != rev || !strings.Contains(v.Refused, "OPENAI_API_KEY") {
@@ -198,7 +199,7 @@ func TestEveryNodeRestartsWithAnOverrideNoneCanBuild(t *testing.T) {
 
 	rev := putOverride(t, cli, "b1", unbuildable)
 	for _, n := range nodes {
-		testwait.Eventually(t, 30*time.Second, n.cfg.NodeID+" refused the override", func() bool { return n.bots.refusal("b1").rev == rev })
+		testwait.Eventually(t, 30*time.Second, n.cfg.NodeID+" refused the override", func() bool { return n.bots.Refusal("b1").Rev == rev })
 	}
 	if got := demoQuestion(t, sim, "u2", "while it is refused"); got != want("while it is refused") {
 		t.Fatalf("b1 answered %q while the override is refused", got)

@@ -278,3 +278,36 @@ func TestServeAndShutdown(t *testing.T) {
 		t.Fatal("Serve after Shutdown succeeded")
 	}
 }
+
+// A subscribe refused (a wrong secret) does not kick the connection that
+// holds the bot: it keeps receiving; one with the secret set since
+// (SetSecret) replaces it.
+func TestFailedSubscribeKeepsTheHolder(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	holder := h.subscribe(bot1, secret1)
+	c := h.dial()
+	wantCode(t, c.call(wecom.CmdSubscribe, "", wecom.SubscribeBody{BotID: bot1, Secret: "not-the-secret"}), wecom.ErrCodeInvalidCredential)
+	c.closed()
+	if st := h.stats(bot1); st.Kicks != 0 || !st.Connected || st.Connections != 1 || st.AuthFailures != 1 {
+		t.Fatalf("after a refused subscribe: stats %+v, want the holder kept", st)
+	}
+	h.askAndReceive(holder, "ann", "still there?")
+
+	if err := h.srv.SetSecret(bot1, "new-secret"); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.stats(bot1); !st.Connected {
+		t.Fatal("a secret changed dropped the holder")
+	}
+	c = h.dial()
+	wantCode(t, c.call(wecom.CmdSubscribe, "", wecom.SubscribeBody{BotID: bot1, Secret: secret1}), wecom.ErrCodeInvalidCredential)
+	c.closed()
+	h.subscribe(bot1, "new-secret")
+	holder.closed()
+	if st := h.stats(bot1); st.Kicks != 1 || !st.Connected {
+		t.Fatalf("after the new secret's subscribe: stats %+v, want the holder kicked", st)
+	}
+}

@@ -554,3 +554,22 @@ func (s *Server) History(q HistoryQuery) ([]HistoryMessage, error) {
 	}
 	return out, nil
 }
+
+// SetSecret plays an admin regenerating bot's secret in WeCom's console:
+// from now on a subscribe must give secret. The connection subscribed
+// now is kept (WeCom does not drop it), until a subscribe with the new
+// secret replaces it.
+func (s *Server) SetSecret(botID, secret string) error {
+	if secret == "" {
+		return invalid("secret is required")
+	}
+	b, err := s.needBot(botID)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.secret = secret
+	b.mu.Unlock()
+	s.log.Info().Str("bot", botID).Msg("bot secret changed (the live connection is kept)")
+	return nil
+}

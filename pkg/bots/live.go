@@ -1,4 +1,8 @@
-package serve
+// Package bots holds the live settings of every bot a node serves: the
+// config file's (top level, then the bot's entry), the bot registry's
+// record for a bot added at run time (pkg/fleet), and over either the
+// override in etcd (botctl bots set, pkg/botsettings), which it watches.
+package bots
 
 import (
 	"context"
@@ -21,7 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// bots are the settings of every bot on this node as they are now: the
+// Live are the settings of every bot on this node as they are now: the
 // config file's (top level, then the bot's entry) under the override in
 // etcd (`botctl bots set`, package botsettings), which the node watches.
 // The worker asks it for a task's backend and memory, the inbound path
@@ -33,7 +37,7 @@ import (
 // file's settings), the log says why, and the refusal is shown (GET
 // /status, /readyz's warnings, botctl_bot_settings_refused). What etcd
 // holds never stops a node.
-type bots struct {
+type Live struct {
 	cfg    config.Config
 	etcd   *clientv3.Client
 	prefix string
@@ -55,13 +59,13 @@ type bots struct {
 	breakerWatch *breakerWatch
 	top          *botState            // a bot neither the file nor etcd names (the demo's)
 	bots         map[string]*botState // bot → its settings now
-	refused      map[string]refusal   // bot → its last override not applied, while it is the latest seen
+	refused      map[string]Refusal   // bot → its last override not applied, while it is the latest seen
 }
 
-// refusal is an override this node did not apply, and why.
-type refusal struct {
-	rev int64
-	why string
+// Refusal is an override this node did not apply, and why.
+type Refusal struct {
+	Rev int64
+	Why string
 }
 
 // botState is one bot's settings and what is built of them.
@@ -72,14 +76,14 @@ type botState struct {
 	rev      int64 // the override applied (0: the file's settings)
 }
 
-// newBots builds every configured bot's rules from the file (an error
+// New builds every configured bot's rules from the file (an error
 // stops the node, as a bad top level does), then applies the overrides
 // etcd holds now, so that the first message is answered with them (etcd
 // not answering within a few seconds: the file's, until the watch reads
 // them). The backends are built by bind.
-func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log zerolog.Logger) (*bots, error) {
-	b := &bots{cfg: cfg, etcd: cli, prefix: botsettings.DefaultPrefix, log: log.With().Str("component", "bot_settings").Logger(),
-		bots: map[string]*botState{}, refused: map[string]refusal{}}
+func New(ctx context.Context, cfg config.Config, cli *clientv3.Client, log zerolog.Logger) (*Live, error) {
+	b := &Live{cfg: cfg, etcd: cli, prefix: botsettings.DefaultPrefix, log: log.With().Str("component", "bot_settings").Logger(),
+		bots: map[string]*botState{}, refused: map[string]Refusal{}}
 	b.breakerWatch = &breakerWatch{log: log.With().Str("component", "ai_breakers").Logger()}
 	b.breakers = ai.NewBreakers(b.breakerWatch, nil)
 	var err error
@@ -111,14 +115,14 @@ func newBots(ctx context.Context, cfg config.Config, cli *clientv3.Client, log z
 	return b, nil
 }
 
-// bind builds every bot's backend with opts, once JetStream is bound
-// (Node.start, before the worker starts). What etcd holds never stops the
+// Bind builds every bot's backend with opts, once JetStream is bound
+// (before the worker starts). What etcd holds never stops the
 // node: a bot whose override's backend cannot be built here runs with the
 // config file's settings, and the override is recorded as refused
-// (refusal, views). Only a backend of the file's own settings that cannot
+// (Refusal, Views). Only a backend of the file's own settings that cannot
 // be built stops the node, naming the bot. h hears when all of a bot's
 // backends are down.
-func (b *bots) bind(h *health.Health, opts ...ai.Option) error {
+func (b *Live) Bind(h *health.Health, opts ...ai.Option) error {
 	b.applying.Lock()
 	defer b.applying.Unlock()
 	b.mu.Lock()
@@ -145,7 +149,7 @@ func (b *bots) bind(h *health.Health, opts ...ai.Option) error {
 			return fmt.Errorf("bot %s: %w", bot, ferr)
 		}
 		b.bots[bot] = file
-		b.refused[bot] = refusal{rev: st.rev, why: err.Error()}
+		b.refused[bot] = Refusal{Rev: st.rev, Why: err.Error()}
 		b.log.Error().Err(err).Str("bot", bot).Int64("revision", st.rev).
 			Msg("bot settings from etcd not applied at start: the backend cannot be built on this node; the bot runs with the config file's settings (botctl bots show --bot " + bot + ")")
 	}
@@ -156,7 +160,7 @@ func (b *bots) bind(h *health.Health, opts ...ai.Option) error {
 // fileState is bot's state of the config file's settings, its backend
 // built (top's when the ai sections are the same); b.mu is held by the
 // caller, which has set aiOpts.
-func (b *bots) fileState(bot string) (*botState, error) {
+func (b *Live) fileState(bot string) (*botState, error) {
 	s, err := b.cfg.BotSettings(bot)
 	if err != nil {
 		return nil, err
@@ -174,11 +178,11 @@ func (b *bots) fileState(bot string) (*botState, error) {
 }
 
 // backend builds one backend: the one place a node makes them.
-func (b *bots) backend(cfg config.AI) (ai.Backend, error) { return ai.New(cfg, b.aiOpts...) }
+func (b *Live) backend(cfg config.AI) (ai.Backend, error) { return ai.New(cfg, b.aiOpts...) }
 
 // build makes s's rules and, once bound, its backend (like's, when s's ai
 // section is like's).
-func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState, error) {
+func (b *Live) build(s config.BotSettings, like *botState, rev int64) (*botState, error) {
 	st, err := b.rules(s, rev)
 	if err != nil {
 		return nil, err
@@ -199,7 +203,7 @@ func (b *bots) build(s config.BotSettings, like *botState, rev int64) (*botState
 }
 
 // rules is s's state without a backend: its rules made.
-func (b *bots) rules(s config.BotSettings, rev int64) (*botState, error) {
+func (b *Live) rules(s config.BotSettings, rev int64) (*botState, error) {
 	a := s.Access
 	rules, err := access.NewRules(access.Rules{AllowUsers: a.AllowUsers, AllowChats: a.AllowChats, MaxQuestionBytes: a.MaxQuestionBytes,
 		Texts:  access.Texts{Receipt: a.ReceiptText, Busy: a.BusyText, Unsupported: a.UnsupportedText, Welcome: a.WelcomeText, WelcomeCard: a.WelcomeCard, Limit: a.LimitText, Version: a.ReportedVersion},
@@ -210,8 +214,8 @@ func (b *bots) rules(s config.BotSettings, rev int64) (*botState, error) {
 	return &botState{settings: s, rev: rev, rules: rules}, nil
 }
 
-// watch applies every change of the overrides until ctx ends.
-func (b *bots) watch(ctx context.Context) {
+// Watch applies every change of the overrides until ctx ends.
+func (b *Live) Watch(ctx context.Context) {
 	if b.etcd != nil {
 		botsettings.Watch(ctx, b.etcd, b.prefix, b.apply, b.log)
 	}
@@ -219,7 +223,7 @@ func (b *bots) watch(ctx context.Context) {
 
 // apply makes o the bot's override: over the file's settings of the bot,
 // checked, built, then swapped in; on any error the bot keeps what it has.
-func (b *bots) apply(o botsettings.Override) {
+func (b *Live) apply(o botsettings.Override) {
 	b.applying.Lock()
 	defer b.applying.Unlock()
 	log := b.log.With().Str("bot", o.Bot).Int64("revision", o.Rev).Logger()
@@ -257,22 +261,22 @@ func (b *bots) apply(o botsettings.Override) {
 	}
 }
 
-func (b *bots) refuse(o botsettings.Override, err error) {
+func (b *Live) refuse(o botsettings.Override, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refused[o.Bot] = refusal{rev: o.Rev, why: err.Error()}
+	b.refused[o.Bot] = Refusal{Rev: o.Rev, Why: err.Error()}
 }
 
-// refusal is bot's latest override that this node did not apply (rev 0:
+// Refusal is bot's latest override that this node did not apply (rev 0:
 // none; the latest seen applied).
-func (b *bots) refusal(bot string) refusal {
+func (b *Live) Refusal(bot string) Refusal {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	return b.refused[bot]
 }
 
-// settingsView is one bot's settings on this node, in GET /status.
-type settingsView struct {
+// View is one bot's settings on this node, in GET /status.
+type View struct {
 	// Revision is the etcd override applied (0: the config file's).
 	Revision int64 `json:"revision"`
 	// Backend is the bot's ai.kind.
@@ -283,27 +287,27 @@ type settingsView struct {
 	Refused         string `json:"refused,omitempty"`
 }
 
-// views are the settings of every bot the file or etcd names.
-func (b *bots) views() map[string]settingsView {
+// Views are the settings of every bot the file or etcd names.
+func (b *Live) Views() map[string]View {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	out := map[string]settingsView{}
+	out := map[string]View{}
 	for bot, st := range b.bots {
-		out[bot] = settingsView{Revision: st.rev, Backend: st.settings.AI.Kind}
+		out[bot] = View{Revision: st.rev, Backend: st.settings.AI.Kind}
 	}
 	for bot, r := range b.refused {
 		v := out[bot]
 		if v.Backend == "" {
 			v.Backend = b.top.settings.AI.Kind
 		}
-		v.RefusedRevision, v.Refused = r.rev, r.why
+		v.RefusedRevision, v.Refused = r.Rev, r.Why
 		out[bot] = v
 	}
 	return out
 }
 
 // state is bot's settings now.
-func (b *bots) state(bot string) *botState {
+func (b *Live) state(bot string) *botState {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if st := b.bots[bot]; st != nil {
@@ -313,7 +317,7 @@ func (b *bots) state(bot string) *botState {
 }
 
 // Run is what bot's next task runs with (worker.Bots).
-func (b *bots) Run(bot string) worker.BotRun {
+func (b *Live) Run(bot string) worker.BotRun {
 	st := b.state(bot)
 	m := st.settings.Memory
 	return worker.BotRun{Backend: st.backend, MaxAnswerBytes: st.settings.AI.MaxAnswerBytes, Limits: limitsOf(st.settings.Limits),
@@ -321,7 +325,7 @@ func (b *bots) Run(bot string) worker.BotRun {
 }
 
 // Rules are bot's allowlists and texts (access.Bots).
-func (b *bots) Rules(bot string) *access.Rules { return b.state(bot).rules }
+func (b *Live) Rules(bot string) *access.Rules { return b.state(bot).rules }
 
 // limitsOf are a bot's limits as pkg/limits counts them.
 func limitsOf(l config.Limits) limits.Limits {
@@ -332,17 +336,88 @@ func limitsOf(l config.Limits) limits.Limits {
 }
 
 // Notes are bot's late note and busy reply (pusher.Notes).
-func (b *bots) Notes(bot string) (late, busy string) {
+func (b *Live) Notes(bot string) (late, busy string) {
 	a := b.state(bot).settings.Access
 	return a.LateNote, a.BusyText
 }
 
 // ShowThinking is bot's ai.show_thinking (pusher.Thinking).
-func (b *bots) ShowThinking(bot string) string { return b.state(bot).settings.AI.ShowThinking }
+func (b *Live) ShowThinking(bot string) string { return b.state(bot).settings.AI.ShowThinking }
 
 var (
-	_ worker.Bots     = (*bots)(nil)
-	_ access.Bots     = (*bots)(nil)
-	_ pusher.Notes    = (*bots)(nil)
-	_ pusher.Thinking = (*bots)(nil)
+	_ worker.Bots     = (*Live)(nil)
+	_ access.Bots     = (*Live)(nil)
+	_ pusher.Notes    = (*Live)(nil)
+	_ pusher.Thinking = (*Live)(nil)
 )
+
+// Breakers are this node's AI circuit breakers (for the metrics).
+func (b *Live) Breakers() *ai.Breakers { return b.breakers }
+
+// Serve gives a bot served from now on (the bot registry's, added at run
+// time: pkg/fleet) its settings: its record's sections over the config
+// file's top level, built, then its override in etcd (botctl bots set)
+// if it has one, before its loop starts. A bot it has already keeps what
+// it runs with unless its record's sections changed. On an error nothing
+// changes.
+func (b *Live) Serve(bot config.Bot) error {
+	rebuilt, err := b.serve(bot)
+	if err != nil || !rebuilt || b.etcd == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	o, err := botsettings.Get(ctx, b.etcd, b.prefix, bot.ID)
+	if err != nil {
+		b.log.Warn().Err(err).Str("bot", bot.ID).Msg("bot settings override not read: the registry's settings apply until the watch reads it")
+		return nil
+	}
+	if o.Doc != nil {
+		b.apply(o)
+	}
+	return nil
+}
+
+// serve is Serve without the override: rebuilt says the bot's state was
+// made anew of the file's and the record's settings.
+func (b *Live) serve(bot config.Bot) (rebuilt bool, err error) {
+	b.applying.Lock()
+	defer b.applying.Unlock()
+	cfg := b.cfg
+	i := slices.IndexFunc(cfg.Bots, func(x config.Bot) bool { return x.ID == bot.ID })
+	cfg.Bots = slices.Clone(cfg.Bots)
+	if i >= 0 {
+		cfg.Bots[i] = bot
+	} else {
+		cfg.Bots = append(cfg.Bots, bot)
+	}
+	if i >= 0 && reflect.DeepEqual(b.cfg.Bots[i].Settings, bot.Settings) {
+		b.cfg = cfg // its secret, owner: nothing is built of them here
+		return false, nil
+	}
+	s, err := cfg.BotSettings(bot.ID)
+	if err != nil {
+		return false, err
+	}
+	st, err := b.build(s, b.top, 0)
+	if err != nil {
+		return false, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cfg = cfg
+	b.bots[bot.ID] = st
+	return true, nil
+}
+
+// Drop forgets a bot no longer served (its loop ended): from then on it
+// has the top level's settings, as a bot neither the file nor etcd names.
+func (b *Live) Drop(bot string) {
+	b.applying.Lock()
+	defer b.applying.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cfg.Bots = slices.DeleteFunc(slices.Clone(b.cfg.Bots), func(x config.Bot) bool { return x.ID == bot })
+	delete(b.bots, bot)
+	delete(b.refused, bot)
+}

@@ -1,4 +1,4 @@
-package serve
+package bots
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // AnswerCard hands a click on a card to bot's backend, if it answers
 // clicks (ai.CardResponder); nil otherwise: the card stays as it is
 // (access.Cards).
-func (b *bots) AnswerCard(ctx context.Context, click access.CardClick) (json.RawMessage, error) {
+func (b *Live) AnswerCard(ctx context.Context, click access.CardClick) (json.RawMessage, error) {
 	cr := cardResponder(b.state(click.Bot).backend)
 	if cr == nil {
 		return nil, nil

@@ -1,0 +1,36 @@
+package serve
+
+import (
+	"context"
+	"sync"
+
+	"github.com/botctl/botctl/pkg/botsettings"
+	"github.com/botctl/botctl/pkg/fleet"
+)
+
+// follow makes the node follow what etcd says of its bots while it runs:
+// the overrides of their settings (pkg/bots), and the bot registry
+// (fleet.Follower): bots added are served, bots removed drained and
+// dropped, on the node's loops (pkg/node) with their settings.
+func (n *Node) follow(ctx context.Context, wg *sync.WaitGroup, o Options) {
+	wg.Go(func() { n.bots.Watch(ctx) })
+	if o.Etcd == nil {
+		return
+	}
+	file := n.cfg
+	file.Bots = o.Config.Bots
+	f := fleet.NewFollower(o.Etcd, botsettings.DefaultPrefix, file, n.cfg.Bots, n.Node, n.bots, deliveries{n}, n.log)
+	wg.Go(func() { f.Run(ctx) })
+}
+
+// deliveries are a bot's answers owed on this node (fleet.Deliveries).
+type deliveries struct{ n *Node }
+
+func (d deliveries) Leads(bot string) bool { return d.n.Pusher(bot) != nil }
+
+func (d deliveries) Owed(ctx context.Context, bot string) ([]string, error) {
+	if !d.n.started() {
+		return nil, nil
+	}
+	return d.n.Store.UndeliveredTasks(ctx, bot)
+}
