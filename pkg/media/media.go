@@ -293,6 +293,10 @@ func New(cfg Config) *Fetcher {
 	return &Fetcher{cfg: cfg, slots: newSlots(cfg.Parallel, cfg.PerConversation)}
 }
 
+// MessageTimeout is the deadline a message's files are held to, from its
+// arrival (Config.MessageTimeout).
+func (f *Fetcher) MessageTimeout() time.Duration { return f.cfg.MessageTimeout }
+
 // Batch is one message's files.
 type Batch struct {
 	// TaskID names the stored objects: <TaskID>/<n>.

@@ -165,6 +165,12 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 		p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
 		return nil, 0, true, 0
 	}
+	if rec.Receiving() {
+		// Its files are still being taken by the inbound path, which
+		// answers it or announces it dispatched; nothing is sent on its
+		// stream meanwhile (task/receiving.go).
+		return nil, 0, false, 5 * time.Second
+	}
 	return p.remember(id, rec, rev), rev, false, 0
 }
 

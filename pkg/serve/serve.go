@@ -214,7 +214,7 @@ func Run(ctx context.Context, o Options) error {
 		Watermark:        watermark{n},
 		Marks:            n.Health,
 		Metrics:          n.obs.metrics,
-		Media:            media.New(media.Config{MaxBytes: cfg.Media.MaxBytes, Timeout: cfg.Media.DownloadTimeout}),
+		Media:            media.New(media.Config{MaxBytes: cfg.Media.MaxBytes, Timeout: cfg.Media.DownloadTimeout, MessageTimeout: cfg.Media.MessageTimeout, Parallel: cfg.Media.Parallel}),
 		Logger:           log,
 	})
 	if err != nil {
