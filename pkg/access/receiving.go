@@ -14,7 +14,7 @@ import (
 // user. The handling settles the record on every way out
 // (settleReceiving): dispatched, it is a task like any other; answered
 // at receipt (files refused, conversation busy, dispatch failed), it is
-// ended as delivered; a refusal the connection could not carry is
+// removed, as no task ran; a refusal the connection could not carry is
 // recorded as failed, for the pusher to tell.
 
 // receive records h's task before its files are downloaded. Best effort:
@@ -51,7 +51,7 @@ func (h *handling) settleReceiving() {
 		h.announce()
 		return
 	}
-	if _, err := h.js.lc.Unreceived(ctx, h.id, "answered at receipt"); err != nil {
-		h.log.Warn().Err(err).Msg("record of a message answered at receipt not ended: the sweep tells its user again")
+	if _, err := h.js.lc.Unreceived(ctx, h.id); err != nil {
+		h.log.Warn().Err(err).Msg("record of a message answered at receipt not removed: the sweep tells its user again")
 	}
 }

@@ -3,6 +3,9 @@ package task
 import (
 	"context"
 	"time"
+
+	"github.com/botctl/botctl/dataplane"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A message with files is recorded before its files are downloaded (the
@@ -15,7 +18,7 @@ import (
 //     Open sets its tier, and it is a task like any other;
 //   - the files are refused (too big, expired, a timeout, storage full) or
 //     the conversation is busy, and the user is told at once: Unreceived
-//     ends the record, failed and delivered, so nothing tells them again;
+//     removes the record, so nothing tells them again;
 //   - the leader dies (or is cut off) first: past ReceivingUntil and
 //     ReceivingGrace, the sweep of whichever node leads gives it up, and
 //     its pusher tells the user it failed.
@@ -44,28 +47,29 @@ func (l *Lifecycle) Receive(ctx context.Context, r *Record, until time.Time) (*R
 	return l.Open(ctx, r)
 }
 
-// Unreceived ends a task recorded by Receive that takes no task after
-// all (its files refused, its conversation busy) and whose user was told
-// at receipt: failed with reason, and delivered (that reply was the
-// delivery), out of the undelivered index. A task dispatched meanwhile,
-// or already ended, is left as it is (and returned as it is).
-func (l *Lifecycle) Unreceived(ctx context.Context, id, reason string) (*Record, error) {
-	changed := false
-	r, err := l.update(ctx, id, func(r *Record) error {
+// Unreceived removes the record Receive wrote for a message that takes no
+// task after all (its files refused, its conversation busy) and whose
+// user was told at receipt: no task was run, and nothing tells the user
+// again (the inbound path's mark of an answer without a task dedupes a
+// redelivery, as for any refusal). A task dispatched meanwhile, or ended,
+// is left as it is; removed reports whether it was removed.
+func (l *Lifecycle) Unreceived(ctx context.Context, id string) (removed bool, err error) {
+	for try := 0; ; try++ {
+		dataplane.CASPause(ctx, try)
+		r, rev, err := Get(ctx, l.store.Tasks(), id)
+		if err != nil {
+			return false, err
+		}
 		if !r.Receiving() {
-			return ErrNoChange
+			return false, nil
 		}
-		changed = true
-		now := l.now().UTC()
-		r.Error = reason
-		if err := r.SetExec(Failed, reason, l.node, now); err != nil {
-			return err
+		err = l.store.Tasks().Delete(ctx, id, jetstream.LastRevision(rev))
+		if err == nil {
+			l.store.ClearUndelivered(ctx, r.Bot, id)
+			return true, nil
 		}
-		return r.SetDelivery(Delivered, "answered at receipt: "+reason, l.node, now)
-	})
-	if err != nil || !changed {
-		return r, err
+		if !dataplane.LostCAS(err) || try >= openTries || ctx.Err() != nil {
+			return false, err
+		}
 	}
-	l.store.ClearUndelivered(ctx, r.Bot, r.ID)
-	return r, nil
 }

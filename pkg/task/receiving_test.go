@@ -1,20 +1,21 @@
 package task_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/task"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A message recorded before its files were taken (Receive) and never
 // dispatched, its leader gone, is given up by the sweep once past its
 // ReceivingUntil and the grace, long before the execution deadline: the
-// user is told. One whose user was told at receipt (Unreceived) leaves
-// the undelivered index and is not given up again; one dispatched is
-// left to its run.
+// user is told. One whose user was told at receipt (Unreceived) is
+// removed, and not given up again; one dispatched is left to its run.
 func TestSweepGivesUpAMessageWhoseFilesWereNeverReceived(t *testing.T) {
 	f := newFixture(t, dataplane.Options{})
 	clock := time.Now()
@@ -28,15 +29,18 @@ func TestSweepGivesUpAMessageWhoseFilesWereNeverReceived(t *testing.T) {
 	told := task.New("b", "m2", clock)
 	told.Chat = "bob"
 	lc.Receive(f.ctx, told, clock.Add(2*time.Minute))
-	if r, err := lc.Unreceived(f.ctx, told.ID, "file too big"); err != nil || r.Exec != task.Failed || r.Delivery != task.Delivered {
-		t.Fatalf("unreceived: %+v %v", r, err)
+	if removed, err := lc.Unreceived(f.ctx, told.ID); err != nil || !removed {
+		t.Fatalf("unreceived: %v %v", removed, err)
+	}
+	if _, err := lc.Get(f.ctx, told.ID); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the record of a message told at receipt stayed: %v", err)
 	}
 	dispatched := task.New("b", "m3", clock)
 	dispatched.Chat = "carol"
 	lc.Receive(f.ctx, dispatched, clock.Add(2*time.Minute))
 	lc.Open(f.ctx, &task.Record{ID: dispatched.ID, Bot: "b", MsgID: "m3", Chat: "carol", Tier: "fixed"})
-	if r, err := lc.Unreceived(f.ctx, dispatched.ID, "busy"); err != nil || r.Exec != task.Queued {
-		t.Fatalf("unreceived of a dispatched task: %+v %v, want it left queued", r, err)
+	if removed, err := lc.Unreceived(f.ctx, dispatched.ID); err != nil || removed {
+		t.Fatalf("unreceived of a dispatched task: %v %v, want it left", removed, err)
 	}
 
 	if res, err := lc.Sweep(f.ctx, "b", time.Hour, time.Minute); err != nil || res.Unreceived != 0 {
