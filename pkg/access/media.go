@@ -22,9 +22,14 @@ import (
 // stored in the media bucket (pkg/media) while WeCom's URLs still work,
 // and the task carries their references.
 //
-// The download runs on the message's own handling goroutine, so a slow or
-// huge file holds back nothing but its own message: the connection's
-// reader, and every other conversation, go on. The receipt does not wait
+// The download runs on the message's own handling goroutine, after it
+// gave back its handling slot: it waits on the node's download slots
+// (a conversation takes at most its share) under one deadline counted
+// from the message's arrival, so a slow, stalled or huge file holds back
+// nothing but its own message: the connection's reader, text messages
+// and every other conversation go on. The message is recorded before
+// the download (receiving.go), so a leader that dies mid-download leaves
+// a record the next leader answers. The receipt does not wait
 // for it: it is written before the download (as an early receipt is),
 // so the user sees "received" at once; when the download fails, that
 // stream is finished with the reason (too big and the limit, expired,

@@ -4,8 +4,11 @@
 //
 // WeCom's long connection gives each file as a URL that works for about
 // five minutes and a per-file aeskey. The leader that receives the
-// message downloads and decrypts each file at once (Fetcher.Fetch),
-// bounded in bytes and time, and stores it in the media object store
+// message downloads and decrypts its files at once (Fetcher.Fetch),
+// together, bounded in bytes, in time per file and in time for the whole
+// message from its arrival (the wait for a download slot included), each
+// conversation taking at most its share of the node's slots (slots.go),
+// and stores each in the media object store
 // (dataplane.Store.Media) under <task id>/<n>; the task carries the
 // references (task.Attachment). The worker that runs the task, on any
 // node, copies them to a temporary directory (Materialize) for its
