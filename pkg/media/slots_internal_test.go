@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // The slots' rules, one step at a time: a conversation holds at most its
@@ -21,6 +22,7 @@ func TestSlotsShareAndOrder(t *testing.T) {
 	// a is at its share: its third waits although a slot is free.
 	aWaits := make(chan error, 1)
 	go func() { aWaits <- s.acquire(ctx, "a") }()
+	waitFor(t, s, 1)
 	if err := s.acquire(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
@@ -33,11 +35,11 @@ func TestSlotsShareAndOrder(t *testing.T) {
 	go func() { cWaits <- s.acquire(ctx, "c") }()
 	waitFor(t, s, 2)
 	s.release("b")
-	if err := <-cWaits; err != nil {
+	if err := granted(t, cWaits, "c, under its share, after b's slot freed"); err != nil {
 		t.Fatal(err)
 	}
 	s.release("a")
-	if err := <-aWaits; err != nil {
+	if err := granted(t, aWaits, "a's waiter, after a's slot freed"); err != nil {
 		t.Fatal(err)
 	}
 	if s.free != 0 || s.held["a"] != 2 || s.held["c"] != 1 || len(s.waiting) != 0 {
@@ -62,6 +64,18 @@ func TestSlotsShareAndOrder(t *testing.T) {
 	if s.free != 3 || len(s.held) != 0 {
 		t.Fatalf("all released: free %d, held %v", s.free, s.held)
 	}
+}
+
+// granted is what an acquire returned, within generous time.
+func granted(t *testing.T, ch <-chan error, who string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no slot granted", who)
+	}
+	return nil
 }
 
 // waitFor waits until n acquires are queued.
