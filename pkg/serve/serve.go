@@ -232,7 +232,7 @@ func Run(ctx context.Context, o Options) error {
 		Hooks:   termHooks{n},
 		Health:  n.Health,
 		Metrics: n.obs.metrics,
-		Skew:    n.skew,
+		Skew:    dataplane.Offs{n.skew, dataplane.NewJetStreamHealth(nc, cfg.NATS.JetStreamFailover, log)},
 		Logger:  n.base, // node.New adds the node field
 	})
 	if err != nil {
