@@ -23,7 +23,8 @@ type Media struct {
 	// from the message's arrival: the wait for a download slot, every
 	// download and every store. Past it the files are given up and the
 	// user told. Below the life of WeCom's media URLs (about five
-	// minutes), and at least download_timeout. Default 2m.
+	// minutes); a file's download ends at whichever of this and
+	// download_timeout comes first. Default 2m.
 	MessageTimeout time.Duration `yaml:"message_timeout"`
 	// Parallel bounds the downloads of one node at once (each file is in
 	// memory until stored: at most parallel × max_bytes). One
@@ -77,7 +78,7 @@ var mediaKeys = []Key{
 		return nil
 	}},
 	{Name: "media.download_timeout", Flag: "media-download-timeout", Usage: "longest download of one file a user sent", set: dur(func(c *Config) *time.Duration { return &c.Media.DownloadTimeout })},
-	{Name: "media.message_timeout", Flag: "media-message-timeout", Usage: "longest time all of a message's files may take, from its arrival (the wait for a slot included); at least media.download_timeout, below WeCom's 5-minute URL life", set: dur(func(c *Config) *time.Duration { return &c.Media.MessageTimeout })},
+	{Name: "media.message_timeout", Flag: "media-message-timeout", Usage: "longest time all of a message's files may take, from its arrival (the wait for a slot included); 1s to 4m, below WeCom's 5-minute URL life", set: dur(func(c *Config) *time.Duration { return &c.Media.MessageTimeout })},
 	{Name: "media.parallel", Flag: "media-parallel", Usage: "downloads of users' files one node runs at once (a conversation takes at most a quarter)", set: func(c *Config, s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -116,8 +117,8 @@ func (c *Config) validateMedia(bad func(key, format string, args ...any)) {
 	if c.Media.DownloadTimeout < time.Second || c.Media.DownloadTimeout > 4*time.Minute {
 		bad("media.download_timeout", "%s: want 1s to 4m (WeCom's media URL works for about 5 minutes)", c.Media.DownloadTimeout)
 	}
-	if c.Media.MessageTimeout < c.Media.DownloadTimeout || c.Media.MessageTimeout > 4*time.Minute {
-		bad("media.message_timeout", "%s: want media.download_timeout (%s) to 4m: a message's files must be taken while WeCom's URLs work (about 5 minutes from its arrival)", c.Media.MessageTimeout, c.Media.DownloadTimeout)
+	if c.Media.MessageTimeout < time.Second || c.Media.MessageTimeout > 4*time.Minute {
+		bad("media.message_timeout", "%s: want 1s to 4m: a message's files must be taken while WeCom's URLs work (about 5 minutes from its arrival)", c.Media.MessageTimeout)
 	}
 	if c.Media.Parallel < 1 || c.Media.Parallel > 256 {
 		bad("media.parallel", "%d: want 1 to 256 downloads at once (default %d); each holds up to media.max_bytes in memory", c.Media.Parallel, DefaultMediaParallel)

@@ -119,7 +119,7 @@ func TestMediaMessageTimeoutAndParallel(t *testing.T) {
 		set func(*Config)
 	}{
 		{"media.message_timeout", func(c *Config) { c.Media.MessageTimeout = 5 * time.Minute }},
-		{"media.message_timeout", func(c *Config) { c.Media.MessageTimeout = 10 * time.Second }}, // below download_timeout
+		{"media.message_timeout", func(c *Config) { c.Media.MessageTimeout = 0 }},
 		{"media.parallel", func(c *Config) { c.Media.Parallel = 0 }},
 		{"media.parallel", func(c *Config) { c.Media.Parallel = 1000 }},
 	} {
