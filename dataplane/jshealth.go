@@ -28,8 +28,9 @@ import (
 //
 // What it does not: tell a server cut off from its cluster from a
 // cluster that lost its quorum. In the second case every node is off and
-// no node leads until JetStream is back; the messages users sent
-// meanwhile are found by the gap backfill.
+// no node leads until JetStream is back: the messages users sent
+// meanwhile are found only by the gap backfill (backfill.history_url),
+// where a leader would have spooled them.
 type JetStreamHealth struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
