@@ -40,6 +40,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/buildinfo"
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/retry"
@@ -135,7 +136,14 @@ type Config struct {
 	Cards Cards
 	// Media downloads and stores the files of a message (media.go).
 	// Default: a *media.Fetcher with its defaults (20 MB, 30 s).
-	Media  Media
+	Media Media
+	// MediaDrain bounds a download that goes on after its term ended:
+	// it is cut this long after, so that the node's drain
+	// (node.Config.DrainTimeout, 15 s by default) sees its handling end.
+	// Default 10s.
+	MediaDrain time.Duration
+	// Clock waits (a test seam). Default clock.Real.
+	Clock  clock.Clock
 	Logger zerolog.Logger
 	// Now is the clock (a test seam). Default time.Now.
 	Now func() time.Time
@@ -233,6 +241,10 @@ func New(cfg Config) (*Access, error) {
 	if cfg.Media == nil {
 		cfg.Media = media.New(media.Config{})
 	}
+	if cfg.MediaDrain <= 0 {
+		cfg.MediaDrain = 10 * time.Second
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	a := &Access{
 		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(), def: def,
 		sem: make(chan struct{}, cfg.Parallel), seen: newLRU(cfg.DedupeSize), arrived: newLRU(cfg.DedupeSize),
@@ -324,15 +336,27 @@ func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string,
 	a.wg.Go(func() {
 		defer done()
 		defer a.inHand.Add(inHand, -1)
-		defer func() { <-a.sem }()
+		// The slot is given back at the end, or before a download of the
+		// message's files (media.go): those wait on the media slots and
+		// their deadline, never holding a slot text messages need.
+		slot := &heldSlot{sem: a.sem}
+		defer slot.free()
 		if a.cfg.Metrics != nil {
 			a.cfg.Metrics.Stage(term.Bot, "slot", a.cfg.Now().Sub(read))
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(term.Context()), a.cfg.Timeout)
 		defer cancel()
-		a.handle(ctx, term, c, reqID, m, in)
+		a.handle(ctx, term, c, reqID, m, in, slot)
 	})
 }
+
+// heldSlot is a handling's slot of Access.sem, given back once.
+type heldSlot struct {
+	once sync.Once
+	sem  chan struct{}
+}
+
+func (s *heldSlot) free() { s.once.Do(func() { <-s.sem }) }
 
 // arrival is what is decided about a callback where it is taken, in the
 // connection's callback order, from memory alone.

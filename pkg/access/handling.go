@@ -44,6 +44,13 @@ type handling struct {
 	// admittedBytes: the bytes of the message's files counted in its
 	// bot's byte limits (media.go), given back when it runs no task.
 	admittedBytes int64
+	// slot is the message's handling slot.
+	slot *heldSlot
+	// receiving: the task was recorded before its files were taken
+	// (receiving.go); dispatched: then dispatched (or found queued);
+	// owed: a refusal the connection could not carry, owed by the pusher.
+	receiving, dispatched bool
+	owed                  string
 }
 
 // recorded reports whether the task bucket has the task: the callback is
@@ -57,10 +64,11 @@ type sent struct {
 }
 
 // handle handles callback m, read off connection c, after arrive.
-func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback, in arrival) {
-	h := &handling{a: a, ctx: ctx, term: term, c: c, reqID: reqID, m: m, in: in,
+func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback, in arrival, slot *heldSlot) {
+	h := &handling{a: a, ctx: ctx, term: term, c: c, reqID: reqID, m: m, in: in, slot: slot,
 		log: a.log.With().Str("bot", term.Bot).Str("msgid", m.MsgID).Str("req_id", reqID).Logger(),
 		now: in.read.UTC(), rules: a.rules(term.Bot)}
+	defer h.settleReceiving()
 	defer func() {
 		// Every way out gives back the req_id's turn; the receipt's
 		// outcome is read where it matters (after the dispatch). The
@@ -100,7 +108,7 @@ func (a *Access) handle(ctx context.Context, term *election.Term, c *wecom.Conn,
 		h.dedupe = readDedupe(ctx, h.js, term.Bot, m.MsgID, reqID, term.Rev, func(d time.Duration) { h.stage("dedupe", d) })
 	}
 	if question, ok := h.checked(); ok && !h.limited() {
-		if atts, ok := h.attachments(); ok {
+		if atts, ok := h.attachments(question); ok {
 			h.task(question, atts)
 		}
 	}
@@ -279,10 +287,8 @@ func (h *handling) earlyReceipt(e *earlyReceipt) sent {
 // conversation, and that refusal is an answer), then the receipt (unless
 // it went early) and the record.
 func (h *handling) task(question string, atts []task.Attachment) {
-	a, m := h.a, h.m
-	rec := task.New(h.term.Bot, m.MsgID, h.now)
-	rec.ReqID, rec.TermRev, rec.Chat, rec.ChatType, rec.User = h.reqID, h.term.Rev, h.chat, m.ChatType, m.From.UserID
-	rec.Question, rec.StreamID, rec.Attachments = question, "s-"+h.id, atts
+	a := h.a
+	rec := h.record(question, atts)
 	if a.cfg.Marks != nil && a.cfg.Marks.Marked(h.term.Bot, h.chat) {
 		// Taking the mark tells the user once: never for a duplicate.
 		if h.duplicate() {
@@ -297,6 +303,8 @@ func (h *handling) task(question string, atts []task.Attachment) {
 	h.stage("dispatch", time.Since(t0))
 	if err != nil || out.Busy {
 		h.unadmit() // no task: the message is not counted in the limits
+	} else {
+		h.dispatched = true
 	}
 	// Early: written already (arrive), when nothing suggested a refusal.
 	var rcpt sent
@@ -372,6 +380,16 @@ func (h *handling) task(question string, atts []task.Attachment) {
 	}
 	h.announce()
 	h.log.Debug().Str("task", h.id).Str("tier", rec.Tier).Msg("task dispatched")
+}
+
+// record is the task record of h's message asking question, with files
+// atts.
+func (h *handling) record(question string, atts []task.Attachment) *task.Record {
+	m := h.m
+	rec := task.New(h.term.Bot, m.MsgID, h.now)
+	rec.ReqID, rec.TermRev, rec.Chat, rec.ChatType, rec.User = h.reqID, h.term.Rev, h.chat, m.ChatType, m.From.UserID
+	rec.Question, rec.StreamID, rec.Attachments = question, "s-"+h.id, atts
+	return rec
 }
 
 // earlyMissed: the prediction missed (the dispatch found the

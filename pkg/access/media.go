@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/task"
@@ -20,9 +22,14 @@ import (
 // stored in the media bucket (pkg/media) while WeCom's URLs still work,
 // and the task carries their references.
 //
-// The download runs on the message's own handling goroutine, so a slow or
-// huge file holds back nothing but its own message: the connection's
-// reader, and every other conversation, go on. The receipt does not wait
+// The download runs on the message's own handling goroutine, after it
+// gave back its handling slot: it waits on the node's download slots
+// (a conversation takes at most its share) under one deadline counted
+// from the message's arrival, so a slow, stalled or huge file holds back
+// nothing but its own message: the connection's reader, text messages
+// and every other conversation go on. The message is recorded before
+// the download (receiving.go), so a leader that dies mid-download leaves
+// a record the next leader answers. The receipt does not wait
 // for it: it is written before the download (as an early receipt is),
 // so the user sees "received" at once; when the download fails, that
 // stream is finished with the reason (too big and the limit, expired,
@@ -104,8 +111,9 @@ const mediaUnavailable = "系统正在恢复中，暂时无法接收图片和文
 
 // attachments downloads and stores h's files, if it has any, and returns
 // their references; ok false when the message was answered instead (a
-// duplicate, a failed download, JetStream away).
-func (h *handling) attachments() (atts []task.Attachment, ok bool) {
+// duplicate, a failed download, JetStream away). question is the task's:
+// the record written before the download carries it (receiving.go).
+func (h *handling) attachments(question string) (atts []task.Attachment, ok bool) {
 	items := media.Items(h.m)
 	if len(items) == 0 {
 		return nil, true
@@ -133,8 +141,14 @@ func (h *handling) attachments() (atts []task.Attachment, ok bool) {
 	if h.overBytes(0) {
 		return nil, false
 	}
+	h.receive(question)
+	// The download waits on the media slots under the message's deadline,
+	// not on a handling slot: text goes on meanwhile.
+	h.slot.free()
 	t0 := time.Now()
-	atts, err := h.a.cfg.Media.Fetch(context.WithoutCancel(h.ctx), h.js.store.Media(), h.id, items)
+	fctx, cancel := h.downloadContext()
+	atts, err := h.a.cfg.Media.Fetch(fctx, h.js.store.Media(), media.Batch{TaskID: h.id, Conversation: h.term.Bot + "\x00" + h.chat, Arrived: h.in.read, Items: items})
+	cancel()
 	h.stage("media", time.Since(t0))
 	// The download may have used up the handling's time: what follows
 	// gets its own.
@@ -153,6 +167,34 @@ func (h *handling) attachments() (atts []task.Attachment, ok bool) {
 	}
 	h.log.Info().Int("files", len(atts)).Int64("bytes", bytes).Dur("took", time.Since(t0)).Msg("files stored")
 	return atts, true
+}
+
+// errDraining ends a download still running MediaDrain after its term.
+var errDraining = errors.New("the node stopped leading the bot while the files were downloaded")
+
+// downloadContext is the context of h's download: it ends MediaDrain
+// after h's term does, so the node's drain sees the handling end (the
+// user is then told, or the refusal recorded for the next leader).
+func (h *handling) downloadContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(h.ctx))
+	var mu sync.Mutex
+	var timer clock.Timer
+	stop := context.AfterFunc(h.term.Context(), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() == nil {
+			timer = h.a.cfg.Clock.AfterFunc(h.a.cfg.MediaDrain, func() { cancel(errDraining) })
+		}
+	})
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		mu.Lock()
+		defer mu.Unlock()
+		if timer != nil {
+			timer.Stop()
+		}
+	}
 }
 
 // dropFiles removes the stored files of a message that takes no task
@@ -255,10 +297,18 @@ func (h *handling) filesRefused(text string) {
 		h.spent() // the receipt
 	}
 	h.spent() // the reason (refunded if WeCom refuses it)
+	var err error
 	if opened {
-		h.finishOn("s-"+h.id, text)
+		err = h.finishOn("s-"+h.id, text)
 	} else {
-		h.send(text)
+		err = h.send(text)
+	}
+	if h.receiving && wecom.IsConnectionError(err) && !errors.Is(err, wecom.ErrAckUnknown) {
+		// The connection is gone (the term ended mid-download): the
+		// record says it failed, and the next leader's pusher tells
+		// the user (settleReceiving).
+		h.owed = text
+		return
 	}
 	h.markSeen()
 }

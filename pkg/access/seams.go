@@ -97,9 +97,14 @@ type Metrics interface {
 
 // Media takes a message's files from WeCom into the media bucket
 // (*media.Fetcher): downloaded, decrypted, bounded, stored as
-// <task id>/<n>. A failure is a *media.Error saying why, for the user.
+// <task id>/<n>, within the message's deadline (from its arrival) and
+// its conversation's share of the node's downloads. A failure is a
+// *media.Error saying why, for the user, or ctx's cause.
 type Media interface {
-	Fetch(ctx context.Context, obs jetstream.ObjectStore, taskID string, items []media.Item) ([]task.Attachment, error)
+	Fetch(ctx context.Context, obs jetstream.ObjectStore, b media.Batch) ([]task.Attachment, error)
+	// MessageTimeout is the deadline Fetch holds a message's files to,
+	// from its arrival.
+	MessageTimeout() time.Duration
 }
 
 // Bots gives each bot's inbound Rules (its allowlists and texts), which

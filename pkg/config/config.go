@@ -183,6 +183,8 @@ type NATS struct {
 	// and runs no task until its time sync is fixed. Default 5s; 0 turns
 	// the check off.
 	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
+	// JetStreamFailover: see nats.go in this package. Default 30s; 0 off.
+	JetStreamFailover time.Duration `yaml:"jetstream_failover"`
 	// One way to authenticate, at most: CredsFile (a user JWT and seed,
 	// `nsc generate creds`), NKeyFile (a user nkey seed, `nk -gen user`),
 	// or User with PasswordFile.
@@ -310,7 +312,7 @@ func Defaults() Config {
 		Push: Push{Budget: 20, BudgetHourly: 900, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）",
 			HandoverNote: "（服务切换中，完整回答稍后单独发送）"},
-		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second},
+		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second, JetStreamFailover: DefaultJetStreamFailover},
 	}
 	c.Health, c.Recovery = healthDefaults()
 	c.Alert = alertDefaults()
@@ -620,9 +622,7 @@ func (c *Config) Validate() error {
 	if c.NATS.PingInterval < time.Second || c.NATS.PingInterval > 10*time.Minute {
 		bad("nats.ping_interval", "%s: want 1s to 10m (a frozen NATS server is noticed after about 3 of them)", c.NATS.PingInterval)
 	}
-	if c.NATS.MaxClockSkew < 0 || c.NATS.MaxClockSkew > 0 && c.NATS.MaxClockSkew < 100*time.Millisecond {
-		bad("nats.max_clock_skew", "%s: want 0 (no check) or at least 100ms (a measurement is only as good as a round trip to NATS)", c.NATS.MaxClockSkew)
-	}
+	c.validateNATSHealth(bad)
 	if c.NATS.Replicas != 1 && c.NATS.Replicas != 3 && c.NATS.Replicas != 5 {
 		bad("nats.replicas", "%d: want 1 (single server), 3 or 5 (cluster)", c.NATS.Replicas)
 	}

@@ -19,6 +19,19 @@ type Media struct {
 	// DownloadTimeout bounds one file's download; a slower one is given
 	// up and the user told. Default 30s.
 	DownloadTimeout time.Duration `yaml:"download_timeout"`
+	// MessageTimeout bounds all of a message's files together, counted
+	// from the message's arrival: the wait for a download slot, every
+	// download and every store. Past it the files are given up and the
+	// user told. Below the life of WeCom's media URLs (about five
+	// minutes); a file's download ends at whichever of this and
+	// download_timeout comes first. Default 2m.
+	MessageTimeout time.Duration `yaml:"message_timeout"`
+	// Parallel bounds the downloads of one node at once (each file is in
+	// memory until stored: at most parallel × max_bytes). One
+	// conversation takes at most a quarter of them (at least one), so a
+	// conversation whose downloads stall leaves the rest to others.
+	// Default 8.
+	Parallel int `yaml:"parallel"`
 	// TTL is how long the media object store keeps a file. It must exceed
 	// worker.deadline: a task's files must outlive its run. Default 24h.
 	TTL time.Duration `yaml:"ttl"`
@@ -43,13 +56,16 @@ type Media struct {
 const (
 	DefaultMediaMaxBytes        = 20 << 20
 	DefaultMediaDownloadTimeout = 30 * time.Second
+	DefaultMediaMessageTimeout  = 2 * time.Minute
+	DefaultMediaParallel        = 8
 	DefaultMediaTTL             = 24 * time.Hour
 	DefaultMediaMaxStoreBytes   = 4 << 30
 	DefaultMediaReserveBytes    = 1 << 30
 )
 
 func mediaDefaults() Media {
-	return Media{MaxBytes: DefaultMediaMaxBytes, DownloadTimeout: DefaultMediaDownloadTimeout, TTL: DefaultMediaTTL, MaxStoreBytes: DefaultMediaMaxStoreBytes, ReserveBytes: DefaultMediaReserveBytes}
+	return Media{MaxBytes: DefaultMediaMaxBytes, DownloadTimeout: DefaultMediaDownloadTimeout,
+		MessageTimeout: DefaultMediaMessageTimeout, Parallel: DefaultMediaParallel, TTL: DefaultMediaTTL, MaxStoreBytes: DefaultMediaMaxStoreBytes, ReserveBytes: DefaultMediaReserveBytes}
 }
 
 var mediaKeys = []Key{
@@ -62,6 +78,15 @@ var mediaKeys = []Key{
 		return nil
 	}},
 	{Name: "media.download_timeout", Flag: "media-download-timeout", Usage: "longest download of one file a user sent", set: dur(func(c *Config) *time.Duration { return &c.Media.DownloadTimeout })},
+	{Name: "media.message_timeout", Flag: "media-message-timeout", Usage: "longest time all of a message's files may take, from its arrival (the wait for a slot included); 1s to 4m, below WeCom's 5-minute URL life", set: dur(func(c *Config) *time.Duration { return &c.Media.MessageTimeout })},
+	{Name: "media.parallel", Flag: "media-parallel", Usage: "downloads of users' files one node runs at once (a conversation takes at most a quarter)", set: func(c *Config, s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		c.Media.Parallel = n
+		return nil
+	}},
 	{Name: "media.max_store_bytes", Flag: "media-max-store-bytes", Usage: "bytes the media object store holds at most; past it a file is refused and its user told storage is full (text goes on)", set: func(c *Config, s string) error {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -91,6 +116,12 @@ func (c *Config) validateMedia(bad func(key, format string, args ...any)) {
 	}
 	if c.Media.DownloadTimeout < time.Second || c.Media.DownloadTimeout > 4*time.Minute {
 		bad("media.download_timeout", "%s: want 1s to 4m (WeCom's media URL works for about 5 minutes)", c.Media.DownloadTimeout)
+	}
+	if c.Media.MessageTimeout < time.Second || c.Media.MessageTimeout > 4*time.Minute {
+		bad("media.message_timeout", "%s: want 1s to 4m: a message's files must be taken while WeCom's URLs work (about 5 minutes from its arrival)", c.Media.MessageTimeout)
+	}
+	if c.Media.Parallel < 1 || c.Media.Parallel > 256 {
+		bad("media.parallel", "%d: want 1 to 256 downloads at once (default %d); each holds up to media.max_bytes in memory", c.Media.Parallel, DefaultMediaParallel)
 	}
 	if c.Media.TTL <= c.Worker.Deadline || c.Media.TTL < time.Minute {
 		bad("media.ttl", "%s: want more than worker.deadline (%s), so a task's files outlive its run", c.Media.TTL, c.Worker.Deadline)

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // media.max_store_bytes has a bounded default, is read from the file and
@@ -91,6 +92,42 @@ bots:
 		set(&cfg)
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "config key "+key) {
 			t.Errorf("%s -1: %v, want an error naming the key", key, err)
+		}
+	}
+}
+
+// media.message_timeout and media.parallel have their defaults, are read
+// from the file and the environment, and a value out of range is refused
+// naming the key.
+func TestMediaMessageTimeoutAndParallel(t *testing.T) {
+	if d := Defaults(); d.Media.MessageTimeout != 2*time.Minute || d.Media.Parallel != 8 {
+		t.Fatalf("defaults %s, %d: want 2m and 8", d.Media.MessageTimeout, d.Media.Parallel)
+	}
+	p := writeFile(t, "media:\n  message_timeout: 90s\n  parallel: 4\nbots:\n  - {id: b1, secret: s}\n")
+	cfg, err := Load(p, []string{"BOTCTL_MEDIA_PARALLEL=16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Media.MessageTimeout != 90*time.Second || cfg.Media.Parallel != 16 {
+		t.Fatalf("read %s, %d", cfg.Media.MessageTimeout, cfg.Media.Parallel)
+	}
+	if _, err := Load(writeFile(t, "media:\n  parallel: many\n"), nil); err == nil || !strings.Contains(err.Error(), "media.parallel") {
+		t.Fatalf("a word as media.parallel: %v, want an error naming the key", err)
+	}
+	for _, tc := range []struct {
+		key string
+		set func(*Config)
+	}{
+		{"media.message_timeout", func(c *Config) { c.Media.MessageTimeout = 5 * time.Minute }},
+		{"media.message_timeout", func(c *Config) { c.Media.MessageTimeout = 0 }},
+		{"media.parallel", func(c *Config) { c.Media.Parallel = 0 }},
+		{"media.parallel", func(c *Config) { c.Media.Parallel = 1000 }},
+	} {
+		cfg := Defaults()
+		cfg.Bots = []Bot{{ID: "b1", Secret: "s"}}
+		tc.set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "config key "+tc.key) {
+			t.Errorf("%+v: %v, want an error naming %s", cfg.Media, err, tc.key)
 		}
 	}
 }

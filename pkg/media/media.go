@@ -4,8 +4,11 @@
 //
 // WeCom's long connection gives each file as a URL that works for about
 // five minutes and a per-file aeskey. The leader that receives the
-// message downloads and decrypts each file at once (Fetcher.Fetch),
-// bounded in bytes and time, and stores it in the media object store
+// message downloads and decrypts its files at once (Fetcher.Fetch),
+// together, bounded in bytes, in time per file and in time for the whole
+// message from its arrival (the wait for a download slot included), each
+// conversation taking at most its share of the node's slots (slots.go),
+// and stores each in the media object store
 // (dataplane.Store.Media) under <task id>/<n>; the task carries the
 // references (task.Attachment). The worker that runs the task, on any
 // node, copies them to a temporary directory (Materialize) for its
@@ -47,6 +50,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -238,21 +242,35 @@ func decryptInPlace(body []byte, aeskey string) ([]byte, error) {
 type Config struct {
 	// MaxBytes is the largest file taken. Default 20 MB.
 	MaxBytes int64
-	// Timeout bounds one file's download. Default 30s.
+	// Timeout bounds one file's download, from when it gets a slot.
+	// Default 30s.
 	Timeout time.Duration
+	// MessageTimeout bounds a message's files together, from the
+	// message's arrival (Batch.Arrived): the wait for slots, every
+	// download and every store. It must stay below the lifetime of
+	// WeCom's URLs (about five minutes). Default 2m.
+	MessageTimeout time.Duration
 	// Parallel bounds the downloads of this node at once (the bytes of
 	// each are in memory until stored). Default 8.
 	Parallel int
+	// PerConversation bounds the downloads of one conversation at once
+	// (of the node's Parallel), so a conversation whose downloads stall
+	// leaves slots to the others. Default a quarter of Parallel, at
+	// least 1.
+	PerConversation int
 	// Client downloads. Default: a client of its own (no timeout but
 	// Timeout's; redirects followed).
 	Client *http.Client
 }
 
+// DefaultMessageTimeout is Config.MessageTimeout's default.
+const DefaultMessageTimeout = 2 * time.Minute
+
 // Fetcher downloads, decrypts and stores files. It is safe for
 // concurrent use.
 type Fetcher struct {
-	cfg Config
-	sem chan struct{}
+	cfg   Config
+	slots *slots
 }
 
 // New returns a Fetcher with cfg's zero fields defaulted.
@@ -263,33 +281,89 @@ func New(cfg Config) *Fetcher {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
 	}
+	if cfg.MessageTimeout <= 0 {
+		cfg.MessageTimeout = DefaultMessageTimeout
+	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 8
+	}
+	if cfg.PerConversation <= 0 {
+		cfg.PerConversation = max(1, cfg.Parallel/4)
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{}
 	}
-	return &Fetcher{cfg: cfg, sem: make(chan struct{}, cfg.Parallel)}
+	return &Fetcher{cfg: cfg, slots: newSlots(cfg.Parallel, cfg.PerConversation)}
 }
 
-// Fetch downloads and decrypts each item and stores it in obs as
-// <taskID>/<n>, in order. On the first failure it removes what it stored
-// and returns an *Error (or ctx's error when ctx ended first).
-func (f *Fetcher) Fetch(ctx context.Context, obs jetstream.ObjectStore, taskID string, items []Item) ([]task.Attachment, error) {
+// MessageTimeout is the deadline a message's files are held to, from its
+// arrival (Config.MessageTimeout).
+func (f *Fetcher) MessageTimeout() time.Duration { return f.cfg.MessageTimeout }
+
+// Batch is one message's files.
+type Batch struct {
+	// TaskID names the stored objects: <TaskID>/<n>.
+	TaskID string
+	// Conversation is whose share of the node's downloads the files take
+	// (the bot and the chat).
+	Conversation string
+	// Arrived is when the message arrived: its files are stored within
+	// MessageTimeout of it, or not at all. Zero: now.
+	Arrived time.Time
+	Items   []Item
+}
+
+// Fetch downloads and decrypts b's items, at once as far as the slots
+// allow, and stores each in obs as <TaskID>/<n>; the attachments are in
+// the items' order. On the first failure it stops the others, removes
+// what was stored and returns an *Error (ReasonTimeout when the message's
+// deadline passed), or ctx's cause when ctx ended first.
+func (f *Fetcher) Fetch(ctx context.Context, obs jetstream.ObjectStore, b Batch) ([]task.Attachment, error) {
+	items := b.Items
 	if len(items) > MaxItems {
 		return nil, &Error{Item: MaxItems, Kind: items[MaxItems].Kind, Reason: ReasonTooMany, Limit: strconv.Itoa(MaxItems)}
 	}
-	var out []task.Attachment
+	arrived := b.Arrived
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
+	mctx, cancel := context.WithDeadlineCause(ctx, arrived.Add(f.cfg.MessageTimeout), errMessageTimeout)
+	defer cancel()
+	gctx, stop := context.WithCancelCause(mctx)
+	defer stop(nil)
+	out := make([]task.Attachment, len(items))
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
 	for i, it := range items {
-		a, err := f.one(ctx, obs, taskID, i, it)
-		if err != nil {
-			f.remove(context.WithoutCancel(ctx), obs, out)
-			return nil, err
-		}
-		out = append(out, a)
+		wg.Go(func() {
+			a, err := f.one(gctx, obs, b, i, it)
+			if err == nil {
+				out[i] = a
+				return
+			}
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+			stop(errSiblingFailed)
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		f.remove(context.WithoutCancel(ctx), obs, out)
+		return nil, first
 	}
 	return out, nil
 }
+
+var (
+	errMessageTimeout = errors.New("media: the message's files not stored within its deadline")
+	errSiblingFailed  = errors.New("media: another file of the message failed")
+)
 
 // remove deletes stored attachments, best effort (the TTL removes what
 // this misses).
@@ -297,11 +371,14 @@ func (f *Fetcher) remove(ctx context.Context, obs jetstream.ObjectStore, atts []
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, a := range atts {
-		_ = obs.Delete(ctx, a.Key)
+		if a.Key != "" {
+			_ = obs.Delete(ctx, a.Key)
+		}
 	}
 }
 
-func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, taskID string, i int, it Item) (task.Attachment, error) {
+// one takes item i of b under ctx (the message's deadline).
+func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, b Batch, i int, it Item) (task.Attachment, error) {
 	fail := func(r Reason, err error) (task.Attachment, error) {
 		e := &Error{Item: i, Kind: it.Kind, Reason: r, Err: err}
 		switch r {
@@ -309,19 +386,28 @@ func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, taskID str
 			e.Limit = FormatBytes(f.cfg.MaxBytes)
 		case ReasonTimeout:
 			e.Limit = f.cfg.Timeout.String()
+			if errors.Is(err, errMessageTimeout) {
+				e.Limit = f.cfg.MessageTimeout.String()
+			}
 		}
 		return task.Attachment{}, e
+	}
+	// ended is the failure of ctx's end: the message's deadline, or the
+	// caller's (or a sibling's) reason.
+	ended := func() (task.Attachment, error) {
+		if cause := context.Cause(ctx); errors.Is(cause, errMessageTimeout) {
+			return fail(ReasonTimeout, cause)
+		}
+		return task.Attachment{}, context.Cause(ctx)
 	}
 	u, err := url.Parse(it.URL)
 	if it.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fail(ReasonBadURL, fmt.Errorf("url %q", clip(it.URL)))
 	}
-	select {
-	case f.sem <- struct{}{}:
-	case <-ctx.Done():
-		return task.Attachment{}, ctx.Err()
+	if err := f.slots.acquire(ctx, b.Conversation); err != nil {
+		return ended()
 	}
-	defer func() { <-f.sem }()
+	defer f.slots.release(b.Conversation)
 	dctx, cancel := context.WithTimeoutCause(ctx, f.cfg.Timeout, errTimeout)
 	defer cancel()
 	body, name, err := f.download(dctx, u)
@@ -329,7 +415,7 @@ func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, taskID str
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
-		return task.Attachment{}, ctx.Err()
+		return ended()
 	case errors.Is(context.Cause(dctx), errTimeout):
 		return fail(ReasonTimeout, err)
 	case errors.As(err, &reason):
@@ -350,7 +436,7 @@ func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, taskID str
 		return fail(ReasonTooBig, fmt.Errorf("%d bytes", len(plain)))
 	}
 	a := describe(it, i, name, plain)
-	a.Key = taskID + "/" + strconv.Itoa(i)
+	a.Key = b.TaskID + "/" + strconv.Itoa(i)
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.Timeout)
 	defer scancel()
 	if _, err := obs.PutBytes(sctx, a.Key, plain); err != nil {

@@ -82,7 +82,7 @@ func TestFetchStoresDecryptedFilesAndMaterializeCopiesThem(t *testing.T) {
 		t.Fatalf("items %+v", items)
 	}
 	f := media.New(media.Config{})
-	atts, err := f.Fetch(context.Background(), obs, "t_1", items)
+	atts, err := f.Fetch(context.Background(), obs, media.Batch{TaskID: "t_1", Items: items})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestFetchFailuresSayWhy(t *testing.T) {
 			// A good image first: a failure removes what was stored.
 			good := s.callback(t, wecomsim.MessageRequest{MsgType: "image"})
 			items := append(media.Items(&good), media.Items(&m)...)
-			_, err := f.Fetch(context.Background(), obs, "t_"+strings.ReplaceAll(c.name, " ", "_"), items)
+			_, err := f.Fetch(context.Background(), obs, media.Batch{TaskID: "t_" + strings.ReplaceAll(c.name, " ", "_"), Items: items})
 			var me *media.Error
 			if !errors.As(err, &me) || me.Reason != c.reason || !strings.Contains(me.Reply(), c.reply) {
 				t.Fatalf("err %v (reply %q): want reason %s, reply naming %q", err, replyOf(me), c.reason, c.reply)
@@ -170,7 +170,7 @@ func TestFetchFailuresSayWhy(t *testing.T) {
 		many[i] = media.Item{Kind: "image"}
 	}
 	var me *media.Error
-	if _, err := f.Fetch(context.Background(), obs, "t_many", many); !errors.As(err, &me) || me.Reason != media.ReasonTooMany {
+	if _, err := f.Fetch(context.Background(), obs, media.Batch{TaskID: "t_many", Items: many}); !errors.As(err, &me) || me.Reason != media.ReasonTooMany {
 		t.Fatalf("too many: %v", err)
 	}
 }
@@ -212,7 +212,7 @@ func TestFetchWithoutAESKeyTakesTheBytesAsSent(t *testing.T) {
 	raw := []byte("GIF89a plain bytes")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(raw) }))
 	defer srv.Close()
-	atts, err := media.New(media.Config{}).Fetch(context.Background(), obs, "t_raw", []media.Item{{Kind: "image", URL: srv.URL + "/x.gif"}})
+	atts, err := media.New(media.Config{}).Fetch(context.Background(), obs, media.Batch{TaskID: "t_raw", Items: []media.Item{{Kind: "image", URL: srv.URL + "/x.gif"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestFetchIntoAFullStoreSaysSo(t *testing.T) {
 
 	small := s.callback(t, wecomsim.MessageRequest{MsgType: "image"})
 	big := s.callback(t, wecomsim.MessageRequest{MsgType: "file", MediaPart: wecomsim.MediaPart{Size: 100 << 10}})
-	_, err := f.Fetch(ctx, obs, "t_full", append(media.Items(&small), media.Items(&big)...))
+	_, err := f.Fetch(ctx, obs, media.Batch{TaskID: "t_full", Items: append(media.Items(&small), media.Items(&big)...)})
 	var me *media.Error
 	if !errors.As(err, &me) || me.Reason != media.ReasonFull || !strings.Contains(me.Reply(), "存储空间已满") {
 		t.Fatalf("a file past the store's bound: %v (reply %q), want %s saying storage is full", err, replyOf(me), media.ReasonFull)
@@ -250,7 +250,7 @@ func TestFetchIntoAFullStoreSaysSo(t *testing.T) {
 	if len(objs) != 0 {
 		t.Fatalf("%d objects stored after the refusal, want none: %+v", len(objs), objs[0])
 	}
-	if _, err := f.Fetch(ctx, obs, "t_fits", media.Items(&small)); err != nil {
+	if _, err := f.Fetch(ctx, obs, media.Batch{TaskID: "t_fits", Items: media.Items(&small)}); err != nil {
 		t.Fatalf("a file that fits, after the refusal: %v", err)
 	}
 }

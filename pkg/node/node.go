@@ -96,6 +96,10 @@ type Config struct {
 	// Skew, if set, says when this node's clock is too far off to be
 	// trusted (pkg/skew): the node then campaigns for no bot.
 	Skew   Skew
+	// DataPlane, if set, says whether this node's JetStream fails while
+	// its connection is up: registered (Info.JetStreamFailing) for the
+	// other nodes to read. Call Refresh when it changes.
+	DataPlane interface{ Failing() bool }
 	Logger zerolog.Logger
 	// Clock is what the node's recheck of Skew waits on. Default
 	// clock.Real.
@@ -290,9 +294,12 @@ func (n *Node) Info() Info {
 	return Info{
 		ID: n.cfg.NodeID, Address: n.cfg.Address, Version: n.cfg.Version, Env: n.cfg.Env,
 		Slots: n.cfg.Slots, Roles: n.cfg.Roles, Started: n.started, Bots: n.Status(),
-		Host: host, PID: os.Getpid(),
+		Host: host, PID: os.Getpid(), JetStreamFailing: n.cfg.DataPlane != nil && n.cfg.DataPlane.Failing(),
 	}
 }
+
+// Refresh rewrites the node's registration (Config.DataPlane changed).
+func (n *Node) Refresh() { n.markDirty() }
 
 // The bounds of a graceful stop's steps in Run, in their order: every
 // term at once drains its connection's callbacks (Config.DrainTimeout),

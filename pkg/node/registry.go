@@ -43,6 +43,24 @@ type Info struct {
 	// kills it when it runs on the drill's machine).
 	Host string `json:"host,omitempty"`
 	PID  int    `json:"pid,omitempty"`
+	// JetStreamFailing: the node's JetStream fails while its NATS
+	// connection is up (Config.DataPlane).
+	JetStreamFailing bool `json:"jetstream_failing,omitempty"`
+}
+
+// JetStreamAnswersElsewhere reports whether a registered node other than
+// self says its JetStream answers.
+func JetStreamAnswersElsewhere(ctx context.Context, cli *clientv3.Client, prefix, self string) bool {
+	nodes, err := Nodes(ctx, cli, prefix)
+	if err != nil {
+		return false
+	}
+	for _, in := range nodes {
+		if in.ID != self && !in.JetStreamFailing {
+			return true
+		}
+	}
+	return false
 }
 
 // BotState is one node's relation to one bot.

@@ -172,8 +172,18 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 		p.cfg.Lifecycle.Forget(ctx, rec.Bot, rec.ID) // a stale index entry
 		return nil, 0, true, 0
 	}
+	if rec.Receiving() {
+		// Its files are still being taken by the inbound path, which
+		// answers it or announces it dispatched; nothing is sent on its
+		// stream meanwhile (task/receiving.go).
+		return nil, 0, false, receivingRecheck
+	}
 	return p.remember(id, rec, rev), rev, false, 0
 }
+
+// receivingRecheck is how often a task whose files are still being taken
+// is read again (the inbound path's announcement steps it at once).
+const receivingRecheck = 5 * time.Second
 
 // unknownRecordFor is how long a task may have no record before the
 // pusher stops stepping it (see record). Longer than the inbound path's

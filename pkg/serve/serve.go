@@ -214,12 +214,13 @@ func Run(ctx context.Context, o Options) error {
 		Watermark:        watermark{n},
 		Marks:            n.Health,
 		Metrics:          n.obs.metrics,
-		Media:            media.New(media.Config{MaxBytes: cfg.Media.MaxBytes, Timeout: cfg.Media.DownloadTimeout}),
+		Media:            media.New(media.Config{MaxBytes: cfg.Media.MaxBytes, Timeout: cfg.Media.DownloadTimeout, MessageTimeout: cfg.Media.MessageTimeout, Parallel: cfg.Media.Parallel}),
 		Logger:           log,
 	})
 	if err != nil {
 		return err
 	}
+	jsHealth := n.jetStreamHealth(nc, o.Etcd, log)
 	n.Node, err = node.New(o.Etcd, node.Config{
 		NodeID: cfg.NodeID, Env: cfg.Env, Version: o.Version, Address: apiURL,
 		Slots: cfg.Worker.Slots, Bots: cfg.Bots, DataDir: cfg.DataDir,
@@ -228,12 +229,9 @@ func Run(ctx context.Context, o Options) error {
 		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin,
 			PulseInterval: cfg.Election.PulseInterval, PulseTimeout: cfg.Election.PulseTimeout, NoPulse: cfg.Election.PulseTimeout == 0},
 		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow,
-		Inbound: n.Access,
-		Hooks:   termHooks{n},
-		Health:  n.Health,
-		Metrics: n.obs.metrics,
-		Skew:    n.skew,
-		Logger:  n.base, // node.New adds the node field
+		Inbound: n.Access, Hooks: termHooks{n}, Health: n.Health, Metrics: n.obs.metrics,
+		Skew: dataplane.Offs{n.skew, jsHealth}, DataPlane: jsHealth,
+		Logger: n.base, // node.New adds the node field
 	})
 	if err != nil {
 		return err

@@ -48,6 +48,9 @@ type SweepResult struct {
 	// Newer: queue messages and records left alone because a newer
 	// botctl wrote them (schema.ErrNewer); a node of that version sweeps them.
 	Newer int `json:"newer,omitempty"`
+	// Unreceived: tasks whose files were still being received past their
+	// deadline (the leader receiving them died): given up (receiving.go).
+	Unreceived int `json:"unreceived"`
 }
 
 // Sweep checks bot's queue and undelivered tasks once (see above): tasks
@@ -122,11 +125,21 @@ func (l *Lifecycle) Sweep(ctx context.Context, bot string, deadline, grace time.
 			if err := s.giveUp(ctx, r); err != nil {
 				s.fail(err)
 			}
+		case sweepUnreceived:
+			if _, err := l.GiveUp(ctx, r.ID, unreceivedWhy, nil); err != nil {
+				s.fail(err)
+				continue
+			}
+			s.res.Unreceived++
+			l.log.Warn().Str("task", r.ID).Str("bot", bot).Time("receiving_until", r.ReceivingUntil).Msg(unreceivedWhy + "; given up")
 		}
 	}
 	s.res.Owed = l.settleOwed(ctx, bot)
 	return s.res, s.first
 }
+
+// unreceivedWhy is the reason of a task given up by sweepUnreceived.
+const unreceivedWhy = "files not received: the node receiving them stopped before they were stored"
 
 // sweepRound is one round of Sweep: its settings, what it did and what
 // failed.

@@ -90,9 +90,13 @@ const (
 	// sweepGiveUp: a task past the deadline: given up (its message, if
 	// any, removed even when the record cannot say so).
 	sweepGiveUp
+	// sweepUnreceived: a task recorded before its files were taken, never
+	// dispatched, past its ReceivingUntil and ReceivingGrace (the leader
+	// receiving them died): given up, its user told.
+	sweepUnreceived
 )
 
-var sweepActionNames = [...]string{"leave", "unreadable", "remove unreadable", "corrupt", "remove corrupt", "abandon", "release", "give up"}
+var sweepActionNames = [...]string{"leave", "unreadable", "remove unreadable", "corrupt", "remove corrupt", "abandon", "release", "give up", "unreceived"}
 
 func (a sweepAction) String() string { return sweepActionNames[a] }
 
@@ -130,6 +134,8 @@ func decideUndelivered(now time.Time, rules sweepRules, read recordRead, r *Reco
 	switch {
 	case read == recordCorrupt:
 		return sweepCorrupt
+	case read == recordFound && receivingLost(r, now):
+		return sweepUnreceived
 	case read == recordFound && pastDeadline(r, rules.deadline, now):
 		return sweepGiveUp
 	}

@@ -28,6 +28,12 @@ func running(received, started time.Time) *Record {
 	return r
 }
 
+// receiving is a record written at received before its files were
+// taken, to be taken by until; tier "": not dispatched since.
+func receiving(received, until time.Time, tier string) *Record {
+	return &Record{ID: "b:m1", Exec: Queued, Received: received, ReceivingUntil: until, Tier: tier}
+}
+
 // finished is a record that succeeded at at.
 func finished(at time.Time) *Record {
 	return &Record{ID: "b:m1", Exec: Succeeded, Received: at.Add(-time.Minute), Started: at.Add(-time.Minute),
@@ -137,6 +143,10 @@ func TestDecideUndelivered(t *testing.T) {
 		{"missing: left", t0.Add(10 * time.Hour), recordMissing, nil, sweepLeave},
 		{"bucket failing: left", t0.Add(10 * time.Hour), recordFailing, nil, sweepLeave},
 		{"another error: left", t0.Add(10 * time.Hour), recordError, nil, sweepLeave},
+		{"receiving: within its time", t0.Add(2 * time.Minute), recordFound, receiving(t0, t0.Add(2*time.Minute), ""), sweepLeave},
+		{"receiving: at the grace's end", t0.Add(2*time.Minute + ReceivingGrace), recordFound, receiving(t0, t0.Add(2*time.Minute), ""), sweepLeave},
+		{"receiving: past the grace (its leader died)", t0.Add(2*time.Minute + ReceivingGrace + ms), recordFound, receiving(t0, t0.Add(2*time.Minute), ""), sweepUnreceived},
+		{"received and dispatched: a task like any other", t0.Add(2*time.Minute + ReceivingGrace + ms), recordFound, receiving(t0, t0.Add(2*time.Minute), "queue"), sweepLeave},
 	}
 	for _, c := range cases {
 		if got := decideUndelivered(c.now, rules, c.read, c.r); got != c.want {

@@ -148,6 +148,12 @@ type Record struct {
 	// files, videos, quoted ones too), stored in the media bucket at
 	// receipt; none for a text message.
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// ReceivingUntil: the record was written before the message's files
+	// were taken (receiving.go), and they are taken by this time or not
+	// at all. While the task is not dispatched (Receiving), nothing
+	// delivers it; past this time and ReceivingGrace, the sweep gives it
+	// up and its user is told.
+	ReceivingUntil time.Time `json:"receiving_until,omitzero"`
 	// Late: the message was missed (no connection held the bot, or the
 	// leader that read it died) and found by the gap backfill; the answer
 	// is pushed with a note that it is late.
