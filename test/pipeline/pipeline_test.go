@@ -283,6 +283,7 @@ func answered(entries []wecomsim.TranscriptEntry, question string) int {
 }
 
 func TestMessageToAnswer(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -321,6 +322,7 @@ func TestMessageToAnswer(t *testing.T) {
 
 // A duplicate callback (same msgid) makes one task and one answer.
 func TestDuplicateCallbackOneTask(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -341,6 +343,7 @@ func TestDuplicateCallbackOneTask(t *testing.T) {
 // A second question while the first runs is told to wait; it never runs
 // anywhere (no fallback tier), and the first answer is unaffected.
 func TestBusyConversationRefused(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 3 * time.Second })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -444,6 +447,7 @@ func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
 // it once the bot is connected again, once; the first answer is
 // unaffected.
 func TestBusyReplyCutOffByTheNetworkArrivesLater(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -483,6 +487,7 @@ func TestBusyReplyCutOffByTheNetworkArrivesLater(t *testing.T) {
 // The leader dies mid-answer (no resign): the standby takes over, and the
 // answer reaches the user once, completed by the new leader.
 func TestLeaderKilledMidStream(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start("a", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 4 * time.Second })
 	testwait.Eventually(t, waitLong, "a connected", c.connected)
@@ -510,6 +515,7 @@ func TestLeaderKilledMidStream(t *testing.T) {
 // NATS down: what the leader receives is spooled, and forwarded when
 // JetStream is back; the question is answered.
 func TestNATSDownSpooledThenForwarded(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	natsURL := c.nats.ClientURL()
 	n := c.start("n1", nil)
@@ -612,6 +618,7 @@ func TestNewLeaderRespectsPreviousLeadersQuota(t *testing.T) {
 // the spool (the conversation busy meanwhile), and once NATS is back the
 // node binds JetStream, forwards the spool and answers.
 func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	natsURL := c.nats.ClientURL()
 	c.nats.Close()
