@@ -18,6 +18,7 @@ import (
 // messages WeCom could not deliver (no connection for a moment) are
 // WeCom's to redeliver, not ours, and are not counted.
 func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	fast := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 300 * time.Millisecond }
 	a := c.start("a", fast)
@@ -129,6 +130,7 @@ func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
 // finishes every answer (by push: the old connection's req_ids are gone),
 // each exactly once, and WeCom never refuses a frame for the quota.
 func TestFailoverMidStreamOf100Conversations(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	long := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second }
 	a := c.start("a", long)
