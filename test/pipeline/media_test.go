@@ -125,7 +125,10 @@ func TestBadMediaRepliesWhyAndLocksNothing(t *testing.T) {
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.Media.MaxBytes = 2048 })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
-	for _, tc := range []struct {
+	// Each case in a conversation of its own: the eight cases' replies,
+	// receipts and answers in one would pass its push.budget (20 a minute)
+	// and wait for the minute to roll over, which is not what this tests.
+	for i, tc := range []struct {
 		name string
 		req  wecomsim.MessageRequest
 		want string
@@ -141,9 +144,10 @@ func TestBadMediaRepliesWhyAndLocksNothing(t *testing.T) {
 		{"quoted image gone", wecomsim.MessageRequest{Text: "what is this?", Quote: &wecomsim.QuotePart{MsgType: "image",
 			MediaPart: wecomsim.MediaPart{Fault: "gone"}}}, "下载链接已失效"},
 	} {
-		tc.req.UserID = "dave"
+		user := fmt.Sprintf("dave%d", i)
+		tc.req.UserID = user
 		sent := c.postAs(tc.req)
-		if got := c.replyTo("dave", sent.MsgID); !strings.Contains(got, tc.want) {
+		if got := c.replyTo(user, sent.MsgID); !strings.Contains(got, tc.want) {
 			t.Errorf("%s: reply %q, want it to contain %q", tc.name, got, tc.want)
 		}
 		if r := c.record(n, sent.MsgID); r.ID != "" {
@@ -151,8 +155,8 @@ func TestBadMediaRepliesWhyAndLocksNothing(t *testing.T) {
 		}
 		// Nothing locked: the conversation's next question is answered.
 		q := "after " + tc.name
-		next := c.post("dave", q)
-		testwait.Eventually(t, waitLong, q+" answered", func() bool { return answered(c.bot("dave"), q) == 1 })
+		next := c.post(user, q)
+		testwait.Eventually(t, waitLong, q+" answered", func() bool { return answered(c.bot(user), q) == 1 })
 		if r := c.record(n, next.MsgID); r.Exec != task.Succeeded {
 			t.Errorf("%s: next task %+v", tc.name, r)
 		}
