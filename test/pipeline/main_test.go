@@ -18,7 +18,7 @@ import (
 // spend most of their time waiting on time windows (answers, quotas,
 // TTLs), not on the CPU, so more run at once than the default
 // GOMAXPROCS (2 on CI) would let.
-const parallelTests = 8
+const parallelTests = 4
 
 // A whole node in process: every goroutine must end with it.
 func TestMain(m *testing.M) {
