@@ -291,6 +291,7 @@ func cutShort(e wecomsim.TranscriptEntry) bool {
 }
 
 func TestMessageToAnswer(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -329,6 +330,7 @@ func TestMessageToAnswer(t *testing.T) {
 
 // A duplicate callback (same msgid) makes one task and one answer.
 func TestDuplicateCallbackOneTask(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -349,6 +351,7 @@ func TestDuplicateCallbackOneTask(t *testing.T) {
 // A second question while the first runs is told to wait; it never runs
 // anywhere (no fallback tier), and the first answer is unaffected.
 func TestBusyConversationRefused(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 3 * time.Second })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -452,6 +455,7 @@ func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
 // it once the bot is connected again, once; the first answer is
 // unaffected.
 func TestBusyReplyCutOffByTheNetworkArrivesLater(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -491,6 +495,7 @@ func TestBusyReplyCutOffByTheNetworkArrivesLater(t *testing.T) {
 // The leader dies mid-answer (no resign): the standby takes over, and the
 // answer reaches the user once, completed by the new leader.
 func TestLeaderKilledMidStream(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start("a", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 4 * time.Second })
 	testwait.Eventually(t, waitLong, "a connected", c.connected)
@@ -518,6 +523,7 @@ func TestLeaderKilledMidStream(t *testing.T) {
 // NATS down: what the leader receives is spooled, and forwarded when
 // JetStream is back; the question is answered.
 func TestNATSDownSpooledThenForwarded(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	natsURL := c.nats.ClientURL()
 	n := c.start("n1", nil)
@@ -620,6 +626,7 @@ func TestNewLeaderRespectsPreviousLeadersQuota(t *testing.T) {
 // the spool (the conversation busy meanwhile), and once NATS is back the
 // node binds JetStream, forwards the spool and answers.
 func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	natsURL := c.nats.ClientURL()
 	c.nats.Close()
