@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +123,13 @@ func (c *cluster) launchOn(id, natsURL string, mutate func(*config.Config)) *lau
 	cfg.NodeID, cfg.DataDir = id, filepath.Join(c.dir, id)
 	cfg.WeCom.URL = c.wsURL
 	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s1"}}
-	cfg.Election.TTL, cfg.Election.SafetyMargin = 3*time.Second, time.Second
+	// The election's TTL and safety margin are production's (20 s, 5 s):
+	// no test here waits for a lease to expire (a leader stops
+	// gracefully and resigns), and etcd runs in this process, so on a
+	// loaded machine a short renew deadline (2 s at a 3 s TTL) lost
+	// leadership mid-test: the term changed, an answer streaming under
+	// the old one was pushed by the new one (its stream left open), and
+	// messages posted while no connection was up never arrived.
 	cfg.AI.Demo.AnswerTime = 500 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
@@ -147,7 +154,7 @@ func (c *cluster) launchOn(id, natsURL string, mutate func(*config.Config)) *lau
 	done := make(chan error, 1)
 	go func() {
 		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: natsURL, Listener: ln,
-			TaskAckWait: ackWait, SweepInterval: c.sweep, Logger: testLogger(), Ready: func(n *serve.Node) { readyc <- n }})
+			TaskAckWait: ackWait, SweepInterval: c.sweep, Logger: testLogger(c.t), Ready: func(n *serve.Node) { readyc <- n }})
 	}()
 	var once sync.Once
 	r := &runningNode{api: "http://" + ln.Addr().String(), stop: func() {
@@ -533,7 +540,14 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 	for i := range 3 {
 		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("during outage %d", i)))
 	}
-	testwait.Eventually(t, waitLong, "spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 3 })
+	deadline := time.Now().Add(waitLong)
+	for n.node.Dispatch.Stats().Spooled != 3 {
+		if time.Now().After(deadline) {
+			s, _ := c.sim.Stats("b1")
+			t.Fatalf("spooled never reached 3: dispatch %+v; node %+v; simulator %+v", n.node.Dispatch.Stats(), n.node.Node.Status(), s)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
 	if depth, err := n.node.Spool.Len(); err != nil || depth != 3 {
 		t.Fatalf("spool depth %d (%v), want 3", depth, err)
 	}
@@ -652,9 +666,18 @@ func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
 	}
 }
 
-func testLogger() zerolog.Logger {
-	if os.Getenv("BOTCTL_TEST_LOG") != "" {
-		return zerolog.New(os.Stderr).With().Timestamp().Logger()
+// testLogger is the nodes' logger: none, unless BOTCTL_TEST_LOG is set:
+// "1" logs every test's nodes to stderr, any other value is a regular
+// expression of the tests whose nodes log (their lines name the test).
+func testLogger(t *testing.T) zerolog.Logger {
+	v := os.Getenv("BOTCTL_TEST_LOG")
+	if v == "" {
+		return zerolog.Nop()
 	}
-	return zerolog.Nop()
+	if v != "1" {
+		if ok, err := regexp.MatchString(v, t.Name()); err != nil || !ok {
+			return zerolog.Nop()
+		}
+	}
+	return zerolog.New(os.Stderr).With().Timestamp().Str("test", t.Name()).Logger()
 }
