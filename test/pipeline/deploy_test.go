@@ -17,13 +17,8 @@ import (
 // connection is answered exactly once, whichever leader received it;
 // messages WeCom could not deliver (no connection for a moment) are
 // WeCom's to redeliver, not ours, and are not counted.
-//
-// Not parallel (it runs alone, before the parallel tests): under their
-// load the stopping leader's handover can close a stream with the whole
-// answer and the handover note while the task's record still says
-// running, and the next leader pushes the answer again; that is the
-// pusher's to fix, and this test keeps asserting exactly once.
 func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	fast := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 300 * time.Millisecond }
 	a := c.start("a", fast)

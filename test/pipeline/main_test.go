@@ -15,9 +15,8 @@ import (
 // and NATS on ports from infra.FreeAddr(s), the simulator on httptest,
 // data in t.TempDir) and reads only its own nodes' state (the one
 // process-wide counter, alerts_sent, is checked as at least one), so all
-// call t.Parallel but TestMediaReachesTheAnswer (it sets TMPDIR) and
-// TestGracefulStopUnderLoadLosesNothing (see its comment), which run
-// alone first. They spend most of their time waiting on time windows
+// call t.Parallel but TestMediaReachesTheAnswer (it sets TMPDIR), which
+// runs alone first. They spend most of their time waiting on time windows
 // (answers, quotas, TTLs), not on the CPU, so more run at once than the
 // default GOMAXPROCS (2 on CI) would let; at 8, beside a CPU hog, runs
 // failed.
