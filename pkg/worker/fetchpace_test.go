@@ -18,6 +18,7 @@ import (
 // sent hundreds of pull requests a second to servers that were
 // recovering, and took a core with it.
 func TestFetchErrorsArePaced(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	counter := &opCounter{heard: map[string]int{}}
 	fetchErrors := func() int {
