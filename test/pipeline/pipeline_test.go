@@ -123,13 +123,13 @@ func (c *cluster) launchOn(id, natsURL string, mutate func(*config.Config)) *lau
 	cfg.NodeID, cfg.DataDir = id, filepath.Join(c.dir, id)
 	cfg.WeCom.URL = c.wsURL
 	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s1"}}
-	// The election's TTL and safety margin are production's (20 s, 5 s):
+	// The election keeps production's TTL and safety margin (20 s, 5 s):
 	// no test here waits for a lease to expire (a leader stops
-	// gracefully and resigns), and etcd runs in this process, so on a
-	// loaded machine a short renew deadline (2 s at a 3 s TTL) lost
-	// leadership mid-test: the term changed, an answer streaming under
-	// the old one was pushed by the new one (its stream left open), and
-	// messages posted while no connection was up never arrived.
+	// gracefully and resigns), and etcd runs in this process, whose
+	// lease renewals a loaded machine can hold up for seconds. A term
+	// that ends mid-test is a failover the test is not about: the new
+	// term pushes the answers that streamed under the old one, and what
+	// is posted between the two connections never arrives.
 	cfg.AI.Demo.AnswerTime = 500 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
