@@ -51,6 +51,7 @@ func (r *rig) putCorrupt(id string) {
 // tasks are delivered, and every skip is reported. Announced again later,
 // a step skips it and drops it from the active set.
 func TestCorruptRecordIsSkippedAndTheRestDelivered(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	bad := task.ID("b", "lost")
 	r.putCorrupt(bad)

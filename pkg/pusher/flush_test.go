@@ -36,6 +36,7 @@ func TestHeldFrameShowsTheTextAFlushBrings(t *testing.T) {
 // fixed worker off NATS) costs the frame one wait: it then shows the
 // version it held, and the task is not asked again within the gap.
 func TestUnansweredFlushCostsOneWait(t *testing.T) {
+	t.Parallel()
 	if shown := heldFrame(t, false); shown != "v1 v2" {
 		t.Fatalf("the held frame shows %q, want the held version %q", shown, "v1 v2")
 	}

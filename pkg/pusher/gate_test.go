@@ -28,6 +28,7 @@ import (
 // goroutine stalled past a held push's next try, which then went before
 // it.
 func TestHalfOpenBacklogDrainsAtHalfTheNormalRate(t *testing.T) {
+	t.Parallel()
 	const (
 		n          = 6
 		normalRate = 4.0 // pushes/s

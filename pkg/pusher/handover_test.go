@@ -17,6 +17,7 @@ const handoverNote = "（服务切换中，完整回答稍后单独发送）"
 // a running answer's with the content so far and the note, a queued one's
 // with the note; the next leader pushes each complete answer once.
 func TestHandoverClosesOpenStreamsAndTheAnswerFollowsOnce(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	running := r.ask("alice", "hi")

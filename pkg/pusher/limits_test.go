@@ -38,6 +38,7 @@ func (r *rig) runUntil(id, answer string, enough func() bool) {
 // hourly cap the pusher sends on at its minute's rate, the simulator drops
 // every frame past the 40th, the final one too, and the ack says nothing.
 func TestSilentDropNeverLosesTheAnswer(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{QuotaMode: wecomsim.QuotaDrop, RateLimit: 1000, HourlyLimit: 40})
 	r.budget = pace.New(600, time.Minute, nil).AndAtMost(36, time.Hour)
 	r.start(pusher.Config{ScanInterval: 20 * time.Millisecond, Heartbeat: time.Hour})
@@ -60,6 +61,7 @@ func TestSilentDropNeverLosesTheAnswer(t *testing.T) {
 // budget and sends again when it has room, and the answer arrives
 // (MaxAttempts 2 would fail the delivery if refusals counted as attempts).
 func TestQuotaRefusalLowersTheBudget(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{RateLimit: 5, RateWindow: 2 * time.Second})
 	r.budget = pace.New(100, 2*time.Second, nil).AndAtMost(1000, time.Hour)
 	r.start(pusher.Config{ScanInterval: 20 * time.Millisecond, Heartbeat: time.Hour, MaxAttempts: 2})
@@ -82,6 +84,7 @@ func TestQuotaRefusalLowersTheBudget(t *testing.T) {
 // as a markdown push. The receipt already failed with it, as the inbound
 // path would have seen, so the record has no stream begun.
 func TestStreamUnsupportedFallsBackToPush(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	if err := r.sim.Fault(wecomsim.FaultRequest{BotID: "b", Action: wecomsim.FaultStreamUnsupported, Chat: "alice"}); err != nil {
 		t.Fatal(err)
@@ -116,6 +119,7 @@ func TestStreamUnsupportedFallsBackToPush(t *testing.T) {
 // drops what is over its quota without a word: the push waits for the
 // budget between parts.
 func TestHugeAnswerPushedWithinTheQuota(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{QuotaMode: wecomsim.QuotaDrop, RateLimit: 6, RateWindow: time.Second})
 	r.budget = pace.New(5, time.Second, nil).AndAtMost(1000, time.Hour)
 	r.start(pusher.Config{})

@@ -14,6 +14,7 @@ func (n botNotes) Notes(bot string) (late, busy string) { return n[bot][0], n[bo
 // time) are asked each time one is shown; a bot without them has the
 // pusher's.
 func TestNotesAreTheBotsOwn(t *testing.T) {
+	t.Parallel()
 	notes := botNotes{"b1": {"b1 late", "b1 busy"}}
 	for _, tc := range []struct {
 		bot        string

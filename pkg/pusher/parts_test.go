@@ -71,6 +71,7 @@ func (r *rig) setTaskMsgSize(size int32) {
 // refused the write) is not pushed again: the pusher writes the count
 // again and goes on with the next part. Each part reaches the user once.
 func TestAckedPartWhoseCountWasNotWrittenIsNotPushedAgain(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	full, parts := longAnswer()
 	var failed sync.Once
@@ -111,6 +112,7 @@ func TestAckedPartWhoseCountWasNotWrittenIsNotPushedAgain(t *testing.T) {
 // push writes afterwards (its part was on its way) does not move the new
 // push on, which pushes the whole answer again, from its first part.
 func TestPartCountFromBeforeARedeliverSkipsNothing(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	full, parts := longAnswer()
 	var mu sync.Mutex
@@ -173,6 +175,7 @@ func unlabel(t *testing.T, parts []string) string {
 // a text that fits is one part, unlabelled; the label's width grows with
 // the count.
 func TestParts(t *testing.T) {
+	t.Parallel()
 	if got := pusher.Parts("short", 100); len(got) != 1 || got[0] != "short" {
 		t.Fatalf("Parts of a short text = %q", got)
 	}
@@ -204,6 +207,7 @@ func TestParts(t *testing.T) {
 // stream began under another term (the handoff). The window's close is
 // TestWindowTruncatesThenPushesSplit's.
 func TestLongAnswerSplitOnEveryPath(t *testing.T) {
+	t.Parallel()
 	full, parts := longAnswer()
 	t.Run("stream", func(t *testing.T) {
 		r := newRig(t, wecomsim.Config{})

@@ -242,6 +242,7 @@ func (r *rig) stats() wecomsim.Stats {
 }
 
 func TestShortAnswerOneFinishedStream(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
@@ -262,6 +263,7 @@ func TestShortAnswerOneFinishedStream(t *testing.T) {
 // one, and not while a task of it is being delivered: one from before the
 // term, named by its record, or one announced with its conversation.
 func TestIdleKnowsTheConversationsItDelivers(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	before := r.ask("carol", "asked before the term") // not announced: no pusher yet
 	r.start(pusher.Config{})
@@ -285,6 +287,7 @@ func TestIdleKnowsTheConversationsItDelivers(t *testing.T) {
 }
 
 func TestUnchangedContentSendsNoFrame(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{Heartbeat: time.Hour})
 	rec := r.ask("alice", "hi")
@@ -311,6 +314,7 @@ func TestUnchangedContentSendsNoFrame(t *testing.T) {
 // made late on purpose (under load, making its consumer took long enough
 // in CI).
 func TestOutputWrittenBeforeTheWatchExistsIsShown(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	hold := make(chan struct{})
 	r.startWith(pusher.Config{Heartbeat: time.Hour}, func(p *pusher.Pusher) {
@@ -331,6 +335,7 @@ func TestOutputWrittenBeforeTheWatchExistsIsShown(t *testing.T) {
 // A worker writing many times a second never makes the pusher exceed the
 // quota; the first and final frames are never starved.
 func TestQuotaNeverExceeded(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{RateLimit: 30})
 	r.budget = pace.New(20, time.Minute, nil)
 	r.start(pusher.Config{})
@@ -368,6 +373,7 @@ func TestQuotaNeverExceeded(t *testing.T) {
 // A long answer with a short window: the stream is closed before its
 // window ends with a note, then the full text is pushed, split correctly.
 func TestWindowTruncatesThenPushesSplit(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{StreamWindow: 4 * time.Second})
 	r.start(pusher.Config{StreamWindow: 4 * time.Second, Margin: time.Second})
 	rec := r.ask("alice", "long")
@@ -403,6 +409,7 @@ func TestWindowTruncatesThenPushesSplit(t *testing.T) {
 // The leader changes mid-answer: the new leader's pusher finishes the
 // answer by push (the old req_id is dead on the new connection), once.
 func TestFailoverMidStreamCompletesOnce(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
@@ -442,6 +449,7 @@ func TestFailoverMidStreamCompletesOnce(t *testing.T) {
 // connection down (not the task's fault: no delivery attempt is spent);
 // the next term pushes the answer and only then records it delivered.
 func TestAckStallNeverCreditedAndCostsNoAttempt(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	c := r.reconnect(func(c *wecom.Config) { c.AckTimeout = 300 * time.Millisecond })
 	r.start(pusher.Config{})
@@ -476,6 +484,7 @@ func TestAckStallNeverCreditedAndCostsNoAttempt(t *testing.T) {
 }
 
 func TestSplit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range splitSeeds { // FuzzSplit's, which checks more
 		parts := pusher.Split(tc.text, tc.limit)
 		for _, p := range parts {
@@ -492,6 +501,7 @@ func TestSplit(t *testing.T) {
 // Nothing new for a while: the user sees the content so far with a
 // status line.
 func TestHeartbeatStatusLine(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{Heartbeat: 4 * time.Second})
 	rec := r.ask("alice", "slow one")
@@ -517,6 +527,7 @@ func TestHeartbeatStatusLine(t *testing.T) {
 // A task waiting for a worker (every slot busy) tells the user it is
 // queued, not that it is being answered; once it runs, the usual line.
 func TestQueuedStatusLine(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{Heartbeat: 4 * time.Second})
 	rec := r.ask("alice", "waiting one")
@@ -534,6 +545,7 @@ func TestQueuedStatusLine(t *testing.T) {
 // The watermark is written only past the output of delivered tasks, and a
 // new term's pusher resumes after it.
 func TestWatermarkAfterDelivery(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	done := r.ask("alice", "a")
@@ -583,6 +595,7 @@ func TestWatermarkAfterDelivery(t *testing.T) {
 // A previous leader sent a final frame but died before recording it: the
 // new leader counts the case and still makes sure the user has the answer.
 func TestAmbiguousFinalCountedAndDelivered(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	rec := r.ask("alice", "q")
 	r.write(rec.ID, "the answer", true)
@@ -609,6 +622,7 @@ func TestAmbiguousFinalCountedAndDelivered(t *testing.T) {
 // An answer owed by push past the replay expiry is not sent late: its
 // delivery fails for good, and Config.Health hears it (a person is told).
 func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	failed := make(chan *task.Record, 1)
 	rec := r.ask("alice", "old")
@@ -647,6 +661,7 @@ func TestAnswerPastReplayExpiryIsNotSentLate(t *testing.T) {
 // the busy reply, not the failure notice; pushed under a later term, the
 // message quotes the question it is about (a push replies to nothing).
 func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	rec := r.ask("alice", "the second\nquestion")
 	r.connect(2) // the outage: a new term
@@ -673,6 +688,7 @@ func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
 // (it leaves the index, then the active set), is not put back and counted
 // (it was, under load: "resynced 2, want 1").
 func TestResyncFindsATaskNeverAnnounced(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{ResyncEvery: 300 * time.Millisecond, BusyNote: "BUSY: ask again later"})
 	// A first task, announced and delivered: the pusher is past its
@@ -700,6 +716,7 @@ func TestResyncFindsATaskNeverAnnounced(t *testing.T) {
 // and is pushed again (the user sees the answer twice). Held, it goes
 // once the link acks again: one answer.
 func TestNoFinalFrameIntoAStalledLink(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	c := r.reconnect(func(c *wecom.Config) { c.AckTimeout, c.MaxAckTimeouts = 300*time.Millisecond, 100 })
 	r.start(pusher.Config{})
@@ -749,6 +766,7 @@ func TestNoFinalFrameIntoAStalledLink(t *testing.T) {
 // before it. waitLong (30 s) bounds the gap between two ops heard, so that
 // slow path keeps a 3x margin whatever the load.
 func TestNATSErrorHearsStoreFailuresOnly(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	ops := make(chan string, 1024)
 	// A short heartbeat: an open stream is stepped every few hundred ms,
@@ -795,6 +813,7 @@ func TestNATSErrorHearsStoreFailuresOnly(t *testing.T) {
 // JetStream API request to its leader). The progress still reaches the
 // user, and the ending (announced) is read afresh and delivered.
 func TestRunningTaskIsNotReadPerOutputVersion(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
@@ -850,6 +869,7 @@ func (r *rig) reads(buckets ...string) *natscount.Counter {
 // rebuild at start), steps it a few times, and the first version, watched,
 // is shown with no output read at all.
 func TestRunningTaskWithNothingWrittenIsNotRead(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	rec := r.ask("alice", "hi") // no pusher yet: its rebuild finds the task
 	ctx := context.Background()
@@ -878,6 +898,7 @@ func TestRunningTaskWithNothingWrittenIsNotRead(t *testing.T) {
 // task is gone from the active set nor when something (here, an output
 // write seen by the watch) put it back.
 func TestLateNoticeSendsNothingTwice(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	notices, err := r.js.Conn.SubscribeSync(r.js.Store.Names().NoticeSubject("b"))
 	if err != nil {
@@ -957,6 +978,7 @@ func TestNoticeOfAnUnknownTaskIsDropped(t *testing.T) {
 // record's refresh (30 s). Before, the last frames of answers that ended
 // during a NATS server's freeze reached users 17-23 s late.
 func TestEndingWhoseNoticeWasLostIsShownAfterAReconnect(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
@@ -1003,6 +1025,7 @@ func TestEndingWhoseNoticeWasLostIsShownAfterAReconnect(t *testing.T) {
 // each: the frames between are kept and go with the next write, so the
 // record, once delivered, counts every frame the user was sent.
 func TestProgressFramesAreNotEachWrittenAndNoneIsLost(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
@@ -1038,6 +1061,7 @@ func TestProgressFramesAreNotEachWrittenAndNoneIsLost(t *testing.T) {
 // without writing them: one per progress gap, for ShownWriteEvery after
 // the record's last frame, none in the future.
 func TestNewLeaderAssumesTheUnwrittenFramesSent(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	now := time.Now()
@@ -1063,6 +1087,7 @@ func TestNewLeaderAssumesTheUnwrittenFramesSent(t *testing.T) {
 // ReadTimeout, and the next step reads again: the task's frames wait for
 // the bucket, not for the rest of StepTimeout (30 s).
 func TestUnansweredReadHoldsNoStep(t *testing.T) {
+	t.Parallel()
 	bucket := testenv.StartBucketFault(t)
 	nc, store := bucket.Store(t, bucket.URL, dataplane.Options{})
 	r := newRigOn(t, wecomsim.Config{}, &testenv.JetStream{Conn: nc, Store: store})
@@ -1098,6 +1123,7 @@ func TestUnansweredReadHoldsNoStep(t *testing.T) {
 // version (the watch; see askUnannounced), and the steps after those
 // frames wait the hour.
 func TestScanLooksOnlyAtChangedTasks(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{ScanInterval: time.Hour})
 	const n = 20
@@ -1149,6 +1175,7 @@ func (r *rig) askUnannounced(user, text string) *task.Record {
 // its first version (askUnannounced), written at once after the receipt,
 // so the step finds the version and the pace holds it about 3 s.
 func TestHeldFrameGoesWhenItsWaitEnds(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{ScanInterval: time.Hour})
 	rec := r.askUnannounced("alice", "hi")

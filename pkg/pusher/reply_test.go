@@ -73,6 +73,7 @@ const testCard = `{"card_type":"button_interaction","task_id":"x","main_title":{
 // with at most 2 chunks in flight (the simulator refuses a third while
 // acks are late) and pushed as a file message.
 func TestReplyImagesCardOnFinalFrameAndFileUploaded(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
@@ -99,6 +100,7 @@ func TestReplyImagesCardOnFinalFrameAndFileUploaded(t *testing.T) {
 // reply is pushed, in the answer's order: text, images (uploaded), card,
 // files.
 func TestReplyPushedAfterFailover(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
@@ -138,6 +140,7 @@ func noisePNG(w int) []byte {
 // not sent in a broken frame: the final frame carries the text, the
 // image is uploaded and sent after it.
 func TestReplyImageTooLargeForTheFrameIsUploaded(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")
@@ -160,6 +163,7 @@ func TestReplyImageTooLargeForTheFrameIsUploaded(t *testing.T) {
 // failure of the task: the bot's upload budget is lowered and the file
 // goes when the cap allows.
 func TestReplyUploadOverTheCapWaits(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{UploadRateLimit: 1, RateWindow: 2 * time.Second})
 	r.start(pusher.Config{Uploads: pace.New(30, 2*time.Second, nil)})
 	rec := r.ask("alice", "hi")
@@ -182,6 +186,7 @@ func TestReplyUploadOverTheCapWaits(t *testing.T) {
 // carries what the last write brings (here an image). Fails when the
 // copy is kept as the output bucket's (checked).
 func TestAnswerFromTheProgressBucketIsReadAgain(t *testing.T) {
+	t.Parallel()
 	r := newClockRig(t)
 	ctx := context.Background()
 	if err := r.version("answer", r.now); err != nil {
@@ -223,6 +228,7 @@ func TestAnswerFromTheProgressBucketIsReadAgain(t *testing.T) {
 // user's (the record's attachments) and its reply's images and files.
 // Another task's stay.
 func TestDeliveredTaskMediaDeleted(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	r.start(pusher.Config{})
 	ctx := context.Background()

@@ -26,6 +26,7 @@ func (s *showThinking) ShowThinking(string) string { v, _ := s.v.Load().(string)
 // written it is the content of the paced progress frames, not frames of
 // its own: twenty versions over 1.5 s are one frame.
 func TestThinkingShownFoldedBeforeTheAnswer(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	show := &showThinking{}
 	r.start(pusher.Config{Heartbeat: time.Hour, Thinking: show})
@@ -70,6 +71,7 @@ func TestThinkingShownFoldedBeforeTheAnswer(t *testing.T) {
 // part leaves room: an answer of two parts is delivered whole, its parts
 // as without thinking.
 func TestThinkingNeverCostsTheAnswerItsRoom(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	show := &showThinking{}
 	show.v.Store("true")

@@ -25,6 +25,7 @@ import (
 // TestUnchangedContentSendsNoFrame timed out waiting for its progress
 // frame; this test makes the write come first every time.
 func TestOutputWrittenBeforeThePusherBeganIsShown(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	rec := r.ask("alice", "hi") // no pusher yet: its rebuild finds the task
 	r.write(rec.ID, "partial", false)
@@ -47,6 +48,7 @@ func TestOutputWrittenBeforeThePusherBeganIsShown(t *testing.T) {
 // pusher, 200 times: without the fix a try hangs within the first few
 // dozen (checked).
 func TestTermEndingAsItsWatchIsMadeEnds(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, wecomsim.Config{})
 	// A second connection hears copies of the JetStream API's answers to
 	// the pusher's requests (their reply subjects are inboxes).

@@ -31,6 +31,7 @@ func (c *counting) Stream(ctx context.Context, req ai.Request, emit func(string)
 // the output bucket's largest value (1 MiB) was never stored and the task
 // ran again on every delivery, to fail for good on the last.
 func TestAnswerOverTheCapIsTruncatedAndStoredOnce(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
 	b, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: 300 * time.Millisecond, AnswerBytes: 1_500_000}})
 	if err != nil {
@@ -69,6 +70,7 @@ func TestAnswerOverTheCapIsTruncatedAndStoredOnce(t *testing.T) {
 // A cap below the answer works the same at any size, and a cap over what
 // the output bucket can hold is refused.
 func TestAnswerCapConfigured(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	b, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: 200 * time.Millisecond, AnswerBytes: 50_000}})
 	if err != nil {

@@ -28,6 +28,7 @@ func publishMessage(t *testing.T, store *dataplane.Store, m task.Message) {
 // backend reads them at the paths its json input names) and removed
 // after it.
 func TestAttachmentsReachTheBackendAndLeaveWithTheRun(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	if _, err := env.Store.Media().PutBytes(context.Background(), task.ID("b", "m1")+"/0", []byte("the file's bytes")); err != nil {
 		t.Fatal(err)
@@ -61,6 +62,7 @@ func TestAttachmentsReachTheBackendAndLeaveWithTheRun(t *testing.T) {
 // Files no longer in the store (past media.ttl) fail the task at once,
 // saying so; no retry brings them back.
 func TestAttachmentsGoneFailTheTaskWithoutRetry(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 5})
 	run(t, env.Store, "w1", demo(t, 10*time.Millisecond))
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "what is in it?", Received: time.Now(),

@@ -37,6 +37,7 @@ func (b *attemptBackend) Stream(ctx context.Context, req ai.Request, emit func(s
 // then 2 (the http backend sends them as Idempotency-Key and
 // X-Botctl-Attempt).
 func TestRequestCarriesTheAttempt(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	b := &attemptBackend{}
 	run(t, env.Store, "w1", b)

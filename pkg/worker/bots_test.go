@@ -85,6 +85,7 @@ func publishFor(t *testing.T, store *dataplane.Store, bot, msgid, chat, question
 // idle conversation starts afresh. A bot's settings changing while its
 // task runs leave that task on the backend it started with.
 func TestEachTaskRunsWithItsBotsSettings(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	keep, none := &recorder{name: "keep"}, &recorder{name: "none"}
 	bots := &testBots{runs: map[string]worker.BotRun{

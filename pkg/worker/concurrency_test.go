@@ -65,6 +65,7 @@ func openTask(t *testing.T, store *dataplane.Store, lc *task.Lifecycle, msgid, c
 // call the backend at once; the others are not started (record queued,
 // attempt 0: the pusher shows them queued), and run as tokens come back.
 func TestAIConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	g := newGated()
@@ -102,6 +103,7 @@ func TestAIConcurrencyLimit(t *testing.T) {
 // while it waits; and if its node stops meanwhile (its only attempt), it is
 // failed with the reason instead of staying queued with nobody to run it.
 func TestFallbackTierWaitsForToken(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	g := newGated()
@@ -152,6 +154,7 @@ func TestFallbackTierWaitsForToken(t *testing.T) {
 }
 
 func TestAIConcurrencyValidated(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	_, err := worker.New(worker.Config{NodeID: "n", Backend: newGated(), Store: env.Store, AIConcurrency: -1})
 	if err == nil || !strings.Contains(err.Error(), "AIConcurrency") {

@@ -48,6 +48,7 @@ func answerEnd(now time.Time, err error) ending {
 }
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	storeDown := fmt.Errorf("put: %w", nats.ErrNoResponders) // JetStream failing
 	backendDown := fmt.Errorf("%w: 502", ai.ErrBackend)
 	deadlineWhy := "execution deadline 30m0s passed without an answer"
@@ -177,6 +178,7 @@ func TestDecide(t *testing.T) {
 
 // failOutcome: what becomes of the queue message once Fail has answered.
 func TestFailOutcome(t *testing.T) {
+	t.Parallel()
 	why := "backend demo: 502"
 	storeDown := fmt.Errorf("update: %w", nats.ErrNoResponders)
 	for _, c := range []struct {

@@ -20,6 +20,7 @@ import (
 // answer, and its record names the backend that answered and the one
 // that failed, with why.
 func TestFallbackShownInTheRecord(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL := dead.URL
@@ -52,6 +53,7 @@ func TestFallbackShownInTheRecord(t *testing.T) {
 // silent cut: the task fails at once (no retry: the user read part of
 // it), the output keeps the text and the note, the record says cut.
 func TestCutAnswerEndsWithTheNote(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")

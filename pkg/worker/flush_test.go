@@ -45,6 +45,7 @@ func (s *stepped) Stream(ctx context.Context, _ ai.Request, emit func(string) er
 // ignored. Fails without the worker's flush subscription (checked: the
 // text never reaches the progress bucket).
 func TestFlushRequestWritesTheTextNow(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	b := &stepped{entered: make(chan struct{}), deltas: make(chan string)}
 	w, err := worker.New(worker.Config{NodeID: "w 1", Backend: b, Store: env.Store, Slots: 2,

@@ -57,6 +57,7 @@ func (m *modelMetrics) all() []worker.Call {
 // usage (the failed one was paid for too), and so do the bot's token
 // counts when it has a token limit.
 func TestEachCallReportedWithItsUsage(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	l := limits.Limits{User: limits.Set{TokensPerDay: 1000}}
 	bots := &testBots{runs: map[string]worker.BotRun{"b1": {Backend: &flaky{}, Limits: l}}}

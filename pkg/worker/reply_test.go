@@ -42,6 +42,7 @@ func pngOf(w int) []byte {
 // the answer says so, and what is valid is stored and named in the
 // output (with its md5) for the pusher.
 func TestReplyBadItemsLeftOutWithANote(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	var images []ai.ReplyFile
 	images = append(images, ai.ReplyFile{Name: "a.gif", Data: []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")})
@@ -77,6 +78,7 @@ func TestReplyBadItemsLeftOutWithANote(t *testing.T) {
 // (media.max_store_bytes) is left out with a note, and what fits is
 // stored: the answer is delivered, not retried until the store empties.
 func TestReplyOverAFullStoreLeftOutWithANote(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{MediaMaxBytes: 64 << 10})
 	b := replyBackend{ai.Reply{
 		Images: []ai.ReplyFile{{Name: "small.png", Data: pngOf(4)}},
@@ -106,6 +108,7 @@ func TestReplyOverAFullStoreLeftOutWithANote(t *testing.T) {
 // store with the attempt: each attempt stores its own under its own keys,
 // and the store does not keep the others' for media.ttl.
 func TestUndeliveredAttemptsReplyDeleted(t *testing.T) {
+	t.Parallel()
 	fault := testenv.StartBucketFault(t)
 	opts := dataplane.Options{TaskMaxDeliver: 2}
 	_, botctl := fault.Store(t, fault.URL, opts)

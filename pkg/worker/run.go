@@ -110,7 +110,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-			w.log.Debug().Err(err).Msg("fetch ended with an error")
+			// No responders (the cluster's servers restarting, JetStream
+			// electing its leaders), the consumer gone: such a fetch ends
+			// at once, and fetching again at once sent hundreds of pull
+			// requests a second to the recovering servers.
+			w.natsError("fetch")
+			w.log.Debug().Err(err).Msg("fetch ended with an error; fetching again in a second")
+			pause.For(ctx, time.Second)
 		}
 	}
 	return nil

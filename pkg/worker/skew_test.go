@@ -25,6 +25,7 @@ func (c *offSkew) Off() (string, bool) { return "40m off", c.off.Load() }
 // write (started, deadline) would be compared with other nodes' clocks
 // (issue 25 item 10). Once the clock is right it runs the task.
 func TestWorkerWithAClockOffRunsNothing(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	c := &offSkew{}
 	c.off.Store(true)
@@ -44,6 +45,7 @@ func TestWorkerWithAClockOffRunsNothing(t *testing.T) {
 // clock that is off refuses the task naming the clock, not the slots: the
 // caller (and the operator reading its log) learns why.
 func TestOffQueueWorkRefusedWhileTheClockIsOff(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	c := &offSkew{}
 	c.off.Store(true)

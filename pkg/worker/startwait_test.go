@@ -19,6 +19,7 @@ import (
 // notice. Fails on the old code (the queue's two deliveries here are
 // spent and the task given up).
 func TestStartWaitsOutAFailingTasksBucket(t *testing.T) {
+	t.Parallel()
 	fault := testenv.StartBucketFault(t)
 	opts := dataplane.Options{TaskMaxDeliver: 2}
 	_, botctl := fault.Store(t, fault.URL, opts)

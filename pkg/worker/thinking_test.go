@@ -38,6 +38,7 @@ func (b thinkBackend) Stream(ctx context.Context, req ai.Request, emit func(stri
 // (the progress bucket, where a new leader resumes it) and with the
 // answer, tool steps a line each and also apart (Tools).
 func TestThinkingStoredWithTheOutput(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	b := thinkBackend{release: make(chan struct{})}
 	run(t, env.Store, "w1", b)
@@ -56,6 +57,7 @@ func TestThinkingStoredWithTheOutput(t *testing.T) {
 // Thinking past task.MaxThinkingBytes is cut there, with "…"; the
 // answer is whole.
 func TestThinkingIsCapped(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	b := thinkBackend{release: make(chan struct{}), extra: strings.Repeat("想", task.MaxThinkingBytes)}
 	close(b.release)

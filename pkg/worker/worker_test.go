@@ -109,6 +109,7 @@ func readOutput(store *dataplane.Store, id string, finished bool) *task.Output {
 }
 
 func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	run(t, env.Store, "w1", demo(t, 300*time.Millisecond))
 	m := publish(t, env.Store, "m1", "alice", "what is botctl?")
@@ -144,6 +145,7 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 // progress goes to the progress bucket; the answer, the attempt's last
 // write, to the output bucket, and the progress entry is dropped.
 func TestOutputIsCoalesced(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	run(t, env.Store, "w1", demo(t, time.Second)) // ~20 deltas
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -249,6 +251,7 @@ func (f *failing) Stream(ctx context.Context, req ai.Request, emit func(string) 
 // A task that keeps failing is retried up to MaxDeliver, then given up:
 // recorded failed with the reason, and its conversation is free again.
 func TestFailingTaskGivenUpAfterMaxDeliver(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
 	f := &failing{}
 	run(t, env.Store, "w1", f)
@@ -270,6 +273,7 @@ func (refusing) Stream(context.Context, ai.Request, func(string) error) error {
 }
 
 func TestBadRequestIsNotRetried(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 5})
 	run(t, env.Store, "w1", refusing{})
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -283,6 +287,7 @@ func TestBadRequestIsNotRetried(t *testing.T) {
 // redelivered after the ack wait and another worker finishes it; the
 // record counts the attempt.
 func TestWorkerCrashIsRetriedElsewhere(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskAckWait: 2 * time.Second})
 	// The doomed worker has its own connection, which the test cuts.
 	nc, err := nats.Connect(env.Server.ClientURL(), nats.NoReconnect())
@@ -310,6 +315,7 @@ func TestWorkerCrashIsRetriedElsewhere(t *testing.T) {
 }
 
 func TestConfigRequired(t *testing.T) {
+	t.Parallel()
 	if _, err := worker.New(worker.Config{NodeID: "n"}); err == nil || !strings.Contains(err.Error(), "Backend") {
 		t.Fatalf("err = %v", err)
 	}
@@ -320,6 +326,7 @@ func TestConfigRequired(t *testing.T) {
 // would leave it in the queue for good (no delivery is left), locking the
 // conversation. It is failed with the reason and its message removed.
 func TestStopOnFinalDeliveryFailsAndFrees(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 1})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
@@ -337,6 +344,7 @@ func TestStopOnFinalDeliveryFailsAndFrees(t *testing.T) {
 // A worker stopped during an earlier delivery hands the task back: the
 // record says queued (nobody runs it), and the next worker finishes it.
 func TestStopBeforeFinalDeliveryRequeues(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -380,6 +388,7 @@ func lastDeliveryRig(t *testing.T) (*testenv.JetStream, *dataplane.Store, *nats.
 // it up. The server's MAX_DELIVERIES advisory is: the lifecycle fails the
 // task with the reason and frees the conversation.
 func TestKilledOnFinalDeliveryGivenUpByAdvisory(t *testing.T) {
+	t.Parallel()
 	env, doomedStore, nc := lastDeliveryRig(t)
 	run(t, doomedStore, "doomed", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -398,6 +407,7 @@ func TestKilledOnFinalDeliveryGivenUpByAdvisory(t *testing.T) {
 // up through a record opened from the message, so the pusher tells the
 // user it failed instead of the message vanishing in silence.
 func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
+	t.Parallel()
 	env, doomedStore, nc := lastDeliveryRig(t)
 	m := publish(t, env.Store, "m1", "alice", "q")
 	batch, err := doomedStore.Workers().Fetch(1, jetstream.FetchMaxWait(10*time.Second))
@@ -431,6 +441,7 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 // fast one takes over, however slow the machine (a 3 s answer had to
 // outlast the wait for its first write and the fast attempt's start).
 func TestAttemptsAreFenced(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	slow := run(t, env.Store, "slow", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -462,6 +473,7 @@ func TestAttemptsAreFenced(t *testing.T) {
 
 // Past its execution deadline a task is failed, its conversation freed.
 func TestDeadlineFailsTheTask(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, time.Minute), Store: env.Store, Deadline: time.Second})
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -475,6 +487,7 @@ func TestDeadlineFailsTheTask(t *testing.T) {
 // Work off the queue (a fixed worker's exec API, the leader's own tier) is
 // bounded by the slots like queue work: a full worker refuses at once.
 func TestOffQueueWorkBoundedBySlots(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, Backend: demo(t, time.Minute), Store: env.Store, Logger: zerolog.Nop()})
 	if err != nil {
@@ -506,6 +519,7 @@ func (l *leading) LeadsAny() bool { return l.v.Load() }
 // While the node leads a bot the worker uses its LeaderSlots (headroom for
 // the connection and pusher); once leadership ends, Slots again.
 func TestLeaderSlotsWhileLeading(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	l := &leading{}
 	l.v.Store(true)
@@ -607,6 +621,7 @@ func (b *blip) Stream(ctx context.Context, req ai.Request, emit func(string) err
 // by the chaos smoke (kill-nats-server), where a task run locally during
 // the failover ended "answer not stored".
 func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	b := &blip{env: env, restarted: make(chan *infra.NATS, 1)}
@@ -639,6 +654,7 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 // says (a gate), not after a while: a 4 s answer had to outlast the
 // test's waits for the copy to be fetched and held.
 func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
 	offQueue := &recorder{name: "answered off the queue", gate: make(chan struct{})}
@@ -679,6 +695,7 @@ func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 // it) does not hold the task for ever: past the off-queue silence the
 // worker holding the copy runs the task itself.
 func TestSilentOffQueueAttemptTakenOver(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	lc := task.NewLifecycle(env.Store, "queue-worker", zerolog.Nop()).WithOffQueueSilence(3 * time.Second)
 	runWith(t, worker.Config{NodeID: "queue-worker", Backend: demo(t, 100*time.Millisecond), Store: env.Store, Lifecycle: lc})
@@ -731,6 +748,7 @@ func (c *opCounter) NATSError(op string) { c.mu.Lock(); c.heard[op]++; c.mu.Unlo
 // JetStream failed, and nothing of a task that ran with JetStream up (a
 // conversation with no context yet is not a failure).
 func TestNATSErrorHearsTaskWriteFailures(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, dataplane.Options{})
 	counter := &opCounter{heard: map[string]int{}}
 	mu, heard := &counter.mu, counter.heard

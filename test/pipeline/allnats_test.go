@@ -149,7 +149,9 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 		})
 		e, ok := c.stream(u, sent[u].MsgID)
 		if !ok || !e.Finished || e.Content != want {
-			t.Fatalf("%s sees %+v, want the whole answer (%d bytes)", u, e, len(want))
+			s, _ := c.sim.Stats("b1")
+			t.Fatalf("%s's stream shows %d bytes (finished %v), want the whole answer (%d bytes) finished; the bot's messages to %s: %s; record %+v; node %+v; simulator %+v",
+				u, len(e.Content), e.Finished, len(want), u, c.summary(u), c.record(n, sent[u].MsgID), n.node.Node.Status(), s)
 		}
 		if r := c.record(n, sent[u].MsgID); r.Exec != task.Succeeded {
 			t.Fatalf("%s: record %+v", u, r)
@@ -204,6 +206,17 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 	}
 	t.Logf("progress frames resumed %s after the restart; all delivered %s after it",
 		resumed.Round(time.Millisecond), time.Since(up).Round(time.Millisecond))
+}
+
+// summary lists the bot's messages in user's chat: kind, what each
+// replies to, its length and whether it is finished (a failure's
+// message; the texts themselves are long).
+func (c *cluster) summary(user string) string {
+	var b strings.Builder
+	for _, m := range c.bot(user) {
+		fmt.Fprintf(&b, "[%s to %s: %d bytes, finished %v] ", m.Kind, m.ReplyTo, len(m.Content), m.Finished)
+	}
+	return b.String()
 }
 
 // stream is the bot's stream answering msgid in user's chat.

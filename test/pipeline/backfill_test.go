@@ -27,6 +27,7 @@ func (c *cluster) withBackfill(cfg *config.Config) {
 // backfill and answered by push, late and saying so, exactly once; what
 // was handled before (an answer, a command) is not handled again.
 func TestMissedMessagesAnsweredAfterRecovery(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start("a", c.withBackfill)
 	testwait.Eventually(t, waitLong, "a connected", c.connected)
@@ -94,6 +95,7 @@ func TestMissedMessagesAnsweredAfterRecovery(t *testing.T) {
 // JetStream to publish to, and the spool's file is removed with the data
 // dir before any node could start on it again.
 func TestMessageOnlyInDeadNodesSpoolAnsweredByNextLeader(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	toNATS, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(c.nats.ClientURL(), "nats://"))
 	if err != nil {

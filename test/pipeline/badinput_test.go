@@ -20,6 +20,7 @@ import (
 // of an unknown type gets nothing. The kinds TestBadInputClearReplies and
 // TestBadMediaRepliesWhyAndLocksNothing play are not repeated here.
 func TestBadInputOfEveryKindIsHarmless(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.Media.MaxBytes = 2048 })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -121,6 +122,7 @@ func TestBadInputOfEveryKindIsHarmless(t *testing.T) {
 // WeCom after a failover to a leader whose dedupe memory never saw them:
 // no second reply, no second download, no second task.
 func TestRedeliveredAfterAFailoverRepliesOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start("a", nil)
 	testwait.Eventually(t, waitLong, "a connected", c.connected)

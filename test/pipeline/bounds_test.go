@@ -14,6 +14,7 @@ import (
 // An answer longer than ai.max_answer_bytes reaches the user cut at the
 // cap, with the truncation note at its end, once: one attempt, delivered.
 func TestAnswerOverTheCapReachesTheUserTruncated(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) {
 		cfg.AI.MaxAnswerBytes = 30_000
@@ -66,6 +67,7 @@ func (c *cluster) startDuringOutage(mutate func(*config.Config)) (string, *launc
 // told "received", is told the message was not answered and to send it
 // again.
 func TestSpoolFullRefusesAndExpiredIsToldToResend(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	natsURL, started := c.startDuringOutage(func(cfg *config.Config) {
 		cfg.Spool.MaxEntries = 1
@@ -108,6 +110,7 @@ func TestSpoolFullRefusesAndExpiredIsToldToResend(t *testing.T) {
 // A task forwarded from the spool after waiting longer than
 // spool.late_after is answered with the late note first.
 func TestTaskForwardedLateFromTheSpoolSaysSo(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	natsURL, started := c.startDuringOutage(func(cfg *config.Config) { cfg.Spool.LateAfter = time.Second })
 	c.post("alice", "asked during the outage")

@@ -18,6 +18,7 @@ import (
 // stray queue message finds the task finished and removes it: the
 // conversation is not locked, and the next question is answered.
 func TestDuplicatePastTheQueueWindowIsSilentAndLocksNothing(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)

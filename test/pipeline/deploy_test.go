@@ -18,6 +18,7 @@ import (
 // messages WeCom could not deliver (no connection for a moment) are
 // WeCom's to redeliver, not ours, and are not counted.
 func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	fast := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 300 * time.Millisecond }
 	a := c.start("a", fast)
@@ -78,10 +79,12 @@ func TestGracefulStopUnderLoadLosesNothing(t *testing.T) {
 	t.Logf("%d delivered of %d sent; simulator: %+v", len(delivered), total, s)
 }
 
-// WeCom stops acking for 60 s mid-traffic (the socket stays open): the
-// connection is torn down after a few ack timeouts, the node reconnects
-// once acks flow again, and every answer in flight is delivered, with no
-// delivery attempt spent on what was the connection's fault.
+// WeCom stops acking for 30 s mid-traffic (the socket stays open): the
+// connection is torn down after a few ack timeouts (1 s each here), the
+// node's reconnects fail while the stall lasts (a subscribe unacked for
+// its 10 s dial timeout), it reconnects once acks flow again, and every
+// answer in flight is delivered, with no delivery attempt spent on what
+// was the connection's fault.
 func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
 	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
 	c := newCluster(t)
@@ -94,7 +97,7 @@ func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
 	for i := range 5 {
 		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("question %d", i)))
 	}
-	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: "stall_acks", Seconds: 60}); err != nil {
+	if err := c.sim.Fault(wecomsim.FaultRequest{BotID: "b1", Action: "stall_acks", Seconds: 30}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * waitLong)
@@ -129,6 +132,7 @@ func TestAckStallMidTrafficEveryAnswerDelivered(t *testing.T) {
 // finishes every answer (by push: the old connection's req_ids are gone),
 // each exactly once, and WeCom never refuses a frame for the quota.
 func TestFailoverMidStreamOf100Conversations(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	long := func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second }
 	a := c.start("a", long)

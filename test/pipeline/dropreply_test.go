@@ -103,11 +103,13 @@ func (c *cluster) answeredOnceAfterTheDrop(n *runningNode, user, msgid, question
 // never saw on a req_id that died with the connection, is pushed once the
 // node is connected again: once, the record delivered, under the quota.
 func TestReceiptCutOffByTheNetworkAnswerPushedOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		early bool
 	}{{"early receipt", true}, {"receipt after the dispatch", false}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := newCluster(t)
 			n := c.start("n1", nil)
 			testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -136,6 +138,7 @@ func TestReceiptCutOffByTheNetworkAnswerPushedOnce(t *testing.T) {
 // holds the bot next (the leader reconnecting, or the standby taking
 // over), the answer arrives once.
 func TestReceiptCutOffOnTheLeaderOfTwoAnswerOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start("a", nil)
 	testwait.Eventually(t, waitLong, "a connected", c.connected)
@@ -165,6 +168,7 @@ func TestReceiptCutOffOnTheLeaderOfTwoAnswerOnce(t *testing.T) {
 // answer is pushed, once (the stream stays at the receipt: nothing can
 // finish it without its req_id).
 func TestFinalFrameCutOffAnswerPushedOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 100 * time.Millisecond })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -192,6 +196,7 @@ func TestFinalFrameCutOffAnswerPushedOnce(t *testing.T) {
 // health monitor takes it for missed; nothing is answered twice, and the
 // conversation's next message is answered as usual.
 func TestReplyWithoutTaskCutOffNotOwedButHandled(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) {
 		c.withBackfill(cfg)
@@ -256,12 +261,16 @@ func TestReplyWithoutTaskCutOffNotOwedButHandled(t *testing.T) {
 // it once the bot is connected again, once; nothing runs the refused
 // question.
 func TestEarlyReceiptsBusyFinishCutOffArrivesLater(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		busyFrame   bool // the busy frame is cut off (else the early receipt)
 		earlyMissed int64
 	}{{"the busy frame", true, 1}, {"the early receipt", false, -1}} {
-		t.Run(tc.name, func(t *testing.T) { earlyReceiptOfBusyCutOff(t, tc.busyFrame, tc.earlyMissed) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			earlyReceiptOfBusyCutOff(t, tc.busyFrame, tc.earlyMissed)
+		})
 	}
 }
 

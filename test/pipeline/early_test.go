@@ -31,6 +31,7 @@ func awaitFresh(t *testing.T, c *cluster, n *runningNode) {
 // A fresh message in an idle conversation gets its receipt beside the
 // queue publish (not after it); the answer follows on that stream, once.
 func TestEarlyReceiptThenAnswer(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	awaitFresh(t, c, n)
@@ -56,6 +57,7 @@ func TestEarlyReceiptThenAnswer(t *testing.T) {
 // early receipt's stream is finished with the busy reply; nothing runs
 // the refused question, and the user is not left at "received".
 func TestEarlyReceiptOfABusyConversationFinishedBusy(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := busyUnannounced(t, c)
 	q := c.post("alice", "refused")
@@ -121,6 +123,7 @@ func busyUnannounced(t *testing.T, c *cluster) *runningNode {
 // the dedupe memory it would get an early receipt, a stream left at
 // "received" beside the answer. It gets nothing.
 func TestCallbackAfterItsBackfillIsSilent(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	awaitFresh(t, c, n)

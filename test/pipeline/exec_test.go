@@ -16,6 +16,7 @@ import (
 // on its worker (tier "fixed"), and the leader's pusher delivers the answer
 // (by push: the task has no stream on this connection).
 func TestExecAPIRunsTask(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)

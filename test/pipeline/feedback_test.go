@@ -13,6 +13,7 @@ import (
 // id; the user's thumbs down on it (WeCom's feedback_event) is recorded
 // with the task and counted in /metrics by bot and kind.
 func TestFeedbackRecordedWithItsTask(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -50,6 +51,7 @@ func TestFeedbackRecordedWithItsTask(t *testing.T) {
 // msgid, a new req_id) is recorded and counted once: the task record
 // keeps the msgids it counted, the second delivery is a duplicate.
 func TestFeedbackEventDeliveredTwiceCountedOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)

@@ -39,6 +39,7 @@ func (c *cluster) postAs(req wecomsim.MessageRequest) wecomsim.MessageResult {
 
 // Bad input gets a clear reply and creates no task; nothing crashes.
 func TestBadInputClearReplies(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) {
 		cfg.Access.MaxQuestionBytes = 100
@@ -77,6 +78,7 @@ func TestBadInputClearReplies(t *testing.T) {
 
 // Voice arrives transcribed and is asked like text.
 func TestVoiceUsesTranscription(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -87,6 +89,7 @@ func TestVoiceUsesTranscription(t *testing.T) {
 // /stop cancels the running task within a second or so, the user is told,
 // and the conversation takes a new question.
 func TestStopCommand(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = time.Minute })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)

@@ -174,6 +174,7 @@ func TestBadMediaRepliesWhyAndLocksNothing(t *testing.T) {
 // the receipt at once, another conversation is answered meanwhile, and
 // the hung one is told it timed out (naming the limit).
 func TestSlowDownloadHoldsUpNoOneElse(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	c.start("n1", func(cfg *config.Config) { cfg.Media.DownloadTimeout = 15 * time.Second })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -196,6 +197,7 @@ func TestSlowDownloadHoldsUpNoOneElse(t *testing.T) {
 // A message with files in a busy conversation gets the busy reply, and
 // its files do not stay in the media store.
 func TestMediaOfABusyConversationLeavesNoFiles(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = time.Minute })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)

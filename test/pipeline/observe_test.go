@@ -94,6 +94,7 @@ func ready(t *testing.T, api string) (int, readiness) {
 // its values follow what happened: one term led, a message received,
 // receipted, answered and pushed.
 func TestMetricsScrape(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -174,6 +175,7 @@ func TestMetricsScrape(t *testing.T) {
 // frame, due when the answer is done, waits (a minute, which this test
 // does not wait for).
 func TestMetricsRunningTaskAndThrottled(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) {
 		cfg.Push.Budget = 1
@@ -216,6 +218,7 @@ func TestMetricsRunningTaskAndThrottled(t *testing.T) {
 // while NATS is down, with /healthz still 200 (alive); ready again once
 // NATS is back.
 func TestReadinessFollowsNATS(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -268,6 +271,7 @@ func TestReadinessFollowsNATS(t *testing.T) {
 // restart a node for an etcd outage); ready again, leading b1 with its
 // connection subscribed, once etcd is back.
 func TestReadinessFollowsEtcd(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -319,6 +323,7 @@ func TestReadinessFollowsEtcd(t *testing.T) {
 // not ready, and says which bot is not subscribed; once the subscribe is
 // acknowledged it is ready.
 func TestReadinessLeaderConnecting(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	// Before the node starts: its first subscribe waits for an ack that
 	// does not come (up to the dial timeout, then again after a backoff).
@@ -348,6 +353,7 @@ func TestReadinessLeaderConnecting(t *testing.T) {
 // fall back to the spool (op "publish"); both are on
 // botctl_nats_errors_total{kind="request"} by the time NATS is back.
 func TestNATSErrorsCountedOnHotPaths(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	// Longer than the outage: the task is still running, writing its
 	// output every second, while NATS is away.
@@ -399,6 +405,7 @@ var obsHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 // leading nothing (readiness asks a connection only of the bots a node
 // has won); after the leader stops, the standby leads and says so.
 func TestReadinessLeaderAndStandby(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n1 := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "n1 leads", c.connected)

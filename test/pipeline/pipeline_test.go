@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +123,13 @@ func (c *cluster) launchOn(id, natsURL string, mutate func(*config.Config)) *lau
 	cfg.NodeID, cfg.DataDir = id, filepath.Join(c.dir, id)
 	cfg.WeCom.URL = c.wsURL
 	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s1"}}
-	cfg.Election.TTL, cfg.Election.SafetyMargin = 3*time.Second, time.Second
+	// The election keeps production's TTL and safety margin (20 s, 5 s):
+	// no test here waits for a lease to expire (a leader stops
+	// gracefully and resigns), and etcd runs in this process, whose
+	// lease renewals a loaded machine can hold up for seconds. A term
+	// that ends mid-test is a failover the test is not about: the new
+	// term pushes the answers that streamed under the old one, and what
+	// is posted between the two connections never arrives.
 	cfg.AI.Demo.AnswerTime = 500 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
@@ -147,7 +154,7 @@ func (c *cluster) launchOn(id, natsURL string, mutate func(*config.Config)) *lau
 	done := make(chan error, 1)
 	go func() {
 		done <- serve.Run(ctx, serve.Options{Config: cfg, Etcd: cli, NATSURL: natsURL, Listener: ln,
-			TaskAckWait: ackWait, SweepInterval: c.sweep, Logger: testLogger(), Ready: func(n *serve.Node) { readyc <- n }})
+			TaskAckWait: ackWait, SweepInterval: c.sweep, Logger: testLogger(c.t), Ready: func(n *serve.Node) { readyc <- n }})
 	}()
 	var once sync.Once
 	r := &runningNode{api: "http://" + ln.Addr().String(), stop: func() {
@@ -291,6 +298,7 @@ func cutShort(e wecomsim.TranscriptEntry) bool {
 }
 
 func TestMessageToAnswer(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -329,6 +337,7 @@ func TestMessageToAnswer(t *testing.T) {
 
 // A duplicate callback (same msgid) makes one task and one answer.
 func TestDuplicateCallbackOneTask(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", nil)
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -349,6 +358,7 @@ func TestDuplicateCallbackOneTask(t *testing.T) {
 // A second question while the first runs is told to wait; it never runs
 // anywhere (no fallback tier), and the first answer is unaffected.
 func TestBusyConversationRefused(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 3 * time.Second })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -452,6 +462,7 @@ func TestBusyRefusalThatCannotBeRecordedIsSentAnyway(t *testing.T) {
 // it once the bot is connected again, once; the first answer is
 // unaffected.
 func TestBusyReplyCutOffByTheNetworkArrivesLater(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 8 * time.Second })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
@@ -491,6 +502,7 @@ func TestBusyReplyCutOffByTheNetworkArrivesLater(t *testing.T) {
 // The leader dies mid-answer (no resign): the standby takes over, and the
 // answer reaches the user once, completed by the new leader.
 func TestLeaderKilledMidStream(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := c.start("a", func(cfg *config.Config) { cfg.AI.Demo.AnswerTime = 4 * time.Second })
 	testwait.Eventually(t, waitLong, "a connected", c.connected)
@@ -518,6 +530,7 @@ func TestLeaderKilledMidStream(t *testing.T) {
 // NATS down: what the leader receives is spooled, and forwarded when
 // JetStream is back; the question is answered.
 func TestNATSDownSpooledThenForwarded(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	natsURL := c.nats.ClientURL()
 	n := c.start("n1", nil)
@@ -527,7 +540,14 @@ func TestNATSDownSpooledThenForwarded(t *testing.T) {
 	for i := range 3 {
 		sent = append(sent, c.post(fmt.Sprintf("u%d", i), fmt.Sprintf("during outage %d", i)))
 	}
-	testwait.Eventually(t, waitLong, "spooled", func() bool { return n.node.Dispatch.Stats().Spooled == 3 })
+	deadline := time.Now().Add(waitLong)
+	for n.node.Dispatch.Stats().Spooled != 3 {
+		if time.Now().After(deadline) {
+			s, _ := c.sim.Stats("b1")
+			t.Fatalf("spooled never reached 3: dispatch %+v; node %+v; simulator %+v", n.node.Dispatch.Stats(), n.node.Node.Status(), s)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
 	if depth, err := n.node.Spool.Len(); err != nil || depth != 3 {
 		t.Fatalf("spool depth %d (%v), want 3", depth, err)
 	}
@@ -620,6 +640,7 @@ func TestNewLeaderRespectsPreviousLeadersQuota(t *testing.T) {
 // the spool (the conversation busy meanwhile), and once NATS is back the
 // node binds JetStream, forwards the spool and answers.
 func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	natsURL := c.nats.ClientURL()
 	c.nats.Close()
@@ -645,9 +666,18 @@ func TestNodeStartsAndReceivesWhileNATSDown(t *testing.T) {
 	}
 }
 
-func testLogger() zerolog.Logger {
-	if os.Getenv("BOTCTL_TEST_LOG") != "" {
-		return zerolog.New(os.Stderr).With().Timestamp().Logger()
+// testLogger is the nodes' logger: none, unless BOTCTL_TEST_LOG is set:
+// "1" logs every test's nodes to stderr, any other value is a regular
+// expression of the tests whose nodes log (their lines name the test).
+func testLogger(t *testing.T) zerolog.Logger {
+	v := os.Getenv("BOTCTL_TEST_LOG")
+	if v == "" {
+		return zerolog.Nop()
 	}
-	return zerolog.Nop()
+	if v != "1" {
+		if ok, err := regexp.MatchString(v, t.Name()); err != nil || !ok {
+			return zerolog.Nop()
+		}
+	}
+	return zerolog.New(os.Stderr).With().Timestamp().Str("test", t.Name()).Logger()
 }

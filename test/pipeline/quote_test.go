@@ -37,6 +37,7 @@ func (c *cluster) received(chat, msgid string) ai.Request {
 // quote counts in access.max_question_bytes. Through the real path:
 // simulator → leader → queue → worker → the backend's input.
 func TestQuotedTextIsPutBeforeTheQuestion(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	n := c.start("n1", func(cfg *config.Config) {
 		echoBackend(cfg)
