@@ -95,12 +95,12 @@ type Config struct {
 	Metrics Metrics
 	// Skew, if set, says when this node's clock is too far off to be
 	// trusted (pkg/skew): the node then campaigns for no bot.
-	Skew   Skew
+	Skew Skew
 	// DataPlane, if set, says whether this node's JetStream fails while
 	// its connection is up: registered (Info.JetStreamFailing) for the
 	// other nodes to read. Call Refresh when it changes.
 	DataPlane interface{ Failing() bool }
-	Logger zerolog.Logger
+	Logger    zerolog.Logger
 	// Clock is what the node's recheck of Skew waits on. Default
 	// clock.Real.
 	Clock clock.Clock
