@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -208,5 +209,37 @@ func TestWaitsGoThroughTheClock(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// doubling finds a hand-written exponential backoff: a wait doubled and
+// capped in one expression (min(2*wait, max), min(wait*2, max)).
+var doubling = regexp.MustCompile(`min\(\s*(2\s*\*\s*\*?\w+|\*?\w+\s*\*\s*2)\s*,`)
+
+// Retries wait on pkg/retry's backoff with jitter, not on a hand-written
+// doubling: callers failing together must not retry in step, and one
+// helper keeps the rule (a wait between half and all of its step) in one
+// place.
+func TestRetriesUseOneBackoff(t *testing.T) {
+	var dirs []string
+	for _, d := range []string{"cmd", "pkg", "election", "dataplane", "jetstream"} {
+		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
+			dirs = append(dirs, d)
+		}
+	}
+	for _, p := range goFiles(t, dirs...) {
+		rel, _ := filepath.Rel(root, p)
+		if strings.HasPrefix(filepath.ToSlash(rel), "pkg/retry/") {
+			continue
+		}
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			if code, _, _ := strings.Cut(line, "//"); doubling.MatchString(code) {
+				t.Errorf("%s:%d: a hand-written doubling backoff (%s): use pkg/retry (retry.New, Next, Reset; or retry.Until)", rel, i+1, strings.TrimSpace(code))
+			}
+		}
 	}
 }

@@ -23,8 +23,8 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 	// termRetry paces terms that did not give a stable connection; etcdRetry
 	// paces the loop's own etcd errors, and resets once etcd answers.
 	termRetry, etcdRetry := retry.New(n.cfg.Backoff, n.cfg.BackoffMax), retry.New(n.cfg.Backoff, n.cfg.BackoffMax)
-	authWait := n.cfg.AuthBackoff
-	kicks, humanWait := foreignKicks{limit: n.cfg.KickLimit, window: n.cfg.KickWindow}, n.cfg.AuthBackoff
+	authWait := retry.New(n.cfg.AuthBackoff, n.cfg.AuthBackoffMax)
+	kicks, humanWait := foreignKicks{limit: n.cfg.KickLimit, window: n.cfg.KickWindow}, retry.New(n.cfg.AuthBackoff, n.cfg.AuthBackoffMax)
 	wait := func(bo *retry.Backoff, reason string) {
 		d := bo.Next()
 		n.setState(b.ID, StateBackoff, reason, 0)
@@ -108,31 +108,30 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 			n.etcdError("campaign")
 			wait(etcdRetry, "campaign failed: "+err.Error())
 			continue
-		case res.kicked && n.kicked(ctx, b.ID, &res, &kicks, &humanWait, log):
+		case res.kicked && n.kicked(ctx, b.ID, &res, &kicks, humanWait, log):
 			continue // needs_human: waited
 		case res.authFailed:
 			n.setState(b.ID, StateNeedsHuman, res.reason, 0)
+			wait := authWait.Next()
 			if h := n.cfg.Health; h != nil {
-				log.Error().Str("reason", res.reason).Dur("retry_in", authWait).
+				log.Error().Str("reason", res.reason).Dur("retry_in", wait).
 					Msg("bot needs a human: WeCom refused its credentials; retrying when its incident is acknowledged (botctl incidents ack) or after the backoff")
-				if h.AuthHold(ctx, b.ID, authWait) {
-					authWait = min(2*authWait, n.cfg.AuthBackoffMax)
+				if h.AuthHold(ctx, b.ID, wait) {
 					continue
 				}
 			}
-			log.Error().Str("reason", res.reason).Dur("retry_in", authWait).
+			log.Error().Str("reason", res.reason).Dur("retry_in", wait).
 				Msg("bot needs a human: WeCom refused its credentials; fix the secret (retrying will not help)")
-			pause.For(ctx, authWait)
-			authWait = min(2*authWait, n.cfg.AuthBackoffMax)
+			pause.For(ctx, wait)
 			continue
 		}
 		if res.connected {
-			authWait = n.cfg.AuthBackoff
+			authWait.Reset()
 			if res.held >= n.cfg.StableTerm {
 				termRetry.Reset()
 				if !res.kicked {
 					kicks.reset()
-					humanWait = n.cfg.AuthBackoff
+					humanWait.Reset()
 				}
 				if !res.kicked {
 					continue // a blip after a stable term: campaign at once

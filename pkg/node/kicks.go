@@ -8,6 +8,7 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/rs/zerolog"
 )
 
@@ -74,8 +75,8 @@ func (k *foreignKicks) reset() { k.at = k.at[:0] }
 // kicked handles a term that ended in a kick: a foreign kick is recorded
 // (leader event "foreign_kick", a warning naming the likely cause) and the
 // reason says so; at the limit the bot is marked needs_human and the loop
-// waits *humanWait (which then doubles). It reports whether it waited.
-func (n *Node) kicked(ctx context.Context, bot string, res *leadResult, kicks *foreignKicks, humanWait *time.Duration, log zerolog.Logger) bool {
+// waits humanWait's next step. It reports whether it waited.
+func (n *Node) kicked(ctx context.Context, bot string, res *leadResult, kicks *foreignKicks, humanWait *retry.Backoff, log zerolog.Logger) bool {
 	switch res.kickOrigin {
 	case kickCluster:
 		res.reason = "kicked: a node of this cluster took over (this node's term had ended: " + res.kickDetail + ")"
@@ -103,19 +104,19 @@ func (n *Node) kicked(ctx context.Context, bot string, res *leadResult, kicks *f
 			Msg("kicked by a connection outside this cluster: another environment or process uses this bot's credentials")
 		return false
 	}
+	wait := humanWait.Next()
 	reason := what + fmt.Sprintf("; stopped reconnecting (kick_limit %d): stop the other holder or give it its own bot, "+
-		"then restart this node or wait for the retry in %s", kicks.limit, humanWait.Round(time.Second))
+		"then restart this node or wait for the retry in %s", kicks.limit, wait.Round(time.Second))
 	n.setState(bot, StateNeedsHuman, reason, 0)
 	n.leaderEvent(bot, "needs_human", reason, res.term)
-	log.Error().Str("reason", reason).Dur("retry_in", *humanWait).
+	log.Error().Str("reason", reason).Dur("retry_in", wait).
 		Msg("bot needs a human: a second holder of its credentials keeps kicking this cluster's connection (retrying would ping-pong)")
 	if h := n.cfg.Health; h != nil {
 		h.Conflict(bot, reason)
 	}
-	pause.For(ctx, *humanWait)
+	pause.For(ctx, wait)
 	// The kicks are kept: after the wait, one more foreign kick within
 	// the window escalates again (one kick per retry, not KickLimit).
-	*humanWait = min(2**humanWait, n.cfg.AuthBackoffMax)
 	return true
 }
 
