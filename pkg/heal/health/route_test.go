@@ -127,6 +127,9 @@ func TestSilentGroupIsResubscribedOnce(t *testing.T) {
 	if got := e.stats().Connections - conns; got != 1 {
 		t.Fatalf("%d resubscribes for one silent group, want 1:\n%s", got, dump(i))
 	}
+	if !strings.Contains(i.Backfill.Events, "group:g1") || !strings.Contains(i.Backfill.Events, "lost") {
+		t.Fatalf("the group's events of the gap not stated lost (%q):\n%s", i.Backfill.Events, dump(i))
+	}
 	if passes.Load() <= passesBefore {
 		t.Fatalf("no backfill pass over the group's gap after its callbacks came back:\n%s", dump(i))
 	}
@@ -166,5 +169,28 @@ func TestGroupStillSilentAfterResubscribePages(t *testing.T) {
 	}
 	if got := e.stats().Connections - conns; got != 1 {
 		t.Fatalf("%d resubscribes in all, want 1:\n%s", got, dump(i))
+	}
+}
+
+// A card click sent while no node held the connection is not delivered
+// later (WeCom does not send events again) and no history carries it: the
+// outage's incident states the gap's events lost.
+func TestEventsWhileAwayAreStatedLost(t *testing.T) {
+	e := start(t, options{})
+	e.waitOnline()
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultRefuseSubscribe, Seconds: 2})
+	e.fault(wecomsim.FaultRequest{Action: wecomsim.FaultDrop})
+	res, err := e.sim.PostEvent(wecomsim.EventRequest{BotID: bot, UserID: "alice", EventType: wecom.EventTemplateCardEvent, EventKey: "approve", TaskID: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Delivered {
+		t.Fatal("the click was delivered although no connection was subscribed")
+	}
+	i := e.waitClosed(1)
+	for _, want := range []string{"to the bot", "template_card_event", "lost"} {
+		if !strings.Contains(i.Backfill.Events, want) {
+			t.Fatalf("the gap's events not stated lost (%q lacks %q):\n%s", i.Backfill.Events, want, dump(i))
+		}
 	}
 }

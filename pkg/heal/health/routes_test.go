@@ -305,3 +305,23 @@ func TestMergeBaselinesRoutes(t *testing.T) {
 		t.Fatal("the merge wrote into the saved baseline")
 	}
 }
+
+// The user events of a gap are stated lost, of the silent route only when
+// it was one route's silence; no gap, nothing stated.
+func TestLostEvents(t *testing.T) {
+	got := lostEvents(at(time.Second), at(2*time.Minute), "")
+	for _, want := range []string{"to the bot", "template_card_event", "feedback_event", "lost", "unknown", at(time.Second).Format(time.RFC3339)} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q does not say %q", got, want)
+		}
+	}
+	if got := lostEvents(at(time.Second), at(time.Minute), g1); !strings.Contains(got, "in "+g1) {
+		t.Errorf("a route's gap: %q does not name it", got)
+	}
+	if got := lostEvents(time.Time{}, at(time.Minute), ""); got != "" {
+		t.Errorf("no drop time: %q, want nothing", got)
+	}
+	if got := lostEvents(at(time.Minute), at(time.Minute), ""); got != "" {
+		t.Errorf("no gap: %q, want nothing", got)
+	}
+}

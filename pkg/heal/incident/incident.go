@@ -161,6 +161,10 @@ type Backfill struct {
 	Filled    int    `json:"filled"`     // missed messages answered late
 	NotFilled int    `json:"not_filled"` // missed messages that could not be answered (marked)
 	Note      string `json:"note,omitempty"`
+	// Events says what became of the user events (card clicks, feedback,
+	// enter_chat) WeCom sent while the bot did not hear them: no history
+	// source carries events, so they are stated lost, never recovered.
+	Events string `json:"events,omitempty"`
 }
 
 // Event is one step of an incident's timeline.
