@@ -509,7 +509,7 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		AcksStalled:          now.Before(b.stallUntil),
 		AcksLate:             now.Before(b.lateUntil),
 		Silenced:             now.Before(b.silenceUntil),
-		GroupsSilenced:       b.live != nil && b.groupSilencedLocked(b.live, now),
+		GroupsSilenced:       b.groupSilencedLocked(b.live, now),
 		SubscribeRefused:     now.Before(b.refuseUntil),
 		ReportedVersion:      b.version,
 		Frames:               make(map[string]int64, len(c.Frames)),

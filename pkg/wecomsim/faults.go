@@ -192,10 +192,13 @@ func (s *Server) Fault(req FaultRequest) error {
 const groupSilenceNext = ^uint64(0)
 
 // groupSilencedLocked reports whether group_silence withholds group
-// callbacks from live at now. Call with b.mu held.
+// callbacks from live (nil: none subscribed) at now. Call with b.mu held.
 func (b *bot) groupSilencedLocked(live *conn, now time.Time) bool {
 	if now.Before(b.groupSilentUntil) {
 		return true
+	}
+	if live == nil {
+		return b.groupSilentConn == groupSilenceNext
 	}
 	if b.groupSilentConn == groupSilenceNext {
 		b.groupSilentConn = live.id
