@@ -26,7 +26,6 @@ func (h *Health) judgeRoute(ctx context.Context, b *botState, bd *binding, conn 
 		h.closeSick(b, conn, *j.close)
 		return true
 	case j.page != "":
-		h.log.Warn().Str("bot", b.id).Str("route", sp.route).Str("reason", j.page).Msg("route still silent after a resubscribe: paging")
 		h.post(b, func(ctx context.Context) { h.pageRoute(ctx, b, sp.route, j.page, now) })
 	case j.unjudged:
 		h.log.Warn().Str("bot", b.id).Str("route", sp.route).Str("reason", sp.reason+"; "+why).Msg("route silence not judged")
@@ -60,6 +59,7 @@ func (h *Health) pageRoute(ctx context.Context, b *botState, route, why string, 
 	if err != nil || inc == nil || inc.Signal != incident.SignalRouteSilence || inc.Route != route || inc.Level == incident.Human {
 		return
 	}
+	h.log.Warn().Str("bot", b.id).Str("route", route).Str("reason", why).Msg("route still silent after a resubscribe: paging")
 	next := routeNext(b.id, route)
 	inc = h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 		i.Level, i.Next = incident.Human, next
