@@ -78,17 +78,18 @@ func NeedsHuman(inc *incident.Incident) bool {
 // defaultNext is the next action per signal when the incident has none:
 // for an operator, concrete.
 var defaultNext = map[string]string{
-	incident.SignalConnection:   "None yet: botctl reconnects by itself. If it is still down in a few minutes, check the node's egress to WeCom (openws.work.weixin.qq.com:443) and `botctl status`.",
-	incident.SignalProbe:        "None yet: botctl reconnects after missed heartbeats. If it repeats, check latency and packet loss from the node to WeCom and the node's load.",
-	incident.SignalOutbound:     "None yet: botctl retries replies and pushes. If failures continue, check the errcodes in the node's log (field bot) and the bot's per-conversation quota.",
-	incident.SignalSilence:      "None yet: botctl probes and reconnects. If the bot is connected but silent, check in the WeCom admin console that the bot is enabled and visible to its users.",
+	incident.SignalConnection: "None yet: botctl reconnects by itself. If it is still down in a few minutes, check the node's egress to WeCom (openws.work.weixin.qq.com:443) and `botctl status`.",
+	incident.SignalProbe:      "None yet: botctl reconnects after missed heartbeats. If it repeats, check latency and packet loss from the node to WeCom and the node's load.",
+	incident.SignalOutbound:   "None yet: botctl retries replies and pushes. If failures continue, check the errcodes in the node's log (field bot) and the bot's per-conversation quota.",
+	incident.SignalSilence:    "None yet: botctl probes and reconnects. If the bot is connected but silent, check in the WeCom admin console that the bot is enabled and visible to its users.",
+	incident.SignalTakeover:   "None yet: a new leader holds the bot. Find out why the previous node vanished (crash, OOM, network): `botctl status` and its system log.",
+	incident.SignalAuth:       "Get the bot's current secret from the WeCom admin console (智能机器人 → API 配置), put it in the bot's secret_file or $BOTCTL_BOT_<ID>_SECRET, restart or reload botctl. botctl stopped retrying with the rejected one.",
+	incident.SignalGate:       "Another environment uses this bot's credentials. Decide which environment owns the bot, stop the other one's use of it, then `botctl bots gate --bot <ID> --env <NAME>` if the gate must move.",
+	incident.SignalDelivery:   "A final answer could not be delivered. Tell the user(s) named in the incident, then acknowledge it: `botctl incidents ack <INCIDENT>`.",
+	incident.SignalBackfill:   "Messages missed during the outage could not be answered. Reply to the conversations marked \"may be incomplete\" in the incident, then `botctl incidents ack <INCIDENT>`.",
+	incident.SignalCorrupt:    "A task record does not decode and is skipped: its user got no answer. Look at the tasks named in the incident, remove or replace their records in the tasks bucket, then `botctl incidents ack <INCIDENT>`.",
+
 	incident.SignalRouteSilence: "None yet: botctl resubscribes on a fresh connection once. If the group stays silent, check in WeCom that the bot is still a member of the group named in the incident and that messages there mention it.",
-	incident.SignalTakeover:     "None yet: a new leader holds the bot. Find out why the previous node vanished (crash, OOM, network): `botctl status` and its system log.",
-	incident.SignalAuth:         "Get the bot's current secret from the WeCom admin console (智能机器人 → API 配置), put it in the bot's secret_file or $BOTCTL_BOT_<ID>_SECRET, restart or reload botctl. botctl stopped retrying with the rejected one.",
-	incident.SignalGate:         "Another environment uses this bot's credentials. Decide which environment owns the bot, stop the other one's use of it, then `botctl bots gate --bot <ID> --env <NAME>` if the gate must move.",
-	incident.SignalDelivery:     "A final answer could not be delivered. Tell the user(s) named in the incident, then acknowledge it: `botctl incidents ack <INCIDENT>`.",
-	incident.SignalBackfill:     "Messages missed during the outage could not be answered. Reply to the conversations marked \"may be incomplete\" in the incident, then `botctl incidents ack <INCIDENT>`.",
-	incident.SignalCorrupt:      "A task record does not decode and is skipped: its user got no answer. Look at the tasks named in the incident, remove or replace their records in the tasks bucket, then `botctl incidents ack <INCIDENT>`.",
 }
 
 // DefaultNext is the next action written on alerts about an incident of

@@ -81,21 +81,23 @@ const (
 
 // Signals that detect an incident (Incident.Signal).
 const (
-	SignalConnection = "connection" // the connection ended (read error, close, kick, 846609)
-	SignalProbe      = "probe"      // a heartbeat probe was not acked
-	SignalOutbound   = "outbound"   // replies or pushes failed
-	SignalSilence    = "silence"    // no inbound event for longer than the baseline allows
-	// SignalRouteSilence: one route (a group) silent for longer than its
-	// baseline allows while the bot's other chats still deliver.
-	SignalRouteSilence = "route_silence"
-	SignalTakeover     = "takeover"       // a new leader found the previous one gone without a word
-	SignalAuth         = "auth"           // WeCom refused the bot's credentials
-	SignalGate         = "env_gate"       // another environment uses the bot's credentials
-	SignalDelivery     = "delivery"       // a final answer could not be delivered, for good
-	SignalBackfill     = "backfill"       // a gap backfill could not fill everything
-	SignalCorrupt      = "corrupt_record" // a task record does not decode: skipped, its task unanswered
-	SignalAIDown       = "ai_down"        // every AI backend of the bot failed, its circuit breakers all open
+	SignalConnection = "connection"     // the connection ended (read error, close, kick, 846609)
+	SignalProbe      = "probe"          // a heartbeat probe was not acked
+	SignalOutbound   = "outbound"       // replies or pushes failed
+	SignalSilence    = "silence"        // no inbound event for longer than the baseline allows
+	SignalTakeover   = "takeover"       // a new leader found the previous one gone without a word
+	SignalAuth       = "auth"           // WeCom refused the bot's credentials
+	SignalGate       = "env_gate"       // another environment uses the bot's credentials
+	SignalDelivery   = "delivery"       // a final answer could not be delivered, for good
+	SignalBackfill   = "backfill"       // a gap backfill could not fill everything
+	SignalCorrupt    = "corrupt_record" // a task record does not decode: skipped, its task unanswered
+	SignalAIDown     = "ai_down"        // every AI backend of the bot failed, its circuit breakers all open
 )
+
+// SignalRouteSilence: one route of a bot (a group) silent for longer than
+// its own baseline allows while the bot's other chats still deliver
+// (Incident.Route names it).
+const SignalRouteSilence = "route_silence"
 
 // Incident is one incident of one bot. Times are UTC; a zero time is "not
 // yet".
@@ -106,12 +108,13 @@ type Incident struct {
 	Kind    Kind   `json:"kind"`
 	Level   Level  `json:"level"`
 	State   State  `json:"state"`
-	Signal  string `json:"signal"`          // which signal detected it (Signal*)
-	Reason  string `json:"reason"`          // what went wrong, as first detected
-	Next    string `json:"next_action"`     // what to do next (for a person, or what botctl does)
-	Node    string `json:"node,omitempty"`  // the node that detected it
-	TermRev int64  `json:"term,omitempty"`  // the term it was detected in, if any
-	Route   string `json:"route,omitempty"` // the silent route (signal route_silence): "direct" or "group:<chatid>"
+	Signal  string `json:"signal"`         // which signal detected it (Signal*)
+	Reason  string `json:"reason"`         // what went wrong, as first detected
+	Next    string `json:"next_action"`    // what to do next (for a person, or what botctl does)
+	Node    string `json:"node,omitempty"` // the node that detected it
+	TermRev int64  `json:"term,omitempty"` // the term it was detected in, if any
+	// Route is the silent route of a route_silence incident: "group:<chatid>".
+	Route string `json:"route,omitempty"`
 
 	Dropped      time.Time `json:"dropped"`                // last evidence the bot was fine
 	Detected     time.Time `json:"detected"`               //
