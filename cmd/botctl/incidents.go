@@ -210,7 +210,11 @@ func printIncident(w io.Writer, i *incident.Incident, now time.Time) {
 		return t.UTC().Format("2006-01-02 15:04:05.000Z")
 	}
 	fmt.Fprintf(w, "incident %s  bot %s (owner %s)\n", i.ID, i.Bot, orDash(i.Owner))
-	fmt.Fprintf(w, "  kind %s, level %s, state %s, signal %s, detected by node %s\n", i.Kind, i.Level, i.State, i.Signal, orDash(i.Node))
+	signal := i.Signal
+	if i.Route != "" {
+		signal += " (" + i.Route + ")"
+	}
+	fmt.Fprintf(w, "  kind %s, level %s, state %s, signal %s, detected by node %s\n", i.Kind, i.Level, i.State, signal, orDash(i.Node))
 	fmt.Fprintf(w, "  reason: %s\n  next:   %s\n", i.Reason, i.Next)
 	fmt.Fprintf(w, "  dropped        %s\n  detected       %s   T1 %s\n  first action   %s   T2 %s  (%s)\n",
 		at(i.Dropped), at(i.Detected), secs(i.T1()), at(i.FirstAction), secs(i.T2()), orDash(i.ActedBy))
@@ -224,6 +228,9 @@ func printIncident(w io.Writer, i *incident.Incident, now time.Time) {
 		i.Replay.Held, i.Replay.Replayed, i.Replay.Failed, i.Replay.DroppedStale, i.Replay.DroppedStatusLines, i.Replay.Expired)
 	fmt.Fprintf(w, "  backfill: ran %v, %d read, %d answered late, %d not filled %s\n",
 		i.Backfill.Ran, i.Backfill.Scanned, i.Backfill.Filled, i.Backfill.NotFilled, i.Backfill.Note)
+	if i.Backfill.Events != "" {
+		fmt.Fprintf(w, "  events: %s\n", i.Backfill.Events)
+	}
 	if len(i.Incomplete) > 0 {
 		fmt.Fprintf(w, "  may be incomplete: %s\n", strings.Join(i.Incomplete, ", "))
 	}

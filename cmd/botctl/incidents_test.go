@@ -144,3 +144,16 @@ func TestIncidentsJSONTimesAndAck(t *testing.T) {
 		t.Errorf("incidents report: %v\n%s", err, out)
 	}
 }
+
+// show names a route silence's route and states the gap's lost events.
+func TestPrintIncidentRouteAndEvents(t *testing.T) {
+	var out strings.Builder
+	i := &incident.Incident{ID: "i1", Bot: "b1", Kind: incident.Outage, Signal: incident.SignalRouteSilence, Route: "group:g1",
+		Backfill: incident.Backfill{Events: "user events sent in group:g1 between … are lost"}}
+	printIncident(&out, i, time.Now())
+	for _, want := range []string{"signal route_silence (group:g1)", "events: user events sent in group:g1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("show lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -32,6 +32,7 @@ type Conn struct {
 	wmu    sync.Mutex   // one writer at a time (gorilla/websocket's rule)
 	missed atomic.Int32 // pings in a row without an ack
 	vitals vitals
+	routes routeCounts
 
 	acks      *acks          // req_id turns, acks owed, probes
 	callbacks *callbackQueue // callbacks read, on their way to the Handler
@@ -271,8 +272,10 @@ func (c *Conn) read() {
 			if c.cfg.Frames != nil {
 				c.cfg.Frames.FrameIn(c.cfg.BotID, f.Cmd)
 			}
-			c.vitals.callback.Store(time.Now().UnixNano())
+			at := time.Now()
+			c.vitals.callback.Store(at.UnixNano())
 			c.vitals.callbacks.Add(1)
+			c.routes.heard(RouteOf(f.Body), at)
 			if !c.callbacks.push(&f) {
 				c.shut(ReasonBacklog, fmt.Errorf("%d callbacks waiting for the handlers (Config.CallbackQueue): handlers too slow; hand long work off", c.cfg.CallbackQueue))
 				return

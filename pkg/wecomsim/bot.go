@@ -49,6 +49,7 @@ type pendingReq struct {
 	eventType string
 	connID    uint64
 	chat      string // transcript key: user id (single) or chat id (group)
+	group     bool   // chat is a group chat
 	msgid     string
 	at        time.Time
 	used      bool // welcome / update already accepted
@@ -112,12 +113,17 @@ type bot struct {
 	media        map[string]*UploadInfo // finished uploads by media_id
 	stallUntil   time.Time
 	silenceUntil time.Time
-	lateUntil    time.Time     // late_acks: acks decided before this are delayed…
-	lateDelay    time.Duration // …by this much (wall clock)
-	refuseUntil  time.Time     // refuse_subscribe: subscribes before this are refused…
-	refuseCode   int           // …with this errcode
-	version      string        // the version the bot last reported (ww_ai_robot_enter_event)
-	stats        counters
+	// group_silence: group callbacks are withheld from the connection
+	// groupSilentConn (0: none), or from any connection until
+	// groupSilentUntil.
+	groupSilentConn  uint64
+	groupSilentUntil time.Time
+	lateUntil        time.Time     // late_acks: acks decided before this are delayed…
+	lateDelay        time.Duration // …by this much (wall clock)
+	refuseUntil      time.Time     // refuse_subscribe: subscribes before this are refused…
+	refuseCode       int           // …with this errcode
+	version          string        // the version the bot last reported (ww_ai_robot_enter_event)
+	stats            counters
 }
 
 func newBot(id, secret string) *bot {

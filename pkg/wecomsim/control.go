@@ -165,6 +165,7 @@ type Stats struct {
 	AcksStalled          bool             `json:"acks_stalled"`
 	AcksLate             bool             `json:"acks_late"`
 	Silenced             bool             `json:"silenced"`
+	GroupsSilenced       bool             `json:"groups_silenced"` // group_silence withholds group callbacks from the subscribed connection
 	SubscribeRefused     bool             `json:"subscribe_refused"`
 	ReportedVersion      string           `json:"reported_version,omitempty"` // the version the bot last reported for enter_check_update
 	Frames               map[string]int64 `json:"frames"`                     // frames received, by cmd, rejected ones included
@@ -258,7 +259,7 @@ func (s *Server) PostMessage(req MessageRequest) (MessageResult, error) {
 		cb.Voice = &wecom.TextContent{Content: m.Text}
 	}
 	m.media.fill(&cb, s.mediaBase(b))
-	reqID, delivered := s.deliverLocked(b, wecom.CmdMsgCallback, &pendingReq{kind: reqMsg, chat: m.Chat, msgid: m.MsgID, at: now}, cb, now)
+	reqID, delivered := s.deliverLocked(b, wecom.CmdMsgCallback, &pendingReq{kind: reqMsg, chat: m.Chat, group: m.ChatType == wecom.ChatGroup, msgid: m.MsgID, at: now}, cb, now)
 	if delivered {
 		m.Delivered = true
 	}
@@ -342,7 +343,7 @@ func chatOf(chatType, chatID, userID string) (string, string, error) {
 // binds its new req_id to that connection. Call with b.mu held.
 func (s *Server) deliverLocked(b *bot, cmd string, p *pendingReq, body any, now time.Time) (string, bool) {
 	live := b.live
-	if live == nil || now.Before(b.silenceUntil) {
+	if live == nil || now.Before(b.silenceUntil) || p.group && b.groupSilencedLocked(live, now) {
 		b.stats.Undelivered++
 		return "", false
 	}
@@ -445,7 +446,7 @@ func (s *Server) deliverEvent(b *bot, e *event) EventResult {
 	defer b.mu.Unlock()
 	ev := e.cb.Event
 	reqID, delivered := s.deliverLocked(b, wecom.CmdEventCallback,
-		&pendingReq{kind: reqEvent, eventType: ev.EventType, chat: e.chat, msgid: e.cb.MsgID, at: now, taskID: ev.TaskID}, e.cb, now)
+		&pendingReq{kind: reqEvent, eventType: ev.EventType, chat: e.chat, group: e.cb.ChatType == wecom.ChatGroup, msgid: e.cb.MsgID, at: now, taskID: ev.TaskID}, e.cb, now)
 	s.log.Debug().Str("bot", b.id).Str("event", ev.EventType).Str("msgid", e.cb.MsgID).Str("req_id", reqID).Bool("delivered", delivered).Msg("user event")
 	return EventResult{MsgID: e.cb.MsgID, ReqID: reqID, Delivered: delivered}
 }
@@ -508,6 +509,7 @@ func (s *Server) Stats(botID string) (Stats, error) {
 		AcksStalled:          now.Before(b.stallUntil),
 		AcksLate:             now.Before(b.lateUntil),
 		Silenced:             now.Before(b.silenceUntil),
+		GroupsSilenced:       b.groupSilencedLocked(b.live, now),
 		SubscribeRefused:     now.Before(b.refuseUntil),
 		ReportedVersion:      b.version,
 		Frames:               make(map[string]int64, len(c.Frames)),

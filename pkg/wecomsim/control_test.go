@@ -122,6 +122,13 @@ func TestControlAPIContract(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("faults: %d %v", code, res)
 	}
+	code, res = h.httpDo("POST", "/control/faults", map[string]any{"bot_id": bot1, "action": "group_silence", "seconds": 5})
+	if code != 200 {
+		t.Fatalf("group_silence: %d %v", code, res)
+	}
+	if code, res = h.httpDo("GET", "/control/stats?bot_id="+bot1, nil); code != 200 || res["groups_silenced"] != true {
+		t.Fatalf("stats after group_silence: %d %v", code, res)
+	}
 }
 
 func TestControlAPIErrors(t *testing.T) {
@@ -157,6 +164,7 @@ func TestControlAPIErrors(t *testing.T) {
 		{"POST", "/control/faults", map[string]any{"bot_id": bot1, "action": "explode"}, 400, "explode"},
 		{"POST", "/control/faults", map[string]any{"bot_id": bot1}, 400, "action"},
 		{"POST", "/control/faults", map[string]any{"bot_id": bot1, "action": "silence"}, 400, "seconds"},
+		{"POST", "/control/faults", map[string]any{"bot_id": bot1, "action": "group_silence", "seconds": -1}, 400, "group_silence"},
 		{"POST", "/control/bots", map[string]any{"bot_id": bot1, "secret": "x"}, 409, bot1},
 		{"POST", "/control/bots", map[string]any{"bot_id": "b"}, 400, "secret"},
 		{"GET", "/control/messages", nil, 405, "POST"},

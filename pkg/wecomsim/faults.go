@@ -16,7 +16,8 @@ type FaultRequest struct {
 	// Action is one of faultActions (Fault says what each does).
 	Action string `json:"action"`
 	// Seconds is how long stall_acks, late_acks, silence or
-	// refuse_subscribe last.
+	// refuse_subscribe last, and how long group_silence lasts across
+	// subscribes (0: until the next subscribe).
 	Seconds float64 `json:"seconds,omitempty"`
 	// DelaySeconds is how late late_acks sends each ack (required for it).
 	DelaySeconds float64 `json:"delay_seconds,omitempty"`
@@ -51,9 +52,13 @@ const (
 	// FaultDropOnReply drops the connection when the first reply to one
 	// message's callback arrives, before that reply is applied.
 	FaultDropOnReply = "drop_on_reply"
+	// FaultGroupSilence withholds group chats' callbacks only, direct
+	// ones still delivered: from the subscribed connection until a new
+	// subscribe, or for Seconds whatever connection subscribes.
+	FaultGroupSilence = "group_silence"
 )
 
-const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe, stream_unsupported, drop_on_reply or clear"
+const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, refuse_subscribe, unsubscribe, stream_unsupported, drop_on_reply, group_silence or clear"
 
 // Fault injects a fault for one bot.
 //   - drop: close the subscribed connection at once, no close frame and no
@@ -76,8 +81,14 @@ const faultActions = "drop, revoke, restore, stall_acks, late_acks, silence, ref
 //     callback of message MsgID closes the connection as drop does,
 //     unapplied and unacked (the network failing as a reply is sent); one
 //     frame, once.
+//   - group_silence: callbacks of group chats (messages and events) are
+//     not delivered (recorded undelivered) while single chats' still are,
+//     as a server that lost a connection's group subscription. Without
+//     Seconds it holds for the subscribed connection only (none: the
+//     next one), and a new subscribe ends it; with Seconds it lasts that
+//     long whichever connection subscribes (a resubscribe does not help).
 //   - clear: end stall_acks, late_acks, silence, refuse_subscribe,
-//     stream_unsupported and drop_on_reply now (acks already delayed still
+//     stream_unsupported, drop_on_reply and group_silence now (acks already delayed still
 //     go out late).
 func (s *Server) Fault(req FaultRequest) error {
 	b, err := s.needBot(req.BotID)
@@ -149,8 +160,22 @@ func (s *Server) Fault(req FaultRequest) error {
 		}
 		b.dropOnReply[req.MsgID] = true
 		log = log.Str("msgid", req.MsgID)
+	case FaultGroupSilence:
+		if req.Seconds < 0 {
+			return invalid("seconds must not be negative for group_silence (0: until the next subscribe; more: that long, across subscribes)")
+		}
+		if req.Seconds > 0 {
+			b.groupSilentUntil = now.Add(dur)
+			log = log.Float64("seconds", req.Seconds)
+			break
+		}
+		b.groupSilentConn = groupSilenceNext
+		if b.live != nil {
+			b.groupSilentConn = b.live.id
+		}
 	case FaultClear:
 		b.stallUntil, b.silenceUntil, b.lateUntil, b.refuseUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		b.groupSilentConn, b.groupSilentUntil = 0, time.Time{}
 		clear(b.noStream)
 		clear(b.dropOnReply)
 	case "":
@@ -160,4 +185,23 @@ func (s *Server) Fault(req FaultRequest) error {
 	}
 	log.Msg("fault injected")
 	return nil
+}
+
+// groupSilenceNext: group_silence waits for the next connection to
+// subscribe (none was subscribed when it was injected).
+const groupSilenceNext = ^uint64(0)
+
+// groupSilencedLocked reports whether group_silence withholds group
+// callbacks from live (nil: none subscribed) at now. Call with b.mu held.
+func (b *bot) groupSilencedLocked(live *conn, now time.Time) bool {
+	if now.Before(b.groupSilentUntil) {
+		return true
+	}
+	if live == nil {
+		return b.groupSilentConn == groupSilenceNext
+	}
+	if b.groupSilentConn == groupSilenceNext {
+		b.groupSilentConn = live.id
+	}
+	return b.groupSilentConn != 0 && b.groupSilentConn == live.id
 }

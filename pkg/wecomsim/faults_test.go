@@ -163,3 +163,67 @@ func TestFaultUnsubscribe(t *testing.T) {
 	wantCode(t, c.call(wecom.CmdSubscribe, "", wecom.SubscribeBody{BotID: bot1, Secret: secret1}), 0)
 	wantCode(t, c.call(wecom.CmdPing, "", nil), 0)
 }
+
+// group_silence: group chats' callbacks (messages and events) are withheld
+// while single chats' still arrive; without seconds a new subscribe ends
+// it, with seconds it outlasts subscribes until the window ends.
+func TestFaultGroupSilence(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := newSim(t, Config{})
+	defer h.close()
+
+	c := h.subscribe(bot1, secret1)
+	group := MessageRequest{BotID: bot1, UserID: "alice", ChatType: wecom.ChatGroup, ChatID: "g1", Text: "hi all"}
+	if r := h.post(group); !r.Delivered {
+		t.Fatal("group message not delivered before the fault")
+	}
+	c.msgCallback()
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultGroupSilence, Seconds: -1}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("group_silence with negative seconds: %v, want ErrInvalidRequest", err)
+	}
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultGroupSilence}); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.post(group); r.Delivered {
+		t.Fatal("group message delivered under group_silence")
+	}
+	if r := h.event(EventRequest{BotID: bot1, UserID: "alice", ChatType: wecom.ChatGroup, ChatID: "g1", EventType: wecom.EventTemplateCardEvent, EventKey: "ok", TaskID: "t1"}); r.Delivered {
+		t.Fatal("group event delivered under group_silence")
+	}
+	if st := h.stats(bot1); !st.GroupsSilenced || st.Undelivered != 2 {
+		t.Fatalf("stats: groups_silenced %v, undelivered %d; want true, 2", st.GroupsSilenced, st.Undelivered)
+	}
+	h.askAndReceive(c, "bob", "direct still works?")
+	// A fresh connection hears the groups again.
+	c2 := h.subscribe(bot1, secret1)
+	if r := h.post(group); !r.Delivered {
+		t.Fatal("group message withheld from a new connection")
+	}
+	c2.msgCallback()
+	if st := h.stats(bot1); st.GroupsSilenced {
+		t.Fatal("stats: groups_silenced after a new subscribe")
+	}
+
+	// With seconds, a resubscribe does not help; the window's end does.
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultGroupSilence, Seconds: 30}); err != nil {
+		t.Fatal(err)
+	}
+	c3 := h.subscribe(bot1, secret1)
+	if r := h.post(group); r.Delivered {
+		t.Fatal("group message delivered to a new connection within group_silence's seconds")
+	}
+	h.clock.Advance(31 * time.Second)
+	if r := h.post(group); !r.Delivered {
+		t.Fatal("group message withheld after group_silence's seconds")
+	}
+	c3.msgCallback()
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultGroupSilence}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.Fault(FaultRequest{BotID: bot1, Action: FaultClear}); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.post(group); !r.Delivered {
+		t.Fatal("group message withheld after clear")
+	}
+}

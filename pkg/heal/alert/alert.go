@@ -88,6 +88,8 @@ var defaultNext = map[string]string{
 	incident.SignalDelivery:   "A final answer could not be delivered. Tell the user(s) named in the incident, then acknowledge it: `botctl incidents ack <INCIDENT>`.",
 	incident.SignalBackfill:   "Messages missed during the outage could not be answered. Reply to the conversations marked \"may be incomplete\" in the incident, then `botctl incidents ack <INCIDENT>`.",
 	incident.SignalCorrupt:    "A task record does not decode and is skipped: its user got no answer. Look at the tasks named in the incident, remove or replace their records in the tasks bucket, then `botctl incidents ack <INCIDENT>`.",
+
+	incident.SignalRouteSilence: "None yet: botctl resubscribes on a fresh connection once. If the group stays silent, check in WeCom that the bot is still a member of the group named in the incident and that messages there mention it.",
 }
 
 // DefaultNext is the next action written on alerts about an incident of

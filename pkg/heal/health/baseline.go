@@ -29,12 +29,29 @@ type Baseline struct {
 	// a moving average while healthy): the "normal rate" half-open drains
 	// below.
 	SendRate float64 `json:"send_rate"`
+	// Routes are the baselines of the bot's routes: wecom.RouteDirect and
+	// each group busy enough to keep one (at most MaxRoutes), learnt as
+	// Hours is, each from its own callbacks. A server that stops
+	// delivering one route while it delivers the others leaves Hours
+	// content; the route's own baseline finds it.
+	Routes map[string]*RouteBaseline `json:"routes,omitempty"`
 }
+
+// RouteBaseline is one route's callbacks by hour of the week.
+type RouteBaseline struct {
+	Hours [168]Hour `json:"hours"`
+}
+
+// MaxRoutes bounds the routes a bot's baseline keeps. A route heard while
+// the baseline is full replaces the one with the fewest events, if that
+// one has fewer than BaselineLimits.MinEvents in all (not busy enough to
+// have an opinion anywhere); otherwise it is not learnt.
+const MaxRoutes = 32
 
 // Hour is one hour of the week: events seen in seconds watched.
 type Hour struct {
-	Events  float64 `json:"events"`
-	Watched float64 `json:"watched_s"`
+	Events  float64 `json:"events,omitempty"`
+	Watched float64 `json:"watched_s,omitempty"`
 }
 
 // maxWatched bounds an hour's memory: past it, both counts are halved, so
@@ -50,7 +67,30 @@ func hourOfWeek(t time.Time, loc *time.Location) int {
 
 // Observe adds events seen during watched, ending at t.
 func (b *Baseline) Observe(t time.Time, loc *time.Location, watched time.Duration, events int64) {
-	h := &b.Hours[hourOfWeek(t, loc)]
+	observe(&b.Hours, t, loc, watched, events)
+}
+
+// Observe adds events of the route seen during watched, ending at t.
+func (r *RouteBaseline) Observe(t time.Time, loc *time.Location, watched time.Duration, events int64) {
+	observe(&r.Hours, t, loc, watched, events)
+}
+
+// Threshold is Baseline.Threshold for the route.
+func (r *RouteBaseline) Threshold(t time.Time, loc *time.Location, l BaselineLimits) (time.Duration, bool) {
+	return threshold(&r.Hours, t, loc, l)
+}
+
+// total is the route's events over the week.
+func (r *RouteBaseline) total() float64 {
+	var n float64
+	for _, h := range r.Hours {
+		n += h.Events
+	}
+	return n
+}
+
+func observe(hours *[168]Hour, t time.Time, loc *time.Location, watched time.Duration, events int64) {
+	h := &hours[hourOfWeek(t, loc)]
 	h.Events += float64(events)
 	h.Watched += watched.Seconds()
 	if h.Watched > maxWatched {
@@ -95,14 +135,59 @@ func (l *BaselineLimits) setDefaults() {
 // and false when the baseline has no opinion (not enough data, or no
 // traffic is normal at this hour).
 func (b *Baseline) Threshold(t time.Time, loc *time.Location, l BaselineLimits) (time.Duration, bool) {
+	return threshold(&b.Hours, t, loc, l)
+}
+
+func threshold(hours *[168]Hour, t time.Time, loc *time.Location, l BaselineLimits) (time.Duration, bool) {
 	l.setDefaults()
-	h := b.Hours[hourOfWeek(t, loc)]
+	h := hours[hourOfWeek(t, loc)]
 	if h.Watched < l.MinWatched.Seconds() || h.Events < l.MinEvents {
 		return 0, false
 	}
 	rate := h.Events / h.Watched
 	d := time.Duration(math.Min(l.Factor/rate, 7*24*3600) * float64(time.Second))
 	return max(d, l.Floor), true
+}
+
+// route returns the baseline of route, admitting it if there is room
+// (MaxRoutes, see there); nil: not learnt.
+func (b *Baseline) route(key string, l BaselineLimits) *RouteBaseline {
+	if r := b.Routes[key]; r != nil {
+		return r
+	}
+	if b.Routes == nil {
+		b.Routes = map[string]*RouteBaseline{}
+	}
+	if len(b.Routes) >= MaxRoutes {
+		l.setDefaults()
+		weakest, least := "", l.MinEvents
+		for k, r := range b.Routes {
+			if n := r.total(); n < least || n == least && weakest != "" && k < weakest {
+				weakest, least = k, n
+			}
+		}
+		if weakest == "" {
+			return nil
+		}
+		delete(b.Routes, weakest)
+	}
+	r := &RouteBaseline{}
+	b.Routes[key] = r
+	return r
+}
+
+// clone is a deep copy of b: a snapshot another goroutine may read while
+// the monitor learns into b.
+func (b *Baseline) clone() Baseline {
+	out := *b
+	if b.Routes != nil {
+		out.Routes = make(map[string]*RouteBaseline, len(b.Routes))
+		for k, r := range b.Routes {
+			c := *r
+			out.Routes[k] = &c
+		}
+	}
+	return out
 }
 
 func loadBaseline(ctx context.Context, kv jetstream.KeyValue, bot string) (*Baseline, error) {

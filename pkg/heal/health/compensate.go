@@ -17,6 +17,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// lostEvents states the user events of the gap [dropped, recovered] (of
+// route only, if not ""): WeCom does not send an event again, and no
+// history source carries events (the simulator's history and WeCom's
+// get_message hold messages only), so a card click (template_card_event),
+// a feedback verdict (feedback_event) or an enter_chat sent then is lost,
+// and how many were is unknown to botctl. "" for no gap.
+func lostEvents(dropped, recovered time.Time, route string) string {
+	if dropped.IsZero() || !recovered.After(dropped) {
+		return ""
+	}
+	where := "to the bot"
+	if route != "" {
+		where = "in " + route
+	}
+	return fmt.Sprintf("user events sent %s between %s and %s (card clicks: template_card_event; feedback: feedback_event; enter_chat) are lost: "+
+		"WeCom does not send an event again and no history source carries events, so how many were sent is unknown; "+
+		"a user whose card click got no answer must click again",
+		where, dropped.UTC().Format(time.RFC3339), recovered.UTC().Format(time.RFC3339))
+}
+
 // replayPoll is how often the compensation checks the answers it waits for.
 const replayPoll = time.Second
 
@@ -70,7 +90,11 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 		note = "backfill failed: " + berr.Error()
 	}
 	h.updateIncidentID(ctx, bd, b.id, id, func(i *incident.Incident) {
-		i.Backfill = incident.Backfill{Ran: ran && berr == nil, Scanned: rep.Read, Filled: rep.Filled, NotFilled: rep.NotFilled, Note: note}
+		i.Backfill = incident.Backfill{Ran: ran && berr == nil, Scanned: rep.Read, Filled: rep.Filled, NotFilled: rep.NotFilled, Note: note,
+			Events: lostEvents(i.Dropped, recovered, i.Route)}
+		if i.Backfill.Events != "" {
+			i.Note(h.now(), h.cfg.NodeID, "%s", i.Backfill.Events)
+		}
 		i.Note(h.now(), h.cfg.NodeID, "backfill: %d read, %d already handled, %d answered late, %d not filled", rep.Read, rep.Known, rep.Filled, rep.NotFilled)
 	})
 	if noHistory && !dropped.IsZero() && recovered.After(dropped) {

@@ -48,6 +48,12 @@ type watch struct {
 	lastSave  time.Time // the latest baseline saved
 
 	seenCallbacks, seenOK, seenUnanswered int64
+	// seenRoutes: each route's callbacks on this connection at the last
+	// tick.
+	seenRoutes map[string]int64
+	// routeRefuted: a route's silence was judged: no alarm for it before
+	// this, unless it speaks meanwhile.
+	routeRefuted map[string]time.Time
 
 	// refutedUntil: the current silence was judged (refuted, not judged,
 	// or acted on already): no silence alarm before this.
@@ -58,15 +64,20 @@ type watch struct {
 
 // newWatch starts watching a connection at start.
 func newWatch(rules watchRules, start time.Time) *watch {
-	return &watch{rules: rules, last: start, lastFlush: start, lastSave: start}
+	return &watch{rules: rules, last: start, lastFlush: start, lastSave: start,
+		seenRoutes: map[string]int64{}, routeRefuted: map[string]time.Time{}}
 }
 
 // sight is what one tick sees.
 type sight struct {
 	v wecom.Vitals
+	// routes are the connection's callbacks by route (Conn.Routes).
+	routes map[string]wecom.RouteVitals
 	// silent: the bot's silence incident waits for callbacks to arrive
-	// again (botState.silent).
-	silent bool
+	// again (botState.silent). silentRoute: its route silence incident
+	// waits for callbacks of this route (botState.silentRoute).
+	silent      bool
+	silentRoute string
 	// baseline is this connection's, as learnt so far (a copy).
 	baseline Baseline
 	// bound: JetStream is bound, the record can be written. loaded: the
@@ -85,12 +96,22 @@ type tickPlan struct {
 	// probe is the suspicion to probe now; nil: none, or the last probe
 	// was less than ProbeEvery ago.
 	probe *suspicion
+	// route is a route silent while the others deliver, to judge now
+	// (judgeRouteSilence, then judgedRoute); no probe: the connection's
+	// other callbacks show it is alive.
+	route *suspicion
 }
 
 // learning is one tick's traffic: events and frames acked in dt.
 type learning struct {
 	dt            time.Duration
 	events, sends int64
+	// routes: each route's callbacks in dt (those heard on this
+	// connection; a route of the baseline not among them had none).
+	routes map[string]int64
+	// skip: the route whose silence incident waits for it: its silence
+	// is not traffic, and not learnt.
+	skip string
 }
 
 // apply adds l, ending at now, to b.
@@ -101,9 +122,25 @@ func (l learning) apply(b *Baseline, now time.Time, loc *time.Location) {
 	}
 }
 
+// applyRoutes adds l's routes, ending at now, to b's route baselines
+// (admitting new routes while there is room: Baseline.route).
+func (l learning) applyRoutes(b *Baseline, now time.Time, loc *time.Location, lim BaselineLimits) {
+	for key := range l.routes {
+		if key != l.skip {
+			b.route(key, lim)
+		}
+	}
+	for key, r := range b.Routes {
+		if key != l.skip {
+			r.Observe(now, loc, l.dt, l.routes[key])
+		}
+	}
+}
+
 // suspicion is a signal that looks wrong, to be checked by a probe.
 type suspicion struct {
-	signal string // incident.SignalOutbound, SignalProbe or SignalSilence
+	signal string // incident.SignalOutbound, SignalProbe, SignalSilence or SignalRouteSilence
+	route  string // the silent route (SignalRouteSilence)
 	reason string
 	// heardAt is the last callback on the connection (its subscribe, if
 	// none); threshold is the silence the baseline allows now.
@@ -127,11 +164,16 @@ func (w *watch) decide(now time.Time, s sight) tickPlan {
 		w.refutedUntil = time.Time{}
 	}
 	// A silence incident waits for the first callback on a connection
-	// after it (on whichever node reconnected).
-	p.heard = s.silent && v.Callbacks > 0
+	// after it (on whichever node reconnected); a route silence for the
+	// first of its route.
+	p.heard = s.silent && v.Callbacks > 0 || s.silentRoute != "" && s.routes[s.silentRoute].Callbacks > 0
 	waitingSilence := s.silent && !p.heard
+	routes := w.routeDeltas(s)
 	if w.degraded == "" && v.FailedInARow == 0 && !waitingSilence {
-		p.learn = &learning{dt: now.Sub(w.last), events: events, sends: sends}
+		p.learn = &learning{dt: now.Sub(w.last), events: events, sends: sends, routes: routes}
+		if !p.heard {
+			p.learn.skip = s.silentRoute
+		}
 		p.learn.apply(&s.baseline, now, w.rules.Location)
 	}
 	w.last = now
@@ -162,7 +204,114 @@ func (w *watch) decide(now time.Time, s sight) tickPlan {
 		w.lastProbe = now
 		p.probe = &sp
 	}
+	if sp.signal == "" && !s.silent {
+		p.route = w.routeSilence(now, s)
+	}
 	return p
+}
+
+// routeDeltas is each route's callbacks since the last tick (every route
+// heard on the connection, 0 for those not heard since); a route that
+// speaks ends its judged silence.
+func (w *watch) routeDeltas(s sight) map[string]int64 {
+	out := make(map[string]int64, len(s.routes))
+	for key, rv := range s.routes {
+		d := rv.Callbacks - w.seenRoutes[key]
+		w.seenRoutes[key] = rv.Callbacks
+		if d > 0 {
+			delete(w.routeRefuted, key)
+		}
+		out[key] = d
+	}
+	return out
+}
+
+// routeSilence is the longest silence of a group whose baseline has an
+// opinion at now, if it is longer than that baseline allows while the
+// connection's other routes still deliver: a callback of another route
+// came after the group's last one (its subscribe, if none on this
+// connection) and within the group's threshold of now. A bot silent on
+// every route is the bot's silence (decide), not a route's. Not before a
+// judged silence's routeRefuted.
+func (w *watch) routeSilence(now time.Time, s sight) *suspicion {
+	var worst *suspicion
+	var worstFor time.Duration
+	for key, rb := range s.baseline.Routes {
+		if !wecom.IsGroupRoute(key) || now.Before(w.routeRefuted[key]) {
+			continue
+		}
+		thr, opinion := rb.Threshold(now, w.rules.Location, w.rules.Limits)
+		if !opinion {
+			continue
+		}
+		heardAt := s.v.Connected
+		if last := s.routes[key].LastCallback; last.After(heardAt) {
+			heardAt = last
+		}
+		silentFor := now.Sub(heardAt)
+		othersAlive := s.v.LastCallback.After(heardAt) && now.Sub(s.v.LastCallback) <= thr
+		if silentFor <= thr || !othersAlive || silentFor <= worstFor {
+			continue
+		}
+		worstFor = silentFor
+		worst = &suspicion{signal: incident.SignalRouteSilence, route: key, heardAt: heardAt, threshold: thr, evidence: heardAt,
+			reason: fmt.Sprintf("no callback from %s for %s (its baseline allows %s at this hour) while the bot's other chats still deliver (the latest %s ago)",
+				key, silentFor.Round(time.Second), thr.Round(time.Second), now.Sub(s.v.LastCallback).Round(time.Second))}
+	}
+	return worst
+}
+
+// judgeRouteSilence cross-checks a route's silence (the connection is
+// alive: other routes deliver). missed and err are the history's answer
+// over s.missedSpan, as for judgeSilence. The history, where there is one,
+// decides: messages never handled mean the route is deaf, none that its
+// users are quiet, an unreadable history judges nothing now. Without a
+// history the route is taken as deaf: the outbound signal cannot refute
+// it (the bot answers its other chats), and the action, one resubscribe,
+// costs a reconnect of a few milliseconds.
+func judgeRouteSilence(missed int, err error) (silenceVerdict, string) {
+	switch {
+	case err == nil && missed > 0:
+		return deaf, fmt.Sprintf("the history has %d message(s) since then that never arrived", missed)
+	case err == nil:
+		return quiet, "the history has no message since then: its users are quiet"
+	case !errors.Is(err, ErrNoHistory):
+		return unknown, "the history could not be checked (" + err.Error() + "): not judged now"
+	}
+	return deaf, "no history source to refute it: taken as deaf"
+}
+
+// routeJudgment is what a judged route silence comes to.
+type routeJudgment struct {
+	// close: a deaf route not yet acted on: close the connection (the
+	// monitor ends) to resubscribe on a fresh one.
+	close *closeCause
+	// page: a deaf route that a fresh connection did not mend: the bot's
+	// incident needs a person, for this reason.
+	page string
+	// note: quiet users (a baseline problem); unjudged: the history could
+	// not be read.
+	note     string
+	unjudged bool
+}
+
+// judgedRoute is what verdict (with why) makes of the route silence s at
+// now. acted: the bot's open incident is this route's silence, already
+// acted on (resubscribed once). Anything but a close refutes the route's
+// silence for its threshold: no alarm for it before now + threshold,
+// unless it speaks meanwhile.
+func (w *watch) judgedRoute(now time.Time, s suspicion, verdict silenceVerdict, why string, acted bool) routeJudgment {
+	if verdict == deaf && !acted {
+		return routeJudgment{close: &closeCause{signal: incident.SignalRouteSilence, route: s.route, reason: s.reason + "; " + why, dropped: s.heardAt.UTC()}}
+	}
+	w.routeRefuted[s.route] = now.Add(s.threshold)
+	switch verdict {
+	case unknown:
+		return routeJudgment{unjudged: true}
+	case quiet:
+		return routeJudgment{note: fmt.Sprintf("%s, but %s: a baseline problem, not an incident", s.reason, why)}
+	}
+	return routeJudgment{page: s.reason + "; " + why + "; a resubscribe on a fresh connection did not bring it back"}
 }
 
 // probeVerdict is what a probe's answer makes of a suspicion.

@@ -14,7 +14,10 @@
 //     connection's own end (read error, kick, 846609);
 //   - outbound failures: frames refused, timed out, or acked late;
 //   - event silence: no callback for longer than the bot's hour-of-week
-//     Baseline allows (no alarm until the baseline has data).
+//     Baseline allows (no alarm until the baseline has data); and per
+//     route: a group silent for longer than its own baseline allows while
+//     the bot's other chats still deliver (a server that stopped one
+//     route) is resubscribed once on a fresh connection, then paged.
 //
 // They cross-check through the record: a silence while an outbound frame
 // was acked seconds ago (Config.Refute) is a baseline problem, recorded as

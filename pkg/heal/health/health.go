@@ -56,8 +56,10 @@ type botState struct {
 	// credentials: AuthHold waits for an ack after it.
 	authFailed time.Time
 	// silent: this node closed a deaf connection of b, and the silence
-	// incident waits for callbacks to arrive again.
-	silent bool
+	// incident waits for callbacks to arrive again. silentRoute: the same
+	// for one route (a group) that went deaf while the others delivered.
+	silent      bool
+	silentRoute string
 }
 
 // New returns a Health; Run must run for it to act.

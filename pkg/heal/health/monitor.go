@@ -36,7 +36,7 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 		now, v, bd := h.now(), conn.Vitals(), h.binding()
 		bl, loaded = h.adoptBaseline(ctx, bd, b, bl, loaded)
 		b.mu.Lock()
-		s := sight{v: v, silent: b.silent, baseline: *bl, bound: bd != nil, loaded: loaded}
+		s := sight{v: v, routes: conn.Routes(), silent: b.silent, silentRoute: b.silentRoute, baseline: *bl, bound: bd != nil, loaded: loaded}
 		b.mu.Unlock()
 
 		p := w.decide(now, s)
@@ -46,7 +46,11 @@ func (h *Health) monitor(ctx context.Context, term *election.Term, conn *wecom.C
 		if p.learn != nil {
 			b.mu.Lock()
 			p.learn.apply(bl, now, h.cfg.Location)
+			p.learn.applyRoutes(bl, now, h.cfg.Location, h.cfg.Limits)
 			b.mu.Unlock()
+		}
+		if p.route != nil && h.judgeRoute(ctx, b, bd, conn, w, *p.route, now) {
+			return
 		}
 		if sp := p.probe; sp != nil {
 			err := conn.Probe(ctx, h.cfg.ProbeTimeout)
@@ -134,8 +138,8 @@ func (h *Health) adoptBaseline(ctx context.Context, bd *binding, b *botState, bl
 func (b *botState) endSilence() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	silent := b.silent
-	b.silent = false
+	silent := b.silent || b.silentRoute != ""
+	b.silent, b.silentRoute = false, ""
 	return silent
 }
 
@@ -166,7 +170,7 @@ func (h *Health) writeRecord(b *botState, bd *binding, conn *wecom.Conn, now tim
 // saveBaseline posts a save of a snapshot of bl.
 func (h *Health) saveBaseline(b *botState, bd *binding, bl *Baseline) {
 	b.mu.Lock()
-	snapshot := *bl
+	snapshot := bl.clone()
 	b.mu.Unlock()
 	h.post(b, func(ctx context.Context) {
 		if err := saveBaseline(ctx, bd.kv, b.id, &snapshot); err != nil && ctx.Err() == nil {
@@ -184,6 +188,17 @@ func mergeBaselines(saved, fresh *Baseline) Baseline {
 	}
 	if out.SendRate == 0 {
 		out.SendRate = fresh.SendRate
+	}
+	out = out.clone()
+	for k, fr := range fresh.Routes {
+		r := out.route(k, BaselineLimits{})
+		if r == nil {
+			continue
+		}
+		for i := range r.Hours {
+			r.Hours[i].Events += fr.Hours[i].Events
+			r.Hours[i].Watched += fr.Hours[i].Watched
+		}
 	}
 	return out
 }
@@ -218,6 +233,7 @@ func (h *Health) silenceActed(ctx context.Context, b *botState) bool {
 // closeCause is what the monitor knew when it closed a connection.
 type closeCause struct {
 	signal, reason string
+	route          string // the silent route (SignalRouteSilence)
 	dropped        time.Time
 }
 

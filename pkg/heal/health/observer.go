@@ -144,14 +144,23 @@ func (h *Health) connected(ctx context.Context, b *botState, term *election.Term
 	}
 	state, why := Online, ""
 	halfOpen := false
-	if inc != nil && inc.Signal == incident.SignalSilence && inc.Recovered.IsZero() {
-		// Whichever node reconnects watches for callbacks to come back.
+	if inc != nil && waitsForCallbacks(inc.Signal) && inc.Recovered.IsZero() {
+		// Whichever node reconnects watches for callbacks to come back
+		// (of the silent route only, after a route's silence).
 		state, why = Degraded, "reconnected after a silence: waiting for callbacks to arrive again"
 		b.mu.Lock()
-		b.silent = true
+		if inc.Signal == incident.SignalRouteSilence {
+			why = fmt.Sprintf("resubscribed after %s went silent: waiting for its callbacks", inc.Route)
+			if inc.Level == incident.Human {
+				state = NeedsHuman
+			}
+			b.silentRoute = inc.Route
+		} else {
+			b.silent = true
+		}
 		b.mu.Unlock()
 	}
-	if inc != nil && inc.Signal != incident.SignalSilence {
+	if inc != nil && !waitsForCallbacks(inc.Signal) {
 		halfOpen = halfOpenAfter(inc.Dropped, now, h.cfg.Recovery.Threshold)
 		inc = h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 			i.Acted(now, fmt.Sprintf("auto: reconnect by node %s", h.cfg.NodeID))
@@ -194,7 +203,7 @@ func (h *Health) connected(ctx context.Context, b *botState, term *election.Term
 		h.wg.Go(func() { h.halfOpen(tctx, bd, b, conn, id) })
 	}
 	var id string
-	if inc != nil && inc.Signal != incident.SignalSilence {
+	if inc != nil && !waitsForCallbacks(inc.Signal) {
 		id = inc.ID
 	}
 	h.wg.Go(func() { h.compensate(tctx, bd, b, term, id, now) })
@@ -259,13 +268,18 @@ func (h *Health) Ended(term *election.Term, conn *wecom.Conn, graceful bool) {
 			return
 		}
 		signal, why, dropped := classify(reason, cerr, term.Err(), v, cause, now)
-		if signal == incident.SignalSilence {
-			b.mu.Lock()
+		route := ""
+		b.mu.Lock()
+		switch signal {
+		case incident.SignalSilence:
 			b.silent = true
-			b.mu.Unlock()
+		case incident.SignalRouteSilence:
+			route = cause.route
+			b.silentRoute = route
 		}
+		b.mu.Unlock()
 		inc := h.open(ctx, bd, incident.Incident{Bot: b.id, Signal: signal, Level: incident.Auto, Reason: why,
-			Dropped: dropped, Detected: now, TermRev: term.Rev})
+			Route: route, Dropped: dropped, Detected: now, TermRev: term.Rev})
 		if inc != nil {
 			h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 				if i.State == incident.Recovering {
@@ -370,12 +384,13 @@ func (h *Health) heard(ctx context.Context, b *botState, term *election.Term, co
 		return
 	}
 	inc, err := bd.incidents.OpenFor(ctx, b.id, incident.Outage)
-	if err != nil || inc == nil || inc.Signal != incident.SignalSilence || !inc.Recovered.IsZero() {
+	if err != nil || inc == nil || !waitsForCallbacks(inc.Signal) || !inc.Recovered.IsZero() {
 		return
 	}
 	// Half-open runs on the connection that heard: one already closed
-	// has no recovery to run (its end is the next event).
-	halfOpen := halfOpenAfter(inc.Dropped, now, h.cfg.Recovery.Threshold) && h.current(b, conn)
+	// has no recovery to run (its end is the next event). A route's
+	// silence needs none: the bot answered its other chats throughout.
+	halfOpen := halfOpenAfter(inc.Dropped, now, h.cfg.Recovery.Threshold) && h.current(b, conn) && inc.Signal != incident.SignalRouteSilence
 	inc = h.updateIncident(ctx, bd, inc, func(i *incident.Incident) {
 		i.Recovered, i.State = now, incident.Recovering
 		i.Online = now
@@ -399,4 +414,11 @@ func (h *Health) heard(ctx context.Context, b *botState, term *election.Term, co
 		}
 		h.wg.Go(func() { h.compensate(tctx, bd, b, term, id, now) })
 	}
+}
+
+// waitsForCallbacks: an incident of signal (a silence, of the bot or of
+// one route) recovers when callbacks arrive again, not when a connection
+// subscribes.
+func waitsForCallbacks(signal string) bool {
+	return signal == incident.SignalSilence || signal == incident.SignalRouteSilence
 }

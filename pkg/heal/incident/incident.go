@@ -94,6 +94,11 @@ const (
 	SignalAIDown     = "ai_down"        // every AI backend of the bot failed, its circuit breakers all open
 )
 
+// SignalRouteSilence: one route of a bot (a group) silent for longer than
+// its own baseline allows while the bot's other chats still deliver
+// (Incident.Route names it).
+const SignalRouteSilence = "route_silence"
+
 // Incident is one incident of one bot. Times are UTC; a zero time is "not
 // yet".
 type Incident struct {
@@ -108,6 +113,8 @@ type Incident struct {
 	Next    string `json:"next_action"`    // what to do next (for a person, or what botctl does)
 	Node    string `json:"node,omitempty"` // the node that detected it
 	TermRev int64  `json:"term,omitempty"` // the term it was detected in, if any
+	// Route is the silent route of a route_silence incident: "group:<chatid>".
+	Route string `json:"route,omitempty"`
 
 	Dropped      time.Time `json:"dropped"`                // last evidence the bot was fine
 	Detected     time.Time `json:"detected"`               //
@@ -157,6 +164,10 @@ type Backfill struct {
 	Filled    int    `json:"filled"`     // missed messages answered late
 	NotFilled int    `json:"not_filled"` // missed messages that could not be answered (marked)
 	Note      string `json:"note,omitempty"`
+	// Events says what became of the user events (card clicks, feedback,
+	// enter_chat) WeCom sent while the bot did not hear them: no history
+	// source carries events, so they are stated lost, never recovered.
+	Events string `json:"events,omitempty"`
 }
 
 // Event is one step of an incident's timeline.
