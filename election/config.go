@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/rs/zerolog"
 )
 
@@ -15,15 +16,15 @@ const (
 	// DefaultPrefix is where elections live: bot B's election is
 	// concurrency.Election "/botctl/elect/B", its candidates' keys
 	// "/botctl/elect/B/<lease hex>".
-	DefaultPrefix = "/botctl/elect/"
+	DefaultPrefix = etcdkeys.Root + etcdkeys.ElectDir
 	// DefaultLegacyPrefix is the old layout's (one key per bot,
 	// "/botctl/election/B"), checked so old and new nodes never both lead
 	// during a rolling upgrade.
-	DefaultLegacyPrefix = "/botctl/election/"
+	DefaultLegacyPrefix = etcdkeys.Root + etcdkeys.LegacyElectionDir
 	DefaultTTL          = 20 * time.Second
 	// DefaultPulsePrefix is where leaders publish their liveness pulse:
 	// bot B's is the key "/botctl/pulse/B", bound to the leader's lease.
-	DefaultPulsePrefix = "/botctl/pulse/"
+	DefaultPulsePrefix = etcdkeys.Root + etcdkeys.PulseDir
 	// DefaultPulseInterval and DefaultPulseTimeout: a leader bumps its
 	// pulse every second; a standby deposes a leader whose pulse has not
 	// moved for 3s.

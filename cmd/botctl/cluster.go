@@ -11,6 +11,7 @@ import (
 
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -136,7 +137,7 @@ func newEtcdClient(ec config.Etcd) (*clientv3.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ec.DialTimeout)
 	defer cancel()
 	// Under /botctl/: an etcd RBAC role limited to it may read it.
-	if _, err := cli.Get(ctx, "/botctl/health-probe"); err != nil {
+	if _, err := cli.Get(ctx, etcdkeys.Default.HealthProbe()); err != nil {
 		cli.Close()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %s", ec.DialTimeout)

@@ -17,6 +17,7 @@ import (
 	"github.com/botctl/botctl/internal/oneline"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/metrics"
@@ -351,7 +352,7 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-const prefix = "/botctl/"
+const prefix = etcdkeys.Root
 
 func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, history int) (Status, error) {
 	nodes, err := node.Nodes(ctx, cli, prefix)

@@ -243,3 +243,26 @@ func TestRetriesUseOneBackoff(t *testing.T) {
 		}
 	}
 }
+
+// botctl's etcd paths are spelled in pkg/etcdkeys only: a string literal
+// that is a "/botctl…" path anywhere else in production code is a second
+// spelling of the layout.
+func TestEtcdKeysSpelledOnce(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, p := range goFiles(t, "cmd", "pkg", "election", "dataplane") {
+		rel, _ := filepath.Rel(root, p)
+		if strings.HasPrefix(filepath.ToSlash(rel), "pkg/etcdkeys/") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING && strings.HasPrefix(strings.Trim(lit.Value, "`\""), "/botctl") {
+				t.Errorf("%s: %s spells an etcd path: name it in pkg/etcdkeys", fset.Position(lit.Pos()), lit.Value)
+			}
+			return true
+		})
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/etcdkv"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/rs/zerolog"
@@ -41,10 +42,10 @@ import (
 )
 
 // Dir is where the overrides live under the cluster's etcd prefix.
-const Dir = "settings/"
+const Dir = etcdkeys.SettingsDir
 
 // DefaultPrefix is the cluster's etcd prefix (pkg/node's default).
-const DefaultPrefix = "/botctl/"
+const DefaultPrefix = etcdkeys.Root
 
 // Errors a caller acts on.
 var (
@@ -65,7 +66,7 @@ type Override struct {
 }
 
 // Key is bot's override key under prefix.
-func Key(prefix, bot string) string { return prefix + Dir + bot }
+func Key(prefix, bot string) string { return etcdkeys.Layout{Root: prefix}.Setting(bot) }
 
 // Check applies doc over base as an override from etcd and validates the
 // result: what Put stores and what a node applies. The error names the

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -59,7 +60,7 @@ func (h History) Warning() string {
 }
 
 // probeKey is read at past revisions; nobody writes it.
-const probeKey = "/botctl/compaction-probe"
+const probeKey = etcdkeys.Root + etcdkeys.CompactionProbe
 
 // Read finds cli's cluster's current and compact revisions: about 30
 // count-only reads.

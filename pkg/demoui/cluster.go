@@ -9,6 +9,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/oneline"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/task"
@@ -84,7 +85,7 @@ const (
 	maxIncidents   = 8
 	maxTransitions = 6
 	maxQuestion    = 80 // runes of a question shown
-	registryPrefix = "/botctl/"
+	registryPrefix = etcdkeys.Root
 )
 
 // Sources are where ReadView reads from. Store is nil until the node has

@@ -38,13 +38,14 @@ import (
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/clusterkey"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/etcdkv"
 	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Dir is where the records live under the cluster's etcd prefix.
-const Dir = "bots/"
+const Dir = etcdkeys.BotsDir
 
 // Errors a caller acts on.
 var (
@@ -111,7 +112,7 @@ func (b Bot) String() string {
 }
 
 // Key is bot's record key under prefix.
-func Key(prefix, bot string) string { return prefix + Dir + bot }
+func Key(prefix, bot string) string { return etcdkeys.Layout{Root: prefix}.Bot(bot) }
 
 // CheckID refuses an id that cannot be a key of its own under Dir.
 func CheckID(bot string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,7 +14,7 @@ import (
 // state changes, until ctx ends; then it revokes the lease (removing the
 // record at once).
 func (n *Node) register(ctx context.Context) {
-	key := n.cfg.Prefix + nodesDir + n.cfg.NodeID
+	key := etcdkeys.Layout{Root: n.cfg.Prefix}.Node(n.cfg.NodeID)
 	ttl := int64(n.cfg.RegistryTTL / time.Second)
 	if ttl < 2 {
 		ttl = 2

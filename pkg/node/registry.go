@@ -7,10 +7,12 @@ import (
 	"sort"
 	"time"
 
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Keys in etcd, under Config.Prefix (default "/botctl/"):
+// Keys in etcd, under Config.Prefix (default etcdkeys.Root; pkg/etcdkeys
+// has the whole layout):
 //
 //	nodes/<node>                    Info, bound to the node's registry lease
 //	gate/<bot>                      the env allowed to connect bot (plain text)
@@ -19,11 +21,11 @@ import (
 // Election keys live under the election package's prefix.
 const (
 	// DefaultPrefix is Config.Prefix's default.
-	DefaultPrefix = "/botctl/"
+	DefaultPrefix = etcdkeys.Root
 
-	nodesDir  = "nodes/"
-	gateDir   = "gate/"
-	eventsDir = "transitions/" // the key predates the name LeaderEvent; records already in etcd stay readable
+	nodesDir  = etcdkeys.NodesDir
+	gateDir   = etcdkeys.GateDir
+	eventsDir = etcdkeys.TransitionsDir
 	// MaxLeaderEvents is how many leader events per bot are kept in etcd.
 	MaxLeaderEvents = 50
 )

@@ -9,6 +9,7 @@ import (
 	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/retry"
 	"github.com/nats-io/nats.go"
@@ -46,7 +47,7 @@ func declareLock(ctx context.Context, cli *clientv3.Client, prefix string, log z
 		log.Debug().Err(err).Msg("declare lock not taken (etcd); declaring without it")
 		return none
 	}
-	m := concurrency.NewMutex(sess, "/botctl/declare/"+prefix)
+	m := concurrency.NewMutex(sess, etcdkeys.Default.Declare(prefix))
 	if err := m.Lock(gctx); err != nil {
 		sess.Close()
 		stop()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/metrics"
@@ -155,7 +156,7 @@ type Readiness struct {
 func (o *observer) readiness(ctx context.Context) Readiness {
 	rd := Readiness{Etcd: "ok", NATS: "ok", JetStream: o.n.started(), Bots: map[string]string{}}
 	// Under botctl's prefix: a role limited to /botctl/ (etcd RBAC) may read it.
-	if _, err := o.etcd.Get(ctx, "/botctl/health-probe"); err != nil {
+	if _, err := o.etcd.Get(ctx, etcdkeys.Default.HealthProbe()); err != nil {
 		o.metrics.EtcdError("probe")
 		rd.Etcd = err.Error()
 		rd.Reasons = append(rd.Reasons, "etcd unreachable: "+err.Error())

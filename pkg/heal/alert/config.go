@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/clock"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/rs/zerolog"
 )
@@ -24,7 +25,7 @@ const (
 	DefaultMaxBackoff    = time.Minute
 	DefaultQueueSize     = 256
 	DefaultElectionTTL   = 10 * time.Second
-	DefaultPrefix        = "/botctl/alerter"
+	DefaultPrefix        = etcdkeys.Root + etcdkeys.Alerter
 
 	// SyntheticOff as Config.Synthetic sends no synthetic alert.
 	SyntheticOff time.Duration = -1

@@ -1,0 +1,64 @@
+// Package etcdkeys is the layout of every key botctl keeps in etcd: the
+// one place their paths are spelled (as dataplane.Names is for NATS). The
+// packages that own each kind of key take their defaults from here.
+//
+// Under Root:
+//
+//	nodes/<node>                  node registry record, bound to the node's lease (pkg/node)
+//	gate/<bot>                    the env allowed to connect bot (pkg/node)
+//	transitions/<bot>/<unix ns>   the bot's leader events (pkg/node)
+//	elect/<bot>/<lease hex>       the bot's concurrency.Election (election)
+//	election/<bot>                the election of botctl before that layout, still checked (election)
+//	pulse/<bot>                   the leader's liveness pulse (election)
+//	settings/<bot>                the bot's settings override, `botctl bots set` (pkg/botsettings)
+//	bots/<bot>                    the bot registry, `botctl bots add` (pkg/fleet)
+//	alerter                       the cluster's alerter election (pkg/heal/alert)
+//	declare/<nats prefix>         the lock held while declaring JetStream's streams (pkg/serve)
+//	health-probe                  read by readiness checks; never written
+//	compaction-probe              read at past revisions to find etcd's compaction; never written
+//
+// What is guaranteed: these paths are those every release so far has
+// written; changing one is a change of stored format (docs/upgrading.md).
+package etcdkeys
+
+// Root is the root of every key botctl keeps in etcd.
+const Root = "/botctl/"
+
+// The keys and directories under Root.
+const (
+	NodesDir          = "nodes/"
+	GateDir           = "gate/"
+	TransitionsDir    = "transitions/" // named before leader events were; records already in etcd stay readable
+	ElectDir          = "elect/"
+	LegacyElectionDir = "election/"
+	PulseDir          = "pulse/"
+	SettingsDir       = "settings/"
+	BotsDir           = "bots/"
+	Alerter           = "alerter"
+	DeclareDir        = "declare/"
+	HealthProbe       = "health-probe"
+	CompactionProbe   = "compaction-probe"
+)
+
+// Layout is the keys under one root (Root by default; a test or a second
+// deployment sharing an etcd may use another).
+type Layout struct{ Root string }
+
+// Default is the layout under Root.
+var Default = Layout{Root: Root}
+
+// Node is node id's registry record.
+func (l Layout) Node(id string) string { return l.Root + NodesDir + id }
+
+// Setting is bot's settings override.
+func (l Layout) Setting(bot string) string { return l.Root + SettingsDir + bot }
+
+// Bot is bot's registry record.
+func (l Layout) Bot(bot string) string { return l.Root + BotsDir + bot }
+
+// Declare is the lock of declaring the JetStream streams named with
+// natsPrefix.
+func (l Layout) Declare(natsPrefix string) string { return l.Root + DeclareDir + natsPrefix }
+
+// HealthProbe is the key readiness checks read.
+func (l Layout) HealthProbe() string { return l.Root + HealthProbe }
