@@ -68,6 +68,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{env: "BOTCTL_WECOM_ACK_TIMEOUT=fast", want: "wecom.ack_timeout"},
 		{yaml: "etcd:\n  endpoints: [localhost:2379]\n", want: "etcd.endpoints[0]"},
 		{yaml: "etcd:\n  compact_retention: 30s\n", want: "etcd.compact_retention: 30s: want 0"},
+		{yaml: "media:\n  allowed_hosts: [https://wework.qpic.cn]\n", want: "media.allowed_hosts[0]"},
 		{yaml: "nats:\n  url: http://x:4222\n", want: "nats.url"},
 		{yaml: "wecom:\n  url: https://x\n", want: "wecom.url"},
 		{yaml: "listen: nope\n", want: "listen"},

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -50,6 +51,12 @@ type Media struct {
 	// both refuses them at start (botctl does not start, naming these
 	// keys). 0: nothing set aside. Default 1 GiB (1073741824).
 	ReserveBytes int64 `yaml:"reserve_bytes"`
+	// AllowedHosts, if not empty, are the only hosts users' files are
+	// downloaded from, redirects included: a name, or ".suffix" for any
+	// host under it. Empty: any public host. On a wss:// WeCom URL (not
+	// the simulator's ws://) downloads are https only, to public
+	// addresses only, and every file needs its aeskey, whatever this says.
+	AllowedHosts []string `yaml:"allowed_hosts"`
 }
 
 // Defaults of Media.
@@ -103,6 +110,10 @@ var mediaKeys = []Key{
 		c.Media.ReserveBytes = n
 		return nil
 	}},
+	{Name: "media.allowed_hosts", Flag: "media-allowed-hosts", Usage: "the only hosts users' files are downloaded from (names, or .suffix; comma-separated; empty: any public host)", set: func(c *Config, s string) error {
+		c.Media.AllowedHosts = splitList(s)
+		return nil
+	}, list: func(c *Config, v []string) { c.Media.AllowedHosts = v }},
 	{Name: "media.ttl", Flag: "media-ttl", Usage: "how long the media object store keeps a file (more than worker.deadline)", set: dur(func(c *Config) *time.Duration { return &c.Media.TTL })},
 }
 
@@ -128,6 +139,11 @@ func (c *Config) validateMedia(bad func(key, format string, args ...any)) {
 	}
 	if c.Media.MaxStoreBytes < c.Media.MaxBytes {
 		bad("media.max_store_bytes", "%d: want at least media.max_bytes (%d), so the largest file fits; the store is always bounded (default %d, 4 GiB)", c.Media.MaxStoreBytes, c.Media.MaxBytes, DefaultMediaMaxStoreBytes)
+	}
+	for i, h := range c.Media.AllowedHosts {
+		if h == "" || h == "." || strings.ContainsAny(h, "/: \t") {
+			bad(fmt.Sprintf("media.allowed_hosts[%d]", i), "%q: want a host name (wework.qpic.cn) or a suffix (.qpic.cn), no scheme, port or path", h)
+		}
 	}
 	if c.Media.ReserveBytes < 0 {
 		bad("media.reserve_bytes", "%d: want 0 (nothing set aside) or more bytes (default %d, 1 GiB)", c.Media.ReserveBytes, DefaultMediaReserveBytes)

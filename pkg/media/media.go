@@ -136,6 +136,7 @@ type Reason string
 const (
 	ReasonTooMany     Reason = "too_many"    // more than MaxItems files in one message
 	ReasonBadURL      Reason = "bad_url"     // no URL, or not an http(s) one
+	ReasonRefused     Reason = "refused"     // the media policy refuses the URL, a redirect, the address or a missing aeskey
 	ReasonExpired     Reason = "expired"     // WeCom answered 403, 404 or 410: the link expired (or never worked)
 	ReasonUnreachable Reason = "unreachable" // the download failed otherwise (network, another HTTP status)
 	ReasonTimeout     Reason = "timeout"     // not downloaded within the timeout
@@ -186,6 +187,8 @@ func (e *Error) Reply() string {
 		return fmt.Sprintf("抱歉，%s的下载链接已失效，未能接收。请重新发送。", what)
 	case ReasonBadURL:
 		return fmt.Sprintf("抱歉，%s的下载地址无效，未能接收。请重新发送。", what)
+	case ReasonRefused:
+		return fmt.Sprintf("抱歉，%s的下载地址不在允许的范围内，未能接收。请联系管理员。", what)
 	case ReasonCorrupt:
 		return fmt.Sprintf("抱歉，%s无法解密（数据不完整或密钥无效），未能接收。请重新发送。", what)
 	case ReasonStore:
@@ -258,8 +261,10 @@ type Config struct {
 	// leaves slots to the others. Default a quarter of Parallel, at
 	// least 1.
 	PerConversation int
-	// Client downloads. Default: a client of its own (no timeout but
-	// Timeout's; redirects followed).
+	// Policy is which URLs are downloaded (policy.go).
+	Policy Policy
+	// Client downloads. Default: a client of its own that keeps to
+	// Policy (no timeout but Timeout's; redirects checked by Policy).
 	Client *http.Client
 }
 
@@ -291,7 +296,7 @@ func New(cfg Config) *Fetcher {
 		cfg.PerConversation = max(1, cfg.Parallel/4)
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{}
+		cfg.Client = cfg.Policy.client()
 	}
 	return &Fetcher{cfg: cfg, slots: newSlots(cfg.Parallel, cfg.PerConversation)}
 }
@@ -404,6 +409,12 @@ func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, b Batch, i
 	if it.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fail(ReasonBadURL, fmt.Errorf("url %q", clip(it.URL)))
 	}
+	if err := f.cfg.Policy.checkURL(u); err != nil {
+		return fail(ReasonRefused, err)
+	}
+	if f.cfg.Policy.Strict && it.AESKey == "" {
+		return fail(ReasonRefused, fmt.Errorf("%w: no aeskey (WeCom sends one with every file)", ErrRefused))
+	}
 	if err := f.slots.acquire(ctx, b.Conversation); err != nil {
 		return ended()
 	}
@@ -420,6 +431,8 @@ func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, b Batch, i
 		return fail(ReasonTimeout, err)
 	case errors.As(err, &reason):
 		return fail(reason, err)
+	case errors.Is(err, ErrRefused):
+		return fail(ReasonRefused, err)
 	default:
 		return fail(ReasonUnreachable, err)
 	}

@@ -254,3 +254,23 @@ func TestFetchIntoAFullStoreSaysSo(t *testing.T) {
 		t.Fatalf("a file that fits, after the refusal: %v", err)
 	}
 }
+
+// A strict policy (WeCom's wss:// connection) refuses the simulator's
+// http link, and a file without an aeskey, saying so to the user; the
+// message's other files are not kept.
+func TestStrictPolicyRefusesWhatWeComNeverSends(t *testing.T) {
+	s := newSim(t, wecomsim.Config{})
+	obs := store(t)
+	f := media.New(media.Config{Policy: media.Policy{Strict: true}})
+	m := s.callback(t, wecomsim.MessageRequest{MsgType: "image"})
+	var me *media.Error
+	if _, err := f.Fetch(context.Background(), obs, media.Batch{TaskID: "t_http", Items: media.Items(&m)}); !errors.As(err, &me) ||
+		me.Reason != media.ReasonRefused || !strings.Contains(me.Reply(), "不在允许的范围内") {
+		t.Fatalf("http link under a strict policy: %v", err)
+	}
+	m.Image.URL, m.Image.AESKey = "https"+strings.TrimPrefix(m.Image.URL, "http"), ""
+	if _, err := f.Fetch(context.Background(), obs, media.Batch{TaskID: "t_nokey", Items: media.Items(&m)}); !errors.As(err, &me) ||
+		me.Reason != media.ReasonRefused || !strings.Contains(me.Error(), "no aeskey") {
+		t.Fatalf("no aeskey under a strict policy: %v", err)
+	}
+}

@@ -27,7 +27,6 @@ import (
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/health"
-	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
@@ -214,7 +213,7 @@ func Run(ctx context.Context, o Options) error {
 		Watermark:        watermark{n},
 		Marks:            n.Health,
 		Metrics:          n.obs.metrics,
-		Media:            media.New(media.Config{MaxBytes: cfg.Media.MaxBytes, Timeout: cfg.Media.DownloadTimeout, MessageTimeout: cfg.Media.MessageTimeout, Parallel: cfg.Media.Parallel}),
+		Media:            mediaFetcher(cfg),
 		Logger:           log,
 	})
 	if err != nil {
