@@ -110,3 +110,27 @@ func TestLeaderStoppedMidDownloadTellsTheUser(t *testing.T) {
 		t.Fatalf("alice told %d times, want once (first: %q)", k, told.Content)
 	}
 }
+
+// /status and /stop find a task that is out of the queue: one whose
+// files are still being received says so, rather than "no task".
+func TestStatusAndStopSeeAMessageStillReceivingItsFiles(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	n := c.start("n1", func(cfg *config.Config) {
+		cfg.Media.DownloadTimeout, cfg.Media.MessageTimeout = 3*time.Minute, 4*time.Minute
+	})
+	testwait.Eventually(t, waitLong, "leader connected", c.connected)
+	m := c.postAs(stalledImages("alice", 1))
+	testwait.Eventually(t, waitLong, "downloading", func() bool { return c.downloads() >= 1 })
+	status := c.postAs(wecomsim.MessageRequest{UserID: "alice", Text: "/status"})
+	if got := c.replyTo("alice", status.MsgID); !strings.Contains(got, "正在接收文件") || !strings.Contains(got, "look") {
+		t.Fatalf("/status while the files are received: %q", got)
+	}
+	stop := c.postAs(wecomsim.MessageRequest{UserID: "alice", Text: "/stop"})
+	if got := c.replyTo("alice", stop.MsgID); !strings.Contains(got, "还在接收中") {
+		t.Fatalf("/stop while the files are received: %q", got)
+	}
+	if r := c.record(n, m.MsgID); !r.Receiving() {
+		t.Fatalf("the message's record: %+v, want still receiving", r)
+	}
+}
