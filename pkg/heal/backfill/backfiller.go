@@ -190,8 +190,11 @@ func (b *Backfiller) Pass(ctx context.Context, term *election.Term) (Report, err
 			return rep, ctx.Err()
 		case errors.Is(err, ErrNoHistory):
 			// The source cannot give this gap (not authorized, not
-			// covered): asking again would not change that.
+			// covered): asking again would not change that, nor would
+			// the next term's pass. The gap is the caller's to mark, and
+			// the watermark moves on, as without a source.
 			log.Warn().Err(err).Msg("gap backfill: the history cannot give the gap's messages")
+			finished = true
 			return rep, err
 		default:
 			wait = backoff.Next()
