@@ -348,8 +348,8 @@ func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string,
 	if !page {
 		return
 	}
-	next := fmt.Sprintf("bot %s has no history source: look in WeCom at its conversations between %s and %s (those listed were active then and are marked \"may be incomplete\"), answer what was missed, then `botctl incidents ack <id>`",
-		bot, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	next := fmt.Sprintf("bot %s's missed messages cannot be read (%s): look in WeCom at its conversations between %s and %s (those listed were active then and are marked \"may be incomplete\"), answer what was missed, then `botctl incidents ack <id>`",
+		bot, source, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	inc := h.open(ctx, bd, incident.Incident{Bot: bot, Kind: incident.Data, Level: incident.Human, Signal: incident.SignalBackfill,
 		Reason: "gap not checked: " + why, Next: next, Dropped: now, Detected: now})
 	if inc == nil {
