@@ -47,13 +47,17 @@ const (
 // sender of the message its agent answers).
 const MCPRequesterHeader = "x-openclaw-wecom-userid"
 
-// mcpTool is one tool of a business type: its listing and its call.
-// call returns the business result (marshalled into the text content) or
-// an *mcpBizError.
+// mcpTool is one tool of a business type: its listing and its handler.
 type mcpTool struct {
 	description string
 	inputSchema map[string]any
-	call        func(s *Server, cc mcpCall, args json.RawMessage) (any, error)
+	handler     mcpHandler
+}
+
+// mcpHandler answers a tool's call with the business result (marshalled
+// into the text content) or an *mcpBizError.
+type mcpHandler interface {
+	call(s *Server, cc mcpCall, args json.RawMessage) (any, error)
 }
 
 // mcpCall is who calls a tool: the bot the URL belongs to, and the
@@ -301,7 +305,7 @@ func (s *Server) mcpCall(ep mcpEndpoint, cc mcpCall, req rpcRequest) rpcResponse
 		if len(p.Arguments) == 0 {
 			p.Arguments = json.RawMessage("{}")
 		}
-		out.Result = toolResult(t.call(s, cc, p.Arguments))
+		out.Result = toolResult(t.handler.call(s, cc, p.Arguments))
 	default:
 		out.Error = &rpcError{Code: rpcMethodNotFound, Message: "method not found: " + req.Method}
 	}

@@ -37,14 +37,14 @@ var msgTools = map[string]mcpTool{
 		description: "按时间范围查询有消息的会话列表，支持分页",
 		inputSchema: map[string]any{"type": "object", "required": []string{"begin_time", "end_time"}, "properties": map[string]any{
 			"begin_time": map[string]any{"type": "string"}, "end_time": map[string]any{"type": "string"}, "cursor": map[string]any{"type": "string"}}},
-		call: (*Server).mcpChatList,
+		handler: chatListTool{},
 	},
 	"get_message": {
 		description: "根据会话类型和 ID 拉取指定时间范围内的消息记录，支持分页",
 		inputSchema: map[string]any{"type": "object", "required": []string{"chat_type", "chatid", "begin_time", "end_time"}, "properties": map[string]any{
 			"chat_type": map[string]any{"type": "integer"}, "chatid": map[string]any{"type": "string"},
 			"begin_time": map[string]any{"type": "string"}, "end_time": map[string]any{"type": "string"}, "cursor": map[string]any{"type": "string"}}},
-		call: (*Server).mcpGetMessage,
+		handler: getMessageTool{},
 	},
 }
 
@@ -131,7 +131,10 @@ func (s *Server) visible(cc mcpCall, from, to time.Time) ([]visibleMsg, error) {
 	return out, nil
 }
 
-func (s *Server) mcpChatList(cc mcpCall, raw json.RawMessage) (any, error) {
+// chatListTool is get_msg_chat_list.
+type chatListTool struct{}
+
+func (chatListTool) call(s *Server, cc mcpCall, raw json.RawMessage) (any, error) {
 	var q msgRange
 	if err := json.Unmarshal(raw, &q); err != nil {
 		return nil, bizInvalid("arguments must be {\"begin_time\":…,\"end_time\":…,\"cursor\":…}")
@@ -166,7 +169,10 @@ func (s *Server) mcpChatList(cc mcpCall, raw json.RawMessage) (any, error) {
 	return map[string]any{"chats": page, "has_more": next != "", "next_cursor": next}, nil
 }
 
-func (s *Server) mcpGetMessage(cc mcpCall, raw json.RawMessage) (any, error) {
+// getMessageTool is get_message.
+type getMessageTool struct{}
+
+func (getMessageTool) call(s *Server, cc mcpCall, raw json.RawMessage) (any, error) {
 	var q msgRange
 	if err := json.Unmarshal(raw, &q); err != nil {
 		return nil, bizInvalid("arguments must be {\"chat_type\":1|2,\"chatid\":…,\"begin_time\":…,\"end_time\":…,\"cursor\":…}")

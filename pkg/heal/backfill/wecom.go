@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/wecom"
 )
@@ -40,8 +41,8 @@ type WeComHistory struct {
 	Client *http.Client // nil: a client with a 30 s timeout
 	// MaxBytes bounds one response's body. Default DefaultHistoryMaxBytes.
 	MaxBytes int64
-	// Now is the time the 7-day limit is measured from; nil: time.Now.
-	Now func() time.Time
+	// Clock is what the 7-day limit is measured from; nil: clock.Real.
+	Clock clock.PassiveClock
 
 	mu       sync.Mutex
 	conns    map[string]Conn   // bot → the connection this node holds
@@ -138,11 +139,11 @@ func HistoryMsgID(bot, chatType, chat, user string, sent time.Time, msgType, tex
 // History implements HistorySource: the chats with messages in [since,
 // until), then each one's messages, every page of each.
 func (w *WeComHistory) History(ctx context.Context, bot string, since, until time.Time) ([]Message, error) {
-	now := time.Now
-	if w.Now != nil {
-		now = w.Now
+	var now clock.PassiveClock = clock.Real
+	if w.Clock != nil {
+		now = w.Clock
 	}
-	if since.Before(now().Add(-historyDays * 24 * time.Hour)) {
+	if since.Before(now.Now().Add(-historyDays * 24 * time.Hour)) {
 		return nil, &unavailable{ErrNotCovered, fmt.Sprintf("the gap starts at %s, more than %d days ago; the history keeps %d days",
 			since.UTC().Format(time.RFC3339), historyDays, historyDays)}
 	}
