@@ -34,6 +34,7 @@ import (
 // (ErrNotAuthorized, ErrNotCovered): the gap is marked and paged as
 // without a history source.
 //
+// Only text messages are read: the history gives the content of no other.
 // The history gives no msgid: a message's id is derived from what it says
 // (HistoryMsgID), the same on every read, so the passes of every node
 // dedupe it as they dedupe msgids.
@@ -204,6 +205,12 @@ func (w *WeComHistory) chat(ctx context.Context, bot string, chatType int, chatI
 			return err
 		}
 		for _, m := range page.Messages {
+			if m.MsgType != wecom.MsgTypeText {
+				// The history gives no content of the others: nothing
+				// to answer late, and no id the inbound path marked
+				// (a delivered image would count as missed).
+				continue
+			}
 			sent, err := time.ParseInLocation(historyLayout, m.SendTime, historyZone)
 			if err != nil {
 				return fmt.Errorf("message of chat %s: send_time %q: %w", chatID, m.SendTime, err)

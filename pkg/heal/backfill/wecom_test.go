@@ -42,8 +42,8 @@ func newWeComRig(t *testing.T) *wecomRig {
 
 // WeCom's history, read over the bot's own connection: every chat with
 // messages in the range (more than a page of them), each one's messages
-// (more than a page in one), a group told from a single chat, and each
-// message's id the same on every read.
+// (more than a page in one), a group told from a single chat, text
+// messages only, and each message's id the same on every read.
 func TestWeComHistoryReadsEveryPage(t *testing.T) {
 	r := newWeComRig(t)
 	if err := r.sim.SetMCPAccess(wecomsim.MCPAccess{BotID: "b1", Authorized: true}); err != nil {
@@ -54,6 +54,7 @@ func TestWeComHistoryReadsEveryPage(t *testing.T) {
 		{UserID: "u1", Text: "a"}, {UserID: "u1", Text: "b"}, {UserID: "u1", Text: "c"},
 		{UserID: "u2", ChatType: wecom.ChatGroup, ChatID: "g1", Text: "in g1"},
 		{UserID: "u3", Text: "d"},
+		{UserID: "u3", MsgType: wecom.MsgTypeVoice, Text: "spoken"}, // no content in the history: not read
 	} {
 		m.BotID = "b1"
 		if _, err := r.sim.PostMessage(m); err != nil {
