@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -412,6 +413,12 @@ func (w *WeComHistory) post(ctx context.Context, url, sid string, msg map[string
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		// The URL is WeCom's and may carry a credential in its path:
+		// the error names the server, not the URL.
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("%s the message history's server: %w", ue.Op, ue.Err)
+		}
 		return "", redact.Error(err)
 	}
 	defer resp.Body.Close()

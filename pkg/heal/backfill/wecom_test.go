@@ -166,3 +166,14 @@ func (c configConn) Do(_ context.Context, cmd, reqID string, _ any) (*wecom.Fram
 	}
 	return &wecom.Frame{Headers: wecom.Headers{ReqID: reqID}, Body: []byte(`{"url":"` + c.url + `"}`)}, nil
 }
+
+// The server's URL may carry a credential in its path: an error reaching
+// it names the server, never the URL.
+func TestWeComHistoryErrorHidesTheURL(t *testing.T) {
+	src := &backfill.WeComHistory{}
+	src.Connected("b1", configConn{url: "http://127.0.0.1:1/mcp/secret-token"})
+	_, err := src.History(context.Background(), "b1", time.Now().Add(-time.Minute), time.Now())
+	if err == nil || strings.Contains(err.Error(), "secret-token") || errors.Is(err, backfill.ErrNoHistory) {
+		t.Fatalf("unreachable server: %v; want an error to retry, without the URL", err)
+	}
+}
