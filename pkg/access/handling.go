@@ -207,7 +207,10 @@ func (h *handling) answered(text string) {
 	h.markSeen()
 }
 
-func (h *handling) markSeen() { h.a.markSeen(h.ctx, h.js, h.term.Bot, h.m.MsgID, h.created) }
+func (h *handling) markSeen() {
+	h.markHistoryID()
+	h.a.markSeen(h.ctx, h.js, h.term.Bot, h.m.MsgID, h.created)
+}
 
 // announce tells the pusher of the task (Config.Dispatched).
 func (h *handling) announce() {
@@ -344,7 +347,7 @@ func (h *handling) task(question string, atts []task.Attachment) {
 			h.log.Warn().Msg("early receipt for a callback the queue already had (create_time later than its first delivery: clocks apart by more than the margin?)")
 		}
 		h.log.Debug().Msg("duplicate callback (the queue had its msgid)")
-		a.handled(h.term.Bot, h.created)
+		h.handled()
 		return
 	}
 	a.count(func(s *Stats) { s.Dispatched++ })
@@ -376,7 +379,7 @@ func (h *handling) task(question string, atts []task.Attachment) {
 	} else if _, err := h.js.lc.Open(octx, rec); err != nil {
 		h.log.Error().Err(err).Msg("task record not written; the worker opens it from the queue message")
 	} else if !out.Spooled {
-		a.handled(h.term.Bot, h.created) // recorded in JetStream: past the inbound watermark
+		h.handled() // recorded in JetStream: past the inbound watermark
 	}
 	h.announce()
 	h.log.Debug().Str("task", h.id).Str("tier", rec.Tier).Msg("task dispatched")
@@ -416,7 +419,7 @@ func (h *handling) earlyMissed(rec *task.Record, rcpt sent, err error) {
 		// Recorded as refused, the pusher sends it as the final frame
 		// of this stream.
 		if rerr := a.refuseLater(h.ctx, h.js, rec); rerr == nil {
-			a.handled(h.term.Bot, h.created)
+			h.handled()
 			h.announce()
 			return
 		}
@@ -447,7 +450,7 @@ func (h *handling) busy(rec *task.Record) {
 		h.markSeen()
 		return
 	}
-	a.handled(h.term.Bot, h.created)
+	h.handled()
 	h.announce() // the pusher steps it now, not at its next resync
 }
 

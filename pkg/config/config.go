@@ -66,9 +66,10 @@ type Config struct {
 // and answered late, by push.
 type Backfill struct {
 	// HistoryURL is the base URL of the WeCom simulator's control API
-	// (GET /control/history), the one history source there is. "" turns
-	// the backfill off (WeCom's own API has no history for AI bots); the
-	// demo sets it to its simulator.
+	// (GET /control/history), a history source for tests and the demo.
+	// "" (the default, production): WeCom's own message history, the "msg"
+	// MCP server each bot's connection names; where the bot's msg
+	// capability is not authorized, a gap is marked and paged instead.
 	HistoryURL string `yaml:"history_url"`
 	// Overlap is how far before the inbound watermark a pass reads.
 	// Default 60s.

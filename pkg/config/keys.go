@@ -164,7 +164,7 @@ var Keys = []Key{
 	{Name: "ai.http.url", Flag: "ai-http-url", Usage: "the http backend's endpoint (an n8n webhook, your agent)", set: str(func(c *Config) *string { return &c.AI.HTTP.URL })},
 	{Name: "ai.http.token_file", Flag: "ai-http-token-file", Usage: "file holding the bearer token sent to ai.http.url (unset: none)", set: str(func(c *Config) *string { return &c.AI.HTTP.TokenFile })},
 	{Name: "ai.http.timeout", Flag: "ai-http-timeout", Usage: "one http answer, request to the end of the answer", set: dur(func(c *Config) *time.Duration { return &c.AI.HTTP.Timeout })},
-	{Name: "backfill.history_url", Flag: "backfill-history-url", Usage: "history source for the gap backfill: the WeCom simulator's base URL (\"\" off)", set: str(func(c *Config) *string { return &c.Backfill.HistoryURL })},
+	{Name: "backfill.history_url", Flag: "backfill-history-url", Usage: "history source for the gap backfill: the WeCom simulator's base URL (\"\": WeCom's own message history, the bot's msg MCP server)", set: str(func(c *Config) *string { return &c.Backfill.HistoryURL })},
 	{Name: "backfill.overlap", Flag: "backfill-overlap", Usage: "how far before the inbound watermark a backfill pass reads", set: dur(func(c *Config) *time.Duration { return &c.Backfill.Overlap })},
 	{Name: "backfill.max_messages", Flag: "backfill-max-messages", Usage: "missed messages one backfill pass answers at most", set: integer(func(c *Config) *int { return &c.Backfill.MaxMessages })},
 	{Name: "spool.max_entries", Flag: "spool-max-entries", Usage: "tasks the local spool keeps while JetStream is away; past it a task is refused and its user told to try later", set: integer(func(c *Config) *int { return &c.Spool.MaxEntries })},

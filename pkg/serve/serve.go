@@ -182,11 +182,7 @@ func Run(ctx context.Context, o Options) error {
 	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget, cfg.Push.BudgetHourly), cfg: cfg, bots: live,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
 		skew: &skew.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
-	var history backfill.HistorySource // nil: no gap backfill
-	if cfg.Backfill.HistoryURL != "" {
-		history = &backfill.SimHistory{Base: cfg.Backfill.HistoryURL}
-	}
-	n.backfill = backfill.New(backfill.Options{Source: history, Overlap: cfg.Backfill.Overlap, MaxMessages: cfg.Backfill.MaxMessages,
+	n.backfill = backfill.New(backfill.Options{Source: backfill.SourceFor(cfg.Backfill.HistoryURL), Overlap: cfg.Backfill.Overlap, MaxMessages: cfg.Backfill.MaxMessages,
 		Rate: cfg.Backfill.Rate, AuditEvery: cfg.Backfill.AuditEvery, Logger: log})
 	n.obs = newObserver(n, nc, o.Etcd)
 	var wg sync.WaitGroup

@@ -29,6 +29,7 @@ func (h termHooks) Drain(ctx context.Context, term *election.Term) {
 func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Conn) {
 	var p *pusher.Pusher
 	defer func(ended func(*pusher.Pusher)) { ended(p) }(n.obs.term(term.Bot, conn))
+	defer n.backfill.Connected(term.Bot, conn)()
 	select {
 	case <-n.ready:
 	case <-ctx.Done():

@@ -383,6 +383,7 @@ var knownCmds = map[string]bool{
 	wecom.CmdUploadMediaInit:   true,
 	wecom.CmdUploadMediaChunk:  true,
 	wecom.CmdUploadMediaFinish: true,
+	CmdGetMCPConfig:            true,
 }
 
 func (c *conn) handle(data []byte) {
@@ -428,6 +429,8 @@ func (c *conn) handle(data []byte) {
 		c.sendMsg(b, &f)
 	case wecom.CmdUploadMediaInit, wecom.CmdUploadMediaChunk, wecom.CmdUploadMediaFinish:
 		c.upload(b, &f)
+	case CmdGetMCPConfig:
+		c.mcpConfig(b, &f) // mcp.go
 	}
 }
 

@@ -8,6 +8,10 @@
 // subscription, a chat whose device shows no streams), to set what a frame
 // over the quota gets (refused with 45009, or dropped silently) and to read what the users would see
 // (transcripts), what the bots did (stats) and what they were sent (history).
+// It also serves WeCom's message history as the bots reach it: the "msg" MCP
+// server a bot's connection names (aibot_get_mcp_config), authorized per bot
+// and scoped to the bot's conversations or an authorizing member's (mcp.go,
+// mcpmsg.go).
 //
 // Guarantees:
 //   - every rule the simulator knows is enforced on every frame and counted

@@ -43,6 +43,7 @@ type Server struct {
 	robot robots     // the group robot's webhook (robot.go)
 	files mediaFiles // media users sent, served encrypted (media.go)
 	shown botImages  // images bots showed, for the demo page (botmedia.go)
+	mcp   mcpState   // the MCP servers' tokens, sessions and authorizations (mcp.go)
 
 	wg sync.WaitGroup // one per connection handler
 }
@@ -104,6 +105,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/control/", s.serveControl)
 	mux.HandleFunc("POST /cgi-bin/webhook/send", s.httpRobotSend)
 	mux.HandleFunc("GET /media/{id}", s.httpMedia)
+	mux.HandleFunc("POST /mcp/{token}", s.httpMCP)
+	mux.HandleFunc("POST /control/mcp_access", s.httpMCPAccess)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s: the WebSocket is at / and the control API under /control/", r.URL.Path))

@@ -31,6 +31,28 @@ type Options struct {
 	Logger     zerolog.Logger
 }
 
+// SourceFor is a node's history source: the WeCom simulator's history API
+// at historyURL (backfill.history_url), or, without one, WeCom's own
+// message history over each bot's connection (WeComHistory).
+func SourceFor(historyURL string) HistorySource {
+	if historyURL != "" {
+		return &SimHistory{Base: historyURL}
+	}
+	return &WeComHistory{}
+}
+
+// Connected tells the history source which connection this node holds
+// for bot (WeComHistory asks its server over it); the returned func
+// forgets it again.
+func (b *Backfiller) Connected(bot string, c Conn) (gone func()) {
+	w, ok := b.opts.Source.(*WeComHistory)
+	if !ok {
+		return func() {}
+	}
+	w.Connected(bot, c)
+	return func() { w.Disconnected(bot, c) }
+}
+
 // Backfiller is a node's gap backfill over every bot it leads: the
 // passes at a term's start and after an incident (Pass), the history
 // audit while a term lasts (Audit), and the health monitor's count of
@@ -166,6 +188,14 @@ func (b *Backfiller) Pass(ctx context.Context, term *election.Term) (Report, err
 			return rep, nil
 		case ctx.Err() != nil:
 			return rep, ctx.Err()
+		case errors.Is(err, ErrNoHistory):
+			// The source cannot give this gap (not authorized, not
+			// covered): asking again would not change that, nor would
+			// the next term's pass. The gap is the caller's to mark, and
+			// the watermark moves on, as without a source.
+			log.Warn().Err(err).Msg("gap backfill: the history cannot give the gap's messages")
+			finished = true
+			return rep, err
 		default:
 			wait = backoff.Next()
 			log.Warn().Err(err).Dur("retry_in", wait).Msg("gap backfill failed; retrying")
@@ -214,6 +244,9 @@ func (b *Backfiller) Audit(ctx context.Context, term *election.Term) {
 		until := time.Now().Add(-auditLag)
 		rep, err := Run(ctx, cfg, term.Bot, from.Add(-cfg.Overlap), until)
 		switch {
+		case err != nil && errors.Is(err, ErrNoHistory):
+			log.Debug().Err(err).Msg("history audit: the history cannot give this window")
+			continue
 		case err != nil:
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Msg("history audit failed; the next one reads this window again")

@@ -29,11 +29,18 @@
 // A node runs all three through one Backfiller, bound to the store and
 // the inbound path once JetStream answers.
 //
-// What is not covered: WeCom's public API has no message history for AI
-// bots (assumed); without a HistorySource (the simulator's history API is
-// the one implementation) no pass runs, and the log says so once per term
-// (pkg/heal/health then marks the conversations active around an outage's gap
-// "may be incomplete" and, for an outage, pages a person). A pass is
+// Two HistorySources: WeComHistory, WeCom's own message history (the
+// "msg" MCP server each bot's connection names; production), and
+// SimHistory, the simulator's history API (backfill.history_url).
+//
+// What is not covered: a gap WeCom's history cannot give (the bot's msg
+// capability not authorized, a gap older than its 7 days, a history of an
+// authorizing member's chats only) ends the pass at once with an error
+// matching ErrNoHistory and saying which (ErrNotAuthorized,
+// ErrNotCovered); without a HistorySource no pass runs. pkg/heal/health
+// then marks the conversations active around an outage's gap "may be
+// incomplete", pages a person for an outage, and writes the reason in the
+// incident. A pass is
 // bounded by MaxMessages; what is beyond it, or refused, is reported as not
 // filled (Report.Unfilled): pkg/heal/health marks those conversations "may be
 // incomplete", the next answer there tells the user, and a data incident

@@ -85,7 +85,7 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 	note := ""
 	switch {
 	case noHistory:
-		note = "no history source (backfill.history_url): messages sent while the bot was away cannot be recovered"
+		note = noHistoryWhy(berr) + ": messages sent while the bot was away cannot be recovered"
 	case berr != nil:
 		note = "backfill failed: " + berr.Error()
 	}
@@ -98,7 +98,7 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 		i.Note(h.now(), h.cfg.NodeID, "backfill: %d read, %d already handled, %d answered late, %d not filled", rep.Read, rep.Known, rep.Filled, rep.NotFilled)
 	})
 	if noHistory && !dropped.IsZero() && recovered.After(dropped) {
-		h.unchecked(ctx, bd, b.id, id, dropped, recovered, pending)
+		h.unchecked(ctx, bd, b.id, id, dropped, recovered, pending, noHistoryWhy(berr))
 	}
 
 	replayed, failed, expired := 0, 0, 0
@@ -139,6 +139,16 @@ func (h *Health) compensate(ctx context.Context, bd *binding, b *botState, term 
 	if ran && berr == nil && h.cfg.Overlap > 0 {
 		h.trailingPass(ctx, bd, b, term, id, recovered)
 	}
+}
+
+// noHistoryWhy says why a gap's messages could not be read: the source's
+// reason (WeCom's history not authorized, or not covering the gap), or
+// that there is no source.
+func noHistoryWhy(err error) string {
+	if err != nil && err != ErrNoHistory && errors.Is(err, ErrNoHistory) {
+		return err.Error()
+	}
+	return "no history source (backfill.history_url)"
 }
 
 // trailingPass reads the history once more at recovered + Overlap, so the
@@ -325,7 +335,7 @@ const maxUnchecked = 256
 // blip reconnected at once) also opens the bot's data incident at level
 // human: a person must look, as for a backfill that could not fill
 // everything. A shorter one is recorded in the outage's incident only.
-func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string, from, to time.Time, pending []string) {
+func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string, from, to time.Time, pending []string, source string) {
 	lookback := h.cfg.Overlap
 	if lookback <= 0 {
 		lookback = time.Minute // backfill's default overlap
@@ -344,8 +354,8 @@ func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string,
 	if len(chats) > maxUnchecked {
 		more, chats = len(chats)-maxUnchecked, chats[:maxUnchecked]
 	}
-	why := fmt.Sprintf("no history source (backfill.history_url): messages sent between %s and %s, while the bot was away, could not be checked for missed messages",
-		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	why := fmt.Sprintf("%s: messages sent between %s and %s, while the bot was away, could not be checked for missed messages",
+		source, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	if len(chats) > 0 {
 		if err := MarkIncomplete(ctx, bd.kv, bot, chats, why, h.now()); err != nil {
 			h.log.Error().Err(err).Str("bot", bot).Msg("conversations not marked incomplete")
@@ -362,8 +372,8 @@ func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string,
 	if !page {
 		return
 	}
-	next := fmt.Sprintf("bot %s has no history source: look in WeCom at its conversations between %s and %s (those listed were active then and are marked \"may be incomplete\"), answer what was missed, then `botctl incidents ack <id>`",
-		bot, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	next := fmt.Sprintf("bot %s's missed messages cannot be read (%s): look in WeCom at its conversations between %s and %s (those listed were active then and are marked \"may be incomplete\"), answer what was missed, then `botctl incidents ack <id>`",
+		bot, source, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	inc := h.open(ctx, bd, incident.Incident{Bot: bot, Kind: incident.Data, Level: incident.Human, Signal: incident.SignalBackfill,
 		Reason: "gap not checked: " + why, Next: next, Dropped: now, Detected: now})
 	if inc == nil {

@@ -1,0 +1,35 @@
+package access
+
+import (
+	"github.com/botctl/botctl/pkg/heal/backfill"
+	"github.com/botctl/botctl/pkg/wecom"
+)
+
+// handled records that the callback was handled to the end: past the
+// inbound watermark, and known under the id WeCom's message history
+// gives it (backfill.HistoryMsgID), which carries no msgid: a gap
+// backfill that reads the history over this message (its overlap) finds
+// it known and does not answer it twice. The mark is written after the
+// message's record, off the receipt's path.
+func (h *handling) handled() {
+	h.markHistoryID()
+	h.a.handled(h.term.Bot, h.created)
+}
+
+// markHistoryID marks the callback seen under its history id. Only text
+// messages: the history gives no text of the others, and a gap backfill
+// answers none of them.
+func (h *handling) markHistoryID() {
+	m := h.m
+	if h.js == nil || m.MsgType != wecom.MsgTypeText || m.Text == nil || m.CreateTime == 0 {
+		return
+	}
+	chatType := wecom.ChatSingle
+	if m.ChatType == wecom.ChatGroup {
+		chatType = wecom.ChatGroup
+	}
+	id := backfill.HistoryMsgID(h.term.Bot, chatType, m.Conversation(), m.From.UserID, h.created, wecom.MsgTypeText, m.Text.Content)
+	if err := h.js.store.MarkSeen(h.ctx, h.term.Bot, id); err != nil {
+		h.log.Debug().Err(err).Msg("message not marked seen under its history id; a gap backfill from WeCom's history may answer it again")
+	}
+}
