@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -182,7 +182,7 @@ func (f *clusterFlags) clusterConfig() (config.Config, error) {
 
 // jetStream connects to the NATS of natsConfig; the caller closes the
 // connection.
-func (f *clusterFlags) jetStream() (jetstream.JetStream, config.NATS, error) {
+func (f *clusterFlags) jetStream() (natsjs.JetStream, config.NATS, error) {
 	n, err := f.natsConfig()
 	if err != nil {
 		return nil, n, err
@@ -192,7 +192,7 @@ func (f *clusterFlags) jetStream() (jetstream.JetStream, config.NATS, error) {
 }
 
 // connect connects to the NATS of n; the caller closes the connection.
-func (f *clusterFlags) connect(n config.NATS) (jetstream.JetStream, error) {
+func (f *clusterFlags) connect(n config.NATS) (natsjs.JetStream, error) {
 	opts, err := n.Options()
 	if err != nil {
 		return nil, usageError{err}
@@ -205,7 +205,7 @@ func (f *clusterFlags) connect(n config.NATS) (jetstream.JetStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS at %s: %w (is it running? check --nats, and nats.ca_file/cert_file/key_file or the nats credentials if it asks for TLS or a user)", u, redact.Error(err))
 	}
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -215,7 +215,7 @@ func (f *clusterFlags) connect(n config.NATS) (jetstream.JetStream, error) {
 
 // store connects to the NATS of clusterConfig and opens the declared
 // streams and buckets of the prefix; the caller calls the returned close.
-func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
+func (f *clusterFlags) store() (*jetstream.Store, func(), error) {
 	cfg, err := f.clusterConfig()
 	if err != nil {
 		return nil, nil, err
@@ -231,7 +231,7 @@ func (f *clusterFlags) store() (*dataplane.Store, func(), error) {
 	// changes no deployed replicas or limits (the media store's bound and
 	// the reservation among them): a deployment that exists keeps its own,
 	// whatever this command's config says.
-	s, err := dataplane.Declare(ctx, js, cfg.DataPlane())
+	s, err := jetstream.Declare(ctx, js, cfg.DataPlane())
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("open task streams and buckets (prefix %s): %w", cfg.NATS.Prefix, err)

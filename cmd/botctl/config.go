@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/compaction"
 	"github.com/botctl/botctl/pkg/config"
@@ -138,7 +138,7 @@ func checkDeployed(cmd *cobra.Command, path string) error {
 	defer js.Conn().Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 	defer cancel()
-	found, err := dataplane.Mismatches(ctx, js, cfg.DataPlane())
+	found, err := jetstream.Mismatches(ctx, js, cfg.DataPlane())
 	if err != nil {
 		return fmt.Errorf("read the deployed streams and buckets (prefix %s): %w", cfg.NATS.Prefix, err)
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 )
 
 // config check --nats compares the file's data-plane options with the
@@ -15,7 +15,7 @@ import (
 // started with the file would keep the deployed value); a file that
 // matches passes.
 func TestConfigCheckComparesDeployedDataPlane(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{MediaTTL: 2 * time.Hour})
+	env := testenv.StartJetStream(t, jetstream.Options{MediaTTL: 2 * time.Hour})
 	url := env.Server.ClientURL()
 
 	p := write(t, fmt.Sprintf("nats:\n  url: %s\n  replicas: 3\n", url))

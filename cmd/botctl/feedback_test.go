@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -16,7 +16,7 @@ import (
 // `botctl feedback` summarises each task's latest verdict per bot (text
 // and --json), and `botctl tasks show` prints a task's.
 func TestFeedbackSummaryAndTaskShow(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	url := env.Server.ClientURL()
 	ctx := context.Background()
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/incident"
 )
 
@@ -17,7 +17,7 @@ import (
 // incidents show --json prints one the same way, and incidents ack --json
 // the incident after the ack.
 func TestIncidentsJSONTimesAndAck(t *testing.T) {
-	js := testenv.StartJetStream(t, dataplane.Options{})
+	js := testenv.StartJetStream(t, jetstream.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	incs := incident.NewStore(js.Store.Incidents())

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 )
 
 // A CLI command run without the nodes' nats.replicas leaves the
@@ -16,7 +16,7 @@ import (
 // failed to declare its consumer, 10126).
 func TestCLIKeepsTheDeploymentsReplicas(t *testing.T) {
 	urls := testenv.StartNATSCluster(t, 3)
-	st, _ := testenv.DeclareOnCluster(t, urls, dataplane.Options{Replicas: 3})
+	st, _ := testenv.DeclareOnCluster(t, urls, jetstream.Options{Replicas: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if out, err := run(t, "tasks", "list", "--nats", urls[1]); err != nil {
@@ -39,7 +39,7 @@ func TestCLIKeepsTheDeploymentsReplicas(t *testing.T) {
 // store's bound and the reservation as the nodes declared them (its own
 // config asks for the defaults: a 4 GiB bound, 1 GiB reserved).
 func TestCLIKeepsTheMediaBound(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{MediaMaxBytes: 8 << 20, ReserveBytes: 4 << 20})
+	env := testenv.StartJetStream(t, jetstream.Options{MediaMaxBytes: 8 << 20, ReserveBytes: 4 << 20})
 	if out, err := run(t, "tasks", "list", "--nats", env.Server.ClientURL()); err != nil {
 		t.Fatalf("tasks list: %v\n%s", err, out)
 	}

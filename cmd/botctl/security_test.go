@@ -12,7 +12,7 @@ import (
 
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -67,7 +67,7 @@ nats:
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, _ := natsjs.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.Stream(ctx, "BOTCTL_STAGING_TASKS"); err != nil {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/metrics"
 	"github.com/botctl/botctl/pkg/node"
@@ -22,7 +22,7 @@ import (
 // its users are owed something.
 func TestStatusShowsOpenDataIncident(t *testing.T) {
 	ep := startEtcd(t)
-	js := testenv.StartJetStream(t, dataplane.Options{})
+	js := testenv.StartJetStream(t, jetstream.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})

@@ -10,10 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/oneline"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 )
@@ -95,10 +95,10 @@ func knownState(s string) bool {
 	return false
 }
 
-func listTasks(ctx context.Context, s *dataplane.Store, bot, state string) ([]*task.Record, error) {
+func listTasks(ctx context.Context, s *jetstream.Store, bot, state string) ([]*task.Record, error) {
 	lister, err := s.Tasks().ListKeys(ctx)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
+		if errors.Is(err, natsjs.ErrNoKeysFound) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("list tasks: %w", err)
@@ -127,7 +127,7 @@ func newTasksShowCmd(cf *clusterFlags) *cobra.Command {
 		Use:   "show TASK_ID [--json]",
 		Short: "Show a task: its raw context, both states, every transition, and its output",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *dataplane.Store, r *task.Record) error {
+		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			out, _ := task.ReadOutput(ctx, s, r.ID, r.Exec.Finished())
 			if asJSON {
 				// "output" keeps its shape: done is the record's word (the
@@ -196,7 +196,7 @@ type outputView struct {
 
 // onTask opens the store, reads the task named by the command's argument,
 // and runs fn on it: the frame of every single-task subcommand.
-func onTask(cf *clusterFlags, fn func(ctx context.Context, cmd *cobra.Command, s *dataplane.Store, r *task.Record) error) func(*cobra.Command, []string) error {
+func onTask(cf *clusterFlags, fn func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		s, closeFn, err := cf.store()
 		if err != nil {
@@ -213,9 +213,9 @@ func onTask(cf *clusterFlags, fn func(ctx context.Context, cmd *cobra.Command, s
 	}
 }
 
-func getTask(ctx context.Context, s *dataplane.Store, id string) (*task.Record, uint64, error) {
+func getTask(ctx context.Context, s *jetstream.Store, id string) (*task.Record, uint64, error) {
 	r, rev, err := task.Get(ctx, s.Tasks(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return nil, 0, usageErrorf("no task %s (see 'botctl tasks list')", id)
 	}
 	return r, rev, err
@@ -240,7 +240,7 @@ func newTasksRetryCmd(cf *clusterFlags) *cobra.Command {
 		Use:   "retry TASK_ID",
 		Short: "Run a finished task again and deliver the new answer",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *dataplane.Store, r *task.Record) error {
+		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			if _, err := lifecycle(s).Retry(ctx, r.ID, "operator retry"); err != nil {
 				return lifecycleError(r, err)
 			}
@@ -255,7 +255,7 @@ func newTasksCancelCmd(cf *clusterFlags) *cobra.Command {
 		Use:   "cancel TASK_ID",
 		Short: "Stop a queued, running or stuck task (its worker stops within a second), free its conversation and tell the user",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *dataplane.Store, r *task.Record) error {
+		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			if _, err := lifecycle(s).Cancel(ctx, r.ID, "operator cancel"); err != nil {
 				return lifecycleError(r, err)
 			}
@@ -270,7 +270,7 @@ func newTasksRedeliverCmd(cf *clusterFlags) *cobra.Command {
 		Use:   "redeliver TASK_ID",
 		Short: "Deliver a finished task's answer again, by push (after a failed or doubtful delivery)",
 		Args:  exactArgs(1, "TASK_ID"),
-		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *dataplane.Store, r *task.Record) error {
+		RunE: onTask(cf, func(ctx context.Context, cmd *cobra.Command, s *jetstream.Store, r *task.Record) error {
 			if _, err := lifecycle(s).Redeliver(ctx, r.ID, "operator redeliver"); err != nil {
 				if errors.Is(err, task.ErrNotFinished) {
 					return usageErrorf("task %s has no complete answer to deliver (exec %s): wait for it, or cancel and retry it", r.ID, r.Exec)
@@ -350,7 +350,7 @@ func releaseConversation(ctx context.Context, cf *clusterFlags, bot, chat string
 	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
 	defer cancel()
 	rel := task.Released{Bot: bot, Chat: chat, Record: "none"}
-	msg, qerr := dataplane.ReleaseQueued(ctx, js, n.Prefix, bot, chat)
+	msg, qerr := jetstream.ReleaseQueued(ctx, js, n.Prefix, bot, chat)
 	if qerr != nil {
 		return rel, fmt.Errorf("%w; and the queue alone: %w", err, qerr)
 	}
@@ -370,7 +370,7 @@ func releaseConversation(ctx context.Context, cf *clusterFlags, bot, chat string
 
 // lifecycle is the operator's hand on task records ("botctl" in every
 // transition it writes).
-func lifecycle(s *dataplane.Store) *task.Lifecycle {
+func lifecycle(s *jetstream.Store) *task.Lifecycle {
 	return task.NewLifecycle(s, "botctl", zerolog.Nop())
 }
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -15,7 +15,7 @@ import (
 // `botctl tasks show` says which AI backend answered and what became of
 // each one asked before it.
 func TestTasksShowListsBackends(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	lc := task.NewLifecycle(env.Store, "w1", zerolog.Nop())
 	r := task.New("b", "m1", time.Now())
 	r.Chat, r.ChatType, r.User = "alice", "single", "alice"

@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
 
 // `botctl tasks show` lists the files a task came with.
 func TestTasksShowListsFiles(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	r := task.New("b", "m1", time.Now())
 	r.Chat, r.ChatType, r.User = "alice", "single", "alice"
 	r.Attachments = []task.Attachment{{Kind: "image", Name: "cat.png", MIME: "image/png", Size: 2345, Width: 64, Height: 48, Key: r.ID + "/0"}}

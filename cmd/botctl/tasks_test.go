@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
 
 // publishTask queues a task for chat of bot "b", and opens its record
 // unless withoutRecord (the leader's write failed).
-func publishTask(t *testing.T, st *dataplane.Store, msgid, chat string, withoutRecord bool) task.Message {
+func publishTask(t *testing.T, st *jetstream.Store, msgid, chat string, withoutRecord bool) task.Message {
 	t.Helper()
 	ctx := context.Background()
 	r := task.New("b", msgid, time.Now())
@@ -33,7 +33,7 @@ func publishTask(t *testing.T, st *dataplane.Store, msgid, chat string, withoutR
 	return m
 }
 
-func held(t *testing.T, st *dataplane.Store, chat string) bool {
+func held(t *testing.T, st *jetstream.Store, chat string) bool {
 	t.Helper()
 	msg, err := st.ConversationTask(context.Background(), "b", chat)
 	if err != nil {
@@ -47,7 +47,7 @@ func held(t *testing.T, st *dataplane.Store, chat string) bool {
 // message, so its user is told), says so, and says when there is nothing
 // to release.
 func TestTasksReleaseWithoutARecord(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	url := env.Server.ClientURL()
 	m := publishTask(t, env.Store, "m1", "alice", true)
 
@@ -81,7 +81,7 @@ func TestTasksReleaseWithoutARecord(t *testing.T) {
 // record was not written.
 func TestTasksReleaseWhileTheTasksBucketFails(t *testing.T) {
 	fault := testenv.StartBucketFault(t)
-	_, probe := fault.Store(t, fault.ProbeURL, dataplane.Options{})
+	_, probe := fault.Store(t, fault.ProbeURL, jetstream.Options{})
 	m := publishTask(t, probe, "m1", "bob", false)
 	fault.Fail(t, probe.Names().TasksBucket)
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -17,7 +17,7 @@ import (
 // output (whatever the bot's ai.show_thinking): a line, and whole in
 // --json.
 func TestTasksShowTheThinking(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	lc := task.NewLifecycle(env.Store, "w1", zerolog.Nop())
 	r := task.New("b", "m1", time.Now())
 	r.Chat, r.ChatType, r.User = "alice", "single", "alice"

@@ -31,7 +31,7 @@ const (
 const longFuncsFile = "longfuncs.txt"
 
 // productionDirs are the trees of production code, relative to root.
-var productionDirs = []string{"cmd", "pkg", "election", "dataplane", "jetstream"}
+var productionDirs = []string{"cmd", "pkg", "election", "jetstream"}
 
 // longFuncs returns every function of the production trees longer than
 // maxFuncLines, by "path:Func", with its length.

@@ -24,7 +24,7 @@ const root = "../.."
 const (
 	maxFileLines      = 700 // a non-test Go file outside test/
 	maxServeLines     = 400 // pkg/serve/serve.go: wiring only
-	maxFuncTypeFields = 20  // func-typed fields of non-test structs in pkg/, election/, dataplane/
+	maxFuncTypeFields = 20  // func-typed fields of non-test structs in pkg/, election/, jetstream/
 )
 
 // goFiles lists the non-test Go files under dirs (relative to root).
@@ -58,7 +58,7 @@ func lines(t *testing.T, p string) int {
 }
 
 func TestNoFileOverTheLimit(t *testing.T) {
-	for _, p := range goFiles(t, "cmd", "election", "dataplane", "pkg", "internal") {
+	for _, p := range goFiles(t, "cmd", "election", "jetstream", "pkg", "internal") {
 		if n := lines(t, p); n > maxFileLines {
 			t.Errorf("%s has %d lines (at most %d): split it by concept", p, n, maxFileLines)
 		}
@@ -131,7 +131,7 @@ func funcTypeFields(t *testing.T, files []string) []string {
 // remain are documented hooks (clocks for tests, options), not the data
 // path.
 func TestFewFuncTypedFields(t *testing.T) {
-	fields := funcTypeFields(t, goFiles(t, "pkg", "election", "dataplane"))
+	fields := funcTypeFields(t, goFiles(t, "pkg", "election", "jetstream"))
 	if len(fields) > maxFuncTypeFields {
 		t.Errorf("%d func-typed struct fields (at most %d); make the new ones small interfaces defined by their caller:\n%s",
 			len(fields), maxFuncTypeFields, strings.Join(fields, "\n"))
@@ -167,7 +167,7 @@ var timeWaits = map[string]bool{"NewTimer": true, "NewTicker": true, "After": tr
 // touch the time package's timers.
 func TestWaitsGoThroughTheClock(t *testing.T) {
 	var dirs []string
-	for _, d := range []string{"cmd", "pkg", "election", "dataplane", "jetstream"} {
+	for _, d := range []string{"cmd", "pkg", "election", "jetstream"} {
 		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
 			dirs = append(dirs, d)
 		}
@@ -222,7 +222,7 @@ var doubling = regexp.MustCompile(`min\(\s*(2\s*\*\s*\*?\w+|\*?\w+\s*\*\s*2)\s*,
 // place.
 func TestRetriesUseOneBackoff(t *testing.T) {
 	var dirs []string
-	for _, d := range []string{"cmd", "pkg", "election", "dataplane", "jetstream"} {
+	for _, d := range []string{"cmd", "pkg", "election", "jetstream"} {
 		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
 			dirs = append(dirs, d)
 		}
@@ -249,7 +249,7 @@ func TestRetriesUseOneBackoff(t *testing.T) {
 // spelling of the layout.
 func TestEtcdKeysSpelledOnce(t *testing.T) {
 	fset := token.NewFileSet()
-	for _, p := range goFiles(t, "cmd", "pkg", "election", "dataplane") {
+	for _, p := range goFiles(t, "cmd", "pkg", "election", "jetstream") {
 		rel, _ := filepath.Rel(root, p)
 		if strings.HasPrefix(filepath.ToSlash(rel), "pkg/etcdkeys/") {
 			continue

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/natscount"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/nats-io/nats.go"
 )
 
@@ -15,7 +15,7 @@ import (
 // another connection than the sender's, as a test that watches the code
 // under test does.
 func TestCountsWhatWasSentBefore(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	sub, _ := testenv.Connect(t, env.Server.ClientURL())
 	c := natscount.New(t, sub, env.Conn, []string{"x.>", "y"}, func(m *nats.Msg) bool { return string(m.Data) != "skip" })
 	send := func(subj, data string) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/faultproxy"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -119,12 +119,12 @@ func (f *BucketFault) denied(subject string) bool {
 // opts; the connection is closed when the test ends. Its error handler is
 // silent: nats.go's default prints every asynchronous error a fault
 // causes to the test's output.
-func (f *BucketFault) Store(t testing.TB, url string, opts dataplane.Options) (*nats.Conn, *dataplane.Store) {
+func (f *BucketFault) Store(t testing.TB, url string, opts jetstream.Options) (*nats.Conn, *jetstream.Store) {
 	t.Helper()
 	nc, js := Connect(t, url, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := dataplane.Declare(ctx, js, opts)
+	st, err := jetstream.Declare(ctx, js, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

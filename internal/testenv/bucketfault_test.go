@@ -11,22 +11,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // kvs opens buckets failed and other on url's connection (created by the
 // probe beforehand).
-func kvs(t *testing.T, u string) (*nats.Conn, jetstream.KeyValue, jetstream.KeyValue) {
+func kvs(t *testing.T, u string) (*nats.Conn, natsjs.KeyValue, natsjs.KeyValue) {
 	t.Helper()
 	nc, js := Connect(t, u, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var (
-		kv  [2]jetstream.KeyValue
+		kv  [2]natsjs.KeyValue
 		err error
 	)
 	for i, bucket := range []string{"FAILED", "OTHER"} {
-		if kv[i], err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket}); err != nil {
+		if kv[i], err = js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: bucket}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -34,7 +34,7 @@ func kvs(t *testing.T, u string) (*nats.Conn, jetstream.KeyValue, jetstream.KeyV
 }
 
 // put writes key=value and reads it back, each call bounded by 2 s.
-func put(kv jetstream.KeyValue, key, value string) error {
+func put(kv natsjs.KeyValue, key, value string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := kv.PutString(ctx, key, value); err != nil {
@@ -43,7 +43,7 @@ func put(kv jetstream.KeyValue, key, value string) error {
 	return nil
 }
 
-func get(kv jetstream.KeyValue, key string) (string, error) {
+func get(kv natsjs.KeyValue, key string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	e, err := kv.Get(ctx, key)
@@ -72,7 +72,7 @@ func TestBucketFailAndHeal(t *testing.T) {
 	if nc.ConnectedAddr() != proxy.Host || len(nc.DiscoveredServers()) != 0 {
 		t.Fatalf("botctl's connection is to %s, discovered %v: not only the proxy at %s", nc.ConnectedAddr(), nc.DiscoveredServers(), proxy.Host)
 	}
-	for _, kv := range []jetstream.KeyValue{failed, other} {
+	for _, kv := range []natsjs.KeyValue{failed, other} {
 		if err := put(kv, "k", "before"); err != nil {
 			t.Fatalf("put %s before the fault: %v", kv.Bucket(), err)
 		}
@@ -192,14 +192,14 @@ func TestBucketFaultFlipsUnderReads(t *testing.T) {
 	f := StartBucketFault(t)
 	_, probeFailed, probeOther := kvs(t, f.ProbeURL)
 	_, _, other := kvs(t, f.URL)
-	for _, kv := range []jetstream.KeyValue{probeFailed, probeOther} {
+	for _, kv := range []natsjs.KeyValue{probeFailed, probeOther} {
 		if err := put(kv, "k", "v"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 3)
-	for _, kv := range []jetstream.KeyValue{probeFailed, probeOther, other} {
+	for _, kv := range []natsjs.KeyValue{probeFailed, probeOther, other} {
 		go func() {
 			for ctx.Err() == nil {
 				if v, err := get(kv, "k"); err != nil || v != "v" {

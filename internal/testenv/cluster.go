@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // StartNATSCluster starts n clustered JetStream servers in this process
@@ -119,14 +119,14 @@ func (c *NATSCluster) Stop(t testing.TB, i int) {
 // DeclareOnCluster connects to the first of urls and declares botctl's
 // store there with opts, retrying until the cluster's meta group has a
 // leader (a minute at most). The connection is closed when the test ends.
-func DeclareOnCluster(t testing.TB, urls []string, opts dataplane.Options) (*dataplane.Store, jetstream.JetStream) {
+func DeclareOnCluster(t testing.TB, urls []string, opts jetstream.Options) (*jetstream.Store, natsjs.JetStream) {
 	t.Helper()
 	_, js := Connect(t, urls[0])
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := dataplane.Declare(actx, js, opts)
+		st, err := jetstream.Declare(actx, js, opts)
 		acancel()
 		if err == nil {
 			return st, js

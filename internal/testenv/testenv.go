@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -19,14 +19,14 @@ import (
 type JetStream struct {
 	Server  *infra.NATS
 	Conn    *nats.Conn
-	JS      jetstream.JetStream
-	Store   *dataplane.Store
+	JS      natsjs.JetStream
+	Store   *jetstream.Store
 	DataDir string
 }
 
 // StartJetStream starts a server in a temp dir and declares the store with
 // opts (zero: defaults). Everything is closed when the test ends.
-func StartJetStream(t testing.TB, opts dataplane.Options) *JetStream {
+func StartJetStream(t testing.TB, opts jetstream.Options) *JetStream {
 	t.Helper()
 	dir := t.TempDir()
 	srv, err := infra.StartNATS(infra.NATSConfig{DataDir: dir, Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
@@ -37,7 +37,7 @@ func StartJetStream(t testing.TB, opts dataplane.Options) *JetStream {
 	nc, js := Connect(t, srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := dataplane.Declare(ctx, js, opts)
+	store, err := jetstream.Declare(ctx, js, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,14 +46,14 @@ func StartJetStream(t testing.TB, opts dataplane.Options) *JetStream {
 
 // Connect connects to the NATS server at url with opts, closed when the
 // test ends, and returns the connection and its JetStream context.
-func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, natsjs.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,8 +37,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/buildinfo"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/limits"
@@ -98,7 +98,7 @@ type Config struct {
 	// then messages are still received, receipted and handed to Dispatch
 	// (which spools them), deduplicated in memory only, and commands that
 	// need JetStream say so.
-	Store *dataplane.Store
+	Store *jetstream.Store
 	// Dispatch hands a task to compute (required).
 	Dispatch Dispatcher
 	// AllowUsers, AllowChats, MaxQuestionBytes and Texts are every bot's
@@ -169,13 +169,13 @@ type Access struct {
 }
 
 type bound struct {
-	store  *dataplane.Store
+	store  *jetstream.Store
 	lc     *task.Lifecycle
 	limits *limits.Counters // the limits' counts, in store's bucket
 }
 
 // Bind supplies JetStream to an Access made without it (Config.Store nil).
-func (a *Access) Bind(store *dataplane.Store, lc *task.Lifecycle) {
+func (a *Access) Bind(store *jetstream.Store, lc *task.Lifecycle) {
 	if lc == nil {
 		lc = task.NewLifecycle(store, a.cfg.NodeID, a.cfg.Logger).WithClock(a.cfg.Now)
 	}

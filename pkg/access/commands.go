@@ -8,9 +8,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // command runs a slash command and returns the reply.
@@ -25,7 +25,7 @@ func (a *Access) command(ctx context.Context, js *bound, r *Rules, bot, chat, te
 	case "/help":
 		return r.Texts.Help
 	case "/new":
-		if err := js.store.Context().Purge(ctx, dataplane.ConversationKey(bot, chat)); err != nil {
+		if err := js.store.Context().Purge(ctx, jetstream.ConversationKey(bot, chat)); err != nil {
 			return "清除上下文失败，请稍后再试。"
 		}
 		return "好的，已开始新的对话。"
@@ -77,7 +77,7 @@ func (a *Access) current(ctx context.Context, js *bound, bot, chat string) (*tas
 		return nil, err
 	}
 	r, _, err := task.Get(ctx, js.store.Tasks(), m.TaskID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return task.RecordOf(m), nil
 	}
 	return r, err

@@ -8,7 +8,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Known reports whether bot's message msgid was handled or is being
@@ -27,7 +27,7 @@ func (a *Access) Known(ctx context.Context, bot, msgid string) (bool, error) {
 	}
 	if _, err := js.store.Tasks().Get(ctx, task.ID(bot, msgid)); err == nil {
 		return true, nil
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+	} else if !errors.Is(err, natsjs.ErrKeyNotFound) {
 		return false, err
 	}
 	return js.store.Seen(ctx, bot, msgid)

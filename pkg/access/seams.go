@@ -8,7 +8,7 @@ import (
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // The inbound path's hand-offs, each named for what access asks of it.
@@ -101,7 +101,7 @@ type Metrics interface {
 // its conversation's share of the node's downloads. A failure is a
 // *media.Error saying why, for the user, or ctx's cause.
 type Media interface {
-	Fetch(ctx context.Context, obs jetstream.ObjectStore, b media.Batch) ([]task.Attachment, error)
+	Fetch(ctx context.Context, obs natsjs.ObjectStore, b media.Batch) ([]task.Attachment, error)
 	// MessageTimeout is the deadline Fetch holds a message's files to,
 	// from its arrival.
 	MessageTimeout() time.Duration

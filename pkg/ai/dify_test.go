@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -140,7 +140,7 @@ func difyQuestion(user, chat, q string) Request {
 // JetStream, as another node of the cluster has.
 func nodeSessions(t *testing.T, js *testenv.JetStream) *task.Sessions {
 	t.Helper()
-	store, _ := testenv.DeclareOnCluster(t, []string{js.Server.ClientURL()}, dataplane.Options{})
+	store, _ := testenv.DeclareOnCluster(t, []string{js.Server.ClientURL()}, jetstream.Options{})
 	return task.NewSessions(store.Context(), zerolog.Nop())
 }
 
@@ -177,7 +177,7 @@ func TestDifyStream(t *testing.T) {
 // anew in the same answer.
 func TestDifyConversationSurvivesFailover(t *testing.T) {
 	leakCheck(t)
-	js := testenv.StartJetStream(t, dataplane.Options{})
+	js := testenv.StartJetStream(t, jetstream.Options{})
 	f := newFakeDify(t)
 	node1 := f.backend(t, nodeSessions(t, js), DifyConfig{})
 	node2 := f.backend(t, nodeSessions(t, js), DifyConfig{})
@@ -198,7 +198,7 @@ func TestDifyConversationSurvivesFailover(t *testing.T) {
 		t.Fatalf("the next question, on another node, sent conversation_id %q, want %q", conv, first)
 	}
 	// The worker appends the exchange to the same record: the id stays.
-	key := dataplane.ConversationKey("b1", "group1")
+	key := jetstream.ConversationKey("b1", "group1")
 	if err := task.AppendExchange(context.Background(), js.Store.Context(), key, "q2", "a2", task.Memory{Turns: 20, Bytes: 16 << 10}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestDifyConfigErrors(t *testing.T) {
 // name, and its conversation_id stays stored for the user.
 func TestDifyDocExample(t *testing.T) {
 	leakCheck(t)
-	js := testenv.StartJetStream(t, dataplane.Options{})
+	js := testenv.StartJetStream(t, jetstream.Options{})
 	const conv = "45701982-8118-4bc5-8e9b-dcd85c2b1dd3"
 	sessions := nodeSessions(t, js)
 	f := newFakeDify(t)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -48,7 +48,7 @@ type Memory struct {
 	// IdleExpiry forgets a conversation's context once nobody asked
 	// anything for this long: the next question starts afresh. Default
 	// 24h, which is also the most: the context bucket forgets an entry
-	// untouched for 24 h (dataplane.DefaultContextTTL) whatever a bot says.
+	// untouched for 24 h (jetstream.DefaultContextTTL) whatever a bot says.
 	IdleExpiry time.Duration `yaml:"idle_expiry"`
 }
 
@@ -215,8 +215,8 @@ func (s BotSettings) Validate() error {
 	if m.Bytes < 1024 || m.Bytes > MemoryMaxBytes {
 		bad("memory.bytes", "%d: want 1024 to %d", m.Bytes, MemoryMaxBytes)
 	}
-	if m.IdleExpiry < time.Minute || m.IdleExpiry > dataplane.DefaultContextTTL {
-		bad("memory.idle_expiry", "%s: want 1m to %s (the context bucket forgets a conversation untouched that long anyway)", m.IdleExpiry, dataplane.DefaultContextTTL)
+	if m.IdleExpiry < time.Minute || m.IdleExpiry > jetstream.DefaultContextTTL {
+		bad("memory.idle_expiry", "%s: want 1m to %s (the context bucket forgets a conversation untouched that long anyway)", m.IdleExpiry, jetstream.DefaultContextTTL)
 	}
 	return errors.Join(errs...)
 }

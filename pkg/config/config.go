@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/redact"
 	"go.yaml.in/yaml/v3"
 )
@@ -309,11 +309,11 @@ func Defaults() Config {
 		Worker:   Worker{LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI: AI{Kind: AIKindDemo, MaxAnswerBytes: DefaultMaxAnswerBytes, FirstTokenTimeout: DefaultFirstTokenTimeout,
 			Breaker: AIBreaker{Failures: DefaultBreakerFailures, Cooldown: DefaultBreakerCooldown}},
-		Memory: Memory{Turns: 20, Bytes: 16 << 10, IdleExpiry: dataplane.DefaultContextTTL},
+		Memory: Memory{Turns: 20, Bytes: 16 << 10, IdleExpiry: jetstream.DefaultContextTTL},
 		Push: Push{Budget: 20, BudgetHourly: 900, StreamWindow: 6 * time.Minute, Heartbeat: 20 * time.Second,
 			HeartbeatLine: "已进行 %d 分 %02d 秒，仍在处理中", QueuedLine: "排队中，已等待 %d 分 %02d 秒，马上轮到你", TruncatedNote: "（回答较长，完整内容稍后单独发送）",
 			HandoverNote: "（服务切换中，完整回答稍后单独发送）"},
-		NATS: NATS{Replicas: 1, Prefix: dataplane.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second, JetStreamFailover: DefaultJetStreamFailover},
+		NATS: NATS{Replicas: 1, Prefix: jetstream.DefaultPrefix, PingInterval: 5 * time.Second, MaxClockSkew: 5 * time.Second, JetStreamFailover: DefaultJetStreamFailover},
 	}
 	c.Health, c.Recovery = healthDefaults()
 	c.Alert = alertDefaults()

@@ -1,8 +1,8 @@
 package config
 
 import (
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,8 +206,8 @@ func TestCapacityDefaults(t *testing.T) {
 	if cfg.AI.MaxConcurrency != 0 {
 		t.Fatalf("ai.max_concurrency default = %d, want 0 (no limit beyond slots)", cfg.AI.MaxConcurrency)
 	}
-	if 8*MaxSlots > dataplane.DefaultTaskMaxRunning {
-		t.Fatalf("8 nodes of MaxSlots (%d) exceed TaskMaxRunning %d", MaxSlots, dataplane.DefaultTaskMaxRunning)
+	if 8*MaxSlots > jetstream.DefaultTaskMaxRunning {
+		t.Fatalf("8 nodes of MaxSlots (%d) exceed TaskMaxRunning %d", MaxSlots, jetstream.DefaultTaskMaxRunning)
 	}
 	c, err := Load(writeFile(t, "ai:\n  max_concurrency: 40\n"), []string{"BOTCTL_WORKER_SLOTS=600"})
 	if err != nil {

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 )
@@ -47,9 +47,9 @@ func TestNATSCredsFileOperatorMode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect with the account's creds: %v", err)
 	}
-	js, _ := jetstream.New(nc)
+	js, _ := natsjs.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	_, err = dataplane.Declare(ctx, js, dataplane.Options{Prefix: cfg.NATS.Prefix})
+	_, err = jetstream.Declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix})
 	cancel()
 	nc.Close()
 	if err != nil {

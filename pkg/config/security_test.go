@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -175,9 +175,9 @@ func TestNATSTLSVerifyWithPasswordAndNKey(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		js, _ := jetstream.New(nc)
+		js, _ := natsjs.New(nc)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		_, err = dataplane.Declare(ctx, js, dataplane.Options{Prefix: cfg.NATS.Prefix})
+		_, err = jetstream.Declare(ctx, js, jetstream.Options{Prefix: cfg.NATS.Prefix})
 		cancel()
 		nc.Close()
 		if err != nil {

@@ -3,11 +3,11 @@ package config
 import (
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 )
 
 // Spool bounds the node's local spool: the tasks it keeps on disk while
-// JetStream cannot take them (dataplane.Spool), forwarded in order when
+// JetStream cannot take them (jetstream.Spool), forwarded in order when
 // it is back.
 type Spool struct {
 	// MaxEntries and MaxBytes bound what waits in the spool (bytes as
@@ -30,17 +30,17 @@ type Spool struct {
 }
 
 func spoolDefaults() Spool {
-	return Spool{MaxEntries: dataplane.DefaultSpoolMaxEntries, MaxBytes: dataplane.DefaultSpoolMaxBytes,
+	return Spool{MaxEntries: jetstream.DefaultSpoolMaxEntries, MaxBytes: jetstream.DefaultSpoolMaxBytes,
 		Expiry: time.Hour, LateAfter: 2 * time.Minute}
 }
 
 func (c *Config) validateSpool(bad func(key, format string, args ...any)) {
 	s := c.Spool
 	if s.MaxEntries <= 0 {
-		bad("spool.max_entries", "must be positive, got %d (the default is %d)", s.MaxEntries, dataplane.DefaultSpoolMaxEntries)
+		bad("spool.max_entries", "must be positive, got %d (the default is %d)", s.MaxEntries, jetstream.DefaultSpoolMaxEntries)
 	}
 	if s.MaxBytes <= 0 {
-		bad("spool.max_bytes", "must be positive, got %d (the default is %d)", s.MaxBytes, dataplane.DefaultSpoolMaxBytes)
+		bad("spool.max_bytes", "must be positive, got %d (the default is %d)", s.MaxBytes, jetstream.DefaultSpoolMaxBytes)
 	}
 	if s.Expiry <= 0 {
 		bad("spool.expiry", "must be positive, got %s (the default is 1h)", s.Expiry)

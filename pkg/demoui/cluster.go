@@ -6,14 +6,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/oneline"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -94,7 +94,7 @@ type Sources struct {
 	NodeID string
 	Bots   []string // the node's own bots; bots other nodes register are added
 	Etcd   *clientv3.Client
-	Store  *dataplane.Store
+	Store  *jetstream.Store
 }
 
 // ReadView reads the live view. It never fails as a whole: a part that
@@ -146,10 +146,10 @@ func readBot(ctx context.Context, cli *clientv3.Client, id string, errs *[]strin
 	return b
 }
 
-func readTasks(ctx context.Context, s *dataplane.Store, errs *[]string) []TaskView {
+func readTasks(ctx context.Context, s *jetstream.Store, errs *[]string) []TaskView {
 	out := []TaskView{}
 	lister, err := s.Tasks().ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
+	if errors.Is(err, natsjs.ErrNoKeysFound) {
 		return out
 	}
 	if err != nil {
@@ -174,7 +174,7 @@ func readTasks(ctx context.Context, s *dataplane.Store, errs *[]string) []TaskVi
 	return out[:min(len(out), maxTasks)]
 }
 
-func readIncidents(ctx context.Context, s *dataplane.Store, errs *[]string) []IncView {
+func readIncidents(ctx context.Context, s *jetstream.Store, errs *[]string) []IncView {
 	out := []IncView{}
 	incs, err := incident.NewStore(s.Incidents()).List(ctx, incident.Filter{})
 	if err != nil {

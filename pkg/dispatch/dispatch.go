@@ -26,7 +26,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
@@ -80,12 +80,12 @@ type Config struct {
 	Logger  zerolog.Logger
 }
 
-// Queue is tier 1: the JetStream work queue (*dataplane.Store), whose
+// Queue is tier 1: the JetStream work queue (*jetstream.Store), whose
 // per-conversation subject is the conversation's mutex.
 type Queue interface {
 	// PublishTask publishes a task for conversation with the WeCom msgid
-	// as its message id; dataplane.ErrConversationBusy is the red line.
-	PublishTask(ctx context.Context, bot, conversation, msgid string, payload []byte) (dataplane.PublishResult, error)
+	// as its message id; jetstream.ErrConversationBusy is the red line.
+	PublishTask(ctx context.Context, bot, conversation, msgid string, payload []byte) (jetstream.PublishResult, error)
 }
 
 // Spool is the node's local store-and-forward spool, for tasks the queue
@@ -210,7 +210,7 @@ func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup fun
 	res, err := d.cfg.Queue.PublishTask(pctx, m.Bot, m.Chat, m.MsgID, payload)
 	cancel()
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w: no ack within %s: %w", dataplane.ErrUnavailable, d.cfg.PublishTimeout, err)
+		err = fmt.Errorf("%w: no ack within %s: %w", jetstream.ErrUnavailable, d.cfg.PublishTimeout, err)
 	}
 	switch {
 	case err == nil && res.Duplicate:
@@ -219,13 +219,13 @@ func (d *Dispatcher) DispatchUnless(ctx context.Context, m task.Message, dup fun
 	case err == nil:
 		d.count(func(s *Stats) { s.Queued++ })
 		return Outcome{Tier: TierQueue, Seq: res.Seq}, nil
-	case errors.Is(err, dataplane.ErrConversationBusy):
+	case errors.Is(err, jetstream.ErrConversationBusy):
 		// The red line: an answer. Never another tier, never local.
 		d.count(func(s *Stats) { s.Busy++ })
 		return Outcome{Busy: true}, nil
-	case !errors.Is(err, dataplane.ErrUnavailable):
+	case !errors.Is(err, jetstream.ErrUnavailable):
 		// Refused for good (ErrTaskRejected) or the caller gave up.
-		if errors.Is(err, dataplane.ErrTaskRejected) {
+		if errors.Is(err, jetstream.ErrTaskRejected) {
 			d.natsError("publish")
 		}
 		d.count(func(s *Stats) { s.Failed++ })

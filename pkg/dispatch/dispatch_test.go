@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
@@ -18,9 +18,9 @@ import (
 
 // queueFunc, spoolFuncs, localFunc and natsErrors give the tiers and
 // the metrics a test's own behaviour.
-type queueFunc func(ctx context.Context, bot, conv, msgid string, p []byte) (dataplane.PublishResult, error)
+type queueFunc func(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error)
 
-func (f queueFunc) PublishTask(ctx context.Context, bot, conv, msgid string, p []byte) (dataplane.PublishResult, error) {
+func (f queueFunc) PublishTask(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error) {
 	return f(ctx, bot, conv, msgid, p)
 }
 
@@ -56,7 +56,7 @@ type tiers struct {
 
 func setup(t *testing.T) (*testenv.JetStream, *tiers, *dispatch.Dispatcher) {
 	t.Helper()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	tr := &tiers{}
 	tr.fixedCode.Store(http.StatusAccepted)
 	fixed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -168,7 +168,7 @@ func TestDuplicateGoesToNoFallbackTier(t *testing.T) {
 }
 
 func TestNoTierAndNoSpoolIsAnError(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	d, _ := dispatch.New(dispatch.Config{Queue: env.Store, Local: localFunc(func(task.Message) error { return errors.New("no slots") }), Logger: zerolog.Nop()})
 	env.Server.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -181,10 +181,10 @@ func TestNoTierAndNoSpoolIsAnError(t *testing.T) {
 // A conversation whose task waits in the spool is busy: a later message is
 // answered "busy" and goes to no tier, so it cannot overtake the spooled one.
 func TestSpooledConversationIsBusy(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	var published, local atomic.Int32
 	d, err := dispatch.New(dispatch.Config{
-		Queue: queueFunc(func(ctx context.Context, bot, conv, msgid string, p []byte) (dataplane.PublishResult, error) {
+		Queue: queueFunc(func(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error) {
 			published.Add(1)
 			return env.Store.PublishTask(ctx, bot, conv, msgid, p)
 		}),
@@ -208,7 +208,7 @@ func TestSpooledConversationIsBusy(t *testing.T) {
 // else: not a queued task, not a duplicate, not a busy conversation (the
 // red line: an answer, not a failure).
 func TestNATSErrorHearsFailedPublishesOnly(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	var ops []string
 	d, err := dispatch.New(dispatch.Config{Queue: env.Store, Spool: spoolFuncs{keep: func(task.Message, []byte) error { return nil }},
 		Metrics: natsErrors(func(op string) { ops = append(ops, op) }), Logger: zerolog.Nop()})

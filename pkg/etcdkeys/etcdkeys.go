@@ -1,5 +1,5 @@
 // Package etcdkeys is the layout of every key botctl keeps in etcd: the
-// one place their paths are spelled (as dataplane.Names is for NATS). The
+// one place their paths are spelled (as jetstream.Names is for NATS). The
 // packages that own each kind of key take their defaults from here.
 //
 // Under Root:

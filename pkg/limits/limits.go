@@ -6,7 +6,7 @@
 // (Counters.AddTokens) once an answer ends.
 //
 // Where the counts live, and why: in a JetStream KV bucket
-// (dataplane.Store.Limits, BOTCTL_LIMITS), one key per user of a bot
+// (jetstream.Store.Limits, BOTCTL_LIMITS), one key per user of a bot
 // ("<bot>.user.<user>") and one per bot ("<bot>.bot"), each a small JSON
 // counter of the current UTC day and minute, changed by compare-and-set.
 // Every node reads and writes the same counts, so a limit holds across the
@@ -40,8 +40,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/botctl/botctl/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Set is one scope's limits (a user of a bot, or the bot); 0 is no limit.
@@ -112,13 +112,13 @@ func (c count) at(now time.Time) count {
 // Counters count use in the limits bucket. Safe for concurrent use, on
 // any number of nodes.
 type Counters struct {
-	kv  jetstream.KeyValue
+	kv  natsjs.KeyValue
 	now func() time.Time
 }
 
-// New counts in kv (dataplane.Store.Limits); now is the clock (nil:
+// New counts in kv (jetstream.Store.Limits); now is the clock (nil:
 // time.Now).
-func New(kv jetstream.KeyValue, now func() time.Time) *Counters {
+func New(kv natsjs.KeyValue, now func() time.Time) *Counters {
 	if now == nil {
 		now = time.Now
 	}
@@ -126,13 +126,13 @@ func New(kv jetstream.KeyValue, now func() time.Time) *Counters {
 }
 
 // UserKey and BotKey are the counters' keys: "<bot>.user.<user>" and
-// "<bot>.bot", ids encoded as task subjects' (dataplane.EncodeToken).
+// "<bot>.bot", ids encoded as task subjects' (jetstream.EncodeToken).
 func UserKey(bot, user string) string {
-	return dataplane.EncodeToken(bot) + ".user." + dataplane.EncodeToken(user)
+	return jetstream.EncodeToken(bot) + ".user." + jetstream.EncodeToken(user)
 }
 
 // BotKey is the bot-wide counter's key.
-func BotKey(bot string) string { return dataplane.EncodeToken(bot) + ".bot" }
+func BotKey(bot string) string { return jetstream.EncodeToken(bot) + ".bot" }
 
 // errOver is what a change refused by a limit returns inside update.
 var errOver = errors.New("over a limit")
@@ -339,10 +339,10 @@ func (c *Counters) update(ctx context.Context, key string, fn func(*count) error
 		if err == nil {
 			return nil
 		}
-		if !dataplane.LostCAS(err) || attempt >= maxCAS {
+		if !jetstream.LostCAS(err) || attempt >= maxCAS {
 			return fmt.Errorf("limits: count %s: %w", key, err)
 		}
-		dataplane.CASPause(ctx, attempt)
+		jetstream.CASPause(ctx, attempt)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -352,7 +352,7 @@ func (c *Counters) update(ctx context.Context, key string, fn func(*count) error
 // get reads key's count and revision (0: none yet).
 func (c *Counters) get(ctx context.Context, key string) (count, uint64, error) {
 	e, err := c.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return count{}, 0, nil
 	}
 	if err != nil {

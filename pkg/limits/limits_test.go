@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 )
 
 // clock is a settable test clock.
@@ -30,7 +30,7 @@ func admit(t *testing.T, c *Counters, bot, user string, l Limits) string {
 }
 
 func TestMessagesPerMinuteAndDayUTC(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	clk := &clock{t: time.Date(2026, 12, 4, 23, 58, 10, 0, time.UTC)}
 	c := New(env.Store.Limits(), clk.now)
 	l := Limits{User: Set{MessagesPerMinute: 2, MessagesPerDay: 3}}
@@ -70,7 +70,7 @@ func TestMessagesPerMinuteAndDayUTC(t *testing.T) {
 // The bot-wide limit counts every user's messages; a message it refuses
 // is not counted for its user either.
 func TestBotLimitSharedAndUserCountGivenBack(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	c := New(env.Store.Limits(), nil)
 	l := Limits{User: Set{MessagesPerDay: 10}, Bot: Set{MessagesPerDay: 2}}
 	if admit(t, c, "b1", "u1", l) != "" || admit(t, c, "b1", "u2", l) != "" {
@@ -96,7 +96,7 @@ func TestBotLimitSharedAndUserCountGivenBack(t *testing.T) {
 // failover) count together, and concurrent admissions never exceed the
 // limit.
 func TestSharedAcrossCountersConcurrently(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	a, b := New(env.Store.Limits(), nil), New(env.Store.Limits(), nil)
 	l := Limits{Bot: Set{MessagesPerDay: 25}}
 	var admitted atomic.Int64
@@ -123,7 +123,7 @@ func TestSharedAcrossCountersConcurrently(t *testing.T) {
 }
 
 func TestTokensPerDay(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	c := New(env.Store.Limits(), nil)
 	l := Limits{User: Set{TokensPerDay: 100}}
 	ctx := context.Background()
@@ -165,7 +165,7 @@ func admitBytes(t *testing.T, c *Counters, user string, n int64, l Limits) strin
 // refusal gives the user's count back), a release gives bytes back, and
 // a new UTC day starts from zero.
 func TestBytesPerDay(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	clk := &clock{t: time.Date(2026, 12, 4, 23, 0, 0, 0, time.UTC)}
 	c := New(env.Store.Limits(), clk.now)
 	l := Limits{User: Set{BytesPerDay: 1000}, Bot: Set{BytesPerDay: 1500}}

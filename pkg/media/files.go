@@ -9,7 +9,7 @@ import (
 	"strconv"
 
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // ErrGone: an attachment is no longer in the media store (older than
@@ -20,7 +20,7 @@ var ErrGone = errors.New("media: attachment no longer stored")
 // dir ("" is os.TempDir()), as <n>-<name>, and returns the files' paths in
 // order and a cleanup that removes the directory. On error nothing is
 // left behind. An attachment missing from the store is ErrGone.
-func Materialize(ctx context.Context, obs jetstream.ObjectStore, dir, taskID string, atts []task.Attachment) ([]string, func(), error) {
+func Materialize(ctx context.Context, obs natsjs.ObjectStore, dir, taskID string, atts []task.Attachment) ([]string, func(), error) {
 	tmp, err := os.MkdirTemp(dir, "botctl-"+taskID+"-")
 	if err != nil {
 		return nil, func() {}, fmt.Errorf("media: temp dir for task %s: %w", taskID, err)
@@ -35,7 +35,7 @@ func Materialize(ctx context.Context, obs jetstream.ObjectStore, dir, taskID str
 		p := filepath.Join(tmp, strconv.Itoa(i+1)+"-"+name)
 		if err := obs.GetFile(ctx, a.Key, p); err != nil {
 			cleanup()
-			if errors.Is(err, jetstream.ErrObjectNotFound) {
+			if errors.Is(err, natsjs.ErrObjectNotFound) {
 				return nil, func() {}, fmt.Errorf("%w: %s %q (%s)", ErrGone, a.Kind, a.Name, a.Key)
 			}
 			return nil, func() {}, fmt.Errorf("media: read %s of task %s: %w", a.Key, taskID, err)

@@ -9,7 +9,7 @@
 // message from its arrival (the wait for a download slot included), each
 // conversation taking at most its share of the node's slots (slots.go),
 // and stores each in the media object store
-// (dataplane.Store.Media) under <task id>/<n>; the task carries the
+// (jetstream.Store.Media) under <task id>/<n>; the task carries the
 // references (task.Attachment). The worker that runs the task, on any
 // node, copies them to a temporary directory (Materialize) for its
 // backend, and removes them after the run.
@@ -54,10 +54,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Item is one file of a callback to download.
@@ -323,7 +323,7 @@ type Batch struct {
 // the items' order. On the first failure it stops the others, removes
 // what was stored and returns an *Error (ReasonTimeout when the message's
 // deadline passed), or ctx's cause when ctx ended first.
-func (f *Fetcher) Fetch(ctx context.Context, obs jetstream.ObjectStore, b Batch) ([]task.Attachment, error) {
+func (f *Fetcher) Fetch(ctx context.Context, obs natsjs.ObjectStore, b Batch) ([]task.Attachment, error) {
 	items := b.Items
 	if len(items) > MaxItems {
 		return nil, &Error{Item: MaxItems, Kind: items[MaxItems].Kind, Reason: ReasonTooMany, Limit: strconv.Itoa(MaxItems)}
@@ -372,7 +372,7 @@ var (
 
 // remove deletes stored attachments, best effort (the TTL removes what
 // this misses).
-func (f *Fetcher) remove(ctx context.Context, obs jetstream.ObjectStore, atts []task.Attachment) {
+func (f *Fetcher) remove(ctx context.Context, obs natsjs.ObjectStore, atts []task.Attachment) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, a := range atts {
@@ -383,7 +383,7 @@ func (f *Fetcher) remove(ctx context.Context, obs jetstream.ObjectStore, atts []
 }
 
 // one takes item i of b under ctx (the message's deadline).
-func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, b Batch, i int, it Item) (task.Attachment, error) {
+func (f *Fetcher) one(ctx context.Context, obs natsjs.ObjectStore, b Batch, i int, it Item) (task.Attachment, error) {
 	fail := func(r Reason, err error) (task.Attachment, error) {
 		e := &Error{Item: i, Kind: it.Kind, Reason: r, Err: err}
 		switch r {
@@ -456,7 +456,7 @@ func (f *Fetcher) one(ctx context.Context, obs jetstream.ObjectStore, b Batch, i
 		// A refused put may leave the object's name behind (nats.go
 		// publishes it beside the bytes, and purges only the bytes).
 		_ = obs.Delete(sctx, a.Key)
-		if dataplane.MediaFull(err) {
+		if jetstream.MediaFull(err) {
 			return fail(ReasonFull, err)
 		}
 		return fail(ReasonStore, err)

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // sim is a simulator whose media URLs point at its test server.
@@ -66,8 +66,8 @@ func (s *sim) callback(t *testing.T, req wecomsim.MessageRequest) wecom.MsgCallb
 	return wecom.MsgCallback{}
 }
 
-func store(t *testing.T) jetstream.ObjectStore {
-	return testenv.StartJetStream(t, dataplane.Options{}).Store.Media()
+func store(t *testing.T) natsjs.ObjectStore {
+	return testenv.StartJetStream(t, jetstream.Options{}).Store.Media()
 }
 
 func TestFetchStoresDecryptedFilesAndMaterializeCopiesThem(t *testing.T) {
@@ -160,7 +160,7 @@ func TestFetchFailuresSayWhy(t *testing.T) {
 			if !errors.As(err, &me) || me.Reason != c.reason || !strings.Contains(me.Reply(), c.reply) {
 				t.Fatalf("err %v (reply %q): want reason %s, reply naming %q", err, replyOf(me), c.reason, c.reply)
 			}
-			if _, err := obs.GetInfo(context.Background(), "t_"+strings.ReplaceAll(c.name, " ", "_")+"/0"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+			if _, err := obs.GetInfo(context.Background(), "t_"+strings.ReplaceAll(c.name, " ", "_")+"/0"); !errors.Is(err, natsjs.ErrObjectNotFound) {
 				t.Fatalf("the good image stayed stored: %v", err)
 			}
 		})
@@ -228,7 +228,7 @@ func TestFetchWithoutAESKeyTakesTheBytesAsSent(t *testing.T) {
 // that fits is taken as before.
 func TestFetchIntoAFullStoreSaysSo(t *testing.T) {
 	s := newSim(t, wecomsim.Config{})
-	env := testenv.StartJetStream(t, dataplane.Options{MediaMaxBytes: 64 << 10})
+	env := testenv.StartJetStream(t, jetstream.Options{MediaMaxBytes: 64 << 10})
 	obs := env.Store.Media()
 	f := media.New(media.Config{MaxBytes: 1 << 20})
 	ctx := context.Background()
@@ -240,11 +240,11 @@ func TestFetchIntoAFullStoreSaysSo(t *testing.T) {
 	if !errors.As(err, &me) || me.Reason != media.ReasonFull || !strings.Contains(me.Reply(), "存储空间已满") {
 		t.Fatalf("a file past the store's bound: %v (reply %q), want %s saying storage is full", err, replyOf(me), media.ReasonFull)
 	}
-	if _, err := obs.GetInfo(ctx, "t_full/1"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := obs.GetInfo(ctx, "t_full/1"); !errors.Is(err, natsjs.ErrObjectNotFound) {
 		t.Fatalf("the refused file's name stayed stored: %v", err)
 	}
 	objs, err := obs.List(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+	if err != nil && !errors.Is(err, natsjs.ErrNoObjectsFound) {
 		t.Fatal(err)
 	}
 	if len(objs) != 0 {

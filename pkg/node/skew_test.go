@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/skew"
 )
@@ -20,7 +20,7 @@ import (
 // the wrong window).
 func TestNodeFortyMinutesOffLeadsNothing(t *testing.T) {
 	c := newCluster(t, "b1")
-	js := testenv.StartJetStream(t, dataplane.Options{})
+	js := testenv.StartJetStream(t, jetstream.Options{})
 	w := &skew.Watch{Max: 5 * time.Second, Probe: skew.Probe{KV: js.Store.Health(), Key: "clock.off",
 		Now: func() time.Time { return time.Now().Add(40 * time.Minute) }}}
 	ctx, cancel := context.WithCancel(context.Background())

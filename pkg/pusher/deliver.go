@@ -13,7 +13,7 @@ import (
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // finalReserve is how many sends of a conversation's budget per minute
@@ -138,7 +138,7 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
 	defer cancel()
 	rec, rev, err := task.Get(rctx, p.cfg.Store.Tasks(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		if p.missingTooLong(id) {
 			// A notice (or an announcement) for an id with no record:
 			// not stepped every second for ever. A real task comes back

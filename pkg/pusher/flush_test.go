@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
@@ -124,7 +124,7 @@ func heldFrame(t *testing.T, answer bool) string {
 	// The worker: when answer, a flush request for the task writes v3,
 	// stamped by the pusher's clock.
 	var asked atomic.Int32
-	subject := r.js.Store.Names().FlushSubjectPrefix + "." + dataplane.EncodeToken(r.record(rec.ID).Node)
+	subject := r.js.Store.Names().FlushSubjectPrefix + "." + jetstream.EncodeToken(r.record(rec.ID).Node)
 	sub, err := r.js.Store.JetStream().Conn().Subscribe(subject, func(m *nats.Msg) {
 		if string(m.Data) == rec.ID && asked.Add(1) == 1 && answer {
 			write("v1 v2 v3", now)

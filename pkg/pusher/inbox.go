@@ -13,7 +13,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // source is how a task reached the pusher.
@@ -179,7 +179,7 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 	n := 0
 	for _, id := range ids {
 		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if errors.Is(err, natsjs.ErrKeyNotFound) {
 			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id) // expired with its record
 			continue
 		}

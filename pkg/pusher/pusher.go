@@ -18,7 +18,7 @@
 // learn of it late:
 //
 //   - rebuild, at the term's start: every task of the bot not yet
-//     delivered, from the undelivered index (dataplane.Store.UndeliveredTasks,
+//     delivered, from the undelivered index (jetstream.Store.UndeliveredTasks,
 //     which every path that creates a record or reopens its delivery
 //     writes, and delivery clears). Covers failover: what the previous
 //     leader left owed.
@@ -89,7 +89,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pause"
@@ -109,7 +109,7 @@ type Config struct {
 	// (task.Record.Term) is not continued here, its answer is pushed.
 	TermRev int64
 	Conn    *wecom.Conn
-	Store   *dataplane.Store
+	Store   *jetstream.Store
 	// Lifecycle records every delivery step. Default: one on Store.
 	Lifecycle *task.Lifecycle
 	// Metrics, if set, hears the push lag and the store's failures (see

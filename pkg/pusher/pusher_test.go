@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/natscount"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
@@ -47,7 +47,7 @@ type received struct {
 
 func newRig(t *testing.T, simCfg wecomsim.Config) *rig {
 	t.Helper()
-	return newRigOn(t, simCfg, testenv.StartJetStream(t, dataplane.Options{}))
+	return newRigOn(t, simCfg, testenv.StartJetStream(t, jetstream.Options{}))
 }
 
 // newRigOn is newRig on the store js.
@@ -554,7 +554,7 @@ func TestWatermarkAfterDelivery(t *testing.T) {
 	open := r.ask("bob", "b")
 	r.write(open.ID, "part of b", false)
 	wm := func() pusher.Watermark {
-		e, err := r.js.Store.Watermarks().Get(context.Background(), dataplane.BotKey("b"))
+		e, err := r.js.Store.Watermarks().Get(context.Background(), jetstream.BotKey("b"))
 		if err != nil {
 			return pusher.Watermark{}
 		}
@@ -1089,7 +1089,7 @@ func TestNewLeaderAssumesTheUnwrittenFramesSent(t *testing.T) {
 func TestUnansweredReadHoldsNoStep(t *testing.T) {
 	t.Parallel()
 	bucket := testenv.StartBucketFault(t)
-	nc, store := bucket.Store(t, bucket.URL, dataplane.Options{})
+	nc, store := bucket.Store(t, bucket.URL, jetstream.Options{})
 	r := newRigOn(t, wecomsim.Config{}, &testenv.JetStream{Conn: nc, Store: store})
 	r.start(pusher.Config{})
 	rec := r.ask("alice", "hi")

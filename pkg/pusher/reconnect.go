@@ -10,7 +10,7 @@ import (
 
 // followReconnects calls reconnected each time the node's NATS connection
 // comes back (a server left for another: frozen, killed, restarted), until
-// ctx ends. The store tells it (dataplane's Store.Reconnected, the one
+// ctx ends. The store tells it (jetstream's Store.Reconnected, the one
 // follower of the connection's reconnects); the next channel is taken
 // before reconnected runs, so a reconnect during it is heard too.
 //
@@ -38,7 +38,7 @@ func (p *Pusher) followReconnects(ctx context.Context) {
 // reconnected forgets the cached records and outputs of every active task
 // (each next step reads both), moves them ahead of the scan, and makes the
 // output watch again from the last revision it delivered. (The store
-// calls of steps in flight end at the reconnect too: dataplane's
+// calls of steps in flight end at the reconnect too: jetstream's
 // ErrAbandoned.)
 func (p *Pusher) reconnected() {
 	p.mu.Lock()

@@ -13,7 +13,7 @@ import (
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // UploadBudget is WeCom's cap on a bot's uploads: 30 a minute and 1,000
@@ -50,7 +50,7 @@ func (p *Pusher) finalFrame(ctx context.Context, r *task.Record, first string, s
 			return body, 1, nil // too large for one frame: pushed
 		}
 		data, err := p.object(ctx, it.Object)
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
+		if errors.Is(err, natsjs.ErrObjectNotFound) {
 			return body, 1, nil
 		}
 		if err != nil {
@@ -94,7 +94,7 @@ func (p *Pusher) pushItem(ctx context.Context, r *task.Record, chatType int, it 
 	}
 	o := it.Object
 	data, err := p.object(ctx, o)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	if errors.Is(err, natsjs.ErrObjectNotFound) {
 		p.log.Warn().Str("task", r.ID).Str("key", o.Key).Msg("a reply's file is no longer stored; the user is told")
 		return 0, p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, fmt.Sprintf("（%s 已过期，未能发送。）", o.Name))
 	}

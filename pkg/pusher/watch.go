@@ -9,11 +9,11 @@ import (
 	"errors"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Watermark is the pusher's persisted position in the output bucket, per
@@ -46,7 +46,7 @@ type Watermark struct {
 // watched before it kept answers in progress apart) can be past its last
 // revision. Such a watermark is not used: the watch begins at the
 // bucket's first revision, as on a bucket with none. The bucket holds at
-// most one text per task (its last), for dataplane.ProgressTTL: a watch
+// most one text per task (its last), for jetstream.ProgressTTL: a watch
 // from its start, at a bot's first term or after such a restart, costs a
 // delivery per answer in progress, other bots' skipped.
 func (p *Pusher) watchFrom(ctx context.Context) (from uint64) {
@@ -68,7 +68,7 @@ func (p *Pusher) progressEnd(ctx context.Context) (last uint64, ok bool) {
 		p.storeError("output_status", err)
 		return 0, false
 	}
-	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+	if bs, ok := st.(*natsjs.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
 		return bs.StreamInfo().State.LastSeq, true
 	}
 	return 0, false
@@ -118,7 +118,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64) {
 			}
 			p.mu.Unlock()
 		}
-		opt := jetstream.ResumeFromRevision(from + 1)
+		opt := natsjs.ResumeFromRevision(from + 1)
 		// A reconnect (rewatch) ends this watch: its consumer may be on
 		// the server the connection left (reconnect.go).
 		wctx, stop := context.WithCancel(ctx)
@@ -153,7 +153,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64) {
 			rev := e.Revision()
 			var o *task.Output
 			err := errNotAPut // a deletion: an attempt's last write dropped its text in progress
-			if e.Operation() == jetstream.KeyValuePut {
+			if e.Operation() == natsjs.KeyValuePut {
 				o, err = task.DecodeOutput(e.Value())
 			}
 			if err != nil || o.Bot != p.cfg.Bot {
@@ -173,7 +173,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64) {
 
 var errNotAPut = errors.New("not a put")
 
-func (p *Pusher) watermarkKey() string { return dataplane.BotKey(p.cfg.Bot) }
+func (p *Pusher) watermarkKey() string { return jetstream.BotKey(p.cfg.Bot) }
 
 // loadWatermark reads the bot's watermark; ok is false when there is
 // none or it cannot be read.

@@ -3,14 +3,14 @@ package serve
 import (
 	"fmt"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/incident"
 )
 
 // newAlerter builds the alerter of the configured sinks (nil, nil: none).
 // One node of the cluster runs it at a time (alert.RunElected).
-func (n *Node) newAlerter(store *dataplane.Store) (*alert.Alerter, error) {
+func (n *Node) newAlerter(store *jetstream.Store) (*alert.Alerter, error) {
 	cfg := n.cfg
 	robot, webhook, err := cfg.Alert.AlertSinks()
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -122,7 +122,7 @@ func (n *Node) execRefusal(ctx context.Context, m task.Message) (int, string) {
 	}
 	rec, err := n.Lifecycle.Get(ctx, m.TaskID)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, natsjs.ErrKeyNotFound):
 		return 0, ""
 	case err != nil:
 		w := "the task's record cannot be read to check the message against it: " + redact.Error(err).Error() + "; send it again later"

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/dispatch"
@@ -55,7 +55,7 @@ func apiNodeLC(t *testing.T, spec apiSpec) (base string, lc *task.Lifecycle) {
 	if spec.AnswerTime == 0 {
 		spec.AnswerTime = 10 * time.Millisecond
 	}
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	backend, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: spec.AnswerTime}})
 	if err != nil {
 		t.Fatal(err)
@@ -164,8 +164,8 @@ func TestExecAsksForTheToken(t *testing.T) {
 		}
 	}
 
-	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (dataplane.PublishResult, error) {
-		return dataplane.PublishResult{}, dataplane.ErrUnavailable
+	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+		return jetstream.PublishResult{}, jetstream.ErrUnavailable
 	})
 	withToken, _ := dispatch.New(dispatch.Config{Queue: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
 	out, err := withToken.Dispatch(context.Background(), m)
@@ -223,8 +223,8 @@ func TestExecBoundedBySlots(t *testing.T) {
 		t.Errorf("503 without Retry-After")
 	}
 	// The dispatcher's fixed tier, refused, says why in its error.
-	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (dataplane.PublishResult, error) {
-		return dataplane.PublishResult{}, dataplane.ErrUnavailable
+	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+		return jetstream.PublishResult{}, jetstream.ErrUnavailable
 	})
 	d, _ := dispatch.New(dispatch.Config{Queue: unavailable, FixedWorker: base, Token: testToken, Logger: zerolog.Nop()})
 	m := task.Message{TaskID: task.ID("b", "m3"), Bot: "b", MsgID: "m3", Chat: "carol", Question: "q", Received: time.Now()}
@@ -278,8 +278,8 @@ func TestExecOverHTTPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (dataplane.PublishResult, error) {
-		return dataplane.PublishResult{}, dataplane.ErrUnavailable
+	unavailable := queueFunc(func(context.Context, string, string, string, []byte) (jetstream.PublishResult, error) {
+		return jetstream.PublishResult{}, jetstream.ErrUnavailable
 	})
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	d, _ := dispatch.New(dispatch.Config{Queue: unavailable, FixedWorker: base, Token: testToken, Client: hc, Logger: zerolog.Nop()})
@@ -294,8 +294,8 @@ func TestExecOverHTTPS(t *testing.T) {
 }
 
 // queueFunc is a dispatch.Queue that publishes with f.
-type queueFunc func(ctx context.Context, bot, conv, msgid string, p []byte) (dataplane.PublishResult, error)
+type queueFunc func(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error)
 
-func (f queueFunc) PublishTask(ctx context.Context, bot, conv, msgid string, p []byte) (dataplane.PublishResult, error) {
+func (f queueFunc) PublishTask(ctx context.Context, bot, conv, msgid string, p []byte) (jetstream.PublishResult, error) {
 	return f(ctx, bot, conv, msgid, p)
 }

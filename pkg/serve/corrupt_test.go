@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
@@ -45,12 +45,12 @@ func (s *skipsHeard) of(id, where string) int {
 // later try, for ever: the spool drains in order, so nothing after it was
 // ever queued.
 func TestSpoolForwardsPastACorruptRecord(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	heard := &skipsHeard{}
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop()).WithCorruption(heard)
 	out := newSpoolOut(env.Store, lc, zerolog.Nop(), nil)
-	spool, err := dataplane.OpenSpool(filepath.Join(t.TempDir(), "spool.db"))
+	spool, err := jetstream.OpenSpool(filepath.Join(t.TempDir(), "spool.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestSpoolForwardsPastACorruptRecord(t *testing.T) {
 	for _, e := range []struct{ msgid, chat string }{{"m1", "alice"}, {"m2", "bob"}} {
 		m := task.Message{TaskID: task.ID("b", e.msgid), Bot: "b", MsgID: e.msgid, Chat: e.chat, Question: "q", Received: time.Now()}
 		raw, _ := json.Marshal(m)
-		if err := spool.Append(dataplane.SpoolEntry{Bot: "b", Conversation: e.chat, MsgID: e.msgid, Payload: raw, Received: m.Received}); err != nil {
+		if err := spool.Append(jetstream.SpoolEntry{Bot: "b", Conversation: e.chat, MsgID: e.msgid, Payload: raw, Received: m.Received}); err != nil {
 			t.Fatal(err)
 		}
 		ids[e.chat] = m.TaskID
@@ -110,7 +110,7 @@ func TestSpoolForwardsPastACorruptRecord(t *testing.T) {
 func TestCorruptRecordOpensOneDataIncidentAndTheRestFlows(t *testing.T) {
 	sim, addr := startSimServer(t)
 	e, ns := startEtcd(t), startNATS(t)
-	store, _ := testenv.DeclareOnCluster(t, []string{ns.ClientURL()}, dataplane.Options{})
+	store, _ := testenv.DeclareOnCluster(t, []string{ns.ClientURL()}, jetstream.Options{})
 	ctx := context.Background()
 	bad := task.ID("b1", "lost")
 	if _, err := store.Tasks().Put(ctx, bad, []byte(`{"id": "`+bad+`", "bot": "b1", "exec": "runn`)); err != nil {

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/redact"
 	"github.com/botctl/botctl/pkg/retry"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -72,7 +72,7 @@ const (
 
 // jsErrNoPeers is nats-server's JSClusterNoPeersErrF (10005, "no suitable
 // peers for placement"), which nats.go does not name.
-const jsErrNoPeers jetstream.ErrorCode = 10005
+const jsErrNoPeers natsjs.ErrorCode = 10005
 
 // declare declares JetStream's streams and buckets, retrying (with
 // progress in the log) until it succeeds or ctx ends: the node serves in
@@ -81,12 +81,12 @@ const jsErrNoPeers jetstream.ErrorCode = 10005
 // authorization error, and no wait fixes the credentials. ackWait, if
 // set, overrides the task queue's ack wait (tests); the warnings of a
 // deployment that keeps its own settings go to log.
-func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstream.JetStream, opts dataplane.Options, ackWait time.Duration, log zerolog.Logger) (*dataplane.Store, error) {
+func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.JetStream, opts jetstream.Options, ackWait time.Duration, log zerolog.Logger) (*jetstream.Store, error) {
 	opts.TaskAckWait, opts.Logger = ackWait, log
 	for backoff := retry.New(time.Second, 15*time.Second); ; {
 		wait := backoff.Next()
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		store, err := dataplane.Declare(dctx, js, opts)
+		store, err := jetstream.Declare(dctx, js, opts)
 		cancel()
 		if err == nil {
 			return store, nil
@@ -100,7 +100,7 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstre
 			}
 			return nil, fmt.Errorf("NATS connection closed: %w", redact.Error(nc.LastError()))
 		}
-		var apiErr *jetstream.APIError
+		var apiErr *natsjs.APIError
 		switch {
 		case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPeers:
 			// Fewer servers up than the replicas asked for: a cluster
@@ -110,7 +110,7 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js jetstre
 			// and the warning names it.
 			log.Warn().Err(err).Int("replicas", opts.Replicas).Dur("retry_in", wait).
 				Msg("JetStream has too few servers up to place the store's replicas: waiting, receiving into the local spool (if the cluster has fewer servers than nats.replicas, lower nats.replicas)")
-		case errors.As(err, &apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503:
+		case errors.As(err, &apiErr) && apiErr.ErrorCode != natsjs.JSErrCodeJetStreamNotEnabled && apiErr.Code != 503:
 			// JetStream answered and refused: a configuration problem
 			// (a name taken by a stream botctl cannot change), not an
 			// outage. Waiting will not fix it.

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -38,10 +38,10 @@ func TestRunReturnsWhenTheStoreCannotBeDeclared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, _ := natsjs.New(nc)
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
-	if _, err := js.CreateStream(sctx, jetstream.StreamConfig{Name: "BOTCTL_TASKS", Subjects: []string{"botctl.elsewhere.>"}, Retention: jetstream.LimitsPolicy}); err != nil {
+	if _, err := js.CreateStream(sctx, natsjs.StreamConfig{Name: "BOTCTL_TASKS", Subjects: []string{"botctl.elsewhere.>"}, Retention: natsjs.LimitsPolicy}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -131,7 +131,7 @@ func TestDeclareWaitsForEnoughServersToPlaceReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,12 +147,12 @@ func TestDeclareWaitsForEnoughServersToPlaceReplicas(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type result struct {
-		store *dataplane.Store
+		store *jetstream.Store
 		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
-		st, err := declare(ctx, nc, config.NATS{}, js, dataplane.Options{Replicas: 3}, 0, log)
+		st, err := declare(ctx, nc, config.NATS{}, js, jetstream.Options{Replicas: 3}, 0, log)
 		done <- result{st, err}
 	}()
 	select {

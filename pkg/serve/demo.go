@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/demoui"
 )
@@ -33,7 +33,7 @@ func (n *Node) demoPage() http.Handler {
 		// token, like every write of the node API.
 		Protect: func(h http.Handler) http.Handler { return requireToken(n.token, h) },
 		View: func(ctx context.Context) demoui.View {
-			var store *dataplane.Store
+			var store *jetstream.Store
 			if n.started() {
 				store = n.Store
 			}

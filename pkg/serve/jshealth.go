@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -14,8 +14,8 @@ import (
 // jetStreamHealth is the node's data-plane say in its candidacy
 // (nats.jetstream_failover), asking the other nodes through the node
 // registry (jsPeers).
-func (n *Node) jetStreamHealth(nc *nats.Conn, cli *clientv3.Client, log zerolog.Logger) *dataplane.JetStreamHealth {
-	h := dataplane.NewJetStreamHealth(nc, n.cfg.NATS.JetStreamFailover, log)
+func (n *Node) jetStreamHealth(nc *nats.Conn, cli *clientv3.Client, log zerolog.Logger) *jetstream.JetStreamHealth {
+	h := jetstream.NewJetStreamHealth(nc, n.cfg.NATS.JetStreamFailover, log)
 	h.Peers = jsPeers{n: n, cli: cli}
 	return h
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // earlyInMinute waits until the clock is early in a minute, so that a
@@ -72,7 +72,7 @@ func ask(t *testing.T, sim *wecomsim.Server, user, chat, text string) (msgid, an
 func noTask(t *testing.T, rn *runningNode, msgid string) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := rn.Lifecycle.Get(ctx, task.ID("b1", msgid)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := rn.Lifecycle.Get(ctx, task.ID("b1", msgid)); !errors.Is(err, natsjs.ErrKeyNotFound) {
 		t.Errorf("task record of the refused message: %v, want none", err)
 	}
 	info, err := rn.Store.TaskStream().Info(ctx)

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -76,7 +76,7 @@ func TestMediaStoreFullTextGoesOn(t *testing.T) {
 		}
 		key := "t_other" + strconv.Itoa(i) + "/0"
 		if _, err := rn.Store.Media().PutBytes(ctx, key, make([]byte, 64<<10)); err != nil {
-			if !dataplane.MediaFull(err) {
+			if !jetstream.MediaFull(err) {
 				t.Fatalf("filling the media store: %v", err)
 			}
 			rn.Store.DeleteMedia(ctx, key) // a refused put's name
@@ -103,7 +103,7 @@ func TestMediaStoreFullTextGoesOn(t *testing.T) {
 		t.Fatalf("the file's reply %q, want storage full", refusal)
 	}
 	testwait.NoError(t, 30*time.Second, testwait.Every, "the refused file's record removed", func() error {
-		if _, err := rn.Lifecycle.Get(ctx, task.ID("b1", res.MsgID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if _, err := rn.Lifecycle.Get(ctx, task.ID("b1", res.MsgID)); !errors.Is(err, natsjs.ErrKeyNotFound) {
 			return fmt.Errorf("task record of the refused file: %v, want none (removed once answered at receipt)", err)
 		}
 		return nil
@@ -218,7 +218,7 @@ func TestFileBytesPerDayLimits(t *testing.T) {
 	// The message was recorded before its download; the handling removes
 	// the record once it has answered at receipt (no task ran).
 	testwait.NoError(t, 30*time.Second, testwait.Every, "the refused file's record removed", func() error {
-		if _, err := rn.Lifecycle.Get(context.Background(), task.ID("b1", msgid)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if _, err := rn.Lifecycle.Get(context.Background(), task.ID("b1", msgid)); !errors.Is(err, natsjs.ErrKeyNotFound) {
 			return fmt.Errorf("task record of the refused file: %v, want none", err)
 		}
 		return nil
@@ -266,7 +266,7 @@ func TestNodeBoundsAnUnboundedMediaStore(t *testing.T) {
 	_, js := testenv.Connect(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	old, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "BOTCTL_MEDIA", TTL: 24 * time.Hour, Storage: jetstream.FileStorage})
+	old, err := js.CreateObjectStore(ctx, natsjs.ObjectStoreConfig{Bucket: "BOTCTL_MEDIA", TTL: 24 * time.Hour, Storage: natsjs.FileStorage})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestNodeBoundsAnUnboundedMediaStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := st.CachedInfo().Config; c.MaxBytes != config.DefaultMediaMaxStoreBytes || c.Discard != jetstream.DiscardNew {
+	if c := st.CachedInfo().Config; c.MaxBytes != config.DefaultMediaMaxStoreBytes || c.Discard != natsjs.DiscardNew {
 		t.Fatalf("media stream after the node started: MaxBytes %d, discard %v; want media.max_store_bytes' default %d and DiscardNew", c.MaxBytes, c.Discard, int64(config.DefaultMediaMaxStoreBytes))
 	}
 	if got := gaugeValue(rn.scrape(t), "botctl_media_store_max_bytes"); got != config.DefaultMediaMaxStoreBytes {

@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/access"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/bots"
@@ -36,7 +36,7 @@ import (
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -69,14 +69,14 @@ type Options struct {
 // and Dispatch are set once JetStream is bound (when Options.Ready runs).
 type Node struct {
 	Node     *node.Node
-	Store    *dataplane.Store
+	Store    *jetstream.Store
 	Access   *access.Access
 	Dispatch *dispatch.Dispatcher
 	Worker   *worker.Worker
 	// Lifecycle is the one writer of task records on this node.
 	Lifecycle *task.Lifecycle
 	// Spool holds tasks received while JetStream could not take them.
-	Spool *dataplane.Spool
+	Spool *jetstream.Spool
 	// Health detects, records and recovers this node's bots' incidents.
 	Health *health.Health
 	// Alerter sends the cluster's alerts while this node is elected to
@@ -165,7 +165,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("connect NATS %s: %w", redact.URL(o.NATSURL), redact.Error(err))
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	spool, err := dataplane.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"), dataplane.SpoolMaxEntries(cfg.Spool.MaxEntries), dataplane.SpoolMaxBytes(cfg.Spool.MaxBytes))
+	spool, err := jetstream.OpenSpool(filepath.Join(cfg.DataDir, "spool.db"), jetstream.SpoolMaxEntries(cfg.Spool.MaxEntries), jetstream.SpoolMaxBytes(cfg.Spool.MaxBytes))
 	if err != nil {
 		return fmt.Errorf("open spool: %w", err)
 	}
@@ -225,7 +225,7 @@ func Run(ctx context.Context, o Options) error {
 			PulseInterval: cfg.Election.PulseInterval, PulseTimeout: cfg.Election.PulseTimeout, NoPulse: cfg.Election.PulseTimeout == 0},
 		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow,
 		Inbound: n.Access, Hooks: termHooks{n}, Health: n.Health, Metrics: n.obs.metrics,
-		Skew: dataplane.Offs{n.skew, jsHealth}, DataPlane: jsHealth,
+		Skew: jetstream.Offs{n.skew, jsHealth}, DataPlane: jsHealth,
 		Logger: n.base, // node.New adds the node field
 	})
 	if err != nil {
@@ -310,7 +310,7 @@ func Run(ctx context.Context, o Options) error {
 // start binds JetStream and starts what needs it: the lifecycle, the
 // forwarder of the spool, the worker, the dispatcher and the advisory
 // watch; then the inbound path and every term's pusher use them.
-func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.Store) error {
+func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.Store) error {
 	cfg, log := n.cfg, n.log
 	// Every bot's backend (pkg/bots), built beside the context bucket where
 	// an agent platform's conversation ids are kept.
@@ -319,7 +319,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *dataplane.S
 	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)
 	out := newSpoolOut(store, lc, log, n.leaders)
-	fwd, err := dataplane.NewForwarder(dataplane.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log,
+	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log,
 		Expiry: cfg.Spool.Expiry, Expired: spoolExpired{out, cfg.Spool.Expiry}, LateAfter: cfg.Spool.LateAfter})
 	if err != nil {
 		return err

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -17,11 +17,11 @@ import (
 // conversation's earlier task still runs) is recorded failed as a busy
 // refusal, so the user, who was told "received", gets the busy reply.
 func TestSpoolRefusedIsRecorded(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	raw, _ := json.Marshal(m)
-	e := dataplane.SpoolEntry{Bot: "b", Conversation: "alice", MsgID: "m1", Payload: raw}
-	newSpoolOut(env.Store, task.NewLifecycle(env.Store, "n1", zerolog.Nop()), zerolog.Nop(), nil).refused(context.Background(), e, dataplane.ErrConversationBusy)
+	e := jetstream.SpoolEntry{Bot: "b", Conversation: "alice", MsgID: "m1", Payload: raw}
+	newSpoolOut(env.Store, task.NewLifecycle(env.Store, "n1", zerolog.Nop()), zerolog.Nop(), nil).refused(context.Background(), e, jetstream.ErrConversationBusy)
 	r, _, err := task.Get(context.Background(), env.Store.Tasks(), m.TaskID)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/skew"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,8 +14,8 @@ import (
 // (pkg/skew) until ctx ends, in the health bucket under clock.<node>:
 // while it is more than nats.max_clock_skew off, the node campaigns for
 // no bot and its worker fetches no task; /readyz and the log say why.
-func (n *Node) watchSkew(ctx context.Context, store *dataplane.Store) {
-	n.skew.Probe = skew.Probe{KV: store.Health(), Key: "clock." + dataplane.EncodeToken(n.cfg.NodeID)}
+func (n *Node) watchSkew(ctx context.Context, store *jetstream.Store) {
+	n.skew.Probe = skew.Probe{KV: store.Health(), Key: "clock." + jetstream.EncodeToken(n.cfg.NodeID)}
 	if v := os.Getenv(TestClockOffsetEnv); v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
 			n.log.Warn().Dur("offset", d).Msg("$" + TestClockOffsetEnv + " set: the clock probe reads this node's clock shifted (a test of the clock check; never set it in production)")

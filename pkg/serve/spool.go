@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -27,14 +27,14 @@ import (
 // recorded as such so that the pusher tells the user, who was told
 // "received".
 type spoolOut struct {
-	store   *dataplane.Store
+	store   *jetstream.Store
 	lc      *task.Lifecycle
 	log     zerolog.Logger
 	leaders *leaders            // the bot's pusher learns of each task taken, when this node leads it
-	forward dataplane.Publisher // to the task queue
+	forward jetstream.Publisher // to the task queue
 }
 
-func newSpoolOut(store *dataplane.Store, lc *task.Lifecycle, log zerolog.Logger, leaders *leaders) *spoolOut {
+func newSpoolOut(store *jetstream.Store, lc *task.Lifecycle, log zerolog.Logger, leaders *leaders) *spoolOut {
 	s := &spoolOut{store: store, lc: lc, log: log, leaders: leaders}
 	s.forward = store.SpoolPublisher(s.forwarded)
 	return s
@@ -42,7 +42,7 @@ func newSpoolOut(store *dataplane.Store, lc *task.Lifecycle, log zerolog.Logger,
 
 // Publish is the forwarder's Publisher: an error keeps the entry for a
 // later try.
-func (s *spoolOut) Publish(ctx context.Context, e dataplane.SpoolEntry) error {
+func (s *spoolOut) Publish(ctx context.Context, e jetstream.SpoolEntry) error {
 	// A fallback tier ran the task during the outage: once it has ended,
 	// queueing it would only hold its conversation for nothing.
 	switch state, err := s.offQueue(ctx, e); {
@@ -74,7 +74,7 @@ const (
 )
 
 // forwarded hears how the queue took a forwarded entry.
-func (s *spoolOut) forwarded(e dataplane.SpoolEntry, res dataplane.PublishResult, err error) {
+func (s *spoolOut) forwarded(e jetstream.SpoolEntry, res jetstream.PublishResult, err error) {
 	s.log.Info().Str("bot", e.Bot).Str("msgid", e.MsgID).AnErr("result", err).Bool("duplicate", res.Duplicate).Msg("spooled task forwarded")
 	if err == nil {
 		return
@@ -95,14 +95,14 @@ const refusedTimeout = 30 * time.Second
 
 // offQueue reports what a fallback tier did with the spooled task e while
 // the queue was away.
-func (s *spoolOut) offQueue(ctx context.Context, e dataplane.SpoolEntry) (offQueueState, error) {
+func (s *spoolOut) offQueue(ctx context.Context, e jetstream.SpoolEntry) (offQueueState, error) {
 	var m task.Message
 	if json.Unmarshal(e.Payload, &m) != nil || m.TaskID == "" {
 		return notRun, nil // forwarded as is; the worker terminates it
 	}
 	r, err := s.lc.Get(ctx, m.TaskID)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, natsjs.ErrKeyNotFound):
 		return notRun, nil
 	case errors.Is(err, task.ErrCorruptRecord):
 		// Kept, it would block the spool for good (it drains in order);
@@ -125,14 +125,14 @@ func (s *spoolOut) offQueue(ctx context.Context, e dataplane.SpoolEntry) (offQue
 // still runs), which is an answer, or a failure with the reason. Unless
 // the task is under way or answered (then the refusal was the queue
 // holding this very task).
-func (s *spoolOut) refused(ctx context.Context, e dataplane.SpoolEntry, cause error) {
+func (s *spoolOut) refused(ctx context.Context, e jetstream.SpoolEntry, cause error) {
 	var m task.Message
 	if err := json.Unmarshal(e.Payload, &m); err != nil || m.TaskID == "" {
 		s.log.Error().Err(err).Str("msgid", e.MsgID).Msg("spooled entry unreadable; dropped")
 		return
 	}
 	reason, busy := "busy: the conversation's earlier question was still being answered when this one was forwarded after an outage", true
-	if errors.Is(cause, dataplane.ErrConversationBusy) {
+	if errors.Is(cause, jetstream.ErrConversationBusy) {
 		if msg, err := s.store.ConversationTask(ctx, m.Bot, m.Chat); err == nil && msg != nil {
 			var q task.Message
 			if json.Unmarshal(msg.Data, &q) == nil && q.TaskID == m.TaskID {
@@ -175,7 +175,7 @@ func (h handOff) DispatchUnless(ctx context.Context, m task.Message, dup func() 
 // is woken for every task kept.
 type taskSpool struct {
 	n   *Node
-	fwd *dataplane.Forwarder
+	fwd *jetstream.Forwarder
 }
 
 func (s taskSpool) Keep(m task.Message, payload []byte) error {
@@ -187,7 +187,7 @@ func (s taskSpool) Keep(m task.Message, payload []byte) error {
 func (s taskSpool) Holds(bot, conversation string) bool { return s.n.Spool.Holds(bot, conversation) }
 
 func (n *Node) spoolTask(m task.Message, payload []byte) error {
-	return n.Spool.Append(dataplane.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
+	return n.Spool.Append(jetstream.SpoolEntry{Bot: m.Bot, Conversation: m.Chat, MsgID: m.MsgID, Payload: payload, Received: m.Received})
 }
 
 // localTier is the dispatcher's tier 3: this node's worker, bounded by

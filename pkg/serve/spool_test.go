@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -18,14 +18,14 @@ import (
 // conversation took a second question beside the running answer); one
 // that ended is not queued; one never started is queued to run.
 func TestSpoolOutQueuesTheCopyOfATaskStillRunningOffQueue(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	out := newSpoolOut(env.Store, lc, zerolog.Nop(), nil)
-	entry := func(msgid, chat string) (dataplane.SpoolEntry, task.Message) {
+	entry := func(msgid, chat string) (jetstream.SpoolEntry, task.Message) {
 		m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: "q", Received: time.Now()}
 		raw, _ := json.Marshal(m)
-		return dataplane.SpoolEntry{Bot: "b", Conversation: chat, MsgID: msgid, Payload: raw, Received: m.Received}, m
+		return jetstream.SpoolEntry{Bot: "b", Conversation: chat, MsgID: msgid, Payload: raw, Received: m.Received}, m
 	}
 	queued := func(chat string) string {
 		msg, err := env.Store.ConversationTask(ctx, "b", chat)
@@ -57,7 +57,7 @@ func TestSpoolOutQueuesTheCopyOfATaskStillRunningOffQueue(t *testing.T) {
 	}
 	fresh, fm := entry("m3", "carol")
 
-	for _, e := range []dataplane.SpoolEntry{running, ended, fresh} {
+	for _, e := range []jetstream.SpoolEntry{running, ended, fresh} {
 		if err := out.Publish(ctx, e); err != nil {
 			t.Fatalf("publish %s: %v", e.MsgID, err)
 		}

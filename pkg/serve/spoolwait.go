@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -17,7 +17,7 @@ import (
 // markLate marks the spooled task e late, in its record and in the
 // payload to be queued, so that its answer starts with the late note. An
 // error (JetStream away again) keeps the entry for a later try.
-func (s *spoolOut) markLate(ctx context.Context, e *dataplane.SpoolEntry) error {
+func (s *spoolOut) markLate(ctx context.Context, e *jetstream.SpoolEntry) error {
 	var m task.Message
 	if json.Unmarshal(e.Payload, &m) != nil || m.TaskID == "" {
 		return nil // forwarded as is; the worker terminates it
@@ -48,7 +48,7 @@ type spoolExpired struct {
 
 // Publish has the forwarder's Publisher contract: an error keeps the
 // entry for a later try.
-func (x spoolExpired) Publish(ctx context.Context, e dataplane.SpoolEntry) error {
+func (x spoolExpired) Publish(ctx context.Context, e jetstream.SpoolEntry) error {
 	s := x.out
 	switch state, err := s.offQueue(ctx, e); {
 	case err != nil:

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -19,14 +19,14 @@ import (
 // it again); one forwarded late is queued marked late, in its record and
 // its queued message, so that its answer starts with the late note.
 func TestSpoolOutExpiredAndLate(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	out := newSpoolOut(env.Store, lc, zerolog.Nop(), nil)
-	entry := func(msgid, chat string, waited time.Duration) (dataplane.SpoolEntry, task.Message) {
+	entry := func(msgid, chat string, waited time.Duration) (jetstream.SpoolEntry, task.Message) {
 		m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: "q", Received: time.Now().Add(-waited)}
 		raw, _ := json.Marshal(m)
-		return dataplane.SpoolEntry{Bot: "b", Conversation: chat, MsgID: msgid, Payload: raw, Received: m.Received, Spooled: m.Received}, m
+		return jetstream.SpoolEntry{Bot: "b", Conversation: chat, MsgID: msgid, Payload: raw, Received: m.Received, Spooled: m.Received}, m
 	}
 	queued := func(chat string) *task.Message {
 		msg, err := env.Store.ConversationTask(ctx, "b", chat)

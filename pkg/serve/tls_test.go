@@ -13,7 +13,7 @@ import (
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -80,7 +80,7 @@ func TestRunOverTLSWithPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, _ := natsjs.New(nc)
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
 	if _, err := js.Stream(sctx, "BOTCTL_TASKS"); err == nil {

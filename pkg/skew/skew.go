@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/clock"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Reading is one measurement of this node's clock against the reference.
@@ -52,7 +52,7 @@ func (r Reading) Off(max time.Duration) bool {
 
 // Probe measures against a KV bucket, writing Key.
 type Probe struct {
-	KV  jetstream.KeyValue
+	KV  natsjs.KeyValue
 	Key string
 	// Now is this node's clock. Default time.Now (tests shift it).
 	Now func() time.Time

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 )
 
 func TestProbeFindsANodeFortyMinutesOff(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	good := Probe{KV: env.Store.Health(), Key: "clock.n1"}
 	r, err := good.Measure(ctx)

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Turn is one side of one exchange in a conversation's context.
@@ -48,9 +48,9 @@ func (c *Conversation) Idle(m Memory, now time.Time) bool {
 // LoadConversation reads a conversation's context (empty if none). A
 // context a newer botctl wrote is an error wrapping schema.ErrNewer, so
 // AppendExchange and SetSession do not write over it.
-func LoadConversation(ctx context.Context, kv jetstream.KeyValue, key string) (*Conversation, uint64, error) {
+func LoadConversation(ctx context.Context, kv natsjs.KeyValue, key string) (*Conversation, uint64, error) {
 	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return &Conversation{}, 0, nil
 	}
 	if err != nil {
@@ -70,7 +70,7 @@ func LoadConversation(ctx context.Context, kv jetstream.KeyValue, key string) (*
 // AppendExchange adds a question and its answer at now, within m (an idle
 // context is dropped first), with compare-and-set. With m.Turns 0 nothing
 // is kept.
-func AppendExchange(ctx context.Context, kv jetstream.KeyValue, key, question, answer string, m Memory, now time.Time) error {
+func AppendExchange(ctx context.Context, kv natsjs.KeyValue, key, question, answer string, m Memory, now time.Time) error {
 	return AppendExchangeFrom(ctx, kv, key, question, answer, m, now, nil, 0)
 }
 
@@ -78,12 +78,12 @@ func AppendExchange(ctx context.Context, kv jetstream.KeyValue, key, question, a
 // conversation as LoadConversation read it at rev (the worker read it for
 // the prompt): when nobody wrote it since, the append costs one write and
 // no read. from nil: read first. from is not changed.
-func AppendExchangeFrom(ctx context.Context, kv jetstream.KeyValue, key, question, answer string, m Memory, now time.Time, from *Conversation, rev uint64) error {
+func AppendExchangeFrom(ctx context.Context, kv natsjs.KeyValue, key, question, answer string, m Memory, now time.Time, from *Conversation, rev uint64) error {
 	if m.Turns <= 0 {
 		return nil
 	}
 	for attempt := 0; attempt < 20; attempt++ {
-		dataplane.CASPause(ctx, attempt)
+		jetstream.CASPause(ctx, attempt)
 		var c *Conversation
 		var err error
 		if attempt == 0 && from != nil {
@@ -106,7 +106,7 @@ func AppendExchangeFrom(ctx context.Context, kv jetstream.KeyValue, key, questio
 		} else {
 			_, err = kv.Update(ctx, key, raw, rev)
 		}
-		if err == nil || !dataplane.LostCAS(err) {
+		if err == nil || !jetstream.LostCAS(err) {
 			return err
 		}
 	}

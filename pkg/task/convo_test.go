@@ -5,19 +5,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/natscount"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 )
 
 // AppendExchangeFrom appends from the conversation the prompt read, with
 // no second read when nobody wrote it since; when somebody did, it reads
 // again and keeps both turns.
 func TestAppendExchangeFromReadsOnlyWhenSomebodyWrote(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	kv := env.Store.Context()
-	key := dataplane.ConversationKey("b1", "alice")
+	key := jetstream.ConversationKey("b1", "alice")
 	mem := Memory{Turns: 20, Bytes: 1 << 14}
 	// The conversation bucket's reads, counted in the order the test's
 	// connection sent them (natscount): Load and Reset count every read

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -14,7 +14,7 @@ import (
 // it since, and starts over from a fresh read when somebody did: the other
 // writer's change survives, and the caller's copy is never changed.
 func TestShownFrom(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "u1")
 	at := time.Now()
 
@@ -54,7 +54,7 @@ func TestShownFrom(t *testing.T) {
 // starts from a stale revision and reads afresh; a frame the record has
 // already is not counted twice; with nothing new, nothing is written.
 func TestShownFramesKeptUnwrittenGoWithTheNextWrite(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "u1")
 	at := time.Now()
 	r, rev, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
@@ -103,7 +103,7 @@ func TestShownFramesKeptUnwrittenGoWithTheNextWrite(t *testing.T) {
 // write (DeliveredFrom needs no read), and a stale revision (someone wrote
 // meanwhile) is read again, not lost.
 func TestFinalIntentFromThenDeliveredFrom(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "u1")
 	r, rev, err := task.Get(f.ctx, f.env.Store.Tasks(), m.TaskID)
 	if err != nil {
@@ -139,7 +139,7 @@ func TestFinalIntentFromThenDeliveredFrom(t *testing.T) {
 // part is pushed twice for a count that went back, none skipped for a
 // count that came late.
 func TestPartPushedIsMonotonicPerPush(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	r := task.New("b", "m1", time.Now())
 	r.Chat, r.ChatType = "alice", "single"
 	if _, err := f.lc.Open(f.ctx, r); err != nil {

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // The execution dimension: a task is opened, started (one attempt after
@@ -57,9 +57,9 @@ const openTries = 20
 // worker's Start failed and its task waited for a second delivery.
 func (l *Lifecycle) open(ctx context.Context, r *Record) (*Record, error) {
 	for try := 0; ; try++ {
-		dataplane.CASPause(ctx, try)
+		jetstream.CASPause(ctx, try)
 		cur, err := l.openOnce(ctx, r)
-		if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) || try >= openTries || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, natsjs.ErrKeyNotFound) || try >= openTries || ctx.Err() != nil {
 			return cur, err
 		}
 	}
@@ -68,7 +68,7 @@ func (l *Lifecycle) open(ctx context.Context, r *Record) (*Record, error) {
 // openOnce is one try of open.
 func (l *Lifecycle) openOnce(ctx context.Context, r *Record) (*Record, error) {
 	cur := r
-	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, natsjs.ErrKeyExists) {
 		cur, err = l.update(ctx, r.ID, func(c *Record) error {
 			changed := false
 			set := func(dst *string, v string) {
@@ -128,7 +128,7 @@ func (l *Lifecycle) openOnce(ctx context.Context, r *Record) (*Record, error) {
 func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliveries int) (int, *Record, error) {
 	cur, rev, err := l.awaitOpen(ctx, m.TaskID, deliveries)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, natsjs.ErrKeyNotFound):
 		if _, err := l.Open(ctx, RecordOf(m)); err != nil {
 			return 0, nil, err
 		}
@@ -201,9 +201,9 @@ var openWaitTries = 8 // a var: a test gives a slow machine more
 // (deliveries 0) the caller opened it already, or nobody will.
 func (l *Lifecycle) awaitOpen(ctx context.Context, id string, deliveries int) (*Record, uint64, error) {
 	for try := 0; ; try++ {
-		dataplane.CASPause(ctx, try)
+		jetstream.CASPause(ctx, try)
 		r, rev, err := Get(ctx, l.store.Tasks(), id)
-		if !errors.Is(err, jetstream.ErrKeyNotFound) || deliveries == 0 || try >= openWaitTries || ctx.Err() != nil {
+		if !errors.Is(err, natsjs.ErrKeyNotFound) || deliveries == 0 || try >= openWaitTries || ctx.Err() != nil {
 			return r, rev, err
 		}
 	}
@@ -305,7 +305,7 @@ func (l *Lifecycle) Fail(ctx context.Context, id string, attempt int, reason str
 // A task already finished is left as it is. msg, if not nil, is the
 // task's queue message (terminated and removed); otherwise the
 // conversation's message is removed if it is this task's.
-func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg jetstream.Msg) (*Record, error) {
+func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Msg) (*Record, error) {
 	r, err := l.update(ctx, id, func(r *Record) error {
 		if r.Exec.Finished() {
 			return ErrNoChange
@@ -313,7 +313,7 @@ func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg jetstream
 		r.Error = reason
 		return r.SetExec(Failed, reason, l.node, l.now().UTC())
 	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		err = nil // a message without a record: still remove it
 	}
 	if err != nil {
@@ -435,8 +435,8 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 	} else if msg != nil {
 		return r, fmt.Errorf("%w: %s", ErrConversationBusy, r.Chat)
 	}
-	for _, kv := range []jetstream.KeyValue{l.store.Output(), l.store.Progress()} {
-		if err := kv.Purge(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	for _, kv := range []natsjs.KeyValue{l.store.Output(), l.store.Progress()} {
+		if err := kv.Purge(ctx, id); err != nil && !errors.Is(err, natsjs.ErrKeyNotFound) {
 			return r, fmt.Errorf("retry task %s: drop old output: %w", id, err)
 		}
 	}

@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Cancel works in every unfinished state, frees the conversation, tells
 // the worker (an announcement on its subject) and the pusher (a notice).
 func TestCancelInEveryState(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	cancels, err := f.env.Conn.SubscribeSync(f.env.Store.Names().CancelSubjects())
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestCancelInEveryState(t *testing.T) {
 // Cancel frees only the conversation's message of that task, never a
 // newer task's.
 func TestCancelLeavesAnotherTasksMessage(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	old := f.queue("m1", "alice")
 	// m1's message is gone (acked), and m2 now holds the conversation.
 	msg, _ := f.env.Store.ConversationTask(f.ctx, "b", "alice")
@@ -83,7 +83,7 @@ func TestCancelLeavesAnotherTasksMessage(t *testing.T) {
 // Attempts are fenced: once a later attempt started, the earlier one can
 // neither finish, fail, nor write output.
 func TestAttemptFencing(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "alice")
 	a1, _, err := f.lc.Start(f.ctx, m, "local", 0)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestAttemptFencing(t *testing.T) {
 // conversation: ErrRunningOffQueue, nothing changed); once it has been
 // silent past the off-queue silence, it does.
 func TestQueueDeliveryLeavesALiveAttemptOffQueue(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "alice")
 	a1, _, err := f.lc.Start(f.ctx, m, "local", 0)
 	if err != nil {
@@ -172,7 +172,7 @@ func TestQueueDeliveryLeavesALiveAttemptOffQueue(t *testing.T) {
 // A retryable failure puts the task back to queued (nobody runs it); a
 // final one fails it and frees the conversation.
 func TestFailRetryAndFinal(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "alice")
 	a, _, _ := f.lc.Start(f.ctx, m, "queue", 1)
 	r, err := f.lc.Fail(f.ctx, m.TaskID, a, "backend down", true)
@@ -188,7 +188,7 @@ func TestFailRetryAndFinal(t *testing.T) {
 
 // A spooled task refused on forwarding never fails a task under way.
 func TestRefusedSparesRunningTask(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "alice")
 	f.lc.Start(f.ctx, m, "local", 0)
 	r, err := f.lc.Refused(f.ctx, m, "busy", true)
@@ -205,14 +205,14 @@ func TestRefusedSparesRunningTask(t *testing.T) {
 // busy, in the undelivered index for the pusher) or not at all, never a
 // record left queued with no queue message.
 func TestRefusedFreshTaskIsOneWrite(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := task.MessageOf(task.New("b", "m3", time.Now()))
 	writes := func() uint64 { // the task bucket's last sequence: one per write
 		st, err := f.env.Store.Tasks().Status(f.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
+		return st.(*natsjs.KeyValueBucketStatus).StreamInfo().State.LastSeq
 	}
 	before := writes()
 	if _, err := f.lc.Refused(f.ctx, m, "busy", true); err != nil {
@@ -234,7 +234,7 @@ func TestRefusedFreshTaskIsOneWrite(t *testing.T) {
 // dropped), and Redeliver reopens a finished task's delivery; neither
 // applies to an unfinished task.
 func TestRetryAndRedeliver(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	m := f.queue("m1", "alice")
 	if _, err := f.lc.Retry(f.ctx, m.TaskID, "retry"); !errors.Is(err, task.ErrNotFinished) {
 		t.Fatalf("retry of a queued task: %v", err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Feedback is a user's verdict on a task's answer (WeCom's
@@ -67,7 +67,7 @@ func (l *Lifecycle) Feedback(ctx context.Context, bot, id, msgid string, fb Feed
 }
 
 // feedback is Feedback on the task bucket kv.
-func feedback(ctx context.Context, kv jetstream.KeyValue, bot, id, msgid string, fb Feedback) (*Record, error) {
+func feedback(ctx context.Context, kv natsjs.KeyValue, bot, id, msgid string, fb Feedback) (*Record, error) {
 	counted := false
 	r, err := update(ctx, kv, id, func(r *Record) error {
 		counted = false

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // open opens a record of bot b for msgid, as the leader does.
@@ -33,7 +33,7 @@ func (f *fixture) open(msgid string) *task.Record {
 // by JetStream and the update is tried again, as when the pusher or a
 // worker writes the record at the same moment.
 type overtakenKV struct {
-	jetstream.KeyValue
+	natsjs.KeyValue
 	overtaken atomic.Bool
 	updates   atomic.Int32
 }
@@ -53,7 +53,7 @@ func (kv *overtakenKV) Update(ctx context.Context, key string, value []byte, rev
 // from the lost try's count, and one feedback_event was recorded with
 // Count 2 (TestFeedbackRecordedWithItsTask, under CI's load).
 func TestFeedbackCountedOnceWhenItsWriteIsOvertaken(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	r := f.open("m1")
 	kv := &overtakenKV{KeyValue: f.env.Store.Tasks()}
 	fb := task.Feedback{Kind: "inaccurate", Content: "too short", Reasons: []int{2, 3}, User: "alice", At: time.Now().UTC()}
@@ -73,7 +73,7 @@ func TestFeedbackCountedOnceWhenItsWriteIsOvertaken(t *testing.T) {
 // nothing and says so; the user's next verdict is counted, and a
 // redelivery of the first one, after it, still is not.
 func TestFeedbackEventCountedOnce(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	r := f.open("m1")
 	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
 	down := task.Feedback{Kind: "inaccurate", Content: "too short", User: "alice", At: at}
@@ -106,7 +106,7 @@ func TestFeedbackEventCountedOnce(t *testing.T) {
 // an event without a msgid cannot be told from its redelivery and is
 // counted each time.
 func TestFeedbackMsgIDsBounded(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	r := f.open("m1")
 	fb := task.Feedback{Kind: "accurate", User: "alice", At: time.Now().UTC()}
 	n := task.FeedbackMsgIDsKept + 3
@@ -134,7 +134,7 @@ func TestFeedbackMsgIDsBounded(t *testing.T) {
 // next verdict is counted on from its count; a verdict's JSON without
 // msgids has no "msgids" key (the shape older readers know).
 func TestFeedbackOnARecordWithoutMsgIDs(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	r := task.New("b", "m1", time.Now())
 	r.Chat, r.ChatType, r.User, r.Question = "alice", "single", "alice", "q"
 	r.Feedback = &task.Feedback{Kind: "accurate", User: "alice", At: time.Now().UTC(), Count: 3}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/rs/zerolog"
 )
@@ -29,7 +29,7 @@ import (
 // therefore not both finish it, nor interleave their text: the newer one
 // wins, the older one stops at its next write.
 type Lifecycle struct {
-	store *dataplane.Store
+	store *jetstream.Store
 	node  string
 	now   func() time.Time // the clock of every transition (WithClock: a test seam)
 	log   zerolog.Logger
@@ -80,7 +80,7 @@ const DefaultOffQueueSilence = 2 * time.Minute
 
 // NewLifecycle is the lifecycle of store's tasks, acting as node (the
 // name written in every transition: a node id, or "botctl" for the CLI).
-func NewLifecycle(store *dataplane.Store, node string, log zerolog.Logger) *Lifecycle {
+func NewLifecycle(store *jetstream.Store, node string, log zerolog.Logger) *Lifecycle {
 	return &Lifecycle{store: store, node: node, now: time.Now, log: log.With().Str("component", "lifecycle").Logger(),
 		offQueueSilence: DefaultOffQueueSilence, sweepEvery: SweepInterval, owed: newOwedEndings()}
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/rs/zerolog"
 )
@@ -19,7 +19,7 @@ type fixture struct {
 	ctx context.Context
 }
 
-func newFixture(t *testing.T, opts dataplane.Options) *fixture {
+func newFixture(t *testing.T, opts jetstream.Options) *fixture {
 	env := testenv.StartJetStream(t, opts)
 	return &fixture{t: t, env: env, lc: task.NewLifecycle(env.Store, "n1", zerolog.Nop()), ctx: context.Background()}
 }
@@ -64,7 +64,7 @@ func (f *fixture) locked(chat string) bool {
 // task stayed out of the index for good, and a new leader's pusher never
 // found it after a failover).
 func TestStartRepairsAFailedIndexMark(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	pending := f.env.Store.Names().PendingBucket
 	if err := f.env.JS.DeleteKeyValue(f.ctx, pending); err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestStartRepairsAFailedIndexMark(t *testing.T) {
 		t.Fatalf("record after a failed index mark: not_indexed %v, want true", got.NotIndexed)
 	}
 	// The bucket is back (its stream recreated, as after a stream-level fault).
-	if _, err := dataplane.Declare(f.ctx, f.env.JS, dataplane.Options{}); err != nil {
+	if _, err := jetstream.Declare(f.ctx, f.env.JS, jetstream.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if ids, _ := f.env.Store.UndeliveredTasks(f.ctx, "b"); len(ids) != 0 {

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go"
 )
@@ -23,7 +23,7 @@ func (l *Lifecycle) announce(subject string, data []byte) error {
 	return l.store.JetStream().Conn().Publish(subject, data)
 }
 
-// The subjects (dataplane.Names' NoticeSubject and CancelSubject, under
+// The subjects (jetstream.Names' NoticeSubject and CancelSubject, under
 // nats.prefix): a change the leader's pusher must act on at once (an
 // execution that ended, a delivery reopened) is announced per bot with
 // the task id as the body; a task's cancellation is announced per task,
@@ -55,7 +55,7 @@ func (l *Lifecycle) noticeAt(r *Record, rev uint64) {
 // NoticeMsg is the notice of r, written at revision rev: the task id as
 // its body and, when rev is known (not 0), the record and its revision
 // in headers (NoticeOf reads them; a pusher that does not ignores them).
-func NoticeMsg(names dataplane.Names, r *Record, rev uint64) *nats.Msg {
+func NoticeMsg(names jetstream.Names, r *Record, rev uint64) *nats.Msg {
 	m := nats.NewMsg(names.NoticeSubject(r.Bot))
 	m.Data = []byte(r.ID)
 	if rev > 0 {

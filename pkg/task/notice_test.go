@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -13,7 +13,7 @@ import (
 // every pusher reads). A notice whose record does not decode or names
 // another task carries none.
 func TestFinishNoticeCarriesTheRecord(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	notices, err := f.env.Conn.SubscribeSync(f.env.Store.Names().NoticeSubject("b"))
 	if err != nil {
 		t.Fatal(err)
@@ -54,22 +54,22 @@ func TestFinishNoticeCarriesTheRecord(t *testing.T) {
 	}
 
 	// Headers that do not hold: no record.
-	bad := task.NoticeMsg(dataplane.NamesFor(""), &task.Record{ID: "t1", Bot: "b"}, 7)
+	bad := task.NoticeMsg(jetstream.NamesFor(""), &task.Record{ID: "t1", Bot: "b"}, 7)
 	bad.Data = []byte("t2") // the record names another task
 	if _, rec, _ := task.NoticeOf(bad); rec != nil {
 		t.Fatal("a record of another task was taken")
 	}
-	bad = task.NoticeMsg(dataplane.NamesFor(""), &task.Record{ID: "t1", Bot: "b"}, 7)
+	bad = task.NoticeMsg(jetstream.NamesFor(""), &task.Record{ID: "t1", Bot: "b"}, 7)
 	bad.Header.Set("Botctl-Record", "not base64!")
 	if id, rec, _ := task.NoticeOf(bad); id != "t1" || rec != nil {
 		t.Fatal("a corrupt record was taken")
 	}
-	bad = task.NoticeMsg(dataplane.NamesFor(""), &task.Record{ID: "t1", Bot: "b"}, 7)
+	bad = task.NoticeMsg(jetstream.NamesFor(""), &task.Record{ID: "t1", Bot: "b"}, 7)
 	bad.Header.Set("Botctl-Rev", "x")
 	if _, rec, _ := task.NoticeOf(bad); rec != nil {
 		t.Fatal("a record without a revision was taken")
 	}
-	if id, rec, rev := task.NoticeOf(task.NoticeMsg(dataplane.NamesFor(""), &task.Record{ID: "t1", Bot: "b"}, 7)); id != "t1" || rec == nil || rev != 7 {
+	if id, rec, rev := task.NoticeOf(task.NoticeMsg(jetstream.NamesFor(""), &task.Record{ID: "t1", Bot: "b"}, 7)); id != "t1" || rec == nil || rev != 7 {
 		t.Fatalf("good notice: %q %v %d", id, rec, rev)
 	}
 }
@@ -78,7 +78,7 @@ func TestFinishNoticeCarriesTheRecord(t *testing.T) {
 // sharing the NATS account with another (its own prefix) neither hears
 // nor sends the other's (issue 25 item 10; before, both used botctl.*).
 func TestAnnouncementsStayUnderThePrefix(t *testing.T) {
-	f := newFixture(t, dataplane.Options{Prefix: "STAGING"})
+	f := newFixture(t, jetstream.Options{Prefix: "STAGING"})
 	other, err := f.env.Conn.SubscribeSync("botctl.>")
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestAnnouncementsStayUnderThePrefix(t *testing.T) {
 	if msg, err := other.NextMsg(200 * time.Millisecond); err == nil {
 		t.Fatalf("an announcement of environment STAGING on %s", msg.Subject)
 	}
-	if n := dataplane.NamesFor(""); n.NoticeSubject("b") != "botctl.notice.b" || n.CancelSubjects() != "botctl.cancel.*" {
+	if n := jetstream.NamesFor(""); n.NoticeSubject("b") != "botctl.notice.b" || n.CancelSubjects() != "botctl.cancel.*" {
 		t.Fatalf("default subjects changed: %s %s", n.NoticeSubject("b"), n.CancelSubjects())
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -33,8 +33,8 @@ func TestOpenRacingCreateOnR3(t *testing.T) {
 		c.Start(t, i)
 	}
 	urls := c.URLs()
-	stA, _ := testenv.DeclareOnCluster(t, urls[:1], dataplane.Options{Replicas: 3})
-	stB, _ := testenv.DeclareOnCluster(t, urls[1:2], dataplane.Options{Replicas: 3})
+	stA, _ := testenv.DeclareOnCluster(t, urls[:1], jetstream.Options{Replicas: 3})
+	stB, _ := testenv.DeclareOnCluster(t, urls[1:2], jetstream.Options{Replicas: 3})
 	leader := task.NewLifecycle(stA, "n1", zerolog.Nop())
 	worker := task.NewLifecycle(stB, "n2", zerolog.Nop())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -78,7 +78,7 @@ func TestOpenRacingCreateOnR3(t *testing.T) {
 // it. A record still missing after the wait is opened by the worker.
 func TestStartWaitsForTheLeadersOpen(t *testing.T) {
 	task.SetOpenWaitTries(t, 40) // about 3 s: the test's Open comes well within it
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	bucket := "$KV." + f.env.Store.Names().TasksBucket + "."
 	creates := countOn(t, f, []string{bucket + ">"}, func(m *nats.Msg) bool {
 		return m.Header.Get(nats.ExpectedLastSubjSeqHdr) == "0"

@@ -11,9 +11,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Output is what an attempt has produced for a task: the accumulated
@@ -67,7 +67,7 @@ type OutputWriter struct {
 
 // fencedKey is the task's key in one bucket, as one writer wrote it.
 type fencedKey struct {
-	kv    jetstream.KeyValue
+	kv    natsjs.KeyValue
 	rev   uint64 // revision of this writer's last write (0: none yet)
 	tried bool   // the first write's create was tried
 }
@@ -121,12 +121,12 @@ func (w *OutputWriter) Final(ctx context.Context, text string) error {
 // wrote its text: only this writer's own last write (a later attempt's
 // text in progress stays). It is memory's hygiene, not the answer's
 // path: the worker calls it after the record says the answer is over,
-// and an entry it fails to drop expires after dataplane.ProgressTTL.
+// and an entry it fails to drop expires after jetstream.ProgressTTL.
 func (w *OutputWriter) Retire(ctx context.Context) {
 	if !w.final || w.progress.rev == 0 {
 		return
 	}
-	_ = w.progress.kv.Delete(ctx, w.id, jetstream.LastRevision(w.progress.rev))
+	_ = w.progress.kv.Delete(ctx, w.id, natsjs.LastRevision(w.progress.rev))
 	w.progress.rev = 0
 }
 
@@ -154,19 +154,19 @@ func (k *fencedKey) write(ctx context.Context, id string, attempt int, raw []byt
 		case err == nil:
 			k.rev = rev
 			return nil
-		case !dataplane.LostCAS(err):
+		case !jetstream.LostCAS(err):
 			return fmt.Errorf("write output of task %s: %w", id, err)
 		}
 	}
 	for try := 0; try < 30; try++ {
-		dataplane.CASPause(ctx, try)
+		jetstream.CASPause(ctx, try)
 		if k.rev == 0 {
 			// First write, or another writer came between: read who.
 			e, err := k.kv.Get(ctx, id)
 			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case errors.Is(err, natsjs.ErrKeyNotFound):
 				rev, err := k.kv.Create(ctx, id, raw)
-				if dataplane.LostCAS(err) {
+				if jetstream.LostCAS(err) {
 					continue
 				}
 				if err != nil {
@@ -184,7 +184,7 @@ func (k *fencedKey) write(ctx context.Context, id string, attempt int, raw []byt
 			k.rev = e.Revision()
 		}
 		rev, err := k.kv.Update(ctx, id, raw, k.rev)
-		if dataplane.LostCAS(err) {
+		if jetstream.LostCAS(err) {
 			k.rev = 0
 			continue
 		}
@@ -261,7 +261,7 @@ func storedRune(r rune, size int) int {
 // none (an attempt that ended without its last write; a worker of an
 // earlier botctl, which wrote every version to the output bucket).
 // (nil, nil) if neither has any.
-func ReadOutput(ctx context.Context, s *dataplane.Store, id string, finished bool) (*Output, error) {
+func ReadOutput(ctx context.Context, s *jetstream.Store, id string, finished bool) (*Output, error) {
 	o, _, err := ReadOutputFrom(ctx, s, id, finished)
 	return o, err
 }
@@ -269,7 +269,7 @@ func ReadOutput(ctx context.Context, s *dataplane.Store, id string, finished boo
 // ReadOutputFrom is ReadOutput, and whether the output bucket answered
 // (last: an attempt's last write, or an earlier botctl's version) rather
 // than the progress bucket.
-func ReadOutputFrom(ctx context.Context, s *dataplane.Store, id string, finished bool) (o *Output, last bool, err error) {
+func ReadOutputFrom(ctx context.Context, s *jetstream.Store, id string, finished bool) (o *Output, last bool, err error) {
 	first, then := s.Progress(), s.Output()
 	if finished {
 		first, then = then, first
@@ -282,9 +282,9 @@ func ReadOutputFrom(ctx context.Context, s *dataplane.Store, id string, finished
 }
 
 // GetOutput reads a task's output from one bucket; (nil, nil) if there is none yet.
-func GetOutput(ctx context.Context, kv jetstream.KeyValue, id string) (*Output, error) {
+func GetOutput(ctx context.Context, kv natsjs.KeyValue, id string) (*Output, error) {
 	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/natscount"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
 )
@@ -63,7 +63,7 @@ func TestOutputTextBytesIsTheStoredLength(t *testing.T) {
 // per answer for nothing). A second attempt, whose key exists, still
 // reads it, and is still fenced.
 func TestFirstOutputWriteReadsNothing(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	gets := countOutputGets(t, f)
 	m := f.queue("m1", "alice")
 	a1, _, err := f.lc.Start(f.ctx, m, "queue", 1)
@@ -135,7 +135,7 @@ func countOn(t *testing.T, f *fixture, subjects []string, match func(*nats.Msg) 
 // restarted at once), a running one's text falls back to it, and a
 // writer whose progress entry vanished writes again.
 func TestAnswerOnDiskTextInProgressInMemory(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	store := f.env.Store
 	read := func(id string, finished bool) string {
 		t.Helper()

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/botctl/botctl/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // A message with files is recorded before its files are downloaded (the
@@ -55,7 +55,7 @@ func (l *Lifecycle) Receive(ctx context.Context, r *Record, until time.Time) (*R
 // is left as it is; removed reports whether it was removed.
 func (l *Lifecycle) Unreceived(ctx context.Context, id string) (removed bool, err error) {
 	for try := 0; ; try++ {
-		dataplane.CASPause(ctx, try)
+		jetstream.CASPause(ctx, try)
 		r, rev, err := Get(ctx, l.store.Tasks(), id)
 		if err != nil {
 			return false, err
@@ -63,12 +63,12 @@ func (l *Lifecycle) Unreceived(ctx context.Context, id string) (removed bool, er
 		if !r.Receiving() {
 			return false, nil
 		}
-		err = l.store.Tasks().Delete(ctx, id, jetstream.LastRevision(rev))
+		err = l.store.Tasks().Delete(ctx, id, natsjs.LastRevision(rev))
 		if err == nil {
 			l.store.ClearUndelivered(ctx, r.Bot, id)
 			return true, nil
 		}
-		if !dataplane.LostCAS(err) || try >= openTries || ctx.Err() != nil {
+		if !jetstream.LostCAS(err) || try >= openTries || ctx.Err() != nil {
 			return false, err
 		}
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // A message recorded before its files were taken (Receive) and never
@@ -17,7 +17,7 @@ import (
 // user is told. One whose user was told at receipt (Unreceived) is
 // removed, and not given up again; one dispatched is left to its run.
 func TestSweepGivesUpAMessageWhoseFilesWereNeverReceived(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	clock := time.Now()
 	lc := f.lc.WithClock(func() time.Time { return clock })
 
@@ -32,7 +32,7 @@ func TestSweepGivesUpAMessageWhoseFilesWereNeverReceived(t *testing.T) {
 	if removed, err := lc.Unreceived(f.ctx, told.ID); err != nil || !removed {
 		t.Fatalf("unreceived: %v %v", removed, err)
 	}
-	if _, err := lc.Get(f.ctx, told.ID); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := lc.Get(f.ctx, told.ID); !errors.Is(err, natsjs.ErrKeyNotFound) {
 		t.Fatalf("the record of a message told at receipt stayed: %v", err)
 	}
 	dispatched := task.New("b", "m3", clock)

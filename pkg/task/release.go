@@ -4,11 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A conversation is held by its task's queue message: the queue's
@@ -124,7 +123,7 @@ func (l *Lifecycle) endConversation(ctx context.Context, bot, chat, reason strin
 func (l *Lifecycle) end(ctx context.Context, m Message, reason string, how ending, deadline time.Duration) (string, error) {
 	r, err := l.Get(ctx, m.TaskID)
 	opened := ""
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		r, err = l.Open(ctx, RecordOf(m))
 		opened = "opened and "
 	}

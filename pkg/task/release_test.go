@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -52,7 +52,7 @@ func (f *fixture) olderThan(chat string, d time.Duration) {
 // times (just before, at, just after the deadline; on the server's clock)
 // are TestDecideQueued's.
 func TestSweepGivesUpAQueueMessageWithoutRecordPastTheDeadline(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	const deadline = time.Second
 	m := f.publishOnly("m1", "alice")
 	if res, err := f.lc.Sweep(f.ctx, "b", time.Hour, 0); err != nil || res.Deadline != 0 || !f.locked("alice") {
@@ -75,10 +75,10 @@ type faultFixture struct {
 	*fixture
 	fault *testenv.BucketFault
 	lc    *task.Lifecycle // botctl's: the one the fault applies to
-	store *dataplane.Store
+	store *jetstream.Store
 }
 
-func newFaultFixture(t *testing.T, opts dataplane.Options) *faultFixture {
+func newFaultFixture(t *testing.T, opts jetstream.Options) *faultFixture {
 	fault := testenv.StartBucketFault(t)
 	_, store := fault.Store(t, fault.URL, opts)
 	pnc, probe := fault.Store(t, fault.ProbeURL, opts)
@@ -93,7 +93,7 @@ func newFaultFixture(t *testing.T, opts dataplane.Options) *faultFixture {
 // server's clock), and owes the endings. Once the bucket answers, the
 // next sweep writes them: each record failed, each user told.
 func TestSweepFreesConversationsWhileTheTasksBucketFails(t *testing.T) {
-	f := newFaultFixture(t, dataplane.Options{})
+	f := newFaultFixture(t, jetstream.Options{})
 	const deadline = time.Second
 	recorded := f.queue("m1", "alice")
 	unrecorded := f.publishOnly("m2", "bob")
@@ -126,7 +126,7 @@ func TestSweepFreesConversationsWhileTheTasksBucketFails(t *testing.T) {
 // and while the tasks bucket fails the conversation is freed all the
 // same, its ending owed and written once the bucket answers.
 func TestStopAndReleaseWithoutARecord(t *testing.T) {
-	f := newFaultFixture(t, dataplane.Options{})
+	f := newFaultFixture(t, jetstream.Options{})
 	stopped := f.publishOnly("m1", "alice")
 	rel, err := f.lc.Stop(f.ctx, "b", "alice", "/stop by the user")
 	if err != nil || !rel.Ended() || rel.Record != "opened and canceled" || f.locked("alice") {
@@ -169,7 +169,7 @@ func TestStopAndReleaseWithoutARecord(t *testing.T) {
 // record cannot be written; the ending is owed and written, and the user
 // told, once the bucket answers.
 func TestMaxDeliveriesWhileTheTasksBucketFails(t *testing.T) {
-	f := newFaultFixture(t, dataplane.Options{TaskMaxDeliver: 2, TaskAckWait: time.Second})
+	f := newFaultFixture(t, jetstream.Options{TaskMaxDeliver: 2, TaskAckWait: time.Second})
 	f.fault.Fail(t, f.store.Names().TasksBucket)
 	m := f.publishOnly("m1", "alice")
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -186,7 +186,7 @@ func TestMaxDeliveriesWhileTheTasksBucketFails(t *testing.T) {
 	// Every delivery handed back (the worker's Start failed); the server
 	// announces the last one when a worker pulls again.
 	testwait.Eventually(t, time.Minute, "the conversation freed", func() bool {
-		batch, err := f.store.Workers().Fetch(1, jetstream.FetchMaxWait(time.Second))
+		batch, err := f.store.Workers().Fetch(1, natsjs.FetchMaxWait(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 
 // Reply is the rich part of an answer (ai.Reply) as stored with the
 // attempt's output: its images' and files' bytes are objects of the media
-// store (dataplane.Store.Media, named ReplyKey), so that a new leader's
+// store (jetstream.Store.Media, named ReplyKey), so that a new leader's
 // pusher sends them as the old one would have.
 //
 // The pusher sends an answer as one sequence (Sequence): its first text

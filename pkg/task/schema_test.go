@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 )
@@ -29,7 +29,7 @@ func newer(t *testing.T, raw []byte) []byte {
 // and both stay exactly as written, for a node of that version. Records
 // and messages of the previous release (no version) are still swept.
 func TestNewerRecordsAreLeftAsWritten(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	clock := time.Now()
 	lc := f.lc.WithClock(func() time.Time { return clock })
 
@@ -79,9 +79,9 @@ func TestNewerRecordsAreLeftAsWritten(t *testing.T) {
 // written over: the exchange is not appended (the error names both
 // versions) and the value stays as it was.
 func TestNewerConversationIsNotWrittenOver(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	kv := f.env.Store.Context()
-	key := dataplane.ConversationKey("b", "alice")
+	key := jetstream.ConversationKey("b", "alice")
 	mem := task.Memory{Turns: 10}
 	if err := task.AppendExchange(f.ctx, kv, key, "q1", "a1", mem, time.Now()); err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestNewerConversationIsNotWrittenOver(t *testing.T) {
 // the pusher reads the bucket, where Get refuses it. Output likewise.
 func TestNewerNoticeAndOutputAreNotRead(t *testing.T) {
 	r := task.New("b", "m1", time.Now())
-	msg := task.NoticeMsg(dataplane.Names{}, r, 7)
+	msg := task.NoticeMsg(jetstream.Names{}, r, 7)
 	if _, rec, _ := task.NoticeOf(msg); rec == nil {
 		t.Fatal("this version's notice record not read")
 	}

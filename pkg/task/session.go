@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -30,19 +30,19 @@ const maxSessions = 64
 // a question answered after a failover continues the same conversation on
 // the platform. It is pkg/ai's Sessions.
 type Sessions struct {
-	kv  jetstream.KeyValue
+	kv  natsjs.KeyValue
 	log zerolog.Logger
 }
 
 // NewSessions keeps sessions in kv, the context bucket; failures are
 // logged here (the backend goes on answering without them).
-func NewSessions(kv jetstream.KeyValue, log zerolog.Logger) *Sessions {
+func NewSessions(kv natsjs.KeyValue, log zerolog.Logger) *Sessions {
 	return &Sessions{kv: kv, log: log.With().Str("component", "sessions").Logger()}
 }
 
 // Session is the id stored for bot's chat, user and backend ("" when none).
 func (s *Sessions) Session(ctx context.Context, bot, chat, user, backend string) (string, error) {
-	c, _, err := LoadConversation(ctx, s.kv, dataplane.ConversationKey(bot, chat))
+	c, _, err := LoadConversation(ctx, s.kv, jetstream.ConversationKey(bot, chat))
 	if err != nil {
 		s.log.Warn().Err(err).Str("bot", bot).Str("backend", backend).Msg("agent conversation not read; this answer starts a new one")
 		return "", err
@@ -58,7 +58,7 @@ func (s *Sessions) Session(ctx context.Context, bot, chat, user, backend string)
 // SetSession stores id for bot's chat, user and backend, with
 // compare-and-set beside the turns AppendExchange writes ("" forgets it).
 func (s *Sessions) SetSession(ctx context.Context, bot, chat, user, backend, id string) error {
-	key := dataplane.ConversationKey(bot, chat)
+	key := jetstream.ConversationKey(bot, chat)
 	err := s.set(ctx, key, AgentSession{Backend: backend, User: user, ID: id})
 	if err != nil {
 		s.log.Warn().Err(err).Str("bot", bot).Str("backend", backend).Msg("agent conversation not stored; the next question starts a new one")
@@ -68,7 +68,7 @@ func (s *Sessions) SetSession(ctx context.Context, bot, chat, user, backend, id 
 
 func (s *Sessions) set(ctx context.Context, key string, session AgentSession) error {
 	for attempt := 0; attempt < 20; attempt++ {
-		dataplane.CASPause(ctx, attempt)
+		jetstream.CASPause(ctx, attempt)
 		c, rev, err := LoadConversation(ctx, s.kv, key)
 		if err != nil {
 			return err
@@ -92,7 +92,7 @@ func (s *Sessions) set(ctx context.Context, key string, session AgentSession) er
 		} else {
 			_, err = s.kv.Update(ctx, key, raw, rev)
 		}
-		if err == nil || !dataplane.LostCAS(err) {
+		if err == nil || !jetstream.LostCAS(err) {
 			return err
 		}
 	}

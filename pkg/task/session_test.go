@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -16,7 +16,7 @@ import (
 // as setting one keeps the turns); "" forgets one; a chat keeps at most
 // maxSessions, the oldest dropped first.
 func TestSessions(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	s := NewSessions(env.Store.Context(), zerolog.Nop())
 	get := func(user, backend string) string {
@@ -35,7 +35,7 @@ func TestSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	key := dataplane.ConversationKey("b1", "group")
+	key := jetstream.ConversationKey("b1", "group")
 	if err := AppendExchange(ctx, env.Store.Context(), key, "q", "a", Memory{Turns: 20, Bytes: 1 << 14}, time.Now()); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Every task ends. Three paths make sure of it, besides the worker's own:
@@ -174,7 +174,7 @@ func (s *sweepRound) fail(err error) {
 // readQueued reads what decideQueued needs of queue message msg: the task
 // it carries and, unless the bucket fails, its record. The error is the
 // record read's.
-func (s *sweepRound) readQueued(ctx context.Context, msg *jetstream.RawStreamMsg) (Message, queued, error) {
+func (s *sweepRound) readQueued(ctx context.Context, msg *natsjs.RawStreamMsg) (Message, queued, error) {
 	in := queued{sent: msg.Time}
 	var m Message
 	if err := json.Unmarshal(msg.Data, &m); err != nil || m.TaskID == "" {
@@ -201,7 +201,7 @@ func (s *sweepRound) readQueued(ctx context.Context, msg *jetstream.RawStreamMsg
 
 // doQueued performs a, decided for queue message msg of task m (record r
 // when read; err: the record read's error).
-func (s *sweepRound) doQueued(ctx context.Context, a sweepAction, msg *jetstream.RawStreamMsg, m Message, r *Record, err error) {
+func (s *sweepRound) doQueued(ctx context.Context, a sweepAction, msg *natsjs.RawStreamMsg, m Message, r *Record, err error) {
 	switch a {
 	case sweepUnreadable, sweepRemoveUnreadable:
 		s.res.Unknown++
@@ -247,7 +247,7 @@ func (s *sweepRound) giveUp(ctx context.Context, r *Record) error {
 }
 
 // remove removes queue message msg of task (what: the log's message).
-func (s *sweepRound) remove(ctx context.Context, msg *jetstream.RawStreamMsg, task, what string) {
+func (s *sweepRound) remove(ctx context.Context, msg *natsjs.RawStreamMsg, task, what string) {
 	if err := s.l.store.RemoveTask(ctx, msg.Sequence); err != nil {
 		s.fail(err)
 		return
@@ -260,7 +260,7 @@ func (s *sweepRound) remove(ctx context.Context, msg *jetstream.RawStreamMsg, ta
 // task whose record cannot be read: none landed, or the bucket fails. The
 // record is made from the message and failed if the bucket answers;
 // otherwise the ending is owed.
-func (s *sweepRound) abandon(ctx context.Context, msg *jetstream.RawStreamMsg, m Message) {
+func (s *sweepRound) abandon(ctx context.Context, msg *natsjs.RawStreamMsg, m Message) {
 	if s.failing == nil {
 		rec, err := s.l.end(ctx, m, s.why, endDeadline, s.rules.deadline)
 		switch {
@@ -375,7 +375,7 @@ const AdvisoryRetry = 5 * time.Second
 // be read or removed.
 func (l *Lifecycle) maxDelivered(ctx context.Context, a maxDeliveriesAdvisory) error {
 	msg, err := l.store.TaskStream().GetMsg(ctx, a.StreamSeq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return nil // already removed (its worker gave up, or it was canceled)
 	}
 	if err != nil {

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/fakeclock"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 )
 
@@ -18,7 +18,7 @@ import (
 // off it. The exact times of these rules are TestDecideQueued's and
 // TestDecideUndelivered's.
 func TestSweep(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	clock := time.Now()
 	lc := f.lc.WithClock(func() time.Time { return clock })
 
@@ -62,7 +62,7 @@ func TestSweep(t *testing.T) {
 
 // The MAX_DELIVERIES advisory subject is the server's.
 func TestMaxDeliveriesSubject(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	if got := f.env.Store.MaxDeliveriesSubject(); got != "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.BOTCTL_TASKS.workers" {
 		t.Fatalf("subject = %s", got)
 	}
@@ -98,7 +98,7 @@ func (c *corruptions) of(id, where string) int {
 // removes it: its task can never start, its conversation is freed. The
 // exact times are TestDecideQueued's.
 func TestSweepSkipsACorruptRecord(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	clock := time.Now()
 	heard := &corruptions{}
 	lc := f.lc.WithClock(func() time.Time { return clock }).WithCorruption(heard)
@@ -143,7 +143,7 @@ func TestSweepSkipsACorruptRecord(t *testing.T) {
 // clock has been stepped one sweep interval on, a round runs and gives up
 // a task past its deadline; RunSweep ends with its context.
 func TestRunSweepRoundsOnTheClock(t *testing.T) {
-	f := newFixture(t, dataplane.Options{})
+	f := newFixture(t, jetstream.Options{})
 	stuck := f.queue("m1", "alice")
 	// Its attempt began two hours ago.
 	twoHoursAgo := f.lc.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) })

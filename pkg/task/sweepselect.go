@@ -2,9 +2,8 @@ package task
 
 import (
 	"errors"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The sweep's selection: what one round of Sweep does with each queue
@@ -41,7 +40,7 @@ func readOf(err error) recordRead {
 	switch {
 	case err == nil:
 		return recordFound
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, natsjs.ErrKeyNotFound):
 		return recordMissing
 	case errors.Is(err, ErrCorruptRecord):
 		return recordCorrupt

@@ -18,9 +18,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Exec is the execution dimension.
@@ -82,7 +82,7 @@ func StoreFailed(err error) bool {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
-	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, jetstream.ErrKeyNotFound),
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, natsjs.ErrKeyNotFound),
 		errors.Is(err, ErrFinished), errors.Is(err, ErrNotFinished), errors.Is(err, ErrSuperseded),
 		errors.Is(err, ErrConversationBusy), errors.Is(err, ErrTransition), errors.Is(err, ErrNoChange),
 		errors.Is(err, ErrPushSuperseded), errors.Is(err, ErrCorruptRecord), errors.Is(err, ErrRunningOffQueue),
@@ -228,7 +228,7 @@ type Record struct {
 }
 
 // Attachment is one file a user sent: what it is, and where its bytes
-// are (the media bucket's object Key, dataplane.Store.Media).
+// are (the media bucket's object Key, jetstream.Store.Media).
 type Attachment struct {
 	Kind string `json:"kind"` // "image", "file" or "video"
 	Name string `json:"name,omitempty"`
@@ -308,7 +308,7 @@ var ErrCorruptRecord = errors.New("corrupt record")
 // (jetstream.ErrKeyNotFound: no such task), ErrCorruptRecord, or
 // schema.ErrNewer: a record a newer botctl wrote, which no step of this
 // node reads further or writes over (every change goes through Get).
-func Get(ctx context.Context, kv jetstream.KeyValue, id string) (*Record, uint64, error) {
+func Get(ctx context.Context, kv natsjs.KeyValue, id string) (*Record, uint64, error) {
 	e, err := kv.Get(ctx, id)
 	if err != nil {
 		return nil, 0, fmt.Errorf("task %s: %w", id, err)
@@ -324,7 +324,7 @@ func Get(ctx context.Context, kv jetstream.KeyValue, id string) (*Record, uint64
 }
 
 // create stores a new record; jetstream.ErrKeyExists if the task exists.
-func create(ctx context.Context, kv jetstream.KeyValue, r *Record) (uint64, error) {
+func create(ctx context.Context, kv natsjs.KeyValue, r *Record) (uint64, error) {
 	raw, err := schema.Marshal(r)
 	if err != nil {
 		return 0, err
@@ -359,7 +359,7 @@ var ErrNoChange = errors.New("task: no change")
 // it at revision rev: if nobody wrote it since, the write needs no read
 // first (one bucket round trip instead of two); if somebody did, the CAS
 // fails and update starts over from a fresh read. cur is not changed.
-func updateFrom(ctx context.Context, kv jetstream.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, error) {
+func updateFrom(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, error) {
 	r, _, err := updateFromRev(ctx, kv, cur, rev, fn)
 	return r, err
 }
@@ -367,7 +367,7 @@ func updateFrom(ctx context.Context, kv jetstream.KeyValue, cur *Record, rev uin
 // updateFromRev is updateFrom that also returns the record's revision
 // after it (the one read, when fn changed nothing), so that a caller can
 // chain a next update without a read.
-func updateFromRev(ctx context.Context, kv jetstream.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
+func updateFromRev(ctx context.Context, kv natsjs.KeyValue, cur *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
 	if cur == nil || rev == 0 {
 		return nil, 0, fmt.Errorf("update task: no record read to start from")
 	}
@@ -377,7 +377,7 @@ func updateFromRev(ctx context.Context, kv jetstream.KeyValue, cur *Record, rev 
 // update applies fn to the current record and stores it only if nobody
 // changed it meanwhile, retrying on conflict. fn may run several times;
 // it returns ErrNoChange to stop without writing.
-func update(ctx context.Context, kv jetstream.KeyValue, id string, fn func(*Record) error) (*Record, error) {
+func update(ctx context.Context, kv natsjs.KeyValue, id string, fn func(*Record) error) (*Record, error) {
 	r, _, err := updateLoop(ctx, kv, id, nil, 0, fn)
 	return r, err
 }
@@ -386,7 +386,7 @@ func update(ctx context.Context, kv jetstream.KeyValue, id string, fn func(*Reco
 // rev for the first try; every retry reads it afresh. It returns the
 // record and its revision after the update (as read, when fn changed
 // nothing).
-func updateLoop(ctx context.Context, kv jetstream.KeyValue, id string, r *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
+func updateLoop(ctx context.Context, kv natsjs.KeyValue, id string, r *Record, rev uint64, fn func(*Record) error) (*Record, uint64, error) {
 	given := r != nil
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 || !given {
@@ -407,11 +407,11 @@ func updateLoop(ctx context.Context, kv jetstream.KeyValue, id string, r *Record
 		}
 		if next, err := kv.Update(ctx, id, raw, rev); err == nil {
 			return r, next, nil
-		} else if !dataplane.LostCAS(err) || attempt >= 50 {
+		} else if !jetstream.LostCAS(err) || attempt >= 50 {
 			return nil, 0, fmt.Errorf("update task %s: %w", id, err)
 		}
 		if attempt > 0 || !given { // the caller's copy was stale: read again at once
-			dataplane.CASPause(ctx, attempt)
+			jetstream.CASPause(ctx, attempt)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err

@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-func bucket(t *testing.T) jetstream.KeyValue {
+func bucket(t *testing.T) natsjs.KeyValue {
 	t.Helper()
-	return testenv.StartJetStream(t, dataplane.Options{}).Store.Tasks()
+	return testenv.StartJetStream(t, jetstream.Options{}).Store.Tasks()
 }
 
 func TestTransitions(t *testing.T) {
@@ -63,7 +63,7 @@ func TestUpdateIsCompareAndSet(t *testing.T) {
 	if _, err := task.Create(ctx, kv, r); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := task.Create(ctx, kv, r); !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := task.Create(ctx, kv, r); !errors.Is(err, natsjs.ErrKeyExists) {
 		t.Fatalf("second create: %v", err)
 	}
 	var wg sync.WaitGroup
@@ -84,7 +84,7 @@ func TestUpdateIsCompareAndSet(t *testing.T) {
 	if _, err := task.Update(ctx, kv, r.ID, func(*task.Record) error { return task.ErrNoChange }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := task.Update(ctx, kv, "t_missing", func(*task.Record) error { return nil }); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := task.Update(ctx, kv, "t_missing", func(*task.Record) error { return nil }); !errors.Is(err, natsjs.ErrKeyNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
 }

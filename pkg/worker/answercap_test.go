@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -32,7 +32,7 @@ func (c *counting) Stream(ctx context.Context, req ai.Request, emit func(string)
 // ran again on every delivery, to fail for good on the last.
 func TestAnswerOverTheCapIsTruncatedAndStoredOnce(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 3})
 	b, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: 300 * time.Millisecond, AnswerBytes: 1_500_000}})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestAnswerOverTheCapIsTruncatedAndStoredOnce(t *testing.T) {
 // the output bucket can hold is refused.
 func TestAnswerCapConfigured(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	b, err := ai.New(ai.Config{Kind: ai.KindDemo, Demo: ai.DemoConfig{AnswerTime: 200 * time.Millisecond, AnswerBytes: 50_000}})
 	if err != nil {
 		t.Fatal(err)

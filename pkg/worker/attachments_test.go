@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
 )
 
-func publishMessage(t *testing.T, store *dataplane.Store, m task.Message) {
+func publishMessage(t *testing.T, store *jetstream.Store, m task.Message) {
 	t.Helper()
 	raw, _ := json.Marshal(m)
 	if _, err := store.PublishTask(context.Background(), m.Bot, m.Chat, m.MsgID, raw); err != nil {
@@ -29,7 +29,7 @@ func publishMessage(t *testing.T, store *dataplane.Store, m task.Message) {
 // after it.
 func TestAttachmentsReachTheBackendAndLeaveWithTheRun(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	if _, err := env.Store.Media().PutBytes(context.Background(), task.ID("b", "m1")+"/0", []byte("the file's bytes")); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestAttachmentsReachTheBackendAndLeaveWithTheRun(t *testing.T) {
 		entries, _ := os.ReadDir(dir)
 		return len(entries) == 0
 	})
-	conv, _, _ := task.LoadConversation(context.Background(), env.Store.Context(), dataplane.ConversationKey("b", "alice"))
+	conv, _, _ := task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
 	if conv == nil || len(conv.Turns) != 2 || conv.Turns[0].Content != "[sent: file ../../etc/notes.txt]" {
 		t.Fatalf("context %+v", conv)
 	}
@@ -63,7 +63,7 @@ func TestAttachmentsReachTheBackendAndLeaveWithTheRun(t *testing.T) {
 // saying so; no retry brings them back.
 func TestAttachmentsGoneFailTheTaskWithoutRetry(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 5})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 5})
 	run(t, env.Store, "w1", demo(t, 10*time.Millisecond))
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "what is in it?", Received: time.Now(),
 		Attachments: []task.Attachment{{Kind: "image", Name: "a.png", Key: task.ID("b", "m1") + "/0"}}}

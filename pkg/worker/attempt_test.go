@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 )
@@ -38,7 +38,7 @@ func (b *attemptBackend) Stream(ctx context.Context, req ai.Request, emit func(s
 // X-Botctl-Attempt).
 func TestRequestCarriesTheAttempt(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	b := &attemptBackend{}
 	run(t, env.Store, "w1", b)
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -69,7 +69,7 @@ func (b *testBots) set(bot string, r worker.BotRun) {
 	b.runs[bot] = r
 }
 
-func publishFor(t *testing.T, store *dataplane.Store, bot, msgid, chat, question string) string {
+func publishFor(t *testing.T, store *jetstream.Store, bot, msgid, chat, question string) string {
 	t.Helper()
 	m := task.Message{TaskID: task.ID(bot, msgid), Bot: bot, MsgID: msgid, Chat: chat, Question: question, Received: time.Now()}
 	raw, _ := json.Marshal(m)
@@ -86,7 +86,7 @@ func publishFor(t *testing.T, store *dataplane.Store, bot, msgid, chat, question
 // task runs leave that task on the backend it started with.
 func TestEachTaskRunsWithItsBotsSettings(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	keep, none := &recorder{name: "keep"}, &recorder{name: "none"}
 	bots := &testBots{runs: map[string]worker.BotRun{
 		"keep": {Backend: keep, Memory: task.Memory{Turns: 20, Bytes: 16 << 10, IdleExpiry: time.Hour}},

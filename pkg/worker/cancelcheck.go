@@ -26,7 +26,7 @@ var cancelCheck = time.Minute
 const reconnectSpread = 5 * time.Second
 
 // checkCancel re-reads the record every cancelCheck, and after each
-// reconnect of the store's connection (dataplane's Store.Reconnected:
+// reconnect of the store's connection (jetstream's Store.Reconnected:
 // one during a re-read is not missed), and ends the run once the task is
 // canceled or another attempt took it over.
 func (w *Worker) checkCancel(ctx context.Context, id string, attempt int, cancel context.CancelCauseFunc) (stop func()) {

@@ -63,7 +63,7 @@ var errAnswerCapped = errors.New("answer reached its cap (ai.max_answer_bytes)")
 // short by its context may still be applied by the server, and its
 // revision is then unknown to the writer: the attempt's Retire, a delete
 // at the revision the writer knows, failed ("wrong last sequence"), and
-// the text in progress stayed until dataplane.ProgressTTL. The stream's
+// the text in progress stayed until jetstream.ProgressTTL. The stream's
 // end comes right after its last delta, so a periodic write was often in
 // flight then (TestOutputIsCoalesced).
 func (c *coalescer) writeEvery(ctx context.Context, clk clock.Clock, interval time.Duration, failed func(error)) (stop func()) {

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -52,7 +52,7 @@ func (g *gated) Stream(ctx context.Context, req ai.Request, emit func(string) er
 func (g *gated) mostAtOnce() int { g.mu.Lock(); defer g.mu.Unlock(); return g.most }
 
 // openTask records a task as access does (queued, attempt 0), then queues it.
-func openTask(t *testing.T, store *dataplane.Store, lc *task.Lifecycle, msgid, chat string) task.Message {
+func openTask(t *testing.T, store *jetstream.Store, lc *task.Lifecycle, msgid, chat string) task.Message {
 	t.Helper()
 	m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: "q " + msgid}
 	if _, err := lc.Open(context.Background(), task.RecordOf(m)); err != nil {
@@ -66,7 +66,7 @@ func openTask(t *testing.T, store *dataplane.Store, lc *task.Lifecycle, msgid, c
 // attempt 0: the pusher shows them queued), and run as tokens come back.
 func TestAIConcurrencyLimit(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	g := newGated()
 	w := runWith(t, worker.Config{NodeID: "w1", Backend: g, Store: env.Store, Slots: 8, AIConcurrency: 2})
@@ -104,7 +104,7 @@ func TestAIConcurrencyLimit(t *testing.T) {
 // failed with the reason instead of staying queued with nobody to run it.
 func TestFallbackTierWaitsForToken(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	g := newGated()
 	w := runWith(t, worker.Config{NodeID: "w1", Backend: g, Store: env.Store, AIConcurrency: 1})
@@ -155,7 +155,7 @@ func TestFallbackTierWaitsForToken(t *testing.T) {
 
 func TestAIConcurrencyValidated(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	_, err := worker.New(worker.Config{NodeID: "n", Backend: newGated(), Store: env.Store, AIConcurrency: -1})
 	if err == nil || !strings.Contains(err.Error(), "AIConcurrency") {
 		t.Fatalf("err = %v", err)

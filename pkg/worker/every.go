@@ -20,7 +20,7 @@ func every(ctx context.Context, clk clock.Clock, period time.Duration, fn func(c
 // spread (the loops one event wakes do not all call at once). next is
 // asked again before that pause, so an event during it or during fn is
 // not missed (next's channel must stay closed once closed, as
-// dataplane's Store.Reconnected's does). A nil next is every.
+// jetstream's Store.Reconnected's does). A nil next is every.
 func everyOr(ctx context.Context, clk clock.Clock, period time.Duration, next func() <-chan struct{}, spread time.Duration,
 	fn func(context.Context) bool) (stop func()) {
 	ectx, cancel := context.WithCancel(ctx)

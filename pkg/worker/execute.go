@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/retry"
@@ -326,7 +326,7 @@ func (a *attempt) succeeded(done *task.Record, run BotRun, conv readConv) {
 		a.lc.FreeConversation(a.bg, done, "finished on tier "+a.tier)
 	}
 	text := a.out.text()
-	key := dataplane.ConversationKey(a.m.Bot, a.m.Chat)
+	key := jetstream.ConversationKey(a.m.Bot, a.m.Chat)
 	if err := task.AppendExchangeFrom(a.bg, a.w.buckets.Context(), key, turn(a.m), text, run.Memory, a.w.cfg.Now(), conv.c, conv.rev); err != nil {
 		a.w.storeError("context_write", err)
 		a.log.Warn().Err(err).Msg("conversation context not updated")
@@ -374,7 +374,7 @@ func (w *Worker) prompt(ctx context.Context, m task.Message, mem task.Memory) ([
 	}
 	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
-	conv, rev, err := task.LoadConversation(lctx, w.buckets.Context(), dataplane.ConversationKey(m.Bot, m.Chat))
+	conv, rev, err := task.LoadConversation(lctx, w.buckets.Context(), jetstream.ConversationKey(m.Bot, m.Chat))
 	if ctx.Err() == nil {
 		w.storeError("context_read", err)
 	}

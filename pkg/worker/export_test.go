@@ -1,9 +1,8 @@
 package worker
 
 import (
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // SetCancelCheck sets how often a running task's record is re-read
@@ -16,4 +15,4 @@ func SetCancelCheck(t interface{ Cleanup(func()) }, d time.Duration) {
 
 // HandBack hands msg back as Run does with a message delivered after the
 // stop began.
-func HandBack(w *Worker, msg jetstream.Msg) { w.handBack(msg) }
+func HandBack(w *Worker, msg natsjs.Msg) { w.handBack(msg) }

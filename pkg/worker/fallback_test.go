@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 )
@@ -21,7 +21,7 @@ import (
 // that failed, with why.
 func TestFallbackShownInTheRecord(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 3})
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL := dead.URL
 	dead.Close()
@@ -54,7 +54,7 @@ func TestFallbackShownInTheRecord(t *testing.T) {
 // it), the output keeps the text and the note, the record says cut.
 func TestCutAnswerEndsWithTheNote(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 3})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: {\"text\": \"half of \"}\n\ndata: {\"text\": \"an answer\"}\n\n")

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/worker"
 )
 
@@ -19,7 +19,7 @@ import (
 // recovering, and took a core with it.
 func TestFetchErrorsArePaced(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	counter := &opCounter{heard: map[string]int{}}
 	fetchErrors := func() int {
 		counter.mu.Lock()

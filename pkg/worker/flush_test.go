@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -46,7 +46,7 @@ func (s *stepped) Stream(ctx context.Context, _ ai.Request, emit func(string) er
 // text never reaches the progress bucket).
 func TestFlushRequestWritesTheTextNow(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	b := &stepped{entered: make(chan struct{}), deltas: make(chan string)}
 	w, err := worker.New(worker.Config{NodeID: "w 1", Backend: b, Store: env.Store, Slots: 2,
 		OutputInterval: time.Hour, RetryDelay: 100 * time.Millisecond, Logger: zerolog.Nop()})
@@ -65,7 +65,7 @@ func TestFlushRequestWritesTheTextNow(t *testing.T) {
 		t.Fatal("the backend was never called")
 	}
 	n := env.Store.Names()
-	subject := n.FlushSubjectPrefix + "." + dataplane.EncodeToken("w 1")
+	subject := n.FlushSubjectPrefix + "." + jetstream.EncodeToken("w 1")
 	conn := env.Store.JetStream().Conn()
 	progress := func() string {
 		o, err := task.ReadOutput(context.Background(), env.Store, m.TaskID, false)
@@ -79,7 +79,7 @@ func TestFlushRequestWritesTheTextNow(t *testing.T) {
 		// Harmless: an unknown task, and this task on another node.
 		for _, req := range []struct{ subject, id string }{
 			{subject, "no-such-task"},
-			{n.FlushSubjectPrefix + "." + dataplane.EncodeToken("w2"), m.TaskID},
+			{n.FlushSubjectPrefix + "." + jetstream.EncodeToken("w2"), m.TaskID},
 		} {
 			if err := conn.Publish(req.subject, []byte(req.id)); err != nil {
 				t.Fatal(err)

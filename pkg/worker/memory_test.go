@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/rs/zerolog"
 )
@@ -22,7 +22,7 @@ import (
 func BenchmarkRunningTaskMemory(b *testing.B) {
 	const n = 1000
 	for range b.N {
-		env := testenv.StartJetStream(b, dataplane.Options{})
+		env := testenv.StartJetStream(b, jetstream.Options{})
 		w, err := worker.New(worker.Config{NodeID: "w1", Backend: demo(b, 10*time.Minute), Store: env.Store,
 			Slots: n, Logger: zerolog.Nop()})
 		if err != nil {

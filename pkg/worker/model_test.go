@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/limits"
 	"github.com/botctl/botctl/pkg/task"
@@ -58,7 +58,7 @@ func (m *modelMetrics) all() []worker.Call {
 // counts when it has a token limit.
 func TestEachCallReportedWithItsUsage(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	l := limits.Limits{User: limits.Set{TokensPerDay: 1000}}
 	bots := &testBots{runs: map[string]worker.BotRun{"b1": {Backend: &flaky{}, Limits: l}}}
 	mm := &modelMetrics{}

@@ -12,10 +12,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // storeReply checks the rich reply a backend sent (ai.Reply) against
@@ -45,12 +45,12 @@ func (w *Worker) storeReply(ctx context.Context, m task.Message, attempt int, r 
 		n++
 		stored = append(stored, key)
 		sum := md5.Sum(data)
-		meta := jetstream.ObjectMeta{Name: key, Description: kind + " " + name}
+		meta := natsjs.ObjectMeta{Name: key, Description: kind + " " + name}
 		if _, err := w.buckets.Media().Put(ctx, meta, bytes.NewReader(data)); err != nil {
 			// A refused put may leave the object's name behind
 			// (nats.go publishes it beside the bytes).
 			w.buckets.DeleteMedia(ctx, key)
-			if dataplane.MediaFull(err) {
+			if jetstream.MediaFull(err) {
 				return task.ReplyObject{}, errMediaFull
 			}
 			return task.ReplyObject{}, fmt.Errorf("store reply %s %q of task %s: %w", kind, name, m.TaskID, err)

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -43,7 +43,7 @@ func pngOf(w int) []byte {
 // output (with its md5) for the pusher.
 func TestReplyBadItemsLeftOutWithANote(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	var images []ai.ReplyFile
 	images = append(images, ai.ReplyFile{Name: "a.gif", Data: []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")})
 	images = append(images, ai.ReplyFile{Name: "huge.png", Data: append(pngOf(4), make([]byte, ai.MaxReplyImageBytes)...)})
@@ -79,7 +79,7 @@ func TestReplyBadItemsLeftOutWithANote(t *testing.T) {
 // stored: the answer is delivered, not retried until the store empties.
 func TestReplyOverAFullStoreLeftOutWithANote(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{MediaMaxBytes: 64 << 10})
+	env := testenv.StartJetStream(t, jetstream.Options{MediaMaxBytes: 64 << 10})
 	b := replyBackend{ai.Reply{
 		Images: []ai.ReplyFile{{Name: "small.png", Data: pngOf(4)}},
 		Files:  []ai.ReplyFile{{Name: "big.bin", Data: make([]byte, 100<<10)}},
@@ -110,7 +110,7 @@ func TestReplyOverAFullStoreLeftOutWithANote(t *testing.T) {
 func TestUndeliveredAttemptsReplyDeleted(t *testing.T) {
 	t.Parallel()
 	fault := testenv.StartBucketFault(t)
-	opts := dataplane.Options{TaskMaxDeliver: 2}
+	opts := jetstream.Options{TaskMaxDeliver: 2}
 	_, botctl := fault.Store(t, fault.URL, opts)
 	_, probe := fault.Store(t, fault.ProbeURL, opts)
 	fault.Fail(t, probe.Names().OutputBucket)

@@ -13,7 +13,7 @@ import (
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -29,7 +29,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		// would be delivered into a request nobody reads and sit there
 		// until its ack wait: shutdown's naks wait for it.
 		fetched = make(chan struct{})
-		late    []jetstream.Msg // delivered after the stop began: handed back untouched
+		late    []natsjs.Msg // delivered after the stop began: handed back untouched
 	)
 	defer wg.Wait()
 	defer func() {
@@ -78,7 +78,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			t.Stop()
 			continue
 		}
-		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(2*time.Second))
+		batch, err := cons.Fetch(free, natsjs.FetchMaxWait(2*time.Second))
 		if err != nil {
 			if ctx.Err() == nil {
 				w.natsError("fetch")
@@ -109,7 +109,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.handle(ctx, msg, fetched)
 			})
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+		if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) && ctx.Err() == nil {
 			// No responders (the cluster's servers restarting, JetStream
 			// electing its leaders), the consumer gone: such a fetch ends
 			// at once, and fetching again at once sent hundreds of pull
@@ -125,7 +125,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // handBack returns a message delivered after the stop began, unrun: nak'd
 // for another delivery, or, on its last delivery (where a nak would have
 // it given up without ever running), requeued with fresh deliveries.
-func (w *Worker) handBack(msg jetstream.Msg) {
+func (w *Worker) handBack(msg natsjs.Msg) {
 	if !w.cfg.Store.FinalDelivery(msg) {
 		msg.Nak()
 		return
@@ -143,7 +143,7 @@ const handBackTimeout = 5 * time.Second
 // handle runs one queue message to its end: acked when the task needs
 // nothing more, nak'd for another attempt, terminated when it can never
 // run again, left alone when a later attempt holds it.
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, fetched <-chan struct{}) {
+func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan struct{}) {
 	if err := schema.Check(task.KindMessage, msg.Data()); err != nil {
 		w.unreserve()
 		w.passNewer(msg, err)
@@ -202,7 +202,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, fetched <-chan s
 // deliveries (TaskMaxDeliver), so a queue with no newer worker ends it as
 // a task whose deliveries ran out, ended by a newer node (task.Sweep and
 // WatchMaxDeliveries leave it alone here).
-func (w *Worker) passNewer(msg jetstream.Msg, err error) {
+func (w *Worker) passNewer(msg natsjs.Msg, err error) {
 	w.log.Warn().Err(err).Str("subject", msg.Subject()).Dur("retry_in", w.cfg.RetryDelay).Msg("task message left for a newer node")
 	if nerr := msg.NakWithDelay(w.cfg.RetryDelay); nerr != nil {
 		w.log.Warn().Err(nerr).Msg("nak failed; the task is redelivered after the ack wait")
@@ -218,12 +218,12 @@ func (w *Worker) passNewer(msg jetstream.Msg, err error) {
 // for StorePatience; if none is confirmed the message is deleted by its
 // sequence, and if that fails too the sweep removes it.
 // A node stopping ends the retries (ctx), not the last tries.
-func (w *Worker) ack(ctx context.Context, msg jetstream.Msg, log zerolog.Logger) {
+func (w *Worker) ack(ctx context.Context, msg natsjs.Msg, log zerolog.Logger) {
 	bg := context.WithoutCancel(ctx)
 	err := w.patiently(ctx, log, "ack the finished task's queue message", func() error {
 		actx, cancel := context.WithTimeout(bg, ackTimeout)
 		defer cancel()
-		if err := msg.DoubleAck(actx); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		if err := msg.DoubleAck(actx); err != nil && !errors.Is(err, natsjs.ErrMsgAlreadyAckd) {
 			w.natsError("ack")
 			return err
 		}
@@ -292,7 +292,7 @@ func (w *Worker) hold(ctx context.Context, m task.Message, log zerolog.Logger, w
 const offQueuePoll = 2 * time.Second
 
 // keepAlive sends in-progress acks every period until stopped.
-func keepAlive(ctx context.Context, clk clock.Clock, msg jetstream.Msg, period time.Duration) (stop func()) {
+func keepAlive(ctx context.Context, clk clock.Clock, msg natsjs.Msg, period time.Duration) (stop func()) {
 	if period <= 0 {
 		period = 10 * time.Second
 	}

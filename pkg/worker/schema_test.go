@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
@@ -28,7 +28,7 @@ func refusals(v int) float64 {
 // refusal with both versions. The message waits in the queue, as it was
 // published, for a worker of that version.
 func TestNewerTaskMessageIsLeftForANewerWorker(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 20})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 20})
 	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, 10*time.Millisecond), Store: env.Store})
 	r := task.New("b", "m1", time.Now())
 	r.Chat, r.ChatType, r.User, r.Question = "alice", "single", "alice", "q"

@@ -3,9 +3,9 @@ package worker
 import (
 	"context"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // The worker's hand-offs below its queue loop, each the few methods it
@@ -40,25 +40,25 @@ type Lifecycle interface {
 	Fail(ctx context.Context, id string, attempt int, reason string, retry bool, steps ...task.BackendStep) (*task.Record, error)
 	// GiveUp fails the task for good, whatever its attempt (msg nil: the
 	// caller ends the queue message itself).
-	GiveUp(ctx context.Context, id, reason string, msg jetstream.Msg) (*task.Record, error)
+	GiveUp(ctx context.Context, id, reason string, msg natsjs.Msg) (*task.Record, error)
 	// FreeConversation frees the conversation of a task finished off the
 	// queue (no queue ack will).
 	FreeConversation(ctx context.Context, r *task.Record, reason string)
 }
 
 // Buckets is what a task's attempt reads and writes beside its record
-// (*dataplane.Store).
+// (*jetstream.Store).
 type Buckets interface {
 	// Context is the conversations' context bucket (task.LoadConversation,
 	// task.AppendExchangeFrom).
-	Context() jetstream.KeyValue
+	Context() natsjs.KeyValue
 	// Media is the object store of the task's files and its reply's.
-	Media() jetstream.ObjectStore
+	Media() natsjs.ObjectStore
 	// DeleteMedia deletes media objects, also from a full store (a
 	// reply's objects an attempt stored but will not deliver).
 	DeleteMedia(ctx context.Context, keys ...string) error
 	// Limits is the bucket of the bots' and users' counts (limits.New).
-	Limits() jetstream.KeyValue
+	Limits() natsjs.KeyValue
 	// Reconnected's channel closes when the store's connection comes
 	// back (the cancel check re-reads the record then).
 	Reconnected() <-chan struct{}
@@ -67,5 +67,5 @@ type Buckets interface {
 // What the node passes.
 var (
 	_ Lifecycle = (*task.Lifecycle)(nil)
-	_ Buckets   = (*dataplane.Store)(nil)
+	_ Buckets   = (*jetstream.Store)(nil)
 )

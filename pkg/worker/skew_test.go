@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/rs/zerolog"
@@ -26,7 +26,7 @@ func (c *offSkew) Off() (string, bool) { return "40m off", c.off.Load() }
 // (issue 25 item 10). Once the clock is right it runs the task.
 func TestWorkerWithAClockOffRunsNothing(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	c := &offSkew{}
 	c.off.Store(true)
 	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, 10*time.Millisecond), Store: env.Store, Skew: c})
@@ -46,7 +46,7 @@ func TestWorkerWithAClockOffRunsNothing(t *testing.T) {
 // caller (and the operator reading its log) learns why.
 func TestOffQueueWorkRefusedWhileTheClockIsOff(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	c := &offSkew{}
 	c.off.Store(true)
 	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, Backend: demo(t, time.Millisecond), Store: env.Store, Logger: zerolog.Nop(), Skew: c})

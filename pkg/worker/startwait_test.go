@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
 )
@@ -21,7 +21,7 @@ import (
 func TestStartWaitsOutAFailingTasksBucket(t *testing.T) {
 	t.Parallel()
 	fault := testenv.StartBucketFault(t)
-	opts := dataplane.Options{TaskMaxDeliver: 2}
+	opts := jetstream.Options{TaskMaxDeliver: 2}
 	_, botctl := fault.Store(t, fault.URL, opts)
 	_, probe := fault.Store(t, fault.ProbeURL, opts)
 	fault.Fail(t, probe.Names().TasksBucket)

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/task"
 )
@@ -39,7 +39,7 @@ func (b thinkBackend) Stream(ctx context.Context, req ai.Request, emit func(stri
 // answer, tool steps a line each and also apart (Tools).
 func TestThinkingStoredWithTheOutput(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	b := thinkBackend{release: make(chan struct{})}
 	run(t, env.Store, "w1", b)
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -58,7 +58,7 @@ func TestThinkingStoredWithTheOutput(t *testing.T) {
 // answer is whole.
 func TestThinkingIsCapped(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	b := thinkBackend{release: make(chan struct{}), extra: strings.Repeat("想", task.MaxThinkingBytes)}
 	close(b.release)
 	run(t, env.Store, "w1", b)

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/config"
@@ -71,7 +71,7 @@ type Config struct {
 	// cap (the bot's settings, which change at run time); Backend,
 	// ContextTurns, ContextBytes and MaxAnswerBytes are then not used.
 	Bots  Bots
-	Store *dataplane.Store
+	Store *jetstream.Store
 	// SystemPrompt is prepended to every request, if set.
 	SystemPrompt string
 	// OutputInterval is the least time between two output writes of one

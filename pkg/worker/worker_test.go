@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/worker"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -39,7 +39,7 @@ type running struct {
 	stop func() // ends Run and waits for it
 }
 
-func run(t *testing.T, store *dataplane.Store, node string, b ai.Backend) running {
+func run(t *testing.T, store *jetstream.Store, node string, b ai.Backend) running {
 	t.Helper()
 	return runWith(t, worker.Config{NodeID: node, Backend: b, Store: store})
 }
@@ -64,13 +64,13 @@ func runWith(t *testing.T, cfg worker.Config) running {
 }
 
 // free reports whether the conversation takes a new task (and queues one).
-func free(t *testing.T, store *dataplane.Store, chat, msgid string) bool {
+func free(t *testing.T, store *jetstream.Store, chat, msgid string) bool {
 	raw, _ := json.Marshal(task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: "next"})
 	_, err := store.PublishTask(context.Background(), "b", chat, msgid, raw)
 	return err == nil
 }
 
-func publish(t testing.TB, store *dataplane.Store, msgid, chat, question string) task.Message {
+func publish(t testing.TB, store *jetstream.Store, msgid, chat, question string) task.Message {
 	t.Helper()
 	m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: question, Received: time.Now()}
 	raw, _ := json.Marshal(m)
@@ -80,7 +80,7 @@ func publish(t testing.TB, store *dataplane.Store, msgid, chat, question string)
 	return m
 }
 
-func record(t *testing.T, store *dataplane.Store, id string) *task.Record {
+func record(t *testing.T, store *jetstream.Store, id string) *task.Record {
 	r, _, err := task.Get(context.Background(), store.Tasks(), id)
 	if err != nil {
 		return &task.Record{}
@@ -90,7 +90,7 @@ func record(t *testing.T, store *dataplane.Store, id string) *task.Record {
 
 // output is task id's text in progress (or, with none, its attempt's
 // last write): for a task still running.
-func output(store *dataplane.Store, id string) *task.Output { return readOutput(store, id, false) }
+func output(store *jetstream.Store, id string) *task.Output { return readOutput(store, id, false) }
 
 // answer is finished task id's answer: its attempt's last write, in the
 // output bucket, read as the pusher reads a finished task's. Not output:
@@ -98,9 +98,9 @@ func output(store *dataplane.Store, id string) *task.Output { return readOutput(
 // task is finished, so a read of the progress bucket just then finds a
 // version older than the answer (seen under load: the answer without its
 // last lines, or without its truncation note).
-func answer(store *dataplane.Store, id string) *task.Output { return readOutput(store, id, true) }
+func answer(store *jetstream.Store, id string) *task.Output { return readOutput(store, id, true) }
 
-func readOutput(store *dataplane.Store, id string, finished bool) *task.Output {
+func readOutput(store *jetstream.Store, id string, finished bool) *task.Output {
 	o, _ := task.ReadOutput(context.Background(), store, id, finished)
 	if o == nil {
 		return &task.Output{}
@@ -110,7 +110,7 @@ func readOutput(store *dataplane.Store, id string, finished bool) *task.Output {
 
 func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	run(t, env.Store, "w1", demo(t, 300*time.Millisecond))
 	m := publish(t, env.Store, "m1", "alice", "what is botctl?")
 
@@ -133,7 +133,7 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 	// Multi-turn: the second task's prompt saw the first exchange.
 	var conv *task.Conversation
 	testwait.Eventually(t, waitLong, "both exchanges in the conversation context", func() bool {
-		conv, _, _ = task.LoadConversation(context.Background(), env.Store.Context(), dataplane.ConversationKey("b", "alice"))
+		conv, _, _ = task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
 		return conv != nil && len(conv.Turns) == 4
 	})
 	if conv.Turns[0].Content != "what is botctl?" || conv.Turns[2].Content != "and then?" || conv.Turns[1].Role != "assistant" {
@@ -146,7 +146,7 @@ func TestTaskRunsToOutputAndFreesConversation(t *testing.T) {
 // write, to the output bucket, and the progress entry is dropped.
 func TestOutputIsCoalesced(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	run(t, env.Store, "w1", demo(t, time.Second)) // ~20 deltas
 	m := publish(t, env.Store, "m1", "alice", "q")
 	w, err := env.Store.Progress().Watch(context.Background(), m.TaskID)
@@ -205,7 +205,7 @@ func TestStopCancels(t *testing.T) {
 }
 
 func testStop(t *testing.T, announce, reconnect bool) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
 	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
@@ -252,7 +252,7 @@ func (f *failing) Stream(ctx context.Context, req ai.Request, emit func(string) 
 // recorded failed with the reason, and its conversation is free again.
 func TestFailingTaskGivenUpAfterMaxDeliver(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 3})
 	f := &failing{}
 	run(t, env.Store, "w1", f)
 	m := publish(t, env.Store, "m1", "alice", "q")
@@ -274,7 +274,7 @@ func (refusing) Stream(context.Context, ai.Request, func(string) error) error {
 
 func TestBadRequestIsNotRetried(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 5})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 5})
 	run(t, env.Store, "w1", refusing{})
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "failed", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
@@ -288,14 +288,14 @@ func TestBadRequestIsNotRetried(t *testing.T) {
 // record counts the attempt.
 func TestWorkerCrashIsRetriedElsewhere(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskAckWait: 2 * time.Second})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskAckWait: 2 * time.Second})
 	// The doomed worker has its own connection, which the test cuts.
 	nc, err := nats.Connect(env.Server.ClientURL(), nats.NoReconnect())
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(nc)
-	doomedStore, err := dataplane.Declare(context.Background(), js, dataplane.Options{TaskAckWait: 2 * time.Second})
+	js, _ := natsjs.New(nc)
+	doomedStore, err := jetstream.Declare(context.Background(), js, jetstream.Options{TaskAckWait: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestConfigRequired(t *testing.T) {
 // conversation. It is failed with the reason and its message removed.
 func TestStopOnFinalDeliveryFailsAndFrees(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 1})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 1})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
 	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
@@ -345,7 +345,7 @@ func TestStopOnFinalDeliveryFailsAndFrees(t *testing.T) {
 // record says queued (nobody runs it), and the next worker finishes it.
 func TestStopBeforeFinalDeliveryRequeues(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{TaskMaxDeliver: 3})
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 3})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
@@ -363,9 +363,9 @@ func TestStopBeforeFinalDeliveryRequeues(t *testing.T) {
 // lastDeliveryRig is a queue of one delivery per task, with the
 // lifecycle's MAX_DELIVERIES watch running, and a doomed node's store on a
 // connection of its own (closing nc is its kill -9).
-func lastDeliveryRig(t *testing.T) (*testenv.JetStream, *dataplane.Store, *nats.Conn) {
+func lastDeliveryRig(t *testing.T) (*testenv.JetStream, *jetstream.Store, *nats.Conn) {
 	t.Helper()
-	opts := dataplane.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1}
+	opts := jetstream.Options{TaskAckWait: time.Second, TaskMaxDeliver: 1}
 	env := testenv.StartJetStream(t, opts)
 	lc := task.NewLifecycle(env.Store, "n1", zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -376,8 +376,8 @@ func lastDeliveryRig(t *testing.T) (*testenv.JetStream, *dataplane.Store, *nats.
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(nc)
-	doomed, err := dataplane.Declare(context.Background(), js, opts)
+	js, _ := natsjs.New(nc)
+	doomed, err := jetstream.Declare(context.Background(), js, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +410,7 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 	t.Parallel()
 	env, doomedStore, nc := lastDeliveryRig(t)
 	m := publish(t, env.Store, "m1", "alice", "q")
-	batch, err := doomedStore.Workers().Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	batch, err := doomedStore.Workers().Fetch(1, natsjs.FetchMaxWait(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +442,7 @@ func TestGivenUpByAdvisoryWithoutARecordStillTellsTheUser(t *testing.T) {
 // outlast the wait for its first write and the fast attempt's start).
 func TestAttemptsAreFenced(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	slow := run(t, env.Store, "slow", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "attempt 1 writing", func() bool { return output(env.Store, m.TaskID).Attempt == 1 && output(env.Store, m.TaskID).Text != "" })
@@ -465,7 +465,7 @@ func TestAttemptsAreFenced(t *testing.T) {
 	}
 	// The queue copy was freed when the fallback finished it.
 	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
-	conv, _, err := task.LoadConversation(context.Background(), env.Store.Context(), dataplane.ConversationKey("b", "alice"))
+	conv, _, err := task.LoadConversation(context.Background(), env.Store.Context(), jetstream.ConversationKey("b", "alice"))
 	if err != nil || len(conv.Turns) != 2 {
 		t.Fatalf("conversation context: %+v (%v), want one exchange", conv, err)
 	}
@@ -474,7 +474,7 @@ func TestAttemptsAreFenced(t *testing.T) {
 // Past its execution deadline a task is failed, its conversation freed.
 func TestDeadlineFailsTheTask(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	runWith(t, worker.Config{NodeID: "w1", Backend: demo(t, time.Minute), Store: env.Store, Deadline: time.Second})
 	m := publish(t, env.Store, "m1", "alice", "q")
 	testwait.Eventually(t, waitLong, "failed past the deadline", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Failed })
@@ -488,7 +488,7 @@ func TestDeadlineFailsTheTask(t *testing.T) {
 // bounded by the slots like queue work: a full worker refuses at once.
 func TestOffQueueWorkBoundedBySlots(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, Backend: demo(t, time.Minute), Store: env.Store, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -520,7 +520,7 @@ func (l *leading) LeadsAny() bool { return l.v.Load() }
 // the connection and pusher); once leadership ends, Slots again.
 func TestLeaderSlotsWhileLeading(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	l := &leading{}
 	l.v.Store(true)
 	w, err := worker.New(worker.Config{NodeID: "w1", Slots: 2, LeaderSlots: 1, Leadership: l,
@@ -550,7 +550,7 @@ func TestLeaderSlotsWhileLeading(t *testing.T) {
 // the queue nor locally, while a follower on the same queue runs them
 // all; LeaderSlotsAll gives the leader every slot.
 func TestLeaderWithZeroSlotsRunsNoTask(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	l := &leading{}
 	l.v.Store(true)
 	leader := runWith(t, worker.Config{NodeID: "leader", Slots: 4, LeaderSlots: 0, Leadership: l, Backend: demo(t, 50*time.Millisecond), Store: env.Store})
@@ -622,7 +622,7 @@ func (b *blip) Stream(ctx context.Context, req ai.Request, emit func(string) err
 // the failover ended "answer not stored".
 func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
 	b := &blip{env: env, restarted: make(chan *infra.NATS, 1)}
 	w := runWith(t, worker.Config{NodeID: "w1", Backend: b, Store: env.Store})
@@ -655,7 +655,7 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 // test's waits for the copy to be fetched and held.
 func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
 	offQueue := &recorder{name: "answered off the queue", gate: make(chan struct{})}
 	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: offQueue, Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
@@ -696,7 +696,7 @@ func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 // worker holding the copy runs the task itself.
 func TestSilentOffQueueAttemptTakenOver(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	lc := task.NewLifecycle(env.Store, "queue-worker", zerolog.Nop()).WithOffQueueSilence(3 * time.Second)
 	runWith(t, worker.Config{NodeID: "queue-worker", Backend: demo(t, 100*time.Millisecond), Store: env.Store, Lifecycle: lc})
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
@@ -749,7 +749,7 @@ func (c *opCounter) NATSError(op string) { c.mu.Lock(); c.heard[op]++; c.mu.Unlo
 // conversation with no context yet is not a failure).
 func TestNATSErrorHearsTaskWriteFailures(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	counter := &opCounter{heard: map[string]int{}}
 	mu, heard := &counter.mu, counter.heard
 	cfg := worker.Config{NodeID: "w1", Store: env.Store, StorePatience: 300 * time.Millisecond, Logger: zerolog.Nop(),
@@ -805,7 +805,7 @@ func TestNATSErrorHearsTaskWriteFailures(t *testing.T) {
 func TestLateLastDeliveryIsRequeuedNotGivenUp(t *testing.T) {
 	env, doomedStore, _ := lastDeliveryRig(t)
 	m := publish(t, env.Store, "m1", "alice", "q")
-	batch, err := doomedStore.Workers().Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	batch, err := doomedStore.Workers().Fetch(1, natsjs.FetchMaxWait(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

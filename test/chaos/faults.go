@@ -7,15 +7,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/serve"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// taskMaxDeliver is the task queue's MaxDeliver (dataplane.DefaultTaskMaxDeliver,
+// taskMaxDeliver is the task queue's MaxDeliver (jetstream.DefaultTaskMaxDeliver,
 // not imported: the scenario states what it expects of the deployment).
 const taskMaxDeliver = 5
 
@@ -385,13 +385,13 @@ func (h *Harness) corruptRecord(r *RoundResult) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	names := dataplane.NamesFor("")
+	names := jetstream.NamesFor("")
 	tasks, err := js.KeyValue(ctx, names.TasksBucket)
 	if err != nil {
 		return err
@@ -404,20 +404,20 @@ func (h *Harness) corruptRecord(r *RoundResult) error {
 	msgid := fmt.Sprintf("chaos-corrupt-%d-%d", r.Round, time.Now().UnixNano())
 	id := task.ID(bot, msgid)
 	raw, _ := json.Marshal(task.Message{TaskID: id, Bot: bot, MsgID: msgid, Chat: chat, ChatType: "single", User: chat, Question: "q", Received: time.Now()})
-	if _, err := js.Publish(ctx, names.TaskSubject(bot, chat), raw, jetstream.WithMsgID(msgid)); err != nil {
+	if _, err := js.Publish(ctx, names.TaskSubject(bot, chat), raw, natsjs.WithMsgID(msgid)); err != nil {
 		return fmt.Errorf("queue message of the corrupt task: %w", err)
 	}
 	if _, err := tasks.Put(ctx, id, []byte("{\"id\":\""+id+"\",\"exec\":\x00garbage")); err != nil {
 		return err
 	}
-	if _, err := index.Put(ctx, dataplane.UndeliveredKey(bot, id), nil); err != nil {
+	if _, err := index.Put(ctx, jetstream.UndeliveredKey(bot, id), nil); err != nil {
 		return err
 	}
 	r.note("corrupt record %s put by hand (conversation %s, in the undelivered index, with a queue message)", id, chat)
 	defer func() {
 		h.cli("tasks", "release", "--bot", bot, "--chat", chat)
 		tasks.Delete(context.Background(), id)
-		index.Delete(context.Background(), dataplane.UndeliveredKey(bot, id))
+		index.Delete(context.Background(), jetstream.UndeliveredKey(bot, id))
 	}()
 	l, err := h.Leader()
 	if err != nil {

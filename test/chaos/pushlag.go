@@ -12,7 +12,7 @@ import (
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Push lag, measured as test/load measures it: a worker's write of an
@@ -45,7 +45,7 @@ func watchOutputs(urls string) (*outputWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -53,7 +53,7 @@ func watchOutputs(urls string) (*outputWatch, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	o := &outputWatch{at: map[string][]time.Time{}}
-	var watchers []jetstream.KeyWatcher
+	var watchers []natsjs.KeyWatcher
 	var wg sync.WaitGroup
 	o.stop = func() {
 		for _, w := range watchers {
@@ -70,7 +70,7 @@ func watchOutputs(urls string) (*outputWatch, error) {
 			o.stop()
 			return nil, fmt.Errorf("bucket %s: %w", bucket, err)
 		}
-		w, err := kv.WatchAll(context.Background(), jetstream.UpdatesOnly())
+		w, err := kv.WatchAll(context.Background(), natsjs.UpdatesOnly())
 		if err != nil {
 			o.stop()
 			return nil, err
@@ -86,9 +86,9 @@ func watchOutputs(urls string) (*outputWatch, error) {
 }
 
 // follow records the write time of every text w delivers.
-func (o *outputWatch) follow(w jetstream.KeyWatcher) {
+func (o *outputWatch) follow(w natsjs.KeyWatcher) {
 	for e := range w.Updates() {
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
+		if e == nil || e.Operation() != natsjs.KeyValuePut {
 			continue
 		}
 		out, err := task.DecodeOutput(e.Value())

@@ -40,14 +40,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/drill"
 	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -142,10 +142,10 @@ func main() {
 	nc, err := nats.Connect(c.NATSURL)
 	check(err)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	check(err)
 	ctx := context.Background()
-	store, err := dataplane.Declare(ctx, js, dataplane.Options{})
+	store, err := jetstream.Declare(ctx, js, jetstream.Options{})
 	check(err)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.EtcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	check(err)
@@ -227,14 +227,14 @@ func detectedBy(rs []drill.Round, end time.Time) time.Time {
 // while other kinds ran (each kind has its own bot) learnt that it is
 // quiet: its first opinion was "a silence over 1m55s", and a 30 s silence
 // round then never opened an incident.
-func warm(ctx context.Context, c *cluster.Cluster, store *dataplane.Store, bot string, limit time.Duration) error {
+func warm(ctx context.Context, c *cluster.Cluster, store *jetstream.Store, bot string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for k := 0; ; k++ {
 		if _, err := c.PostMessage(bot, fmt.Sprintf("warm-%d", k%50), fmt.Sprintf("warm-up %d", k)); err != nil {
 			return err
 		}
 		if k%10 == 0 {
-			e, err := store.Health().Get(ctx, "baseline."+dataplane.EncodeToken(bot))
+			e, err := store.Health().Get(ctx, "baseline."+jetstream.EncodeToken(bot))
 			if err == nil {
 				var b health.Baseline
 				if json.Unmarshal(e.Value(), &b) == nil {

@@ -24,7 +24,7 @@ import (
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -240,7 +240,7 @@ func (in *Infra) healthyOnce(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("nats %s: %w", m.Name, err)
 		}
-		js, err := jetstream.New(nc)
+		js, err := natsjs.New(nc)
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			_, err = js.AccountInfo(cctx)
@@ -329,7 +329,7 @@ func (in *Infra) WaitReplicasCurrent(timeout time.Duration) error {
 
 // waitJetStream polls check over a connection of its own until it
 // passes or timeout; what names the objects checked in the error.
-func (in *Infra) waitJetStream(timeout time.Duration, what string, check func(context.Context, jetstream.JetStream) error) error {
+func (in *Infra) waitJetStream(timeout time.Duration, what string, check func(context.Context, natsjs.JetStream) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	nc, err := nats.Connect(in.NATSURLs(), nats.Timeout(2*time.Second))
@@ -337,7 +337,7 @@ func (in *Infra) waitJetStream(timeout time.Duration, what string, check func(co
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		return err
 	}
@@ -351,7 +351,7 @@ func (in *Infra) waitJetStream(timeout time.Duration, what string, check func(co
 	return fmt.Errorf("JetStream %s not current within %v: %v", what, timeout, last)
 }
 
-func streamsCurrent(ctx context.Context, js jetstream.JetStream) error {
+func streamsCurrent(ctx context.Context, js natsjs.JetStream) error {
 	l := js.ListStreams(ctx)
 	for si := range l.Info() {
 		c := si.Cluster
@@ -374,7 +374,7 @@ func streamsCurrent(ctx context.Context, js jetstream.JetStream) error {
 // and every replica current. Single-replica consumers (the ordered ones
 // behind KV watches) are skipped: they have no followers, and their
 // clients make them anew when their server goes.
-func consumersCurrent(ctx context.Context, js jetstream.JetStream) error {
+func consumersCurrent(ctx context.Context, js natsjs.JetStream) error {
 	names := js.StreamNames(ctx)
 	var streams []string
 	for n := range names.Name() {

@@ -19,7 +19,7 @@ import (
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // version is one write of a task's output, as the watcher saw it.
@@ -46,13 +46,13 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	l := &outputLog{vers: map[string][]version{}, seen: map[string]int{}}
-	var watchers []jetstream.KeyWatcher
+	var watchers []natsjs.KeyWatcher
 	var wg sync.WaitGroup
 	stop := func() {
 		for _, w := range watchers {
@@ -67,7 +67,7 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 			stop()
 			return nil, nil, fmt.Errorf("bucket %s: %w", bucket, err)
 		}
-		w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+		w, err := kv.WatchAll(ctx, natsjs.UpdatesOnly())
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -83,7 +83,7 @@ func watchOutputs(ctx context.Context, url string) (*outputLog, func(), error) {
 					l.seen[kind]++
 					l.mu.Unlock()
 				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
+				if e == nil || e.Operation() != natsjs.KeyValuePut {
 					continue
 				}
 				o, err := task.DecodeOutput(e.Value())
@@ -429,7 +429,7 @@ func readRecords(ctx context.Context, url string) (map[string]*task.Record, erro
 		return nil, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsjs.New(nc)
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +448,7 @@ func readRecords(ctx context.Context, url string) (map[string]*task.Record, erro
 			break // the initial values are all in
 		}
 		var r task.Record
-		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &r) == nil {
+		if e.Operation() == natsjs.KeyValuePut && json.Unmarshal(e.Value(), &r) == nil {
 			out[r.ID] = &r
 		}
 	}

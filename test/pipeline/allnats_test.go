@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/ai"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Every NATS server of an R3 cluster restarts at once while answers
@@ -103,7 +103,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		if bs, ok := st.(*natsjs.KeyValueBucketStatus); ok {
 			s := bs.StreamInfo().State
 			t.Logf("progress bucket %s after the restart: %d values, sequences %d-%d", time.Since(up).Round(time.Millisecond), s.Msgs, s.FirstSeq, s.LastSeq)
 		}
@@ -174,7 +174,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 	testwait.Eventually(t, waitLong, "the watermark within the progress bucket", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		e, err := n.node.Store.Watermarks().Get(ctx, dataplane.BotKey("b1"))
+		e, err := n.node.Store.Watermarks().Get(ctx, jetstream.BotKey("b1"))
 		if err != nil || json.Unmarshal(e.Value(), &wm) != nil {
 			return false
 		}
@@ -182,7 +182,7 @@ func TestAllNATSServersRestartMidAnswer(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		end = st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
+		end = st.(*natsjs.KeyValueBucketStatus).StreamInfo().State.LastSeq
 		return wm.OutputRev <= end
 	})
 	t.Logf("watermark %d, progress bucket's last revision %d", wm.OutputRev, end)

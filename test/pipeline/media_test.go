@@ -14,7 +14,7 @@ import (
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // downloads is how many media GETs the simulator served.
@@ -212,6 +212,6 @@ func TestMediaOfABusyConversationLeavesNoFiles(t *testing.T) {
 	}
 	testwait.Eventually(t, waitLong, "no file left for the busy message", func() bool {
 		_, err := n.node.Store.Media().GetInfo(context.Background(), task.ID("b1", img.MsgID)+"/0")
-		return errors.Is(err, jetstream.ErrObjectNotFound)
+		return errors.Is(err, natsjs.ErrObjectNotFound)
 	})
 }

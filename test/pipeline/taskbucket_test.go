@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
@@ -23,7 +23,7 @@ type lockWatch struct {
 	what  string
 }
 
-func (w *lockWatch) run(ctx context.Context, store *dataplane.Store) {
+func (w *lockWatch) run(ctx context.Context, store *jetstream.Store) {
 	for ctx.Err() == nil {
 		if q, err := store.ListQueue(ctx, "b1"); err == nil {
 			for _, chat := range q.Conversations {
@@ -77,7 +77,7 @@ func TestTasksBucketFailingLocksNoConversation(t *testing.T) {
 	n := c.startOn("n1", bucket.URL, func(cfg *config.Config) { cfg.Worker.Deadline = deadline })
 	testwait.Eventually(t, waitLong, "leader connected", c.connected)
 
-	_, probe := bucket.Store(t, bucket.ProbeURL, dataplane.Options{})
+	_, probe := bucket.Store(t, bucket.ProbeURL, jetstream.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()

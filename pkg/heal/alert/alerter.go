@@ -10,7 +10,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/incident"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -143,8 +143,8 @@ type loop struct {
 	synthRev uint64    // revision of its record; 0 = none yet
 }
 
-func (l *loop) observe(e jetstream.KeyValueEntry) {
-	if e.Operation() != jetstream.KeyValuePut {
+func (l *loop) observe(e natsjs.KeyValueEntry) {
+	if e.Operation() != natsjs.KeyValuePut {
 		delete(l.incs, e.Key())
 		return
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/rs/zerolog"
@@ -18,7 +18,7 @@ func ExampleRunElected() {
 	var (
 		ctx   context.Context  // the node's lifetime
 		cli   *clientv3.Client // the node's etcd client
-		store *dataplane.Store // dataplane.Declare
+		store *jetstream.Store // jetstream.Declare
 		log   zerolog.Logger   // the node's logger
 	)
 	robotURL, _ := os.ReadFile("/etc/botctl/wecom_robot_url") // alert.wecom_robot_url_file

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -98,7 +98,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	return &fixture{env: env, store: incident.NewStore(env.Store.Incidents()), clock: newClock(), rcv: newReceiver(t)}
 }
 

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // SyntheticKey is the key, in the incidents bucket, of the record of the
@@ -27,9 +27,9 @@ type SyntheticRecord struct {
 
 // LastSynthetic reads when the last synthetic alert was sent, by any
 // alerter on kv (the incidents bucket); ok is false if none ever was.
-func LastSynthetic(ctx context.Context, kv jetstream.KeyValue) (rec SyntheticRecord, rev uint64, ok bool, err error) {
+func LastSynthetic(ctx context.Context, kv natsjs.KeyValue) (rec SyntheticRecord, rev uint64, ok bool, err error) {
 	e, err := kv.Get(ctx, SyntheticKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return rec, 0, false, nil
 	}
 	if err != nil {
@@ -73,7 +73,7 @@ func (l *loop) synthetic(ctx context.Context, now time.Time) {
 		rev, err = kv.Update(ctx, SyntheticKey, raw, l.synthRev)
 	}
 	if err != nil {
-		if dataplane.LostCAS(err) {
+		if jetstream.LostCAS(err) {
 			// Another alerter sent one meanwhile: take its time.
 			if err := l.loadSynthetic(ctx); err != nil {
 				l.log.Warn().Err(err).Msg("synthetic alert: reread failed")

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/rs/zerolog"
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // The watermark only moves forward, and never while the spool holds a
 // task (a spooled message is not durable in the cluster yet).
 func TestTrackerForwardOnlyAndHeldBySpool(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	var holding atomic.Bool
 	holding.Store(true)
 	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Spool: spoolOf{&holding}, Logger: zerolog.Nop()}
@@ -83,7 +83,7 @@ func (in *inbound) Late(_ context.Context, _ string, m backfill.Message) error {
 // overlap, skips what is known, hands over the rest, and stops at its
 // budget, counting what it did not fill.
 func TestRunAgainstSimulatorHistory(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
 	sim.AddBot("b1", "s1")
 	srv := httptest.NewServer(sim.Handler())

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/retry"
 	"github.com/rs/zerolog"
@@ -61,7 +61,7 @@ func (b *Backfiller) Connected(bot string, c Conn) (gone func()) {
 type Backfiller struct {
 	opts  Options
 	bound chan struct{} // closed by Bind
-	store *dataplane.Store
+	store *jetstream.Store
 	in    Inbound
 	wm    *Tracker // nil: the watermark is not held during a pass
 }
@@ -74,7 +74,7 @@ func New(opts Options) *Backfiller {
 // Bind supplies JetStream's store, the inbound path and the node's
 // watermark tracker (held by each pass), once JetStream answers. Call it
 // once.
-func (b *Backfiller) Bind(store *dataplane.Store, in Inbound, wm *Tracker) {
+func (b *Backfiller) Bind(store *jetstream.Store, in Inbound, wm *Tracker) {
 	b.store, b.in, b.wm = store, in, wm
 	close(b.bound)
 }

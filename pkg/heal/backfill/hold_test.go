@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	"github.com/rs/zerolog"
@@ -32,7 +32,7 @@ type termsRig struct {
 
 func newTermsRig(t *testing.T) *termsRig {
 	t.Helper()
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
 	sim.AddBot("b1", "s1")
 	srv := httptest.NewServer(sim.Handler())

@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -22,12 +22,12 @@ type Watermark struct {
 	Updated time.Time `json:"updated"`
 }
 
-func watermarkKey(bot string) string { return dataplane.BotKey(bot) + ".inbound" }
+func watermarkKey(bot string) string { return jetstream.BotKey(bot) + ".inbound" }
 
 // LoadWatermark reads bot's inbound watermark; zero when there is none.
-func LoadWatermark(ctx context.Context, store *dataplane.Store, bot string) (Watermark, error) {
+func LoadWatermark(ctx context.Context, store *jetstream.Store, bot string) (Watermark, error) {
 	e, err := store.Watermarks().Get(ctx, watermarkKey(bot))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return Watermark{}, nil
 	}
 	if err != nil {
@@ -46,7 +46,7 @@ func LoadWatermark(ctx context.Context, store *dataplane.Store, bot string) (Wat
 // cannot say (a task there is not durable in the cluster yet), and not
 // for a bot while a gap backfill pass of it runs (Hold).
 type Tracker struct {
-	Store  *dataplane.Store
+	Store  *jetstream.Store
 	Node   string
 	Spool  Spool // nil: nothing is ever held back
 	Logger zerolog.Logger
@@ -59,7 +59,7 @@ type Tracker struct {
 }
 
 // Spool is the node's local store-and-forward spool, as the Tracker sees
-// it: how many tasks it holds (*dataplane.Spool).
+// it: how many tasks it holds (*jetstream.Spool).
 type Spool interface {
 	Len() (int, error)
 }
@@ -185,11 +185,11 @@ func (t *Tracker) Lower(ctx context.Context, bot string, created time.Time) erro
 func (t *Tracker) move(ctx context.Context, bot string, created time.Time, forward bool) error {
 	kv := t.Store.Watermarks()
 	for try := range 10 {
-		dataplane.CASPause(ctx, try)
+		jetstream.CASPause(ctx, try)
 		e, err := kv.Get(ctx, watermarkKey(bot))
 		var rev uint64
 		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case errors.Is(err, natsjs.ErrKeyNotFound):
 		case err != nil:
 			return err
 		default:
@@ -205,7 +205,7 @@ func (t *Tracker) move(ctx context.Context, bot string, created time.Time, forwa
 		} else {
 			_, err = kv.Update(ctx, watermarkKey(bot), raw, rev)
 		}
-		if err == nil || !dataplane.LostCAS(err) {
+		if err == nil || !jetstream.LostCAS(err) {
 			return err
 		}
 	}

@@ -36,7 +36,7 @@ import (
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pause"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Kinds of drill.
@@ -65,7 +65,7 @@ type Config struct {
 	// to the simulator (a cluster just started). Default 15s.
 	ConnectWait time.Duration
 	Incidents   *incident.Store
-	Health      jetstream.KeyValue
+	Health      natsjs.KeyValue
 	// Nodes lists the registered nodes (kill-leader only).
 	Nodes func(ctx context.Context) ([]node.Info, error)
 	// Interval between user messages. Default 1s.

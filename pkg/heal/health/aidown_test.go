@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/task"
@@ -18,7 +18,7 @@ import (
 // Every AI backend of a bot down opens one AI incident (a person must
 // look), whoever else reports it; a backend answering again closes it.
 func TestAIDownOpensAnIncidentClosedWhenABackendAnswers(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	h := health.New(health.Config{NodeID: "n1", Logger: zerolog.Nop()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

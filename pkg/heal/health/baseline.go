@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Baseline is a bot's inbound traffic by hour of the week, learnt from its
@@ -190,9 +190,9 @@ func (b *Baseline) clone() Baseline {
 	return out
 }
 
-func loadBaseline(ctx context.Context, kv jetstream.KeyValue, bot string) (*Baseline, error) {
+func loadBaseline(ctx context.Context, kv natsjs.KeyValue, bot string) (*Baseline, error) {
 	e, err := kv.Get(ctx, baselineKey(bot))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return &Baseline{}, nil
 	}
 	if err != nil {
@@ -205,7 +205,7 @@ func loadBaseline(ctx context.Context, kv jetstream.KeyValue, bot string) (*Base
 	return &b, nil
 }
 
-func saveBaseline(ctx context.Context, kv jetstream.KeyValue, bot string, b *Baseline) error {
+func saveBaseline(ctx context.Context, kv natsjs.KeyValue, bot string, b *Baseline) error {
 	raw, err := schema.Marshal(b)
 	if err != nil {
 		return err

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/task"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // lostEvents states the user events of the gap [dropped, recovered] (of
@@ -393,15 +393,15 @@ func (h *Health) unchecked(ctx context.Context, bd *binding, bot, outage string,
 // written when an answer finishes) was last written in [since, until]. It
 // reads the metadata of the bot's keys once, not their values: one
 // consumer over the conversations of the last day (the bucket's TTL).
-func activeChats(ctx context.Context, kv jetstream.KeyValue, bot string, since, until time.Time) ([]string, error) {
+func activeChats(ctx context.Context, kv natsjs.KeyValue, bot string, since, until time.Time) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	w, err := kv.Watch(ctx, dataplane.EncodeToken(bot)+".*", jetstream.MetaOnly())
+	w, err := kv.Watch(ctx, jetstream.EncodeToken(bot)+".*", natsjs.MetaOnly())
 	if err != nil {
 		return nil, fmt.Errorf("watch the conversations of bot %s: %w", bot, err)
 	}
 	defer w.Stop()
-	prefix := dataplane.EncodeToken(bot) + "."
+	prefix := jetstream.EncodeToken(bot) + "."
 	var chats []string
 	for {
 		select {
@@ -411,10 +411,10 @@ func activeChats(ctx context.Context, kv jetstream.KeyValue, bot string, since, 
 			if !ok || e == nil {
 				return chats, nil // every current key seen
 			}
-			if e.Operation() != jetstream.KeyValuePut || e.Created().Before(since) || e.Created().After(until) {
+			if e.Operation() != natsjs.KeyValuePut || e.Created().Before(since) || e.Created().After(until) {
 				continue
 			}
-			if c, err := dataplane.DecodeToken(strings.TrimPrefix(e.Key(), prefix)); err == nil {
+			if c, err := jetstream.DecodeToken(strings.TrimPrefix(e.Key(), prefix)); err == nil {
 				chats = append(chats, c)
 			}
 		}

@@ -5,12 +5,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/heal/recovery"
 	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -31,9 +31,9 @@ type Health struct {
 }
 
 type binding struct {
-	kv        jetstream.KeyValue
+	kv        natsjs.KeyValue
 	incidents *incident.Store
-	store     *dataplane.Store
+	store     *jetstream.Store
 	tasks     *task.Lifecycle
 }
 
@@ -70,7 +70,7 @@ func New(cfg Config) *Health {
 
 // Bind gives Health the store: the health bucket, incidents and task
 // records (for the outbound replay).
-func (h *Health) Bind(store *dataplane.Store, tasks *task.Lifecycle) {
+func (h *Health) Bind(store *jetstream.Store, tasks *task.Lifecycle) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.bound = &binding{kv: store.Health(), incidents: incident.NewStore(store.Incidents()), store: store, tasks: tasks}

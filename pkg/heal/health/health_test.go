@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/health"
@@ -76,7 +76,7 @@ func start(t *testing.T, o options) *env {
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(func() { sim.Close(); srv.Close() })
 	e := &env{t: t, sim: sim, wsURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/", etcd: cli}
-	e.js = testenv.StartJetStream(t, dataplane.Options{})
+	e.js = testenv.StartJetStream(t, jetstream.Options{})
 	e.inc = incident.NewStore(e.js.Store.Incidents())
 	if o.before != nil {
 		o.before(e)

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // A conversation "may be incomplete" when a gap backfill could not answer
@@ -31,11 +31,11 @@ type Mark struct {
 const markPrefix = "incomplete."
 
 func markKey(bot, chat string) string {
-	return markPrefix + dataplane.EncodeToken(bot) + "." + dataplane.EncodeToken(chat)
+	return markPrefix + jetstream.EncodeToken(bot) + "." + jetstream.EncodeToken(chat)
 }
 
 // MarkIncomplete marks chats of bot as "may be incomplete".
-func MarkIncomplete(ctx context.Context, kv jetstream.KeyValue, bot string, chats []string, why string, now time.Time) error {
+func MarkIncomplete(ctx context.Context, kv natsjs.KeyValue, bot string, chats []string, why string, now time.Time) error {
 	var errs []error
 	for _, chat := range chats {
 		raw, _ := schema.Marshal(Mark{Bot: bot, Chat: chat, Why: why, At: now.UTC()})
@@ -47,10 +47,10 @@ func MarkIncomplete(ctx context.Context, kv jetstream.KeyValue, bot string, chat
 }
 
 // Marks lists the conversations marked "may be incomplete" ("" bot: all).
-func Marks(ctx context.Context, kv jetstream.KeyValue, bot string) ([]Mark, error) {
+func Marks(ctx context.Context, kv natsjs.KeyValue, bot string) ([]Mark, error) {
 	filter := markPrefix + ">"
 	if bot != "" {
-		filter = markPrefix + dataplane.EncodeToken(bot) + ".*"
+		filter = markPrefix + jetstream.EncodeToken(bot) + ".*"
 	}
 	lister, err := kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
@@ -72,7 +72,7 @@ func Marks(ctx context.Context, kv jetstream.KeyValue, bot string) ([]Mark, erro
 
 // watchMarks keeps h's in-memory set of marked conversations, so that the
 // inbound path's check costs a map lookup, not a bucket read per message.
-func (h *Health) watchMarks(ctx context.Context, kv jetstream.KeyValue) {
+func (h *Health) watchMarks(ctx context.Context, kv natsjs.KeyValue) {
 	for ctx.Err() == nil {
 		w, err := kv.Watch(ctx, markPrefix+">")
 		if err != nil {
@@ -87,7 +87,7 @@ func (h *Health) watchMarks(ctx context.Context, kv jetstream.KeyValue) {
 			}
 			key := strings.TrimPrefix(e.Key(), markPrefix)
 			h.mu.Lock()
-			if e.Operation() == jetstream.KeyValuePut {
+			if e.Operation() == natsjs.KeyValuePut {
 				h.marks[key] = true
 			} else {
 				delete(h.marks, key)
@@ -123,7 +123,7 @@ func (h *Health) TakeIncomplete(ctx context.Context, bot, chat string) (string, 
 		return "", false
 	}
 	// Only the one who deletes this revision tells the user.
-	if err := bd.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+	if err := bd.kv.Delete(ctx, key, natsjs.LastRevision(e.Revision())); err != nil {
 		return "", false
 	}
 	var m Mark

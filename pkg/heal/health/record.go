@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // State is a bot's health.
@@ -71,14 +71,14 @@ func (r *Record) LastEvidence() time.Time {
 	return t
 }
 
-func recordKey(bot string) string   { return "bot." + dataplane.EncodeToken(bot) }
-func baselineKey(bot string) string { return "baseline." + dataplane.EncodeToken(bot) }
+func recordKey(bot string) string   { return "bot." + jetstream.EncodeToken(bot) }
+func baselineKey(bot string) string { return "baseline." + jetstream.EncodeToken(bot) }
 
-// Load reads bot's health record from kv (dataplane.Store.Health); a bot
+// Load reads bot's health record from kv (jetstream.Store.Health); a bot
 // never seen has a zero record (State "").
-func Load(ctx context.Context, kv jetstream.KeyValue, bot string) (Record, error) {
+func Load(ctx context.Context, kv natsjs.KeyValue, bot string) (Record, error) {
 	e, err := kv.Get(ctx, recordKey(bot))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return Record{Bot: bot}, nil
 	}
 	if err != nil {
@@ -93,14 +93,14 @@ func Load(ctx context.Context, kv jetstream.KeyValue, bot string) (Record, error
 }
 
 // LoadAll reads every bot's health record.
-func LoadAll(ctx context.Context, kv jetstream.KeyValue) (map[string]Record, error) {
+func LoadAll(ctx context.Context, kv natsjs.KeyValue) (map[string]Record, error) {
 	lister, err := kv.ListKeysFiltered(ctx, "bot.*")
 	if err != nil {
 		return nil, fmt.Errorf("list health records: %w", err)
 	}
 	out := map[string]Record{}
 	for k := range lister.Keys() {
-		bot, err := dataplane.DecodeToken(k[len("bot."):])
+		bot, err := jetstream.DecodeToken(k[len("bot."):])
 		if err != nil {
 			continue
 		}
@@ -116,9 +116,9 @@ func LoadAll(ctx context.Context, kv jetstream.KeyValue) (map[string]Record, err
 // update applies fn to bot's record with a compare-and-set (re-read and
 // re-applied when another node wrote first). fn returning false writes
 // nothing.
-func update(ctx context.Context, kv jetstream.KeyValue, bot string, now time.Time, fn func(*Record) bool) (Record, error) {
+func update(ctx context.Context, kv natsjs.KeyValue, bot string, now time.Time, fn func(*Record) bool) (Record, error) {
 	for n := 0; ; n++ {
-		dataplane.CASPause(ctx, n)
+		jetstream.CASPause(ctx, n)
 		r, err := Load(ctx, kv, bot)
 		if err != nil {
 			return r, err
@@ -141,7 +141,7 @@ func update(ctx context.Context, kv jetstream.KeyValue, bot string, now time.Tim
 		} else {
 			rev, err = kv.Update(ctx, recordKey(bot), raw, r.Rev)
 		}
-		if dataplane.LostCAS(err) && ctx.Err() == nil {
+		if jetstream.LostCAS(err) && ctx.Err() == nil {
 			continue
 		}
 		if err != nil {

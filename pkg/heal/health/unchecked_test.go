@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/health"
 	"github.com/botctl/botctl/pkg/heal/incident"
@@ -25,7 +25,7 @@ func noHistory(context.Context, *election.Term) (backfill.Report, error) {
 // does.
 func (e *env) converse(chat string) {
 	e.t.Helper()
-	if _, err := e.js.Store.Context().Put(context.Background(), dataplane.ConversationKey(bot, chat), []byte(`{"turns":[]}`)); err != nil {
+	if _, err := e.js.Store.Context().Put(context.Background(), jetstream.ConversationKey(bot, chat), []byte(`{"turns":[]}`)); err != nil {
 		e.t.Fatal(err)
 	}
 }

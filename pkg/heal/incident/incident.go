@@ -9,7 +9,7 @@
 //	     T2Human (detected → a person's first acknowledgement)
 //	T3 = DataComplete − Recovered (back → outbound replayed and inbound backfilled)
 //
-// Incidents live in JetStream KV (dataplane.Store.Incidents), so they are
+// Incidents live in JetStream KV (jetstream.Store.Incidents), so they are
 // shared by every node and survive any of them. A bot has at most one
 // open incident at a time: opening one creates the key open.<bot> with
 // kv.Create, which exactly one writer wins; every later step is a

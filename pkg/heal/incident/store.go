@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // ErrNotFound: no incident has that id.
@@ -23,14 +23,14 @@ var ErrOpen = errors.New("bot has an open incident")
 
 // Store reads and writes incidents in their KV bucket.
 type Store struct {
-	kv jetstream.KeyValue
+	kv natsjs.KeyValue
 }
 
-// NewStore uses kv (dataplane.Store.Incidents).
-func NewStore(kv jetstream.KeyValue) *Store { return &Store{kv: kv} }
+// NewStore uses kv (jetstream.Store.Incidents).
+func NewStore(kv natsjs.KeyValue) *Store { return &Store{kv: kv} }
 
 // KV is the bucket, for watchers (keys: KeyPrefix + bot + "." + id).
-func (s *Store) KV() jetstream.KeyValue { return s.kv }
+func (s *Store) KV() natsjs.KeyValue { return s.kv }
 
 // KeyPrefix starts every incident's key; WatchFilter matches them all.
 const (
@@ -41,7 +41,7 @@ const (
 
 // Key is the KV key of the incident id of bot.
 func Key(bot, id string) string {
-	return KeyPrefix + dataplane.EncodeToken(bot) + "." + dataplane.EncodeToken(id)
+	return KeyPrefix + jetstream.EncodeToken(bot) + "." + jetstream.EncodeToken(id)
 }
 
 // openKey points at bot's open incident of kind: a bot has at most one
@@ -50,11 +50,11 @@ func Key(bot, id string) string {
 func openKey(bot string, kind Kind) string {
 	switch kind {
 	case Data:
-		return openPrefix + "data." + dataplane.EncodeToken(bot)
+		return openPrefix + "data." + jetstream.EncodeToken(bot)
 	case AI:
-		return openPrefix + "ai." + dataplane.EncodeToken(bot)
+		return openPrefix + "ai." + jetstream.EncodeToken(bot)
 	}
-	return openPrefix + dataplane.EncodeToken(bot)
+	return openPrefix + jetstream.EncodeToken(bot)
 }
 
 // NewID names an incident of bot detected at t: sortable by time, and
@@ -104,8 +104,8 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 		return nil, fmt.Errorf("record incident of bot %s: %w", inc.Bot, err)
 	}
 	if _, err := s.kv.Create(ctx, openKey(inc.Bot, inc.Kind), []byte(inc.ID)); err != nil {
-		s.kv.Delete(ctx, Key(inc.Bot, inc.ID), jetstream.LastRevision(rev))
-		if dataplane.LostCAS(err) {
+		s.kv.Delete(ctx, Key(inc.Bot, inc.ID), natsjs.LastRevision(rev))
+		if jetstream.LostCAS(err) {
 			cur, gerr := s.OpenFor(ctx, inc.Bot, inc.Kind)
 			if gerr == nil && cur != nil {
 				return cur, ErrOpen
@@ -121,21 +121,21 @@ func (s *Store) Open(ctx context.Context, inc Incident) (*Incident, error) {
 const claimPrefix = "claim."
 
 func claimKey(bot, what string) string {
-	return claimPrefix + dataplane.EncodeToken(bot) + "." + dataplane.EncodeToken(what)
+	return claimPrefix + jetstream.EncodeToken(bot) + "." + jetstream.EncodeToken(what)
 }
 
 // Claim records, once for the whole cluster, that bot's incidents have
 // heard of what (a name of the caller's, such as "corrupt_record/<task>"):
 // first is true for the one call that recorded it, false for every later
 // one, on any node. Claims expire with the bucket's incidents
-// (dataplane.IncidentTTL). A caller whose incident was not written after
+// (jetstream.IncidentTTL). A caller whose incident was not written after
 // all gives its claim back (Release), so that a later call tries again.
 func (s *Store) Claim(ctx context.Context, bot, what string) (first bool, err error) {
 	_, err = s.kv.Create(ctx, claimKey(bot, what), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.Is(err, jetstream.ErrKeyExists):
+	case errors.Is(err, natsjs.ErrKeyExists):
 		return false, nil
 	}
 	return false, fmt.Errorf("claim %s of bot %s: %w", what, bot, err)
@@ -153,7 +153,7 @@ func (s *Store) Release(ctx context.Context, bot, what string) error {
 // pointer left behind by a close that stopped half-way is cleaned up.
 func (s *Store) OpenFor(ctx context.Context, bot string, kind Kind) (*Incident, error) {
 	e, err := s.kv.Get(ctx, openKey(bot, kind))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return nil, nil
 	}
 	if err != nil {
@@ -161,7 +161,7 @@ func (s *Store) OpenFor(ctx context.Context, bot string, kind Kind) (*Incident, 
 	}
 	inc, err := s.Get(ctx, bot, string(e.Value()))
 	if errors.Is(err, ErrNotFound) || (err == nil && inc.State == Closed) {
-		s.kv.Delete(ctx, openKey(bot, kind), jetstream.LastRevision(e.Revision()))
+		s.kv.Delete(ctx, openKey(bot, kind), natsjs.LastRevision(e.Revision()))
 		return nil, nil
 	}
 	return inc, err
@@ -170,7 +170,7 @@ func (s *Store) OpenFor(ctx context.Context, bot string, kind Kind) (*Incident, 
 // Get returns the incident id of bot.
 func (s *Store) Get(ctx context.Context, bot, id string) (*Incident, error) {
 	e, err := s.kv.Get(ctx, Key(bot, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
@@ -186,7 +186,7 @@ func (s *Store) Find(ctx context.Context, id string) (*Incident, error) {
 	if err != nil {
 		return nil, err
 	}
-	suffix := "." + dataplane.EncodeToken(id)
+	suffix := "." + jetstream.EncodeToken(id)
 	for _, k := range keys {
 		if strings.HasSuffix(k, suffix) {
 			e, err := s.kv.Get(ctx, k)
@@ -200,7 +200,7 @@ func (s *Store) Find(ctx context.Context, id string) (*Incident, error) {
 }
 
 // Decode reads an incident from its KV entry.
-func Decode(e jetstream.KeyValueEntry) (*Incident, error) {
+func Decode(e natsjs.KeyValueEntry) (*Incident, error) {
 	var inc Incident
 	if err := json.Unmarshal(e.Value(), &inc); err != nil {
 		return nil, fmt.Errorf("incident %s unreadable: %w", e.Key(), err)
@@ -215,7 +215,7 @@ func Decode(e jetstream.KeyValueEntry) (*Incident, error) {
 // incident (fn sets State to Closed) also removes the bot's open pointer.
 func (s *Store) Update(ctx context.Context, bot, id string, fn func(*Incident) error) (*Incident, error) {
 	for n := 0; ; n++ {
-		dataplane.CASPause(ctx, n)
+		jetstream.CASPause(ctx, n)
 		cur, err := s.Get(ctx, bot, id)
 		if err != nil {
 			return nil, err
@@ -229,7 +229,7 @@ func (s *Store) Update(ctx context.Context, bot, id string, fn func(*Incident) e
 			return nil, err
 		}
 		rev, err := s.kv.Update(ctx, Key(bot, id), raw, cur.Rev)
-		if dataplane.LostCAS(err) && ctx.Err() == nil {
+		if jetstream.LostCAS(err) && ctx.Err() == nil {
 			continue
 		}
 		if err != nil {
@@ -238,7 +238,7 @@ func (s *Store) Update(ctx context.Context, bot, id string, fn func(*Incident) e
 		cur.Rev = rev
 		if cur.State == Closed && !wasClosed {
 			if e, err := s.kv.Get(ctx, openKey(bot, cur.Kind)); err == nil && string(e.Value()) == id {
-				s.kv.Delete(ctx, openKey(bot, cur.Kind), jetstream.LastRevision(e.Revision()))
+				s.kv.Delete(ctx, openKey(bot, cur.Kind), natsjs.LastRevision(e.Revision()))
 			}
 		}
 		return cur, nil
@@ -256,7 +256,7 @@ type Filter struct {
 func (s *Store) List(ctx context.Context, f Filter) ([]Incident, error) {
 	filter := WatchFilter
 	if f.Bot != "" {
-		filter = KeyPrefix + dataplane.EncodeToken(f.Bot) + ".*"
+		filter = KeyPrefix + jetstream.EncodeToken(f.Bot) + ".*"
 	}
 	keys, err := s.keys(ctx, filter)
 	if err != nil {
@@ -265,7 +265,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Incident, error) {
 	var out []Incident
 	for _, k := range keys {
 		e, err := s.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if errors.Is(err, natsjs.ErrKeyNotFound) {
 			continue // expired meanwhile
 		}
 		if err != nil {

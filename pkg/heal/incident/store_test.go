@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botctl/botctl/dataplane"
 	"github.com/botctl/botctl/internal/testenv"
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/incident"
 )
 
 func TestOneOpenIncidentPerBot(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	s := incident.NewStore(env.Store.Incidents())
 	ctx := context.Background()
 	t0 := time.Now().UTC()
@@ -80,7 +80,7 @@ func TestOneOpenIncidentPerBot(t *testing.T) {
 }
 
 func TestAckClosesDataIncidentAndCountsAsHuman(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	s := incident.NewStore(env.Store.Incidents())
 	ctx := context.Background()
 	inc, err := s.Open(ctx, incident.Incident{Bot: "b-1", Kind: incident.Data, Level: incident.Human,
@@ -104,7 +104,7 @@ func TestAckClosesDataIncidentAndCountsAsHuman(t *testing.T) {
 // millisecond are two incidents (their ids were the same, and the second
 // Open failed with "key exists").
 func TestOutageAndDataIncidentAtOneInstant(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	s := incident.NewStore(env.Store.Incidents())
 	ctx := context.Background()
 	at := time.Now().UTC()
@@ -124,7 +124,7 @@ func TestOutageAndDataIncidentAtOneInstant(t *testing.T) {
 // A claim is won once, by one of the nodes that make it at once; given
 // back, it can be won again; it lists as no incident.
 func TestClaimOnce(t *testing.T) {
-	env := testenv.StartJetStream(t, dataplane.Options{})
+	env := testenv.StartJetStream(t, jetstream.Options{})
 	s := incident.NewStore(env.Store.Incidents())
 	ctx := context.Background()
 	var wg sync.WaitGroup

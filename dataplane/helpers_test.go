@@ -1,5 +1,0 @@
-package dataplane
-
-import "errors"
-
-func errorsIs(err, target error) bool { return errors.Is(err, target) }
