@@ -24,7 +24,7 @@ import (
 
 // CardClick is a click on a card of a task's reply.
 type CardClick struct {
-	Bot, TaskID, Chat, User string
+	Bot, TaskID, Chat, ChatType, User string
 	// CardTaskID is the backend's own task_id of the card ("" none);
 	// EventKey the key of the button clicked.
 	CardTaskID, EventKey string
@@ -68,31 +68,41 @@ func (a *Access) cardEvent(term *election.Term, c *wecom.Conn, reqID string, ev 
 		card, err := a.cfg.Cards.AnswerCard(bctx, click)
 		bcancel()
 		switch {
+		case errors.Is(err, ErrClickQueued):
+			a.clicked(ctx, js, term, c, reqID, ev, click)
+			return
 		case err != nil:
 			log.Warn().Err(err).Str("task", click.TaskID).Msg("the backend did not answer the card's click")
 			return
 		case card == nil:
 			return
 		}
-		card, err = withTaskID(card, ev.Event.TaskID)
-		if err != nil {
-			log.Warn().Err(err).Str("task", click.TaskID).Msg("the backend's card is not a JSON object: not sent")
-			return
-		}
-		if a.cfg.Outbound != nil && !a.cfg.Outbound.Budget(term.Bot).Take(click.Chat, 0) {
-			log.Warn().Str("task", click.TaskID).Msg("card update not sent: the conversation's send budget is spent")
-			return
-		}
-		body := &wecom.UpdateBody{ResponseType: wecom.ResponseTypeUpdateTemplateCard, TemplateCard: card}
-		if err := c.UpdateTemplateCard(ctx, reqID, body); err != nil {
-			if a.cfg.Outbound != nil && wecom.ErrCodeOf(err) != -1 {
-				a.cfg.Outbound.Budget(term.Bot).Refund(click.Chat)
-			}
-			log.Warn().Err(err).Str("task", click.TaskID).Msg("card update failed")
-			return
-		}
-		log.Info().Str("task", click.TaskID).Str("event_key", click.EventKey).Msg("card updated")
+		a.updateCard(ctx, term, c, reqID, ev, click, card)
 	})
+}
+
+// updateCard sends card in place of the clicked one, under the
+// conversation's send budget.
+func (a *Access) updateCard(ctx context.Context, term *election.Term, c *wecom.Conn, reqID string, ev *wecom.EventCallback, click CardClick, card json.RawMessage) {
+	log := a.log.With().Str("bot", term.Bot).Str("msgid", ev.MsgID).Str("task", click.TaskID).Logger()
+	card, err := withTaskID(card, ev.Event.TaskID)
+	if err != nil {
+		log.Warn().Err(err).Msg("the backend's card is not a JSON object: not sent")
+		return
+	}
+	if a.cfg.Outbound != nil && !a.cfg.Outbound.Budget(term.Bot).Take(click.Chat, 0) {
+		log.Warn().Msg("card update not sent: the conversation's send budget is spent")
+		return
+	}
+	body := &wecom.UpdateBody{ResponseType: wecom.ResponseTypeUpdateTemplateCard, TemplateCard: card}
+	if err := c.UpdateTemplateCard(ctx, reqID, body); err != nil {
+		if a.cfg.Outbound != nil && wecom.ErrCodeOf(err) != -1 {
+			a.cfg.Outbound.Budget(term.Bot).Refund(click.Chat)
+		}
+		log.Warn().Err(err).Msg("card update failed")
+		return
+	}
+	log.Info().Str("event_key", click.EventKey).Msg("card updated")
 }
 
 // cardClick finds the task and card ev's task_id names.
@@ -115,7 +125,7 @@ func (a *Access) cardClick(ctx context.Context, js *bound, bot string, ev *wecom
 	if out == nil || out.Reply == nil || len(out.Reply.Card) == 0 {
 		return CardClick{}, fmt.Errorf("task %s's answer carried no card", id)
 	}
-	return CardClick{Bot: bot, TaskID: id, Chat: r.Chat, User: ev.From.UserID, CardTaskID: own,
+	return CardClick{Bot: bot, TaskID: id, Chat: r.Chat, ChatType: r.ChatType, User: ev.From.UserID, CardTaskID: own,
 		EventKey: ev.Event.EventKey, Card: out.Reply.Card}, nil
 }
 

@@ -73,6 +73,10 @@ type Request struct {
 	// Attachments are the files the user sent with the question, in the
 	// order sent (none for a text message).
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// Event is what the user did instead of writing, when the task
+	// answers an event (a click on a card, card.go); nil for a message.
+	// The question is then the user's choice in words.
+	Event *Event `json:"event,omitempty"`
 }
 
 // Attachment is one file a user sent: what it is and where its bytes

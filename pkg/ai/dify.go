@@ -110,7 +110,7 @@ func (b *difyBackend) Stream(ctx context.Context, req Request, emit func(string)
 	user := difyUser(req)
 	stored, known := b.session(ctx, req, user)
 	conv := stored
-	body := difyRequest{Inputs: map[string]any{}, Query: req.Question(), ResponseMode: "streaming", ConversationID: conv, User: user}
+	body := difyRequest{Inputs: difyInputs(req.Event), Query: req.Question(), ResponseMode: "streaming", ConversationID: conv, User: user}
 	resp, err := b.web.post(runCtx, body, "text/event-stream")
 	if conv != "" && conversationGone(err) {
 		conv, body.ConversationID = "", ""

@@ -57,6 +57,9 @@ type httpRequest struct {
 	Question    string       `json:"question"`
 	Attachments []Attachment `json:"attachments"`
 	History     []Message    `json:"history"`
+	// Event: the task answers what the user did instead of writing (a
+	// click on a card, card.go); absent for a message.
+	Event *Event `json:"event,omitempty"`
 }
 
 // httpEvent is one data line of an event-stream answer: a delta of text,
@@ -96,7 +99,7 @@ func newHTTPRequest(req Request) httpRequest {
 		attachments = []Attachment{}
 	}
 	return httpRequest{Bot: req.Bot, Chat: req.Chat, ChatType: req.ChatType, User: req.User, MsgID: req.MsgID,
-		Question: req.Question(), Attachments: attachments, History: history}
+		Question: req.Question(), Attachments: attachments, History: history, Event: req.Event}
 }
 
 // Stream posts the request and emits the answer as it streams back.

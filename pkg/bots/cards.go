@@ -9,12 +9,12 @@ import (
 )
 
 // AnswerCard hands a click on a card to bot's backend, if it answers
-// clicks (ai.CardResponder); nil otherwise: the card stays as it is
-// (access.Cards).
+// clicks at once (ai.CardResponder); otherwise access.ErrClickQueued:
+// the click is a task, the backend's next turn (access.Cards).
 func (b *Live) AnswerCard(ctx context.Context, click access.CardClick) (json.RawMessage, error) {
 	cr := cardResponder(b.state(click.Bot).backend)
 	if cr == nil {
-		return nil, nil
+		return nil, access.ErrClickQueued
 	}
 	return cr.CardEvent(ctx, ai.CardEvent{TaskID: click.TaskID, Bot: click.Bot, Chat: click.Chat, User: click.User,
 		CardTaskID: click.CardTaskID, EventKey: click.EventKey, Card: click.Card})

@@ -89,6 +89,9 @@ func (l *Lifecycle) openOnce(ctx context.Context, r *Record) (*Record, error) {
 			if len(r.Attachments) > 0 && len(c.Attachments) == 0 {
 				c.Attachments, changed = r.Attachments, true
 			}
+			if r.Click != nil && c.Click == nil {
+				c.Click, changed = r.Click, true
+			}
 			if !r.StreamStart.IsZero() && c.Delivery == Pending {
 				c.PushedHash, c.PushedAt, c.StreamStart = r.PushedHash, r.PushedAt, r.StreamStart
 				for _, t := range r.RecentSends {

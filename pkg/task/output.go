@@ -324,13 +324,15 @@ type Message struct {
 	Incomplete string `json:"incomplete,omitempty"`
 	// Attachments: see Record.Attachments.
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// Click: see Record.Click.
+	Click *Click `json:"click,omitempty"`
 }
 
 // MessageOf is r's task message.
 func MessageOf(r *Record) Message {
 	return Message{TaskID: r.ID, Bot: r.Bot, MsgID: r.MsgID, ReqID: r.ReqID, TermRev: r.TermRev, StreamID: r.StreamID,
 		Chat: r.Chat, ChatType: r.ChatType, User: r.User, Question: r.Question, Received: r.Received, Late: r.Late,
-		Incomplete: r.Incomplete, Attachments: r.Attachments}
+		Incomplete: r.Incomplete, Attachments: r.Attachments, Click: r.Click}
 }
 
 // RecordOf rebuilds a record from a task message (the raw context a worker
@@ -339,7 +341,7 @@ func RecordOf(m Message) *Record {
 	r := New(m.Bot, m.MsgID, m.Received)
 	r.Chat, r.ChatType, r.User, r.Question = m.Chat, m.ChatType, m.User, m.Question
 	r.ReqID, r.TermRev, r.StreamID, r.Late, r.Incomplete = m.ReqID, m.TermRev, m.StreamID, m.Late, m.Incomplete
-	r.Attachments = m.Attachments
+	r.Attachments, r.Click = m.Attachments, m.Click
 	return r
 }
 

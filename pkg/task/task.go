@@ -171,6 +171,9 @@ type Record struct {
 	// and clears it: without the entry a new leader's pusher would never
 	// find the task after a failover.
 	NotIndexed bool `json:"not_indexed,omitempty"`
+	// Click: the task answers a click on a card of another task's answer
+	// (click.go); its answer is pushed, there is no stream to reply on.
+	Click *Click `json:"click,omitempty"`
 
 	Exec     Exec     `json:"exec"`
 	Delivery Delivery `json:"delivery"`

@@ -71,7 +71,7 @@ func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliv
 		return res
 	}
 	req := ai.Request{TaskID: m.TaskID, Attempt: a.n, Messages: prompt, Attachments: atts,
-		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID}
+		Bot: m.Bot, Chat: m.Chat, ChatType: m.ChatType, User: m.User, MsgID: m.MsgID, Event: clickEvent(m.Click)}
 	defer a.openOutput(run)()
 	err = a.answer(runCtx, run, req)
 	if res, over := a.settle(a.answered(ctx, runCtx, run, err)); over {
