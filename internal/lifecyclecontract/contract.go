@@ -54,8 +54,15 @@ type Subject struct {
 	Locked  func(bot, chat string) bool
 	// Undelivered lists bot's undelivered index.
 	Undelivered func(bot string) []string
-	// Notices subscribes to bot's notices: each the task id announced.
-	Notices func(bot string) <-chan string
+	// Notices subscribes to bot's notices.
+	Notices func(bot string) <-chan Notice
+}
+
+// Notice is one notice: the task announced and, when the keeper sends
+// it, the record as written (nil: the pusher reads it).
+type Notice struct {
+	ID     string
+	Record *task.Record
 }
 
 // anyRev is the revision the suite says it read a record at: it does not
@@ -99,7 +106,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 type checker struct {
 	s       Subject
 	ctx     context.Context
-	notices <-chan string
+	notices <-chan Notice
 	n       int
 }
 
@@ -163,14 +170,14 @@ func (c *checker) drainNotices() {
 }
 
 // noticed waits for a notice of id (others are skipped).
-func (c *checker) noticed(t *testing.T, id, after string) {
+func (c *checker) noticed(t *testing.T, id, after string) Notice {
 	t.Helper()
 	deadline := time.After(noticeWait)
 	for {
 		select {
 		case got := <-c.notices:
-			if got == id {
-				return
+			if got.ID == id {
+				return got
 			}
 		case <-deadline:
 			t.Fatalf("no notice of task %s after %s within %s", id, after, noticeWait)
@@ -212,7 +219,8 @@ func testCreate(t *testing.T, c *checker) {
 	}
 }
 
-// An attempt runs and finishes with its answer, announced; a finished
+// An attempt runs and finishes with its answer, announced with the
+// record; a finished
 // task takes no further step of any attempt.
 func testStartFinish(t *testing.T, c *checker) {
 	m := c.queued(t)
@@ -227,7 +235,11 @@ func testStartFinish(t *testing.T, c *checker) {
 	if r.Exec != task.Succeeded || r.AnswerHash != task.Hash("the answer") || r.AnswerBytes != len("the answer") {
 		t.Fatalf("finished: exec %s hash %q bytes %d", r.Exec, r.AnswerHash, r.AnswerBytes)
 	}
-	c.noticed(t, m.TaskID, "finish")
+	// The finish's notice carries the record as written: the pusher
+	// steps the ending without a read of its own.
+	if n := c.noticed(t, m.TaskID, "finish"); n.Record == nil || n.Record.Exec != task.Succeeded || n.Record.AnswerHash != r.AnswerHash {
+		t.Fatalf("finish notice: record %+v, want the succeeded record", n.Record)
+	}
 	_, err = c.lc().Finish(c.ctx, m.TaskID, a, "again")
 	wantErr(t, "second finish", err, task.ErrFinished)
 	_, _, err = c.lc().Start(c.ctx, m, "queue", 2)

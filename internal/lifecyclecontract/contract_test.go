@@ -38,13 +38,13 @@ func TestContractFake(t *testing.T) {
 				ids, _ := f.UndeliveredTasks(context.Background(), bot)
 				return ids
 			},
-			Notices: func(bot string) <-chan string {
+			Notices: func(bot string) <-chan lifecyclecontract.Notice {
 				in, stop := f.Notices(bot)
 				t.Cleanup(stop)
-				out := make(chan string, 256)
+				out := make(chan lifecyclecontract.Notice, 256)
 				go func() {
 					for n := range in {
-						out <- n.ID
+						out <- lifecyclecontract.Notice{ID: n.ID, Record: n.Record}
 					}
 				}()
 				return out
@@ -82,11 +82,12 @@ func TestContractJetStream(t *testing.T) {
 				}
 				return ids
 			},
-			Notices: func(bot string) <-chan string {
-				out := make(chan string, 256)
+			Notices: func(bot string) <-chan lifecyclecontract.Notice {
+				out := make(chan lifecyclecontract.Notice, 256)
 				sub, err := env.Conn.Subscribe(env.Store.Names().NoticeSubject(bot), func(m *nats.Msg) {
+					id, r, _ := task.NoticeOf(m)
 					select {
-					case out <- string(m.Data):
+					case out <- lifecyclecontract.Notice{ID: id, Record: r}:
 					default:
 					}
 				})
