@@ -31,6 +31,9 @@ type Lifecycle interface {
 	Redeliver(ctx context.Context, id, reason string) (*task.Record, error)
 	Refused(ctx context.Context, m task.Message, reason string, busy bool) (*task.Record, error)
 	Feedback(ctx context.Context, bot, id, msgid string, fb task.Feedback) (*task.Record, error)
+	Receive(ctx context.Context, r *task.Record, until time.Time) (*task.Record, error)
+	Unreceived(ctx context.Context, id string) (removed bool, err error)
+	Stop(ctx context.Context, bot, chat, reason string) (task.Released, error)
 
 	ShownFrom(ctx context.Context, r *task.Record, rev uint64, frames ...task.Frame) (*task.Record, uint64, error)
 	WithShown(r *task.Record, frames ...task.Frame) *task.Record
@@ -95,6 +98,8 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"DeliveryStates", testDeliveryStates},
 		{"DeliveryFailed", testDeliveryFailed},
 		{"Feedback", testFeedback},
+		{"Receiving", testReceiving},
+		{"Stop", testStop},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.drainNotices()
@@ -501,5 +506,63 @@ func testFeedback(t *testing.T, c *checker) {
 	wantErr(t, "the same feedback_event again", err, task.ErrFeedbackCounted)
 	if _, err := c.lc().Feedback(c.ctx, "other", m.TaskID, "fb-2", fb); err == nil {
 		t.Fatal("feedback of another bot's task: no error")
+	}
+}
+
+// A message recorded before its files are taken is receiving until it is
+// dispatched; Unreceived removes it then, and only then.
+func testReceiving(t *testing.T, c *checker) {
+	r, _ := c.message(t)
+	until := time.Now().Add(time.Minute)
+	got, err := c.lc().Receive(c.ctx, r, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Receiving() || !c.undelivered(r.ID) {
+		t.Fatalf("received: receiving %v, undelivered %v", got.Receiving(), c.undelivered(r.ID))
+	}
+	removed, err := c.lc().Unreceived(c.ctx, r.ID)
+	if err != nil || !removed {
+		t.Fatalf("unreceived: %v, removed %v", err, removed)
+	}
+	if _, err := c.lc().Get(c.ctx, r.ID); err == nil {
+		t.Fatal("an unreceived task's record is still there")
+	}
+	if c.undelivered(r.ID) {
+		t.Fatal("an unreceived task is still in the undelivered index")
+	}
+
+	d, _ := c.message(t)
+	if _, err := c.lc().Receive(c.ctx, d, until); err != nil {
+		t.Fatal(err)
+	}
+	dispatched := *d
+	dispatched.Tier = "queue"
+	if _, err := c.lc().Open(c.ctx, &dispatched); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err = c.lc().Unreceived(c.ctx, d.ID); err != nil || removed {
+		t.Fatalf("unreceived after dispatch: %v, removed %v", err, removed)
+	}
+}
+
+// /stop cancels the task holding the conversation and frees it; a
+// conversation holding none is left as it is.
+func testStop(t *testing.T, c *checker) {
+	m := c.queued(t)
+	c.start(t, m, 1)
+	rel, err := c.lc().Stop(c.ctx, bot, m.Chat, "/stop by the user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rel.Removed || rel.Task != m.TaskID || rel.Record != string(task.Canceled) || !rel.Ended() {
+		t.Fatalf("stopped: %+v", rel)
+	}
+	if c.get(t, m.TaskID).Exec != task.Canceled || c.s.Locked(bot, m.Chat) {
+		t.Fatal("a stopped task is not canceled, or still holds its conversation")
+	}
+	c.noticed(t, m.TaskID, "stop")
+	if rel, err = c.lc().Stop(c.ctx, bot, m.Chat, "again"); err != nil || rel.Removed {
+		t.Fatalf("stop of a free conversation: %v (%+v)", err, rel)
 	}
 }
