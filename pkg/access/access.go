@@ -125,8 +125,8 @@ type Config struct {
 	Outbound Outbound
 	// Metrics, if set, learns how long each receipt and its steps took.
 	Metrics Metrics
-	// Lifecycle records tasks. Default: one on Store.
-	Lifecycle *task.Lifecycle
+	// Lifecycle records tasks (a *task.Lifecycle). Default: one on Store.
+	Lifecycle Records
 	// Watermark, if set, learns of each message handled to the end.
 	Watermark Watermark
 	// Marks, if set, are the conversations' "may be incomplete" marks.
@@ -169,13 +169,13 @@ type Access struct {
 }
 
 type bound struct {
-	store  *jetstream.Store
-	lc     *task.Lifecycle
+	store  Buckets
+	lc     Records
 	limits *limits.Counters // the limits' counts, in store's bucket
 }
 
 // Bind supplies JetStream to an Access made without it (Config.Store nil).
-func (a *Access) Bind(store *jetstream.Store, lc *task.Lifecycle) {
+func (a *Access) Bind(store *jetstream.Store, lc Records) {
 	if lc == nil {
 		lc = task.NewLifecycle(store, a.cfg.NodeID, a.cfg.Logger).WithClock(a.cfg.Now)
 	}

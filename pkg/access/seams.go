@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/dispatch"
 	"github.com/botctl/botctl/pkg/media"
 	"github.com/botctl/botctl/pkg/pace"
@@ -114,3 +115,57 @@ type Media interface {
 type Bots interface {
 	Rules(bot string) *Rules
 }
+
+// Records is what access asks of tasks' records (*task.Lifecycle): every
+// write goes through it, fenced as the task package says.
+type Records interface {
+	// Get reads a task's record (a card click's task).
+	Get(ctx context.Context, id string) (*task.Record, error)
+	// Open records a task handed to the queue or run here as queued.
+	Open(ctx context.Context, r *task.Record) (*task.Record, error)
+	// Receive records a task whose files are still being received, not
+	// dispatched before until; Unreceived removes it once they are.
+	Receive(ctx context.Context, r *task.Record, until time.Time) (*task.Record, error)
+	Unreceived(ctx context.Context, id string) (removed bool, err error)
+	// Refused records a message refused (busy: its conversation had a
+	// task), answered by push.
+	Refused(ctx context.Context, m task.Message, reason string, busy bool) (*task.Record, error)
+	// Stop ends the conversation's task (/stop).
+	Stop(ctx context.Context, bot, chat, reason string) (task.Released, error)
+	// Feedback records a user's verdict on a task's answer.
+	Feedback(ctx context.Context, bot, id, msgid string, fb task.Feedback) (*task.Record, error)
+}
+
+// Buckets is what access reads and writes in JetStream beside the
+// records (*jetstream.Store).
+type Buckets interface {
+	// Tasks is the task records' bucket (dedupe, /status).
+	Tasks() natsjs.KeyValue
+	// Progress and Output are a task's output (a card click's answer).
+	Progress() natsjs.KeyValue
+	Output() natsjs.KeyValue
+	// Context is the conversations' context bucket (/new).
+	Context() natsjs.KeyValue
+	// Limits is the bucket of the bots' and users' counts (limits.New).
+	Limits() natsjs.KeyValue
+	// Media is the object store of the tasks' files; DeleteMedia removes
+	// a refused message's, also from a full store.
+	Media() natsjs.ObjectStore
+	DeleteMedia(ctx context.Context, keys ...string) error
+	// MarkSeen and Seen are the marks of messages answered without a
+	// task (dedupe).
+	MarkSeen(ctx context.Context, bot, msgid string) error
+	Seen(ctx context.Context, bot, msgid string) (bool, error)
+	// TaskStream and TaskSubject find a conversation's task in the queue
+	// (/status).
+	TaskStream() natsjs.Stream
+	TaskSubject(bot, conversation string) string
+	// UndeliveredTasks lists bot's tasks whose delivery has not ended.
+	UndeliveredTasks(ctx context.Context, bot string) ([]string, error)
+}
+
+// What the node passes.
+var (
+	_ Records = (*task.Lifecycle)(nil)
+	_ Buckets = (*jetstream.Store)(nil)
+)

@@ -137,7 +137,7 @@ func (p *Pusher) record(ctx context.Context, id string) (rec *task.Record, rev u
 	}
 	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
 	defer cancel()
-	rec, rev, err := task.Get(rctx, p.cfg.Store.Tasks(), id)
+	rec, rev, err := task.Get(rctx, p.store.Tasks(), id)
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		if p.missingTooLong(id) {
 			// A notice (or an announcement) for an id with no record:
@@ -470,7 +470,7 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (
 func (p *Pusher) answerWritten(ctx context.Context, r *task.Record) bool {
 	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
 	defer cancel()
-	o, err := task.GetOutput(rctx, p.cfg.Store.Output(), r.ID)
+	o, err := task.GetOutput(rctx, p.store.Output(), r.ID)
 	return err == nil && o != nil && o.Attempt == r.Attempt
 }
 

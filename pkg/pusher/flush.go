@@ -64,8 +64,8 @@ func (p *Pusher) askFresh(r *task.Record, version, now time.Time) (wait time.Dur
 	en.flushAt, en.flushing = now, true
 	p.stats.Flushes++
 	p.mu.Unlock()
-	subject := p.cfg.Store.Names().FlushSubject(r.Node)
-	if err := p.cfg.Store.JetStream().Conn().Publish(subject, []byte(r.ID)); err != nil {
+	subject := p.store.Names().FlushSubject(r.Node)
+	if err := p.store.JetStream().Conn().Publish(subject, []byte(r.ID)); err != nil {
 		p.log.Debug().Err(err).Str("task", r.ID).Msg("flush request not published; showing the text held")
 		p.mu.Lock()
 		en.flushing = false

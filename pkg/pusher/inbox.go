@@ -171,14 +171,14 @@ func (p *Pusher) rebuild(ctx context.Context) error {
 	// The undelivered index names the bot's tasks not yet delivered; their records
 	// say where each one is. Reading every record would also work, but
 	// costs a read per task kept in the bucket (days of them).
-	ids, err := p.cfg.Store.UndeliveredTasks(ctx, p.cfg.Bot)
+	ids, err := p.store.UndeliveredTasks(ctx, p.cfg.Bot)
 	if err != nil {
 		p.storeError("record_read", err)
 		return err
 	}
 	n := 0
 	for _, id := range ids {
-		r, _, err := task.Get(ctx, p.cfg.Store.Tasks(), id)
+		r, _, err := task.Get(ctx, p.store.Tasks(), id)
 		if errors.Is(err, natsjs.ErrKeyNotFound) {
 			p.cfg.Lifecycle.Forget(ctx, p.cfg.Bot, id) // expired with its record
 			continue
@@ -243,7 +243,7 @@ func (p *Pusher) resync(ctx context.Context) {
 		p.doneInResync = nil
 		p.mu.Unlock()
 	}()
-	ids, err := p.cfg.Store.UndeliveredTasks(ctx, p.cfg.Bot)
+	ids, err := p.store.UndeliveredTasks(ctx, p.cfg.Bot)
 	if err != nil {
 		p.storeError("record_read", err)
 		return

@@ -110,8 +110,9 @@ type Config struct {
 	TermRev int64
 	Conn    *wecom.Conn
 	Store   *jetstream.Store
-	// Lifecycle records every delivery step. Default: one on Store.
-	Lifecycle *task.Lifecycle
+	// Lifecycle records every delivery step (a *task.Lifecycle).
+	// Default: one on Store.
+	Lifecycle Deliveries
 	// Metrics, if set, hears the push lag and the store's failures (see
 	// Metrics).
 	Metrics Metrics
@@ -311,8 +312,9 @@ type Stats struct {
 
 // Pusher delivers one bot's answers during one term.
 type Pusher struct {
-	cfg Config
-	log zerolog.Logger
+	cfg   Config
+	log   zerolog.Logger
+	store Buckets // Config.Store: what lies beside the records
 
 	// ledger is the only writer of task records here (ledger.go).
 	ledger ledger
@@ -351,7 +353,7 @@ func New(cfg Config) (*Pusher, error) {
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
-	p := &Pusher{cfg: cfg, active: map[string]*entry{}, in: newInbox(),
+	p := &Pusher{cfg: cfg, store: cfg.Store, active: map[string]*entry{}, in: newInbox(),
 		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.TermRev).Str("component", "pusher").Logger()}
 	p.ledger = ledger{p}
 	return p, nil
@@ -399,7 +401,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	}
 	// Ended executions and reopened deliveries are announced: step them
 	// now, not at the next refresh of their record.
-	sub, err := p.cfg.Store.JetStream().Conn().Subscribe(p.cfg.Store.Names().NoticeSubject(p.cfg.Bot), func(m *nats.Msg) { p.noticed(task.NoticeOf(m)) })
+	sub, err := p.store.JetStream().Conn().Subscribe(p.store.Names().NoticeSubject(p.cfg.Bot), func(m *nats.Msg) { p.noticed(task.NoticeOf(m)) })
 	if err != nil {
 		p.log.Warn().Err(err).Msg("no notices of ended tasks; records are re-read every few seconds instead")
 	} else {

@@ -23,13 +23,13 @@ import (
 // then made again. A reconnect is rare and the reads it costs are one per
 // active task, once.
 func (p *Pusher) followReconnects(ctx context.Context) {
-	back := p.cfg.Store.Reconnected()
+	back := p.store.Reconnected()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-back:
-			back = p.cfg.Store.Reconnected()
+			back = p.store.Reconnected()
 			p.reconnected()
 		}
 	}

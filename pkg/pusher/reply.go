@@ -69,7 +69,7 @@ func (p *Pusher) finalFrame(ctx context.Context, r *task.Record, first string, s
 
 // object reads a stored image or file of a reply.
 func (p *Pusher) object(ctx context.Context, o *task.ReplyObject) ([]byte, error) {
-	data, err := p.cfg.Store.Media().GetBytes(ctx, o.Key)
+	data, err := p.store.Media().GetBytes(ctx, o.Key)
 	if err != nil {
 		return nil, fmt.Errorf("read %s %q (%s): %w", o.Kind, o.Name, o.Key, err)
 	}
@@ -147,7 +147,7 @@ func (p *Pusher) dropMedia(ctx context.Context, r *task.Record, reply *task.Repl
 	if len(keys) == 0 {
 		return
 	}
-	if err := p.cfg.Store.DeleteMedia(ctx, keys...); err != nil {
+	if err := p.store.DeleteMedia(ctx, keys...); err != nil {
 		p.storeError("media_delete", err)
 		p.log.Info().Err(err).Str("task", r.ID).Msg("a delivered task's files not all deleted; media.ttl removes them")
 	}

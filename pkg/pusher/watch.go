@@ -63,7 +63,7 @@ func (p *Pusher) watchFrom(ctx context.Context) (from uint64) {
 // progressEnd is the progress bucket's last revision; ok is false when
 // it cannot be read.
 func (p *Pusher) progressEnd(ctx context.Context) (last uint64, ok bool) {
-	st, err := p.cfg.Store.Progress().Status(ctx)
+	st, err := p.store.Progress().Status(ctx)
 	if err != nil {
 		p.storeError("output_status", err)
 		return 0, false
@@ -137,7 +137,7 @@ func (p *Pusher) watch(ctx context.Context, from uint64) {
 		// the channel never closed, the range below waited for ever,
 		// and Run with it (a term ending right after its start hung).
 		mctx, unmade := context.WithCancel(context.WithoutCancel(wctx))
-		w, err := p.cfg.Store.Progress().WatchAll(mctx, opt)
+		w, err := p.store.Progress().WatchAll(mctx, opt)
 		if err != nil {
 			unmade()
 			stop()
@@ -178,7 +178,7 @@ func (p *Pusher) watermarkKey() string { return jetstream.BotKey(p.cfg.Bot) }
 // loadWatermark reads the bot's watermark; ok is false when there is
 // none or it cannot be read.
 func (p *Pusher) loadWatermark(ctx context.Context) (rev uint64, ok bool) {
-	e, err := p.cfg.Store.Watermarks().Get(ctx, p.watermarkKey())
+	e, err := p.store.Watermarks().Get(ctx, p.watermarkKey())
 	if err != nil {
 		p.storeError("watermark_read", err)
 		return 0, false
@@ -207,7 +207,7 @@ func (p *Pusher) saveWatermark(ctx context.Context) {
 		return
 	}
 	raw, _ := schema.Marshal(Watermark{OutputRev: wm, Node: p.cfg.NodeID, TermRev: p.cfg.TermRev, Updated: p.cfg.Now().UTC()})
-	if _, err := p.cfg.Store.Watermarks().Put(ctx, p.watermarkKey(), raw); err != nil {
+	if _, err := p.store.Watermarks().Put(ctx, p.watermarkKey(), raw); err != nil {
 		p.storeError("watermark_write", err)
 		return
 	}
@@ -275,7 +275,7 @@ func (p *Pusher) output(ctx context.Context, r *task.Record) *task.Output {
 	}
 	p.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
-	o, last, err := task.ReadOutputFrom(rctx, p.cfg.Store, id, r.Exec.Finished())
+	o, last, err := task.ReadOutputFrom(rctx, p.store, id, r.Exec.Finished())
 	cancel()
 	p.storeError("output_read", err)
 	if err == nil && o != nil {

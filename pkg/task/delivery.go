@@ -46,34 +46,7 @@ func (l *Lifecycle) WithShown(r *Record, frames ...Frame) *Record {
 	return c
 }
 
-func (l *Lifecycle) shown(frames []Frame) func(*Record) error {
-	return func(r *Record) error {
-		changed := false
-		for _, f := range frames {
-			if !f.At.After(r.PushedAt) {
-				continue // recorded already
-			}
-			changed = true
-			r.PushedAt = f.At
-			r.Sent(f.At)
-			if f.Hash != "" {
-				r.PushedHash = f.Hash
-			}
-			if r.StreamStart.IsZero() {
-				r.StreamStart = f.At
-			}
-			if r.Delivery == Pending {
-				if err := r.SetDelivery(Streaming, "first frame sent", l.node, f.At.UTC()); err != nil {
-					return err
-				}
-			}
-		}
-		if !changed {
-			return ErrNoChange
-		}
-		return nil
-	}
-}
+func (l *Lifecycle) shown(frames []Frame) func(*Record) error { return l.rules().Shown(frames) }
 
 // FinalIntent records that a final frame is about to be sent, so a new
 // leader that finds it without an outcome knows the user may have it.
@@ -101,15 +74,7 @@ func finalIntent(r *Record) error {
 // Truncate records that the stream is closed (or unusable) before the
 // answer was complete: the complete answer is owed by push.
 func (l *Lifecycle) Truncate(ctx context.Context, id, why string) (*Record, error) {
-	now := l.now()
-	return l.update(ctx, id, func(r *Record) error {
-		if r.Delivery == Truncated || r.Delivery.Finished() {
-			return ErrNoChange
-		}
-		r.Sent(now) // the closing frame (counted even if it failed: the safe side)
-		r.DeliveryReason = why
-		return r.SetDelivery(Truncated, why, l.node, l.now().UTC())
-	})
+	return l.update(ctx, id, l.rules().Truncate(why))
 }
 
 // PartPushed records that the first n parts of the answer pushed from
@@ -120,18 +85,7 @@ func (l *Lifecycle) Truncate(ctx context.Context, id, why string) (*Record, erro
 // Attempt or PushRound) changes nothing and returns ErrPushSuperseded,
 // so that it cannot make the new push skip parts it never sent.
 func (l *Lifecycle) PartPushed(ctx context.Context, from *Record, n int) (*Record, error) {
-	now := l.now()
-	return l.update(ctx, from.ID, func(r *Record) error {
-		if r.Delivery.Finished() {
-			return ErrNoChange // delivered meanwhile: the caller stops
-		}
-		if err := samePush(r, from); err != nil {
-			return err
-		}
-		r.PushedParts, r.PushAttempts = max(r.PushedParts, n), 0
-		r.Sent(now)
-		return nil
-	})
+	return l.update(ctx, from.ID, l.rules().PartPushed(from, n))
 }
 
 // samePush fences a delivery step to the push it began from:
@@ -164,21 +118,7 @@ func (l *Lifecycle) DeliveredFrom(ctx context.Context, r *Record, rev uint64, te
 }
 
 func (l *Lifecycle) deliver(from *Record, text, why string, parts int) func(*Record) error {
-	now := l.now()
-	return func(r *Record) error {
-		if r.Delivery.Finished() {
-			return ErrNoChange
-		}
-		if err := samePush(r, from); err != nil {
-			return err
-		}
-		r.PushedHash, r.PushedAt, r.FinalPending, r.DeliveryReason = Hash(text), now, false, why
-		r.Sent(now)
-		if parts > 0 {
-			r.PushedParts = parts
-		}
-		return r.SetDelivery(Delivered, why, l.node, now.UTC())
-	}
+	return l.rules().Deliver(from, text, why, parts)
 }
 
 // delivered takes a delivered task out of the undelivered index.
@@ -196,17 +136,7 @@ func (l *Lifecycle) delivered(ctx context.Context, r *Record, err error) (*Recor
 // connection: see wecom); at maxAttempts the delivery fails for good and
 // the task leaves the undelivered index.
 func (l *Lifecycle) SendFailed(ctx context.Context, id string, sendErr error, maxAttempts int) (*Record, error) {
-	r, err := l.update(ctx, id, func(r *Record) error {
-		if r.Delivery.Finished() {
-			return ErrNoChange
-		}
-		r.PushAttempts++
-		r.DeliveryReason = sendErr.Error()
-		if r.PushAttempts >= maxAttempts {
-			return r.SetDelivery(DeliveryFailed, fmt.Sprintf("gave up after %d attempts: %v", r.PushAttempts, sendErr), l.node, l.now().UTC())
-		}
-		return nil
-	})
+	r, err := l.update(ctx, id, l.rules().SendFailed(sendErr, maxAttempts))
 	if err == nil && r.Delivery == DeliveryFailed {
 		l.store.ClearUndelivered(ctx, r.Bot, r.ID)
 	}
@@ -220,14 +150,7 @@ const ExpiredPrefix = "expired undelivered: "
 // Expired fails the delivery of an answer owed by push for longer than
 // the replay expiry: sending it that late would confuse more than help.
 func (l *Lifecycle) Expired(ctx context.Context, id string, owedFor time.Duration) (*Record, error) {
-	r, err := l.update(ctx, id, func(r *Record) error {
-		if r.Delivery.Finished() {
-			return ErrNoChange
-		}
-		reason := fmt.Sprintf("%sthe answer was owed for %s, past the replay expiry", ExpiredPrefix, owedFor.Round(time.Second))
-		r.DeliveryReason = reason
-		return r.SetDelivery(DeliveryFailed, reason, l.node, l.now().UTC())
-	})
+	r, err := l.update(ctx, id, l.rules().Expired(owedFor))
 	if err == nil && r.Delivery == DeliveryFailed {
 		l.store.ClearUndelivered(ctx, r.Bot, r.ID)
 	}

@@ -69,44 +69,7 @@ func (l *Lifecycle) open(ctx context.Context, r *Record) (*Record, error) {
 func (l *Lifecycle) openOnce(ctx context.Context, r *Record) (*Record, error) {
 	cur := r
 	if _, err := create(ctx, l.store.Tasks(), r); errors.Is(err, natsjs.ErrKeyExists) {
-		cur, err = l.update(ctx, r.ID, func(c *Record) error {
-			changed := false
-			set := func(dst *string, v string) {
-				if v != "" && *dst != v {
-					*dst, changed = v, true
-				}
-			}
-			set(&c.ReqID, r.ReqID)
-			set(&c.StreamID, r.StreamID)
-			set(&c.Tier, r.Tier)
-			set(&c.Incomplete, r.Incomplete)
-			if r.TermRev != 0 && c.TermRev != r.TermRev {
-				c.TermRev, changed = r.TermRev, true
-			}
-			if r.Late && !c.Late {
-				c.Late, changed = true, true
-			}
-			if len(r.Attachments) > 0 && len(c.Attachments) == 0 {
-				c.Attachments, changed = r.Attachments, true
-			}
-			if r.Click != nil && c.Click == nil {
-				c.Click, changed = r.Click, true
-			}
-			if !r.StreamStart.IsZero() && c.Delivery == Pending {
-				c.PushedHash, c.PushedAt, c.StreamStart = r.PushedHash, r.PushedAt, r.StreamStart
-				for _, t := range r.RecentSends {
-					c.Sent(t)
-				}
-				if err := c.SetDelivery(Streaming, "receipt sent", l.node, l.now().UTC()); err != nil {
-					return err
-				}
-				changed = true
-			}
-			if !changed {
-				return ErrNoChange
-			}
-			return nil
-		})
+		cur, err = l.update(ctx, r.ID, l.rules().Merge(r))
 		if err != nil {
 			return nil, err
 		}
@@ -148,36 +111,7 @@ func (l *Lifecycle) Start(ctx context.Context, m Message, tier string, deliverie
 		indexed = cur.NotIndexed && l.store.MarkUndelivered(ctx, cur.Bot, cur.ID) == nil
 	}
 	var attempt int
-	fn := func(r *Record) error {
-		if r.Exec.Finished() {
-			return fmt.Errorf("%w: %s", ErrFinished, r.Exec)
-		}
-		if deliveries > 0 && runsOffQueue(r) && r.Attempt != seen {
-			// Started off the queue since the read above: alive.
-			return fmt.Errorf("%w: attempt %d on %s (tier %s)", ErrRunningOffQueue, r.Attempt, r.Node, r.Tier)
-		}
-		now := l.now().UTC()
-		why := fmt.Sprintf("attempt %d on %s (tier %s)", r.Attempt+1, l.node, tier)
-		if r.Exec == Running {
-			why += fmt.Sprintf(", superseding attempt %d on %s", r.Attempt, r.Node)
-		}
-		if deliveries > 0 {
-			why += fmt.Sprintf(", delivery %d", deliveries)
-		}
-		r.Attempt++
-		attempt = r.Attempt
-		r.Node, r.Error, r.Deliveries = l.node, "", deliveries
-		if indexed {
-			r.NotIndexed = false
-		}
-		if r.Tier == "" {
-			r.Tier = tier
-		}
-		if r.Started.IsZero() {
-			r.Started = now
-		}
-		return r.SetExec(Running, why, l.node, now)
-	}
+	fn := l.rules().Start(tier, deliveries, seen, indexed, &attempt)
 	var r *Record
 	if cur != nil {
 		r, err = updateFrom(ctx, l.store.Tasks(), cur, rev, fn) // the read above: no second one
@@ -262,14 +196,7 @@ func fence(r *Record, attempt int) error {
 // backends asked for it (AnsweredBy, Backends). ErrSuperseded or
 // ErrFinished (canceled meanwhile): the answer is not this task's.
 func (l *Lifecycle) Finish(ctx context.Context, id string, attempt int, text string, steps ...BackendStep) (*Record, error) {
-	r, rev, err := updateLoop(ctx, l.store.Tasks(), id, nil, 0, func(r *Record) error {
-		if err := fence(r, attempt); err != nil {
-			return err
-		}
-		r.addBackends(attempt, steps)
-		r.AnswerHash, r.AnswerBytes = Hash(text), len(text)
-		return r.SetExec(Succeeded, fmt.Sprintf("answer complete, %d bytes", len(text)), l.node, l.now().UTC())
-	})
+	r, rev, err := updateLoop(ctx, l.store.Tasks(), id, nil, 0, l.rules().Finish(attempt, text, steps))
 	if err != nil {
 		return r, err
 	}
@@ -282,17 +209,7 @@ func (l *Lifecycle) Finish(ctx context.Context, id string, attempt int, text str
 // is failed for good: its conversation is freed and the user told.
 // steps are the AI backends asked for the attempt (Backends).
 func (l *Lifecycle) Fail(ctx context.Context, id string, attempt int, reason string, retry bool, steps ...BackendStep) (*Record, error) {
-	r, err := l.update(ctx, id, func(r *Record) error {
-		if err := fence(r, attempt); err != nil {
-			return err
-		}
-		r.addBackends(attempt, steps)
-		r.Error = reason
-		if retry {
-			return r.SetExec(Queued, fmt.Sprintf("attempt %d failed, will retry: %s", attempt, reason), l.node, l.now().UTC())
-		}
-		return r.SetExec(Failed, reason, l.node, l.now().UTC())
-	})
+	r, err := l.update(ctx, id, l.rules().Fail(attempt, reason, retry, steps))
 	if err != nil || retry {
 		return r, err
 	}
@@ -309,13 +226,7 @@ func (l *Lifecycle) Fail(ctx context.Context, id string, attempt int, reason str
 // task's queue message (terminated and removed); otherwise the
 // conversation's message is removed if it is this task's.
 func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Msg) (*Record, error) {
-	r, err := l.update(ctx, id, func(r *Record) error {
-		if r.Exec.Finished() {
-			return ErrNoChange
-		}
-		r.Error = reason
-		return r.SetExec(Failed, reason, l.node, l.now().UTC())
-	})
+	r, err := l.update(ctx, id, l.rules().GiveUp(reason))
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		err = nil // a message without a record: still remove it
 	}
@@ -357,13 +268,7 @@ func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string, busy 
 	if _, err := l.Open(ctx, fresh); err != nil {
 		return nil, err
 	}
-	r, err := l.update(ctx, m.TaskID, func(r *Record) error {
-		if r.Exec != Queued || r.Attempt > 0 {
-			return ErrNoChange
-		}
-		r.Error, r.Busy = reason, busy
-		return r.SetExec(Failed, reason, l.node, l.now().UTC())
-	})
+	r, err := l.update(ctx, m.TaskID, l.rules().Refused(reason, busy))
 	if err == nil && r.Exec == Failed {
 		l.notice(r)
 	}
@@ -375,12 +280,7 @@ func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string, busy 
 // running it is told to stop, its conversation is freed, and the pusher
 // tells the user. ErrFinished: nothing to cancel.
 func (l *Lifecycle) Cancel(ctx context.Context, id, reason string) (*Record, error) {
-	r, err := l.update(ctx, id, func(r *Record) error {
-		if r.Exec.Finished() {
-			return fmt.Errorf("%w: %s", ErrFinished, r.Exec)
-		}
-		return r.SetExec(Canceled, reason, l.node, l.now().UTC())
-	})
+	r, err := l.update(ctx, id, l.rules().Cancel(reason))
 	if err != nil {
 		return r, err
 	}
@@ -445,23 +345,7 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 	}
 	// The record first (a worker that pulls the task must find it queued,
 	// not finished), then the queue.
-	r, err = l.update(ctx, id, func(r *Record) error {
-		if !r.Exec.Finished() {
-			return fmt.Errorf("%w: task %s is %s", ErrNotFinished, id, r.Exec)
-		}
-		now := l.now().UTC()
-		r.ReqID, r.TermRev, r.StreamID, r.Error = "", 0, "", ""
-		r.PushedParts, r.PushAttempts, r.PushedHash, r.FinalPending = 0, 0, "", false
-		r.PushRound++ // a count still on its way from the old push is refused
-		r.AnswerHash, r.AnswerBytes, r.Started = "", 0, time.Time{}
-		if err := r.SetExec(Queued, reason, l.node, now); err != nil {
-			return err
-		}
-		if r.Delivery != Pending {
-			return r.reopen(reason, l.node, now)
-		}
-		return nil
-	})
+	r, err = l.update(ctx, id, l.rules().Retry(id, reason))
 	if err != nil {
 		return r, err
 	}
@@ -472,10 +356,7 @@ func (l *Lifecycle) Retry(ctx context.Context, id, reason string) (*Record, erro
 	msgid := fmt.Sprintf("%s#retry-%d", r.MsgID, l.now().UnixNano())
 	if _, err := l.store.PublishTask(ctx, r.Bot, r.Chat, msgid, raw); err != nil {
 		why := "retry not queued: " + err.Error()
-		l.update(context.WithoutCancel(ctx), id, func(r *Record) error {
-			r.Error = why
-			return r.SetExec(Failed, why, l.node, l.now().UTC())
-		})
+		l.update(context.WithoutCancel(ctx), id, l.rules().RetryNotQueued(why))
 		return r, fmt.Errorf("retry task %s: %w (the task is marked failed; retry again)", id, err)
 	}
 	l.notice(r)
@@ -495,14 +376,7 @@ func (r *Record) reopen(reason, node string, now time.Time) error {
 // failed or doubtful delivery): the complete answer, or the note that it
 // failed or was stopped. ErrNotFinished: retry or cancel it instead.
 func (l *Lifecycle) Redeliver(ctx context.Context, id, reason string) (*Record, error) {
-	r, err := l.update(ctx, id, func(r *Record) error {
-		if !r.Exec.Finished() {
-			return fmt.Errorf("%w: task %s is %s", ErrNotFinished, id, r.Exec)
-		}
-		r.TermRev, r.ReqID, r.PushedParts, r.PushAttempts, r.FinalPending = 0, "", 0, 0, false
-		r.PushRound++ // a count still on its way from the old push is refused
-		return r.reopen(reason, l.node, l.now().UTC())
-	})
+	r, err := l.update(ctx, id, l.rules().Redeliver(id, reason))
 	if err != nil {
 		return r, err
 	}

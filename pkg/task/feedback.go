@@ -69,19 +69,7 @@ func (l *Lifecycle) Feedback(ctx context.Context, bot, id, msgid string, fb Feed
 // feedback is Feedback on the task bucket kv.
 func feedback(ctx context.Context, kv natsjs.KeyValue, bot, id, msgid string, fb Feedback) (*Record, error) {
 	counted := false
-	r, err := update(ctx, kv, id, func(r *Record) error {
-		counted = false
-		if r.Bot != bot {
-			return fmt.Errorf("feedback for task %s of bot %s, not of %s", id, r.Bot, bot)
-		}
-		next, ok := countFeedback(r.Feedback, msgid, fb)
-		if !ok {
-			counted = true
-			return ErrNoChange
-		}
-		r.Feedback = next
-		return nil
-	})
+	r, err := update(ctx, kv, id, Rules{}.Feedback(bot, id, msgid, fb, &counted))
 	if err == nil && counted {
 		return r, fmt.Errorf("%w: feedback_event %s of task %s", ErrFeedbackCounted, msgid, id)
 	}

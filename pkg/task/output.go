@@ -255,13 +255,20 @@ func storedRune(r rune, size int) int {
 	return size
 }
 
+// OutputBuckets are the two buckets a task's output is read from
+// (*jetstream.Store): the text in progress and the attempt's last write.
+type OutputBuckets interface {
+	Progress() natsjs.KeyValue
+	Output() natsjs.KeyValue
+}
+
 // ReadOutput reads task id's output from the store: while the task runs
 // its text in progress, once it is finished (Exec.Finished) the answer in
 // the output bucket, each falling back to the other bucket when it has
 // none (an attempt that ended without its last write; a worker of an
 // earlier botctl, which wrote every version to the output bucket).
 // (nil, nil) if neither has any.
-func ReadOutput(ctx context.Context, s *jetstream.Store, id string, finished bool) (*Output, error) {
+func ReadOutput(ctx context.Context, s OutputBuckets, id string, finished bool) (*Output, error) {
 	o, _, err := ReadOutputFrom(ctx, s, id, finished)
 	return o, err
 }
@@ -269,7 +276,7 @@ func ReadOutput(ctx context.Context, s *jetstream.Store, id string, finished boo
 // ReadOutputFrom is ReadOutput, and whether the output bucket answered
 // (last: an attempt's last write, or an earlier botctl's version) rather
 // than the progress bucket.
-func ReadOutputFrom(ctx context.Context, s *jetstream.Store, id string, finished bool) (o *Output, last bool, err error) {
+func ReadOutputFrom(ctx context.Context, s OutputBuckets, id string, finished bool) (o *Output, last bool, err error) {
 	first, then := s.Progress(), s.Output()
 	if finished {
 		first, then = then, first

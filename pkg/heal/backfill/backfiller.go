@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/election"
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/retry"
 	"github.com/rs/zerolog"
@@ -61,7 +60,7 @@ func (b *Backfiller) Connected(bot string, c Conn) (gone func()) {
 type Backfiller struct {
 	opts  Options
 	bound chan struct{} // closed by Bind
-	store *jetstream.Store
+	store WatermarkBucket
 	in    Inbound
 	wm    *Tracker // nil: the watermark is not held during a pass
 }
@@ -74,7 +73,7 @@ func New(opts Options) *Backfiller {
 // Bind supplies JetStream's store, the inbound path and the node's
 // watermark tracker (held by each pass), once JetStream answers. Call it
 // once.
-func (b *Backfiller) Bind(store *jetstream.Store, in Inbound, wm *Tracker) {
+func (b *Backfiller) Bind(store WatermarkBucket, in Inbound, wm *Tracker) {
 	b.store, b.in, b.wm = store, in, wm
 	close(b.bound)
 }

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 )
 
 // Config shapes a pass.
 type Config struct {
-	Store   *jetstream.Store
+	Store   WatermarkBucket
 	Source  HistorySource
 	Overlap time.Duration // read this much before the watermark (and for the first pass ever, before the term). Default 60s.
 	// MaxMessages bounds the messages a pass hands over. Default 500.

@@ -25,7 +25,7 @@ type Watermark struct {
 func watermarkKey(bot string) string { return jetstream.BotKey(bot) + ".inbound" }
 
 // LoadWatermark reads bot's inbound watermark; zero when there is none.
-func LoadWatermark(ctx context.Context, store *jetstream.Store, bot string) (Watermark, error) {
+func LoadWatermark(ctx context.Context, store WatermarkBucket, bot string) (Watermark, error) {
 	e, err := store.Watermarks().Get(ctx, watermarkKey(bot))
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return Watermark{}, nil
@@ -46,7 +46,7 @@ func LoadWatermark(ctx context.Context, store *jetstream.Store, bot string) (Wat
 // cannot say (a task there is not durable in the cluster yet), and not
 // for a bot while a gap backfill pass of it runs (Hold).
 type Tracker struct {
-	Store  *jetstream.Store
+	Store  WatermarkBucket
 	Node   string
 	Spool  Spool // nil: nothing is ever held back
 	Logger zerolog.Logger

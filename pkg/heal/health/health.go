@@ -5,10 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/heal/recovery"
-	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -33,8 +31,8 @@ type Health struct {
 type binding struct {
 	kv        natsjs.KeyValue
 	incidents *incident.Store
-	store     *jetstream.Store
-	tasks     *task.Lifecycle
+	store     Buckets
+	tasks     Records
 }
 
 // botState is what this node knows of one bot. Fields other than events
@@ -70,7 +68,7 @@ func New(cfg Config) *Health {
 
 // Bind gives Health the store: the health bucket, incidents and task
 // records (for the outbound replay).
-func (h *Health) Bind(store *jetstream.Store, tasks *task.Lifecycle) {
+func (h *Health) Bind(store Buckets, tasks Records) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.bound = &binding{kv: store.Health(), incidents: incident.NewStore(store.Incidents()), store: store, tasks: tasks}
