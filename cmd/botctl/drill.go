@@ -205,6 +205,7 @@ func printDrill(w io.Writer, rounds []drill.Round) {
 	}
 	tw.Flush()
 	s := drill.Summarize(rounds)
-	fmt.Fprintf(w, "%d round(s), %d failed: T1 p50 %.2fs p90 %.2fs max %.2fs; T2 p50 %.3fs max %.3fs; T3 p50 %.2fs p90 %.2fs max %.2fs; %d sent, %d lost\n",
-		s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T3.Median, s.T3.P90, s.T3.Max, s.Sent, s.Lost)
+	fmt.Fprintf(w, "%d round(s), %d failed: T1 p50 %.2fs p90 %.2fs max %.2fs; T2 p50 %.3fs max %.3fs (auto: %d, p50 %.3fs max %.3fs; human: %d, p50 %.3fs max %.3fs); T3 p50 %.2fs p90 %.2fs max %.2fs; %d sent, %d lost\n",
+		s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T2Auto.N, s.T2Auto.Median, s.T2Auto.Max, s.T2Human.N, s.T2Human.Median, s.T2Human.Max,
+		s.T3.Median, s.T3.P90, s.T3.Max, s.Sent, s.Lost)
 }

@@ -180,11 +180,16 @@ type Round struct {
 	T1         float64 `json:"t1_s"`
 	T1Recorded float64 `json:"t1_recorded_s"`
 	T2         float64 `json:"t2_s"`
-	T3         float64 `json:"t3_s"`
-	Downtime   float64 `json:"downtime_s"`
-	Level      string  `json:"level,omitempty"`
-	Method     string  `json:"method,omitempty"`
-	Alerts     int     `json:"alerts"`
+	// T2Auto is detected → botctl's first automatic step, T2Human
+	// detected → a person's first acknowledgement (the revoke drill plays
+	// the person); -1: none of that kind.
+	T2Auto   float64 `json:"t2_auto_s"`
+	T2Human  float64 `json:"t2_human_s"`
+	T3       float64 `json:"t3_s"`
+	Downtime float64 `json:"downtime_s"`
+	Level    string  `json:"level,omitempty"`
+	Method   string  `json:"method,omitempty"`
+	Alerts   int     `json:"alerts"`
 	// AlertKinds are the alerts recorded for the incident (open,
 	// recovered, merged…), read after the answers settled; FirstAlert is
 	// detected → the first of them, Page detected → the first at level
@@ -398,6 +403,13 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 	<-trafficDone
 	r.T1 = closed.Detected.Sub(r.Injected).Seconds()
 	r.T1Recorded, r.T2, r.T3 = closed.T1().Seconds(), closed.T2().Seconds(), closed.T3().Seconds()
+	r.T2Auto, r.T2Human = -1, -1
+	if t, ok := closed.T2Auto(); ok {
+		r.T2Auto = t.Seconds()
+	}
+	if t, ok := closed.T2Human(); ok {
+		r.T2Human = t.Seconds()
+	}
 	r.Downtime = closed.Downtime(closed.Closed).Seconds()
 	r.Level, r.Method = string(closed.Level), string(closed.Method)
 	d.logf("round %d: incident closed (%s): T1 %.2fs (recorded %.2fs), T2 %.3fs, T3 %.2fs, down %.2fs; waiting for %d answers",
@@ -812,16 +824,21 @@ type Summary struct {
 	Failed int             `json:"failed"` // rounds that did not complete (Error set)
 	T1     incident.Spread `json:"t1"`
 	T2     incident.Spread `json:"t2"`
-	T3     incident.Spread `json:"t3"`
-	Sent   int             `json:"sent"`
-	Lost   int             `json:"lost"`
-	Alerts int             `json:"alerts"`
+	// T2Auto and T2Human are T2 split as `botctl incidents report` splits
+	// it: over the rounds whose incident botctl acted on first, and over
+	// those a person acknowledged.
+	T2Auto  incident.Spread `json:"t2_auto"`
+	T2Human incident.Spread `json:"t2_human"`
+	T3      incident.Spread `json:"t3"`
+	Sent    int             `json:"sent"`
+	Lost    int             `json:"lost"`
+	Alerts  int             `json:"alerts"`
 }
 
 // Summarize sums up rounds (times over the rounds that completed).
 func Summarize(rounds []Round) Summary {
 	s := Summary{Rounds: len(rounds)}
-	var t1, t2, t3 []time.Duration
+	var t1, t2, t3, t2a, t2h []time.Duration
 	sec := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
 	for _, r := range rounds {
 		s.Sent += r.Sent
@@ -832,7 +849,14 @@ func Summarize(rounds []Round) Summary {
 			continue
 		}
 		t1, t2, t3 = append(t1, sec(r.T1)), append(t2, sec(r.T2)), append(t3, sec(r.T3))
+		if r.T2Auto >= 0 {
+			t2a = append(t2a, sec(r.T2Auto))
+		}
+		if r.T2Human >= 0 {
+			t2h = append(t2h, sec(r.T2Human))
+		}
 	}
 	s.T1, s.T2, s.T3 = incident.SpreadOf(t1), incident.SpreadOf(t2), incident.SpreadOf(t3)
+	s.T2Auto, s.T2Human = incident.SpreadOf(t2a), incident.SpreadOf(t2h)
 	return s
 }
