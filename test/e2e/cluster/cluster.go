@@ -86,6 +86,7 @@ type Node struct {
 	NATSURL  string   // as given to StartNodeWith ("" = the cluster's)
 	Bots     []string // as given to StartNodeWith (nil = every bot)
 	Bin      string   // as given to StartNodeWith ("" = Options.Bin)
+	Args     []string // as given to StartNodeWith
 	Proc     *Proc
 }
 
@@ -265,6 +266,9 @@ type NodeOptions struct {
 	Env      []string // added to the node's environment
 	Bots     []string // the bots it serves, of Options.Bots; nil means every one
 	Bin      string   // the botctl binary it runs; "" means Options.Bin
+	// Args are added after Options.NodeArgs (a later flag wins: e.g.
+	// "--backfill-history-url=" for a node that reads WeCom's own history).
+	Args []string
 }
 
 // StartNodeWith is StartNode with per-node endpoints.
@@ -299,6 +303,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 		args = append(args, "--backfill-history-url", "http"+strings.TrimPrefix(strings.TrimSuffix(c.SimWS, "/"), "ws"))
 	}
 	args = append(args, c.Opts.NodeArgs...)
+	args = append(args, o.Args...)
 	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{Env: o.Env, Bin: o.Bin})
 	if err != nil {
 		return nil, err
@@ -319,7 +324,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 		p.Kill()
 		return nil, fmt.Errorf("node %s: its API token: %w", id, err)
 	}
-	n := &Node{ID: id, API: m[1], Token: strings.TrimSpace(string(token)), EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Bin: o.Bin, Proc: p}
+	n := &Node{ID: id, API: m[1], Token: strings.TrimSpace(string(token)), EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Bin: o.Bin, Args: o.Args, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
@@ -346,7 +351,7 @@ func (c *Cluster) RestartNode(id string) (*Node, error) {
 		return nil, fmt.Errorf("no node %s", id)
 	}
 	n.Proc.Kill()
-	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL, Bots: n.Bots, Bin: n.Bin})
+	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL, Bots: n.Bots, Bin: n.Bin, Args: n.Args})
 }
 
 // Node is the latest process of node id (nil if never started).
