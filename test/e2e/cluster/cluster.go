@@ -470,6 +470,9 @@ type SimStats struct {
 	ExpiredUpdates       int64 `json:"expired_updates"`
 	FinishedStreamFrames int64 `json:"finished_stream_frames"`
 	Drops                int64 `json:"drops"`
+	// Group silence and the message history (test/chaos's WeCom rows).
+	GroupsSilenced bool             `json:"groups_silenced"`
+	Frames         map[string]int64 `json:"frames"` // frames received, by cmd
 }
 
 // Stats reads the simulator's counters of bot.
@@ -477,6 +480,38 @@ func (c *Cluster) Stats(bot string) (SimStats, error) {
 	var s SimStats
 	err := getJSON(c.SimHTTP+"/control/stats?bot_id="+bot, &s)
 	return s, err
+}
+
+// PostGroupMessage posts a message of user in group chat to bot.
+func (c *Cluster) PostGroupMessage(bot, user, chat, text string) (PostResult, error) {
+	var r PostResult
+	body, _ := json.Marshal(map[string]string{"bot_id": bot, "user_id": user, "chat_type": "group", "chat_id": chat, "text": text})
+	resp, err := httpc.Post(c.SimHTTP+"/control/messages", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return r, fmt.Errorf("POST /control/messages (group %s): %s: %s", chat, resp.Status, data)
+	}
+	return r, json.Unmarshal(data, &r)
+}
+
+// SetMCPAccess authorizes (or not) bot's message history at the
+// simulator (POST /control/mcp_access, the bot's own conversations).
+func (c *Cluster) SetMCPAccess(bot string, authorized bool) error {
+	body, _ := json.Marshal(map[string]any{"bot_id": bot, "authorized": authorized})
+	resp, err := httpc.Post(c.SimHTTP+"/control/mcp_access", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("POST /control/mcp_access: %s: %s", resp.Status, data)
+	}
+	return nil
 }
 
 // PostResult is POST /control/messages's answer.
