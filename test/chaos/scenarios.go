@@ -232,7 +232,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "sim-gap-wecom-history", Family: FamWeCom,
-		Doc: "the nodes restarted one by one with backfill.history_url unset and the bot's message history authorized at the simulator; a drop with subscribes refused for 30 s (a gap): the gap's messages are read from WeCom's own history (the bot asks for its msg MCP server) and answered late; then the nodes restarted with their usual flags",
+		Doc:    "the nodes restarted one by one with backfill.history_url unset and the bot's message history authorized at the simulator; a drop with subscribes refused for 30 s (a gap): the gap's messages are read from WeCom's own history (the bot asks for its msg MCP server) and answered late; then the nodes restarted with their usual flags",
 		Settle: func(c *Config) time.Duration { return c.Settle + 2*c.longest() + 90*time.Second },
 		Fault: func(h *Harness, r *RoundResult) error {
 			return h.wecomHistoryGap(r, 30*time.Second, 5*time.Minute)
