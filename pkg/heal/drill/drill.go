@@ -492,7 +492,10 @@ func (d *Drill) stats(ctx context.Context) (simStats, error) {
 	return st, err
 }
 
-// warmGroup sends group messages, one per Interval, until the group's own
+// warmGroup sends group messages, one per warmGroupEvery Intervals (a
+// group's answers come one after another: a faster pace piles them up,
+// and those still being sent at the fault are owed by push under the
+// quota, which the round's T3 then waits for), until the group's own
 // silence baseline (saved by the leader about once a minute) has an
 // opinion that finds a silence within warmGroupThreshold: a group without
 // one is never judged silent. Bounded by WarmUp.
@@ -516,11 +519,15 @@ func (d *Drill) warmGroup(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the silence baseline of %s has no opinion after a warm-up of %s (health.silence_min_watched of the group's traffic is needed; give --warm-up longer or --min-watched as the nodes have it)", route, d.cfg.WarmUp)
 		}
-		if !clock.Sleep(ctx, d.cfg.Clock, d.cfg.Interval) {
+		if !clock.Sleep(ctx, d.cfg.Clock, warmGroupEvery*d.cfg.Interval) {
 			return ctx.Err()
 		}
 	}
 }
+
+// warmGroupEvery: the warm-up's pace, in Intervals. At the default 1s,
+// a message every 3 s: a threshold of about 21 s (Factor 7).
+const warmGroupEvery = 3
 
 // warmGroupThreshold: the group silence must be found well within T1's
 // target of a minute.
