@@ -228,7 +228,7 @@ func main() {
 		st, _ := c.Stats(b)
 		kicks += st.Kicks
 	}
-	report(*out, runs, results, warmup, kicks, time.Since(start))
+	report(*out, runs, results, warmup, *groupWatch, kicks, time.Since(start))
 }
 
 // detectedBy is when the last incident of rs was detected: its injection
@@ -318,7 +318,7 @@ func restarter(c *cluster.Cluster, ids []string, restartAfter time.Duration, sto
 	}
 }
 
-func report(out string, runs []kindRun, results map[string][]drill.Round, warmup time.Duration, kicks int64, took time.Duration) {
+func report(out string, runs []kindRun, results map[string][]drill.Round, warmup, groupWatch time.Duration, kicks int64, took time.Duration) {
 	goVersion := runtime.Version()
 	if v, err := exec.Command("go", "version").Output(); err == nil {
 		goVersion = strings.TrimSpace(string(v))
@@ -335,6 +335,16 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 		"each from its own conversation; the fault; the incident waited for until it closes; then every message checked in the simulator's "+
 		"transcript (a finished stream or a pushed answer). T1 here counts from the injection (the drill knows it); the incident's own T1 "+
 		"counts from its last evidence and is in the CSV. T2 and T3 are the incident's.\n\n")
+	for _, run := range runs {
+		switch {
+		case run.kind == drill.KindGroupSilence:
+			fmt.Fprintf(&b, "group-silence's bot has three nodes of its own (n7-n9) run with health.silence_min_watched %s instead of 10m, so each round's warm-up "+
+				"(a group message every 3 s until the group's own baseline has an opinion) lasts minutes, not ten; every fifth message of its traffic is in that group.\n\n", groupWatch)
+		case run.wecomHistory:
+			fmt.Fprintf(&b, "%s's bot has three nodes of its own (n10-n12) run with backfill.history_url unset: the gap is read from WeCom's own message history "+
+				"(the simulator's msg MCP server, authorized by the drill).\n\n", run.name)
+		}
+	}
 	if warmup > 0 {
 		fmt.Fprintf(&b, "The silence rounds followed a warm-up of %s of traffic, until the baseline had an opinion for the hour of the week.\n\n", warmup.Round(time.Second))
 	}
