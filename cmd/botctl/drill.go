@@ -29,7 +29,7 @@ func newDrillCmd() *cobra.Command {
 		failLost bool
 	)
 	cmd := &cobra.Command{
-		Use:   "drill --bot ID --kind drop|revoke|silence|stall|kill-leader [--rounds N] --sim http://HOST:PORT [--json|--json-lines]",
+		Use:   "drill --bot ID --kind drop|revoke|silence|stall|kill-leader|group-silence [--rounds N] --sim http://HOST:PORT [--json|--json-lines]",
 		Short: "Force an outage through the simulator, send user traffic through it, and print T1, T2, T3 and messages lost",
 		Long: `drill forces an outage on purpose, through the WeCom simulator's fault API, while
 user traffic flows, and measures the incident it causes from outside: T1 (from the
@@ -41,7 +41,21 @@ that simulator (its nodes use another WeCom URL).
   revoke       the drill plays the person: it restores the secret after --fix-after
                and acknowledges the incident
   kill-leader  SIGKILL of the leading node's process; it must run on this machine,
-               and something (systemd, the test harness) should restart it`,
+               and something (systemd, the test harness) should restart it
+  group-silence
+               the simulator withholds group callbacks (direct ones still arrive)
+               until the next subscribe; every fifth message is sent in --group.
+               Expected: a route_silence incident, exactly one resubscribe, and
+               the group answered again. A group is judged against its own
+               baseline: first, group messages are sent until it has one
+               (health.silence_min_watched of them, 10 min by default; --warm-up
+               bounds the wait)
+
+  --wecom-history (with --kind drop --duration D: a gap) reads the gap from WeCom's
+  own message history instead of backfill.history_url: each round authorizes
+  the bot's msg history at the simulator (it stays authorized) and fails unless
+  the bot asked for its msg MCP server and answered the gap's messages late. The
+  bot's nodes must run with backfill.history_url unset.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains(drill.Kinds, cfg.Kind) {
@@ -52,6 +66,9 @@ that simulator (its nodes use another WeCom URL).
 			}
 			if cfg.Sim == "" {
 				return usageErrorf("where is the simulator? give --sim http://HOST:PORT (its control API)")
+			}
+			if cfg.WeComHistory && (cfg.Kind != drill.KindDrop || cfg.Duration <= 0) {
+				return usageErrorf("--wecom-history reads a gap from WeCom's message history: give it with --kind drop and a --duration (e.g. 2m)")
 			}
 			if asJSON && jsonl {
 				return usageErrorf("give --json or --json-lines, not both")
@@ -99,7 +116,7 @@ that simulator (its nodes use another WeCom URL).
 	}
 	cf.registerNATS(cmd)
 	cmd.Flags().StringVar(&cfg.Bot, "bot", "", "the bot to drill")
-	cmd.Flags().StringVar(&cfg.Kind, "kind", "", "drop, revoke, silence, stall or kill-leader")
+	cmd.Flags().StringVar(&cfg.Kind, "kind", "", "drop, revoke, silence, stall, kill-leader or group-silence")
 	cmd.Flags().IntVar(&cfg.Rounds, "rounds", 1, "rounds to run")
 	cmd.Flags().StringVar(&cfg.Sim, "sim", "", "the simulator's control API, http://HOST:PORT")
 	cmd.Flags().StringVar(&cf.etcd, "etcd", "", "etcd endpoints (kill-leader only; default $BOTCTL_ETCD_ENDPOINTS, else --data-dir's embedded etcd)")
@@ -109,6 +126,10 @@ that simulator (its nodes use another WeCom URL).
 	cmd.Flags().DurationVar(&cfg.Settle, "settle", 3*time.Minute, "how long to wait for every answer after the incident closed")
 	cmd.Flags().DurationVar(&cfg.Timeout, "round-timeout", 20*time.Minute, "bound of one round until its incident closes (then --settle bounds the wait for answers)")
 	cmd.Flags().DurationVar(&cfg.AlertWait, "alert-wait", 75*time.Second, "after the last round, wait this long after its injection before reading the alerts (the merge window); negative: at once")
+	cmd.Flags().BoolVar(&cfg.WeComHistory, "wecom-history", false, "drop with --duration: read the gap from WeCom's own message history (authorized at the simulator) and expect it answered late from there")
+	cmd.Flags().StringVar(&cfg.Group, "group", drill.DefaultGroup, "group-silence: the group chat the drill talks in")
+	cmd.Flags().DurationVar(&cfg.WarmUp, "warm-up", 20*time.Minute, "group-silence: bound of the wait for the group's own silence baseline (group traffic meanwhile)")
+	cmd.Flags().DurationVar(&cfg.MinWatched, "min-watched", 10*time.Minute, "group-silence: the nodes' health.silence_min_watched (when the group's baseline has an opinion)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"bot\",\"kind\",\"rounds\":[…],\"summary\":{…}}")
 	cmd.Flags().BoolVar(&jsonl, "json-lines", false, "print JSON lines: one {\"bot\",\"round\",…} as each round ends (its incident closed, its answers checked; no alerts yet), then --json's document on one line")
 	cmd.Flags().BoolVar(&failLost, "fail-on-loss", false, "exit 1 if a message was lost or a round failed")
@@ -184,6 +205,7 @@ func printDrill(w io.Writer, rounds []drill.Round) {
 	}
 	tw.Flush()
 	s := drill.Summarize(rounds)
-	fmt.Fprintf(w, "%d round(s), %d failed: T1 p50 %.2fs p90 %.2fs max %.2fs; T2 p50 %.3fs max %.3fs; T3 p50 %.2fs p90 %.2fs max %.2fs; %d sent, %d lost\n",
-		s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T3.Median, s.T3.P90, s.T3.Max, s.Sent, s.Lost)
+	fmt.Fprintf(w, "%d round(s), %d failed: T1 p50 %.2fs p90 %.2fs max %.2fs; T2 p50 %.3fs max %.3fs (auto: %d, p50 %.3fs max %.3fs; human: %d, p50 %.3fs max %.3fs); T3 p50 %.2fs p90 %.2fs max %.2fs; %d sent, %d lost\n",
+		s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T2Auto.N, s.T2Auto.Median, s.T2Auto.Max, s.T2Human.N, s.T2Human.Median, s.T2Human.Max,
+		s.T3.Median, s.T3.P90, s.T3.Max, s.Sent, s.Lost)
 }

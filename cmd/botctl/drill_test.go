@@ -101,3 +101,22 @@ func TestDrillPrintsEachRoundAsItEnds(t *testing.T) {
 		}
 	})
 }
+
+// The drill's own flags refused before anything is reached, as usage
+// errors that name the fix.
+func TestDrillRefusesBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"--kind", "drop", "--wecom-history"}, "--duration"},
+		{[]string{"--kind", "silence", "--duration", "1m", "--wecom-history"}, "--kind drop"},
+		{[]string{"--kind", "flood"}, "group-silence"},
+	} {
+		args := append([]string{"drill", "--bot", "b1", "--sim", "http://127.0.0.1:1"}, c.args...)
+		_, errOut, code := runBotctl(t, args...)
+		if code != 2 || !strings.Contains(errOut, c.mention) {
+			t.Errorf("%v: exit %d, %q; want a usage error (2) naming %q", c.args, code, errOut, c.mention)
+		}
+	}
+}

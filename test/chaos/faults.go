@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -526,4 +527,153 @@ func (h *Harness) waitReplicasCurrent(timeout time.Duration) error {
 		return err
 	}
 	return h.Infra.WaitReplicasCurrent(time.Until(deadline))
+}
+
+// chaosGroup is the group chat the group-silence row talks in.
+const chaosGroup = "chaos-group"
+
+// groupSilence gives chaosGroup a baseline of its own (a group message
+// every 2 s, from three users, for silenceMinWatched and 20 s more),
+// withholds group callbacks from the subscribed connection until the next
+// subscribe (direct messages, the traffic's, still arrive), and keeps the
+// group talking until botctl has resubscribed on a fresh connection. The
+// round fails unless it resubscribed exactly once and the route_silence
+// incident was seen; the group's messages are judged like every other:
+// those withheld are owed a late answer (the backfill over the group's
+// gap), those after the resubscribe an answer.
+func (h *Harness) groupSilence(r *RoundResult, timeout time.Duration) error {
+	label := fmt.Sprintf("%s-r%d", r.Scenario, r.Round)
+	k := 0
+	talk := func() {
+		k++
+		h.Traffic.PostGroup(label, fmt.Sprintf("chaos-%s-g%d", h.Traffic.nonce, k%3+1), chaosGroup)
+	}
+	for end := time.Now().Add(silenceMinWatched + 20*time.Second); time.Now().Before(end); time.Sleep(2 * time.Second) {
+		talk()
+	}
+	before, err := h.C.Stats(bot)
+	if err != nil {
+		return err
+	}
+	if err := h.simFault("group_silence", 0); err != nil {
+		return err
+	}
+	r.note("group_silence injected after %d group messages", k)
+	seen := false
+	deadline := time.Now().Add(timeout)
+	for {
+		talk()
+		if !seen {
+			if open, err := h.openIncidents(); err == nil {
+				for _, i := range open {
+					if i.Signal == "route_silence" {
+						seen = true
+						r.note("incident %s: %s", i.ID, i.Reason)
+					}
+				}
+			}
+		}
+		st, err := h.C.Stats(bot)
+		if err == nil && st.Connections > before.Connections && !st.GroupsSilenced {
+			// Heard on the fresh connection: a few more answered again.
+			for range 3 {
+				time.Sleep(2 * time.Second)
+				talk()
+			}
+			after, err := h.C.Stats(bot)
+			if err != nil {
+				return err
+			}
+			if n := after.Connections - before.Connections; n != 1 {
+				return fmt.Errorf("%d resubscribes for one silent group, want 1", n)
+			}
+			if !seen {
+				return fmt.Errorf("resubscribed, but no route_silence incident was seen open")
+			}
+			r.note("resubscribed once; %d group messages in all", k)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no resubscribe within %s of the group silence (route_silence seen: %v)", timeout, seen)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// wecomHistoryGap restarts the nodes one by one with backfill.history_url
+// unset (the standbys first), authorizes the bot's message history at the
+// simulator, makes a gap (subscribes refused for gap after a drop), waits
+// until the gap's incident has closed and the bot asked for its msg MCP
+// server, then restarts the nodes with their usual flags again. The
+// round fails if the gap was not read from WeCom's history.
+func (h *Harness) wecomHistoryGap(r *RoundResult, gap, timeout time.Duration) error {
+	if err := h.C.SetMCPAccess(bot, true); err != nil {
+		return err
+	}
+	defer h.C.SetMCPAccess(bot, false)
+	if err := h.restartNodesWith(r, []string{"--backfill-history-url="}); err != nil {
+		return err
+	}
+	// Put back even when the gap went wrong: later rounds read the
+	// simulator's history as they always do.
+	defer func() {
+		if err := h.restartNodesWith(r, nil); err != nil {
+			r.note("restarting the nodes with their usual flags: %v", err)
+		}
+	}()
+	before, err := h.C.Stats(bot)
+	if err != nil {
+		return err
+	}
+	l, err := h.Leader()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := h.simFault("refuse_subscribe", int(gap.Seconds())); err != nil {
+		return err
+	}
+	if err := h.simFault("drop", 0); err != nil {
+		return err
+	}
+	r.Takeovers = append(r.Takeovers, h.waitTakeover(l.ID, t0))
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := h.C.Stats(bot)
+		open, ierr := h.openIncidents()
+		if err == nil && ierr == nil && len(open) == 0 && time.Since(t0) > gap && st.Frames["aibot_get_mcp_config"] > before.Frames["aibot_get_mcp_config"] {
+			r.note("the gap's incident closed; the bot asked for its msg MCP server %d time(s)", st.Frames["aibot_get_mcp_config"]-before.Frames["aibot_get_mcp_config"])
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s after the gap: open incidents %d (%v), aibot_get_mcp_config frames %d → %d: the gap was not read from WeCom's history",
+				timeout, len(open), ierr, before.Frames["aibot_get_mcp_config"], st.Frames["aibot_get_mcp_config"])
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// restartNodesWith restarts every node, standbys first, with args added
+// to their usual flags (nil: the usual flags only), waiting for a stable
+// cluster after each.
+func (h *Harness) restartNodesWith(r *RoundResult, args []string) error {
+	l, err := h.Leader()
+	if err != nil {
+		return err
+	}
+	order := slices.DeleteFunc(slices.Clone(h.nodeIDs), func(id string) bool { return id == l.ID })
+	for _, id := range append(order, l.ID) {
+		if err := h.stopNode(r, id); err != nil {
+			return err
+		}
+		links := h.links[id]
+		if _, err := h.C.StartNodeWith(id, cluster.NodeOptions{EtcdURL: links.EtcdURLs(), NATSURL: links.NATSURLs(), Args: args}); err != nil {
+			return fmt.Errorf("restart %s: %w", id, err)
+		}
+		if _, err := h.C.WaitStable(h.Cfg.Takeover); err != nil {
+			return fmt.Errorf("after restarting %s: %w", id, err)
+		}
+	}
+	r.note("nodes restarted with %q added to their flags", args)
+	return nil
 }

@@ -157,27 +157,28 @@ type judgement struct {
 func judgeRound(c *cluster.Cluster, bot string, msgs, all []*Msg, expectFailed map[string]bool) (judgement, error) {
 	trs := map[string][]cluster.TranscriptEntry{}
 	for _, m := range msgs {
-		if _, ok := trs[m.User]; ok {
+		if _, ok := trs[m.conv()]; ok {
 			continue
 		}
-		tr, err := c.Transcript(bot, m.User)
+		tr, err := c.Transcript(bot, m.conv())
 		if err != nil {
-			return judgement{}, fmt.Errorf("transcript of %s: %w", m.User, err)
+			return judgement{}, fmt.Errorf("transcript of %s: %w", m.conv(), err)
 		}
-		trs[m.User] = tr
+		trs[m.conv()] = tr
 	}
 	return judgeTranscripts(trs, msgs, all, expectFailed), nil
 }
 
-// judgeTranscripts is judgeRound on transcripts already read (trs: user →
-// the transcript of that conversation, one for every user of msgs).
+// judgeTranscripts is judgeRound on transcripts already read (trs:
+// conversation (a single chat's user, or a group chat) → its transcript,
+// one for every conversation of msgs).
 func judgeTranscripts(trs map[string][]cluster.TranscriptEntry, msgs, all []*Msg, expectFailed map[string]bool) (j judgement) {
 	for _, m := range msgs {
 		if m.PostErr != "" {
 			continue // WeCom never took it: nothing is owed
 		}
-		v := Judge(trs[m.User], m)
-		viol := Violation{User: m.User, MsgID: m.MsgID, Question: m.Question, Saw: v.Saw()}
+		v := Judge(trs[m.conv()], m)
+		viol := Violation{User: m.conv(), MsgID: m.MsgID, Question: m.Question, Saw: v.Saw()}
 		n := v.Answers()
 		if expectFailed[m.MsgID] {
 			n += v.Failed
@@ -194,7 +195,7 @@ func judgeTranscripts(trs map[string][]cluster.TranscriptEntry, msgs, all []*Msg
 				viol.Invariant = InvDuplicate
 			}
 			viol.Saw = fmt.Sprintf("%d complete answers and %d busy refusals: %s", v.Complete, v.Busy, viol.Saw)
-			if held := unanswered(trs[m.User], all, m); held != "" {
+			if held := unanswered(trs[m.conv()], all, m); held != "" {
 				viol.Saw += "; still unanswered before it in this conversation: " + held
 			}
 			j.violations = append(j.violations, viol)
@@ -240,7 +241,7 @@ func judgeTranscripts(trs map[string][]cluster.TranscriptEntry, msgs, all []*Msg
 func unanswered(tr []cluster.TranscriptEntry, all []*Msg, probe *Msg) string {
 	var out []string
 	for _, m := range all {
-		if m.User != probe.User || m == probe || !m.Delivered || !m.PostedAt.Before(probe.PostedAt) {
+		if m.conv() != probe.conv() || m == probe || !m.Delivered || !m.PostedAt.Before(probe.PostedAt) {
 			continue
 		}
 		if v := Judge(tr, m); v.Answers() == 0 {
@@ -260,13 +261,13 @@ func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
 		if m.PostErr != "" {
 			continue
 		}
-		tr, ok := trs[m.User]
+		tr, ok := trs[m.conv()]
 		if !ok {
 			var err error
-			if tr, err = c.Transcript(bot, m.User); err != nil {
+			if tr, err = c.Transcript(bot, m.conv()); err != nil {
 				return false
 			}
-			trs[m.User] = tr
+			trs[m.conv()] = tr
 		}
 		if v := Judge(tr, m); v.Answers()+v.Failed == 0 && !v.Marked {
 			return false
@@ -277,7 +278,7 @@ func allAnswered(c *cluster.Cluster, bot string, msgs []*Msg) bool {
 
 // refusedBusy: probe p was answered with a busy refusal only.
 func refusedBusy(c *cluster.Cluster, bot string, p *Msg) bool {
-	tr, err := c.Transcript(bot, p.User)
+	tr, err := c.Transcript(bot, p.conv())
 	if err != nil {
 		return false
 	}

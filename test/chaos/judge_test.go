@@ -205,3 +205,23 @@ func TestJudgeReprobe(t *testing.T) {
 		t.Errorf("%d violations, want 2 (the second refused re-probe, the refused probe never probed again): %+v", len(j.violations), j.violations)
 	}
 }
+
+// A group message is judged in its group's transcript, where every
+// member's answers are: answered once there is an answer, lost when the
+// group has none for it (however its asker's single chat looks).
+func TestJudgeGroupMessages(t *testing.T) {
+	m := &Msg{User: "u1", Chat: "chaos-group", MsgID: "g1", Question: "chaos x u1 in chaos-group q #1", Delivered: true}
+	lost := &Msg{User: "u2", Chat: "chaos-group", MsgID: "g2", Question: "chaos x u2 in chaos-group q #1", Delivered: true}
+	group := []cluster.TranscriptEntry{
+		{Seq: 1, From: "user", MsgID: "g1", Content: m.Question, Finished: true},
+		{Seq: 2, From: "user", MsgID: "g2", Content: lost.Question, Finished: true},
+		{Seq: 3, From: "bot", ReplyTo: "g1", Kind: "stream", Content: ai.DemoAnswer(m.Question, 3, 0), Finished: true},
+	}
+	// u2's single chat has the answer the group lacks: not where it is owed.
+	single := []cluster.TranscriptEntry{{Seq: 1, From: "bot", Kind: "markdown", Content: ai.DemoAnswer(lost.Question, 3, 0), Finished: true}}
+	trs := map[string][]cluster.TranscriptEntry{"chaos-group": group, "u1": nil, "u2": single}
+	j := judgeTranscripts(trs, []*Msg{m, lost}, []*Msg{m, lost}, nil)
+	if j.answered != 1 || len(j.violations) != 1 || j.violations[0].MsgID != "g2" || j.violations[0].User != "chaos-group" {
+		t.Fatalf("answered %d, violations %+v; want g1 answered and g2 lost in chaos-group", j.answered, j.violations)
+	}
+}

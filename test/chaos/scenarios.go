@@ -221,6 +221,24 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "sim-group-silence", Family: FamWeCom,
+		Doc: "group chat chaos-group gets a baseline of its own (a message every 2 s for silence_min_watched + 20 s), then the simulator withholds group callbacks from the connection until the next subscribe while direct messages still arrive: a route_silence incident, exactly one resubscribe, the group answered again (its withheld messages late, by the backfill)",
+		// The group's gap is backfilled once its callbacks are heard
+		// again: late answers, as sim-silence's.
+		Settle: func(c *Config) time.Duration { return c.Settle + 2*c.longest() + 90*time.Second },
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.groupSilence(r, 2*time.Minute)
+		},
+	},
+	{
+		Name: "sim-gap-wecom-history", Family: FamWeCom,
+		Doc:    "the nodes restarted one by one with backfill.history_url unset and the bot's message history authorized at the simulator; a drop with subscribes refused for 30 s (a gap): the gap's messages are read from WeCom's own history (the bot asks for its msg MCP server) and answered late; then the nodes restarted with their usual flags",
+		Settle: func(c *Config) time.Duration { return c.Settle + 2*c.longest() + 90*time.Second },
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.wecomHistoryGap(r, 30*time.Second, 5*time.Minute)
+		},
+	},
+	{
 		Name: "clock-skew", Family: FamProcess,
 		Doc: "SIGTERM the leader and start it again with its clock probe 40 minutes ahead ($BOTCTL_TEST_CLOCK_OFFSET): it must lead nothing and run nothing (state clock_off) while the other two serve; after 60 s it restarts with its true clock",
 		Fault: func(h *Harness, r *RoundResult) error {

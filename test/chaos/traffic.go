@@ -14,7 +14,8 @@ import (
 // Msg is one user message posted through the simulator's control API.
 type Msg struct {
 	Round     string // scenario/round label
-	User      string // the conversation (single chat: the user id)
+	User      string // who asked (single chat: the conversation too)
+	Chat      string // the group chat it was asked in; "": a single chat
 	Question  string // unique per message, so its answer can be found by content
 	MsgID     string
 	Delivered bool // WeCom accepted it and wrote the callback to a connection
@@ -91,6 +92,34 @@ func (t *Traffic) Post(round, user string, probe bool) *Msg {
 	}
 	m := &Msg{Round: round, User: user, Probe: probe, Question: q, PostedAt: time.Now()}
 	r, err := t.c.PostMessage(t.bot, user, m.Question)
+	if err != nil {
+		m.PostErr = err.Error()
+	} else {
+		m.MsgID, m.Delivered = r.MsgID, r.Delivered
+	}
+	t.mu.Lock()
+	t.msgs = append(t.msgs, m)
+	t.mu.Unlock()
+	return m
+}
+
+// conv is m's conversation: the chat whose transcript holds its answer.
+func (m *Msg) conv() string {
+	if m.Chat != "" {
+		return m.Chat
+	}
+	return m.User
+}
+
+// PostGroup posts one message of user in group chat: judged, as every
+// message, in that chat's transcript.
+func (t *Traffic) PostGroup(round, user, chat string) *Msg {
+	t.mu.Lock()
+	t.counter[chat+"/"+user]++
+	n := t.counter[chat+"/"+user]
+	t.mu.Unlock()
+	m := &Msg{Round: round, User: user, Chat: chat, Question: fmt.Sprintf("chaos %s %s in %s q #%d", round, user, chat, n), PostedAt: time.Now()}
+	r, err := t.c.PostGroupMessage(t.bot, user, chat, m.Question)
 	if err != nil {
 		m.PostErr = err.Error()
 	} else {

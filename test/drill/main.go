@@ -10,7 +10,14 @@
 // warm-up sends traffic until the bot's baseline has an opinion (by default
 // 10 minutes of observation). The gap kind is a drop with reconnection
 // refused for -gap (default 2m): the users' messages of that gap are found
-// by the backfill.
+// by the backfill. The wecom-gap kind is the same gap read from WeCom's own
+// message history (`botctl drill --wecom-history`): its bot has nodes of its
+// own (n10-n12) run with backfill.history_url unset, and the simulator
+// authorizes the bot's msg history. The group-silence kind withholds group
+// callbacks only; its bot has nodes of its own (n7-n9) run with
+// health.silence_min_watched at -group-min-watched, so the group's own
+// baseline has an opinion after a warm-up of about that long (at the
+// default, 10m, the warm-up lasts ten minutes).
 //
 // Each kind runs on its own bot (b-drop, b-stall, …, b-gap), and the next
 // kind starts only once the merge window (alert.window, 60 s) since the
@@ -57,6 +64,9 @@ type kindRun struct {
 	kind   string
 	dur    time.Duration
 	rounds int
+	// wecomHistory: the gap is read from WeCom's own history (the bot's
+	// nodes have no backfill.history_url).
+	wecomHistory bool
 }
 
 // bot is the run's own bot.
@@ -71,7 +81,8 @@ func main() {
 		rounds     = flag.Int("rounds", 10, "rounds per kind")
 		gapRounds  = flag.Int("gap-rounds", 3, "rounds of the 2-minute gap (each takes over 2 minutes)")
 		gap        = flag.Duration("gap", 2*time.Minute, "the gap kind's outage")
-		kinds      = flag.String("kinds", "silence,drop,stall,revoke,kill-leader,gap", "comma-separated, run in this order: drop, stall, silence, revoke, kill-leader, gap (silence first: its bot's baseline learns from every minute it is connected, idle ones too)")
+		kinds      = flag.String("kinds", "silence,drop,stall,revoke,kill-leader,gap,wecom-gap,group-silence", "comma-separated, run in this order: drop, stall, silence, revoke, kill-leader, gap, wecom-gap, group-silence (silence first: its bot's baseline learns from every minute it is connected, idle ones too)")
+		groupWatch = flag.Duration("group-min-watched", 2*time.Minute, "group-silence: its nodes' health.silence_min_watched (about how long the group's warm-up lasts)")
 		out        = flag.String("out", "", "write a markdown report here (and a .csv beside it)")
 		restartGap = flag.Duration("restart-after", 5*time.Second, "kill-leader: start a killed node again after this (systemd's RestartSec)")
 	)
@@ -81,22 +92,30 @@ func main() {
 		switch k = strings.TrimSpace(k); k {
 		case "gap":
 			runs = append(runs, kindRun{name: "gap", kind: drill.KindDrop, dur: *gap, rounds: *gapRounds})
-		case drill.KindDrop, drill.KindStall, drill.KindSilence, drill.KindRevoke, drill.KindKillLeader:
+		case "wecom-gap":
+			runs = append(runs, kindRun{name: "wecom-gap", kind: drill.KindDrop, dur: *gap, rounds: *gapRounds, wecomHistory: true})
+		case drill.KindDrop, drill.KindStall, drill.KindSilence, drill.KindRevoke, drill.KindKillLeader, drill.KindGroupSilence:
 			runs = append(runs, kindRun{name: k, kind: k, rounds: *rounds})
 		default:
 			fmt.Fprintf(os.Stderr, "drill: -kinds: unknown %q\n", k)
 			os.Exit(2)
 		}
 	}
-	var bots, shared, killers []string // every bot; the bots of n1-n3; of n4-n6
+	// every bot; the bots of n1-n3; of n4-n6; of n7-n9; of n10-n12
+	var bots, shared, killers, groups, wecomGaps []string
 	for _, run := range runs {
 		if slices.Contains(bots, run.bot()) {
 			continue
 		}
 		bots = append(bots, run.bot())
-		if run.kind == drill.KindKillLeader {
+		switch {
+		case run.kind == drill.KindKillLeader:
 			killers = append(killers, run.bot())
-		} else {
+		case run.kind == drill.KindGroupSilence:
+			groups = append(groups, run.bot())
+		case run.wecomHistory:
+			wecomGaps = append(wecomGaps, run.bot())
+		default:
 			shared = append(shared, run.bot())
 		}
 	}
@@ -128,12 +147,19 @@ func main() {
 	for _, group := range []struct {
 		ids  []string
 		bots []string
-	}{{[]string{"n1", "n2", "n3"}, shared}, {killIDs, killers}} {
+		args []string
+	}{
+		{[]string{"n1", "n2", "n3"}, shared, nil},
+		{killIDs, killers, nil},
+		{[]string{"n7", "n8", "n9"}, groups, []string{"--health-silence-min-watched", groupWatch.String()}},
+		// No history URL: the gap backfill reads WeCom's own message history.
+		{[]string{"n10", "n11", "n12"}, wecomGaps, []string{"--backfill-history-url="}},
+	} {
 		if len(group.bots) == 0 {
 			continue
 		}
 		for _, id := range group.ids {
-			if _, err := c.StartNodeWith(id, cluster.NodeOptions{Bots: group.bots}); err != nil {
+			if _, err := c.StartNodeWith(id, cluster.NodeOptions{Bots: group.bots, Args: group.args}); err != nil {
 				fail(c, err)
 			}
 		}
@@ -177,6 +203,7 @@ func main() {
 			wg.Go(func() { restarter(c, killIDs, *restartGap, stop) })
 		}
 		d, err := drill.New(ctx, drill.Config{Bot: bot, Kind: run.kind, Rounds: run.rounds, Sim: c.SimHTTP, Duration: run.dur,
+			WeComHistory: run.wecomHistory, MinWatched: *groupWatch,
 			Incidents: incident.NewStore(store.Incidents()), Health: store.Health(),
 			Nodes:    func(ctx context.Context) ([]node.Info, error) { return node.Nodes(ctx, cli, "/botctl/") },
 			Progress: os.Stdout})
@@ -185,8 +212,8 @@ func main() {
 		}
 		fmt.Printf("== %s: %d rounds on bot %s\n", run.name, run.rounds, bot)
 		rs, err := d.Run(ctx, func(r drill.Round) {
-			fmt.Printf("%s round %d: T1 %.2fs T2 %.3fs T3 %.2fs down %.2fs sent %d lost %d %s\n",
-				run.name, r.N, r.T1, r.T2, r.T3, r.Downtime, r.Sent, r.Lost, r.Error)
+			fmt.Printf("%s round %d: T1 %.2fs T2 %.3fs (auto %.3fs, human %.3fs) T3 %.2fs down %.2fs sent %d lost %d filled %d resubscribes %d %s\n",
+				run.name, r.N, r.T1, r.T2, r.T2Auto, r.T2Human, r.T3, r.Downtime, r.Sent, r.Lost, r.Filled, r.Resubscribes, r.Error)
 		})
 		close(stop)
 		wg.Wait()
@@ -201,7 +228,7 @@ func main() {
 		st, _ := c.Stats(b)
 		kicks += st.Kicks
 	}
-	report(*out, runs, results, warmup, kicks, time.Since(start))
+	report(*out, runs, results, warmup, *groupWatch, kicks, time.Since(start))
 }
 
 // detectedBy is when the last incident of rs was detected: its injection
@@ -291,7 +318,7 @@ func restarter(c *cluster.Cluster, ids []string, restartAfter time.Duration, sto
 	}
 }
 
-func report(out string, runs []kindRun, results map[string][]drill.Round, warmup time.Duration, kicks int64, took time.Duration) {
+func report(out string, runs []kindRun, results map[string][]drill.Round, warmup, groupWatch time.Duration, kicks int64, took time.Duration) {
 	goVersion := runtime.Version()
 	if v, err := exec.Command("go", "version").Output(); err == nil {
 		goVersion = strings.TrimSpace(string(v))
@@ -308,11 +335,23 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 		"each from its own conversation; the fault; the incident waited for until it closes; then every message checked in the simulator's "+
 		"transcript (a finished stream or a pushed answer). T1 here counts from the injection (the drill knows it); the incident's own T1 "+
 		"counts from its last evidence and is in the CSV. T2 and T3 are the incident's.\n\n")
+	for _, run := range runs {
+		switch {
+		case run.kind == drill.KindGroupSilence:
+			fmt.Fprintf(&b, "group-silence's bot has three nodes of its own (n7-n9) run with health.silence_min_watched %s instead of 10m, so each round's warm-up "+
+				"(a group message every 3 s until the group's own baseline has an opinion) lasts minutes, not ten; every fifth message of its traffic is in that group.\n\n", groupWatch)
+		case run.wecomHistory:
+			fmt.Fprintf(&b, "%s's bot has three nodes of its own (n10-n12) run with backfill.history_url unset: the gap is read from WeCom's own message history "+
+				"(the simulator's msg MCP server, authorized by the drill).\n\n", run.name)
+		}
+	}
 	if warmup > 0 {
 		fmt.Fprintf(&b, "The silence rounds followed a warm-up of %s of traffic, until the baseline had an opinion for the hour of the week.\n\n", warmup.Round(time.Second))
 	}
-	fmt.Fprintf(&b, "| kind | rounds | failed | T1 p50 | T1 p90 | T1 max | T2 p50 | T2 max | T3 p50 | T3 p90 | T3 max | downtime p50 | sent | lost | alerts per incident | page max |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "T2 is split as `botctl incidents report` splits it: T2 auto (detected → botctl's first automatic step, over the rounds botctl acted on first) "+
+		"and T2 human (detected → a person's first acknowledgement; the revoke drill plays the person). Late is the gap's messages the incident's backfill answered late.\n\n")
+	fmt.Fprintf(&b, "| kind | rounds | failed | T1 p50 | T1 p90 | T1 max | T2 p50 | T2 max | T2 auto p50 | T2 auto max | T2 human p50 | T2 human max | T3 p50 | T3 p90 | T3 max | downtime p50 | sent | lost | late | alerts per incident | page max |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range runs {
 		rs := results[run.name]
 		s := drill.Summarize(rs)
@@ -343,8 +382,14 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 			shapes = append(shapes, fmt.Sprintf("%s ×%d", k, n))
 		}
 		sort.Strings(shapes)
-		fmt.Fprintf(&b, "| %s | %d | %d | %.2fs | %.2fs | %.2fs | %.3fs | %.3fs | %.2fs | %.2fs | %.2fs | %.2fs | %d | %d | %s | %s |\n",
-			run.name, s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max, s.T3.Median, s.T3.P90, s.T3.Max, d.Median, s.Sent, s.Lost, strings.Join(shapes, ", "), page)
+		filled := 0
+		for _, r := range rs {
+			filled += r.Filled
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %.2fs | %.2fs | %.2fs | %.3fs | %.3fs | %s | %s | %s | %s | %.2fs | %.2fs | %.2fs | %.2fs | %d | %d | %d | %s | %s |\n",
+			run.name, s.Rounds, s.Failed, s.T1.Median, s.T1.P90, s.T1.Max, s.T2.Median, s.T2.Max,
+			spreadCell(s.T2Auto.N, s.T2Auto.Median), spreadCell(s.T2Auto.N, s.T2Auto.Max), spreadCell(s.T2Human.N, s.T2Human.Median), spreadCell(s.T2Human.N, s.T2Human.Max),
+			s.T3.Median, s.T3.P90, s.T3.Max, d.Median, s.Sent, s.Lost, filled, strings.Join(shapes, ", "), page)
 	}
 	fmt.Fprintf(&b, "\nKicks at the simulator over the whole run (ping-pong): %d.\n", kicks)
 	fmt.Println(b.String())
@@ -357,11 +402,13 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 	check(err)
 	defer f.Close()
 	w := csv.NewWriter(f)
-	w.Write([]string{"kind", "round", "incident", "level", "method", "t1_s", "t1_recorded_s", "t2_s", "t3_s", "downtime_s", "sent", "answered", "lost", "alerts", "first_alert_s", "page_s", "error"})
+	w.Write([]string{"kind", "round", "incident", "level", "method", "signal", "t1_s", "t1_recorded_s", "t2_s", "t2_auto_s", "t2_human_s", "t3_s", "downtime_s",
+		"sent", "answered", "lost", "filled", "not_filled", "resubscribes", "alerts", "first_alert_s", "page_s", "error"})
 	for _, run := range runs {
 		for _, r := range results[run.name] {
-			w.Write([]string{run.name, fmt.Sprint(r.N), r.Incident, r.Level, r.Method, f3(r.T1), f3(r.T1Recorded), f3(r.T2), f3(r.T3), f3(r.Downtime),
-				fmt.Sprint(r.Sent), fmt.Sprint(r.Answered), fmt.Sprint(r.Lost), strings.Join(r.AlertKinds, "+"), f3(r.FirstAlert), f3(r.Page), r.Error})
+			w.Write([]string{run.name, fmt.Sprint(r.N), r.Incident, r.Level, r.Method, r.Signal, f3(r.T1), f3(r.T1Recorded), f3(r.T2), f3(r.T2Auto), f3(r.T2Human), f3(r.T3), f3(r.Downtime),
+				fmt.Sprint(r.Sent), fmt.Sprint(r.Answered), fmt.Sprint(r.Lost), fmt.Sprint(r.Filled), fmt.Sprint(r.NotFilled), fmt.Sprint(r.Resubscribes),
+				strings.Join(r.AlertKinds, "+"), f3(r.FirstAlert), f3(r.Page), r.Error})
 		}
 	}
 	w.Flush()
@@ -369,6 +416,14 @@ func report(out string, runs []kindRun, results map[string][]drill.Round, warmup
 }
 
 func f3(v float64) string { return fmt.Sprintf("%.3f", v) }
+
+// spreadCell is a T2 split cell: "-" over no round.
+func spreadCell(n int, v float64) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3fs", v)
+}
 
 func check(err error) {
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/wecom"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -46,10 +47,18 @@ const (
 	KindSilence    = "silence"     // callbacks are not delivered for Duration
 	KindStall      = "stall"       // acks are not sent for Duration
 	KindKillLeader = "kill-leader" // SIGKILL of the leading node's process (on this machine)
+	// KindGroupSilence: the simulator withholds group callbacks from the
+	// subscribed connection (direct ones still arrive) until the next
+	// subscribe. Expected: a route_silence incident, exactly one
+	// resubscribe, and the group's messages answered again.
+	KindGroupSilence = "group-silence"
 )
 
 // Kinds lists every kind, for usage text.
-var Kinds = []string{KindDrop, KindRevoke, KindSilence, KindStall, KindKillLeader}
+var Kinds = []string{KindDrop, KindRevoke, KindSilence, KindStall, KindKillLeader, KindGroupSilence}
+
+// DefaultGroup is the group chat a group-silence drill talks in.
+const DefaultGroup = "drill-group"
 
 // ErrNotSimulator: the WeCom endpoint is not botctl's simulator.
 var ErrNotSimulator = errors.New("drill: not a botctl simulator")
@@ -90,6 +99,24 @@ type Config struct {
 	// automatic incident's open alert waits for the merge window, 60 s by
 	// default). Default 75s; negative: read them at once.
 	AlertWait time.Duration
+	// WeComHistory (a drop with a Duration only): the gap is read from
+	// WeCom's own message history, not from backfill.history_url. Each
+	// round authorizes the bot's msg history at the simulator (POST
+	// /control/mcp_access; it stays authorized afterwards) and fails
+	// unless the bot asked for its msg MCP server (aibot_get_mcp_config)
+	// and the incident's backfill answered messages late. The bot's
+	// nodes must run with backfill.history_url unset.
+	WeComHistory bool
+	// Group is the group chat of a group-silence drill. Default
+	// DefaultGroup.
+	Group string
+	// WarmUp bounds a group-silence round's wait for the group's own
+	// silence baseline to have an opinion (group traffic meanwhile).
+	// Default 20m.
+	WarmUp time.Duration
+	// MinWatched is the nodes' health.silence_min_watched (default 10m):
+	// how much of the group's traffic the warm-up must have shown.
+	MinWatched time.Duration
 	// Progress, if set, gets one line per step.
 	Progress io.Writer
 	Client   *http.Client
@@ -128,6 +155,12 @@ func (c *Config) setDefaults() {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.WarmUp <= 0 {
+		c.WarmUp = 20 * time.Minute
+	}
 	if c.AlertWait == 0 {
 		c.AlertWait = 75 * time.Second
 	}
@@ -147,11 +180,16 @@ type Round struct {
 	T1         float64 `json:"t1_s"`
 	T1Recorded float64 `json:"t1_recorded_s"`
 	T2         float64 `json:"t2_s"`
-	T3         float64 `json:"t3_s"`
-	Downtime   float64 `json:"downtime_s"`
-	Level      string  `json:"level,omitempty"`
-	Method     string  `json:"method,omitempty"`
-	Alerts     int     `json:"alerts"`
+	// T2Auto is detected → botctl's first automatic step, T2Human
+	// detected → a person's first acknowledgement (the revoke drill plays
+	// the person); -1: none of that kind.
+	T2Auto   float64 `json:"t2_auto_s"`
+	T2Human  float64 `json:"t2_human_s"`
+	T3       float64 `json:"t3_s"`
+	Downtime float64 `json:"downtime_s"`
+	Level    string  `json:"level,omitempty"`
+	Method   string  `json:"method,omitempty"`
+	Alerts   int     `json:"alerts"`
 	// AlertKinds are the alerts recorded for the incident (open,
 	// recovered, merged…), read after the answers settled; FirstAlert is
 	// detected → the first of them, Page detected → the first at level
@@ -159,11 +197,25 @@ type Round struct {
 	AlertKinds []string `json:"alert_kinds,omitempty"`
 	FirstAlert float64  `json:"first_alert_s"`
 	Page       float64  `json:"page_s"`
-	Sent       int      `json:"sent"`
-	Answered   int      `json:"answered"`
-	Lost       int      `json:"lost"`
-	LostIDs    []string `json:"lost_msgids,omitempty"`
-	Error      string   `json:"error,omitempty"`
+	// Signal is the incident's (outage, route_silence…); Resubscribes
+	// counts the bot's subscribes at the simulator from the injection to
+	// the incident's close (group-silence: exactly 1 expected).
+	Signal       string `json:"signal,omitempty"`
+	Resubscribes int64  `json:"resubscribes"`
+	// Filled and NotFilled are the incident's backfill: messages of the
+	// gap answered late, and marked "may be incomplete" instead.
+	Filled    int `json:"filled"`
+	NotFilled int `json:"not_filled"`
+	// GroupSent counts the group messages of a group-silence round (also
+	// in Sent), GroupAnswered the bot's answers in the group since the
+	// round began.
+	GroupSent     int      `json:"group_sent,omitempty"`
+	GroupAnswered int      `json:"group_answered,omitempty"`
+	Sent          int      `json:"sent"`
+	Answered      int      `json:"answered"`
+	Lost          int      `json:"lost"`
+	LostIDs       []string `json:"lost_msgids,omitempty"`
+	Error         string   `json:"error,omitempty"`
 }
 
 // Drill runs rounds of one kind.
@@ -183,6 +235,9 @@ func New(ctx context.Context, cfg Config) (*Drill, error) {
 	}
 	if cfg.Kind == KindKillLeader && cfg.Nodes == nil {
 		return nil, errors.New("drill: kill-leader needs the node registry (etcd)")
+	}
+	if cfg.WeComHistory && (cfg.Kind != KindDrop || cfg.Duration <= 0) {
+		return nil, errors.New("drill: --wecom-history reads a gap from WeCom's message history: give it with --kind drop and a --duration (e.g. 2m)")
 	}
 	u, err := url.Parse(cfg.Sim)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -292,8 +347,23 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 		return fail(err)
 	}
 
+	if err := d.prepare(ctx); err != nil {
+		return fail(err)
+	}
+	before, err := d.stats(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	groupSeq, _, err := d.groupAnswers(ctx, 0)
+	if err != nil {
+		return fail(err)
+	}
+
 	// Traffic runs from before the fault until the incident closes.
 	traffic := &traffic{d: d, round: n}
+	if d.cfg.Kind == KindGroupSilence {
+		traffic.group = d.cfg.Group
+	}
 	tctx, stopTraffic := context.WithCancel(ctx)
 	trafficDone := make(chan struct{})
 	go func() { defer close(trafficDone); traffic.run(tctx) }()
@@ -333,18 +403,174 @@ func (d *Drill) round(ctx context.Context, n int) Round {
 	<-trafficDone
 	r.T1 = closed.Detected.Sub(r.Injected).Seconds()
 	r.T1Recorded, r.T2, r.T3 = closed.T1().Seconds(), closed.T2().Seconds(), closed.T3().Seconds()
+	r.T2Auto, r.T2Human = -1, -1
+	if t, ok := closed.T2Auto(); ok {
+		r.T2Auto = t.Seconds()
+	}
+	if t, ok := closed.T2Human(); ok {
+		r.T2Human = t.Seconds()
+	}
 	r.Downtime = closed.Downtime(closed.Closed).Seconds()
 	r.Level, r.Method = string(closed.Level), string(closed.Method)
 	d.logf("round %d: incident closed (%s): T1 %.2fs (recorded %.2fs), T2 %.3fs, T3 %.2fs, down %.2fs; waiting for %d answers",
 		n, closed.Method, r.T1, r.T1Recorded, r.T2, r.T3, r.Downtime, len(traffic.sent))
-	r.Sent = len(traffic.sent)
+	r.Signal = string(closed.Signal)
+	r.Sent = len(traffic.sent) + len(traffic.groupSent)
+	r.GroupSent = len(traffic.groupSent)
 	// Bounded by Settle, not by what is left of the round's timeout: a
 	// check cut short would count answered messages as lost.
 	r.LostIDs = d.waitAnswers(d.runCtx, traffic.sent)
 	r.Lost = len(r.LostIDs)
+	if r.GroupSent > 0 {
+		r.GroupAnswered = d.waitGroupAnswers(d.runCtx, groupSeq, r.GroupSent)
+		r.Lost += r.GroupSent - r.GroupAnswered
+	}
 	r.Answered = r.Sent - r.Lost
 	d.logf("round %d: %d sent, %d answered, %d lost", n, r.Sent, r.Answered, r.Lost)
+	// The late answers are the backfill's, recorded once it ran (the
+	// trailing pass may come after the close).
+	if final, err := d.cfg.Incidents.Get(d.runCtx, d.cfg.Bot, inc.ID); err == nil {
+		closed = final
+	}
+	r.Filled, r.NotFilled = closed.Backfill.Filled, closed.Backfill.NotFilled
+	after, err := d.stats(d.runCtx)
+	if err != nil {
+		return fail(err)
+	}
+	r.Resubscribes = after.Connections - before.Connections
+	if err := d.expect(r, before, after); err != nil {
+		return fail(err)
+	}
 	return r
+}
+
+// prepare readies a round before its traffic: a group-silence's group
+// gets its baseline (warmGroup); a WeComHistory drill authorizes the
+// bot's message history at the simulator.
+func (d *Drill) prepare(ctx context.Context) error {
+	if d.cfg.Kind == KindGroupSilence {
+		if err := d.warmGroup(ctx); err != nil {
+			return err
+		}
+	}
+	if d.cfg.WeComHistory {
+		if err := d.post(ctx, "/control/mcp_access", map[string]any{"bot_id": d.cfg.Bot, "authorized": true}, nil); err != nil {
+			return fmt.Errorf("authorize the bot's message history at the simulator: %w", err)
+		}
+	}
+	return nil
+}
+
+// expect checks what the kind promises beyond "nothing lost": an error
+// says what did not happen.
+func (d *Drill) expect(r Round, before, after simStats) error {
+	switch {
+	case d.cfg.Kind == KindGroupSilence && r.Signal != string(incident.SignalRouteSilence):
+		return fmt.Errorf("the incident's signal is %q, want %s (the group's own silence while direct messages arrive)", r.Signal, incident.SignalRouteSilence)
+	case d.cfg.Kind == KindGroupSilence && r.Resubscribes != 1:
+		return fmt.Errorf("%d resubscribes for one silent group, want 1", r.Resubscribes)
+	case d.cfg.WeComHistory && after.Frames[cmdGetMCPConfig] <= before.Frames[cmdGetMCPConfig]:
+		return fmt.Errorf("the bot never asked for its msg MCP server (%s): its nodes read the gap elsewhere (is backfill.history_url set?)", cmdGetMCPConfig)
+	case d.cfg.WeComHistory && r.Filled == 0:
+		return fmt.Errorf("no message of the gap answered late from WeCom's message history (backfill: %d answered late, %d marked)", r.Filled, r.NotFilled)
+	}
+	return nil
+}
+
+// cmdGetMCPConfig is the frame a bot sends for its msg MCP server
+// (backfill.CmdGetMCPConfig), counted by the simulator.
+const cmdGetMCPConfig = "aibot_get_mcp_config"
+
+type simStats struct {
+	Connections int64            `json:"connections"`
+	Frames      map[string]int64 `json:"frames"`
+}
+
+func (d *Drill) stats(ctx context.Context) (simStats, error) {
+	var st simStats
+	err := d.get(ctx, "/control/stats?bot_id="+url.QueryEscape(d.cfg.Bot), &st)
+	return st, err
+}
+
+// warmGroup sends group messages, one per warmGroupEvery Intervals (a
+// group's answers come one after another: a faster pace piles them up,
+// and those still being sent at the fault are owed by push under the
+// quota, which the round's T3 then waits for), until the group's own
+// silence baseline (saved by the leader about once a minute) has an
+// opinion that finds a silence within warmGroupThreshold: a group without
+// one is never judged silent. Bounded by WarmUp.
+func (d *Drill) warmGroup(ctx context.Context) error {
+	route := wecom.RouteGroupPrefix + d.cfg.Group
+	limits := health.BaselineLimits{MinWatched: d.cfg.MinWatched}
+	deadline := time.Now().Add(d.cfg.WarmUp)
+	d.logf("warming up: group messages in %s until its silence baseline has an opinion", d.cfg.Group)
+	for k := 0; ; k++ {
+		err := d.post(ctx, "/control/messages", map[string]string{"bot_id": d.cfg.Bot, "user_id": fmt.Sprintf("drill-warm-%d", k%20),
+			"chat_type": wecom.ChatGroup, "chat_id": d.cfg.Group, "text": fmt.Sprintf("@bot warm-up %d", k)}, nil)
+		if err != nil {
+			return fmt.Errorf("warm-up message: %w", err)
+		}
+		if b, err := health.LoadBaseline(ctx, d.cfg.Health, d.cfg.Bot); err == nil && b.Routes[route] != nil {
+			if thr, ok := b.Routes[route].Threshold(time.Now(), time.Local, limits); ok && thr <= warmGroupThreshold {
+				d.logf("warm: a silence of %s over %s is suspicious now", route, thr.Round(time.Millisecond))
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the silence baseline of %s has no opinion after a warm-up of %s (health.silence_min_watched of the group's traffic is needed; give --warm-up longer or --min-watched as the nodes have it)", route, d.cfg.WarmUp)
+		}
+		if !clock.Sleep(ctx, d.cfg.Clock, warmGroupEvery*d.cfg.Interval) {
+			return ctx.Err()
+		}
+	}
+}
+
+// warmGroupEvery: the warm-up's pace, in Intervals. At the default 1s,
+// a message every 3 s: a threshold of about 21 s (Factor 7).
+const warmGroupEvery = 3
+
+// warmGroupThreshold: the group silence must be found well within T1's
+// target of a minute.
+const warmGroupThreshold = 30 * time.Second
+
+// groupAnswers reads the drill's group transcript: its last seq, and the
+// bot's answers (a finished stream or a pushed markdown) after seq.
+func (d *Drill) groupAnswers(ctx context.Context, seq int64) (last, n int64, err error) {
+	if d.cfg.Kind != KindGroupSilence {
+		return 0, 0, nil
+	}
+	var tr struct {
+		Entries []struct {
+			transcriptEntry
+			Seq int64 `json:"seq"`
+		} `json:"messages"`
+	}
+	if err := d.get(ctx, "/control/transcript?bot_id="+url.QueryEscape(d.cfg.Bot)+"&chat="+url.QueryEscape(d.cfg.Group), &tr); err != nil {
+		return 0, 0, err
+	}
+	for _, e := range tr.Entries {
+		last = max(last, e.Seq)
+		if e.Seq > seq && e.From == "bot" && (e.Finished || e.Kind == "markdown") {
+			n++
+		}
+	}
+	return last, n, nil
+}
+
+// waitGroupAnswers waits up to Settle for want answers in the group after
+// seq, and returns how many came (at most want).
+func (d *Drill) waitGroupAnswers(ctx context.Context, seq int64, want int) int {
+	deadline := time.Now().Add(d.cfg.Settle)
+	for {
+		_, n, err := d.groupAnswers(ctx, seq)
+		if err == nil && n >= int64(want) {
+			return want
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return int(n)
+		}
+		pause.For(ctx, 2*time.Second)
+	}
 }
 
 func (d *Drill) inject(ctx context.Context) error {
@@ -364,6 +590,8 @@ func (d *Drill) inject(ctx context.Context) error {
 		return d.fault(ctx, "stall_acks", d.cfg.Duration.Seconds())
 	case KindKillLeader:
 		return d.killLeader(ctx)
+	case KindGroupSilence:
+		return d.fault(ctx, "group_silence", 0)
 	}
 	return fmt.Errorf("unknown kind %q", d.cfg.Kind)
 }
@@ -415,7 +643,7 @@ func (d *Drill) waitIncident(ctx context.Context, t time.Time) (*incident.Incide
 	var found *incident.Incident
 	err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
 		open, err := d.cfg.Incidents.OpenFor(ctx, d.cfg.Bot, incident.Outage)
-		if err == nil && open != nil && !open.Detected.Before(t.Add(-time.Second)) {
+		if err == nil && open != nil && !open.Detected.Before(t.Add(-time.Second)) && d.wants(open) {
 			found = open
 			return true, nil
 		}
@@ -423,7 +651,7 @@ func (d *Drill) waitIncident(ctx context.Context, t time.Time) (*incident.Incide
 		all, err := d.cfg.Incidents.List(ctx, incident.Filter{Bot: d.cfg.Bot, Since: t.Add(-time.Second)})
 		if err == nil {
 			for i := range all {
-				if all[i].Kind == incident.Outage {
+				if all[i].Kind == incident.Outage && d.wants(&all[i]) {
 					found = &all[i]
 					return true, nil
 				}
@@ -435,6 +663,12 @@ func (d *Drill) waitIncident(ctx context.Context, t time.Time) (*incident.Incide
 		return nil, fmt.Errorf("no incident after the fault (is the bot's node running botctl with health on?): %w", err)
 	}
 	return found, nil
+}
+
+// wants reports whether inc is the incident the kind causes: a
+// group-silence's is its route's silence, any outage for the others.
+func (d *Drill) wants(inc *incident.Incident) bool {
+	return d.cfg.Kind != KindGroupSilence || inc.Signal == incident.SignalRouteSilence
 }
 
 func (d *Drill) waitClosed(ctx context.Context, inc *incident.Incident) (*incident.Incident, error) {
@@ -535,8 +769,15 @@ func (d *Drill) do(req *http.Request, v any) error {
 type traffic struct {
 	d     *Drill
 	round int
-	sent  []sentMsg // read after run returns
+	// group, if set: every groupEvery-th message is sent in this group
+	// chat instead (a group answers one message at a time).
+	group     string
+	sent      []sentMsg // read after run returns
+	groupSent []string  // msgids, read after run returns
 }
+
+// groupEvery: one group message per this many messages.
+const groupEvery = 5
 
 type sentMsg struct{ user, msgid string }
 
@@ -548,8 +789,17 @@ func (t *traffic) run(ctx context.Context) {
 		var res struct {
 			MsgID string `json:"msgid"`
 		}
-		err := t.d.post(ctx, "/control/messages", map[string]string{"bot_id": t.d.cfg.Bot, "user_id": user, "text": fmt.Sprintf("drill question %d", k)}, &res)
-		if err == nil && res.MsgID != "" {
+		msg := map[string]string{"bot_id": t.d.cfg.Bot, "user_id": user, "text": fmt.Sprintf("drill question %d", k)}
+		inGroup := t.group != "" && k%groupEvery == 0
+		if inGroup {
+			msg["chat_type"], msg["chat_id"], msg["text"] = wecom.ChatGroup, t.group, fmt.Sprintf("@bot drill question %d", k)
+		}
+		err := t.d.post(ctx, "/control/messages", msg, &res)
+		switch {
+		case err != nil || res.MsgID == "":
+		case inGroup:
+			t.groupSent = append(t.groupSent, res.MsgID)
+		default:
 			t.sent = append(t.sent, sentMsg{user: user, msgid: res.MsgID})
 		}
 		select {
@@ -581,16 +831,21 @@ type Summary struct {
 	Failed int             `json:"failed"` // rounds that did not complete (Error set)
 	T1     incident.Spread `json:"t1"`
 	T2     incident.Spread `json:"t2"`
-	T3     incident.Spread `json:"t3"`
-	Sent   int             `json:"sent"`
-	Lost   int             `json:"lost"`
-	Alerts int             `json:"alerts"`
+	// T2Auto and T2Human are T2 split as `botctl incidents report` splits
+	// it: over the rounds whose incident botctl acted on first, and over
+	// those a person acknowledged.
+	T2Auto  incident.Spread `json:"t2_auto"`
+	T2Human incident.Spread `json:"t2_human"`
+	T3      incident.Spread `json:"t3"`
+	Sent    int             `json:"sent"`
+	Lost    int             `json:"lost"`
+	Alerts  int             `json:"alerts"`
 }
 
 // Summarize sums up rounds (times over the rounds that completed).
 func Summarize(rounds []Round) Summary {
 	s := Summary{Rounds: len(rounds)}
-	var t1, t2, t3 []time.Duration
+	var t1, t2, t3, t2a, t2h []time.Duration
 	sec := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
 	for _, r := range rounds {
 		s.Sent += r.Sent
@@ -601,7 +856,14 @@ func Summarize(rounds []Round) Summary {
 			continue
 		}
 		t1, t2, t3 = append(t1, sec(r.T1)), append(t2, sec(r.T2)), append(t3, sec(r.T3))
+		if r.T2Auto >= 0 {
+			t2a = append(t2a, sec(r.T2Auto))
+		}
+		if r.T2Human >= 0 {
+			t2h = append(t2h, sec(r.T2Human))
+		}
 	}
 	s.T1, s.T2, s.T3 = incident.SpreadOf(t1), incident.SpreadOf(t2), incident.SpreadOf(t3)
+	s.T2Auto, s.T2Human = incident.SpreadOf(t2a), incident.SpreadOf(t2h)
 	return s
 }

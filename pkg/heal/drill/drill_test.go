@@ -105,9 +105,9 @@ func TestNewRefusesWhatIsNotTheSimulator(t *testing.T) {
 // alerts over all of them.
 func TestSummarize(t *testing.T) {
 	rounds := []Round{
-		{N: 1, T1: 1, T2: 0.01, T3: 3, Sent: 6, Alerts: 2},
-		{N: 2, T1: 3, T2: 0.03, T3: 5, Sent: 6, Lost: 1, Alerts: 2},
-		{N: 3, T1: 100, T2: 100, T3: 100, Sent: 4, Lost: 4, Error: "round timed out"},
+		{N: 1, T1: 1, T2: 0.01, T2Auto: 0.01, T2Human: -1, T3: 3, Sent: 6, Alerts: 2},
+		{N: 2, T1: 3, T2: 0.03, T2Auto: -1, T2Human: 12, T3: 5, Sent: 6, Lost: 1, Alerts: 2},
+		{N: 3, T1: 100, T2: 100, T2Auto: 100, T2Human: 100, T3: 100, Sent: 4, Lost: 4, Error: "round timed out"},
 	}
 	s := Summarize(rounds)
 	if s.Rounds != 3 || s.Failed != 1 || s.Sent != 16 || s.Lost != 5 || s.Alerts != 4 {
@@ -115,6 +115,10 @@ func TestSummarize(t *testing.T) {
 	}
 	if s.T1.N != 2 || s.T1.Max != 3 || s.T3.Max != 5 {
 		t.Errorf("times include the failed round or miss one: T1 %+v T3 %+v", s.T1, s.T3)
+	}
+	// T2 split: round 1 acted on by botctl, round 2 by a person.
+	if s.T2Auto.N != 1 || s.T2Auto.Max != 0.01 || s.T2Human.N != 1 || s.T2Human.Max != 12 {
+		t.Errorf("T2 split: auto %+v, human %+v; want round 1's 0.01s and round 2's 12s", s.T2Auto, s.T2Human)
 	}
 	if z := Summarize(nil); z.Rounds != 0 || z.T1.N != 0 {
 		t.Errorf("no rounds: %+v", z)

@@ -215,3 +215,9 @@ func saveBaseline(ctx context.Context, kv natsjs.KeyValue, bot string, b *Baseli
 	_, err = kv.Put(ctx, baselineKey(bot), raw)
 	return err
 }
+
+// LoadBaseline reads bot's saved silence baseline (empty when none is
+// saved yet): what its leader learnt, saved about once a minute.
+func LoadBaseline(ctx context.Context, kv natsjs.KeyValue, bot string) (*Baseline, error) {
+	return loadBaseline(ctx, kv, bot)
+}

@@ -86,6 +86,7 @@ type Node struct {
 	NATSURL  string   // as given to StartNodeWith ("" = the cluster's)
 	Bots     []string // as given to StartNodeWith (nil = every bot)
 	Bin      string   // as given to StartNodeWith ("" = Options.Bin)
+	Args     []string // as given to StartNodeWith
 	Proc     *Proc
 }
 
@@ -265,6 +266,9 @@ type NodeOptions struct {
 	Env      []string // added to the node's environment
 	Bots     []string // the bots it serves, of Options.Bots; nil means every one
 	Bin      string   // the botctl binary it runs; "" means Options.Bin
+	// Args are added after Options.NodeArgs (a later flag wins: e.g.
+	// "--backfill-history-url=" for a node that reads WeCom's own history).
+	Args []string
 }
 
 // StartNodeWith is StartNode with per-node endpoints.
@@ -299,6 +303,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 		args = append(args, "--backfill-history-url", "http"+strings.TrimPrefix(strings.TrimSuffix(c.SimWS, "/"), "ws"))
 	}
 	args = append(args, c.Opts.NodeArgs...)
+	args = append(args, o.Args...)
 	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{Env: o.Env, Bin: o.Bin})
 	if err != nil {
 		return nil, err
@@ -319,7 +324,7 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 		p.Kill()
 		return nil, fmt.Errorf("node %s: its API token: %w", id, err)
 	}
-	n := &Node{ID: id, API: m[1], Token: strings.TrimSpace(string(token)), EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Bin: o.Bin, Proc: p}
+	n := &Node{ID: id, API: m[1], Token: strings.TrimSpace(string(token)), EtcdURL: o.EtcdURL, WeComURL: o.WeComURL, NATSURL: o.NATSURL, Bots: o.Bots, Bin: o.Bin, Args: o.Args, Proc: p}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
@@ -346,7 +351,7 @@ func (c *Cluster) RestartNode(id string) (*Node, error) {
 		return nil, fmt.Errorf("no node %s", id)
 	}
 	n.Proc.Kill()
-	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL, Bots: n.Bots, Bin: n.Bin})
+	return c.StartNodeWith(id, NodeOptions{EtcdURL: n.EtcdURL, WeComURL: n.WeComURL, NATSURL: n.NATSURL, Bots: n.Bots, Bin: n.Bin, Args: n.Args})
 }
 
 // Node is the latest process of node id (nil if never started).
@@ -465,6 +470,9 @@ type SimStats struct {
 	ExpiredUpdates       int64 `json:"expired_updates"`
 	FinishedStreamFrames int64 `json:"finished_stream_frames"`
 	Drops                int64 `json:"drops"`
+	// Group silence and the message history (test/chaos's WeCom rows).
+	GroupsSilenced bool             `json:"groups_silenced"`
+	Frames         map[string]int64 `json:"frames"` // frames received, by cmd
 }
 
 // Stats reads the simulator's counters of bot.
@@ -472,6 +480,38 @@ func (c *Cluster) Stats(bot string) (SimStats, error) {
 	var s SimStats
 	err := getJSON(c.SimHTTP+"/control/stats?bot_id="+bot, &s)
 	return s, err
+}
+
+// PostGroupMessage posts a message of user in group chat to bot.
+func (c *Cluster) PostGroupMessage(bot, user, chat, text string) (PostResult, error) {
+	var r PostResult
+	body, _ := json.Marshal(map[string]string{"bot_id": bot, "user_id": user, "chat_type": "group", "chat_id": chat, "text": text})
+	resp, err := httpc.Post(c.SimHTTP+"/control/messages", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return r, fmt.Errorf("POST /control/messages (group %s): %s: %s", chat, resp.Status, data)
+	}
+	return r, json.Unmarshal(data, &r)
+}
+
+// SetMCPAccess authorizes (or not) bot's message history at the
+// simulator (POST /control/mcp_access, the bot's own conversations).
+func (c *Cluster) SetMCPAccess(bot string, authorized bool) error {
+	body, _ := json.Marshal(map[string]any{"bot_id": bot, "authorized": authorized})
+	resp, err := httpc.Post(c.SimHTTP+"/control/mcp_access", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("POST /control/mcp_access: %s: %s", resp.Status, data)
+	}
+	return nil
 }
 
 // PostResult is POST /control/messages's answer.
