@@ -94,9 +94,9 @@ type mcpEndpoint struct {
 // authorization (guarded by mu).
 type mcpState struct {
 	mu       sync.Mutex
-	tokens   map[string]mcpEndpoint // token → server
-	byBot    map[mcpEndpoint]string // server → token
-	sessions map[string]string      // Mcp-Session-Id → token
+	tokens   map[string]mcpEndpoint    // token → server
+	byBot    map[mcpEndpoint]string    // server → token
+	sessions map[string]string         // Mcp-Session-Id → token
 	access   map[mcpEndpoint]MCPAccess // a bot's business type → its authorization; absent: none
 	todos    map[string][]Todo         // bot → its to-dos, oldest first (mcptodo.go)
 }

@@ -80,7 +80,7 @@ var todoTools = map[string]mcpTool{
 	"delete_todo": {
 		description: "删除待办",
 		inputSchema: map[string]any{"type": "object", "required": []string{"todo_id"}, "properties": map[string]any{"todo_id": map[string]any{"type": "string"}}},
-		handler: todoDelete{},
+		handler:     todoDelete{},
 	},
 }
 
