@@ -49,6 +49,13 @@ type API struct {
 	// this way). Off by default: a profile names the code and shows how
 	// busy the node is, and a CPU profile costs a little while it runs.
 	Pprof bool `yaml:"pprof"`
+	// AgentTokensFile, if set, names the agents that may call the WeCom
+	// MCP gateway (/v1/bots/{bot}/mcp/{biz_type}) with a token of their
+	// own instead of the node's: one "NAME TOKEN" a line (# comments),
+	// the name what the audit records. Such a token opens the gateway
+	// only, no other endpoint. Same rules as api.token_file: not readable
+	// by every user, each token at least MinTokenBytes. Read at start.
+	AgentTokensFile string `yaml:"agent_tokens_file"`
 }
 
 func (a API) tlsFiles() tlsFiles {
