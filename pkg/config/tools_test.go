@@ -71,3 +71,20 @@ func TestAgentTokensFile(t *testing.T) {
 		t.Errorf("a file every user reads: %v", err)
 	}
 }
+
+// An agent may not have the node API's token: the audit would not know
+// which it is.
+func TestAgentTokenIsNotTheNodeToken(t *testing.T) {
+	tok := strings.Repeat("c", MinTokenBytes)
+	cfg := Defaults()
+	cfg.Bots = []Bot{{ID: "b1", Secret: "s1"}}
+	cfg.API.TokenFile = secretFile(t, "token", tok)
+	cfg.API.AgentTokensFile = secretFile(t, "agents", "n8n "+tok)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "api.agent_tokens_file") || !strings.Contains(err.Error(), "n8n") {
+		t.Fatalf("an agent with the node's token: %v", err)
+	}
+	cfg.API.AgentTokensFile = secretFile(t, "agents", "n8n "+strings.Repeat("d", MinTokenBytes))
+	if err := cfg.Validate(); err != nil && strings.Contains(err.Error(), "agent_tokens_file") {
+		t.Fatalf("an agent with a token of its own: %v", err)
+	}
+}

@@ -114,6 +114,9 @@ type Tool struct {
 
 // allowed reports whether tools (ai.tools) lets biz's tool through.
 func allowed(tools []string, biz, tool string) bool {
+	if strings.Contains(biz, "/") || tool == "" {
+		return false
+	}
 	return slices.Contains(tools, biz) || slices.Contains(tools, biz+"/"+tool)
 }
 
