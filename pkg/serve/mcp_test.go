@@ -12,6 +12,7 @@ import (
 
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/mcpgw"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
@@ -192,6 +193,21 @@ func TestMCPGatewayThroughTheStandby(t *testing.T) {
 	}
 	if strings.Contains(m, "botctl_mcp_tool_calls_total") && strings.Contains(c.n1.scrape(t), `agent="n8n"`) {
 		t.Error("the holder counted calls made through the standby")
+	}
+
+	// The leader changes: the new holder shares its own URL, and the
+	// tools answer again.
+	if err := c.n1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, time.Minute, "n2 holds b1", func() bool { return c.n2.obs.conn("b1") != nil })
+	testwait.Eventually(t, time.Minute, "get_message after the failover", func() bool {
+		a := mcpRPC(t, standby, agentToken, "b1", "msg", "tools/call", map[string]any{"name": "get_message", "arguments": args})
+		return a.Error == nil && strings.Contains(resultText(a), "hello")
+	})
+	resp, err := c.n2.etcd.Get(t.Context(), etcdkeys.Default.MCP("b1", "msg"))
+	if err != nil || len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), `"node":"n2"`) {
+		t.Fatalf("msg's shared record after the failover: %v %v, want n2's", resp, err)
 	}
 }
 
