@@ -31,7 +31,7 @@ type kind struct {
 	usage    bool // it reports what an answer cost (ReportUsage)
 	reply    bool // it can send a rich reply (SendReply)
 	thinking bool // it hands on the model's reasoning (Think)
-	tools    bool // it hands on an agent's tool steps (ThinkTool)
+	tools    bool // it hands on an agent's tool steps (ThinkTool) of its protocol (openai's own, of WeCom's tools through WithTools, are not the contract's)
 }
 
 // builder builds one backend from a configuration validated by
