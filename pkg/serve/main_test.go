@@ -10,7 +10,7 @@ import (
 
 // Every test starts servers of its own (etcd and NATS on free ports, the
 // simulator on httptest, data in t.TempDir) and reads only its own nodes'
-// state, so all but the four that set an environment variable call
+// state, so all but the five that set an environment variable call
 // t.Parallel. They spend most of their time waiting on time windows
 // (answers, quotas, TTLs), not on the CPU: four run at once.
 func TestMain(m *testing.M) {

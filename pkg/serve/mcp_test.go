@@ -117,6 +117,7 @@ func startMCPCluster(t *testing.T) *sendCluster {
 // agent's name; a tool outside ai.tools is refused (and audited) and
 // never reaches WeCom.
 func TestMCPGatewayThroughTheStandby(t *testing.T) {
+	t.Parallel()
 	c := startMCPCluster(t)
 	c.talk(t, "alice")
 	standby := c.n2.API
@@ -215,6 +216,7 @@ func TestMCPGatewayThroughTheStandby(t *testing.T) {
 // for bob is WeCom's refusal (850001), after which the holder asks for
 // the URL again; a call for alice is answered.
 func TestMCPGatewayMemberAuthorization(t *testing.T) {
+	t.Parallel()
 	c := startMCPCluster(t)
 	c.talk(t, "alice")
 	if err := c.sim.SetMCPAccess(wecomsim.MCPAccess{BotID: "b1", BizType: "msg", Authorized: true, Scope: wecomsim.MCPScopeMember, Members: []string{"alice"}}); err != nil {
