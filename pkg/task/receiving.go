@@ -42,8 +42,17 @@ func receivingLost(r *Record, now time.Time) bool {
 
 // Receive records r, a message whose files are about to be downloaded,
 // to be taken by until (Record.ReceivingUntil): Open, with that mark.
+// The task is put in the undelivered index before its record is written:
+// a task being received has no queue message, so the index is the only
+// way the sweep finds it, and no record exists that a next leader's sweep
+// cannot find, whenever the leader writing it dies. An index entry whose
+// record was never written (the record's write failed, or the leader
+// died between the two) is left alone by the sweep.
 func (l *Lifecycle) Receive(ctx context.Context, r *Record, until time.Time) (*Record, error) {
 	r.ReceivingUntil = until.UTC()
+	if err := l.store.MarkUndelivered(ctx, r.Bot, r.ID); err != nil {
+		return nil, err
+	}
 	return l.Open(ctx, r)
 }
 
