@@ -350,7 +350,7 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		// is there for sure; at worst the user sees it twice.
 		p.count(func(s *Stats) { s.Ambiguous++ })
 		return p.toPush(ctx, r, "final frame's outcome unknown (no trustworthy ack); pushing the answer")
-	case code == wecom.ErrCodeStreamExpired && r.FinalPending && now.Before(r.StreamStart.Add(p.cfg.StreamWindow)):
+	case code == wecom.ErrCodeStreamExpired && r.FinalPending && p.rules.inWindow(r, now):
 		// An earlier final frame whose ack was lost was applied: the
 		// stream is finished, not expired.
 		p.count(func(s *Stats) { s.Ambiguous++ })
