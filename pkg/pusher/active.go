@@ -254,26 +254,14 @@ const refreshEvery = 30 * time.Second
 
 // needsStep decides from what is cached (the record as last read, the
 // output as last watched) whether a step could have anything to do, so
-// that thousands of quiet tasks cost no bucket reads. It places the task
-// with the step's own decisions (phase.go). The caller holds mu.
+// that thousands of quiet tasks cost no bucket reads: rules.wants, the
+// plan's own decisions (plan.go). The caller holds mu.
 func (p *Pusher) needsStep(en *entry, now time.Time) bool {
-	r := en.rec
-	if r == nil || now.Sub(en.readAt) >= refreshEvery || r.Exec.Finished() {
-		return true // a read, the final frame, or the push of the answer
-	}
-	text, hash := "", "" // as a progress frame shows it (view)
+	s := sight{rec: en.rec, shownAt: en.shownAt, handingOver: p.handingOver.Load()}
 	if en.out != nil {
-		text, hash = en.view, en.viewHash
+		s.view, s.viewHash = en.view, en.viewHash // as a progress frame shows it
 	}
-	switch p.phaseOf(r, text, now) {
-	case progress:
-		changed, heartbeat := p.frameDue(r, text, hash, en.shownAt, now)
-		return changed || heartbeat
-	case closing:
-		return true
-	default:
-		return false // push mode waits for the complete answer
-	}
+	return p.rules.wants(s, en.readAt, now)
 }
 
 // release ends a step: done drops the task from the active set; wait

@@ -97,27 +97,26 @@ func (p *Pusher) step(ctx context.Context, id string) (done bool, wait time.Dura
 			}
 		}
 	}
-	if rec.Exec == task.Succeeded && rec.AnswerHash != "" && task.Hash(text) != rec.AnswerHash {
-		// The record names an answer this output is not (yet): wait for it.
+	now := p.cfg.Now()
+	mv := plan(p.rules, p.sight(rec, text, view, version), now)
+	switch mv.act {
+	case actAwaitAnswer:
 		// Usually a replica of the output bucket a moment behind (the read
 		// is a direct get, answered by any replica): soon, not in a second.
 		p.log.Debug().Str("task", id).Int("attempt", rec.Attempt).Msg("output differs from the recorded answer; waiting")
-		return false, answerWait
-	}
-	now := p.cfg.Now()
-	switch p.phaseOf(rec, text, now) {
-	case progress:
-		done, wait = p.progress(ctx, rec, rev, view, version, now)
-	case closing:
-		done, wait = p.closeStream(ctx, rec, view)
-	case final:
+		return false, mv.wait
+	case actHold:
+		return false, mv.wait
+	case actFrame, actFlush:
+		done, wait = p.progress(ctx, rec, rev, mv, now)
+	case actClose:
+		done, wait = p.closeStream(ctx, rec, mv)
+	case actFinal:
 		done, wait = p.final(ctx, rec, rev, text, out, reply, now)
-	case handoff:
-		// Began under another term, never got a stream, or its window is
-		// over: owed by push.
-		done, wait = p.toPush(ctx, rec, fmt.Sprintf("stream began under term %d, this is term %d", rec.TermRev, p.cfg.TermRev))
+	case actHandoff:
+		done, wait = p.toPush(ctx, rec, mv.why)
 	default:
-		done, wait = p.pushParts(ctx, rec, text, reply, now)
+		done, wait = p.pushParts(ctx, rec, text, reply, mv, now)
 	}
 	if done {
 		// Each phase is done only when the delivery is final.
@@ -234,31 +233,37 @@ func (p *Pusher) lag(id string, shown time.Time) {
 	}
 }
 
-// progress shows the open stream's new content, or a heartbeat when
-// nothing new came for a while, paced below the budget (progressWait).
-// New content from a version written at version that waited too long
-// first asks the worker for its text now (askFresh).
-func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, text string, version, now time.Time) (bool, time.Duration) {
-	changed, heartbeat := p.frameDue(r, text, task.Hash(text), p.shownAt(r.ID), now)
-	if !changed && !heartbeat {
-		return false, min(p.closeAt(r, now).Sub(now), p.cfg.ScanInterval)
-	}
-	if wait := p.progressWait(r, now); wait > 0 {
-		return false, min(wait, p.cfg.ScanInterval)
-	}
-	if changed && p.cfg.Budget.Remaining(r.Chat) > finalReserve {
-		if wait, asked := p.askFresh(r, version, now); asked {
-			return false, wait
+// sight is what a step plans from: r, its attempt's output text (view:
+// as a progress frame shows it) written at version, and what this pusher
+// knows of the task and its conversation now.
+func (p *Pusher) sight(r *task.Record, text, view string, version time.Time) sight {
+	s := sight{rec: r, text: text, view: view, viewHash: task.Hash(view), version: version,
+		handingOver: p.handingOver.Load()}
+	p.mu.Lock()
+	if en := p.active[r.ID]; en != nil {
+		s.shownAt, s.flushAt = en.shownAt, en.flushAt
+		if en.out != nil && en.out.Updated.Equal(version) {
+			s.watchedAt = en.outAt
 		}
+	}
+	p.mu.Unlock()
+	s.acked, s.room = p.ledger.acked(r), p.cfg.Budget.Remaining(r.Chat)
+	return s
+}
+
+// progress sends the progress frame mv plans (actFrame), or first asks
+// the worker for its text when mv says its version is stale (actFlush).
+func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, mv move, now time.Time) (bool, time.Duration) {
+	if mv.act == actFlush && p.askFresh(r, now) {
+		return false, mv.wait
+	}
+	if mv.settled {
+		p.settled(r.ID)
 	}
 	if wait, ok := p.spend(r.Chat, finalReserve); !ok {
 		return false, wait
 	}
-	content := Clip(text, wecom.MaxContentBytes-200, "…")
-	if !changed {
-		content = join(content, p.statusLine(r, now))
-	}
-	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content})
+	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: mv.content})
 	if err != nil {
 		if quotaRefused(err) {
 			return p.quotaLowered(r, err)
@@ -274,38 +279,14 @@ func (p *Pusher) progress(ctx context.Context, r *task.Record, rev uint64, text 
 	p.count(func(s *Stats) { s.Frames++ })
 	shownNow := p.cfg.Now()
 	p.markShown(r.ID, shownNow)
-	hash := ""
-	if changed {
+	if mv.changed {
 		p.lag(r.ID, shownNow)
-		hash = task.Hash(text)
 	}
-	if err := p.ledger.shown(ctx, r, rev, hash, shownNow); err != nil {
+	if err := p.ledger.shown(ctx, r, rev, mv.hash, shownNow); err != nil {
 		p.storeError("record_write", err)
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("record not updated after a frame")
 	}
 	return false, p.cfg.ScanInterval
-}
-
-// statusLine ends a frame that shows nothing new: the time elapsed, and
-// while the task waits for its first worker slot, that it is queued.
-func (p *Pusher) statusLine(r *task.Record, now time.Time) string {
-	el := now.Sub(r.Received)
-	format := p.cfg.HeartbeatLine
-	if r.Exec == task.Queued && r.Attempt == 0 {
-		format = p.cfg.QueuedLine // every worker slot is busy: say so
-	}
-	return fmt.Sprintf(format, int(el.Minutes()), int(el.Seconds())%60)
-}
-
-// shownAt is when this pusher last showed task id's user something new
-// (its entry's shownAt; zero when it has none).
-func (p *Pusher) shownAt(id string) time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if en := p.active[id]; en != nil {
-		return en.shownAt
-	}
-	return time.Time{}
 }
 
 func (p *Pusher) markShown(id string, at time.Time) {
@@ -369,7 +350,7 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 		// is there for sure; at worst the user sees it twice.
 		p.count(func(s *Stats) { s.Ambiguous++ })
 		return p.toPush(ctx, r, "final frame's outcome unknown (no trustworthy ack); pushing the answer")
-	case code == wecom.ErrCodeStreamExpired && r.FinalPending && now.Before(r.StreamStart.Add(p.cfg.StreamWindow)):
+	case code == wecom.ErrCodeStreamExpired && r.FinalPending && p.rules.inWindow(r, now):
 		// An earlier final frame whose ack was lost was applied: the
 		// stream is finished, not expired.
 		p.count(func(s *Stats) { s.Ambiguous++ })
@@ -431,9 +412,9 @@ func (p *Pusher) quotaLowered(r *task.Record, err error) (bool, time.Duration) {
 	return false, wait
 }
 
-// closeStream ends the stream with the content so far and a note; the full
-// answer follows by push.
-func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (bool, time.Duration) {
+// closeStream ends the stream with mv's content (the content so far and
+// a note); the full answer follows by push.
+func (p *Pusher) closeStream(ctx context.Context, r *task.Record, mv move) (bool, time.Duration) {
 	if p.answerWritten(ctx, r) {
 		// Complete, its record not written yet (a worker between its
 		// last write and Finish): closing the stream with it and the
@@ -442,15 +423,10 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (
 		// the next leader's push).
 		return false, answerWait
 	}
-	why, note := "stream window closing", p.cfg.TruncatedNote
-	if p.handingOver.Load() {
-		why, note = "handover: the leader stopped", p.cfg.HandoverNote
-	}
-	content := join(Clip(text, wecom.MaxContentBytes-len(note)-8, "…"), note)
 	if wait, ok := p.spend(r.Chat, 0); !ok {
 		return false, wait
 	}
-	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: content, Finish: true})
+	err := p.cfg.Conn.ReplyStream(ctx, r.ReqID, wecom.Stream{ID: r.StreamID, Content: mv.content, Finish: true})
 	if err == nil {
 		p.count(func(s *Stats) { s.Frames++; s.Truncated++ })
 	} else {
@@ -461,7 +437,7 @@ func (p *Pusher) closeStream(ctx context.Context, r *task.Record, text string) (
 		}
 		p.log.Info().Err(err).Str("task", r.ID).Msg("closing the stream failed; the answer goes by push anyway")
 	}
-	return p.toPush(ctx, r, why)
+	return p.toPush(ctx, r, mv.why)
 }
 
 // answerWritten: r's attempt has written its last output (the complete
@@ -483,22 +459,20 @@ func (p *Pusher) toPush(ctx context.Context, r *task.Record, why string) (bool, 
 	return false, 0
 }
 
-// pushParts delivers the complete answer by aibot_send_msg once it is
-// done, from the first part not yet recorded pushed.
-func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, reply *task.Reply, now time.Time) (bool, time.Duration) {
-	if !r.Exec.Finished() {
-		return false, p.cfg.ScanInterval
-	}
-	if n := p.ledger.acked(r); n > r.PushedParts {
-		// Acked, but the count's write failed: write it again; the part
-		// is never sent twice by this pusher (ledger.partPushed).
-		rec, err := p.ledger.partPushed(ctx, r, n)
+// pushParts delivers the complete answer by aibot_send_msg, as mv
+// plans: from the first part not yet recorded pushed, its count written
+// first when this pusher saw more parts acked (actRecount); or not at all
+// when it was owed too long (actExpire).
+func (p *Pusher) pushParts(ctx context.Context, r *task.Record, text string, reply *task.Reply, mv move, now time.Time) (bool, time.Duration) {
+	if mv.act == actRecount {
+		rec, err := p.ledger.partPushed(ctx, r, mv.parts)
 		if err != nil {
-			return p.partNotRecorded(r, n, err)
+			return p.partNotRecorded(r, mv.parts, err)
 		}
-		r = rec
+		r, mv = rec, p.rules.owed(rec, now)
 	}
-	if owedFor, expired := p.replayExpired(r, now); expired {
+	if mv.act == actExpire {
+		owedFor := mv.owedFor
 		rec, err := p.ledger.expired(ctx, r.ID, owedFor)
 		if err != nil {
 			return false, time.Second
@@ -634,7 +608,7 @@ func (p *Pusher) sendFailed(ctx context.Context, r *task.Record, sendErr error) 
 		}
 		return true, 0
 	}
-	backoff := min(time.Second<<min(attempts, 6), time.Minute)
+	backoff := retryIn(attempts)
 	p.log.Warn().Err(sendErr).Str("task", r.ID).Int("attempt", attempts).Dur("retry_in", backoff).Msg("send failed; will retry")
 	return false, backoff
 }

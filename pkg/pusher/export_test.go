@@ -1,10 +1,6 @@
 package pusher
 
-import (
-	"time"
-
-	"github.com/botctl/botctl/pkg/task"
-)
+import "time"
 
 // HoldWatch makes p's output watch wait for hold to close before its
 // consumer is made (a watch made late); call it before Run.
@@ -25,13 +21,6 @@ func (p *Pusher) HasRecord(id string) bool {
 	en := p.active[id]
 	return en != nil && en.rec != nil
 }
-
-// AssumedSends is assumedSends: what a new leader counts as sent to r's
-// conversation.
-func (p *Pusher) AssumedSends(r *task.Record) []time.Time { return p.assumedSends(r) }
-
-// ShownWriteEvery is shownWriteEvery.
-const ShownWriteEvery = shownWriteEvery
 
 // SetFlushWait sets how long a frame waits for the version it asked for
 // (flushWait) until the test ends.

@@ -33,33 +33,17 @@ const staleAfter = time.Second
 // progress gap of a task at most (askFresh). A var for tests.
 var flushWait = 300 * time.Millisecond
 
-// stale: the version of r written at version is older than staleAfter
-// by its stamp (the worker's clock) and, when the watch delivered it, by
-// its arrival (this node's): a worker's clock may be off by up to
-// nats.max_clock_skew, and one behind must not make every frame ask. r
-// must name the node running its attempt. The caller holds mu.
-func (p *Pusher) stale(r *task.Record, en *entry, version, now time.Time) bool {
-	if r.Node == "" || version.IsZero() || now.Sub(version) < staleAfter {
-		return false
-	}
-	watched := en.out != nil && en.out.Updated.Equal(version) && !en.outAt.IsZero()
-	return !watched || now.Sub(en.outAt) >= staleAfter
-}
-
-// askFresh decides, for a progress frame of r about to show new text from
-// the version written at version, whether to ask r's worker for its text
-// first: the version is stale and no request for the task was made in
-// the last progress gap. It then publishes the request and reports how
-// long the step waits (asked); otherwise the frame goes now.
-func (p *Pusher) askFresh(r *task.Record, version, now time.Time) (wait time.Duration, asked bool) {
+// askFresh asks r's worker for its text now, before a progress frame that
+// would show a stale version (plan's actFlush), and reports whether it
+// asked: the step then waits flushWait for the version, which its arrival
+// ends (put). Not asked (the task left the set, the request not
+// published): the frame goes now.
+func (p *Pusher) askFresh(r *task.Record, now time.Time) (asked bool) {
 	p.mu.Lock()
 	en := p.active[r.ID]
-	if en == nil || !p.stale(r, en, version, now) || now.Sub(en.flushAt) < progressGap(p.cfg.Budget) {
-		if en != nil {
-			en.flushing = false
-		}
+	if en == nil {
 		p.mu.Unlock()
-		return 0, false
+		return false
 	}
 	en.flushAt, en.flushing = now, true
 	p.stats.Flushes++
@@ -67,10 +51,18 @@ func (p *Pusher) askFresh(r *task.Record, version, now time.Time) (wait time.Dur
 	subject := p.store.Names().FlushSubject(r.Node)
 	if err := p.store.JetStream().Conn().Publish(subject, []byte(r.ID)); err != nil {
 		p.log.Debug().Err(err).Str("task", r.ID).Msg("flush request not published; showing the text held")
-		p.mu.Lock()
-		en.flushing = false
-		p.mu.Unlock()
-		return 0, false
+		p.settled(r.ID)
+		return false
 	}
-	return flushWait, true
+	return true
+}
+
+// settled notes that task id's next frame shows the version it has: a
+// version asked for before is not awaited.
+func (p *Pusher) settled(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if en := p.active[id]; en != nil {
+		en.flushing = false
+	}
 }

@@ -118,11 +118,17 @@ func (l ledger) expired(ctx context.Context, id string, owedFor time.Duration) (
 // span after the record's PushedAt, up to now). Counting frames that were
 // perhaps never sent errs on the quota's side.
 func (p *Pusher) assumedSends(r *task.Record) []time.Time {
+	return assumedSends(r, p.rules.Gap, p.cfg.Now())
+}
+
+// assumedSends is what r says was sent, and the frames a previous leader
+// may have sent unwritten at the progress gap gap, up to now: a pure
+// decision, as the plan's (plan.go).
+func assumedSends(r *task.Record, gap time.Duration, now time.Time) []time.Time {
 	sends := slices.Clone(r.RecentSends)
 	if r.Delivery != task.Streaming || r.PushedAt.IsZero() {
 		return sends
 	}
-	gap, now := progressGap(p.cfg.Budget), p.cfg.Now()
 	for t := r.PushedAt.Add(gap); !t.After(r.PushedAt.Add(shownWriteEvery)) && !t.After(now); t = t.Add(gap) {
 		sends = append(sends, t)
 	}

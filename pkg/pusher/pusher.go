@@ -313,6 +313,7 @@ type Stats struct {
 // Pusher delivers one bot's answers during one term.
 type Pusher struct {
 	cfg   Config
+	rules rules // what the plan reads of cfg (plan.go)
 	log   zerolog.Logger
 	store Buckets // Config.Store: what lies beside the records
 
@@ -337,7 +338,7 @@ type Pusher struct {
 	// watch until it closes, before its consumer is made: a watch made late.
 	watchHold <-chan struct{}
 	// handingOver: Handover runs; every stream still open is closed
-	// (phaseOf).
+	// (rules.phaseOf).
 	handingOver atomic.Bool
 }
 
@@ -353,7 +354,7 @@ func New(cfg Config) (*Pusher, error) {
 	if cfg.Lifecycle == nil {
 		cfg.Lifecycle = task.NewLifecycle(cfg.Store, cfg.NodeID, cfg.Logger).WithClock(cfg.Now)
 	}
-	p := &Pusher{cfg: cfg, store: cfg.Store, active: map[string]*entry{}, in: newInbox(),
+	p := &Pusher{cfg: cfg, rules: cfg.rules(), store: cfg.Store, active: map[string]*entry{}, in: newInbox(),
 		log: cfg.Logger.With().Str("bot", cfg.Bot).Int64("term", cfg.TermRev).Str("component", "pusher").Logger()}
 	p.ledger = ledger{p}
 	return p, nil
@@ -465,10 +466,18 @@ func (p *Pusher) untilWait() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.cfg.Now()
-	d := p.cfg.ScanInterval
-	if at, ok := p.nextWait(); ok {
-		d = min(max(at.Sub(now), minScanGap), d)
-	}
+	at, ok := p.nextWait()
+	d := sleepFor(now, at, ok, p.cfg.ScanInterval)
 	p.due.armed = now.Add(d)
 	return d
+}
+
+// sleepFor is how long the scan sleeps at now when the earliest step's
+// wait ends at next (ok false: none waits): until next, but at least
+// minScanGap and at most scan (the tick's period).
+func sleepFor(now, next time.Time, ok bool, scan time.Duration) time.Duration {
+	if !ok {
+		return scan
+	}
+	return min(max(next.Sub(now), minScanGap), scan)
 }
