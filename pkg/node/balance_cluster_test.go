@@ -2,12 +2,15 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/botctl/botctl/internal/testwait"
+	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
@@ -176,4 +179,46 @@ func dumpBalance(t *testing.T, c *cluster) {
 			t.Logf("  %s %s %s %s", ev.At.Format("15:04:05.000"), ev.Node, ev.Event, ev.Reason)
 		}
 	}
+}
+
+// Node a leads 4 bots, three of them moved by the balancer a moment ago
+// (their records written as another node's would be). b starts: the plan
+// gives b half, but only the one bot out of its cooldown moves; the three
+// others stay with a over many looks, and the plan says why.
+func TestBalanceDoesNotMoveABotAgainWithinItsCooldown(t *testing.T) {
+	c := newCluster(t, "b0", "b1", "b2", "b3")
+	fast := func(cfg *node.Config) { cfg.Balance = node.BalanceConfig{Interval: 300 * time.Millisecond} }
+	a := c.startWith("a", "default", c.etcd.Endpoints(), c.bots, fast)
+	testwait.Eventually(t, waitLong, "a leads all 4", func() bool { return leadsPerNode(map[string]*running{"a": a})["a"] == 4 })
+	for _, bot := range []string{"b0", "b1", "b2"} {
+		rec, _ := json.Marshal(node.BalanceMove{From: "z", To: "a", At: time.Now().UTC(), Reason: "test"})
+		if _, err := c.admin.Put(context.Background(), etcdkeys.Layout{Root: etcdkeys.Root}.BalanceMove(bot), string(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := c.startWith("b", "default", c.etcd.Endpoints(), c.bots, fast)
+	nodes := map[string]*running{"a": a, "b": b}
+	testwait.Eventually(t, waitLong, "b3 handed over to b", func() bool {
+		return c.leader("b3") == "b" && leadsPerNode(nodes)["b"] == 1
+	})
+	// 20 looks more, each past the steady time: the held bots stay.
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		for _, bot := range []string{"b0", "b1", "b2"} {
+			if l := c.leader(bot); l != "a" && l != "" {
+				t.Fatalf("bot %s moved to %s within its cooldown: %+v", bot, l, transitionsOf(c, bot))
+			}
+		}
+	}
+	for _, bot := range []string{"b0", "b1", "b2"} {
+		for _, ev := range transitionsOf(c, bot) {
+			if ev.Event == "handover" {
+				t.Fatalf("bot %s handed over within its cooldown: %+v", bot, ev)
+			}
+		}
+	}
+	plan, _, err := node.ReadBalancePlan(context.Background(), c.admin, etcdkeys.Root, "", time.Now())
+	if err != nil || len(plan.Moves) != 0 || len(plan.Notes) == 0 || !strings.Contains(strings.Join(plan.Notes, " "), "cooldown") {
+		t.Fatalf("plan with the bots held: %+v, %v", plan, err)
+	}
+	t.Logf("plan notes: %q", plan.Notes)
 }
