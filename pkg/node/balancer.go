@@ -33,10 +33,13 @@ import (
 // the move is still one graceful handover of a bot out of its cooldown,
 // and the next looks correct the spread.
 //
-// A node acts only once the membership it reads (the live nodes and the
-// nodes queued for each bot) has stayed the same for Steady: while a node
-// joins, or leaves, the queues the spread is in flux and a move made then
-// would hold its bot for the cooldown for nothing.
+// A node acts only once nothing of the membership it reads (the live
+// nodes and the nodes queued for each bot) has gone for Steady: a node
+// that leaves a queue (it stops, its lease is lost, or it resigned a bot
+// and waits before joining the queue again) lowers its share for a while,
+// and a move planned on that passing state would move a bot too many and
+// hold it for the cooldown. A node joining the queues does not hold the
+// balancer back: it only raises its own share.
 type BalanceConfig struct {
 	// Off turns the balancer off on this node: it neither hands over nor
 	// steps back for a plan, and plans move nothing away from it.
@@ -52,8 +55,8 @@ type BalanceConfig struct {
 	// MaxMoves bounds the bots this node hands over in one look. Default
 	// 20.
 	MaxMoves int
-	// Steady is how long the membership must stay the same before the
-	// node acts. Default twice Interval.
+	// Steady is how long nothing of the membership must have gone before
+	// the node acts. Default twice Interval.
 	Steady time.Duration
 	// Weight is this node's capacity relative to the others': its even
 	// share is weighted by it. Default 1.
@@ -245,42 +248,52 @@ func (n *Node) balance(ctx context.Context) {
 
 // steadiness follows the membership from look to look.
 type steadiness struct {
-	membership string
-	since      time.Time
+	members map[string]bool
+	since   time.Time
 }
 
-// steady records the membership read at now and says whether it has
-// been the same, at every look, for at least need.
-func (s *steadiness) steady(membership string, now time.Time, need time.Duration) bool {
-	if membership != s.membership || s.since.IsZero() {
-		s.membership, s.since = membership, now
+// steady records the membership read at now and says whether none of it
+// has gone for at least need: a live node gone, or a node gone from a
+// bot's queue (a node that stops, a leader that resigned and waits to
+// join the queue again, a lease lost), at any look since. Joins do not
+// count: a node joining the queues only raises its share, so the moves
+// a plan makes toward it stay right as it joins more.
+func (s *steadiness) steady(members []string, now time.Time, need time.Duration) bool {
+	cur := make(map[string]bool, len(members))
+	for _, m := range members {
+		cur[m] = true
+	}
+	gone := s.since.IsZero()
+	for m := range s.members {
+		if !cur[m] {
+			gone = true
+			break
+		}
+	}
+	s.members = cur
+	if gone {
+		s.since = now
 	}
 	return now.Sub(s.since) >= need
 }
 
 // membership is the live nodes and, for each bot, the live nodes in its
-// queue (not their order, not who leads: a handover changes neither).
-func membership(in BalanceInput) string {
+// queue (not their order, not who leads), one item each.
+func membership(in BalanceInput) []string {
 	live := map[string]bool{}
-	var nodes []string
+	var out []string
 	for _, n := range in.Nodes {
 		live[n.ID] = true
-		nodes = append(nodes, n.ID)
+		out = append(out, n.ID)
 	}
-	slices.Sort(nodes)
-	lines := []string{strings.Join(nodes, ",")}
 	for _, b := range in.Bots {
-		var q []string
 		for _, id := range b.Queue {
-			if live[id] && !slices.Contains(q, id) {
-				q = append(q, id)
+			if live[id] {
+				out = append(out, b.ID+"/"+id)
 			}
 		}
-		slices.Sort(q)
-		lines = append(lines, b.ID+":"+strings.Join(q, ","))
 	}
-	slices.Sort(lines[1:])
-	return strings.Join(lines, "\n")
+	return out
 }
 
 // balanceOnce plans and acts on this node's part: the standby steps
@@ -299,7 +312,7 @@ func (n *Node) balanceOnce(ctx context.Context, st *steadiness) {
 		return
 	}
 	if !st.steady(membership(in), in.Now, cfg.Steady) {
-		return // nodes join or leave the queues: not yet
+		return // a node left a queue lately: not yet
 	}
 	plan := PlanBalance(in)
 	var ready []PlannedMove
