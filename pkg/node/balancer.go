@@ -339,6 +339,9 @@ func (n *Node) balanceOnce(ctx context.Context, st *steadiness) {
 // The records share one lease, of the cooldown and a minute, so they go
 // once they no longer hold anything. A move whose record could not be
 // written is not made: unrecorded, nothing would hold it to the cooldown.
+// An order the bot's loop receives when it no longer leads the bot (the
+// term ended in the moment between) is dropped; the bot moved anyway,
+// and its record holds it for the cooldown all the same.
 func (n *Node) handOver(ctx context.Context, moves []PlannedMove, now time.Time) {
 	lease, err := n.cli.Grant(ctx, int64((n.cfg.Balance.Cooldown+time.Minute)/time.Second))
 	if err != nil {
