@@ -219,6 +219,7 @@ type options struct {
 	sessions Sessions
 	breakers *Breakers
 	clock    clock.Clock
+	tools    Tools
 }
 
 // WithClock is what the first-token timeout and the demo backend's pace

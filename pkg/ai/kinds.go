@@ -16,7 +16,7 @@ import (
 var kinds = []kind{
 	{name: KindDemo, build: buildFunc(func(c Config, o options) (Backend, error) { d := newDemo(c.Demo); d.clock = o.clock; return d, nil }), reply: true, thinking: true, tools: true},
 	{name: KindExec, build: buildFunc(func(c Config, _ options) (Backend, error) { return newExec(c.Exec) }), upstream: true},
-	{name: KindOpenAI, build: buildFunc(func(c Config, _ options) (Backend, error) { return newOpenAI(c.OpenAI, os.LookupEnv) }), upstream: true, usage: true, thinking: true},
+	{name: KindOpenAI, build: buildFunc(buildOpenAI), upstream: true, usage: true, thinking: true},
 	{name: KindDify, build: buildFunc(func(c Config, o options) (Backend, error) { return newDify(c.Dify, o.sessions) }), upstream: true, usage: true, thinking: true, tools: true},
 	{name: KindHTTP, build: buildFunc(func(c Config, _ options) (Backend, error) { return newHTTP(c.HTTP) }), upstream: true, usage: true, reply: true, thinking: true, tools: true},
 }
@@ -31,7 +31,7 @@ type kind struct {
 	usage    bool // it reports what an answer cost (ReportUsage)
 	reply    bool // it can send a rich reply (SendReply)
 	thinking bool // it hands on the model's reasoning (Think)
-	tools    bool // it hands on an agent's tool steps (ThinkTool)
+	tools    bool // it hands on an agent's tool steps (ThinkTool) of its protocol (openai's own, of WeCom's tools through WithTools, are not the contract's)
 }
 
 // builder builds one backend from a configuration validated by
@@ -62,4 +62,17 @@ func newOne(cfg Config, o options) (Backend, error) {
 		return nil, fmt.Errorf("config key ai.kind: %q is a backend this build cannot make (kinds: %v)", cfg.Kind, config.AIKinds())
 	}
 	return k.build.build(cfg, o)
+}
+
+// buildOpenAI is the openai backend, offering the bot's ai.tools through
+// o's gateway when both are there.
+func buildOpenAI(c Config, o options) (Backend, error) {
+	b, err := newOpenAI(c.OpenAI, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Tools) > 0 {
+		b.tools = o.tools
+	}
+	return b, nil
 }

@@ -25,6 +25,9 @@ type openAIBackend struct {
 	cfg  OpenAIConfig
 	key  string
 	chat openai.ChatCompletionService
+	// tools, when the bot's ai.tools names some: the gateway the model's
+	// function calls are run through (openaitools.go).
+	tools Tools
 }
 
 // newOpenAI builds the openai backend of a validated cfg
@@ -109,6 +112,8 @@ func (b *openAIBackend) params(req Request) (openai.ChatCompletionNewParams, err
 // Stream sends one streaming chat completion and emits each chunk's content
 // (choice 0). The answer is complete when a chunk carries a finish_reason
 // ("stop" or "length"); a stream that ends without one was cut: ErrBackend.
+// When the model asks for the tools offered (openaitools.go), they are run
+// and the model asked again, the answer going on where it was.
 func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(string) error) error {
 	if err := req.validate(); err != nil {
 		return err
@@ -122,12 +127,39 @@ func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(strin
 	}
 	runCtx, cancel := context.WithTimeoutCause(ctx, b.cfg.Timeout, errAnswerTimeout)
 	defer cancel()
+	offered := b.offer(runCtx, req, &params)
+	for round := 1; ; round++ {
+		if round == openAIToolRounds {
+			params.Tools = nil // the last round: the model answers
+		}
+		text, calls, finish, err := b.round(ctx, runCtx, req, params, emit)
+		if err != nil {
+			return err
+		}
+		if finish == "tool_calls" && len(calls) > 0 && len(params.Tools) > 0 {
+			b.runTools(runCtx, req, &params, offered, text, calls)
+			continue
+		}
+		switch finish {
+		case "":
+			return fmt.Errorf("%w: %s: task %s: the stream ended before the answer did (no finish_reason)", ErrBackend, b.Name(), req.TaskID)
+		case "content_filter":
+			return fmt.Errorf("%w: %s: task %s: the provider's content filter stopped the answer", ErrBadRequest, b.Name(), req.TaskID)
+		}
+		return nil
+	}
+}
 
+// round streams one completion of params: its text (emitted as it
+// comes), the tool calls it asked for and its finish_reason.
+func (b *openAIBackend) round(ctx, runCtx context.Context, req Request, params openai.ChatCompletionNewParams, emit func(string) error) (string, []*toolCall, string, error) {
 	// Accept: the SDK says application/json; some proxies buffer
 	// anything but an event stream.
 	stream := b.chat.NewStreaming(runCtx, params, option.WithHeader("Accept", "text/event-stream"))
 	defer stream.Close()
 	finish := ""
+	var text strings.Builder
+	var calls toolCalls
 	for stream.Next() {
 		if u := stream.Current().Usage; u.JSON.PromptTokens.Valid() || u.JSON.CompletionTokens.Valid() {
 			ReportUsage(ctx, Usage{In: u.PromptTokens, Out: u.CompletionTokens})
@@ -139,11 +171,16 @@ func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(strin
 			if r := openAIReasoning(c.Delta.JSON.ExtraFields); r != "" {
 				Think(ctx, r)
 			}
+			for _, tc := range c.Delta.ToolCalls {
+				calls.add(tc)
+			}
 			if c.Delta.Content != "" {
 				// The SDK passes a server's bytes on as they are: those
 				// that are not UTF-8 become U+FFFD here.
-				if err := emit(strings.ToValidUTF8(c.Delta.Content, "\uFFFD")); err != nil {
-					return err
+				delta := strings.ToValidUTF8(c.Delta.Content, "\uFFFD")
+				text.WriteString(delta)
+				if err := emit(delta); err != nil {
+					return "", nil, "", err
 				}
 			}
 			if c.FinishReason != "" {
@@ -152,15 +189,9 @@ func (b *openAIBackend) Stream(ctx context.Context, req Request, emit func(strin
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return b.classify(ctx, runCtx, req, err)
+		return "", nil, "", b.classify(ctx, runCtx, req, err)
 	}
-	switch finish {
-	case "":
-		return fmt.Errorf("%w: %s: task %s: the stream ended before the answer did (no finish_reason)", ErrBackend, b.Name(), req.TaskID)
-	case "content_filter":
-		return fmt.Errorf("%w: %s: task %s: the provider's content filter stopped the answer", ErrBadRequest, b.Name(), req.TaskID)
-	}
-	return nil
+	return text.String(), calls.list(), finish, nil
 }
 
 // classify maps a failed stream to ctx.Err() or one of the sentinels.

@@ -341,6 +341,18 @@ func (b *Live) Notes(bot string) (late, busy string) {
 	return a.LateNote, a.BusyText
 }
 
+// Tools is bot's ai.tools now, and whether this node serves bot
+// (mcpgw.Allowlist).
+func (b *Live) Tools(bot string) ([]string, bool) {
+	b.mu.RLock()
+	st := b.bots[bot]
+	b.mu.RUnlock()
+	if st == nil {
+		return nil, false
+	}
+	return st.settings.AI.Tools, true
+}
+
 // ShowThinking is bot's ai.show_thinking (pusher.Thinking).
 func (b *Live) ShowThinking(bot string) string { return b.state(bot).settings.AI.ShowThinking }
 

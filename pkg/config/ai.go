@@ -87,12 +87,18 @@ type AI struct {
 	// model's may say what its operator would rather not show. Whatever
 	// it says, the thinking is stored with the task's output (botctl
 	// tasks show --json). YAML's true and false are these words.
-	ShowThinking string   `yaml:"show_thinking"`
-	Demo         AIDemo   `yaml:"demo"`
-	Exec         AIExec   `yaml:"exec"`
-	OpenAI       AIOpenAI `yaml:"openai"`
-	Dify         AIDify   `yaml:"dify"`
-	HTTP         AIHTTP   `yaml:"http"`
+	ShowThinking string `yaml:"show_thinking"`
+	// Tools are the WeCom MCP tools the bot's agents may call through the
+	// node API's gateway (/v1/bots/{bot}/mcp/{biz_type}) and the openai
+	// backend offers its model: each entry a business type ("todo": every
+	// tool of it) or one tool of one ("msg/get_message"). Empty (the
+	// default): none. Checked by ValidateTools.
+	Tools  []string `yaml:"tools"`
+	Demo   AIDemo   `yaml:"demo"`
+	Exec   AIExec   `yaml:"exec"`
+	OpenAI AIOpenAI `yaml:"openai"`
+	Dify   AIDify   `yaml:"dify"`
+	HTTP   AIHTTP   `yaml:"http"`
 	// FirstTokenTimeout, Breaker and Fallback: what happens when the
 	// backend fails (aichain.go).
 	FirstTokenTimeout time.Duration `yaml:"first_token_timeout"`
@@ -280,7 +286,7 @@ func (a AI) Validate() error {
 	default:
 		return fmt.Errorf("config key ai.show_thinking: %q: want true (the model's reasoning and its tool steps, folded before the answer), tools (the tool steps alone) or false (none, the default)", a.ShowThinking)
 	}
-	return errors.Join(a.Primary().validate(), a.validateChain())
+	return errors.Join(ValidateTools(a.Tools), a.Primary().validate(), a.validateChain())
 }
 
 // aiSection is one backend's section of the ai keys.

@@ -115,6 +115,7 @@ var Keys = []Key{
 	{Name: "api.cert_file", Flag: "api-cert-file", Usage: "serve the node API over HTTPS with this certificate (PEM)", set: str(func(c *Config) *string { return &c.API.CertFile })},
 	{Name: "api.key_file", Flag: "api-key-file", Usage: "the node API certificate's key (PEM)", set: str(func(c *Config) *string { return &c.API.KeyFile })},
 	{Name: "api.ca_file", Flag: "api-ca-file", Usage: "CA (PEM) of the other nodes' API certificates (tier 2, botctl status)", set: str(func(c *Config) *string { return &c.API.CAFile })},
+	{Name: "api.agent_tokens_file", Flag: "api-agent-tokens-file", Usage: "file of per-agent tokens for the WeCom MCP gateway, one \"NAME TOKEN\" a line (unset: the node API token only)", set: str(func(c *Config) *string { return &c.API.AgentTokensFile })},
 	{Name: "api.pprof", Flag: "api-pprof", Usage: "serve Go's profiler (net/http/pprof) under /debug/pprof/ on the node API, behind its token (true or false)", set: boolean(func(c *Config) *bool { return &c.API.Pprof })},
 	{Name: "secrets.key_file", Flag: "secrets-key-file", Usage: "the cluster key (64 hex characters, openssl rand -hex 32; the same file on every node) under which the bot registry's secrets are sealed (unset: the registry's bots are not served)", set: str(func(c *Config) *string { return &c.Secrets.KeyFile })},
 	{Name: "wecom.url", Flag: "wecom-url", Usage: "WeCom WebSocket URL", set: str(func(c *Config) *string { return &c.WeCom.URL })},
@@ -136,6 +137,10 @@ var Keys = []Key{
 	{Name: "ai.max_concurrency", Flag: "ai-max-concurrency", Usage: "answers asked of the AI backend at once on this node (0: no limit beyond worker.slots; set, it also caps worker.slots' derived default)", set: integer(func(c *Config) *int { return &c.AI.MaxConcurrency })},
 	{Name: "ai.max_answer_bytes", Flag: "ai-max-answer-bytes", Usage: "longest answer stored, in bytes as stored (JSON-escaped); a longer one is cut there with a note, and delivered once", set: integer(func(c *Config) *int { return &c.AI.MaxAnswerBytes })},
 	{Name: "ai.show_thinking", Flag: "ai-show-thinking", Usage: "what the user reads of the backend's thinking, folded before the answer: true (reasoning and tool steps), tools (tool steps only) or false (none)", set: str(func(c *Config) *string { return &c.AI.ShowThinking })},
+	{Name: "ai.tools", Flag: "ai-tools", Usage: "the WeCom MCP tools the bot's agents may call through the node's gateway: BIZ_TYPE or BIZ_TYPE/TOOL, comma-separated (a YAML list in the file; empty: none)", set: func(c *Config, s string) error {
+		c.AI.Tools = splitList(s)
+		return nil
+	}, list: func(c *Config, items []string) { c.AI.Tools = items }},
 	{Name: "ai.first_token_timeout", Flag: "ai-first-token-timeout", Usage: "a backend that has said nothing this long has failed: the next of ai.fallback is asked (0: off)", set: dur(func(c *Config) *time.Duration { return &c.AI.FirstTokenTimeout })},
 	{Name: "ai.breaker.failures", Flag: "ai-breaker-failures", Usage: "failures in a row that open a backend's circuit breaker: it is skipped for ai.breaker.cooldown (0: no breaker)", set: integer(func(c *Config) *int { return &c.AI.Breaker.Failures })},
 	{Name: "ai.breaker.cooldown", Flag: "ai-breaker-cooldown", Usage: "how long an open circuit breaker skips its backend before one answer probes it", set: dur(func(c *Config) *time.Duration { return &c.AI.Breaker.Cooldown })},

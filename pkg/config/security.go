@@ -49,6 +49,13 @@ type API struct {
 	// this way). Off by default: a profile names the code and shows how
 	// busy the node is, and a CPU profile costs a little while it runs.
 	Pprof bool `yaml:"pprof"`
+	// AgentTokensFile, if set, names the agents that may call the WeCom
+	// MCP gateway (/v1/bots/{bot}/mcp/{biz_type}) with a token of their
+	// own instead of the node's: one "NAME TOKEN" a line (# comments),
+	// the name what the audit records. Such a token opens the gateway
+	// only, no other endpoint. Same rules as api.token_file: not readable
+	// by every user, each token at least MinTokenBytes. Read at start.
+	AgentTokensFile string `yaml:"agent_tokens_file"`
 }
 
 func (a API) tlsFiles() tlsFiles {
@@ -458,8 +465,14 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 	if host, _, err := net.SplitHostPort(c.Listen); err == nil && !LoopbackHost(host) && c.API.TokenFile == "" {
 		bad("api.token_file", "listen is %s, not a loopback address, and the node API would have only the token generated in its data dir, which other nodes and machines cannot know: set api.token_file to the cluster's token file (see docs/security.md), or listen on 127.0.0.1", c.Listen)
 	}
-	if _, err := c.API.Token(); err != nil {
+	token, err := c.API.Token()
+	if err != nil {
 		*errs = append(*errs, err)
+	}
+	if agents, err := c.API.AgentTokens(); err != nil {
+		*errs = append(*errs, err)
+	} else if name := agents[token]; token != "" && name != "" {
+		bad("api.agent_tokens_file", "agent %s has the node API's token (api.token_file): give each agent a token of its own", name)
 	}
 	if _, err := c.API.ServerTLS(); err != nil {
 		*errs = append(*errs, err)

@@ -15,6 +15,7 @@
 //	bots/<bot>                    the bot registry, `botctl bots add` (pkg/fleet)
 //	alerter                       the cluster's alerter election (pkg/heal/alert)
 //	declare/<nats prefix>         the lock held while declaring JetStream's streams (pkg/serve)
+//	mcp/<bot>/<biz_type>          the URL of a WeCom MCP server the bot's holder was given, bound to its term's lease (pkg/mcpgw)
 //	health-probe                  read by readiness checks; never written
 //	compaction-probe              read at past revisions to find etcd's compaction; never written
 //
@@ -38,6 +39,7 @@ const (
 	BotsDir           = "bots/"
 	Alerter           = "alerter"
 	DeclareDir        = "declare/"
+	MCPDir            = "mcp/"
 	HealthProbe       = "health-probe"
 	CompactionProbe   = "compaction-probe"
 )
@@ -67,3 +69,9 @@ func (l Layout) Declare(natsPrefix string) string { return l.Root + DeclareDir +
 
 // HealthProbe is the key readiness checks read.
 func (l Layout) HealthProbe() string { return l.Root + HealthProbe }
+
+// MCPBot is the directory of bot's shared WeCom MCP server URLs.
+func (l Layout) MCPBot(bot string) string { return l.Root + MCPDir + bot + "/" }
+
+// MCP is the shared URL of bot's WeCom MCP server of bizType.
+func (l Layout) MCP(bot, bizType string) string { return l.MCPBot(bot) + bizType }

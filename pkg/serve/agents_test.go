@@ -72,6 +72,7 @@ func answeredWith(sim *wecomsim.Server, user, text string) bool {
 // (answered by the node that took over) continues the Dify conversation
 // the first one started.
 func TestServeDifyConversationAfterFailover(t *testing.T) {
+	t.Parallel()
 	dify := newAgentServer(t, func(w http.ResponseWriter, body map[string]any, n int) {
 		conv, _ := body["conversation_id"].(string)
 		if conv == "" {
@@ -123,6 +124,7 @@ func TestServeDifyConversationAfterFailover(t *testing.T) {
 // and the conversation's turns before the question, and its plain-text
 // answer reaches the user.
 func TestServeHTTPAgent(t *testing.T) {
+	t.Parallel()
 	agent := newAgentServer(t, func(w http.ResponseWriter, body map[string]any, n int) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintf(w, "agent says %v", body["question"])

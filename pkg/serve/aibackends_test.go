@@ -22,6 +22,7 @@ import (
 // refusing connections, failed once with ai.breaker.failures 1, is open
 // (2) and the answer fell back to the next backend.
 func TestBreakerMetrics(t *testing.T) {
+	t.Parallel()
 	b, err := bots.New(context.Background(), config.Defaults(), nil, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +78,7 @@ func TestBreakerMetrics(t *testing.T) {
 // with ai.breaker.failures 1 every backend of b2 is down after one
 // question: its user is told the answer failed and b2's AI incident opens.
 func TestNodeFallsBackAndOpensTheAIIncident(t *testing.T) {
+	t.Parallel()
 	sim, wecomURL := startSimBots(t, "b1", "b2")
 	e, ns := startEtcd(t), startNATS(t)
 	dead := httptest.NewServer(http.NotFoundHandler())

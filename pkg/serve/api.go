@@ -103,6 +103,9 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 	// The shared-connection API: a proactive message as a bot, on the
 	// leader's connection and budget (send.go, docs/api.md).
 	mux.Handle(SendPath, requireToken(n.token, n.sendHandler(newSendCounter(n.obs.metrics.Registry))))
+	// WeCom's MCP tools for agents, behind the node's token or an
+	// agent's (pkg/mcpgw, docs/ai.md).
+	n.mcp.Routes(mux)
 	if n.cfg.API.Pprof {
 		pprofRoutes(mux, n.token) // /debug/pprof/, off by default
 	}

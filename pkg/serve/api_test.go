@@ -97,6 +97,7 @@ func apiNodeLC(t *testing.T, spec apiSpec) (base string, lc *task.Lifecycle) {
 // without it, 401 on every profiler path; cmdline (argv) is not served.
 // Off, the default, there is no /debug/pprof/ at all.
 func TestPprofIsBehindTheTokenAndOffByDefault(t *testing.T) {
+	t.Parallel()
 	on := apiNodeWith(t, apiSpec{Token: testToken, API: config.API{Pprof: true}})
 	off := apiNode(t, testToken)
 	get := func(url, auth string) (int, []byte) {
@@ -154,6 +155,7 @@ func post(t *testing.T, url, auth string, body []byte) *http.Response {
 // POST /v1/exec runs only with the cluster's bearer token, and the
 // dispatcher's tier-2 call sends it; the status endpoints take no writes.
 func TestExecAsksForTheToken(t *testing.T) {
+	t.Parallel()
 	base := apiNode(t, testToken)
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	body, _ := json.Marshal(m)
@@ -190,6 +192,7 @@ func TestExecAsksForTheToken(t *testing.T) {
 // by a long answer, the next task is refused at once with 503 and a body
 // that says why, not queued behind the first or started over the bound.
 func TestExecBoundedBySlots(t *testing.T) {
+	t.Parallel()
 	base := apiNodeWith(t, apiSpec{Token: testToken, Slots: 1, AnswerTime: 10 * time.Minute})
 	exec := func(msgid, chat string) (*http.Response, map[string]string) {
 		t.Helper()
@@ -236,6 +239,7 @@ func TestExecBoundedBySlots(t *testing.T) {
 // A node API on a non-loopback address without api.token_file does not
 // start, and says which key fixes it.
 func TestRunRefusesOpenListenerWithoutToken(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Skip("cannot listen on 0.0.0.0:", err)
@@ -267,6 +271,7 @@ func TestRunRefusesOpenListenerWithoutToken(t *testing.T) {
 // https://; the dispatcher, trusting api.ca_file, reaches it with the
 // token; a caller that does not trust the CA is refused by TLS.
 func TestExecOverHTTPS(t *testing.T) {
+	t.Parallel()
 	ca := testenv.NewCA(t)
 	cert, key := ca.Issue(t, "node")
 	a := config.API{CertFile: cert, KeyFile: key, CAFile: ca.CAFile}

@@ -74,6 +74,17 @@ func apiClient(a config.API) (*http.Client, error) {
 	return c, nil
 }
 
+// nodeTokens are the token the node API asks for and the agents' of the
+// MCP gateway (api.agent_tokens_file: token → agent).
+func nodeTokens(cfg config.Config, log zerolog.Logger) (string, map[string]string, error) {
+	agents, err := cfg.API.AgentTokens()
+	if err != nil {
+		return "", nil, err
+	}
+	token, err := nodeToken(cfg, log)
+	return token, agents, err
+}
+
 // nodeToken is the token the node API asks for: api.token_file's, else the
 // one generated in the data dir at the node's first start (made here). The
 // data dir is made here too, once the token file is known to be good.

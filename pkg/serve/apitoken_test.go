@@ -22,6 +22,7 @@ import (
 // 0600), and the same one after a restart. Liveness, readiness and metrics
 // stay open to supervisors and Prometheus.
 func TestNodeAPIAlwaysAsksForAToken(t *testing.T) {
+	t.Parallel()
 	e, ns := startEtcd(t), startNATS(t)
 	cfg := nodeConfig(t, startSim(t), e, ns.ClientURL())
 	rn, err := startNode(t, cfg)
@@ -95,6 +96,7 @@ func TestNodeAPIAlwaysAsksForAToken(t *testing.T) {
 
 // An empty token lets nothing through (never "no token asked").
 func TestRequireTokenEmptyRefusesAll(t *testing.T) {
+	t.Parallel()
 	h := requireToken("", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	for _, auth := range []string{"", "Bearer ", "Bearer x"} {
 		req, _ := http.NewRequest(http.MethodGet, "/status", nil)
@@ -121,6 +123,7 @@ func (r *statusRecorder) WriteHeader(code int)        { r.code = code }
 // the same bot, message and chat. A message that borrows a task id for
 // another chat or bot is refused, and the record is left as it was.
 func TestExecRefusesAMessageThatIsNotItsRecords(t *testing.T) {
+	t.Parallel()
 	base, lc := apiNodeLC(t, apiSpec{Token: testToken})
 	ctx := context.Background()
 	rec := task.New("b", "m1", time.Now().UTC())

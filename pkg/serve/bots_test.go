@@ -141,6 +141,7 @@ func TestTwoBotsOnOneNodeAnswerWithTheirOwnSettings(t *testing.T) {
 // refused with its key named and the old settings stay; one written to
 // etcd past the check is refused by every node, which keeps what it had.
 func TestBotsSetAppliesOnEveryNodeWithoutRestart(t *testing.T) {
+	t.Parallel()
 	sim, wecomURL := startSimBots(t, "b1")
 	e, ns := startEtcd(t), startNATS(t)
 	var nodes []*runningNode
@@ -249,6 +250,7 @@ func TestBotsSetAppliesOnEveryNodeWithoutRestart(t *testing.T) {
 // configured in its bot's entry: bd is answered by Dify, bh by an HTTP
 // agent, and each platform hears only its own bot's questions.
 func TestOneClusterServesADifyBotAndAnHTTPBot(t *testing.T) {
+	t.Parallel()
 	dify := newAgentServer(t, func(w http.ResponseWriter, body map[string]any, n int) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprintf(w, `data: {"event": "message", "conversation_id": "c%d", "answer": "dify says %v"}`+"\n\n", n, body["query"])

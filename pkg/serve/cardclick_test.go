@@ -88,6 +88,7 @@ func tookAnswer(owner string) func(wecomsim.TranscriptEntry) bool {
 // answer is pushed; the same click sent again by WeCom updates the card
 // again and reaches the agent no more.
 func TestCardClickAnsweredOnceThroughResend(t *testing.T) {
+	t.Parallel()
 	agent := cardAgent(t)
 	e, ns := startEtcd(t), startNATS(t)
 	sim, addr := startSimServer(t)
@@ -129,6 +130,7 @@ func TestCardClickAnsweredOnceThroughResend(t *testing.T) {
 // click made then is handled by the next leader, from what JetStream
 // holds (the card's owner task and its output), exactly once.
 func TestCardClickAfterFailover(t *testing.T) {
+	t.Parallel()
 	agent := cardAgent(t)
 	e, ns := startEtcd(t), startNATS(t)
 	sim, addr := startSimServer(t)

@@ -18,6 +18,7 @@ import (
 // item 9). Writing 100,000 revisions takes too long for a test, so the
 // second half puts such a history in the cache, as a read would.
 func TestEtcdHistoryInMetrics(t *testing.T) {
+	t.Parallel()
 	e := testenv.StartEtcd(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
 	if err != nil {

@@ -45,6 +45,7 @@ func (s *skipsHeard) of(id, where string) int {
 // later try, for ever: the spool drains in order, so nothing after it was
 // ever queued.
 func TestSpoolForwardsPastACorruptRecord(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	heard := &skipsHeard{}
@@ -108,6 +109,7 @@ func TestSpoolForwardsPastACorruptRecord(t *testing.T) {
 // incident (a person must look) that names the task once however often
 // it is skipped. Past the deadline the sweep frees its conversation.
 func TestCorruptRecordOpensOneDataIncidentAndTheRestFlows(t *testing.T) {
+	t.Parallel()
 	sim, addr := startSimServer(t)
 	e, ns := startEtcd(t), startNATS(t)
 	store, _ := testenv.DeclareOnCluster(t, []string{ns.ClientURL()}, jetstream.Options{})

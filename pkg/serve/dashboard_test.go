@@ -14,6 +14,7 @@ import (
 // its name's), and docs/operations.md's metrics table lists exactly the
 // botctl_ metrics a node describes.
 func TestDashboardAndDocsNameExposedMetrics(t *testing.T) {
+	t.Parallel()
 	e, ns := startEtcd(t), startNATS(t)
 	rn, err := startNode(t, nodeConfig(t, startSim(t), e, ns.ClientURL()))
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 // found the spool still locked by the node that "stopped"; found by the
 // chaos harness after a NATS server refused the consumer's declare).
 func TestRunReturnsWhenTheStoreCannotBeDeclared(t *testing.T) {
+	t.Parallel()
 	e := testenv.StartEtcd(t)
 	ns, err := infra.StartNATS(infra.NATSConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: zerolog.Nop()})
 	if err != nil {
@@ -87,6 +88,7 @@ func TestRunReturnsWhenTheStoreCannotBeDeclared(t *testing.T) {
 // timed out against each other for minutes; test/load's r3 smoke starts
 // them together). Without etcd the node declares anyway.
 func TestDeclareLockSerializes(t *testing.T) {
+	t.Parallel()
 	e := startEtcd(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 // reading a chat's transcript ask for the node API's token like every
 // write; the live view does not.
 func TestDemoPageOnlyWithSimulatorAndBehindToken(t *testing.T) {
+	t.Parallel()
 	cfg := config.Defaults()
 	cfg.NodeID, cfg.Bots = "n1", []config.Bot{{ID: "b1", Secret: "s1"}}
 	for _, u := range []string{"wss://openws.work.weixin.qq.com", ""} {

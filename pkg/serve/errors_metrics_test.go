@@ -69,6 +69,7 @@ func errorCounters(scrape string) string {
 // The NATS server going away under a running node is counted on the
 // node's /metrics: botctl_nats_errors_total{kind="disconnect"} rises.
 func TestNATSDisconnectCounted(t *testing.T) {
+	t.Parallel()
 	e := startEtcd(t)
 	ns := startNATS(t)
 	rn, err := startNode(t, nodeConfig(t, startSim(t), e, ns.ClientURL()))
@@ -88,6 +89,7 @@ func TestNATSDisconnectCounted(t *testing.T) {
 // by its own loops (election, registry), without anyone asking /readyz:
 // botctl_etcd_errors_total rises for an op other than probe.
 func TestEtcdFailureCounted(t *testing.T) {
+	t.Parallel()
 	e := startEtcd(t)
 	ns := startNATS(t)
 	rn, err := startNode(t, nodeConfig(t, startSim(t), e, ns.ClientURL()))

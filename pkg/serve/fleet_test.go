@@ -129,6 +129,7 @@ func (c *fleetCluster) leader(bot string) *runningNode {
 // A bot added to the registry while two nodes run is campaigned for by
 // both within 5 s, led, and answers; no node restarts.
 func TestBotAddedAtRunTimeIsLed(t *testing.T) {
+	t.Parallel()
 	k := clusterKey(t, 1)
 	c := startFleet(t, 10*time.Millisecond, k, k)
 	// Its bots set override, written before the bot is added, applies.
@@ -158,6 +159,7 @@ func TestBotAddedAtRunTimeIsLed(t *testing.T) {
 // its connection is closed, no node campaigns for it, and its task
 // record stays readable.
 func TestBotRemovedIsDrained(t *testing.T) {
+	t.Parallel()
 	k := clusterKey(t, 1)
 	c := startFleet(t, 3*time.Second, k, k)
 	c.add(t, k, "reg")
@@ -223,6 +225,7 @@ func botRecords(t *testing.T, n *runningNode, bot string) []*task.Record {
 // cluster's key, naming its key file in its status (once in its log),
 // and keeps serving its file's bots; the node with the key leads it.
 func TestNodeWithAnotherKeyRefusesEncryptedBot(t *testing.T) {
+	t.Parallel()
 	k, other := clusterKey(t, 1), clusterKey(t, 9)
 	c := startFleet(t, 10*time.Millisecond, k, other)
 	c.add(t, k, "enc")
@@ -289,6 +292,7 @@ func (c *fleetCluster) rotate(t *testing.T, k *clusterkey.Key, bot, secret strin
 // recorded in the registry, the old secret restored there, and the
 // connection held is kept (no kick): the bot answers on.
 func TestRotateSecretAtRunTime(t *testing.T) {
+	t.Parallel()
 	k := clusterKey(t, 1)
 	c := startFleet(t, 2*time.Second, k, k)
 	c.add(t, k, "reg")

@@ -15,6 +15,7 @@ import (
 // monitor outlives its node, so the stopped node's last record is written
 // before the next leader reads it.
 func TestGracefulStopIsNotAnIncident(t *testing.T) {
+	t.Parallel()
 	e := startEtcd(t)
 	ns := startNATS(t)
 	wecomURL := startSim(t)

@@ -88,6 +88,7 @@ func noTask(t *testing.T, rn *runningNode, msgid string) {
 // no task is published, and the refusal is counted in /metrics; another
 // user of the bot is not limited by it.
 func TestUserOverMessagesPerMinuteIsRefused(t *testing.T) {
+	t.Parallel()
 	sim, rn := limitsNode(t, "{user: {messages_per_minute: 2}}")
 	earlyInMinute()
 	for i, chat := range []string{"g1", "g2"} {
@@ -113,6 +114,7 @@ func TestUserOverMessagesPerMinuteIsRefused(t *testing.T) {
 
 // The bot-wide limit counts every user's messages.
 func TestBotOverMessagesPerDayIsRefused(t *testing.T) {
+	t.Parallel()
 	sim, rn := limitsNode(t, "{bot: {messages_per_day: 2}}")
 	ask(t, sim, "ann", "g1", "question")
 	ask(t, sim, "bob", "g2", "question")
@@ -258,6 +260,7 @@ func getJSON(t *testing.T, rn *runningNode, path string, v any) {
 // The counts are in JetStream, not in the leader's memory: a user's day
 // counted by one leader holds after a failover to another node.
 func TestUserLimitHoldsAcrossLeaderChange(t *testing.T) {
+	t.Parallel()
 	sim, wecomURL := startSimBots(t, "b1")
 	e, ns := startEtcd(t), startNATS(t)
 	conf := func(id string) config.Config {
@@ -298,6 +301,7 @@ func TestUserLimitHoldsAcrossLeaderChange(t *testing.T) {
 // over the limit in a conversation whose task is running gets the limit
 // text, not the busy reply (the limits are checked before the dispatch).
 func TestBusyIsNotCountedAndLimitBeforeBusy(t *testing.T) {
+	t.Parallel()
 	sim, wecomURL := startSimBots(t, "b1")
 	e, ns := startEtcd(t), startNATS(t)
 	cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())

@@ -13,6 +13,7 @@ import (
 // their bot field once: each component added them again to a logger that
 // had them already (an election line carried node three times).
 func TestLogLinesCarryNodeAndBotOnce(t *testing.T) {
+	t.Parallel()
 	e, ns := startEtcd(t), startNATS(t)
 	var mu sync.Mutex
 	var lines []string

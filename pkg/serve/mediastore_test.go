@@ -26,6 +26,7 @@ import (
 // once room is made the same file is taken, answered, and deleted from
 // the store after its delivery.
 func TestMediaStoreFullTextGoesOn(t *testing.T) {
+	t.Parallel()
 	const bound = 1 << 20
 	sim, wecomURL := startSimBots(t, "b1")
 	e, ns := startEtcd(t), startNATS(t)
@@ -195,6 +196,7 @@ func askQuietly(sim *wecomsim.Server, user, text string) (msgid string, ok bool)
 // no task; text goes on, and other users' files are taken up to the
 // bot's bytes.
 func TestFileBytesPerDayLimits(t *testing.T) {
+	t.Parallel()
 	// The counts are a UTC day's: not across its end.
 	if now := time.Now().UTC(); now.Hour() == 23 && now.Minute() >= 58 {
 		time.Sleep(now.Truncate(24 * time.Hour).Add(24*time.Hour + 5*time.Second).Sub(now))
@@ -261,6 +263,7 @@ func gaugeValue(scrape, name string) float64 {
 // a botctl before the bound) bounds it at media.max_store_bytes, keeping
 // its files, says so in its log, and reports the bound on /metrics.
 func TestNodeBoundsAnUnboundedMediaStore(t *testing.T) {
+	t.Parallel()
 	_, wecomURL := startSimBots(t, "b1")
 	e, ns := startEtcd(t), startNATS(t)
 	_, js := testenv.Connect(t, ns.ClientURL())

@@ -10,6 +10,7 @@ import (
 // (no ping, so systemd restarts the node) while one is held past
 // aliveWithin.
 func TestAliveFollowsWedgedLocks(t *testing.T) {
+	t.Parallel()
 	n := &Node{log: zerolog.Nop(), leaders: newLeaders(20, 900)}
 	o := &observer{n: n}
 	if !o.alive() {

@@ -13,6 +13,7 @@ import (
 // with an error naming nats.creds_file instead of waiting for JetStream
 // forever.
 func TestRunWithCredsFileOnOperatorNATS(t *testing.T) {
+	t.Parallel()
 	e := startEtcd(t)
 	wecomURL := startSim(t)
 	ns := testenv.StartOperatorNATS(t, "BOTCTL")

@@ -15,6 +15,7 @@ import (
 // by the pings (nats.ping_interval), not after nats.go's default of about
 // four minutes, and the node reconnects once the server answers again.
 func TestFrozenNATSServerIsNoticedWithinSeconds(t *testing.T) {
+	t.Parallel()
 	addr := startSim(t)
 	e, ns := startEtcd(t), startNATS(t)
 	proxy, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(ns.ClientURL(), "nats://"))

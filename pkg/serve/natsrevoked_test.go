@@ -16,6 +16,7 @@ import (
 // closes it for good. The node does not run on without JetStream (holding
 // the bot, spooling forever): Run returns an error naming the key to fix.
 func TestRunStopsWhenNATSRefusesItsCredentialsLater(t *testing.T) {
+	t.Parallel()
 	e := startEtcd(t)
 	wecomURL := startSim(t)
 	opts := &natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),

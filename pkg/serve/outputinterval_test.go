@@ -12,6 +12,7 @@ import (
 // about one write per frame the pusher may send (a frame held back by
 // the budget asks the worker for its text: pkg/pusher's flush.go).
 func TestOutputIntervalFollowsThePushBudget(t *testing.T) {
+	t.Parallel()
 	cfg := config.Defaults()
 	if got, want := outputInterval(cfg), pusher.ProgressGap(cfg.Push.Budget)*11/10; got != want || got < 3600*time.Millisecond || got > 3700*time.Millisecond {
 		t.Fatalf("default output interval %s, want the progress gap and a tenth, %s (budget %d)", got, want, cfg.Push.Budget)

@@ -44,6 +44,7 @@ func clusterKey(t *testing.T, seed byte) *clusterkey.Key {
 // another key is not served, the log naming both keys and the key file
 // (never a secret), and the others are served.
 func TestRegisteredBotsServedAtStart(t *testing.T) {
+	t.Parallel()
 	sim, wecomURL := startSimBots(t, "b1", "reg", "wrong")
 	e, ns := startEtcd(t), startNATS(t)
 	k, other := clusterKey(t, 1), clusterKey(t, 9)

@@ -26,6 +26,7 @@ func botReplies(sim *wecomsim.Server, user string) []wecomsim.TranscriptEntry {
 // its finishing frame (msg_item: base64 and md5 of a PNG, which the
 // simulator checks), and the text is the answer's.
 func TestReplyImageOnTheFinishingFrame(t *testing.T) {
+	t.Parallel()
 	sim, addr := startSimServer(t)
 	e, ns := startEtcd(t), startNATS(t)
 	cfg := nodeConfig(t, "ws://"+addr+"/", e, ns.ClientURL())
@@ -53,6 +54,7 @@ func TestReplyImageOnTheFinishingFrame(t *testing.T) {
 // backend, whose updated card replaces it (aibot_respond_update_msg,
 // within the simulator's update window).
 func TestReplyCardAndItsClickAnsweredWithAnUpdate(t *testing.T) {
+	t.Parallel()
 	sim, addr := startSimServer(t)
 	e, ns := startEtcd(t), startNATS(t)
 	cfg := nodeConfig(t, "ws://"+addr+"/", e, ns.ClientURL())
@@ -97,6 +99,7 @@ func TestReplyCardAndItsClickAnsweredWithAnUpdate(t *testing.T) {
 // A bot's welcome card (access.welcome_card, per bot) answers enter_chat
 // instead of the welcome text.
 func TestWelcomeCard(t *testing.T) {
+	t.Parallel()
 	sim, addr := startSimServer(t)
 	e, ns := startEtcd(t), startNATS(t)
 	cfg := nodeConfig(t, "ws://"+addr+"/", e, ns.ClientURL())

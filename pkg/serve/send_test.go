@@ -145,6 +145,7 @@ func pushed(sim *wecomsim.Server, user, kind, text string) bool {
 // the standby answers 503 with the leader's address. WeCom's refusal of a
 // chat that never talked to the bot is relayed.
 func TestSendAPIOnTheLeaderAndThroughTheStandby(t *testing.T) {
+	t.Parallel()
 	c := startSendCluster(t, wecomsim.Config{}, nil)
 	c.talk(t, "alice")
 
@@ -208,6 +209,7 @@ func TestSendAPIOnTheLeaderAndThroughTheStandby(t *testing.T) {
 // of a bad request (400), on the leader and on the standby alike, before
 // anything is sent.
 func TestSendAPIRefusesBadRequests(t *testing.T) {
+	t.Parallel()
 	c := startSendCluster(t, wecomsim.Config{}, nil)
 	c.talk(t, "alice")
 	before := len(c.sim.Transcript("b1", "alice"))
@@ -321,6 +323,7 @@ func TestSendAPISharesTheConversationsBudgetWithAnswers(t *testing.T) {
 // The forward carries the token only where it cannot be read off the
 // network: https, or http to this machine.
 func TestSendForwardsTheTokenOnlyOverHTTPSOrLoopback(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]bool{
 		"https://10.0.0.11:8401": true,
 		"http://127.0.0.1:8401":  true,
@@ -340,6 +343,7 @@ func TestSendForwardsTheTokenOnlyOverHTTPSOrLoopback(t *testing.T) {
 // (the leader does not know its token): it answers 503 with the leader's
 // address, why, and Retry-After, and nothing is sent.
 func TestSendStandbyWithoutTheSharedTokenSaysWhereTheLeaderIs(t *testing.T) {
+	t.Parallel()
 	c := startSendCluster(t, wecomsim.Config{}, func(cfg *config.Config) {
 		if cfg.NodeID == "n2" {
 			cfg.API.TokenFile = ""

@@ -27,6 +27,7 @@ import (
 	"github.com/botctl/botctl/pkg/heal/alert"
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/heal/health"
+	"github.com/botctl/botctl/pkg/mcpgw"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
@@ -95,10 +96,11 @@ type Node struct {
 	etcd     *clientv3.Client
 	tracker  atomic.Pointer[backfill.Tracker]
 	backfill *backfill.Backfiller
-	token    string       // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
-	apiCli   *http.Client // tier 2's client: api.ca_file trusted
-	obs      *observer    // metrics, liveness, readiness, sd_notify (metrics.go)
-	skew     *skew.Watch  // this node's clock against JetStream's (skew.go)
+	mcp      *mcpgw.Gateway // WeCom's MCP tools for every agent (pkg/mcpgw)
+	token    string         // api.token_file's: POST /v1/exec asks for it, tier 2 sends it
+	apiCli   *http.Client   // tier 2's client: api.ca_file trusted
+	obs      *observer      // metrics, liveness, readiness, sd_notify (metrics.go)
+	skew     *skew.Watch    // this node's clock against JetStream's (skew.go)
 
 	sweep time.Duration // Options.SweepInterval
 }
@@ -139,7 +141,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := checkListener(o.Listener, cfg.API.TokenFile); err != nil {
 		return err
 	}
-	token, err := nodeToken(cfg, log)
+	token, agents, err := nodeTokens(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -182,9 +184,8 @@ func Run(ctx context.Context, o Options) error {
 	n := &Node{Spool: spool, leaders: newLeaders(cfg.Push.Budget, cfg.Push.BudgetHourly), cfg: cfg, bots: live,
 		ready: make(chan struct{}), log: log, base: o.Logger, token: token, apiCli: apiCli, etcd: o.Etcd,
 		skew: &skew.Watch{Max: cfg.NATS.MaxClockSkew}, sweep: o.SweepInterval}
-	n.backfill = backfill.New(backfill.Options{Source: backfill.SourceFor(cfg.Backfill.HistoryURL), Overlap: cfg.Backfill.Overlap, MaxMessages: cfg.Backfill.MaxMessages,
-		Rate: cfg.Backfill.Rate, AuditEvery: cfg.Backfill.AuditEvery, Logger: log})
 	n.obs = newObserver(n, nc, o.Etcd)
+	n.backfill, n.mcp = newBackfiller(cfg, log), n.mcpGateway(token, agents)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	workCtx, stopWork := context.WithCancel(ctx)
@@ -314,7 +315,7 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 	cfg, log := n.cfg, n.log
 	// Every bot's backend (pkg/bots), built beside the context bucket where
 	// an agent platform's conversation ids are kept.
-	if err := n.bots.Bind(n.Health, ai.WithSessions(task.NewSessions(store.Context(), log))); err != nil {
+	if err := n.bots.Bind(n.Health, ai.WithSessions(task.NewSessions(store.Context(), log)), ai.WithTools(n.mcp.Backend(mcpAgentBackend))); err != nil {
 		return err
 	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)

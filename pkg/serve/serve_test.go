@@ -17,6 +17,7 @@ import (
 // conversation's earlier task still runs) is recorded failed as a busy
 // refusal, so the user, who was told "received", gets the busy reply.
 func TestSpoolRefusedIsRecorded(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	raw, _ := json.Marshal(m)

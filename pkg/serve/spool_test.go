@@ -18,6 +18,7 @@ import (
 // conversation took a second question beside the running answer); one
 // that ended is not queued; one never started is queued to run.
 func TestSpoolOutQueuesTheCopyOfATaskStillRunningOffQueue(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())

@@ -19,6 +19,7 @@ import (
 // it again); one forwarded late is queued marked late, in its record and
 // its queued message, so that its answer starts with the late note.
 func TestSpoolOutExpiredAndLate(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())

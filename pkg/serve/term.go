@@ -55,6 +55,7 @@ func (n *Node) leading(ctx context.Context, term *election.Term, conn *wecom.Con
 	var wg sync.WaitGroup
 	wg.Go(func() { n.Lifecycle.RunSweep(ctx, term.Bot, n.cfg.Worker.Deadline, 2*n.Store.Options().TaskAckWait) })
 	wg.Go(func() { n.backfill.Audit(ctx, term) })
+	wg.Go(func() { n.holdMCP(ctx, term, conn) })
 	if err := p.Run(ctx); err != nil {
 		log.Error().Err(err).Str("bot", term.Bot).Msg("pusher stopped")
 	}

@@ -13,6 +13,7 @@ import (
 // A bot's ai.show_thinking reaches its pusher: the demo's thinking is
 // folded before the answer where the bot shows it, and nowhere else.
 func TestShowThinkingIsEachBots(t *testing.T) {
+	t.Parallel()
 	sim, wecomURL := startSimBots(t, "b1", "b2")
 	e, ns := startEtcd(t), startNATS(t)
 	cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())

@@ -22,6 +22,7 @@ import (
 // nats.prefix and nothing under the default prefix, and registers its API
 // as https:// with the token asked.
 func TestRunOverTLSWithPrefix(t *testing.T) {
+	t.Parallel()
 	sec := testenv.StartSecured(t)
 	ca, e, ns := sec.CA, sec.Etcd, sec.NATS
 	nodeCert, nodeKey := ca.Issue(t, "n1")

@@ -16,6 +16,7 @@ import (
 // version, or botctl's for a bot without one; no task runs and nothing is
 // shown to the user.
 func TestReportedVersionEndToEnd(t *testing.T) {
+	t.Parallel()
 	sim, wecomURL := startSimBots(t, "b1", "b2")
 	e, ns := startEtcd(t), startNATS(t)
 	cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())

@@ -21,6 +21,7 @@ import (
 // without one, and a run-time override (botctl bots set) changes it for
 // the next user. No welcome takes a task, and the connection holds.
 func TestWelcomeTextEndToEnd(t *testing.T) {
+	t.Parallel()
 	sim, wecomURL := startSimBots(t, "b1", "b2")
 	e, ns := startEtcd(t), startNATS(t)
 	enter := func(bot, user string) wecomsim.EventResult {

@@ -24,9 +24,11 @@ import (
 // bot's authorization expired or was reset).
 //
 // The simulator serves every business type registered in mcpBizTypes at
-// /mcp/{token}, one token per bot and business type. Adding a business
-// type (a "todo" server) or a tool (msg's send_message) is one entry
-// there; the transport below does not change.
+// /mcp/{token}, one token per bot and business type: "msg" (the message
+// history and send_message, mcpmsg.go) and "todo" (mcptodo.go). Adding a
+// business type or a tool is one entry there; the transport below does
+// not change. Each business type is authorized per bot on its own
+// (MCPAccess), for the bot or for the members who authorized it.
 
 // CmdGetMCPConfig asks for a business type's MCP server over the bot's
 // connection (the official plugin's MCP_GET_CONFIG_CMD).
@@ -60,10 +62,11 @@ type mcpHandler interface {
 	call(s *Server, cc mcpCall, args json.RawMessage) (any, error)
 }
 
-// mcpCall is who calls a tool: the bot the URL belongs to, and the
-// requester header, if any.
+// mcpCall is who calls a tool: the bot the URL belongs to, its business
+// type, and the requester header, if any.
 type mcpCall struct {
 	bot       string
+	bizType   string
 	requester string
 }
 
@@ -78,7 +81,8 @@ func (e *mcpBizError) Error() string { return fmt.Sprintf("errcode %d: %s", e.co
 
 // mcpBizTypes are the business types the simulator serves, by biz_type.
 var mcpBizTypes = map[string]map[string]mcpTool{
-	"msg": msgTools,
+	"msg":  msgTools,
+	"todo": todoTools,
 }
 
 // mcpEndpoint is the server a token names.
@@ -90,18 +94,23 @@ type mcpEndpoint struct {
 // authorization (guarded by mu).
 type mcpState struct {
 	mu       sync.Mutex
-	tokens   map[string]mcpEndpoint // token → server
-	byBot    map[mcpEndpoint]string // server → token
-	sessions map[string]string      // Mcp-Session-Id → token
-	access   map[string]MCPAccess   // bot → its authorization; absent: DefaultMCPAccess
+	tokens   map[string]mcpEndpoint    // token → server
+	byBot    map[mcpEndpoint]string    // server → token
+	sessions map[string]string         // Mcp-Session-Id → token
+	access   map[mcpEndpoint]MCPAccess // a bot's business type → its authorization; absent: none
+	todos    map[string][]Todo         // bot → its to-dos, oldest first (mcptodo.go)
 }
 
-// MCPAccess is a bot's authorization of WeCom's message history (the
-// "msg" business type), set with SetMCPAccess or POST /control/mcp_access.
+// MCPAccess is a bot's authorization of one business type (the message
+// history and sends of "msg", the to-dos of "todo"), set with
+// SetMCPAccess or POST /control/mcp_access.
 type MCPAccess struct {
 	BotID string `json:"bot_id"`
-	// Authorized: an admin authorized the bot's msg capability. Off (the
-	// default): every msg tool call is answered errcode 850001.
+	// BizType is the business type authorized: "msg" when empty.
+	BizType string `json:"biz_type,omitempty"`
+	// Authorized: an admin authorized the bot's capability. Off (the
+	// default): every tool call of the business type is answered errcode
+	// 850001.
 	Authorized bool `json:"authorized"`
 	// Scope is what the history covers: MCPScopeBot (default) or
 	// MCPScopeMember.
@@ -124,10 +133,16 @@ const (
 	MCPScopeMember = "member"
 )
 
-// SetMCPAccess sets bot's authorization of the message history.
+// SetMCPAccess sets a bot's authorization of a business type.
 func (s *Server) SetMCPAccess(a MCPAccess) error {
 	if _, err := s.needBot(a.BotID); err != nil {
 		return err
+	}
+	if a.BizType == "" {
+		a.BizType = "msg"
+	}
+	if _, ok := mcpBizTypes[a.BizType]; !ok {
+		return invalid("biz_type %q: the simulator serves %v", a.BizType, slices.Sorted(maps.Keys(mcpBizTypes)))
 	}
 	switch a.Scope {
 	case "", MCPScopeBot, MCPScopeMember:
@@ -140,24 +155,40 @@ func (s *Server) SetMCPAccess(a MCPAccess) error {
 	s.mcp.mu.Lock()
 	defer s.mcp.mu.Unlock()
 	if s.mcp.access == nil {
-		s.mcp.access = map[string]MCPAccess{}
+		s.mcp.access = map[mcpEndpoint]MCPAccess{}
 	}
-	s.mcp.access[a.BotID] = a
+	s.mcp.access[mcpEndpoint{bot: a.BotID, bizType: a.BizType}] = a
 	return nil
 }
 
-// mcpAccessOf is bot's authorization now.
-func (s *Server) mcpAccessOf(bot string) MCPAccess {
+// mcpAccessOf is bot's authorization of bizType now.
+func (s *Server) mcpAccessOf(bot, bizType string) MCPAccess {
 	s.mcp.mu.Lock()
 	defer s.mcp.mu.Unlock()
-	a, ok := s.mcp.access[bot]
+	a, ok := s.mcp.access[mcpEndpoint{bot: bot, bizType: bizType}]
 	if !ok {
-		a = MCPAccess{BotID: bot}
+		a = MCPAccess{BotID: bot, BizType: bizType}
 	}
 	if a.Scope == "" {
 		a.Scope = MCPScopeBot
 	}
 	return a
+}
+
+// authorize is the caller's authorization of its business type: an error
+// (the tool's business refusal) when the bot is not authorized, or the
+// member scope's call names no authorizing member.
+func (s *Server) authorize(cc mcpCall) (MCPAccess, error) {
+	acc := s.mcpAccessOf(cc.bot, cc.bizType)
+	switch {
+	case !acc.Authorized:
+		return acc, &mcpBizError{code: ErrCodeMCPUnauthorized, msg: "the bot is not authorized for " + cc.bizType + ": an admin must authorize it"}
+	case acc.Scope == MCPScopeMember && cc.requester == "":
+		return acc, &mcpBizError{code: wecom.ErrCodeInvalidParam, msg: cc.bizType + " answers an authorizing member only: call with " + MCPRequesterHeader}
+	case acc.Scope == MCPScopeMember && !slices.Contains(acc.Members, cc.requester):
+		return acc, &mcpBizError{code: ErrCodeMCPUnauthorized, msg: "member " + quote(cc.requester) + " has not authorized the bot for " + cc.bizType}
+	}
+	return acc, nil
 }
 
 // mcpConfig answers aibot_get_mcp_config: the URL of the business type's
@@ -272,7 +303,7 @@ func (s *Server) httpMCP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	writeRPC(w, s.mcpCall(ep, mcpCall{bot: ep.bot, requester: r.Header.Get(MCPRequesterHeader)}, req))
+	writeRPC(w, s.mcpCall(ep, mcpCall{bot: ep.bot, bizType: ep.bizType, requester: r.Header.Get(MCPRequesterHeader)}, req))
 }
 
 // mcpCall answers one JSON-RPC request to ep's server.
@@ -338,12 +369,15 @@ func writeRPC(w http.ResponseWriter, resp rpcResponse) {
 func (s *Server) httpMCPAccess(w http.ResponseWriter, r *http.Request) {
 	var a MCPAccess
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&a); err != nil {
-		writeError(w, http.StatusBadRequest, "body must be {\"bot_id\":…,\"authorized\":bool,\"scope\":\"bot\"|\"member\",\"members\":[…]}")
+		writeError(w, http.StatusBadRequest, "body must be {\"bot_id\":…,\"biz_type\":\"msg\"|\"todo\",\"authorized\":bool,\"scope\":\"bot\"|\"member\",\"members\":[…]}")
 		return
 	}
 	if err := s.SetMCPAccess(a); err != nil {
 		writeErr(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, s.mcpAccessOf(a.BotID))
+	if a.BizType == "" {
+		a.BizType = "msg"
+	}
+	httpjson.Write(w, http.StatusOK, s.mcpAccessOf(a.BotID, a.BizType))
 }

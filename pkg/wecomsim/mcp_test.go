@@ -188,3 +188,105 @@ func TestMCPMessageHistory(t *testing.T) {
 	m.requester = ""
 	bizCode(t, m.tool("get_msg_chat_list", rng), ErrCodeMCPUnauthorized)
 }
+
+// mcpURL asks for bizType's server on a fresh connection of bot1.
+func mcpURL(t *testing.T, h *harness, bizType string) string {
+	t.Helper()
+	c := h.subscribe(bot1, secret1)
+	defer c.close()
+	a := c.call(CmdGetMCPConfig, "cfg-"+bizType, map[string]string{"biz_type": bizType})
+	wantCode(t, a, 0)
+	var cfg struct {
+		URL string `json:"url"`
+	}
+	if err := json.Unmarshal(a.Body, &cfg); err != nil || cfg.URL == "" {
+		t.Fatalf("config body %s: want a url", a.Body)
+	}
+	return cfg.URL
+}
+
+// msg's send_message puts a text in a chat of the bot's, only while the
+// bot is authorized (for the member scope: a call naming an authorizing
+// member), and refuses a chat nobody talked in and a text too long.
+func TestMCPSendMessage(t *testing.T) {
+	h := newSim(t, Config{})
+	defer h.close()
+	h.post(MessageRequest{BotID: bot1, UserID: "u1", Text: "hi"})
+	m := &mcpClient{t: t, url: mcpURL(t, h, "msg")}
+	m.initialize()
+	send := map[string]any{"chat_type": 1, "chatid": "u1", "msgtype": "text", "text": map[string]any{"content": "from a tool"}}
+	bizCode(t, m.tool("send_message", send), ErrCodeMCPUnauthorized)
+	if err := h.srv.SetMCPAccess(MCPAccess{BotID: bot1, Authorized: true}); err != nil {
+		t.Fatal(err)
+	}
+	bizCode(t, m.tool("send_message", send), 0)
+	var sent []string
+	for _, e := range h.srv.Transcript(bot1, "u1") {
+		if e.From == "bot" && e.Kind == wecom.MsgTypeText {
+			sent = append(sent, e.Content)
+		}
+	}
+	if len(sent) != 1 || sent[0] != "from a tool" {
+		t.Fatalf("u1's chat shows %v from the bot, want the tool's text once", sent)
+	}
+	bizCode(t, m.tool("send_message", map[string]any{"chat_type": 1, "chatid": "nobody", "msgtype": "text", "text": map[string]any{"content": "x"}}), wecom.ErrCodeChatNotFound)
+	bizCode(t, m.tool("send_message", map[string]any{"chat_type": 1, "chatid": "u1", "msgtype": "text", "text": map[string]any{"content": strings.Repeat("x", MCPMaxSendBytes+1)}}), wecom.ErrCodeInvalidParam)
+	bizCode(t, m.tool("send_message", map[string]any{"chat_type": 1, "chatid": "u1", "msgtype": "markdown"}), wecom.ErrCodeInvalidMsgType)
+	if err := h.srv.SetMCPAccess(MCPAccess{BotID: bot1, Authorized: true, Scope: MCPScopeMember, Members: []string{"u1"}}); err != nil {
+		t.Fatal(err)
+	}
+	bizCode(t, m.tool("send_message", send), wecom.ErrCodeInvalidParam) // no requester
+	m.requester = "u1"
+	bizCode(t, m.tool("send_message", send), 0)
+}
+
+// The todo business type is authorized on its own: a to-do created is
+// listed, read in detail and deleted; under the member scope a member
+// lists their own to-dos only.
+func TestMCPTodo(t *testing.T) {
+	h := newSim(t, Config{})
+	defer h.close()
+	if err := h.srv.SetMCPAccess(MCPAccess{BotID: bot1, Authorized: true}); err != nil { // msg's, not todo's
+		t.Fatal(err)
+	}
+	m := &mcpClient{t: t, url: mcpURL(t, h, "todo")}
+	m.initialize()
+	create := map[string]any{"content": "write the report", "follower_list": map[string]any{"followers": []any{map[string]any{"follower_id": "u1", "follower_status": 1}}}}
+	bizCode(t, m.tool("create_todo", create), ErrCodeMCPUnauthorized)
+	if code, _ := h.httpDo(http.MethodPost, "/control/mcp_access", map[string]any{"bot_id": bot1, "biz_type": "todo", "authorized": true}); code != http.StatusOK {
+		t.Fatalf("POST /control/mcp_access for todo: %d", code)
+	}
+	made := m.tool("create_todo", create)
+	bizCode(t, made, 0)
+	id, _ := made["todo_id"].(string)
+	list := m.tool("get_todo_list", map[string]any{"follower_id": "u1"})
+	bizCode(t, list, 0)
+	if items := list["todo_list"].([]any); len(items) != 1 || items[0].(map[string]any)["todo_id"] != id {
+		t.Fatalf("u1's to-dos %v, want %s", items, id)
+	}
+	detail := m.tool("get_todo_detail", map[string]any{"todo_id_list": []string{id}})
+	bizCode(t, detail, 0)
+	if d := detail["data_list"].([]any); len(d) != 1 || d[0].(map[string]any)["content"] != "write the report" {
+		t.Fatalf("detail %v", d)
+	}
+	bizCode(t, m.tool("get_todo_list", map[string]any{}), wecom.ErrCodeInvalidParam)
+
+	if err := h.srv.SetMCPAccess(MCPAccess{BotID: bot1, BizType: "todo", Authorized: true, Scope: MCPScopeMember, Members: []string{"u1", "u2"}}); err != nil {
+		t.Fatal(err)
+	}
+	m.requester = "u2"
+	bizCode(t, m.tool("get_todo_list", map[string]any{"follower_id": "u1"}), ErrCodeMCPUnauthorized)
+	bizCode(t, m.tool("delete_todo", map[string]any{"todo_id": id}), ErrCodeMCPUnauthorized) // created by the bot, not u2
+	m.requester = "u1"
+	bizCode(t, m.tool("get_todo_list", map[string]any{"follower_id": "u1"}), 0)
+	if err := h.srv.SetMCPAccess(MCPAccess{BotID: bot1, BizType: "todo", Authorized: true}); err != nil {
+		t.Fatal(err)
+	}
+	bizCode(t, m.tool("delete_todo", map[string]any{"todo_id": id}), 0)
+	if todos := h.srv.Todos(bot1); len(todos) != 1 || todos[0].TodoStatus != TodoDeleted {
+		t.Fatalf("to-dos after the delete: %+v", todos)
+	}
+	if err := h.srv.SetMCPAccess(MCPAccess{BotID: bot1, BizType: "calendar", Authorized: true}); err == nil {
+		t.Fatal("an unknown business type authorized")
+	}
+}

@@ -2,16 +2,18 @@ package wecomsim
 
 import (
 	"encoding/json"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/botctl/botctl/pkg/wecom"
 )
 
-// The "msg" business type: WeCom's message history as the official
-// plugin's wecom-msg skill documents it (references/api-get-msg-chat-list.md
-// and api-get-messages.md): get_msg_chat_list lists the chats with
+// The "msg" business type: WeCom's message history and sends as the
+// official plugin's wecom-msg skill documents them
+// (references/api-get-msg-chat-list.md, api-get-messages.md and
+// api-send-message.md): send_message sends a text to a chat as the bot
+// (one the bot's users talked in, under the chat's send quota);
+// get_msg_chat_list lists the chats with
 // messages between two times, get_message reads one chat's messages, each
 // paged by an opaque cursor. Times are "YYYY-MM-DD HH:mm:ss", Beijing
 // time, to the second, both ends included; begin_time no earlier than 7
@@ -46,7 +48,17 @@ var msgTools = map[string]mcpTool{
 			"begin_time": map[string]any{"type": "string"}, "end_time": map[string]any{"type": "string"}, "cursor": map[string]any{"type": "string"}}},
 		handler: getMessageTool{},
 	},
+	"send_message": {
+		description: "向单聊或群聊发送文本消息",
+		inputSchema: map[string]any{"type": "object", "required": []string{"chat_type", "chatid", "msgtype", "text"}, "properties": map[string]any{
+			"chat_type": map[string]any{"type": "integer"}, "chatid": map[string]any{"type": "string"}, "msgtype": map[string]any{"type": "string", "enum": []string{"text"}},
+			"text": map[string]any{"type": "object", "required": []string{"content"}, "properties": map[string]any{"content": map[string]any{"type": "string"}}}}},
+		handler: sendMessageTool{},
+	},
 }
+
+// MCPMaxSendBytes bounds send_message's text.content.
+const MCPMaxSendBytes = 2048
 
 // msgRange is the time range and cursor every msg tool takes.
 type msgRange struct {
@@ -89,14 +101,9 @@ type visibleMsg struct {
 // visible is the caller's view of the bot's history under its
 // authorization: the messages of [from, to) it may read, oldest first.
 func (s *Server) visible(cc mcpCall, from, to time.Time) ([]visibleMsg, error) {
-	acc := s.mcpAccessOf(cc.bot)
-	switch {
-	case !acc.Authorized:
-		return nil, &mcpBizError{code: ErrCodeMCPUnauthorized, msg: "the bot is not authorized to read message history (msg): an admin must authorize it"}
-	case acc.Scope == MCPScopeMember && cc.requester == "":
-		return nil, &mcpBizError{code: wecom.ErrCodeInvalidParam, msg: "the history covers an authorizing member's chats only: call with " + MCPRequesterHeader}
-	case acc.Scope == MCPScopeMember && !slices.Contains(acc.Members, cc.requester):
-		return nil, &mcpBizError{code: ErrCodeMCPUnauthorized, msg: "member " + quote(cc.requester) + " has not authorized the bot to read their messages"}
+	acc, err := s.authorize(cc)
+	if err != nil {
+		return nil, err
 	}
 	b, err := s.bot(cc.bot)
 	if err != nil {
@@ -228,4 +235,58 @@ func pageOf[T any](items []T, offset int) ([]T, string) {
 		return page, strconv.Itoa(end)
 	}
 	return page, ""
+}
+
+// sendMessageTool is send_message: a text to a chat of the bot's, kept in
+// its transcript as a proactive "text" from the bot.
+type sendMessageTool struct{}
+
+func (sendMessageTool) call(s *Server, cc mcpCall, raw json.RawMessage) (any, error) {
+	var q struct {
+		ChatType int    `json:"chat_type"`
+		ChatID   string `json:"chatid"`
+		MsgType  string `json:"msgtype"`
+		Text     struct {
+			Content string `json:"content"`
+		} `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &q); err != nil {
+		return nil, bizInvalid("arguments must be {\"chat_type\":1|2,\"chatid\":…,\"msgtype\":\"text\",\"text\":{\"content\":…}}")
+	}
+	chatType := map[int]string{wecom.ChatTypeSingle: wecom.ChatSingle, wecom.ChatTypeGroup: wecom.ChatGroup}[q.ChatType]
+	switch {
+	case chatType == "" || q.ChatID == "":
+		return nil, bizInvalid("chat_type (1 single, 2 group) and chatid are required")
+	case q.MsgType != wecom.MsgTypeText:
+		return nil, &mcpBizError{code: wecom.ErrCodeInvalidMsgType, msg: "msgtype " + quote(q.MsgType) + ": only text is supported"}
+	case q.Text.Content == "":
+		return nil, bizInvalid("text.content is required")
+	case len(q.Text.Content) > MCPMaxSendBytes:
+		return nil, bizInvalid("text.content is " + strconv.Itoa(len(q.Text.Content)) + " bytes: at most " + strconv.Itoa(MCPMaxSendBytes))
+	}
+	if _, err := s.authorize(cc); err != nil {
+		return nil, err
+	}
+	b, err := s.bot(cc.bot)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := b.chats[q.ChatID]
+	if ch == nil || ch.chatType != chatType {
+		b.stats.ChatNotFound++
+		return nil, &mcpBizError{code: wecom.ErrCodeChatNotFound, msg: "chat not found: no " + chatType + " chat " + quote(q.ChatID) + " has talked to this bot"}
+	}
+	times := b.sent[ch.key]
+	over := overQuota(&times, now, s.frameCaps(), "frames")
+	b.sent[ch.key] = times
+	if over != "" {
+		b.stats.QuotaRejections++
+		return nil, &mcpBizError{code: wecom.ErrCodeRateLimited, msg: "api freq out of limit: " + over + " per conversation"}
+	}
+	b.consume(ch.key, now)
+	b.addEntry(ch.key, TranscriptEntry{From: "bot", MsgID: newID("mcpsend"), Kind: wecom.MsgTypeText, Content: q.Text.Content, Finished: true})
+	return map[string]any{}, nil
 }

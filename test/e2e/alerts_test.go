@@ -53,7 +53,7 @@ func count(list []string, want string) int {
 // a revoked secret pages a person at once, no node retries it, and a
 // person's ack brings it back with one recovery alert.
 func TestAlertsEndToEnd(t *testing.T) {
-	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
+	t.Parallel()
 	c := newCluster(t, []string{"b1", "b2", "b3"})
 	robotFile := filepath.Join(t.TempDir(), "robot.url")
 	if err := os.WriteFile(robotFile, []byte(c.SimHTTP+"/cgi-bin/webhook/send?key=ops\n"), 0o600); err != nil {
@@ -202,7 +202,7 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() error) {
 // above any outage here: this test is about the alerts' bound, and
 // compensation_test covers half-open.
 func TestFlappingBotAlertsBounded(t *testing.T) {
-	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
+	t.Parallel()
 	const drops, flapWindow = 6, 150 * time.Second
 	c := newCluster(t, []string{"b1"})
 	robotFile := filepath.Join(t.TempDir(), "robot.url")

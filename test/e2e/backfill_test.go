@@ -16,7 +16,7 @@ import (
 // kill-worker-last-delivery r3, where the watermark had moved past such
 // messages and three were never answered nor marked).
 func TestDeferredGapMessageSurvivesLeaderKill(t *testing.T) {
-	t.Parallel() // mostly waiting on time windows (answers, quotas, TTLs): beside the other long tests
+	t.Parallel()
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "40s", "--backfill-overlap", "1s"})
 	startNodes(t, c, 2)
 	waitStable(t, c)

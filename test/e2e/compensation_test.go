@@ -85,6 +85,7 @@ func awayDuringAnswer(t *testing.T, c *cluster.Cluster, user, question string, s
 // An answer that completes while the bot is away is owed by push: after
 // recovery it is replayed exactly once, and the incident counts it.
 func TestOutboundReplayExactlyOnce(t *testing.T) {
+	t.Parallel()
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "3s"})
 	startNodes(t, c, 2)
 	waitStable(t, c)
@@ -105,6 +106,7 @@ func TestOutboundReplayExactlyOnce(t *testing.T) {
 // the answer once, when it completes. The 30 s answer outlasts the 6 s
 // outage and the reconnect with a wide margin.
 func TestStaleStreamProgressIsDropped(t *testing.T) {
+	t.Parallel()
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "30s"})
 	startNodes(t, c, 1)
 	waitStable(t, c)
@@ -129,6 +131,7 @@ func TestStaleStreamProgressIsDropped(t *testing.T) {
 // the conversations "may be incomplete" and pages a person (a data
 // incident); the next answer in such a conversation tells the user.
 func TestBackfillBudgetSpentMarksAndTells(t *testing.T) {
+	t.Parallel()
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "1s", "--backfill-max-messages", "1"})
 	startNodes(t, c, 1)
 	waitStable(t, c)
@@ -187,6 +190,7 @@ func TestBackfillBudgetSpentMarksAndTells(t *testing.T) {
 // came back, not as the new connection's first messages moved it, so the
 // older part of the gap is answered too.
 func TestGapLongerThanOverlapIsBackfilled(t *testing.T) {
+	t.Parallel()
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "1s", "--backfill-overlap", "1s"})
 	startNodes(t, c, 1)
 	waitStable(t, c)
@@ -240,6 +244,7 @@ func TestGapLongerThanOverlapIsBackfilled(t *testing.T) {
 // marked "may be incomplete": the next answer there tells the user. The
 // short recovery.* settings keep the half-open after the outage brief.
 func TestNoHistorySourcePagesAndTells(t *testing.T) {
+	t.Parallel()
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "1s", "--backfill-history-url=",
 		"--recovery-threshold", "2s", "--recovery-probes", "1", "--recovery-observe", "2s"})
 	startNodes(t, c, 1)

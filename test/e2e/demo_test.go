@@ -23,6 +23,7 @@ import (
 // The README's first command: `botctl serve --demo` prints the demo page's
 // address, and through the page's API a user's question gets its answer.
 func TestServeDemoPrintsThePage(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("e2e: skipped in -short mode")
 	}

@@ -12,6 +12,7 @@ import (
 // botctl drill against a running cluster: a drop round measured from
 // outside (T1 from the injection, T2, T3, messages lost), and the refusals.
 func TestDrillDrop(t *testing.T) {
+	t.Parallel()
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "2s"})
 	startNodes(t, c, 2)
 	waitStable(t, c)

@@ -18,6 +18,7 @@ import (
 // a. One leader per bot; `botctl status --json`, every node's /status and
 // the simulator agree.
 func TestOneLeaderPerBot(t *testing.T) {
+	t.Parallel()
 	bots := []string{"b1", "b2", "b3"}
 	c := newCluster(t, bots)
 	startNodes(t, c, 3)
@@ -122,6 +123,7 @@ func TestOneLeaderPerBot(t *testing.T) {
 // b. Graceful stop: SIGTERM on a leader → a new leader is subscribed within
 // one campaign round (well below the TTL), the old node exits 0, no kicks.
 func TestGracefulStop(t *testing.T) {
+	t.Parallel()
 	bots := []string{"b1", "b2"}
 	c := newCluster(t, bots)
 	startNodes(t, c, 3)
@@ -158,6 +160,7 @@ func TestGracefulStop(t *testing.T) {
 // c. Crash: SIGKILL on the leader → another node takes over once the lease
 // expires (about the TTL), no kicks.
 func TestCrashTakeover(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, []string{"b1"})
 	startNodes(t, c, 3)
 	leaders := waitStable(t, c)
@@ -186,6 +189,7 @@ func TestCrashTakeover(t *testing.T) {
 // takes over (no kick); after healing it does not reconnect over the new
 // leader.
 func TestPartitionLeaderLosesEtcd(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, []string{"b1"})
 	proxy, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(c.EtcdURL, "http://"))
 	if err != nil {
@@ -281,6 +285,7 @@ func TestPartitionLeaderLosesEtcd(t *testing.T) {
 // the user exactly once, by its stream's final frame or, if the stream
 // began under the old leader, by a proactive push (requireHandledOnce).
 func TestMessagesDuringHandover(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, []string{"b1"}, "--rate-limit", "100000")
 	startNodes(t, c, 3)
 	waitStable(t, c)
@@ -316,6 +321,7 @@ func TestMessagesDuringHandover(t *testing.T) {
 // f. Bad flags are rejected with exit code 2 and an error naming the flag
 // or config key; secrets are not echoed.
 func TestBadFlags(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("e2e: skipped in -short mode")
 	}
@@ -374,6 +380,7 @@ func TestBadFlags(t *testing.T) {
 // d (standby). Partition of a standby: losing etcd on a node that does not lead
 // changes nothing for the bot; after healing the node is a standby again.
 func TestPartitionStandbyLosesEtcd(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, []string{"b1"})
 	proxy, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(c.EtcdURL, "http://"))
 	if err != nil {
@@ -423,6 +430,7 @@ func TestPartitionStandbyLosesEtcd(t *testing.T) {
 // network blip) → it resigns and campaigns again; some node reconnects
 // within a few seconds, with no kick and one leader.
 func TestPartitionLeaderLosesWeCom(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, []string{"b1"})
 	simAddr := strings.TrimSuffix(strings.TrimPrefix(c.SimWS, "ws://"), "/")
 	proxy, err := faultproxy.New("127.0.0.1:0", simAddr)

@@ -40,6 +40,7 @@ func incidents(t *testing.T, c *cluster.Cluster, args ...string) []incident.Inci
 // without a person; the report adds them up; a message sent while no node
 // held the bot is answered after recovery.
 func TestIncidentsOfADropAndACrash(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, []string{"b1"})
 	startNodes(t, c, 2)
 	waitStable(t, c)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
@@ -28,8 +29,17 @@ const (
 	margin = 1 * time.Second
 )
 
+// Every test starts a cluster of processes of its own (ports from the
+// kernel or infra.FreeAddrs, data in t.TempDir) and reads only its own
+// processes, so all but the one that sets an environment variable call
+// t.Parallel. They spend most of their time waiting on time windows
+// (TTLs, answers, alert windows), not on the CPU: four run at once.
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if err := testenv.Parallel(4); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
 	if testing.Short() {
 		os.Exit(m.Run()) // every test skips itself
 	}

@@ -22,6 +22,7 @@ import (
 // the first node rolled (no newer node waits then): never to a node that
 // is rolled next (docs/upgrading.md).
 func TestRollingUpgradeMovesEachBotOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, []string{"b1"})
 	dir := t.TempDir()
 	older, err := cluster.BuildVersion(dir, "v0.90.0", "botctl-older")

@@ -21,6 +21,7 @@ import (
 // STOPPING=1 on SIGTERM; meanwhile its /metrics (the real process's) say
 // it leads the bot and /readyz says it is ready.
 func TestSystemdNotifyAndMetrics(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, []string{"b1"})
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})

@@ -14,6 +14,7 @@ import (
 // botctl tasks against a running cluster: list, show, redeliver, retry,
 // cancel, with --json shapes other tools rely on.
 func TestTasksCommands(t *testing.T) {
+	t.Parallel()
 	// Answers take 4 s: long enough to catch one running, short enough.
 	c := newClusterWith(t, []string{"b1"}, []string{"--ai", "demo", "--demo-answer-time", "4s"})
 	startNodes(t, c, 1)

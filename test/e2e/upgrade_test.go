@@ -49,6 +49,7 @@ func previous(t *testing.T) (commit, version string) {
 // answer reaches the user once) and none is lost, and at the end every
 // node runs the new build.
 func TestRollingUpgradeFromPrevious(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("e2e: skipped in -short mode")
 	}
