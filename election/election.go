@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -386,3 +387,27 @@ func (e *Elector) Candidates(ctx context.Context) ([]string, error) {
 
 // Key is the bot's election prefix, under which each candidate's key lies.
 func (e *Elector) Key() string { return e.name }
+
+// Queues reads, in one request, the election queue of every bot under
+// prefix ("" means DefaultPrefix): per bot, the node of each candidate
+// key in the order they lead (the leader first, then each waiting
+// candidate as it joined), as Candidates lists one bot's. A bot whose
+// queue is empty is absent. The revision is the read's.
+func Queues(ctx context.Context, cli *clientv3.Client, prefix string) (map[string][]string, int64, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the election queues under %s: %w", prefix, err)
+	}
+	out := map[string][]string{}
+	for _, kv := range resp.Kvs {
+		bot, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if !ok || bot == "" {
+			continue // not a candidate key
+		}
+		out[bot] = append(out[bot], leaderInfo(kv).Node)
+	}
+	return out, resp.Header.Revision, nil
+}

@@ -12,13 +12,13 @@ import (
 func newBotsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bots",
-		Short: "Operate on bots: the registry in etcd (add, remove, list, rotate-secret), their settings at run time (set, show) and env gate",
+		Short: "Operate on bots: the registry in etcd (add, remove, list, rotate-secret), their settings at run time (set, show), env gate and balance",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usageErrorf("missing subcommand: see 'botctl bots --help'")
 		},
 	}
-	cmd.AddCommand(newBotsGateCmd(), newBotsSetCmd(), newBotsShowCmd(), newBotsAddCmd(), newBotsRemoveCmd(), newBotsListCmd(), newBotsRotateSecretCmd())
+	cmd.AddCommand(newBotsGateCmd(), newBotsSetCmd(), newBotsShowCmd(), newBotsAddCmd(), newBotsRemoveCmd(), newBotsListCmd(), newBotsRotateSecretCmd(), newBotsBalanceCmd())
 	return cmd
 }
 

@@ -50,6 +50,10 @@ type NodeStatus struct {
 	Unreachable string `json:"unreachable,omitempty"`
 	// Model is each bot's backend calls on this node since it started.
 	Model map[string]metrics.ModelSummary `json:"model,omitempty"`
+	// Spread is how many bots the node leads against its even share and
+	// the band the balancer keeps it in (botctl bots balance); absent
+	// when the election queues could not be read.
+	Spread *node.NodeSpread `json:"spread,omitempty"`
 	// settings are each bot's settings on this node (GET /status's),
 	// shown per bot (BotStatus.SettingsRefused).
 	settings map[string]liveSettings
@@ -411,7 +415,42 @@ func readStatus(ctx context.Context, cli *clientv3.Client, hc *http.Client, hist
 	}
 	addRefused(&st) // sorts the bots
 	addModel(&st)
+	addSpread(ctx, cli, &st)
 	return st, nil
+}
+
+// addSpread adds each node's spread, as the balancer's plan reads it; a
+// failed read leaves it out (the rest of the status stands).
+func addSpread(ctx context.Context, cli *clientv3.Client, st *Status) {
+	plan, _, err := node.ReadBalancePlan(ctx, cli, prefix, "", time.Now())
+	if err != nil {
+		return
+	}
+	for _, s := range plan.Spread {
+		for i := range st.Nodes {
+			if st.Nodes[i].ID == s.Node {
+				st.Nodes[i].Spread = &s
+			}
+		}
+	}
+}
+
+// printSpread is each node's bots led against its even share.
+func printSpread(w io.Writer, nodes []NodeStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SPREAD\tLEADS\tSHARE\tBAND\t")
+	shown := false
+	for _, n := range nodes {
+		if s := n.Spread; s != nil {
+			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d–%d\t%s\n", n.ID, s.Leads, s.Share, s.Low, s.High, strings.TrimSpace(offMark(*s)))
+			shown = true
+		}
+	}
+	if shown {
+		tw.Flush()
+		fmt.Fprintln(w, "(what the balancer would move now: botctl bots balance --dry-run)")
+		fmt.Fprintln(w)
+	}
 }
 
 func printStatus(w io.Writer, st Status) {
@@ -433,6 +472,8 @@ func printStatus(w io.Writer, st Status) {
 		fmt.Fprintln(tw, "(no nodes registered)")
 	}
 	fmt.Fprintln(tw)
+	tw.Flush()
+	printSpread(w, st.Nodes)
 	fmt.Fprintln(tw, "BOT\tLEADER\tSINCE\tTERM\tGATE\tQUEUE\tHEALTH\tINCIDENT")
 	for _, b := range st.Bots {
 		leader, since := b.Leader, "-"

@@ -238,6 +238,8 @@ type Election struct {
 	// needs_human instead of reconnecting. Defaults 3 and 10m.
 	KickLimit  int           `yaml:"kick_limit"`
 	KickWindow time.Duration `yaml:"kick_window"`
+	// Balance is the balancer (balance.go).
+	Balance Balance `yaml:"balance"`
 }
 
 // Worker is this node's compute side.
@@ -304,7 +306,7 @@ func Defaults() Config {
 		Etcd:    Etcd{DialTimeout: 5 * time.Second, CompactRetention: time.Hour},
 		WeCom:   WeCom{HeartbeatInterval: 30 * time.Second, AckTimeout: 5 * time.Second},
 		Election: Election{TTL: 20 * time.Second, SafetyMargin: 5 * time.Second, PulseInterval: time.Second, PulseTimeout: 3 * time.Second,
-			KickLimit: 3, KickWindow: 10 * time.Minute},
+			KickLimit: 3, KickWindow: 10 * time.Minute, Balance: balanceDefaults()},
 		Backfill: Backfill{Overlap: time.Minute, MaxMessages: 500, Rate: 20, AuditEvery: time.Minute},
 		Worker:   Worker{LeaderSlots: DefaultLeaderSlots, Deadline: 30 * time.Minute},
 		AI: AI{Kind: AIKindDemo, MaxAnswerBytes: DefaultMaxAnswerBytes, FirstTokenTimeout: DefaultFirstTokenTimeout,
@@ -584,12 +586,7 @@ func (c *Config) Validate() error {
 			bad("election.pulse_timeout", "%s: want 0 (off) or at least twice election.pulse_interval (%s), or one late pulse deposes the leader", c.Election.PulseTimeout, c.Election.PulseInterval)
 		}
 	}
-	if c.Election.KickLimit < 1 {
-		bad("election.kick_limit", "must be at least 1, got %d", c.Election.KickLimit)
-	}
-	if c.Election.KickWindow <= 0 {
-		bad("election.kick_window", "must be positive, got %s", c.Election.KickWindow)
-	}
+	c.validateElection(bad)
 	if c.Worker.Slots < 0 || c.Worker.Slots > MaxSlots {
 		bad("worker.slots", "%d: want 0 (derived from the machine's memory and ai.max_concurrency) to %d (the task queue's TaskMaxRunning, 65536, must exceed the sum over nodes)", c.Worker.Slots, MaxSlots)
 	}

@@ -37,3 +37,38 @@ func TestElectionPulseAndKickKeys(t *testing.T) {
 		}
 	}
 }
+
+// election.balance: on by default at 10s, ±10 %, 10m and weight 1; each
+// key loads from the file and the environment; each bad value is refused
+// naming its key and the fix.
+func TestElectionBalanceKeys(t *testing.T) {
+	if d := Defaults().Election.Balance; d != (Balance{Enabled: true, Interval: 10 * time.Second, Tolerance: 0.1, Cooldown: 10 * time.Minute, Weight: 1}) {
+		t.Fatalf("defaults = %+v", d)
+	}
+	cfg, err := Load(writeFile(t, "election:\n  balance:\n    interval: 30s\n    tolerance: 0.2\n    weight: 2.5\n"),
+		[]string{"BOTCTL_ELECTION_BALANCE_COOLDOWN=20m", "BOTCTL_ELECTION_BALANCE_ENABLED=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := cfg.Election.Balance; b != (Balance{Enabled: false, Interval: 30 * time.Second, Tolerance: 0.2, Cooldown: 20 * time.Minute, Weight: 2.5}) {
+		t.Fatalf("loaded = %+v", b)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"election:\n  balance:\n    interval: 100ms\n", "config key election.balance.interval: 100ms: want at least 1s"},
+		{"election:\n  balance:\n    tolerance: 0\n", "config key election.balance.tolerance: 0: want more than 0 and less than 1"},
+		{"election:\n  balance:\n    tolerance: 1.5\n", "config key election.balance.tolerance: 1.5: want more than 0 and less than 1"},
+		{"election:\n  balance:\n    cooldown: 5s\n", "config key election.balance.cooldown: 5s: want at least election.balance.interval (10s)"},
+		{"election:\n  balance:\n    weight: -1\n", "config key election.balance.weight: -1: want more than 0"},
+	} {
+		cfg, err := Load(writeFile(t, tc.yaml), nil)
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("yaml %q: err = %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

@@ -10,6 +10,7 @@
 //	elect/<bot>/<lease hex>       the bot's concurrency.Election (election)
 //	election/<bot>                the election of botctl before that layout, still checked (election)
 //	pulse/<bot>                   the leader's liveness pulse (election)
+//	balance/<bot>                 the bot's last move by the balancer, bound to a lease of the move cooldown (pkg/node)
 //	settings/<bot>                the bot's settings override, `botctl bots set` (pkg/botsettings)
 //	bots/<bot>                    the bot registry, `botctl bots add` (pkg/fleet)
 //	alerter                       the cluster's alerter election (pkg/heal/alert)
@@ -33,6 +34,7 @@ const (
 	ElectDir          = "elect/"
 	LegacyElectionDir = "election/"
 	PulseDir          = "pulse/"
+	BalanceDir        = "balance/"
 	SettingsDir       = "settings/"
 	BotsDir           = "bots/"
 	Alerter           = "alerter"
@@ -51,6 +53,9 @@ var Default = Layout{Root: Root}
 
 // Node is node id's registry record.
 func (l Layout) Node(id string) string { return l.Root + NodesDir + id }
+
+// BalanceMove is bot's last move by the balancer.
+func (l Layout) BalanceMove(bot string) string { return l.Root + BalanceDir + bot }
 
 // Setting is bot's settings override.
 func (l Layout) Setting(bot string) string { return l.Root + SettingsDir + bot }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/botctl/botctl/election"
@@ -12,7 +13,7 @@ import (
 )
 
 // botLoop is one bot's life on this node, until ctx ends.
-func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
+func (n *Node) botLoop(ctx context.Context, index int, b config.Bot, sig balanceSignals) {
 	log := n.log.With().Str("bot", b.ID).Logger()
 	el, err := election.New(n.cli, n.electionConfig(b.ID))
 	if err != nil { // validated in New; unreachable
@@ -66,35 +67,20 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		if k := n.leading(); k > 0 && !pause.For(ctx, time.Duration(k)*n.cfg.SpreadDelay) {
 			return
 		}
-		// stop ends when the node stops, the gate moves or this node's
-		// clock goes off (a candidacy, or a term, of a node whose clock
-		// cannot be trusted ends): the graceful stop. The term itself outlives it (WithTermContext) until lead
-		// resigns, so its lease is renewed until the connection is gone.
+		// stop ends when the node stops, or watchStop ends it: the graceful
+		// stop. The term outlives it (WithTermContext) until lead resigns.
 		stop, cancel := context.WithCancelCause(ctx)
-		guardDone := make(chan struct{})
-		go func() {
-			defer close(guardDone)
-			if n.waitGate(stop, b.ID, rev, func(env string) bool { return env != n.cfg.Env }) {
-				cancel(errGateMoved)
-			}
-		}()
-		clockDone := make(chan struct{})
-		go func() {
-			defer close(clockDone)
-			if n.waitClockOff(stop) {
-				cancel(errClockOff)
-			}
-		}()
-		term, err := n.campaign(stop, el, log)
+		watched := n.watchStop(stop, cancel, b.ID, rev, sig)
+		term, err := n.campaign(stop, el, sig.stepBack, log)
 		var res leadResult
 		if err == nil {
 			res = n.lead(stop, term, n.served(b), log)
 		}
 		gateMoved := errors.Is(context.Cause(stop), errGateMoved)
 		clockOff := errors.Is(context.Cause(stop), errClockOff)
+		handedOver := errors.Is(context.Cause(stop), errHandover)
 		cancel(nil)
-		<-guardDone
-		<-clockDone
+		watched.Wait()
 
 		switch {
 		case ctx.Err() != nil:
@@ -104,6 +90,9 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		case clockOff:
 			log.Error().Msg("this node's clock went off: candidacy or term ended")
 			continue // the loop finds the clock off
+		case handedOver && err == nil:
+			log.Info().Str("reason", res.reason).Msg("handed over by the balancer: campaigning again, at the back of the queue")
+			continue
 		case err != nil: // the etcd client is closed
 			n.etcdError("campaign")
 			wait(etcdRetry, "campaign failed: "+err.Error())
@@ -142,4 +131,28 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot) {
 		// is resigned already, so another node may try meanwhile.
 		wait(termRetry, res.reason)
 	}
+}
+
+// watchStop ends stop (cancel, with the cause) when the bot's gate moves
+// from this node's env (errGateMoved, rev: the gate's revision read),
+// this node's clock goes off (a candidacy, or a term, of a node whose
+// clock cannot be trusted ends: errClockOff) or the balancer orders the
+// bot handed over while this node leads it (errHandover). Orders the
+// balancer gave before are dropped first. The returned group is done
+// once stop has ended and every watcher returned.
+func (n *Node) watchStop(stop context.Context, cancel context.CancelCauseFunc, bot string, rev int64, sig balanceSignals) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if n.waitGate(stop, bot, rev, func(env string) bool { return env != n.cfg.Env }) {
+			cancel(errGateMoved)
+		}
+	})
+	wg.Go(func() {
+		if n.waitClockOff(stop) {
+			cancel(errClockOff)
+		}
+	})
+	sig.drain()
+	wg.Go(func() { n.watchHandover(stop, cancel, bot, sig) })
+	return &wg
 }

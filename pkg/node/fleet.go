@@ -24,6 +24,8 @@ type loop struct {
 	cancel context.CancelCauseFunc // nil until Run starts it
 	done   chan struct{}           // closed when the loop has ended
 	prove  chan proof              // the secrets to prove on the connection held (Prove)
+	// signals are the balancer's orders to the loop.
+	signals balanceSignals
 	// ending: Drop or Refuse ended the loop; refused, once set, is why
 	// the bot is shown refused after it ends; again is the bot served
 	// again meanwhile (Serve), whose loop starts once this one has ended.
@@ -58,7 +60,7 @@ func (n *Node) Serve(b config.Bot) error {
 
 // addLocked makes b's loop, started if Run runs; n.mu is held.
 func (n *Node) addLocked(b config.Bot, index int) {
-	l := &loop{bot: b, index: index, done: make(chan struct{}), prove: make(chan proof, 1)}
+	l := &loop{bot: b, index: index, done: make(chan struct{}), prove: make(chan proof, 1), signals: newBalanceSignals()}
 	n.loops[b.ID] = l
 	if _, ok := n.status[b.ID]; !ok || n.status[b.ID].State == StateRefused {
 		n.status[b.ID] = BotStatus{State: StateStarting, Since: time.Now().UTC()}
@@ -133,7 +135,7 @@ func (n *Node) startLocked(l *loop) {
 	n.loopWG.Go(func() {
 		defer close(l.done)
 		defer cancel(nil)
-		n.botLoop(ctx, l.index, b)
+		n.botLoop(ctx, l.index, b, l.signals)
 		n.mu.Lock()
 		if errors.Is(context.Cause(ctx), ErrRemoved) && n.loops[b.ID] == l {
 			delete(n.loops, b.ID)

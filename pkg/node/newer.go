@@ -106,22 +106,40 @@ var errStepBack = errors.New("a node of a newer botctl waits behind this one")
 // stop), joined again at the back of the queue whenever stepBack says so
 // while this node waits. A term won is kept, even if a step back was
 // decided meanwhile.
-func (n *Node) campaign(stop context.Context, el *election.Elector, log zerolog.Logger) (*election.Term, error) {
+//
+// The balancer's step back (stepBack receiving) is the same withdrawal:
+// this node leaves the queue and joins it again at the back, so that the
+// new leader the balancer planned, waiting behind it, leads next.
+func (n *Node) campaign(stop context.Context, el *election.Elector, stepBack <-chan struct{}, log zerolog.Logger) (*election.Term, error) {
 	for {
 		camp, cancel := context.WithCancelCause(stop)
-		done := make(chan struct{})
+		done := make(chan struct{}, 2)
 		go func() {
-			defer close(done)
+			defer func() { done <- struct{}{} }()
 			if n.waitNewer(camp, el) {
 				cancel(errStepBack)
 			}
 		}()
+		go func() {
+			defer func() { done <- struct{}{} }()
+			select {
+			case <-camp.Done():
+			case <-stepBack:
+				cancel(errBalanceStepBack)
+			}
+		}()
 		term, err := el.Campaign(camp, election.WithTermContext(context.WithoutCancel(stop)))
-		stepped := errors.Is(context.Cause(camp), errStepBack)
+		cause := context.Cause(camp)
 		cancel(nil)
 		<-done
+		<-done
+		stepped := errors.Is(cause, errStepBack) || errors.Is(cause, errBalanceStepBack)
 		if err == nil || !stepped || stop.Err() != nil {
 			return term, err
+		}
+		if errors.Is(cause, errBalanceStepBack) {
+			log.Info().Msg("stepped back in the election for the balancer: joining the queue again at its back")
+			continue
 		}
 		log.Info().Msg("a node of a newer botctl waits behind this one in the election: joining the queue again behind it, so that a handover goes to it")
 	}

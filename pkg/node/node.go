@@ -86,6 +86,9 @@ type Config struct {
 	// it already leads, so that several bots spread over nodes instead of
 	// all going to the first node up. Default 1s; set it below the TTL.
 	SpreadDelay time.Duration
+	// Balance is the balancer (balancer.go): leadership kept within a
+	// tolerance of every node's even share.
+	Balance BalanceConfig
 	// Inbound handles callbacks; nil drops them (logging each).
 	Inbound Inbound
 	// Health, if set, hears every connection attempt and end (pkg/heal/health's
@@ -146,6 +149,7 @@ func (c *Config) setDefaults() {
 	if c.SpreadDelay <= 0 {
 		c.SpreadDelay = time.Second
 	}
+	c.Balance.setDefaults()
 }
 
 // Node runs every bot's loop on one process.
@@ -179,6 +183,9 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 	}
 	if cfg.BackoffMax < cfg.Backoff {
 		return nil, fmt.Errorf("node: BackoffMax (%s) must be at least Backoff (%s)", cfg.BackoffMax, cfg.Backoff)
+	}
+	if err := cfg.Balance.validate(); err != nil {
+		return nil, err
 	}
 	n := &Node{
 		cfg: cfg, cli: cli, started: time.Now().UTC(),
@@ -295,6 +302,7 @@ func (n *Node) Info() Info {
 		ID: n.cfg.NodeID, Address: n.cfg.Address, Version: n.cfg.Version, Env: n.cfg.Env,
 		Slots: n.cfg.Slots, Roles: n.cfg.Roles, Started: n.started, Bots: n.Status(),
 		Host: host, PID: os.Getpid(), JetStreamFailing: n.cfg.DataPlane != nil && n.cfg.DataPlane.Failing(),
+		Weight: n.cfg.Balance.Weight, Balance: n.cfg.Balance.settings(),
 	}
 }
 
@@ -330,6 +338,11 @@ func (n *Node) Run(ctx context.Context) error {
 		defer close(regDone)
 		n.register(regCtx)
 	}()
+	balanced := make(chan struct{})
+	go func() {
+		defer close(balanced)
+		n.balance(ctx)
+	}()
 	n.mu.Lock()
 	n.runCtx = ctx
 	for _, l := range n.loops {
@@ -337,6 +350,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	<-ctx.Done()
+	<-balanced
 	n.mu.Lock()
 	n.runCtx = nil // Serve from now on starts nothing
 	n.mu.Unlock()

@@ -48,6 +48,12 @@ type Info struct {
 	// JetStreamFailing: the node's JetStream fails while its NATS
 	// connection is up (Config.DataPlane).
 	JetStreamFailing bool `json:"jetstream_failing,omitempty"`
+	// Weight is the node's capacity for leading bots relative to the
+	// others' (election.balance.weight); 0 (a release before the
+	// balancer) reads as 1.
+	Weight float64 `json:"weight,omitempty"`
+	// Balance is the node's balancer settings; nil: it does not balance.
+	Balance *BalanceSettings `json:"balance,omitempty"`
 }
 
 // JetStreamAnswersElsewhere reports whether a registered node other than

@@ -224,7 +224,7 @@ func Run(ctx context.Context, o Options) error {
 			MaxAckTimeouts: cfg.WeCom.MaxAckTimeouts, CallbackQueue: cfg.WeCom.CallbackQueue, Frames: n.obs.metrics},
 		Election: election.Config{TTL: cfg.Election.TTL, SafetyMargin: cfg.Election.SafetyMargin,
 			PulseInterval: cfg.Election.PulseInterval, PulseTimeout: cfg.Election.PulseTimeout, NoPulse: cfg.Election.PulseTimeout == 0},
-		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow,
+		KickLimit: cfg.Election.KickLimit, KickWindow: cfg.Election.KickWindow, Balance: balanceConfig(cfg.Election.Balance),
 		Inbound: n.Access, Hooks: termHooks{n}, Health: n.Health, Metrics: n.obs.metrics,
 		Skew: jetstream.Offs{n.skew, jsHealth}, DataPlane: jsHealth,
 		Logger: n.base, // node.New adds the node field
