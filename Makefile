@@ -5,18 +5,19 @@ BIN       ?= bin/botctl
 PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
 # -p 3: the long packages (test/pipeline, test/e2e, pkg/serve) spend most of
-# their time waiting on time windows (answers, quotas, TTLs), so three test
-# binaries at once on two cores keep the CI run near 20 minutes. A server
-# that cannot listen on port 0 (etcd) is started again on other ports when
-# another binary took its port first (EADDRINUSE), or given ports from
-# below the kernel's ephemeral range (infra.FreeAddrs), where no
-# connection's source port lands.
+# their time waiting on time windows (answers, quotas, TTLs), and each runs
+# four of its tests at once (testenv.Parallel), so three test binaries at
+# once on two cores keep the machine busy without starving a test. A
+# server that cannot listen on port 0 (etcd) is started again on other
+# ports when another binary took its port first (EADDRINUSE), or given
+# ports from below the kernel's ephemeral range (infra.FreeAddrs), where no
+# connection's source port lands. The tests pass at any -p; -p only sets
+# how long the run takes.
 TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
 # go test starts test binaries in the order given: the longest packages
-# first, so the run does not end waiting on one of them alone (test/e2e
-# about 380 s, pkg/serve 300 s, test/pipeline 200 s with four of its
-# tests at once).
-TESTPKGS  ?= $(if $(filter ./...,$(PKGS)),./test/e2e ./pkg/serve ./test/pipeline) $(PKGS)
+# first, so the run does not end waiting on one of them alone (test/pipeline
+# about 330 s, test/e2e 240 s, pkg/serve 200 s on a loaded machine).
+TESTPKGS  ?= $(if $(filter ./...,$(PKGS)),./test/pipeline ./test/e2e ./pkg/serve) $(PKGS)
 
 # The build stamps the version (the latest v* tag reachable, as git describe
 # says it: v0.5.0 on a tagged commit, v0.5.0-3-gabc1234 after it; "dev"
@@ -44,14 +45,20 @@ build:
 # (conformance) and Chromium, each missing one named with its install
 # command; then scripts/check-tracked.sh: no tracked file over 2 MB or
 # executable binary.
+#
+# On a cold build cache most of a run is compiling: lint builds with the
+# race detector too (LINTFLAGS=-race), so go vet, staticcheck and the
+# test binaries share one build of every package instead of two. The
+# conformance suite (the official SDK against botctl sim; it mostly
+# waits) runs beside the package tests (scripts/beside.sh), its output
+# printed after theirs.
 test:
 	bash scripts/check-prereqs.sh
 	bash scripts/check-tracked.sh
-	$(MAKE) lint
+	$(MAKE) lint LINTFLAGS=-race
 	bash scripts/ensure-chromium.sh
-	BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
+	bash scripts/beside.sh 'make conformance GO=$(GO)' -- env BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
 	$(MAKE) chaos-smoke
-	$(MAKE) conformance
 
 # The release artifacts of this commit in dist/ (scripts/release.sh):
 # botctl_<V>_linux_{amd64,arm64}.tar.gz, botctl_<V>_{amd64,arm64}.deb, the
@@ -135,10 +142,13 @@ chaos-smoke:
 	BOTCTL_CHAOS=1 $(GO) test -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
 
 # go vet and staticcheck (a pinned version from the Go module proxy);
-# make test runs it first.
+# make test runs it first. LINTFLAGS are build flags both check the code
+# under (make test: -race, to share the test binaries' build); staticcheck
+# itself is built without them.
+LINTFLAGS ?=
 lint:
-	$(GO) vet $(PKGS)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+	$(GO) vet $(LINTFLAGS) $(PKGS)
+	GOFLAGS='$(LINTFLAGS)' $(GO) run -race=false honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 conformance: build
 	bash test/conformance/run.sh
