@@ -15,6 +15,7 @@ import (
 // of failures it moves its connection, then gives up the bot, and a node
 // whose JetStream works takes it over and answers.
 func TestLeaderWhoseJetStreamFailsGivesUpTheBot(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	noJS, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
 	if err != nil {

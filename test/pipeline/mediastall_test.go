@@ -26,6 +26,7 @@ func stalledImages(user string, n int) wecomsim.MessageRequest {
 // a third media message nor a text message: both are answered while the
 // two still hang, and the hung ones hold one slot each.
 func TestStalledMediaDelaysNoOneElse(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	c.start("n1", func(cfg *config.Config) {
 		cfg.Media.Parallel = 4
@@ -64,6 +65,7 @@ func TestStalledMediaDelaysNoOneElse(t *testing.T) {
 // message was recorded before its download: the next leader's sweep gives
 // it up past its deadline, and its pusher tells the user it failed.
 func TestLeaderStoppedMidDownloadTellsTheUser(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	c.sweep = time.Second
 	toNATS, err := faultproxy.New("127.0.0.1:0", strings.TrimPrefix(c.nats.ClientURL(), "nats://"))

@@ -107,6 +107,7 @@ func (r *gapRig) playGap(t *testing.T) (*runningNode, []string) {
 // once each; the message answered before the gap, inside the pass's
 // overlap, is known by its history id and not answered again.
 func TestGapBackfilledFromWeComHistory(t *testing.T) {
+	t.Parallel()
 	r := newGapRig(t)
 	if err := r.sim.SetMCPAccess(wecomsim.MCPAccess{BotID: "b1", Authorized: true}); err != nil {
 		t.Fatal(err)
@@ -139,6 +140,7 @@ func TestGapBackfilledFromWeComHistory(t *testing.T) {
 // Where the bot's msg capability is not authorized, the gap is marked and
 // paged as without a history source, and the outage's incident says why.
 func TestGapNotAuthorizedMarkedAndPaged(t *testing.T) {
+	t.Parallel()
 	r := newGapRig(t)
 	a, _ := r.playGap(t)
 	incs := incident.NewStore(a.node.Store.Incidents())
