@@ -33,8 +33,11 @@ LDFLAGS   ?= -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(C
 
 all: build
 
+# Static (CGO off) and -trimpath, as scripts/release.sh builds a release and
+# the tests build the binaries they run (cluster.GoBuild): one compile of
+# the dependencies serves them all.
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/botctl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/botctl
 
 # The test command of README.md and .ci/run. The browser test
 # (test/browser) needs Chromium: installed here when missing (Debian's

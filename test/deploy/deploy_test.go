@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/serve"
+	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
 func repo(t *testing.T) string {
@@ -32,9 +33,7 @@ func repo(t *testing.T) string {
 func build(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "botctl")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/botctl")
-	cmd.Dir = repo(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := cluster.GoBuild(repo(t), "-o", bin, "./cmd/botctl").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

@@ -36,6 +36,19 @@ func RepoRoot() (string, error) {
 // Build compiles ./cmd/botctl into dir and returns the binary's path.
 func Build(dir string) (string, error) { return BuildPackage(dir, "./cmd/botctl", "botctl") }
 
+// GoBuild is the go build command of every binary the tests run: built as
+// scripts/release.sh builds a release (static, CGO off, -trimpath), so a
+// test runs the kind of binary that ships, and every build of a test run
+// (the e2e, chaos and deploy tests', the conformance suite's, the release
+// tests') shares one compile of the dependencies in the build cache. args
+// follow "go build -trimpath"; the command runs in dir.
+func GoBuild(dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command("go", append([]string{"build", "-trimpath"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return cmd
+}
+
 // BuildPackage compiles the main package pkg (relative to the repository
 // root, e.g. "./test/infracluster/infranode") into dir/name and returns its path.
 func BuildPackage(dir, pkg, name string) (string, error) {
@@ -44,9 +57,7 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := GoBuild(root, "-o", bin, pkg).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
 	return bin, nil
@@ -61,8 +72,7 @@ func BuildVersion(dir, version, name string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/botctl/botctl/pkg/buildinfo.Version="+version, "-o", bin, "./cmd/botctl")
-	cmd.Dir = root
+	cmd := GoBuild(root, "-ldflags", "-X github.com/botctl/botctl/pkg/buildinfo.Version="+version, "-o", bin, "./cmd/botctl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", version, err, out)
 	}
@@ -94,9 +104,7 @@ func BuildCommit(dir, commit, version, name string) (string, error) {
 	bin := filepath.Join(dir, name)
 	const pkg = "github.com/botctl/botctl/pkg/buildinfo."
 	ldflags := "-X " + pkg + "Version=" + version + " -X " + pkg + "Commit=" + hash
-	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./cmd/botctl")
-	cmd.Dir = src
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := GoBuild(src, "-ldflags", ldflags, "-o", bin, "./cmd/botctl").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build of %s: %w\n%s", hash, err, out)
 	}
 	return bin, nil
