@@ -6,7 +6,7 @@ PKGS      ?= ./...
 # Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
 # -p 3: the long packages (test/pipeline, test/e2e, pkg/serve) spend most of
 # their time waiting on time windows (answers, quotas, TTLs), and each runs
-# six of its tests at once (testenv.Parallel), so three test binaries at
+# four of its tests at once (testenv.Parallel), so three test binaries at
 # once on two cores keep the machine busy without starving a test. A
 # server that cannot listen on port 0 (etcd) is started again on other
 # ports when another binary took its port first (EADDRINUSE), or given

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/pkg/buildinfo"
 )
 
@@ -20,7 +21,7 @@ func TestVersionOfAStampedBuild(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "botctl")
 	const pkg = "github.com/botctl/botctl/pkg/buildinfo."
 	ldflags := "-X " + pkg + "Version=v0.5.0 -X " + pkg + "Commit=abc1234def5678901234 -X " + pkg + "Date=2026-12-08"
-	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, ".")
+	build := testenv.GoBuild(".", "-ldflags", ldflags, "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

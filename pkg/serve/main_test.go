@@ -12,9 +12,9 @@ import (
 // simulator on httptest, data in t.TempDir) and reads only its own nodes'
 // state, so all but the five that set an environment variable call
 // t.Parallel. They spend most of their time waiting on time windows
-// (answers, quotas, TTLs), not on the CPU: six run at once.
+// (answers, quotas, TTLs), not on the CPU: four run at once.
 func TestMain(m *testing.M) {
-	if err := testenv.Parallel(6); err != nil {
+	if err := testenv.Parallel(4); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}

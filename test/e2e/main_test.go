@@ -33,10 +33,10 @@ const (
 // kernel or infra.FreeAddrs, data in t.TempDir) and reads only its own
 // processes, so all but the one that sets an environment variable call
 // t.Parallel. They spend most of their time waiting on time windows
-// (TTLs, answers, alert windows), not on the CPU: six run at once.
+// (TTLs, answers, alert windows), not on the CPU: four run at once.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if err := testenv.Parallel(6); err != nil {
+	if err := testenv.Parallel(4); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
 	}

@@ -17,10 +17,11 @@ import (
 // alerts_sent, is checked as at least one), so all call t.Parallel but
 // TestMediaReachesTheAnswer (it sets TMPDIR), which runs alone first.
 // They spend most of their time waiting on time windows (answers,
-// quotas, TTLs), not on the CPU (four at once kept the load average
-// near 0.5 on two cores): six run at once (testenv.Parallel).
+// quotas, TTLs), not on the CPU: four run at once (testenv.Parallel;
+// six, beside test/e2e's and pkg/serve's, held the load average of two
+// cores at 13 and made the run slower).
 func TestMain(m *testing.M) {
-	if err := testenv.Parallel(6); err != nil {
+	if err := testenv.Parallel(4); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/pkg/infra"
 )
 
@@ -36,18 +37,8 @@ func RepoRoot() (string, error) {
 // Build compiles ./cmd/botctl into dir and returns the binary's path.
 func Build(dir string) (string, error) { return BuildPackage(dir, "./cmd/botctl", "botctl") }
 
-// GoBuild is the go build command of every binary the tests run: built as
-// scripts/release.sh builds a release (static, CGO off, -trimpath), so a
-// test runs the kind of binary that ships, and every build of a test run
-// (the e2e, chaos and deploy tests', the conformance suite's, the release
-// tests') shares one compile of the dependencies in the build cache. args
-// follow "go build -trimpath"; the command runs in dir.
-func GoBuild(dir string, args ...string) *exec.Cmd {
-	cmd := exec.Command("go", append([]string{"build", "-trimpath"}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	return cmd
-}
+// GoBuild is testenv.GoBuild: the build of every binary the tests run.
+func GoBuild(dir string, args ...string) *exec.Cmd { return testenv.GoBuild(dir, args...) }
 
 // BuildPackage compiles the main package pkg (relative to the repository
 // root, e.g. "./test/infracluster/infranode") into dir/name and returns its path.
