@@ -12,6 +12,7 @@ import (
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -46,12 +47,13 @@ func TestBalanceMoveUnderTrafficLosesNothing(t *testing.T) {
 		}
 		return l.Node
 	}
-	c.start("a", cfgOf)
+	a := c.start("a", cfgOf)
 	testwait.Eventually(t, waitLong, "a leads both bots", func() bool { return leader("b1") == "a" && leader("b2") == "a" })
 
 	var (
 		mu        sync.Mutex
 		delivered = map[string][]string{} // per bot, the questions WeCom handed to a connection
+		msgIDs    = map[string]string{}   // question → its message id
 		stop      = make(chan struct{})
 		wg        sync.WaitGroup
 	)
@@ -74,6 +76,7 @@ func TestBalanceMoveUnderTrafficLosesNothing(t *testing.T) {
 			if r.Delivered {
 				mu.Lock()
 				delivered[bot] = append(delivered[bot], q)
+				msgIDs[q] = r.MsgID
 				mu.Unlock()
 			}
 		}
@@ -97,7 +100,8 @@ func TestBalanceMoveUnderTrafficLosesNothing(t *testing.T) {
 		for _, q := range delivered[bot] {
 			for answers(q) == 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("%s: %q (delivered by WeCom) never answered: the user sees %+v", bot, q, c.botOf(bot, userOf(q)))
+					rec, _, err := task.Get(context.Background(), a.node.Store.Tasks(), task.ID(bot, msgIDs[q]))
+					t.Fatalf("%s: %q (delivered by WeCom) never answered: the user sees %+v; its task (%v): %+v", bot, q, c.botOf(bot, userOf(q)), err, rec)
 				}
 				time.Sleep(25 * time.Millisecond)
 			}
