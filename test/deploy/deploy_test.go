@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/pkg/serve"
-	"github.com/botctl/botctl/test/e2e/cluster"
 )
 
 func repo(t *testing.T) string {
@@ -33,7 +33,7 @@ func repo(t *testing.T) string {
 func build(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "botctl")
-	if out, err := cluster.GoBuild(repo(t), "-o", bin, "./cmd/botctl").CombinedOutput(); err != nil {
+	if out, err := testenv.GoBuild(repo(t), "-o", bin, "./cmd/botctl").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

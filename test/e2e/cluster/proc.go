@@ -37,9 +37,6 @@ func RepoRoot() (string, error) {
 // Build compiles ./cmd/botctl into dir and returns the binary's path.
 func Build(dir string) (string, error) { return BuildPackage(dir, "./cmd/botctl", "botctl") }
 
-// GoBuild is testenv.GoBuild: the build of every binary the tests run.
-func GoBuild(dir string, args ...string) *exec.Cmd { return testenv.GoBuild(dir, args...) }
-
 // BuildPackage compiles the main package pkg (relative to the repository
 // root, e.g. "./test/infracluster/infranode") into dir/name and returns its path.
 func BuildPackage(dir, pkg, name string) (string, error) {
@@ -48,7 +45,7 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, name)
-	if out, err := GoBuild(root, "-o", bin, pkg).CombinedOutput(); err != nil {
+	if out, err := testenv.GoBuild(root, "-o", bin, pkg).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
 	return bin, nil
@@ -63,7 +60,7 @@ func BuildVersion(dir, version, name string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, name)
-	cmd := GoBuild(root, "-ldflags", "-X github.com/botctl/botctl/pkg/buildinfo.Version="+version, "-o", bin, "./cmd/botctl")
+	cmd := testenv.GoBuild(root, "-ldflags", "-X github.com/botctl/botctl/pkg/buildinfo.Version="+version, "-o", bin, "./cmd/botctl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", version, err, out)
 	}
@@ -95,7 +92,7 @@ func BuildCommit(dir, commit, version, name string) (string, error) {
 	bin := filepath.Join(dir, name)
 	const pkg = "github.com/botctl/botctl/pkg/buildinfo."
 	ldflags := "-X " + pkg + "Version=" + version + " -X " + pkg + "Commit=" + hash
-	if out, err := GoBuild(src, "-ldflags", ldflags, "-o", bin, "./cmd/botctl").CombinedOutput(); err != nil {
+	if out, err := testenv.GoBuild(src, "-ldflags", ldflags, "-o", bin, "./cmd/botctl").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build of %s: %w\n%s", hash, err, out)
 	}
 	return bin, nil
