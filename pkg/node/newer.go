@@ -44,11 +44,12 @@ func (a Build) Newer(b Build) bool {
 }
 
 // release parses "MAJOR.MINOR.PATCH" with an optional "v" and suffix
-// ("-rc1", "+meta"): the suffix is not compared.
+// ("-rc1", "+meta", " (da8a82efe643)": the registry's version names the
+// commit after a space): the suffix is not compared.
 func release(v string) ([3]int, bool) {
 	var out [3]int
 	v = strings.TrimPrefix(v, "v")
-	if i := strings.IndexAny(v, "-+"); i >= 0 {
+	if i := strings.IndexAny(v, "-+ "); i >= 0 {
 		v = v[:i]
 	}
 	parts := strings.Split(v, ".")

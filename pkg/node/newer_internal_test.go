@@ -13,6 +13,9 @@ func TestBuildNewer(t *testing.T) {
 		{Build{1, "v0.5.10"}, Build{1, "0.5.9"}, true},
 		{Build{1, "0.5.0"}, Build{1, "0.5.0"}, false},
 		{Build{1, "0.5.0-rc1"}, Build{1, "0.5.0"}, false},
+		{Build{1, "0.6.0 (0123456789ab)"}, Build{1, "0.5.0 (da8a82efe643)"}, true}, // as a release registers: the commit after a space
+		{Build{1, "0.6.0-dev"}, Build{1, "0.5.0 (da8a82efe643)"}, true},
+		{Build{1, "0.5.0 (da8a82efe643)"}, Build{1, "0.5.0 (0123456789ab)"}, false},
 		{Build{1, "dev"}, Build{1, "0.5.0"}, false}, // not a release: no order
 		{Build{1, "0.5.0"}, Build{1, "dev"}, false},
 	} {

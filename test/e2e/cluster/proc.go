@@ -52,15 +52,22 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 }
 
 // BuildVersion compiles ./cmd/botctl from the working tree into dir/name,
-// stamped with version as make build stamps a release: two builds of the
-// code under test that other nodes see as an older and a newer release.
+// stamped with version and the commit as make build stamps a release: two
+// builds of the code under test that other nodes see as an older and a
+// newer release, registered as a release registers ("0.91.0 (abc…)").
 func BuildVersion(dir, version, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
+	head, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "", fmt.Errorf("git rev-parse HEAD: %w", err)
+	}
+	const pkg = "github.com/botctl/botctl/pkg/buildinfo."
+	ldflags := "-X " + pkg + "Version=" + version + " -X " + pkg + "Commit=" + strings.TrimSpace(string(head))
 	bin := filepath.Join(dir, name)
-	cmd := testenv.GoBuild(root, "-ldflags", "-X github.com/botctl/botctl/pkg/buildinfo.Version="+version, "-o", bin, "./cmd/botctl")
+	cmd := testenv.GoBuild(root, "-ldflags", ldflags, "-o", bin, "./cmd/botctl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", version, err, out)
 	}
