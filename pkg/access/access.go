@@ -163,7 +163,7 @@ type Access struct {
 	stats   Stats
 
 	termsMu sync.Mutex
-	terms   map[*election.Term]*sync.WaitGroup // callbacks in hand, per term
+	terms   map[*election.Term]*termCalls // callbacks in hand, per term
 
 	js atomic.Pointer[bound] // nil until JetStream is reachable
 }
@@ -248,7 +248,7 @@ func New(cfg Config) (*Access, error) {
 	a := &Access{
 		cfg: cfg, log: cfg.Logger.With().Str("component", "access").Logger(), def: def,
 		sem: make(chan struct{}, cfg.Parallel), seen: newLRU(cfg.DedupeSize), arrived: newLRU(cfg.DedupeSize),
-		terms: map[*election.Term]*sync.WaitGroup{},
+		terms: map[*election.Term]*termCalls{},
 	}
 	if cfg.Store != nil {
 		a.Bind(cfg.Store, cfg.Lifecycle)
@@ -280,17 +280,38 @@ func (a *Access) count(f func(*Stats)) {
 // Wait returns when every message being handled is done.
 func (a *Access) Wait() { a.wg.Wait() }
 
+// termCalls is the callbacks of one term's connection in hand.
+type termCalls struct {
+	wg sync.WaitGroup
+	n  int // in hand now, under Access.termsMu
+}
+
 // track counts a callback of term's connection until done is called.
 func (a *Access) track(term *election.Term) (done func()) {
 	a.termsMu.Lock()
 	defer a.termsMu.Unlock()
-	wg := a.terms[term]
-	if wg == nil {
-		wg = &sync.WaitGroup{}
-		a.terms[term] = wg
+	tc := a.terms[term]
+	if tc == nil {
+		tc = &termCalls{}
+		a.terms[term] = tc
 	}
-	wg.Add(1)
-	return wg.Done
+	tc.wg.Add(1)
+	tc.n++
+	return func() {
+		a.termsMu.Lock()
+		tc.n--
+		a.termsMu.Unlock()
+		tc.wg.Done()
+	}
+}
+
+// Handling reports whether a callback of term's connection is being
+// handled now (read, not yet handled to the end).
+func (a *Access) Handling(term *election.Term) bool {
+	a.termsMu.Lock()
+	defer a.termsMu.Unlock()
+	tc := a.terms[term]
+	return tc != nil && tc.n > 0
 }
 
 // WaitTerm returns once every callback of term's connection has been
@@ -300,14 +321,14 @@ func (a *Access) track(term *election.Term) (done func()) {
 // delivered.
 func (a *Access) WaitTerm(ctx context.Context, term *election.Term) {
 	a.termsMu.Lock()
-	wg := a.terms[term]
+	tc := a.terms[term]
 	delete(a.terms, term)
 	a.termsMu.Unlock()
-	if wg == nil {
+	if tc == nil {
 		return
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }() // ends with the handlers (each bounded by a few Timeouts)
+	go func() { tc.wg.Wait(); close(done) }() // ends with the handlers (each bounded by a few Timeouts)
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -36,3 +36,7 @@ func (p *Pusher) Looks() int64 {
 	defer p.mu.Unlock()
 	return p.due.looks
 }
+
+// OnHandoverPass calls f after each of Handover's passes with the number
+// of tasks the next pass takes again; call it before Handover.
+func (p *Pusher) OnHandoverPass(f func(pending int)) { p.handoverPass = f }

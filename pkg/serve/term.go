@@ -82,5 +82,5 @@ func (n *Node) handover(ctx context.Context, term *election.Term, conn *wecom.Co
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handoverWithin)
 	defer cancel()
-	p.Handover(hctx)
+	p.Handover(hctx, func() bool { return n.Access.Handling(term) })
 }
