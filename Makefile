@@ -29,7 +29,7 @@ DATE      ?= $(shell TZ=UTC git log -1 --date=format-local:%Y-%m-%d --format=%cd
 BUILDINFO := github.com/botctl/botctl/pkg/buildinfo
 LDFLAGS   ?= -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT) -X $(BUILDINFO).Date=$(DATE)
 
-.PHONY: all build test run bench ramp chaos chaos-smoke lint conformance clean install fuzz release release-check image
+.PHONY: all build test run bench ramp chaos chaos-smoke lint vet staticcheck conformance clean install fuzz release release-check image
 
 all: build
 
@@ -58,10 +58,10 @@ build:
 test:
 	bash scripts/check-prereqs.sh
 	bash scripts/check-tracked.sh
-	$(MAKE) lint LINTFLAGS=-race
+	$(MAKE) vet LINTFLAGS=-race
 	bash scripts/ensure-chromium.sh
 	bash scripts/beside.sh 'make conformance GO=$(GO)' -- env BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
-	$(MAKE) chaos-smoke
+	bash scripts/beside.sh 'make staticcheck LINTFLAGS=-race GO=$(GO)' -- $(MAKE) chaos-smoke
 
 # The release artifacts of this commit in dist/ (scripts/release.sh):
 # botctl_<V>_linux_{amd64,arm64}.tar.gz, botctl_<V>_{amd64,arm64}.deb, the
@@ -141,16 +141,20 @@ chaos:
 
 # One round of each smoke scenario (every fault family), small traffic,
 # under 5 minutes on 2 cores.
+# Built as testenv.GoBuild builds the binaries it runs (CGO off,
+# -trimpath), so the test and the binaries share one compile.
 chaos-smoke:
-	BOTCTL_CHAOS=1 $(GO) test -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
+	BOTCTL_CHAOS=1 CGO_ENABLED=0 $(GO) test -trimpath -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
 
 # go vet and staticcheck (a pinned version from the Go module proxy);
 # make test runs it first. LINTFLAGS are build flags both check the code
 # under (make test: -race, to share the test binaries' build); staticcheck
 # itself is built without them.
 LINTFLAGS ?=
-lint:
+lint: vet staticcheck
+vet:
 	$(GO) vet $(LINTFLAGS) $(PKGS)
+staticcheck:
 	GOFLAGS='$(LINTFLAGS)' $(GO) run -race=false honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 conformance: build

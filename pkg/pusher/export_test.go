@@ -39,4 +39,8 @@ func (p *Pusher) Looks() int64 {
 
 // OnHandoverPass calls f after each of Handover's passes with the number
 // of tasks the next pass takes again; call it before Handover.
-func (p *Pusher) OnHandoverPass(f func(pending int)) { p.handoverPass = f }
+func (p *Pusher) OnHandoverPass(f func(pending int)) { p.handoverPass = passFunc(f) }
+
+type passFunc func(pending int)
+
+func (f passFunc) passed(pending int) { f(pending) }

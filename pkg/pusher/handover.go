@@ -59,7 +59,7 @@ func (p *Pusher) Handover(ctx context.Context, inbound func() bool) int {
 		p.unremember(open)
 		pending := len(open) - countIn(open, settled)
 		if p.handoverPass != nil {
-			p.handoverPass(pending)
+			p.handoverPass.passed(pending)
 		}
 		if pending == 0 && len(p.handoverSet(settled)) == 0 && (inbound == nil || !inbound()) {
 			break
@@ -74,6 +74,10 @@ func (p *Pusher) Handover(ctx context.Context, inbound func() bool) int {
 		Msg("handover: open streams closed with the note or finished; the rest of the answers follow by push")
 	return closed
 }
+
+// passObserver is told after each of Handover's passes how many tasks
+// the next pass takes again (a test seam).
+type passObserver interface{ passed(pending int) }
 
 // handoverPoll is how often Handover looks for tasks the inbound path
 // adds while it runs.

@@ -340,9 +340,9 @@ type Pusher struct {
 	// handingOver: Handover runs; every stream still open is closed
 	// (rules.phaseOf).
 	handingOver atomic.Bool
-	// handoverPass, when set (tests), is called after each of Handover's
-	// passes with the number of tasks it takes again.
-	handoverPass func(pending int)
+	// handoverPass, when set (tests), is told after each of Handover's
+	// passes the number of tasks it takes again.
+	handoverPass passObserver
 }
 
 // New validates cfg.
