@@ -17,13 +17,13 @@ import (
 	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/redact"
-	botserve "github.com/botctl/botctl/pkg/serve"
+	"github.com/botctl/botctl/pkg/sendapi"
 	"github.com/spf13/cobra"
 )
 
 // sendTimeout bounds one node's answer: its wait for the conversation's
-// budget (botserve.SendMaxWait), WeCom's ack and a forward.
-const sendTimeout = botserve.SendMaxWait + 30*time.Second
+// budget (sendapi.MaxWait), WeCom's ack and a forward.
+const sendTimeout = sendapi.MaxWait + 30*time.Second
 
 func newSendCmd() *cobra.Command {
 	var (
@@ -41,14 +41,14 @@ node API's token is api.token_file of --config or $BOTCTL_API_TOKEN_FILE, else t
 generated in --data-dir. Prints the node's answer; exits 0 only when WeCom acked the message.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := botserve.SendRequest{Chat: chat, ChatType: chatType}
+			req := sendapi.Request{Chat: chat, ChatType: chatType}
 			switch {
 			case bot == "" || chat == "":
 				return usageErrorf("--bot and --chat are required")
 			case (text == "") == (cardFile == ""):
 				return usageErrorf("give one of --markdown TEXT and --card FILE (a template card's JSON; - reads stdin)")
 			case text != "":
-				req.MsgType, req.Markdown = "markdown", &botserve.SendMarkdown{Content: text}
+				req.MsgType, req.Markdown = "markdown", &sendapi.Markdown{Content: text}
 			default:
 				card, err := readCard(cmd, cardFile)
 				if err != nil {
@@ -87,7 +87,7 @@ func readCard(cmd *cobra.Command, path string) (json.RawMessage, error) {
 	var raw []byte
 	var err error
 	if path == "-" {
-		raw, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), botserve.SendMaxBodyBytes))
+		raw, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), sendapi.MaxBodyBytes))
 	} else {
 		raw, err = os.ReadFile(path)
 	}
@@ -150,7 +150,7 @@ func sendTo(cmd *cobra.Command, hc *http.Client, nodes []string, bot string, bod
 	var tried []string
 	for _, base := range nodes {
 		ctx, cancel := context.WithTimeout(cmd.Context(), sendTimeout)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+botserve.SendURL(url.PathEscape(bot)), bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+sendapi.URL(url.PathEscape(bot)), bytes.NewReader(body))
 		if err != nil {
 			cancel()
 			tried = append(tried, base+": "+err.Error())
@@ -176,7 +176,7 @@ func sendTo(cmd *cobra.Command, hc *http.Client, nodes []string, bot string, bod
 		if resp.StatusCode == http.StatusOK {
 			return nil
 		}
-		var res botserve.SendResult
+		var res sendapi.Result
 		json.Unmarshal(raw, &res)
 		why := res.Error
 		if why == "" {

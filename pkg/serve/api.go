@@ -18,6 +18,7 @@ import (
 	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/pusher"
 	"github.com/botctl/botctl/pkg/redact"
+	"github.com/botctl/botctl/pkg/sendapi"
 	"github.com/botctl/botctl/pkg/task"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -101,8 +102,9 @@ func (n *Node) api(ctx context.Context, wg *sync.WaitGroup, cli *clientv3.Client
 		httpjson.WriteIndented(w, http.StatusAccepted, map[string]string{"task_id": m.TaskID})
 	})))
 	// The shared-connection API: a proactive message as a bot, on the
-	// leader's connection and budget (send.go, docs/api.md).
-	mux.Handle(SendPath, requireToken(n.token, n.sendHandler(newSendCounter(n.obs.metrics.Registry))))
+	// leader's connection and budget (pkg/sendapi, docs/api.md).
+	mux.Handle(sendapi.Path, requireToken(n.token, sendapi.New(sendapi.Options{Config: n.cfg, Node: sendNode{n}, Token: n.token,
+		Client: n.apiCli, WriteTimeout: apiWriteTimeout, Metrics: n.obs.metrics.Registry})))
 	// WeCom's MCP tools for agents, behind the node's token or an
 	// agent's (pkg/mcpgw, docs/ai.md).
 	n.mcp.Routes(mux)

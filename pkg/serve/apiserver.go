@@ -22,8 +22,8 @@ import (
 
 // The node API's server timeouts. Every endpoint answers at once (exec
 // accepts the task and runs it in the background) but a send, which waits
-// at most SendMaxWait for its budget and wecom.ack_timeout for WeCom's
-// ack (a forwarded one: forwardTimeout), so a minute bounds a slow client
+// at most sendapi.MaxWait for its budget and wecom.ack_timeout for WeCom's
+// ack (a forwarded one: sendapi's forward timeout), so a minute bounds a slow client
 // without cutting a real one; a client that holds a connection open
 // without sending is dropped after ReadHeaderTimeout.
 const (

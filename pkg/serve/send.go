@@ -1,266 +1,50 @@
 package serve
 
-// The shared-connection API: POST /v1/bots/{bot}/messages sends a
-// proactive message (aibot_send_msg) as the bot, for tools that do not
-// hold its connection. Documented in docs/api.md. This file: the request,
-// its validation and the handler's routing (here on the leader,
-// sendlead.go; to the leader from a standby, sendforward.go).
-
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
-	"time"
-	"unicode"
-	"unicode/utf8"
+	"context"
 
-	"github.com/botctl/botctl/internal/httpjson"
-	"github.com/botctl/botctl/pkg/metrics"
+	"github.com/botctl/botctl/election"
+	"github.com/botctl/botctl/pkg/node"
+	"github.com/botctl/botctl/pkg/sendapi"
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// SendPath is the API's route (Go 1.22 pattern): bot is the bot's id.
-const SendPath = "POST /v1/bots/{bot}/messages"
+// sendNode is the node as the shared-connection API sees it
+// (sendapi.Node): its bots, the connection and budget of each bot it
+// leads, the health gate, and the leader of the others from etcd.
+type sendNode struct{ n *Node }
 
-// SendURL is the path of a send as bot.
-func SendURL(bot string) string { return "/v1/bots/" + bot + "/messages" }
+func (s sendNode) Serves(bot string) bool           { return s.n.Node.Serves(bot) }
+func (s sendNode) Conn(bot string) *wecom.Conn      { return s.n.obs.conn(bot) }
+func (s sendNode) Budget(bot string) sendapi.Budget { return s.n.Budget(bot) }
+func (s sendNode) Gate(bot string) sendapi.Gate     { return s.n.Health.Gate(bot) }
 
-// Bounds of a send request.
-const (
-	// SendMaxBodyBytes bounds a request's body (413 past it): a markdown
-	// message's 20,480 bytes of content fit even with every character
-	// JSON-escaped (\uXXXX, six bytes for three), and a template card
-	// has far more room than any WeCom accepts.
-	SendMaxBodyBytes = 128 << 10
-	// SendMaxChatBytes bounds chat (a WeCom userid has at most 64 bytes,
-	// a group chatid about 32).
-	SendMaxChatBytes = 128
-	// SendMaxWait is how long a send waits for its conversation's next
-	// slot of the pace budget (push.budget a minute, push.budget_hourly an
-	// hour, shared with the answers the pusher sends there). A slot that
-	// frees later is answered 429 with Retry-After at once: the request is
-	// never held for the minute a full budget can take to free.
-	SendMaxWait = 10 * time.Second
-)
-
-// ForwardedHeader marks a send a standby forwarded to the leader (its
-// value is the standby's node id). A node never forwards a request that
-// carries it: it sends, or answers 503 with the leader's address. A
-// client that wants the redirect instead of a forward sends it too.
-const ForwardedHeader = "Botctl-Forwarded-By"
-
-// SendRequest is the body of a send: WeCom's aibot_send_msg body with
-// botctl's names for the conversation.
-type SendRequest struct {
-	// Chat is the conversation: the user's userid for a single chat, the
-	// group's chatid for a group (aibot_send_msg's chatid).
-	Chat string `json:"chat"`
-	// ChatType is "single" or "group"; "" lets WeCom find the chat by id.
-	ChatType string `json:"chat_type,omitempty"`
-	// MsgType is "markdown" or "template_card".
-	MsgType  string        `json:"msgtype"`
-	Markdown *SendMarkdown `json:"markdown,omitempty"`
-	// TemplateCard is WeCom's template card, passed on as it is.
-	TemplateCard json.RawMessage `json:"template_card,omitempty"`
+// Leader is the node that holds bot's election now and its API address
+// from the node registry ("" when it is not registered); the error is
+// election.ErrNoLeader when no node does.
+func (s sendNode) Leader(ctx context.Context, bot string) (id, addr string, err error) {
+	if s.n.etcd == nil {
+		return "", "", sendapi.ErrNoLeaderLookup
+	}
+	info, err := election.Leader(ctx, s.n.etcd, "", bot)
+	if err != nil {
+		return "", "", err
+	}
+	nodes, err := node.Nodes(ctx, s.n.etcd, node.DefaultPrefix)
+	if err != nil {
+		return info.Node, "", err
+	}
+	for _, in := range nodes {
+		if in.ID == info.Node {
+			return info.Node, in.Address, nil
+		}
+	}
+	return info.Node, "", nil
 }
 
-// SendMarkdown is a markdown message's content.
-type SendMarkdown struct {
-	Content string `json:"content"`
-}
-
-// SendResult is a send's answer. A message WeCom took: 200 with ErrCode 0
-// and ErrMsg "ok". Anything else: Error says what happened and what to do;
-// ErrCode and ErrMsg are WeCom's when it refused the message, Field the
-// request's field that is wrong (400), Leader the leader's API address
-// (503 from a standby that cannot forward).
-type SendResult struct {
-	ErrCode *int   `json:"errcode,omitempty"`
-	ErrMsg  string `json:"errmsg,omitempty"`
-	Error   string `json:"error,omitempty"`
-	Field   string `json:"field,omitempty"`
-	Bot     string `json:"bot,omitempty"`
-	Chat    string `json:"chat,omitempty"`
-	// Node is the node that sent the message to WeCom (the leader).
-	Node   string `json:"node,omitempty"`
-	Leader string `json:"leader,omitempty"`
-	// Reason says why a standby did not forward (with Leader).
-	Reason string `json:"reason,omitempty"`
-}
-
-// sendOutcome is a send's result label (botctl_api_sends_total) with its
-// HTTP status; the closed set is documented in docs/api.md.
-type sendOutcome string
-
-const (
-	outcomeSent         sendOutcome = "sent"          // WeCom acked errcode 0
-	outcomeInvalid      sendOutcome = "invalid"       // 400, 413: the request is wrong
-	outcomeThrottled    sendOutcome = "throttled"     // 429: the conversation's budget is spent
-	outcomeQuotaRefused sendOutcome = "quota_refused" // 429: WeCom said 45009
-	outcomeRefused      sendOutcome = "refused"       // WeCom refused the message (403, 422, 502)
-	outcomeUnknown      sendOutcome = "unknown"       // 504: written, no trustworthy ack
-	outcomeUnavailable  sendOutcome = "unavailable"   // 503: not sent (no connection, WeCom busy)
-	outcomeForwarded    sendOutcome = "forwarded"     // a standby relayed the leader's answer
-	outcomeNotLeader    sendOutcome = "not_leader"    // 503 from a standby: retry at the leader
-)
-
-// newSendCounter registers botctl_api_sends_total on reg: the sends this
-// node answered, by bot (a configured one) and outcome.
-func newSendCounter(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "api_sends_total",
-		Help: "Sends of POST /v1/bots/{bot}/messages this node answered, by bot and outcome: sent, invalid, throttled, quota_refused, refused, unknown, unavailable; on a standby also forwarded (the leader's answer relayed) and not_leader."},
-		[]string{"bot", "outcome"})
-	reg.MustRegister(c)
-	return c
-}
-
-// sendHandler serves SendPath (behind the token: api.go).
-func (n *Node) sendHandler(sends *prometheus.CounterVec) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		bot := r.PathValue("bot")
-		if !n.configured(bot) {
-			// Not counted: the label would be whatever a caller typed.
-			httpjson.WriteIndented(w, http.StatusNotFound, SendResult{Bot: bot,
-				Error: fmt.Sprintf("bot %q is not configured on this node: send as one of %s", bot, strings.Join(n.botIDs(), ", "))})
-			return
-		}
-		answer := func(code int, res SendResult, o sendOutcome) {
-			sends.WithLabelValues(bot, string(o)).Inc()
-			res.Bot = bot
-			httpjson.WriteIndented(w, code, res)
-		}
-		raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, SendMaxBodyBytes))
-		if err != nil {
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				answer(http.StatusRequestEntityTooLarge, SendResult{Error: fmt.Sprintf("body over %d bytes: a message's content is at most %d bytes", SendMaxBodyBytes, wecom.MaxContentBytes)}, outcomeInvalid)
-				return
-			}
-			answer(http.StatusBadRequest, SendResult{Error: "body not read: " + err.Error()}, outcomeInvalid)
-			return
-		}
-		req, field, why := parseSend(raw)
-		if why != "" {
-			answer(http.StatusBadRequest, SendResult{Field: field, Error: why}, outcomeInvalid)
-			return
-		}
-		if conn := n.obs.conn(bot); conn != nil {
-			code, res, o := n.sendHere(r.Context(), conn, bot, req)
-			if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
-				w.Header().Set("Retry-After", strconv.Itoa(res.retryAfter))
-			}
-			answer(code, res.SendResult, o)
-			return
-		}
-		n.sendElsewhere(w, r, bot, raw, sends)
-	})
-}
-
-// parseSend decodes and checks a send's body; field and why name what is
-// wrong ("" when nothing is).
-func parseSend(raw []byte) (req SendRequest, field, why string) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			f = strings.Trim(f, `"`)
-			hint := "the fields are chat, chat_type, msgtype, markdown and template_card"
-			if f == "chatid" {
-				hint = "the conversation is chat (WeCom's chatid: the userid of a single chat, the group's chatid)"
-			}
-			return req, f, fmt.Sprintf("unknown field %q: %s", f, hint)
-		}
-		return req, "", "body is not a JSON send request: " + err.Error() + ` (want {"chat":"…","msgtype":"markdown","markdown":{"content":"…"}})`
-	}
-	if dec.More() {
-		return req, "", "body holds more than one JSON value: send one request"
-	}
-	field, why = req.check()
-	return req, field, why
-}
-
-// check names the field of r that WeCom would refuse, or that botctl
-// cannot send ("" when r may be sent).
-func (r SendRequest) check() (field, why string) {
-	switch {
-	case r.Chat == "":
-		return "chat", "chat is required: the user's userid for a single chat, the group's chatid for a group"
-	case len(r.Chat) > SendMaxChatBytes:
-		return "chat", fmt.Sprintf("chat is %d bytes: at most %d (a userid or a group chatid)", len(r.Chat), SendMaxChatBytes)
-	case !utf8.ValidString(r.Chat) || strings.IndexFunc(r.Chat, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0:
-		return "chat", fmt.Sprintf("chat %q has spaces or control characters: give the userid or group chatid exactly", r.Chat)
-	}
-	switch r.ChatType {
-	case "", wecom.ChatSingle, wecom.ChatGroup:
-	default:
-		return "chat_type", fmt.Sprintf("chat_type %q: want single, group, or none (WeCom finds the chat by its id)", r.ChatType)
-	}
-	switch r.MsgType {
-	case wecom.MsgTypeMarkdown:
-		if r.TemplateCard != nil {
-			return "template_card", "template_card given with msgtype markdown: send one message type per request"
-		}
-		if r.Markdown == nil || strings.TrimSpace(r.Markdown.Content) == "" {
-			return "markdown.content", `markdown.content is empty: msgtype markdown needs {"markdown":{"content":"…"}}`
-		}
-		if n := len(r.Markdown.Content); n > wecom.MaxContentBytes {
-			return "markdown.content", fmt.Sprintf("markdown.content is %d bytes: WeCom takes at most %d bytes of UTF-8; split it into several messages", n, wecom.MaxContentBytes)
-		}
-		if !utf8.ValidString(r.Markdown.Content) {
-			return "markdown.content", "markdown.content is not valid UTF-8"
-		}
-	case wecom.MsgTypeTemplateCard:
-		if r.Markdown != nil {
-			return "markdown", "markdown given with msgtype template_card: send one message type per request"
-		}
-		var card struct {
-			CardType any `json:"card_type"`
-		}
-		if t := bytes.TrimSpace(r.TemplateCard); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &card) != nil {
-			return "template_card", `template_card is missing or not a JSON object: msgtype template_card needs {"template_card":{"card_type":"text_notice",…}}`
-		}
-		if s, ok := card.CardType.(string); !ok || s == "" {
-			return "template_card.card_type", "template_card.card_type is required: WeCom's card type (text_notice, news_notice, button_interaction, vote_interaction, multiple_interaction)"
-		}
-	case "":
-		return "msgtype", "msgtype is required: markdown or template_card"
-	case wecom.MsgTypeText:
-		return "msgtype", "msgtype text: WeCom refuses plain text in a proactive message (errcode 40008): send it as markdown"
-	default:
-		return "msgtype", fmt.Sprintf("msgtype %q: want markdown or template_card", r.MsgType)
-	}
-	return "", ""
-}
-
-// body is r as aibot_send_msg's body.
-func (r SendRequest) body() *wecom.SendMsgBody {
-	b := &wecom.SendMsgBody{ChatID: r.Chat, MsgType: r.MsgType, TemplateCard: r.TemplateCard}
-	switch r.ChatType {
-	case wecom.ChatSingle:
-		b.ChatType = wecom.ChatTypeSingle
-	case wecom.ChatGroup:
-		b.ChatType = wecom.ChatTypeGroup
-	}
-	if r.Markdown != nil {
-		b.Markdown = &wecom.TextContent{Content: r.Markdown.Content}
-	}
-	return b
-}
-
-// configured reports whether bot is one of this node's bots (the config
-// file's, or the bot registry's it serves now).
-func (n *Node) configured(bot string) bool { return n.Node.Serves(bot) }
-
-func (n *Node) botIDs() []string {
-	ids := make([]string, len(n.cfg.Bots))
-	for i, b := range n.cfg.Bots {
-		ids[i] = b.ID
-	}
-	return ids
+// conn is this node's connection of bot while it leads it, else nil.
+func (o *observer) conn(bot string) *wecom.Conn {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.conns[bot]
 }

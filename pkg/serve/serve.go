@@ -319,9 +319,9 @@ func (n *Node) start(ctx context.Context, wg *sync.WaitGroup, store *jetstream.S
 		return err
 	}
 	lc := task.NewLifecycle(store, cfg.NodeID, log).WithSweepInterval(n.sweep).WithCorruption(n.obs)
-	out := newSpoolOut(store, lc, log, n.leaders)
+	out := dispatch.NewSpoolOut(store, lc, log, n.leaders)
 	fwd, err := jetstream.NewForwarder(jetstream.ForwarderConfig{Spool: n.Spool, Publish: out, Logger: log,
-		Expiry: cfg.Spool.Expiry, Expired: spoolExpired{out, cfg.Spool.Expiry}, LateAfter: cfg.Spool.LateAfter})
+		Expiry: cfg.Spool.Expiry, Expired: out.Expired(cfg.Spool.Expiry), LateAfter: cfg.Spool.LateAfter})
 	if err != nil {
 		return err
 	}

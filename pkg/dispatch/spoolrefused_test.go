@@ -1,4 +1,4 @@
-package serve
+package dispatch
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func TestSpoolRefusedIsRecorded(t *testing.T) {
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	raw, _ := json.Marshal(m)
 	e := jetstream.SpoolEntry{Bot: "b", Conversation: "alice", MsgID: "m1", Payload: raw}
-	newSpoolOut(env.Store, task.NewLifecycle(env.Store, "n1", zerolog.Nop()), zerolog.Nop(), nil).refused(context.Background(), e, jetstream.ErrConversationBusy)
+	NewSpoolOut(env.Store, task.NewLifecycle(env.Store, "n1", zerolog.Nop()), zerolog.Nop(), nil).refused(context.Background(), e, jetstream.ErrConversationBusy)
 	r, _, err := task.Get(context.Background(), env.Store.Tasks(), m.TaskID)
 	if err != nil {
 		t.Fatal(err)

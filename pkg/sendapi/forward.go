@@ -1,4 +1,4 @@
-package serve
+package sendapi
 
 import (
 	"bytes"
@@ -16,9 +16,7 @@ import (
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/config"
-	"github.com/botctl/botctl/pkg/node"
 	"github.com/botctl/botctl/pkg/redact"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // notLeaderRetry is the Retry-After of a standby's 503: an election after
@@ -39,9 +37,9 @@ const maxForwardedAnswer = 1 << 20
 // forward carries this node's token) and a leader's API that is https or
 // on this machine (the token never crosses the network in clear text, as
 // for tier 2); without them the answer is the 503.
-func (n *Node) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string, raw []byte, sends *prometheus.CounterVec) {
-	answer := func(code int, res SendResult, o sendOutcome, retry int) {
-		sends.WithLabelValues(bot, string(o)).Inc()
+func (a *API) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string, raw []byte) {
+	answer := func(code int, res Result, o sendOutcome, retry int) {
+		a.sends.WithLabelValues(bot, string(o)).Inc()
 		if retry > 0 {
 			w.Header().Set("Retry-After", fmt.Sprint(retry))
 		}
@@ -49,28 +47,27 @@ func (n *Node) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string,
 		httpjson.WriteIndented(w, code, res)
 	}
 	notLeader := func(addr, why string) {
-		res := SendResult{Error: "not the leader; retry at " + addr, Leader: addr, Reason: why}
+		res := Result{Error: "not the leader; retry at " + addr, Leader: addr, Reason: why}
 		if addr == "" {
 			res.Error = "not the leader, and no node leads bot " + bot + " now; retry later"
 		}
 		answer(http.StatusServiceUnavailable, res, outcomeNotLeader, notLeaderRetry)
 	}
-	if n.etcd == nil {
-		notLeader("", "this node has no etcd client to find the leader with")
-		return
-	}
 	lctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-	leader, addr, err := n.leaderOf(lctx, bot)
+	leader, addr, err := a.node.Leader(lctx, bot)
 	cancel()
 	switch {
+	case errors.Is(err, ErrNoLeaderLookup):
+		notLeader("", "this node has no etcd client to find the leader with")
+		return
 	case errors.Is(err, election.ErrNoLeader):
 		notLeader("", "no node holds bot "+bot+"'s election: one is under way, or every node is down or gated")
 		return
 	case err != nil:
 		notLeader("", "the leader cannot be read from etcd: "+redact.Error(err).Error())
 		return
-	case leader == n.cfg.NodeID:
-		answer(http.StatusServiceUnavailable, SendResult{Leader: addr, Node: leader,
+	case leader == a.cfg.NodeID:
+		answer(http.StatusServiceUnavailable, Result{Leader: addr, Node: leader,
 			Error: "this node leads bot " + bot + " but its WeCom connection is not up yet; retry in a second"}, outcomeUnavailable, 1)
 		return
 	case addr == "":
@@ -81,7 +78,7 @@ func (n *Node) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string,
 		notLeader(addr, fmt.Sprintf("the request was forwarded already (%s: %s), and a request is forwarded once; node %s leads bot %s", ForwardedHeader, by, leader, bot))
 		return
 	}
-	if n.cfg.API.TokenFile == "" {
+	if a.cfg.API.TokenFile == "" {
 		notLeader(addr, "forwarding needs the cluster's shared api.token_file: this node uses the token it generated, which the leader does not know")
 		return
 	}
@@ -90,19 +87,19 @@ func (n *Node) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string,
 		return
 	}
 
-	ctx, cancel := context.WithTimeout(r.Context(), n.forwardTimeout())
+	ctx, cancel := context.WithTimeout(r.Context(), a.forwardTimeout())
 	defer cancel()
 	var written atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) }})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(addr, "/")+SendURL(url.PathEscape(bot)), bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(addr, "/")+URL(url.PathEscape(bot)), bytes.NewReader(raw))
 	if err != nil {
 		notLeader(addr, "the leader's address is not a URL: "+err.Error())
 		return
 	}
-	req.Header.Set("Authorization", "Bearer "+n.token)
+	req.Header.Set("Authorization", "Bearer "+a.token)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(ForwardedHeader, n.cfg.NodeID)
-	cli := *n.apiCli // api.ca_file's TLS; the context bounds the call
+	req.Header.Set(ForwardedHeader, a.cfg.NodeID)
+	cli := *a.cli // api.ca_file's TLS; the context bounds the call
 	cli.Timeout = 0
 	resp, err := cli.Do(req)
 	if err != nil {
@@ -110,7 +107,7 @@ func (n *Node) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string,
 			notLeader(addr, "the leader's API did not take the request: "+redact.Error(err).Error())
 			return
 		}
-		answer(http.StatusGatewayTimeout, SendResult{Leader: addr, Node: leader, Error: "outcome unknown: forwarded to the leader, node " + leader + " at " + addr +
+		answer(http.StatusGatewayTimeout, Result{Leader: addr, Node: leader, Error: "outcome unknown: forwarded to the leader, node " + leader + " at " + addr +
 			", which did not answer (" + redact.Error(err).Error() + "); the message may have been sent, and sending it again may show it twice"}, outcomeUnknown, 0)
 		return
 	}
@@ -121,11 +118,11 @@ func (n *Node) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string,
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxForwardedAnswer))
 	if err != nil {
-		answer(http.StatusGatewayTimeout, SendResult{Leader: addr, Node: leader, Error: "outcome unknown: the leader's answer was cut (" + redact.Error(err).Error() +
+		answer(http.StatusGatewayTimeout, Result{Leader: addr, Node: leader, Error: "outcome unknown: the leader's answer was cut (" + redact.Error(err).Error() +
 			"); the message may have been sent, and sending it again may show it twice"}, outcomeUnknown, 0)
 		return
 	}
-	sends.WithLabelValues(bot, string(outcomeForwarded)).Inc()
+	a.sends.WithLabelValues(bot, string(outcomeForwarded)).Inc()
 	for _, h := range []string{"Content-Type", "Retry-After"} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
@@ -135,30 +132,10 @@ func (n *Node) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string,
 	w.Write(body)
 }
 
-// leaderOf is the node that holds bot's election now and its API address
-// from the node registry ("" when it is not registered); the error is
-// election.ErrNoLeader when no node does.
-func (n *Node) leaderOf(ctx context.Context, bot string) (id, addr string, err error) {
-	info, err := election.Leader(ctx, n.etcd, "", bot)
-	if err != nil {
-		return "", "", err
-	}
-	nodes, err := node.Nodes(ctx, n.etcd, node.DefaultPrefix)
-	if err != nil {
-		return info.Node, "", err
-	}
-	for _, in := range nodes {
-		if in.ID == info.Node {
-			return info.Node, in.Address, nil
-		}
-	}
-	return info.Node, "", nil
-}
-
 // forwardTimeout bounds a forwarded send: the leader's wait for the
 // budget, WeCom's ack, and a margin; within the API's write timeout.
-func (n *Node) forwardTimeout() time.Duration {
-	return min(SendMaxWait+n.cfg.WeCom.AckTimeout+5*time.Second, apiWriteTimeout-5*time.Second)
+func (a *API) forwardTimeout() time.Duration {
+	return min(MaxWait+a.cfg.WeCom.AckTimeout+5*time.Second, a.writeTimeout-5*time.Second)
 }
 
 // tokenSafe: the token may be sent to the API at addr (https, or this

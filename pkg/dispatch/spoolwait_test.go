@@ -1,4 +1,4 @@
-package serve
+package dispatch
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func TestSpoolOutExpiredAndLate(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
-	out := newSpoolOut(env.Store, lc, zerolog.Nop(), nil)
+	out := NewSpoolOut(env.Store, lc, zerolog.Nop(), nil)
 	entry := func(msgid, chat string, waited time.Duration) (jetstream.SpoolEntry, task.Message) {
 		m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: "q", Received: time.Now().Add(-waited)}
 		raw, _ := json.Marshal(m)
@@ -43,7 +43,7 @@ func TestSpoolOutExpiredAndLate(t *testing.T) {
 	}
 
 	old, om := entry("m1", "alice", 2*time.Hour)
-	if err := (spoolExpired{out, time.Hour}).Publish(ctx, old); err != nil {
+	if err := out.Expired(time.Hour).Publish(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	r, err := lc.Get(ctx, om.TaskID)

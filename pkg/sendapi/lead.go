@@ -1,4 +1,4 @@
-package serve
+package sendapi
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // sent is a send's answer on the leader: the body and, for 429 and 503,
 // the Retry-After seconds.
 type sent struct {
-	SendResult
+	Result
 	retryAfter int
 }
 
@@ -23,27 +23,27 @@ type sent struct {
 // answers with what WeCom said.
 //
 // The send spends the conversation's pace budget: the same Budget the
-// pusher spends for every answer frame and push there (leaders.Budget),
+// pusher spends for every answer frame and push there (Node.Budget),
 // so API sends and answers together stay under push.budget a minute and
 // push.budget_hourly an hour. It spends like a push, with no reserve
 // (the pusher keeps its progress frames off the last two sends of a
 // minute, not its finals and pushes). A slot that frees within
-// SendMaxWait is waited for; a later one is a 429 with Retry-After. It
+// MaxWait is waited for; a later one is a 429 with Retry-After. It
 // also waits, like a push, while the bot's connection is in half-open
 // recovery (the backlog gate).
 //
 // What the answer guarantees: 200 only for an ack with errcode 0. A
 // frame written but not acked (timeout, connection closed meanwhile) is a
 // 504: WeCom may have shown it, and a retry may show it twice.
-func (n *Node) sendHere(ctx context.Context, conn *wecom.Conn, bot string, req SendRequest) (int, sent, sendOutcome) {
-	res := sent{SendResult: SendResult{Chat: req.Chat, Node: n.cfg.NodeID}}
+func (a *API) sendHere(ctx context.Context, conn *wecom.Conn, bot string, req Request) (int, sent, sendOutcome) {
+	res := sent{Result: Result{Chat: req.Chat, Node: a.cfg.NodeID}}
 	fail := func(code int, o sendOutcome, retry time.Duration, format string, args ...any) (int, sent, sendOutcome) {
 		res.Error = fmt.Sprintf(format, args...)
 		res.retryAfter = retrySeconds(retry)
 		return code, res, o
 	}
-	budget, gate := n.Budget(bot), n.Health.Gate(bot)
-	deadline := time.Now().Add(SendMaxWait)
+	budget, gate := a.node.Budget(bot), a.node.Gate(bot)
+	deadline := time.Now().Add(MaxWait)
 	for {
 		now := time.Now()
 		wait := gate.Wait(now)
@@ -62,7 +62,7 @@ func (n *Node) sendHere(ctx context.Context, conn *wecom.Conn, bot string, req S
 			}
 			return fail(http.StatusTooManyRequests, outcomeThrottled, wait,
 				"not sent: conversation %s has spent its send budget (push.budget %d a minute, push.budget_hourly %d an hour, shared with the bot's answers there); its next slot frees in %s: retry then",
-				req.Chat, n.cfg.Push.Budget, n.cfg.Push.BudgetHourly, wait.Round(time.Second))
+				req.Chat, a.cfg.Push.Budget, a.cfg.Push.BudgetHourly, wait.Round(time.Second))
 		}
 		if !clock.Sleep(ctx, clock.Real, wait) {
 			return fail(http.StatusServiceUnavailable, outcomeUnavailable, time.Second, "not sent: the request ended while it waited for the conversation's send budget")
@@ -118,11 +118,4 @@ func (n *Node) sendHere(ctx context.Context, conn *wecom.Conn, bot string, req S
 // retrySeconds is d as Retry-After's whole seconds, rounded up, at least 1.
 func retrySeconds(d time.Duration) int {
 	return max(int(math.Ceil(d.Seconds())), 1)
-}
-
-// conn is this node's connection of bot while it leads it, else nil.
-func (o *observer) conn(bot string) *wecom.Conn {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.conns[bot]
 }

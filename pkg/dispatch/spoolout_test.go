@@ -1,4 +1,4 @@
-package serve
+package dispatch
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func TestSpoolOutQueuesTheCopyOfATaskStillRunningOffQueue(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	ctx := context.Background()
 	lc := task.NewLifecycle(env.Store, "leader", zerolog.Nop())
-	out := newSpoolOut(env.Store, lc, zerolog.Nop(), nil)
+	out := NewSpoolOut(env.Store, lc, zerolog.Nop(), nil)
 	entry := func(msgid, chat string) (jetstream.SpoolEntry, task.Message) {
 		m := task.Message{TaskID: task.ID("b", msgid), Bot: "b", MsgID: msgid, Chat: chat, Question: "q", Received: time.Now()}
 		raw, _ := json.Marshal(m)

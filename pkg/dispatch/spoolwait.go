@@ -1,4 +1,4 @@
-package serve
+package dispatch
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // markLate marks the spooled task e late, in its record and in the
 // payload to be queued, so that its answer starts with the late note. An
 // error (JetStream away again) keeps the entry for a later try.
-func (s *spoolOut) markLate(ctx context.Context, e *jetstream.SpoolEntry) error {
+func (s *SpoolOut) markLate(ctx context.Context, e *jetstream.SpoolEntry) error {
 	var m task.Message
 	if json.Unmarshal(e.Payload, &m) != nil || m.TaskID == "" {
 		return nil // forwarded as is; the worker terminates it
@@ -35,6 +35,12 @@ func (s *spoolOut) markLate(ctx context.Context, e *jetstream.SpoolEntry) error 
 	return nil
 }
 
+// Expired is the forwarder's Expired of tasks that waited in the spool
+// longer than expiry (spool.expiry): see spoolExpired.
+func (s *SpoolOut) Expired(expiry time.Duration) jetstream.Publisher {
+	return spoolExpired{s, expiry}
+}
+
 // spoolExpired is the forwarder's Expired: a task that waited in the
 // spool longer than spool.expiry is not run. It is recorded failed, its
 // conversation marked "may be incomplete" for this answer, so that the
@@ -42,7 +48,7 @@ func (s *spoolOut) markLate(ctx context.Context, e *jetstream.SpoolEntry) error 
 // not answered and to send it again. One a fallback tier ran, or runs,
 // meanwhile goes the way of any spooled task.
 type spoolExpired struct {
-	out    *spoolOut
+	out    *SpoolOut
 	expiry time.Duration
 }
 
