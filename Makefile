@@ -42,23 +42,25 @@ build:
 # The test command of README.md and .ci/run. The browser test
 # (test/browser) needs Chromium: installed here when missing (Debian's
 # package), and required, so a machine without it fails instead of
-# skipping the demo page's test. The chaos smoke runs after the package
-# tests, not beside them: it starts ten processes of its own. First,
-# scripts/check-prereqs.sh: Go, gcc (the race detector), Node.js and npm
-# (conformance) and Chromium, each missing one named with its install
-# command; then scripts/check-tracked.sh: no tracked file over 2 MB or
-# executable binary.
+# skipping the demo page's test. First, scripts/check-prereqs.sh: Go, gcc
+# (the race detector), Node.js and npm (conformance) and Chromium, each
+# missing one named with its install command; then
+# scripts/check-tracked.sh: no tracked file over 2 MB or executable binary.
 #
-# On a cold build cache most of a run is compiling: lint builds with the
-# race detector too (LINTFLAGS=-race), so go vet, staticcheck and the
-# test binaries share one build of every package instead of two. The
-# conformance suite (the official SDK against botctl sim; it mostly
-# waits) runs beside the package tests (scripts/beside.sh), its output
-# printed after theirs.
+# On a cold build cache most of a run is compiling, in two configurations:
+# the race detector's (go vet -race, staticcheck and the test binaries
+# share it) and the static one of the binaries the tests run (make build,
+# testenv.GoBuild, the chaos smoke's test binary, the release). Each is
+# compiled once, side by side, before any test starts: several test
+# packages building the same static binary at once would each compile it.
+# The conformance suite (the official SDK against botctl sim; it mostly
+# waits) runs beside the package tests, staticcheck beside the chaos smoke
+# (one round of each fault family: mostly waiting too), each one's output
+# printed after the other's (scripts/beside.sh).
 test:
 	bash scripts/check-prereqs.sh
 	bash scripts/check-tracked.sh
-	$(MAKE) vet LINTFLAGS=-race
+	bash scripts/beside.sh 'make build GO=$(GO)' -- $(MAKE) vet LINTFLAGS=-race
 	bash scripts/ensure-chromium.sh
 	bash scripts/beside.sh 'make conformance GO=$(GO)' -- env BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
 	bash scripts/beside.sh 'make staticcheck LINTFLAGS=-race GO=$(GO)' -- $(MAKE) chaos-smoke
