@@ -25,6 +25,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/etcdkeys"
+	"github.com/botctl/botctl/pkg/mcpclient"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,7 +35,7 @@ import (
 // a tool is called (the official plugin's header). An agent sends it to
 // the gateway; the gateway passes it on to WeCom, whose member-scoped
 // authorization answers only for members who authorized the bot.
-const RequesterHeader = "x-openclaw-wecom-userid"
+const RequesterHeader = mcpclient.RequesterHeader
 
 // Allowlist is what the gateway asks of the node's bots: a bot's
 // ai.tools now, and whether this node serves the bot at all.
@@ -62,7 +63,7 @@ type Options struct {
 	// (token → agent name, api.agent_tokens_file) each as its agent.
 	NodeToken   string
 	AgentTokens map[string]string
-	HTTP        *http.Client // to WeCom's servers; nil: a 30 s timeout
+	HTTP        *http.Client // to WeCom's servers (pkg/mcpclient); nil: a 30 s timeout
 	Clock       clock.Clock  // nil: clock.Real
 	Registry    prometheus.Registerer
 	Logger      zerolog.Logger
@@ -81,7 +82,7 @@ type Gateway struct {
 	keys         etcdkeys.Layout
 	allow        Allowlist
 	auth         *auth
-	client       *client
+	client       *mcpclient.Client
 	clock        clock.Clock
 	log          zerolog.Logger
 	audit        *audit
@@ -92,7 +93,7 @@ type Gateway struct {
 // New makes a node's gateway.
 func New(o Options) *Gateway {
 	g := &Gateway{node: o.Node, etcd: o.Etcd, keys: o.Keys, allow: o.Allow, auth: newAuth(o.NodeToken, o.AgentTokens),
-		client: newClient(o.HTTP), clock: clock.Or(o.Clock), log: o.Logger.With().Str("component", "mcp_gateway").Logger(),
+		client: mcpclient.New(mcpclient.Options{HTTP: o.HTTP}), clock: clock.Or(o.Clock), log: o.Logger.With().Str("component", "mcp_gateway").Logger(),
 		maxAge: o.MaxAge, refreshEvery: o.RefreshEvery}
 	if g.keys.Root == "" {
 		g.keys = etcdkeys.Default
@@ -156,8 +157,8 @@ func (g *Gateway) listOnce(ctx context.Context, c toolCall, tools []string) ([]T
 		if cursor != "" {
 			params["cursor"] = cursor
 		}
-		raw, err := g.client.do(ctx, url, c.requester, "tools/list", params)
-		var rf *rpcFailure
+		raw, err := g.client.Call(ctx, url, c.requester, "tools/list", params)
+		var rf *mcpclient.RPCError
 		switch {
 		case errors.As(err, &rf):
 			return nil, OutcomeWeComError, err
@@ -223,7 +224,7 @@ func (g *Gateway) callOnce(ctx context.Context, c toolCall) (json.RawMessage, st
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := g.client.do(ctx, url, c.requester, "tools/call", map[string]any{"name": c.tool, "arguments": args})
+	res, err := g.client.Call(ctx, url, c.requester, "tools/call", map[string]any{"name": c.tool, "arguments": args})
 	if err != nil {
 		return nil, OutcomeFailed, err
 	}

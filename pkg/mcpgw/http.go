@@ -10,6 +10,7 @@ import (
 
 	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/buildinfo"
+	"github.com/botctl/botctl/pkg/mcpclient"
 )
 
 // The gateway's endpoint: MCP's Streamable HTTP, stateless. Every POST
@@ -189,12 +190,18 @@ func (g *Gateway) answer(ctx context.Context, c toolCall, tools []string, req rp
 	return out
 }
 
+// rpcFailure is a JSON-RPC error the gateway answers.
+type rpcFailure struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
 // unavailable is err as a JSON-RPC error: WeCom's own JSON-RPC error as
 // it said it, anything else a call that may succeed later.
 func unavailable(err error) *rpcFailure {
-	var rf *rpcFailure
+	var rf *mcpclient.RPCError
 	if errors.As(err, &rf) {
-		return rf
+		return &rpcFailure{Code: rf.Code, Message: rf.Message}
 	}
 	return &rpcFailure{Code: rpcUnavailable, Message: err.Error()}
 }
