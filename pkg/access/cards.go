@@ -26,8 +26,10 @@ import (
 type CardClick struct {
 	Bot, TaskID, Chat, ChatType, User string
 	// CardTaskID is the backend's own task_id of the card ("" none);
-	// EventKey the key of the button clicked.
+	// EventKey the key of the button clicked; Selected the options chosen
+	// on a card with choices (none for a plain button).
 	CardTaskID, EventKey string
+	Selected             []wecom.Selection
 	// Card is the card as it was sent.
 	Card json.RawMessage
 }
@@ -126,7 +128,7 @@ func (a *Access) cardClick(ctx context.Context, js *bound, bot string, ev *wecom
 		return CardClick{}, fmt.Errorf("task %s's answer carried no card", id)
 	}
 	return CardClick{Bot: bot, TaskID: id, Chat: r.Chat, ChatType: r.ChatType, User: ev.From.UserID, CardTaskID: own,
-		EventKey: ev.Event.EventKey, Card: out.Reply.Card}, nil
+		EventKey: ev.Event.EventKey, Selected: ev.Event.Selections(), Card: out.Reply.Card}, nil
 }
 
 // withTaskID is card with task_id set: WeCom updates the card whose

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/pkg/task"
@@ -69,8 +70,8 @@ func (a *Access) queueClick(ctx context.Context, js *bound, ev *wecom.EventCallb
 	}
 	rec := task.New(bot, ev.MsgID, a.cfg.Now().UTC())
 	rec.Chat, rec.ChatType, rec.User = click.Chat, click.ChatType, click.User
-	rec.Question = choiceText(click.Card, click.EventKey)
-	rec.Click = &task.Click{Owner: click.TaskID, CardTaskID: ev.Event.TaskID, EventKey: click.EventKey}
+	rec.Question = choiceText(click.Card, click.EventKey, click.Selected)
+	rec.Click = &task.Click{Owner: click.TaskID, CardTaskID: ev.Event.TaskID, EventKey: click.EventKey, Selected: click.Selected}
 	out, err := a.cfg.Dispatch.DispatchUnless(ctx, task.MessageOf(rec), nil) // the task bucket was read above
 	switch {
 	case err != nil:
@@ -100,7 +101,7 @@ func (a *Access) clicked(ctx context.Context, js *bound, term *election.Term, c 
 		log.Warn().Err(err).Msg("card click not taken: the task could not be queued")
 		return
 	}
-	note := fmt.Sprintf(clickTakenNote, choiceText(click.Card, click.EventKey))
+	note := fmt.Sprintf(clickTakenNote, choiceText(click.Card, click.EventKey, click.Selected))
 	if outcome == clickBusy {
 		note = clickBusyNote
 	}
@@ -114,22 +115,75 @@ func (a *Access) clicked(ctx context.Context, js *bound, term *election.Term, c 
 }
 
 // choiceText is the choice in words: the text of the card's button
-// whose key is key, else key itself.
-func choiceText(card json.RawMessage, key string) string {
-	var c struct {
-		Buttons []struct {
-			Text string `json:"text"`
-			Key  string `json:"key"`
-		} `json:"button_list"`
+// whose key is key, else key itself; on a card with choices, the texts
+// of the options chosen (each question's joined by "、", the questions
+// by "；"), then the button in brackets: "Big room（Submit）".
+func choiceText(card json.RawMessage, key string, selected []wecom.Selection) string {
+	var c choiceCard
+	_ = json.Unmarshal(card, &c) // a card that is not an object names nothing: the keys stand in
+	button := key
+	for _, b := range append(c.Buttons, c.Submit) {
+		if b.Key == key && b.Text != "" {
+			button = b.Text
+			break
+		}
 	}
-	if json.Unmarshal(card, &c) == nil {
-		for _, b := range c.Buttons {
-			if b.Key == key && b.Text != "" {
-				return b.Text
+	if len(selected) == 0 {
+		return button
+	}
+	questions := make([]string, 0, len(selected))
+	for _, q := range selected {
+		texts := make([]string, 0, len(q.OptionIDs))
+		for _, id := range q.OptionIDs {
+			texts = append(texts, c.optionText(q.QuestionKey, id))
+		}
+		questions = append(questions, strings.Join(texts, "、"))
+	}
+	words := strings.Join(questions, "；")
+	if button != "" {
+		words += "（" + button + "）"
+	}
+	return words
+}
+
+// choiceCard is what choiceText reads of a template card: its buttons
+// and its questions (a vote's checkbox, a multiple_interaction's
+// select_list, a button_selection), each with its options.
+type choiceCard struct {
+	Buttons         []cardButton    `json:"button_list"`
+	Submit          cardButton      `json:"submit_button"`
+	Checkbox        *cardQuestion   `json:"checkbox"`
+	Selects         []*cardQuestion `json:"select_list"`
+	ButtonSelection *cardQuestion   `json:"button_selection"`
+}
+
+type cardButton struct {
+	Text string `json:"text"`
+	Key  string `json:"key"`
+}
+
+type cardQuestion struct {
+	QuestionKey string `json:"question_key"`
+	Options     []struct {
+		ID   string `json:"id"`
+		Text string `json:"text"`
+	} `json:"option_list"`
+}
+
+// optionText is the text of option id of the card's question qkey, else
+// id itself.
+func (c choiceCard) optionText(qkey, id string) string {
+	for _, q := range append([]*cardQuestion{c.Checkbox, c.ButtonSelection}, c.Selects...) {
+		if q == nil || q.QuestionKey != qkey {
+			continue
+		}
+		for _, o := range q.Options {
+			if o.ID == id && o.Text != "" {
+				return o.Text
 			}
 		}
 	}
-	return key
+	return id
 }
 
 // withSubtitle is card with its sub_title_text set to note.

@@ -169,6 +169,35 @@ func TestDifyStream(t *testing.T) {
 	}
 }
 
+// TestDifyCardClickInputs: a task answering a click asks Dify with the
+// choice in words as the query and inputs naming it, a plain button's
+// and a card with choices' alike.
+func TestDifyCardClickInputs(t *testing.T) {
+	leakCheck(t)
+	f := newFakeDify(t)
+	b := f.backend(t, nil, DifyConfig{})
+	for _, c := range []struct {
+		ev   Event
+		want string
+	}{
+		{Event{Type: EventCardClick, TaskID: "t_owner", EventKey: "big", Selected: []Selection{}},
+			`{"card_event_key":"big","card_selected":"","card_selected_items":"[]","card_task_id":"t_owner"}`},
+		{Event{Type: EventCardClick, TaskID: "t_owner", EventKey: "book", Selected: []Selection{
+			{QuestionKey: "room", OptionIDs: []string{"big", "small"}}, {QuestionKey: "day", OptionIDs: []string{"tue"}}}},
+			`{"card_event_key":"book","card_selected":"big,small,tue","card_selected_items":"[{\"question_key\":\"room\",\"option_ids\":[\"big\",\"small\"]},{\"question_key\":\"day\",\"option_ids\":[\"tue\"]}]","card_task_id":"t_owner"}`},
+	} {
+		req := difyQuestion("alice", "alice", "大会议室")
+		req.Event = &c.ev
+		if err := streamQuiet(b, req); err != nil {
+			t.Fatal(err)
+		}
+		got := f.next(t)
+		if raw, _ := json.Marshal(got.body["inputs"]); string(raw) != c.want || got.body["query"] != "大会议室" {
+			t.Errorf("inputs %s query %v, want %s and the choice in words", raw, got.body["query"], c.want)
+		}
+	}
+}
+
 // TestDifyConversationSurvivesFailover: the conversation Dify started for
 // a user is continued by the next question, on another node, and by a
 // question after the node's own memory of the turns was updated; another

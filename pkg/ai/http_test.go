@@ -403,39 +403,48 @@ func TestHTTPReplyRefused(t *testing.T) {
 	}
 }
 
-// TestHTTPCardClickDocExample replays docs/ai.md's card click: a task
-// answering a click POSTs the documented body, "event" beside the
-// conversation's fields.
+// TestHTTPCardClickDocExample replays docs/ai.md's card clicks, of a
+// plain button and of a card with choices: a task answering a click
+// POSTs the documented body, "event" beside the conversation's fields.
 func TestHTTPCardClickDocExample(t *testing.T) {
 	leakCheck(t)
 	s := newWebServer(t, func(w http.ResponseWriter, r *http.Request, got webRequest) {
 		w.Header().Set("Content-Type", "text/plain")
 		write(w, "好的，已订大会议室。")
 	})
-	req := Request{TaskID: "t_click", Bot: "sales-bot", Chat: "zhangsan", ChatType: "single", User: "zhangsan",
-		MsgID: "CAIQ16HMjQYYwNGagIOAgAMgq4KM0AI=",
-		Messages: []Message{
-			{Role: RoleUser, Content: "帮我订个会议室"},
-			{Role: RoleAssistant, Content: "订哪一间？"},
-			{Role: RoleUser, Content: "大会议室"},
-		},
-		Event: &Event{Type: EventCardClick, TaskID: "t_0cb06704b74010e77c3f5633", EventKey: "big", Selected: []string{}}}
-	rec := newRecorder()
-	if err := httpBackendFor(t, s, HTTPConfig{}).Stream(context.Background(), req, rec.emit); err != nil {
-		t.Fatal(err)
-	}
-	var want, sent any
-	if err := json.Unmarshal([]byte(docExample(t, "http card click request")), &want); err != nil {
-		t.Fatalf("the documented request is not JSON: %v", err)
-	}
-	got := s.next(t)
-	if err := json.Unmarshal(got.raw, &sent); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(sent, want) {
-		t.Errorf("request sent\n%s\nnot the documented one\n%s", got.raw, docExample(t, "http card click request"))
-	}
-	if rec.text() != "好的，已订大会议室。" {
-		t.Errorf("answer %q", rec.text())
+	for _, c := range []struct {
+		example, msgid, asked, choice, key string
+		selected                           []Selection
+	}{
+		{"http card click request", "CAIQ16HMjQYYwNGagIOAgAMgq4KM0AI=", "订哪一间？", "大会议室", "big", []Selection{}},
+		{"http card click request with choices", "CAIQ16HMjQYYwNGagIOAgAMgxYSM0AI=", "订哪几间？", "大会议室、小会议室（预订）", "book",
+			[]Selection{{QuestionKey: "room", OptionIDs: []string{"big", "small"}}}},
+	} {
+		req := Request{TaskID: "t_click", Bot: "sales-bot", Chat: "zhangsan", ChatType: "single", User: "zhangsan",
+			MsgID: c.msgid,
+			Messages: []Message{
+				{Role: RoleUser, Content: "帮我订个会议室"},
+				{Role: RoleAssistant, Content: c.asked},
+				{Role: RoleUser, Content: c.choice},
+			},
+			Event: &Event{Type: EventCardClick, TaskID: "t_0cb06704b74010e77c3f5633", EventKey: c.key, Selected: c.selected}}
+		rec := newRecorder()
+		if err := httpBackendFor(t, s, HTTPConfig{}).Stream(context.Background(), req, rec.emit); err != nil {
+			t.Fatal(err)
+		}
+		var want, sent any
+		if err := json.Unmarshal([]byte(docExample(t, c.example)), &want); err != nil {
+			t.Fatalf("the documented request %q is not JSON: %v", c.example, err)
+		}
+		got := s.next(t)
+		if err := json.Unmarshal(got.raw, &sent); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(sent, want) {
+			t.Errorf("request sent\n%s\nnot the documented one %q\n%s", got.raw, c.example, docExample(t, c.example))
+		}
+		if rec.text() != "好的，已订大会议室。" {
+			t.Errorf("answer %q", rec.text())
+		}
 	}
 }

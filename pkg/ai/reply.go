@@ -262,9 +262,11 @@ type CardEvent struct {
 	Chat   string `json:"chat"`
 	User   string `json:"user"`
 	// CardTaskID is the card's task_id as the backend gave it ("" when it
-	// gave none); EventKey is the key of the button clicked.
-	CardTaskID string `json:"card_task_id,omitempty"`
-	EventKey   string `json:"event_key"`
+	// gave none); EventKey is the key of the button clicked; Selected the
+	// options chosen on a card with choices (see Event.Selected).
+	CardTaskID string      `json:"card_task_id,omitempty"`
+	EventKey   string      `json:"event_key"`
+	Selected   []Selection `json:"selected,omitempty"`
 	// Card is the card as it was sent.
 	Card json.RawMessage `json:"card,omitempty"`
 }

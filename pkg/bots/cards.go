@@ -16,8 +16,12 @@ func (b *Live) AnswerCard(ctx context.Context, click access.CardClick) (json.Raw
 	if cr == nil {
 		return nil, access.ErrClickQueued
 	}
+	var selected []ai.Selection
+	for _, s := range click.Selected {
+		selected = append(selected, ai.Selection{QuestionKey: s.QuestionKey, OptionIDs: s.OptionIDs})
+	}
 	return cr.CardEvent(ctx, ai.CardEvent{TaskID: click.TaskID, Bot: click.Bot, Chat: click.Chat, User: click.User,
-		CardTaskID: click.CardTaskID, EventKey: click.EventKey, Card: click.Card})
+		CardTaskID: click.CardTaskID, EventKey: click.EventKey, Selected: selected, Card: click.Card})
 }
 
 // cardResponder is the backend that answers clicks: b itself, or the

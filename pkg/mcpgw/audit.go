@@ -52,7 +52,8 @@ func (a *auth) agent(r *http.Request) string {
 	return found
 }
 
-// audit is the record of every tool call: botctl_mcp_tool_calls_total,
+// audit is the record of every tool call and tools/list (the tool
+// BIZ_TYPE/tools/list): botctl_mcp_tool_calls_total,
 // botctl_mcp_tool_call_duration_seconds and one log line, naming the
 // bot, the agent, the tool, the outcome and the duration, never the
 // arguments or the result.
@@ -65,10 +66,10 @@ type audit struct {
 func newAudit(reg prometheus.Registerer, log zerolog.Logger) *audit {
 	a := &audit{log: log,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "mcp_tool_calls_total",
-			Help: "WeCom MCP tool calls this node's gateway answered, by bot, agent, tool (BIZ_TYPE/TOOL) and outcome: ok, wecom_error, refused (not in ai.tools), unavailable (no URL shared), failed (WeCom's server)."},
+			Help: "WeCom MCP tool calls and lists this node's gateway answered, by bot, agent, tool (BIZ_TYPE/TOOL, or BIZ_TYPE/tools/list for a list) and outcome: ok, wecom_error, refused (not in ai.tools), unavailable (no URL shared), failed (WeCom's server)."},
 			[]string{"bot", "agent", "tool", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Name: "mcp_tool_call_duration_seconds",
-			Help: "How long the WeCom MCP tool calls this node's gateway answered took, by bot and outcome.", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 10)},
+			Help: "How long the WeCom MCP tool calls and lists this node's gateway answered took, by bot and outcome.", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 10)},
 			[]string{"bot", "outcome"}),
 	}
 	if reg != nil {
@@ -84,7 +85,7 @@ var toolLabelRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
 func (a *audit) record(c toolCall, outcome string, took time.Duration, err error) {
 	tool := c.biz + "/" + c.tool
-	if !toolLabelRE.MatchString(c.biz) || !toolLabelRE.MatchString(c.tool) {
+	if !toolLabelRE.MatchString(c.biz) || (!toolLabelRE.MatchString(c.tool) && c.tool != ListTool) {
 		tool = "invalid"
 	}
 	a.calls.WithLabelValues(c.bot, c.agent, tool, outcome).Inc()

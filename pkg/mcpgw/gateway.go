@@ -16,6 +16,8 @@ package mcpgw
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/etcdkeys"
+	"github.com/botctl/botctl/pkg/mcpclient"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,7 +35,7 @@ import (
 // a tool is called (the official plugin's header). An agent sends it to
 // the gateway; the gateway passes it on to WeCom, whose member-scoped
 // authorization answers only for members who authorized the bot.
-const RequesterHeader = "x-openclaw-wecom-userid"
+const RequesterHeader = mcpclient.RequesterHeader
 
 // Allowlist is what the gateway asks of the node's bots: a bot's
 // ai.tools now, and whether this node serves the bot at all.
@@ -60,7 +63,7 @@ type Options struct {
 	// (token → agent name, api.agent_tokens_file) each as its agent.
 	NodeToken   string
 	AgentTokens map[string]string
-	HTTP        *http.Client // to WeCom's servers; nil: a 30 s timeout
+	HTTP        *http.Client // to WeCom's servers (pkg/mcpclient); nil: a 30 s timeout
 	Clock       clock.Clock  // nil: clock.Real
 	Registry    prometheus.Registerer
 	Logger      zerolog.Logger
@@ -79,7 +82,7 @@ type Gateway struct {
 	keys         etcdkeys.Layout
 	allow        Allowlist
 	auth         *auth
-	client       *client
+	client       *mcpclient.Client
 	clock        clock.Clock
 	log          zerolog.Logger
 	audit        *audit
@@ -90,7 +93,7 @@ type Gateway struct {
 // New makes a node's gateway.
 func New(o Options) *Gateway {
 	g := &Gateway{node: o.Node, etcd: o.Etcd, keys: o.Keys, allow: o.Allow, auth: newAuth(o.NodeToken, o.AgentTokens),
-		client: newClient(o.HTTP), clock: clock.Or(o.Clock), log: o.Logger.With().Str("component", "mcp_gateway").Logger(),
+		client: mcpclient.New(mcpclient.Options{HTTP: o.HTTP}), clock: clock.Or(o.Clock), log: o.Logger.With().Str("component", "mcp_gateway").Logger(),
 		maxAge: o.MaxAge, refreshEvery: o.RefreshEvery}
 	if g.keys.Root == "" {
 		g.keys = etcdkeys.Default
@@ -125,11 +128,27 @@ func bizAllowed(tools []string, biz string) bool {
 	return slices.ContainsFunc(tools, func(t string) bool { b, _, _ := strings.Cut(t, "/"); return b == biz })
 }
 
-// list is biz's tools the bot's allowlist lets through.
-func (g *Gateway) list(ctx context.Context, bot, biz, requester string, tools []string) ([]Tool, error) {
-	url, _, err := g.url(ctx, bot, biz)
+// ListTool is what the audit names a tools/list of a business type in
+// place of a tool's name: its tool label is BIZ_TYPE/tools/list
+// ("msg/tools/list"), which no tool's can be (a tool's name has no "/").
+const ListTool = "tools/list"
+
+// list is biz's tools the bot's allowlist lets through, for c's agent,
+// audited as c's tool ListTool: the outcome ok, unavailable (no URL
+// shared), wecom_error (WeCom's server answered a JSON-RPC error) or
+// failed.
+func (g *Gateway) list(ctx context.Context, c toolCall, tools []string) ([]Tool, error) {
+	start := g.clock.Now()
+	c.tool, c.args = ListTool, nil
+	list, outcome, err := g.listOnce(ctx, c, tools)
+	g.audit.record(c, outcome, g.clock.Since(start), err)
+	return list, err
+}
+
+func (g *Gateway) listOnce(ctx context.Context, c toolCall, tools []string) ([]Tool, string, error) {
+	url, _, err := g.url(ctx, c.bot, c.biz)
 	if err != nil {
-		return nil, err
+		return nil, OutcomeUnavailable, err
 	}
 	var out []Tool
 	cursor := ""
@@ -138,19 +157,23 @@ func (g *Gateway) list(ctx context.Context, bot, biz, requester string, tools []
 		if cursor != "" {
 			params["cursor"] = cursor
 		}
-		raw, err := g.client.do(ctx, url, requester, "tools/list", params)
-		if err != nil {
-			return nil, err
+		raw, err := g.client.Call(ctx, url, c.requester, "tools/list", params)
+		var rf *mcpclient.RPCError
+		switch {
+		case errors.As(err, &rf):
+			return nil, OutcomeWeComError, err
+		case err != nil:
+			return nil, OutcomeFailed, err
 		}
 		var page struct {
 			Tools      []Tool `json:"tools"`
 			NextCursor string `json:"nextCursor"`
 		}
 		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, err
+			return nil, OutcomeFailed, fmt.Errorf("WeCom's MCP server's tools/list is not a list of tools: %w", err)
 		}
 		for _, t := range page.Tools {
-			if allowed(tools, biz, t.Name) {
+			if allowed(tools, c.biz, t.Name) {
 				out = append(out, t)
 			}
 		}
@@ -158,16 +181,16 @@ func (g *Gateway) list(ctx context.Context, bot, biz, requester string, tools []
 			break
 		}
 	}
-	return out, nil
+	return out, OutcomeOK, nil
 }
 
 // maxListPages bounds the pages of one tools/list.
 const maxListPages = 20
 
-// Outcomes of a tool call (botctl_mcp_tool_calls_total's outcome).
+// Outcomes of a tool call or list (botctl_mcp_tool_calls_total's outcome).
 const (
 	OutcomeOK          = "ok"          // WeCom answered errcode 0
-	OutcomeWeComError  = "wecom_error" // WeCom answered the call with an errcode (not authorized, bad arguments, …)
+	OutcomeWeComError  = "wecom_error" // WeCom answered the call with an errcode (not authorized, bad arguments, …), or the list with a JSON-RPC error
 	OutcomeRefused     = "refused"     // not in the bot's ai.tools
 	OutcomeUnavailable = "unavailable" // no URL shared: the bot not held, or WeCom refused the URL
 	OutcomeFailed      = "failed"      // WeCom's server failed or did not answer
@@ -201,7 +224,7 @@ func (g *Gateway) callOnce(ctx context.Context, c toolCall) (json.RawMessage, st
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := g.client.do(ctx, url, c.requester, "tools/call", map[string]any{"name": c.tool, "arguments": args})
+	res, err := g.client.Call(ctx, url, c.requester, "tools/call", map[string]any{"name": c.tool, "arguments": args})
 	if err != nil {
 		return nil, OutcomeFailed, err
 	}

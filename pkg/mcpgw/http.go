@@ -10,6 +10,7 @@ import (
 
 	"github.com/botctl/botctl/internal/httpjson"
 	"github.com/botctl/botctl/pkg/buildinfo"
+	"github.com/botctl/botctl/pkg/mcpclient"
 )
 
 // The gateway's endpoint: MCP's Streamable HTTP, stateless. Every POST
@@ -90,12 +91,8 @@ func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	bot, biz := r.PathValue("bot"), r.PathValue("biz_type")
 	tools, served := g.allow.Tools(bot)
-	switch {
-	case !served:
+	if !served {
 		httpjson.WriteIndented(w, http.StatusNotFound, map[string]string{"error": "bot " + bot + " is not served by this node"})
-		return
-	case !bizAllowed(tools, biz):
-		httpjson.WriteIndented(w, http.StatusForbidden, map[string]string{"error": "business type " + biz + " is in no entry of bot " + bot + "'s ai.tools: refused"})
 		return
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
@@ -104,7 +101,14 @@ func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req rpcRequest
-	if err := json.Unmarshal(raw, &req); err != nil || req.JSONRPC != "2.0" || req.Method == "" {
+	err = json.Unmarshal(raw, &req)
+	c := toolCall{bot: bot, agent: agent, biz: biz, requester: r.Header.Get(RequesterHeader)}
+	if !bizAllowed(tools, biz) {
+		g.refuseBiz(c, req)
+		httpjson.WriteIndented(w, http.StatusForbidden, map[string]string{"error": "business type " + biz + " is in no entry of bot " + bot + "'s ai.tools: refused"})
+		return
+	}
+	if err != nil || req.JSONRPC != "2.0" || req.Method == "" {
 		writeRPC(w, rpcResponse{ID: json.RawMessage("null"), Error: &rpcFailure{Code: rpcParseError, Message: "want one JSON-RPC 2.0 request object (batches are not supported)"}})
 		return
 	}
@@ -112,8 +116,26 @@ func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	c := toolCall{bot: bot, agent: agent, biz: biz, requester: r.Header.Get(RequesterHeader)}
 	writeRPC(w, g.answer(r.Context(), c, tools, req))
+}
+
+// refuseBiz audits a tools/call or tools/list of a business type in no
+// entry of the bot's ai.tools as refused (a made-up name as "invalid");
+// any other request of it is refused unaudited.
+func (g *Gateway) refuseBiz(c toolCall, req rpcRequest) {
+	switch req.Method {
+	case "tools/list":
+		c.tool = ListTool
+	case "tools/call":
+		var p struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(req.Params, &p) // no name: counted as "invalid"
+		c.tool = p.Name
+	default:
+		return
+	}
+	g.audit.record(c, OutcomeRefused, 0, &refusal{bot: c.bot, tool: c.biz + "/" + c.tool})
 }
 
 // answer is the gateway's answer to one request of c's agent.
@@ -134,7 +156,7 @@ func (g *Gateway) answer(ctx context.Context, c toolCall, tools []string, req rp
 	case "ping":
 		out.Result = map[string]any{}
 	case "tools/list":
-		list, err := g.list(ctx, c.bot, c.biz, c.requester, tools)
+		list, err := g.list(ctx, c, tools)
 		if err != nil {
 			out.Error = unavailable(err)
 			return out
@@ -168,12 +190,18 @@ func (g *Gateway) answer(ctx context.Context, c toolCall, tools []string, req rp
 	return out
 }
 
+// rpcFailure is a JSON-RPC error the gateway answers.
+type rpcFailure struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
 // unavailable is err as a JSON-RPC error: WeCom's own JSON-RPC error as
 // it said it, anything else a call that may succeed later.
 func unavailable(err error) *rpcFailure {
-	var rf *rpcFailure
+	var rf *mcpclient.RPCError
 	if errors.As(err, &rf) {
-		return rf
+		return &rpcFailure{Code: rf.Code, Message: rf.Message}
 	}
 	return &rpcFailure{Code: rpcUnavailable, Message: err.Error()}
 }

@@ -118,7 +118,7 @@ func (g *Gateway) refresh(ctx context.Context, term Term, conn Conn, biz string)
 		return err
 	}
 	now := g.clock.Now()
-	if rec != nil && rec.Term == term.Rev && now.Before(rec.Fetched.Add(g.maxAge/2)) {
+	if !stale(rec, term.Rev, now, g.maxAge) {
 		return nil
 	}
 	url, err := askURL(ctx, conn, biz)
@@ -135,6 +135,15 @@ func (g *Gateway) refresh(ctx context.Context, term Term, conn Conn, biz string)
 		return errors.New("the term ended before the URL was shared")
 	}
 	return nil
+}
+
+// stale reports whether the holder of term asks WeCom again for the URL
+// rec shares (nil: none, or unreadable): when there is none, when
+// another term (a previous leader) asked for it, or from half its maxAge
+// on (30 minutes of DefaultMaxAge), so that a URL in use is replaced
+// well before it expires.
+func stale(rec *Record, term int64, now time.Time, maxAge time.Duration) bool {
+	return rec == nil || rec.Term != term || !now.Before(rec.Fetched.Add(maxAge/2))
 }
 
 // askURL asks conn for biz's server.

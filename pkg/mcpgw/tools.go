@@ -31,7 +31,7 @@ func (b backendTools) List(ctx context.Context, bot, user string) ([]ai.Tool, er
 	var out []ai.Tool
 	var errs []error
 	for _, biz := range BizTypes(tools) {
-		list, err := b.g.list(ctx, bot, biz, user, tools)
+		list, err := b.g.list(ctx, toolCall{bot: bot, agent: b.agent, biz: biz, requester: user}, tools)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", biz, err))
 			continue

@@ -10,12 +10,24 @@ import (
 
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/config"
+	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"
 )
 
 // cardAgent is an http agent whose answer to a question ends with a card
 // that waits for a person, and whose answer to a click names the choice.
 func cardAgent(t *testing.T) *agentServer {
+	return cardAgentWith(t, roomButtons)
+}
+
+// Cards the agents end their first answer with: buttons, and a vote.
+const (
+	roomButtons = `{"card_type": "button_interaction", "main_title": {"title": "Room"}, "button_list": [{"text": "Big room", "key": "big"}, {"text": "Small room", "key": "small"}]}`
+	roomVote    = `{"card_type": "vote_interaction", "main_title": {"title": "Rooms"}, "checkbox": {"question_key": "room", "mode": 1, "option_list": [{"id": "big", "text": "Big room"}, {"id": "small", "text": "Small room"}]}, "submit_button": {"text": "Book", "key": "book"}}`
+)
+
+// cardAgentWith is cardAgent whose card is card.
+func cardAgentWith(t *testing.T, card string) *agentServer {
 	return newAgentServer(t, func(w http.ResponseWriter, body map[string]any, n int) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		if ev, ok := body["event"].(map[string]any); ok {
@@ -24,7 +36,7 @@ func cardAgent(t *testing.T) *agentServer {
 			return
 		}
 		fmt.Fprintf(w, "data: {\"text\": \"which room?\"}\n\n")
-		fmt.Fprintf(w, "data: {\"reply\": {\"card\": {\"card_type\": \"button_interaction\", \"main_title\": {\"title\": \"Room\"}, \"button_list\": [{\"text\": \"Big room\", \"key\": \"big\"}, {\"text\": \"Small room\", \"key\": \"small\"}]}}}\n\n")
+		fmt.Fprintf(w, "data: {\"reply\": {\"card\": %s}}\n\n", card)
 		fmt.Fprintf(w, "data: {\"done\": true}\n\n")
 	})
 }
@@ -123,6 +135,47 @@ func TestCardClickAnsweredOnceThroughResend(t *testing.T) {
 	}
 	if st, _ := sim.Stats("b1"); st.InvalidReqIDs != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestCardClickWithChoices: a click on a vote card reaches the agent with
+// the options chosen (event.selected) and the choice in words as the
+// question; the card is updated with the choice.
+func TestCardClickWithChoices(t *testing.T) {
+	t.Parallel()
+	agent := cardAgentWith(t, roomVote)
+	e, ns := startEtcd(t), startNATS(t)
+	sim, addr := startSimServer(t)
+	cfg := nodeConfig(t, "ws://"+addr+"/", e, ns.ClientURL())
+	cfg.AI.Kind = config.AIKindHTTP
+	cfg.AI.HTTP.URL = agent.srv.URL + "/webhook/x"
+	if _, err := startNode(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, time.Minute, "connected", func() bool { st, _ := sim.Stats("b1"); return st.Connected })
+	cardTaskID := askForCard(t, sim)
+	res, err := sim.PostEvent(wecomsim.EventRequest{BotID: "b1", UserID: "bob", EventType: "template_card_event", EventKey: "book", TaskID: cardTaskID,
+		CardType: "vote_interaction", Selected: []wecom.Selection{{QuestionKey: "room", OptionIDs: []string{"big", "small"}}}})
+	if err != nil || !res.Delivered {
+		t.Fatalf("click: %+v %v", res, err)
+	}
+	took := func(m wecomsim.TranscriptEntry) bool {
+		return m.Kind == "update_template_card" && strings.Contains(m.Content, "已选择：Big room、Small room（Book）")
+	}
+	answered := func(m wecomsim.TranscriptEntry) bool {
+		return m.Finished && strings.Contains(m.Content, "agent took book for "+cardTaskID)
+	}
+	testwait.Eventually(t, time.Minute, "the card updated and the click answered", func() bool {
+		return count(sim, took) == 1 && count(sim, answered) == 1
+	})
+	clicks := clickRequests(agent)
+	if len(clicks) != 1 {
+		t.Fatalf("the agent was asked %d times about the click", len(clicks))
+	}
+	ev, _ := json.Marshal(clicks[0]["event"])
+	if want := fmt.Sprintf(`{"event_key":"book","selected":[{"option_ids":["big","small"],"question_key":"room"}],"task_id":%q,"type":"card_click"}`, cardTaskID); string(ev) != want ||
+		clicks[0]["question"] != "Big room、Small room（Book）" {
+		t.Fatalf("the agent got %v, event %s want %s", clicks[0], ev, want)
 	}
 }
 

@@ -186,7 +186,10 @@ func TestMCPGatewayThroughTheStandby(t *testing.T) {
 		`botctl_mcp_tool_calls_total{agent="n8n",bot="b1",outcome="ok",tool="todo/create_todo"} 1`,
 		`botctl_mcp_tool_calls_total{agent="n8n",bot="b1",outcome="refused",tool="msg/send_message"} 1`,
 		`botctl_mcp_tool_calls_total{agent="node-token",bot="b1",outcome="ok",tool="msg/get_message"} 1`,
-		`botctl_mcp_tool_call_duration_seconds_count{bot="b1",outcome="refused"} 1`,
+		`botctl_mcp_tool_calls_total{agent="n8n",bot="b1",outcome="ok",tool="msg/tools/list"} 1`,
+		`botctl_mcp_tool_calls_total{agent="n8n",bot="b1",outcome="ok",tool="todo/tools/list"} 1`,
+		`botctl_mcp_tool_calls_total{agent="n8n",bot="b1",outcome="refused",tool="doc/tools/list"} 1`,
+		`botctl_mcp_tool_call_duration_seconds_count{bot="b1",outcome="refused"} 2`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("the standby's metrics lack %s", want)

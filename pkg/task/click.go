@@ -7,6 +7,8 @@ package task
 // task before it, as a message does), and its record names the task
 // whose answer carried the card and the choice made.
 
+import "github.com/botctl/botctl/pkg/wecom"
+
 // Click is the card click a task answers.
 type Click struct {
 	// Owner is the task whose answer carried the card.
@@ -15,7 +17,8 @@ type Click struct {
 	// '@' and the backend's own task_id when it gave one: CardTaskID).
 	CardTaskID string `json:"card_task_id"`
 	// EventKey is the key of the button clicked; Selected the options
-	// chosen on a vote or multiple-choice card (none for a button).
-	EventKey string   `json:"event_key"`
-	Selected []string `json:"selected,omitempty"`
+	// chosen on a card with choices, one entry a question (none for a
+	// plain button).
+	EventKey string            `json:"event_key"`
+	Selected []wecom.Selection `json:"selected,omitempty"`
 }

@@ -242,8 +242,15 @@ func (m *MsgCallback) PlainText() string {
 // Event is the event part of aibot_event_callback.
 type Event struct {
 	EventType string `json:"eventtype"`
-	EventKey  string `json:"event_key,omitempty"`
-	TaskID    string `json:"task_id,omitempty"`
+	// EventKey and TaskID are a template_card_event's button key and
+	// card task_id. WeCom sends them inside event.template_card_event
+	// (TemplateCard); reading a frame fills them from there, and from the
+	// event's top level when a frame has them there (cardevent.go).
+	EventKey string `json:"event_key,omitempty"`
+	TaskID   string `json:"task_id,omitempty"`
+	// TemplateCard is a template_card_event's click: the card's type, the
+	// button, the card and the options chosen (cardevent.go).
+	TemplateCard *TemplateCardEvent `json:"template_card_event,omitempty"`
 	// Feedback is a feedback_event's verdict (event.feedback_event).
 	Feedback *FeedbackEvent `json:"feedback_event,omitempty"`
 }

@@ -2,6 +2,7 @@ package wecomsim
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,8 +61,15 @@ type EventRequest struct {
 	EventType string `json:"eventtype"`
 	ChatType  string `json:"chat_type,omitempty"`
 	ChatID    string `json:"chat_id,omitempty"`
-	EventKey  string `json:"event_key,omitempty"`
-	TaskID    string `json:"task_id,omitempty"`
+	// EventKey and TaskID, for template_card_event: the button clicked
+	// and the clicked card's task_id; CardType the card's type
+	// (vote_interaction…, optional); Selected, on a card with choices,
+	// the options chosen, one entry a question. The callback carries them
+	// in event.template_card_event, as WeCom does.
+	EventKey string            `json:"event_key,omitempty"`
+	TaskID   string            `json:"task_id,omitempty"`
+	CardType string            `json:"card_type,omitempty"`
+	Selected []wecom.Selection `json:"selected,omitempty"`
 	// FeedbackID, for feedback_event, is the feedback.id of the reply the
 	// user judges: one a stream's first frame of this bot carried.
 	FeedbackID string `json:"feedback_id,omitempty"`
@@ -407,11 +415,22 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 	if req.EventType == wecom.EventEnterChat && chatType != wecom.ChatSingle {
 		return EventResult{}, invalid("enter_chat happens only in single chats: drop chat_type/chat_id")
 	}
-	var fb *wecom.FeedbackEvent
-	if req.EventType == wecom.EventFeedback {
-		if fb, err = s.feedbackEvent(b, req); err != nil {
+	ev := wecom.Event{EventType: req.EventType}
+	switch req.EventType {
+	case wecom.EventFeedback:
+		if ev.Feedback, err = s.feedbackEvent(b, req); err != nil {
 			return EventResult{}, err
 		}
+	case wecom.EventTemplateCardEvent:
+		if err := checkSelected(req.Selected); err != nil {
+			return EventResult{}, err
+		}
+		ev = wecom.NewTemplateCardEvent(req.CardType, req.EventKey, req.TaskID, req.Selected)
+	default:
+		if len(req.Selected) > 0 || req.CardType != "" {
+			return EventResult{}, invalid("selected and card_type are a template_card_event's, not %s's", quote(req.EventType))
+		}
+		ev.EventKey, ev.TaskID = req.EventKey, req.TaskID
 	}
 	id := req.MsgID
 	if id == "" {
@@ -424,7 +443,7 @@ func (s *Server) PostEvent(req EventRequest) (EventResult, error) {
 		ChatType:   chatType,
 		From:       wecom.From{UserID: req.UserID},
 		MsgType:    wecom.MsgTypeEvent,
-		Event:      wecom.Event{EventType: req.EventType, EventKey: req.EventKey, TaskID: req.TaskID, Feedback: fb},
+		Event:      ev,
 	}}
 	if chatType == wecom.ChatGroup {
 		e.cb.ChatID = chat
@@ -445,8 +464,12 @@ func (s *Server) deliverEvent(b *bot, e *event) EventResult {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ev := e.cb.Event
+	taskID := ev.TaskID
+	if ev.TemplateCard != nil {
+		taskID = ev.TemplateCard.TaskID
+	}
 	reqID, delivered := s.deliverLocked(b, wecom.CmdEventCallback,
-		&pendingReq{kind: reqEvent, eventType: ev.EventType, chat: e.chat, group: e.cb.ChatType == wecom.ChatGroup, msgid: e.cb.MsgID, at: now, taskID: ev.TaskID}, e.cb, now)
+		&pendingReq{kind: reqEvent, eventType: ev.EventType, chat: e.chat, group: e.cb.ChatType == wecom.ChatGroup, msgid: e.cb.MsgID, at: now, taskID: taskID}, e.cb, now)
 	s.log.Debug().Str("bot", b.id).Str("event", ev.EventType).Str("msgid", e.cb.MsgID).Str("req_id", reqID).Bool("delivered", delivered).Msg("user event")
 	return EventResult{MsgID: e.cb.MsgID, ReqID: reqID, Delivered: delivered}
 }
@@ -573,5 +596,19 @@ func (s *Server) SetSecret(botID, secret string) error {
 	b.secret = secret
 	b.mu.Unlock()
 	s.log.Info().Str("bot", botID).Msg("bot secret changed (the live connection is kept)")
+	return nil
+}
+
+// checkSelected refuses a click's choices WeCom would never send: a
+// question without its key, or without an option chosen.
+func checkSelected(sel []wecom.Selection) error {
+	for i, q := range sel {
+		if q.QuestionKey == "" {
+			return invalid("selected[%d] has no question_key", i)
+		}
+		if len(q.OptionIDs) == 0 || slices.Contains(q.OptionIDs, "") {
+			return invalid("selected[%d] (question_key %s) needs option_ids, none empty", i, quote(q.QuestionKey))
+		}
+	}
 	return nil
 }

@@ -225,9 +225,9 @@ export async function runReplies({ a, BOT, control, check, waitFor }) {
       bot_id: BOT, user_id: 'gina', eventtype: 'template_card_event', event_key: 'yes', task_id: 'conf_task_welcome',
     });
     const cf = await gotClick;
-    check('SDK receives template_card_event with the event_key and task_id',
-      cf.body?.event?.eventtype === 'template_card_event' && cf.body?.event?.event_key === 'yes' &&
-      cf.body?.event?.task_id === 'conf_task_welcome', JSON.stringify(cf.body));
+    check('SDK receives template_card_event with the event_key and task_id in event.template_card_event',
+      cf.body?.event?.eventtype === 'template_card_event' && cf.body?.event?.template_card_event?.event_key === 'yes' &&
+      cf.body?.event?.template_card_event?.task_id === 'conf_task_welcome', JSON.stringify(cf.body));
     const wrong = await tryIt(() => a.updateTemplateCard(cf, buttons('conf_task_other', 'Wrong card')));
     check('an update whose task_id is not the clicked card\'s is refused', !!wrong.err, JSON.stringify(wrong));
     const upd = buttons('conf_task_welcome', 'You said yes');

@@ -1,23 +1,19 @@
 package backfill
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	neturl "net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/botctl/botctl/pkg/clock"
-	"github.com/botctl/botctl/pkg/redact"
+	"github.com/botctl/botctl/pkg/mcpclient"
 	"github.com/botctl/botctl/pkg/wecom"
 )
 
@@ -46,10 +42,10 @@ type WeComHistory struct {
 	// Clock is what the 7-day limit is measured from; nil: clock.Real.
 	Clock clock.PassiveClock
 
-	mu       sync.Mutex
-	conns    map[string]Conn   // bot → the connection this node holds
-	urls     map[string]string // bot → its msg server's URL, asked on conns[bot]
-	sessions map[string]string // URL → Mcp-Session-Id
+	mu    sync.Mutex
+	conns map[string]Conn   // bot → the connection this node holds
+	urls  map[string]string // bot → its msg server's URL, asked on conns[bot]
+	mcpc  *mcpclient.Client // made on first use, of Client and MaxBytes
 }
 
 // Conn is a bot's long connection as WeComHistory asks through it
@@ -110,7 +106,7 @@ func (w *WeComHistory) Connected(bot string, c Conn) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.conns == nil {
-		w.conns, w.urls, w.sessions = map[string]Conn{}, map[string]string{}, map[string]string{}
+		w.conns, w.urls = map[string]Conn{}, map[string]string{}
 	}
 	w.conns[bot] = c
 	delete(w.urls, bot)
@@ -265,18 +261,16 @@ func (w *WeComHistory) call(ctx context.Context, bot, tool string, args map[stri
 			Text string `json:"text"`
 		} `json:"content"`
 	}
-	params := map[string]any{"name": tool, "arguments": args}
-	for try := 0; ; try++ {
-		err = w.rpc(ctx, url, "tools/call", params, &result)
-		var he *httpStatusError
-		if errors.As(err, &he) && he.code == http.StatusNotFound && try == 0 {
-			w.forgetSession(url)
-			continue
-		}
-		break
+	mcpc, limit := w.client()
+	raw, err := mcpc.Call(ctx, url, "", "tools/call", map[string]any{"name": tool, "arguments": args})
+	if errors.Is(err, mcpclient.ErrTooLarge) {
+		err = fmt.Errorf("%w: more than %d bytes in one page", ErrHistoryTooLarge, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s of bot %s: %w", tool, bot, err)
+	}
+	if err := json.Unmarshal(raw, &result); err != nil {
+		return nil, fmt.Errorf("%s of bot %s: the result is not a tool's: %w", tool, bot, err)
 	}
 	for _, c := range result.Content {
 		if c.Type != "text" {
@@ -347,132 +341,17 @@ func (w *WeComHistory) url(ctx context.Context, bot string) (string, error) {
 	return body.URL, nil
 }
 
-func (w *WeComHistory) forgetSession(url string) {
-	w.mu.Lock()
-	delete(w.sessions, url)
-	w.mu.Unlock()
-}
-
-// httpStatusError is an MCP server's answer other than 2xx.
-type httpStatusError struct{ code int }
-
-func (e *httpStatusError) Error() string { return "MCP server answered " + http.StatusText(e.code) }
-
-// rpc sends one JSON-RPC request over Streamable HTTP, beginning the
-// session first (initialize, then notifications/initialized) when url
-// has none, and decodes its result into out.
-func (w *WeComHistory) rpc(ctx context.Context, url, method string, params any, out any) error {
-	w.mu.Lock()
-	sid, ok := w.sessions[url]
-	w.mu.Unlock()
-	if !ok {
-		var err error
-		if sid, err = w.initialize(ctx, url); err != nil {
-			return err
-		}
-	}
-	_, err := w.post(ctx, url, sid, map[string]any{"jsonrpc": "2.0", "id": wecom.NewReqID("mcp_rpc"), "method": method, "params": params}, out)
-	return err
-}
-
-func (w *WeComHistory) initialize(ctx context.Context, url string) (string, error) {
-	init := map[string]any{"jsonrpc": "2.0", "id": wecom.NewReqID("mcp_init"), "method": "initialize", "params": map[string]any{
-		"protocolVersion": "2025-03-26", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "botctl", "version": "1"}}}
-	sid, err := w.post(ctx, url, "", init, nil)
-	if err != nil {
-		return "", fmt.Errorf("begin an MCP session: %w", err)
-	}
-	if sid != "" { // a stateful server: tell it the session began
-		if _, err := w.post(ctx, url, sid, map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"}, nil); err != nil {
-			return "", fmt.Errorf("begin an MCP session: %w", err)
-		}
-	}
-	w.mu.Lock()
-	w.sessions[url] = sid
-	w.mu.Unlock()
-	return sid, nil
-}
-
-// post sends one JSON-RPC message and decodes the result, from a JSON
-// body or the last event of an event stream; it returns the session id
-// the server gave.
-func (w *WeComHistory) post(ctx context.Context, url, sid string, msg map[string]any, out any) (string, error) {
-	raw, _ := json.Marshal(msg)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(raw))
-	if err != nil {
-		return "", redact.Error(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if sid != "" {
-		req.Header.Set("Mcp-Session-Id", sid)
-	}
-	client := w.Client
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		// The URL is WeCom's and may carry a credential in its path:
-		// the error names the server, not the URL.
-		var ue *neturl.Error
-		if errors.As(err, &ue) {
-			err = fmt.Errorf("%s the message history's server: %w", ue.Op, ue.Err)
-		}
-		return "", redact.Error(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return "", &httpStatusError{resp.StatusCode}
-	}
-	newSID := resp.Header.Get("Mcp-Session-Id")
+// client is w's MCP client and the bound of one answer, made on first
+// use.
+func (w *WeComHistory) client() (*mcpclient.Client, int64) {
 	limit := w.MaxBytes
 	if limit <= 0 {
 		limit = DefaultHistoryMaxBytes
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return newSID, redact.Error(err)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mcpc == nil {
+		w.mcpc = mcpclient.New(mcpclient.Options{HTTP: w.Client, MaxBytes: limit, Server: "the message history's server"})
 	}
-	if int64(len(body)) > limit {
-		return newSID, fmt.Errorf("%w: more than %d bytes in one page", ErrHistoryTooLarge, limit)
-	}
-	if out == nil || len(bytes.TrimSpace(body)) == 0 {
-		return newSID, nil
-	}
-	if strings.Contains(resp.Header.Get("Content-Type"), "text/event-stream") {
-		body = lastEventData(body)
-	}
-	var rpc struct {
-		Result json.RawMessage `json:"result"`
-		Error  *struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(body, &rpc); err != nil {
-		return newSID, fmt.Errorf("MCP answer is not JSON-RPC: %w", err)
-	}
-	if rpc.Error != nil {
-		return newSID, fmt.Errorf("MCP error %d: %s", rpc.Error.Code, rpc.Error.Message)
-	}
-	return newSID, json.Unmarshal(rpc.Result, out)
-}
-
-// lastEventData is the data of an event stream's last event.
-func lastEventData(stream []byte) []byte {
-	var last, cur []string
-	for _, line := range strings.Split(string(stream), "\n") {
-		line = strings.TrimRight(line, "\r")
-		switch {
-		case strings.HasPrefix(line, "data:"):
-			cur = append(cur, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
-		case line == "" && len(cur) > 0:
-			last, cur = cur, nil
-		}
-	}
-	if len(cur) > 0 {
-		last = cur
-	}
-	return []byte(strings.Join(last, "\n"))
+	return w.mcpc, limit
 }

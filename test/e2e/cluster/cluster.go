@@ -548,6 +548,7 @@ type TranscriptEntry struct {
 	Content  string `json:"content"`
 	Finished bool   `json:"finished"`
 	Expired  bool   `json:"expired"` // a frame came after the stream window
+	Card     string `json:"card"`    // a finishing frame's template card (compact JSON)
 }
 
 // Transcript reads what chat shows of bot.
