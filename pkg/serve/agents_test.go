@@ -109,6 +109,12 @@ func TestServeDifyConversationAfterFailover(t *testing.T) {
 	if err := n1.Stop(); err != nil {
 		t.Fatalf("n1 stopped with %v", err)
 	}
+	// The question goes to the node that took over (one posted while no
+	// node holds the connection is the gap backfill's, tested on its own).
+	testwait.Eventually(t, 2*time.Minute, "n2 connected", func() bool {
+		st, _ := sim.Stats("b1")
+		return st.Connected && st.Connections >= 2
+	})
 	if _, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: "alice", Text: "second"}); err != nil {
 		t.Fatal(err)
 	}
