@@ -1,8 +1,12 @@
 package access
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/botctl/botctl/internal/fakeclock"
+	"github.com/rs/zerolog"
 )
 
 // A message waits for the messages with files of its conversation read
@@ -37,5 +41,43 @@ func TestGatesKeepAConversationsOrder(t *testing.T) {
 	g.leave("b\x00alice", own3)
 	if len(g.by) != 0 {
 		t.Fatalf("gates left behind: %v", g.by)
+	}
+}
+
+// A message waiting for the files before it gives back its handling slot,
+// goes on when they leave, and at the latest at their deadline (the
+// clock's, the test's).
+func TestInOrderWaitsWithoutASlotUntilTheFilesOrTheirDeadline(t *testing.T) {
+	clk := fakeclock.New(time.Unix(1000, 0))
+	a := &Access{cfg: Config{Clock: clk, Now: clk.Now, Timeout: time.Second}}
+	for _, leaves := range []bool{true, false} {
+		var g gates
+		_, files := g.enter("b\x00alice", true, clk.Now().Add(time.Minute))
+		ahead, _ := g.enter("b\x00alice", false, time.Time{})
+		sem := make(chan struct{}, 1)
+		sem <- struct{}{}
+		h := &handling{a: a, ctx: context.Background(), slot: &heldSlot{sem: sem}, in: arrival{ahead: ahead}, log: zerolog.Nop()}
+		done := make(chan struct{})
+		go func() { defer close(done); h.inOrder() }()
+		clk.AwaitWaiters(t, 1)
+		if len(sem) != 0 {
+			t.Fatal("the slot is held while the message waits")
+		}
+		select {
+		case <-done:
+			t.Fatal("the message went on before the files left or their deadline")
+		default:
+		}
+		if leaves {
+			g.leave("b\x00alice", files)
+		} else {
+			clk.Step(time.Minute)
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the message still waits (files left: %v)", leaves)
+		}
+		h.cancel()
 	}
 }
