@@ -24,8 +24,9 @@ import (
 // service runs `botctl exec-sandbox serve -- PROGRAM ARGS…` on each
 // connection, with the connection as its stdin and stdout.
 //
-// On the connection: the relay sends the task (its stdin) and half-closes;
-// serve gives it to the program's stdin and sends back frames, a type byte
+// On the connection: the relay sends the task (its stdin), the files it
+// names ahead of it (execsandboxfiles.go), and half-closes; serve gives
+// it to the program's stdin and sends back frames, a type byte
 // and a big-endian uint32 length then the bytes: 'o' stdout, 'e' stderr,
 // and last 'x' with the program's exit status (4 bytes). The relay writes
 // them out as they come and exits with that status, so that the backend's
@@ -72,7 +73,10 @@ func relayExec(ctx context.Context, socket string, in io.Reader, stdout, stderr 
 	conn := c.(*net.UnixConn)
 	defer conn.Close()
 	go func() {
-		io.Copy(conn, in)
+		if err := sendTask(conn, in); err != nil {
+			conn.Close() // the sandbox sees a task cut short: no answer
+			return
+		}
 		conn.CloseWrite()
 	}()
 	var hdr [5]byte
@@ -145,12 +149,23 @@ func serveExec(ctx context.Context, argv []string, in io.Reader, out io.Writer) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
+	task, dir, err := receiveTask(in)
+	if dir != "" {
+		defer os.RemoveAll(dir)
+	}
+	if err != nil {
+		// Not run: the relay's answer fails, saying why.
+		frameWriter{mu: &mu, out: out, typ: 'e'}.Write([]byte("botctl " + err.Error() + "\n"))
+		var status [4]byte
+		binary.BigEndian.PutUint32(status[:], 127)
+		return frameWriter{mu: &mu, out: out, typ: 'x'}.frame(status[:])
+	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdin = in
+	cmd.Stdin = task
 	cmd.Stdout = killOnError{frameWriter{mu: &mu, out: out, typ: 'o'}, cancel}
 	cmd.Stderr = killOnError{frameWriter{mu: &mu, out: out, typ: 'e'}, cancel}
 	code := 0
-	err := cmd.Run()
+	err = cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):

@@ -159,6 +159,7 @@ type Access struct {
 	seen    *lru        // msgids being handled or handled (dedupe)
 	arrived *lru        // msgids read by this node, handled or waiting for a handler
 	inHand  tally.Tally // messages read and not yet handled, per bot and conversation
+	gates   gates       // messages with files read and not yet dispatched, per bot and conversation (order.go)
 	statsMu sync.Mutex
 	stats   Stats
 
@@ -352,11 +353,14 @@ func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string,
 	inHand := term.Bot + "\x00" + m.Conversation()
 	a.inHand.Add(inHand, 1)
 	in := a.arrive(term, c, reqID, m, read)
+	// Dispatched after the messages with files read before it (order.go).
+	in.ahead, in.gate = a.gates.enter(inHand, len(media.Items(m)) > 0, read.Add(a.cfg.Media.MessageTimeout()+a.cfg.Timeout))
 	done := a.track(term)
 	a.sem <- struct{}{}
 	a.wg.Go(func() {
 		defer done()
 		defer a.inHand.Add(inHand, -1)
+		defer a.gates.leave(inHand, in.gate)
 		// The slot is given back at the end, or before a download of the
 		// message's files (media.go): those wait on the media slots and
 		// their deadline, never holding a slot text messages need.
@@ -389,6 +393,11 @@ type arrival struct {
 	// early: the receipt, written already (nil: not early). The handler
 	// waits for its ack.
 	early *earlyReceipt
+	// ahead: the messages with files of the conversation read before this
+	// one and not yet dispatched; gate: this one's, if it has files
+	// (order.go).
+	ahead []*gate
+	gate  *gate
 }
 
 // earlyReceipt is a receipt written before the publish.

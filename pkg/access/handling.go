@@ -291,6 +291,7 @@ func (h *handling) earlyReceipt(e *earlyReceipt) sent {
 // it went early) and the record.
 func (h *handling) task(question string, atts []task.Attachment) {
 	a := h.a
+	h.inOrder()
 	rec := h.record(question, atts)
 	if a.cfg.Marks != nil && a.cfg.Marks.Marked(h.term.Bot, h.chat) {
 		// Taking the mark tells the user once: never for a duplicate.
@@ -304,6 +305,8 @@ func (h *handling) task(question string, atts []task.Attachment) {
 	t0 := time.Now()
 	out, err := a.cfg.Dispatch.DispatchUnless(h.ctx, task.MessageOf(rec), h.recorded)
 	h.stage("dispatch", time.Since(t0))
+	// Dispatched (or not): the conversation's later messages go on.
+	a.gates.leave(h.term.Bot+"\x00"+h.chat, h.in.gate)
 	if err != nil || out.Busy {
 		h.unadmit() // no task: the message is not counted in the limits
 	} else {

@@ -83,7 +83,9 @@ type Metrics interface {
 	// Stage: each step on the receipt's path: "slot" (the callback read
 	// → its handling begins: the wait for one of Parallel), "dedupe" (the
 	// task bucket's read, beside the dispatch), "dispatch" (the
-	// dispatch's answer: the queue publish, the conversation's mutex) and
+	// dispatch's answer: the queue publish, the conversation's mutex),
+	// "media" (a message's download), "in_order" (the wait for the
+	// conversation's messages with files read before it: order.go) and
 	// "receipt_frame" (the receipt's send to WeCom's ack; an early
 	// receipt's is the write to the ack read, measured by the
 	// connection).

@@ -115,6 +115,10 @@ var Keys = []Key{
 	{Name: "api.cert_file", Flag: "api-cert-file", Usage: "serve the node API over HTTPS with this certificate (PEM)", set: str(func(c *Config) *string { return &c.API.CertFile })},
 	{Name: "api.key_file", Flag: "api-key-file", Usage: "the node API certificate's key (PEM)", set: str(func(c *Config) *string { return &c.API.KeyFile })},
 	{Name: "api.ca_file", Flag: "api-ca-file", Usage: "CA (PEM) of the other nodes' API certificates (tier 2, botctl status)", set: str(func(c *Config) *string { return &c.API.CAFile })},
+	{Name: "api.forward_peers", Flag: "api-forward-peers", Usage: "hosts or host:port of the other nodes' APIs a standby may forward a send to with the node's token, when api.ca_file is not set (comma-separated; empty: only with api.ca_file, or to this machine)", set: func(c *Config, s string) error {
+		c.API.ForwardPeers = splitList(s)
+		return nil
+	}},
 	{Name: "api.agent_tokens_file", Flag: "api-agent-tokens-file", Usage: "file of per-agent tokens for the WeCom MCP gateway, one \"NAME TOKEN\" a line (unset: the node API token only)", set: str(func(c *Config) *string { return &c.API.AgentTokensFile })},
 	{Name: "api.pprof", Flag: "api-pprof", Usage: "serve Go's profiler (net/http/pprof) under /debug/pprof/ on the node API, behind its token (true or false)", set: boolean(func(c *Config) *bool { return &c.API.Pprof })},
 	{Name: "secrets.key_file", Flag: "secrets-key-file", Usage: "the cluster key (64 hex characters, openssl rand -hex 32; the same file on every node) under which the bot registry's secrets are sealed (unset: the registry's bots are not served)", set: str(func(c *Config) *string { return &c.Secrets.KeyFile })},

@@ -56,6 +56,11 @@ type API struct {
 	// only, no other endpoint. Same rules as api.token_file: not readable
 	// by every user, each token at least MinTokenBytes. Read at start.
 	AgentTokensFile string `yaml:"agent_tokens_file"`
+	// ForwardPeers are the hosts, or host:port, of the other nodes' APIs a
+	// standby may forward a send to (with the node's token) when
+	// api.ca_file is not set: without one of the two, a standby forwards
+	// only to a leader on this machine (forward.go). Empty by default.
+	ForwardPeers []string `yaml:"forward_peers"`
 }
 
 func (a API) tlsFiles() tlsFiles {
@@ -479,6 +484,11 @@ func (c *Config) validateSecurity(bad func(key, format string, args ...any), err
 	}
 	if _, err := c.API.ClientTLS(); err != nil {
 		*errs = append(*errs, err)
+	}
+	for i, p := range c.API.ForwardPeers {
+		if err := validForwardPeer(p); err != nil {
+			bad("api.forward_peers", "entry %d: %v", i+1, err)
+		}
 	}
 	if u, err := url.Parse(c.Dispatch.FixedWorker); err == nil && c.Dispatch.FixedWorker != "" {
 		if c.API.TokenFile == "" {

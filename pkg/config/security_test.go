@@ -265,6 +265,11 @@ func TestSecurityErrorsNameTheKey(t *testing.T) {
 		{"api key mismatch", func(c *Config) { c.API.CertFile, c.API.KeyFile = cert, otherKey }, "config keys api.cert_file / api.key_file"},
 		{"api ca missing", func(c *Config) { c.API.CAFile = "/nonexistent/ca.pem" }, "config key api.ca_file"},
 		{"plain ws to another machine", func(c *Config) { c.WeCom.URL = "ws://openws.work.weixin.qq.com" }, "config key wecom.url"},
+		{"forward peer a URL", func(c *Config) { c.API.ForwardPeers = []string{"https://node-b:8391"} }, "config key api.forward_peers: entry 1"},
+		{"forward peer a pattern", func(c *Config) { c.API.ForwardPeers = []string{"node-a", "*.internal"} }, "config key api.forward_peers: entry 2"},
+		{"forward peer empty", func(c *Config) { c.API.ForwardPeers = []string{""} }, "config key api.forward_peers: entry 1"},
+		{"forward peer bad port", func(c *Config) { c.API.ForwardPeers = []string{"node-b:99999"} }, "config key api.forward_peers: entry 1"},
+		{"forward peer IPv6 port unbracketed", func(c *Config) { c.API.ForwardPeers = []string{"fd00::1:8391:x"} }, "config key api.forward_peers: entry 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Defaults()
@@ -289,6 +294,9 @@ func TestSecurityErrorsNameTheKey(t *testing.T) {
 		"cluster URLs":        func(c *Config) { c.NATS.URL = "nats://a:4222, nats://b:4222,nats://c:4222" },
 		"staging prefix":      func(c *Config) { c.NATS.Prefix = "BOTCTL_STAGING" },
 		"etcd https no files": func(c *Config) { c.Etcd.Endpoints = []string{"https://e:2379"} },
+		"forward peers": func(c *Config) {
+			c.API.ForwardPeers = []string{"node-b.internal", "10.0.0.12:8391", "[fd00::12]:8391", "fd00::13"}
+		},
 	} {
 		c := Defaults()
 		edit(&c)

@@ -310,14 +310,17 @@ func (p *Pusher) final(ctx context.Context, r *task.Record, rev uint64, text str
 	answer := p.finalText(r, text)
 	parts := Parts(answer, wecom.MaxContentBytes)
 	seq := task.Sequence(parts, reply)
+	// The send first, then the images' reads: a conversation whose
+	// budget is spent holds none of them in memory.
+	if wait, ok := p.spend(r.Chat, 0); !ok {
+		return false, wait
+	}
 	body, carried, err := p.finalFrame(ctx, r, p.finalWithThinking(out, parts[0], wecom.MaxContentBytes), seq, reply)
 	if err != nil {
+		p.cfg.Budget.Refund(r.Chat)
 		p.storeError("media_read", err)
 		p.log.Warn().Err(err).Str("task", r.ID).Msg("the reply's images could not be read; trying again")
 		return false, time.Second
-	}
-	if wait, ok := p.spend(r.Chat, 0); !ok {
-		return false, wait
 	}
 	// From the step's read: one record write, no read, before the
 	// frame (a read of an R3 bucket is a request to its leader).

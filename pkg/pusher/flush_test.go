@@ -77,9 +77,21 @@ type clockRig struct {
 
 func newClockRig(t *testing.T) *clockRig {
 	t.Helper()
+	return newClockRigWith(t, nil)
+}
+
+// newClockRigWith is newClockRig with the pusher's Config cfg makes on
+// the rig's clock now (nil: the default).
+func newClockRigWith(t *testing.T, cfg func(now func() time.Time) pusher.Config) *clockRig {
+	t.Helper()
 	r := &clockRig{rig: newRig(t, wecomsim.Config{})}
 	r.budget = pace.New(20, time.Minute, r.now)
-	r.start(pusher.Config{Heartbeat: time.Hour, Now: r.now})
+	var c pusher.Config
+	if cfg != nil {
+		c = cfg(r.now)
+	}
+	c.Heartbeat, c.Now = time.Hour, r.now
+	r.start(c)
 	r.rec = r.ask("alice", "hi")
 	var err error
 	if r.attempt, _, err = r.lc.Start(context.Background(), task.MessageOf(r.record(r.rec.ID)), "queue", 1); err != nil {

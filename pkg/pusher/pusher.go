@@ -293,7 +293,7 @@ type Stats struct {
 	Failed    int64 `json:"failed"`    // deliveries given up
 	Errors    int64 `json:"errors"`    // sends refused or unanswered
 	Ambiguous int64 `json:"ambiguous"` // finals found sent-but-unrecorded (may be seen twice)
-	Throttled int64 `json:"throttled"` // sends deferred by the budget
+	Throttled int64 `json:"throttled"` // sends deferred by the budget, and uploads by the upload budget
 	// Flushes: requests to a worker for its text now, before a frame
 	// that would show a version older than a second (flush.go).
 	Flushes int64 `json:"flushes"`

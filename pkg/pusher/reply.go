@@ -92,18 +92,23 @@ func (p *Pusher) pushItem(ctx context.Context, r *task.Record, chatType int, it 
 	case task.ItemCard:
 		return 0, p.cfg.Conn.SendTemplateCard(ctx, r.Chat, chatType, reply.Card)
 	}
+	// The upload's budget first, then the object's read: a bot at its
+	// upload cap holds no object it cannot send in memory.
 	o := it.Object
+	if w, ok := p.cfg.Uploads.Spend(p.cfg.Bot, 0); !ok {
+		p.count(func(s *Stats) { s.Throttled++ })
+		return max(w, p.cfg.ScanInterval), nil
+	}
 	data, err := p.object(ctx, o)
 	if errors.Is(err, natsjs.ErrObjectNotFound) {
+		p.cfg.Uploads.Refund(p.cfg.Bot) // nothing uploaded
 		p.log.Warn().Str("task", r.ID).Str("key", o.Key).Msg("a reply's file is no longer stored; the user is told")
 		return 0, p.cfg.Conn.SendMarkdown(ctx, r.Chat, chatType, fmt.Sprintf("（%s 已过期，未能发送。）", o.Name))
 	}
 	if err != nil {
+		p.cfg.Uploads.Refund(p.cfg.Bot)
 		p.storeError("media_read", err)
 		return time.Second, nil
-	}
-	if w, ok := p.cfg.Uploads.Spend(p.cfg.Bot, 0); !ok {
-		return max(w, p.cfg.ScanInterval), nil
 	}
 	kind := o.Kind
 	if it.Kind == task.ItemImage {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/natscount"
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/pace"
 	"github.com/botctl/botctl/pkg/pusher"
@@ -257,5 +258,106 @@ func TestDeliveredTaskMediaDeleted(t *testing.T) {
 	}
 	if kinds := r.botMessages("alice"); len(kinds) != 2 || kinds[0].Images != 1 || kinds[1].Kind != "file" {
 		t.Fatalf("user sees %+v", kinds)
+	}
+}
+
+// mediaReads counts the reads of the media store (an object's info, the
+// consumer of its chunks) that the store's connection sends, in order.
+func (r *rig) mediaReads() *natscount.Counter {
+	r.t.Helper()
+	st, err := r.js.Store.Media().Status(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	stream := "OBJ_" + st.Bucket()
+	subjects := []string{"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>", "$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream, "$JS.API.CONSUMER.CREATE." + stream + ".>"}
+	return natscount.New(r.t, r.js.Conn, r.js.Conn, subjects, nil)
+}
+
+// finishWithReply plays the clock rig's worker: obj stored under the
+// attempt's first reply key, the task finished with text and a reply of
+// it (an image, or a file).
+func (r *clockRig) finishWithReply(text, kind string, obj []byte) {
+	r.t.Helper()
+	ctx := context.Background()
+	key := task.ReplyKey(r.rec.ID, r.attempt, 0)
+	if _, err := r.js.Store.Media().PutBytes(ctx, key, obj); err != nil {
+		r.t.Fatal(err)
+	}
+	sum := md5.Sum(obj)
+	o := task.ReplyObject{Kind: kind, Name: "x." + kind, Size: int64(len(obj)), MD5: hex.EncodeToString(sum[:]), Key: key}
+	var reply task.Reply
+	if kind == "image" {
+		reply.Images = []task.ReplyObject{o}
+	} else {
+		reply.Files = []task.ReplyObject{o}
+	}
+	if _, err := r.lc.Finish(ctx, r.rec.ID, r.attempt, text); err != nil {
+		r.t.Fatal(err)
+	}
+	w := r.lc.Output(r.rec.ID, "b", r.attempt)
+	w.SetReply(&reply)
+	if err := w.Final(ctx, text); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// A final frame held back by its conversation's spent send budget reads
+// none of its reply's images meanwhile: they are read when the budget
+// lets the frame go, and the frame carries them.
+func TestFinalFrameHeldByTheBudgetReadsNoImage(t *testing.T) {
+	t.Parallel()
+	r := newClockRig(t)
+	reads := r.mediaReads()
+	for r.budget.Remaining("alice") > 0 {
+		r.budget.Record("alice")
+	}
+	throttled := r.p.Stats().Throttled
+	r.finishWithReply("answer", "image", smallPNG())
+	reads.Reset() // the test's own store of the image
+	testwait.Eventually(t, waitLong, "the final frame held by the budget", func() bool { return r.p.Stats().Throttled > throttled })
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("%d reads of the media store while the final frame could not be sent", n)
+	}
+	r.ahead.Store(int64(time.Minute + time.Second)) // the budget's window passes
+	r.waitDelivery(r.rec.ID, task.Delivered)
+	if bot := r.botMessages("alice"); len(bot) != 1 || bot[0].Content != "answer" || bot[0].Images != 1 {
+		t.Fatalf("user sees %+v, want the answer with its image", bot)
+	}
+	if reads.Load() == 0 {
+		t.Fatal("the image was sent without a read of the media store: the count sees nothing")
+	}
+}
+
+// A reply's file held back by the bot's spent upload budget is not read
+// from the media store meanwhile: it is read, uploaded and sent once the
+// budget allows the upload.
+func TestFileHeldByTheUploadBudgetIsNotRead(t *testing.T) {
+	t.Parallel()
+	var uploads *pace.Budget
+	r := newClockRigWith(t, func(now func() time.Time) pusher.Config {
+		uploads = pace.New(1, time.Minute, now)
+		return pusher.Config{Uploads: uploads}
+	})
+	uploads.Record("b") // the minute's one upload, spent
+	reads := r.mediaReads()
+	throttled := r.p.Stats().Throttled
+	r.finishWithReply("a file for you", "file", []byte("the file's bytes"))
+	reads.Reset()
+	testwait.Eventually(t, waitLong, "the file held by the upload budget", func() bool {
+		bot := r.botMessages("alice")
+		return len(bot) == 1 && bot[0].Content == "a file for you" && bot[0].Finished && r.p.Stats().Throttled > throttled
+	})
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("%d reads of the media store while the file could not be uploaded", n)
+	}
+	r.ahead.Store(int64(time.Minute + time.Second)) // the upload budget's window passes
+	r.waitDelivery(r.rec.ID, task.Delivered)
+	if bot := r.botMessages("alice"); len(bot) != 2 || bot[1].Kind != "file" || !bot[1].Finished {
+		t.Fatalf("user sees %+v, want the answer then its file", bot)
+	}
+	if st := r.p.Stats(); st.Uploads != 1 || reads.Load() == 0 {
+		t.Fatalf("uploads %d, reads %d: want the file read and uploaded once", st.Uploads, reads.Load())
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/botctl/botctl/election"
 	"github.com/botctl/botctl/internal/httpjson"
-	"github.com/botctl/botctl/pkg/config"
 	"github.com/botctl/botctl/pkg/redact"
 )
 
@@ -34,9 +33,13 @@ const maxForwardedAnswer = 1 << 20
 // node never forwards a request that has it (two nodes that each believe
 // the other leads answer 503 instead of passing a request back and
 // forth). Forwarding needs the cluster's shared api.token_file (the
-// forward carries this node's token) and a leader's API that is https or
-// on this machine (the token never crosses the network in clear text, as
-// for tier 2); without them the answer is the 503.
+// forward carries this node's token) and a leader's API on this machine,
+// or https to another machine vouched for by api.ca_file (its
+// certificate verified against the cluster's CA) or api.forward_peers
+// (config.API.ForwardAllowed): the address comes from etcd's node
+// registry, and a writer of etcd must not be able to collect the token
+// by registering a server of its own. Without them the answer is the
+// 503, saying why.
 func (a *API) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string, raw []byte) {
 	answer := func(code int, res Result, o sendOutcome, retry int) {
 		a.sends.WithLabelValues(bot, string(o)).Inc()
@@ -82,8 +85,8 @@ func (a *API) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string, 
 		notLeader(addr, "forwarding needs the cluster's shared api.token_file: this node uses the token it generated, which the leader does not know")
 		return
 	}
-	if !tokenSafe(addr) {
-		notLeader(addr, "the leader's API is plain http on another machine: the token is not sent over the network in clear text (set api.cert_file)")
+	if err := a.cfg.API.ForwardAllowed(addr); err != nil {
+		notLeader(addr, err.Error())
 		return
 	}
 
@@ -101,6 +104,8 @@ func (a *API) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string, 
 	req.Header.Set(ForwardedHeader, a.cfg.NodeID)
 	cli := *a.cli // api.ca_file's TLS; the context bounds the call
 	cli.Timeout = 0
+	// A redirect is relayed, never followed: the token goes to addr only.
+	cli.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := cli.Do(req)
 	if err != nil {
 		if !written.Load() {
@@ -136,11 +141,4 @@ func (a *API) sendElsewhere(w http.ResponseWriter, r *http.Request, bot string, 
 // budget, WeCom's ack, and a margin; within the API's write timeout.
 func (a *API) forwardTimeout() time.Duration {
 	return min(MaxWait+a.cfg.WeCom.AckTimeout+5*time.Second, a.writeTimeout-5*time.Second)
-}
-
-// tokenSafe: the token may be sent to the API at addr (https, or this
-// machine).
-func tokenSafe(addr string) bool {
-	u, err := url.Parse(addr)
-	return err == nil && (u.Scheme == "https" || (u.Scheme == "http" && config.LoopbackHost(u.Hostname())))
 }

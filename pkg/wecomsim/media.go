@@ -62,7 +62,8 @@ type MediaPart struct {
 	// way), "url" (the callback's url is not an http URL), "gone" (the
 	// URL answers 404 at once), "expired" (the URL has expired already:
 	// 403, as every URL past MediaLifetime), "stall" (the URL sends nothing
-	// until the client gives up).
+	// until the client gives up), "hold" (the URL sends nothing until
+	// Server.ReleaseMedia releases the message's items, then the file).
 	Fault string `json:"fault,omitempty"`
 }
 
@@ -99,7 +100,7 @@ type MediaInfo struct {
 	Fault     string    `json:"fault,omitempty"`
 }
 
-const mediaFaults = "aeskey, short_key, key_not_base64, padding, truncate, url, gone, expired or stall"
+const mediaFaults = "aeskey, short_key, key_not_base64, padding, truncate, url, gone, expired, stall or hold"
 
 // servedMedia is one item's bytes and key.
 type servedMedia struct {
@@ -109,6 +110,10 @@ type servedMedia struct {
 	sent  string // the aeskey the callback carries
 	plain []byte
 	body  []byte // encrypted
+	// release, for a "hold" item, is closed by ReleaseMedia (under
+	// mediaFiles.mu, once: released).
+	release  chan struct{}
+	released bool
 }
 
 // mediaFiles is every item served, by id.
@@ -224,7 +229,7 @@ func (s *Server) keepMedia(items []*servedMedia) {
 // prepareMedia reads or generates one item's bytes and encrypts them.
 func (s *Server) prepareMedia(botID, msgid, kind string, p MediaPart, now time.Time) (*servedMedia, error) {
 	switch p.Fault {
-	case "", "aeskey", "short_key", "key_not_base64", "padding", "truncate", "url", "gone", "expired", "stall":
+	case "", "aeskey", "short_key", "key_not_base64", "padding", "truncate", "url", "gone", "expired", "stall", "hold":
 	default:
 		return nil, invalid("fault %q: want %s", p.Fault, mediaFaults)
 	}
@@ -278,6 +283,8 @@ func (s *Server) prepareMedia(botID, msgid, kind string, p MediaPart, now time.T
 		m.Expires = now
 	case "padding":
 		padByte = 0
+	case "hold":
+		m.release = make(chan struct{})
 	}
 	m.body = encryptMedia(key, plain, padByte)
 	if p.Fault == "aeskey" {
@@ -487,6 +494,23 @@ func (s *Server) Media(botID string) ([]MediaInfo, error) {
 	return out, nil
 }
 
+// ReleaseMedia lets the held downloads of msgid's "hold" items go on (and
+// every later one): their URLs send the file. It returns how many items
+// it released.
+func (s *Server) ReleaseMedia(msgid string) int {
+	s.files.mu.Lock()
+	defer s.files.mu.Unlock()
+	n := 0
+	for _, m := range s.files.items {
+		if m.MsgID == msgid && m.release != nil && !m.released {
+			close(m.release)
+			m.released = true
+			n++
+		}
+	}
+	return n
+}
+
 // MediaBytes is an item's bytes before encryption (a test compares what
 // the bot stored with them).
 func (s *Server) MediaBytes(id string) ([]byte, bool) {
@@ -507,9 +531,10 @@ func (s *Server) httpMedia(w http.ResponseWriter, r *http.Request) {
 	m := s.files.items[id]
 	var body []byte
 	var fault, name, bot string
+	var release chan struct{}
 	expired := false
 	if m != nil {
-		fault, name, bot = m.Fault, m.Filename, m.bot
+		fault, name, bot, release = m.Fault, m.Filename, m.bot, m.release
 		expired = !now.Before(m.Expires)
 		if !expired && fault != "gone" {
 			m.Downloads++
@@ -539,6 +564,13 @@ func (s *Server) httpMedia(w http.ResponseWriter, r *http.Request) {
 	if fault == "stall" {
 		<-r.Context().Done() // the client gave up (or the server closed)
 		return
+	}
+	if release != nil {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", "attachment; filename*=UTF-8''"+url.PathEscape(name))
