@@ -64,14 +64,19 @@ func BuildVersion(dir, version, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("git rev-parse HEAD: %w", err)
 	}
-	const pkg = "github.com/botctl/botctl/pkg/buildinfo."
-	ldflags := "-X " + pkg + "Version=" + version + " -X " + pkg + "Commit=" + strings.TrimSpace(string(head))
 	bin := filepath.Join(dir, name)
-	cmd := testenv.GoBuild(root, "-ldflags", ldflags, "-o", bin, "./cmd/botctl")
+	cmd := testenv.GoBuild(root, "-ldflags", stamp(version, strings.TrimSpace(string(head))), "-o", bin, "./cmd/botctl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", version, err, out)
 	}
 	return bin, nil
+}
+
+// stamp is the -ldflags that stamp a build's version and commit, as make
+// build stamps a release.
+func stamp(version, commit string) string {
+	const pkg = "github.com/botctl/botctl/pkg/buildinfo."
+	return "-X " + pkg + "Version=" + version + " -X " + pkg + "Commit=" + commit
 }
 
 // BuildCommit compiles ./cmd/botctl as it was at commit (a hash or a ref
@@ -97,9 +102,7 @@ func BuildCommit(dir, commit, version, name string) (string, error) {
 		return "", fmt.Errorf("git archive %s: %w\n%s", hash, err, out)
 	}
 	bin := filepath.Join(dir, name)
-	const pkg = "github.com/botctl/botctl/pkg/buildinfo."
-	ldflags := "-X " + pkg + "Version=" + version + " -X " + pkg + "Commit=" + hash
-	if out, err := testenv.GoBuild(src, "-ldflags", ldflags, "-o", bin, "./cmd/botctl").CombinedOutput(); err != nil {
+	if out, err := testenv.GoBuild(src, "-ldflags", stamp(version, hash), "-o", bin, "./cmd/botctl").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build of %s: %w\n%s", hash, err, out)
 	}
 	return bin, nil
