@@ -3,7 +3,13 @@
 GO        ?= go
 BIN       ?= bin/botctl
 PKGS      ?= ./...
-# Tests must pass on a loaded 2-core machine: generous timeout, race detector on.
+# Tests must pass on a loaded 2-core machine: generous timeout. make test
+# compiles one configuration, the shipped binary's (CGO off, -trimpath):
+# the test binaries, the binaries they start (testenv.GoBuild), the
+# release test, vet and staticcheck share one compile of the dependencies.
+# The race detector is a second configuration of every dependency (etcd's
+# server and nats-server included), about 620 CPU-seconds cold: it runs in
+# make race and in make chaos, the pre-release gate, not in make test.
 # -p 3: most packages spend most of their time waiting on time windows
 # (answers, quotas, TTLs, leases), and the long ones (test/pipeline,
 # test/e2e, pkg/serve) each run four of their tests at once
@@ -14,7 +20,12 @@ PKGS      ?= ./...
 # its port first (EADDRINUSE), or given ports from below the kernel's
 # ephemeral range (infra.FreeAddrs), where no connection's source port
 # lands. The tests pass at any -p; -p only sets how long the run takes.
-TESTFLAGS ?= -race -count=1 -timeout 20m -p 3
+TESTFLAGS ?= -trimpath -count=1 -timeout 20m -p 3
+# The static configuration of make build (CGO off), exported to every go
+# command make test runs.
+STATIC    := CGO_ENABLED=0
+# make race: every package under the race detector (needs cgo and gcc).
+RACEFLAGS ?= -race -count=1 -timeout 30m -p 3
 # go test starts test binaries in the order given: the longest packages
 # first, so the run does not end waiting on one of them alone (each about
 # 100–330 s on a loaded machine).
@@ -30,7 +41,7 @@ DATE      ?= $(shell TZ=UTC git log -1 --date=format-local:%Y-%m-%d --format=%cd
 BUILDINFO := github.com/botctl/botctl/pkg/buildinfo
 LDFLAGS   ?= -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT) -X $(BUILDINFO).Date=$(DATE)
 
-.PHONY: all build test run bench ramp chaos chaos-smoke lint vet staticcheck conformance clean install fuzz release release-check image
+.PHONY: all build test race run bench ramp chaos chaos-smoke lint vet staticcheck conformance clean install fuzz release release-check image
 
 all: build
 
@@ -43,28 +54,32 @@ build:
 # The test command of README.md and .ci/run. The browser test
 # (test/browser) needs Chromium: installed here when missing (Debian's
 # package), and required, so a machine without it fails instead of
-# skipping the demo page's test. First, scripts/check-prereqs.sh: Go, gcc
-# (the race detector), Node.js and npm (conformance) and Chromium, each
-# missing one named with its install command; then
-# scripts/check-tracked.sh: no tracked file over 2 MB or executable binary.
+# skipping the demo page's test. First, scripts/check-prereqs.sh: Go,
+# Node.js and npm (conformance) and Chromium, each missing one named with
+# its install command; then scripts/check-tracked.sh: no tracked file over
+# 2 MB or executable binary.
 #
-# On a cold build cache most of a run is compiling, in two configurations:
-# the race detector's (go vet -race, staticcheck and the test binaries
-# share it) and the static one of the binaries the tests run (make build,
-# testenv.GoBuild, the chaos smoke's test binary, the release). Each is
-# compiled once, side by side, before any test starts: several test
-# packages building the same static binary at once would each compile it.
-# The conformance suite (the official SDK against botctl sim; it mostly
-# waits) runs beside the package tests, staticcheck beside the chaos smoke
-# (one round of each fault family: mostly waiting too), each one's output
-# printed after the other's (scripts/beside.sh).
+# On a cold build cache most of a run is compiling: the one static
+# configuration (STATIC, -trimpath) is compiled by make build beside go vet,
+# before any test starts (several test packages building the same binary at
+# once would each compile it). The conformance suite (the official SDK
+# against botctl sim; it mostly waits) runs beside the package tests,
+# staticcheck beside the chaos smoke (one round of each fault family: mostly
+# waiting too), each one's output printed after the other's
+# (scripts/beside.sh).
 test:
 	bash scripts/check-prereqs.sh
 	bash scripts/check-tracked.sh
-	bash scripts/beside.sh 'make build GO=$(GO)' -- $(MAKE) vet LINTFLAGS=-race
+	bash scripts/beside.sh 'make build GO=$(GO)' -- $(MAKE) vet LINTFLAGS=-trimpath LINTENV=$(STATIC)
 	bash scripts/ensure-chromium.sh
-	bash scripts/beside.sh 'make conformance GO=$(GO)' -- env BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
-	bash scripts/beside.sh 'make staticcheck LINTFLAGS=-race GO=$(GO)' -- $(MAKE) chaos-smoke
+	bash scripts/beside.sh 'make conformance GO=$(GO)' -- env $(STATIC) BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
+	bash scripts/beside.sh 'make staticcheck LINTFLAGS=-trimpath LINTENV=$(STATIC) GO=$(GO)' -- $(MAKE) chaos-smoke
+
+# Every package under the race detector (gcc and cgo; scripts/check-prereqs.sh
+# --race checks them), the longest packages first as in make test.
+race:
+	bash scripts/check-prereqs.sh --race
+	env BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(RACEFLAGS) $(TESTPKGS)
 
 # The release artifacts of this commit in dist/ (scripts/release.sh):
 # botctl_<V>_linux_{amd64,arm64}.tar.gz, botctl_<V>_{amd64,arm64}.deb, the
@@ -126,8 +141,8 @@ RAMP_OUT      ?= $(if $(filter single,$(RAMP_TOPOLOGY)),bench/ramp.md,bench/ramp
 ramp:
 	$(GO) run ./test/load ramp -topology $(RAMP_TOPOLOGY) $(if $(RAMP_STEPS),-steps $(RAMP_STEPS)) -out $(RAMP_OUT)
 
-# The end-to-end partition tests, repeated (race detector on), then the
-# chaos matrix on 3 etcd members, 3 NATS servers (R3) and 3 nodes:
+# Every package under the race detector (make race), the end-to-end
+# partition tests repeated (race detector on), then the chaos matrix on 3 etcd members, 3 NATS servers (R3) and 3 nodes:
 # writes bench/chaos.md (+ .csv, -violations.csv, -takeover.png); exits 1 if an
 # invariant broke. The pre-release gate: `make chaos ROUNDS=3` on one commit.
 # A round of every scenario takes about an hour in one lane on 2 cores with
@@ -138,7 +153,7 @@ ramp:
 ROUNDS       ?= 3
 CHAOS_ROUNDS ?= $(ROUNDS)
 PARALLEL     ?= 3
-chaos:
+chaos: race
 	$(GO) test -race -count=5 -timeout 20m -run Partition -v ./test/e2e
 	$(GO) run ./test/chaos -rounds $(CHAOS_ROUNDS) -parallel $(PARALLEL) -out bench/chaos.md
 
@@ -149,16 +164,17 @@ chaos:
 chaos-smoke:
 	BOTCTL_CHAOS=1 CGO_ENABLED=0 $(GO) test -trimpath -count=1 -timeout 10m -run TestChaosSmoke -v ./test/chaos
 
-# go vet and staticcheck (a pinned version from the Go module proxy);
-# make test runs it first. LINTFLAGS are build flags both check the code
-# under (make test: -race, to share the test binaries' build); staticcheck
-# itself is built without them.
+# go vet and staticcheck (a pinned version from the Go module proxy).
+# LINTFLAGS are build flags and LINTENV environment both check the code
+# under (make test: the static configuration, to share the test binaries'
+# build).
 LINTFLAGS ?=
+LINTENV   ?=
 lint: vet staticcheck
 vet:
-	$(GO) vet $(LINTFLAGS) $(PKGS)
+	env $(LINTENV) $(GO) vet $(LINTFLAGS) $(PKGS)
 staticcheck:
-	GOFLAGS='$(LINTFLAGS)' $(GO) run -race=false honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+	env $(LINTENV) GOFLAGS='$(LINTFLAGS)' $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 conformance: build
 	bash test/conformance/run.sh

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The tools make test needs, checked before it starts: Go (at least
-# go.mod's go line), gcc with cgo on (the race detector), Node.js 18 or
-# later and npm (the conformance suite), and Chromium (the browser test).
+# go.mod's go line), Node.js 18 or later and npm (the conformance suite),
+# and Chromium (the browser test). With --race (make race), gcc with cgo on
+# too: the race detector needs them; make test builds with CGO off.
 # Each missing one is named with the command that installs it on Debian;
 # the exit status is 1 if any is missing, after listing them all.
 # Chromium alone may be missing where apt-get can install it: make test
 # then installs Debian's package itself (scripts/ensure-chromium.sh).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+race=0
+[ "${1:-}" = "--race" ] && race=1
+target="make test"
+[ "$race" = 1 ] && target="make race"
 missing=()
 miss() { missing+=("$1"); }
 
@@ -25,10 +30,15 @@ else
 fi
 
 cc="${CC:-gcc}"
-if ! command -v "$cc" >/dev/null 2>&1; then
-	miss "$cc: not on PATH (go test -race needs a C compiler); install it: apt-get install gcc"
-elif command -v go >/dev/null 2>&1 && [ "$(go env CGO_ENABLED 2>/dev/null)" != "1" ]; then
-	miss "cgo: CGO_ENABLED is not 1 (go test -race needs it); unset CGO_ENABLED or set it to 1"
+have_cc=""
+if [ "$race" = 1 ]; then
+	if ! command -v "$cc" >/dev/null 2>&1; then
+		miss "$cc: not on PATH (go test -race needs a C compiler); install it: apt-get install gcc"
+	elif command -v go >/dev/null 2>&1 && [ "$(go env CGO_ENABLED 2>/dev/null)" != "1" ]; then
+		miss "cgo: CGO_ENABLED is not 1 (go test -race needs it); unset CGO_ENABLED or set it to 1"
+	else
+		have_cc="$cc, "
+	fi
 fi
 
 want_node=18
@@ -60,10 +70,10 @@ if [ -z "$chromium" ]; then
 fi
 
 if [ "${#missing[@]}" -gt 0 ]; then
-	echo "check-prereqs: make test cannot run; missing:" >&2
+	echo "check-prereqs: $target cannot run; missing:" >&2
 	for m in "${missing[@]}"; do
 		echo "  - $m" >&2
 	done
 	exit 1
 fi
-echo "check-prereqs: go $(go env GOVERSION | sed 's/^go//'), $cc, node $(node --version), npm $(npm --version 2>/dev/null), ${chromium:-chromium (to be installed)}: ok" >&2
+echo "check-prereqs: go $(go env GOVERSION | sed 's/^go//'), ${have_cc}node $(node --version), npm $(npm --version 2>/dev/null), ${chromium:-chromium (to be installed)}: ok" >&2

@@ -32,13 +32,13 @@ func fakeTools(t *testing.T, tools map[string]string) string {
 	return dir
 }
 
-func runCheck(t *testing.T, path string) (string, int) {
+func runCheck(t *testing.T, path string, args ...string) (string, int) {
 	t.Helper()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash")
 	}
-	cmd := exec.Command(bash, "check-prereqs.sh")
+	cmd := exec.Command(bash, append([]string{"check-prereqs.sh"}, args...)...)
 	cmd.Env = []string{"PATH=" + path, "HOME=" + t.TempDir()}
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -65,7 +65,6 @@ func TestCheckPrereqsListsEveryMissingTool(t *testing.T) {
 	}
 	for _, want := range []string{
 		"go: 1.19.8 is older than go.mod's 1.26.0; install Go 1.26.0 or later from https://go.dev/dl/",
-		"gcc: not on PATH (go test -race needs a C compiler); install it: apt-get install gcc",
 		"node: 12.22.12 is older than 18; install Node.js 18 or later: apt-get install nodejs",
 		"npm: not on PATH (the conformance suite installs the WeCom SDK with it); install it: apt-get install npm",
 		"chromium: not on PATH (the browser test drives it headless); install it: apt-get install chromium",
@@ -76,12 +75,26 @@ func TestCheckPrereqsListsEveryMissingTool(t *testing.T) {
 	}
 }
 
-// cgo off is a missing prerequisite of the race detector too.
-func TestCheckPrereqsNeedsCgo(t *testing.T) {
-	path := fakeTools(t, map[string]string{"go": goStub("go1.26.8", "0"), "gcc": "", "node": "echo v18.19.0", "npm": "echo 9.2.0", "chromium": ""})
-	out, code := runCheck(t, path)
+// make test builds with CGO off: no C compiler needed. make race
+// (--race) needs gcc and cgo on, each named when missing.
+func TestCheckPrereqsRaceNeedsGccAndCgo(t *testing.T) {
+	tools := map[string]string{"go": goStub("go1.26.8", "1"), "node": "echo v18.19.0", "npm": "echo 9.2.0", "chromium": ""}
+	if out, code := runCheck(t, fakeTools(t, tools)); code != 0 {
+		t.Fatalf("make test without gcc: exit %d, want 0:\n%s", code, out)
+	}
+	out, code := runCheck(t, fakeTools(t, tools), "--race")
+	if code != 1 || !strings.Contains(out, "make race cannot run") || !strings.Contains(out, "gcc: not on PATH (go test -race needs a C compiler); install it: apt-get install gcc") {
+		t.Fatalf("--race without gcc: exit %d, want 1 naming gcc:\n%s", code, out)
+	}
+	tools["gcc"] = ""
+	tools["go"] = goStub("go1.26.8", "0")
+	out, code = runCheck(t, fakeTools(t, tools), "--race")
 	if code != 1 || !strings.Contains(out, "cgo: CGO_ENABLED is not 1") {
-		t.Fatalf("exit %d, want 1 naming cgo:\n%s", code, out)
+		t.Fatalf("--race with cgo off: exit %d, want 1 naming cgo:\n%s", code, out)
+	}
+	tools["go"] = goStub("go1.26.8", "1")
+	if out, code := runCheck(t, fakeTools(t, tools), "--race"); code != 0 || !strings.Contains(out, "gcc, node") {
+		t.Fatalf("--race with gcc and cgo: exit %d, want 0 naming gcc:\n%s", code, out)
 	}
 }
 

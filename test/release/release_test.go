@@ -35,8 +35,13 @@ const (
 
 func repo(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	// go test runs a test in its package's directory (two below the
+	// root); runtime.Caller's file names carry no directory under -trimpath.
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func arches() []string {
