@@ -60,6 +60,10 @@ type Live struct {
 	top          *botState            // a bot neither the file nor etcd names (the demo's)
 	bots         map[string]*botState // bot → its settings now
 	refused      map[string]Refusal   // bot → its last override not applied, while it is the latest seen
+	// read is closed once every override etcd held has been read and
+	// applied (New's read, or the watch's first): see Read.
+	read     chan struct{}
+	readOnce sync.Once
 }
 
 // Refusal is an override this node did not apply, and why.
@@ -83,7 +87,7 @@ type botState struct {
 // them). The backends are built by bind.
 func New(ctx context.Context, cfg config.Config, cli *clientv3.Client, log zerolog.Logger) (*Live, error) {
 	b := &Live{cfg: cfg, etcd: cli, prefix: botsettings.DefaultPrefix, log: log.With().Str("component", "bot_settings").Logger(),
-		bots: map[string]*botState{}, refused: map[string]Refusal{}}
+		bots: map[string]*botState{}, refused: map[string]Refusal{}, read: make(chan struct{})}
 	b.breakerWatch = &breakerWatch{log: log.With().Str("component", "ai_breakers").Logger()}
 	b.breakers = ai.NewBreakers(b.breakerWatch, nil)
 	var err error
@@ -104,16 +108,31 @@ func New(ctx context.Context, cfg config.Config, cli *clientv3.Client, log zerol
 	if cli != nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		all, _, err := botsettings.List(rctx, cli, b.prefix)
+		all, rev, err := botsettings.List(rctx, cli, b.prefix)
 		if err != nil {
-			b.log.Warn().Err(err).Msg("bot settings not all read from etcd at start; the config file's apply until the watch reads them")
+			b.log.Warn().Err(err).Msg("bot settings not all read from etcd at start; this node leads no bot until the watch reads them")
 		}
 		for _, o := range all {
 			b.apply(o)
 		}
+		if rev != 0 {
+			b.markRead()
+		}
+	} else {
+		b.markRead()
 	}
 	return b, nil
 }
+
+// Read is closed once every override etcd held has been read and applied
+// (or refused): from then on a bot's settings are never the config file's
+// alone when etcd holds an override for it. Until then the node must not
+// take a bot's messages (an override may narrow its allowlists). A value
+// etcd holds that cannot be decoded does not keep it open: that bot keeps
+// its file's settings, logged.
+func (b *Live) Read() <-chan struct{} { return b.read }
+
+func (b *Live) markRead() { b.readOnce.Do(func() { close(b.read) }) }
 
 // Bind builds every bot's backend with opts, once JetStream is bound
 // (before the worker starts). What etcd holds never stops the
@@ -217,7 +236,7 @@ func (b *Live) rules(s config.BotSettings, rev int64) (*botState, error) {
 // Watch applies every change of the overrides until ctx ends.
 func (b *Live) Watch(ctx context.Context) {
 	if b.etcd != nil {
-		botsettings.Watch(ctx, b.etcd, b.prefix, b.apply, b.log)
+		botsettings.Watch(ctx, b.etcd, b.prefix, b.apply, b.markRead, b.log)
 	}
 }
 

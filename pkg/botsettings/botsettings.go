@@ -180,13 +180,14 @@ func Delete(ctx context.Context, cli *clientv3.Client, prefix, bot string) error
 // (etcd compacted past it, a member gone) is begun again from a fresh
 // read, in which every override is applied again and one gone meanwhile
 // is applied as deleted. A value that is not a JSON document is logged
-// and skipped (etcdkv.Watch). apply runs on Watch's goroutine.
-func Watch(ctx context.Context, cli *clientv3.Client, prefix string, apply func(Override), log zerolog.Logger) {
-	etcdkv.Watch(ctx, cli, prefix+Dir, decoder(prefix), func(o Override) string { return o.Bot }, func(ev etcdkv.Event[Override]) {
+// and skipped (etcdkv.Watch). apply runs on Watch's goroutine; so does
+// read (when not nil), after each fresh read's overrides are applied.
+func Watch(ctx context.Context, cli *clientv3.Client, prefix string, apply func(Override), read func(), log zerolog.Logger) {
+	etcdkv.WatchRead(ctx, cli, prefix+Dir, decoder(prefix), func(o Override) string { return o.Bot }, func(ev etcdkv.Event[Override]) {
 		if ev.Deleted {
 			apply(Override{Bot: ev.Name, Rev: ev.Rev})
 			return
 		}
 		apply(ev.Record)
-	}, "bot settings", log)
+	}, read, "bot settings", log)
 }

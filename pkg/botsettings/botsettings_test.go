@@ -62,7 +62,7 @@ func TestPutCheckedAndWatched(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Watch(wctx, cli, DefaultPrefix, func(o Override) { mu.Lock(); seen[o.Bot] = o; mu.Unlock() }, zerolog.Nop())
+		Watch(wctx, cli, DefaultPrefix, func(o Override) { mu.Lock(); seen[o.Bot] = o; mu.Unlock() }, nil, zerolog.Nop())
 	}()
 	t.Cleanup(func() { stop(); <-done })
 	busy := func(bot string) (string, bool) {
@@ -124,7 +124,7 @@ func TestNewerSettingsAreNotApplied(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Watch(wctx, cli, prefix, func(o Override) { mu.Lock(); applied = append(applied, o); mu.Unlock() }, zerolog.Nop())
+		Watch(wctx, cli, prefix, func(o Override) { mu.Lock(); applied = append(applied, o); mu.Unlock() }, nil, zerolog.Nop())
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(applied) }

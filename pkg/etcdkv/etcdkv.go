@@ -80,6 +80,13 @@ type Event[T any] struct {
 // name of its decoded value. what names the records in the log ("bot
 // registry").
 func Watch[T any](ctx context.Context, cli *clientv3.Client, dir string, decode Decoder[T], name func(T) string, apply func(Event[T]), what string, log zerolog.Logger) {
+	WatchRead(ctx, cli, dir, decode, name, apply, nil, what, log)
+}
+
+// WatchRead is Watch, calling read (when not nil) after each fresh read's
+// records are applied: from its first call on, every record stored when
+// Watch began has been applied.
+func WatchRead[T any](ctx context.Context, cli *clientv3.Client, dir string, decode Decoder[T], name func(T) string, apply func(Event[T]), read func(), what string, log zerolog.Logger) {
 	known := map[string]bool{} // names applied: one gone from a fresh read was deleted meanwhile
 	backoff := retry.New(time.Second, 30*time.Second)
 	for ctx.Err() == nil {
@@ -113,6 +120,9 @@ func Watch[T any](ctx context.Context, cli *clientv3.Client, dir string, decode 
 			}
 		}
 		known = now
+		if read != nil {
+			read()
+		}
 		listed()
 		wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for wr := range cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {

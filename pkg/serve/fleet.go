@@ -34,3 +34,25 @@ func (d deliveries) Owed(ctx context.Context, bot string) ([]string, error) {
 	}
 	return d.n.Store.UndeliveredTasks(ctx, bot)
 }
+
+// runNode runs the node's elections (node.Run) once every bot settings
+// override etcd holds has been read (bots.Live.Read): a node that leads
+// no bot takes no message, so no message is answered under the config
+// file's settings when etcd holds an override for its bot (one may narrow
+// the bot's allowlists or change its backend). Until then the node
+// campaigns for nothing, and the settings watch logs each failed read
+// with etcd's error (a role without read on settings/ names it).
+func (n *Node) runNode(ctx context.Context) error {
+	select {
+	case <-n.bots.Read():
+	default:
+		n.log.Warn().Msg("leading no bot until the bots' settings are read from etcd")
+		select {
+		case <-n.bots.Read():
+			n.log.Info().Msg("bots' settings read from etcd; campaigning")
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return n.Node.Run(ctx)
+}

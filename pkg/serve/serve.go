@@ -266,9 +266,9 @@ func Run(ctx context.Context, o Options) error {
 		}
 		stopNode()
 	})
-	go func() { nodeDone <- n.Node.Run(nodeCtx) }() // resigns every term after closing its connection
-	n.follow(workCtx, &wg, o)                       // bots and their settings changed at run time (fleet.go)
-	wg.Go(func() { n.obs.notify(workCtx) })         // READY=1 and watchdog pings to systemd, if it runs us
+	n.follow(workCtx, &wg, o)                      // bots and their settings changed at run time (fleet.go)
+	go func() { nodeDone <- n.runNode(nodeCtx) }() // resigns every term after closing its connection
+	wg.Go(func() { n.obs.notify(workCtx) })        // READY=1 and watchdog pings to systemd, if it runs us
 
 	unlock := declareLock(ctx, o.Etcd, cfg.NATS.Prefix, log)
 	store, err := declare(ctx, nc, cfg.NATS, js, cfg.DataPlane(), o.TaskAckWait, log)
