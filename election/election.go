@@ -43,7 +43,7 @@ type Elector struct {
 
 	depositions atomic.Int64
 	recOnce     sync.Once
-	rec         *records // the node records this standby reads, without a Batch
+	rec         *records                      // the node records this standby reads, without a Batch
 	hold        atomic.Pointer[chan struct{}] // tests: pause pulses and renewals (a hung process)
 }
 

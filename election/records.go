@@ -26,9 +26,9 @@ type records struct {
 	users  int
 	stop   context.CancelFunc
 	done   chan struct{}
-	state  map[string]recordState     // by record key
+	state  map[string]recordState       // by record key
 	subs   map[string]map[*sub]struct{} // by record key
-	broken bool                        // the watch is being begun again: sights are not current
+	broken bool                         // the watch is being begun again: sights are not current
 }
 
 type recordState struct {
