@@ -124,6 +124,7 @@ func (b *Batch) Run(ctx context.Context) {
 	tick := b.cfg.Clock.NewTicker(b.cfg.PulseInterval)
 	defer tick.Stop()
 	failing := 0
+	last := b.cfg.Clock.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -137,6 +138,19 @@ func (b *Batch) Run(ctx context.Context) {
 		if b.held(ctx) != nil {
 			continue
 		}
+		// A late tick means this process was paused (GC, a loaded
+		// machine): the terms' loops, woken with it, get one step of
+		// theirs to advance their counters before they are copied, or the
+		// record would show them standing still one interval longer.
+		if b.cfg.Clock.Since(last) > b.cfg.PulseInterval+b.cfg.PulseInterval/4 {
+			t := b.cfg.Clock.NewTimer(b.cfg.PulseInterval / 4)
+			select {
+			case <-t.C():
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		last = b.cfg.Clock.Now()
 		if err := b.write(ctx); err != nil && ctx.Err() == nil {
 			failing++
 			if failing == 1 || failing%10 == 0 {

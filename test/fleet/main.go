@@ -121,6 +121,9 @@ func run(o options) (*results, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	if err := os.MkdirAll(dir+"/logs", 0o755); err != nil {
+		return nil, err
+	}
 	bin, err := cluster.Build(dir)
 	if err != nil {
 		return nil, err
