@@ -185,6 +185,9 @@ type Node struct {
 	// etcd write per PulseInterval, election.Batch); nil with the pulse
 	// off.
 	pulse *election.Batch
+	// newer follows the registered nodes' builds for every standby's
+	// "newer node first" (builds.go).
+	newer *buildWatch
 }
 
 // New validates cfg (every bot's election config included).
@@ -209,6 +212,7 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 		dirty:  make(chan struct{}, 1),
 		loops:  map[string]*loop{},
 	}
+	n.newer = newBuildWatch(n)
 	if !cfg.Election.NoPulse && cfg.Election.Batch == nil && cli != nil {
 		b, err := election.NewBatch(cli, election.BatchConfig{NodeID: cfg.NodeID, NodePulsePrefix: cfg.Election.NodePulsePrefix,
 			PulseInterval: cfg.Election.PulseInterval, HedgeAfter: cfg.Election.HedgeAfter, Logger: cfg.Logger, Clock: cfg.Election.Clock})
