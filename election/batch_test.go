@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/fakeclock"
+	"github.com/botctl/botctl/internal/testwait"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -291,5 +293,57 @@ func TestBatchWriteCost(t *testing.T) {
 	t.Logf("%d bots led: %d record writes in %s (%.2f/s), record %d bytes", bots, n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), len(resp.Kvs[0].Value))
 	if float64(n) > want+2 || float64(n) < want/2 {
 		t.Fatalf("%d record writes in %s, want about %.0f", n, elapsed.Round(time.Millisecond), want)
+	}
+}
+
+// A node's process paused (a tick arriving late) waits one counter step
+// before copying the counters, so its terms' loops, woken with it,
+// advance first: the record written after the pause shows them moving.
+// On time, the record is written at the tick.
+func TestBatchWaitsAStepAfterALateTick(t *testing.T) {
+	leakCheck(t)
+	cli := newClient(t, "")
+	c := fakeclock.New(time.Now())
+	cfg := testConfig(t, "bot", "n1", 20*time.Second)
+	b, err := NewBatch(cli, BatchConfig{NodeID: "n1", NodePulsePrefix: cfg.NodePulsePrefix, PulseInterval: time.Second, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	c.BlockUntil(1) // the ticker
+	term := b.add("bot", 7)
+	wctx, wcancel := context.WithCancel(context.Background())
+	t.Cleanup(wcancel)
+	wch := cli.Watch(wctx, b.Key())
+	next := func() int64 {
+		t.Helper()
+		select {
+		case wr := <-wch:
+			ev := wr.Events[len(wr.Events)-1]
+			return parseRecord(0, ev.Kv.Value, ev.Kv.ModRevision, "bot", 7).N
+		case <-time.After(eventTimeout):
+			t.Fatal("no record written")
+			return 0
+		}
+	}
+	c.Step(time.Second) // on time: written at once
+	if n := next(); n != 1 {
+		t.Fatalf("record on time: counter %d, want 1", n)
+	}
+	// The write has returned (its hedge's timer is gone): only the
+	// ticker waits.
+	testwait.Eventually(t, eventTimeout, "the write's end", func() bool { return c.Waiters() == 1 })
+	c.Step(3 * time.Second) // late: the process was paused
+	c.BlockUntil(2)         // the ticker and the step's wait
+	term.n.Add(1)           // the term's loop, woken with the node
+	c.Step(time.Second / 4)
+	if n := next(); n != 2 {
+		t.Fatalf("record after a pause: counter %d, want 2 (the term's advance after the pause)", n)
 	}
 }
