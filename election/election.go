@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -31,6 +32,10 @@ var (
 	// election says. Errors that wrap it wrap ErrNotLeader too.
 	ErrLegacyLeader = errors.New("election: a node of the old election layout holds the bot")
 )
+
+// campaignRetryMax is the longest wait between two failed candidacies, in
+// RetryPeriods.
+const campaignRetryMax = 8
 
 // Elector campaigns for one bot's election on behalf of one node.
 type Elector struct {
@@ -113,6 +118,11 @@ func (e *Elector) Campaign(ctx context.Context, opts ...CampaignOption) (*Term, 
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// Failed candidacies are tried again after RetryPeriod, then longer
+	// (doubling, with jitter, up to campaignRetryMax RetryPeriods): when
+	// etcd is overloaded, a node's thousand candidacies must not all come
+	// back every RetryPeriod and keep it so.
+	wait := retry.New(e.cfg.RetryPeriod, campaignRetryMax*e.cfg.RetryPeriod)
 	for {
 		if err := e.stopped(ctx); err != nil {
 			return nil, err
@@ -124,8 +134,9 @@ func (e *Elector) Campaign(ctx context.Context, opts ...CampaignOption) (*Term, 
 		if stop := e.stopped(ctx); stop != nil {
 			return nil, stop
 		}
-		e.log.Warn().Err(err).Msg("campaign failed, retrying")
-		if !pause.For(ctx, e.cfg.RetryPeriod) {
+		d := wait.Next()
+		e.log.Warn().Err(err).Dur("retry_in", d).Msg("campaign failed, retrying")
+		if !pause.For(ctx, d) {
 			return nil, ctx.Err()
 		}
 	}

@@ -42,6 +42,7 @@ type options struct {
 	bots, nodes                              int
 	settle, idle, soak, retention, rebalance time.Duration
 	out, nodeArgs                            string
+	keep                                     bool
 }
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 	flag.DurationVar(&o.retention, "retention", 5*time.Minute, "soak: compact at the revision of this long ago, every minute")
 	flag.StringVar(&o.out, "out", "", "write the markdown report here")
 	flag.StringVar(&o.nodeArgs, "node-args", "", "extra botctl serve flags, space-separated")
+	flag.BoolVar(&o.keep, "keep", false, "keep the data and log directory (its path is printed)")
 	flag.Parse()
 	r, err := run(o)
 	if r != nil {
@@ -120,7 +122,11 @@ func run(o options) (*results, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	if o.keep {
+		logf("keeping %s", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	if err := os.MkdirAll(dir+"/logs", 0o755); err != nil {
 		return nil, err
 	}
@@ -153,8 +159,10 @@ func run(o options) (*results, error) {
 	if err := r.kill(c, o); err != nil {
 		return r, err
 	}
-	if err := r.soakDB(c, cli, o); err != nil {
-		return r, err
+	if o.soak > 0 {
+		if err := r.soakDB(c, cli, o); err != nil {
+			return r, err
+		}
 	}
 	r.elapsed = time.Since(r.started)
 	return r, nil
