@@ -169,13 +169,15 @@ func (r *results) render(o options) string {
 		w("")
 		w("**%d bots were not led again within 3 minutes.**", r.notLed)
 	}
-	w("")
-	w("The node started again (same data dir); the spread every 15 s after it was back:")
-	w("")
-	w("| after | spread |")
-	w("|---|---|")
-	for _, s := range r.rebalanced {
-		w("| %v | %s |", s.at, fmtSpread(s.spread))
+	if len(r.rebalanced) > 0 {
+		w("")
+		w("The node started again (same data dir); the spread every 15 s after it was back:")
+		w("")
+		w("| after | spread |")
+		w("|---|---|")
+		for _, s := range r.rebalanced {
+			w("| %v | %s |", s.at, fmtSpread(s.spread))
+		}
 	}
 	if len(r.soak) == 0 {
 		return b.String()
