@@ -90,7 +90,8 @@ type Config struct {
 	// per led bot per interval).
 	RenewInterval time.Duration
 	// RetryPeriod is the pause after a failed etcd request, while
-	// campaigning or renewing. Default TTL/10. Lower retries sooner after
+	// campaigning or renewing (a candidacy that keeps failing waits
+	// longer each time, up to 8 RetryPeriods). Default TTL/10. Lower retries sooner after
 	// a blip at the cost of more requests against a struggling etcd. Must
 	// be less than RenewDeadline.
 	RetryPeriod time.Duration

@@ -111,8 +111,10 @@ type value struct {
 // if any (this node's candidacy from before a crash or an End), and then
 // records the new one there.
 //
-// Errors from etcd are logged and retried every RetryPeriod; Campaign fails
-// only when ctx ends or the etcd client is closed.
+// Errors from etcd are logged and the candidacy tried again after
+// RetryPeriod, then after longer waits (doubling, with jitter, up to 8
+// RetryPeriods) while it keeps failing; Campaign fails only when ctx ends
+// or the etcd client is closed.
 func (e *Elector) Campaign(ctx context.Context, opts ...CampaignOption) (*Term, error) {
 	o := campaignOptions{termParent: ctx}
 	for _, opt := range opts {
