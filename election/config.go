@@ -90,7 +90,8 @@ type Config struct {
 	// per led bot per interval).
 	RenewInterval time.Duration
 	// RetryPeriod is the pause after a failed etcd request, while
-	// campaigning or renewing. Default TTL/10. Lower retries sooner after
+	// campaigning or renewing (a candidacy that keeps failing waits
+	// longer each time, up to 8 RetryPeriods). Default TTL/10. Lower retries sooner after
 	// a blip at the cost of more requests against a struggling etcd. Must
 	// be less than RenewDeadline.
 	RetryPeriod time.Duration
@@ -129,6 +130,21 @@ type Config struct {
 	// its election value is used, so nodes with different settings do not
 	// depose each other early.
 	PulseTimeout time.Duration
+	// Batch, if set, is this node's shared pulse (NewBatch): the term's
+	// pulse is a counter in the node's record, which the Batch writes for
+	// every term of the node at once (one etcd write a node per
+	// PulseInterval, not one a led bot), and the leader advertises
+	// "node_pulse_ms" instead of "pulse_ms". Nil: the per-bot pulse key,
+	// as botctl 0.5.0 writes it. Standbys read either kind, whatever
+	// their own. Its PulseInterval and NodePulsePrefix must be this
+	// Config's.
+	Batch *Batch
+	// NodePulsePrefix is where nodes' pulse records lie (a Batch's
+	// NodePulsePrefix): a standby reads the record NodePulsePrefix+node of
+	// a leader that advertises a node pulse. Default
+	// DefaultNodePulsePrefix. It must not lie under Prefix, LegacyPrefix
+	// or PulsePrefix.
+	NodePulsePrefix string
 	// NoPulse turns the pulse off on this node: its terms publish none,
 	// so it is never deposed (a crash without restart then costs up to
 	// TTL), and it deposes nobody. Leaders of nodes without the pulse (an
@@ -170,8 +186,17 @@ func (c Config) withDefaults() Config {
 	if c.PulsePrefix == "" {
 		c.PulsePrefix = DefaultPulsePrefix
 	}
+	if c.NodePulsePrefix == "" {
+		c.NodePulsePrefix = DefaultNodePulsePrefix
+		if c.Batch != nil {
+			c.NodePulsePrefix = c.Batch.cfg.NodePulsePrefix
+		}
+	}
 	if c.PulseInterval == 0 {
 		c.PulseInterval = DefaultPulseInterval
+		if c.Batch != nil {
+			c.PulseInterval = c.Batch.cfg.PulseInterval
+		}
 	}
 	if c.PulseTimeout == 0 {
 		c.PulseTimeout = DefaultPulseTimeout
@@ -220,6 +245,13 @@ func (c Config) Validate() error {
 	case strings.HasPrefix(c.PulsePrefix, c.Prefix) || strings.HasPrefix(c.Prefix, c.PulsePrefix) ||
 		strings.HasPrefix(c.PulsePrefix, c.LegacyPrefix) || strings.HasPrefix(c.LegacyPrefix, c.PulsePrefix):
 		return fmt.Errorf("election: PulsePrefix (%q) must not overlap Prefix (%q) or LegacyPrefix (%q)", c.PulsePrefix, c.Prefix, c.LegacyPrefix)
+	case overlaps(c.NodePulsePrefix, c.Prefix, c.LegacyPrefix, c.PulsePrefix):
+		return fmt.Errorf("election: NodePulsePrefix (%q) must not overlap Prefix (%q), LegacyPrefix (%q) or PulsePrefix (%q)", c.NodePulsePrefix, c.Prefix, c.LegacyPrefix, c.PulsePrefix)
+	case c.Batch != nil && (c.Batch.cfg.PulseInterval != c.PulseInterval || c.Batch.cfg.NodePulsePrefix != c.NodePulsePrefix):
+		return fmt.Errorf("election: the Batch's PulseInterval (%s) and NodePulsePrefix (%q) must be this Config's (%s, %q)",
+			c.Batch.cfg.PulseInterval, c.Batch.cfg.NodePulsePrefix, c.PulseInterval, c.NodePulsePrefix)
+	case c.Batch != nil && c.Batch.cfg.NodeID != c.NodeID:
+		return fmt.Errorf("election: the Batch is node %q's, not %q's", c.Batch.cfg.NodeID, c.NodeID)
 	case c.PulseInterval < MinPulseInterval:
 		return fmt.Errorf("election: PulseInterval (%s) must be at least %s (each pulse is an etcd write)", c.PulseInterval, MinPulseInterval)
 	case c.HedgeAfter < 0:
@@ -228,4 +260,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("election: PulseTimeout (%s) must be at least twice PulseInterval (%s), or one late pulse deposes the leader", c.PulseTimeout, c.PulseInterval)
 	}
 	return nil
+}
+
+// overlaps reports whether p lies under one of others, or one under p.
+func overlaps(p string, others ...string) bool {
+	for _, o := range others {
+		if strings.HasPrefix(p, o) || strings.HasPrefix(o, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -16,7 +16,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{Prefix: DefaultPrefix, LegacyPrefix: DefaultLegacyPrefix, BotID: "b", NodeID: "n", TTL: 20 * time.Second,
 		SafetyMargin: 5 * time.Second, RenewDeadline: 15 * time.Second,
 		RenewInterval: 20 * time.Second / 3, RetryPeriod: 2 * time.Second, HedgeAfter: 500 * time.Millisecond,
-		PulsePrefix: DefaultPulsePrefix, PulseInterval: time.Second, PulseTimeout: 3 * time.Second, Clock: clock.Real}
+		PulsePrefix: DefaultPulsePrefix, PulseInterval: time.Second, PulseTimeout: 3 * time.Second, NodePulsePrefix: DefaultNodePulsePrefix, Clock: clock.Real}
 	c.Logger, want.Logger = zerologNop, zerologNop
 	if fmt.Sprint(c) != fmt.Sprint(want) {
 		t.Fatalf("defaults = %+v\nwant %+v", c, want)
@@ -66,6 +66,15 @@ func TestConfigValidate(t *testing.T) {
 			`election: PulsePrefix ("/botctl/elect/pulse/") must not overlap Prefix ("/botctl/elect/") or LegacyPrefix ("/botctl/election/")`},
 		{"pulse prefix = legacy", func(c *Config) { c.PulsePrefix = DefaultLegacyPrefix },
 			`election: PulsePrefix ("/botctl/election/") must not overlap Prefix ("/botctl/elect/") or LegacyPrefix ("/botctl/election/")`},
+		{"node pulse prefix under the pulse prefix", func(c *Config) { c.NodePulsePrefix = DefaultPulsePrefix + "nodes/" },
+			`election: NodePulsePrefix ("/botctl/pulse/nodes/") must not overlap Prefix ("/botctl/elect/"), LegacyPrefix ("/botctl/election/") or PulsePrefix ("/botctl/pulse/")`},
+		{"batch of another interval", func(c *Config) {
+			c.Batch = &Batch{cfg: BatchConfig{NodeID: "n", NodePulsePrefix: DefaultNodePulsePrefix, PulseInterval: 2 * time.Second}}
+			c.PulseInterval = time.Second
+		}, `election: the Batch's PulseInterval (2s) and NodePulsePrefix ("/botctl/nodepulse/") must be this Config's (1s, "/botctl/nodepulse/")`},
+		{"batch of another node", func(c *Config) {
+			c.Batch = &Batch{cfg: BatchConfig{NodeID: "other", NodePulsePrefix: DefaultNodePulsePrefix, PulseInterval: time.Second}}
+		}, `election: the Batch is node "other"'s, not "n"'s`},
 		{"pulse too often", func(c *Config) { c.PulseInterval = 50 * time.Millisecond },
 			"election: PulseInterval (50ms) must be at least 100ms (each pulse is an etcd write)"},
 		{"negative pulse interval", func(c *Config) { c.PulseInterval = -time.Second },

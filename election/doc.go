@@ -32,7 +32,7 @@
 // A Term's context is cancelled, and the leader must stop acting, at the
 // first of: the lease can no longer be renewed for RenewDeadline after the
 // send time of its last successful renewal probe; etcd reports the lease
-// gone; a pulse is refused (the key is no longer the term's); the session's keep-alive ends; the key is deleted or overwritten; a
+// gone; a per-bot pulse is refused (the key is no longer the term's); the session's keep-alive ends; the key is deleted or overwritten; a
 // key of the old layout appears (below); Resign or End; the term's parent
 // context ends (the context given to Campaign, or the one given to
 // WithTermContext).
@@ -74,54 +74,91 @@
 //
 // # Hung leaders: the liveness pulse
 //
-// A leader publishes a liveness pulse: every PulseInterval (1s) one
-// transaction "if my election key still has my term's CreateRevision, put
-// PulsePrefix+BotID (default "/botctl/pulse/<bot>") bound to my lease".
-// The pulse key's ModRevision moving is the pulse. Its cost per led bot is
-// one etcd write per second: one revision, a request of about 130 bytes
-// (key 31, value 27 for a 17-character bot id; TestPulseWriteCost), a WAL
-// entry of about that size, and one watch event to each standby. A term
-// is handed to the caller only after its first pulse. A leader whose
-// pulse is refused (its key is no longer its own) ends its term at once.
+// A leader publishes a liveness pulse, of one of two kinds.
 //
-// Every candidate advertises in its election value the PulseTimeout after
-// which it may be deposed ("pulse_ms"). While it waits in the queue, a
-// standby watches the leader's key and the pulse key. When the pulse has
-// not moved for the larger of the leader's advertised PulseTimeout and its
-// own (3s by default), counted by its own clock from when it last saw the
-// pulse move, it deposes the leader, but only on clean evidence:
+// The node pulse (Config.Batch; what pkg/node runs): a node's Batch
+// writes one record, NodePulsePrefix+node (default
+// "/botctl/nodepulse/<node>"), every PulseInterval (1s), holding for each
+// term the node leads its revision and a counter. Only the term's own
+// loop advances its counter (four times a PulseInterval); the Batch only
+// copies the counters into the record. The pulse of a term is its counter
+// moving in a record etcd accepted. A node that hangs (SIGSTOP, a frozen
+// VM) stops its record, so every counter of its terms stands still; one
+// term whose loop stops stops only its own counter, while the record
+// goes on moving with the others: per-bot hang detection survives the
+// batching. The cost is one etcd write a node per PulseInterval, whatever
+// the bots it leads (a record of about 25 bytes a term;
+// TestBatchWriteCost), and one watch event to each node, which all its
+// standbys share. A term is handed to the caller only after a record
+// holding it was accepted (written at once, coalesced with other new
+// terms). Such a leader advertises "node_pulse_ms" in its election value.
 //
-//  1. a linearizable read of the leader's key and the pulse key: the
-//     pulse's ModRevision must be the one last seen (if it moved, this
-//     node's watch lagged, not the leader: a slow standby does not
-//     depose), and the leader's key must still be the same lease and
-//     revision;
+// The per-bot pulse (an Elector without a Batch, and botctl 0.5.0): every
+// PulseInterval one transaction "if my election key still has my term's
+// CreateRevision, put PulsePrefix+BotID (default "/botctl/pulse/<bot>")
+// bound to my lease". The key's ModRevision moving is the pulse: one etcd
+// write a led bot a second (about 130 bytes; TestPulseWriteCost). Such a
+// leader advertises "pulse_ms", and ends its term at once when a pulse is
+// refused (its key is no longer its own).
+//
+// A standby reads either kind, whatever its own: while it waits in the
+// queue it watches the leader's key and the leader's pulse (the per-bot
+// key, or the leader's node record through one watch of every record its
+// node shares). When the pulse has not moved for the larger of the
+// leader's advertised timeout and its own PulseTimeout (3s by default),
+// counted by its own clock from when it last saw the pulse move, it
+// deposes the leader, but only on clean evidence (the decision is one
+// pure rule, stall.go):
+//
+//  1. a linearizable read of the leader's key and the pulse: the term's
+//     progress (the per-bot key's revision, or the term's counter in the
+//     record) must be the one last seen (if it moved, this node's watch
+//     lagged, not the leader: a slow standby does not depose), and the
+//     leader's key must still be the same lease and revision;
 //  2. that read must have answered within PulseInterval: a slower answer
 //     says etcd (or this node) is slow, and the leader's pulses may be
 //     late for the same reason; the window starts again;
 //  3. the deposition is one transaction compared on exactly that evidence
-//     (the key's CreateRevision and lease, the pulse's ModRevision) that
-//     deletes the leader's key. etcd orders it after every pulse it
-//     accepted before it, however slowly it commits them: a pulse that was
-//     sent in time and is merely slow to commit makes the deposition fail.
-//     Two standbys deposing at once: one succeeds, the other's comparison
+//     (the key's CreateRevision and lease, and the ModRevision of the
+//     pulse key or node record read) that deletes the leader's key. etcd
+//     orders it after every pulse it accepted before it, however slowly
+//     it commits them: a pulse that was sent in time and is merely slow to
+//     commit makes the deposition fail (a node record written meanwhile
+//     makes it fail too, and the standby reads again at once). Two
+//     standbys deposing at once: one succeeds, the other's comparison
 //     fails;
-//  4. then the leader's lease is revoked (its pulse key goes with it, and
-//     its renewals fail). The deposition is logged at warn level with its
-//     evidence (leader, lease, term, pulse revision, how long unseen, the
-//     read's round trip) and counted (Elector.Depositions).
+//  4. then the leader's lease is revoked (a per-bot pulse key goes with
+//     it, and its renewals fail). The deposition is logged at warn level
+//     with its evidence (leader, lease, term, pulse key and revision, the
+//     counter, how long unseen, the read's round trip) and counted
+//     (Elector.Depositions).
+//
+// A term of the node pulse learns it was deposed from its key watch (the
+// key was deleted), Verify, or its next renewal (the lease is gone),
+// since no compare ties the node's record to one term; its entry leaves
+// the record when the term ends.
+//
+// Mixed versions (a rolling upgrade from 0.5.0): a standby of 0.5.0 knows
+// only "pulse_ms" and the per-bot key, so a leader of the node pulse does
+// not advertise "pulse_ms": 0.5.0's standbys never depose it (as any
+// leader without a pulse; a hung one is then replaced by the new
+// standbys, or after TTL), and never depose a healthy one for a pulse it
+// does not write. A 0.5.0 leader advertises "pulse_ms" and writes its
+// per-bot key, which the new standbys read: they depose it when it hangs.
 //
 // The next candidate in the queue then leads, as after a Resign: takeover
-// about PulseTimeout after the hang (3s plus a campaign round), with the
-// lease still 20s. A leader that advertises no pulse (NoPulse, or a node of
+// about PulseTimeout after the hang (3s plus a campaign round; with the
+// node pulse up to one PulseInterval more, since the record written after
+// a term's loop stopped still carries its last advance), with the lease
+// still 20s. A leader that advertises no pulse (NoPulse, or a node of
 // a botctl without the pulse during a rolling upgrade) is never deposed.
 //
 // Why this is still safe. Deposition does not wait for the old leader to
 // stop, so for a moment a deposed leader that is alive but paused may still
 // hold its WeCom connection. It cannot keep it or get it back: it learns
 // that it lost from the first of its key watch (the key was deleted), its
-// next pulse (refused), its next renewal (the lease is gone) or the
-// session's keep-alive; Verify (a linearizable read) refuses before every
+// next per-bot pulse (refused), its next renewal (the lease is gone) or
+// the session's keep-alive; Verify (a linearizable read) refuses before every
 // connect, and Check before every subscribe frame, so it never reconnects;
 // and WeCom closes the older of two connections of a bot (newest wins), so
 // the new leader's connection kicks the old one at most once. That is one
@@ -130,7 +167,8 @@
 // PulseTimeout, before its own RenewDeadline ends its term: the
 // partition costs one kick, and the bot is held by a node etcd can vouch
 // for after about PulseTimeout instead of after TTL. What the pulse trades is false depositions: a leader
-// paused for longer than PulseTimeout minus PulseInterval (2s by default)
+// paused for longer than PulseTimeout minus PulseInterval (2s by default;
+// with the node pulse a quarter PulseInterval less, its counters' step)
 // by GC, swap or a frozen VM is deposed though it would have recovered,
 // and pays one kick and a reconnect. bench/failover.md measures them under
 // a leader that is stopped for 1s at a time (0 expected: the longest gap

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/botctl/botctl/pkg/pause"
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -31,6 +33,10 @@ var (
 	ErrLegacyLeader = errors.New("election: a node of the old election layout holds the bot")
 )
 
+// campaignRetryMax is the longest wait between two failed candidacies, in
+// RetryPeriods.
+const campaignRetryMax = 8
+
 // Elector campaigns for one bot's election on behalf of one node.
 type Elector struct {
 	cli       *clientv3.Client
@@ -41,6 +47,8 @@ type Elector struct {
 	log       zerolog.Logger
 
 	depositions atomic.Int64
+	recOnce     sync.Once
+	rec         *records                      // the node records this standby reads, without a Batch
 	hold        atomic.Pointer[chan struct{}] // tests: pause pulses and renewals (a hung process)
 }
 
@@ -81,6 +89,11 @@ type value struct {
 	// candidate, once leading, may be deposed if its pulse stops; 0 (an
 	// older botctl, or NoPulse): it publishes no pulse and is never deposed.
 	PulseMS int64 `json:"pulse_ms,omitempty"`
+	// NodePulseMS is the same for a candidate whose pulse is its node's
+	// record (a Batch): NodePulsePrefix+Node. Such a candidate advertises
+	// no PulseMS, so that a standby of botctl 0.5.0, which knows only the
+	// per-bot pulse key, never deposes it for a pulse it does not write.
+	NodePulseMS int64 `json:"node_pulse_ms,omitempty"`
 }
 
 // Campaign blocks until this node leads the bot's election, and returns the
@@ -98,13 +111,20 @@ type value struct {
 // if any (this node's candidacy from before a crash or an End), and then
 // records the new one there.
 //
-// Errors from etcd are logged and retried every RetryPeriod; Campaign fails
-// only when ctx ends or the etcd client is closed.
+// Errors from etcd are logged and the candidacy tried again after
+// RetryPeriod, then after longer waits (doubling, with jitter, up to 8
+// RetryPeriods) while it keeps failing; Campaign fails only when ctx ends
+// or the etcd client is closed.
 func (e *Elector) Campaign(ctx context.Context, opts ...CampaignOption) (*Term, error) {
 	o := campaignOptions{termParent: ctx}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// Failed candidacies are tried again after RetryPeriod, then longer
+	// (doubling, with jitter, up to campaignRetryMax RetryPeriods): when
+	// etcd is overloaded, a node's thousand candidacies must not all come
+	// back every RetryPeriod and keep it so.
+	wait := retry.New(e.cfg.RetryPeriod, campaignRetryMax*e.cfg.RetryPeriod)
 	for {
 		if err := e.stopped(ctx); err != nil {
 			return nil, err
@@ -116,8 +136,9 @@ func (e *Elector) Campaign(ctx context.Context, opts ...CampaignOption) (*Term, 
 		if stop := e.stopped(ctx); stop != nil {
 			return nil, stop
 		}
-		e.log.Warn().Err(err).Msg("campaign failed, retrying")
-		if !pause.For(ctx, e.cfg.RetryPeriod) {
+		d := wait.Next()
+		e.log.Warn().Err(err).Dur("retry_in", d).Msg("campaign failed, retrying")
+		if !pause.For(ctx, d) {
 			return nil, ctx.Err()
 		}
 	}
@@ -192,7 +213,7 @@ func (e *Elector) campaignOnce(ctx, termParent context.Context) (*Term, error) {
 	}
 	defer context.AfterFunc(sess.Ctx(), stopWaiting)()
 	el := concurrency.NewElection(sess, e.name)
-	candidate, _ := schema.Marshal(value{Node: e.cfg.NodeID, PulseMS: e.pulseMS()})
+	candidate, _ := schema.Marshal(e.value(nil))
 	// While we wait in the queue, the leader's pulse is watched: a leader
 	// whose pulse stops is deposed (see pulse.go).
 	wctx, stopWatching := context.WithCancel(cctx)
@@ -225,24 +246,37 @@ func (e *Elector) campaignOnce(ctx, termParent context.Context) (*Term, error) {
 	// The leader's value says since when it leads. Proclaim is
 	// owner-checked: it fails if our key vanished while we waited.
 	since := start.UTC().Truncate(time.Millisecond)
-	val, _ := schema.Marshal(value{Node: e.cfg.NodeID, Since: &since, PulseMS: e.pulseMS()})
+	val, _ := schema.Marshal(e.value(&since))
 	if err := el.Proclaim(rctx, string(val)); err != nil {
 		e.release(sess)
 		return nil, fmt.Errorf("proclaim leader of %s: %w", e.name, err)
 	}
 	// The first pulse before the Term is handed over: a term that was
 	// handed to the caller has pulsed at least once.
-	if !e.cfg.NoPulse {
+	var b *beat
+	switch {
+	case e.cfg.NoPulse:
+	case e.cfg.Batch != nil:
+		b = e.cfg.Batch.add(e.cfg.BotID, el.Rev())
+		if err := e.cfg.Batch.first(rctx); err != nil {
+			e.cfg.Batch.remove(e.cfg.BotID, b)
+			e.release(sess)
+			return nil, fmt.Errorf("first pulse of %s: %w", e.name, err)
+		}
+	default:
 		if err := e.putPulse(rctx, el.Key(), el.Rev(), lease); err != nil {
 			e.release(sess)
 			return nil, fmt.Errorf("first pulse of %s: %w", e.name, err)
 		}
 	}
 	if err := e.stopped(ctx); err != nil {
+		if b != nil {
+			e.cfg.Batch.remove(e.cfg.BotID, b)
+		}
 		e.release(sess)
 		return nil, err
 	}
-	return newTerm(termParent, e, sess, el, start), nil
+	return newTerm(termParent, e, sess, el, start, b), nil
 }
 
 // release ends a candidacy that produced no term: the session's keep-alive
@@ -277,6 +311,9 @@ type LeaderInfo struct {
 	// standbys depose it, as it advertises; 0: it publishes no pulse and is
 	// never deposed.
 	PulseTimeout time.Duration
+	// NodePulse: the leader's pulse is its counter in its node's record
+	// (a Batch), not the bot's pulse key.
+	NodePulse bool
 }
 
 // Leader reads who leads botID's election under prefix ("" means
@@ -361,6 +398,9 @@ func leaderInfo(kv *mvccpb.KeyValue) LeaderInfo {
 			info.Since = *v.Since
 		}
 		info.PulseTimeout = time.Duration(v.PulseMS) * time.Millisecond
+		if v.NodePulseMS > 0 {
+			info.PulseTimeout, info.NodePulse = time.Duration(v.NodePulseMS)*time.Millisecond, true
+		}
 	} else {
 		info.Node = string(kv.Value)
 	}

@@ -105,13 +105,14 @@ func testPrefix(t *testing.T) string {
 // testConfig is a config with a test-unique prefix and a short TTL.
 func testConfig(t *testing.T, bot, node string, ttl time.Duration) Config {
 	return Config{
-		Prefix:       testPrefix(t),
-		LegacyPrefix: "/legacy" + testPrefix(t),
-		PulsePrefix:  "/pulse" + testPrefix(t),
-		BotID:        bot,
-		NodeID:       node,
-		TTL:          ttl,
-		Logger:       zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger(),
+		Prefix:          testPrefix(t),
+		LegacyPrefix:    "/legacy" + testPrefix(t),
+		PulsePrefix:     "/pulse" + testPrefix(t),
+		NodePulsePrefix: "/nodepulse" + testPrefix(t),
+		BotID:           bot,
+		NodeID:          node,
+		TTL:             ttl,
+		Logger:          zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger(),
 	}
 }
 

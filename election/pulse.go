@@ -39,11 +39,18 @@ type pulseValue struct {
 	TermRev int64  `json:"term"`
 }
 
-func (e *Elector) pulseMS() int64 {
-	if e.cfg.NoPulse {
-		return 0
+// value is this candidate's election value (since nil while it waits):
+// it advertises the pulse it publishes, per bot or its node's record.
+func (e *Elector) value(since *time.Time) value {
+	v := value{Node: e.cfg.NodeID, Since: since}
+	switch {
+	case e.cfg.NoPulse:
+	case e.cfg.Batch != nil:
+		v.NodePulseMS = e.cfg.PulseTimeout.Milliseconds()
+	default:
+		v.PulseMS = e.cfg.PulseTimeout.Milliseconds()
 	}
-	return e.cfg.PulseTimeout.Milliseconds()
+	return v
 }
 
 // pulseTxn is one pulse of the term whose key is key, created at rev,
@@ -122,6 +129,31 @@ func (t *Term) pulse() {
 	}
 }
 
+// beats advances the term's counter in its node's pulse record
+// (Config.Batch) four times every PulseInterval until the term ends: the
+// record, written every PulseInterval, then carries the counter as it
+// was at most a quarter interval before. Only this loop advances it, so a
+// term whose loop stops (a test's hold, the process's scheduler) shows a
+// counter standing still in records its node goes on writing. A deposed
+// term learns it from its key watch, Verify, or its next renewal (the
+// lease revoked), not from the record, which no compare ties to the term.
+func (t *Term) beats() {
+	defer t.wg.Done()
+	tick := t.e.cfg.Clock.NewTicker(t.e.cfg.PulseInterval / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C():
+		}
+		if t.e.held(t.ctx) != nil {
+			return
+		}
+		t.beat.n.Add(1)
+	}
+}
+
 // Depositions is how many leaders this Elector has deposed (each one a
 // leader whose pulse it saw stand still for the leader's PulseTimeout,
 // confirmed by a linearizable read).
@@ -156,33 +188,33 @@ func (e *Elector) watchPulse(ctx context.Context, own clientv3.LeaseID) {
 }
 
 // watchLeader watches the current leader until it changes (nil: read
-// again), or something fails.
+// again), or something fails. A leader that advertises a node pulse is
+// followed in its node's record (records.go), one of 0.5.0's kind in its
+// per-bot pulse key; one that advertises neither is never deposed.
 func (e *Elector) watchLeader(ctx context.Context, own clientv3.LeaseID) error {
 	resp, err := e.cli.Txn(ctx).Then(
 		clientv3.OpGet(e.name+"/", clientv3.WithFirstCreate()...),
-		clientv3.OpGet(e.pulseKey),
 	).Commit()
 	if err != nil {
-		return fmt.Errorf("read leader and pulse: %w", err)
+		return fmt.Errorf("read leader: %w", err)
 	}
 	from := resp.Header.Revision + 1
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	elCh := e.cli.Watch(wctx, e.name+"/", clientv3.WithPrefix(), clientv3.WithRev(from))
 	leaders := resp.Responses[0].GetResponseRange().Kvs
-	var leader *mvccpb.KeyValue
-	timeout := time.Duration(0)
+	var (
+		leader *mvccpb.KeyValue
+		l      LeaderInfo
+	)
 	if len(leaders) > 0 {
-		leader = leaders[0]
+		leader, l = leaders[0], leaderInfo(leaders[0])
 		if clientv3.LeaseID(leader.Lease) == own {
 			<-ctx.Done() // we lead: Campaign returns now
 			return nil
 		}
-		if adv := leaderInfo(leader).PulseTimeout; adv > 0 {
-			timeout = max(adv, e.cfg.PulseTimeout)
-		}
 	}
-	if timeout == 0 {
+	if leader == nil || l.PulseTimeout == 0 {
 		// No leader, or one that publishes no pulse (it is never deposed):
 		// wait for the election to change.
 		for wr := range elCh {
@@ -195,13 +227,26 @@ func (e *Elector) watchLeader(ctx context.Context, own clientv3.LeaseID) error {
 		}
 		return ctx.Err()
 	}
-
-	var pulseRev int64 // the pulse key's ModRevision last seen (0: absent)
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		pulseRev = kvs[0].ModRevision
+	src := e.sourceOf(leader, l)
+	// The pulse is read after the leader's key, at a later revision: a
+	// sight read before the key could belong to an earlier term.
+	first, err := src.read(ctx)
+	if err != nil {
+		return err
 	}
-	lastMove := time.Now()
-	pulseCh := e.cli.Watch(wctx, e.pulseKey, clientv3.WithRev(from))
+	timeout := max(l.PulseTimeout, e.cfg.PulseTimeout)
+	st := newStall(e.cfg.Clock.Now(), first, timeout, e.cfg.PulseInterval)
+	var (
+		pulseCh clientv3.WatchChan
+		subCh   chan struct{}
+	)
+	if src.node == "" {
+		pulseCh = e.cli.Watch(wctx, e.pulseKey, clientv3.WithRev(first.At+1))
+	} else {
+		s, leave := e.records().subscribe(src.key)
+		defer leave()
+		subCh = s.ch
+	}
 	timer := e.cfg.Clock.NewTimer(timeout)
 	defer timer.Stop()
 	for {
@@ -225,36 +270,100 @@ func (e *Elector) watchLeader(ctx context.Context, own clientv3.LeaseID) error {
 				return fmt.Errorf("pulse watch: %v", wr.Err())
 			}
 			for _, ev := range wr.Events {
-				pulseRev = ev.Kv.ModRevision
-				if ev.Type == mvccpb.PUT && ev.Kv.Lease == leader.Lease {
-					lastMove = time.Now()
+				var kv *mvccpb.KeyValue
+				if ev.Type == mvccpb.PUT {
+					kv = ev.Kv
 				}
+				st.observe(e.cfg.Clock.Now(), src.parse(ev.Kv.ModRevision, kv))
 			}
-			timer.Reset(time.Until(lastMove.Add(timeout)))
+			timer.Reset(st.due(e.cfg.Clock.Now()))
+		case <-subCh:
+			if cur, ok := e.records().sight(src.key, e.cfg.BotID, leader.CreateRevision); ok {
+				st.observe(e.cfg.Clock.Now(), cur)
+			}
+			timer.Reset(st.due(e.cfg.Clock.Now()))
 		case <-timer.C():
-			changed, err := e.confirmAndDepose(ctx, leader, &pulseRev, lastMove, timeout)
+			changed, err := e.confirmAndDepose(ctx, leader, src, st)
 			if err != nil || changed {
 				return err
 			}
-			// The pulse moved after all, or the evidence was not clean:
-			// a new window from now.
-			lastMove = time.Now()
-			timer.Reset(timeout)
+			timer.Reset(st.due(e.cfg.Clock.Now()))
 		}
 	}
 }
 
+// pulseSource is where a standby reads one leader's pulse: its per-bot
+// pulse key (node ""), or its node's record.
+type pulseSource struct {
+	e      *Elector
+	leader *mvccpb.KeyValue
+	key    string // compared on at the deposition
+	node   string
+}
+
+func (e *Elector) sourceOf(leader *mvccpb.KeyValue, l LeaderInfo) pulseSource {
+	if l.NodePulse {
+		return pulseSource{e: e, leader: leader, key: e.cfg.NodePulsePrefix + l.Node, node: l.Node}
+	}
+	return pulseSource{e: e, leader: leader, key: e.pulseKey}
+}
+
+// parse is the sight of kv (nil: absent) at revision at.
+func (p pulseSource) parse(at int64, kv *mvccpb.KeyValue) pulseSeen {
+	if kv == nil {
+		return pulseSeen{At: at}
+	}
+	if p.node != "" {
+		return parseRecord(at, kv.Value, kv.ModRevision, p.e.cfg.BotID, p.leader.CreateRevision)
+	}
+	s := pulseSeen{At: at, Rev: kv.ModRevision}
+	if kv.Lease == p.leader.Lease {
+		s.N = kv.ModRevision
+	}
+	return s
+}
+
+// read is one linearizable read of the pulse.
+func (p pulseSource) read(ctx context.Context) (pulseSeen, error) {
+	resp, err := p.e.cli.Get(ctx, p.key)
+	if err != nil {
+		return pulseSeen{}, fmt.Errorf("read the leader's pulse: %w", err)
+	}
+	return p.parse(resp.Header.Revision, firstKV(resp.Kvs)), nil
+}
+
+func firstKV(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0]
+}
+
+// records is the node pulse records' follower this Elector's standby
+// reads: its Batch's, shared by the node's Electors, or its own.
+func (e *Elector) records() *records {
+	if e.cfg.Batch != nil {
+		return e.cfg.Batch.read
+	}
+	e.recOnce.Do(func() {
+		e.rec = newRecords(e.cli, e.cfg.NodePulsePrefix, e.cfg.RetryPeriod, e.log)
+	})
+	return e.rec
+}
+
 // confirmAndDepose is called when the leader's pulse has not been seen to
-// move since lastMove for timeout. It confirms that with a linearizable
-// read and, if it holds, deposes the leader. changed reports that the
-// leader changed (deposed by us or gone): the caller reads again.
-func (e *Elector) confirmAndDepose(ctx context.Context, leader *mvccpb.KeyValue, pulseRev *int64, lastMove time.Time, timeout time.Duration) (changed bool, err error) {
+// move for the stall's timeout. It confirms that with a linearizable read
+// and, if it holds, deposes the leader. changed reports that the leader
+// changed (deposed by us or gone): the caller reads again. Otherwise st
+// says when to look again.
+func (e *Elector) confirmAndDepose(ctx context.Context, leader *mvccpb.KeyValue, src pulseSource, st *stall) (changed bool, err error) {
 	l := leaderInfo(leader)
-	rctx, cancel := context.WithTimeout(ctx, timeout)
+	rctx, cancel := context.WithTimeout(ctx, st.timeout)
 	defer cancel()
-	start := time.Now()
-	resp, err := e.cli.Txn(rctx).Then(clientv3.OpGet(string(leader.Key)), clientv3.OpGet(e.pulseKey)).Commit()
-	rtt := time.Since(start)
+	start := e.cfg.Clock.Now()
+	resp, err := e.cli.Txn(rctx).Then(clientv3.OpGet(string(leader.Key)), clientv3.OpGet(src.key)).Commit()
+	now := e.cfg.Clock.Now()
+	rtt := now.Sub(start)
 	if err != nil {
 		return false, fmt.Errorf("confirm the leader's pulse: %w", err)
 	}
@@ -262,50 +371,57 @@ func (e *Elector) confirmAndDepose(ctx context.Context, leader *mvccpb.KeyValue,
 	if len(keys) == 0 || keys[0].Lease != leader.Lease || keys[0].CreateRevision != leader.CreateRevision {
 		return true, nil
 	}
-	var cur int64
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		cur = kvs[0].ModRevision
-	}
-	stale := time.Since(lastMove)
-	if cur != *pulseRev {
+	read := src.parse(resp.Header.Revision, firstKV(resp.Responses[1].GetResponseRange().Kvs))
+	stale := now.Sub(st.lastMove)
+	switch st.confirm(now, read, rtt) {
+	case lagged:
 		// Our watch lagged (this node was slow), not the leader.
-		e.log.Info().Str("leader", l.Node).Int64("pulse_rev", cur).Int64("pulse_rev_seen", *pulseRev).Dur("unseen_for", stale).
+		e.log.Info().Str("leader", l.Node).Int64("pulse", read.N).Dur("unseen_for", stale).
 			Msg("leader's pulse looked stale but had moved (this node's watch lagged); not deposing")
-		*pulseRev = cur
+		st.restart(now)
 		return false, nil
-	}
-	if rtt > e.cfg.PulseInterval {
+	case slowRead:
 		// A read that slow says etcd (or this node) is slow: the leader's
 		// pulses may be slow for the same reason. Not evidence of a hang.
 		e.log.Info().Str("leader", l.Node).Dur("confirm_rtt", rtt).Dur("unseen_for", stale).
 			Msg("leader's pulse is stale but etcd answered slowly; not deposing on this evidence")
+		st.restart(now)
+		return false, nil
+	case notYet:
 		return false, nil
 	}
 	// The deposition compares exactly what was read: a pulse etcd
-	// accepted meanwhile, a new leader or a new lease makes it fail. Its
-	// answer is waited for up to the TTL, not the pulse timeout: the
-	// compares make a late commit as safe as a prompt one, and a client
-	// that gave up on a commit etcd applied would not know it deposed.
-	// Nor does ctx end it: this node's own campaign sees the key go and
-	// wins, which ends ctx, sometimes before the commit's answer is back
-	// (the deposition then went uncounted: TestHungLeaderIsDeposed).
+	// accepted meanwhile (the per-bot key's, or any write of the node's
+	// record), a new leader or a new lease makes it fail. Its answer is
+	// waited for up to the TTL, not the pulse timeout: the compares make a
+	// late commit as safe as a prompt one, and a client that gave up on a
+	// commit etcd applied would not know it deposed. Nor does ctx end it:
+	// this node's own campaign sees the key go and wins, which ends ctx,
+	// sometimes before the commit's answer is back (the deposition then
+	// went uncounted: TestHungLeaderIsDeposed).
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TTL)
 	defer cancel()
 	d, err := e.cli.Txn(dctx).If(
 		clientv3.Compare(clientv3.CreateRevision(string(leader.Key)), "=", leader.CreateRevision),
 		clientv3.Compare(clientv3.LeaseValue(string(leader.Key)), "=", clientv3.LeaseID(leader.Lease)),
-		clientv3.Compare(clientv3.ModRevision(e.pulseKey), "=", cur),
+		clientv3.Compare(clientv3.ModRevision(src.key), "=", read.Rev),
 	).Then(clientv3.OpDelete(string(leader.Key))).Commit()
 	if err != nil {
 		return false, fmt.Errorf("depose the leader: %w", err)
 	}
 	if !d.Succeeded {
+		if src.node != "" {
+			// The node's record was written meanwhile (every
+			// PulseInterval, whatever this term did): look again at once,
+			// in the same window.
+			return false, nil
+		}
 		return true, nil // something moved at the last moment: read again
 	}
 	e.depositions.Add(1)
-	// The key is gone (the leader's term ends on its next watch event,
-	// pulse or Verify); revoking the lease also deletes its pulse and makes
-	// its renewals fail.
+	// The key is gone (the leader's term ends on its key watch, its next
+	// per-bot pulse or Verify); revoking the lease also deletes a per-bot
+	// pulse and makes its renewals fail.
 	var revokeErr error
 	rvctx, cancel := context.WithTimeout(ctx, e.cfg.TTL)
 	defer cancel()
@@ -313,7 +429,7 @@ func (e *Elector) confirmAndDepose(ctx context.Context, leader *mvccpb.KeyValue,
 		revokeErr = nil
 	}
 	e.log.Warn().Str("leader", l.Node).Str("key", l.Key).Str("lease", leaseHex(l.Lease)).Int64("term", l.Rev).
-		Int64("pulse_rev", cur).Dur("unseen_for", stale.Round(time.Millisecond)).Dur("pulse_timeout", timeout).
+		Str("pulse_key", src.key).Int64("pulse_rev", read.Rev).Int64("pulse", read.N).Dur("unseen_for", stale.Round(time.Millisecond)).Dur("pulse_timeout", st.timeout).
 		Dur("confirm_rtt", rtt.Round(time.Microsecond)).Int64("at_rev", resp.Header.Revision).AnErr("revoke", revokeErr).
 		Msg("deposed the leader: its liveness pulse stood still (confirmed by a linearizable read; deletion compared on it)")
 	return true, nil

@@ -27,6 +27,7 @@ type Term struct {
 	Start     time.Time        // send time of the renewal that confirmed the lease on winning, by this node's clock
 
 	e      *Elector
+	beat   *beat // the term's entry in its node's pulse record (Config.Batch), or nil
 	sess   *concurrency.Session
 	log    zerolog.Logger
 	ctx    context.Context
@@ -47,12 +48,13 @@ type Term struct {
 	watchdog  clock.Timer // fires RenewDeadline after lastRenew
 }
 
-func newTerm(parent context.Context, e *Elector, sess *concurrency.Session, el *concurrency.Election, start time.Time) *Term {
+func newTerm(parent context.Context, e *Elector, sess *concurrency.Session, el *concurrency.Election, start time.Time, b *beat) *Term {
 	ctx, cancel := context.WithCancelCause(parent)
 	lease := sess.Lease()
 	t := &Term{
 		Bot: e.cfg.BotID, Node: e.cfg.NodeID, Key: el.Key(), Lease: lease, Rev: el.Rev(), Start: start,
 		e:         e,
+		beat:      b,
 		sess:      sess,
 		el:        el,
 		ctx:       ctx,
@@ -66,7 +68,11 @@ func newTerm(parent context.Context, e *Elector, sess *concurrency.Session, el *
 	t.mu.Unlock()
 	t.log.Info().Str("key", t.Key).Msg("became leader")
 	t.wg.Add(4)
-	if !e.cfg.NoPulse {
+	switch {
+	case b != nil:
+		t.wg.Add(1)
+		go t.beats()
+	case !e.cfg.NoPulse:
 		t.wg.Add(1)
 		go t.pulse()
 	}
@@ -212,6 +218,9 @@ func (t *Term) ended() {
 	t.watchdog.Stop()
 	t.mu.Unlock()
 	t.sess.Orphan()
+	if t.beat != nil {
+		t.e.cfg.Batch.remove(t.Bot, t.beat)
+	}
 	t.log.Info().AnErr("reason", context.Cause(t.ctx)).Dur("held", time.Since(t.Start)).Msg("leadership ended")
 }
 

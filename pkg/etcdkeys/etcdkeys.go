@@ -9,7 +9,8 @@
 //	transitions/<bot>/<unix ns>   the bot's leader events (pkg/node)
 //	elect/<bot>/<lease hex>       the bot's concurrency.Election (election)
 //	election/<bot>                the election of botctl before that layout, still checked (election)
-//	pulse/<bot>                   the leader's liveness pulse (election)
+//	pulse/<bot>                   the leader's liveness pulse, per bot (election, botctl 0.5.0 and leaders without a node pulse)
+//	nodepulse/<node>              one node's liveness pulse for every bot it leads (election.Batch)
 //	balance/<bot>                 the bot's last move by the balancer, bound to a lease of the move cooldown (pkg/node)
 //	settings/<bot>                the bot's settings override, `botctl bots set` (pkg/botsettings)
 //	bots/<bot>                    the bot registry, `botctl bots add` (pkg/fleet)
@@ -34,6 +35,7 @@ const (
 	ElectDir          = "elect/"
 	LegacyElectionDir = "election/"
 	PulseDir          = "pulse/"
+	NodePulseDir      = "nodepulse/"
 	BalanceDir        = "balance/"
 	SettingsDir       = "settings/"
 	BotsDir           = "bots/"

@@ -32,9 +32,9 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot, sig balance
 		log.Info().Str("reason", reason).Dur("retry_in", d).Msg("backing off before campaigning again")
 		pause.For(ctx, d)
 	}
-	// At start, campaign for the node's bots one SpreadDelay apart, so
+	// At start, campaign for the node's bots one spread step apart, so
 	// nodes that start together do not each race for every bot at once.
-	if !pause.For(ctx, time.Duration(index)*n.cfg.SpreadDelay) {
+	if !pause.For(ctx, time.Duration(index)*n.spreadStep()) {
 		return
 	}
 	for ctx.Err() == nil {
@@ -64,7 +64,7 @@ func (n *Node) botLoop(ctx context.Context, index int, b config.Bot, sig balance
 			continue
 		}
 		n.setState(b.ID, StateStandby, "", 0)
-		if k := n.leading(); k > 0 && !pause.For(ctx, time.Duration(k)*n.cfg.SpreadDelay) {
+		if k := n.leading(); k > 0 && !pause.For(ctx, time.Duration(k)*n.spreadStep()) {
 			return
 		}
 		// stop ends when the node stops, or watchStop ends it: the graceful

@@ -149,43 +149,43 @@ func (n *Node) campaign(stop context.Context, el *election.Elector, stepBack <-c
 // waitNewer returns true once stepBack says this node should leave el's
 // queue, false when ctx ends. It decides at once, and again at each change
 // of the bot's queue and at each node that joins the registry or changes
-// build (the registry's other rewrites, a bot's state, are not read), so a
-// standby costs one read of its queue per change that may matter.
+// build (the registry's other rewrites, a bot's state, are not read; the
+// builds are followed once for all of this node's standbys: builds.go),
+// so a standby costs one read of its queue per change that may matter.
 func (n *Node) waitNewer(ctx context.Context, el *election.Elector) bool {
-	dir := n.cfg.Prefix + nodesDir
+	defer n.newer.acquire()()
 	for ctx.Err() == nil {
+		builds, current, changed := n.newer.snapshot()
+		if !current {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		builds, rev, err := n.builds(wctx)
+		// The queue is watched from a revision read now: a change after
+		// it is seen, whatever the first decision read.
+		at, err := n.cli.Get(wctx, el.Key()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			cancel()
 			pause.For(ctx, time.Second)
 			continue
 		}
-		nodes := n.cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-		queue := n.cli.Watch(wctx, el.Key()+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		queue := n.cli.Watch(wctx, el.Key()+"/", clientv3.WithPrefix(), clientv3.WithRev(at.Header.Revision+1))
 		for decide, ok := true, true; ok && ctx.Err() == nil; {
 			if decide && n.shouldStepBack(wctx, el, builds) {
 				cancel()
 				return true
 			}
-			var wr clientv3.WatchResponse
 			select {
-			case wr, ok = <-nodes:
-				decide = false
-				for _, ev := range wr.Events {
-					id := strings.TrimPrefix(string(ev.Kv.Key), dir)
-					if ev.Type == clientv3.EventTypeDelete {
-						delete(builds, id) // a node gone makes no one step back
-						continue
-					}
-					if b, known := buildOf(ev.Kv.Value); known && b != builds[id] {
-						builds[id], decide = b, true
-					}
-				}
-			case wr, ok = <-queue:
-				decide = true
+			case <-changed:
+				var now bool
+				builds, now, changed = n.newer.snapshot()
+				decide, ok = now, now
+			case wr, open := <-queue:
+				decide, ok = true, open && wr.Err() == nil
 			}
-			ok = ok && wr.Err() == nil
 		}
 		cancel()
 		pause.For(ctx, time.Second)

@@ -84,8 +84,16 @@ type Config struct {
 	DrainTimeout time.Duration
 	// SpreadDelay is how long a node waits before campaigning for each bot
 	// it already leads, so that several bots spread over nodes instead of
-	// all going to the first node up. Default 1s; set it below the TTL.
+	// all going to the first node up, and how far apart it first
+	// campaigns for its bots at its start. Default 1s; set it below the
+	// TTL. With many bots the step is shorter: see SpreadWindow.
 	SpreadDelay time.Duration
+	// SpreadWindow bounds the start's spread: the step is the smaller of
+	// SpreadDelay and SpreadWindow divided by the bots the node serves,
+	// so a node of a thousand bots joins every election within about
+	// SpreadWindow (and waits at most about that for the bots it leads)
+	// rather than a thousand SpreadDelays. Default 15s.
+	SpreadWindow time.Duration
 	// Balance is the balancer (balancer.go): leadership kept within a
 	// tolerance of every node's even share.
 	Balance BalanceConfig
@@ -149,6 +157,9 @@ func (c *Config) setDefaults() {
 	if c.SpreadDelay <= 0 {
 		c.SpreadDelay = time.Second
 	}
+	if c.SpreadWindow <= 0 {
+		c.SpreadWindow = 15 * time.Second
+	}
 	c.Balance.setDefaults()
 }
 
@@ -170,6 +181,13 @@ type Node struct {
 	loops  map[string]*loop
 	runCtx context.Context
 	loopWG sync.WaitGroup
+	// pulse is the node's liveness pulse for every bot it leads (one
+	// etcd write per PulseInterval, election.Batch); nil with the pulse
+	// off.
+	pulse *election.Batch
+	// newer follows the registered nodes' builds for every standby's
+	// "newer node first" (builds.go).
+	newer *buildWatch
 }
 
 // New validates cfg (every bot's election config included).
@@ -193,6 +211,15 @@ func New(cli *clientv3.Client, cfg Config) (*Node, error) {
 		status: map[string]BotStatus{},
 		dirty:  make(chan struct{}, 1),
 		loops:  map[string]*loop{},
+	}
+	n.newer = newBuildWatch(n)
+	if !cfg.Election.NoPulse && cfg.Election.Batch == nil && cli != nil {
+		b, err := election.NewBatch(cli, election.BatchConfig{NodeID: cfg.NodeID, NodePulsePrefix: cfg.Election.NodePulsePrefix,
+			PulseInterval: cfg.Election.PulseInterval, HedgeAfter: cfg.Election.HedgeAfter, Logger: cfg.Logger, Clock: cfg.Election.Clock})
+		if err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		n.pulse, n.cfg.Election.Batch = b, b
 	}
 	for i, b := range cfg.Bots {
 		if _, err := election.New(cli, n.electionConfig(b.ID)); err != nil {
@@ -229,6 +256,16 @@ func (n *Node) Status() map[string]BotStatus {
 		out[k] = v
 	}
 	return out
+}
+
+// spreadStep is the start's spread between two bots, and the wait before
+// campaigning per bot led: SpreadDelay, or less with many bots
+// (SpreadWindow).
+func (n *Node) spreadStep() time.Duration {
+	n.mu.Lock()
+	bots := len(n.loops)
+	n.mu.Unlock()
+	return min(n.cfg.SpreadDelay, n.cfg.SpreadWindow/time.Duration(max(1, bots)))
 }
 
 // leading counts the bots this node leads or is connecting.
@@ -338,6 +375,16 @@ func (n *Node) Run(ctx context.Context) error {
 		defer close(regDone)
 		n.register(regCtx)
 	}()
+	// The pulse outlives ctx as registration does: a graceful stop keeps
+	// its terms (and their pulse) until each has resigned.
+	pulseCtx, stopPulse := context.WithCancel(context.WithoutCancel(ctx))
+	pulsed := make(chan struct{})
+	go func() {
+		defer close(pulsed)
+		if n.pulse != nil {
+			n.pulse.Run(pulseCtx)
+		}
+	}()
 	balanced := make(chan struct{})
 	go func() {
 		defer close(balanced)
@@ -356,6 +403,8 @@ func (n *Node) Run(ctx context.Context) error {
 	n.mu.Unlock()
 	n.loopWG.Wait()
 	n.records.Wait()
+	stopPulse()
+	<-pulsed
 	stopReg()
 	<-regDone
 	n.log.Info().Msg("node stopped")

@@ -4,11 +4,15 @@ import (
 	"context"
 	"time"
 
+	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/etcdkeys"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/schema"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
+
+// registryGap is the least time between two rewrites of the node's record.
+const registryGap = 250 * time.Millisecond
 
 // register keeps the node's record under a lease, rewriting it when a bot's
 // state changes, until ctx ends; then it revokes the lease (removing the
@@ -57,6 +61,12 @@ func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.Le
 		n.log.Warn().Err(err).Msg("node registry: register failed")
 		return
 	}
+	// Rewrites are at least registryGap apart: the record lists every
+	// bot's state, so while many bots change (a start, a failover) it is
+	// written a few times a second, not once per change.
+	gap := clock.Or(n.cfg.Clock).NewTimer(registryGap)
+	defer gap.Stop()
+	var pending <-chan struct{} = n.dirty
 	for {
 		select {
 		case <-ctx.Done():
@@ -69,7 +79,11 @@ func (n *Node) keepRegistered(ctx context.Context, key string, lease clientv3.Le
 				n.log.Warn().Msg("node registry: lease lost; registering again")
 				return
 			}
-		case <-n.dirty:
+		case <-gap.C():
+			pending = n.dirty
+		case <-pending:
+			pending = nil
+			gap.Reset(registryGap)
 			if err := put(); err != nil {
 				if ctx.Err() == nil {
 					n.etcdError("registry")
