@@ -209,7 +209,8 @@ func Start(cfg Config) (*Harness, error) {
 		return h, err
 	}
 	h.logDir = logDir
-	h.Infra, err = infracluster.Start(infracluster.Options{Bin: infraBin, Dir: filepath.Join(dir, "infra"), Size: nodeCount, Timeout: 2 * time.Minute, LogDir: logDir})
+	h.Infra, err = infracluster.Start(infracluster.Options{Bin: infraBin, Dir: filepath.Join(dir, "infra"), Size: nodeCount, Timeout: 2 * time.Minute, LogDir: logDir,
+		RouteProxies: true}) // route-partition-leader-nats cuts one server's routes
 	if err != nil {
 		return h, err
 	}

@@ -26,6 +26,10 @@ type Verdict struct {
 	// Failed counts finished bot messages answering this one with the
 	// failure notice and no complete answer (the task was given up).
 	Failed int
+	// StorageFull counts finished replies to a media message (Msg.Media)
+	// saying its file was refused because the media store is full: the
+	// user is told, a correct answer.
+	StorageFull int
 	// Marked: a bot message after this one in its conversation starts
 	// with the "may be incomplete" note (the backfill could not fill a gap
 	// and says so). It is the explicit mark a missed message may get
@@ -78,6 +82,8 @@ func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 			v.Complete++
 		case done && (replies || quotes) && strings.Contains(e.Content, busyText):
 			v.Busy++
+		case done && m.Media && (replies || quotes) && strings.Contains(e.Content, storageFullText):
+			v.StorageFull++
 		case done && strings.Contains(e.Content, failedText):
 			v.Failed++
 		}
@@ -133,9 +139,9 @@ const (
 	InvPingPong  = "ping-pong" // the simulator replaced a live connection (kick)
 )
 
-// Answers returns how many answers the user got: complete ones and busy
-// refusals.
-func (v Verdict) Answers() int { return v.Complete + v.Busy }
+// Answers returns how many answers the user got: complete ones, busy
+// refusals and a media message's storage-full reply.
+func (v Verdict) Answers() int { return v.Complete + v.Busy + v.StorageFull }
 
 // judgement is judgeRound's result.
 type judgement struct {

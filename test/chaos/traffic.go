@@ -20,6 +20,9 @@ type Msg struct {
 	MsgID     string
 	Delivered bool // WeCom accepted it and wrote the callback to a connection
 	Probe     bool // posted after the round to check the conversation is not locked
+	// Media: the message carries a file (PostMedia); the storage-full
+	// reply answers it.
+	Media bool
 	// Reprobed: this probe was refused as busy while the conversation
 	// still owed an answer to an earlier message, and a second probe
 	// asked again once that was in: the second one is judged.
@@ -37,6 +40,7 @@ type Traffic struct {
 	bot     string
 	users   []string // closed-loop users
 	burst   []string // one message each at the moment of a fault
+	extra   []string // conversations a scenario's own messages started (PostMedia)
 	think   time.Duration
 	wait    time.Duration // a user gives up waiting for an answer after this and asks again
 	nonce   string
@@ -61,7 +65,7 @@ func NewTraffic(c *cluster.Cluster, bot string, users, burst int, think, wait ti
 
 // Conversations are every user's, closed-loop and burst.
 func (t *Traffic) Conversations() []string {
-	return append(append([]string(nil), t.users...), t.burst...)
+	return append(append(append([]string(nil), t.users...), t.burst...), t.extra...)
 }
 
 // Burst posts one message from each burst user, spread evenly over
