@@ -320,6 +320,13 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "media-flood", Family: FamData,
+		Doc: "the media store's bound set to 16 MB (as `nats stream edit` would), then a 1 MB file a second for 60 s over 20 conversations beside the steady users' text: the store fills to its bound, a file past it is refused and its user told storage is full, text keeps flowing; the bound put back after",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.mediaFlood(r, 16<<20, 1<<20, 20, time.Minute)
+		},
+	},
+	{
 		Name: "kill-nats-server", Family: FamNATS, Smoke: true,
 		Doc: "kill -9 one NATS server (n1, n2, n3 in turn), restart it 10 s later",
 		Fault: func(h *Harness, r *RoundResult) error {
@@ -391,7 +398,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "route-partition-leader-nats", Family: FamNATS,
-		Doc:  "cut the NATS server the leader is connected to off from its cluster for 90 s (its routes blackholed through their proxies; the leader's connection stays up, pings answered, every JetStream call failing): the leader moves its connection to another server after nats.jetstream_failover (30 s), or gives up its bots; every message answered once",
+		Doc: "cut the NATS server the leader is connected to off from its cluster for 90 s (its routes blackholed through their proxies; the leader's connection stays up, pings answered, every JetStream call failing): the leader moves its connection to another server after nats.jetstream_failover (30 s), or gives up its bots; every message answered once",
 		Fault: func(h *Harness, r *RoundResult) error {
 			return h.routePartitionLeaderNATS(r, 90*time.Second)
 		},
