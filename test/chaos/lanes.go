@@ -241,7 +241,7 @@ func (h *Harness) judgeAgain(rounds []*RoundResult) ([]Violation, string) {
 	if err != nil {
 		errText = "final check: " + err.Error()
 	}
-	var late []Violation
+	late := h.judgeAgain2(roundOf)
 	now := map[string]bool{}
 	for _, v := range j.violations {
 		now[v.MsgID+v.Invariant] = true

@@ -77,6 +77,8 @@ func main() {
 	flag.IntVar(&cfg.Parallel, "parallel", 1, "lanes: clusters of their own (3 etcd, 3 NATS, a simulator, 3 nodes each) that run disjoint sets of scenarios side by side")
 	flag.StringVar(&scen, "scenarios", "", "comma-separated scenarios, or smoke (the smoke subset); default all: "+scenarioNames())
 	flag.IntVar(&cfg.Users, "users", 6, "concurrent conversations (closed-loop users)")
+	flag.IntVar(&cfg.Users2, "users2", 2, "closed-loop users of the second bot, b2 (-1: no second bot)")
+	flag.IntVar(&cfg.MediaEvery, "media-every", 4, "every closed-loop user's n-th message quotes a small file (-1: none)")
 	flag.IntVar(&cfg.Burst, "burst", 6, "messages, one conversation each, posted over the first second of every fault (0: none)")
 	flag.DurationVar(&cfg.Think, "think", 2*time.Second, "mean pause of a user between an answer and the next question")
 	flag.DurationVar(&cfg.Patience, "patience", 15*time.Second, "a user with no answer after this asks again")

@@ -47,6 +47,9 @@ type Traffic struct {
 	counter map[string]int
 	// demo is the nodes' demo backend: it says how long an answer takes.
 	demo ai.DemoConfig
+	// mediaEvery: a closed-loop user's every mediaEvery-th message
+	// carries a small file (PostMedia); 0 or less: none.
+	mediaEvery int
 
 	mu   sync.Mutex
 	msgs []*Msg
@@ -169,7 +172,7 @@ func (t *Traffic) Run(ctx context.Context, round string) {
 			// asking again, rather than repeating at once.
 			var asked *Msg
 			for ctx.Err() == nil {
-				m := t.Post(round, u, false)
+				m := t.next(round, u)
 				switch {
 				case m.Delivered:
 					v := t.waitAnswer(ctx, m, t.wait)
@@ -191,6 +194,18 @@ func (t *Traffic) Run(ctx context.Context, round string) {
 		}()
 	}
 	wg.Wait()
+}
+
+// next posts user's next closed-loop message: every mediaEvery-th a
+// question quoting a small file.
+func (t *Traffic) next(round, user string) *Msg {
+	t.mu.Lock()
+	media := t.mediaEvery > 0 && (t.counter[user]+1)%t.mediaEvery == 0
+	t.mu.Unlock()
+	if media {
+		return t.PostMedia(round, user, 2048, "")
+	}
+	return t.Post(round, user, false)
 }
 
 // waitAnswer waits up to wait for m's answer (complete, busy or a
