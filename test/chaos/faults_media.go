@@ -91,6 +91,21 @@ func (h *Harness) mediaFlood(r *RoundResult, bound int64, size, convs int, d tim
 			}
 		}
 	}()
+	full, sent := h.floodMedia(r, size, convs, d)
+	close(stop)
+	wg.Wait()
+	r.note("media store peak %d bytes of its bound %d; %d of %d files refused as storage full (so far)", peak, bound, full, sent)
+	if full == 0 {
+		return fmt.Errorf("no file was refused as storage full: the flood never filled the media store (peak %d of %d bytes)", peak, bound)
+	}
+	return nil
+}
+
+// floodMedia posts a file of size bytes every second for d, each from
+// the next of convs flood conversations, then waits (up to 90 s) until
+// some were refused as storage full. It returns how many were, and how
+// many files it posted.
+func (h *Harness) floodMedia(r *RoundResult, size, convs int, d time.Duration) (full, n int) {
 	label := fmt.Sprintf("%s-r%d", r.Scenario, r.Round)
 	var sent []*Msg
 	var mu sync.Mutex
@@ -108,7 +123,6 @@ func (h *Harness) mediaFlood(r *RoundResult, bound int64, size, convs int, d tim
 	}
 	posts.Wait()
 	// The refusals are told at receipt: wait until one is seen.
-	full := 0
 	deadline := time.Now().Add(90 * time.Second)
 	for full == 0 && time.Now().Before(deadline) {
 		time.Sleep(2 * time.Second)
@@ -117,6 +131,7 @@ func (h *Harness) mediaFlood(r *RoundResult, bound int64, size, convs int, d tim
 		for _, m := range sent {
 			tr, ok := trs[m.User]
 			if !ok {
+				var err error
 				if tr, err = h.C.Transcript(bot, m.User); err != nil {
 					continue
 				}
@@ -127,11 +142,5 @@ func (h *Harness) mediaFlood(r *RoundResult, bound int64, size, convs int, d tim
 			}
 		}
 	}
-	close(stop)
-	wg.Wait()
-	r.note("media store peak %d bytes of its bound %d; %d of %d files refused as storage full (so far)", peak, bound, full, len(sent))
-	if full == 0 {
-		return fmt.Errorf("no file was refused as storage full: the flood never filled the media store (peak %d of %d bytes)", peak, bound)
-	}
-	return nil
+	return full, len(sent)
 }

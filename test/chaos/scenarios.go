@@ -397,6 +397,13 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "disk-full-nats", Family: FamNATS,
+		Doc: "JetStream given 96 MB a server (max_file_store, the servers restarted one by one), the media store bounded at 48 MB and 32 MB reserved for the queue and buckets (media.reserve_bytes, the nodes restarted), then a 1 MB file a second for 90 s over 20 conversations: media fills what it may, a file past it is refused and its user told, text keeps flowing; everything put back after",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.diskFullNATS(r, 96<<20, 48<<20, 32<<20, 1<<20, 20, 90*time.Second)
+		},
+	},
+	{
 		Name: "route-partition-leader-nats", Family: FamNATS,
 		Doc: "cut the NATS server the leader is connected to off from its cluster for 90 s (its routes blackholed through their proxies; the leader's connection stays up, pings answered, every JetStream call failing): the leader moves its connection to another server after nats.jetstream_failover (30 s), or gives up its bots; every message answered once",
 		Fault: func(h *Harness, r *RoundResult) error {
