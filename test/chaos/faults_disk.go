@@ -15,13 +15,14 @@ import (
 // diskFullNATS gives JetStream little storage and lets media fill it, as
 // a deployment sized with media.reserve_bytes would be:
 //
-//  1. the media store's bound set to bound (`nats stream edit`), so that
-//     the servers can start with little storage;
+//  1. the media store's bound set to bound and the reservation stream's
+//     (media.reserve_bytes, 1 GiB by default) to reserve (`nats stream
+//     edit`), so that the servers can start with little storage;
 //  2. the NATS servers restarted one by one with max_file_store = store
 //     (each waited for until its replicas are current);
 //  3. the nodes restarted one by one with media.max_store_bytes = bound
-//     and media.reserve_bytes = reserve (bound + reserve ≤ store: the
-//     nodes create the reservation stream, which JetStream sets aside);
+//     and media.reserve_bytes = reserve, as deployed (bound + reserve ≤
+//     store: JetStream sets both aside);
 //  4. files flooded in (floodMedia) until the media store refuses them:
 //     the servers' storage is then as full as media can make it, and the
 //     task queue and buckets must go on in what is left (the steady
@@ -40,6 +41,15 @@ func (h *Harness) diskFullNATS(r *RoundResult, store, bound, reserve int64, size
 			r.note("media bound not put back: %v", err)
 		}
 	}()
+	wasReserve, err := h.setStreamBound(ctx, jetstream.NamesFor("").ReserveStream, reserve)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if _, err := h.setStreamBound(context.Background(), jetstream.NamesFor("").ReserveStream, wasReserve); err != nil {
+			r.note("reservation's bound not put back: %v", err)
+		}
+	}()
 	if err := h.restartNATSWith(r, []string{"-max-file-store", strconv.FormatInt(store, 10)}); err != nil {
 		return err
 	}
@@ -53,14 +63,11 @@ func (h *Harness) diskFullNATS(r *RoundResult, store, bound, reserve int64, size
 		return err
 	}
 	defer func() {
-		if err := h.dropReserve(); err != nil {
-			r.note("reservation stream not removed: %v", err)
-		}
 		if err := h.restartNodesWith(r, nil); err != nil {
 			r.note("nodes not restarted with their usual flags: %v", err)
 		}
 	}()
-	r.note("JetStream storage %d bytes a server, media bound %d, reserved for the queue and buckets %d", store, bound, reserve)
+	r.note("JetStream storage %d bytes a server, media bound %d, reserved for the queue and buckets %d (was %d)", store, bound, reserve, wasReserve)
 	full, sent := h.floodMedia(r, size, convs, d)
 	used, err := h.storeUsed(ctx)
 	r.note("%d of %d files refused as storage full; JetStream storage used after the flood: %d of %d bytes (%v)", full, sent, used, store, err)
@@ -93,25 +100,29 @@ func (h *Harness) restartNATSWith(r *RoundResult, extra []string) error {
 	return nil
 }
 
-// dropReserve removes the reservation stream the nodes made for
-// media.reserve_bytes (a configuration without it keeps a deployed one).
-func (h *Harness) dropReserve() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	nc, err := nats.Connect(h.Infra.NATSURLs(), nats.Name("chaos-reserve"))
+// setStreamBound sets stream's MaxBytes (an operator's `nats stream
+// edit`) and returns the one it had.
+func (h *Harness) setStreamBound(ctx context.Context, stream string, bound int64) (int64, error) {
+	nc, err := nats.Connect(h.Infra.NATSURLs(), nats.Name("chaos-bound"))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer nc.Close()
 	js, err := natsjs.New(nc)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	err = js.DeleteStream(ctx, jetstream.NamesFor("").ReserveStream)
-	if err == natsjs.ErrStreamNotFound {
-		return nil
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
 	}
-	return err
+	cfg := st.CachedInfo().Config
+	was := cfg.MaxBytes
+	cfg.MaxBytes = bound
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return was, fmt.Errorf("%s's MaxBytes to %d: %w", stream, bound, err)
+	}
+	return was, nil
 }
 
 // storeUsed is the account's JetStream file storage in use (every

@@ -46,12 +46,21 @@
 // is 1 when an invariant broke: the harness is not tuned to pass.
 //
 // Every scenario in scenarios.go is in the default matrix (issue 12):
-// botctl processes (kill -9 with and without restart, SIGTERM, SIGSTOP,
-// rolling restart), network partitions of one node (leader from etcd,
-// leader from NATS, a standby from both), etcd (a member, the raft
-// leader), NATS (a server, a rolling restart), WeCom (drop, stalled acks,
-// silence, revoked secret restored by a person) and workers (kill -9 the
-// one computing an answer; chase a task to its last delivery).
+// botctl processes (kill -9 with and without restart, mid-download too,
+// SIGTERM, SIGSTOP, rolling restart, also under 100 messages a second
+// and after a `bots set` no node can build), network partitions of one
+// node (leader from etcd, leader from NATS, a standby from both), etcd (a
+// member, the raft leader, quorum lost), NATS (a server, a rolling
+// restart, quorum lost, the storage filled by media, the leader's server
+// cut off from its cluster), WeCom (drop, stalled acks, silence, revoked
+// secret restored by a person), workers (kill -9 the one computing an
+// answer; chase a task to its last delivery; an AI backend slow, failing
+// and cut mid-stream behind its fallback and breaker) and stored data (a
+// corrupt record, a flood of media).
+//
+// The traffic: closed-loop users of bot b1 (every fourth message quotes a
+// small file, downloaded before its task runs) and of a second bot, b2,
+// served by every node beside it (-users2, -media-every).
 // -scenarios names a subset; -scenarios smoke is the smoke subset.
 //
 // `BOTCTL_CHAOS=1 go test -run TestChaosSmoke ./test/chaos` runs one
