@@ -30,6 +30,11 @@ type Verdict struct {
 	// saying its file was refused because the media store is full: the
 	// user is told, a correct answer.
 	StorageFull int
+	// FileRefused counts finished replies to a media message saying its
+	// file was not taken for another reason (not stored while JetStream
+	// failed, a download that failed): the user is told and asked to send
+	// it again, a correct answer under a fault.
+	FileRefused int
 	// Marked: a bot message after this one in its conversation starts
 	// with the "may be incomplete" note (the backfill could not fill a gap
 	// and says so). It is the explicit mark a missed message may get
@@ -84,6 +89,8 @@ func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 			v.Busy++
 		case done && m.Media && (replies || quotes) && strings.Contains(e.Content, storageFullText):
 			v.StorageFull++
+		case done && m.Media && (replies || quotes) && (strings.Contains(e.Content, fileRefusedText) || strings.Contains(e.Content, mediaUnavailableText)):
+			v.FileRefused++
 		case done && strings.Contains(e.Content, failedText):
 			v.Failed++
 		}
@@ -140,8 +147,8 @@ const (
 )
 
 // Answers returns how many answers the user got: complete ones, busy
-// refusals and a media message's storage-full reply.
-func (v Verdict) Answers() int { return v.Complete + v.Busy + v.StorageFull }
+// refusals and a media message's reply that its file was not taken.
+func (v Verdict) Answers() int { return v.Complete + v.Busy + v.StorageFull + v.FileRefused }
 
 // judgement is judgeRound's result.
 type judgement struct {

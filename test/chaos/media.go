@@ -17,11 +17,21 @@ import (
 // backend's answer is the file's account followed by the answer to the
 // text: judged as a text message's, by the question. A file refused
 // because the media store is full is answered by the storage-full reply
-// (storageFullText), which tells the user what became of it.
+// (storageFullText), which tells the user what became of it; so is one
+// refused for another reason, the user asked to send it again
+// (fileRefusedText, mediaUnavailableText).
 
 // storageFullText is pkg/media's reply to a file refused because the
 // media store is full (not imported, as busyText).
 const storageFullText = "文件存储空间已满"
+
+// fileRefusedText ends every pkg/media reply to a file not taken ("…未能
+// 接收…": not received; send it again), mediaUnavailableText is
+// pkg/access's to files while JetStream is away.
+const (
+	fileRefusedText      = "未能接收"
+	mediaUnavailableText = "暂时无法接收图片和文件"
+)
 
 var simClient = &http.Client{Timeout: 30 * time.Second}
 
