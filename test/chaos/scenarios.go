@@ -398,9 +398,9 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "disk-full-nats", Family: FamNATS,
-		Doc: "JetStream given 64 MB a server (max_file_store, the servers restarted one by one), the media store bounded at 24 MB and 24 MB reserved for the queue and buckets (the reservation stream's bound and media.reserve_bytes; the nodes restarted to match), then a 1 MB file a second for 90 s over 20 conversations: media fills what it may, a file past it is refused and its user told, text keeps flowing; everything put back after",
+		Doc: "JetStream given 64 MB a server (max_file_store, the servers restarted one by one), the media store bounded at 24 MB and 24 MB reserved for the queue and buckets (the reservation stream's bound and media.reserve_bytes; the nodes restarted to match), then a 2 MB file a second for 90 s over 20 conversations (a busy conversation's file is deleted at once, so at most about 20 are held: 40 MB): media fills what it may, a file past it is refused and its user told, text keeps flowing; everything put back after",
 		Fault: func(h *Harness, r *RoundResult) error {
-			return h.diskFullNATS(r, 64<<20, 24<<20, 24<<20, 1<<20, 20, 90*time.Second)
+			return h.diskFullNATS(r, 64<<20, 24<<20, 24<<20, 2<<20, 20, 90*time.Second)
 		},
 	},
 	{
