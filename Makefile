@@ -145,11 +145,13 @@ ramp:
 # partition tests repeated (race detector on), then the chaos matrix on 3 etcd members, 3 NATS servers (R3) and 3 nodes:
 # writes bench/chaos.md (+ .csv, -violations.csv, -takeover.png); exits 1 if an
 # invariant broke. The pre-release gate: `make chaos ROUNDS=3` on one commit.
-# A round of every scenario takes about an hour in one lane on 2 cores with
-# answers of 5–60 s (the three freeze-* scenarios hold their fault 5 minutes
-# each; the others seconds); PARALLEL lanes (each a cluster of its own, no
-# process shared) run disjoint scenarios side by side, so a round takes
-# about its longest lane. CHAOS_ROUNDS is the older name of ROUNDS.
+# A round of every scenario takes about an hour and a half in one lane on 2
+# cores with answers of 5–60 s (the three freeze-* scenarios hold their
+# fault 5 minutes each; quorum-loss-etcd, disk-full-nats, ai-backend-faults
+# and kill-leader-mid-download take 3–7 minutes a round; the others less);
+# PARALLEL lanes (each a cluster of its own, no process shared) run
+# disjoint scenarios side by side, so a round takes about its longest lane.
+# CHAOS_ROUNDS is the older name of ROUNDS.
 ROUNDS       ?= 3
 CHAOS_ROUNDS ?= $(ROUNDS)
 PARALLEL     ?= 3

@@ -7,6 +7,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -101,6 +102,26 @@ func (s *Store) deleteMedia(ctx context.Context, key string) error {
 // MaxBytes.
 const errCodeInsufficientStorage natsjs.ErrorCode = 10047
 
+// errCodeNoPeers is nats-server's JSClusterNoPeersErrF: no servers to
+// place a stream's replicas on. Its description says why; "insufficient
+// storage" among the reasons is a MaxBytes the servers cannot set aside.
+const errCodeNoPeers natsjs.ErrorCode = 10005
+
+// StorageTooSmall reports whether err is JetStream refusing a stream
+// because the servers' storage cannot set its MaxBytes aside: 10047 from
+// one server, 10005 "no suitable peers for placement, insufficient
+// storage" from a cluster. Waiting does not fix it; the configuration
+// (media.max_store_bytes, media.reserve_bytes) or max_file_store must
+// change.
+func StorageTooSmall(err error) bool {
+	var apiErr *natsjs.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == errCodeInsufficientStorage ||
+		apiErr.ErrorCode == errCodeNoPeers && strings.Contains(apiErr.Description, "insufficient storage")
+}
+
 // declareMedia creates the media object store if it is missing. On one
 // that exists it keeps the deployed replicas and limits (keepMedia), adds
 // each difference from opts to found, and sets opts' media settings to
@@ -109,8 +130,7 @@ const errCodeInsufficientStorage natsjs.ErrorCode = 10047
 func declareMedia(ctx context.Context, js natsjs.JetStream, bucket string, opts *Options, found *[]Mismatch) (natsjs.ObjectStore, natsjs.Stream, error) {
 	cfg := mediaConfig(bucket, *opts)
 	obs, err := declareObjectStore(ctx, js, &cfg, opts.Logger, found)
-	var apiErr *natsjs.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInsufficientStorage {
+	if StorageTooSmall(err) {
 		return nil, nil, fmt.Errorf("its bound of %d bytes cannot be reserved on the JetStream servers beside what is reserved already (media.reserve_bytes: %d) (%w): lower media.max_store_bytes, or give JetStream more storage (max_file_store)", cfg.MaxBytes, opts.ReserveBytes, err)
 	}
 	if err != nil {

@@ -52,6 +52,11 @@ const tooLargeDescription = "message too large"
 // constant for it.
 const errCodeStoreFailed natsjs.ErrorCode = 10077
 
+// errCodeMsgIDInProcess is nats-server's JSStreamDuplicateMessageConflict
+// (409, "duplicate message id is in process"): a publish with the msgid
+// of one whose store is still being decided.
+const errCodeMsgIDInProcess natsjs.ErrorCode = 10158
+
 // PublishResult is JetStream's acknowledgement of a published task.
 type PublishResult struct {
 	// Seq is the task's sequence in the task stream. For a duplicate it is
@@ -104,6 +109,11 @@ func classify(ctx context.Context, err error) error {
 			return fmt.Errorf("%w (%w)", ErrConversationBusy, err)
 		case apiErr.ErrorCode == errCodeStoreFailed && apiErr.Description == tooLargeDescription:
 			return fmt.Errorf("%w: %w", ErrTaskRejected, err)
+		case apiErr.ErrorCode == errCodeMsgIDInProcess:
+			// The same msgid's earlier publish is still being stored:
+			// it may land or not, so this is no answer yet. A later
+			// publish gets its duplicate ack, or stores the task.
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case apiErr.Code >= 500:
 			// Store closed, no quorum, not the leader, JetStream off: the
 			// server is there but cannot store now.

@@ -263,6 +263,10 @@ func TestClassify(t *testing.T) {
 		{"no quorum", api(503, 10008, "JetStream system temporarily unavailable"), ErrUnavailable},
 		{"not leader", api(500, 10009, "JetStream cluster can not handle request"), ErrUnavailable},
 		{"wrong stream", api(400, 10060, "expected stream does not match"), ErrTaskRejected},
+		// The same msgid's earlier publish is still being stored (its
+		// proposal in flight, e.g. on a server cut off from its cluster):
+		// whether it lands is not known yet.
+		{"same msgid in process", api(409, 10158, "duplicate message id is in process"), ErrUnavailable},
 		{"timeout", context.DeadlineExceeded, ErrUnavailable},
 		{"nats timeout", nats.ErrTimeout, ErrUnavailable},
 		{"no responders", natsjs.ErrNoStreamResponse, ErrUnavailable},

@@ -50,8 +50,7 @@ func declareReserve(ctx context.Context, js natsjs.JetStream, n Names, opts *Opt
 			_, err = js.UpdateStream(ctx, cfg)
 		}
 	}
-	var apiErr *natsjs.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInsufficientStorage {
+	if StorageTooSmall(err) {
 		return fmt.Errorf("%d bytes for the task queue and buckets cannot be reserved on the JetStream servers (%w): lower media.reserve_bytes, or give JetStream more storage (max_file_store)", cfg.MaxBytes, err)
 	}
 	return err

@@ -39,6 +39,9 @@ type NATSCluster struct {
 	// botctl's servers do (infra.NATSConfig.SyncInterval): a write is in
 	// flight longer, as in production.
 	SyncAlways bool
+	// MaxStore, set before Start, is each server's JetStream file storage
+	// (max_file_store) in bytes; 0: nats-server's default.
+	MaxStore int64
 }
 
 // NewNATSCluster picks the ports of an n-server cluster; no server runs
@@ -88,7 +91,7 @@ func (c *NATSCluster) Start(t testing.TB, i int) {
 	}
 	s, err := server.NewServer(&server.Options{
 		ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: c.ports[i], NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: c.dirs[i], SyncAlways: c.SyncAlways,
+		JetStream: true, StoreDir: c.dirs[i], SyncAlways: c.SyncAlways, JetStreamMaxStore: c.MaxStore,
 		Cluster: server.ClusterOpts{Name: "test-cluster", Host: "127.0.0.1", Port: c.cports[i]},
 		Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 	})

@@ -102,6 +102,11 @@ func declare(ctx context.Context, nc *nats.Conn, natsCfg config.NATS, js natsjs.
 		}
 		var apiErr *natsjs.APIError
 		switch {
+		case jetstream.StorageTooSmall(err):
+			// The servers' storage cannot set aside the media bound and
+			// the reservation (a cluster says so with 10005 too): the
+			// error names the key to lower. Waiting will not fix it.
+			return nil, fmt.Errorf("declare JetStream streams and buckets: %w", err)
 		case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPeers:
 			// Fewer servers up than the replicas asked for: a cluster
 			// still forming (every node of a fresh deploy starting at

@@ -176,6 +176,36 @@ func TestDeclareWaitsForEnoughServersToPlaceReplicas(t *testing.T) {
 	}
 }
 
+// A cluster whose storage cannot set aside the media bound beside the
+// reservation refuses the placement with 10005 ("no suitable peers for
+// placement, insufficient storage"), the code of too few servers up: the
+// declare fails at once, naming the key, instead of waiting for servers
+// that are all up.
+func TestDeclareFailsWhenTheClusterStorageIsTooSmall(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewNATSCluster(t, 3)
+	c.MaxStore = 64 << 20
+	for i := range 3 {
+		c.Start(t, i)
+	}
+	testenv.DeclareOnCluster(t, c.URLs(), jetstream.Options{Replicas: 3, MediaMaxBytes: 8 << 20, ReserveBytes: 8 << 20, Prefix: "small"})
+	nc, err := nats.Connect(c.URLs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err = declare(ctx, nc, config.NATS{}, js, jetstream.Options{Replicas: 3, MediaMaxBytes: 16 << 20, ReserveBytes: 100 << 20}, 0, zerolog.Nop())
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "media.reserve_bytes") {
+		t.Fatalf("declare of 100 MiB reserved on 64 MiB a server: %v (waited: %v), want an error at once naming media.reserve_bytes", err, ctx.Err())
+	}
+}
+
 // lineWriter hands each write (one zerolog line) to f.
 type lineWriter func(string)
 

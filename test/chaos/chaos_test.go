@@ -26,6 +26,8 @@ func TestChaosSmoke(t *testing.T) {
 		// on a loaded machine (a task fetched by the cut-off node's worker
 		// is redelivered); 40 s cut such an answer off in CI.
 		Warmup: 3 * time.Second, After: 6 * time.Second, Settle: 100 * time.Second,
+		// The smoke keeps its traffic: one bot, text only.
+		Users2: -1, MediaEvery: -1,
 		Dir: t.TempDir(), Logf: t.Logf,
 	}
 	rep, hs := Run(cfg, nil)

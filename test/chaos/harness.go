@@ -23,9 +23,15 @@ import (
 
 // Config is one chaos run.
 type Config struct {
-	Rounds     int           // rounds per scenario
-	Scenarios  []string      // names; empty: all
-	Users      int           // concurrent conversations
+	Rounds    int      // rounds per scenario
+	Scenarios []string // names; empty: all
+	Users     int      // concurrent conversations
+	// Users2 are the second bot's closed-loop users (bot2.go); 0: 2, -1:
+	// no second bot.
+	Users2 int
+	// MediaEvery: every closed-loop user's MediaEvery-th message carries
+	// a file (PostMedia); 0: 4, -1: none.
+	MediaEvery int
 	Think      time.Duration // a user's pause between an answer and the next question (mean)
 	Patience   time.Duration // a user with no answer after this asks again
 	Burst      int           // messages (one conversation each) posted over the first second of the fault
@@ -57,6 +63,12 @@ func (c *Config) defaults() {
 	}
 	if c.Users == 0 {
 		c.Users = 6
+	}
+	if c.Users2 == 0 {
+		c.Users2 = 2
+	}
+	if c.MediaEvery == 0 {
+		c.MediaEvery = 4
 	}
 	if c.Think == 0 {
 		c.Think = 2 * time.Second
@@ -107,10 +119,12 @@ type Harness struct {
 	Infra   *infracluster.Infra
 	C       *cluster.Cluster
 	Traffic *Traffic
-	nodeIDs []string
-	links   map[string]*NodeLinks // node id → its proxies
-	logDir  string                // every process's whole log
-	outputs *outputWatch          // output versions, for the push lag
+	// Traffic2 is the second bot's (nil without one: Config.Users2 -1).
+	Traffic2 *Traffic
+	nodeIDs  []string
+	links    map[string]*NodeLinks // node id → its proxies
+	logDir   string                // every process's whole log
+	outputs  *outputWatch          // output versions, for the push lag
 }
 
 // NodeLinks are one node's fault proxies: one per etcd member and one per
@@ -209,12 +223,13 @@ func Start(cfg Config) (*Harness, error) {
 		return h, err
 	}
 	h.logDir = logDir
-	h.Infra, err = infracluster.Start(infracluster.Options{Bin: infraBin, Dir: filepath.Join(dir, "infra"), Size: nodeCount, Timeout: 2 * time.Minute, LogDir: logDir})
+	h.Infra, err = infracluster.Start(infracluster.Options{Bin: infraBin, Dir: filepath.Join(dir, "infra"), Size: nodeCount, Timeout: 2 * time.Minute, LogDir: logDir,
+		RouteProxies: true}) // route-partition-leader-nats cuts one server's routes
 	if err != nil {
 		return h, err
 	}
 	h.C, err = cluster.Start(cluster.Options{
-		Bin: bin, Dir: filepath.Join(dir, "nodes"), Bots: []string{bot}, TTL: cfg.TTL, Margin: cfg.Margin,
+		Bin: bin, Dir: filepath.Join(dir, "nodes"), Bots: cfg.bots(), TTL: cfg.TTL, Margin: cfg.Margin,
 		StartTimeout: 90 * time.Second,
 		External:     &cluster.External{EtcdURLs: h.Infra.EtcdURLs(), NATSURL: h.Infra.NATSURLs()},
 		NodeArgs:     nodeArgs(cfg),
@@ -245,6 +260,8 @@ func Start(cfg Config) (*Harness, error) {
 	}
 	h.Traffic = NewTraffic(h.C, bot, h.Cfg.Users, h.Cfg.Burst, h.Cfg.Think, h.Cfg.Patience, fmt.Sprintf("%x", time.Now().Unix()%0xfffff))
 	h.Traffic.demo = ai.DemoConfig{AnswerTime: h.Cfg.AnswerTime, AnswerTimeMax: h.Cfg.AnswerTimeMax}
+	h.Traffic.mediaEvery = h.Cfg.MediaEvery
+	h.startTraffic2(h.Traffic.nonce)
 	return h, nil
 }
 
@@ -425,13 +442,16 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		r.Err = err.Error()
 		return r
 	}
+	kicks2, quota2, expired2 := h.stats2()
 	if _, err := drainRecording(h.C.SimHTTP); err != nil { // the last round's frames
 		r.note("recorder: %v", err)
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	done2 := make(chan struct{})
 	go func() { defer close(done); h.Traffic.Run(ctx, label) }()
+	go func() { defer close(done2); h.run2(ctx, label) }()
 	sleepCtx(context.Background(), cfg.Warmup)
 	cfg.Logf("%s: fault", label)
 	burst := make(chan struct{})
@@ -443,6 +463,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	sleepCtx(context.Background(), cfg.After)
 	stop()
 	<-done
+	<-done2
 	if ferr != nil {
 		r.Err = "fault: " + ferr.Error()
 	}
@@ -454,7 +475,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		settle = s.Settle(&cfg)
 	}
 	deadline := time.Now().Add(settle)
-	for !allAnswered(h.C, bot, msgs) && time.Now().Before(deadline) {
+	for !(allAnswered(h.C, bot, msgs) && h.answered2(label)) && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 	}
 	if err := h.restore(); err != nil && r.Err == "" {
@@ -516,6 +537,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		r.Err = err.Error()
 	}
 	r.Answered, r.Busy, r.Marked, r.FailedTold, r.Violations = j.answered, j.busy, j.marked, j.failed, j.violations
+	h.judge2(r, label, kicks2, quota2, expired2)
 	after, err := h.C.Stats(bot)
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()

@@ -26,6 +26,15 @@ type Verdict struct {
 	// Failed counts finished bot messages answering this one with the
 	// failure notice and no complete answer (the task was given up).
 	Failed int
+	// StorageFull counts finished replies to a media message (Msg.Media)
+	// saying its file was refused because the media store is full: the
+	// user is told, a correct answer.
+	StorageFull int
+	// FileRefused counts finished replies to a media message saying its
+	// file was not taken for another reason (not stored while JetStream
+	// failed, a download that failed): the user is told and asked to send
+	// it again, a correct answer under a fault.
+	FileRefused int
 	// Marked: a bot message after this one in its conversation starts
 	// with the "may be incomplete" note (the backfill could not fill a gap
 	// and says so). It is the explicit mark a missed message may get
@@ -78,6 +87,10 @@ func Judge(tr []cluster.TranscriptEntry, m *Msg) Verdict {
 			v.Complete++
 		case done && (replies || quotes) && strings.Contains(e.Content, busyText):
 			v.Busy++
+		case done && m.Media && (replies || quotes) && strings.Contains(e.Content, storageFullText):
+			v.StorageFull++
+		case done && m.Media && (replies || quotes) && (strings.Contains(e.Content, fileRefusedText) || strings.Contains(e.Content, mediaUnavailableText)):
+			v.FileRefused++
 		case done && strings.Contains(e.Content, failedText):
 			v.Failed++
 		}
@@ -133,9 +146,9 @@ const (
 	InvPingPong  = "ping-pong" // the simulator replaced a live connection (kick)
 )
 
-// Answers returns how many answers the user got: complete ones and busy
-// refusals.
-func (v Verdict) Answers() int { return v.Complete + v.Busy }
+// Answers returns how many answers the user got: complete ones, busy
+// refusals and a media message's reply that its file was not taken.
+func (v Verdict) Answers() int { return v.Complete + v.Busy + v.StorageFull + v.FileRefused }
 
 // judgement is judgeRound's result.
 type judgement struct {

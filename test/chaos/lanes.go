@@ -64,6 +64,8 @@ func estimate(s Scenario, cfg *Config) time.Duration {
 	switch {
 	case strings.HasPrefix(s.Name, "freeze-"):
 		return cfg.Freeze + 70*time.Second
+	case s.Name == "disk-full-nats" || s.Name == "ai-backend-faults" || s.Name == "rolling-restart-under-load":
+		return 400 * time.Second // servers or nodes restarted twice, or a long fault under load
 	case s.Settle != nil || s.Name == "kill-worker-last-delivery" || s.Name == "clock-skew":
 		return 200 * time.Second
 	}
@@ -241,7 +243,7 @@ func (h *Harness) judgeAgain(rounds []*RoundResult) ([]Violation, string) {
 	if err != nil {
 		errText = "final check: " + err.Error()
 	}
-	var late []Violation
+	late := h.judgeAgain2(roundOf)
 	now := map[string]bool{}
 	for _, v := range j.violations {
 		now[v.MsgID+v.Invariant] = true

@@ -46,12 +46,21 @@
 // is 1 when an invariant broke: the harness is not tuned to pass.
 //
 // Every scenario in scenarios.go is in the default matrix (issue 12):
-// botctl processes (kill -9 with and without restart, SIGTERM, SIGSTOP,
-// rolling restart), network partitions of one node (leader from etcd,
-// leader from NATS, a standby from both), etcd (a member, the raft
-// leader), NATS (a server, a rolling restart), WeCom (drop, stalled acks,
-// silence, revoked secret restored by a person) and workers (kill -9 the
-// one computing an answer; chase a task to its last delivery).
+// botctl processes (kill -9 with and without restart, mid-download too,
+// SIGTERM, SIGSTOP, rolling restart, also under 100 messages a second
+// and after a `bots set` no node can build), network partitions of one
+// node (leader from etcd, leader from NATS, a standby from both), etcd (a
+// member, the raft leader, quorum lost), NATS (a server, a rolling
+// restart, quorum lost, the storage filled by media, the leader's server
+// cut off from its cluster), WeCom (drop, stalled acks, silence, revoked
+// secret restored by a person), workers (kill -9 the one computing an
+// answer; chase a task to its last delivery; an AI backend slow, failing
+// and cut mid-stream behind its fallback and breaker) and stored data (a
+// corrupt record, a flood of media).
+//
+// The traffic: closed-loop users of bot b1 (every fourth message quotes a
+// small file, downloaded before its task runs) and of a second bot, b2,
+// served by every node beside it (-users2, -media-every).
 // -scenarios names a subset; -scenarios smoke is the smoke subset.
 //
 // `BOTCTL_CHAOS=1 go test -run TestChaosSmoke ./test/chaos` runs one
@@ -77,6 +86,8 @@ func main() {
 	flag.IntVar(&cfg.Parallel, "parallel", 1, "lanes: clusters of their own (3 etcd, 3 NATS, a simulator, 3 nodes each) that run disjoint sets of scenarios side by side")
 	flag.StringVar(&scen, "scenarios", "", "comma-separated scenarios, or smoke (the smoke subset); default all: "+scenarioNames())
 	flag.IntVar(&cfg.Users, "users", 6, "concurrent conversations (closed-loop users)")
+	flag.IntVar(&cfg.Users2, "users2", 2, "closed-loop users of the second bot, b2 (-1: no second bot)")
+	flag.IntVar(&cfg.MediaEvery, "media-every", 4, "every closed-loop user's n-th message quotes a small file (-1: none)")
 	flag.IntVar(&cfg.Burst, "burst", 6, "messages, one conversation each, posted over the first second of every fault (0: none)")
 	flag.DurationVar(&cfg.Think, "think", 2*time.Second, "mean pause of a user between an answer and the next question")
 	flag.DurationVar(&cfg.Patience, "patience", 15*time.Second, "a user with no answer after this asks again")

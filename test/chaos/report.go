@@ -166,13 +166,17 @@ func (rep *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "- command: `%s`\n- date: %s (took %s)\n- machine: nproc %d, %s, %s/%s\n- commit: %s\n",
 		rep.Command, rep.Date.Format(time.RFC3339), rep.Took.Round(time.Second), rep.Nproc, rep.GoVersion, runtime.GOOS, runtime.GOARCH, rep.Commit)
 	fmt.Fprintf(w, "- topology (loopback, every member its own process): 3 etcd members, 3 NATS servers clustered with JetStream "+
-		"(`--nats-replicas 3`, servers started with no_advertise), `botctl sim`, 3 `botctl serve` nodes; every node reaches each etcd member and each NATS server "+
+		"(`--nats-replicas 3`, servers started with no_advertise, each route between two servers through a fault proxy of that pair's own), `botctl sim`, 3 `botctl serve` nodes; every node reaches each etcd member and each NATS server "+
 		"through a fault proxy of its own (internal/faultproxy), so one node can be cut off from etcd, NATS or both\n")
 	fmt.Fprintf(w, "- nodes: `%s --election-ttl %s --election-safety-margin %s`\n", strings.Join(nodeArgs(cfg), " "), cfg.TTL, cfg.Margin)
 	fmt.Fprintf(w, "- traffic: %d closed-loop users (one single chat each), think time ~%s, %s before the fault and %s after it; "+
 		"%d more conversations post one message each over the fault's first second; "+
 		"answers may take %s more after traffic stops; then one probe message per conversation (a question whose answer is in the quickest tenth of the range: it asks whether the conversation still takes a question)\n\n",
 		cfg.Users, cfg.Think, cfg.Warmup, cfg.After, cfg.Burst, cfg.Settle)
+	if cfg.Users2 > 0 || cfg.MediaEvery > 0 {
+		fmt.Fprintf(w, "- beside it: %d closed-loop users of a second bot (%s, served by every node, judged the same way); every closed-loop user's message %d in %d quotes a 2 KB file (downloaded by the leader before its task runs; -1: none)\n\n",
+			max(cfg.Users2, 0), bot2, 1, cfg.MediaEvery)
+	}
 	if rep.Err != "" {
 		fmt.Fprintf(w, "**The run stopped early:** %s\n\n", rep.Err)
 	}

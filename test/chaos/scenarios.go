@@ -58,6 +58,16 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "kill-leader-mid-download", Family: FamProcess,
+		Doc: "a media message whose file's URL stalls, its download in progress on the leader, then kill -9 the leader's process group (restarted 5 s later): the message is answered or its user told it failed, once (the next leader's sweep gives it up past media.message_timeout)",
+		// The sweep gives the message up past its deadline
+		// (media.message_timeout, 2m, and a grace of 15 s) from its arrival.
+		Settle: func(c *Config) time.Duration { return c.Settle + 2*time.Minute },
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.killLeaderMidDownload(r)
+		},
+	},
+	{
 		Name: "kill-leader-stays-down", Family: FamProcess,
 		Doc: "kill -9 the leader's process group and leave it down for the rest of the round (two nodes serve)",
 		Fault: func(h *Harness, r *RoundResult) error {
@@ -239,10 +249,28 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "quorum-loss-etcd", Family: FamEtcd,
+		Doc: "kill -9 two of the three etcd members (e1+e2, e2+e3, e3+e1 in turn) for 60 s, then restart them: no term can be renewed, the service stops cleanly and resumes; every message answered once (the backfill answers or marks those WeCom kept while no bot was connected)",
+		// The outage's undelivered messages are answered late by the
+		// backfill, as sim-silence's.
+		Settle: func(c *Config) time.Duration { return c.Settle + 2*c.longest() + 90*time.Second },
+		Fault: func(h *Harness, r *RoundResult) error {
+			i := (r.Round - 1) % len(h.Infra.Etcd)
+			return h.quorumLoss(r, []*infracluster.Member{h.Infra.Etcd[i], h.Infra.Etcd[(i+1)%len(h.Infra.Etcd)]}, time.Minute)
+		},
+	},
+	{
 		Name: "clock-skew", Family: FamProcess,
 		Doc: "SIGTERM the leader and start it again with its clock probe 40 minutes ahead ($BOTCTL_TEST_CLOCK_OFFSET): it must lead nothing and run nothing (state clock_off) while the other two serve; after 60 s it restarts with its true clock",
 		Fault: func(h *Harness, r *RoundResult) error {
 			return h.clockSkew(r, 40*time.Minute, 60*time.Second)
+		},
+	},
+	{
+		Name: "ai-backend-faults", Family: FamWorker,
+		Doc: "the nodes restarted with an http backend first and the demo backend as its fallback (first_token_timeout 5s, breaker 3 failures / 15 s); the http backend healthy, then slow, then answering 503, then dying mid-stream, 30 s each, then healthy until it answered again: every question answered once (by the fallback, or, cut mid-stream, the user told once); then the usual flags again",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.aiBackendFaults(r, 30*time.Second)
 		},
 	},
 	{
@@ -275,6 +303,27 @@ var Scenarios = []Scenario{
 				}
 			}
 			return nil
+		},
+	},
+	{
+		Name: "rolling-restart-under-load", Family: FamProcess,
+		Doc: "rolling-restart's deploy (n1, n2, n3: SIGTERM, restart, a stable cluster) while 100 messages a second, open loop, go to 1000 conversations beside the steady users: every message answered once (a busy refusal counts), no conversation locked, no quota breach",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.rollingRestartUnderLoad(r, 1000, 100, 10*time.Second)
+		},
+	},
+	{
+		Name: "bots-set-unbuildable-then-rolling-restart", Family: FamProcess,
+		Doc: "`botctl bots set` of an openai backend whose key variable only the writer has (the nodes refuse it), then every node restarted one after another: every node comes up, says in /readyz it refused the override, and the bot keeps its file settings (the demo's answers); the override cleared after",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.botsSetUnbuildable(r)
+		},
+	},
+	{
+		Name: "media-flood", Family: FamData,
+		Doc: "the media store's bound set to 16 MB (as `nats stream edit` would), then a 1 MB file a second for 60 s over 20 conversations beside the steady users' text: the store fills to its bound, a file past it is refused and its user told storage is full, text keeps flowing; the bound put back after",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.mediaFlood(r, 16<<20, 1<<20, 20, time.Minute)
 		},
 	},
 	{
@@ -330,6 +379,35 @@ var Scenarios = []Scenario{
 				}
 			}
 			return fmt.Errorf("leader %s has no open link to any NATS server", n.ID)
+		},
+	},
+	{
+		Name: "quorum-loss-nats", Family: FamNATS,
+		Doc:    "kill -9 two of the three NATS servers (the leader's own and the next) for 60 s, then restart them: JetStream fails everywhere, the leader keeps its connection and spools, no node gives up its bots; once they are back every message is answered once",
+		Settle: func(c *Config) time.Duration { return c.Settle + c.longest() + 60*time.Second },
+		Fault: func(h *Harness, r *RoundResult) error {
+			i, err := h.leaderNATSServer()
+			if err != nil {
+				return err
+			}
+			if i < 0 {
+				i = (r.Round - 1) % len(h.Infra.NATS)
+			}
+			return h.quorumLoss(r, []*infracluster.Member{h.Infra.NATS[i], h.Infra.NATS[(i+1)%len(h.Infra.NATS)]}, time.Minute)
+		},
+	},
+	{
+		Name: "disk-full-nats", Family: FamNATS,
+		Doc: "JetStream given 64 MB a server (max_file_store, the servers restarted one by one), the media store bounded at 24 MB and 24 MB reserved for the queue and buckets (the reservation stream's bound and media.reserve_bytes; the nodes restarted to match), then a 2 MB file a second for 90 s over 20 conversations (a busy conversation's file is deleted at once, so at most about 20 are held: 40 MB): media fills what it may, a file past it is refused and its user told, text keeps flowing; everything put back after",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.diskFullNATS(r, 64<<20, 24<<20, 24<<20, 2<<20, 20, 90*time.Second)
+		},
+	},
+	{
+		Name: "route-partition-leader-nats", Family: FamNATS,
+		Doc: "cut the NATS server the leader is connected to off from its cluster for 90 s (its routes blackholed through their proxies; the leader's connection stays up, pings answered, every JetStream call failing): the leader moves its connection to another server after nats.jetstream_failover (30 s), or gives up its bots; every message answered once",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.routePartitionLeaderNATS(r, 90*time.Second)
 		},
 	},
 	{

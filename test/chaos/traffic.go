@@ -20,6 +20,9 @@ type Msg struct {
 	MsgID     string
 	Delivered bool // WeCom accepted it and wrote the callback to a connection
 	Probe     bool // posted after the round to check the conversation is not locked
+	// Media: the message carries a file (PostMedia); the storage-full
+	// reply answers it.
+	Media bool
 	// Reprobed: this probe was refused as busy while the conversation
 	// still owed an answer to an earlier message, and a second probe
 	// asked again once that was in: the second one is judged.
@@ -37,12 +40,16 @@ type Traffic struct {
 	bot     string
 	users   []string // closed-loop users
 	burst   []string // one message each at the moment of a fault
+	extra   []string // conversations a scenario's own messages started (PostMedia)
 	think   time.Duration
 	wait    time.Duration // a user gives up waiting for an answer after this and asks again
 	nonce   string
 	counter map[string]int
 	// demo is the nodes' demo backend: it says how long an answer takes.
 	demo ai.DemoConfig
+	// mediaEvery: a closed-loop user's every mediaEvery-th message
+	// carries a small file (PostMedia); 0 or less: none.
+	mediaEvery int
 
 	mu   sync.Mutex
 	msgs []*Msg
@@ -61,7 +68,7 @@ func NewTraffic(c *cluster.Cluster, bot string, users, burst int, think, wait ti
 
 // Conversations are every user's, closed-loop and burst.
 func (t *Traffic) Conversations() []string {
-	return append(append([]string(nil), t.users...), t.burst...)
+	return append(append(append([]string(nil), t.users...), t.burst...), t.extra...)
 }
 
 // Burst posts one message from each burst user, spread evenly over
@@ -165,7 +172,7 @@ func (t *Traffic) Run(ctx context.Context, round string) {
 			// asking again, rather than repeating at once.
 			var asked *Msg
 			for ctx.Err() == nil {
-				m := t.Post(round, u, false)
+				m := t.next(round, u)
 				switch {
 				case m.Delivered:
 					v := t.waitAnswer(ctx, m, t.wait)
@@ -187,6 +194,18 @@ func (t *Traffic) Run(ctx context.Context, round string) {
 		}()
 	}
 	wg.Wait()
+}
+
+// next posts user's next closed-loop message: every mediaEvery-th a
+// question quoting a small file.
+func (t *Traffic) next(round, user string) *Msg {
+	t.mu.Lock()
+	media := t.mediaEvery > 0 && (t.counter[user]+1)%t.mediaEvery == 0
+	t.mu.Unlock()
+	if media {
+		return t.PostMedia(round, user, 2048, "")
+	}
+	return t.Post(round, user, false)
 }
 
 // waitAnswer waits up to wait for m's answer (complete, busy or a

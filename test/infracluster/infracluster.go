@@ -15,12 +15,14 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/botctl/botctl/internal/faultproxy"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/botctl/botctl/test/e2e/cluster"
 	"github.com/nats-io/nats.go"
@@ -77,6 +79,12 @@ type Options struct {
 	// LogDir, if set, gets every member's whole stderr (cluster.LogFileName
 	// of its process name, appended across restarts).
 	LogDir string
+	// RouteProxies routes every NATS server's route to each other server
+	// through a fault proxy of that pair's own, so IsolateNATS can cut one
+	// server off from its cluster while its clients stay connected. Each
+	// server then advertises a route URL nothing listens on: a route
+	// learned from gossip cannot go around the proxies.
+	RouteProxies bool
 }
 
 // Infra is an etcd cluster and a NATS cluster with JetStream, each member
@@ -86,6 +94,10 @@ type Infra struct {
 	opts Options
 	Etcd []*Member
 	NATS []*Member
+
+	// routeLinks[[2]int{i, j}] carries the routes server i dials to
+	// server j (Options.RouteProxies).
+	routeLinks map[[2]int]*faultproxy.Proxy
 
 	mu    sync.Mutex
 	procs []*cluster.Proc
@@ -106,11 +118,12 @@ func Start(o Options) (*Infra, error) {
 		return in, fmt.Errorf("infracluster: Options.Bin and Options.Dir are required")
 	}
 	size, dir, timeout := o.Size, o.Dir, o.Timeout
-	ports, err := infra.FreePorts(5 * size)
+	ports, err := infra.FreePorts(6 * size)
 	if err != nil {
 		return in, err
 	}
-	profPorts := ports[4*size:]
+	profPorts := ports[4*size : 5*size]
+	deadPorts := ports[5*size:] // advertised route URLs with RouteProxies: nothing listens there
 	var initial []string
 	for i := 0; i < size; i++ {
 		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
@@ -131,13 +144,30 @@ func Start(o Options) (*Infra, error) {
 		name := fmt.Sprintf("n%d", i+1)
 		var routes []string
 		for j := 0; j < size; j++ {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", np[2*j+1]))
+			if j == i {
+				continue
 			}
+			to := fmt.Sprintf("127.0.0.1:%d", np[2*j+1])
+			if o.RouteProxies {
+				p, err := faultproxy.New("127.0.0.1:0", to)
+				if err != nil {
+					return in, err
+				}
+				if in.routeLinks == nil {
+					in.routeLinks = map[[2]int]*faultproxy.Proxy{}
+				}
+				in.routeLinks[[2]int{i, j}] = p
+				to = p.Addr()
+			}
+			routes = append(routes, "nats://"+to)
 		}
 		in.NATS = append(in.NATS, &Member{Name: name, URL: fmt.Sprintf("nats://127.0.0.1:%d", np[2*i]), Args: []string{"nats",
 			"-name", name, "-dir", filepath.Join(dir, "nats-"+name),
 			"-port", strconv.Itoa(np[2*i]), "-cluster-port", strconv.Itoa(np[2*i+1]), "-routes", strings.Join(routes, ","), "-sync", o.NATSSync}})
+		if o.RouteProxies {
+			m := in.NATS[i]
+			m.Args = append(m.Args, "-cluster-advertise", fmt.Sprintf("127.0.0.1:%d", deadPorts[i]))
+		}
 		if o.Pprof {
 			m := in.NATS[i]
 			m.Args = append(m.Args, "-prof-port", strconv.Itoa(profPorts[i]))
@@ -285,6 +315,30 @@ func (in *Infra) EtcdLeader() (*Member, error) {
 	return nil, fmt.Errorf("no etcd member says it is the leader")
 }
 
+// IsolateNATS blackholes every route between NATS server m and the other
+// servers (Options.RouteProxies): m's clients stay connected and are
+// answered, while m hears nothing of its cluster. HealNATS ends it.
+func (in *Infra) IsolateNATS(m *Member) error { return in.routes(m, (*faultproxy.Proxy).Blackhole) }
+
+// HealNATS ends IsolateNATS.
+func (in *Infra) HealNATS(m *Member) error { return in.routes(m, (*faultproxy.Proxy).Heal) }
+
+func (in *Infra) routes(m *Member, do func(*faultproxy.Proxy)) error {
+	if in.routeLinks == nil {
+		return fmt.Errorf("infracluster: no route proxies (Options.RouteProxies)")
+	}
+	i := slices.Index(in.NATS, m)
+	if i < 0 {
+		return fmt.Errorf("infracluster: %s is not a NATS server of this cluster", m.Name)
+	}
+	for pair, p := range in.routeLinks {
+		if pair[0] == i || pair[1] == i {
+			do(p)
+		}
+	}
+	return nil
+}
+
 // Close kills every member process.
 func (in *Infra) Close() {
 	in.mu.Lock()
@@ -292,6 +346,9 @@ func (in *Infra) Close() {
 	in.mu.Unlock()
 	for _, p := range procs {
 		p.Kill()
+	}
+	for _, p := range in.routeLinks {
+		p.Close()
 	}
 }
 

@@ -6,7 +6,7 @@
 //
 //	infranode etcd -name e1 -dir D -client 127.0.0.1:P -peer 127.0.0.1:Q \
 //	    -initial-cluster e1=http://127.0.0.1:Q,e2=…,e3=… [-unsafe-no-fsync=false] [-pprof]
-//	infranode nats -name n1 -dir D -port P -cluster-port C -routes nats://127.0.0.1:C2,… [-prof-port R]
+//	infranode nats -name n1 -dir D -port P -cluster-port C -routes nats://127.0.0.1:C2,… [-prof-port R] [-cluster-advertise H:P] [-max-file-store BYTES]
 //
 // -pprof serves Go's profiler on the etcd member's client URL
 // (/debug/pprof/, etcd's --enable-pprof); -prof-port R is nats-server's
@@ -118,6 +118,8 @@ func runNATS(args []string) error {
 	port := fs.Int("port", 0, "client port")
 	cport := fs.Int("cluster-port", 0, "cluster (route) port")
 	routes := fs.String("routes", "", "nats://host:port,… routes to the other servers")
+	maxStore := fs.Int64("max-file-store", 0, "JetStream's max_file_store in bytes (0: nats-server's default, most of the disk)")
+	advertise := fs.String("cluster-advertise", "", "host:port the server gives other servers as its route URL (default its cluster listen address)")
 	sync := fs.String("sync", "", `JetStream sync_interval: "always", an interval such as 2m, or empty for nats-server's default`)
 	profPort := fs.Int("prof-port", 0, "nats-server's profiling port (ProfPort): /debug/pprof/ on 127.0.0.1:PORT; -1 any free port, 0 none")
 	fs.Parse(args)
@@ -152,6 +154,10 @@ func runNATS(args []string) error {
 	}
 	if *routes != "" {
 		opts.Routes = server.RoutesFromStr(*routes)
+	}
+	opts.Cluster.Advertise = *advertise
+	if *maxStore > 0 {
+		opts.JetStreamMaxStore = *maxStore
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
