@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
+	"github.com/botctl/botctl/pkg/retry"
 	"github.com/botctl/botctl/pkg/task"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -16,10 +18,19 @@ import (
 // its TTL, or deleted). Retrying will not bring it back.
 var ErrGone = errors.New("media: attachment no longer stored")
 
+// ReadAgainFor is how long an attachment is read again while the store
+// answers that it is missing or that its chunks do not match its digest.
+// A task's objects are stored before the task is published, so such an
+// answer moments later comes from a replica not yet caught up (the object
+// store reads through direct gets, which any replica of an R3 stream
+// answers), not from an object gone. 0 or less: read once.
+var ReadAgainFor = 5 * time.Second
+
 // Materialize copies each attachment from obs into a new directory under
 // dir ("" is os.TempDir()), as <n>-<name>, and returns the files' paths in
 // order and a cleanup that removes the directory. On error nothing is
-// left behind. An attachment missing from the store is ErrGone.
+// left behind. An attachment still missing from the store after
+// ReadAgainFor is ErrGone.
 func Materialize(ctx context.Context, obs natsjs.ObjectStore, dir, taskID string, atts []task.Attachment) ([]string, func(), error) {
 	tmp, err := os.MkdirTemp(dir, "botctl-"+taskID+"-")
 	if err != nil {
@@ -33,7 +44,12 @@ func Materialize(ctx context.Context, obs natsjs.ObjectStore, dir, taskID string
 			name = a.Kind
 		}
 		p := filepath.Join(tmp, strconv.Itoa(i+1)+"-"+name)
-		if err := obs.GetFile(ctx, a.Key, p); err != nil {
+		err := retry.Until(ctx, nil, retry.New(100*time.Millisecond, time.Second), max(ReadAgainFor, 1),
+			func() error { return obs.GetFile(ctx, a.Key, p) },
+			func(err error) bool {
+				return !errors.Is(err, natsjs.ErrObjectNotFound) && !errors.Is(err, natsjs.ErrDigestMismatch)
+			})
+		if err != nil {
 			cleanup()
 			if errors.Is(err, natsjs.ErrObjectNotFound) {
 				return nil, func() {}, fmt.Errorf("%w: %s %q (%s)", ErrGone, a.Kind, a.Name, a.Key)

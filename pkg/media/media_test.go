@@ -15,6 +15,7 @@ import (
 	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/media"
+	"github.com/botctl/botctl/pkg/task"
 	"github.com/botctl/botctl/pkg/wecom"
 	"github.com/botctl/botctl/pkg/wecomsim"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -104,12 +105,45 @@ func TestFetchStoresDecryptedFilesAndMaterializeCopiesThem(t *testing.T) {
 	if _, err := os.Stat(paths[0]); !os.IsNotExist(err) {
 		t.Fatalf("cleanup left %s: %v", paths[0], err)
 	}
-	// Gone from the store: ErrGone, nothing left behind.
+	// Gone from the store: ErrGone once ReadAgainFor has passed, nothing
+	// left behind.
 	if err := obs.Delete(context.Background(), "t_1/0"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := media.Materialize(context.Background(), obs, t.TempDir(), "t_1", atts); !errors.Is(err, media.ErrGone) {
 		t.Fatalf("materialize of a deleted object: %v", err)
+	}
+}
+
+// An attachment the store answers as missing is read again for
+// ReadAgainFor: one that appears meanwhile (a replica catching up) is
+// read, not taken as gone.
+func TestMaterializeReadsAgainAnObjectNotYetThere(t *testing.T) {
+	obs := store(t)
+	atts := []task.Attachment{{Kind: "file", Name: "late.txt", Key: "t_2/0"}}
+	type result struct {
+		paths []string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		paths, _, err := media.Materialize(context.Background(), obs, t.TempDir(), "t_2", atts)
+		done <- result{paths, err}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if _, err := obs.PutBytes(context.Background(), "t_2/0", []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("an object stored 0.5 s after the read began: %v", r.err)
+		}
+		if got, _ := os.ReadFile(r.paths[0]); string(got) != "late" {
+			t.Fatalf("read %q", got)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("materialize did not return")
 	}
 }
 
