@@ -167,6 +167,8 @@ type Access struct {
 	terms   map[*election.Term]*termCalls // callbacks in hand, per term
 
 	js atomic.Pointer[bound] // nil until JetStream is reachable
+
+	marks marks // seen marks JetStream refused, written again (marks.go)
 }
 
 type bound struct {
@@ -278,8 +280,12 @@ func (a *Access) count(f func(*Stats)) {
 	a.statsMu.Unlock()
 }
 
-// Wait returns when every message being handled is done.
-func (a *Access) Wait() { a.wg.Wait() }
+// Wait returns when every message being handled is done, and the seen
+// marks JetStream refused have been tried once more (marks.go).
+func (a *Access) Wait() {
+	a.stopMarks()
+	a.wg.Wait()
+}
 
 // termCalls is the callbacks of one term's connection in hand.
 type termCalls struct {
@@ -575,7 +581,8 @@ func (a *Access) markSeen(ctx context.Context, js *bound, bot, msgid string, cre
 		return
 	}
 	if err := js.store.MarkSeen(ctx, bot, msgid); err != nil {
-		a.log.Debug().Err(err).Str("msgid", msgid).Msg("message not marked seen; the gap backfill may answer it again")
+		a.log.Debug().Err(err).Str("msgid", msgid).Msg("message not marked seen yet; kept to be written once JetStream answers")
+		a.keepMark(js, bot, msgid, created)
 		return
 	}
 	a.handled(bot, created)
