@@ -140,10 +140,13 @@ func run(o options) (*results, error) {
 	}
 	c, err := cluster.Start(cluster.Options{Bin: bin, Dir: dir, Bots: bots, TTL: 20 * time.Second, Margin: 5 * time.Second,
 		NodeArgs: strings.Fields(o.nodeArgs), StartTimeout: 5 * time.Minute, LogDir: dir + "/logs"})
-	defer c.Close()
 	if err != nil {
+		if c != nil {
+			c.Close() // what started before the failure
+		}
 		return nil, err
 	}
+	defer c.Close()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.EtcdURL, ","), DialTimeout: 10 * time.Second})
 	if err != nil {
 		return nil, err
