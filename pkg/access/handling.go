@@ -169,9 +169,9 @@ func (h *handling) send(text string) error { return h.finishOn("r-"+h.id, text) 
 // runs low the reply is not sent: it would spend the quota the running
 // task's final frame needs (a user who sends many messages at once gets
 // the answer first, not a wall of "please wait"). A reply the connection
-// could not carry (it closed: a graceful stop, a kick, the network) is
-// not sent either, and the caller owes it another way: this connection's
-// req_id dies with it.
+// could not carry (it closed: a graceful stop, a kick, the network), or
+// that WeCom refused as over its quota, is not sent either, and the
+// caller owes it another way: this connection's req_id dies with it.
 func (h *handling) reply(text string) bool {
 	if h.a.cfg.Outbound != nil && !h.a.cfg.Outbound.Budget(h.term.Bot).Take(h.chat, ReplyReserve) {
 		h.a.count(func(s *Stats) { s.Suppressed++ })
@@ -179,6 +179,12 @@ func (h *handling) reply(text string) bool {
 		return false
 	}
 	err := h.send(text)
+	// A frame refused as over WeCom's quota (45009) was not shown: owed,
+	// like one the budget held back.
+	var refused *wecom.AckError
+	if errors.As(err, &refused) && refused.ErrCode == wecom.ErrCodeRateLimited && !errors.Is(err, wecom.ErrAckUnknown) {
+		return false
+	}
 	// An ack lost (ErrAckUnknown: timed out, or owed to an earlier frame)
 	// leaves a frame written that WeCom most likely showed: tried, so as
 	// not to show it twice. A closed connection or a connection errcode
