@@ -215,7 +215,11 @@ func (h *handling) answered(text string) {
 
 func (h *handling) markSeen() {
 	h.markHistoryID()
-	h.a.markSeen(h.ctx, h.js, h.term.Bot, h.m.MsgID, h.created)
+	// Its own wait, as the receipt's: what came before may have spent the
+	// handling's.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
+	defer cancel()
+	h.a.markSeen(ctx, h.js, h.term.Bot, h.m.MsgID, h.created)
 }
 
 // announce tells the pusher of the task (Config.Dispatched).

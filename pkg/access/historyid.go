@@ -1,6 +1,9 @@
 package access
 
 import (
+	"context"
+	"time"
+
 	"github.com/botctl/botctl/pkg/heal/backfill"
 	"github.com/botctl/botctl/pkg/wecom"
 )
@@ -29,7 +32,12 @@ func (h *handling) markHistoryID() {
 		chatType = wecom.ChatGroup
 	}
 	id := backfill.HistoryMsgID(h.term.Bot, chatType, m.Conversation(), m.From.UserID, h.created, wecom.MsgTypeText, m.Text.Content)
-	if err := h.js.store.MarkSeen(h.ctx, h.term.Bot, id); err != nil {
-		h.log.Debug().Err(err).Msg("message not marked seen under its history id; a gap backfill from WeCom's history may answer it again")
+	// Its own wait, as the receipt's: what came before may have spent the
+	// handling's.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
+	defer cancel()
+	if err := h.js.store.MarkSeen(ctx, h.term.Bot, id); err != nil {
+		h.log.Debug().Err(err).Msg("message not marked seen under its history id yet; kept to be written once JetStream answers")
+		h.a.keepMark(h.js, h.term.Bot, id, time.Time{})
 	}
 }

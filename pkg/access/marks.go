@@ -28,7 +28,7 @@ type pendingMark struct {
 	js      *bound
 	bot     string
 	msgid   string
-	created time.Time // the message's, for the watermark once written
+	created time.Time // the message's, for the watermark once written (zero: a history id's mark, the watermark not moved)
 	at      time.Time // when it was first refused
 }
 
@@ -82,7 +82,9 @@ func (a *Access) writeMarks() {
 			err := p.js.store.MarkSeen(ctx, p.bot, p.msgid)
 			cancel()
 			if err == nil {
-				a.handled(p.bot, p.created)
+				if !p.created.IsZero() {
+					a.handled(p.bot, p.created)
+				}
 				continue
 			}
 			if a.cfg.Clock.Since(p.at) > markPatience {
