@@ -157,7 +157,7 @@ type Access struct {
 	sem     chan struct{}
 	wg      sync.WaitGroup
 	seen    *lru        // msgids being handled or handled (dedupe)
-	arrived *lru        // msgids read by this node, handled or waiting for a handler
+	arrived *lru        // msgids (and WeCom history ids) read by this node, handled or waiting for a handler
 	inHand  tally.Tally // messages read and not yet handled, per bot and conversation
 	gates   gates       // messages with files read and not yet dispatched, per bot and conversation (order.go)
 	statsMu sync.Mutex
@@ -353,7 +353,7 @@ func (a *Access) WaitTerm(ctx context.Context, term *election.Term) {
 func (a *Access) HandleMessage(term *election.Term, c *wecom.Conn, reqID string, m *wecom.MsgCallback) {
 	read := a.cfg.Now()
 	a.count(func(s *Stats) { s.Received++ })
-	a.arrived.add(term.Bot + "\x00" + m.MsgID)
+	a.remember(term.Bot, m)
 	// In hand from now (in the connection's order): a later message of
 	// the conversation sees this one before it is published.
 	inHand := term.Bot + "\x00" + m.Conversation()

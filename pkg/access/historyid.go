@@ -23,15 +23,10 @@ func (h *handling) handled() {
 // messages: the history gives no text of the others, and a gap backfill
 // answers none of them.
 func (h *handling) markHistoryID() {
-	m := h.m
-	if h.js == nil || m.MsgType != wecom.MsgTypeText || m.Text == nil || m.CreateTime == 0 {
+	id := historyID(h.term.Bot, h.m)
+	if h.js == nil || id == "" {
 		return
 	}
-	chatType := wecom.ChatSingle
-	if m.ChatType == wecom.ChatGroup {
-		chatType = wecom.ChatGroup
-	}
-	id := backfill.HistoryMsgID(h.term.Bot, chatType, m.Conversation(), m.From.UserID, h.created, wecom.MsgTypeText, m.Text.Content)
 	// Its own wait, as the receipt's: what came before may have spent the
 	// handling's.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.a.cfg.Timeout)
@@ -39,5 +34,30 @@ func (h *handling) markHistoryID() {
 	if err := h.js.store.MarkSeen(ctx, h.term.Bot, id); err != nil {
 		h.log.Debug().Err(err).Msg("message not marked seen under its history id yet; kept to be written once JetStream answers")
 		h.a.keepMark(h.js, h.term.Bot, id, time.Time{})
+	}
+}
+
+// historyID is the id WeCom's message history gives bot's callback m
+// (backfill.HistoryMsgID); "" for a message the history gives no text of
+// (not a text message, or no create_time).
+func historyID(bot string, m *wecom.MsgCallback) string {
+	if m.MsgType != wecom.MsgTypeText || m.Text == nil || m.CreateTime == 0 {
+		return ""
+	}
+	chatType := wecom.ChatSingle
+	if m.ChatType == wecom.ChatGroup {
+		chatType = wecom.ChatGroup
+	}
+	return backfill.HistoryMsgID(bot, chatType, m.Conversation(), m.From.UserID, time.Unix(m.CreateTime, 0), wecom.MsgTypeText, m.Text.Content)
+}
+
+// remember records that this node read bot's callback m (Known): under
+// its msgid and, for a text, its history id too, so that a gap backfill
+// from WeCom's history on this node (a blip reconnects the same leader)
+// does not answer it again while its handler has not yet marked it.
+func (a *Access) remember(bot string, m *wecom.MsgCallback) {
+	a.arrived.add(bot + "\x00" + m.MsgID)
+	if id := historyID(bot, m); id != "" {
+		a.arrived.add(bot + "\x00" + id)
 	}
 }
