@@ -26,7 +26,13 @@ import (
 // and returns it with its ws:// URL.
 func startSimBots(t *testing.T, ids ...string) (*wecomsim.Server, string) {
 	t.Helper()
-	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	return startSimBotsWith(t, wecomsim.Config{Logger: zerolog.Nop()}, ids...)
+}
+
+// startSimBotsWith is startSimBots with the simulator's cfg.
+func startSimBotsWith(t *testing.T, cfg wecomsim.Config, ids ...string) (*wecomsim.Server, string) {
+	t.Helper()
+	sim := wecomsim.New(cfg)
 	for _, id := range ids {
 		if err := sim.AddBot(id, "s-"+id); err != nil {
 			t.Fatal(err)

@@ -1,8 +1,6 @@
 package serve
 
 import (
-	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -21,22 +19,9 @@ func TestBusyReplyRefusedByTheQuotaIsSentLater(t *testing.T) {
 	t.Parallel()
 	// WeCom's window far tighter than the default budget (20 a minute):
 	// the first question's receipt and first frame use it up.
-	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop(), RateLimit: 2, RateWindow: 10 * time.Second})
-	if err := sim.AddBot("b1", "s-b1"); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go sim.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		sim.Shutdown(ctx)
-	})
+	sim, wecomURL := startSimBotsWith(t, wecomsim.Config{Logger: zerolog.Nop(), RateLimit: 2, RateWindow: 10 * time.Second}, "b1")
 	e, ns := startEtcd(t), startNATS(t)
-	cfg := nodeConfig(t, "ws://"+ln.Addr().String()+"/", e, ns.ClientURL())
+	cfg := nodeConfig(t, wecomURL, e, ns.ClientURL())
 	cfg.AI.Demo.AnswerTime = 8 * time.Second
 	cfg.Bots = []config.Bot{{ID: "b1", Secret: "s-b1"}}
 	if _, err := startNode(t, cfg); err != nil {
