@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +14,6 @@ import (
 	"github.com/rs/zerolog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// syncBuffer is a log sink the compactor's goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The compactor keeps one Retention of history: each tick compacts to the
 // revision of the tick before, never to a newer one; a compaction someone
@@ -68,7 +49,7 @@ func TestCompactorKeepsOneRetention(t *testing.T) {
 
 	r0 := write()
 	clk := fakeclock.New(time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC))
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

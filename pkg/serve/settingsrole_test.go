@@ -5,10 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/internal/testwait"
 	"github.com/botctl/botctl/pkg/botsettings"
 	"github.com/botctl/botctl/pkg/config"
@@ -18,24 +18,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// syncBuffer is a log sink the test reads while the node writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // etcd's RBAC as docs/security.md sets it up: a node's role reads the
 // settings overrides and cannot write them; the operator's role (botctl
@@ -105,7 +87,7 @@ func TestSettingsReadOnlyNodeRoleAndInboundHeldUntilRead(t *testing.T) {
 	}
 	cfg.Etcd.Username, cfg.Etcd.PasswordFile = "node", pw
 
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	rn, err := startNodeLogged(t, cfg, zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/botctl/botctl/pkg/infra"
 	"github.com/rs/zerolog"
@@ -37,7 +38,7 @@ func etcdClient(t *testing.T, addr string) *clientv3.Client {
 
 type member struct {
 	rcv    *receiver
-	log    *syncBuffer
+	log    *testenv.LogBuffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -46,7 +47,7 @@ type member struct {
 func members(t *testing.T, f *fixture, addr string) [2]*member {
 	var ms [2]*member
 	for k, node := range []string{"n1", "n2"} {
-		m := &member{rcv: newReceiver(t), log: &syncBuffer{}, done: make(chan error, 1)}
+		m := &member{rcv: newReceiver(t), log: &testenv.LogBuffer{}, done: make(chan error, 1)}
 		cfg := f.config(t)
 		cfg.NodeID, cfg.Sinks = node, []Sink{NewWebhook(m.rcv.srv.URL)}
 		cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), m.log))

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -207,20 +206,4 @@ func (f *fixture) get(t *testing.T, inc *incident.Incident) *incident.Incident {
 	return got
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b = append(s.b, p...)
-	return len(p), nil
-}
-
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return string(s.b) }
-
-var _ io.Writer = (*syncBuffer)(nil)
 var _ = errors.Is

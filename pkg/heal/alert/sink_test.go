@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botctl/botctl/internal/testenv"
 	"github.com/botctl/botctl/pkg/heal/incident"
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
@@ -204,7 +205,7 @@ func TestWebhookRetries5xxNot4xx(t *testing.T) {
 // The robot's key never reaches the log: not from a refusal, not from a
 // network error (net/http quotes the URL in its errors).
 func TestURLKeyRedactedInLogs(t *testing.T) {
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	log := zerolog.New(&buf)
 	r := newRobot(t, 40001, 40001, 40001)
 	deliverOne(t, fastRobot(r.url()), fastRetries(), log, sampleAlert(1, "x"))
@@ -235,7 +236,7 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	c := &counters{}
 	o := newOutbox(cfg.Sinks[0], &cfg, zerolog.New(&buf), c)
 	o.enqueue(sampleAlert(1, "x"))
