@@ -56,6 +56,7 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 		return fmt.Errorf("history message without msgid or user")
 	case !a.rules(bot).allowed(m.UserID, chat, m.ChatType), a.rules(bot).unfit(question) != "", strings.HasPrefix(question, "/"):
 		a.markSeen(ctx, js, bot, m.MsgID, m.Created)
+		a.markHistoryIDOf(ctx, js, bot, m)
 		return nil
 	}
 	// In the dedupe memory while it is taken: its callback, if it comes
@@ -84,6 +85,7 @@ func (a *Access) Late(ctx context.Context, bot string, m backfill.Message) error
 		return nil
 	}
 	taken = true // queued: a callback now is a duplicate, whatever the record
+	a.markHistoryIDOf(ctx, js, bot, m)
 	rec.Tier = string(out.Tier)
 	if _, err := js.lc.Open(ctx, rec); err != nil {
 		return err

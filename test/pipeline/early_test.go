@@ -121,7 +121,8 @@ func busyUnannounced(t *testing.T, c *cluster) *runningNode {
 // callback is fresh (created after the connection) and its conversation
 // idle once the late answer is delivered: without the backfill's mark in
 // the dedupe memory it would get an early receipt, a stream left at
-// "received" beside the answer. It gets nothing.
+// "received" beside the answer. It gets nothing. The message is known
+// under its WeCom history id as well, for a pass over WeCom's history.
 func TestCallbackAfterItsBackfillIsSilent(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
@@ -136,11 +137,17 @@ func TestCallbackAfterItsBackfillIsSilent(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
-	err := n.node.Access.Late(ctx, "b1", backfill.Message{MsgID: q.MsgID, Chat: "alice", ChatType: "single", UserID: "alice",
-		Text: "missed, then delivered", Created: time.Now()})
-	if err != nil {
+	missed := backfill.Message{MsgID: q.MsgID, Chat: "alice", ChatType: "single", UserID: "alice",
+		Text: "missed, then delivered", Created: time.Now()}
+	if err := n.node.Access.Late(ctx, "b1", missed); err != nil {
 		t.Fatal(err)
 	}
+	// Taken, it is known under the id WeCom's own history gives it too: a
+	// pass over that history does not answer it again.
+	testwait.Eventually(t, waitLong, "known under its WeCom history id", func() bool {
+		known, err := n.node.Access.Known(ctx, "b1", missed.HistoryID("b1"))
+		return err == nil && known
+	})
 	testwait.Eventually(t, waitLong, "answered late", func() bool { return answeredLate(c.bot("alice"), "missed, then delivered") == 1 })
 	testwait.Eventually(t, waitLong, "recorded delivered", func() bool { return c.record(n, q.MsgID).Delivery == task.Delivered })
 	testwait.Eventually(t, waitLong, "alice idle", func() bool { return n.node.Pusher("b1").Idle("alice") })

@@ -137,6 +137,58 @@ func TestRunAgainstSimulatorHistory(t *testing.T) {
 	}
 }
 
+// A message known only under the id WeCom's own history gives it (filled
+// from that history earlier, or answered live) is known to a pass over
+// another source that gives it under its callback msgid: not handed over
+// again.
+func TestRunKnowsAMessageByItsHistoryID(t *testing.T) {
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	sim.AddBot("b1", "s1")
+	srv := httptest.NewServer(sim.Handler())
+	defer func() { sim.Close(); srv.Close() }()
+	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []wecomsim.MessageRequest{
+		{BotID: "b1", UserID: "u1", Text: "answered from WeCom's history"},
+		{BotID: "b1", UserID: "u2", ChatType: "group", ChatID: "g1", Text: "answered live in a group"},
+		{BotID: "b1", UserID: "u3", Text: "never answered"},
+	} {
+		if _, err := sim.PostMessage(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until := time.Now().Add(time.Second)
+	msgs, err := src.History(context.Background(), "b1", until.Add(-time.Minute), until)
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("history: %d messages, %v", len(msgs), err)
+	}
+	in := &inbound{known: map[string]bool{}}
+	for _, m := range msgs[:2] {
+		id := backfill.HistoryMsgID("b1", m.ChatType, m.Chat, m.UserID, m.Created, "text", m.Text)
+		if id == m.MsgID || m.HistoryID("b1") != id {
+			t.Fatalf("history id of %+v: %q, want %q (not its msgid)", m, m.HistoryID("b1"), id)
+		}
+		in.known[id] = true
+	}
+	cfg := backfill.Config{Store: env.Store, Source: src, Logger: zerolog.Nop(), Inbound: in}
+	rep, err := backfill.Run(context.Background(), cfg, "b1", until.Add(-time.Minute), until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Known != 2 || rep.Filled != 1 || len(in.late) != 1 || in.late[0] != "never answered" {
+		t.Fatalf("report %+v, handed over %q", rep, in.late)
+	}
+	if id := (backfill.Message{MsgID: "wecomhist-x", Text: "t", Created: until}).HistoryID("b1"); id != "wecomhist-x" {
+		t.Fatalf("a message read from WeCom's history keeps its id: %q", id)
+	}
+	if id := (backfill.Message{MsgID: "m", UserID: "u"}).HistoryID("b1"); id != "" {
+		t.Fatalf("a message without text has a history id: %q", id)
+	}
+}
+
 // A history source that answers with more than the reader's bound fails
 // the read with ErrHistoryTooLarge, naming the bot and the bound, instead
 // of taking the whole body (64 MiB here) into memory.

@@ -29,10 +29,12 @@ type Config struct {
 // (*access.Access).
 type Inbound interface {
 	// Known reports whether a message was handled already (its task
-	// record exists).
+	// record exists, or it is marked seen).
 	Known(ctx context.Context, bot, msgid string) (bool, error)
 	// Late hands a missed message over, to be answered by push with a
-	// note that it is late; ErrBusy defers it.
+	// note that it is late; ErrBusy defers it. A message taken (or
+	// skipped) is known from then on under its msgid and its
+	// Message.HistoryID.
 	Late(ctx context.Context, bot string, m Message) error
 }
 
@@ -87,6 +89,20 @@ func Since(ctx context.Context, cfg Config, bot string, until time.Time) (time.T
 	return wm.Created.Add(-cfg.Overlap), nil
 }
 
+// knownAs reports whether m was handled under its own id or under the
+// id WeCom's history gives it (Message.HistoryID): a message answered
+// live, or from another history source, is known to every source.
+func knownAs(ctx context.Context, in Inbound, bot string, m Message) (bool, error) {
+	known, err := in.Known(ctx, bot, m.MsgID)
+	if err != nil || known {
+		return known, err
+	}
+	if id := m.HistoryID(bot); id != "" && id != m.MsgID {
+		return in.Known(ctx, bot, id)
+	}
+	return false, nil
+}
+
 // Run reads bot's history in [since, until) and hands every message not
 // handled yet to cfg.Inbound.Late.
 func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (Report, error) {
@@ -105,7 +121,7 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 	}
 	rep.Read = len(msgs)
 	for _, m := range msgs {
-		known, err := cfg.Inbound.Known(ctx, bot, m.MsgID)
+		known, err := knownAs(ctx, cfg.Inbound, bot, m)
 		if err != nil {
 			return rep, err
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,6 +123,9 @@ func (w *WeComHistory) Disconnected(bot string, c Conn) {
 	}
 }
 
+// historyIDPrefix starts every HistoryMsgID.
+const historyIDPrefix = "wecomhist-"
+
 // HistoryMsgID is the id of a message read from WeCom's history, which
 // gives none: the bot, the chat, the sender, the second it was sent, its
 // type and its text. Two messages alike in all of these are one.
@@ -131,7 +135,29 @@ func HistoryMsgID(bot, chatType, chat, user string, sent time.Time, msgType, tex
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	return "wecomhist-" + hex.EncodeToString(h.Sum(nil)[:16])
+	return historyIDPrefix + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// HistoryID is the id WeCom's message history gives m (HistoryMsgID):
+// m's own id when it was read from that history, else the id derived from
+// its chat, sender, second and text; "" for a message without text or
+// create time (the history gives no text of the others). Every source of
+// one message agrees on it, so a message answered from one source, or
+// live, is known when another source gives it again.
+func (m Message) HistoryID(bot string) string {
+	if strings.HasPrefix(m.MsgID, historyIDPrefix) {
+		return m.MsgID
+	}
+	if m.Text == "" || m.Created.IsZero() {
+		return ""
+	}
+	chat, chatType := m.Chat, wecom.ChatSingle
+	if m.ChatType == wecom.ChatGroup {
+		chatType = wecom.ChatGroup
+	} else if chat == "" {
+		chat = m.UserID
+	}
+	return HistoryMsgID(bot, chatType, chat, m.UserID, m.Created, wecom.MsgTypeText, m.Text)
 }
 
 // History implements HistorySource: the chats with messages in [since,
