@@ -10,17 +10,18 @@ PKGS      ?= ./...
 # The race detector is a second configuration of every dependency (etcd's
 # server and nats-server included), about 620 CPU-seconds cold: it runs in
 # make race and in make chaos, the pre-release gate, not in make test.
-# -p 3: most packages spend most of their time waiting on time windows
+# -p 4: most packages spend most of their time waiting on time windows
 # (answers, quotas, TTLs, leases), and the long ones (test/pipeline,
 # test/e2e, pkg/serve) each run four of their tests at once
-# (testenv.Parallel), so three test binaries at once on two cores keep the
-# machine busy without starving a test (at -p 4 the load average passed 13
-# and a test's answers stalled for a minute). A server that cannot listen on
-# port 0 (etcd) is started again on other ports when another binary took
-# its port first (EADDRINUSE), or given ports from below the kernel's
-# ephemeral range (infra.FreeAddrs), where no connection's source port
-# lands. The tests pass at any -p; -p only sets how long the run takes.
-TESTFLAGS ?= -trimpath -count=1 -timeout 20m -p 3
+# (testenv.Parallel): a package run takes on average under half a core of
+# the static build, so four test binaries at once, with the chaos smoke,
+# the conformance suite and staticcheck beside them, keep two cores busy
+# without starving a test. A server that cannot listen on port 0 (etcd) is
+# started again on other ports when another binary took its port first
+# (EADDRINUSE), or given ports from below the kernel's ephemeral range
+# (infra.FreeAddrs), where no connection's source port lands. The tests
+# pass at any -p; -p only sets how long the run takes.
+TESTFLAGS ?= -trimpath -count=1 -timeout 20m -p 4
 # The static configuration of make build (CGO off), exported to every go
 # command make test runs.
 STATIC    := CGO_ENABLED=0
@@ -62,18 +63,18 @@ build:
 # On a cold build cache most of a run is compiling: the one static
 # configuration (STATIC, -trimpath) is compiled by make build beside go vet,
 # before any test starts (several test packages building the same binary at
-# once would each compile it). The conformance suite (the official SDK
-# against botctl sim; it mostly waits) runs beside the package tests,
-# staticcheck beside the chaos smoke (one round of each fault family: mostly
-# waiting too), each one's output printed after the other's
-# (scripts/beside.sh).
+# once would each compile it). Then the package tests run with, beside
+# them, the conformance suite (the official SDK against botctl sim), the
+# chaos smoke (one round of each fault family) and staticcheck: all but
+# staticcheck mostly wait, so the two cores serve them at once; each one's
+# output is printed after the tests', in that order (scripts/beside.sh).
 test:
 	bash scripts/check-prereqs.sh
 	bash scripts/check-tracked.sh
 	bash scripts/beside.sh 'make build GO=$(GO)' -- $(MAKE) vet LINTFLAGS=-trimpath LINTENV=$(STATIC)
 	bash scripts/ensure-chromium.sh
-	bash scripts/beside.sh 'make conformance GO=$(GO)' -- env $(STATIC) BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
-	bash scripts/beside.sh 'make staticcheck LINTFLAGS=-trimpath LINTENV=$(STATIC) GO=$(GO)' -- $(MAKE) chaos-smoke
+	bash scripts/beside.sh 'make conformance GO=$(GO)' 'make chaos-smoke GO=$(GO)' 'make staticcheck LINTFLAGS=-trimpath LINTENV=$(STATIC) GO=$(GO)' -- \
+		env $(STATIC) BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
 
 # Every package under the race detector (gcc and cgo; scripts/check-prereqs.sh
 # --race checks them), the longest packages first as in make test.
