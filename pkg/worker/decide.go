@@ -155,8 +155,13 @@ func decideAnswer(e ending) verdict {
 	case e.err == nil:
 		return verdict{goOn: true}
 	case e.nodeStopping:
+		// Off the queue the attempt is final only for this tier: the
+		// spool's copy, forwarded to the queue, runs the task again (a
+		// worker holding that copy runs it once this attempt has ended),
+		// and the sweep ends it at the execution deadline if no copy
+		// does. On the queue's last delivery nothing runs it again.
 		v := fail("interrupted: the node is stopping", true)
-		if e.final {
+		if e.final && !e.offQueue {
 			v = fail("the node stopped during the task's last attempt", false)
 		}
 		v.flush = true

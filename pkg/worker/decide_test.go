@@ -56,6 +56,7 @@ func TestDecide(t *testing.T) {
 	finalFail := func(why string) seen { return seen{record: recordFail, why: why} }
 	final := func(e ending) ending { e.final = true; return e }
 	stopping := func(e ending) ending { e.nodeStopping = true; return e }
+	offQueue := func(e ending) ending { e.offQueue = true; return e }
 	stopped := func(e ending, cause error) ending { e.stopped = cause; return e }
 
 	for _, c := range []struct {
@@ -145,6 +146,9 @@ func TestDecide(t *testing.T) {
 		{"TestStopOnFinalDeliveryFailsAndFrees: interrupted on the last delivery: failed for good",
 			final(stopping(answerEnd(t0.Add(time.Minute), context.Canceled))),
 			seen{flush: true, record: recordFail, why: "the node stopped during the task's last attempt"}},
+		{"interrupted on a fallback tier: left for the queue's copy of the task (the spool's), not failed",
+			offQueue(final(stopping(answerEnd(t0.Add(time.Minute), context.Canceled)))),
+			seen{flush: true, record: recordFail, retry: true, why: "interrupted: the node is stopping"}},
 
 		{"reply stored", ending{step: stepReply}, seen{goOn: true}},
 		{"reply: the media store failed for the whole patience: queued again",

@@ -691,6 +691,41 @@ func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	testwait.Eventually(t, waitLong, "the held copy let go", func() bool { return q.Holding() == 0 })
 }
 
+// A task running off the queue whose node stops gracefully is not failed:
+// the queue's copy (the spool's, forwarded) runs it, and the user gets
+// the answer instead of a failure notice.
+func TestOffQueueAttemptStoppedWithItsNodeRunsFromTheQueueCopy(t *testing.T) {
+	t.Parallel()
+	env := testenv.StartJetStream(t, jetstream.Options{})
+	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
+	offQueue := &recorder{name: "never answers", gate: make(chan struct{})}
+	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: offQueue, Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	nodeCtx, stopNode := context.WithCancel(context.Background())
+	defer stopNode()
+	if err := leader.Go(nodeCtx, m, "local", &wg); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, waitLong, "attempt 1 running off the queue", func() bool {
+		r := record(t, env.Store, m.TaskID)
+		return r.Exec == task.Running && r.Attempt == 1
+	})
+	publish(t, env.Store, "m1", "alice", "q") // the spool's copy
+	testwait.Eventually(t, waitLong, "the copy held", func() bool { return q.Holding() == 1 })
+	stopNode()
+	wg.Wait()
+	testwait.Eventually(t, waitLong, "answered from the queue's copy", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })
+	if r := record(t, env.Store, m.TaskID); r.Attempt != 2 || r.Node != "queue-worker" {
+		t.Fatalf("record: attempt %d on %s, want attempt 2 on queue-worker", r.Attempt, r.Node)
+	}
+	testwait.Eventually(t, waitLong, "conversation free", func() bool { return free(t, env.Store, "alice", "m2") })
+}
+
 // An attempt off the queue that shows no sign of life (its node died with
 // it) does not hold the task for ever: past the off-queue silence the
 // worker holding the copy runs the task itself.
