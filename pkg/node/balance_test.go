@@ -59,6 +59,7 @@ func inBand(t *testing.T, p node.BalancePlan) {
 func TestPlanBalanceTable(t *testing.T) {
 	now := balanceEpoch
 	abc := balancing("a", "b", "c")
+	ab := balancing("a", "b")
 	rot := func(i int) []string { // an even spread: a, b, c in turn lead
 		q := []string{"a", "b", "c"}
 		return append(q[i%3:], q[:i%3]...)
@@ -209,9 +210,34 @@ func TestPlanBalanceTable(t *testing.T) {
 			},
 		},
 		{
-			name: "max moves per node per round", moves: 5,
+			// The handovers away from a node are bounded by MaxMoves, or
+			// a quarter of the bots it leads where that is more (30/4: 7);
+			// the moves whose new leader is not yet next only step a
+			// standby back this look, and are not bounded.
+			name: "handovers per node per look bounded", moves: 18,
 			in: func() node.BalanceInput {
 				in := input(abc, fleetOf(30, func(i int) []string { return []string{"a", "c", "b"} }), now)
+				in.MaxMoves = 5
+				return in
+			}(),
+			check: func(t *testing.T, p node.BalancePlan) {
+				ready := 0
+				for _, m := range p.Moves {
+					if m.Ready() {
+						ready++
+					} else if m.To != "b" || !slices.Equal(m.Ahead, []string{"c"}) {
+						t.Fatalf("move %+v: want b, after c steps back", m)
+					}
+				}
+				if ready != 7 {
+					t.Fatalf("%d handovers, want 7 (a quarter of a's 30, above MaxMoves 5)", ready)
+				}
+			},
+		},
+		{
+			name: "handovers per node per look: MaxMoves where a quarter is less", moves: 5,
+			in: func() node.BalanceInput {
+				in := input(ab, fleetOf(12, func(i int) []string { return []string{"a", "b"} }), now)
 				in.MaxMoves = 5
 				return in
 			}(),
@@ -329,16 +355,26 @@ func (s *queueSim) revive(id string) {
 }
 
 // No ping-pong, and convergence: a node killed and brought back twice
-// within ten minutes, the plan applied every 10 s as the nodes apply it.
-// The spread is back within the band within 2 minutes of each return, and
-// no bot is moved by the balancer twice within the cooldown.
+// within ten minutes, the plan applied as the nodes apply it: every 10 s,
+// and after a look that moved anything (a step back or a handover takes
+// a node out of a queue for a moment) only once the membership has been
+// steady for two intervals (BalanceConfig.Steady), so 30 s later. The
+// spread is back within the band within 2 minutes of each return, for
+// 60 bots and for a fleet of 1,000, and no bot is moved by the balancer
+// twice within the cooldown.
 func TestPlanBalanceConvergesWithoutPingPong(t *testing.T) {
+	for _, bots := range []int{60, 1000} {
+		t.Run(fmt.Sprintf("%d bots", bots), func(t *testing.T) { convergesWithoutPingPong(t, bots) })
+	}
+}
+
+func convergesWithoutPingPong(t *testing.T, bots int) {
 	clk := fakeclock.New(balanceEpoch)
 	ids := []string{"a", "b", "c"}
 	sim := &queueSim{queues: map[string][]string{}, moves: map[string]node.BalanceMove{}, log: map[string][]time.Time{}}
-	for i := range 60 {
+	for i := range bots {
 		q := []string{"a", "b", "c"}
-		sim.queues[fmt.Sprintf("b%02d", i)] = append(q[i%3:], q[:i%3]...)
+		sim.queues[fmt.Sprintf("b%04d", i)] = append(q[i%3:], q[:i%3]...)
 	}
 	live := map[string]bool{"a": true, "b": true, "c": true}
 	plan := func() node.BalancePlan {
@@ -349,7 +385,7 @@ func TestPlanBalanceConvergesWithoutPingPong(t *testing.T) {
 			}
 		}
 		in := input(nodes, sim.bots(), clk.Now())
-		in.Moves, in.MaxMoves = sim.moves, 20
+		in.Moves, in.MaxMoves = sim.moves, node.DefaultBalanceMaxMoves
 		return node.PlanBalance(in)
 	}
 	settle := func(what string) {
@@ -364,6 +400,9 @@ func TestPlanBalanceConvergesWithoutPingPong(t *testing.T) {
 				t.Fatalf("%s: not balanced 2 minutes on: %+v", what, p.Spread)
 			}
 			sim.round(p, clk.Now())
+			if len(p.Moves) > 0 {
+				clk.Step(20 * time.Second) // the membership's steady wait
+			}
 			clk.Step(10 * time.Second)
 		}
 	}

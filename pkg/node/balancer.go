@@ -52,8 +52,8 @@ type BalanceConfig struct {
 	// Cooldown: a bot moved by the balancer is not moved by it again for
 	// this long. Default 10m.
 	Cooldown time.Duration
-	// MaxMoves bounds the bots this node hands over in one look. Default
-	// 20.
+	// MaxMoves bounds the bots this node hands over in one look, or a
+	// quarter of those it leads where that is more. Default 20.
 	MaxMoves int
 	// Steady is how long nothing of the membership must have gone before
 	// the node acts. Default twice Interval.
