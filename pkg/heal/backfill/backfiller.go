@@ -173,7 +173,9 @@ func (b *Backfiller) Pass(ctx context.Context, term *election.Term) (Report, err
 			// later pass answers them once they are free.
 			passes++
 			log.Info().Interface("backfill", rep).Msg("gap backfill: some missed messages wait for their conversation")
-			wait = passRetry
+			// Handed over again every few seconds meanwhile; the next read
+			// of the history follows at once and counts what is left.
+			filled += retryDeferred(ctx, cfg, term.Bot, rep, passRetry)
 		case err == nil:
 			if rep.Filled > 0 || rep.NotFilled > 0 || rep.Deferred > 0 {
 				log.Warn().Interface("backfill", rep).Msg("gap backfill found missed messages")
@@ -255,10 +257,11 @@ func (b *Backfiller) Audit(ctx context.Context, term *election.Term) {
 			log.Warn().Interface("backfill", rep).Msg("history audit: messages no connection got (answered late)")
 		}
 		if rep.Deferred > 0 {
-			// Missed messages wait for their conversation, busy with the
-			// previous missed one: read again as soon as a pass would
-			// (passRetry), not a whole period later.
-			wait = min(wait, passRetry)
+			// Missed messages wait for their conversation, busy with
+			// another task: handed over again every few seconds for as
+			// long as a pass waits (passRetry), then read again at once,
+			// not a whole period later.
+			wait = 0
 			if b.wm != nil {
 				if release == nil {
 					release = b.wm.Hold(term.Bot)
@@ -273,6 +276,9 @@ func (b *Backfiller) Audit(ctx context.Context, term *election.Term) {
 		}
 		if (rep.Deferred == 0 && rep.NotFilled == 0) || until.Sub(from) > auditMaxWindow {
 			from = until
+		}
+		if rep.Deferred > 0 {
+			retryDeferred(ctx, cfg, term.Bot, rep, passRetry)
 		}
 	}
 }
@@ -292,7 +298,7 @@ func (b *Backfiller) Missed(ctx context.Context, bot string, since, until time.T
 	}
 	missed := 0
 	for _, m := range msgs {
-		known, err := b.in.Known(ctx, bot, m.MsgID)
+		known, err := knownAs(ctx, b.in, bot, m)
 		if err != nil {
 			return 0, err
 		}

@@ -3,8 +3,10 @@ package backfill
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
+	"github.com/botctl/botctl/pkg/pause"
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 )
@@ -60,6 +62,9 @@ type Report struct {
 	// may be incomplete.
 	Unfilled []string      `json:"unfilled,omitempty"`
 	Took     time.Duration `json:"took"`
+	// later are the deferred messages, in the order read, for
+	// retryDeferred.
+	later []Message
 }
 
 func (r *Report) unfilled(chat string) {
@@ -138,6 +143,7 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 		}
 		if err := cfg.Inbound.Late(ctx, bot, m); errors.Is(err, ErrBusy) {
 			rep.Deferred++
+			rep.later = append(rep.later, m)
 			if rep.FirstDeferred.IsZero() || m.Created.Before(rep.FirstDeferred) {
 				rep.FirstDeferred = m.Created
 			}
@@ -154,4 +160,41 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 		cfg.Logger.Error().Str("bot", bot).Int("not_filled", rep.NotFilled).Msg("backfill incomplete: some missed messages were not answered")
 	}
 	return rep, nil
+}
+
+// deferredRetry is how often a pass's deferred messages are handed over
+// again between two reads of the history: a conversation whose user goes
+// on asking is free only for the few seconds between an answer and the
+// next question, which a read every passRetry would seldom hit.
+const deferredRetry = 2 * time.Second
+
+// retryDeferred hands rep's deferred messages over again every
+// deferredRetry, for up to within or until none waits, and returns how
+// many it filled. A message found known meanwhile (answered live, or by
+// another pass) is dropped; one still busy, or refused for another
+// reason, waits for the next read of the history, which counts it.
+func retryDeferred(ctx context.Context, cfg Config, bot string, rep Report, within time.Duration) (filled int) {
+	msgs := slices.Clone(rep.later)
+	for end := time.Now().Add(within); len(msgs) > 0; {
+		left := time.Until(end)
+		if left <= 0 || !pause.For(ctx, min(deferredRetry, left)) {
+			return filled
+		}
+		still := msgs[:0]
+		for _, m := range msgs {
+			known, err := knownAs(ctx, cfg.Inbound, bot, m)
+			if err == nil && !known {
+				err = cfg.Inbound.Late(ctx, bot, m)
+				if err == nil {
+					filled++
+					continue
+				}
+			}
+			if err != nil {
+				still = append(still, m)
+			}
+		}
+		msgs = still
+	}
+	return filled
 }
