@@ -646,8 +646,13 @@ func (h *Harness) wecomHistoryGap(r *RoundResult, gap, timeout time.Duration) er
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s after the gap: open incidents %d (%v), aibot_get_mcp_config frames %d → %d: the gap was not read from WeCom's history",
-				timeout, len(open), ierr, before.Frames["aibot_get_mcp_config"], st.Frames["aibot_get_mcp_config"])
+			asked := st.Frames["aibot_get_mcp_config"] - before.Frames["aibot_get_mcp_config"]
+			if asked <= 0 {
+				return fmt.Errorf("%s after the gap the bot never asked for its msg MCP server (aibot_get_mcp_config frames %d → %d): the gap was not read from WeCom's history",
+					timeout, before.Frames["aibot_get_mcp_config"], st.Frames["aibot_get_mcp_config"])
+			}
+			return fmt.Errorf("%s after the gap its incident is still open (open incidents %d, %v; the bot asked for its msg MCP server %d time(s)): the gap's backfill has not ended",
+				timeout, len(open), ierr, asked)
 		}
 		time.Sleep(time.Second)
 	}
