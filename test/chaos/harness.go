@@ -544,14 +544,20 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()
 	}
-	r.Answered, r.Busy, r.Marked, r.FailedTold, r.Violations = j.answered, j.busy, j.marked, j.failed, j.violations
+	// Added to what the fault and the side bots judged (many-bots judges
+	// its fleet in its fault, judge2 the second bot), never in place of it.
+	r.Answered += j.answered
+	r.Busy += j.busy
+	r.Marked += j.marked
+	r.FailedTold += j.failed
+	r.Violations = append(r.Violations, j.violations...)
 	h.judge2(r, label, before2)
 	after, err := h.C.Stats(bot)
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()
 	}
-	r.Quota = after.QuotaRejections - before.QuotaRejections
-	r.Expired = after.ExpiredUpdates - before.ExpiredUpdates
+	r.Quota += after.QuotaRejections - before.QuotaRejections
+	r.Expired += after.ExpiredUpdates - before.ExpiredUpdates
 	r.Kicks = after.Kicks - before.Kicks
 	if ev, err := drainRecording(h.C.SimHTTP); err != nil {
 		r.note("recorder: %v (no push lag)", err)
@@ -577,8 +583,12 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		// gone after a CI run, this output is not.
 		logs := h.logs(dump)
 		for _, v := range r.Violations {
-			ev := fmt.Sprintf("%s %s %s (task %s): no log line names it", label, v.Invariant, v.MsgID, task.ID(bot, v.MsgID))
-			if lines := mentions(logs, v.MsgID, task.ID(bot, v.MsgID)); lines != "" {
+			vbot := bot // a side bot's violation names it: "<bot>/<user>"
+			if b, _, ok := strings.Cut(v.User, "/"); ok {
+				vbot = b
+			}
+			ev := fmt.Sprintf("%s %s %s (task %s): no log line names it", label, v.Invariant, v.MsgID, task.ID(vbot, v.MsgID))
+			if lines := mentions(logs, v.MsgID, task.ID(vbot, v.MsgID)); lines != "" {
 				ev = fmt.Sprintf("%s %s %s: log lines naming it:\n%s", label, v.Invariant, v.MsgID, lines)
 			}
 			r.Evidence = append(r.Evidence, ev)
