@@ -201,7 +201,8 @@ type HistoryMessage struct {
 	Delivered  bool   `json:"delivered"`
 }
 
-// BotRequest adds a bot (POST /control/bots).
+// BotRequest adds a bot (POST /control/bots) or gives one a new secret
+// (POST /control/bots/secret).
 type BotRequest struct {
 	BotID  string `json:"bot_id"`
 	Secret string `json:"secret"`

@@ -112,7 +112,20 @@ func TestControlAPIContract(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("bots: %d %v", code, res)
 	}
-	h.subscribe("bot3", "s3")
+	holder := h.subscribe("bot3", "s3")
+	// A secret regenerated in the console: the holder stays until a
+	// subscribe with the new one replaces it.
+	if code, res = h.httpDo("POST", "/control/bots/secret", map[string]any{"bot_id": "bot3", "secret": "s3-new"}); code != 200 || res["bot_id"] != "bot3" {
+		t.Fatalf("bots/secret: %d %v", code, res)
+	}
+	if st := h.stats("bot3"); !st.Connected || st.Kicks != 0 {
+		t.Fatalf("after the secret changed: %+v, want the holder kept", st)
+	}
+	h.subscribe("bot3", "s3-new")
+	holder.closed()
+	if st := h.stats("bot3"); st.Kicks != 1 || !st.Connected {
+		t.Fatalf("after the new secret's subscribe: %+v, want the holder kicked", st)
+	}
 	code, res = h.httpDo("GET", "/control/bots", nil)
 	if code != 200 || strings.Contains(keys(res), "secret") || len(res["bots"].([]any)) != 3 {
 		t.Fatalf("bots list: %d %v", code, res)
@@ -167,6 +180,9 @@ func TestControlAPIErrors(t *testing.T) {
 		{"POST", "/control/faults", map[string]any{"bot_id": bot1, "action": "group_silence", "seconds": -1}, 400, "group_silence"},
 		{"POST", "/control/bots", map[string]any{"bot_id": bot1, "secret": "x"}, 409, bot1},
 		{"POST", "/control/bots", map[string]any{"bot_id": "b"}, 400, "secret"},
+		{"POST", "/control/bots/secret", map[string]any{"bot_id": "ghost", "secret": "x"}, 404, "ghost"},
+		{"POST", "/control/bots/secret", map[string]any{"bot_id": bot1}, 400, "secret"},
+		{"GET", "/control/bots/secret", nil, 405, "POST"},
 		{"GET", "/control/messages", nil, 405, "POST"},
 		{"GET", "/control/nothing", nil, 404, "/control/nothing"},
 		{"GET", "/elsewhere", nil, 404, "/elsewhere"},

@@ -61,18 +61,19 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		handle func(http.ResponseWriter, *http.Request) // the control API's handler of method on the path
 	}
 	routes := map[string][]route{
-		"/control/messages":   {{http.MethodPost, s.httpMessages}},
-		"/control/events":     {{http.MethodPost, s.httpEvents}},
-		"/control/transcript": {{http.MethodGet, s.httpTranscript}},
-		"/control/stats":      {{http.MethodGet, s.httpStats}},
-		"/control/history":    {{http.MethodGet, s.httpHistory}},
-		"/control/faults":     {{http.MethodPost, s.httpFaults}},
-		"/control/quota":      {{http.MethodPost, s.httpQuota}},
-		"/control/bots":       {{http.MethodPost, s.httpAddBot}, {http.MethodGet, s.httpListBots}},
-		"/control/recording":  {{http.MethodGet, s.httpRecording}},
-		"/control/robot":      {{http.MethodGet, s.httpRobotMessages}},
-		"/control/media":      {{http.MethodGet, s.httpMediaList}},
-		"/control/images":     {{http.MethodGet, s.httpImage}},
+		"/control/messages":    {{http.MethodPost, s.httpMessages}},
+		"/control/events":      {{http.MethodPost, s.httpEvents}},
+		"/control/transcript":  {{http.MethodGet, s.httpTranscript}},
+		"/control/stats":       {{http.MethodGet, s.httpStats}},
+		"/control/history":     {{http.MethodGet, s.httpHistory}},
+		"/control/faults":      {{http.MethodPost, s.httpFaults}},
+		"/control/quota":       {{http.MethodPost, s.httpQuota}},
+		"/control/bots":        {{http.MethodPost, s.httpAddBot}, {http.MethodGet, s.httpListBots}},
+		"/control/bots/secret": {{http.MethodPost, s.httpSetSecret}},
+		"/control/recording":   {{http.MethodGet, s.httpRecording}},
+		"/control/robot":       {{http.MethodGet, s.httpRobotMessages}},
+		"/control/media":       {{http.MethodGet, s.httpMediaList}},
+		"/control/images":      {{http.MethodGet, s.httpImage}},
 	}
 	rs, found := routes[r.URL.Path]
 	if !found {
@@ -197,6 +198,20 @@ func (s *Server) httpAddBot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusCreated, map[string]any{"bot_id": req.BotID})
+}
+
+// httpSetSecret changes a bot's secret, as an admin regenerating it in
+// WeCom's console (SetSecret): the connection subscribed now is kept.
+func (s *Server) httpSetSecret(w http.ResponseWriter, r *http.Request) {
+	var req BotRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	if err := s.SetSecret(req.BotID, req.Secret); err != nil {
+		writeErr(w, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"bot_id": req.BotID})
 }
 
 // httpListBots lists bot ids and whether each is connected; never secrets.

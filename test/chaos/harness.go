@@ -124,6 +124,7 @@ type Harness struct {
 	nodeIDs  []string
 	links    map[string]*NodeLinks // node id → its proxies
 	logDir   string                // every process's whole log
+	keyFile  string                // the cluster key (secrets.key_file) of every node and of the CLI
 	outputs  *outputWatch          // output versions, for the push lag
 }
 
@@ -228,11 +229,18 @@ func Start(cfg Config) (*Harness, error) {
 	if err != nil {
 		return h, err
 	}
+	// Every node has the cluster key, so it leads the bot registry's
+	// bots (the many-bots scenario's); with none registered it changes
+	// nothing.
+	if h.keyFile, err = writeClusterKey(dir); err != nil {
+		return h, err
+	}
 	h.C, err = cluster.Start(cluster.Options{
 		Bin: bin, Dir: filepath.Join(dir, "nodes"), Bots: cfg.bots(), TTL: cfg.TTL, Margin: cfg.Margin,
 		StartTimeout: 90 * time.Second,
 		External:     &cluster.External{EtcdURLs: h.Infra.EtcdURLs(), NATSURL: h.Infra.NATSURLs()},
 		NodeArgs:     nodeArgs(cfg),
+		NodeEnv:      []string{keyEnv + "=" + h.keyFile},
 		SimArgs:      []string{"--record"}, // frames' accept times, for the push lag
 		LogDir:       logDir,
 	})
@@ -442,7 +450,7 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		r.Err = err.Error()
 		return r
 	}
-	kicks2, quota2, expired2 := h.stats2()
+	before2 := h.stats2()
 	if _, err := drainRecording(h.C.SimHTTP); err != nil { // the last round's frames
 		r.note("recorder: %v", err)
 	}
@@ -536,14 +544,20 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()
 	}
-	r.Answered, r.Busy, r.Marked, r.FailedTold, r.Violations = j.answered, j.busy, j.marked, j.failed, j.violations
-	h.judge2(r, label, kicks2, quota2, expired2)
+	// Added to what the fault and the side bots judged (many-bots judges
+	// its fleet in its fault, judge2 the second bot), never in place of it.
+	r.Answered += j.answered
+	r.Busy += j.busy
+	r.Marked += j.marked
+	r.FailedTold += j.failed
+	r.Violations = append(r.Violations, j.violations...)
+	h.judge2(r, label, before2)
 	after, err := h.C.Stats(bot)
 	if err != nil && r.Err == "" {
 		r.Err = err.Error()
 	}
-	r.Quota = after.QuotaRejections - before.QuotaRejections
-	r.Expired = after.ExpiredUpdates - before.ExpiredUpdates
+	r.Quota += after.QuotaRejections - before.QuotaRejections
+	r.Expired += after.ExpiredUpdates - before.ExpiredUpdates
 	r.Kicks = after.Kicks - before.Kicks
 	if ev, err := drainRecording(h.C.SimHTTP); err != nil {
 		r.note("recorder: %v (no push lag)", err)
@@ -569,8 +583,12 @@ func (h *Harness) RunRound(s Scenario, round int) *RoundResult {
 		// gone after a CI run, this output is not.
 		logs := h.logs(dump)
 		for _, v := range r.Violations {
-			ev := fmt.Sprintf("%s %s %s (task %s): no log line names it", label, v.Invariant, v.MsgID, task.ID(bot, v.MsgID))
-			if lines := mentions(logs, v.MsgID, task.ID(bot, v.MsgID)); lines != "" {
+			vbot := bot // a side bot's violation names it: "<bot>/<user>"
+			if b, _, ok := strings.Cut(v.User, "/"); ok {
+				vbot = b
+			}
+			ev := fmt.Sprintf("%s %s %s (task %s): no log line names it", label, v.Invariant, v.MsgID, task.ID(vbot, v.MsgID))
+			if lines := mentions(logs, v.MsgID, task.ID(vbot, v.MsgID)); lines != "" {
 				ev = fmt.Sprintf("%s %s %s: log lines naming it:\n%s", label, v.Invariant, v.MsgID, lines)
 			}
 			r.Evidence = append(r.Evidence, ev)

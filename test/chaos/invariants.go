@@ -144,6 +144,9 @@ const (
 	InvExpired   = "expired"   // a stream was updated after its window
 	InvQuota     = "quota"     // 45009 rejections counted by the simulator
 	InvPingPong  = "ping-pong" // the simulator replaced a live connection (kick)
+	// InvUnserved: a bot added to the registry at run time not served
+	// within its bound, or a rotated secret not proved (many-bots).
+	InvUnserved = "unserved"
 )
 
 // Answers returns how many answers the user got: complete ones, busy

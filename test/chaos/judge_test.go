@@ -225,3 +225,25 @@ func TestJudgeGroupMessages(t *testing.T) {
 		t.Fatalf("answered %d, violations %+v; want g1 answered and g2 lost in chaos-group", j.answered, j.violations)
 	}
 }
+
+// A removed bot's lost message is excused only when its removal listed
+// it as owed, and one never delivered is owed nothing; a bot still served
+// is excused nothing, and a duplicate never.
+func TestSideBotViolations(t *testing.T) {
+	vs := []Violation{
+		{Invariant: InvLost, User: "u1", MsgID: "listed"},
+		{Invariant: InvLost, User: "u1", MsgID: "unlisted"},
+		{Invariant: InvMissed, User: "u1", MsgID: "undelivered"},
+		{Invariant: InvDuplicate, User: "u1", MsgID: "twice"},
+	}
+	served := &sideBot{bot: "mb1", listed: map[string]bool{"listed": true}}
+	kept, listed, unowed := served.violations(vs)
+	if len(kept) != 4 || listed != 0 || unowed != 0 || kept[0].User != "mb1/u1" {
+		t.Fatalf("served bot: kept %v, listed %d, unowed %d; want all 4 kept, named mb1/u1", kept, listed, unowed)
+	}
+	removed := &sideBot{bot: "mb1", removed: true, listed: map[string]bool{"listed": true}}
+	kept, listed, unowed = removed.violations(vs)
+	if len(kept) != 2 || kept[0].MsgID != "unlisted" || kept[1].MsgID != "twice" || listed != 1 || unowed != 1 {
+		t.Fatalf("removed bot: kept %v, listed %d, unowed %d; want the unlisted loss and the duplicate kept, 1 listed, 1 unowed", kept, listed, unowed)
+	}
+}

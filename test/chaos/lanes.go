@@ -64,6 +64,8 @@ func estimate(s Scenario, cfg *Config) time.Duration {
 	switch {
 	case strings.HasPrefix(s.Name, "freeze-"):
 		return cfg.Freeze + 70*time.Second
+	case s.Name == "many-bots":
+		return 330 * time.Second // measured: 323–330 s (a hundred bots registered, served, judged and removed)
 	case s.Name == "disk-full-nats" || s.Name == "ai-backend-faults" || s.Name == "rolling-restart-under-load":
 		return 400 * time.Second // servers or nodes restarted twice, or a long fault under load
 	case s.Settle != nil || s.Name == "kill-worker-last-delivery" || s.Name == "clock-skew":

@@ -48,7 +48,9 @@
 // Every scenario in scenarios.go is in the default matrix (issue 12):
 // botctl processes (kill -9 with and without restart, mid-download too,
 // SIGTERM, SIGSTOP, rolling restart, also under 100 messages a second
-// and after a `bots set` no node can build), network partitions of one
+// and after a `bots set` no node can build; a hundred bots of the bot
+// registry through a node's kill -9, a bot added, one removed and one
+// re-keyed with the CLI under traffic), network partitions of one
 // node (leader from etcd, leader from NATS, a standby from both), etcd (a
 // member, the raft leader, quorum lost), NATS (a server, a rolling
 // restart, quorum lost, the storage filled by media, the leader's server

@@ -218,6 +218,12 @@ func (rep *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "- no quota violation (45009): %s\n", passFail(tot[InvQuota]))
 	fmt.Fprintf(w, "- no ping-pong (simulator kicks beyond those the fault forces, e.g. 1 when the old leader is frozen): %s\n", passFail(tot[InvPingPong]))
 	fmt.Fprintf(w, "- every message WeCom took while no bot was connected (undelivered) answered later by the backfill, or marked \"may be incomplete\": %s\n", passFail(tot[InvMissed]))
+	for _, r := range rep.Rounds {
+		if r.Scenario == "many-bots" {
+			fmt.Fprintf(w, "- a bot added to the registry at run time served and answered within its bound, a rotated secret proved (many-bots): %s\n", passFail(tot[InvUnserved]))
+			break
+		}
+	}
 	fmt.Fprintf(w, "\nAn undelivered message is in WeCom's history (`/control/history`) but was never written to a connection; "+
 		"the architecture's inbound compensation owes it an answer or an explicit \"may be incomplete\" mark (pkg/pusher's IncompleteNote "+
 		"on a later bot message of the same conversation).\n")

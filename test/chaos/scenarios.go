@@ -323,6 +323,13 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "many-bots", Family: FamProcess,
+		Doc: "100 bots registered in the bot registry (etcd; every node has the cluster key), every node serving every one, each with one closed-loop user (think ~30 s: under 2 messages a second in all); after 30 s kill -9 the node leading the most of them and restart it 5 s later (the balancer moves bots back by graceful handovers), then, during the traffic, `botctl bots add` a bot (subscribed within 1 min, its first message answered), `botctl bots remove` one whose user awaits an answer (its user stopped first: an answer it owed is delivered or listed in the node's removal log line, nothing after is owed) and `botctl bots rotate-secret` another with the simulator's secret changed first (proved, 1 kick allowed); 60 s more traffic; every bot's messages judged as b1's (answered once, none lost, none locked, no 45009, no expired stream, no kick beyond the re-key's); then the fleet removed from the registry",
+		Fault: func(h *Harness, r *RoundResult) error {
+			return h.manyBots(r, 100)
+		},
+	},
+	{
 		Name: "media-flood", Family: FamData,
 		Doc: "the media store's bound set to 16 MB (as `nats stream edit` would), then a 1 MB file a second for 60 s over 20 conversations beside the steady users' text: the store fills to its bound, a file past it is refused and its user told storage is full, text keeps flowing; the bound put back after",
 		Fault: func(h *Harness, r *RoundResult) error {

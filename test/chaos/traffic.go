@@ -50,6 +50,10 @@ type Traffic struct {
 	// mediaEvery: a closed-loop user's every mediaEvery-th message
 	// carries a small file (PostMedia); 0 or less: none.
 	mediaEvery int
+	// poll: how often a waiting user reads its transcript (0: every
+	// 500 ms); many bots' users poll less often, so the simulator is not
+	// their load.
+	poll time.Duration
 
 	mu   sync.Mutex
 	msgs []*Msg
@@ -213,8 +217,12 @@ func (t *Traffic) next(round, user string) *Msg {
 func (t *Traffic) waitAnswer(ctx context.Context, m *Msg, wait time.Duration) Verdict {
 	deadline := time.Now().Add(wait)
 	var v Verdict
+	poll := t.poll
+	if poll <= 0 {
+		poll = 500 * time.Millisecond
+	}
 	for time.Now().Before(deadline) {
-		if !sleepCtx(ctx, 500*time.Millisecond) {
+		if !sleepCtx(ctx, poll) {
 			return v
 		}
 		tr, err := t.c.Transcript(t.bot, m.User)

@@ -35,6 +35,10 @@ type Options struct {
 	SimArgs []string
 	// NodeArgs are extra `botctl serve` flags for every node.
 	NodeArgs []string
+	// NodeEnv is added to every node's environment (before
+	// NodeOptions.Env), on every start and restart: e.g. the cluster key,
+	// BOTCTL_SECRETS_KEY_FILE.
+	NodeEnv []string
 	// StartTimeout bounds waiting for each process's ready line. Default 30s.
 	StartTimeout time.Duration
 	// LogDir, if set, gets every process's whole stderr, one file per
@@ -304,7 +308,8 @@ func (c *Cluster) StartNodeWith(id string, o NodeOptions) (*Node, error) {
 	}
 	args = append(args, c.Opts.NodeArgs...)
 	args = append(args, o.Args...)
-	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{Env: o.Env, Bin: o.Bin})
+	env := append(append([]string(nil), c.Opts.NodeEnv...), o.Env...)
+	p, err := c.start(fmt.Sprintf("node %s (start %d)", id, gen), args, StartOptions{Env: env, Bin: o.Bin})
 	if err != nil {
 		return nil, err
 	}
