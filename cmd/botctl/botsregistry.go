@@ -29,9 +29,10 @@ sealed under their key. The secret is read from --secret-file, never from
 the command line, and never printed.
 
 A bot in both the config file and the registry is served as the file says:
-the file's entry wins. A node serves the registry's bots it finds at its
-start; it does not yet pick up a bot added, removed or changed while it runs
-(docs/bots.md, "Bots as data").`
+the file's entry wins. Every running node follows the registry: a bot
+added is campaigned for within 5 s, a bot removed is drained and let go,
+a re-keyed one is handed over to its new secret (docs/bots.md, "Bots as
+data").`
 
 // registryKey is the cluster key of --config and the environment
 // (secrets.key_file), and --config's top-level settings.
