@@ -79,10 +79,13 @@ func TestHungLeaderIsDeposed(t *testing.T) {
 	took := rb.at.Sub(hung)
 	pt := b.cfg.PulseTimeout
 	t.Logf("hung leader replaced after %s (PulseTimeout %s, PulseInterval %s, TTL %s)", took, pt, b.cfg.PulseInterval, ttl)
-	// b deposes only once it has seen no pulse for PulseTimeout, and the
-	// last pulse was at most one interval before the hang.
-	if floor := pt - b.cfg.PulseInterval; took < floor {
-		t.Fatalf("b won %s after the hang, before the pulse could be %s stale", took, pt)
+	// The live leader was not deposed: b won only once a hung. That b
+	// waits out PulseTimeout from the last pulse it saw is the stall
+	// decision's (TestStallDecision, on a fake clock): measured here from
+	// the test's hang, it would also count the last pulse's write
+	// latency, which the machine's load sets.
+	if took <= 0 {
+		t.Fatalf("b won %s before a hung: a live leader deposed", -took)
 	}
 	// A bound on a bug (a TTL wait), not a benchmark: the bench measures.
 	if took >= ttl/2 {
