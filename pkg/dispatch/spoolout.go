@@ -168,6 +168,6 @@ func (s *SpoolOut) refused(ctx context.Context, e jetstream.SpoolEntry, cause er
 		reason, busy = "refused by the task queue after an outage: "+cause.Error(), false
 	}
 	if _, err := s.lc.Refused(ctx, m, reason, busy); err != nil {
-		s.log.Error().Err(err).Str("task", m.TaskID).Msg("spooled task refused, and its record not updated")
+		s.log.Warn().Err(err).Str("task", m.TaskID).Msg("spooled task refused, and its record not updated yet: the refusal is owed, written once the tasks bucket answers")
 	}
 }

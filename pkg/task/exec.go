@@ -257,7 +257,25 @@ func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Ms
 // is either stored whole or not at all, never left queued (a record
 // queued with no queue message would wait for the deadline sweep, which
 // then tells the user it failed).
+//
+// A refusal that cannot be written (the tasks bucket failing, or a
+// create racing the record's own that has not landed yet) is owed, as a
+// released task's ending is (release.go): this node writes it once the
+// bucket answers, so that the user is still told. The error says it was
+// not written now.
 func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string, busy bool) (*Record, error) {
+	r, err := l.refused(ctx, m, reason, busy)
+	if err != nil {
+		how := endRefused
+		if busy {
+			how = endRefusedBusy
+		}
+		l.owe(m, reason, how, 0)
+	}
+	return r, err
+}
+
+func (l *Lifecycle) refused(ctx context.Context, m Message, reason string, busy bool) (*Record, error) {
 	fresh := RecordOf(m)
 	fresh.Error, fresh.Busy = reason, busy
 	if err := fresh.SetExec(Failed, reason, l.node, l.now().UTC()); err != nil {

@@ -38,6 +38,10 @@ const (
 	// passed; a record that began later is left running (its worker
 	// holds its own deadline).
 	endDeadline
+	// endRefused, endRefusedBusy: refused before it ran (Refused), with
+	// a busy reply for endRefusedBusy.
+	endRefused
+	endRefusedBusy
 )
 
 // Released is what Stop or Release did to a conversation.
@@ -121,6 +125,13 @@ func (l *Lifecycle) endConversation(ctx context.Context, bot, chat, reason strin
 // became of its record (see Released.Record). A task without a record is
 // opened from m first, so that the ending reaches the user.
 func (l *Lifecycle) end(ctx context.Context, m Message, reason string, how ending, deadline time.Duration) (string, error) {
+	if how == endRefused || how == endRefusedBusy {
+		r, err := l.refused(ctx, m, reason, how == endRefusedBusy)
+		if err != nil {
+			return "", err
+		}
+		return string(r.Exec), nil
+	}
 	r, err := l.Get(ctx, m.TaskID)
 	opened := ""
 	if errors.Is(err, natsjs.ErrKeyNotFound) {

@@ -121,6 +121,34 @@ func TestSweepFreesConversationsWhileTheTasksBucketFails(t *testing.T) {
 	}
 }
 
+// A refusal that cannot be written (the spool's queue refused a task
+// while the tasks bucket fails, its record not there yet) is owed and
+// written once the bucket answers: the record says refused (busy), and
+// the user is told.
+func TestRefusalOwedWhileTheTasksBucketFails(t *testing.T) {
+	f := newFaultFixture(t, jetstream.Options{})
+	r := task.New("b", "m1", time.Now())
+	r.Chat, r.ChatType, r.User, r.Question = "alice", "single", "alice", "q m1"
+	m := task.MessageOf(r)
+	f.fault.Fail(t, f.store.Names().TasksBucket)
+	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+	defer cancel()
+	if _, err := f.lc.Refused(ctx, m, "busy: refused on its way out of the spool", true); err == nil {
+		t.Fatal("a refusal written while the tasks bucket fails")
+	}
+	if n := f.lc.Owed(); n != 1 {
+		t.Fatalf("owed endings: %d, want the refusal", n)
+	}
+	f.fault.Heal(t)
+	res, err := f.lc.Sweep(f.ctx, "b", time.Hour, 0)
+	if err != nil || res.Owed != 1 || f.lc.Owed() != 0 {
+		t.Fatalf("sweep once the bucket answers: %+v %v, still owed %d", res, err, f.lc.Owed())
+	}
+	if got := f.record(m.TaskID); got.Exec != task.Failed || !got.Busy || !strings.Contains(got.Error, "spool") {
+		t.Fatalf("record: %s busy %v %q", got.Exec, got.Busy, got.Error)
+	}
+}
+
 // /stop and `botctl tasks release` find the conversation's task by its
 // queue message: a task without a record is opened from it and ended,
 // and while the tasks bucket fails the conversation is freed all the
