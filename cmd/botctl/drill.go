@@ -87,9 +87,10 @@ that simulator (its nodes use another WeCom URL).
 				defer cli.Close()
 				cfg.Nodes = func(ctx context.Context) ([]node.Info, error) { return node.Nodes(ctx, cli, prefix) }
 			}
-			if !asJSON && !jsonl {
-				cfg.Progress = cmd.ErrOrStderr()
-			}
+			// Progress goes to stderr whatever stdout prints: a round
+			// waits minutes for its incident, and a script reading
+			// --json from stdout still shows what it waits for.
+			cfg.Progress = cmd.ErrOrStderr()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			d, err := drill.New(ctx, cfg)
