@@ -169,11 +169,16 @@ func Run(ctx context.Context, cfg Config, bot string, since, until time.Time) (R
 const deferredRetry = 2 * time.Second
 
 // retryDeferred hands rep's deferred messages over again every
-// deferredRetry, for up to within or until none waits, and returns how
-// many it filled. A message found known meanwhile (answered live, or by
-// another pass) is dropped; one still busy, or refused for another
-// reason, waits for the next read of the history, which counts it.
+// deferredRetry, at most cfg.Rate a second as a pass does, for up to
+// within or until none waits, and returns how many it filled. A message
+// found known meanwhile (answered live, or by another pass) is dropped;
+// one still busy, or refused for another reason, waits for the next read
+// of the history, which counts it.
 func retryDeferred(ctx context.Context, cfg Config, bot string, rep Report, within time.Duration) (filled int) {
+	if cfg.Rate <= 0 {
+		cfg.Rate = 20
+	}
+	limit := rate.NewLimiter(rate.Limit(cfg.Rate), 1)
 	msgs := slices.Clone(rep.later)
 	for end := time.Now().Add(within); len(msgs) > 0; {
 		left := time.Until(end)
@@ -184,6 +189,9 @@ func retryDeferred(ctx context.Context, cfg Config, bot string, rep Report, with
 		for _, m := range msgs {
 			known, err := knownAs(ctx, cfg.Inbound, bot, m)
 			if err == nil && !known {
+				if err = limit.Wait(ctx); err != nil {
+					return filled
+				}
 				err = cfg.Inbound.Late(ctx, bot, m)
 				if err == nil {
 					filled++
