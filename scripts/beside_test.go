@@ -13,13 +13,7 @@ func runBeside(t *testing.T, args ...string) (string, int) {
 		t.Skip("no bash")
 	}
 	out, err := exec.Command(bash, append([]string{"beside.sh"}, args...)...).CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return string(out), code
+	return string(out), exitCode(t, err)
 }
 
 // Every background command runs while the foreground one does (the

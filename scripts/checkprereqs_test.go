@@ -41,13 +41,19 @@ func runCheck(t *testing.T, path string, args ...string) (string, int) {
 	cmd := exec.Command(bash, append([]string{"check-prereqs.sh"}, args...)...)
 	cmd.Env = []string{"PATH=" + path, "HOME=" + t.TempDir()}
 	out, err := cmd.CombinedOutput()
-	code := 0
+	return string(out), exitCode(t, err)
+}
+
+// exitCode is the exit status of a script run that ended with err; a
+// run that could not start fails the test.
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
 	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
+		return ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	return string(out), code
+	return 0
 }
 
 // goStub answers `go env GOVERSION` and `go env CGO_ENABLED`.

@@ -655,28 +655,13 @@ func TestAnswerStoredAfterJetStreamBlip(t *testing.T) {
 // test's waits for the copy to be fetched and held.
 func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartJetStream(t, jetstream.Options{})
-	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
 	offQueue := &recorder{name: "answered off the queue", gate: make(chan struct{})}
-	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: offQueue, Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var once sync.Once
 	finish := func() { once.Do(func() { close(offQueue.gate) }) }
 	defer finish() // before wg.Wait, when the test ends early
-	if err := leader.Go(context.Background(), m, "local", &wg); err != nil {
-		t.Fatal(err)
-	}
-	testwait.Eventually(t, waitLong, "attempt 1 running off the queue", func() bool {
-		r := record(t, env.Store, m.TaskID)
-		return r.Exec == task.Running && r.Attempt == 1
-	})
-	publish(t, env.Store, "m1", "alice", "q") // the spool's copy
-	testwait.Eventually(t, waitLong, "the copy held", func() bool { return q.Holding() == 1 })
+	env, q, m := runOffQueueWithCopy(t, context.Background(), offQueue, &wg)
 
 	// While the answer runs the conversation is taken.
 	if free(t, env.Store, "alice", "m2") {
@@ -691,24 +676,20 @@ func TestQueueCopyHeldWhileTaskRunsOffQueue(t *testing.T) {
 	testwait.Eventually(t, waitLong, "the held copy let go", func() bool { return q.Holding() == 0 })
 }
 
-// A task running off the queue whose node stops gracefully is not failed:
-// the queue's copy (the spool's, forwarded) runs it, and the user gets
-// the answer instead of a failure notice.
-func TestOffQueueAttemptStoppedWithItsNodeRunsFromTheQueueCopy(t *testing.T) {
-	t.Parallel()
+// runOffQueueWithCopy starts a task on a fallback tier (the leader's own
+// worker, answering with backend, tracked by wg, on ctx: the leader
+// node's), then queues its copy, as the spool's forward does, and
+// returns once a queue worker holds the copy.
+func runOffQueueWithCopy(t *testing.T, ctx context.Context, backend ai.Backend, wg *sync.WaitGroup) (*testenv.JetStream, running, task.Message) {
+	t.Helper()
 	env := testenv.StartJetStream(t, jetstream.Options{})
 	q := run(t, env.Store, "queue-worker", demo(t, 100*time.Millisecond))
-	offQueue := &recorder{name: "never answers", gate: make(chan struct{})}
-	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: offQueue, Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
+	leader, err := worker.New(worker.Config{NodeID: "leader", Backend: backend, Store: env.Store, OutputInterval: 50 * time.Millisecond, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := task.Message{TaskID: task.ID("b", "m1"), Bot: "b", MsgID: "m1", Chat: "alice", Question: "q", Received: time.Now()}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	nodeCtx, stopNode := context.WithCancel(context.Background())
-	defer stopNode()
-	if err := leader.Go(nodeCtx, m, "local", &wg); err != nil {
+	if err := leader.Go(ctx, m, "local", wg); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Eventually(t, waitLong, "attempt 1 running off the queue", func() bool {
@@ -717,6 +698,19 @@ func TestOffQueueAttemptStoppedWithItsNodeRunsFromTheQueueCopy(t *testing.T) {
 	})
 	publish(t, env.Store, "m1", "alice", "q") // the spool's copy
 	testwait.Eventually(t, waitLong, "the copy held", func() bool { return q.Holding() == 1 })
+	return env, q, m
+}
+
+// A task running off the queue whose node stops gracefully is not failed:
+// the queue's copy (the spool's, forwarded) runs it, and the user gets
+// the answer instead of a failure notice.
+func TestOffQueueAttemptStoppedWithItsNodeRunsFromTheQueueCopy(t *testing.T) {
+	t.Parallel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	nodeCtx, stopNode := context.WithCancel(context.Background())
+	defer stopNode()
+	env, _, m := runOffQueueWithCopy(t, nodeCtx, &recorder{name: "never answers", gate: make(chan struct{})}, &wg)
 	stopNode()
 	wg.Wait()
 	testwait.Eventually(t, waitLong, "answered from the queue's copy", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Succeeded })

@@ -63,6 +63,21 @@ func (s spoolOf) Len() (int, error) {
 	return 0, nil
 }
 
+// simHistory is a simulator serving bot b1 over HTTP (closed at the
+// test's end), and the history source that reads it.
+func simHistory(t *testing.T) (*wecomsim.Server, *backfill.SimHistory) {
+	t.Helper()
+	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
+	sim.AddBot("b1", "s1")
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() { sim.Close(); srv.Close() })
+	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, src
+}
+
 // inbound is an inbound path that knows the msgids of known and collects
 // what is handed over late.
 type inbound struct {
@@ -84,14 +99,7 @@ func (in *inbound) Late(_ context.Context, _ string, m backfill.Message) error {
 // budget, counting what it did not fill.
 func TestRunAgainstSimulatorHistory(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
-	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
-	sim.AddBot("b1", "s1")
-	srv := httptest.NewServer(sim.Handler())
-	defer func() { sim.Close(); srv.Close() }()
-	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, src := simHistory(t)
 	var ids []string
 	for _, u := range []string{"u1", "u2", "u3", "u4"} {
 		r, err := sim.PostMessage(wecomsim.MessageRequest{BotID: "b1", UserID: u, Text: "hi " + u})
@@ -143,14 +151,7 @@ func TestRunAgainstSimulatorHistory(t *testing.T) {
 // again.
 func TestRunKnowsAMessageByItsHistoryID(t *testing.T) {
 	env := testenv.StartJetStream(t, jetstream.Options{})
-	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
-	sim.AddBot("b1", "s1")
-	srv := httptest.NewServer(sim.Handler())
-	defer func() { sim.Close(); srv.Close() }()
-	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, src := simHistory(t)
 	for _, req := range []wecomsim.MessageRequest{
 		{BotID: "b1", UserID: "u1", Text: "answered from WeCom's history"},
 		{BotID: "b1", UserID: "u2", ChatType: "group", ChatID: "g1", Text: "answered live in a group"},

@@ -3,8 +3,6 @@ package backfill_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,14 +31,7 @@ type termsRig struct {
 func newTermsRig(t *testing.T) *termsRig {
 	t.Helper()
 	env := testenv.StartJetStream(t, jetstream.Options{})
-	sim := wecomsim.New(wecomsim.Config{Logger: zerolog.Nop()})
-	sim.AddBot("b1", "s1")
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(func() { sim.Close(); srv.Close() })
-	src, err := backfill.SimHistoryFor("ws" + strings.TrimPrefix(srv.URL, "http") + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, src := simHistory(t)
 	tr := &backfill.Tracker{Store: env.Store, Node: "n1", Logger: zerolog.Nop()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
