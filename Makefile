@@ -73,6 +73,7 @@ test:
 	bash scripts/check-tracked.sh
 	bash scripts/beside.sh 'make build GO=$(GO)' -- $(MAKE) vet LINTFLAGS=-trimpath LINTENV=$(STATIC)
 	bash scripts/ensure-chromium.sh
+	bash scripts/ensure-nspawn.sh
 	bash scripts/beside.sh 'make conformance GO=$(GO)' 'make chaos-smoke GO=$(GO)' 'make staticcheck LINTFLAGS=-trimpath LINTENV=$(STATIC) GO=$(GO)' -- \
 		env $(STATIC) BOTCTL_REQUIRE_BROWSER=1 $(GO) test $(TESTFLAGS) $(TESTPKGS)
 

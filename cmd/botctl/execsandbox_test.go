@@ -187,8 +187,8 @@ func TestExecSandboxTaskFromAnOlderRelayOrBroken(t *testing.T) {
 
 // The shipped sandbox units parse, every directive known to this
 // machine's systemd (systemd-analyze verify; skipped where it is not
-// installed). Their isolation itself needs systemd as the machine's init
-// to run a unit: docs/security.md says how to check it on a node.
+// installed). Their isolation is tested by booting them in a container:
+// test/deploy, TestExecSandboxUnitsIsolateTheProgram.
 func TestExecSandboxUnitsParse(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {

@@ -18,6 +18,7 @@ var NonKeyEnv = []string{
 	"BOTCTL_TEST_RUN_MAIN",     // cmd/botctl's tests: run main in a child
 	"BOTCTL_REQUIRE_BROWSER",   // make test: the browser test may not skip
 	"BOTCTL_CHROMIUM",          // the browser test's Chromium
+	"BOTCTL_REQUIRE_SANDBOX",   // test/deploy: the sandbox units' test may not skip
 	"BOTCTL_CHAOS",             // make chaos-smoke
 	"BOTCTL_CHAOS_OUT",         // the chaos smoke's report file
 	"BOTCTL_RELEASE_ALL_ARCH",  // make release-check: test/release builds every architecture
