@@ -123,13 +123,17 @@ func (h *Harness) judgeBot(r *RoundResult, label string, s *sideBot) {
 			r.Undelivered++
 		}
 	}
-	j, err := judgeRound(h.C, s.bot, msgs, s.t.Messages(""), nil)
+	// The fault's expected failures are msgids, unique across bots: a side
+	// bot's question that the fault made impossible to answer (its
+	// nodes' backend cut mid-answer) is judged as the first bot's is.
+	j, err := judgeRound(h.C, s.bot, msgs, s.t.Messages(""), r.ExpectFailed)
 	if err != nil && r.Err == "" {
 		r.Err = s.bot + ": " + err.Error()
 	}
 	r.Answered += j.answered
 	r.Busy += j.busy
 	r.Marked += j.marked
+	r.FailedTold += j.failed
 	kept, listed, unowed := s.violations(j.violations)
 	r.Violations = append(r.Violations, kept...)
 	if listed+unowed > 0 {
@@ -181,11 +185,11 @@ func (h *Harness) stats2() cluster.SimStats {
 // judgeAgain2 is judgeAgain's final check of the second bot's messages:
 // its duplicates not found in their round (roundOf: msgid+invariant of
 // every round's violations).
-func (h *Harness) judgeAgain2(roundOf map[string]bool) []Violation {
+func (h *Harness) judgeAgain2(roundOf, expect map[string]bool) []Violation {
 	if h.Traffic2 == nil {
 		return nil
 	}
-	j, err := judgeRound(h.C, bot2, h.Traffic2.Messages(""), h.Traffic2.Messages(""), nil)
+	j, err := judgeRound(h.C, bot2, h.Traffic2.Messages(""), h.Traffic2.Messages(""), expect)
 	if err != nil {
 		return []Violation{{Invariant: "final check", User: bot2, Saw: fmt.Sprint(err)}}
 	}

@@ -245,7 +245,7 @@ func (h *Harness) judgeAgain(rounds []*RoundResult) ([]Violation, string) {
 	if err != nil {
 		errText = "final check: " + err.Error()
 	}
-	late := h.judgeAgain2(roundOf)
+	late := h.judgeAgain2(roundOf, expect)
 	now := map[string]bool{}
 	for _, v := range j.violations {
 		now[v.MsgID+v.Invariant] = true

@@ -158,7 +158,7 @@ func noHistoryWhy(err error) string {
 // is when the gap itself was reconciled), and what it finds is added to
 // the incident's backfill counts.
 func (h *Health) trailingPass(ctx context.Context, bd *binding, b *botState, term *election.Term, id string, recovered time.Time) {
-	if !clock.Sleep(ctx, h.cfg.Clock, time.Until(recovered.Add(h.cfg.Overlap))) {
+	if !clock.Sleep(ctx, h.cfg.Clock, recovered.Add(h.cfg.Overlap).Sub(h.now())) {
 		return
 	}
 	rep, err := h.cfg.Backfill.Pass(ctx, term)

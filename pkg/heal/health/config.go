@@ -107,7 +107,7 @@ func (c *Config) setDefaults() {
 	c.Recovery = c.Recovery.Defaults()
 	c.Limits.setDefaults()
 	if c.Now == nil {
-		c.Now = time.Now
+		c.Now = clock.Or(c.Clock).Now
 	}
 }
 
