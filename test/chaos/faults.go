@@ -185,8 +185,20 @@ type taskRow struct {
 	Tier       string `json:"tier"`
 }
 
-func (h *Harness) tasks(state string) ([]taskRow, error) {
-	out, err := h.cli("tasks", "list", "--bot", bot, "--state", state, "--json", "--limit", "0")
+func (h *Harness) tasks(state string) ([]taskRow, error) { return h.tasksOf(bot, state) }
+
+// bots are the bots the lane's traffic writes to: the first, and the
+// second where it has one.
+func (h *Harness) bots() []string {
+	if h.Traffic2 != nil {
+		return []string{bot, bot2}
+	}
+	return []string{bot}
+}
+
+// tasksOf is b's tasks in state (botctl tasks list).
+func (h *Harness) tasksOf(b, state string) ([]taskRow, error) {
+	out, err := h.cli("tasks", "list", "--bot", b, "--state", state, "--json", "--limit", "0")
 	if err != nil {
 		return nil, err
 	}
@@ -294,10 +306,12 @@ func (h *Harness) killWorkerEveryDelivery(r *RoundResult) error {
 	for {
 		leader, _ := h.C.Leaders()
 		wasLeader := len(leader[bot]) == 1 && leader[bot][0] == n.ID
-		if ts, err := h.tasks("running"); err == nil {
-			for _, o := range ts {
-				if o.Node == n.ID {
-					killed[o.MsgID]++
+		for _, b := range h.bots() {
+			if ts, err := h.tasksOf(b, "running"); err == nil {
+				for _, o := range ts {
+					if o.Node == n.ID {
+						killed[o.MsgID]++
+					}
 				}
 			}
 		}
