@@ -266,3 +266,40 @@ func TestEtcdKeysSpelledOnce(t *testing.T) {
 		})
 	}
 }
+
+// nats.go's JetStream package is imported as natsjs wherever it is
+// imported: the data plane's own package is called jetstream, and one
+// name for each keeps a reader from confusing the two.
+func TestNatsJetStreamImportedAsNatsjs(t *testing.T) {
+	fset := token.NewFileSet()
+	var files []string
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() && strings.HasPrefix(e.Name(), ".") && p != root {
+			return filepath.SkipDir
+		}
+		if !e.IsDir() && strings.HasSuffix(p, ".go") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range files { // tests too
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			if strings.Trim(imp.Path.Value, `"`) != "github.com/nats-io/nats.go/jetstream" {
+				continue
+			}
+			if imp.Name == nil || imp.Name.Name != "natsjs" {
+				t.Errorf("%s: nats.go's jetstream imported without the natsjs alias", fset.Position(imp.Pos()))
+			}
+		}
+	}
+}
