@@ -250,6 +250,8 @@ func (n *Node) balance(ctx context.Context) {
 type steadiness struct {
 	members map[string]bool
 	since   time.Time
+	gone    []string // what had gone at the last look that found any (sorted; at most a few)
+	goneN   int      // how many had
 }
 
 // steady records the membership read at now and says whether none of it
@@ -264,13 +266,18 @@ func (s *steadiness) steady(members []string, now time.Time, need time.Duration)
 		cur[m] = true
 	}
 	gone := s.since.IsZero()
+	var left []string
 	for m := range s.members {
 		if !cur[m] {
-			gone = true
-			break
+			left = append(left, m)
 		}
 	}
 	s.members = cur
+	if len(left) > 0 {
+		gone = true
+		slices.Sort(left)
+		s.gone, s.goneN = left[:min(len(left), 3)], len(left)
+	}
 	if gone {
 		s.since = now
 	}
@@ -312,6 +319,10 @@ func (n *Node) balanceOnce(ctx context.Context, st *steadiness) {
 		return
 	}
 	if !st.steady(membership(in), in.Now, cfg.Steady) {
+		if st.goneN > 0 && st.since.Equal(in.Now) {
+			n.log.Info().Int("gone", st.goneN).Strs("e.g.", st.gone).Dur("steady", cfg.Steady).
+				Msg("balancer: holding moves: queue entries (bot/node) or nodes gone since the last look; acting once none has gone for steady")
+		}
 		return // a node left a queue lately: not yet
 	}
 	plan := PlanBalance(in)

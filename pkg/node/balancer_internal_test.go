@@ -33,6 +33,11 @@ func TestSteadinessWaitsAfterADeparture(t *testing.T) {
 			t.Fatalf("membership %q at %s: steady %v, want %v", st.m, st.at, got, st.want)
 		}
 	}
+	// What had gone at the last departure is kept, for the log line that
+	// says why the balancer holds.
+	if s.goneN != 2 || !slices.Equal(s.gone, []string{"b1/c", "c"}) {
+		t.Fatalf("gone at the last departure: %d %q, want 2 [b1/c c]", s.goneN, s.gone)
+	}
 }
 
 // The membership is who is live and who is queued for each bot: not the
