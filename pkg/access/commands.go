@@ -52,15 +52,15 @@ func (a *Access) command(ctx context.Context, js *bound, r *Rules, bot, chat, te
 		r, err := a.current(ctx, js, bot, chat)
 		if err == nil && r != nil {
 			return fmt.Sprintf("当前任务：%s\n状态：%s（第 %d 次尝试）\n已进行：%s",
-				truncate(r.Question, 60), r.Exec, max(r.Attempt, 1), time.Since(r.Received).Round(time.Second))
+				truncate(r.Question, 60), r.Exec, max(r.Attempt, 1), a.cfg.Now().Sub(r.Received).Round(time.Second))
 		}
 		switch r := a.lastUndelivered(ctx, js, bot, chat); {
 		case r == nil:
 			return "当前没有正在进行的任务。"
 		case r.Receiving():
-			return fmt.Sprintf("当前任务：%s\n状态：正在接收文件\n已进行：%s", truncate(r.Question, 60), time.Since(r.Received).Round(time.Second))
+			return fmt.Sprintf("当前任务：%s\n状态：正在接收文件\n已进行：%s", truncate(r.Question, 60), a.cfg.Now().Sub(r.Received).Round(time.Second))
 		default:
-			return fmt.Sprintf("当前任务：%s\n状态：回答已生成（%s），正在发送\n已进行：%s", truncate(r.Question, 60), r.Exec, time.Since(r.Received).Round(time.Second))
+			return fmt.Sprintf("当前任务：%s\n状态：回答已生成（%s），正在发送\n已进行：%s", truncate(r.Question, 60), r.Exec, a.cfg.Now().Sub(r.Received).Round(time.Second))
 		}
 	}
 	return fmt.Sprintf("未知命令 %s。发送 /help 查看可用命令。", name)
