@@ -69,6 +69,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{yaml: "etcd:\n  endpoints: [localhost:2379]\n", want: "etcd.endpoints[0]"},
 		{yaml: "etcd:\n  compact_retention: 30s\n", want: "etcd.compact_retention: 30s: want 0"},
 		{yaml: "media:\n  allowed_hosts: [https://wework.qpic.cn]\n", want: "media.allowed_hosts[0]"},
+		{yaml: "media:\n  allowed_hosts: [wework.qpic.cn, '*']\n", want: "media.allowed_hosts[1]: \"*\" means any public host: give it alone"},
+		{yaml: "media:\n  allowed_hosts: ['*.qpic.cn']\n", want: "media.allowed_hosts[0]"},
 		{yaml: "nats:\n  url: http://x:4222\n", want: "nats.url"},
 		{yaml: "wecom:\n  url: https://x\n", want: "wecom.url"},
 		{yaml: "listen: nope\n", want: "listen"},

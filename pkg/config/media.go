@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -51,12 +52,46 @@ type Media struct {
 	// both refuses them at start (botctl does not start, naming these
 	// keys). 0: nothing set aside. Default 1 GiB (1073741824).
 	ReserveBytes int64 `yaml:"reserve_bytes"`
-	// AllowedHosts, if not empty, are the only hosts users' files are
-	// downloaded from, redirects included: a name, or ".suffix" for any
-	// host under it. Empty: any public host. On a wss:// WeCom URL (not
-	// the simulator's ws://) downloads are https only, to public
-	// addresses only, and every file needs its aeskey, whatever this says.
+	// AllowedHosts are the only hosts users' files are downloaded from,
+	// redirects included: a name, or ".suffix" for any host under it; "*"
+	// alone: any public host. Empty: WeComMediaHost against WeCom's own
+	// endpoint (wecom.url on openws.work.weixin.qq.com), any public host
+	// elsewhere (a private deployment's URL, the simulator). On a wss://
+	// WeCom URL (not the simulator's ws://) downloads are https only, to
+	// public addresses only (a host named here exactly may also be
+	// link-local: a cloud's internal endpoint), and every file needs its
+	// aeskey, whatever this says. MediaHosts is the effective list.
 	AllowedHosts []string `yaml:"allowed_hosts"`
+}
+
+// WeComMediaHost is where WeCom's AI bot callbacks point users' files
+// (images, files, mixed messages): the object storage bucket of WeCom's
+// own example callback (developer.work.weixin.qq.com, document 100719) and
+// of the callbacks seen since. WeCom does not promise it: a file refused
+// for its host names the host and this key in the node's log.
+const WeComMediaHost = "ww-aibot-img-1258476243.cos.ap-guangzhou.myqcloud.com"
+
+// AnyMediaHost, alone in media.allowed_hosts, lets files come from any
+// public host.
+const AnyMediaHost = "*"
+
+// weComHost is the host of WeCom's public long-connection endpoint.
+const weComHost = "openws.work.weixin.qq.com"
+
+// MediaHosts is the effective media.allowed_hosts: the list as set; empty,
+// WeComMediaHost against WeCom's public endpoint; nil (any public host)
+// for "*", or empty against another endpoint.
+func (c Config) MediaHosts() []string {
+	switch {
+	case len(c.Media.AllowedHosts) == 1 && c.Media.AllowedHosts[0] == AnyMediaHost:
+		return nil
+	case len(c.Media.AllowedHosts) > 0:
+		return c.Media.AllowedHosts
+	}
+	if u, err := url.Parse(c.WeCom.URL); err == nil && u.Scheme == "wss" && strings.EqualFold(u.Hostname(), weComHost) {
+		return []string{WeComMediaHost}
+	}
+	return nil
 }
 
 // Defaults of Media.
@@ -110,7 +145,7 @@ var mediaKeys = []Key{
 		c.Media.ReserveBytes = n
 		return nil
 	}},
-	{Name: "media.allowed_hosts", Flag: "media-allowed-hosts", Usage: "the only hosts users' files are downloaded from (names, or .suffix; comma-separated; empty: any public host)", set: func(c *Config, s string) error {
+	{Name: "media.allowed_hosts", Flag: "media-allowed-hosts", Usage: "the only hosts users' files are downloaded from (names, or .suffix; comma-separated; \"*\": any public host; empty: WeCom's media host against WeCom's endpoint, any public host elsewhere)", set: func(c *Config, s string) error {
 		c.Media.AllowedHosts = splitList(s)
 		return nil
 	}, list: func(c *Config, v []string) { c.Media.AllowedHosts = v }},
@@ -141,8 +176,12 @@ func (c *Config) validateMedia(bad func(key, format string, args ...any)) {
 		bad("media.max_store_bytes", "%d: want at least media.max_bytes (%d), so the largest file fits; the store is always bounded (default %d, 4 GiB)", c.Media.MaxStoreBytes, c.Media.MaxBytes, DefaultMediaMaxStoreBytes)
 	}
 	for i, h := range c.Media.AllowedHosts {
-		if h == "" || h == "." || strings.ContainsAny(h, "/: \t") {
-			bad(fmt.Sprintf("media.allowed_hosts[%d]", i), "%q: want a host name (wework.qpic.cn) or a suffix (.qpic.cn), no scheme, port or path", h)
+		switch {
+		case h == AnyMediaHost && len(c.Media.AllowedHosts) > 1:
+			bad(fmt.Sprintf("media.allowed_hosts[%d]", i), "%q means any public host: give it alone, or list the hosts", h)
+		case h == AnyMediaHost:
+		case h == "" || h == "." || strings.ContainsAny(h, "/: \t*"):
+			bad(fmt.Sprintf("media.allowed_hosts[%d]", i), "%q: want a host name (wework.qpic.cn), a suffix (.qpic.cn) or \"*\" alone (any public host), no scheme, port or path", h)
 		}
 	}
 	if c.Media.ReserveBytes < 0 {

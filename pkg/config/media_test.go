@@ -131,3 +131,27 @@ func TestMediaMessageTimeoutAndParallel(t *testing.T) {
 		}
 	}
 }
+
+// The effective media hosts: as set; "*" alone is any public host; unset,
+// WeCom's media host against WeCom's own endpoint, and any public host
+// against another (a private deployment, the simulator).
+func TestMediaHostsDefaultToWeComsAgainstWeCom(t *testing.T) {
+	for _, tc := range []struct {
+		url   string
+		hosts []string
+		want  string
+	}{
+		{"wss://openws.work.weixin.qq.com", nil, WeComMediaHost},
+		{"wss://OpenWS.work.weixin.qq.com/", nil, WeComMediaHost},
+		{"wss://openws.work.weixin.qq.com", []string{"*"}, ""},
+		{"wss://openws.work.weixin.qq.com", []string{"a.example.com", ".qpic.cn"}, "a.example.com,.qpic.cn"},
+		{"wss://wecom.corp.example/ws", nil, ""},
+		{"ws://127.0.0.1:8390/", nil, ""},
+		{"", nil, ""},
+	} {
+		c := Config{WeCom: WeCom{URL: tc.url}, Media: Media{AllowedHosts: tc.hosts}}
+		if got := strings.Join(c.MediaHosts(), ","); got != tc.want {
+			t.Errorf("wecom.url %q, allowed_hosts %q: %q, want %q", tc.url, tc.hosts, got, tc.want)
+		}
+	}
+}

@@ -49,16 +49,44 @@ func TestPolicyDialsPublicAddressesOnly(t *testing.T) {
 		"192.168.1.1:443": false, "169.254.169.254:80": false, "[fe80::1]:443": false, "0.0.0.0:443": false,
 		"100.64.0.1:443": false, "[::ffff:127.0.0.1]:443": false, "[fd00::1]:443": false, "224.0.0.1:443": false,
 	} {
-		err := Policy{Strict: true}.control("tcp", addr, nil)
+		err := Policy{Strict: true}.control("media.example.com", addr)
 		if (err == nil) != public {
 			t.Errorf("%s: %v, want public %v", addr, err, public)
 		}
-		if err := (Policy{}).control("tcp", addr, nil); err != nil {
+		if err := (Policy{}).control("media.example.com", addr); err != nil {
 			t.Errorf("%s refused without Strict: %v", addr, err)
 		}
 	}
 	if !publicAddr(netip.MustParseAddr("8.8.8.8")) {
 		t.Fatal("8.8.8.8 is public")
+	}
+}
+
+// A host named exactly in Hosts may resolve to a link-local address (as
+// Tencent Cloud's object storage does inside Tencent Cloud), and to no
+// other address that is not public; a host allowed by a suffix, or by no
+// Hosts at all, may not.
+func TestPolicyNamedHostMayBeLinkLocal(t *testing.T) {
+	p := Policy{Strict: true, Hosts: []string{"Bucket.cos.example.com", ".qpic.cn"}}
+	for _, tc := range []struct {
+		host, addr string
+		ok         bool
+	}{
+		{"bucket.cos.example.com", "169.254.0.47:443", true},
+		{"bucket.cos.example.com.", "[fe80::1]:443", true},
+		{"bucket.cos.example.com", "203.0.113.7:443", true},
+		{"bucket.cos.example.com", "127.0.0.1:443", false},
+		{"bucket.cos.example.com", "10.0.0.5:443", false},
+		{"bucket.cos.example.com", "224.0.0.1:443", false},
+		{"wework.qpic.cn", "169.254.0.47:443", false},
+		{"other.example.com", "169.254.169.254:80", false},
+	} {
+		if err := p.control(tc.host, tc.addr); (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrRefused) {
+			t.Errorf("%s at %s: %v, want ok %v", tc.host, tc.addr, err, tc.ok)
+		}
+	}
+	if err := (Policy{Strict: true}).control("bucket.cos.example.com", "169.254.0.47:443"); err == nil {
+		t.Error("a link-local address taken without Hosts naming its host")
 	}
 }
 

@@ -13,5 +13,5 @@ import (
 // are http on loopback without keys.
 func mediaFetcher(cfg config.Config) *media.Fetcher {
 	return media.New(media.Config{MaxBytes: cfg.Media.MaxBytes, Timeout: cfg.Media.DownloadTimeout, MessageTimeout: cfg.Media.MessageTimeout,
-		Parallel: cfg.Media.Parallel, Policy: media.Policy{Strict: strings.HasPrefix(cfg.WeCom.URL, "wss://"), Hosts: cfg.Media.AllowedHosts}})
+		Parallel: cfg.Media.Parallel, Policy: media.Policy{Strict: strings.HasPrefix(cfg.WeCom.URL, "wss://"), Hosts: cfg.MediaHosts()}})
 }
