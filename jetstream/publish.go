@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/botctl/botctl/pkg/pause"
@@ -196,22 +197,43 @@ func (s *Store) Requeue(ctx context.Context, msg natsjs.Msg) (PublishResult, err
 	if err != nil {
 		return PublishResult{}, fmt.Errorf("requeue task: %w", err)
 	}
-	seq := meta.Sequence.Stream
+	return s.requeue(ctx, msg.Subject(), msg.Data(), msg.Headers(), meta.Sequence.Stream)
+}
+
+// RequeueStored is Requeue of the task message stored at msg's sequence,
+// read from the stream (GetMsg): for a message no worker holds, such as
+// one past its last delivery.
+func (s *Store) RequeueStored(ctx context.Context, msg *natsjs.RawStreamMsg) (PublishResult, error) {
+	return s.requeue(ctx, msg.Subject, msg.Data, msg.Header, msg.Sequence)
+}
+
+// RequeuesHdr counts the times a task message was requeued (Requeue,
+// RequeueStored): each copy carries its original's count plus one.
+const RequeuesHdr = "Botctl-Requeues"
+
+// Requeues is how many times the task message with header h was requeued.
+func Requeues(h nats.Header) int {
+	n, _ := strconv.Atoi(h.Get(RequeuesHdr))
+	return n
+}
+
+func (s *Store) requeue(ctx context.Context, subject string, data []byte, header nats.Header, seq uint64) (PublishResult, error) {
 	if err := s.deleteTask(ctx, seq); err != nil {
-		return PublishResult{}, fmt.Errorf("requeue task %s seq %d: delete: %w", msg.Subject(), seq, err)
+		return PublishResult{}, fmt.Errorf("requeue task %s seq %d: delete: %w", subject, seq, err)
 	}
-	dup := nats.NewMsg(msg.Subject())
-	dup.Data = msg.Data()
-	for k, v := range msg.Headers() {
-		if k != nats.MsgIdHdr {
+	dup := nats.NewMsg(subject)
+	dup.Data = data
+	for k, v := range header {
+		if k != nats.MsgIdHdr && k != RequeuesHdr {
 			dup.Header[k] = v
 		}
 	}
+	dup.Header.Set(RequeuesHdr, strconv.Itoa(Requeues(header)+1))
 	ack, err := s.js.PublishMsg(ctx, dup,
-		natsjs.WithMsgID(fmt.Sprintf("%s#requeued-%d", msg.Headers().Get(nats.MsgIdHdr), seq)),
+		natsjs.WithMsgID(fmt.Sprintf("%s#requeued-%d", header.Get(nats.MsgIdHdr), seq)),
 		natsjs.WithExpectStream(s.names.TaskStream))
 	if err != nil {
-		return PublishResult{}, fmt.Errorf("requeue task %s seq %d: publish: %w", msg.Subject(), seq, classify(ctx, err))
+		return PublishResult{}, fmt.Errorf("requeue task %s seq %d: publish: %w", subject, seq, classify(ctx, err))
 	}
 	return PublishResult{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }

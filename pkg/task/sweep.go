@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/schema"
 	"github.com/nats-io/nats.go"
@@ -392,6 +393,9 @@ func (l *Lifecycle) maxDelivered(ctx context.Context, a maxDeliveriesAdvisory) e
 	if err := json.Unmarshal(msg.Data, &m); err != nil || m.TaskID == "" {
 		return l.store.RemoveTask(ctx, a.StreamSeq)
 	}
+	if l.requeueLive(ctx, m, msg) {
+		return nil
+	}
 	// A task whose record never landed (the leader's write and every
 	// worker's Start failed) gets one now, so that giving it up tells the
 	// user, instead of removing its message in silence.
@@ -401,4 +405,42 @@ func (l *Lifecycle) maxDelivered(ctx context.Context, a maxDeliveriesAdvisory) e
 	// GiveUp frees the conversation's message if it is this task's; make
 	// sure of this exact one, whatever became of the record.
 	return l.store.RemoveTask(ctx, a.StreamSeq)
+}
+
+// MaxRequeues bounds the times one task's queue message is requeued past
+// its last delivery for an attempt still running (requeueLive).
+const MaxRequeues = 3
+
+// requeueLive requeues msg, past its last delivery, with fresh deliveries
+// when its task's current attempt began less than half the queue's ack
+// wait ago, and reports whether it did. Such a task was not worn out by
+// attempts that died (a dead attempt's delivery ends at the ack wait
+// after it began): its deliveries went to hand-offs no attempt caused, a
+// node stopping gracefully that handed its task back, or a NATS server
+// restarting that handed the message out again while its attempt ran.
+// The copy's delivery supersedes the running attempt (a fresh start, one
+// answer: the older attempt is fenced) or finds the task finished and is
+// acked. At most MaxRequeues times a task; then, or when the record
+// cannot be read or the requeue fails, the task is given up as before.
+func (l *Lifecycle) requeueLive(ctx context.Context, m Message, msg *natsjs.RawStreamMsg) bool {
+	n := jetstream.Requeues(msg.Header)
+	if n >= MaxRequeues {
+		return false
+	}
+	r, err := l.Get(ctx, m.TaskID)
+	if err != nil || r.Exec != Running {
+		return false
+	}
+	began := r.execChanged()
+	if l.now().Sub(began) >= l.store.Options().TaskAckWait/2 {
+		return false
+	}
+	res, err := l.store.RequeueStored(ctx, msg)
+	if err != nil {
+		l.log.Warn().Err(err).Str("task", m.TaskID).Msg("task past its last delivery with an attempt running not requeued; giving it up")
+		return false
+	}
+	l.log.Info().Str("task", m.TaskID).Str("bot", m.Bot).Int("attempt", r.Attempt).Time("attempt_began", began).Int("requeues", n+1).Uint64("seq", res.Seq).
+		Msg("task past its last delivery while an attempt runs: requeued with fresh deliveries (they went to hand-offs, not to attempts that died)")
+	return true
 }
