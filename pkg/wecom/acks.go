@@ -325,7 +325,9 @@ func (p *Pending) finish(f *Frame, err error) {
 func (p *Pending) Acked() time.Time { return p.ackedAt }
 
 // Wait waits for the frame's ack: AckTimeout from the write, or ctx, or
-// the connection's end, whichever is first. The outcomes are Do's.
+// the connection's end, whichever is first. The end is when the socket
+// is no longer read, not when closing starts: an ack read during Close's
+// handshake still counts. The outcomes are Do's.
 func (p *Pending) Wait(ctx context.Context) (*Frame, error) {
 	p.once.Do(func() { p.finish(p.wait(ctx)) })
 	return p.f, p.err
@@ -339,23 +341,31 @@ func (p *Pending) wait(ctx context.Context) (f *Frame, err error) {
 	case a := <-p.w:
 		f, p.ackedAt = a.f, a.at
 	case <-t.C():
-		p.stopWaiting()
-		c.acks.lastTimeout.Store(time.Now().UnixNano())
-		c.vitals.failed(true)
-		if n := int(c.acks.timeouts.Add(1)); n >= c.cfg.MaxAckTimeouts {
-			c.shut(ReasonAckTimeouts, fmt.Errorf("%d frames in a row without an ack within %s", n, c.cfg.AckTimeout))
-		}
-		return nil, &ackTimeoutError{cmd: p.cmd, reqID: p.reqID, after: c.cfg.AckTimeout}
+		return nil, p.timedOut()
 	case <-ctx.Done():
 		p.stopWaiting()
 		return nil, ctx.Err()
 	case <-c.end.closing:
+		// The frame was written before the connection started closing:
+		// its ack may still be read (the ack that closed it, 846609, or
+		// one the server sent before it saw Close's frame, read during
+		// the handshake). Only once the reader has stopped is it lost.
 		select {
-		case a := <-p.w: // the ack that closed the connection (846609)
+		case a := <-p.w:
 			f, p.ackedAt = a.f, a.at
-		default:
+		case <-c.end.readEnded:
+			select {
+			case a := <-p.w: // read last
+				f, p.ackedAt = a.f, a.at
+			default:
+				p.stopWaiting()
+				return nil, c.closeErr()
+			}
+		case <-t.C():
+			return nil, p.timedOut()
+		case <-ctx.Done():
 			p.stopWaiting()
-			return nil, c.closeErr()
+			return nil, ctx.Err()
 		}
 	}
 	if p.ambiguous {
@@ -372,6 +382,19 @@ func (p *Pending) wait(ctx context.Context) (f *Frame, err error) {
 	}
 	c.vitals.ok()
 	return f, nil
+}
+
+// timedOut ends p's wait at AckTimeout: the frame's outcome is unknown
+// (ErrAckTimeout), and MaxAckTimeouts in a row close the connection.
+func (p *Pending) timedOut() error {
+	c := p.c
+	p.stopWaiting()
+	c.acks.lastTimeout.Store(time.Now().UnixNano())
+	c.vitals.failed(true)
+	if n := int(c.acks.timeouts.Add(1)); n >= c.cfg.MaxAckTimeouts {
+		c.shut(ReasonAckTimeouts, fmt.Errorf("%d frames in a row without an ack within %s", n, c.cfg.AckTimeout))
+	}
+	return &ackTimeoutError{cmd: p.cmd, reqID: p.reqID, after: c.cfg.AckTimeout}
 }
 
 // outcomeCode is a sent frame's errcode for FrameObserver: the ack's, or

@@ -46,6 +46,10 @@ type ending struct {
 	once    sync.Once
 	closing chan struct{} // closed when the connection starts closing
 	closed  atomic.Bool   // no write starts once set
+	// readEnded is closed when the reader has stopped: no ack can come
+	// any more. Until then a frame written before closing may still get
+	// its ack (Close's handshake reads on).
+	readEnded chan struct{}
 
 	mu  sync.Mutex
 	err *CloseError
@@ -95,7 +99,7 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Conn, error) {
 		ws:        ws,
 		acks:      newAcks(),
 		callbacks: newCallbackQueue(h, cfg.CallbackQueue),
-		end:       ending{closing: make(chan struct{})},
+		end:       ending{closing: make(chan struct{}), readEnded: make(chan struct{})},
 		done:      make(chan struct{}),
 	}
 	c.log = cfg.Logger.With().Str("bot", cfg.BotID).Uint64("conn", c.id).Logger()
@@ -196,7 +200,9 @@ func (c *Conn) Reason() CloseReason {
 // handshake: a close frame goes to the server, and the socket is read on
 // until the server's close frame comes back (at most CloseGrace), so a
 // callback the server sent before it saw ours is read, not lost in the
-// socket; every callback read is handed to the Handler.
+// socket; every callback read is handed to the Handler, and a frame
+// written before Close gets the ack read meanwhile (its Wait waits for it
+// until the handshake ends).
 // Wait on Done for that and for the goroutines to end.
 func (c *Conn) Close() error {
 	c.shut(ReasonClosedByUs, nil)
@@ -246,6 +252,7 @@ func (c *Conn) closeErr() error {
 // callbacks; callbacks go to the bounded queue the dispatcher drains.
 func (c *Conn) read() {
 	defer func() {
+		close(c.end.readEnded)
 		_ = c.ws.Close() // already, unless Close's handshake ended here
 		c.callbacks.readerStopped()
 		c.wg.Wait()
