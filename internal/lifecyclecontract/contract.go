@@ -30,6 +30,7 @@ type Lifecycle interface {
 	Retry(ctx context.Context, id, reason string) (*task.Record, error)
 	Redeliver(ctx context.Context, id, reason string) (*task.Record, error)
 	Refused(ctx context.Context, m task.Message, reason string, busy bool) (*task.Record, error)
+	RefusedSaying(ctx context.Context, m task.Message, text string) (*task.Record, error)
 	Feedback(ctx context.Context, bot, id, msgid string, fb task.Feedback) (*task.Record, error)
 	Receive(ctx context.Context, r *task.Record, until time.Time) (*task.Record, error)
 	Unreceived(ctx context.Context, id string) (removed bool, err error)
@@ -387,6 +388,14 @@ func testRefused(t *testing.T, c *checker) {
 	if r.Exec != task.Running || r.Busy {
 		t.Fatalf("refusal of a running task: exec %s busy %v", r.Exec, r.Busy)
 	}
+	_, m = c.message(t)
+	if r, err = c.lc().RefusedSaying(c.ctx, m, "files too large"); err != nil {
+		t.Fatal(err)
+	}
+	if r.Exec != task.Failed || r.Busy || r.Refusal != "files too large" {
+		t.Fatalf("refused saying: exec %s busy %v refusal %q", r.Exec, r.Busy, r.Refusal)
+	}
+	c.noticed(t, m.TaskID, "refusal saying its words")
 }
 
 // A finished task's delivery: frames shown make it streaming, the final

@@ -357,15 +357,24 @@ func (f *Fake) Fail(_ context.Context, id string, attempt int, reason string, re
 // Refused fails a task refused late (task.Rules.Refused), created
 // refused when it has no record.
 func (f *Fake) Refused(ctx context.Context, m task.Message, reason string, busy bool) (*task.Record, error) {
+	return f.refused(ctx, m, reason, busy, f.rules.Refused(reason, busy))
+}
+
+// RefusedSaying is Refused whose answer is text (task.Rules.RefusedSaying).
+func (f *Fake) RefusedSaying(ctx context.Context, m task.Message, text string) (*task.Record, error) {
+	return f.refused(ctx, m, text, false, f.rules.RefusedSaying(text))
+}
+
+func (f *Fake) refused(ctx context.Context, m task.Message, reason string, busy bool, change func(*task.Record) error) (*task.Record, error) {
 	fresh := task.RecordOf(m)
 	fresh.Error, fresh.Busy = reason, busy
-	if err := fresh.SetExec(task.Failed, reason, f.rules.Node, f.rules.Clock.Now().UTC()); err != nil {
+	if err := change(fresh); err != nil {
 		return nil, err
 	}
 	if _, err := f.Open(ctx, fresh); err != nil {
 		return nil, err
 	}
-	r, _, err := f.update(m.TaskID, f.rules.Refused(reason, busy))
+	r, _, err := f.update(m.TaskID, change)
 	if err == nil && r.Exec == task.Failed {
 		f.notice(r, false)
 	}

@@ -43,7 +43,7 @@ func (h *handling) settleReceiving() {
 		// Failed, its delivery owed: the pusher tells the user (a
 		// refusal, as a busy one refused late is).
 		rec := h.record("", nil)
-		if _, err := h.js.lc.Refused(ctx, task.MessageOf(rec), h.owed, false); err != nil {
+		if _, err := h.js.lc.RefusedSaying(ctx, task.MessageOf(rec), h.owed); err != nil {
 			h.log.Warn().Err(err).Msg("files not taken and the refusal neither sent nor recorded: the sweep tells the user")
 			return
 		}

@@ -132,6 +132,9 @@ type Records interface {
 	// Refused records a message refused (busy: its conversation had a
 	// task), answered by push.
 	Refused(ctx context.Context, m task.Message, reason string, busy bool) (*task.Record, error)
+	// RefusedSaying records a message refused whose words (text) the
+	// user is owed, answered by push.
+	RefusedSaying(ctx context.Context, m task.Message, text string) (*task.Record, error)
 	// Stop ends the conversation's task (/stop).
 	Stop(ctx context.Context, bot, chat, reason string) (task.Released, error)
 	// Feedback records a user's verdict on a task's answer.

@@ -650,6 +650,30 @@ func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
 	}
 }
 
+// A refusal whose words the user is owed (why the message's files were
+// not taken, the connection closed before the reply) is pushed with those
+// words, not the failure notice.
+func TestRefusalOwedIsPushedInItsOwnWords(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, wecomsim.Config{})
+	rec := r.ask("alice", "look at this file")
+	r.connect(2) // the connection that read it closed: a new term
+	if _, err := r.lc.RefusedSaying(context.Background(), task.MessageOf(rec), "FILES: the store is full"); err != nil {
+		t.Fatal(err)
+	}
+	r.start(pusher.Config{BusyNote: "BUSY", FailedNote: "FAILED"})
+	r.waitDelivery(rec.ID, task.Delivered)
+	var pushed []string
+	for _, m := range r.botMessages("alice") {
+		if m.Kind == "markdown" {
+			pushed = append(pushed, m.Content)
+		}
+	}
+	if len(pushed) != 1 || pushed[0] != "> look at this file\n\nFILES: the store is full" {
+		t.Fatalf("pushed %q, want the refusal's words quoting the question", pushed)
+	}
+}
+
 // A task nobody announced to the pusher (the core NATS notice lost while
 // the connection reconnected; a refusal has no output to watch) is found
 // by the resync of the undelivered index and delivered, in this term.

@@ -21,9 +21,12 @@ func (p *Pusher) finalText(r *task.Record, text string) string {
 	case task.Canceled:
 		text = join(text, p.cfg.CanceledNote)
 	case task.Failed:
-		if r.Busy {
+		switch {
+		case r.Busy:
 			text = join(text, busy)
-		} else {
+		case r.Refusal != "":
+			text = join(text, r.Refusal)
+		default:
 			text = join(text, p.cfg.FailedNote)
 		}
 	}

@@ -264,20 +264,37 @@ func (l *Lifecycle) GiveUp(ctx context.Context, id, reason string, msg natsjs.Ms
 // bucket answers, so that the user is still told. The error says it was
 // not written now.
 func (l *Lifecycle) Refused(ctx context.Context, m Message, reason string, busy bool) (*Record, error) {
-	r, err := l.refused(ctx, m, reason, busy)
+	how := endRefused
+	if busy {
+		how = endRefusedBusy
+	}
+	return l.refusedOrOwed(ctx, m, reason, how)
+}
+
+// RefusedSaying is Refused for a refusal whose words the user is owed:
+// text is what the inbound path would have replied (why a message's files
+// were not taken) had its connection not closed first. The record keeps
+// it (Record.Refusal), and the pusher sends it instead of the failure
+// note.
+func (l *Lifecycle) RefusedSaying(ctx context.Context, m Message, text string) (*Record, error) {
+	return l.refusedOrOwed(ctx, m, text, endRefusedSaying)
+}
+
+func (l *Lifecycle) refusedOrOwed(ctx context.Context, m Message, reason string, how ending) (*Record, error) {
+	r, err := l.refused(ctx, m, reason, how)
 	if err != nil {
-		how := endRefused
-		if busy {
-			how = endRefusedBusy
-		}
 		l.owe(m, reason, how, 0)
 	}
 	return r, err
 }
 
-func (l *Lifecycle) refused(ctx context.Context, m Message, reason string, busy bool) (*Record, error) {
+func (l *Lifecycle) refused(ctx context.Context, m Message, reason string, how ending) (*Record, error) {
+	busy, saying := how == endRefusedBusy, ""
+	if how == endRefusedSaying {
+		saying = reason
+	}
 	fresh := RecordOf(m)
-	fresh.Error, fresh.Busy = reason, busy
+	fresh.Error, fresh.Busy, fresh.Refusal = reason, busy, saying
 	if err := fresh.SetExec(Failed, reason, l.node, l.now().UTC()); err != nil {
 		return nil, err
 	}
@@ -286,7 +303,7 @@ func (l *Lifecycle) refused(ctx context.Context, m Message, reason string, busy 
 	if _, err := l.Open(ctx, fresh); err != nil {
 		return nil, err
 	}
-	r, err := l.update(ctx, m.TaskID, l.rules().Refused(reason, busy))
+	r, err := l.update(ctx, m.TaskID, l.rules().refused(reason, busy, saying))
 	if err == nil && r.Exec == Failed {
 		l.notice(r)
 	}

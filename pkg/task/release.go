@@ -38,11 +38,18 @@ const (
 	// passed; a record that began later is left running (its worker
 	// holds its own deadline).
 	endDeadline
-	// endRefused, endRefusedBusy: refused before it ran (Refused), with
-	// a busy reply for endRefusedBusy.
+	// endRefused, endRefusedBusy, endRefusedSaying: refused before it
+	// ran (Refused), with a busy reply for endRefusedBusy, with the
+	// reason's own words for endRefusedSaying (RefusedSaying).
 	endRefused
 	endRefusedBusy
+	endRefusedSaying
 )
+
+// refusal reports whether how is a refusal (Refused, RefusedSaying).
+func (how ending) refusal() bool {
+	return how == endRefused || how == endRefusedBusy || how == endRefusedSaying
+}
 
 // Released is what Stop or Release did to a conversation.
 type Released struct {
@@ -125,8 +132,8 @@ func (l *Lifecycle) endConversation(ctx context.Context, bot, chat, reason strin
 // became of its record (see Released.Record). A task without a record is
 // opened from m first, so that the ending reaches the user.
 func (l *Lifecycle) end(ctx context.Context, m Message, reason string, how ending, deadline time.Duration) (string, error) {
-	if how == endRefused || how == endRefusedBusy {
-		r, err := l.refused(ctx, m, reason, how == endRefusedBusy)
+	if how.refusal() {
+		r, err := l.refused(ctx, m, reason, how)
 		if err != nil {
 			return "", err
 		}

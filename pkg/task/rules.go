@@ -160,11 +160,22 @@ func (s Rules) GiveUp(reason string) func(*Record) error {
 // (busy: the answer is the busy reply), only while queued and never
 // started.
 func (s Rules) Refused(reason string, busy bool) func(*Record) error {
+	return s.refused(reason, busy, "")
+}
+
+// RefusedSaying is RefusedSaying's change: Refused, its answer text.
+func (s Rules) RefusedSaying(text string) func(*Record) error {
+	return s.refused(text, false, text)
+}
+
+// refused is Refused's change, saying: the refusal's words for the user
+// (RefusedSaying), or none.
+func (s Rules) refused(reason string, busy bool, saying string) func(*Record) error {
 	return func(r *Record) error {
 		if r.Exec != Queued || r.Attempt > 0 {
 			return ErrNoChange
 		}
-		r.Error, r.Busy = reason, busy
+		r.Error, r.Busy, r.Refusal = reason, busy, saying
 		return r.SetExec(Failed, reason, s.Node, s.Clock.Now().UTC())
 	}
 }

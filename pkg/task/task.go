@@ -166,6 +166,11 @@ type Record struct {
 	// from a spool after an outage, it found the conversation's earlier
 	// task still running): its answer is the busy reply, not a failure.
 	Busy bool `json:"busy,omitempty"`
+	// Refusal: the task failed as a refusal whose words the user is owed
+	// (why the message's files were not taken, when the connection that
+	// read it closed before the reply): its answer is this text, not a
+	// failure.
+	Refusal string `json:"refusal,omitempty"`
 	// NotIndexed: the record was written but its entry in the undelivered
 	// index was not (that bucket failed). The next Start writes the entry
 	// and clears it: without the entry a new leader's pusher would never
