@@ -46,6 +46,10 @@ type ending struct {
 	final bool
 	// offQueue: a fallback tier ran it; there is no queue message.
 	offQueue bool
+	// requeue (final, on the queue): the queue message may be requeued
+	// with fresh deliveries (Store.Requeue; fewer than task.MaxRequeues
+	// so far), so that a node stopping does not end the task.
+	requeue bool
 	// started and now (stepAnswer): when the task's first attempt
 	// started (the record's Started), and when the answer's end was seen.
 	// The execution deadline is limit after started.
@@ -76,8 +80,11 @@ type verdict struct {
 	steps  bool   // (recordFail) the backends the run asked go to the record too
 	// res is what becomes of the queue message; for recordFail,
 	// failOutcome says, once Fail has answered.
-	res  result
-	note string // logged at info level, with the step's error
+	res result
+	// requeue (recordFail with retry): the queue message, on its last
+	// delivery, is requeued with fresh deliveries rather than nak'd.
+	requeue bool
+	note    string // logged at info level, with the step's error
 }
 
 // tokenWhy is the reason recorded when the node stops while a task's last
@@ -93,6 +100,9 @@ func decide(e ending) verdict {
 	case stepToken: // only the node stopping ends the wait
 		if !e.final {
 			return verdict{res: result{action: actRetry, err: e.err}}
+		}
+		if e.requeue && !e.offQueue {
+			return verdict{res: result{action: actRequeue, err: e.err}}
 		}
 		// No attempt follows: end the task rather than lock its conversation.
 		act := actGiveUp
@@ -159,9 +169,14 @@ func decideAnswer(e ending) verdict {
 		// spool's copy, forwarded to the queue, runs the task again (a
 		// worker holding that copy runs it once this attempt has ended),
 		// and the sweep ends it at the execution deadline if no copy
-		// does. On the queue's last delivery nothing runs it again.
+		// does. On the queue's last delivery the message is requeued
+		// with fresh deliveries, a few times; past them nothing runs it
+		// again.
 		v := fail("interrupted: the node is stopping", true)
-		if e.final && !e.offQueue {
+		switch {
+		case e.final && !e.offQueue && e.requeue:
+			v.requeue = true
+		case e.final && !e.offQueue:
 			v = fail("the node stopped during the task's last attempt", false)
 		}
 		v.flush = true

@@ -20,6 +20,7 @@ type seen struct {
 	retry       bool
 	why         string
 	steps       bool
+	requeue     bool
 	action      action
 	err         string
 	note        string
@@ -27,7 +28,7 @@ type seen struct {
 
 func see(v verdict) seen {
 	s := seen{goOn: v.goOn, flush: v.flush, record: v.record, retry: v.retry, why: v.why, steps: v.steps,
-		action: v.res.action, note: v.note}
+		requeue: v.requeue, action: v.res.action, note: v.note}
 	if v.res.err != nil {
 		s.err = v.res.err.Error()
 	}
@@ -58,6 +59,7 @@ func TestDecide(t *testing.T) {
 	stopping := func(e ending) ending { e.nodeStopping = true; return e }
 	offQueue := func(e ending) ending { e.offQueue = true; return e }
 	stopped := func(e ending, cause error) ending { e.stopped = cause; return e }
+	requeuable := func(e ending) ending { e.requeue = true; return e }
 
 	for _, c := range []struct {
 		name string
@@ -68,7 +70,10 @@ func TestDecide(t *testing.T) {
 		{"token taken", ending{step: stepToken}, seen{goOn: true}},
 		{"token: node stopped, a delivery remains: handed back",
 			ending{step: stepToken, err: context.Canceled}, seen{action: actRetry, err: "context canceled"}},
-		{"token: node stopped on the last delivery: given up, not left locking the conversation",
+		{"token: node stopped on the last delivery: requeued with fresh deliveries",
+			requeuable(final(ending{step: stepToken, err: context.Canceled})),
+			seen{action: actRequeue, err: "context canceled"}},
+		{"token: node stopped on the last delivery, requeued too often: given up, not left locking the conversation",
 			final(ending{step: stepToken, err: context.Canceled}),
 			seen{record: recordGiveUp, why: tokenWhy, action: actGiveUp, err: tokenWhy}},
 		{"token: node stopped on a fallback tier: given up, no queue message",
@@ -143,11 +148,14 @@ func TestDecide(t *testing.T) {
 		{"TestStopBeforeFinalDeliveryRequeues: interrupted by the node's stop: queued again",
 			stopping(answerEnd(t0.Add(time.Minute), context.Canceled)),
 			seen{flush: true, record: recordFail, retry: true, why: "interrupted: the node is stopping"}},
-		{"TestStopOnFinalDeliveryFailsAndFrees: interrupted on the last delivery: failed for good",
+		{"TestStopOnFinalDeliveryRequeues: interrupted on the last delivery: queued again, the message requeued",
+			requeuable(final(stopping(answerEnd(t0.Add(time.Minute), context.Canceled)))),
+			seen{flush: true, record: recordFail, retry: true, requeue: true, why: "interrupted: the node is stopping"}},
+		{"TestStopOnFinalDeliveryRequeuedTooOftenFailsAndFrees: interrupted on the last delivery, requeued too often: failed for good",
 			final(stopping(answerEnd(t0.Add(time.Minute), context.Canceled))),
 			seen{flush: true, record: recordFail, why: "the node stopped during the task's last attempt"}},
 		{"interrupted on a fallback tier: left for the queue's copy of the task (the spool's), not failed",
-			offQueue(final(stopping(answerEnd(t0.Add(time.Minute), context.Canceled)))),
+			requeuable(offQueue(final(stopping(answerEnd(t0.Add(time.Minute), context.Canceled))))),
 			seen{flush: true, record: recordFail, retry: true, why: "interrupted: the node is stopping"}},
 
 		{"reply stored", ending{step: stepReply}, seen{goOn: true}},

@@ -24,7 +24,7 @@ func (w *Worker) Execute(ctx context.Context, m task.Message, tier string) error
 		return err
 	}
 	defer release()
-	return w.execute(ctx, m, tier, 0, true).err
+	return w.execute(ctx, m, tier, 0, true, false).err
 }
 
 // Go is Execute on a goroutine that wg tracks: the slot is taken (or
@@ -37,7 +37,7 @@ func (w *Worker) Go(ctx context.Context, m task.Message, tier string, wg *sync.W
 	}
 	wg.Go(func() {
 		defer release()
-		w.execute(ctx, m, tier, 0, true)
+		w.execute(ctx, m, tier, 0, true, false)
 	})
 	return nil
 }
@@ -45,11 +45,13 @@ func (w *Worker) Go(ctx context.Context, m task.Message, tier string, wg *sync.W
 // execute runs one attempt of a task and records how it ended. final says
 // no other attempt will follow if this one fails (the queue's last
 // delivery, or a fallback tier); deliveries is the queue's count, 0 off
-// the queue. The attempt is a sequence of steps; each step's end goes
+// the queue; requeue, that a final queue message may be requeued with
+// fresh deliveries if the node stops during the attempt. The attempt is a sequence of steps; each step's end goes
 // through settle, where decide (decide.go) says whether the attempt goes
 // on and, if not, what becomes of the record and of the queue message.
-func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliveries int, final bool) result {
+func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliveries int, final, requeue bool) result {
 	a := w.newAttempt(ctx, m, tier, deliveries, final)
+	a.requeue = requeue
 	// The AI concurrency token is taken before the task starts: while it
 	// waits the record stays queued (the user is told so) and handle's
 	// in-progress acks keep the queue message.
@@ -103,6 +105,7 @@ type attempt struct {
 	tier       string
 	deliveries int  // the queue's count; 0: off the queue
 	final      bool // no attempt follows if this one fails
+	requeue    bool // (final, on the queue) its message may be requeued once more
 	log        zerolog.Logger
 	bg         context.Context // the worker's context without its end: the record's last writes
 
@@ -126,7 +129,7 @@ func (w *Worker) newAttempt(ctx context.Context, m task.Message, tier string, de
 // output, the record and the log, and returns what becomes of the queue
 // message.
 func (a *attempt) settle(e ending) (res result, over bool) {
-	e.final, e.offQueue, e.limit = a.final, a.deliveries == 0, a.w.cfg.Deadline
+	e.final, e.offQueue, e.requeue, e.limit = a.final, a.deliveries == 0, a.requeue, a.w.cfg.Deadline
 	v := decide(e)
 	if v.goOn {
 		return result{}, false
@@ -150,6 +153,9 @@ func (a *attempt) settle(e ending) (res result, over bool) {
 		_, err := a.lc.Fail(a.bg, a.m.TaskID, a.n, v.why, v.retry, steps...)
 		a.w.storeError("record_write", err)
 		res := failOutcome(err, v.retry, v.why)
+		if v.requeue && res.action == actRetry {
+			res.action = actRequeue
+		}
 		if res.action == actGiveUp {
 			a.log.Error().Str("reason", v.why).Msg("task failed")
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botctl/botctl/jetstream"
 	"github.com/botctl/botctl/pkg/clock"
 	"github.com/botctl/botctl/pkg/pause"
 	"github.com/botctl/botctl/pkg/schema"
@@ -163,11 +164,12 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 	log := w.log.With().Str("task", m.TaskID).Str("bot", m.Bot).Int("delivery", deliveries).Logger()
 
 	stopAlive := keepAlive(ctx, w.clock(), msg, w.cfg.Store.Options().TaskAckWait/3)
-	res := w.execute(ctx, m, "queue", deliveries, w.cfg.Store.FinalDelivery(msg))
+	requeue := jetstream.Requeues(msg.Headers()) < task.MaxRequeues
+	res := w.execute(ctx, m, "queue", deliveries, w.cfg.Store.FinalDelivery(msg), requeue)
 	for res.action == actHold {
 		if res = w.hold(ctx, m, log, res.err); res.action == actRun {
 			w.reserve() // execute's acquire takes it back
-			res = w.execute(ctx, m, "queue", deliveries, w.cfg.Store.FinalDelivery(msg))
+			res = w.execute(ctx, m, "queue", deliveries, w.cfg.Store.FinalDelivery(msg), requeue)
 		}
 	}
 	stopAlive()
@@ -186,6 +188,17 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 			log.Warn().Err(res.err).Dur("retry_in", w.cfg.RetryDelay).Msg("attempt failed; will retry")
 			msg.NakWithDelay(w.cfg.RetryDelay)
 		}
+	case actRequeue:
+		<-fetched // the copy must not be delivered into this worker's own pull request
+		rctx, cancel := context.WithTimeout(bg, handBackTimeout)
+		_, err := w.cfg.Store.Requeue(rctx, msg)
+		cancel()
+		if err != nil {
+			log.Warn().Err(err).Msg("a task interrupted on its last delivery was not requeued; nak'd, its deliveries run out")
+			msg.Nak()
+			return
+		}
+		log.Info().Msg("interrupted on its last delivery: requeued with fresh deliveries")
 	case actGiveUp:
 		if err := w.cfg.Store.GiveUp(bg, msg, res.err.Error()); err != nil {
 			log.Warn().Err(err).Msg("queue message not removed; the sweep removes it")
@@ -306,12 +319,13 @@ const ackTimeout = 5 * time.Second
 type action int
 
 const (
-	actAck    action = iota // the task needs nothing more from the queue
-	actRetry                // the record is queued again: nak for another attempt
-	actGiveUp               // the record is failed for good: terminate the message
-	actLeave                // superseded: a later attempt holds the message
-	actHold                 // the task runs off the queue: hold the message until it ends
-	actRun                  // (hold) run the task now
+	actAck     action = iota // the task needs nothing more from the queue
+	actRetry                 // the record is queued again: nak for another attempt
+	actGiveUp                // the record is failed for good: terminate the message
+	actLeave                 // superseded: a later attempt holds the message
+	actHold                  // the task runs off the queue: hold the message until it ends
+	actRun                   // (hold) run the task now
+	actRequeue               // the record is queued again, the message on its last delivery: requeue it with fresh deliveries
 )
 
 type result struct {

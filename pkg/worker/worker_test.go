@@ -322,19 +322,48 @@ func TestConfigRequired(t *testing.T) {
 	_ = errors.New
 }
 
-// A worker stopped (SIGTERM) during a task's last delivery: nak'ing it
-// would leave it in the queue for good (no delivery is left), locking the
-// conversation. It is failed with the reason and its message removed.
-func TestStopOnFinalDeliveryFailsAndFrees(t *testing.T) {
+// A worker stopped during the queue's last delivery of a task hands it
+// back with fresh deliveries (the message requeued): the record says
+// queued, and the next worker finishes it. A node stopping is not the
+// task's fault.
+func TestStopOnFinalDeliveryRequeues(t *testing.T) {
 	t.Parallel()
 	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 1})
 	w := run(t, env.Store, "w1", demo(t, time.Minute))
 	m := publish(t, env.Store, "m1", "alice", "long one")
 	testwait.Eventually(t, waitLong, "running", func() bool { return record(t, env.Store, m.TaskID).Exec == task.Running })
 	w.stop()
+	if r := record(t, env.Store, m.TaskID); r.Exec != task.Queued {
+		t.Fatalf("record after stop on the final delivery = %s %q, want queued", r.Exec, r.Error)
+	}
+	if free(t, env.Store, "alice", "m2") {
+		t.Fatal("the conversation took a new task: the interrupted one left the queue")
+	}
+	run(t, env.Store, "w2", demo(t, 100*time.Millisecond))
+	testwait.Eventually(t, waitLong, "succeeded on w2", func() bool {
+		r := record(t, env.Store, m.TaskID)
+		return r.Exec == task.Succeeded && r.Node == "w2" && r.Attempt == 2
+	})
+}
+
+// Requeued task.MaxRequeues times already, a task interrupted on its last
+// delivery is failed for good and its conversation freed: nodes that keep
+// stopping do not hold a conversation for ever.
+func TestStopOnFinalDeliveryRequeuedTooOftenFailsAndFrees(t *testing.T) {
+	t.Parallel()
+	env := testenv.StartJetStream(t, jetstream.Options{TaskMaxDeliver: 1})
+	m := publish(t, env.Store, "m1", "alice", "long one")
+	for i := range task.MaxRequeues + 1 {
+		w := run(t, env.Store, fmt.Sprintf("w%d", i+1), demo(t, time.Minute))
+		testwait.Eventually(t, waitLong, fmt.Sprintf("attempt %d running", i+1), func() bool {
+			r := record(t, env.Store, m.TaskID)
+			return r.Exec == task.Running && r.Attempt == i+1
+		})
+		w.stop()
+	}
 	r := record(t, env.Store, m.TaskID)
 	if r.Exec != task.Failed || !strings.Contains(r.Error, "last attempt") {
-		t.Fatalf("record after stop on the final delivery = %s %q", r.Exec, r.Error)
+		t.Fatalf("record after the stop on a final delivery requeued %d times = %s %q", task.MaxRequeues, r.Exec, r.Error)
 	}
 	if !free(t, env.Store, "alice", "m2") {
 		t.Fatal("conversation still locked after the final delivery was interrupted")
