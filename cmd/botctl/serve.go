@@ -20,7 +20,9 @@ import (
 	"github.com/botctl/botctl/pkg/redact"
 	botserve "github.com/botctl/botctl/pkg/serve"
 	"github.com/botctl/botctl/pkg/wecomsim"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 const demoBot = "demo"
@@ -208,13 +210,12 @@ func serve(ctx context.Context, cmd *cobra.Command, cfg config.Config, demo bool
 		return err
 	}
 	defer cli.Close()
-	if len(cfg.Etcd.Endpoints) > 0 && cfg.Etcd.CompactRetention > 0 {
-		// An external etcd may not compact itself; the embedded one does.
+	if c, ok := externalCompactor(cfg, cli, logger); ok {
 		cctx, stopCompacting := context.WithCancel(ctx)
 		compacted := make(chan struct{})
 		go func() {
 			defer close(compacted)
-			compaction.Compactor{Client: cli, Retention: cfg.Etcd.CompactRetention, Log: logger.With().Str("component", "compaction").Logger()}.Run(cctx)
+			c.Run(cctx)
 		}()
 		defer func() { stopCompacting(); <-compacted }()
 	}
@@ -270,4 +271,15 @@ func apiTokenPath(cfg config.Config) string {
 		return cfg.API.TokenFile
 	}
 	return filepath.Join(cfg.DataDir, config.GeneratedTokenFile)
+}
+
+// externalCompactor is the compactor serve runs, ok when it runs one: for
+// an external etcd (etcd.endpoints), which may not compact itself, every
+// etcd.compact_retention unless that is 0. The embedded etcd compacts
+// itself.
+func externalCompactor(cfg config.Config, cli *clientv3.Client, logger zerolog.Logger) (compaction.Compactor, bool) {
+	if len(cfg.Etcd.Endpoints) == 0 || cfg.Etcd.CompactRetention <= 0 {
+		return compaction.Compactor{}, false
+	}
+	return compaction.Compactor{Client: cli, Retention: cfg.Etcd.CompactRetention, Log: logger.With().Str("component", "compaction").Logger()}, true
 }
