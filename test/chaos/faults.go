@@ -104,7 +104,17 @@ func (i incidentRow) names(s string) bool {
 }
 
 func (h *Harness) openIncidents() ([]incidentRow, error) {
-	out, err := h.cli("incidents", "list", "--bot", bot, "--open", "--json")
+	return h.incidents("--open")
+}
+
+// incidentsSince lists the bot's incidents detected since t, open or
+// closed.
+func (h *Harness) incidentsSince(t time.Time) ([]incidentRow, error) {
+	return h.incidents("--since", t.UTC().Format(time.RFC3339))
+}
+
+func (h *Harness) incidents(filter ...string) ([]incidentRow, error) {
+	out, err := h.cli(append([]string{"incidents", "list", "--bot", bot, "--json"}, filter...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -573,6 +583,7 @@ func (h *Harness) groupSilence(r *RoundResult, timeout time.Duration) error {
 		return err
 	}
 	r.note("group_silence injected after %d group messages", k)
+	injected := time.Now()
 	seen := false
 	deadline := time.Now().Add(timeout)
 	for {
@@ -602,7 +613,12 @@ func (h *Harness) groupSilence(r *RoundResult, timeout time.Duration) error {
 				return fmt.Errorf("%d resubscribes for one silent group, want 1", n)
 			}
 			if !seen {
-				return fmt.Errorf("resubscribed, but no route_silence incident was seen open")
+				// Opened and closed between two looks: the list since
+				// the fault has it, closed.
+				seen, err = h.routeSilenceSince(r, injected)
+				if err != nil {
+					return err
+				}
 			}
 			r.note("resubscribed once; %d group messages in all", k)
 			return nil
@@ -612,6 +628,25 @@ func (h *Harness) groupSilence(r *RoundResult, timeout time.Duration) error {
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// routeSilenceSince reports whether a route_silence incident was detected
+// since t (open or closed, noted); if not, the error lists the incidents
+// that were.
+func (h *Harness) routeSilenceSince(r *RoundResult, t time.Time) (bool, error) {
+	incs, err := h.incidentsSince(t.Add(-time.Second))
+	if err != nil {
+		return false, err
+	}
+	var others []string
+	for _, i := range incs {
+		if i.Signal == "route_silence" {
+			r.note("incident %s (%s when looked at): %s", i.ID, i.State, i.Reason)
+			return true, nil
+		}
+		others = append(others, fmt.Sprintf("%s %s/%s: %s", i.ID, i.Kind, i.Signal, i.Reason))
+	}
+	return false, fmt.Errorf("resubscribed, but no route_silence incident since the fault; incidents since: %v", others)
 }
 
 // wecomHistoryGap restarts the nodes one by one with backfill.history_url
