@@ -96,6 +96,8 @@ type results struct {
 	killed         string
 	killedBots     int
 	takeovers      []time.Duration // sorted
+	deposed        []time.Duration // per killed bot led again: from the kill to its deposition, sorted
+	afterDeposed   []time.Duration // and from its deposition to its subscribe, sorted
 	notLed         int
 	afterKill      map[string]int
 	rebalanced     []spreadAt
@@ -341,10 +343,23 @@ func (r *results) kill(c *cluster.Cluster, o options) error {
 		}
 	}
 	r.notLed = len(want) - len(seen)
-	for _, d := range seen {
-		r.takeovers = append(r.takeovers, d)
+	var others []string
+	for i := range o.nodes {
+		if id := fmt.Sprintf("n%d", i+1); id != r.killed {
+			others = append(others, id)
+		}
 	}
-	sort.Slice(r.takeovers, func(i, j int) bool { return r.takeovers[i] < r.takeovers[j] })
+	deposed := depositions(c.Opts.LogDir, others, want, t0)
+	for bot, d := range seen {
+		r.takeovers = append(r.takeovers, d)
+		if dd, ok := deposed[bot]; ok {
+			r.deposed = append(r.deposed, dd)
+			r.afterDeposed = append(r.afterDeposed, d-dd)
+		}
+	}
+	for _, s := range [][]time.Duration{r.takeovers, r.deposed, r.afterDeposed} {
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	}
 	<-victim.Proc.Done()
 	time.Sleep(5 * time.Second)
 	r.afterKill, _ = spread(c)

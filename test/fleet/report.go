@@ -165,6 +165,15 @@ func (r *results) render(o options) string {
 	w("| bots | led again | p50 | p99 | max | spread 5 s after the last |")
 	w("|---|---|---|---|---|---|")
 	w("| %d | %d | %s | **%s** | %s | %s |", r.killedBots, len(r.takeovers), secs(pct(r.takeovers, 0.5)), secs(pct(r.takeovers, 0.99)), secs(pct(r.takeovers, 1)), fmtSpread(r.afterKill))
+	if len(r.deposed) > 0 {
+		w("")
+		w("Its two phases, from the standbys' logs (\"deposed the leader\"; %d of the %d bots led again; a bot whose old term ended otherwise, its lease expiring, has no deposition):", len(r.deposed), len(r.takeovers))
+		w("")
+		w("| phase | p50 | p99 | max |")
+		w("|---|---|---|---|")
+		w("| kill → deposed (the pulse's timeout, the confirming read, the compared delete) | %s | %s | %s |", secs(pct(r.deposed, 0.5)), secs(pct(r.deposed, 0.99)), secs(pct(r.deposed, 1)))
+		w("| deposed → subscribed (the revoke, the winner's campaign, records, verify and dial) | %s | %s | %s |", secs(pct(r.afterDeposed, 0.5)), secs(pct(r.afterDeposed, 0.99)), secs(pct(r.afterDeposed, 1)))
+	}
 	if r.notLed > 0 {
 		w("")
 		w("**%d bots were not led again within 3 minutes.**", r.notLed)
