@@ -62,7 +62,9 @@
 // handshake: the close frame goes out, and the socket is read on until the
 // server's close frame answers it (at most CloseGrace), so what the server
 // sent before it saw the close is read and handed over, not lost in the
-// socket. A server that never answers costs CloseGrace before Done.
+// socket; so are the acks of frames written before Close, which settle
+// their frames (a frame acked then is applied, not "connection closed").
+// A server that never answers costs CloseGrace before Done.
 //
 // # What it does not guarantee
 //
