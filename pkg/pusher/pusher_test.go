@@ -639,12 +639,7 @@ func TestLateBusyRefusalPushedAsBusyReplyQuotingTheQuestion(t *testing.T) {
 	}
 	r.start(pusher.Config{BusyNote: "BUSY: ask again later", FailedNote: "FAILED"})
 	r.waitDelivery(rec.ID, task.Delivered)
-	var pushed []string
-	for _, m := range r.botMessages("alice") {
-		if m.Kind == "markdown" {
-			pushed = append(pushed, m.Content)
-		}
-	}
+	pushed := r.pushed("alice")
 	if len(pushed) != 1 || pushed[0] != "> the second question\n\nBUSY: ask again later" {
 		t.Fatalf("pushed %q, want one busy reply quoting the question", pushed)
 	}
@@ -663,12 +658,7 @@ func TestRefusalOwedIsPushedInItsOwnWords(t *testing.T) {
 	}
 	r.start(pusher.Config{BusyNote: "BUSY", FailedNote: "FAILED"})
 	r.waitDelivery(rec.ID, task.Delivered)
-	var pushed []string
-	for _, m := range r.botMessages("alice") {
-		if m.Kind == "markdown" {
-			pushed = append(pushed, m.Content)
-		}
-	}
+	pushed := r.pushed("alice")
 	if len(pushed) != 1 || pushed[0] != "> look at this file\n\nFILES: the store is full" {
 		t.Fatalf("pushed %q, want the refusal's words quoting the question", pushed)
 	}

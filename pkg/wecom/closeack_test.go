@@ -20,18 +20,11 @@ import (
 func ackOnCloseServer(t *testing.T, ackIt bool) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
-		if err != nil {
+		ws := subscribed(w, r)
+		if ws == nil {
 			return
 		}
 		defer ws.Close()
-		var sub wecom.Frame
-		if err := ws.ReadJSON(&sub); err != nil || sub.Cmd != wecom.CmdSubscribe {
-			return
-		}
-		if ws.WriteJSON(wecom.Ack{Headers: sub.Headers}) != nil {
-			return
-		}
 		var held *wecom.Headers
 		ws.SetCloseHandler(func(code int, _ string) error {
 			if held != nil && ackIt {

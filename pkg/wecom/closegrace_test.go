@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/botctl/botctl/pkg/wecom"
-	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 )
 
@@ -27,18 +26,11 @@ func TestCloseWithoutTheServersAnswerEndsAfterTheGrace(t *testing.T) {
 	serverDone := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer close(serverDone)
-		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
-		if err != nil {
+		ws := subscribed(w, r)
+		if ws == nil {
 			return
 		}
 		defer ws.Close()
-		var sub wecom.Frame
-		if err := ws.ReadJSON(&sub); err != nil || sub.Cmd != wecom.CmdSubscribe {
-			return
-		}
-		if ws.WriteJSON(wecom.Ack{Headers: sub.Headers}) != nil {
-			return
-		}
 		ws.SetCloseHandler(func(int, string) error {
 			body, _ := json.Marshal(wecom.MsgCallback{MsgID: "after-close", MsgType: "text"})
 			_ = ws.WriteJSON(wecom.Frame{Cmd: wecom.CmdMsgCallback, Headers: wecom.Headers{ReqID: "r-after"}, Body: body})

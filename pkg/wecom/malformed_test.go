@@ -16,6 +16,23 @@ import (
 )
 
 // rawServer is a WeCom server of a few lines, for frames the simulator
+
+// subscribed upgrades a test server's request to a WebSocket and
+// acknowledges the client's subscribe, as WeCom does; nil if the client
+// did not subscribe. The caller closes it.
+func subscribed(w http.ResponseWriter, r *http.Request) *websocket.Conn {
+	ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+	if err != nil {
+		return nil
+	}
+	var sub wecom.Frame
+	if err := ws.ReadJSON(&sub); err != nil || sub.Cmd != wecom.CmdSubscribe || ws.WriteJSON(wecom.Ack{Headers: sub.Headers}) != nil {
+		ws.Close()
+		return nil
+	}
+	return ws
+}
+
 // never writes: it acknowledges the subscription, then writes each of
 // frames (text messages, or binary ones for a []byte) and holds the
 // socket open, reading, until the test ends.
@@ -26,18 +43,11 @@ func rawServer(t *testing.T, frames ...any) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handlers.Add(1)
 		defer handlers.Done()
-		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
-		if err != nil {
+		ws := subscribed(w, r)
+		if ws == nil {
 			return
 		}
 		defer ws.Close()
-		var sub wecom.Frame
-		if err := ws.ReadJSON(&sub); err != nil || sub.Cmd != wecom.CmdSubscribe {
-			return
-		}
-		if ws.WriteJSON(wecom.Ack{Headers: sub.Headers}) != nil {
-			return
-		}
 		for _, f := range frames {
 			var err error
 			switch f := f.(type) {
