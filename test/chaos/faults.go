@@ -615,8 +615,7 @@ func (h *Harness) groupSilence(r *RoundResult, timeout time.Duration) error {
 			if !seen {
 				// Opened and closed between two looks: the list since
 				// the fault has it, closed.
-				seen, err = h.routeSilenceSince(r, injected)
-				if err != nil {
+				if err := h.routeSilenceSince(r, injected); err != nil {
 					return err
 				}
 			}
@@ -630,23 +629,23 @@ func (h *Harness) groupSilence(r *RoundResult, timeout time.Duration) error {
 	}
 }
 
-// routeSilenceSince reports whether a route_silence incident was detected
-// since t (open or closed, noted); if not, the error lists the incidents
-// that were.
-func (h *Harness) routeSilenceSince(r *RoundResult, t time.Time) (bool, error) {
+// routeSilenceSince finds a route_silence incident detected since t
+// (open or closed, noted); if there is none, the error lists the
+// incidents that were.
+func (h *Harness) routeSilenceSince(r *RoundResult, t time.Time) error {
 	incs, err := h.incidentsSince(t.Add(-time.Second))
 	if err != nil {
-		return false, err
+		return err
 	}
 	var others []string
 	for _, i := range incs {
 		if i.Signal == "route_silence" {
 			r.note("incident %s (%s when looked at): %s", i.ID, i.State, i.Reason)
-			return true, nil
+			return nil
 		}
 		others = append(others, fmt.Sprintf("%s %s/%s: %s", i.ID, i.Kind, i.Signal, i.Reason))
 	}
-	return false, fmt.Errorf("resubscribed, but no route_silence incident since the fault; incidents since: %v", others)
+	return fmt.Errorf("resubscribed, but no route_silence incident since the fault; incidents since: %v", others)
 }
 
 // wecomHistoryGap restarts the nodes one by one with backfill.history_url
