@@ -189,7 +189,9 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 			msg.NakWithDelay(w.cfg.RetryDelay)
 		}
 	case actRequeue:
-		<-fetched // the copy must not be delivered into this worker's own pull request
+		if ctx.Err() != nil {
+			<-fetched // the copy must not be delivered into this worker's own pull request
+		}
 		rctx, cancel := context.WithTimeout(bg, handBackTimeout)
 		_, err := w.cfg.Store.Requeue(rctx, msg)
 		cancel()
