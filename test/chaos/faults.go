@@ -557,9 +557,10 @@ func (h *Harness) waitReplicasCurrent(timeout time.Duration) error {
 const chaosGroup = "chaos-group"
 
 // groupSilence gives chaosGroup a baseline of its own (a group message
-// every 2 s, from three users, for silenceMinWatched and 20 s more),
+// every 2 s, from three users, for silenceMinWatched and 20 s more; a
+// direct message every 2 s beside it, from six users),
 // withholds group callbacks from the subscribed connection until the next
-// subscribe (direct messages, the traffic's, still arrive), and keeps the
+// subscribe (direct messages still arrive), and keeps the
 // group talking until botctl has resubscribed on a fresh connection. The
 // round fails unless it resubscribed exactly once and the route_silence
 // incident was seen; the group's messages are judged like every other:
@@ -571,6 +572,11 @@ func (h *Harness) groupSilence(r *RoundResult, timeout time.Duration) error {
 	talk := func() {
 		k++
 		h.Traffic.PostGroup(label, fmt.Sprintf("chaos-%s-g%d", h.Traffic.nonce, k%3+1), chaosGroup)
+		// Direct messages keep arriving too, every 2 s (a user's every
+		// 12 s): only the group is silent, never the whole bot, which the
+		// closed-loop users alone (waiting on their answers) may leave
+		// quiet for longer than the bot's silence baseline.
+		h.Traffic.Post(label, fmt.Sprintf("chaos-%s-d%d", h.Traffic.nonce, k%6+1), false)
 	}
 	for end := time.Now().Add(silenceMinWatched + 20*time.Second); time.Now().Before(end); time.Sleep(2 * time.Second) {
 		talk()
