@@ -690,7 +690,10 @@ func (h *Harness) wecomHistoryGap(r *RoundResult, gap, timeout time.Duration) er
 	if err := h.simFault("drop", 0); err != nil {
 		return err
 	}
-	r.Takeovers = append(r.Takeovers, h.waitTakeover(l.ID, t0))
+	// Subscribes are refused for the gap, and a node retries a refused
+	// subscribe after a backoff that doubles up to node.Config.BackoffMax
+	// (30 s): the bot is subscribed again up to that long after the gap.
+	r.Takeovers = append(r.Takeovers, h.waitTakeoverWithin(l.ID, t0, gap+subscribeBackoffMax+h.Cfg.Takeover))
 	deadline := time.Now().Add(timeout)
 	for {
 		st, err := h.C.Stats(bot)
@@ -711,6 +714,10 @@ func (h *Harness) wecomHistoryGap(r *RoundResult, gap, timeout time.Duration) er
 		time.Sleep(time.Second)
 	}
 }
+
+// subscribeBackoffMax is the nodes' longest wait between two refused
+// subscribes (node.Config.BackoffMax's default).
+const subscribeBackoffMax = 30 * time.Second
 
 // restartNodesWith restarts every node, standbys first, with args added
 // to their usual flags (nil: the usual flags only), waiting for a stable

@@ -337,7 +337,12 @@ type Takeover struct {
 
 // waitTakeover waits for the bot's first subscribe after t0.
 func (h *Harness) waitTakeover(from string, t0 time.Time) Takeover {
-	sub, err := h.C.WaitSubscribed(bot, t0, h.Cfg.Takeover)
+	return h.waitTakeoverWithin(from, t0, h.Cfg.Takeover)
+}
+
+// waitTakeoverWithin is waitTakeover waiting up to within from t0.
+func (h *Harness) waitTakeoverWithin(from string, t0 time.Time, within time.Duration) Takeover {
+	sub, err := h.C.WaitSubscribed(bot, t0, within)
 	if err != nil {
 		return Takeover{From: from, Err: err.Error()}
 	}
