@@ -18,28 +18,38 @@ import (
 func depositions(logDir string, nodes []string, bots map[string]bool, t0 time.Time) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, n := range nodes {
-		f, err := os.Open(filepath.Join(logDir, cluster.LogFileName(n)))
-		if err != nil {
-			continue
+		// One file per start of the node ("node n1 (start 1)").
+		files, _ := filepath.Glob(filepath.Join(logDir, strings.TrimSuffix(cluster.LogFileName("node "+n+" (start "), ".log")+"*.log"))
+		for _, file := range files {
+			readDepositions(file, bots, t0, out)
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			if !strings.Contains(line, "deposed the leader") {
-				continue
-			}
-			at, bot, ok := deposedLine(line)
-			if !ok || !bots[bot] || at.Before(t0) {
-				continue
-			}
-			if d, seen := out[bot]; !seen || at.Sub(t0) < d {
-				out[bot] = at.Sub(t0)
-			}
-		}
-		f.Close()
 	}
 	return out
+}
+
+// readDepositions adds the depositions of bots after t0 in the log file
+// to out, keeping each bot's first.
+func readDepositions(file string, bots map[string]bool, t0 time.Time, out map[string]time.Duration) {
+	f, err := os.Open(file)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "deposed the leader") {
+			continue
+		}
+		at, bot, ok := deposedLine(line)
+		if !ok || !bots[bot] || at.Before(t0) {
+			continue
+		}
+		if d, seen := out[bot]; !seen || at.Sub(t0) < d {
+			out[bot] = at.Sub(t0)
+		}
+	}
 }
 
 // deposedLine is a deposition's time (the logger's own timestamp) and

@@ -23,7 +23,7 @@ func TestDepositionsReadFromTheStandbysLogs(t *testing.T) {
 		line("2026-12-07T22:32:14.500Z", "b0001") +
 		line("2026-12-07T22:32:14.900Z", "b0003") // not one of the killed node's
 	n2 := line("2026-12-07T22:32:14.200Z", "b0002") + line("2026-12-07T22:32:15.000Z", "b0001")
-	for name, body := range map[string]string{"n1": n1, "n2": n2} {
+	for name, body := range map[string]string{"node n1 (start 1)": n1, "node n2 (start 2)": n2} {
 		if err := os.WriteFile(filepath.Join(dir, cluster.LogFileName(name)), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
