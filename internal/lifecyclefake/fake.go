@@ -357,17 +357,18 @@ func (f *Fake) Fail(_ context.Context, id string, attempt int, reason string, re
 // Refused fails a task refused late (task.Rules.Refused), created
 // refused when it has no record.
 func (f *Fake) Refused(ctx context.Context, m task.Message, reason string, busy bool) (*task.Record, error) {
-	return f.refused(ctx, m, reason, busy, f.rules.Refused(reason, busy))
+	return f.refused(ctx, m, f.rules.Refused(reason, busy))
 }
 
 // RefusedSaying is Refused whose answer is text (task.Rules.RefusedSaying).
 func (f *Fake) RefusedSaying(ctx context.Context, m task.Message, text string) (*task.Record, error) {
-	return f.refused(ctx, m, text, false, f.rules.RefusedSaying(text))
+	return f.refused(ctx, m, f.rules.RefusedSaying(text))
 }
 
-func (f *Fake) refused(ctx context.Context, m task.Message, reason string, busy bool, change func(*task.Record) error) (*task.Record, error) {
+// refused makes a fresh record of m refused by change, opens it (or
+// merges it into the record there is) and applies change to that.
+func (f *Fake) refused(ctx context.Context, m task.Message, change func(*task.Record) error) (*task.Record, error) {
 	fresh := task.RecordOf(m)
-	fresh.Error, fresh.Busy = reason, busy
 	if err := change(fresh); err != nil {
 		return nil, err
 	}

@@ -293,9 +293,11 @@ func (l *Lifecycle) refused(ctx context.Context, m Message, reason string, how e
 	if how == endRefusedSaying {
 		saying = reason
 	}
+	// The same change makes a fresh record refused and refuses the one
+	// there is.
+	change := l.rules().refused(reason, busy, saying)
 	fresh := RecordOf(m)
-	fresh.Error, fresh.Busy, fresh.Refusal = reason, busy, saying
-	if err := fresh.SetExec(Failed, reason, l.node, l.now().UTC()); err != nil {
+	if err := change(fresh); err != nil {
 		return nil, err
 	}
 	// Open creates it refused, or merges into the record there is (whose
@@ -303,7 +305,7 @@ func (l *Lifecycle) refused(ctx context.Context, m Message, reason string, how e
 	if _, err := l.Open(ctx, fresh); err != nil {
 		return nil, err
 	}
-	r, err := l.update(ctx, m.TaskID, l.rules().refused(reason, busy, saying))
+	r, err := l.update(ctx, m.TaskID, change)
 	if err == nil && r.Exec == Failed {
 		l.notice(r)
 	}

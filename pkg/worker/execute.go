@@ -46,9 +46,10 @@ func (w *Worker) Go(ctx context.Context, m task.Message, tier string, wg *sync.W
 // no other attempt will follow if this one fails (the queue's last
 // delivery, or a fallback tier); deliveries is the queue's count, 0 off
 // the queue; requeue, that a final queue message may be requeued with
-// fresh deliveries if the node stops during the attempt. The attempt is a sequence of steps; each step's end goes
-// through settle, where decide (decide.go) says whether the attempt goes
-// on and, if not, what becomes of the record and of the queue message.
+// fresh deliveries if the node stops during the attempt. The attempt is
+// a sequence of steps; each step's end goes through settle, where decide
+// (decide.go) says whether the attempt goes on and, if not, what becomes
+// of the record and of the queue message.
 func (w *Worker) execute(ctx context.Context, m task.Message, tier string, deliveries int, final, requeue bool) result {
 	a := w.newAttempt(ctx, m, tier, deliveries, final)
 	a.requeue = requeue

@@ -131,11 +131,18 @@ func (w *Worker) handBack(msg natsjs.Msg) {
 		msg.Nak()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout)
-	defer cancel()
-	if _, err := w.cfg.Store.Requeue(ctx, msg); err != nil {
+	if err := w.requeue(context.Background(), msg); err != nil {
 		w.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("a task on its last delivery, fetched as the worker stopped, was not requeued; the sweep ends it")
 	}
+}
+
+// requeue puts msg back in the queue with fresh deliveries (Store.Requeue),
+// bounded by handBackTimeout.
+func (w *Worker) requeue(ctx context.Context, msg natsjs.Msg) error {
+	ctx, cancel := context.WithTimeout(ctx, handBackTimeout)
+	defer cancel()
+	_, err := w.cfg.Store.Requeue(ctx, msg)
+	return err
 }
 
 // handBackTimeout bounds requeueing one message on the way out.
@@ -192,10 +199,7 @@ func (w *Worker) handle(ctx context.Context, msg natsjs.Msg, fetched <-chan stru
 		if ctx.Err() != nil {
 			<-fetched // the copy must not be delivered into this worker's own pull request
 		}
-		rctx, cancel := context.WithTimeout(bg, handBackTimeout)
-		_, err := w.cfg.Store.Requeue(rctx, msg)
-		cancel()
-		if err != nil {
+		if err := w.requeue(bg, msg); err != nil {
 			log.Warn().Err(err).Msg("a task interrupted on its last delivery was not requeued; nak'd, its deliveries run out")
 			msg.Nak()
 			return
